@@ -1,0 +1,1 @@
+"""Triton paged-attention and block-copy kernels, with plain torch references (see README, "Kernels")."""

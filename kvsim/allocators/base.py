@@ -1,0 +1,127 @@
+"""The allocator interface: the spine every KV memory policy plugs in behind.
+
+All sizes are in token slots (one slot = the KV of one token across all layers on one GPU).
+The engine talks to allocators only through this interface and never special-cases one.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Iterable
+
+from kvsim.trace.request import Request
+
+MEMORY_CATEGORIES = ("token_states", "reserved", "internal_frag", "external_frag", "free")
+
+
+@dataclass(frozen=True, slots=True)
+class Breakdown:
+    """Pool slots by category (vLLM paper, Fig. 2). The five fields sum to the pool size.
+
+    token_states: slots holding a computed KV. reserved: held for future tokens of the same request.
+    internal_frag: held but never to be filled (beyond the request's final length).
+    external_frag: free, but unusable for the next allocation. free: free and usable.
+    """
+
+    token_states: int
+    reserved: int
+    internal_frag: int
+    external_frag: int
+    free: int
+
+    def as_tuple(self) -> tuple[int, int, int, int, int]:
+        return (self.token_states, self.reserved, self.internal_frag, self.external_frag, self.free)
+
+
+class KVAllocator(ABC):
+    """Owns a pool of ``pool_tokens`` slots and hands them to sequences."""
+
+    name: str
+
+    def __init__(self, pool_tokens: int):
+        self.pool_tokens = pool_tokens
+        # Slots held beyond each live request's final length (internal fragmentation), kept
+        # incrementally so that a memory snapshot costs O(1), not O(live sequences).
+        self._overhang: dict[int, int] = {}
+        self._overhang_total = 0
+
+    def _set_overhang(self, seq_id: int, held: int, final_tokens: int) -> None:
+        new = max(0, held - final_tokens)
+        self._overhang_total += new - self._overhang.get(seq_id, 0)
+        self._overhang[seq_id] = new
+
+    def _drop_overhang(self, seq_id: int) -> None:
+        self._overhang_total -= self._overhang.pop(seq_id, 0)
+
+    # --- capacity questions -------------------------------------------------------------
+    @abstractmethod
+    def footprint(self, request: Request) -> int:
+        """Slots this request holds at its largest, alone (its reservation, or its rounded-up blocks)."""
+
+    def fits_alone(self, request: Request) -> bool:
+        """Could the request run to completion in an otherwise empty pool?"""
+        return self.footprint(request) <= self.usable_tokens
+
+    @property
+    def usable_tokens(self) -> int:
+        """Slots that can ever be handed out (the pool less any rounding remainder)."""
+        return self.pool_tokens
+
+    # --- ownership ----------------------------------------------------------------------
+    @abstractmethod
+    def allocate(self, seq_id: int, request: Request, num_tokens: int) -> bool:
+        """Make ``seq_id`` hold slots for its first ``num_tokens`` tokens. All or nothing: False changes nothing."""
+
+    @abstractmethod
+    def free(self, seq_id: int) -> None:
+        """Return everything ``seq_id`` holds."""
+
+    @abstractmethod
+    def held_slots(self, seq_id: int) -> int:
+        """Slots ``seq_id`` holds now (0 if none)."""
+
+    @property
+    @abstractmethod
+    def used_slots(self) -> int:
+        """Slots held by any sequence."""
+
+    def cached_prefix_tokens(self, seq_id: int, request: Request) -> int:
+        """Tokens of ``request``'s prompt whose KV the allocator can provide without computing (prefix reuse).
+
+        Called before the first allocate of a (re)started sequence; the plain allocators share nothing.
+        """
+        return 0
+
+    def decode_headroom(self, seqs: Iterable[tuple[int, int]], k_max: int) -> int:
+        """Largest k <= k_max such that every (seq_id, filled_tokens) can grow by k tokens without failing.
+
+        Default: contiguous reservations cover the whole request, so growth never fails.
+        """
+        return k_max
+
+    def decode_run_integrals(self, seqs: list[tuple[int, int, int]], k: int) -> tuple[int, int]:
+        """Sums over the k steps of a decode run of (slots held, internal fragmentation), where step i
+        holds what it needs for filled + i + 1 tokens of each (seq_id, filled_tokens, final_tokens).
+
+        Lets the engine integrate memory over a fast-forwarded run exactly as if it had stepped.
+        Default: nothing grows during a run (contiguous reservations).
+        """
+        return k * self.used_slots, k * self._overhang_total
+
+    # --- accounting ---------------------------------------------------------------------
+    def external_fragmentation(self, next_request: Request | None) -> int:
+        """Free slots that cannot serve the next allocation (the waiting queue's head, if any)."""
+        return self.pool_tokens - self.usable_tokens
+
+    def memory_breakdown(self, filled_tokens: int, next_request: Request | None) -> Breakdown:
+        """Classify the pool. ``filled_tokens``: sum over live sequences of tokens with computed KV.
+
+        Held slots up to a request's final length are token states or reserved; beyond it, internal
+        fragmentation (allocators that share slots between sequences override this).
+        """
+        used = self.used_slots
+        internal = self._overhang_total
+        external = self.external_fragmentation(next_request)
+        return Breakdown(filled_tokens, used - internal - filled_tokens, internal, external,
+                         self.pool_tokens - used - external)

@@ -1,0 +1,240 @@
+"""Command-line entry point. Heavy libraries are imported inside the commands that need them."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from kvsim.errors import KvsimError
+
+DEFAULT_TRACE_MODEL = "llama-2-7b"
+DEFAULT_GPU = "a100-40gb"
+DEFAULT_ALLOCATORS = "max,pow2,oracle,paged:16"
+
+
+def _add_sim_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("trace")
+    g.add_argument("--trace", required=True, help="JSONL trace (see traces/README.md)")
+    g.add_argument("--skip-invalid", action="store_true", help="skip bad trace lines (and report how many) instead of stopping")
+    g = p.add_argument_group("model and hardware")
+    g.add_argument("--model", default=DEFAULT_TRACE_MODEL, help=f"preset or custom:layers=..,kv_heads=..,head_dim=..,params=.. (default {DEFAULT_TRACE_MODEL})")
+    g.add_argument("--gpu", default=DEFAULT_GPU, help=f"GPU preset (default {DEFAULT_GPU})")
+    g.add_argument("--tp", type=int, default=1, help="tensor-parallel GPUs (split weights, heads and KV)")
+    g = p.add_argument_group("KV pool")
+    g.add_argument("--gpu-memory-utilization", type=float, default=0.90, help="fraction of GPU memory used (default 0.90)")
+    g.add_argument("--activation-reserve-gb", type=float, default=2.0, help="GiB kept for activations (default 2)")
+    g.add_argument("--kv-pool-gb", type=float, help="KV pool size per GPU in GiB, overriding the derived size")
+    g.add_argument("--num-blocks", type=int, help="KV pool of this many blocks (of --num-blocks-size tokens)")
+    g.add_argument("--num-blocks-size", type=int, default=16, help="tokens per block for --num-blocks (default 16)")
+    g = p.add_argument_group("scheduler")
+    g.add_argument("--max-seq-len", type=int, help="context limit and `max` reservation, tokens (default: the model's)")
+    g.add_argument("--max-num-seqs", type=int, default=256)
+    g.add_argument("--max-batched-tokens", type=int, default=8192, help="token budget per iteration (chunked prefill)")
+    g.add_argument("--batching", choices=["continuous", "static"], default="continuous")
+    g.add_argument("--eviction", default="lifo", help="preemption victim: lifo (default), fifo, lru, priority")
+    g.add_argument("--horizon-s", type=float, help="stop at this simulated time; later work is reported unfinished")
+    g = p.add_argument_group("latency")
+    g.add_argument("--latency", default="roofline", help="'roofline' or a calibration JSON from `kvsim calibrate`")
+    g.add_argument("--flops-efficiency", type=float, default=0.6, help="achievable fraction of peak FLOP/s")
+    g.add_argument("--bandwidth-efficiency", type=float, default=0.8, help="achievable fraction of HBM bandwidth")
+    g.add_argument("--step-overhead-ms", type=float, default=2.0, help="fixed time per iteration")
+    g = p.add_argument_group("output")
+    g.add_argument("--out", help="output folder (default reports/<command>-<trace name>)")
+    g.add_argument("--format", choices=["csv", "parquet"], default="csv")
+    g.add_argument("--no-plots", action="store_true")
+    g.add_argument("--record-batches", metavar="FILE", help="record executed batches for `kvsim kernels replay` (one allocator)")
+
+
+def build_config(a: argparse.Namespace):
+    from kvsim.config import MemoryConfig, RooflineParams, SchedulerConfig, SimConfig
+    from kvsim.hardware import get_gpu, get_model
+
+    model = get_model(a.model).validate()
+    sched = SchedulerConfig(
+        max_seq_len=a.max_seq_len or model.max_context,
+        max_num_seqs=a.max_num_seqs,
+        max_num_batched_tokens=a.max_batched_tokens,
+        batching=a.batching,
+        horizon_s=a.horizon_s,
+    ).validate()
+    mem = MemoryConfig(a.gpu_memory_utilization, a.activation_reserve_gb, a.kv_pool_gb, a.num_blocks, a.num_blocks_size)
+    roof = RooflineParams(a.flops_efficiency, a.bandwidth_efficiency, a.step_overhead_ms / 1000)
+    from kvsim.engine.eviction import get_policy
+
+    get_policy(a.eviction)
+    return SimConfig(model, get_gpu(a.gpu), sched, mem, roof, tp=a.tp, latency=a.latency, eviction=a.eviction)
+
+
+def _progress_factory(total: int):
+    """A context manager yielding make(label) -> callback(done); silent when stderr is not a terminal."""
+    import contextlib
+
+    if not sys.stderr.isatty():
+        @contextlib.contextmanager
+        def quiet():
+            yield lambda label: None
+        return quiet()
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    @contextlib.contextmanager
+    def bar():
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                      transient=True) as prog:
+            def make(label: str):
+                task = prog.add_task(label, total=total)
+                return lambda done: prog.update(task, completed=done)
+            yield make
+    return bar()
+
+
+def _simulate_all(a: argparse.Namespace, allocators: list[str], command: str) -> int:
+    from pathlib import Path
+
+    from kvsim.config import plan_pool
+    from kvsim.output.table import print_table
+    from kvsim.output.writer import write_results
+    from kvsim.runner import simulate
+    from kvsim.trace import load_trace
+
+    cfg = build_config(a)
+    loaded = load_trace(a.trace, skip_invalid=a.skip_invalid)
+    for note in loaded.notes():
+        print(note, file=sys.stderr)
+    pool = plan_pool(cfg.model, cfg.gpu, cfg.memory, cfg.tp)
+    recorder = None
+    if a.record_batches:
+        if len(allocators) != 1:
+            from kvsim.errors import ConfigError
+
+            raise ConfigError("--record-batches records one allocator's run; pass a single --allocator(s)")
+        from kvsim.replay.record import BatchRecorder
+
+        recorder = BatchRecorder(a.record_batches, cfg, pool)
+    outputs = []
+    with _progress_factory(len(loaded.requests)) as make_bar:
+        for name in allocators:
+            cb = make_bar(f"{name:>12}")
+            if recorder is not None:
+                recorder.attach_allocator_name(name)
+            outputs.append(simulate(loaded.requests, cfg, name, pool, observer=recorder, progress=cb))
+    if recorder is not None:
+        recorder.close(outputs[0].result)
+    summaries = [o.summary for o in outputs]
+    trace_name = Path(a.trace).stem
+    context = {
+        "trace": f"{a.trace} ({len(loaded.requests)} requests)",
+        "model": f"{cfg.model.name} (KV {cfg.model.kv_bytes_per_token // 1024} KiB/token), tp={cfg.tp}",
+        "gpu": cfg.gpu.name,
+        "KV pool": f"{pool.pool_bytes / (1 << 30):.2f} GiB = {pool.pool_tokens:,} token slots ({pool.source})",
+        "scheduler": f"{cfg.scheduler.batching} batching, max_seq_len {cfg.scheduler.max_seq_len}, max_num_seqs "
+                     f"{cfg.scheduler.max_num_seqs}, max_batched_tokens {cfg.scheduler.max_num_batched_tokens}, "
+                     f"eviction {cfg.eviction}",
+        "latency": cfg.latency,
+    }
+    print_table(summaries, title=f"kvsim {command}: {trace_name} on {cfg.model.name} / {cfg.gpu.name} "
+                              f"(KV pool {pool.pool_bytes / (1 << 30):.1f} GiB, {pool.pool_tokens:,} slots)")
+    out = Path(a.out) if a.out else Path("reports") / f"{command}-{trace_name}"
+    notes = loaded.notes()
+    written = write_results(out, outputs, context, notes, plots=not a.no_plots, fmt=a.format)
+    print(f"wrote {len(written)} files to {out}/ (summary.md, requests, runs, memory_timeline"
+          + (", plots)" if not a.no_plots else ")"))
+    for o in outputs:
+        s = o.summary
+        acct = s["finished"] + s["rejected"] + s["unfinished"]
+        if acct != s["requests"]:  # every request must be accounted for
+            raise RuntimeError(f"{s['allocator']}: {acct} of {s['requests']} requests accounted for")
+    return 0
+
+
+def cmd_compare(a: argparse.Namespace) -> int:
+    from kvsim.allocators import parse_allocator_list
+
+    return _simulate_all(a, parse_allocator_list(a.allocators), "compare")
+
+
+def cmd_run(a: argparse.Namespace) -> int:
+    from kvsim.allocators import parse_allocator_list
+
+    return _simulate_all(a, parse_allocator_list(a.allocator), "run")
+
+
+def cmd_trace_generate(a: argparse.Namespace) -> int:
+    from kvsim.trace import write_trace
+    from kvsim.trace.generate import ArrivalSpec, LengthSpec, generate
+
+    reqs = generate(a.num_requests, ArrivalSpec(a.arrival, a.rate, a.cv),
+                    LengthSpec(a.prompt_mean, a.prompt_sigma, a.output_mean, a.output_sigma, a.max_total, a.lengths_csv),
+                    seed=a.seed)
+    write_trace(reqs, a.output)
+    print(f"wrote {len(reqs)} requests to {a.output}")
+    return 0
+
+
+def cmd_trace_stats(a: argparse.Namespace) -> int:
+    from kvsim.trace import load_trace
+    from kvsim.trace.stats import trace_stats
+
+    loaded = load_trace(a.file, skip_invalid=a.skip_invalid)
+    for note in loaded.notes():
+        print(note)
+    st = trace_stats(loaded.requests)
+    print(f"{a.file}: {st['requests']} requests over {st['span_s']:.1f} s ({st['rate_req_s']:.2f} req/s); "
+          f"{st['with_hash_ids']} carry hash_ids")
+    print(f"{'tokens':>8} {'mean':>9} {'p50':>8} {'p90':>8} {'p99':>8} {'max':>8}")
+    for k in ("prompt", "output", "total"):
+        print(f"{k:>8} {st[k + '_mean']:9.1f} {st[k + '_p50']:8.0f} {st[k + '_p90']:8.0f} {st[k + '_p99']:8.0f} {st[k + '_max']:8d}")
+    return 0
+
+
+def make_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="kvsim", description="KV-cache memory manager simulator for LLM serving")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    c = sub.add_parser("compare", help="run several allocators on one trace and compare them")
+    _add_sim_args(c)
+    c.add_argument("--allocators", default=DEFAULT_ALLOCATORS, help=f"comma-separated (default {DEFAULT_ALLOCATORS})")
+    c.set_defaults(func=cmd_compare)
+
+    r = sub.add_parser("run", help="simulate one configuration")
+    _add_sim_args(r)
+    r.add_argument("--allocator", default="paged:16")
+    r.set_defaults(func=cmd_run)
+
+    t = sub.add_parser("trace", help="make, inspect and convert traces")
+    tsub = t.add_subparsers(dest="trace_command", required=True)
+    g = tsub.add_parser("generate", help="synthetic seeded trace")
+    g.add_argument("-o", "--output", required=True)
+    g.add_argument("-n", "--num-requests", type=int, default=1000)
+    g.add_argument("--rate", type=float, default=1.0, help="requests per second")
+    g.add_argument("--arrival", choices=["poisson", "gamma"], default="poisson")
+    g.add_argument("--cv", type=float, default=1.0, help="gamma: coefficient of variation of gaps (>1 bursty)")
+    g.add_argument("--prompt-mean", type=float, default=300.0)
+    g.add_argument("--prompt-sigma", type=float, default=1.0)
+    g.add_argument("--output-mean", type=float, default=250.0)
+    g.add_argument("--output-sigma", type=float, default=1.0)
+    g.add_argument("--max-total", type=int, default=4096, help="cap on prompt+output tokens")
+    g.add_argument("--lengths-csv", help="sample (prompt, output) pairs from this CSV instead of lognormals")
+    g.add_argument("--seed", type=int, default=0)
+    g.set_defaults(func=cmd_trace_generate)
+    s = tsub.add_parser("stats", help="count, span, rate and length percentiles")
+    s.add_argument("file")
+    s.add_argument("--skip-invalid", action="store_true")
+    s.set_defaults(func=cmd_trace_stats)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = make_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except KvsimError as e:
+        print(f"kvsim: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("kvsim: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""The discrete-event serving engine: sequences, scheduler, latency models, simulation loop."""

@@ -1,0 +1,45 @@
+"""Victim selection when a running sequence needs KV memory that is not there."""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence as Seq
+
+from kvsim.engine.sequence import Sequence
+from kvsim.errors import ConfigError
+
+# A policy picks one victim among the running sequences (listed in admission order).
+VictimPolicy = Callable[[Seq[Sequence]], Sequence]
+
+
+def lifo(running: Seq[Sequence]) -> Sequence:
+    """Most recently admitted (vLLM's default)."""
+    return running[-1]
+
+
+def fifo(running: Seq[Sequence]) -> Sequence:
+    """Earliest admitted."""
+    return running[0]
+
+
+def lru(running: Seq[Sequence]) -> Sequence:
+    """Least recently scheduled; ties go to the most recently admitted."""
+    best = running[-1]
+    for s in reversed(running):
+        if s.last_scheduled_s < best.last_scheduled_s:
+            best = s
+    return best
+
+
+def priority(running: Seq[Sequence]) -> Sequence:
+    """Least important (largest ``priority`` value), then latest arrival."""
+    return max(reversed(running), key=lambda s: (s.req.priority, s.req.arrival_s))
+
+
+POLICIES: dict[str, VictimPolicy] = {"lifo": lifo, "fifo": fifo, "lru": lru, "priority": priority}
+
+
+def get_policy(name: str) -> VictimPolicy:
+    try:
+        return POLICIES[name]
+    except KeyError:
+        raise ConfigError(f"unknown eviction policy '{name}' (known: {', '.join(POLICIES)})") from None

@@ -1,0 +1,44 @@
+"""The engine's mutable state for one request."""
+
+from __future__ import annotations
+
+from kvsim.trace.request import Request
+
+WAITING, RUNNING, FINISHED, REJECTED = "waiting", "running", "finished", "rejected"
+
+
+class Sequence:
+    """Token accounting follows vLLM V1: ``computed`` tokens have KV in cache; ``known`` tokens are the
+    prompt plus what has been generated. An iteration computes up to known - computed tokens; when it
+    reaches ``known``, the model emits the next token."""
+
+    __slots__ = ("sid", "req", "prompt", "target", "generated", "computed", "status", "reason",
+                 "admitted_s", "first_token_s", "finish_s", "preemptions", "last_scheduled_s", "cached_tokens")
+
+    def __init__(self, sid: int, req: Request):
+        self.sid = sid
+        self.req = req
+        self.prompt = req.prompt_tokens
+        self.target = req.output_tokens
+        self.generated = 0
+        self.computed = 0
+        self.status = WAITING
+        self.reason = ""
+        self.admitted_s: float | None = None
+        self.first_token_s: float | None = None
+        self.finish_s: float | None = None
+        self.preemptions = 0
+        self.last_scheduled_s = 0.0
+        self.cached_tokens = 0  # prompt tokens served from a prefix cache (summed over restarts)
+
+    @property
+    def known(self) -> int:
+        return self.prompt + self.generated
+
+    @property
+    def to_compute(self) -> int:
+        return self.prompt + self.generated - self.computed
+
+    @property
+    def final_tokens(self) -> int:
+        return self.prompt + self.target

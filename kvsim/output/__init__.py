@@ -1,0 +1,1 @@
+"""Everything that leaves the simulator for a person: tables, CSV files, plots, Markdown."""

@@ -1,0 +1,108 @@
+"""Seeded synthetic traces: arrival process x length distribution."""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass
+
+import numpy as np
+
+from kvsim.errors import ConfigError
+from kvsim.trace.request import Request
+
+# Column pairs accepted for empirical length CSVs (prompt, output).
+LENGTH_COLUMNS = [
+    ("prompt_tokens", "output_tokens"),
+    ("num_prefill_tokens", "num_decode_tokens"),  # Vidur / etalon
+    ("ContextTokens", "GeneratedTokens"),  # Azure
+    ("input_length", "output_length"),  # Mooncake
+    ("Request tokens", "Response tokens"),  # BurstGPT
+]
+
+
+@dataclass(frozen=True)
+class ArrivalSpec:
+    process: str = "poisson"  # "poisson" or "gamma"
+    rate: float = 1.0  # requests per second
+    cv: float = 1.0  # coefficient of variation of inter-arrival times (gamma only; > 1 = bursty)
+
+
+@dataclass(frozen=True)
+class LengthSpec:
+    prompt_mean: float = 300.0  # tokens (lognormal mean)
+    prompt_sigma: float = 1.0  # lognormal shape
+    output_mean: float = 250.0
+    output_sigma: float = 1.0
+    max_total: int = 4096  # prompt + output never exceed this (outputs are clipped first)
+    lengths_csv: str | None = None  # sample (prompt, output) pairs from this CSV instead
+
+
+def arrival_times(spec: ArrivalSpec, n: int, rng: np.random.Generator) -> np.ndarray:
+    """n arrival times in seconds, starting at 0."""
+    if spec.rate <= 0:
+        raise ConfigError("--rate must be > 0")
+    if spec.process == "poisson":
+        gaps = rng.exponential(1.0 / spec.rate, size=n)
+    elif spec.process == "gamma":
+        if spec.cv <= 0:
+            raise ConfigError("--cv must be > 0")
+        shape = 1.0 / spec.cv**2
+        gaps = rng.gamma(shape, 1.0 / (spec.rate * shape), size=n)
+    else:
+        raise ConfigError(f"unknown arrival process '{spec.process}' (poisson, gamma)")
+    t = np.cumsum(gaps)
+    return t - t[0]
+
+
+def read_lengths_csv(path: str) -> np.ndarray:
+    """(N, 2) int array of (prompt, output) pairs; rows with a non-positive length are left out."""
+    try:
+        fh = open(path, newline="", encoding="utf-8")
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot open: {e.strerror}") from None
+    with fh:
+        reader = csv.DictReader(fh)
+        cols = reader.fieldnames or []
+        pair = next(((p, o) for p, o in LENGTH_COLUMNS if p in cols and o in cols), None)
+        if pair is None:
+            raise ConfigError(f"{path}: no length columns found; need one of "
+                              + ", ".join(f"{p}+{o}" for p, o in LENGTH_COLUMNS))
+        rows = []
+        for lineno, row in enumerate(reader, start=2):
+            try:
+                p, o = int(float(row[pair[0]])), int(float(row[pair[1]]))
+            except (TypeError, ValueError):
+                raise ConfigError(f"{path}:{lineno}: field '{pair[0]}'/'{pair[1]}' is not a number") from None
+            if p > 0 and o > 0:
+                rows.append((p, o))
+    if not rows:
+        raise ConfigError(f"{path}: no rows with positive lengths")
+    return np.asarray(rows, dtype=np.int64)
+
+
+def _lognormal(rng: np.random.Generator, mean: float, sigma: float, n: int) -> np.ndarray:
+    mu = np.log(mean) - sigma**2 / 2
+    return np.maximum(1, np.round(rng.lognormal(mu, sigma, size=n))).astype(np.int64)
+
+
+def sample_lengths(spec: LengthSpec, n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    if spec.lengths_csv:
+        table = read_lengths_csv(spec.lengths_csv)
+        pick = table[rng.integers(0, len(table), size=n)]
+        prompt, output = pick[:, 0].copy(), pick[:, 1].copy()
+    else:
+        prompt = _lognormal(rng, spec.prompt_mean, spec.prompt_sigma, n)
+        output = _lognormal(rng, spec.output_mean, spec.output_sigma, n)
+    prompt = np.minimum(prompt, spec.max_total - 1)
+    output = np.clip(output, 1, spec.max_total - prompt)
+    return prompt, output
+
+
+def generate(n: int, arrivals: ArrivalSpec, lengths: LengthSpec, seed: int = 0) -> list[Request]:
+    """A trace of n requests; the same arguments and seed give the same trace."""
+    if n <= 0:
+        raise ConfigError("--num-requests must be > 0")
+    rng = np.random.default_rng(seed)
+    t = arrival_times(arrivals, n, rng)
+    prompt, output = sample_lengths(lengths, n, rng)
+    return [Request(str(i), float(t[i]), int(prompt[i]), int(output[i])) for i in range(n)]

@@ -1,0 +1,138 @@
+"""Read and write the kvsim JSONL trace format (see schema.json), validating every line."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kvsim.errors import TraceError
+from kvsim.trace.request import Request
+
+
+@dataclass
+class LoadedTrace:
+    requests: list[Request]  # sorted by arrival_s (stable)
+    path: str
+    skipped: list[tuple[int, str]] = field(default_factory=list)  # (line, reason) of lines left out
+    was_unsorted: bool = False
+
+    def notes(self) -> list[str]:
+        """Human-readable remarks about what loading changed or left out."""
+        out = []
+        if self.skipped:
+            out.append(f"{self.path}: skipped {len(self.skipped)} invalid line(s) (--skip-invalid):")
+            for line, why in self.skipped[:5]:
+                out.append(f"  line {line}: {why}")
+            if len(self.skipped) > 5:
+                out.append(f"  ... and {len(self.skipped) - 5} more")
+        if self.was_unsorted:
+            out.append(f"{self.path}: arrivals were not in time order; sorted them by arrival_s")
+        return out
+
+
+def _int_field(obj: dict, name: str, path: str, line: int, minimum: int | None = None, default=None):
+    if name not in obj:
+        if default is not None:
+            return default
+        raise TraceError(path, line, name, "missing")
+    v = obj[name]
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise TraceError(path, line, name, f"must be an integer, got {json.dumps(v)}")
+    if isinstance(v, float):
+        if not v.is_integer():
+            raise TraceError(path, line, name, f"must be an integer, got {v}")
+        v = int(v)
+    if minimum is not None and v < minimum:
+        raise TraceError(path, line, name, f"must be >= {minimum}, got {v}")
+    return v
+
+
+def parse_request(obj: object, path: str, line: int, index: int) -> Request:
+    """Validate one decoded JSON value and turn it into a Request."""
+    if not isinstance(obj, dict):
+        raise TraceError(path, line, None, f"expected a JSON object, got {type(obj).__name__}")
+    if "arrival_s" not in obj:
+        raise TraceError(path, line, "arrival_s", "missing")
+    t = obj["arrival_s"]
+    if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t):
+        raise TraceError(path, line, "arrival_s", f"must be a finite number of seconds, got {json.dumps(t)}")
+    if t < 0:
+        raise TraceError(path, line, "arrival_s", f"must be >= 0, got {t}")
+    prompt = _int_field(obj, "prompt_tokens", path, line, minimum=1)
+    output = _int_field(obj, "output_tokens", path, line, minimum=1)
+    priority = _int_field(obj, "priority", path, line, default=0)
+    n = _int_field(obj, "n", path, line, minimum=1, default=1)
+    rid = obj.get("id", index)
+    if isinstance(rid, bool) or not isinstance(rid, (str, int)):
+        raise TraceError(path, line, "id", f"must be a string or integer, got {json.dumps(rid)}")
+    hash_ids = hbt = None
+    if obj.get("hash_ids") is not None:
+        ids = obj["hash_ids"]
+        if not isinstance(ids, list) or any(isinstance(x, bool) or not isinstance(x, int) for x in ids):
+            raise TraceError(path, line, "hash_ids", "must be a list of integers")
+        if "hash_block_tokens" not in obj:
+            raise TraceError(path, line, "hash_block_tokens", "missing (required with hash_ids)")
+        hbt = _int_field(obj, "hash_block_tokens", path, line, minimum=1)
+        if len(ids) > -(-prompt // hbt):
+            raise TraceError(path, line, "hash_ids",
+                             f"{len(ids)} ids but the prompt of {prompt} tokens has only {-(-prompt // hbt)} blocks of {hbt}")
+        hash_ids = tuple(ids)
+    return Request(str(rid), float(t), prompt, output, priority, hash_ids, hbt, n, line)
+
+
+def load_trace(path: str | Path, skip_invalid: bool = False) -> LoadedTrace:
+    """Load a JSONL trace. Raises TraceError on the first bad line unless ``skip_invalid``."""
+    path = str(path)
+    try:
+        fh = open(path, encoding="utf-8")
+    except OSError as e:
+        raise TraceError(path, 0, None, f"cannot open: {e.strerror}") from None
+    requests: list[Request] = []
+    skipped: list[tuple[int, str]] = []
+    seen: dict[str, int] = {}
+    with fh:
+        for lineno, text in enumerate(fh, start=1):
+            if not text.strip():
+                continue
+            try:
+                try:
+                    obj = json.loads(text)
+                except json.JSONDecodeError as e:
+                    raise TraceError(path, lineno, None, f"not valid JSON ({e.msg} at column {e.colno})") from None
+                req = parse_request(obj, path, lineno, len(requests) + len(skipped))
+                if req.id in seen:
+                    raise TraceError(path, lineno, "id", f"duplicate id '{req.id}' (first on line {seen[req.id]})")
+            except TraceError as e:
+                if not skip_invalid:
+                    raise
+                skipped.append((lineno, (f"field '{e.field}': " if e.field else "") + e.reason))
+                continue
+            seen[req.id] = lineno
+            requests.append(req)
+    if not requests and not skipped:
+        raise TraceError(path, 0, None, "no requests in file")
+    unsorted = any(requests[i].arrival_s > requests[i + 1].arrival_s for i in range(len(requests) - 1))
+    if unsorted:
+        requests.sort(key=lambda r: r.arrival_s)
+    return LoadedTrace(requests, path, skipped, unsorted)
+
+
+def request_to_dict(r: Request) -> dict:
+    d: dict = {"id": r.id, "arrival_s": round(r.arrival_s, 6), "prompt_tokens": r.prompt_tokens,
+               "output_tokens": r.output_tokens}
+    if r.priority:
+        d["priority"] = r.priority
+    if r.n != 1:
+        d["n"] = r.n
+    if r.hash_ids is not None:
+        d["hash_ids"] = list(r.hash_ids)
+        d["hash_block_tokens"] = r.hash_block_tokens
+    return d
+
+
+def write_trace(requests: list[Request], path: str | Path) -> None:
+    with open(path, "w", encoding="utf-8") as fh:
+        for r in requests:
+            fh.write(json.dumps(request_to_dict(r), separators=(",", ":")) + "\n")

@@ -1,0 +1,26 @@
+"""Summary statistics of a trace."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kvsim.trace.request import Request
+
+
+def trace_stats(requests: list[Request]) -> dict[str, float]:
+    arr = np.array([r.arrival_s for r in requests])
+    p = np.array([r.prompt_tokens for r in requests])
+    o = np.array([r.output_tokens for r in requests])
+    span = float(arr.max() - arr.min()) if len(arr) > 1 else 0.0
+    out: dict[str, float] = {
+        "requests": len(requests),
+        "span_s": span,
+        "rate_req_s": (len(requests) - 1) / span if span > 0 else float("nan"),
+        "with_hash_ids": sum(r.hash_ids is not None for r in requests),
+    }
+    for name, v in (("prompt", p), ("output", o), ("total", p + o)):
+        out[f"{name}_mean"] = float(v.mean())
+        for q in (50, 90, 99):
+            out[f"{name}_p{q}"] = float(np.percentile(v, q))
+        out[f"{name}_max"] = int(v.max())
+    return out

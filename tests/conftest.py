@@ -1,0 +1,16 @@
+import os
+
+# Kernel tests run in Triton's interpreter unless a GPU is present; set before anything imports triton.
+try:
+    import torch
+
+    if not torch.cuda.is_available():
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+except ImportError:
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+from hypothesis import settings
+
+settings.register_profile("ci", max_examples=60, deadline=None)
+settings.register_profile("dev", max_examples=30, deadline=None)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))

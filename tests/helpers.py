@@ -1,0 +1,25 @@
+"""Small builders shared by tests."""
+
+from kvsim.config import SchedulerConfig
+from kvsim.engine.latency import LatencyModel, StepShape
+from kvsim.trace.request import Request
+
+
+class FixedLatency(LatencyModel):
+    """Every iteration takes `prefill_s` if it computes more than one token per sequence, else `decode_s`."""
+
+    name = "fixed"
+
+    def __init__(self, prefill_s: float = 0.1, decode_s: float = 0.01):
+        self.prefill_s, self.decode_s = prefill_s, decode_s
+
+    def step_time(self, shape: StepShape) -> float:
+        return self.prefill_s if shape.new_tokens > shape.num_seqs else self.decode_s
+
+
+def req(i, t, p, o, **kw) -> Request:
+    return Request(str(i), float(t), p, o, **kw)
+
+
+def sched(max_seq_len=4096, **kw) -> SchedulerConfig:
+    return SchedulerConfig(max_seq_len=max_seq_len, **kw).validate()

@@ -1,0 +1,180 @@
+"""Stateful property tests for every allocator, plus golden numbers worked by hand."""
+
+import pytest
+from hypothesis import given, strategies as st
+from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, invariant, rule
+
+from kvsim.allocators import make_allocator
+from kvsim.allocators.contiguous import ContiguousAllocator, next_pow2
+from kvsim.allocators.extents import ExtentAllocator
+from kvsim.allocators.paged import PagedAllocator
+from kvsim.config import MemoryConfig, plan_pool
+from kvsim.hardware import get_gpu, get_model
+from kvsim.trace.request import Request
+
+POOL, MAX_LEN = 600, 128
+
+
+class AllocatorMachine(RuleBasedStateMachine):
+    """Random admit / grow / free sequences against a model of what each sequence should hold."""
+
+    spec = "paged:16"
+    seqs = Bundle("seqs")
+
+    def __init__(self):
+        super().__init__()
+        self.alloc = make_allocator(self.spec, POOL, MAX_LEN)
+        self.live: dict[int, tuple[Request, int]] = {}  # sid -> (request, tokens it asked for)
+        self.next_id = 0
+
+    @rule(target=seqs, prompt=st.integers(1, 100), output=st.integers(1, 28), frac=st.floats(0, 1))
+    def admit(self, prompt, output, frac):
+        req = Request(str(self.next_id), 0.0, prompt, output)
+        n = max(1, int(frac * req.total_tokens))
+        sid = self.next_id
+        self.next_id += 1
+        used_before = self.alloc.used_slots
+        if self.alloc.allocate(sid, req, n):
+            self.live[sid] = (req, n)
+            assert self.alloc.held_slots(sid) >= n
+        else:
+            assert self.alloc.used_slots == used_before and self.alloc.held_slots(sid) == 0
+        return sid
+
+    @rule(sid=seqs, extra=st.integers(1, 40))
+    def grow(self, sid, extra):
+        if sid not in self.live:
+            return
+        req, n = self.live[sid]
+        want = min(req.total_tokens, n + extra)
+        held_before, used_before = self.alloc.held_slots(sid), self.alloc.used_slots
+        if self.alloc.allocate(sid, req, want):
+            self.live[sid] = (req, want)
+        else:
+            assert self.alloc.held_slots(sid) == held_before and self.alloc.used_slots == used_before
+
+    @rule(sid=consumes(seqs))
+    def free(self, sid):
+        self.alloc.free(sid)
+        self.live.pop(sid, None)
+        assert self.alloc.held_slots(sid) == 0
+
+    @invariant()
+    def accounting(self):
+        a = self.alloc
+        assert a.used_slots == sum(a.held_slots(s) for s in self.live)
+        assert 0 <= a.used_slots <= a.usable_tokens <= a.pool_tokens
+        filled = sum(n for _, n in self.live.values())
+        b = a.memory_breakdown(filled, None)
+        assert sum(b.as_tuple()) == a.pool_tokens
+        assert min(b.as_tuple()) >= 0
+        # internal fragmentation is exactly what is held beyond each request's final length
+        assert b.internal_frag == sum(max(0, a.held_slots(s) - r.total_tokens) for s, (r, _) in self.live.items())
+
+    @invariant()
+    def ownership(self):
+        a = self.alloc
+        if isinstance(a, PagedAllocator):
+            owned = [b for s in self.live for b in a.block_table(s)]
+            assert len(owned) == len(set(owned))  # no block owned twice
+            assert set(owned).isdisjoint(a._free_blocks) and len(owned) + a.num_free_blocks == a.num_blocks
+            assert all(0 <= b < a.num_blocks for b in owned)
+            for s, (r, n) in self.live.items():
+                assert a.held_slots(s) - n < a.block_size  # waste < one block per sequence
+        else:
+            assert isinstance(a, ContiguousAllocator)
+            ranges = sorted(a.range_of(s) for s in self.live)
+            for (s0, n0), (s1, _) in zip(ranges, ranges[1:]):
+                assert s0 + n0 <= s1  # contiguous ranges never overlap
+            assert all(0 <= s and s + n <= POOL for s, n in ranges)
+            holes = a._space.holes()
+            assert sum(n for _, n in holes) + sum(n for _, n in ranges) == POOL  # free + used = capacity
+
+    def teardown(self):
+        for sid in list(self.live):
+            self.alloc.free(sid)
+        assert self.alloc.used_slots == 0  # everything returns on free
+
+
+def _machine(spec):
+    cls = type(f"Machine_{spec.replace(':', '_')}", (AllocatorMachine,), {"spec": spec})
+    return cls.TestCase
+
+
+TestPaged16 = _machine("paged:16")
+TestPaged7 = _machine("paged:7")
+TestMax = _machine("max")
+TestPow2 = _machine("pow2")
+TestOracle = _machine("oracle")
+
+
+@given(st.lists(st.tuples(st.booleans(), st.integers(1, 40), st.integers(0, 30)), max_size=60))
+def test_extent_allocator_matches_bitmap(ops):
+    cap = 200
+    ext = ExtentAllocator(cap)
+    bitmap = [False] * cap
+    live = []
+    for is_alloc, size, pick in ops:
+        if is_alloc or not live:
+            start = ext.alloc(size)
+            # first fit: the lowest start of a run of `size` free slots
+            expect = next((i for i in range(cap - size + 1) if not any(bitmap[i:i + size])), None)
+            assert start == expect
+            if start is not None:
+                bitmap[start:start + size] = [True] * size
+                live.append((start, size))
+        else:
+            s, n = live.pop(pick % len(live))
+            ext.release(s, n)
+            bitmap[s:s + n] = [False] * n
+        assert ext.free_total == bitmap.count(False)
+        holes = ext.holes()
+        assert all(a + n < b for (a, n), (b, _) in zip(holes, holes[1:]))  # coalesced: never adjacent
+
+
+def test_extent_double_free_is_caught():
+    e = ExtentAllocator(10)
+    s = e.alloc(4)
+    e.release(s, 4)
+    with pytest.raises(ValueError):
+        e.release(s, 4)
+
+
+def test_golden_opt13b_max_on_12gib():
+    """OPT-13B KV = 2 x 40 x 40 x 128 x 2 B = 800 KiB/token; 12 GiB / 800 KiB = 15,728 slots.
+    `max` with max_seq_len 2048 fits floor(15728 / 2048) = 7 requests and leaves 15728 - 14336 = 1,392
+    slots (8.85% of the pool) that no further request can use."""
+    m = get_model("opt-13b")
+    pool = plan_pool(m, get_gpu("a100-40gb"), MemoryConfig(kv_pool_gb=12))
+    assert m.kv_bytes_per_token == 800 * 1024 and pool.pool_tokens == 15728
+    a = make_allocator("max", pool.pool_tokens, 2048)
+    r = Request("r", 0.0, 100, 100)
+    admitted = sum(a.allocate(i, r, 100) for i in range(10))
+    assert admitted == 7
+    b = a.memory_breakdown(7 * 100, r)
+    assert b.external_frag == 1392 and b.free == 0
+    assert round(100 * b.external_frag / pool.pool_tokens, 1) == 8.9
+    # per request: 100 filled, 100 reserved for its own output, 2048 - 200 never to be filled
+    assert (b.token_states, b.reserved, b.internal_frag) == (700, 700, 7 * 1848)
+
+
+def test_golden_paged_and_pow2_sizes():
+    r = Request("r", 0.0, 100, 30)
+    assert make_allocator("paged:16", 1000, 2048).footprint(r) == 144  # ceil(130/16) = 9 blocks
+    assert make_allocator("pow2", 1000, 2048).footprint(r) == 256
+    assert make_allocator("oracle", 1000, 2048).footprint(r) == 130
+    assert next_pow2(1) == 1 and next_pow2(129) == 256 and next_pow2(256) == 256
+    paged = make_allocator("paged:16", 1000, 2048)
+    assert paged.usable_tokens == 992  # 62 blocks; 8 slots of remainder are never usable
+    assert paged.memory_breakdown(0, None).external_frag == 8
+
+
+def test_paged_decode_headroom_is_exact():
+    a = PagedAllocator(16 * 10, 16)
+    r = Request("r", 0.0, 50, 500)
+    a.allocate(0, r, 20)  # 2 blocks, 12 slots spare
+    a.allocate(1, r, 30)  # 2 blocks, 2 spare
+    # 6 free blocks. Growing both by k needs ceil((20+k)/16)-2 + ceil((30+k)/16)-2 blocks <= 6
+    brute = max(k for k in range(0, 200) if (-(-(20 + k) // 16) - 2) + (-(-(30 + k) // 16) - 2) <= 6)
+    assert a.decode_headroom([(0, 20), (1, 30)], 500) == brute
+    assert a.decode_headroom([(0, 20), (1, 30)], 3) == 3
