@@ -31,7 +31,11 @@ def _add_sim_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--max-num-seqs", type=int, default=256)
     g.add_argument("--max-batched-tokens", type=int, default=8192, help="token budget per iteration (chunked prefill)")
     g.add_argument("--batching", choices=["continuous", "static"], default="continuous")
-    g.add_argument("--eviction", default="lifo", help="preemption victim: lifo (default), fifo, lru, priority")
+    g.add_argument("--eviction", default="lifo", help="preemption victim: lifo (default), fifo, lru, priority, hybrid")
+    g.add_argument("--preemption", choices=["recompute", "swap"], default="recompute",
+                   help="what happens to a victim's KV: dropped and recomputed, or swapped to the CPU pool")
+    g.add_argument("--cpu-swap-gb", type=float, default=0.0, help="GiB of host memory for swapped KV (with --preemption swap)")
+    g.add_argument("--partial-eviction", action="store_true", help="evict only a victim's tail blocks (paged allocators)")
     g.add_argument("--horizon-s", type=float, help="stop at this simulated time; later work is reported unfinished")
     g = p.add_argument_group("latency")
     g.add_argument("--latency", default="roofline", help="'roofline' or a calibration JSON from `kvsim calibrate`")
@@ -56,13 +60,24 @@ def build_config(a: argparse.Namespace):
         max_num_batched_tokens=a.max_batched_tokens,
         batching=a.batching,
         horizon_s=a.horizon_s,
+        preemption=a.preemption,
+        partial_eviction=a.partial_eviction,
     ).validate()
+    if a.preemption == "swap" and a.cpu_swap_gb <= 0:
+        from kvsim.errors import ConfigError
+
+        raise ConfigError("--preemption swap needs a CPU pool: pass --cpu-swap-gb N")
+    if a.cpu_swap_gb < 0:
+        from kvsim.errors import ConfigError
+
+        raise ConfigError("--cpu-swap-gb must be >= 0")
     mem = MemoryConfig(a.gpu_memory_utilization, a.activation_reserve_gb, a.kv_pool_gb, a.num_blocks, a.num_blocks_size)
     roof = RooflineParams(a.flops_efficiency, a.bandwidth_efficiency, a.step_overhead_ms / 1000)
     from kvsim.engine.eviction import get_policy
 
     get_policy(a.eviction)
-    return SimConfig(model, get_gpu(a.gpu), sched, mem, roof, tp=a.tp, latency=a.latency, eviction=a.eviction)
+    return SimConfig(model, get_gpu(a.gpu), sched, mem, roof, tp=a.tp, cpu_swap_gb=a.cpu_swap_gb,
+                     latency=a.latency, eviction=a.eviction)
 
 
 def _progress_factory(total: int):
@@ -162,11 +177,34 @@ def cmd_trace_generate(a: argparse.Namespace) -> int:
     from kvsim.trace import write_trace
     from kvsim.trace.generate import ArrivalSpec, LengthSpec, generate
 
-    reqs = generate(a.num_requests, ArrivalSpec(a.arrival, a.rate, a.cv),
-                    LengthSpec(a.prompt_mean, a.prompt_sigma, a.output_mean, a.output_sigma, a.max_total, a.lengths_csv),
-                    seed=a.seed)
+    arrivals = ArrivalSpec(a.arrival, a.rate, a.cv)
+    lengths = LengthSpec(a.prompt_mean, a.prompt_sigma, a.output_mean, a.output_sigma, a.max_total, a.lengths_csv)
+    if a.scenario:
+        from kvsim.trace.scenarios import ScenarioSpec, generate_scenario
+
+        spec = ScenarioSpec(a.scenario, a.shared_tokens, a.num_prefixes, a.turns_mean, a.think_s, a.hash_block_tokens)
+        reqs = generate_scenario(spec, a.num_requests, arrivals, lengths, seed=a.seed)
+    else:
+        reqs = generate(a.num_requests, arrivals, lengths, seed=a.seed)
     write_trace(reqs, a.output)
     print(f"wrote {len(reqs)} requests to {a.output}")
+    return 0
+
+
+def cmd_trace_convert(a: argparse.Namespace) -> int:
+    from kvsim.trace import write_trace
+    from kvsim.trace.generate import ArrivalSpec
+    from kvsim.trace.importers import convert
+
+    conv = convert(a.fmt, a.input, a.limit, ArrivalSpec(a.arrival, a.rate, a.cv), a.seed)
+    for line in conv.report(a.input):
+        print(line)
+    if not conv.requests:
+        from kvsim.errors import TraceError
+
+        raise TraceError(a.input, 0, None, "no usable requests to write")
+    write_trace(conv.requests, a.output)
+    print(f"wrote {len(conv.requests)} requests to {a.output}")
     return 0
 
 
@@ -215,7 +253,24 @@ def make_parser() -> argparse.ArgumentParser:
     g.add_argument("--max-total", type=int, default=4096, help="cap on prompt+output tokens")
     g.add_argument("--lengths-csv", help="sample (prompt, output) pairs from this CSV instead of lognormals")
     g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--scenario", choices=["system-prompt", "few-shot", "multi-turn", "doc-summary"],
+                   help="a prefix-sharing workload with hash_ids (see README)")
+    g.add_argument("--shared-tokens", type=int, default=1024, help="scenario: shared prefix length")
+    g.add_argument("--num-prefixes", type=int, default=4, help="few-shot: distinct example blocks")
+    g.add_argument("--turns-mean", type=float, default=4.0, help="multi-turn: mean turns per conversation")
+    g.add_argument("--think-s", type=float, default=20.0, help="multi-turn: mean seconds between turns")
+    g.add_argument("--hash-block-tokens", type=int, default=16, help="scenario: tokens per hash id")
     g.set_defaults(func=cmd_trace_generate)
+    cv = tsub.add_parser("convert", help="convert a public trace to kvsim JSONL")
+    cv.add_argument("--from", dest="fmt", required=True, choices=["mooncake", "azure", "burstgpt", "vidur", "lengths-csv"])
+    cv.add_argument("input")
+    cv.add_argument("-o", "--output", required=True)
+    cv.add_argument("--limit", type=int, help="convert only the first N rows")
+    cv.add_argument("--rate", type=float, default=1.0, help="lengths-csv: arrival rate, requests/s")
+    cv.add_argument("--arrival", choices=["poisson", "gamma"], default="poisson")
+    cv.add_argument("--cv", type=float, default=1.0)
+    cv.add_argument("--seed", type=int, default=0)
+    cv.set_defaults(func=cmd_trace_convert)
     s = tsub.add_parser("stats", help="count, span, rate and length percentiles")
     s.add_argument("file")
     s.add_argument("--skip-invalid", action="store_true")

@@ -27,6 +27,8 @@ class SchedulerConfig:
     max_num_batched_tokens: int = 8192  # token budget of one iteration (chunked prefill)
     batching: str = "continuous"  # or "static"
     horizon_s: float | None = None  # stop the simulation at this time (seconds); later work is "unfinished"
+    preemption: str = "recompute"  # or "swap" (to the CPU pool; recompute when it is full)
+    partial_eviction: bool = False  # evict only a victim's tail blocks, keep the rest
 
     def validate(self) -> "SchedulerConfig":
         if self.batching not in ("continuous", "static"):
@@ -40,6 +42,8 @@ class SchedulerConfig:
             )
         if self.horizon_s is not None and self.horizon_s <= 0:
             raise ConfigError("--horizon-s must be > 0")
+        if self.preemption not in ("recompute", "swap"):
+            raise ConfigError(f"--preemption must be 'recompute' or 'swap', not '{self.preemption}'")
         return self
 
 
@@ -107,6 +111,8 @@ class SimConfig:
     memory: MemoryConfig = field(default_factory=MemoryConfig)
     roofline: RooflineParams = field(default_factory=RooflineParams)
     tp: int = 1
+    cpu_swap_gb: float = 0.0  # GiB of host memory for swapped-out KV (with --preemption swap)
+    swap_block_latency_s: float = 10e-6  # fixed cost of one block copy (one cudaMemcpyAsync)
     latency: str = "roofline"  # "roofline" or a path to a calibration JSON
     eviction: str = "lifo"
     record_batches: str | None = None  # path: write the executed batches for kernel replay

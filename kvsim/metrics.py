@@ -14,17 +14,23 @@ REQUEST_COLUMNS = ["id", "arrival_s", "prompt_tokens", "output_tokens", "status"
 
 
 def requests_frame(res: SimResult) -> pd.DataFrame:
+    """One row per trace request; a request with n > 1 samples aggregates them (finished when all are)."""
     rows = []
     for s in res.sequences:
         r = s.req
+        group = [s, *s.samples]
+        status = s.status if s.status == "rejected" else (
+            "finished" if all(g.status == "finished" for g in group) else "unfinished")
+        reason = s.reason or next((g.reason for g in group if g.reason), "")
+        finish = max(g.finish_s for g in group) if status == "finished" else None
         ttft = s.first_token_s - r.arrival_s if s.first_token_s is not None else np.nan
-        e2e = s.finish_s - r.arrival_s if s.finish_s is not None else np.nan
-        tpot = ((s.finish_s - s.first_token_s) / (r.output_tokens - 1)
-                if s.finish_s is not None and r.output_tokens > 1 else np.nan)
-        rows.append((r.id, r.arrival_s, r.prompt_tokens, r.output_tokens, s.status if s.status in ("finished", "rejected")
-                     else "unfinished", s.reason, s.admitted_s, s.first_token_s, s.finish_s, ttft, tpot, e2e,
-                     (s.admitted_s - r.arrival_s) if s.admitted_s is not None else np.nan, s.generated,
-                     s.preemptions, s.cached_tokens))
+        e2e = finish - r.arrival_s if finish is not None else np.nan
+        tpot = (finish - s.first_token_s) / (r.output_tokens - 1) if finish is not None and r.output_tokens > 1 else np.nan
+        rows.append((r.id, r.arrival_s, r.prompt_tokens, r.output_tokens, status, reason, s.admitted_s,
+                     s.first_token_s, finish, ttft, tpot, e2e,
+                     (s.admitted_s - r.arrival_s) if s.admitted_s is not None else np.nan,
+                     sum(g.generated for g in group), sum(g.preemptions for g in group),
+                     sum(g.cached_tokens for g in group)))
     df = pd.DataFrame(rows, columns=REQUEST_COLUMNS)
     return df.astype({c: "float64" for c in ("admitted_s", "first_token_s", "finish_s")})
 
@@ -64,6 +70,16 @@ def run_summary(res: SimResult, req: pd.DataFrame | None = None) -> dict:
     # Of the memory not free-and-usable, the share holding token states (vLLM paper's measure).
     out["kv_efficiency"] = shares["token_states"] / occupied if occupied > 0 else float("nan")
     out["peak_held_frac"] = mem.peak_held / res.pool_tokens
+    span = mem.t_last - (mem.t_first or 0.0)
+    if mem.peak_shared or "hit_blocks" in res.extra or "forks" in res.extra:
+        out["mem_saved_by_sharing"] = mem.shared_integral / (span * res.pool_tokens) if span > 0 else 0.0
+        out["peak_saved_by_sharing"] = mem.peak_shared / res.pool_tokens
+    ex = res.extra
+    if ex.get("lookup_tokens"):
+        out["prefix_hit_rate_tokens"] = ex["hit_tokens"] / ex["lookup_tokens"]
+        out["prefill_tokens_saved"] = ex["hit_tokens"]
+    if ex.get("lookup_blocks"):
+        out["prefix_hit_rate_blocks"] = ex["hit_blocks"] / ex["lookup_blocks"]
     out["pool_tokens"] = res.pool_tokens
     out["sim_steps"] = res.steps
     out["sim_events"] = res.events

@@ -12,7 +12,7 @@ from kvsim.allocators.paged import PagedAllocator
 from kvsim.config import PoolPlan, SimConfig, plan_pool
 from kvsim.engine.eviction import get_policy
 from kvsim.engine.latency import LatencyModel, RooflineModel
-from kvsim.engine.simulator import SimResult, Simulation, StepObserver
+from kvsim.engine.simulator import SimResult, Simulation, StepObserver, SwapTiming
 from kvsim.metrics import requests_frame, run_summary, timeline_frame
 from kvsim.trace.request import Request
 
@@ -37,9 +37,12 @@ def simulate(requests: list[Request], cfg: SimConfig, allocator_name: str, pool:
              observer: StepObserver | None = None, progress: Callable[[int], None] | None = None,
              latency: LatencyModel | None = None) -> RunOutput:
     pool = pool or plan_pool(cfg.model, cfg.gpu, cfg.memory, cfg.tp)
-    alloc = make_allocator(allocator_name, pool.pool_tokens, cfg.scheduler.max_seq_len)
+    cpu_slots = int(cfg.cpu_swap_gb * (1 << 30)) // pool.kv_bytes_per_token
+    alloc = make_allocator(allocator_name, pool.pool_tokens, cfg.scheduler.max_seq_len, cpu_slots)
+    swap = (SwapTiming(pool.kv_bytes_per_token, cfg.gpu.pcie_bandwidth, cfg.swap_block_latency_s)
+            if cfg.scheduler.preemption == "swap" else None)
     sim = Simulation(requests, alloc, latency or build_latency(cfg), cfg.scheduler, get_policy(cfg.eviction),
-                     observer=observer, progress=progress)
+                     observer=observer, progress=progress, swap_timing=swap)
     res = sim.run()
     req = requests_frame(res)
     summary = run_summary(res, req)

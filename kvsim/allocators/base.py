@@ -86,11 +86,57 @@ class KVAllocator(ABC):
     def used_slots(self) -> int:
         """Slots held by any sequence."""
 
-    def cached_prefix_tokens(self, seq_id: int, request: Request) -> int:
-        """Tokens of ``request``'s prompt whose KV the allocator can provide without computing (prefix reuse).
+    def cached_prefix_tokens(self, seq_id: int, request: Request, max_tokens: int) -> int:
+        """Leading tokens (at most ``max_tokens``) of the request whose KV the allocator already holds.
 
-        Called before the first allocate of a (re)started sequence; the plain allocators share nothing.
+        Called right before the first allocate of a (re)started sequence, which claims what was found;
+        the plain allocators share nothing.
         """
+        return 0
+
+    def on_computed(self, seq_id: int, request: Request, computed_tokens: int) -> None:
+        """The sequence's first ``computed_tokens`` tokens now have KV (prefix caches register blocks)."""
+
+    def fork(self, parent_id: int, child_id: int, filled_tokens: int, request: Request) -> bool:
+        """Let ``child_id`` share everything ``parent_id`` holds (parallel sampling). False: unsupported
+        or no memory; the child then starts on its own."""
+        return False
+
+    def needs_copy_on_write(self, seq_id: int) -> bool:
+        return False
+
+    def release_tail(self, seq_id: int, request: Request, slots_needed: int) -> int:
+        """Partial eviction: free tail memory worth ``slots_needed`` slots and return the slots kept.
+        Allocators that cannot split a sequence free all of it and return 0."""
+        self.free(seq_id)
+        return 0
+
+    def shortfall(self, seq_id: int, num_tokens: int) -> int:
+        """Slots that must be freed before ``seq_id`` can hold ``num_tokens`` tokens."""
+        return self.footprint_tokens_needed(seq_id, num_tokens)
+
+    def footprint_tokens_needed(self, seq_id: int, num_tokens: int) -> int:
+        return num_tokens
+
+    def swap_out(self, seq_id: int) -> list[tuple[int, int]] | None:
+        """Copy the sequence's KV to host memory and free it here: (device unit, host unit) pairs, or
+        None when unsupported or the host pool is full (the caller then recomputes)."""
+        return None
+
+    def swap_in(self, seq_id: int, request: Request) -> list[tuple[int, int]] | None:
+        return None
+
+    def drain_copies(self) -> list[tuple[str, int, int]]:
+        """Block copies (kind, src, dst) made since the last call: copy-on-write and swaps."""
+        return []
+
+    def counters(self) -> dict:
+        """Allocator-specific totals for the run summary."""
+        return {}
+
+    @property
+    def shared_slots(self) -> int:
+        """Token states stored once but held by several sequences (memory saved by sharing)."""
         return 0
 
     def decode_headroom(self, seqs: Iterable[tuple[int, int]], k_max: int) -> int:

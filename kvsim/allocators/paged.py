@@ -1,11 +1,18 @@
 """vLLM-style paged KV cache: fixed-size blocks from a free list, a block table per sequence,
-allocated on demand as the sequence grows and returned when it finishes."""
+allocated on demand as the sequence grows and returned when it finishes.
+
+Blocks are reference counted so that sequences can share them: parallel-sampling forks share
+the prompt's blocks (copy-on-write for the partial last block), and the prefix-caching
+subclasses share full prompt blocks between requests. With a CPU swap space, a preempted
+sequence's blocks can be copied out and back instead of being recomputed.
+"""
 
 from __future__ import annotations
 
 from typing import Iterable
 
-from kvsim.allocators.base import KVAllocator
+from kvsim.allocators.base import Breakdown, KVAllocator
+from kvsim.allocators.swap import SwapSpace
 from kvsim.trace.request import Request
 
 
@@ -14,17 +21,53 @@ def blocks_for(tokens: int, block_size: int) -> int:
 
 
 class PagedAllocator(KVAllocator):
-    def __init__(self, pool_tokens: int, block_size: int = 16):
+    def __init__(self, pool_tokens: int, block_size: int = 16, cpu_swap_tokens: int = 0):
         super().__init__(pool_tokens)
         if block_size <= 0:
             raise ValueError("block size must be > 0")
         self.block_size = block_size
         self.num_blocks = pool_tokens // block_size
         self.name = f"paged:{block_size}"
-        # A stack: the most recently freed block is reused first (warm in L2, like vLLM's free list).
+        self.ref = [0] * self.num_blocks
+        # A stack: the most recently freed block is reused first.
         self._free_blocks: list[int] = list(range(self.num_blocks - 1, -1, -1))
         self._tables: dict[int, list[int]] = {}
+        # Fork-shared partial last blocks -> tokens filled at the fork (writes past that copy the block).
+        self._partial_fill: dict[int, int] = {}
+        # Token slots counted once per owner but stored once: logical minus physical token states.
+        self._shared_extra = 0
+        self.swap = SwapSpace(cpu_swap_tokens // block_size) if cpu_swap_tokens > 0 else None
+        self.copies: list[tuple[str, int, int]] = []  # (kind, src block, dst block) since last drain
+        self.stats = {"cow_copies": 0, "forks": 0}
 
+    # --- block supply (overridden by the caching subclasses) --------------------------------
+    @property
+    def num_free_blocks(self) -> int:
+        return len(self._free_blocks)
+
+    def _take(self, n: int) -> list[int]:
+        """n free blocks, ref count set to 1 (caller checked num_free_blocks)."""
+        out = [self._free_blocks.pop() for _ in range(n)]
+        for b in out:
+            self.ref[b] = 1
+        return out
+
+    def _release(self, blocks: list[int]) -> None:
+        """Drop one reference to each block (a table, released tail first)."""
+        for b in reversed(blocks):
+            r = self.ref[b]
+            if r > 1:
+                self._shared_extra -= self._partial_fill.get(b, self.block_size)
+                self.ref[b] = r - 1
+                continue
+            self.ref[b] = 0
+            self._partial_fill.pop(b, None)
+            self._on_block_free(b)
+
+    def _on_block_free(self, b: int) -> None:
+        self._free_blocks.append(b)
+
+    # --- the allocator interface ------------------------------------------------------------
     @property
     def usable_tokens(self) -> int:
         return self.num_blocks * self.block_size
@@ -32,18 +75,17 @@ class PagedAllocator(KVAllocator):
     def footprint(self, request: Request) -> int:
         return blocks_for(request.total_tokens, self.block_size) * self.block_size
 
-    @property
-    def num_free_blocks(self) -> int:
-        return len(self._free_blocks)
-
     def allocate(self, seq_id: int, request: Request, num_tokens: int) -> bool:
         table = self._tables.get(seq_id)
+        if table is not None and table and table[-1] in self._partial_fill:
+            if not self._copy_on_write(seq_id, request, table, num_tokens):
+                return False
         need = -(-num_tokens // self.block_size) - (len(table) if table is not None else 0)
         if need <= 0:
             return True
-        if need > len(self._free_blocks):
+        if need > self.num_free_blocks:
             return False
-        new = [self._free_blocks.pop() for _ in range(need)]
+        new = self._take(need)
         if table is None:
             self._tables[seq_id] = table = new
         else:
@@ -51,11 +93,83 @@ class PagedAllocator(KVAllocator):
         self._set_overhang(seq_id, len(table) * self.block_size, request.total_tokens)
         return True
 
+    def _copy_on_write(self, seq_id: int, request: Request, table: list[int], num_tokens: int) -> bool:
+        """Give ``seq_id`` a private copy of its shared partial last block before it writes into it."""
+        last = table[-1]
+        fill = self._partial_fill[last]
+        if self.ref[last] == 1:  # the other owners are gone: the block is private again
+            del self._partial_fill[last]
+            self._set_overhang(seq_id, len(table) * self.block_size, request.total_tokens)
+            return True
+        if num_tokens <= (len(table) - 1) * self.block_size + fill:
+            return True  # nothing written into the shared block yet
+        extra = -(-num_tokens // self.block_size) - len(table)
+        if 1 + max(0, extra) > self.num_free_blocks:
+            return False
+        (copy,) = self._take(1)
+        self.ref[last] -= 1
+        self._shared_extra -= fill
+        if self.ref[last] == 1:
+            del self._partial_fill[last]
+        table[-1] = copy
+        self._set_overhang(seq_id, len(table) * self.block_size, request.total_tokens)
+        self.copies.append(("cow", last, copy))
+        self.stats["cow_copies"] += 1
+        return True
+
+    def counters(self) -> dict:
+        return dict(self.stats)
+
+    @property
+    def shared_slots(self) -> int:
+        return self._shared_extra
+
+    def needs_copy_on_write(self, seq_id: int) -> bool:
+        table = self._tables.get(seq_id)
+        return bool(table) and table[-1] in self._partial_fill and self.ref[table[-1]] > 1
+
+    def fork(self, parent_id: int, child_id: int, filled_tokens: int, request: Request) -> bool:
+        table = self._tables.get(parent_id)
+        if not table:
+            return False
+        for b in table:
+            self.ref[b] += 1
+        full, part = divmod(filled_tokens, self.block_size)
+        self._shared_extra += full * self.block_size + part
+        if part and len(table) > full:
+            self._partial_fill[table[full]] = part
+        self._tables[child_id] = list(table)
+        # The shared last block's slots past the final length stay the parent's internal
+        # fragmentation until the child writes (copy-on-write) or becomes the sole owner.
+        self._set_overhang(child_id, 0, request.total_tokens)
+        self.stats["forks"] += 1
+        return True
+
     def free(self, seq_id: int) -> None:
         table = self._tables.pop(seq_id, None)
         if table:
-            self._free_blocks.extend(reversed(table))
+            self._release(table)
         self._drop_overhang(seq_id)
+
+    def release_tail(self, seq_id: int, request: Request, slots_needed: int) -> int:
+        """Free tail blocks of ``seq_id`` worth at least ``slots_needed`` slots; returns the slots it keeps."""
+        table = self._tables.get(seq_id)
+        if not table:
+            return 0
+        drop = min(len(table), blocks_for(slots_needed, self.block_size))
+        if drop == len(table):
+            self.free(seq_id)
+            return 0
+        self._release(table[len(table) - drop:])
+        del table[len(table) - drop:]
+        self._set_overhang(seq_id, len(table) * self.block_size, request.total_tokens)
+        return len(table) * self.block_size
+
+    def shortfall(self, seq_id: int, num_tokens: int) -> int:
+        """Slots that must be freed before ``seq_id`` can hold ``num_tokens`` tokens."""
+        table = self._tables.get(seq_id)
+        need = blocks_for(num_tokens, self.block_size) - (len(table) if table else 0)
+        return max(0, need - self.num_free_blocks) * self.block_size
 
     def held_slots(self, seq_id: int) -> int:
         table = self._tables.get(seq_id)
@@ -66,8 +180,43 @@ class PagedAllocator(KVAllocator):
 
     @property
     def used_slots(self) -> int:
-        return (self.num_blocks - len(self._free_blocks)) * self.block_size
+        return (self.num_blocks - self.num_free_blocks) * self.block_size
 
+    def memory_breakdown(self, filled_tokens: int, next_request: Request | None) -> Breakdown:
+        return super().memory_breakdown(filled_tokens - self._shared_extra, next_request)
+
+    # --- swap -----------------------------------------------------------------------------------
+    def swap_out(self, seq_id: int) -> list[tuple[int, int]] | None:
+        """Copy the sequence's blocks to the CPU pool and free them here; None if the CPU pool is full."""
+        table = self._tables.get(seq_id)
+        if not table or self.swap is None:
+            return None
+        cpu = self.swap.store(seq_id, len(table))
+        if cpu is None:
+            return None
+        mapping = list(zip(table, cpu))
+        self.copies.extend(("swap_out", g, c) for g, c in mapping)
+        self.free(seq_id)
+        return mapping
+
+    def swap_in(self, seq_id: int, request: Request) -> list[tuple[int, int]] | None:
+        """Bring a swapped-out sequence's blocks back; None if the GPU lacks free blocks."""
+        cpu = self.swap.held(seq_id) if self.swap else None
+        if cpu is None or len(cpu) > self.num_free_blocks:
+            return None
+        gpu = self._take(len(cpu))
+        self.swap.release(seq_id)
+        self._tables[seq_id] = gpu
+        self._set_overhang(seq_id, len(gpu) * self.block_size, request.total_tokens)
+        mapping = list(zip(cpu, gpu))
+        self.copies.extend(("swap_in", c, g) for c, g in mapping)
+        return mapping
+
+    def drain_copies(self) -> list[tuple[str, int, int]]:
+        out, self.copies = self.copies, []
+        return out
+
+    # --- fast-forward support ----------------------------------------------------------------
     def decode_run_integrals(self, seqs: list[tuple[int, int, int]], k: int) -> tuple[int, int]:
         b = self.block_size
 
@@ -92,8 +241,12 @@ class PagedAllocator(KVAllocator):
 
     def decode_headroom(self, seqs: Iterable[tuple[int, int]], k_max: int) -> int:
         b = self.block_size
-        state = [(filled, len(self._tables.get(sid, ()))) for sid, filled in seqs]
-        free = len(self._free_blocks)
+        state = []
+        for sid, filled in seqs:
+            if sid in self._tables and self.needs_copy_on_write(sid):
+                return 0  # a copy-on-write is due: step it
+            state.append((filled, len(self._tables.get(sid, ()))))
+        free = self.num_free_blocks
 
         def needed(k: int) -> int:
             return sum(max(0, -(-(f + k) // b) - held) for f, held in state)

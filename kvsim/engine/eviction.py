@@ -35,7 +35,21 @@ def priority(running: Seq[Sequence]) -> Sequence:
     return max(reversed(running), key=lambda s: (s.req.priority, s.req.arrival_s))
 
 
-POLICIES: dict[str, VictimPolicy] = {"lifo": lifo, "fifo": fifo, "lru": lru, "priority": priority}
+def hybrid(running: Seq[Sequence]) -> Sequence:
+    """The seed design's hybrid: sequences still in prefill go before running decodes (decodes are
+    protected), and within each group the least recently scheduled goes first (LRU), ties to the most
+    recently admitted. Combine with --partial-eviction to evict only tail blocks. Like every policy here
+    it only evicts for running sequences: a new request that does not fit waits in the queue."""
+    best = None
+    best_key = None
+    for s in reversed(running):
+        key = (s.generated > 0, s.last_scheduled_s)  # prefills (False) first, then least recent
+        if best_key is None or key < best_key:
+            best, best_key = s, key
+    return best
+
+
+POLICIES: dict[str, VictimPolicy] = {"lifo": lifo, "fifo": fifo, "lru": lru, "priority": priority, "hybrid": hybrid}
 
 
 def get_policy(name: str) -> VictimPolicy:

@@ -24,8 +24,18 @@ class MemoryTracker:
         self.busy_s = 0.0
         self.batch_seq_s = 0.0  # integral of running batch size over busy time
         self.max_batch = 0
+        self.shared_integral = 0.0  # slot-seconds of KV stored once but used by several sequences
+        self.peak_shared = 0
+        self._shared = 0
 
-    def observe(self, t: float, b: Breakdown) -> None:
+    def observe(self, t: float, b: Breakdown, shared: int = 0) -> None:
+        """Memory state at time t; ``shared`` = slots saved by sharing (constant between observations
+        except at event instants, so it is integrated as a step function)."""
+        if self._last is not None and t > self.t_last:
+            self.shared_integral += self._shared * (t - self.t_last)
+        self._shared = shared
+        if shared > self.peak_shared:
+            self.peak_shared = shared
         vals = b.as_tuple()
         if self.t_first is None:
             self.t_first = t
@@ -60,8 +70,9 @@ class MemoryTracker:
             ext = T * external
             for i, v in enumerate((token, used - internal - token, internal, ext, T * self.pool_tokens - used - ext)):
                 self.integral[i] += v
+            self.shared_integral += self._shared * T
         self._last, self.t_last = None, t1
-        self.observe(t1, end)
+        self.observe(t1, end, self._shared)
 
     def busy(self, dt: float, batch_size: int) -> None:
         self.busy_s += dt

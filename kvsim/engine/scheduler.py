@@ -3,8 +3,11 @@
 Each iteration has a token budget (max_num_batched_tokens). Running sequences are served first,
 in admission order: a decode takes one token, an unfinished prefill takes the next chunk. Then, if
 nothing was preempted, waiting sequences are admitted first-come-first-served while the budget,
-max_num_seqs and memory allow. A running sequence that cannot get memory preempts a victim
-(recompute: its KV is dropped and it rejoins the front of the queue) until it fits or is itself the victim.
+max_num_seqs and memory allow. A running sequence that cannot get memory first reclaims memory
+that waiting (partially evicted) sequences still hold, then preempts victims chosen by the eviction
+policy until it fits or is itself the victim. A victim is swapped out to the CPU pool (`swap`), keeps
+its head blocks (partial eviction), or loses its KV and recomputes it later (`recompute`); it rejoins
+the front of the queue.
 """
 
 from __future__ import annotations
@@ -24,52 +27,104 @@ class Scheduler:
         self.pick_victim = victim_policy
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []  # admission order
-        self.filled_tokens = 0  # sum of `computed` over running sequences (KV slots in use)
-        self.preemptions = 0
-        # True when the last schedule() left the queue head unadmitted for lack of budget, seats or
-        # memory. None of those loosen during a pure-decode run, so the engine may fast-forward.
+        self.seats = 0  # seats taken in the running batch (a request with n samples takes n)
+        self.filled_tokens = 0  # sum of `computed` over sequences whose KV is in GPU memory
+        self.counts = {"preemptions": 0, "preempt_recompute": 0, "preempt_swap": 0, "preempt_partial": 0,
+                       "swap_fallback_recompute": 0, "swap_out_blocks": 0, "swap_in_blocks": 0,
+                       "reclaimed_partial": 0, "lookup_tokens": 0, "hit_tokens": 0}
+        self.step_swap_out = 0  # blocks copied out / in during the current iteration
+        self.step_swap_in = 0
+        # True when the last schedule() left the queue head unadmitted for lack of seats or memory.
+        # Neither loosens during a pure-decode run, so the engine may fast-forward.
         self.admission_blocked = False
+
+    @property
+    def preemptions(self) -> int:
+        return self.counts["preemptions"]
 
     # --- transitions ----------------------------------------------------------------------
     def _lookup_prefix(self, seq: Sequence) -> int:
-        """Cached prompt tokens a (re)starting sequence can skip. The lookup and the allocation that
-        claims those blocks happen in the same call sequence, so no lookup is pending across iterations."""
-        cached = self.alloc.cached_prefix_tokens(seq.sid, seq.req)
-        # Leave at least one token to compute, so the step that completes the prompt emits a token.
-        return min(cached, seq.known - 1)
+        """Cached leading tokens a sequence starting from scratch can skip. The lookup and the allocation
+        that claims those blocks happen in the same call sequence, so no lookup is pending across
+        iterations. At least one token is left to compute, so the step that completes the prompt emits."""
+        if seq.computed or seq.swapped:
+            return seq.computed
+        return self.alloc.cached_prefix_tokens(seq.sid, seq.req, seq.known - 1)
 
-    def preempt(self, seq: Sequence) -> None:
+    def preempt(self, seq: Sequence, slots_needed: int) -> None:
+        """Take ``seq`` out of the running batch to free memory (``slots_needed`` is the shortfall)."""
         self.running.remove(seq)
-        self.filled_tokens -= seq.computed
-        self.alloc.free(seq.sid)
-        seq.computed = 0
-        seq.status = WAITING
+        self.seats -= seq.seats
+        self.counts["preemptions"] += 1
         seq.preemptions += 1
-        self.preemptions += 1
+        seq.status = WAITING
+        kept = 0
+        if self.cfg.preemption == "swap":
+            mapping = self.alloc.swap_out(seq.sid)
+            if mapping is not None:
+                seq.swapped = True
+                self.filled_tokens -= seq.computed
+                self.step_swap_out += len(mapping)
+                self.counts["swap_out_blocks"] += len(mapping)
+                self.counts["preempt_swap"] += 1
+                self.waiting.appendleft(seq)
+                return
+            self.counts["swap_fallback_recompute"] += 1
+        elif self.cfg.partial_eviction:
+            kept = min(seq.computed, self.alloc.release_tail(seq.sid, seq.req, slots_needed))
+        if kept:
+            self.counts["preempt_partial"] += 1
+        else:
+            self.alloc.free(seq.sid)
+            self.counts["preempt_recompute"] += 1
+        self.filled_tokens -= seq.computed - kept
+        seq.computed = kept
         self.waiting.appendleft(seq)
+
+    def _reclaim_waiting(self) -> bool:
+        """Free the memory of one waiting sequence that still holds some (latest in the queue first)."""
+        for seq in reversed(self.waiting):
+            if seq.computed and not seq.swapped:
+                self.alloc.free(seq.sid)
+                self.filled_tokens -= seq.computed
+                seq.computed = 0
+                self.counts["reclaimed_partial"] += 1
+                return True
+        return False
 
     def finish(self, seq: Sequence) -> None:
         self.running.remove(seq)
+        self.seats -= seq.seats
         self.filled_tokens -= seq.computed
         self.alloc.free(seq.sid)
         self.admission_blocked = False  # freed memory and a seat: the queue head may fit now
 
+    def add_running(self, seq: Sequence) -> None:
+        """A sequence forked off a running one (parallel sampling) joins the batch."""
+        self.running.append(seq)
+        self.seats += seq.seats
+        self.filled_tokens += seq.computed
+
     # --- one iteration ----------------------------------------------------------------------
     def schedule(self, now: float) -> list[tuple[Sequence, int]]:
         """Choose (sequence, tokens to compute) for the next iteration and allocate their memory."""
+        self.step_swap_out = self.step_swap_in = 0
         budget = self.cfg.max_num_batched_tokens
         scheduled: dict[int, tuple[Sequence, int]] = {}
         preempted = False
         i = 0
+        alloc = self.alloc
         while i < len(self.running) and budget > 0:
             seq = self.running[i]
             n = min(seq.to_compute, budget)
-            while not self.alloc.allocate(seq.sid, seq.req, seq.computed + n):
+            while not alloc.allocate(seq.sid, seq.req, seq.computed + n):
+                if self._reclaim_waiting():
+                    continue
                 victim = self.pick_victim(self.running)
                 vi = self.running.index(victim)
                 if victim.sid in scheduled:  # un-schedule: refund its tokens
                     budget += scheduled.pop(victim.sid)[1]
-                self.preempt(victim)
+                self.preempt(victim, alloc.shortfall(seq.sid, seq.computed + n))
                 preempted = True
                 if vi < i:
                     i -= 1
@@ -92,25 +147,42 @@ class Scheduler:
             self.admission_blocked = bool(self.waiting)  # the batch runs until its last request ends
             return
         blocked = False
+        alloc = self.alloc
         while self.waiting and (budget > 0 or static):
-            if len(self.running) >= self.cfg.max_num_seqs:
+            seq = self.waiting[0]
+            if self.seats + seq.seats > self.cfg.max_num_seqs:
                 blocked = True
                 break
-            seq = self.waiting[0]
-            cached = self._lookup_prefix(seq)
+            in_gpu = seq.computed if not seq.swapped else 0  # KV it already holds here (partial eviction)
+            if seq.swapped:
+                mapping = alloc.swap_in(seq.sid, seq.req)
+                if mapping is None:
+                    blocked = True
+                    break
+                seq.swapped = False
+                self.step_swap_in += len(mapping)
+                self.counts["swap_in_blocks"] += len(mapping)
+                start = seq.computed
+            else:
+                start = self._lookup_prefix(seq)
+            fresh = seq.computed == 0  # starting from scratch (not resumed from swap or a kept head)
             # Static batching forms the whole batch at once: it must hold every prompt now.
-            need = seq.known if static else cached + min(seq.known - cached, budget)
-            if not self.alloc.allocate(seq.sid, seq.req, need):
-                blocked = True
+            need = seq.known if static else start + min(seq.known - start, budget)
+            if not alloc.allocate(seq.sid, seq.req, need):
+                blocked = True  # a prefix lookup that is not claimed now is dropped, never left pending
                 break
             self.waiting.popleft()
-            seq.computed = cached
-            seq.cached_tokens += cached
+            if fresh:  # a (re)start from scratch looked the prompt up in the prefix cache
+                self.counts["lookup_tokens"] += seq.prompt
+                self.counts["hit_tokens"] += start
+                seq.cached_tokens += start
+            self.filled_tokens += start - in_gpu
+            seq.computed = start
             seq.status = RUNNING
             if seq.admitted_s is None:
                 seq.admitted_s = now
             self.running.append(seq)
-            self.filled_tokens += seq.computed
+            self.seats += seq.seats
             n = min(seq.to_compute, budget)
             if n > 0:
                 scheduled[seq.sid] = (seq, n)

@@ -13,7 +13,8 @@ class Sequence:
     reaches ``known``, the model emits the next token."""
 
     __slots__ = ("sid", "req", "prompt", "target", "generated", "computed", "status", "reason",
-                 "admitted_s", "first_token_s", "finish_s", "preemptions", "last_scheduled_s", "cached_tokens")
+                 "admitted_s", "first_token_s", "finish_s", "preemptions", "last_scheduled_s", "cached_tokens",
+                 "swapped", "seats", "parent", "samples", "forked")
 
     def __init__(self, sid: int, req: Request):
         self.sid = sid
@@ -30,6 +31,11 @@ class Sequence:
         self.preemptions = 0
         self.last_scheduled_s = 0.0
         self.cached_tokens = 0  # prompt tokens served from a prefix cache (summed over restarts)
+        self.swapped = False  # KV is in the CPU swap pool
+        self.seats = req.n  # seats in the running batch: all samples until they fork, then one each
+        self.parent: Sequence | None = None  # for a parallel sample: the sequence it forked from
+        self.samples: list[Sequence] = []  # for a request with n > 1: its other samples
+        self.forked = req.n == 1
 
     @property
     def known(self) -> int:

@@ -22,11 +22,25 @@ from kvsim.engine.eviction import VictimPolicy, lifo
 from kvsim.engine.latency import LatencyModel, StepShape, chunk_shape_terms
 from kvsim.engine.memory_tracker import MemoryTracker
 from kvsim.engine.scheduler import Scheduler
-from kvsim.engine.sequence import FINISHED, REJECTED, Sequence
+from kvsim.engine.sequence import FINISHED, REJECTED, RUNNING, Sequence
 from kvsim.trace.request import Request
 
-# Called once per executed iteration group: (start_s, duration_s, [(seq, new_tokens)], steps).
+# Called once per executed iteration group: (start_s, duration_s, [(seq, new_tokens)], steps, block copies).
 StepObserver = Callable[[float, float, list, int], None]
+
+
+@dataclass(frozen=True)
+class SwapTiming:
+    """Cost of copying KV between GPU and host: per block one copy call, then bytes over PCIe."""
+
+    bytes_per_slot: int
+    pcie_bandwidth: float  # bytes/s, one direction
+    per_block_s: float = 10e-6
+
+    def seconds(self, blocks: int, block_slots: int) -> float:
+        if blocks <= 0:
+            return 0.0
+        return blocks * self.per_block_s + blocks * block_slots * self.bytes_per_slot / self.pcie_bandwidth
 
 
 @dataclass
@@ -40,14 +54,14 @@ class SimResult:
     events: int  # step events + decode-run events processed
     preemptions: int
     wall_s: float
-    extra: dict = field(default_factory=dict)  # allocator-specific counters
+    extra: dict = field(default_factory=dict)  # allocator and scheduler counters
 
 
 class Simulation:
     def __init__(self, requests: list[Request], allocator: KVAllocator, latency: LatencyModel,
                  cfg: SchedulerConfig, victim_policy: VictimPolicy = lifo,
                  observer: StepObserver | None = None, progress: Callable[[int], None] | None = None,
-                 fast_forward: bool = True):
+                 fast_forward: bool = True, swap_timing: SwapTiming | None = None):
         self.requests = sorted(requests, key=lambda r: r.arrival_s)
         self.alloc = allocator
         self.latency = latency
@@ -57,6 +71,9 @@ class Simulation:
         self.progress = progress
         self.fast_forward = fast_forward  # False: step every iteration (the reference the fast path must match)
         self.seqs = [Sequence(i, r) for i, r in enumerate(self.requests)]
+        self.samples: list[Sequence] = []  # forked parallel samples (n > 1), after the trace's requests
+        self.swap_timing = swap_timing
+        self.swap_s = 0.0
         self._next = 0  # index of the next request to arrive
         span = self.requests[-1].arrival_s - self.requests[0].arrival_s if self.requests else 0.0
         self.memory = MemoryTracker(allocator.pool_tokens, resolution_s=max(span, 1.0) / 2000)
@@ -68,7 +85,9 @@ class Simulation:
             seq = self.seqs[self._next]
             self._next += 1
             r = seq.req
-            if r.total_tokens > self.cfg.max_seq_len:
+            if r.n > self.cfg.max_num_seqs:
+                self._reject(seq, f"n={r.n} parallel samples exceed max_num_seqs {self.cfg.max_num_seqs}")
+            elif r.total_tokens > self.cfg.max_seq_len:
                 self._reject(seq, f"prompt+output {r.total_tokens} tokens exceeds max_seq_len {self.cfg.max_seq_len}")
             elif not self.alloc.fits_alone(r):
                 self._reject(seq, f"needs {self.alloc.footprint(r)} KV slots; the pool holds {self.alloc.usable_tokens}")
@@ -86,7 +105,8 @@ class Simulation:
 
     def _observe(self, t: float) -> None:
         w = self.sched.waiting
-        self.memory.observe(t, self.alloc.memory_breakdown(self.sched.filled_tokens, w[0].req if w else None))
+        self.memory.observe(t, self.alloc.memory_breakdown(self.sched.filled_tokens, w[0].req if w else None),
+                            self.alloc.shared_slots)
 
     def _next_arrival(self) -> float | None:
         return self.requests[self._next].arrival_s if self._next < len(self.requests) else None
@@ -94,7 +114,28 @@ class Simulation:
     def _finish(self, seq: Sequence, t: float) -> None:
         self.sched.finish(seq)
         seq.status, seq.finish_s = FINISHED, t
-        self._count_done()
+        head = seq.parent or seq
+        if head.status == FINISHED and all(c.status == FINISHED for c in head.samples):
+            self._count_done()
+
+    def _fork(self, parent: Sequence, t: float) -> None:
+        """Parallel sampling: after the prompt, the request's other samples fork off and share its KV."""
+        parent.forked = True
+        sched = self.sched
+        sched.seats -= parent.seats - 1
+        parent.seats = 1
+        for _ in range(parent.req.n - 1):
+            child = Sequence(len(self.seqs) + len(self.samples), parent.req)
+            self.samples.append(child)
+            child.parent, child.seats, child.forked = parent, 1, True
+            child.generated, child.first_token_s, child.admitted_s = 1, t, t
+            parent.samples.append(child)
+            if self.alloc.fork(parent.sid, child.sid, parent.computed, parent.req):
+                child.computed = parent.computed
+                child.status = RUNNING
+                sched.add_running(child)
+            else:  # no sharing: the sample computes its own prompt later
+                sched.waiting.appendleft(child)
 
     # --- decode runs ------------------------------------------------------------------------
     def _plan_decode_run(self, now: float) -> tuple[int, int] | None:
@@ -147,12 +188,12 @@ class Simulation:
                 self._observe(now)  # slots for the run's tokens are claimed at its end, counted in its integral
                 dt = latency.decode_run_time(len(running), s0, k)
                 if self.observer is not None:
-                    self.observer(now, dt, [(s, 1) for s in running], k)
+                    self.observer(now, dt, [(s, 1) for s in running], k, [])
                 yield env.timeout(dt)
                 t1 = env.now
                 used_sum, internal_sum = alloc.decode_run_integrals(
                     [(s.sid, s.computed, s.final_tokens) for s in running], k)
-                filled0 = sched.filled_tokens
+                filled0 = sched.filled_tokens - alloc.shared_slots  # physical: shared KV counted once
                 external = alloc.external_fragmentation(sched.waiting[0].req if sched.waiting else None)
                 done = []
                 for s in running:
@@ -181,12 +222,23 @@ class Simulation:
                     kv += r
                 self._observe(now)
                 dt = latency.step_time(StepShape(new, len(batch), pairs, kv))
+                if self.swap_timing is not None and (sched.step_swap_out or sched.step_swap_in):
+                    # Swaps are synchronous copies before the forward pass (vLLM V0): they stall it.
+                    unit = getattr(alloc, "block_size", 1)
+                    swap_s = (self.swap_timing.seconds(sched.step_swap_out, unit)
+                              + self.swap_timing.seconds(sched.step_swap_in, unit))
+                    self.swap_s += swap_s
+                    dt += swap_s
+                copies = alloc.drain_copies()
                 if self.observer is not None:
-                    self.observer(now, dt, batch, 1)
+                    self.observer(now, dt, batch, 1, copies)
                 yield env.timeout(dt)
                 t1 = env.now
                 done = []
+                forks = []
                 for s, n in batch:
+                    if s.computed < s.prompt:
+                        alloc.on_computed(s.sid, s.req, min(s.computed + n, s.prompt))
                     s.computed += n
                     if s.computed == s.prompt + s.generated:
                         s.generated += 1
@@ -194,6 +246,10 @@ class Simulation:
                             s.first_token_s = t1
                         if s.generated == s.target:
                             done.append(s)
+                        elif not s.forked:
+                            forks.append(s)
+                for s in forks:
+                    self._fork(s, t1)
                 sched.filled_tokens += new
                 self.memory.busy(dt, len(batch))
                 self.steps += 1
@@ -210,10 +266,12 @@ class Simulation:
         env.process(self._process(env))
         env.run()
         self.memory.finish()
-        for seq in self.seqs:
+        for seq in self.seqs + self.samples:
             if seq.status not in (FINISHED, REJECTED):
-                where = seq.status if seq.sid < self._next else "not arrived"
+                where = seq.status if seq.sid < self._next or seq.parent else "not arrived"
                 seq.reason = f"{where} at end of simulation"
+        extra = {**self.alloc.counters(), **{k: v for k, v in self.sched.counts.items() if k != "preemptions"}}
+        if self.swap_timing is not None:
+            extra["swap_time_s"] = self.swap_s
         return SimResult(self.alloc.name, self.alloc.pool_tokens, self.seqs, self.memory, env.now, self.steps,
-                         self.events, self.sched.preemptions, time.perf_counter() - wall0,
-                         extra=getattr(self.alloc, "counters", lambda: {})())
+                         self.events, self.sched.preemptions, time.perf_counter() - wall0, extra=extra)

@@ -19,6 +19,13 @@ COMPARE_COLUMNS = [
     ("tpot_p50_s", "TPOT p50", "{:.4f}"),
     ("e2e_p99_s", "E2E p99", "{:.2f}"),
     ("preemptions", "preempt", "{:d}"),
+    ("preempt_recompute", "recomp", "{:d}"),
+    ("preempt_swap", "swap", "{:d}"),
+    ("preempt_partial", "partial", "{:d}"),
+    ("swap_fallback_recompute", "swap-full", "{:d}"),
+    ("prefix_hit_rate_tokens", "hit%", "pct"),
+    ("evictions", "evict", "{:d}"),
+    ("mem_saved_by_sharing", "saved%", "pct"),
     ("mem_token_states", "token%", "pct"),
     ("mem_reserved", "resv%", "pct"),
     ("mem_internal_frag", "int%", "pct"),
@@ -38,8 +45,20 @@ def format_cell(value, fmt: str) -> str:
     return fmt.format(value)
 
 
+# Shown only when some run has a non-zero value (features that were not in play stay out of the way).
+OPTIONAL = {"preempt_recompute", "preempt_swap", "preempt_partial", "swap_fallback_recompute",
+            "prefix_hit_rate_tokens", "evictions", "mem_saved_by_sharing"}
+
+
+def _shown(key: str, summaries: list[dict]) -> bool:
+    vals = [s.get(key) for s in summaries]
+    if key in OPTIONAL:
+        return any(isinstance(v, (int, float)) and not math.isnan(v) and v != 0 for v in vals)
+    return any(v is not None for v in vals)
+
+
 def table_rows(summaries: list[dict], columns=COMPARE_COLUMNS) -> tuple[list[str], list[list[str]]]:
-    cols = [c for c in columns if any(c[0] in s for s in summaries)]
+    cols = [c for c in columns if _shown(c[0], summaries)]
     headers = [h for _, h, _ in cols]
     rows = [[format_cell(s.get(k), f) for k, _, f in cols] for s in summaries]
     return headers, rows

@@ -1,0 +1,28 @@
+"""The CPU side of swapping: a pool of host-memory blocks that preempted sequences' KV is copied to."""
+
+from __future__ import annotations
+
+
+class SwapSpace:
+    def __init__(self, num_blocks: int):
+        self.num_blocks = num_blocks
+        self._free: list[int] = list(range(num_blocks - 1, -1, -1))
+        self._held: dict[int, list[int]] = {}
+
+    @property
+    def num_free(self) -> int:
+        return len(self._free)
+
+    def store(self, seq_id: int, n: int) -> list[int] | None:
+        """n CPU blocks for ``seq_id``'s KV, or None if they are not there."""
+        if n > len(self._free) or seq_id in self._held:
+            return None
+        blocks = [self._free.pop() for _ in range(n)]
+        self._held[seq_id] = blocks
+        return blocks
+
+    def held(self, seq_id: int) -> list[int] | None:
+        return self._held.get(seq_id)
+
+    def release(self, seq_id: int) -> None:
+        self._free.extend(reversed(self._held.pop(seq_id)))

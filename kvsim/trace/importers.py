@@ -1,0 +1,207 @@
+"""Convert public trace formats to kvsim JSONL.
+
+Every row is accounted for: converted, or skipped with a counted reason (bad rows raise a
+TraceError naming file, line and field unless the format defines them as skippable, e.g.
+BurstGPT's failed requests with 0 response tokens).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime
+
+import numpy as np
+
+from kvsim.errors import TraceError
+from kvsim.trace.generate import ArrivalSpec, arrival_times
+from kvsim.trace.request import Request
+
+FORMATS = ("mooncake", "azure", "burstgpt", "vidur", "lengths-csv")
+
+
+@dataclass
+class Converted:
+    requests: list[Request]
+    rows: int  # data rows read
+    skipped: Counter = field(default_factory=Counter)  # reason -> count
+
+    def report(self, path: str) -> list[str]:
+        lines = [f"{path}: {self.rows} rows -> {len(self.requests)} requests"]
+        lines += [f"  skipped {n}: {why}" for why, n in self.skipped.most_common()]
+        return lines
+
+
+def _num(row: dict, col: str, path: str, line: int, kind=int):
+    v = row.get(col)
+    if v is None or v == "":
+        raise TraceError(path, line, col, "missing")
+    try:
+        x = float(v)
+    except ValueError:
+        raise TraceError(path, line, col, f"not a number: {v!r}") from None
+    if kind is int:
+        if not x.is_integer():
+            raise TraceError(path, line, col, f"must be an integer, got {v!r}")
+        return int(x)
+    return x
+
+
+def _csv_rows(path: str, required: tuple[str, ...]):
+    try:
+        fh = open(path, newline="", encoding="utf-8")
+    except OSError as e:
+        raise TraceError(path, 0, None, f"cannot open: {e.strerror}") from None
+    with fh:
+        reader = csv.DictReader(fh)
+        missing = [c for c in required if c not in (reader.fieldnames or [])]
+        if missing:
+            raise TraceError(path, 1, missing[0], f"column missing from header (have: {', '.join(reader.fieldnames or [])})")
+        for i, row in enumerate(reader, start=2):
+            yield i, row
+
+
+def _lengths_ok(p: int, o: int, skipped: Counter) -> bool:
+    if p <= 0:
+        skipped["prompt length <= 0"] += 1
+        return False
+    if o <= 0:
+        skipped["output length <= 0"] += 1
+        return False
+    return True
+
+
+def from_mooncake(path: str, limit: int | None = None) -> Converted:
+    """Mooncake FAST'25 JSONL: timestamp (ms), input_length, output_length, hash_ids (one per 512 tokens).
+    Arrivals are shifted so that the first one is at 0 s."""
+    reqs, skipped, rows = [], Counter(), 0
+    try:
+        fh = open(path, encoding="utf-8")
+    except OSError as e:
+        raise TraceError(path, 0, None, f"cannot open: {e.strerror}") from None
+    with fh:
+        for line, text in enumerate(fh, start=1):
+            if not text.strip():
+                continue
+            if limit is not None and rows >= limit:
+                break
+            rows += 1
+            try:
+                obj = json.loads(text)
+            except json.JSONDecodeError as e:
+                raise TraceError(path, line, None, f"not valid JSON ({e.msg})") from None
+            for f in ("timestamp", "input_length", "output_length"):
+                if not isinstance(obj.get(f), (int, float)) or isinstance(obj.get(f), bool):
+                    raise TraceError(path, line, f, "missing or not a number")
+            p, o = int(obj["input_length"]), int(obj["output_length"])
+            if not _lengths_ok(p, o, skipped):
+                continue
+            ids = obj.get("hash_ids")
+            if ids is not None and (not isinstance(ids, list) or not all(isinstance(x, int) for x in ids)):
+                raise TraceError(path, line, "hash_ids", "must be a list of integers")
+            if ids is not None and len(ids) > -(-p // 512):
+                raise TraceError(path, line, "hash_ids", f"{len(ids)} ids for {p} tokens (at most {-(-p // 512)})")
+            reqs.append(Request(str(len(reqs)), obj["timestamp"] / 1000.0, p, o,
+                                hash_ids=tuple(ids) if ids else None, hash_block_tokens=512 if ids else None))
+    t0 = min((r.arrival_s for r in reqs), default=0.0)
+    return Converted([Request(r.id, r.arrival_s - t0, r.prompt_tokens, r.output_tokens, hash_ids=r.hash_ids,
+                              hash_block_tokens=r.hash_block_tokens) for r in reqs], rows, skipped)
+
+
+def _parse_azure_time(s: str, path: str, line: int) -> tuple[int, float]:
+    """'2023-11-16 18:15:46.6805900' (7 fractional digits) -> (whole POSIX seconds, fraction), kept
+    apart so that differences keep sub-microsecond precision."""
+    base, _, frac = s.strip().partition(".")
+    try:
+        whole = int(datetime.fromisoformat(base).timestamp())
+    except ValueError:
+        raise TraceError(path, line, "TIMESTAMP", f"not a date-time: {s!r}") from None
+    return whole, (float("0." + frac) if frac.isdigit() else 0.0)
+
+
+def from_azure(path: str, limit: int | None = None) -> Converted:
+    """Azure LLM inference trace CSV: TIMESTAMP, ContextTokens, GeneratedTokens."""
+    raw, skipped, rows = [], Counter(), 0
+    for line, row in _csv_rows(path, ("TIMESTAMP", "ContextTokens", "GeneratedTokens")):
+        if limit is not None and rows >= limit:
+            break
+        rows += 1
+        t = _parse_azure_time(row["TIMESTAMP"], path, line)
+        p, o = _num(row, "ContextTokens", path, line), _num(row, "GeneratedTokens", path, line)
+        if _lengths_ok(p, o, skipped):
+            raw.append((t, p, o))
+    t0 = min((r[0] for r in raw), default=(0, 0.0))
+    return Converted([Request(str(i), (w - t0[0]) + (f - t0[1]), p, o) for i, ((w, f), p, o) in enumerate(raw)],
+                     rows, skipped)
+
+
+def from_burstgpt(path: str, limit: int | None = None) -> Converted:
+    """BurstGPT CSV: Timestamp (s), Request tokens, Response tokens. Rows with 0 response tokens are
+    failed requests: they are dropped and counted."""
+    raw, skipped, rows = [], Counter(), 0
+    for line, row in _csv_rows(path, ("Timestamp", "Request tokens", "Response tokens")):
+        if limit is not None and rows >= limit:
+            break
+        rows += 1
+        t = _num(row, "Timestamp", path, line, float)
+        p, o = _num(row, "Request tokens", path, line), _num(row, "Response tokens", path, line)
+        if o == 0:
+            skipped["failed request (0 response tokens)"] += 1
+            continue
+        if _lengths_ok(p, o, skipped):
+            raw.append((t, p, o))
+    t0 = min((r[0] for r in raw), default=0.0)
+    return Converted([Request(str(i), t - t0, p, o) for i, (t, p, o) in enumerate(raw)], rows, skipped)
+
+
+def from_vidur(path: str, limit: int | None = None) -> Converted:
+    """Vidur's processed trace CSV: arrived_at (s), num_prefill_tokens, num_decode_tokens."""
+    reqs, skipped, rows = [], Counter(), 0
+    for line, row in _csv_rows(path, ("arrived_at", "num_prefill_tokens", "num_decode_tokens")):
+        if limit is not None and rows >= limit:
+            break
+        rows += 1
+        t = _num(row, "arrived_at", path, line, float)
+        p, o = _num(row, "num_prefill_tokens", path, line), _num(row, "num_decode_tokens", path, line)
+        if _lengths_ok(p, o, skipped):
+            reqs.append(Request(str(len(reqs)), t, p, o))
+    return Converted(reqs, rows, skipped)
+
+
+def from_lengths_csv(path: str, arrivals: ArrivalSpec, seed: int = 0, limit: int | None = None) -> Converted:
+    """A CSV of lengths only (any column pair trace.generate knows); rows keep their order and get
+    arrival times from the chosen process."""
+    from kvsim.trace.generate import LENGTH_COLUMNS
+
+    with open(path, newline="", encoding="utf-8") as fh:
+        header = next(csv.reader(fh), [])
+    pair = next(((p, o) for p, o in LENGTH_COLUMNS if p in header and o in header), None)
+    if pair is None:
+        raise TraceError(path, 1, None, "no length columns; need one of " + ", ".join(f"{p}+{o}" for p, o in LENGTH_COLUMNS))
+    lengths, skipped, rows = [], Counter(), 0
+    for line, row in _csv_rows(path, pair):
+        if limit is not None and rows >= limit:
+            break
+        rows += 1
+        p, o = _num(row, pair[0], path, line), _num(row, pair[1], path, line)
+        if _lengths_ok(p, o, skipped):
+            lengths.append((p, o))
+    t = arrival_times(arrivals, len(lengths), np.random.default_rng(seed)) if lengths else []
+    return Converted([Request(str(i), float(t[i]), p, o) for i, (p, o) in enumerate(lengths)], rows, skipped)
+
+
+def convert(fmt: str, path: str, limit: int | None = None, arrivals: ArrivalSpec | None = None,
+            seed: int = 0) -> Converted:
+    if fmt == "mooncake":
+        return from_mooncake(path, limit)
+    if fmt == "azure":
+        return from_azure(path, limit)
+    if fmt == "burstgpt":
+        return from_burstgpt(path, limit)
+    if fmt == "vidur":
+        return from_vidur(path, limit)
+    if fmt == "lengths-csv":
+        return from_lengths_csv(path, arrivals or ArrivalSpec(), seed, limit)
+    raise TraceError(path, 0, None, f"unknown format '{fmt}' (known: {', '.join(FORMATS)})")

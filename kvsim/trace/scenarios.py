@@ -1,0 +1,109 @@
+"""Synthetic workloads with prefix identity (hash_ids), the seed design's sharing scenarios.
+
+Content is described by chained hash ids, one per ``hash_block_tokens`` (H) prompt tokens: a chunk
+gets the same id as in another prompt only if everything from the prompt start through that chunk is
+the same. A chunk that mixes shared and unique tokens gets a fresh id.
+
+- ``system-prompt``: chat requests that all start with one shared system prompt.
+- ``few-shot``: each request starts with one of K few-shot example blocks, then its own question.
+- ``multi-turn``: conversations; each turn's prompt is the previous turn's prompt and answer plus a
+  new user message, so it extends the previous context.
+- ``doc-summary``: a shared summarisation instruction, then a long unique document.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from kvsim.errors import ConfigError
+from kvsim.trace.generate import ArrivalSpec, LengthSpec, _lognormal, arrival_times
+from kvsim.trace.request import Request
+
+SCENARIOS = ("system-prompt", "few-shot", "multi-turn", "doc-summary")
+
+
+@dataclass(frozen=True)
+class ScenarioSpec:
+    name: str
+    shared_tokens: int = 1024  # system prompt / instruction / few-shot block length
+    num_prefixes: int = 4  # few-shot: how many distinct example blocks
+    turns_mean: float = 4.0  # multi-turn: mean turns per conversation (geometric)
+    think_s: float = 20.0  # multi-turn: mean seconds between a turn and the next
+    hash_block_tokens: int = 16
+
+
+class _Ids:
+    def __init__(self):
+        self.next = 0
+
+    def fresh(self, n: int) -> list[int]:
+        out = list(range(self.next, self.next + n))
+        self.next += n
+        return out
+
+
+def _prompt_ids(shared_ids: list[int], shared_tokens: int, prompt: int, H: int, ids: _Ids) -> list[int]:
+    """Ids for a prompt whose first ``shared_tokens`` tokens are the content ``shared_ids`` describe."""
+    full_shared = min(shared_tokens, prompt) // H
+    total = -(-prompt // H)
+    return shared_ids[:full_shared] + ids.fresh(total - full_shared)
+
+
+def generate_scenario(spec: ScenarioSpec, n: int, arrivals: ArrivalSpec, lengths: LengthSpec,
+                      seed: int = 0) -> list[Request]:
+    if spec.name not in SCENARIOS:
+        raise ConfigError(f"unknown scenario '{spec.name}' (known: {', '.join(SCENARIOS)})")
+    if n <= 0:
+        raise ConfigError("--num-requests must be > 0")
+    H = spec.hash_block_tokens
+    if H <= 0 or spec.shared_tokens < 0:
+        raise ConfigError("--hash-block-tokens must be > 0 and --shared-tokens >= 0")
+    rng = np.random.default_rng(seed)
+    ids = _Ids()
+    cap = lengths.max_total
+    out: list[Request] = []
+
+    def add(t: float, prompt: int, output: int, hids: list[int]) -> None:
+        prompt = min(prompt, cap - 1)
+        output = max(1, min(output, cap - prompt))
+        hids = hids[: -(-prompt // H)]
+        out.append(Request(str(len(out)), float(t), prompt, output, hash_ids=tuple(hids), hash_block_tokens=H))
+
+    if spec.name == "multi-turn":
+        starts = arrival_times(arrivals, n, rng)
+        for t0 in starts:
+            if len(out) >= n:
+                break
+            turns = int(rng.geometric(1.0 / max(spec.turns_mean, 1.0)))
+            context, context_ids, t = 0, [], float(t0)
+            for _ in range(turns):
+                if len(out) >= n or context >= cap - 2:
+                    break
+                user = int(_lognormal(rng, lengths.prompt_mean, lengths.prompt_sigma, 1)[0])
+                answer = int(_lognormal(rng, lengths.output_mean, lengths.output_sigma, 1)[0])
+                prompt = min(context + user, cap - 1)
+                hids = _prompt_ids(context_ids, context, prompt, H, ids)
+                add(t, prompt, answer, hids)
+                context_ids, context = hids, min(prompt + out[-1].output_tokens, cap - 1)
+                t += float(rng.exponential(spec.think_s))
+        out.sort(key=lambda r: r.arrival_s)
+        return [Request(str(i), r.arrival_s, r.prompt_tokens, r.output_tokens, hash_ids=r.hash_ids,
+                        hash_block_tokens=H) for i, r in enumerate(out)]
+
+    t = arrival_times(arrivals, n, rng)
+    user = _lognormal(rng, lengths.prompt_mean, lengths.prompt_sigma, n)
+    answer = _lognormal(rng, lengths.output_mean, lengths.output_sigma, n)
+    S = spec.shared_tokens
+    if spec.name in ("system-prompt", "doc-summary"):
+        shared = ids.fresh(S // H)
+        for i in range(n):
+            add(t[i], S + int(user[i]), int(answer[i]), _prompt_ids(shared, S, S + int(user[i]), H, ids))
+    else:  # few-shot
+        k = max(1, spec.num_prefixes)
+        prefixes = [ids.fresh(S // H) for _ in range(k)]
+        pick = rng.integers(0, k, size=n)
+        for i in range(n):
+            add(t[i], S + int(user[i]), int(answer[i]), _prompt_ids(prefixes[pick[i]], S, S + int(user[i]), H, ids))
+    return out
