@@ -135,14 +135,15 @@ class RadixCacheAllocator(PagedAllocator):
                 done = upto  # the path we were extending was evicted: stop offering blocks
                 break
             h, b = chain[j], table[j]
-            child = node.children.get(h)
-            if child is None and b not in self._node_of:
-                child = _Node(h, b, node)
-                node.children[h] = child
-                self._node_of[b] = child
-            if child is None:
+            if h in node.children or b in self._node_of:
+                # Another block already caches this content: ours stays private, and so do the rest
+                # (hanging referenced blocks under a path this sequence does not hold would let an
+                # unreferenced node have referenced children, which LRU-leaf eviction must never see).
                 done = upto
                 break
+            child = _Node(h, b, node)
+            node.children[h] = child
+            self._node_of[b] = child
             node = child
             done = j + 1
         self._cursor[seq_id] = (done, node)

@@ -153,18 +153,17 @@ class Scheduler:
             if self.seats + seq.seats > self.cfg.max_num_seqs:
                 blocked = True
                 break
-            in_gpu = seq.computed if not seq.swapped else 0  # KV it already holds here (partial eviction)
             if seq.swapped:
                 mapping = alloc.swap_in(seq.sid, seq.req)
                 if mapping is None:
                     blocked = True
                     break
                 seq.swapped = False
+                self.filled_tokens += seq.computed
                 self.step_swap_in += len(mapping)
                 self.counts["swap_in_blocks"] += len(mapping)
-                start = seq.computed
-            else:
-                start = self._lookup_prefix(seq)
+            in_gpu = seq.computed  # KV it already holds here (swapped back in, or kept by partial eviction)
+            start = self._lookup_prefix(seq)
             fresh = seq.computed == 0  # starting from scratch (not resumed from swap or a kept head)
             # Static batching forms the whole batch at once: it must hold every prompt now.
             need = seq.known if static else start + min(seq.known - start, budget)

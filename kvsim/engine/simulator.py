@@ -136,6 +136,7 @@ class Simulation:
                 sched.add_running(child)
             else:  # no sharing: the sample computes its own prompt later
                 sched.waiting.appendleft(child)
+                sched.admission_blocked = False  # a new queue head: try to admit it
 
     # --- decode runs ------------------------------------------------------------------------
     def _plan_decode_run(self, now: float) -> tuple[int, int] | None:
@@ -239,6 +240,8 @@ class Simulation:
                 for s, n in batch:
                     if s.computed < s.prompt:
                         alloc.on_computed(s.sid, s.req, min(s.computed + n, s.prompt))
+                        # newly cached prompt blocks can make the queue head's prefix hit, so it may fit now
+                        sched.admission_blocked = False
                     s.computed += n
                     if s.computed == s.prompt + s.generated:
                         s.generated += 1
