@@ -46,7 +46,7 @@ class _Ids:
 
 def _prompt_ids(shared_ids: list[int], shared_tokens: int, prompt: int, H: int, ids: _Ids) -> list[int]:
     """Ids for a prompt whose first ``shared_tokens`` tokens are the content ``shared_ids`` describe."""
-    full_shared = min(shared_tokens, prompt) // H
+    full_shared = min(len(shared_ids), min(shared_tokens, prompt) // H)
     total = -(-prompt // H)
     return shared_ids[:full_shared] + ids.fresh(total - full_shared)
 
@@ -77,16 +77,19 @@ def generate_scenario(spec: ScenarioSpec, n: int, arrivals: ArrivalSpec, lengths
             if len(out) >= n:
                 break
             turns = int(rng.geometric(1.0 / max(spec.turns_mean, 1.0)))
-            context, context_ids, t = 0, [], float(t0)
+            # context: tokens of the conversation so far; only the previous prompt's full chunks keep
+            # their ids (the chunk that the answer completes has new content, so a fresh id)
+            context, context_ids, prev_prompt, t = 0, [], 0, float(t0)
             for _ in range(turns):
                 if len(out) >= n or context >= cap - 2:
                     break
                 user = int(_lognormal(rng, lengths.prompt_mean, lengths.prompt_sigma, 1)[0])
                 answer = int(_lognormal(rng, lengths.output_mean, lengths.output_sigma, 1)[0])
                 prompt = min(context + user, cap - 1)
-                hids = _prompt_ids(context_ids, context, prompt, H, ids)
+                hids = _prompt_ids(context_ids, prev_prompt, prompt, H, ids)
                 add(t, prompt, answer, hids)
-                context_ids, context = hids, min(prompt + out[-1].output_tokens, cap - 1)
+                context_ids, prev_prompt = hids, out[-1].prompt_tokens
+                context = min(prompt + out[-1].output_tokens, cap - 1)
                 t += float(rng.exponential(spec.think_s))
         out.sort(key=lambda r: r.arrival_s)
         return [Request(str(i), r.arrival_s, r.prompt_tokens, r.output_tokens, hash_ids=r.hash_ids,

@@ -1,0 +1,99 @@
+import json
+
+import pytest
+
+from kvsim.cli import main
+from kvsim.errors import TraceError
+from kvsim.trace import load_trace
+from kvsim.trace.generate import ArrivalSpec, LengthSpec
+from kvsim.trace.importers import convert
+from kvsim.trace.scenarios import ScenarioSpec, generate_scenario
+
+
+def test_mooncake_excerpt():
+    c = convert("mooncake", "traces/mooncake_excerpt_raw.jsonl")
+    first = json.loads(open("traces/mooncake_excerpt_raw.jsonl").readline())
+    r = c.requests[0]
+    assert c.rows == len(c.requests) == 393 and not c.skipped
+    assert (r.prompt_tokens, r.output_tokens, list(r.hash_ids)) == (first["input_length"], first["output_length"], first["hash_ids"])
+    assert r.hash_block_tokens == 512 and r.arrival_s == 0.0
+    assert all(len(q.hash_ids) == -(-q.prompt_tokens // 512) for q in c.requests)
+
+
+def test_azure_excerpt_times_are_relative_and_precise():
+    c = convert("azure", "traces/azure_conv_excerpt.csv")
+    assert len(c.requests) == 300
+    # rows 1 and 2: 18:15:46.6805900 and 18:15:50.9951690
+    assert c.requests[1].arrival_s == pytest.approx(4.314579, abs=1e-9)
+    assert (c.requests[0].prompt_tokens, c.requests[0].output_tokens) == (374, 44)
+
+
+def test_burstgpt_failed_rows_are_dropped_and_counted():
+    c = convert("burstgpt", "tests/data/burstgpt_sample.csv")
+    assert c.rows == 5 and len(c.requests) == 3
+    assert c.skipped["failed request (0 response tokens)"] == 2
+    assert [r.arrival_s for r in c.requests] == [0.0, 113.0, 125.0]
+    assert "skipped 2: failed request" in "\n".join(c.report("x"))
+
+
+def test_vidur_and_lengths_csv():
+    c = convert("vidur", "tests/data/vidur_sample.csv")
+    assert [(r.arrival_s, r.prompt_tokens, r.output_tokens) for r in c.requests] == [(0.0, 120, 37), (0.25, 980, 12), (1.75, 45, 301)]
+    c = convert("lengths-csv", "traces/sharegpt_lengths_excerpt.csv", arrivals=ArrivalSpec("poisson", 2.0), seed=1)
+    assert len(c.requests) == 300 and c.requests[0].prompt_tokens == 74
+    assert c.requests[-1].arrival_s > 50  # ~150 s at 2 req/s
+    again = convert("lengths-csv", "traces/sharegpt_lengths_excerpt.csv", arrivals=ArrivalSpec("poisson", 2.0), seed=1)
+    assert again.requests == c.requests
+
+
+def test_bad_rows_name_file_line_field(tmp_path):
+    p = tmp_path / "v.csv"
+    p.write_text("arrived_at,num_prefill_tokens,num_decode_tokens\n0,10,5\n1,ten,5\n")
+    with pytest.raises(TraceError, match=r"v.csv:3: field 'num_prefill_tokens': not a number"):
+        convert("vidur", str(p))
+    p.write_text("arrived_at,num_decode_tokens\n0,5\n")
+    with pytest.raises(TraceError, match="num_prefill_tokens.*column missing"):
+        convert("vidur", str(p))
+    m = tmp_path / "m.jsonl"
+    m.write_text('{"timestamp": 0, "input_length": 10, "output_length": 2, "hash_ids": [1]}\n{"timestamp": 5}\n')
+    with pytest.raises(TraceError, match=r"m.jsonl:2: field 'input_length'"):
+        convert("mooncake", str(m))
+
+
+def test_convert_cli_roundtrip(tmp_path, capsys):
+    out = tmp_path / "b.jsonl"
+    assert main(["trace", "convert", "--from", "burstgpt", "tests/data/burstgpt_sample.csv", "-o", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "5 rows -> 3 requests" in text and "skipped 2" in text
+    assert len(load_trace(out).requests) == 3
+
+
+@pytest.mark.parametrize("name", ["system-prompt", "few-shot", "multi-turn", "doc-summary"])
+def test_scenarios_carry_consistent_hash_ids(name):
+    spec = ScenarioSpec(name, shared_tokens=256, num_prefixes=3, hash_block_tokens=16)
+    reqs = generate_scenario(spec, 200, ArrivalSpec("poisson", 5.0), LengthSpec(prompt_mean=200, output_mean=50), seed=3)
+    assert len(reqs) == 200 and all(r.hash_ids and r.hash_block_tokens == 16 for r in reqs)
+    assert all(len(r.hash_ids) == -(-r.prompt_tokens // 16) for r in reqs)
+    assert [r.arrival_s for r in reqs] == sorted(r.arrival_s for r in reqs)
+    firsts = {r.hash_ids[:16] for r in reqs if r.prompt_tokens >= 256}
+    if name in ("system-prompt", "doc-summary"):
+        assert len(firsts) == 1  # everyone shares the 256-token prefix
+    elif name == "few-shot":
+        assert len(firsts) == 3
+    else:  # multi-turn: some prompt extends an earlier one's identified blocks
+        ids = [r.hash_ids for r in reqs]
+        assert any(len(b) > 1 and b[:len(a) - 1] == a[:-1] and len(a) > 1 for a in ids for b in ids if a is not b)
+    again = generate_scenario(spec, 200, ArrivalSpec("poisson", 5.0), LengthSpec(prompt_mean=200, output_mean=50), seed=3)
+    assert again == reqs
+
+
+def test_scenario_sharing_shows_up_as_hits(tmp_path):
+    from kvsim.cli import build_config, make_parser
+    from kvsim.runner import simulate
+
+    reqs = generate_scenario(ScenarioSpec("system-prompt", shared_tokens=1024), 150, ArrivalSpec("poisson", 4.0),
+                             LengthSpec(prompt_mean=200, output_mean=100), seed=0)
+    cfg = build_config(make_parser().parse_args(["compare", "--trace", "-"]))
+    s = simulate(reqs, cfg, "paged:16+prefix").summary
+    assert s["prefix_hit_rate_tokens"] > 0.7  # 1024 shared of ~1224 prompt tokens
+    assert simulate(reqs, cfg, "paged:16").summary["prefix_hit_rate_tokens"] == 0

@@ -1,0 +1,272 @@
+"""Prefix caching, radix cache, copy-on-write forks and swap: stateful tests with content tracking."""
+
+import random
+
+from hypothesis import strategies as st
+from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, invariant, precondition, rule
+
+from kvsim.allocators import make_allocator
+from kvsim.allocators.block_keys import prompt_block_hashes
+from kvsim.allocators.paged import PagedAllocator
+from kvsim.allocators.prefix import PrefixCachingAllocator
+from kvsim.allocators.radix import RadixCacheAllocator
+from kvsim.trace.request import Request
+
+B = 8
+BLOCKS = 40
+FAMILIES = [[1000 * f + i for i in range(12)] for f in range(3)]  # prompts in a family share a prefix
+
+
+class Live:
+    def __init__(self, req, tags):
+        self.req, self.tags, self.computed, self.swapped = req, tags, 0, False
+
+
+class SharingMachine(RuleBasedStateMachine):
+    spec = "paged:8+prefix"
+    seqs = Bundle("seqs")
+
+    def __init__(self):
+        super().__init__()
+        self.alloc = make_allocator(self.spec, BLOCKS * B, 4096, cpu_swap_tokens=20 * B)
+        self.live: dict[int, Live] = {}
+        self.gpu: dict[tuple[int, int], tuple] = {}  # (block, slot) -> content tag written there
+        self.cpu: dict[tuple[int, int], tuple] = {}
+        self.next_id = 0
+
+    # --- helpers ---------------------------------------------------------------------------
+    def _apply_copy_on_write(self) -> None:
+        """Do the block copies the allocator asked for (the copy_blocks kernel's job)."""
+        for kind, src, dst in self.alloc.drain_copies():
+            if kind == "cow":
+                for slot in range(B):
+                    if (src, slot) in self.gpu:
+                        self.gpu[(dst, slot)] = self.gpu[(src, slot)]
+
+    def _write(self, sid: int, upto: int) -> None:
+        """Simulate the forward pass writing KV for positions [computed, upto)."""
+        self._apply_copy_on_write()
+        s = self.live[sid]
+        table = self.alloc.block_table(sid)
+        for p in range(s.computed, upto):
+            b = table[p // B]
+            assert self.alloc.ref[b] == 1, "wrote into a block another sequence holds"
+            self.gpu[(b, p % B)] = s.tags[p]
+        s.computed = upto
+        self.alloc.on_computed(sid, s.req, min(upto, s.req.prompt_tokens))
+
+    # --- rules ----------------------------------------------------------------------------------
+    @rule(target=seqs, fam=st.integers(0, 2), shared=st.integers(0, 12), prompt=st.integers(1, 90),
+          out=st.integers(1, 20), chunk=st.integers(1, 90))
+    def start(self, fam, shared, prompt, out, chunk):
+        sid = self.next_id
+        self.next_id += 1
+        nb = -(-prompt // B)
+        ids = FAMILIES[fam][:min(shared, nb)] + [10**6 + 100 * sid + i for i in range(nb - min(shared, nb))]
+        req = Request(str(sid), 0.0, prompt, out, hash_ids=tuple(ids), hash_block_tokens=B)
+        chain = prompt_block_hashes(req, B)
+        tags = [("c", chain[p // B], p % B) if p // B < len(chain) else ("u", sid, p) for p in range(prompt + out)]
+        hit = self.alloc.cached_prefix_tokens(sid, req, prompt - 1)
+        assert hit % B == 0 and hit <= prompt - 1
+        n = min(prompt, hit + chunk)
+        if not self.alloc.allocate(sid, req, n):
+            assert self.alloc.held_slots(sid) == 0
+            return sid
+        self.live[sid] = s = Live(req, tags)
+        table = self.alloc.block_table(sid)
+        for p in range(hit):  # every hit block holds exactly the content this prompt needs
+            assert self.gpu[(table[p // B], p % B)] == tags[p]
+        s.computed = hit
+        self._write(sid, n)
+        return sid
+
+    @rule(sid=seqs, extra=st.integers(1, 30))
+    def grow(self, sid, extra):
+        s = self.live.get(sid)
+        if s is None or s.swapped:
+            return
+        n = min(s.req.total_tokens - 1, s.computed + extra)
+        if n > s.computed and self.alloc.allocate(sid, s.req, n):
+            self._write(sid, n)
+
+    @precondition(lambda self: isinstance(self.alloc, PagedAllocator))
+    @rule(target=seqs, sid=seqs)
+    def fork(self, sid):
+        s = self.live.get(sid)
+        if s is None or s.swapped or s.computed < s.req.prompt_tokens:
+            return -1
+        child = self.next_id
+        self.next_id += 1
+        assert self.alloc.fork(sid, child, s.computed, s.req)
+        tags = s.tags[:s.computed] + [("u", child, p) for p in range(s.computed, len(s.tags))]
+        self.live[child] = c = Live(s.req, tags)
+        c.computed = s.computed
+        return child
+
+    @rule(sid=consumes(seqs))
+    def free(self, sid):
+        s = self.live.pop(sid, None)
+        if s is not None and s.swapped:
+            self.live[sid] = s  # the host copy stays until swapped in
+            return
+        self.alloc.free(sid)
+
+    @rule(sid=seqs)
+    def swap_out(self, sid):
+        s = self.live.get(sid)
+        if s is None or s.swapped:
+            return
+        mapping = self.alloc.swap_out(sid)
+        if mapping is None:
+            return
+        for g, c in mapping:
+            for slot in range(B):
+                if (g, slot) in self.gpu:
+                    self.cpu[(c, slot)] = self.gpu[(g, slot)]
+        s.swapped = True
+
+    @rule(sid=seqs)
+    def swap_in(self, sid):
+        s = self.live.get(sid)
+        if s is None or not s.swapped:
+            return
+        mapping = self.alloc.swap_in(sid, s.req)
+        if mapping is None:
+            return
+        for c, g in mapping:
+            for slot in range(B):
+                if (c, slot) in self.cpu:
+                    self.gpu[(g, slot)] = self.cpu[(c, slot)]
+        s.swapped = False
+        table = self.alloc.block_table(sid)
+        assert len(table) == len(mapping)
+        for p in range(s.computed):  # the round trip preserved every token's KV and its position
+            assert self.gpu[(table[p // B], p % B)] == s.tags[p]
+
+    # --- invariants ---------------------------------------------------------------------------------
+    @invariant()
+    def ref_counts_match_tables(self):
+        a = self.alloc
+        count = [0] * a.num_blocks
+        for sid, s in self.live.items():
+            if not s.swapped:
+                for b in a.block_table(sid):
+                    count[b] += 1
+        assert count == a.ref
+        if isinstance(a, PrefixCachingAllocator):
+            assert set(a._free_queue) == {b for b in range(a.num_blocks) if a.ref[b] == 0}
+        if isinstance(a, RadixCacheAllocator):
+            unref = [n for n in a._node_of.values() if a.ref[n.block] == 0]
+            assert len(unref) == a._unreferenced
+            for n in unref:  # an unreferenced prefix never has referenced extensions
+                stack = list(n.children.values())
+                while stack:
+                    m = stack.pop()
+                    assert a.ref[m.block] == 0
+                    stack.extend(m.children.values())
+            assert a.num_free_blocks == sum(1 for r in a.ref if r == 0)
+
+    @invariant()
+    def content_is_intact(self):
+        for sid, s in self.live.items():
+            if s.swapped:
+                continue
+            table = self.alloc.block_table(sid)
+            for p in range(s.computed):
+                assert self.gpu[(table[p // B], p % B)] == s.tags[p], "a shared block changed under a sequence"
+
+    @invariant()
+    def memory_adds_up(self):
+        a = self.alloc
+        filled = sum(s.computed for s in self.live.values() if not s.swapped)
+        b = a.memory_breakdown(filled, None)
+        assert sum(b.as_tuple()) == a.pool_tokens and min(b.as_tuple()) >= 0
+
+    def teardown(self):
+        for sid, s in list(self.live.items()):
+            if s.swapped:
+                assert self.alloc.swap_in(sid, s.req) is not None or True
+            self.alloc.free(sid)
+        assert all(r == 0 for r in self.alloc.ref)
+        assert self.alloc.num_free_blocks == self.alloc.num_blocks  # nothing leaks
+
+
+TestPrefixSharing = type("TestPrefix", (SharingMachine,), {"spec": "paged:8+prefix"}).TestCase
+TestRadixSharing = type("TestRadix", (SharingMachine,), {"spec": "radix:8"}).TestCase
+TestPagedForks = type("TestPagedForks", (SharingMachine,), {"spec": "paged:8"}).TestCase
+
+
+# --- block-level LRU against a reference model -------------------------------------------------------
+def reference_v1_hits(requests, num_blocks, block):
+    """An independent model of V1's cache for requests served one at a time: every free block has a
+    recency stamp (never used: -1); a take removes the smallest stamp, evicting its key if it has one;
+    a finished request's blocks get new stamps tail first. Returns the cached tokens of each request."""
+    stamp = {b: -1.0 for b in range(num_blocks)}  # free blocks only
+    key_of, block_of = {}, {}
+    clock = 0
+    hits = []
+    for r in requests:
+        keys = [tuple([*r.hash_ids[:((j + 1) * block - 1) // r.hash_block_tokens + 1], (j + 1) * block])
+                for j in range(r.prompt_tokens // block)]
+        run = []
+        for k in keys[:(r.prompt_tokens - 1) // block]:
+            if k not in block_of:
+                break
+            run.append(block_of[k])
+        hits.append(len(run) * block)
+        for b in run:
+            del stamp[b]
+        table = list(run)
+        for _ in range(-(-r.total_tokens // block) - len(run)):
+            b = min(stamp, key=lambda x: (stamp[x], x if stamp[x] < 0 else 0))
+            del stamp[b]
+            if b in key_of:
+                del block_of[key_of.pop(b)]
+            table.append(b)
+        for j, k in enumerate(keys):
+            if j >= len(run) and k not in block_of and table[j] not in key_of:
+                block_of[k], key_of[table[j]] = table[j], k
+        for b in reversed(table):
+            clock += 1
+            stamp[b] = clock
+    return hits
+
+
+def test_v1_lru_matches_reference_model():
+    rng = random.Random(5)
+    fams = [[rng.randrange(10**9) for _ in range(30)] for _ in range(4)]
+    reqs = []
+    for i in range(120):
+        p = rng.randint(1, 200)
+        nb = -(-p // 16)
+        k = rng.randint(0, nb)
+        ids = tuple(rng.choice(fams)[:k] + [rng.randrange(10**9, 2 * 10**9) for _ in range(nb - k)])
+        reqs.append(Request(str(i), 0.0, p, rng.randint(1, 60), hash_ids=ids, hash_block_tokens=16))
+    blocks = 30
+    a = PrefixCachingAllocator(blocks * 8, 8)
+    got = []
+    for i, r in enumerate(reqs):
+        if r.total_tokens > blocks * 8:
+            continue
+        got.append(a.cached_prefix_tokens(i, r, r.prompt_tokens - 1))
+        assert a.allocate(i, r, r.total_tokens)
+        a.on_computed(i, r, r.prompt_tokens)
+        a.free(i)
+    want = reference_v1_hits([r for r in reqs if r.total_tokens <= blocks * 8], blocks, 8)
+    assert got == want
+    assert sum(got) > 0  # the case exercises hits and evictions
+    assert a.stats["evictions"] > 0
+
+
+def test_block_keys_mapping_when_block_does_not_divide_hash_chunk():
+    """B=48 over H=512 chunks: a block straddling a chunk boundary is keyed by the later chunk."""
+    a = Request("a", 0, 1100, 1, hash_ids=(1, 2, 3), hash_block_tokens=512)
+    b = Request("b", 0, 1100, 1, hash_ids=(1, 2, 9), hash_block_tokens=512)
+    c = Request("c", 0, 1100, 1, hash_ids=(1, 7, 9), hash_block_tokens=512)
+    ka, kb, kc = (prompt_block_hashes(r, 48) for r in (a, b, c))
+    assert len(ka) == 1100 // 48 == 22
+    # blocks ending at or before token 1024 lie in chunks 0-1: identical for a and b
+    same = sum(1 for x, y in zip(ka, kb) if x == y)
+    assert same == 1024 // 48  # 21 blocks; block 21 (tokens 1008-1056) straddles into chunk 2
+    assert sum(1 for x, y in zip(ka, kc) if x == y) == 512 // 48  # 10 blocks inside chunk 0
+    assert prompt_block_hashes(Request("d", 0, 100, 1), 16) == []  # no hash_ids: shares nothing
