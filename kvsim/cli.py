@@ -137,6 +137,7 @@ def _simulate_all(a: argparse.Namespace, allocators: list[str], command: str) ->
     summaries = [o.summary for o in outputs]
     trace_name = Path(a.trace).stem
     context = {
+        "command": "`kvsim " + " ".join(sys.argv[1:]) + "`" if sys.argv and sys.argv[0].endswith("kvsim") else "",
         "trace": f"{a.trace} ({len(loaded.requests)} requests)",
         "model": f"{cfg.model.name} (KV {cfg.model.kv_bytes_per_token // 1024} KiB/token), tp={cfg.tp}",
         "gpu": cfg.gpu.name,
@@ -146,6 +147,10 @@ def _simulate_all(a: argparse.Namespace, allocators: list[str], command: str) ->
                      f"eviction {cfg.eviction}",
         "latency": cfg.latency,
     }
+    if cfg.scheduler.preemption == "swap" or cfg.scheduler.partial_eviction:
+        context["preemption"] = (f"{cfg.scheduler.preemption}, CPU pool {cfg.cpu_swap_gb:g} GiB"
+                                 + (", partial eviction" if cfg.scheduler.partial_eviction else ""))
+    context = {k: v for k, v in context.items() if v}
     print_table(summaries, title=f"kvsim {command}: {trace_name} on {cfg.model.name} / {cfg.gpu.name} "
                               f"(KV pool {pool.pool_bytes / (1 << 30):.1f} GiB, {pool.pool_tokens:,} slots)")
     out = Path(a.out) if a.out else Path("reports") / f"{command}-{trace_name}"
