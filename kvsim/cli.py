@@ -129,11 +129,9 @@ def _simulate_all(a: argparse.Namespace, allocators: list[str], command: str) ->
     with _progress_factory(len(loaded.requests)) as make_bar:
         for name in allocators:
             cb = make_bar(f"{name:>12}")
-            if recorder is not None:
-                recorder.attach_allocator_name(name)
             outputs.append(simulate(loaded.requests, cfg, name, pool, observer=recorder, progress=cb))
     if recorder is not None:
-        recorder.close(outputs[0].result)
+        recorder.close()
     summaries = [o.summary for o in outputs]
     trace_name = Path(a.trace).stem
     context = {
@@ -229,6 +227,73 @@ def cmd_trace_stats(a: argparse.Namespace) -> int:
     return 0
 
 
+def _ints(text: str) -> list[int]:
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        from kvsim.errors import ConfigError
+
+        raise ConfigError(f"expected comma-separated integers, got '{text}'") from None
+
+
+def _write_rows(rows: list[dict], out: str) -> None:
+    import pandas as pd
+    from pathlib import Path
+
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame(rows).to_csv(out, index=False)
+
+
+def cmd_kernels_replay(a: argparse.Namespace) -> int:
+    from kvsim.replay.replay import ReplayOptions, replay
+
+    rows = replay(a.record, ReplayOptions(a.device, a.sample, a.check_seqs, a.max_pool_gib, a.seed))
+    if not rows:
+        print(f"{a.record}: no iterations recorded")
+        return 1
+    _write_rows(rows, a.output)
+    bad = [r for r in rows if not r["ok"]]
+    print(f"replayed {len(rows)} iterations of {a.record} on {rows[0]['device']} ({rows[0]['check']});"
+          f" {len(rows) - len(bad)} match the reference; timing: {rows[0]['impl']}")
+    print(f"{'group':>6} {'kind':>7} {'seqs':>5} {'tokens':>7} {'context':>8} {'time ms':>9} {'max err':>9} ok")
+    for r in rows:
+        print(f"{r['group']:>6} {r['kind']:>7} {r['num_seqs']:>5} {r['new_tokens']:>7} {r['total_context']:>8}"
+              f" {1000 * r['time_s']:9.3f} {r['max_abs_err']:9.2e} {'yes' if r['ok'] else 'NO'}")
+    print(f"wrote {a.output}")
+    return 0 if not bad else 1
+
+
+def cmd_kernels_bench(a: argparse.Namespace) -> int:
+    from kvsim.hardware import get_gpu
+    from kvsim.replay.bench import BenchOptions, bench
+
+    opts = BenchOptions(_ints(a.batch), _ints(a.context), _ints(a.block_size), a.dtype, a.q_heads, a.kv_heads,
+                        a.head_dim, get_gpu(a.gpu).hbm_bandwidth, a.device, a.max_pool_gib, a.seed)
+    rows = bench(opts)
+    _write_rows(rows, a.output)
+    print(f"decode attention on {rows[0]['device']}, timing: {rows[0]['impl']}; peak bandwidth {opts.peak_bandwidth / 1e12:.2f} TB/s ({a.gpu})")
+    print(f"{'block':>5} {'batch':>5} {'context':>7} {'time ms':>9} {'GB/s':>8} {'% peak':>7} {'sdpa ms':>9} {'vs sdpa':>8}")
+    for r in rows:
+        print(f"{r['block_size']:>5} {r['num_seqs']:>5} {r['max_context']:>7} {1000 * r['time_s']:9.3f}"
+              f" {r['achieved_bw'] / 1e9:8.1f} {100 * r['frac_of_peak']:7.1f} {1000 * r['sdpa_time_s']:9.3f} {r['ratio_vs_sdpa']:8.2f}")
+    print(f"wrote {a.output}")
+    return 0
+
+
+def cmd_calibrate(a: argparse.Namespace) -> int:
+    from kvsim.calibration import calibrate_files
+
+    c = calibrate_files(a.measurements, a.output)
+    f = c["fit"]
+    print(f"{c['form']}")
+    print("  " + ", ".join(f"{k} = {v:.4g}" for k, v in c["coef"].items()))
+    print(f"  fit on {f['train_points']} points; held-out {f['holdout_points']} points: mean error "
+          f"{100 * f['holdout_mape']:.1f}%, max {100 * f['holdout_max_rel_err']:.1f}%")
+    print(f"  measured on {', '.join(c['measured_on']['device'])} with {', '.join(c['measured_on']['impl'])}")
+    print(f"wrote {a.output}; use it with: kvsim compare --latency {a.output} ...")
+    return 0
+
+
 def make_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="kvsim", description="KV-cache memory manager simulator for LLM serving")
     sub = p.add_subparsers(dest="command", required=True)
@@ -280,6 +345,37 @@ def make_parser() -> argparse.ArgumentParser:
     s.add_argument("file")
     s.add_argument("--skip-invalid", action="store_true")
     s.set_defaults(func=cmd_trace_stats)
+
+    k = sub.add_parser("kernels", help="run, check and time the Triton kernels")
+    ksub = k.add_subparsers(dest="kernels_command", required=True)
+    rp = ksub.add_parser("replay", help="replay a recorded run's batches (see --record-batches) on the kernels")
+    rp.add_argument("record")
+    rp.add_argument("--device", choices=["cuda", "cpu"], help="default: cuda if present")
+    rp.add_argument("--sample", type=int, default=20, help="iterations to replay, evenly spaced")
+    rp.add_argument("--check-seqs", type=int, default=4, help="cpu: sequences per iteration checked in the interpreter")
+    rp.add_argument("--max-pool-gib", type=float, default=8.0)
+    rp.add_argument("--seed", type=int, default=0)
+    rp.add_argument("-o", "--output", default="reports/kernels/replay.csv")
+    rp.set_defaults(func=cmd_kernels_replay)
+    bn = ksub.add_parser("bench", help="decode attention: batch x context x block size sweep")
+    bn.add_argument("--device", choices=["cuda", "cpu"])
+    bn.add_argument("--batch", default="1,8,64")
+    bn.add_argument("--context", default="512,4096")
+    bn.add_argument("--block-size", default="16")
+    bn.add_argument("--dtype", default="bf16", choices=["bf16", "fp16", "fp32"])
+    bn.add_argument("--q-heads", type=int, default=32)
+    bn.add_argument("--kv-heads", type=int, default=8)
+    bn.add_argument("--head-dim", type=int, default=128)
+    bn.add_argument("--gpu", default="h200-141gb", help="GPU preset whose peak bandwidth the results are compared to")
+    bn.add_argument("--max-pool-gib", type=float, default=40.0)
+    bn.add_argument("--seed", type=int, default=0)
+    bn.add_argument("-o", "--output", default="reports/kernels/bench.csv")
+    bn.set_defaults(func=cmd_kernels_bench)
+
+    cal = sub.add_parser("calibrate", help="fit the attention-time model from kernel measurements")
+    cal.add_argument("measurements", nargs="+", help="CSV files from `kvsim kernels bench` / `replay`")
+    cal.add_argument("-o", "--output", required=True)
+    cal.set_defaults(func=cmd_calibrate)
     return p
 
 

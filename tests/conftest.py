@@ -15,3 +15,8 @@ settings.register_profile("ci", max_examples=60, deadline=None)
 settings.register_profile("dev", max_examples=30, deadline=None)
 settings.register_profile("thorough", max_examples=600, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+def pytest_report_header(config):
+    mode = "triton-interpreter-cpu (TRITON_INTERPRET=1)" if os.environ.get("TRITON_INTERPRET") == "1" else "triton-native-cuda"
+    return f"kvsim kernel tests run in: {mode}"

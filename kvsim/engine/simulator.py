@@ -25,7 +25,9 @@ from kvsim.engine.scheduler import Scheduler
 from kvsim.engine.sequence import FINISHED, REJECTED, RUNNING, Sequence
 from kvsim.trace.request import Request
 
-# Called once per executed iteration group: (start_s, duration_s, [(seq, new_tokens)], steps, block copies).
+# Called after each executed iteration group, before finished sequences are freed:
+# (start_s, duration_s, [(seq, new tokens per iteration)], iterations, block copies, allocator).
+# Sequences' `computed` already include the group's tokens.
 StepObserver = Callable[[float, float, list, int], None]
 
 
@@ -188,8 +190,6 @@ class Simulation:
                     s.last_scheduled_s = now
                 self._observe(now)  # slots for the run's tokens are claimed at its end, counted in its integral
                 dt = latency.decode_run_time(len(running), s0, k)
-                if self.observer is not None:
-                    self.observer(now, dt, [(s, 1) for s in running], k, [])
                 yield env.timeout(dt)
                 t1 = env.now
                 used_sum, internal_sum = alloc.decode_run_integrals(
@@ -204,6 +204,8 @@ class Simulation:
                     if s.generated == s.target:
                         done.append(s)
                 sched.filled_tokens += k * len(running)
+                if self.observer is not None:
+                    self.observer(now, dt, [(s, 1) for s in running], k, [], alloc)
                 w = sched.waiting
                 self.memory.add_decode_run(now, t1, k, filled0, len(running), used_sum, internal_sum, external,
                                            alloc.memory_breakdown(sched.filled_tokens, w[0].req if w else None))
@@ -231,8 +233,6 @@ class Simulation:
                     self.swap_s += swap_s
                     dt += swap_s
                 copies = alloc.drain_copies()
-                if self.observer is not None:
-                    self.observer(now, dt, batch, 1, copies)
                 yield env.timeout(dt)
                 t1 = env.now
                 done = []
@@ -251,6 +251,8 @@ class Simulation:
                             done.append(s)
                         elif not s.forked:
                             forks.append(s)
+                if self.observer is not None:
+                    self.observer(now, dt, batch, 1, copies, alloc)
                 for s in forks:
                     self._fork(s, t1)
                 sched.filled_tokens += new

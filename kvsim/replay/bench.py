@@ -1,0 +1,85 @@
+"""`kvsim kernels bench`: decode attention over a sweep of batch size x context length x block size.
+
+Each point builds a pool whose blocks are handed out in random order (a fragmented pool, as a long-
+running engine has), times the paged decode kernel, and reports the KV bandwidth it achieved (bytes
+of K and V it must read / time) as a fraction of the device's peak, next to PyTorch's
+scaled_dot_product_attention on the same data laid out contiguously. On CPU the timed code is the
+torch reference (a pipeline check, not a GPU number).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kvsim.replay.measure import kv_bytes_read, make_pool, time_it, torch_dtype
+
+
+@dataclass
+class BenchOptions:
+    batches: list[int]
+    contexts: list[int]
+    block_sizes: list[int]
+    dtype: str = "bf16"
+    q_heads: int = 32
+    kv_heads: int = 8
+    head_dim: int = 128
+    peak_bandwidth: float = 4.8e12  # bytes/s of the device (GPU preset)
+    device: str | None = None
+    max_pool_gib: float = 40.0
+    seed: int = 0
+
+
+def _sdpa_time(q, k, v, device):
+    import torch
+    import torch.nn.functional as F
+
+    group = q.shape[1] // k.shape[1]
+    try:
+        fn = lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=group > 1)  # noqa: E731
+        fn()
+    except TypeError:  # torch without enable_gqa
+        k2, v2 = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
+        fn = lambda: F.scaled_dot_product_attention(q, k2, v2)  # noqa: E731
+    return time_it(fn, device)
+
+
+def bench(opts: BenchOptions) -> "list[dict]":
+    import torch
+
+    from kernels import load
+
+    K = load(opts.device)
+    dtype = torch_dtype(opts.dtype)
+    elem = torch.tensor([], dtype=dtype).element_size()
+    g = torch.Generator().manual_seed(opts.seed)
+    rows = []
+    scale = opts.head_dim ** -0.5
+    for B in opts.block_sizes:
+        for batch in opts.batches:
+            for ctx in opts.contexts:
+                pages = -(-ctx // B)
+                nblocks = batch * pages
+                kc, vc = make_pool(nblocks, B, opts.kv_heads, opts.head_dim, dtype, K.device, opts.max_pool_gib, opts.seed)
+                bt = torch.randperm(nblocks, generator=g).reshape(batch, pages).to(torch.int32).to(K.device)
+                lens = torch.full((batch,), ctx, dtype=torch.int32, device=K.device)
+                q = torch.randn(batch, opts.q_heads, opts.head_dim, generator=g).to(dtype).to(K.device)
+                if K.device == "cuda":
+                    t = time_it(lambda: K.paged_decode_attention(q, kc, vc, bt, lens, scale, max_context=ctx), "cuda")
+                    impl = K.mode
+                else:
+                    t = time_it(lambda: K.paged_decode_attention_ref(q, kc, vc, bt, lens, scale), "cpu", reps=3)
+                    impl = "torch-reference-cpu (pipeline check, not a GPU number)"
+                # the same KV laid out contiguously, for scaled_dot_product_attention
+                kk = kc[bt.long()].reshape(batch, pages * B, opts.kv_heads, opts.head_dim)[:, :ctx].transpose(1, 2).contiguous()
+                vv = vc[bt.long()].reshape(batch, pages * B, opts.kv_heads, opts.head_dim)[:, :ctx].transpose(1, 2).contiguous()
+                sdpa = _sdpa_time(q[:, :, None, :], kk, vv, K.device)
+                nbytes = kv_bytes_read([ctx] * batch, opts.kv_heads, opts.head_dim, elem)
+                rows.append({"source": "bench", "device": K.device, "impl": impl, "kind": "decode", "dtype": opts.dtype,
+                             "block_size": B, "q_heads": opts.q_heads, "kv_heads": opts.kv_heads,
+                             "head_dim": opts.head_dim, "num_seqs": batch, "new_tokens": batch,
+                             "total_context": batch * ctx, "max_context": ctx, "kv_bytes": nbytes, "time_s": t,
+                             "achieved_bw": nbytes / t, "peak_bw": opts.peak_bandwidth,
+                             "frac_of_peak": nbytes / t / opts.peak_bandwidth, "sdpa_time_s": sdpa,
+                             "ratio_vs_sdpa": t / sdpa})
+                del kc, vc, kk, vv
+    return rows

@@ -1,0 +1,61 @@
+"""Shared pieces of kernel replay and benchmarking: pools, timing, and the measurement table."""
+
+from __future__ import annotations
+
+import time
+
+from kvsim.errors import ConfigError
+
+TORCH_DTYPES = {"fp16": "float16", "float16": "float16", "bf16": "bfloat16", "bfloat16": "bfloat16",
+                "fp32": "float32", "float32": "float32"}
+
+# Columns every measurement CSV has (replay and bench), which `kvsim calibrate` reads.
+MEASUREMENT_COLUMNS = ["source", "device", "impl", "kind", "dtype", "block_size", "q_heads", "kv_heads", "head_dim",
+                       "num_seqs", "new_tokens", "total_context", "max_context", "kv_bytes", "time_s"]
+
+
+def torch_dtype(name: str):
+    import torch
+
+    try:
+        return getattr(torch, TORCH_DTYPES[name])
+    except KeyError:
+        raise ConfigError(f"unsupported kernel dtype '{name}' (fp16, bf16, fp32)") from None
+
+
+def make_pool(num_blocks: int, block_size: int, kv_heads: int, head_dim: int, dtype, device: str,
+              max_gib: float, seed: int = 0):
+    """Random K and V caches of one layer, [num_blocks, block_size, kv_heads, head_dim] each."""
+    import torch
+
+    elems = num_blocks * block_size * kv_heads * head_dim
+    gib = 2 * elems * torch.tensor([], dtype=dtype).element_size() / (1 << 30)
+    if gib > max_gib:
+        raise ConfigError(f"a one-layer KV pool of {num_blocks} blocks needs {gib:.1f} GiB (> --max-pool-gib {max_gib:g});"
+                          " raise the limit or record a smaller run")
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    k = torch.randn(num_blocks, block_size, kv_heads, head_dim, generator=g).to(dtype).to(device)
+    v = torch.randn(num_blocks, block_size, kv_heads, head_dim, generator=g).to(dtype).to(device)
+    return k, v
+
+
+def kv_bytes_read(context_lens, kv_heads: int, head_dim: int, elem_bytes: int) -> int:
+    """Bytes of K and V an attention pass over these contexts reads."""
+    return int(sum(context_lens)) * kv_heads * head_dim * 2 * elem_bytes
+
+
+def time_it(fn, device: str, reps: int = 5) -> float:
+    """Median seconds per call. GPU: triton.testing.do_bench (it flushes L2 before every run);
+    CPU: wall clock, for pipeline checks only."""
+    if device == "cuda":
+        import triton.testing
+
+        return triton.testing.do_bench(fn, warmup=10, rep=50, return_mode="median") / 1000.0
+    fn()
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    times.sort()
+    return times[len(times) // 2]
