@@ -294,6 +294,101 @@ def cmd_calibrate(a: argparse.Namespace) -> int:
     return 0
 
 
+# `kvsim compare` options that describe a simulation (as opposed to where its output goes).
+SIM_OPTION_KEYS = ("trace", "skip_invalid", "model", "tp", "gpu_memory_utilization", "activation_reserve_gb",
+                   "kv_pool_gb", "num_blocks", "num_blocks_size", "max_seq_len", "max_num_seqs", "max_batched_tokens",
+                   "batching", "eviction", "preemption", "cpu_swap_gb", "partial_eviction", "horizon_s", "latency",
+                   "flops_efficiency", "bandwidth_efficiency", "step_overhead_ms")
+
+
+def cmd_plan(a: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    import pandas as pd
+
+    from kvsim.planning.parallel import run_jobs
+    from kvsim.planning.plan import add_costs, make_jobs, parse_gpus, run_job
+    from kvsim.planning.slo import parse_slos
+    from kvsim.planning.sweep import validate_points
+    from kvsim.report.builder import build_report
+
+    slos = parse_slos(a.slo)
+    build_config(a)  # validate the shared options once
+    base = {k: getattr(a, k) for k in SIM_OPTION_KEYS if getattr(a, k, None) not in (None, False)}
+    gpus = parse_gpus(a.gpus) if a.gpus else [(a.gpu, None)]
+    from kvsim.allocators import parse_allocator_list
+
+    jobs = make_jobs(base, gpus, parse_allocator_list(a.allocators), slos, a.study, a.tol, a.max_steps, a.kernel_bench)
+    validate_points([j.point for j in jobs])
+    if a.target_rate is not None and a.target_rate <= 0:
+        raise KvsimError("--target-rate must be > 0")
+    results = run_jobs(run_job, jobs, a.workers, a.backend, a.address, label="plan")
+    rows = [r for r, _ in results]
+    points = [p for _, pts in results for p in pts]
+    add_costs(rows, a.target_rate)
+    cap = pd.DataFrame(rows)
+    pts = pd.DataFrame(points)
+    out = Path(a.out) if a.out else Path("reports") / f"plan-{Path(a.trace).stem}"
+    out.mkdir(parents=True, exist_ok=True)
+    cap.to_csv(out / "plan.csv", index=False)
+    pts.to_csv(out / "plan_points.csv", index=False)
+    _print_plan(cap, slos, a.target_rate)
+    if not a.no_report:
+        notes = [f"trace {a.trace}, model {a.model}; capacity = highest rate (scaling the trace's inter-arrival"
+                 f" times) meeting every SLO with a stable queue, bisection to {100 * a.tol:g}% (at most {a.max_steps} simulations)"]
+        if a.target_rate:
+            notes.append(f"replicas and cost for a target of {a.target_rate:g} req/s")
+        notes.append("command: kvsim " + " ".join(sys.argv[1:]))
+        build_report(out, cap, pts, slos, f"Capacity plan: {Path(a.trace).name}", notes)
+    print(f"wrote {out}/plan.csv, plan_points.csv" + ("" if a.no_report else ", report.html, report.md"))
+    return 0
+
+
+def _print_plan(cap, slos, target) -> None:
+    from kvsim.output.table import format_cell
+
+    print(f"SLOs: {', '.join(str(s) for s in slos)}" + (f"; target {target:g} req/s" if target else ""))
+    hdr = f"{'configuration':<34} {'max req/s':>9} {'steps':>5} {'replicas':>8} {'$/M out tok':>11} {'TTFT p99':>8} {'TPOT p99':>8}"
+    print(hdr)
+    for _, r in cap.iterrows():
+        if r.get("meets_slo"):
+            print(f"{r['config']:<34} {r['max_rate_req_s']:9.3f} {int(r['search_steps']):5d} {format_cell(r.get('replicas'), '{:d}'):>8}"
+                  f" {format_cell(r.get('cost_per_m_output_tokens'), '{:.3f}'):>11} {r['at_max_ttft_p99_s']:8.3f} {r['at_max_tpot_p99_s']:8.4f}")
+        else:
+            print(f"{r['config']:<34} {'never':>9} {int(r['search_steps']):5d}   {r['reason']}")
+
+
+def cmd_sweep(a: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from kvsim.planning.sweep import load_grid, run_sweep
+
+    points = load_grid(a.grid)
+    out = a.out or str(Path("reports") / f"sweep-{Path(a.grid).stem}.csv")
+    table, computed, reused = run_sweep(points, out, a.workers, a.backend, a.address)
+    print(f"{len(points)} points: {computed} simulated, {reused} reused from an earlier run; wrote {out}")
+    return 0
+
+
+def cmd_report(a: argparse.Namespace) -> int:
+    import pandas as pd
+
+    from kvsim.planning.slo import parse_slos
+    from kvsim.planning.sweep import read_table
+    from kvsim.report.builder import build_report
+
+    caps, pts = [], []
+    for path in a.results:
+        df = read_table(path)
+        (caps if "max_rate_req_s" in df.columns else pts).append(df)
+    cap = pd.concat(caps, ignore_index=True) if caps else None
+    points = pd.concat(pts, ignore_index=True) if pts else None
+    slos = parse_slos(a.slo) if a.slo else []
+    files = build_report(a.output, cap, points, slos, a.title, [f"from {', '.join(a.results)}"])
+    print(f"wrote {files['html']} and {files['md']}")
+    return 0
+
+
 def make_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="kvsim", description="KV-cache memory manager simulator for LLM serving")
     sub = p.add_subparsers(dest="command", required=True)
@@ -371,6 +466,37 @@ def make_parser() -> argparse.ArgumentParser:
     bn.add_argument("--seed", type=int, default=0)
     bn.add_argument("-o", "--output", default="reports/kernels/bench.csv")
     bn.set_defaults(func=cmd_kernels_bench)
+
+    pl = sub.add_parser("plan", help="highest SLO-meeting rate per configuration, replicas and cost")
+    _add_sim_args(pl)
+    pl.add_argument("--gpus", help="GPU types with optional $ per GPU-hour, e.g. h100-80gb:4.5,a100-80gb:2 (default --gpu)")
+    pl.add_argument("--allocators", default="paged:16")
+    pl.add_argument("--slo", required=True, help="e.g. ttft_p99=2s,tpot_p99=100ms (ttft/tpot/e2e at p50/p90/p99)")
+    pl.add_argument("--target-rate", type=float, help="requests/s to provision for (replicas, cost)")
+    pl.add_argument("--study", choices=["block-size", "gpu-mem-util"], help="built-in plan variants")
+    pl.add_argument("--kernel-bench", help="block-size study: a `kvsim kernels bench` CSV with block sizes")
+    pl.add_argument("--tol", type=float, default=0.02, help="bisection stops when the bracket is within this fraction")
+    pl.add_argument("--max-steps", type=int, default=20, help="most simulations per configuration")
+    pl.add_argument("--workers", type=int, default=1)
+    pl.add_argument("--backend", choices=["local", "ray"], default="local")
+    pl.add_argument("--address", help="Ray cluster address (default: start a local instance)")
+    pl.add_argument("--no-report", action="store_true")
+    pl.set_defaults(func=cmd_plan)
+
+    sw = sub.add_parser("sweep", help="run a grid of simulations (local processes or Ray), resumable")
+    sw.add_argument("grid", help="YAML file with base / grid / points")
+    sw.add_argument("--out", help="results table (.csv or .parquet; default reports/sweep-<grid>.csv)")
+    sw.add_argument("--workers", type=int, default=1)
+    sw.add_argument("--backend", choices=["local", "ray"], default="local")
+    sw.add_argument("--address", help="Ray cluster address (default: start a local instance)")
+    sw.set_defaults(func=cmd_sweep)
+
+    rep = sub.add_parser("report", help="HTML + Markdown report from plan or sweep results")
+    rep.add_argument("results", nargs="+", help="plan.csv / plan_points.csv / sweep tables")
+    rep.add_argument("-o", "--output", required=True, help="output folder")
+    rep.add_argument("--slo", help="SLO lines to draw, e.g. ttft_p99=2s,tpot_p99=100ms")
+    rep.add_argument("--title", default="kvsim report")
+    rep.set_defaults(func=cmd_report)
 
     cal = sub.add_parser("calibrate", help="fit the attention-time model from kernel measurements")
     cal.add_argument("measurements", nargs="+", help="CSV files from `kvsim kernels bench` / `replay`")

@@ -1,0 +1,1 @@
+"""Capacity planning: SLOs, rate scaling, the capacity search, `kvsim plan`, sweeps and reports."""

@@ -1,0 +1,179 @@
+"""`kvsim plan`: the highest SLO-meeting request rate per configuration, and what a target rate costs.
+
+Configurations are GPU types x allocators, or the variants of a built-in study:
+- ``block-size``: paged blocks of 8, 16, 32, 64, 128 tokens (internal waste vs block-table size vs,
+  given ``--kernel-bench``, measured kernel time);
+- ``gpu-mem-util``: --gpu-memory-utilization 0.80, 0.85, 0.90, 0.95.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from kvsim.errors import ConfigError
+from kvsim.planning.capacity import Evaluation, find_capacity
+from kvsim.planning.slo import Slo, check_slos
+
+BLOCK_SIZES = (8, 16, 32, 64, 128)
+MEM_UTILS = (0.80, 0.85, 0.90, 0.95)
+REPORT_METRICS = ("throughput_tok_s", "throughput_req_s", "mean_batch", "ttft_p50_s", "ttft_p99_s", "tpot_p50_s",
+                  "tpot_p99_s", "e2e_p99_s", "preemptions", "mem_token_states", "mem_reserved", "mem_internal_frag",
+                  "mem_external_frag", "mem_free", "kv_efficiency", "prefix_hit_rate_tokens", "rejected")
+
+
+@dataclass
+class PlanJob:
+    label: str
+    point: dict  # simulation options (no rate)
+    slos: list[Slo]
+    cost_per_hour: float | None  # $ per GPU-hour
+    tol: float
+    max_steps: int
+    extra: dict = field(default_factory=dict)  # study columns
+
+
+def parse_gpus(text: str) -> list[tuple[str, float | None]]:
+    """``h100-80gb:4.5,a100-80gb`` -> [('h100-80gb', 4.5), ('a100-80gb', None)]."""
+    out = []
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        name, _, cost = part.partition(":")
+        try:
+            out.append((name, float(cost) if cost else None))
+        except ValueError:
+            raise ConfigError(f"--gpus '{part}': cost must be a number of $ per GPU-hour") from None
+    if not out:
+        raise ConfigError("--gpus is empty")
+    return out
+
+
+def make_jobs(base: dict, gpus, allocators: list[str], slos, study: str | None, tol: float, max_steps: int,
+              kernel_bench: str | None = None) -> list[PlanJob]:
+    jobs = []
+    for gpu, cost in gpus:
+        if study == "block-size":
+            kernel = _kernel_times(kernel_bench) if kernel_bench else {}
+            for alloc in allocators:
+                head, plus, opt = alloc.partition("+")
+                base_name = head.split(":")[0]
+                if base_name not in ("paged", "radix"):
+                    continue
+                for b in BLOCK_SIZES:
+                    name = f"{base_name}:{b}" + (plus + opt if plus else "")
+                    extra = {"block_size": b}
+                    if b in kernel:
+                        extra["kernel_us"] = kernel[b]
+                    jobs.append(PlanJob(f"{gpu} {name}", {**base, "gpu": gpu, "allocator": name}, slos, cost, tol,
+                                        max_steps, extra))
+            if not jobs:
+                raise ConfigError("--study block-size needs a paged or radix allocator in --allocators")
+        elif study == "gpu-mem-util":
+            for alloc in allocators:
+                for u in MEM_UTILS:
+                    jobs.append(PlanJob(f"{gpu} {alloc} util={u:.2f}",
+                                        {**base, "gpu": gpu, "allocator": alloc, "gpu_memory_utilization": u},
+                                        slos, cost, tol, max_steps, {"gpu_memory_utilization": u}))
+        elif study is None:
+            for alloc in allocators:
+                jobs.append(PlanJob(f"{gpu} {alloc}", {**base, "gpu": gpu, "allocator": alloc}, slos, cost, tol, max_steps))
+        else:
+            raise ConfigError(f"unknown --study '{study}' (block-size, gpu-mem-util)")
+    return jobs
+
+
+def _kernel_times(path: str) -> dict[int, float]:
+    """Per block size, the decode kernel time (us) at the bench point with the most KV."""
+    import pandas as pd
+
+    df = pd.read_csv(path)
+    out = {}
+    for b, g in df.groupby("block_size"):
+        row = g.sort_values("kv_bytes").iloc[-1]
+        out[int(b)] = float(row.time_s) * 1e6
+    return out
+
+
+def _evaluate(point: dict, slos, rate: float) -> Evaluation:
+    from kvsim.planning.point import evaluate
+
+    s = evaluate({**point, "rate": rate})
+    why = check_slos(s, slos)
+    if not s["stable"]:
+        why.append("queue keeps growing (unstable)")
+    return Evaluation(rate, not why, why, s)
+
+
+def _why_never(point: dict, slos, reason: str) -> str:
+    """Explain an infeasible configuration with what a single request costs on its own."""
+    from kvsim.engine.latency import StepShape, chunk_shape_terms
+    from kvsim.planning.point import build
+    from kvsim.runner import build_latency
+
+    import numpy as np
+
+    cfg, reqs, _ = build(point)
+    lat = build_latency(cfg)
+    budget = cfg.scheduler.max_num_batched_tokens
+    notes = [reason]
+    for s in slos:
+        if s.metric == "ttft":
+            p = int(np.percentile([r.prompt_tokens for r in reqs], s.pct))
+            t, done = 0.0, 0
+            while done < p:  # the prompt alone, in budget-sized chunks
+                n = min(budget, p - done)
+                pairs, kv = chunk_shape_terms(done, n)
+                t += lat.step_time(StepShape(n, 1, pairs, kv))
+                done += n
+            if t > s.limit_s:
+                notes.append(f"the p{s.pct} prompt ({p} tokens) alone takes {t:.3g} s to prefill > {s.limit_s:g} s")
+        if s.metric == "tpot":
+            ctx = int(np.percentile([r.total_tokens for r in reqs], 50))
+            t = lat.step_time(StepShape(1, 1, ctx, ctx))
+            if t > s.limit_s:
+                notes.append(f"one decode step of a single sequence takes {t:.3g} s > {s.limit_s:g} s")
+    return "; ".join(notes)
+
+
+def run_job(job: PlanJob) -> tuple[dict, list[dict]]:
+    """Capacity search for one configuration: (capacity row, rows of every evaluation)."""
+    from kvsim.planning.point import build, trace_rate
+
+    _, reqs, _ = build(job.point)
+    cap = find_capacity(lambda r: _evaluate(job.point, job.slos, r), trace_rate(reqs), job.tol, job.max_steps)
+    cfg_cols = {"config": job.label, "gpu": job.point["gpu"], "allocator": job.point["allocator"], **job.extra}
+    best = max((e for e in cap.evaluations if e.ok), key=lambda e: e.rate, default=None)
+    row = {**cfg_cols, "max_rate_req_s": cap.max_rate, "meets_slo": cap.max_rate is not None,
+           "search_steps": cap.steps, "bracket_lo": cap.bracket[0], "bracket_hi": cap.bracket[1],
+           "tolerance": cap.tolerance, "reason": "" if cap.max_rate is not None else _why_never(job.point, job.slos, cap.reason),
+           "cost_per_gpu_hour": job.cost_per_hour}
+    if best is not None:
+        row.update({f"at_max_{k}": best.summary.get(k) for k in REPORT_METRICS})
+        row["mean_output_tokens"] = best.summary["mean_output_tokens"]
+        row["tp"] = int(job.point.get("tp", 1))
+        if "block_size" in job.extra:
+            row["table_entries_per_seq"] = _mean_blocks(reqs, job.extra["block_size"])
+    points = [{**cfg_cols, "rate": e.rate, "ok": e.ok, "why": "; ".join(e.why),
+               **{k: e.summary.get(k) for k in REPORT_METRICS}} for e in cap.evaluations]
+    return row, points
+
+
+def _mean_blocks(reqs, block: int) -> float:
+    return sum(-(-r.total_tokens // block) for r in reqs) / len(reqs)
+
+
+def add_costs(rows: list[dict], target_rate: float | None) -> None:
+    """Replicas and $ per million output tokens, at the target rate (or one replica at its max rate)."""
+    for r in rows:
+        cap = r.get("max_rate_req_s")
+        if not cap:
+            continue
+        gpus_per_replica = r.get("tp", 1)
+        rate = target_rate if target_rate else cap
+        replicas = math.ceil(rate / cap - 1e-9) if target_rate else 1
+        r["replicas"] = replicas
+        r["gpus"] = replicas * gpus_per_replica
+        if r.get("cost_per_gpu_hour") is not None:
+            per_hour = r["gpus"] * r["cost_per_gpu_hour"]
+            tokens_per_hour = rate * r["mean_output_tokens"] * 3600
+            r["cost_per_hour"] = per_hour
+            r["cost_per_m_output_tokens"] = per_hour / tokens_per_hour * 1e6

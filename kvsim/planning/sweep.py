@@ -1,0 +1,138 @@
+"""`kvsim sweep GRID.yaml`: many independent simulations, one row each, resumable.
+
+GRID.yaml:
+
+    base:            # options every point shares (keys as in planning/point.py)
+      trace: traces/chat.jsonl
+      model: llama-2-7b
+    grid:            # cartesian product of these lists
+      allocator: [max, paged:16]
+      rate: [4, 8, 12]
+    points:          # optional explicit extra points (merged over base)
+      - {allocator: oracle, rate: 6}
+
+Each finished point is saved at once under ``OUT.parts/<point id>.json``; a rerun skips points whose
+part exists, so an interrupted sweep resumes without redoing finished work. The table is assembled in
+the points' order, so local and Ray runs of the same grid give the same table.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from kvsim.errors import ConfigError
+from kvsim.planning.point import point_id
+
+
+def load_grid(path: str) -> list[dict]:
+    import yaml
+
+    try:
+        spec = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read: {e.strerror}") from None
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: not valid YAML: {e}") from None
+    if not isinstance(spec, dict):
+        raise ConfigError(f"{path}: expected a mapping with base / grid / points")
+    unknown = set(spec) - {"base", "grid", "points"}
+    if unknown:
+        raise ConfigError(f"{path}: unknown top-level key(s) {', '.join(sorted(unknown))} (base, grid, points)")
+    base = spec.get("base") or {}
+    grid = spec.get("grid") or {}
+    if not isinstance(base, dict) or not isinstance(grid, dict):
+        raise ConfigError(f"{path}: 'base' and 'grid' must be mappings")
+    for k, v in grid.items():
+        if not isinstance(v, list) or not v:
+            raise ConfigError(f"{path}: grid '{k}' must be a non-empty list")
+    points = []
+    if grid:
+        keys = list(grid)
+        for combo in itertools.product(*(grid[k] for k in keys)):
+            points.append({**base, **dict(zip(keys, combo))})
+    for i, p in enumerate(spec.get("points") or []):
+        if not isinstance(p, dict):
+            raise ConfigError(f"{path}: points[{i}] must be a mapping")
+        points.append({**base, **p})
+    if not points:
+        raise ConfigError(f"{path}: no points (give a grid or points)")
+    for p in points:
+        if "trace" not in p:
+            raise ConfigError(f"{path}: point {p} has no trace")
+    return points
+
+
+def evaluate_row(point: dict) -> dict:
+    """One sweep point -> one row: the point's options, then its run summary."""
+    from kvsim.planning.point import evaluate
+
+    s = evaluate(point)
+    row = {"point_id": point_id(point), **{f"cfg_{k}": v for k, v in point.items()}}
+    row.update(s)
+    return row
+
+
+def validate_points(points: list[dict]) -> None:
+    """Fail before any simulation runs if a point's options are wrong."""
+    from kvsim.cli import build_config, make_parser
+    from kvsim.planning.point import allocator_name, point_args
+
+    seen_traces = set()
+    for p in points:
+        try:
+            build_config(make_parser().parse_args(point_args(p)))
+        except SystemExit:
+            raise ConfigError(f"point {p}: an option is not a `kvsim compare` option") from None
+        allocator_name(p)
+        t = str(p["trace"])
+        if t not in seen_traces and not Path(t).exists():
+            raise ConfigError(f"point {p}: trace '{t}' does not exist")
+        seen_traces.add(t)
+
+
+def run_sweep(points: list[dict], out: str, workers: int = 1, backend: str = "local",
+              address: str | None = None) -> tuple[pd.DataFrame, int, int]:
+    """(table, points computed now, points reused from an earlier run)."""
+    validate_points(points)
+    parts = Path(str(out) + ".parts")
+    parts.mkdir(parents=True, exist_ok=True)
+    ids = [point_id(p) for p in points]
+    todo = [(i, p) for i, (p, pid) in enumerate(zip(points, ids)) if not (parts / f"{pid}.json").exists()]
+    reused = len(points) - len(todo)
+
+    def save(j: int, row: dict) -> None:
+        pid = ids[todo[j][0]]
+        tmp = parts / f"{pid}.json.tmp"
+        tmp.write_text(json.dumps(row, default=str), encoding="utf-8")
+        tmp.replace(parts / f"{pid}.json")  # atomic: a killed sweep never leaves half a part
+
+    from kvsim.planning.parallel import run_jobs
+
+    run_jobs(evaluate_row, [p for _, p in todo], workers, backend, address, label="sweep", on_result=save)
+    rows = [json.loads((parts / f"{pid}.json").read_text(encoding="utf-8")) for pid in ids]
+    table = pd.DataFrame(rows)
+    table.insert(0, "index", range(len(table)))
+    write_table(table, out)
+    return table, len(todo), reused
+
+
+def write_table(df: pd.DataFrame, out: str) -> None:
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    if str(out).endswith(".parquet"):
+        try:
+            df.to_parquet(out, index=False)
+        except ImportError:
+            raise ConfigError("a .parquet output needs pyarrow (pip install 'kvsim[parquet]')") from None
+    else:
+        df.to_csv(out, index=False)
+
+
+def read_table(path: str) -> pd.DataFrame:
+    try:
+        return pd.read_parquet(path) if str(path).endswith(".parquet") else pd.read_csv(path)
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"{path}: cannot read results table ({e})") from None

@@ -1,0 +1,1 @@
+"""Readable reports: a self-contained HTML page and the same content as Markdown."""
