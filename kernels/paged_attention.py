@@ -22,6 +22,36 @@ from kernels._runtime import interpreting
 
 
 @triton.jit
+def _gather_kv(K, V, BT, bt_row, t, tmask, kvh, d, dmask, s_kb, s_kt, s_kh,
+               BLOCK_SIZE: tl.constexpr, DOT_F32: tl.constexpr):
+    """K and V [TILE, BLOCK_D] of tokens t, each found through the block table row at BT + bt_row."""
+    blk = tl.load(BT + bt_row + t // BLOCK_SIZE, mask=tmask, other=0).to(tl.int64)
+    off = blk[:, None] * s_kb + (t % BLOCK_SIZE)[:, None] * s_kt + kvh * s_kh + d[None, :]
+    kvmask = tmask[:, None] & dmask[None, :]
+    k = tl.load(K + off, mask=kvmask, other=0.0)
+    v = tl.load(V + off, mask=kvmask, other=0.0)
+    if DOT_F32:
+        k = k.to(tl.float32)
+        v = v.to(tl.float32)
+    return k, v
+
+
+@triton.jit
+def _online_softmax_step(q, k, v, ok, m_i, l_i, acc, scale):
+    """One tile of online softmax; ``ok`` masks (query, key) pairs. A row with nothing visible yet keeps
+    m = -inf and contributes nothing (no NaN)."""
+    s = tl.dot(q, tl.trans(k)) * scale
+    s = tl.where(ok, s, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+    p = tl.exp(s - m_safe[:, None])
+    alpha = tl.exp(m_i - m_safe)
+    l_i = l_i * alpha + tl.sum(p, 1)
+    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+    return m_new, l_i, acc
+
+
+@triton.jit
 def _decode_split_kernel(
     Q, K, V, BT, CTX, OP, LSE,
     scale, tokens_per_split,
@@ -51,22 +81,8 @@ def _decode_split_kernel(
     for t0 in range(start, end, TILE):
         t = t0 + tl.arange(0, TILE)
         tmask = t < end
-        blk = tl.load(BT + seq * s_bts + t // BLOCK_SIZE, mask=tmask, other=0).to(tl.int64)
-        off = blk[:, None] * s_kb + (t % BLOCK_SIZE)[:, None] * s_kt + kvh * s_kh + d[None, :]
-        kvmask = tmask[:, None] & dmask[None, :]
-        k = tl.load(K + off, mask=kvmask, other=0.0)
-        v = tl.load(V + off, mask=kvmask, other=0.0)
-        if DOT_F32:
-            k = k.to(tl.float32)
-            v = v.to(tl.float32)
-        s = tl.dot(q, tl.trans(k)) * scale
-        s = tl.where(tmask[None, :], s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        p = tl.exp(s - m_new[:, None])
-        alpha = tl.exp(m_i - m_new)
-        l_i = l_i * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
-        m_i = m_new
+        k, v = _gather_kv(K, V, BT, seq * s_bts, t, tmask, kvh, d, dmask, s_kb, s_kt, s_kh, BLOCK_SIZE, DOT_F32)
+        m_i, l_i, acc = _online_softmax_step(q, k, v, tmask[None, :], m_i, l_i, acc, scale)
 
     has = l_i > 0
     out = acc / tl.where(has, l_i, 1.0)[:, None]
@@ -184,24 +200,9 @@ def _prefill_kernel(
     for t0 in range(0, last, TILE):
         t = t0 + tl.arange(0, TILE)
         tmask = t < last
-        blk = tl.load(BT + seq * s_bts + t // BLOCK_SIZE, mask=tmask, other=0).to(tl.int64)
-        off = blk[:, None] * s_kb + (t % BLOCK_SIZE)[:, None] * s_kt + kvh * s_kh + d[None, :]
-        kvmask = tmask[:, None] & dmask[None, :]
-        k = tl.load(K + off, mask=kvmask, other=0.0)
-        v = tl.load(V + off, mask=kvmask, other=0.0)
-        if DOT_F32:
-            k = k.to(tl.float32)
-            v = v.to(tl.float32)
-        s = tl.dot(q, tl.trans(k)) * scale
+        k, v = _gather_kv(K, V, BT, seq * s_bts, t, tmask, kvh, d, dmask, s_kb, s_kt, s_kh, BLOCK_SIZE, DOT_F32)
         ok = tmask[None, :] & (t[None, :] <= pos[:, None]) & qmask[:, None]
-        s = tl.where(ok, s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-        p = tl.exp(s - m_safe[:, None])
-        alpha = tl.exp(m_i - m_safe)
-        l_i = l_i * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
-        m_i = m_new
+        m_i, l_i, acc = _online_softmax_step(q, k, v, ok, m_i, l_i, acc, scale)
     out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
     tl.store(O + (q0 + i)[:, None] * s_ot + h * s_oh + d[None, :], out.to(O.dtype.element_ty),
              mask=qmask[:, None] & dmask[None, :])

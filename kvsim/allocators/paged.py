@@ -239,19 +239,19 @@ class PagedAllocator(KVAllocator):
                 internal += (fb * b - final) * max(0, end - max(filled, (fb - 1) * b))
         return used, internal
 
-    def decode_headroom(self, seqs: Iterable[tuple[int, int]], k_max: int) -> int:
+    def decode_headroom(self, seqs: list[tuple[int, int]], k_max: int) -> int:
         b = self.block_size
-        state = []
-        for sid, filled in seqs:
-            if sid in self._tables and self.needs_copy_on_write(sid):
-                return 0  # a copy-on-write is due: step it
-            state.append((filled, len(self._tables.get(sid, ()))))
+        tables = self._tables
+        if self._partial_fill and any(self.needs_copy_on_write(sid) for sid, _ in seqs):
+            return 0  # a copy-on-write is due: step it
+        state = [(filled, len(tables[sid]) if sid in tables else 0) for sid, filled in seqs]
         free = self.num_free_blocks
 
         def needed(k: int) -> int:
             return sum(max(0, -(-(f + k) // b) - held) for f, held in state)
 
-        if needed(k_max) <= free:
+        # quick accept: even if every sequence needed ceil(k/b) + 1 more blocks, they would fit
+        if len(state) * (-(-k_max // b) + 1) <= free or needed(k_max) <= free:
             return k_max
         lo, hi = 0, k_max  # needed(lo) <= free < needed(hi)
         while hi - lo > 1:

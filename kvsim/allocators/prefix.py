@@ -14,12 +14,11 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-from kvsim.allocators.block_keys import prompt_block_hashes
-from kvsim.allocators.paged import PagedAllocator
+from kvsim.allocators.prefix_reuse import PrefixReuseAllocator
 from kvsim.trace.request import Request
 
 
-class PrefixCachingAllocator(PagedAllocator):
+class PrefixCachingAllocator(PrefixReuseAllocator):
     def __init__(self, pool_tokens: int, block_size: int = 16, cpu_swap_tokens: int = 0):
         super().__init__(pool_tokens, block_size, cpu_swap_tokens)
         self.name = f"paged:{block_size}+prefix"
@@ -27,10 +26,7 @@ class PrefixCachingAllocator(PagedAllocator):
         self._free_blocks = []  # unused: the queue replaces the stack
         self._hash_of: dict[int, int] = {}
         self._cached: dict[int, int] = {}
-        self._chains: dict[int, list[int]] = {}  # seq_id -> its prompt block hashes
         self._registered: dict[int, int] = {}  # seq_id -> leading blocks already offered to the cache
-        self._pending: dict[int, list[int]] = {}  # seq_id -> hit blocks found by the lookup just made
-        self.stats.update(hit_blocks=0, lookup_blocks=0, evictions=0)
 
     # --- block supply ---------------------------------------------------------------------------
     @property
@@ -53,49 +49,23 @@ class PrefixCachingAllocator(PagedAllocator):
         self._free_queue[b] = None
 
     # --- prefix reuse -----------------------------------------------------------------------------
-    def _chain(self, seq_id: int, request: Request) -> list[int]:
-        chain = self._chains.get(seq_id)
-        if chain is None:
-            chain = self._chains[seq_id] = prompt_block_hashes(request, self.block_size)
-        return chain
-
-    def cached_prefix_tokens(self, seq_id: int, request: Request, max_tokens: int) -> int:
-        chain = self._chain(seq_id, request)
-        limit = min(len(chain), max_tokens // self.block_size)
+    def _find_hits(self, chain: list[int]) -> list[int]:
         hits = []
-        for h in chain[:limit]:
+        for h in chain:
             b = self._cached.get(h)
             if b is None:
                 break
             hits.append(b)
-        self._pending[seq_id] = hits
-        return len(hits) * self.block_size
+        return hits
 
-    def allocate(self, seq_id: int, request: Request, num_tokens: int) -> bool:
-        hits = self._pending.pop(seq_id, None)
-        if hits is None:
-            return super().allocate(seq_id, request, num_tokens)
-        if hits:
-            # Claim the hits before taking new blocks, so the take can never evict one of them.
-            in_queue = sum(1 for b in hits if self.ref[b] == 0)
-            if -(-num_tokens // self.block_size) - len(hits) > self.num_free_blocks - in_queue:
-                return False
-            self._claim(hits)
-            self._tables[seq_id] = list(hits)
-            self._registered[seq_id] = len(hits)
-        if not super().allocate(seq_id, request, num_tokens):
-            return False
-        self.stats["lookup_blocks"] += request.prompt_tokens // self.block_size
-        self.stats["hit_blocks"] += len(hits)
-        return True
+    def _claim_unreferenced(self, block: int) -> None:
+        del self._free_queue[block]
 
-    def _claim(self, hits: list[int]) -> None:
-        for b in hits:
-            if self.ref[b] == 0:
-                del self._free_queue[b]
-            else:
-                self._shared_extra += self.block_size
-            self.ref[b] += 1
+    def _after_claim(self, seq_id: int, hits: list[int]) -> None:
+        self._registered[seq_id] = len(hits)
+
+    def _forget(self, seq_id: int) -> None:
+        self._registered.pop(seq_id, None)
 
     def on_computed(self, seq_id: int, request: Request, computed_tokens: int) -> None:
         """Register the hashes of prompt blocks whose KV is now computed."""
@@ -103,26 +73,15 @@ class PrefixCachingAllocator(PagedAllocator):
         table = self._tables.get(seq_id)
         if not table:
             return
+        done = self._registered.get(seq_id, 0)
         upto = min(len(chain), computed_tokens // self.block_size, len(table))
-        for j in range(self._registered.get(seq_id, 0), upto):
+        for j in range(done, upto):
             b, h = table[j], chain[j]
             if b not in self._hash_of and h not in self._cached:
                 self._cached[h] = b
                 self._hash_of[b] = h
-        if upto > self._registered.get(seq_id, 0):
+        if upto > done:
             self._registered[seq_id] = upto
-
-    def free(self, seq_id: int) -> None:
-        super().free(seq_id)
-        self._registered.pop(seq_id, None)
-        self._pending.pop(seq_id, None)
-        self._chains.pop(seq_id, None)
-
-    def swap_in(self, seq_id: int, request: Request):
-        mapping = super().swap_in(seq_id, request)
-        if mapping is not None:
-            self._registered[seq_id] = 0  # fresh blocks: offer them to the cache again
-        return mapping
 
     # --- introspection for tests and metrics --------------------------------------------------------
     def cached_block_count(self) -> int:
@@ -130,6 +89,3 @@ class PrefixCachingAllocator(PagedAllocator):
 
     def is_cached(self, block: int) -> bool:
         return block in self._hash_of
-
-    def counters(self) -> dict:
-        return dict(self.stats)

@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import heapq
 
-from kvsim.allocators.block_keys import prompt_block_hashes
-from kvsim.allocators.paged import PagedAllocator
+from kvsim.allocators.prefix_reuse import PrefixReuseAllocator
 from kvsim.trace.request import Request
 
 
@@ -26,7 +25,7 @@ class _Node:
         self.detached = False
 
 
-class RadixCacheAllocator(PagedAllocator):
+class RadixCacheAllocator(PrefixReuseAllocator):
     def __init__(self, pool_tokens: int, block_size: int = 16, cpu_swap_tokens: int = 0):
         super().__init__(pool_tokens, block_size, cpu_swap_tokens)
         self.name = f"radix:{block_size}"
@@ -35,10 +34,7 @@ class RadixCacheAllocator(PagedAllocator):
         self._unreferenced = 0  # tree nodes with ref 0 (all evictable, leaves first)
         self._heap: list[tuple[int, int, _Node]] = []  # (last_use, tiebreak, leaf) candidates, lazily checked
         self._tick = 0
-        self._chains: dict[int, list[int]] = {}
         self._cursor: dict[int, tuple[int, _Node]] = {}  # seq_id -> (blocks offered, deepest node)
-        self._pending: dict[int, list[int]] = {}
-        self.stats.update(hit_blocks=0, lookup_blocks=0, evictions=0)
 
     # --- block supply ---------------------------------------------------------------------------
     @property
@@ -82,46 +78,26 @@ class RadixCacheAllocator(PagedAllocator):
         self._push_if_leaf(node)
 
     # --- prefix reuse -----------------------------------------------------------------------------
-    def _chain(self, seq_id: int, request: Request) -> list[int]:
-        chain = self._chains.get(seq_id)
-        if chain is None:
-            chain = self._chains[seq_id] = prompt_block_hashes(request, self.block_size)
-        return chain
-
-    def cached_prefix_tokens(self, seq_id: int, request: Request, max_tokens: int) -> int:
-        chain = self._chain(seq_id, request)
+    def _find_hits(self, chain: list[int]) -> list[int]:
         node, hits = self.root, []
-        for h in chain[:max_tokens // self.block_size]:
+        for h in chain:
             node = node.children.get(h)
             if node is None:
                 break
             hits.append(node.block)
-        self._pending[seq_id] = hits
-        return len(hits) * self.block_size
+        return hits
 
-    def allocate(self, seq_id: int, request: Request, num_tokens: int) -> bool:
-        hits = self._pending.pop(seq_id, None)
-        if hits is None:
-            return super().allocate(seq_id, request, num_tokens)
-        if hits:
-            unreferenced = sum(1 for b in hits if self.ref[b] == 0)
-            if -(-num_tokens // self.block_size) - len(hits) > self.num_free_blocks - unreferenced:
-                return False
-            self._tick += 1
-            for b in hits:
-                if self.ref[b] == 0:
-                    self._unreferenced -= 1
-                else:
-                    self._shared_extra += self.block_size
-                self.ref[b] += 1
-                self._node_of[b].last_use = self._tick
-            self._tables[seq_id] = list(hits)
-            self._cursor[seq_id] = (len(hits), self._node_of[hits[-1]])
-        if not super().allocate(seq_id, request, num_tokens):
-            return False
-        self.stats["lookup_blocks"] += request.prompt_tokens // self.block_size
-        self.stats["hit_blocks"] += len(hits)
-        return True
+    def _claim_unreferenced(self, block: int) -> None:
+        self._unreferenced -= 1
+
+    def _after_claim(self, seq_id: int, hits: list[int]) -> None:
+        self._tick += 1
+        for b in hits:
+            self._node_of[b].last_use = self._tick
+        self._cursor[seq_id] = (len(hits), self._node_of[hits[-1]])
+
+    def _forget(self, seq_id: int) -> None:
+        self._cursor.pop(seq_id, None)
 
     def on_computed(self, seq_id: int, request: Request, computed_tokens: int) -> None:
         table = self._tables.get(seq_id)
@@ -148,23 +124,8 @@ class RadixCacheAllocator(PagedAllocator):
             done = j + 1
         self._cursor[seq_id] = (done, node)
 
-    def free(self, seq_id: int) -> None:
-        super().free(seq_id)
-        self._cursor.pop(seq_id, None)
-        self._pending.pop(seq_id, None)
-        self._chains.pop(seq_id, None)
-
-    def swap_in(self, seq_id: int, request: Request):
-        mapping = super().swap_in(seq_id, request)
-        if mapping is not None:
-            self._cursor[seq_id] = (0, self.root)
-        return mapping
-
     def cached_block_count(self) -> int:
         return len(self._node_of)
 
     def is_cached(self, block: int) -> bool:
         return block in self._node_of
-
-    def counters(self) -> dict:
-        return dict(self.stats)

@@ -121,53 +121,60 @@ def _parse_azure_time(s: str, path: str, line: int) -> tuple[int, float]:
     return whole, (float("0." + frac) if frac.isdigit() else 0.0)
 
 
-def from_azure(path: str, limit: int | None = None) -> Converted:
-    """Azure LLM inference trace CSV: TIMESTAMP, ContextTokens, GeneratedTokens."""
+def _convert_csv(path: str, columns: tuple[str, ...], limit: int | None, parse, rebase: bool) -> Converted:
+    """Read a CSV row by row; ``parse(row, line, skipped)`` gives (arrival, prompt, output) or None (skipped).
+    ``rebase``: shift arrivals so that the first is at 0 (arrival may be a (whole, fraction) pair)."""
     raw, skipped, rows = [], Counter(), 0
-    for line, row in _csv_rows(path, ("TIMESTAMP", "ContextTokens", "GeneratedTokens")):
+    for line, row in _csv_rows(path, columns):
         if limit is not None and rows >= limit:
             break
         rows += 1
+        item = parse(row, line, skipped)
+        if item is not None:
+            raw.append(item)
+    if rebase and raw:
+        t0 = min(r[0] for r in raw)
+        if isinstance(t0, tuple):  # (whole seconds, fraction): subtract apart to keep precision
+            times = [(w - t0[0]) + (f - t0[1]) for (w, f), _, _ in raw]
+        else:
+            times = [t - t0 for t, _, _ in raw]
+    else:
+        times = [r[0] for r in raw]
+    return Converted([Request(str(i), t, p, o) for i, (t, (_, p, o)) in enumerate(zip(times, raw))], rows, skipped)
+
+
+def from_azure(path: str, limit: int | None = None) -> Converted:
+    """Azure LLM inference trace CSV: TIMESTAMP, ContextTokens, GeneratedTokens."""
+    def parse(row, line, skipped):
         t = _parse_azure_time(row["TIMESTAMP"], path, line)
         p, o = _num(row, "ContextTokens", path, line), _num(row, "GeneratedTokens", path, line)
-        if _lengths_ok(p, o, skipped):
-            raw.append((t, p, o))
-    t0 = min((r[0] for r in raw), default=(0, 0.0))
-    return Converted([Request(str(i), (w - t0[0]) + (f - t0[1]), p, o) for i, ((w, f), p, o) in enumerate(raw)],
-                     rows, skipped)
+        return (t, p, o) if _lengths_ok(p, o, skipped) else None
+
+    return _convert_csv(path, ("TIMESTAMP", "ContextTokens", "GeneratedTokens"), limit, parse, rebase=True)
 
 
 def from_burstgpt(path: str, limit: int | None = None) -> Converted:
     """BurstGPT CSV: Timestamp (s), Request tokens, Response tokens. Rows with 0 response tokens are
     failed requests: they are dropped and counted."""
-    raw, skipped, rows = [], Counter(), 0
-    for line, row in _csv_rows(path, ("Timestamp", "Request tokens", "Response tokens")):
-        if limit is not None and rows >= limit:
-            break
-        rows += 1
+    def parse(row, line, skipped):
         t = _num(row, "Timestamp", path, line, float)
         p, o = _num(row, "Request tokens", path, line), _num(row, "Response tokens", path, line)
         if o == 0:
             skipped["failed request (0 response tokens)"] += 1
-            continue
-        if _lengths_ok(p, o, skipped):
-            raw.append((t, p, o))
-    t0 = min((r[0] for r in raw), default=0.0)
-    return Converted([Request(str(i), t - t0, p, o) for i, (t, p, o) in enumerate(raw)], rows, skipped)
+            return None
+        return (t, p, o) if _lengths_ok(p, o, skipped) else None
+
+    return _convert_csv(path, ("Timestamp", "Request tokens", "Response tokens"), limit, parse, rebase=True)
 
 
 def from_vidur(path: str, limit: int | None = None) -> Converted:
     """Vidur's processed trace CSV: arrived_at (s), num_prefill_tokens, num_decode_tokens."""
-    reqs, skipped, rows = [], Counter(), 0
-    for line, row in _csv_rows(path, ("arrived_at", "num_prefill_tokens", "num_decode_tokens")):
-        if limit is not None and rows >= limit:
-            break
-        rows += 1
+    def parse(row, line, skipped):
         t = _num(row, "arrived_at", path, line, float)
         p, o = _num(row, "num_prefill_tokens", path, line), _num(row, "num_decode_tokens", path, line)
-        if _lengths_ok(p, o, skipped):
-            reqs.append(Request(str(len(reqs)), t, p, o))
-    return Converted(reqs, rows, skipped)
+        return (t, p, o) if _lengths_ok(p, o, skipped) else None
+
+    return _convert_csv(path, ("arrived_at", "num_prefill_tokens", "num_decode_tokens"), limit, parse, rebase=False)
 
 
 def from_lengths_csv(path: str, arrivals: ArrivalSpec, seed: int = 0, limit: int | None = None) -> Converted:
