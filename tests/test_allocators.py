@@ -79,7 +79,7 @@ class AllocatorMachine(RuleBasedStateMachine):
             assert len(owned) == len(set(owned))  # no block owned twice
             assert set(owned).isdisjoint(a._free_blocks) and len(owned) + a.num_free_blocks == a.num_blocks
             assert all(0 <= b < a.num_blocks for b in owned)
-            for s, (r, n) in self.live.items():
+            for s, (_, n) in self.live.items():
                 assert a.held_slots(s) - n < a.block_size  # waste < one block per sequence
         else:
             assert isinstance(a, ContiguousAllocator)

@@ -1,7 +1,6 @@
 """Capacity search, plan, sweeps (local and Ray) and reports."""
 
 import base64
-import json
 from html.parser import HTMLParser
 from pathlib import Path
 

@@ -94,7 +94,7 @@ class KVAllocator(ABC):
         """
         return 0
 
-    def on_computed(self, seq_id: int, request: Request, computed_tokens: int) -> None:
+    def on_computed(self, seq_id: int, request: Request, computed_tokens: int) -> None:  # noqa: B027
         """The sequence's first ``computed_tokens`` tokens now have KV (prefix caches register blocks)."""
 
     def fork(self, parent_id: int, child_id: int, filled_tokens: int, request: Request) -> bool:
@@ -112,10 +112,7 @@ class KVAllocator(ABC):
         return 0
 
     def shortfall(self, seq_id: int, num_tokens: int) -> int:
-        """Slots that must be freed before ``seq_id`` can hold ``num_tokens`` tokens."""
-        return self.footprint_tokens_needed(seq_id, num_tokens)
-
-    def footprint_tokens_needed(self, seq_id: int, num_tokens: int) -> int:
+        """Slots that must be freed before ``seq_id`` can hold ``num_tokens`` tokens (an upper bound here)."""
         return num_tokens
 
     def swap_out(self, seq_id: int) -> list[tuple[int, int]] | None:

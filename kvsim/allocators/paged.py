@@ -9,8 +9,6 @@ sequence's blocks can be copied out and back instead of being recomputed.
 
 from __future__ import annotations
 
-from typing import Iterable
-
 from kvsim.allocators.base import Breakdown, KVAllocator
 from kvsim.allocators.swap import SwapSpace
 from kvsim.trace.request import Request

@@ -30,7 +30,6 @@ class BenchOptions:
 
 
 def _sdpa_time(q, k, v, device):
-    import torch
     import torch.nn.functional as F
 
     group = q.shape[1] // k.shape[1]
@@ -44,42 +43,42 @@ def _sdpa_time(q, k, v, device):
 
 
 def bench(opts: BenchOptions) -> "list[dict]":
-    import torch
-
     from kernels import load
 
     K = load(opts.device)
+    return [_bench_point(K, opts, B, batch, ctx, opts.seed)
+            for B in opts.block_sizes for batch in opts.batches for ctx in opts.contexts]
+
+
+def _bench_point(K, opts: BenchOptions, B: int, batch: int, ctx: int, seed: int) -> dict:
+    """One sweep point; its tensors are freed on return, before the next point allocates."""
+    import functools
+
+    import torch
+
     dtype = torch_dtype(opts.dtype)
     elem = torch.tensor([], dtype=dtype).element_size()
-    g = torch.Generator().manual_seed(opts.seed)
-    rows = []
+    g = torch.Generator().manual_seed(seed + 7919 * batch + ctx + B)
     scale = opts.head_dim ** -0.5
-    for B in opts.block_sizes:
-        for batch in opts.batches:
-            for ctx in opts.contexts:
-                pages = -(-ctx // B)
-                nblocks = batch * pages
-                kc, vc = make_pool(nblocks, B, opts.kv_heads, opts.head_dim, dtype, K.device, opts.max_pool_gib, opts.seed)
-                bt = torch.randperm(nblocks, generator=g).reshape(batch, pages).to(torch.int32).to(K.device)
-                lens = torch.full((batch,), ctx, dtype=torch.int32, device=K.device)
-                q = torch.randn(batch, opts.q_heads, opts.head_dim, generator=g).to(dtype).to(K.device)
-                if K.device == "cuda":
-                    t = time_it(lambda: K.paged_decode_attention(q, kc, vc, bt, lens, scale, max_context=ctx), "cuda")
-                    impl = K.mode
-                else:
-                    t = time_it(lambda: K.paged_decode_attention_ref(q, kc, vc, bt, lens, scale), "cpu", reps=3)
-                    impl = "torch-reference-cpu (pipeline check, not a GPU number)"
-                # the same KV laid out contiguously, for scaled_dot_product_attention
-                kk = kc[bt.long()].reshape(batch, pages * B, opts.kv_heads, opts.head_dim)[:, :ctx].transpose(1, 2).contiguous()
-                vv = vc[bt.long()].reshape(batch, pages * B, opts.kv_heads, opts.head_dim)[:, :ctx].transpose(1, 2).contiguous()
-                sdpa = _sdpa_time(q[:, :, None, :], kk, vv, K.device)
-                nbytes = kv_bytes_read([ctx] * batch, opts.kv_heads, opts.head_dim, elem)
-                rows.append({"source": "bench", "device": K.device, "impl": impl, "kind": "decode", "dtype": opts.dtype,
-                             "block_size": B, "q_heads": opts.q_heads, "kv_heads": opts.kv_heads,
-                             "head_dim": opts.head_dim, "num_seqs": batch, "new_tokens": batch,
-                             "total_context": batch * ctx, "max_context": ctx, "kv_bytes": nbytes, "time_s": t,
-                             "achieved_bw": nbytes / t, "peak_bw": opts.peak_bandwidth,
-                             "frac_of_peak": nbytes / t / opts.peak_bandwidth, "sdpa_time_s": sdpa,
-                             "ratio_vs_sdpa": t / sdpa})
-                del kc, vc, kk, vv
-    return rows
+    pages = -(-ctx // B)
+    nblocks = batch * pages
+    kc, vc = make_pool(nblocks, B, opts.kv_heads, opts.head_dim, dtype, K.device, opts.max_pool_gib, seed)
+    bt = torch.randperm(nblocks, generator=g).reshape(batch, pages).to(torch.int32).to(K.device)
+    lens = torch.full((batch,), ctx, dtype=torch.int32, device=K.device)
+    q = torch.randn(batch, opts.q_heads, opts.head_dim, generator=g).to(dtype).to(K.device)
+    if K.device == "cuda":
+        run = functools.partial(K.paged_decode_attention, q, kc, vc, bt, lens, scale, max_context=ctx)
+        t, impl = time_it(run, "cuda"), K.mode
+    else:
+        run = functools.partial(K.paged_decode_attention_ref, q, kc, vc, bt, lens, scale)
+        t, impl = time_it(run, "cpu", reps=3), "torch-reference-cpu (pipeline check, not a GPU number)"
+    # the same KV laid out contiguously, for scaled_dot_product_attention
+    kk = kc[bt.long()].reshape(batch, pages * B, opts.kv_heads, opts.head_dim)[:, :ctx].transpose(1, 2).contiguous()
+    vv = vc[bt.long()].reshape(batch, pages * B, opts.kv_heads, opts.head_dim)[:, :ctx].transpose(1, 2).contiguous()
+    sdpa = _sdpa_time(q[:, :, None, :], kk, vv, K.device)
+    nbytes = kv_bytes_read([ctx] * batch, opts.kv_heads, opts.head_dim, elem)
+    return {"source": "bench", "device": K.device, "impl": impl, "kind": "decode", "dtype": opts.dtype,
+            "block_size": B, "q_heads": opts.q_heads, "kv_heads": opts.kv_heads, "head_dim": opts.head_dim,
+            "num_seqs": batch, "new_tokens": batch, "total_context": batch * ctx, "max_context": ctx,
+            "kv_bytes": nbytes, "time_s": t, "achieved_bw": nbytes / t, "peak_bw": opts.peak_bandwidth,
+            "frac_of_peak": nbytes / t / opts.peak_bandwidth, "sdpa_time_s": sdpa, "ratio_vs_sdpa": t / sdpa}

@@ -11,6 +11,7 @@ not a GPU number, and labelled so in the CSV.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from kvsim.replay.measure import kv_bytes_read, make_pool, time_it, torch_dtype
@@ -63,13 +64,15 @@ def replay(path: str, opts: ReplayOptions) -> "list[dict]":
         decode = all(q == 1 for q in news)
         if decode:
             q = torch.randn(len(seqs), hq, dim, generator=g).to(dtype).to(K.device)
-            run = lambda: K.paged_decode_attention(q, kc, vc, bt, lens, scale)  # noqa: E731
-            ref_fn = lambda: K.paged_decode_attention_ref(q, kc, vc, bt, lens, scale)  # noqa: E731
+            args = (q, kc, vc, bt, lens, scale)
+            run = functools.partial(K.paged_decode_attention, *args)
+            ref_fn = functools.partial(K.paged_decode_attention_ref, *args)
         else:
             starts = torch.tensor([0] + list(torch.tensor(news).cumsum(0).tolist()), dtype=torch.int32, device=K.device)
             q = torch.randn(int(starts[-1]), hq, dim, generator=g).to(dtype).to(K.device)
-            run = lambda: K.paged_prefill_attention(q, kc, vc, bt, lens, starts, scale)  # noqa: E731
-            ref_fn = lambda: K.paged_prefill_attention_ref(q, kc, vc, bt, lens, starts, scale)  # noqa: E731
+            args = (q, kc, vc, bt, lens, starts, scale)
+            run = functools.partial(K.paged_prefill_attention, *args)
+            ref_fn = functools.partial(K.paged_prefill_attention_ref, *args)
         err, ok = _check(K, decode, q, kc, vc, bt, lens, news, scale, run, ref_fn, opts.check_seqs, dtype)
         if K.device == "cuda":
             t, impl = time_it(run, "cuda"), K.mode
