@@ -50,4 +50,8 @@ def simulate(requests: list[Request], cfg: SimConfig, allocator_name: str, pool:
     summary["pool_gib"] = pool.pool_bytes / (1 << 30)
     if isinstance(alloc, PagedAllocator):
         summary["num_blocks"] = alloc.num_blocks
+        block_bytes = alloc.block_size * pool.kv_bytes_per_token
+        for way in ("out", "in"):
+            if f"swap_{way}_blocks" in summary:
+                summary[f"swap_{way}_bytes"] = summary[f"swap_{way}_blocks"] * block_bytes
     return RunOutput(res, req, summary, timeline_frame(res))
