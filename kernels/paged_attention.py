@@ -37,17 +37,23 @@ def _gather_kv(K, V, BT, bt_row, t, tmask, kvh, d, dmask, s_kb, s_kt, s_kh,
 
 
 @triton.jit
-def _online_softmax_step(q, k, v, ok, m_i, l_i, acc, scale):
+def _online_softmax_step(q, k, v, ok, m_i, l_i, acc, scale, F32: tl.constexpr):
     """One tile of online softmax; ``ok`` masks (query, key) pairs. A row with nothing visible yet keeps
-    m = -inf and contributes nothing (no NaN)."""
-    s = tl.dot(q, tl.trans(k)) * scale
+    m = -inf and contributes nothing (no NaN). F32: operands are fp32, multiply them exactly (no TF32)."""
+    if F32:
+        s = tl.dot(q, tl.trans(k), input_precision="ieee") * scale
+    else:
+        s = tl.dot(q, tl.trans(k)) * scale
     s = tl.where(ok, s, float("-inf"))
     m_new = tl.maximum(m_i, tl.max(s, 1))
     m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
     p = tl.exp(s - m_safe[:, None])
     alpha = tl.exp(m_i - m_safe)
     l_i = l_i * alpha + tl.sum(p, 1)
-    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+    if F32:
+        acc = acc * alpha[:, None] + tl.dot(p, v, input_precision="ieee")
+    else:
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
     return m_new, l_i, acc
 
 
@@ -82,7 +88,7 @@ def _decode_split_kernel(
         t = t0 + tl.arange(0, TILE)
         tmask = t < end
         k, v = _gather_kv(K, V, BT, seq * s_bts, t, tmask, kvh, d, dmask, s_kb, s_kt, s_kh, BLOCK_SIZE, DOT_F32)
-        m_i, l_i, acc = _online_softmax_step(q, k, v, tmask[None, :], m_i, l_i, acc, scale)
+        m_i, l_i, acc = _online_softmax_step(q, k, v, tmask[None, :], m_i, l_i, acc, scale, DOT_F32)
 
     has = l_i > 0
     out = acc / tl.where(has, l_i, 1.0)[:, None]
@@ -202,7 +208,7 @@ def _prefill_kernel(
         tmask = t < last
         k, v = _gather_kv(K, V, BT, seq * s_bts, t, tmask, kvh, d, dmask, s_kb, s_kt, s_kh, BLOCK_SIZE, DOT_F32)
         ok = tmask[None, :] & (t[None, :] <= pos[:, None]) & qmask[:, None]
-        m_i, l_i, acc = _online_softmax_step(q, k, v, ok, m_i, l_i, acc, scale)
+        m_i, l_i, acc = _online_softmax_step(q, k, v, ok, m_i, l_i, acc, scale, DOT_F32)
     out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
     tl.store(O + (q0 + i)[:, None] * s_ot + h * s_oh + d[None, :], out.to(O.dtype.element_ty),
              mask=qmask[:, None] & dmask[None, :])
