@@ -270,3 +270,23 @@ def test_block_keys_mapping_when_block_does_not_divide_hash_chunk():
     assert same == 1024 // 48  # 21 blocks; block 21 (tokens 1008-1056) straddles into chunk 2
     assert sum(1 for x, y in zip(ka, kc) if x == y) == 512 // 48  # 10 blocks inside chunk 0
     assert prompt_block_hashes(Request("d", 0, 100, 1), 16) == []  # no hash_ids: shares nothing
+
+
+def test_hits_at_the_head_of_the_free_queue_are_claimed_before_new_blocks_are_taken():
+    """X's prefix blocks sit at the head of the LRU free queue (freed first), so the very next blocks a
+    take would evict are exactly the ones Y's lookup just found. Y's allocate must claim them first."""
+    a = PrefixCachingAllocator(6 * B, B)
+    x = Request("x", 0, 2 * B + 1, 1, hash_ids=(1, 2, 3), hash_block_tokens=B)
+    z = Request("z", 0, 3 * B - 1, 1, hash_ids=(7, 8, 9), hash_block_tokens=B)
+    assert a.allocate(0, x, x.total_tokens) and a.allocate(1, z, z.total_tokens)  # all 6 blocks in use
+    a.on_computed(0, x, x.prompt_tokens)
+    x_prefix = a.block_table(0)[:2]
+    a.free(0)
+    a.free(1)
+    head = list(a._free_queue)[:3]
+    assert set(x_prefix) <= set(head)  # X's blocks (tail first) lead the queue
+    y = Request("y", 0, 2 * B + 5, 3 * B, hash_ids=(1, 2, 4), hash_block_tokens=B)
+    assert a.cached_prefix_tokens(2, y, y.prompt_tokens - 1) == 2 * B
+    assert a.allocate(2, y, y.total_tokens)  # needs 4 more blocks: all of the queue but the hits
+    assert a.block_table(2)[:2] == x_prefix and all(a.is_cached(b) for b in x_prefix)
+    assert a.stats["hit_blocks"] == 2
