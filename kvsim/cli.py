@@ -221,6 +221,8 @@ def cmd_trace_stats(a: argparse.Namespace) -> int:
     st = trace_stats(loaded.requests)
     print(f"{a.file}: {st['requests']} requests over {st['span_s']:.1f} s ({st['rate_req_s']:.2f} req/s); "
           f"{st['with_hash_ids']} carry hash_ids")
+    if st["with_hash_ids"]:
+        print(f"ideal prefix reuse (infinite cache): {100 * st['ideal_prefix_reuse']:.1f}% of prompt tokens")
     print(f"{'tokens':>8} {'mean':>9} {'p50':>8} {'p90':>8} {'p99':>8} {'max':>8}")
     for k in ("prompt", "output", "total"):
         print(f"{k:>8} {st[k + '_mean']:9.1f} {st[k + '_p50']:8.0f} {st[k + '_p90']:8.0f} {st[k + '_p99']:8.0f} {st[k + '_max']:8d}")

@@ -20,6 +20,15 @@ def test_mooncake_excerpt():
     assert all(len(q.hash_ids) == -(-q.prompt_tokens // 512) for q in c.requests)
 
 
+def test_ideal_prefix_reuse_of_the_mooncake_excerpt(capsys):
+    from kvsim.trace.stats import trace_stats
+
+    st = trace_stats(load_trace("traces/mooncake_excerpt.jsonl").requests)
+    assert st["ideal_prefix_reuse"] == pytest.approx(0.691, abs=0.001)
+    assert main(["trace", "stats", "traces/mooncake_excerpt.jsonl"]) == 0
+    assert "ideal prefix reuse (infinite cache): 69.1%" in capsys.readouterr().out
+
+
 def test_azure_excerpt_times_are_relative_and_precise():
     c = convert("azure", "traces/azure_conv_excerpt.csv")
     assert len(c.requests) == 300
