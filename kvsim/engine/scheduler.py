@@ -81,10 +81,11 @@ class Scheduler:
         seq.computed = kept
         self.waiting.appendleft(seq)
 
-    def _reclaim_waiting(self) -> bool:
-        """Free the memory of one waiting sequence that still holds some (latest in the queue first)."""
+    def _reclaim_waiting(self, keep: Sequence | None = None) -> bool:
+        """Free the memory of one waiting sequence (other than ``keep``) that still holds some, latest
+        in the queue first."""
         for seq in reversed(self.waiting):
-            if seq.computed and not seq.swapped:
+            if seq.computed and not seq.swapped and seq is not keep:
                 self.alloc.free(seq.sid)
                 self.filled_tokens -= seq.computed
                 seq.computed = 0
@@ -167,7 +168,13 @@ class Scheduler:
             fresh = seq.computed == 0  # starting from scratch (not resumed from swap or a kept head)
             # Static batching forms the whole batch at once: it must hold every prompt now.
             need = seq.known if static else start + min(seq.known - start, budget)
-            if not alloc.allocate(seq.sid, seq.req, need):
+            fits = alloc.allocate(seq.sid, seq.req, need)
+            while not fits and self._reclaim_waiting(keep=seq):
+                # partially evicted sequences behind the head give their memory back first (FCFS)
+                start = self._lookup_prefix(seq)
+                need = seq.known if static else start + min(seq.known - start, budget)
+                fits = alloc.allocate(seq.sid, seq.req, need)
+            if not fits:
                 blocked = True  # a prefix lookup that is not claimed now is dropped, never left pending
                 break
             self.waiting.popleft()

@@ -167,8 +167,9 @@ class Simulation:
 
     # --- the process --------------------------------------------------------------------------
     def _process(self, env: simpy.Environment):
-        sched, alloc, latency = self.sched, self.alloc, self.latency
+        sched = self.sched
         horizon = self.cfg.horizon_s
+        stalls = 0  # consecutive iterations that scheduled nothing (preemption-only passes)
         while True:
             now = env.now
             self._release_arrivals(now)
@@ -184,86 +185,100 @@ class Simulation:
                 continue
             run = self._plan_decode_run(now)
             if run is not None:
-                k, s0 = run
-                running = list(sched.running)
-                for s in running:
-                    s.last_scheduled_s = now
-                self._observe(now)  # slots for the run's tokens are claimed at its end, counted in its integral
-                dt = latency.decode_run_time(len(running), s0, k)
-                yield env.timeout(dt)
-                t1 = env.now
-                used_sum, internal_sum = alloc.decode_run_integrals(
-                    [(s.sid, s.computed, s.final_tokens) for s in running], k)
-                filled0 = sched.filled_tokens - alloc.shared_slots  # physical: shared KV counted once
-                external = alloc.external_fragmentation(sched.waiting[0].req if sched.waiting else None)
-                done = []
-                for s in running:
-                    alloc.allocate(s.sid, s.req, s.computed + k)
-                    s.computed += k
-                    s.generated += k
-                    if s.generated == s.target:
-                        done.append(s)
-                sched.filled_tokens += k * len(running)
-                if self.observer is not None:
-                    self.observer(now, dt, [(s, 1) for s in running], k, [], alloc)
-                w = sched.waiting
-                self.memory.add_decode_run(now, t1, k, filled0, len(running), used_sum, internal_sum, external,
-                                           alloc.memory_breakdown(sched.filled_tokens, w[0].req if w else None))
-                self.memory.busy(dt, len(running))
-                self.steps += k
+                done = yield from self._decode_run(env, *run)
             else:
                 batch = sched.schedule(now)
                 if not batch:
-                    if sched.running or sched.waiting:
-                        continue  # only preemptions happened; reschedule at the same instant
-                    break
-                new = pairs = kv = 0
-                for s, n in batch:
-                    p, r = chunk_shape_terms(s.computed, n)
-                    new += n
-                    pairs += p
-                    kv += r
-                self._observe(now)
-                dt = latency.step_time(StepShape(new, len(batch), pairs, kv))
-                if self.swap_timing is not None and (sched.step_swap_out or sched.step_swap_in):
-                    # Swaps are synchronous copies before the forward pass (vLLM V0): they stall it.
-                    unit = getattr(alloc, "block_size", 1)
-                    swap_s = (self.swap_timing.seconds(sched.step_swap_out, unit)
-                              + self.swap_timing.seconds(sched.step_swap_in, unit))
-                    self.swap_s += swap_s
-                    dt += swap_s
-                copies = alloc.drain_copies()
-                yield env.timeout(dt)
-                t1 = env.now
-                done = []
-                forks = []
-                for s, n in batch:
-                    if s.computed < s.prompt:
-                        alloc.on_computed(s.sid, s.req, min(s.computed + n, s.prompt))
-                        # newly cached prompt blocks can make the queue head's prefix hit, so it may fit now
-                        sched.admission_blocked = False
-                    s.computed += n
-                    if s.computed == s.prompt + s.generated:
-                        s.generated += 1
-                        if s.first_token_s is None:
-                            s.first_token_s = t1
-                        if s.generated == s.target:
-                            done.append(s)
-                        elif not s.forked:
-                            forks.append(s)
-                if self.observer is not None:
-                    self.observer(now, dt, batch, 1, copies, alloc)
-                for s in forks:
-                    self._fork(s, t1)
-                sched.filled_tokens += new
-                self.memory.busy(dt, len(batch))
-                self.steps += 1
+                    stalls += 1
+                    if stalls > len(self.seqs) + len(self.samples) + 2:
+                        raise RuntimeError(f"engine stalled at t={now}: nothing can run "
+                                           f"({len(sched.running)} running, {len(sched.waiting)} waiting)")
+                    continue  # only preemptions happened; reschedule at the same instant
+                stalls = 0
+                done = yield from self._step(env, batch)
+            t1 = env.now
             self.events += 1
             self._observe(t1)
             for s in done:
                 self._finish(s, t1)
             if done:
                 self._observe(t1)
+
+    def _decode_run(self, env: simpy.Environment, k: int, s0: int):
+        """k pure-decode iterations of the whole running batch as one event; returns who finished."""
+        sched, alloc = self.sched, self.alloc
+        now = env.now
+        running = list(sched.running)
+        for s in running:
+            s.last_scheduled_s = now
+        self._observe(now)  # slots for the run's tokens are claimed at its end, counted in its integral
+        dt = self.latency.decode_run_time(len(running), s0, k)
+        yield env.timeout(dt)
+        used_sum, internal_sum = alloc.decode_run_integrals([(s.sid, s.computed, s.final_tokens) for s in running], k)
+        filled0 = sched.filled_tokens - alloc.shared_slots  # physical: shared KV counted once
+        external = alloc.external_fragmentation(sched.waiting[0].req if sched.waiting else None)
+        done = []
+        for s in running:
+            alloc.allocate(s.sid, s.req, s.computed + k)
+            s.computed += k
+            s.generated += k
+            if s.generated == s.target:
+                done.append(s)
+        sched.filled_tokens += k * len(running)
+        if self.observer is not None:
+            self.observer(now, dt, [(s, 1) for s in running], k, [], alloc)
+        w = sched.waiting
+        self.memory.add_decode_run(now, env.now, k, filled0, len(running), used_sum, internal_sum, external,
+                                   alloc.memory_breakdown(sched.filled_tokens, w[0].req if w else None))
+        self.memory.busy(dt, len(running))
+        self.steps += k
+        return done
+
+    def _step(self, env: simpy.Environment, batch: list[tuple[Sequence, int]]):
+        """One scheduled iteration (prefill chunks, decodes); returns who finished."""
+        sched, alloc = self.sched, self.alloc
+        now = env.now
+        new = pairs = kv = 0
+        for s, n in batch:
+            p, r = chunk_shape_terms(s.computed, n)
+            new += n
+            pairs += p
+            kv += r
+        self._observe(now)
+        dt = self.latency.step_time(StepShape(new, len(batch), pairs, kv))
+        if self.swap_timing is not None and (sched.step_swap_out or sched.step_swap_in):
+            # Swaps are synchronous copies before the forward pass (vLLM V0): they stall it.
+            unit = getattr(alloc, "block_size", 1)
+            swap_s = (self.swap_timing.seconds(sched.step_swap_out, unit)
+                      + self.swap_timing.seconds(sched.step_swap_in, unit))
+            self.swap_s += swap_s
+            dt += swap_s
+        copies = alloc.drain_copies()
+        yield env.timeout(dt)
+        t1 = env.now
+        done, forks = [], []
+        for s, n in batch:
+            if s.computed < s.prompt:
+                alloc.on_computed(s.sid, s.req, min(s.computed + n, s.prompt))
+                # newly cached prompt blocks can make the queue head's prefix hit, so it may fit now
+                sched.admission_blocked = False
+            s.computed += n
+            if s.computed == s.prompt + s.generated:
+                s.generated += 1
+                if s.first_token_s is None:
+                    s.first_token_s = t1
+                if s.generated == s.target:
+                    done.append(s)
+                elif not s.forked:
+                    forks.append(s)
+        if self.observer is not None:
+            self.observer(now, dt, batch, 1, copies, alloc)
+        for s in forks:
+            self._fork(s, t1)
+        sched.filled_tokens += new
+        self.memory.busy(dt, len(batch))
+        self.steps += 1
+        return done
 
     def run(self) -> SimResult:
         wall0 = time.perf_counter()
