@@ -22,7 +22,7 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 KV="$PY -m kvsim.cli"
 
 say "kernel tests (native)"
-timeout 180 $PY -m pytest -q -p no:cacheprovider tests/test_kernels.py 2>&1 | tail -n 15 | tee "$OUT/kernel-tests.txt" | tee -a "$LOG"
+HYPOTHESIS_PROFILE=gpu timeout 200 $PY -m pytest -q -p no:cacheprovider tests/test_kernels.py 2>&1 | tail -n 15 | tee "$OUT/kernel-tests.txt" | tee -a "$LOG"
 
 say "decode bench: batch x context at block 16, bf16, Llama-3-8B heads (32 q / 8 kv / 128)"
 timeout 150 $KV kernels bench --device cuda --batch 1,8,32,64,128 --context 512,1024,2048,4096,8192 --block-size 16 \

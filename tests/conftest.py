@@ -14,6 +14,8 @@ from hypothesis import settings
 settings.register_profile("ci", max_examples=60, deadline=None)
 settings.register_profile("dev", max_examples=30, deadline=None)
 settings.register_profile("thorough", max_examples=600, deadline=None)
+# native GPU runs compile a kernel per new shape: fewer examples keep benchmarks/gpu_check.sh short
+settings.register_profile("gpu", max_examples=12, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 

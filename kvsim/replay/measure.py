@@ -33,9 +33,11 @@ def make_pool(num_blocks: int, block_size: int, kv_heads: int, head_dim: int, dt
     if gib > max_gib:
         raise ConfigError(f"a one-layer KV pool of {num_blocks} blocks needs {gib:.1f} GiB (> --max-pool-gib {max_gib:g});"
                           " raise the limit or record a smaller run")
-    g = torch.Generator(device="cpu").manual_seed(seed)
-    k = torch.randn(num_blocks, block_size, kv_heads, head_dim, generator=g).to(dtype).to(device)
-    v = torch.randn(num_blocks, block_size, kv_heads, head_dim, generator=g).to(dtype).to(device)
+    # generated where it lives: filling a multi-GB GPU pool from the CPU would dominate a GPU check
+    g = torch.Generator(device=device).manual_seed(seed)
+    shape = (num_blocks, block_size, kv_heads, head_dim)
+    k = torch.randn(shape, generator=g, device=device, dtype=torch.float32).to(dtype)
+    v = torch.randn(shape, generator=g, device=device, dtype=torch.float32).to(dtype)
     return k, v
 
 
