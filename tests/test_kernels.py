@@ -49,7 +49,7 @@ def make_case(draw, max_seqs=3, max_ctx=200):
     return dict(block=block, hkv=hkv, hq=hkv * group, dim=dim, dtype=dtype, kc=kc, vc=vc, bt=bt, lens=lens, gen=g)
 
 
-@settings(max_examples=30, deadline=None)
+@settings(deadline=None)
 @given(st.data(), st.one_of(st.none(), st.integers(1, 6)))
 def test_decode_matches_reference(data, splits):
     c = make_case(data.draw)
@@ -78,7 +78,7 @@ def test_decode_edge_cases():
     torch.testing.assert_close(out[0], vc[3, 0].repeat_interleave(2, dim=0), atol=1e-5, rtol=1e-5)
 
 
-@settings(max_examples=20, deadline=None)
+@settings(deadline=None)
 @given(st.data())
 def test_prefill_matches_reference(data):
     c = make_case(data.draw, max_seqs=2, max_ctx=120)
@@ -93,7 +93,7 @@ def test_prefill_matches_reference(data):
     torch.testing.assert_close(out.float(), ref.float(), atol=TOL[c["dtype"]], rtol=TOL[c["dtype"]])
 
 
-@settings(max_examples=20, deadline=None)
+@settings(deadline=None)
 @given(st.integers(1, 40), st.sampled_from([8, 16, 32]), st.sampled_from(DTYPES), st.integers(0, 2**31 - 1))
 def test_write_kv_matches_reference(n, block, dtype, seed):
     g = torch.Generator().manual_seed(seed)
@@ -108,7 +108,7 @@ def test_write_kv_matches_reference(n, block, dtype, seed):
     assert torch.equal(caches[0], caches[2]) and torch.equal(caches[1], caches[3])
 
 
-@settings(max_examples=20, deadline=None)
+@settings(deadline=None)
 @given(st.integers(1, 8), st.sampled_from(DTYPES), st.integers(0, 2**31 - 1))
 def test_copy_blocks_matches_reference(n, dtype, seed):
     g = torch.Generator().manual_seed(seed)
