@@ -1,4 +1,8 @@
 import os
+from pathlib import Path
+
+# Tests name repository files (traces/, kernels/calibrations/) relative to the repository root.
+os.chdir(Path(__file__).resolve().parents[1])
 
 # Kernel tests run in Triton's interpreter unless a GPU is present; set before anything imports triton.
 try:
