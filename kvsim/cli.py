@@ -80,28 +80,6 @@ def build_config(a: argparse.Namespace):
                      latency=a.latency, eviction=a.eviction)
 
 
-def _progress_factory(total: int):
-    """A context manager yielding make(label) -> callback(done); silent when stderr is not a terminal."""
-    import contextlib
-
-    if not sys.stderr.isatty():
-        @contextlib.contextmanager
-        def quiet():
-            yield lambda label: None
-        return quiet()
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    @contextlib.contextmanager
-    def bar():
-        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                      transient=True) as prog:
-            def make(label: str):
-                task = prog.add_task(label, total=total)
-                return lambda done: prog.update(task, completed=done)
-            yield make
-    return bar()
-
-
 def _simulate_all(a: argparse.Namespace, allocators: list[str], command: str) -> int:
     from pathlib import Path
 
@@ -125,11 +103,12 @@ def _simulate_all(a: argparse.Namespace, allocators: list[str], command: str) ->
         from kvsim.replay.record import BatchRecorder
 
         recorder = BatchRecorder(a.record_batches, cfg, pool)
+    from kvsim.output.progress import Progress
+
     outputs = []
-    with _progress_factory(len(loaded.requests)) as make_bar:
-        for name in allocators:
-            cb = make_bar(f"{name:>12}")
-            outputs.append(simulate(loaded.requests, cfg, name, pool, observer=recorder, progress=cb))
+    for name in allocators:
+        with Progress(len(loaded.requests), f"{name:>12}") as bar:
+            outputs.append(simulate(loaded.requests, cfg, name, pool, observer=recorder, progress=bar.update))
     if recorder is not None:
         recorder.close()
     summaries = [o.summary for o in outputs]
@@ -315,6 +294,8 @@ def cmd_plan(a: argparse.Namespace) -> int:
     from kvsim.report.builder import build_report
 
     slos = parse_slos(a.slo)
+    if a.target_rate is not None and a.target_rate <= 0:
+        raise KvsimError("--target-rate must be > 0")
     build_config(a)  # validate the shared options once
     base = {k: getattr(a, k) for k in SIM_OPTION_KEYS if getattr(a, k, None) not in (None, False)}
     gpus = parse_gpus(a.gpus) if a.gpus else [(a.gpu, None)]
@@ -322,8 +303,6 @@ def cmd_plan(a: argparse.Namespace) -> int:
 
     jobs = make_jobs(base, gpus, parse_allocator_list(a.allocators), slos, a.study, a.tol, a.max_steps, a.kernel_bench)
     validate_points([j.point for j in jobs])
-    if a.target_rate is not None and a.target_rate <= 0:
-        raise KvsimError("--target-rate must be > 0")
     results = run_jobs(run_job, jobs, a.workers, a.backend, a.address, label="plan")
     rows = [r for r, _ in results]
     points = [p for _, pts in results for p in pts]

@@ -105,6 +105,13 @@ def test_parallel_sampling_forks_share_and_copy_on_write():
     assert [s.cached_tokens for s in res2.sequences] == [0]
 
 
+def test_parallel_samples_of_a_one_token_answer_all_come_from_the_prefill():
+    res = run([Request("p", 0.0, 40, 1, n=4)], "paged:16", pool=16 * 40)
+    df = requests_frame(res)
+    assert df.status[0] == "finished" and df.generated_tokens[0] == 4
+    assert res.extra["forks"] == 0 and res.sequences[0].finish_s == pytest.approx(0.1)
+
+
 def test_swap_preemption_moves_blocks_and_costs_time():
     reqs = [req(i, 0.0, 32, 60) for i in range(4)]
     cfg = sched(max_seq_len=4096, preemption="swap")

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Iterable
 
 from kvsim.trace.request import Request
 
@@ -102,9 +101,6 @@ class KVAllocator(ABC):
         or no memory; the child then starts on its own."""
         return False
 
-    def needs_copy_on_write(self, seq_id: int) -> bool:
-        return False
-
     def release_tail(self, seq_id: int, request: Request, slots_needed: int) -> int:
         """Partial eviction: free tail memory worth ``slots_needed`` slots and return the slots kept.
         Allocators that cannot split a sequence free all of it and return 0."""
@@ -136,7 +132,7 @@ class KVAllocator(ABC):
         """Token states stored once but held by several sequences (memory saved by sharing)."""
         return 0
 
-    def decode_headroom(self, seqs: Iterable[tuple[int, int]], k_max: int) -> int:
+    def decode_headroom(self, seqs: list[tuple[int, int]], k_max: int) -> int:
         """Largest k <= k_max such that every (seq_id, filled_tokens) can grow by k tokens without failing.
 
         Default: contiguous reservations cover the whole request, so growth never fails.

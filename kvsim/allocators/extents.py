@@ -56,9 +56,6 @@ class ExtentAllocator:
     def holes(self) -> list[tuple[int, int]]:
         return list(zip(self._starts, self._lengths))
 
-    def largest_hole(self) -> int:
-        return max(self._lengths, default=0)
-
     def unusable(self, need: int) -> int:
         """Free slots in holes too small for ``need``."""
         return sum(length for length in self._lengths if length < need)

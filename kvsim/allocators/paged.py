@@ -75,7 +75,7 @@ class PagedAllocator(KVAllocator):
 
     def allocate(self, seq_id: int, request: Request, num_tokens: int) -> bool:
         table = self._tables.get(seq_id)
-        if table is not None and table and table[-1] in self._partial_fill:
+        if table and table[-1] in self._partial_fill:
             if not self._copy_on_write(seq_id, request, table, num_tokens):
                 return False
         need = -(-num_tokens // self.block_size) - (len(table) if table is not None else 0)
@@ -122,7 +122,8 @@ class PagedAllocator(KVAllocator):
     def shared_slots(self) -> int:
         return self._shared_extra
 
-    def needs_copy_on_write(self, seq_id: int) -> bool:
+    def _copy_due(self, seq_id: int) -> bool:
+        """The sequence's last block is shared and partially filled: its next write copies it."""
         table = self._tables.get(seq_id)
         return bool(table) and table[-1] in self._partial_fill and self.ref[table[-1]] > 1
 
@@ -240,7 +241,7 @@ class PagedAllocator(KVAllocator):
     def decode_headroom(self, seqs: list[tuple[int, int]], k_max: int) -> int:
         b = self.block_size
         tables = self._tables
-        if self._partial_fill and any(self.needs_copy_on_write(sid) for sid, _ in seqs):
+        if self._partial_fill and any(self._copy_due(sid) for sid, _ in seqs):
             return 0  # a copy-on-write is due: step it
         state = [(filled, len(tables[sid]) if sid in tables else 0) for sid, filled in seqs]
         free = self.num_free_blocks

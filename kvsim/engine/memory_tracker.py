@@ -18,7 +18,6 @@ class MemoryTracker:
         self.t_last = 0.0
         self._last: tuple[int, ...] | None = None
         self.peak_held = 0  # most slots held by sequences at once
-        self.peak_token_states = 0
         self.timeline: list[tuple[float, ...]] = []  # (t, *categories) in slots
         self._last_recorded = -1e300
         self.busy_s = 0.0
@@ -48,23 +47,25 @@ class MemoryTracker:
         held = vals[0] + vals[1] + vals[2]
         if held > self.peak_held:
             self.peak_held = held
-        if vals[0] > self.peak_token_states:
-            self.peak_token_states = vals[0]
         if t - self._last_recorded >= self.resolution_s:
             self.timeline.append((t, *vals))
             self._last_recorded = t
 
-    def add_decode_run(self, t0: float, t1: float, k: int, filled0: int, n: int, used_sum: int,
-                       internal_sum: int, external: int, end: Breakdown) -> None:
-        """Integrate a fast-forwarded run of k decode steps over [t0, t1] (steps taken as equally long).
+    def add_decode_run(self, t0: float, t1: float, k: int, n: int, used_sum: int, internal_sum: int,
+                       end: Breakdown) -> None:
+        """Integrate a fast-forwarded run of k decode steps of n sequences over [t0, t1] (steps taken as
+        equally long), starting from the state observed at t0.
 
-        Matches what stepping would integrate: during step i, token states go from filled0 + n*i to
-        filled0 + n*(i+1) and held slots are those allocated for that step.
+        Matches what stepping would integrate: during step i token states go from start + n*i to
+        start + n*(i+1), held slots are those allocated for that step (``used_sum``/``internal_sum``
+        sum them over the steps), and external fragmentation stays what it was at t0.
         """
+        assert self._last is not None and self.t_last == t0, "observe the run's start before adding it"
+        token0, external = self._last[0], self._last[3]
         T = t1 - t0
         if T > 0 and k > 0:
             dt = T / k
-            token = T * (filled0 + n * k / 2)
+            token = T * (token0 + n * k / 2)
             used = dt * used_sum
             internal = dt * internal_sum
             ext = T * external

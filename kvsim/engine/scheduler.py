@@ -142,6 +142,14 @@ class Scheduler:
             seq.last_scheduled_s = now
         return list(scheduled.values())
 
+    def _try_place(self, seq: Sequence, budget: int, static: bool) -> int | None:
+        """Look the head's prefix up and allocate what its first chunk needs: the tokens it starts from,
+        or None if it does not fit (the unclaimed lookup is dropped, never left pending). Static
+        batching forms the whole batch at once, so it must hold every prompt now."""
+        start = self._lookup_prefix(seq)
+        need = seq.known if static else start + min(seq.known - start, budget)
+        return start if self.alloc.allocate(seq.sid, seq.req, need) else None
+
     def _admit(self, budget: int, scheduled: dict[int, tuple[Sequence, int]], now: float) -> None:
         static = self.cfg.batching == "static"
         if static and self.running:
@@ -164,18 +172,13 @@ class Scheduler:
                 self.step_swap_in += len(mapping)
                 self.counts["swap_in_blocks"] += len(mapping)
             in_gpu = seq.computed  # KV it already holds here (swapped back in, or kept by partial eviction)
-            start = self._lookup_prefix(seq)
             fresh = seq.computed == 0  # starting from scratch (not resumed from swap or a kept head)
-            # Static batching forms the whole batch at once: it must hold every prompt now.
-            need = seq.known if static else start + min(seq.known - start, budget)
-            fits = alloc.allocate(seq.sid, seq.req, need)
-            while not fits and self._reclaim_waiting(keep=seq):
-                # partially evicted sequences behind the head give their memory back first (FCFS)
-                start = self._lookup_prefix(seq)
-                need = seq.known if static else start + min(seq.known - start, budget)
-                fits = alloc.allocate(seq.sid, seq.req, need)
-            if not fits:
-                blocked = True  # a prefix lookup that is not claimed now is dropped, never left pending
+            start = self._try_place(seq, budget, static)
+            # partially evicted sequences behind the head give their memory back first (FCFS)
+            while start is None and self._reclaim_waiting(keep=seq):
+                start = self._try_place(seq, budget, static)
+            if start is None:
+                blocked = True
                 break
             self.waiting.popleft()
             if fresh:  # a (re)start from scratch looked the prompt up in the prefix cache

@@ -132,7 +132,9 @@ class Simulation:
             child.parent, child.seats, child.forked = parent, 1, True
             child.generated, child.first_token_s, child.admitted_s = 1, t, t
             parent.samples.append(child)
-            if self.alloc.fork(parent.sid, child.sid, parent.computed, parent.req):
+            if child.generated == child.target:  # a one-token answer: the prefill's sampling was all of it
+                child.status, child.finish_s = FINISHED, t
+            elif self.alloc.fork(parent.sid, child.sid, parent.computed, parent.req):
                 child.computed = parent.computed
                 child.status = RUNNING
                 sched.add_running(child)
@@ -215,8 +217,6 @@ class Simulation:
         dt = self.latency.decode_run_time(len(running), s0, k)
         yield env.timeout(dt)
         used_sum, internal_sum = alloc.decode_run_integrals([(s.sid, s.computed, s.final_tokens) for s in running], k)
-        filled0 = sched.filled_tokens - alloc.shared_slots  # physical: shared KV counted once
-        external = alloc.external_fragmentation(sched.waiting[0].req if sched.waiting else None)
         done = []
         for s in running:
             alloc.allocate(s.sid, s.req, s.computed + k)
@@ -228,7 +228,7 @@ class Simulation:
         if self.observer is not None:
             self.observer(now, dt, [(s, 1) for s in running], k, [], alloc)
         w = sched.waiting
-        self.memory.add_decode_run(now, env.now, k, filled0, len(running), used_sum, internal_sum, external,
+        self.memory.add_decode_run(now, env.now, k, len(running), used_sum, internal_sum,
                                    alloc.memory_breakdown(sched.filled_tokens, w[0].req if w else None))
         self.memory.busy(dt, len(running))
         self.steps += k
@@ -269,7 +269,7 @@ class Simulation:
                     s.first_token_s = t1
                 if s.generated == s.target:
                     done.append(s)
-                elif not s.forked:
+                if not s.forked:
                     forks.append(s)
         if self.observer is not None:
             self.observer(now, dt, batch, 1, copies, alloc)

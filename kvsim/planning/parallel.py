@@ -5,50 +5,17 @@ Results come back in input order whatever the backend, so the same jobs give the
 
 from __future__ import annotations
 
-import sys
-import time
 from typing import Callable, Iterable
 
 from kvsim.errors import ConfigError
-
-
-class Progress:
-    """Points done / total with an ETA: a rich bar on a terminal, a line per ~10% otherwise."""
-
-    def __init__(self, total: int, label: str):
-        self.total, self.label, self.done = total, label, 0
-        self.t0 = time.perf_counter()
-        self._bar = None
-        self._next_line = 0.1
-        if sys.stderr.isatty() and total:
-            from rich.progress import (BarColumn, MofNCompleteColumn, Progress as RichProgress, TextColumn,
-                                       TimeElapsedColumn, TimeRemainingColumn)
-
-            self._bar = RichProgress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                                     TextColumn("ETA"), TimeRemainingColumn(), transient=True)
-            self._bar.start()
-            self._task = self._bar.add_task(label, total=total)
-
-    def advance(self) -> None:
-        self.done += 1
-        if self._bar is not None:
-            self._bar.update(self._task, completed=self.done)
-        elif self.total and self.done / self.total >= self._next_line:
-            el = time.perf_counter() - self.t0
-            eta = el / self.done * (self.total - self.done)
-            print(f"{self.label}: {self.done}/{self.total} done, {el:.0f} s elapsed, ETA {eta:.0f} s", file=sys.stderr)
-            self._next_line += 0.1
-
-    def close(self) -> None:
-        if self._bar is not None:
-            self._bar.stop()
+from kvsim.output.progress import Progress
 
 
 def run_jobs(fn: Callable, items: list, workers: int = 1, backend: str = "local", address: str | None = None,
              label: str = "jobs", on_result: Callable[[int, object], None] | None = None) -> list:
     """[fn(item) for item in items], in parallel. ``on_result(index, result)`` is called as each finishes."""
     results: list = [None] * len(items)
-    prog = Progress(len(items), label)
+    prog = Progress(len(items), label, log_when_piped=True)
 
     def got(i, r):
         results[i] = r

@@ -17,7 +17,7 @@ import json
 from kvsim.errors import ConfigError
 from kvsim.trace.request import Request
 
-SPECIAL = {"trace", "rate", "rate_scale", "allocator", "block_size", "skip_invalid", "gpu_cost_per_hour"}
+SPECIAL = {"trace", "rate", "rate_scale", "allocator", "block_size", "skip_invalid"}
 FLAGS = {"skip_invalid", "partial_eviction"}
 
 
