@@ -32,6 +32,9 @@ class Scheduler:
         self.counts = {"preemptions": 0, "preempt_recompute": 0, "preempt_swap": 0, "preempt_partial": 0,
                        "swap_fallback_recompute": 0, "swap_out_blocks": 0, "swap_in_blocks": 0,
                        "reclaimed_partial": 0, "lookup_tokens": 0, "hit_tokens": 0}
+        # Waiting sequences that still hold KV here (partial eviction), oldest first: kept apart so that
+        # reclaiming their memory never scans a long queue.
+        self._holding: dict[int, Sequence] = {}
         self.step_swap_out = 0  # blocks copied out / in during the current iteration
         self.step_swap_in = 0
         # True when the last schedule() left the queue head unadmitted for lack of seats or memory.
@@ -74,6 +77,7 @@ class Scheduler:
             kept = min(seq.computed, self.alloc.release_tail(seq.sid, seq.req, slots_needed))
         if kept:
             self.counts["preempt_partial"] += 1
+            self._holding[seq.sid] = seq
         else:
             self.alloc.free(seq.sid)
             self.counts["preempt_recompute"] += 1
@@ -82,10 +86,11 @@ class Scheduler:
         self.waiting.appendleft(seq)
 
     def _reclaim_waiting(self, keep: Sequence | None = None) -> bool:
-        """Free the memory of one waiting sequence (other than ``keep``) that still holds some, latest
-        in the queue first."""
-        for seq in reversed(self.waiting):
-            if seq.computed and not seq.swapped and seq is not keep:
+        """Free the memory of one waiting sequence (other than ``keep``) that still holds some, the one
+        furthest back in the queue (the earliest evicted) first."""
+        for seq in self._holding.values():
+            if seq is not keep:
+                del self._holding[seq.sid]
                 self.alloc.free(seq.sid)
                 self.filled_tokens -= seq.computed
                 seq.computed = 0
@@ -168,6 +173,7 @@ class Scheduler:
                     blocked = True
                     break
                 seq.swapped = False
+                self._holding[seq.sid] = seq  # holds KV here until admitted
                 self.filled_tokens += seq.computed
                 self.step_swap_in += len(mapping)
                 self.counts["swap_in_blocks"] += len(mapping)
@@ -181,6 +187,7 @@ class Scheduler:
                 blocked = True
                 break
             self.waiting.popleft()
+            self._holding.pop(seq.sid, None)
             if fresh:  # a (re)start from scratch looked the prompt up in the prefix cache
                 self.counts["lookup_tokens"] += seq.prompt
                 self.counts["hit_tokens"] += start
