@@ -15,11 +15,16 @@ except ImportError:
 
 from hypothesis import settings
 
-settings.register_profile("ci", max_examples=60, deadline=None)
+# CI (the default) is derandomized and keeps no example database: the same code gives the same examples
+# on every run, so a green change cannot turn red by chance. `--hypothesis-profile fuzz` (or
+# HYPOTHESIS_PROFILE=fuzz) searches long and at random for local bug hunting.
+settings.register_profile("ci", max_examples=60, deadline=None, derandomize=True, database=None,
+                          print_blob=True)
 settings.register_profile("dev", max_examples=30, deadline=None)
+settings.register_profile("fuzz", max_examples=2000, deadline=None)
 settings.register_profile("thorough", max_examples=600, deadline=None)
 # native GPU runs compile a kernel per new shape: fewer examples keep benchmarks/gpu_check.sh short
-settings.register_profile("gpu", max_examples=12, deadline=None)
+settings.register_profile("gpu", max_examples=12, deadline=None, derandomize=True, database=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 

@@ -1,5 +1,7 @@
 import math
 
+import pytest
+
 from hypothesis import given, strategies as st
 
 from kvsim.config import RooflineParams
@@ -11,6 +13,18 @@ fl = st.floats(-100, 100, allow_nan=False)
 
 @given(fl, fl, fl, fl, st.integers(0, 60))
 def test_sum_max_of_two_affine_matches_loop(a1, b1, a2, b2, k):
+    brute = sum(max(a1 + b1 * i, a2 + b2 * i) for i in range(k))
+    assert math.isclose(sum_max_of_two_affine(a1, b1, a2, b2, k), brute, rel_tol=1e-9, abs_tol=1e-6)
+
+
+@pytest.mark.parametrize("a1,b1,a2,b2,k", [
+    (0.0, 5e-324, 1.0, 0.0, 10),  # slopes differ by a subnormal: the crossing is at +inf
+    (1.0, 0.0, 0.0, 5e-324, 3),
+    (0.0, -5e-324, 1e-300, 0.0, 7),
+    (-1.0, 2.0, 1.0, 2.0 - 1e-16, 5),
+])
+def test_sum_max_of_two_affine_extreme_slopes(a1, b1, a2, b2, k):
+    """Regression: a crossing at +-inf used to raise 'cannot convert float NaN to integer'."""
     brute = sum(max(a1 + b1 * i, a2 + b2 * i) for i in range(k))
     assert math.isclose(sum_max_of_two_affine(a1, b1, a2, b2, k), brute, rel_tol=1e-9, abs_tol=1e-6)
 

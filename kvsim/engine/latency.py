@@ -40,7 +40,9 @@ def sum_max_of_two_affine(a1: float, b1: float, a2: float, b2: float, k: int) ->
         return 0.0
     if b1 == b2:
         return sum_affine(max(a1, a2), b1, 0, k)
-    x = (a2 - a1) / (b1 - b2)  # where the lines cross
+    # Where the lines cross, clamped to [-1, k + 1]: a tiny (even subnormal) slope difference can put
+    # it at +-inf, and inf // 1 is NaN.
+    x = min(max((a2 - a1) / (b1 - b2), -1.0), k + 1.0)
     if b1 > b2:  # line 1 on top for i >= x
         c = min(max(int(-(-x // 1)), 0), k)
         return sum_affine(a2, b2, 0, c) + sum_affine(a1, b1, c, k)
