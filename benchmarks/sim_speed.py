@@ -13,13 +13,13 @@ import time
 
 
 def one_case(n: int, allocator: str, rate: float, q) -> None:
-    from kvsim.cli import build_config, make_parser
+    from kvsim.options import config_from_args
     from kvsim.config import plan_pool
     from kvsim.runner import simulate
     from kvsim.trace.generate import ArrivalSpec, LengthSpec, generate
 
     reqs = generate(n, ArrivalSpec("poisson", rate), LengthSpec(), seed=0)
-    cfg = build_config(make_parser().parse_args(["compare", "--trace", "-"]))
+    cfg = config_from_args([])
     pool = plan_pool(cfg.model, cfg.gpu, cfg.memory)
     t0 = time.perf_counter()
     out = simulate(reqs, cfg, allocator, pool)

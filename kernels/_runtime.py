@@ -9,6 +9,10 @@ from __future__ import annotations
 import os
 
 
+class KernelUnavailable(RuntimeError):
+    """The kernels cannot run as asked (no GPU for --device cuda)."""
+
+
 def interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") == "1"
 
@@ -20,9 +24,7 @@ def ensure_backend(device: str | None = None) -> str:
     if device in (None, "cuda") and torch.cuda.is_available():
         return "cuda"
     if device == "cuda":
-        from kvsim.errors import ConfigError
-
-        raise ConfigError("--device cuda: no CUDA GPU is visible (torch.cuda.is_available() is False)")
+        raise KernelUnavailable("--device cuda: no CUDA GPU is visible (torch.cuda.is_available() is False)")
     os.environ["TRITON_INTERPRET"] = "1"
     return "cpu"
 

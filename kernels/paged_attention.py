@@ -18,7 +18,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels._runtime import interpreting
+from ._runtime import interpreting
 
 
 @triton.jit

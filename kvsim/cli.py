@@ -7,41 +7,14 @@ import sys
 
 from kvsim.errors import KvsimError
 
-DEFAULT_TRACE_MODEL = "llama-2-7b"
-DEFAULT_GPU = "a100-40gb"
 DEFAULT_ALLOCATORS = "max,pow2,oracle,paged:16"
 
 
 def _add_sim_args(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("trace")
-    g.add_argument("--trace", required=True, help="JSONL trace (see traces/README.md)")
-    g.add_argument("--skip-invalid", action="store_true", help="skip bad trace lines (and report how many) instead of stopping")
-    g = p.add_argument_group("model and hardware")
-    g.add_argument("--model", default=DEFAULT_TRACE_MODEL, help=f"preset or custom:layers=..,kv_heads=..,head_dim=..,params=.. (default {DEFAULT_TRACE_MODEL})")
-    g.add_argument("--gpu", default=DEFAULT_GPU, help=f"GPU preset (default {DEFAULT_GPU})")
-    g.add_argument("--tp", type=int, default=1, help="tensor-parallel GPUs (split weights, heads and KV)")
-    g = p.add_argument_group("KV pool")
-    g.add_argument("--gpu-memory-utilization", type=float, default=0.90, help="fraction of GPU memory used (default 0.90)")
-    g.add_argument("--activation-reserve-gb", type=float, default=2.0, help="GiB kept for activations (default 2)")
-    g.add_argument("--kv-pool-gb", type=float, help="KV pool size per GPU in GiB, overriding the derived size")
-    g.add_argument("--num-blocks", type=int, help="KV pool of this many blocks (of --num-blocks-size tokens)")
-    g.add_argument("--num-blocks-size", type=int, default=16, help="tokens per block for --num-blocks (default 16)")
-    g = p.add_argument_group("scheduler")
-    g.add_argument("--max-seq-len", type=int, help="context limit and `max` reservation, tokens (default: the model's)")
-    g.add_argument("--max-num-seqs", type=int, default=256)
-    g.add_argument("--max-batched-tokens", type=int, default=8192, help="token budget per iteration (chunked prefill)")
-    g.add_argument("--batching", choices=["continuous", "static"], default="continuous")
-    g.add_argument("--eviction", default="lifo", help="preemption victim: lifo (default), fifo, lru, priority, hybrid")
-    g.add_argument("--preemption", choices=["recompute", "swap"], default="recompute",
-                   help="what happens to a victim's KV: dropped and recomputed, or swapped to the CPU pool")
-    g.add_argument("--cpu-swap-gb", type=float, default=0.0, help="GiB of host memory for swapped KV (with --preemption swap)")
-    g.add_argument("--partial-eviction", action="store_true", help="evict only a victim's tail blocks (paged allocators)")
-    g.add_argument("--horizon-s", type=float, help="stop at this simulated time; later work is reported unfinished")
-    g = p.add_argument_group("latency")
-    g.add_argument("--latency", default="roofline", help="'roofline' or a calibration JSON from `kvsim calibrate`")
-    g.add_argument("--flops-efficiency", type=float, default=0.6, help="achievable fraction of peak FLOP/s")
-    g.add_argument("--bandwidth-efficiency", type=float, default=0.8, help="achievable fraction of HBM bandwidth")
-    g.add_argument("--step-overhead-ms", type=float, default=2.0, help="fixed time per iteration")
+    from kvsim.options import add_options
+
+    p.add_argument("--trace", required=True, help="JSONL trace (see README: Trace format)")
+    add_options(p)
     g = p.add_argument_group("output")
     g.add_argument("--out", help="output folder (default reports/<command>-<trace name>)")
     g.add_argument("--format", choices=["csv", "parquet"], default="csv")
@@ -50,39 +23,16 @@ def _add_sim_args(p: argparse.ArgumentParser) -> None:
 
 
 def build_config(a: argparse.Namespace):
-    from kvsim.config import MemoryConfig, RooflineParams, SchedulerConfig, SimConfig
-    from kvsim.hardware import get_gpu, get_model
+    """The SimConfig of a parsed command line (through the options table)."""
+    from kvsim.options import config_from_options, values_from_namespace
 
-    model = get_model(a.model).validate()
-    sched = SchedulerConfig(
-        max_seq_len=a.max_seq_len or model.max_context,
-        max_num_seqs=a.max_num_seqs,
-        max_num_batched_tokens=a.max_batched_tokens,
-        batching=a.batching,
-        horizon_s=a.horizon_s,
-        preemption=a.preemption,
-        partial_eviction=a.partial_eviction,
-    ).validate()
-    if a.preemption == "swap" and a.cpu_swap_gb <= 0:
-        from kvsim.errors import ConfigError
-
-        raise ConfigError("--preemption swap needs a CPU pool: pass --cpu-swap-gb N")
-    if a.cpu_swap_gb < 0:
-        from kvsim.errors import ConfigError
-
-        raise ConfigError("--cpu-swap-gb must be >= 0")
-    mem = MemoryConfig(a.gpu_memory_utilization, a.activation_reserve_gb, a.kv_pool_gb, a.num_blocks, a.num_blocks_size)
-    roof = RooflineParams(a.flops_efficiency, a.bandwidth_efficiency, a.step_overhead_ms / 1000)
-    from kvsim.engine.eviction import get_policy
-
-    get_policy(a.eviction)
-    return SimConfig(model, get_gpu(a.gpu), sched, mem, roof, tp=a.tp, cpu_swap_gb=a.cpu_swap_gb,
-                     latency=a.latency, eviction=a.eviction)
+    return config_from_options(values_from_namespace(a))
 
 
-def _simulate_all(a: argparse.Namespace, allocators: list[str], command: str) -> int:
+def _simulate_all(a: argparse.Namespace, allocator_names: str, command: str) -> int:
     from pathlib import Path
 
+    from kvsim.allocators import parse_allocator_list
     from kvsim.config import plan_pool
     from kvsim.output.table import print_table
     from kvsim.output.writer import write_results
@@ -90,7 +40,8 @@ def _simulate_all(a: argparse.Namespace, allocators: list[str], command: str) ->
     from kvsim.trace import load_trace
 
     cfg = build_config(a)
-    loaded = load_trace(a.trace, skip_invalid=a.skip_invalid)
+    allocators = parse_allocator_list(allocator_names, cfg.block_size, cfg.enable_prefix_caching)
+    loaded = load_trace(a.trace, skip_invalid=bool(a.skip_invalid))
     for note in loaded.notes():
         print(note, file=sys.stderr)
     pool = plan_pool(cfg.model, cfg.gpu, cfg.memory, cfg.tp)
@@ -107,7 +58,7 @@ def _simulate_all(a: argparse.Namespace, allocators: list[str], command: str) ->
 
     outputs = []
     for name in allocators:
-        with Progress(len(loaded.requests), f"{name:>12}") as bar:
+        with Progress(len(loaded.requests), f"{str(name):>12}") as bar:
             outputs.append(simulate(loaded.requests, cfg, name, pool, observer=recorder, progress=bar.update))
     if recorder is not None:
         recorder.close()
@@ -119,13 +70,13 @@ def _simulate_all(a: argparse.Namespace, allocators: list[str], command: str) ->
         "model": f"{cfg.model.name} (KV {cfg.model.kv_bytes_per_token // 1024} KiB/token), tp={cfg.tp}",
         "gpu": cfg.gpu.name,
         "KV pool": f"{pool.pool_bytes / (1 << 30):.2f} GiB = {pool.pool_tokens:,} token slots ({pool.source})",
-        "scheduler": f"{cfg.scheduler.batching} batching, max_seq_len {cfg.scheduler.max_seq_len}, max_num_seqs "
-                     f"{cfg.scheduler.max_num_seqs}, max_batched_tokens {cfg.scheduler.max_num_batched_tokens}, "
-                     f"eviction {cfg.eviction}",
+        "scheduler": f"{cfg.scheduler.batching} batching, max_model_len {cfg.scheduler.max_seq_len}, max_num_seqs "
+                     f"{cfg.scheduler.max_num_seqs}, max_num_batched_tokens {cfg.scheduler.max_num_batched_tokens}, "
+                     f"victim policy {cfg.victim_policy}",
         "latency": cfg.latency,
     }
-    if cfg.scheduler.preemption == "swap" or cfg.scheduler.partial_eviction:
-        context["preemption"] = (f"{cfg.scheduler.preemption}, CPU pool {cfg.cpu_swap_gb:g} GiB"
+    if cfg.scheduler.preemption_mode == "swap" or cfg.scheduler.partial_eviction:
+        context["preemption"] = (f"{cfg.scheduler.preemption_mode}, CPU pool {cfg.swap_space_gb:g} GiB"
                                  + (", partial eviction" if cfg.scheduler.partial_eviction else ""))
     context = {k: v for k, v in context.items() if v}
     print_table(summaries, title=f"kvsim {command}: {trace_name} on {cfg.model.name} / {cfg.gpu.name} "
@@ -144,15 +95,11 @@ def _simulate_all(a: argparse.Namespace, allocators: list[str], command: str) ->
 
 
 def cmd_compare(a: argparse.Namespace) -> int:
-    from kvsim.allocators import parse_allocator_list
-
-    return _simulate_all(a, parse_allocator_list(a.allocators), "compare")
+    return _simulate_all(a, a.allocators, "compare")
 
 
 def cmd_run(a: argparse.Namespace) -> int:
-    from kvsim.allocators import parse_allocator_list
-
-    return _simulate_all(a, parse_allocator_list(a.allocator), "run")
+    return _simulate_all(a, a.allocator, "run")
 
 
 def cmd_trace_generate(a: argparse.Namespace) -> int:
@@ -275,13 +222,6 @@ def cmd_calibrate(a: argparse.Namespace) -> int:
     return 0
 
 
-# `kvsim compare` options that describe a simulation (as opposed to where its output goes).
-SIM_OPTION_KEYS = ("trace", "skip_invalid", "model", "tp", "gpu_memory_utilization", "activation_reserve_gb",
-                   "kv_pool_gb", "num_blocks", "num_blocks_size", "max_seq_len", "max_num_seqs", "max_batched_tokens",
-                   "batching", "eviction", "preemption", "cpu_swap_gb", "partial_eviction", "horizon_s", "latency",
-                   "flops_efficiency", "bandwidth_efficiency", "step_overhead_ms")
-
-
 def cmd_plan(a: argparse.Namespace) -> int:
     from pathlib import Path
 
@@ -296,12 +236,14 @@ def cmd_plan(a: argparse.Namespace) -> int:
     slos = parse_slos(a.slo)
     if a.target_rate is not None and a.target_rate <= 0:
         raise KvsimError("--target-rate must be > 0")
-    build_config(a)  # validate the shared options once
-    base = {k: getattr(a, k) for k in SIM_OPTION_KEYS if getattr(a, k, None) not in (None, False)}
-    gpus = parse_gpus(a.gpus) if a.gpus else [(a.gpu, None)]
     from kvsim.allocators import parse_allocator_list
+    from kvsim.options import DEFAULT_GPU, values_from_namespace
 
-    jobs = make_jobs(base, gpus, parse_allocator_list(a.allocators), slos, a.study, a.tol, a.max_steps, a.kernel_bench)
+    cfg = build_config(a)  # validate the shared options once
+    base = {"trace": a.trace, **values_from_namespace(a)}
+    gpus = parse_gpus(a.gpus) if a.gpus else [(a.gpu or DEFAULT_GPU, None)]
+    allocators = parse_allocator_list(a.allocators, cfg.block_size, cfg.enable_prefix_caching)
+    jobs = make_jobs(base, gpus, allocators, slos, a.study, a.tol, a.max_steps, a.kernel_bench)
     validate_points([j.point for j in jobs])
     results = run_jobs(run_job, jobs, a.workers, a.backend, a.address, label="plan")
     rows = [r for r, _ in results]
@@ -315,7 +257,7 @@ def cmd_plan(a: argparse.Namespace) -> int:
     pts.to_csv(out / "plan_points.csv", index=False)
     _print_plan(cap, slos, a.target_rate)
     if not a.no_report:
-        notes = [f"trace {a.trace}, model {a.model}; capacity = highest rate (scaling the trace's inter-arrival"
+        notes = [f"trace {a.trace}, model {cfg.model.name}; capacity = highest rate (scaling the trace's inter-arrival"
                  f" times) meeting every SLO with a stable queue, bisection to {100 * a.tol:g}% (at most {a.max_steps} simulations)"]
         if a.target_rate:
             notes.append(f"replicas and cost for a target of {a.target_rate:g} req/s")
@@ -381,7 +323,7 @@ def make_parser() -> argparse.ArgumentParser:
 
     r = sub.add_parser("run", help="simulate one configuration")
     _add_sim_args(r)
-    r.add_argument("--allocator", default="paged:16")
+    r.add_argument("--allocator", default="paged", help="allocator name (default paged, blocks of --block-size)")
     r.set_defaults(func=cmd_run)
 
     t = sub.add_parser("trace", help="make, inspect and convert traces")

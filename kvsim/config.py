@@ -1,4 +1,9 @@
-"""Run configuration and KV-pool sizing."""
+"""Run configuration and KV-pool sizing.
+
+These dataclasses are what the simulator runs on. They are built from the options table
+(kvsim/options.py) by the CLI, `plan` and `sweep` alike; built directly from Python they check their
+own values, naming the field.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +12,7 @@ from dataclasses import dataclass, field
 from kvsim.errors import ConfigError
 from kvsim.hardware import GpuSpec, ModelSpec
 from kvsim.hardware.gpus import GiB
+from kvsim.validation import FRACTION, NON_NEGATIVE, POSITIVE, POSITIVE_INT, require
 
 
 @dataclass(frozen=True)
@@ -19,32 +25,42 @@ class MemoryConfig:
     num_blocks: int | None = None  # pool of this many blocks of `num_blocks_size` tokens
     num_blocks_size: int = 16
 
+    def __post_init__(self) -> None:
+        require(self.gpu_memory_utilization, FRACTION, "gpu_memory_utilization")
+        require(self.activation_reserve_gb, NON_NEGATIVE, "activation_reserve_gb")
+        require(self.num_blocks_size, POSITIVE_INT, "num_blocks_size")
+        if self.kv_pool_gb is not None:
+            require(self.kv_pool_gb, POSITIVE, "kv_pool_gb")
+        if self.num_blocks is not None:
+            require(self.num_blocks, POSITIVE_INT, "num_blocks")
+
 
 @dataclass(frozen=True)
 class SchedulerConfig:
-    max_seq_len: int  # tokens: model context limit, and the reservation size of `max`
+    max_seq_len: int  # tokens: model context limit (vLLM's max_model_len), and the reservation size of `max`
     max_num_seqs: int = 256
     max_num_batched_tokens: int = 8192  # token budget of one iteration (chunked prefill)
     batching: str = "continuous"  # or "static"
     horizon_s: float | None = None  # stop the simulation at this time (seconds); later work is "unfinished"
-    preemption: str = "recompute"  # or "swap" (to the CPU pool; recompute when it is full)
+    preemption_mode: str = "recompute"  # or "swap" (to the CPU pool; recompute when it is full)
     partial_eviction: bool = False  # evict only a victim's tail blocks, keep the rest
 
-    def validate(self) -> "SchedulerConfig":
+    def __post_init__(self) -> None:
+        for f in ("max_seq_len", "max_num_seqs", "max_num_batched_tokens"):
+            require(getattr(self, f), POSITIVE_INT, f)
         if self.batching not in ("continuous", "static"):
-            raise ConfigError(f"--batching must be 'continuous' or 'static', not '{self.batching}'")
-        if self.max_seq_len <= 0 or self.max_num_seqs <= 0 or self.max_num_batched_tokens <= 0:
-            raise ConfigError("--max-seq-len, --max-num-seqs and --max-batched-tokens must be > 0")
+            raise ConfigError(f"batching must be 'continuous' or 'static', not '{self.batching}'")
+        if self.horizon_s is not None:
+            require(self.horizon_s, POSITIVE, "horizon_s")
+        if self.preemption_mode not in ("recompute", "swap"):
+            raise ConfigError(f"preemption_mode must be 'recompute' or 'swap', not '{self.preemption_mode}'")
         if self.max_num_batched_tokens < self.max_num_seqs:
             raise ConfigError(
-                f"--max-batched-tokens ({self.max_num_batched_tokens}) must be >= --max-num-seqs ({self.max_num_seqs}),"
-                " or a full batch of decodes would not fit one iteration"
-            )
-        if self.horizon_s is not None and self.horizon_s <= 0:
-            raise ConfigError("--horizon-s must be > 0")
-        if self.preemption not in ("recompute", "swap"):
-            raise ConfigError(f"--preemption must be 'recompute' or 'swap', not '{self.preemption}'")
-        return self
+                f"max_num_batched_tokens ({self.max_num_batched_tokens}) must be >= max_num_seqs"
+                f" ({self.max_num_seqs}), or a full batch of decodes would not fit one iteration")
+
+    def validate(self) -> "SchedulerConfig":
+        return self  # checked on construction; kept for callers of the earlier API
 
 
 @dataclass(frozen=True)
@@ -66,19 +82,13 @@ def plan_pool(model: ModelSpec, gpu: GpuSpec, mem: MemoryConfig, tp: int = 1) ->
     Derived size = gpu_memory x gpu_memory_utilization - weights / tp - activation reserve.
     """
     if tp <= 0 or model.kv_heads % tp:
-        raise ConfigError(f"--tp {tp}: must divide the model's kv_heads ({model.kv_heads})")
+        raise ConfigError(f"--tensor-parallel-size {tp}: must divide the model's kv_heads ({model.kv_heads})")
     per_token = model.kv_bytes_per_token // tp
     if mem.num_blocks is not None:
-        if mem.num_blocks <= 0:
-            raise ConfigError("--num-blocks must be > 0")
         return PoolPlan(mem.num_blocks * mem.num_blocks_size * per_token, per_token,
                         f"--num-blocks {mem.num_blocks} x {mem.num_blocks_size} tokens")
     if mem.kv_pool_gb is not None:
-        if mem.kv_pool_gb <= 0:
-            raise ConfigError("--kv-pool-gb must be > 0")
         return PoolPlan(int(mem.kv_pool_gb * GiB), per_token, f"--kv-pool-gb {mem.kv_pool_gb:g}")
-    if not 0 < mem.gpu_memory_utilization <= 1:
-        raise ConfigError("--gpu-memory-utilization must be in (0, 1]")
     usable = gpu.memory_bytes * mem.gpu_memory_utilization
     weights = model.weight_bytes / tp
     reserve = mem.activation_reserve_gb * GiB
@@ -87,7 +97,7 @@ def plan_pool(model: ModelSpec, gpu: GpuSpec, mem: MemoryConfig, tp: int = 1) ->
         raise ConfigError(
             f"{model.name} does not fit on {gpu.name} with tp={tp}: {usable / GiB:.1f} GiB usable,"
             f" weights {weights / GiB:.1f} GiB, reserve {reserve / GiB:.1f} GiB leave no KV pool"
-            " (try --tp, a bigger GPU, or --kv-pool-gb)"
+            " (try --tensor-parallel-size, a bigger GPU, or --kv-pool-gb)"
         )
     return PoolPlan(pool, per_token,
                     f"{gpu.name} {gpu.memory_bytes / GiB:.1f} GiB x {mem.gpu_memory_utilization:g}"
@@ -102,17 +112,32 @@ class RooflineParams:
     bandwidth_efficiency: float = 0.8
     step_overhead_s: float = 0.002
 
+    def __post_init__(self) -> None:
+        require(self.flops_efficiency, FRACTION, "flops_efficiency")
+        require(self.bandwidth_efficiency, FRACTION, "bandwidth_efficiency")
+        require(self.step_overhead_s, NON_NEGATIVE, "step_overhead_s")
+
 
 @dataclass(frozen=True)
 class SimConfig:
+    """Everything a simulation needs besides the trace and the allocator."""
+
     model: ModelSpec
     gpu: GpuSpec
     scheduler: SchedulerConfig
     memory: MemoryConfig = field(default_factory=MemoryConfig)
     roofline: RooflineParams = field(default_factory=RooflineParams)
     tp: int = 1
-    cpu_swap_gb: float = 0.0  # GiB of host memory for swapped-out KV (with --preemption swap)
+    swap_space_gb: float = 0.0  # GiB of host memory for swapped-out KV (with preemption_mode swap)
     swap_block_latency_s: float = 10e-6  # fixed cost of one block copy (one cudaMemcpyAsync)
     latency: str = "roofline"  # "roofline" or a path to a calibration JSON
-    eviction: str = "lifo"
-    record_batches: str | None = None  # path: write the executed batches for kernel replay
+    victim_policy: str = "lifo"  # preemption victim policy (engine/preemption.py)
+    block_size: int = 16  # tokens per block of allocators named without one
+    enable_prefix_caching: bool = False  # `paged` means `paged+prefix`
+    cache_eviction: str = "lru"  # which cached block a prefix cache drops first
+
+    def __post_init__(self) -> None:
+        require(self.tp, POSITIVE_INT, "tp")
+        require(self.swap_space_gb, NON_NEGATIVE, "swap_space_gb")
+        require(self.swap_block_latency_s, NON_NEGATIVE, "swap_block_latency_s")
+        require(self.block_size, POSITIVE_INT, "block_size")

@@ -6,6 +6,7 @@ import numpy as np
 import pandas as pd
 
 from kvsim.allocators.base import MEMORY_CATEGORIES
+from kvsim.engine.sequence import Status
 from kvsim.engine.simulator import SimResult
 
 REQUEST_COLUMNS = ["id", "arrival_s", "prompt_tokens", "output_tokens", "status", "reason", "admitted_s",
@@ -19,14 +20,14 @@ def requests_frame(res: SimResult) -> pd.DataFrame:
     for s in res.sequences:
         r = s.req
         group = [s, *s.samples]
-        status = s.status if s.status == "rejected" else (
-            "finished" if all(g.status == "finished" for g in group) else "unfinished")
+        status = Status.REJECTED if s.status == Status.REJECTED else (
+            Status.FINISHED if all(g.status == Status.FINISHED for g in group) else Status.UNFINISHED)
         reason = s.reason or next((g.reason for g in group if g.reason), "")
-        finish = max(g.finish_s for g in group) if status == "finished" else None
+        finish = max(g.finish_s for g in group) if status == Status.FINISHED else None
         ttft = s.first_token_s - r.arrival_s if s.first_token_s is not None else np.nan
         e2e = finish - r.arrival_s if finish is not None else np.nan
         tpot = (finish - s.first_token_s) / (r.output_tokens - 1) if finish is not None and r.output_tokens > 1 else np.nan
-        rows.append((r.id, r.arrival_s, r.prompt_tokens, r.output_tokens, status, reason, s.admitted_s,
+        rows.append((r.id, r.arrival_s, r.prompt_tokens, r.output_tokens, status.value, reason, s.admitted_s,
                      s.first_token_s, finish, ttft, tpot, e2e,
                      (s.admitted_s - r.arrival_s) if s.admitted_s is not None else np.nan,
                      sum(g.generated for g in group), sum(g.preemptions for g in group),
@@ -43,7 +44,7 @@ def _pct(values: pd.Series, q: float) -> float:
 def run_summary(res: SimResult, req: pd.DataFrame | None = None) -> dict:
     """One row of run-level metrics. Memory shares are time-weighted fractions of the KV pool."""
     req = requests_frame(res) if req is None else req
-    fin = req[req.status == "finished"]
+    fin = req[req.status == Status.FINISHED.value]
     start = float(req.arrival_s.min()) if len(req) else 0.0
     duration = max(res.end_s - start, 1e-12)
     mem = res.memory
@@ -52,9 +53,9 @@ def run_summary(res: SimResult, req: pd.DataFrame | None = None) -> dict:
     out = {
         "allocator": res.allocator,
         "requests": len(req),
-        "finished": int((req.status == "finished").sum()),
-        "rejected": int((req.status == "rejected").sum()),
-        "unfinished": int((req.status == "unfinished").sum()),
+        "finished": int((req.status == Status.FINISHED.value).sum()),
+        "rejected": int((req.status == Status.REJECTED.value).sum()),
+        "unfinished": int((req.status == Status.UNFINISHED.value).sum()),
         "duration_s": duration,
         "throughput_tok_s": float(req.generated_tokens.sum()) / duration,
         "throughput_req_s": len(fin) / duration,
@@ -71,7 +72,7 @@ def run_summary(res: SimResult, req: pd.DataFrame | None = None) -> dict:
     out["kv_efficiency"] = shares["token_states"] / occupied if occupied > 0 else float("nan")
     out["peak_held_frac"] = mem.peak_held / res.pool_tokens
     span = mem.t_last - (mem.t_first or 0.0)
-    if mem.peak_shared or "hit_blocks" in res.extra or "forks" in res.extra:
+    if res.shares_kv:
         out["mem_saved_by_sharing"] = mem.shared_integral / (span * res.pool_tokens) if span > 0 else 0.0
         out["peak_saved_by_sharing"] = mem.peak_shared / res.pool_tokens
     ex = res.extra

@@ -1,4 +1,4 @@
-"""Glue: a configuration + an allocator name + requests -> a finished simulation and its tables."""
+"""Glue: a configuration + an allocator + requests -> a finished simulation and its tables."""
 
 from __future__ import annotations
 
@@ -7,11 +7,10 @@ from typing import Callable
 
 import pandas as pd
 
-from kvsim.allocators import make_allocator
-from kvsim.allocators.paged import PagedAllocator
+from kvsim.allocators import AllocatorSpec, make_allocator, parse_allocator
 from kvsim.config import PoolPlan, SimConfig, plan_pool
-from kvsim.engine.eviction import get_policy
 from kvsim.engine.latency import LatencyModel, RooflineModel
+from kvsim.engine.preemption import get_victim_policy
 from kvsim.engine.simulator import SimResult, Simulation, StepObserver, SwapTiming
 from kvsim.metrics import requests_frame, run_summary, timeline_frame
 from kvsim.trace.request import Request
@@ -33,25 +32,31 @@ def build_latency(cfg: SimConfig) -> LatencyModel:
     return load_calibrated_model(cfg.latency, cfg.model, cfg.gpu, cfg.roofline, cfg.tp)
 
 
-def simulate(requests: list[Request], cfg: SimConfig, allocator_name: str, pool: PoolPlan | None = None,
+def resolve_allocator(allocator: AllocatorSpec | str, cfg: SimConfig) -> AllocatorSpec:
+    """The allocator's spec with the run's block size and prefix-caching switch applied."""
+    spec = parse_allocator(allocator) if isinstance(allocator, str) else allocator
+    return spec.resolve(cfg.block_size, cfg.enable_prefix_caching)
+
+
+def simulate(requests: list[Request], cfg: SimConfig, allocator: AllocatorSpec | str, pool: PoolPlan | None = None,
              observer: StepObserver | None = None, progress: Callable[[int], None] | None = None,
              latency: LatencyModel | None = None) -> RunOutput:
     pool = pool or plan_pool(cfg.model, cfg.gpu, cfg.memory, cfg.tp)
-    cpu_slots = int(cfg.cpu_swap_gb * (1 << 30)) // pool.kv_bytes_per_token
-    alloc = make_allocator(allocator_name, pool.pool_tokens, cfg.scheduler.max_seq_len, cpu_slots)
+    cpu_slots = int(cfg.swap_space_gb * (1 << 30)) // pool.kv_bytes_per_token
+    alloc = make_allocator(resolve_allocator(allocator, cfg), pool.pool_tokens, cfg.scheduler.max_seq_len, cpu_slots,
+                           cfg.cache_eviction)
     swap = (SwapTiming(pool.kv_bytes_per_token, cfg.gpu.pcie_bandwidth, cfg.swap_block_latency_s)
-            if cfg.scheduler.preemption == "swap" else None)
-    sim = Simulation(requests, alloc, latency or build_latency(cfg), cfg.scheduler, get_policy(cfg.eviction),
+            if cfg.scheduler.preemption_mode == "swap" else None)
+    sim = Simulation(requests, alloc, latency or build_latency(cfg), cfg.scheduler, get_victim_policy(cfg.victim_policy),
                      observer=observer, progress=progress, swap_timing=swap)
     res = sim.run()
     req = requests_frame(res)
     summary = run_summary(res, req)
     summary["kv_bytes_per_token"] = pool.kv_bytes_per_token
     summary["pool_gib"] = pool.pool_bytes / (1 << 30)
-    if isinstance(alloc, PagedAllocator):
-        summary["num_blocks"] = alloc.num_blocks
-        block_bytes = alloc.block_size * pool.kv_bytes_per_token
-        for way in ("out", "in"):
-            if f"swap_{way}_blocks" in summary:
-                summary[f"swap_{way}_bytes"] = summary[f"swap_{way}_blocks"] * block_bytes
+    summary.update(alloc.describe())
+    unit_bytes = alloc.copy_unit * pool.kv_bytes_per_token
+    for way in ("out", "in"):
+        if f"swap_{way}_blocks" in summary:
+            summary[f"swap_{way}_bytes"] = summary[f"swap_{way}_blocks"] * unit_bytes
     return RunOutput(res, req, summary, timeline_frame(res))

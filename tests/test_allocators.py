@@ -4,10 +4,11 @@ import pytest
 from hypothesis import given, strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, invariant, rule
 
-from kvsim.allocators import make_allocator
-from kvsim.allocators.contiguous import ContiguousAllocator, next_pow2
+from kvsim.allocators import example_specs, make_allocator, parse_allocator, parse_allocator_list
+from kvsim.allocators.contiguous import next_pow2
 from kvsim.allocators.extents import ExtentAllocator
 from kvsim.allocators.paged import PagedAllocator
+from kvsim.errors import ConfigError
 from kvsim.config import MemoryConfig, plan_pool
 from kvsim.hardware import get_gpu, get_model
 from kvsim.trace.request import Request
@@ -74,21 +75,15 @@ class AllocatorMachine(RuleBasedStateMachine):
     @invariant()
     def ownership(self):
         a = self.alloc
-        if isinstance(a, PagedAllocator):
-            owned = [b for s in self.live for b in a.block_table(s)]
-            assert len(owned) == len(set(owned))  # no block owned twice
-            assert set(owned).isdisjoint(a._free_blocks) and len(owned) + a.num_free_blocks == a.num_blocks
-            assert all(0 <= b < a.num_blocks for b in owned)
-            for s, (_, n) in self.live.items():
-                assert a.held_slots(s) - n < a.block_size  # waste < one block per sequence
-        else:
-            assert isinstance(a, ContiguousAllocator)
-            ranges = sorted(a.range_of(s) for s in self.live)
-            for (s0, n0), (s1, _) in zip(ranges, ranges[1:]):
-                assert s0 + n0 <= s1  # contiguous ranges never overlap
-            assert all(0 <= s and s + n <= POOL for s, n in ranges)
-            holes = a._space.holes()
-            assert sum(n for _, n in holes) + sum(n for _, n in ranges) == POOL  # free + used = capacity
+        a.check_invariants()  # each allocator checks its own structure (pools: free + evictable + in use == total)
+        tables = {s: a.block_table(s) for s in self.live}
+        if any(t is None for t in tables.values()):
+            return  # no block tables (contiguous reservations)
+        owned = [b for t in tables.values() for b in t]
+        assert len(owned) == len(set(owned))  # no block owned twice
+        for s, (_, n) in self.live.items():
+            assert a.held_slots(s) == len(tables[s]) * a.copy_unit
+            assert a.held_slots(s) - n < a.copy_unit  # waste < one block per sequence
 
     def teardown(self):
         for sid in list(self.live):
@@ -97,15 +92,13 @@ class AllocatorMachine(RuleBasedStateMachine):
 
 
 def _machine(spec):
-    cls = type(f"Machine_{spec.replace(':', '_')}", (AllocatorMachine,), {"spec": spec})
+    cls = type(f"Machine_{spec}", (AllocatorMachine,), {"spec": spec})
     return cls.TestCase
 
 
-TestPaged16 = _machine("paged:16")
-TestPaged7 = _machine("paged:7")
-TestMax = _machine("max")
-TestPow2 = _machine("pow2")
-TestOracle = _machine("oracle")
+# every registered allocator kind gets the property tests, through its example names
+for _spec in example_specs():
+    globals()["Test_" + "".join(c if c.isalnum() else "_" for c in _spec)] = _machine(_spec)
 
 
 @given(st.lists(st.tuples(st.booleans(), st.integers(1, 40), st.integers(0, 30)), max_size=60))
@@ -178,3 +171,26 @@ def test_paged_decode_headroom_is_exact():
     brute = max(k for k in range(0, 200) if (-(-(20 + k) // 16) - 2) + (-(-(30 + k) // 16) - 2) <= 6)
     assert a.decode_headroom([(0, 20), (1, 30)], 500) == brute
     assert a.decode_headroom([(0, 20), (1, 30)], 3) == 3
+
+
+@pytest.mark.parametrize("text,canonical", [
+    ("max", "max"), ("paged", "paged:16"), ("PAGED:32", "paged:32"), ("paged+prefix", "paged:16+prefix"),
+    ("radix", "radix:16"), ("radix:8", "radix:8"), ("paged:8+prefix", "paged:8+prefix"),
+])
+def test_allocator_names_round_trip(text, canonical):
+    spec = parse_allocator(text).resolve()
+    assert str(spec) == canonical and parse_allocator(canonical).resolve() == spec
+
+
+def test_allocator_names_take_the_runs_block_size_and_prefix_switch():
+    assert [str(s) for s in parse_allocator_list("paged,radix,max,paged:8", 32)] == ["paged:32", "radix:32", "max", "paged:8"]
+    assert [str(s) for s in parse_allocator_list("paged", 16, enable_prefix_caching=True)] == ["paged:16+prefix"]
+
+
+@pytest.mark.parametrize("text,msg", [
+    ("paged16", "did you mean 'paged'"), ("max:16", "has no block size"), ("paged:x", "not an integer"),
+    ("paged:0", "must be > 0"), ("radix+prefix", "not an option"), ("paged,paged:16", "both paged:16"),
+])
+def test_bad_allocator_names(text, msg):
+    with pytest.raises(ConfigError, match=msg):
+        parse_allocator_list(text)

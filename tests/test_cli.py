@@ -60,7 +60,7 @@ def test_bad_trace_is_one_clear_line_not_a_traceback(tmp_path):
     (["--allocators", "max,buddy"], "unknown allocator"),
     (["--max-batched-tokens", "10"], "must be >= --max-num-seqs"),
     (["--model", "llama-2-70b"], "does not fit"),
-    (["--eviction", "random"], "unknown eviction"),
+    (["--eviction", "random"], "--victim-policy: 'random' is not one of"),
 ])
 def test_bad_config_messages(tmp_path, capsys, args, msg):
     trace = small_trace(tmp_path, 5)

@@ -93,13 +93,13 @@ lengths = st.tuples(st.floats(0, 5), st.integers(1, 300), st.integers(1, 120))
        st.integers(500, 3000), st.sampled_from(["lifo", "fifo", "lru"]))
 def test_fast_forward_matches_stepping(items, spec, pool, policy):
     """Decode runs are an optimisation: the result must equal stepping one iteration at a time."""
-    from kvsim.engine.eviction import get_policy
+    from kvsim.engine.preemption import get_victim_policy
 
     reqs = [req(i, t, p, o) for i, (t, p, o) in enumerate(items)]
     lat = RooflineModel(get_model("llama-2-7b"), get_gpu("a100-40gb"), RooflineParams())
     cfg = sched(max_seq_len=512, max_num_seqs=8, max_num_batched_tokens=256)
-    fast = simulate(reqs, spec, pool, lat, cfg, victim_policy=get_policy(policy))
-    slow = simulate(reqs, spec, pool, lat, cfg, victim_policy=get_policy(policy), fast_forward=False)
+    fast = simulate(reqs, spec, pool, lat, cfg, victim_policy=get_victim_policy(policy))
+    slow = simulate(reqs, spec, pool, lat, cfg, victim_policy=get_victim_policy(policy), fast_forward=False)
     assert fast.steps == slow.steps and fast.preemptions == slow.preemptions
     for a, b in zip(fast.sequences, slow.sequences):
         assert a.status == b.status and a.preemptions == b.preemptions
@@ -112,11 +112,10 @@ def test_fast_forward_matches_stepping(items, spec, pool, policy):
 
 
 def test_paged_beats_max_on_chat_trace():
-    from kvsim.cli import build_config, make_parser
+    from kvsim.options import config_from_args
     from kvsim.runner import simulate as run
 
-    a = make_parser().parse_args(["compare", "--trace", "traces/chat.jsonl"])
-    cfg = build_config(a)
+    cfg = config_from_args([])
     reqs = load_trace("traces/chat.jsonl").requests
     paged = run(reqs, cfg, "paged:16").summary
     mx = run(reqs, cfg, "max").summary
@@ -138,13 +137,12 @@ def test_vllm_paper_fig2_setup():
     """OPT-13B, A100-40GB, 12 GB of KV, max_seq_len 2048, ShareGPT-like lengths, cache kept full
     (benchmarks/vllm_fig2.sh). The paper: contiguous reservation keeps 20.4-38.2% of KV memory in token
     states; paged blocks of 16 waste under 4%."""
-    from kvsim.cli import build_config, make_parser
+    from kvsim.options import config_from_args
     from kvsim.runner import simulate as run
     from kvsim.trace.generate import ArrivalSpec, LengthSpec, generate
 
     reqs = generate(800, ArrivalSpec("poisson", 20.0), LengthSpec(161, 1.0, 338, 1.0, 2048), seed=3)
-    cfg = build_config(make_parser().parse_args(["compare", "--trace", "-", "--model", "opt-13b", "--kv-pool-gb", "12",
-                                                 "--max-seq-len", "2048"]))
+    cfg = config_from_args(["--model", "opt-13b", "--kv-pool-gb", "12", "--max-model-len", "2048"])
     share = {a: run(reqs, cfg, a).summary for a in ("max", "oracle", "paged:16")}
     assert 0.15 < share["max"]["mem_token_states"] < 0.30  # paper: 20.4%
     assert share["max"]["mem_token_states"] < share["oracle"]["mem_token_states"] < 0.6

@@ -8,7 +8,7 @@ from hypothesis import given, settings, strategies as st
 from helpers import FixedLatency, req, sched
 from kvsim.allocators import make_allocator
 from kvsim.config import RooflineParams
-from kvsim.engine.eviction import get_policy, hybrid
+from kvsim.engine.preemption import get_victim_policy, hybrid
 from kvsim.engine.latency import RooflineModel
 from kvsim.engine.sequence import Sequence
 from kvsim.engine.simulator import Simulation, SwapTiming
@@ -21,7 +21,7 @@ from kvsim.trace.request import Request
 def run(reqs, spec, pool, cfg=None, policy="lifo", cpu=0, swap=False, latency=None, ff=True):
     cfg = cfg or sched(max_seq_len=1 << 20)
     alloc = make_allocator(spec, pool, cfg.max_seq_len, cpu)
-    sim = Simulation(reqs, alloc, latency or FixedLatency(), cfg, get_policy(policy), fast_forward=ff,
+    sim = Simulation(reqs, alloc, latency or FixedLatency(), cfg, get_victim_policy(policy), fast_forward=ff,
                      swap_timing=SwapTiming(1000, 1e6, 1e-3) if swap else None)
     return sim.run()
 
@@ -83,11 +83,12 @@ def test_preempted_request_only_hits_blocks_still_cached():
 def test_blocks_of_a_sequence_preempted_before_its_prefill_ran_are_never_cached():
     a = make_allocator("paged:16+prefix", 16 * 20, 4096)
     r = Request("r", 0, 64, 10, hash_ids=(1, 2, 3, 4), hash_block_tokens=16)
-    assert a.cached_prefix_tokens(0, r, 63) == 0
-    assert a.allocate(0, r, 64)
+    hit = a.lookup_prefix(0, r, 63)
+    assert hit.tokens == 0 and hit.looked_up
+    assert a.allocate(0, r, 64, hit)
     a.free(0)  # preempted in the same scheduling pass: its KV was never computed
-    assert a.cached_block_count() == 0
-    assert a.cached_prefix_tokens(1, r, 63) == 0
+    assert a.pool.cached_block_count() == 0
+    assert a.lookup_prefix(1, r, 63).tokens == 0
 
 
 def test_parallel_sampling_forks_share_and_copy_on_write():
@@ -114,7 +115,7 @@ def test_parallel_samples_of_a_one_token_answer_all_come_from_the_prefill():
 
 def test_swap_preemption_moves_blocks_and_costs_time():
     reqs = [req(i, 0.0, 32, 60) for i in range(4)]
-    cfg = sched(max_seq_len=4096, preemption="swap")
+    cfg = sched(max_seq_len=4096, preemption_mode="swap")
     res = run(reqs, "paged:16", pool=16 * 14, cfg=cfg, cpu=16 * 64, swap=True)
     ex = res.extra
     assert all(s.status == "finished" for s in res.sequences)
@@ -143,7 +144,7 @@ def test_hybrid_policy_prefers_prefills_then_lru():
     a, b, c = mk(0, 5, 1.0), mk(1, 0, 3.0), mk(2, 7, 0.5)
     assert hybrid([a, b, c]) is b  # the one still in prefill goes first
     assert hybrid([a, c]) is c  # then the least recently scheduled decode
-    assert get_policy("lifo")([a, b, c]) is c and get_policy("fifo")([a, b, c]) is a
+    assert get_victim_policy("lifo")([a, b, c]) is c and get_victim_policy("fifo")([a, b, c]) is a
 
 
 def _seq(i, generated, last):
@@ -176,7 +177,7 @@ def test_fast_forward_matches_stepping_with_sharing(items, spec, pool, policy, m
         reqs.append(Request(str(i), t, p, o, hash_ids=ids, hash_block_tokens=16, n=n))
     lat = RooflineModel(get_model("llama-2-7b"), get_gpu("a100-40gb"), RooflineParams())
     cfg = sched(max_seq_len=512, max_num_seqs=8, max_num_batched_tokens=128,
-                preemption="swap" if mode == "swap" else "recompute", partial_eviction=mode == "partial")
+                preemption_mode="swap" if mode == "swap" else "recompute", partial_eviction=mode == "partial")
     cpu = 16 * 40 if mode == "swap" else 0
     fast = run(reqs, spec, pool, cfg, policy, cpu, mode == "swap", lat, ff=True)
     slow = run(reqs, spec, pool, cfg, policy, cpu, mode == "swap", lat, ff=False)

@@ -97,12 +97,12 @@ def test_scenarios_carry_consistent_hash_ids(name):
 
 
 def test_scenario_sharing_shows_up_as_hits(tmp_path):
-    from kvsim.cli import build_config, make_parser
+    from kvsim.options import config_from_args
     from kvsim.runner import simulate
 
     reqs = generate_scenario(ScenarioSpec("system-prompt", shared_tokens=1024), 150, ArrivalSpec("poisson", 4.0),
                              LengthSpec(prompt_mean=200, output_mean=100), seed=0)
-    cfg = build_config(make_parser().parse_args(["compare", "--trace", "-"]))
+    cfg = config_from_args([])
     s = simulate(reqs, cfg, "paged:16+prefix").summary
     assert s["prefix_hit_rate_tokens"] > 0.7  # 1024 shared of ~1224 prompt tokens
     assert simulate(reqs, cfg, "paged:16").summary["prefix_hit_rate_tokens"] == 0

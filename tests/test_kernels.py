@@ -8,7 +8,7 @@ from hypothesis import given, settings, strategies as st
 torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
 
-from kernels import load  # noqa: E402
+from kvsim_kernels import load  # noqa: E402
 
 K = load()
 DEV = K.device

@@ -2,14 +2,15 @@
 
 import random
 
+import pytest
 from hypothesis import strategies as st
-from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, invariant, precondition, rule
+from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, invariant, rule
 
-from kvsim.allocators import make_allocator
+from kvsim.allocators import example_specs, make_allocator, parse_allocator
 from kvsim.allocators.block_keys import prompt_block_hashes
-from kvsim.allocators.paged import PagedAllocator
-from kvsim.allocators.prefix import PrefixCachingAllocator
-from kvsim.allocators.radix import RadixCacheAllocator
+from kvsim.allocators.cache_eviction import CACHE_EVICTION_POLICIES
+from kvsim.allocators.hashed_pool import HashedBlockPool
+from kvsim.allocators.radix_pool import RadixBlockPool
 from kvsim.trace.request import Request
 
 B = 8
@@ -24,11 +25,12 @@ class Live:
 
 class SharingMachine(RuleBasedStateMachine):
     spec = "paged:8+prefix"
+    eviction = "lru"
     seqs = Bundle("seqs")
 
     def __init__(self):
         super().__init__()
-        self.alloc = make_allocator(self.spec, BLOCKS * B, 4096, cpu_swap_tokens=20 * B)
+        self.alloc = make_allocator(self.spec, BLOCKS * B, 4096, cpu_swap_tokens=20 * B, cache_eviction=self.eviction)
         self.live: dict[int, Live] = {}
         self.gpu: dict[tuple[int, int], tuple] = {}  # (block, slot) -> content tag written there
         self.cpu: dict[tuple[int, int], tuple] = {}
@@ -66,10 +68,11 @@ class SharingMachine(RuleBasedStateMachine):
         req = Request(str(sid), 0.0, prompt, out, hash_ids=tuple(ids), hash_block_tokens=B)
         chain = prompt_block_hashes(req, B)
         tags = [("c", chain[p // B], p % B) if p // B < len(chain) else ("u", sid, p) for p in range(prompt + out)]
-        hit = self.alloc.cached_prefix_tokens(sid, req, prompt - 1)
-        assert hit % B == 0 and hit <= prompt - 1
+        found = self.alloc.lookup_prefix(sid, req, prompt - 1)
+        hit = found.tokens
+        assert hit % B == 0 and hit <= prompt - 1 and len(found.blocks) * B == hit
         n = min(prompt, hit + chunk)
-        if not self.alloc.allocate(sid, req, n):
+        if not self.alloc.allocate(sid, req, n, found):
             assert self.alloc.held_slots(sid) == 0
             return sid
         self.live[sid] = s = Live(req, tags)
@@ -89,7 +92,6 @@ class SharingMachine(RuleBasedStateMachine):
         if n > s.computed and self.alloc.allocate(sid, s.req, n):
             self._write(sid, n)
 
-    @precondition(lambda self: isinstance(self.alloc, PagedAllocator))
     @rule(target=seqs, sid=seqs)
     def fork(self, sid):
         s = self.live.get(sid)
@@ -153,18 +155,7 @@ class SharingMachine(RuleBasedStateMachine):
                 for b in a.block_table(sid):
                     count[b] += 1
         assert count == a.ref
-        if isinstance(a, PrefixCachingAllocator):
-            assert set(a._free_queue) == {b for b in range(a.num_blocks) if a.ref[b] == 0}
-        if isinstance(a, RadixCacheAllocator):
-            unref = [n for n in a._node_of.values() if a.ref[n.block] == 0]
-            assert len(unref) == a._unreferenced
-            for n in unref:  # an unreferenced prefix never has referenced extensions
-                stack = list(n.children.values())
-                while stack:
-                    m = stack.pop()
-                    assert a.ref[m.block] == 0
-                    stack.extend(m.children.values())
-            assert a.num_free_blocks == sum(1 for r in a.ref if r == 0)
+        a.check_invariants()  # the pool's own structure: free + evictable + in use == total, cache maps
 
     @invariant()
     def content_is_intact(self):
@@ -191,9 +182,22 @@ class SharingMachine(RuleBasedStateMachine):
         assert self.alloc.num_free_blocks == self.alloc.num_blocks  # nothing leaks
 
 
-TestPrefixSharing = type("TestPrefix", (SharingMachine,), {"spec": "paged:8+prefix"}).TestCase
-TestRadixSharing = type("TestRadix", (SharingMachine,), {"spec": "radix:8"}).TestCase
-TestPagedForks = type("TestPagedForks", (SharingMachine,), {"spec": "paged:8"}).TestCase
+def _machines():
+    """Every registered allocator kind with blocks, at B = 8, and the caches under every eviction policy."""
+    specs = []
+    for e in example_specs():
+        spec = parse_allocator(e)
+        if spec.has_blocks and str(spec.with_block_size(B)) not in specs:
+            specs.append(str(spec.with_block_size(B)))
+    for spec in specs:
+        policies = CACHE_EVICTION_POLICIES if make_allocator(spec, B, 64).caches_prefixes else ["lru"]
+        for pol in policies:
+            name = "Test_" + "".join(c if c.isalnum() else "_" for c in spec) + "_" + pol
+            yield name, type(name, (SharingMachine,), {"spec": spec, "eviction": pol}).TestCase
+
+
+for _name, _case in _machines():
+    globals()[_name] = _case
 
 
 # --- block-level LRU against a reference model -------------------------------------------------------
@@ -243,19 +247,20 @@ def test_v1_lru_matches_reference_model():
         ids = tuple(rng.choice(fams)[:k] + [rng.randrange(10**9, 2 * 10**9) for _ in range(nb - k)])
         reqs.append(Request(str(i), 0.0, p, rng.randint(1, 60), hash_ids=ids, hash_block_tokens=16))
     blocks = 30
-    a = PrefixCachingAllocator(blocks * 8, 8)
+    a = make_allocator("paged:8+prefix", blocks * 8, 4096)
     got = []
     for i, r in enumerate(reqs):
         if r.total_tokens > blocks * 8:
             continue
-        got.append(a.cached_prefix_tokens(i, r, r.prompt_tokens - 1))
-        assert a.allocate(i, r, r.total_tokens)
+        hit = a.lookup_prefix(i, r, r.prompt_tokens - 1)
+        got.append(hit.tokens)
+        assert a.allocate(i, r, r.total_tokens, hit)
         a.on_computed(i, r, r.prompt_tokens)
         a.free(i)
     want = reference_v1_hits([r for r in reqs if r.total_tokens <= blocks * 8], blocks, 8)
     assert got == want
     assert sum(got) > 0  # the case exercises hits and evictions
-    assert a.stats["evictions"] > 0
+    assert a.counters()["evictions"] > 0
 
 
 def test_block_keys_mapping_when_block_does_not_divide_hash_chunk():
@@ -275,7 +280,7 @@ def test_block_keys_mapping_when_block_does_not_divide_hash_chunk():
 def test_hits_at_the_head_of_the_free_queue_are_claimed_before_new_blocks_are_taken():
     """X's prefix blocks sit at the head of the LRU free queue (freed first), so the very next blocks a
     take would evict are exactly the ones Y's lookup just found. Y's allocate must claim them first."""
-    a = PrefixCachingAllocator(6 * B, B)
+    a = make_allocator(f"paged:{B}+prefix", 6 * B, 4096)
     x = Request("x", 0, 2 * B + 1, 1, hash_ids=(1, 2, 3), hash_block_tokens=B)
     z = Request("z", 0, 3 * B - 1, 1, hash_ids=(7, 8, 9), hash_block_tokens=B)
     assert a.allocate(0, x, x.total_tokens) and a.allocate(1, z, z.total_tokens)  # all 6 blocks in use
@@ -283,10 +288,58 @@ def test_hits_at_the_head_of_the_free_queue_are_claimed_before_new_blocks_are_ta
     x_prefix = a.block_table(0)[:2]
     a.free(0)
     a.free(1)
-    head = list(a._free_queue)[:3]
+    head = a.pool.free_order()[:3]
     assert set(x_prefix) <= set(head)  # X's blocks (tail first) lead the queue
     y = Request("y", 0, 2 * B + 5, 3 * B, hash_ids=(1, 2, 4), hash_block_tokens=B)
-    assert a.cached_prefix_tokens(2, y, y.prompt_tokens - 1) == 2 * B
-    assert a.allocate(2, y, y.total_tokens)  # needs 4 more blocks: all of the queue but the hits
-    assert a.block_table(2)[:2] == x_prefix and all(a.is_cached(b) for b in x_prefix)
-    assert a.stats["hit_blocks"] == 2
+    hit = a.lookup_prefix(2, y, y.prompt_tokens - 1)
+    assert hit.tokens == 2 * B
+    assert a.allocate(2, y, y.total_tokens, hit)  # needs 4 more blocks: all of the queue but the hits
+    assert a.block_table(2)[:2] == x_prefix and all(a.pool.is_cached(b) for b in x_prefix)
+    assert a.counters()["hit_blocks"] == 2
+
+
+@pytest.mark.parametrize("pool_cls", [HashedBlockPool, RadixBlockPool])
+@pytest.mark.parametrize("policy,evicted", [("lru", 2), ("lfu", 1), ("fifo", 0), ("priority", 1)])
+def test_cache_eviction_policies_drop_the_block_their_key_names(pool_cls, policy, evicted):
+    """Three cached blocks: 0 (priority 0), 1 (priority 5), 2 (priority 1), cached in that order, then
+    reused: block 2 three times, block 1 once, block 0 twice (the last). LRU drops 2 (used longest ago),
+    LFU drops 1 (fewest reuses), FIFO drops 0 (cached first), priority drops 1 (least important)."""
+    pool = pool_cls(3, policy)
+    blocks = pool.take(3)
+    for i, prio in enumerate((0, 5, 1)):
+        pool.register(i, [100 + i], [blocks[i]], 1, Request(str(i), 0, 8, 1, priority=prio))
+    for b in blocks:
+        pool.ref[b] = 0
+        pool.on_unreferenced(b)
+
+    def reuse(h, times):
+        for _ in range(times):
+            (b,) = pool.lookup([h])
+            pool.claim(b)
+            pool.ref[b] += 1
+            pool.after_claim(99, [b], Request("x", 0, 8, 1, priority=9))
+            pool.ref[b] -= 1
+            pool.on_unreferenced(b)
+            pool.check_invariants()
+
+    reuse(102, 3)
+    reuse(101, 1)
+    reuse(100, 2)
+    (taken,) = pool.take(1)
+    assert taken == blocks[evicted] and not pool.is_cached(taken) and pool.evictions == 1
+    assert pool.cached_block_count() == 2
+
+
+def test_a_stale_prefix_hit_is_refused():
+    a = make_allocator(f"paged:{B}+prefix", 3 * B, 4096)
+    x = Request("x", 0, 2 * B + 1, 1, hash_ids=(1, 2, 3), hash_block_tokens=B)
+    assert a.allocate(0, x, x.total_tokens)
+    a.on_computed(0, x, x.prompt_tokens)
+    a.free(0)
+    hit = a.lookup_prefix(1, x, x.prompt_tokens - 1)
+    assert hit.tokens == 2 * B
+    other = Request("o", 0, 3 * B, 1)
+    assert a.allocate(2, other, 3 * B)  # takes every block, evicting the two that were found
+    a.free(2)
+    with pytest.raises(ValueError, match="stale prefix hit"):
+        a.allocate(1, x, x.total_tokens, hit)

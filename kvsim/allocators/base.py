@@ -1,7 +1,8 @@
 """The allocator interface: the spine every KV memory policy plugs in behind.
 
 All sizes are in token slots (one slot = the KV of one token across all layers on one GPU).
-The engine talks to allocators only through this interface and never special-cases one.
+The engine talks to allocators only through this interface and never special-cases one: what an
+allocator can do (block tables, sharing, a prefix cache, swap) it says through the members below.
 """
 
 from __future__ import annotations
@@ -33,10 +34,35 @@ class Breakdown:
         return (self.token_states, self.reserved, self.internal_frag, self.external_frag, self.free)
 
 
+@dataclass(frozen=True, slots=True)
+class PrefixHit:
+    """What a prefix-cache lookup found: a value the caller hands to :meth:`KVAllocator.allocate`.
+
+    ``blocks`` cache the request's first ``tokens`` tokens, in order. ``looked_up`` says a cache was
+    consulted (a lookup that found nothing still counts towards the hit rate). ``stamp`` is the cache's
+    eviction count at the lookup: once a block has been evicted since, the hit is stale and allocate
+    refuses it, so a hit must be claimed before anything else takes blocks.
+    """
+
+    blocks: tuple[int, ...] = ()
+    tokens: int = 0
+    looked_up: bool = False
+    stamp: int = 0
+
+
+NO_HIT = PrefixHit()
+
+
 class KVAllocator(ABC):
     """Owns a pool of ``pool_tokens`` slots and hands them to sequences."""
 
     name: str
+    #: Slots one copy moves (a block for paged allocators): the unit of swap and copy-on-write traffic.
+    copy_unit: int = 1
+    #: Sequences can share KV (parallel-sampling forks, prefix hits): report the memory sharing saved.
+    shares_kv: bool = False
+    #: A prefix cache answers lookups: report hit rates.
+    caches_prefixes: bool = False
 
     def __init__(self, pool_tokens: int):
         self.pool_tokens = pool_tokens
@@ -68,9 +94,16 @@ class KVAllocator(ABC):
         return self.pool_tokens
 
     # --- ownership ----------------------------------------------------------------------
+    def lookup_prefix(self, seq_id: int, request: Request, max_tokens: int) -> PrefixHit:
+        """Leading tokens (at most ``max_tokens``) of the request whose KV is already cached. The result
+        is claimed by passing it to the next :meth:`allocate` of ``seq_id``; allocators without a
+        prefix cache find nothing."""
+        return NO_HIT
+
     @abstractmethod
-    def allocate(self, seq_id: int, request: Request, num_tokens: int) -> bool:
-        """Make ``seq_id`` hold slots for its first ``num_tokens`` tokens. All or nothing: False changes nothing."""
+    def allocate(self, seq_id: int, request: Request, num_tokens: int, hit: PrefixHit = NO_HIT) -> bool:
+        """Make ``seq_id`` hold slots for its first ``num_tokens`` tokens, starting from the cached blocks
+        of ``hit`` (a fresh sequence's first allocate). All or nothing: False changes nothing."""
 
     @abstractmethod
     def free(self, seq_id: int) -> None:
@@ -85,13 +118,13 @@ class KVAllocator(ABC):
     def used_slots(self) -> int:
         """Slots held by any sequence."""
 
-    def cached_prefix_tokens(self, seq_id: int, request: Request, max_tokens: int) -> int:
-        """Leading tokens (at most ``max_tokens``) of the request whose KV the allocator already holds.
+    def block_table(self, seq_id: int) -> list[int] | None:
+        """The sequence's block table (block ids in token order), or None for allocators without one."""
+        return None
 
-        Called right before the first allocate of a (re)started sequence, which claims what was found;
-        the plain allocators share nothing.
-        """
-        return 0
+    def describe(self) -> dict:
+        """Layout facts for run summaries (e.g. number and size of blocks)."""
+        return {}
 
     def on_computed(self, seq_id: int, request: Request, computed_tokens: int) -> None:  # noqa: B027
         """The sequence's first ``computed_tokens`` tokens now have KV (prefix caches register blocks)."""
@@ -120,7 +153,7 @@ class KVAllocator(ABC):
         return None
 
     def drain_copies(self) -> list[tuple[str, int, int]]:
-        """Block copies (kind, src, dst) made since the last call: copy-on-write and swaps."""
+        """Copies (kind, src, dst) of ``copy_unit`` slots made since the last call: copy-on-write and swaps."""
         return []
 
     def counters(self) -> dict:
@@ -131,6 +164,9 @@ class KVAllocator(ABC):
     def shared_slots(self) -> int:
         """Token states stored once but held by several sequences (memory saved by sharing)."""
         return 0
+
+    def check_invariants(self) -> None:  # noqa: B027
+        """Raise AssertionError if the allocator's bookkeeping is inconsistent (for tests)."""
 
     def decode_headroom(self, seqs: list[tuple[int, int]], k_max: int) -> int:
         """Largest k <= k_max such that every (seq_id, filled_tokens) can grow by k tokens without failing.

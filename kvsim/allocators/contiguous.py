@@ -6,7 +6,7 @@ address space. It never grows, so running sequences are never preempted for memo
 
 from __future__ import annotations
 
-from kvsim.allocators.base import KVAllocator
+from kvsim.allocators.base import NO_HIT, KVAllocator, PrefixHit
 from kvsim.allocators.extents import ExtentAllocator
 from kvsim.trace.request import Request
 
@@ -35,7 +35,7 @@ class ContiguousAllocator(KVAllocator):
     def footprint(self, request: Request) -> int:
         return self.reservation(request)
 
-    def allocate(self, seq_id: int, request: Request, num_tokens: int) -> bool:
+    def allocate(self, seq_id: int, request: Request, num_tokens: int, hit: PrefixHit = NO_HIT) -> bool:
         held = self._ranges.get(seq_id)
         if held is not None:
             return num_tokens <= held[1]
@@ -70,6 +70,15 @@ class ContiguousAllocator(KVAllocator):
     def external_fragmentation(self, next_request: Request | None) -> int:
         need = self.reservation(next_request) if next_request is not None else self.smallest_reservation
         return self._space.unusable(need)
+
+    def check_invariants(self) -> None:
+        ranges = sorted(self._ranges.values())
+        for (s0, n0), (s1, _) in zip(ranges, ranges[1:]):
+            assert s0 + n0 <= s1, "reservations overlap"
+        assert all(0 <= s and s + n <= self.pool_tokens for s, n in ranges), "reservation outside the pool"
+        holes = self._space.holes()
+        assert sum(n for _, n in holes) + sum(n for _, n in ranges) == self.pool_tokens, "free + held != pool"
+        assert self._overhang_total == sum(self._overhang.values())
 
 
 class MaxAllocator(ContiguousAllocator):

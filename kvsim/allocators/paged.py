@@ -1,15 +1,18 @@
-"""vLLM-style paged KV cache: fixed-size blocks from a free list, a block table per sequence,
-allocated on demand as the sequence grows and returned when it finishes.
+"""vLLM-style paged KV cache: fixed-size blocks, a block table per sequence, allocated on demand as the
+sequence grows and returned when it finishes.
 
-Blocks are reference counted so that sequences can share them: parallel-sampling forks share
-the prompt's blocks (copy-on-write for the partial last block), and the prefix-caching
-subclasses share full prompt blocks between requests. With a CPU swap space, a preempted
-sequence's blocks can be copied out and back instead of being recomputed.
+Where blocks come from is a part, the block pool (block_pool.py): a plain free stack, vLLM V1's hashed
+prefix cache (hashed_pool.py) or SGLang's radix tree (radix_pool.py). This module owns the tables and
+everything built on reference counts: parallel-sampling forks share the prompt's blocks (copy-on-write
+for the partial last block), prefix hits share full prompt blocks between requests, and with a CPU
+swap space a preempted sequence's blocks can be copied out and back instead of recomputed.
 """
 
 from __future__ import annotations
 
-from kvsim.allocators.base import Breakdown, KVAllocator
+from kvsim.allocators.base import NO_HIT, Breakdown, KVAllocator, PrefixHit
+from kvsim.allocators.block_keys import prompt_block_hashes
+from kvsim.allocators.block_pool import BlockPool, FreeStackPool
 from kvsim.allocators.swap import SwapSpace
 from kvsim.trace.request import Request
 
@@ -19,61 +22,100 @@ def blocks_for(tokens: int, block_size: int) -> int:
 
 
 class PagedAllocator(KVAllocator):
-    def __init__(self, pool_tokens: int, block_size: int = 16, cpu_swap_tokens: int = 0):
+    shares_kv = True
+
+    def __init__(self, pool_tokens: int, block_size: int = 16, cpu_swap_tokens: int = 0,
+                 pool: BlockPool | None = None, name: str | None = None):
         super().__init__(pool_tokens)
         if block_size <= 0:
             raise ValueError("block size must be > 0")
-        self.block_size = block_size
+        self.block_size = self.copy_unit = block_size
         self.num_blocks = pool_tokens // block_size
-        self.name = f"paged:{block_size}"
-        self.ref = [0] * self.num_blocks
-        # A stack: the most recently freed block is reused first.
-        self._free_blocks: list[int] = list(range(self.num_blocks - 1, -1, -1))
+        self.pool = pool if pool is not None else FreeStackPool(self.num_blocks)
+        if self.pool.num_blocks != self.num_blocks:
+            raise ValueError(f"pool of {self.pool.num_blocks} blocks for {self.num_blocks} blocks of memory")
+        self.caches_prefixes = self.pool.caches_prefixes
+        self.ref = self.pool.ref
+        self.name = name or f"paged:{block_size}"
         self._tables: dict[int, list[int]] = {}
         # Fork-shared partial last blocks -> tokens filled at the fork (writes past that copy the block).
         self._partial_fill: dict[int, int] = {}
         # Token slots counted once per owner but stored once: logical minus physical token states.
         self._shared_extra = 0
+        self._chains: dict[int, list[int]] = {}  # seq_id -> its prompt block hashes (caching pools only)
         self.swap = SwapSpace(cpu_swap_tokens // block_size) if cpu_swap_tokens > 0 else None
         self.copies: list[tuple[str, int, int]] = []  # (kind, src block, dst block) since last drain
         self.stats = {"cow_copies": 0, "forks": 0}
+        if self.caches_prefixes:
+            self.stats.update(hit_blocks=0, lookup_blocks=0)
 
-    # --- block supply (overridden by the caching subclasses) --------------------------------
     @property
     def num_free_blocks(self) -> int:
-        return len(self._free_blocks)
-
-    def _take(self, n: int) -> list[int]:
-        """n free blocks, ref count set to 1 (caller checked num_free_blocks)."""
-        out = [self._free_blocks.pop() for _ in range(n)]
-        for b in out:
-            self.ref[b] = 1
-        return out
+        return self.pool.num_free
 
     def _release(self, blocks: list[int]) -> None:
         """Drop one reference to each block (a table, released tail first)."""
+        ref = self.ref
         for b in reversed(blocks):
-            r = self.ref[b]
+            r = ref[b]
             if r > 1:
                 self._shared_extra -= self._partial_fill.get(b, self.block_size)
-                self.ref[b] = r - 1
+                ref[b] = r - 1
                 continue
-            self.ref[b] = 0
+            ref[b] = 0
             self._partial_fill.pop(b, None)
-            self._on_block_free(b)
-
-    def _on_block_free(self, b: int) -> None:
-        self._free_blocks.append(b)
+            self.pool.on_unreferenced(b)
 
     # --- the allocator interface ------------------------------------------------------------
     @property
     def usable_tokens(self) -> int:
         return self.num_blocks * self.block_size
 
+    def describe(self) -> dict:
+        return {"num_blocks": self.num_blocks, "block_size": self.block_size}
+
     def footprint(self, request: Request) -> int:
         return blocks_for(request.total_tokens, self.block_size) * self.block_size
 
-    def allocate(self, seq_id: int, request: Request, num_tokens: int) -> bool:
+    def _chain(self, seq_id: int, request: Request) -> list[int]:
+        chain = self._chains.get(seq_id)
+        if chain is None:
+            chain = self._chains[seq_id] = prompt_block_hashes(request, self.block_size)
+        return chain
+
+    def lookup_prefix(self, seq_id: int, request: Request, max_tokens: int) -> PrefixHit:
+        if not self.caches_prefixes:
+            return NO_HIT
+        chain = self._chain(seq_id, request)
+        hits = self.pool.lookup(chain[:max_tokens // self.block_size])
+        return PrefixHit(tuple(hits), len(hits) * self.block_size, True, self.pool.evictions)
+
+    def allocate(self, seq_id: int, request: Request, num_tokens: int, hit: PrefixHit = NO_HIT) -> bool:
+        if not hit.looked_up:
+            return self._grow(seq_id, request, num_tokens)
+        if hit.stamp != self.pool.evictions:
+            raise ValueError(f"sequence {seq_id}: stale prefix hit (blocks were evicted since the lookup)")
+        hits = hit.blocks
+        if hits:
+            ref = self.ref
+            evictable = sum(1 for b in hits if ref[b] == 0)  # counted as free until claimed
+            if blocks_for(num_tokens, self.block_size) - len(hits) > self.pool.num_free - evictable:
+                return False
+            for b in hits:
+                if ref[b] == 0:
+                    self.pool.claim(b)
+                else:
+                    self._shared_extra += self.block_size
+                ref[b] += 1
+            self._tables[seq_id] = list(hits)
+            self.pool.after_claim(seq_id, list(hits), request)
+        if not self._grow(seq_id, request, num_tokens):
+            return False
+        self.stats["lookup_blocks"] += request.prompt_tokens // self.block_size
+        self.stats["hit_blocks"] += len(hits)
+        return True
+
+    def _grow(self, seq_id: int, request: Request, num_tokens: int) -> bool:
         table = self._tables.get(seq_id)
         if table and table[-1] in self._partial_fill:
             if not self._copy_on_write(seq_id, request, table, num_tokens):
@@ -81,9 +123,9 @@ class PagedAllocator(KVAllocator):
         need = -(-num_tokens // self.block_size) - (len(table) if table is not None else 0)
         if need <= 0:
             return True
-        if need > self.num_free_blocks:
+        if need > self.pool.num_free:
             return False
-        new = self._take(need)
+        new = self.pool.take(need)
         if table is None:
             self._tables[seq_id] = table = new
         else:
@@ -102,9 +144,9 @@ class PagedAllocator(KVAllocator):
         if num_tokens <= (len(table) - 1) * self.block_size + fill:
             return True  # nothing written into the shared block yet
         extra = -(-num_tokens // self.block_size) - len(table)
-        if 1 + max(0, extra) > self.num_free_blocks:
+        if 1 + max(0, extra) > self.pool.num_free:
             return False
-        (copy,) = self._take(1)
+        (copy,) = self.pool.take(1)
         self.ref[last] -= 1
         self._shared_extra -= fill
         if self.ref[last] == 1:
@@ -115,8 +157,22 @@ class PagedAllocator(KVAllocator):
         self.stats["cow_copies"] += 1
         return True
 
+    def on_computed(self, seq_id: int, request: Request, computed_tokens: int) -> None:
+        """Offer the prompt blocks whose KV is now computed to the prefix cache."""
+        if not self.caches_prefixes:
+            return
+        chain = self._chain(seq_id, request)
+        table = self._tables.get(seq_id)
+        if not table:
+            return
+        upto = min(len(chain), computed_tokens // self.block_size, len(table))
+        self.pool.register(seq_id, chain, table, upto, request)
+
     def counters(self) -> dict:
-        return dict(self.stats)
+        out = dict(self.stats)
+        if self.caches_prefixes:
+            out["evictions"] = self.pool.evictions
+        return out
 
     @property
     def shared_slots(self) -> int:
@@ -149,6 +205,8 @@ class PagedAllocator(KVAllocator):
         if table:
             self._release(table)
         self._drop_overhang(seq_id)
+        self._chains.pop(seq_id, None)
+        self.pool.forget(seq_id)
 
     def release_tail(self, seq_id: int, request: Request, slots_needed: int) -> int:
         """Free tail blocks of ``seq_id`` worth at least ``slots_needed`` slots; returns the slots it keeps."""
@@ -168,7 +226,7 @@ class PagedAllocator(KVAllocator):
         """Slots that must be freed before ``seq_id`` can hold ``num_tokens`` tokens."""
         table = self._tables.get(seq_id)
         need = blocks_for(num_tokens, self.block_size) - (len(table) if table else 0)
-        return max(0, need - self.num_free_blocks) * self.block_size
+        return max(0, need - self.pool.num_free) * self.block_size
 
     def held_slots(self, seq_id: int) -> int:
         table = self._tables.get(seq_id)
@@ -179,10 +237,19 @@ class PagedAllocator(KVAllocator):
 
     @property
     def used_slots(self) -> int:
-        return (self.num_blocks - self.num_free_blocks) * self.block_size
+        return (self.num_blocks - self.pool.num_free) * self.block_size
 
     def memory_breakdown(self, filled_tokens: int, next_request: Request | None) -> Breakdown:
         return super().memory_breakdown(filled_tokens - self._shared_extra, next_request)
+
+    def check_invariants(self) -> None:
+        count = [0] * self.num_blocks
+        for table in self._tables.values():
+            for b in table:
+                count[b] += 1
+        assert count == self.ref, "reference counts != block-table entries"
+        self.pool.check_invariants()
+        assert self._overhang_total == sum(self._overhang.values())
 
     # --- swap -----------------------------------------------------------------------------------
     def swap_out(self, seq_id: int) -> list[tuple[int, int]] | None:
@@ -201,12 +268,13 @@ class PagedAllocator(KVAllocator):
     def swap_in(self, seq_id: int, request: Request) -> list[tuple[int, int]] | None:
         """Bring a swapped-out sequence's blocks back; None if the GPU lacks free blocks."""
         cpu = self.swap.held(seq_id) if self.swap else None
-        if cpu is None or len(cpu) > self.num_free_blocks:
+        if cpu is None or len(cpu) > self.pool.num_free:
             return None
-        gpu = self._take(len(cpu))
+        gpu = self.pool.take(len(cpu))
         self.swap.release(seq_id)
         self._tables[seq_id] = gpu
         self._set_overhang(seq_id, len(gpu) * self.block_size, request.total_tokens)
+        self.pool.forget(seq_id)  # fresh blocks: offer them to the cache again
         mapping = list(zip(cpu, gpu))
         self.copies.extend(("swap_in", c, g) for c, g in mapping)
         return mapping
@@ -244,7 +312,7 @@ class PagedAllocator(KVAllocator):
         if self._partial_fill and any(self._copy_due(sid) for sid, _ in seqs):
             return 0  # a copy-on-write is due: step it
         state = [(filled, len(tables[sid]) if sid in tables else 0) for sid, filled in seqs]
-        free = self.num_free_blocks
+        free = self.pool.num_free
 
         def needed(k: int) -> int:
             return sum(max(0, -(-(f + k) // b) - held) for f, held in state)

@@ -1,61 +1,174 @@
-"""Allocator names on the command line -> allocator objects."""
+"""Allocator names -> specs -> allocator objects: the one place that parses, formats and builds them.
+
+Grammar: ``KIND[:BLOCK][+prefix]``
+
+- ``max``, ``pow2``, ``oracle``: contiguous reservations (no block size);
+- ``paged[:B][+prefix]``: paged blocks of B tokens; ``+prefix`` adds vLLM V1 automatic prefix caching;
+- ``radix[:B]``: paged blocks with an SGLang radix-tree prefix cache.
+
+A block size left out takes the run's ``--block-size`` (default 16), and ``--enable-prefix-caching``
+turns ``paged`` into ``paged+prefix``; :meth:`AllocatorSpec.resolve` applies both, after which the
+canonical name (``str(spec)``) identifies the allocator exactly.
+"""
 
 from __future__ import annotations
 
+import difflib
+from dataclasses import dataclass, replace
+from typing import Callable
+
 from kvsim.allocators.base import KVAllocator
-from kvsim.allocators.contiguous import MaxAllocator, OracleAllocator, Pow2Allocator
-from kvsim.allocators.paged import PagedAllocator
-from kvsim.allocators.prefix import PrefixCachingAllocator
-from kvsim.allocators.radix import RadixCacheAllocator
 from kvsim.errors import ConfigError
 
-ALLOCATOR_HELP = {
-    "max": "contiguous reservation of max_seq_len per request (FasterTransformer, Orca(Max))",
-    "pow2": "contiguous reservation of next power of two >= prompt+output (Orca(Pow2))",
-    "oracle": "contiguous reservation of exactly prompt+output (Orca(Oracle))",
-    "paged:B": "vLLM-style blocks of B tokens (default 16), allocated on demand",
-    "paged:B+prefix": "paged with vLLM V1 automatic prefix caching (hash-chained full blocks, LRU free queue)",
-    "radix[:B]": "paged with an SGLang-style radix tree of cached prefixes (LRU eviction of unreferenced leaves)",
-}
-
-_CONTIGUOUS = {"max": MaxAllocator, "pow2": Pow2Allocator, "oracle": OracleAllocator}
+DEFAULT_BLOCK_SIZE = 16
 
 
-def _block_size(spec: str, arg: str) -> int:
-    try:
-        block = int(arg) if arg else 16
-    except ValueError:
-        raise ConfigError(f"allocator '{spec}': block size '{arg}' is not an integer") from None
-    if block <= 0:
-        raise ConfigError(f"allocator '{spec}': block size must be > 0")
-    return block
+@dataclass(frozen=True)
+class AllocatorSpec:
+    kind: str
+    block_size: int | None = None  # tokens per block (kinds with blocks); None = the run's default
+    prefix: bool = False  # vLLM V1 prefix caching (paged)
+
+    def resolve(self, block_size: int = DEFAULT_BLOCK_SIZE, enable_prefix_caching: bool = False) -> "AllocatorSpec":
+        """Fill in what the name left to the run's options."""
+        k = KINDS[self.kind]
+        return replace(self, block_size=(self.block_size or block_size) if k.blocks else None,
+                       prefix=self.prefix or (enable_prefix_caching and k.prefix_option))
+
+    def with_block_size(self, block_size: int) -> "AllocatorSpec":
+        if not KINDS[self.kind].blocks:
+            raise ConfigError(f"allocator '{self}' has no blocks (block size {block_size})")
+        return replace(self, block_size=block_size)
+
+    @property
+    def has_blocks(self) -> bool:
+        return KINDS[self.kind].blocks
+
+    def __str__(self) -> str:
+        name = self.kind
+        if self.block_size is not None:
+            name += f":{self.block_size}"
+        if self.prefix:
+            name += "+prefix"
+        return name
 
 
-def make_allocator(spec: str, pool_tokens: int, max_seq_len: int, cpu_swap_tokens: int = 0) -> KVAllocator:
-    """Build an allocator from its CLI name, e.g. ``max``, ``paged:16``, ``paged:16+prefix``, ``radix``.
+@dataclass(frozen=True)
+class AllocatorKind:
+    name: str
+    help: str
+    build: Callable[..., KVAllocator]  # (spec, pool_tokens, max_seq_len, cpu_swap_tokens, cache_eviction)
+    blocks: bool = False  # takes a block size
+    prefix_option: bool = False  # accepts +prefix
+    examples: tuple[str, ...] = ()  # names the allocator property tests run
 
-    ``cpu_swap_tokens``: host-memory slots for swapped-out KV (paged allocators only).
-    """
-    name = spec.strip().lower()
-    if name in _CONTIGUOUS:
-        return _CONTIGUOUS[name](pool_tokens, max_seq_len)
+
+def _contiguous(cls_name: str):
+    def build(spec, pool_tokens, max_seq_len, cpu_swap_tokens, cache_eviction):
+        from kvsim.allocators import contiguous
+
+        return getattr(contiguous, cls_name)(pool_tokens, max_seq_len)
+    return build
+
+
+def _paged(spec, pool_tokens, max_seq_len, cpu_swap_tokens, cache_eviction):
+    from kvsim.allocators.paged import PagedAllocator
+
+    pool = None
+    if spec.prefix:
+        from kvsim.allocators.hashed_pool import HashedBlockPool
+
+        pool = HashedBlockPool(pool_tokens // spec.block_size, cache_eviction)
+    return PagedAllocator(pool_tokens, spec.block_size, cpu_swap_tokens, pool, name=str(spec))
+
+
+def _radix(spec, pool_tokens, max_seq_len, cpu_swap_tokens, cache_eviction):
+    from kvsim.allocators.paged import PagedAllocator
+    from kvsim.allocators.radix_pool import RadixBlockPool
+
+    pool = RadixBlockPool(pool_tokens // spec.block_size, cache_eviction)
+    return PagedAllocator(pool_tokens, spec.block_size, cpu_swap_tokens, pool, name=str(spec))
+
+
+KINDS: dict[str, AllocatorKind] = {k.name: k for k in [
+    AllocatorKind("max", "contiguous reservation of max_model_len per request (FasterTransformer, Orca (Max))",
+                  _contiguous("MaxAllocator"), examples=("max",)),
+    AllocatorKind("pow2", "contiguous reservation of the next power of two >= prompt+output (Orca (Pow2))",
+                  _contiguous("Pow2Allocator"), examples=("pow2",)),
+    AllocatorKind("oracle", "contiguous reservation of exactly prompt+output (Orca (Oracle))",
+                  _contiguous("OracleAllocator"), examples=("oracle",)),
+    AllocatorKind("paged", "vLLM blocks of B tokens allocated on demand; +prefix: V1 automatic prefix caching",
+                  _paged, blocks=True, prefix_option=True, examples=("paged:16", "paged:7", "paged:8+prefix")),
+    AllocatorKind("radix", "paged blocks with an SGLang radix-tree prefix cache (evicts unreferenced leaves)",
+                  _radix, blocks=True, examples=("radix:8",)),
+]}
+
+
+def allocator_help() -> dict[str, str]:
+    """Name pattern -> one-line description, for --help and the README."""
+    out = {}
+    for k in KINDS.values():
+        pattern = k.name + ("[:B]" if k.blocks else "") + ("[+prefix]" if k.prefix_option else "")
+        out[pattern] = k.help
+    return out
+
+
+def example_specs() -> list[str]:
+    """Allocator names covering every registered kind (the property tests run each)."""
+    return [e for k in KINDS.values() for e in k.examples]
+
+
+def parse_allocator(text: str) -> AllocatorSpec:
+    """``paged:16+prefix`` -> AllocatorSpec('paged', 16, True); errors name the allocator and say why."""
+    raw = str(text).strip()
+    name = raw.lower()
     head, plus, option = name.partition("+")
-    base, _, arg = head.partition(":")
-    if base == "paged" and not plus:
-        return PagedAllocator(pool_tokens, _block_size(spec, arg), cpu_swap_tokens)
-    if base == "paged" and option == "prefix":
-        return PrefixCachingAllocator(pool_tokens, _block_size(spec, arg), cpu_swap_tokens)
-    if base == "radix" and not plus:
-        return RadixCacheAllocator(pool_tokens, _block_size(spec, arg), cpu_swap_tokens)
-    raise ConfigError(f"unknown allocator '{spec}' (known: {', '.join(ALLOCATOR_HELP)})")
+    kind, colon, arg = head.partition(":")
+    k = KINDS.get(kind)
+    if k is None:
+        close = difflib.get_close_matches(kind, KINDS, n=1)
+        hint = f"; did you mean '{close[0]}'?" if close else ""
+        raise ConfigError(f"unknown allocator '{raw}' (known: {', '.join(allocator_help())}){hint}")
+    block = None
+    if colon:
+        if not k.blocks:
+            raise ConfigError(f"allocator '{raw}': {kind} has no block size")
+        try:
+            block = int(arg)
+        except ValueError:
+            raise ConfigError(f"allocator '{raw}': block size '{arg}' is not an integer") from None
+        if block <= 0:
+            raise ConfigError(f"allocator '{raw}': block size must be > 0")
+    if plus:
+        if option != "prefix" or not k.prefix_option:
+            raise ConfigError(f"allocator '{raw}': '+{option}' is not an option of {kind}"
+                              + (" (only +prefix)" if k.prefix_option else ""))
+    return AllocatorSpec(kind, block, bool(plus))
 
 
-def parse_allocator_list(text: str) -> list[str]:
-    names = [s.strip() for s in text.split(",") if s.strip()]
-    if not names:
-        raise ConfigError("--allocators is empty")
-    for n in names:
-        make_allocator(n, 1 << 20, 4096)  # validate early, before any simulation runs
-    if len(set(names)) != len(names):
-        raise ConfigError(f"--allocators lists a name twice: {text}")
-    return names
+def parse_allocator_list(text: str | list, block_size: int = DEFAULT_BLOCK_SIZE,
+                         enable_prefix_caching: bool = False) -> list[AllocatorSpec]:
+    """Comma-separated names -> resolved specs; the same allocator named twice is an error."""
+    parts = text if isinstance(text, list) else str(text).split(",")
+    specs = [parse_allocator(s).resolve(block_size, enable_prefix_caching) for s in parts if str(s).strip()]
+    if not specs:
+        raise ConfigError("no allocator given")
+    seen: dict[str, str] = {}
+    for raw, spec in zip([s for s in parts if str(s).strip()], specs):
+        if str(spec) in seen:
+            raise ConfigError(f"allocators '{seen[str(spec)]}' and '{raw.strip()}' are both {spec}: name each once")
+        seen[str(spec)] = raw.strip()
+    return specs
+
+
+def make_allocator(spec: AllocatorSpec | str, pool_tokens: int, max_seq_len: int, cpu_swap_tokens: int = 0,
+                   cache_eviction: str = "lru") -> KVAllocator:
+    """Build an allocator, e.g. ``make_allocator("paged:16+prefix", pool_tokens=100_000, max_seq_len=4096)``.
+
+    ``cpu_swap_tokens``: host-memory slots for swapped-out KV (paged allocators only);
+    ``cache_eviction``: which cached block a prefix cache drops first (cache_eviction.py).
+    """
+    if isinstance(spec, str):
+        spec = parse_allocator(spec)
+    spec = spec.resolve()
+    return KINDS[spec.kind].build(spec, pool_tokens, max_seq_len, cpu_swap_tokens, cache_eviction)

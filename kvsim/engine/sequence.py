@@ -2,9 +2,23 @@
 
 from __future__ import annotations
 
+from enum import Enum
+
 from kvsim.trace.request import Request
 
-WAITING, RUNNING, FINISHED, REJECTED = "waiting", "running", "finished", "rejected"
+
+class Status(str, Enum):
+    """Where a sequence (and, in results, a request) stands. Members compare equal to their values, so
+    result tables hold plain strings."""
+
+    WAITING = "waiting"
+    RUNNING = "running"
+    FINISHED = "finished"
+    REJECTED = "rejected"  # never admitted: too long, or larger than the KV pool
+    UNFINISHED = "unfinished"  # requests only: not done when the simulation ended
+
+    def __str__(self) -> str:
+        return self.value
 
 
 class Sequence:
@@ -23,7 +37,7 @@ class Sequence:
         self.target = req.output_tokens
         self.generated = 0
         self.computed = 0
-        self.status = WAITING
+        self.status = Status.WAITING
         self.reason = ""
         self.admitted_s: float | None = None
         self.first_token_s: float | None = None

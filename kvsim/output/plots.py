@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 
 from kvsim.allocators.base import MEMORY_CATEGORIES
+from kvsim.engine.sequence import Status
 
 COLORS = {"token_states": "#2e7d32", "reserved": "#f9a825", "internal_frag": "#e65100",
           "external_frag": "#c62828", "free": "#cfd8dc"}
@@ -65,7 +66,7 @@ def latency_cdf_plot(frames: dict[str, pd.DataFrame], path: Path) -> Path:
     fig, axes = plt.subplots(1, 3, figsize=(14, 4))
     for ax, (col, label) in zip(axes, [("ttft_s", "TTFT (s)"), ("tpot_s", "TPOT (s)"), ("e2e_s", "E2E latency (s)")]):
         for name, df in frames.items():
-            v = np.sort(df.loc[df.status == "finished", col].dropna().to_numpy())
+            v = np.sort(df.loc[df.status == Status.FINISHED.value, col].dropna().to_numpy())
             if len(v):
                 ax.plot(v, np.arange(1, len(v) + 1) / len(v), label=name)
         ax.set_xscale("log")

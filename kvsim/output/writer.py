@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from kvsim.engine.sequence import Status
 from kvsim.errors import ConfigError
 from kvsim.output.table import markdown_table
 
@@ -50,12 +51,12 @@ def write_results(out_dir: str | Path, outputs: list, context: dict[str, str], n
 def rejection_lines(outputs: list) -> list[str]:
     lines = []
     for o in outputs:
-        rej = o.requests[o.requests.status == "rejected"]
+        rej = o.requests[o.requests.status == Status.REJECTED.value]
         if len(rej):
             kinds = rej.reason.str.replace(r"\d+", "N", regex=True).value_counts()
             for why, n in kinds.items():
                 lines.append(f"{o.summary['allocator']}: {n} rejected ({why})")
-        unf = o.requests[o.requests.status == "unfinished"]
+        unf = o.requests[o.requests.status == Status.UNFINISHED.value]
         if len(unf):
             lines.append(f"{o.summary['allocator']}: {len(unf)} unfinished at the end of the simulation")
     return lines

@@ -47,19 +47,20 @@ def parse_gpus(text: str) -> list[tuple[str, float | None]]:
     return out
 
 
-def make_jobs(base: dict, gpus, allocators: list[str], slos, study: str | None, tol: float, max_steps: int,
+def make_jobs(base: dict, gpus, allocators: list, slos, study: str | None, tol: float, max_steps: int,
               kernel_bench: str | None = None) -> list[PlanJob]:
     jobs = []
     for gpu, cost in gpus:
         if study == "block-size":
+            from kvsim.allocators import parse_allocator
+
             kernel = _kernel_times(kernel_bench) if kernel_bench else {}
             for alloc in allocators:
-                head, plus, opt = alloc.partition("+")
-                base_name = head.split(":")[0]
-                if base_name not in ("paged", "radix"):
+                spec = parse_allocator(str(alloc))
+                if not spec.has_blocks:
                     continue
                 for b in BLOCK_SIZES:
-                    name = f"{base_name}:{b}" + (plus + opt if plus else "")
+                    name = str(spec.with_block_size(b))
                     extra = {"block_size": b}
                     if b in kernel:
                         extra["kernel_us"] = kernel[b]
@@ -71,11 +72,12 @@ def make_jobs(base: dict, gpus, allocators: list[str], slos, study: str | None, 
             for alloc in allocators:
                 for u in MEM_UTILS:
                     jobs.append(PlanJob(f"{gpu} {alloc} util={u:.2f}",
-                                        {**base, "gpu": gpu, "allocator": alloc, "gpu_memory_utilization": u},
+                                        {**base, "gpu": gpu, "allocator": str(alloc), "gpu_memory_utilization": u},
                                         slos, cost, tol, max_steps, {"gpu_memory_utilization": u}))
         elif study is None:
             for alloc in allocators:
-                jobs.append(PlanJob(f"{gpu} {alloc}", {**base, "gpu": gpu, "allocator": alloc}, slos, cost, tol, max_steps))
+                jobs.append(PlanJob(f"{gpu} {alloc}", {**base, "gpu": gpu, "allocator": str(alloc)}, slos, cost, tol,
+                                    max_steps))
         else:
             raise ConfigError(f"unknown --study '{study}' (block-size, gpu-mem-util)")
     return jobs
@@ -138,7 +140,7 @@ def run_job(job: PlanJob) -> tuple[dict, list[dict]]:
     """Capacity search for one configuration: (capacity row, rows of every evaluation)."""
     from kvsim.planning.point import build, trace_rate
 
-    _, reqs, _ = build(job.point)
+    cfg, reqs, _ = build(job.point)
     cap = find_capacity(lambda r: _evaluate(job.point, job.slos, r), trace_rate(reqs), job.tol, job.max_steps)
     cfg_cols = {"config": job.label, "gpu": job.point["gpu"], "allocator": job.point["allocator"], **job.extra}
     best = max((e for e in cap.evaluations if e.ok), key=lambda e: e.rate, default=None)
@@ -149,7 +151,7 @@ def run_job(job: PlanJob) -> tuple[dict, list[dict]]:
     if best is not None:
         row.update({f"at_max_{k}": best.summary.get(k) for k in REPORT_METRICS})
         row["mean_output_tokens"] = best.summary["mean_output_tokens"]
-        row["tp"] = int(job.point.get("tp", 1))
+        row["tp"] = cfg.tp
         if "block_size" in job.extra:
             row["table_entries_per_seq"] = _mean_blocks(reqs, job.extra["block_size"])
     points = [{**cfg_cols, "rate": e.rate, "ok": e.ok, "why": "; ".join(e.why),

@@ -1,11 +1,11 @@
 """One simulation described by a flat dict of options (a sweep point or a plan configuration).
 
-Keys are the long options of `kvsim compare` with '_' for '-' (model, gpu, allocator, kv_pool_gb,
-max_num_seqs, eviction, ...), plus:
+Keys are the option keys of kvsim/options.py (model, gpu, kv_pool_gb, max_num_seqs, block_size, ...;
+the flags' aliases with '_' for '-' work too), plus:
 - ``trace``: path of a JSONL trace (required);
+- ``allocator``: an allocator name (default ``paged``); a name without a block size takes ``block_size``;
 - ``rate``: requests/s to scale the trace to (arrival gaps scaled; lengths unchanged), or
-  ``rate_scale``: a multiplier of the trace's own rate;
-- ``block_size``: with a paged allocator name without one (``paged``, ``paged+prefix``, ``radix``).
+  ``rate_scale``: a multiplier of the trace's own rate.
 """
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ import functools
 import hashlib
 import json
 
+from kvsim.engine.sequence import Status
 from kvsim.errors import ConfigError
 from kvsim.trace.request import Request
 
-SPECIAL = {"trace", "rate", "rate_scale", "allocator", "block_size", "skip_invalid"}
-FLAGS = {"skip_invalid", "partial_eviction"}
+SPECIAL = ("trace", "rate", "rate_scale", "allocator")  # the rest are options (kvsim/options.py)
 
 
 def point_id(point: dict) -> str:
@@ -52,58 +52,53 @@ def scale_to_rate(requests, rate: float) -> list[Request]:
                     r.hash_block_tokens, r.n, r.line) for r in requests]
 
 
-def allocator_name(point: dict) -> str:
-    name = str(point.get("allocator", "paged:16"))
-    bs = point.get("block_size")
-    if bs is not None:
-        head, plus, opt = name.partition("+")
-        base = head.split(":")[0]
-        if base not in ("paged", "radix"):
-            raise ConfigError(f"block_size {bs} given for allocator '{name}', which has no blocks")
-        name = f"{base}:{int(bs)}" + (plus + opt if plus else "")
-    return name
-
-
-def point_args(point: dict) -> list[str]:
-    """The `kvsim compare` arguments equivalent to a point (for validation and config building)."""
+def split_point(point: dict) -> tuple[dict, dict]:
+    """(the point's own keys: trace, rate, rate_scale, allocator; its simulation options)."""
     if "trace" not in point:
         raise ConfigError(f"point {point} has no 'trace'")
-    args = ["compare", "--trace", str(point["trace"])]
-    for k, v in point.items():
-        if k in SPECIAL or v is None:
-            continue
-        flag = "--" + k.replace("_", "-")
-        if k in FLAGS:
-            if v:
-                args.append(flag)
-        else:
-            args += [flag, str(v)]
-    return args
+    own = {k: point[k] for k in SPECIAL if k in point}
+    return own, {k: v for k, v in point.items() if k not in SPECIAL}
+
+
+def point_config(point: dict):
+    """(SimConfig, resolved allocator spec, options) of a point, without loading its trace."""
+    from kvsim.options import config_from_options, normalize
+    from kvsim.runner import resolve_allocator
+
+    own, opts = split_point(point)
+    cfg = config_from_options(opts, naming="key")
+    return cfg, resolve_allocator(str(own.get("allocator", "paged")), cfg), normalize(opts, naming="key")
 
 
 def build(point: dict):
-    """(SimConfig, requests, allocator name) for a point."""
-    from kvsim.cli import build_config, make_parser
-
-    try:
-        ns = make_parser().parse_args(point_args(point))
-    except SystemExit:
-        raise ConfigError(f"point {point}: an option is not a `kvsim compare` option") from None
-    cfg = build_config(ns)
-    reqs = list(_load(str(point["trace"]), bool(point.get("skip_invalid", False))))
+    """(SimConfig, requests, allocator spec) for a point."""
+    cfg, spec, opts = point_config(point)
+    reqs = list(_load(str(point["trace"]), bool(opts.get("skip_invalid", False))))
     if point.get("rate") is not None:
-        reqs = scale_to_rate(reqs, float(point["rate"]))
+        reqs = scale_to_rate(reqs, _rate(point["rate"], "rate"))
     elif point.get("rate_scale") is not None:
-        reqs = scale_to_rate(reqs, trace_rate(reqs) * float(point["rate_scale"]))
-    return cfg, reqs, allocator_name(point)
+        reqs = scale_to_rate(reqs, trace_rate(reqs) * _rate(point["rate_scale"], "rate_scale"))
+    return cfg, reqs, spec
+
+
+def _rate(v, key: str) -> float:
+    from kvsim.validation import POSITIVE, require
+
+    if isinstance(v, str):
+        try:
+            v = float(v)
+        except ValueError:
+            raise ConfigError(f"'{key}': must be a number, got {v!r}") from None
+    require(v, POSITIVE, f"'{key}'")
+    return float(v)
 
 
 def evaluate(point: dict) -> dict:
     """Simulate one point; returns its run summary (allocator name included) plus the offered rate."""
     from kvsim.runner import simulate
 
-    cfg, reqs, name = build(point)
-    out = simulate(reqs, cfg, name)
+    cfg, reqs, spec = build(point)
+    out = simulate(reqs, cfg, spec)
     s = dict(out.summary)
     s["offered_rate"] = trace_rate(reqs)
     s["mean_output_tokens"] = float(sum(r.output_tokens for r in reqs) / len(reqs))
@@ -117,7 +112,7 @@ def is_stable(req_frame) -> bool:
     waiting forever."""
     import numpy as np
 
-    df = req_frame[req_frame.status != "rejected"]
+    df = req_frame[req_frame.status != Status.REJECTED.value]
     n = len(df)
     if n < 8:
         return True

@@ -78,16 +78,14 @@ def evaluate_row(point: dict) -> dict:
 
 def validate_points(points: list[dict]) -> None:
     """Fail before any simulation runs if a point's options are wrong."""
-    from kvsim.cli import build_config, make_parser
-    from kvsim.planning.point import allocator_name, point_args
+    from kvsim.planning.point import point_config
 
     seen_traces = set()
     for p in points:
         try:
-            build_config(make_parser().parse_args(point_args(p)))
-        except SystemExit:
-            raise ConfigError(f"point {p}: an option is not a `kvsim compare` option") from None
-        allocator_name(p)
+            point_config(p)
+        except ConfigError as e:
+            raise ConfigError(f"point {p}: {e}") from None
         t = str(p["trace"])
         if t not in seen_traces and not Path(t).exists():
             raise ConfigError(f"point {p}: trace '{t}' does not exist")

@@ -43,7 +43,7 @@ def _sdpa_time(q, k, v, device):
 
 
 def bench(opts: BenchOptions) -> "list[dict]":
-    from kernels import load
+    from kvsim.replay.measure import load_kernels as load
 
     K = load(opts.device)
     return [_bench_point(K, opts, B, batch, ctx, opts.seed)

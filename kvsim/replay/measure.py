@@ -14,6 +14,20 @@ MEASUREMENT_COLUMNS = ["source", "device", "impl", "kind", "dtype", "block_size"
                        "num_seqs", "new_tokens", "total_context", "max_context", "kv_bytes", "time_s"]
 
 
+def load_kernels(device: str | None = None):
+    """The kernel namespace (kvsim_kernels.load), with its errors as one-line kvsim errors."""
+    try:
+        import torch  # noqa: F401
+        from kvsim_kernels import KernelUnavailable, load
+    except ImportError as e:
+        raise ConfigError(f"the kernel commands need PyTorch and Triton ({e.name} is missing): "
+                          "pip install 'kvsim[kernels]'") from None
+    try:
+        return load(device)
+    except KernelUnavailable as e:
+        raise ConfigError(str(e)) from None
+
+
 def torch_dtype(name: str):
     import torch
 

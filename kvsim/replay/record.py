@@ -33,12 +33,13 @@ class BatchRecorder:
         self._last: dict[int, list[int]] = {}
         self.groups = 0
 
-    def _open(self, alloc) -> None:
-        if not hasattr(alloc, "block_table"):
+    def _open(self, alloc, any_sid: int) -> None:
+        if alloc.block_table(any_sid) is None:
             raise ConfigError(f"--record-batches needs a paged allocator (block tables); '{alloc.name}' has none")
         m, tp = self.cfg.model, self.cfg.tp
+        layout = alloc.describe()
         header = {"format": "kvsim-batch-record", "version": 1, "allocator": alloc.name,
-                  "block_size": alloc.block_size, "num_blocks": alloc.num_blocks,
+                  "block_size": layout["block_size"], "num_blocks": layout["num_blocks"],
                   "model": {"name": m.name, "layers": m.layers, "q_heads": m.q_heads // tp,
                             "kv_heads": m.kv_heads // tp, "head_dim": m.head_dim, "dtype": m.dtype},
                   "tp": tp, "gpu": self.cfg.gpu.name}
@@ -47,7 +48,7 @@ class BatchRecorder:
 
     def __call__(self, t0: float, dt: float, batch: list, steps: int, copies: list, alloc) -> None:
         if self._fh is None:
-            self._open(alloc)
+            self._open(alloc, batch[0][0].sid)
         seqs, tables = [], {}
         for s, n in batch:
             seqs.append([s.sid, s.computed - (steps - 1) * n, n])

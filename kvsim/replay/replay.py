@@ -30,7 +30,7 @@ class ReplayOptions:
 def replay(path: str, opts: ReplayOptions) -> "list[dict]":
     import torch
 
-    from kernels import load
+    from kvsim.replay.measure import load_kernels as load
 
     K = load(opts.device)
     header, groups = read_record(path)

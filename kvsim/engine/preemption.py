@@ -1,4 +1,6 @@
-"""Victim selection when a running sequence needs KV memory that is not there."""
+"""Preemption victim policies: which running sequence gives up its KV memory when another running
+sequence needs memory that is not there. (Dropping cached prefix blocks is a different thing, cache
+eviction: allocators/cache_eviction.py.)"""
 
 from __future__ import annotations
 
@@ -39,7 +41,7 @@ def hybrid(running: Seq[Sequence]) -> Sequence:
     """The seed design's hybrid: sequences still in prefill go before running decodes (decodes are
     protected), and within each group the least recently scheduled goes first (LRU), ties to the most
     recently admitted. Combine with --partial-eviction to evict only tail blocks. Like every policy here
-    it only evicts for running sequences: a new request that does not fit waits in the queue."""
+    it only preempts for running sequences: a new request that does not fit waits in the queue."""
     best = None
     best_key = None
     for s in reversed(running):
@@ -49,11 +51,12 @@ def hybrid(running: Seq[Sequence]) -> Sequence:
     return best
 
 
-POLICIES: dict[str, VictimPolicy] = {"lifo": lifo, "fifo": fifo, "lru": lru, "priority": priority, "hybrid": hybrid}
+VICTIM_POLICIES: dict[str, VictimPolicy] = {"lifo": lifo, "fifo": fifo, "lru": lru, "priority": priority,
+                                            "hybrid": hybrid}
 
 
-def get_policy(name: str) -> VictimPolicy:
+def get_victim_policy(name: str) -> VictimPolicy:
     try:
-        return POLICIES[name]
+        return VICTIM_POLICIES[name]
     except KeyError:
-        raise ConfigError(f"unknown eviction policy '{name}' (known: {', '.join(POLICIES)})") from None
+        raise ConfigError(f"unknown preemption victim policy '{name}' (known: {', '.join(VICTIM_POLICIES)})") from None

@@ -1,0 +1,179 @@
+"""vLLM V1-style prefix cache as a block pool (`paged:B+prefix`).
+
+- Full prompt blocks are identified by chained hashes (block_keys.py). Once a block's tokens are
+  computed, its hash is registered in a hash -> block map.
+- A block whose reference count drops to 0 keeps its hash and joins the free queue. With the default
+  ``lru`` policy that is vLLM V1's queue exactly: every free block, cached or not, in the order it was
+  freed (a request's tail blocks first, so they go before its head); blocks are taken from the head,
+  and a taken block that still carries a hash is evicted then (lazily). Other policies
+  (cache_eviction.py) take empty blocks first, then cached blocks by their key.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import OrderedDict, deque
+
+from kvsim.allocators.block_pool import BlockPool
+from kvsim.allocators.cache_eviction import BlockUse, EvictionKey, get_eviction_key
+from kvsim.trace.request import Request
+
+
+class _LruQueue:
+    """vLLM V1's free block queue: every free block, cached or not, in the order it was freed."""
+
+    def __init__(self, blocks: range):
+        self._q: OrderedDict[int, None] = OrderedDict((b, None) for b in blocks)
+
+    def __len__(self) -> int:
+        return len(self._q)
+
+    def push(self, block: int, cached: bool) -> None:
+        self._q[block] = None
+
+    def pop(self) -> int:
+        return self._q.popitem(last=False)[0]
+
+    def remove(self, block: int) -> None:
+        del self._q[block]
+
+    def order(self) -> list[int]:
+        return list(self._q)
+
+
+class _KeyedQueue:
+    """Empty blocks first (oldest first), then cached blocks by the policy's key (a lazy heap)."""
+
+    def __init__(self, blocks: range, key: EvictionKey, uses: dict[int, BlockUse]):
+        self._empty: deque[int] = deque(blocks)
+        self._heap: list[tuple[tuple, int, int]] = []
+        self._live: dict[int, int] = {}  # cached free block -> its heap entry's tick
+        self._tick = 0
+        self._key, self._uses = key, uses
+
+    def __len__(self) -> int:
+        return len(self._empty) + len(self._live)
+
+    def push(self, block: int, cached: bool) -> None:
+        if not cached:
+            self._empty.append(block)
+            return
+        self._tick += 1
+        self._live[block] = self._tick
+        heapq.heappush(self._heap, (self._key(self._uses[block]), self._tick, block))
+
+    def pop(self) -> int:
+        if self._empty:
+            return self._empty.popleft()
+        while True:
+            _, tick, block = heapq.heappop(self._heap)
+            if self._live.get(block) == tick:
+                del self._live[block]
+                return block
+
+    def remove(self, block: int) -> None:
+        if self._live.pop(block, None) is None:
+            self._empty.remove(block)
+
+    def order(self) -> list[int]:
+        cached = [b for _, t, b in sorted(self._heap) if self._live.get(b) == t]
+        return list(self._empty) + cached
+
+
+class HashedBlockPool(BlockPool):
+    caches_prefixes = True
+
+    def __init__(self, num_blocks: int, eviction: str = "lru"):
+        super().__init__(num_blocks)
+        self._hash_of: dict[int, int] = {}  # block -> hash of the content it caches
+        self._cached: dict[int, int] = {}  # hash -> block
+        self._registered: dict[int, int] = {}  # seq_id -> leading blocks already offered to the cache
+        # V1's own queue needs no use records; the other policies sort cached blocks by them.
+        self._uses: dict[int, BlockUse] | None = None
+        if eviction == "lru":
+            self._queue: _LruQueue | _KeyedQueue = _LruQueue(range(num_blocks))
+        else:
+            self._uses = {}
+            self._queue = _KeyedQueue(range(num_blocks), get_eviction_key(eviction), self._uses)
+        self._tick = 0
+
+    # --- supply ------------------------------------------------------------------------------
+    @property
+    def num_free(self) -> int:
+        return len(self._queue)
+
+    def take(self, n: int) -> list[int]:
+        out = []
+        for _ in range(n):
+            b = self._queue.pop()
+            h = self._hash_of.pop(b, None)
+            if h is not None:  # lazy eviction of a cached block
+                del self._cached[h]
+                self.evictions += 1
+                if self._uses is not None:
+                    del self._uses[b]
+            self.ref[b] = 1
+            out.append(b)
+        return out
+
+    def on_unreferenced(self, block: int) -> None:
+        cached = block in self._hash_of
+        if cached and self._uses is not None:
+            self._tick += 1
+            self._uses[block].last_use = self._tick
+        self._queue.push(block, cached)
+
+    def free_order(self) -> list[int]:
+        return self._queue.order()
+
+    # --- prefix reuse ------------------------------------------------------------------------------
+    def lookup(self, chain: list[int]) -> list[int]:
+        hits = []
+        for h in chain:
+            b = self._cached.get(h)
+            if b is None:
+                break
+            hits.append(b)
+        return hits
+
+    def claim(self, block: int) -> None:
+        self._queue.remove(block)
+
+    def after_claim(self, seq_id: int, hits: list[int], request: Request) -> None:
+        self._registered[seq_id] = len(hits)
+        if self._uses is not None:
+            self._tick += 1
+            for b in hits:
+                u = self._uses[b]
+                u.hits += 1
+                u.last_use = self._tick
+                u.priority = min(u.priority, request.priority)
+
+    def register(self, seq_id: int, chain: list[int], table: list[int], upto: int, request: Request) -> None:
+        done = self._registered.get(seq_id, 0)
+        for j in range(done, upto):
+            b, h = table[j], chain[j]
+            if b not in self._hash_of and h not in self._cached:
+                self._cached[h] = b
+                self._hash_of[b] = h
+                if self._uses is not None:
+                    self._tick += 1
+                    self._uses[b] = BlockUse(created=self._tick, last_use=self._tick, priority=request.priority)
+        if upto > done:
+            self._registered[seq_id] = upto
+
+    def forget(self, seq_id: int) -> None:
+        self._registered.pop(seq_id, None)
+
+    def cached_block_count(self) -> int:
+        return len(self._cached)
+
+    def is_cached(self, block: int) -> bool:
+        return block in self._hash_of
+
+    def check_invariants(self) -> None:
+        super().check_invariants()
+        assert len(self._cached) == len(self._hash_of)
+        assert all(self._cached[h] == b for b, h in self._hash_of.items()), "hash map and block map disagree"
+        if self._uses is not None:
+            assert set(self._uses) == set(self._hash_of), "a cached block has no use record"

@@ -1,0 +1,253 @@
+"""The options table: every simulation option once, with its flags, default, units and rules.
+
+The CLI builds its arguments from it, and the CLI, `kvsim plan`, `kvsim sweep` grids and the Python API
+all turn option values into a :class:`~kvsim.config.SimConfig` through :func:`config_from_options`.
+Flags follow vLLM's names where vLLM has the option (``--max-num-batched-tokens``, ``--max-model-len``,
+``--tensor-parallel-size``, ...); kvsim's earlier spellings stay as aliases, in flags and grid keys.
+
+To add an option: one :class:`Option` row here, and where its value goes in :func:`config_from_options`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+from kvsim.allocators.cache_eviction import CACHE_EVICTION_POLICIES, get_eviction_key
+from kvsim.engine.preemption import VICTIM_POLICIES, get_victim_policy
+from kvsim.errors import ConfigError
+from kvsim.validation import FRACTION, NON_NEGATIVE, POSITIVE, POSITIVE_INT, Number
+
+DEFAULT_MODEL = "llama-2-7b"
+DEFAULT_GPU = "a100-40gb"
+
+
+@dataclass(frozen=True)
+class Option:
+    key: str  # Python name, also the `sweep`/`plan` grid key
+    flags: tuple[str, ...]  # primary first, then aliases
+    help: str  # says the unit
+    group: str
+    default: Any = None  # None: not set (help says what applies then)
+    type: type = str  # str, int, float or bool
+    rule: Callable[[Any], str | None] | None = None
+    choices: tuple[str, ...] | None = None
+    negatable: bool = False  # bool: --x / --no-x
+    default_text: str | None = None  # how --help describes a None default
+
+    @property
+    def flag(self) -> str:
+        return self.flags[0]
+
+    def alias_keys(self) -> list[str]:
+        return [f.lstrip("-").replace("-", "_") for f in self.flags if f.startswith("--")]
+
+
+OPTIONS: list[Option] = [
+    # --- model and hardware
+    Option("model", ("--model",), "model preset, a Hugging Face config.json path, or "
+           "custom:layers=..,kv_heads=..,head_dim=..,params=..", "model and hardware", DEFAULT_MODEL),
+    Option("gpu", ("--gpu",), "GPU preset", "model and hardware", DEFAULT_GPU),
+    Option("tensor_parallel_size", ("--tensor-parallel-size", "-tp", "--tp"),
+           "GPUs one replica spans with tensor parallelism (weights, heads and KV split across them)",
+           "model and hardware", 1, int, POSITIVE_INT),
+    # --- KV pool
+    Option("gpu_memory_utilization", ("--gpu-memory-utilization",),
+           "fraction of each GPU's memory the engine may use (weights, activations, KV)", "KV pool", 0.90, float,
+           FRACTION),
+    Option("activation_reserve_gb", ("--activation-reserve-gb",),
+           "GiB per GPU kept for activations, CUDA graphs and workspace", "KV pool", 2.0, float, NON_NEGATIVE),
+    Option("kv_pool_gb", ("--kv-pool-gb",), "KV pool per GPU in GiB, instead of the derived size", "KV pool",
+           None, float, POSITIVE, default_text="derived from GPU memory"),
+    Option("num_blocks", ("--num-blocks", "--num-gpu-blocks-override"),
+           "KV pool of this many blocks (of --num-blocks-size tokens), instead of the derived size", "KV pool",
+           None, int, POSITIVE_INT, default_text="derived from GPU memory"),
+    Option("num_blocks_size", ("--num-blocks-size",), "tokens per block that --num-blocks counts", "KV pool",
+           None, int, POSITIVE_INT, default_text="--block-size"),
+    Option("block_size", ("--block-size",), "tokens per KV block of allocators named without one (paged, radix)",
+           "KV pool", 16, int, POSITIVE_INT),
+    Option("swap_space", ("--swap-space", "--cpu-swap-gb"),
+           "GiB of host memory per GPU for swapped-out KV (with --preemption-mode swap)", "KV pool", None, float,
+           NON_NEGATIVE, default_text="4 with --preemption-mode swap, else 0"),
+    # --- scheduler
+    Option("max_model_len", ("--max-model-len", "--max-seq-len"),
+           "longest request (prompt + output tokens); also what `max` reserves per request", "scheduler", None,
+           int, POSITIVE_INT, default_text="the model's context length"),
+    Option("max_num_seqs", ("--max-num-seqs",), "most sequences in the running batch", "scheduler", 256, int,
+           POSITIVE_INT),
+    Option("max_num_batched_tokens", ("--max-num-batched-tokens", "--max-batched-tokens"),
+           "token budget of one iteration (prefill chunks + decodes)", "scheduler", 8192, int, POSITIVE_INT),
+    Option("batching", ("--batching",), "continuous (iteration-level) or static (whole batches) batching",
+           "scheduler", "continuous", choices=("continuous", "static")),
+    Option("preemption_mode", ("--preemption-mode", "--preemption"),
+           "what happens to a preempted sequence's KV: dropped and recomputed, or swapped to host memory",
+           "scheduler", "recompute", choices=("recompute", "swap")),
+    Option("victim_policy", ("--victim-policy", "--eviction"),
+           "which running sequence is preempted when memory runs out", "scheduler", "lifo",
+           choices=tuple(VICTIM_POLICIES)),
+    Option("partial_eviction", ("--partial-eviction",), "preempt only a victim's tail blocks (paged allocators)",
+           "scheduler", False, bool),
+    Option("enable_prefix_caching", ("--enable-prefix-caching",),
+           "automatic prefix caching: allocator `paged` runs as `paged+prefix`", "scheduler", False, bool),
+    Option("cache_eviction", ("--cache-eviction",), "which cached prefix block a prefix cache drops first",
+           "scheduler", "lru", choices=tuple(CACHE_EVICTION_POLICIES)),
+    Option("horizon_s", ("--horizon-s",), "stop at this simulated time (seconds); later work is reported unfinished",
+           "scheduler", None, float, POSITIVE, default_text="run until every request is done"),
+    # --- latency
+    Option("latency", ("--latency",), "iteration-time model: 'roofline' or a calibration JSON from `kvsim calibrate`",
+           "latency", "roofline"),
+    Option("flops_efficiency", ("--flops-efficiency",), "roofline: achievable fraction of peak FLOP/s", "latency",
+           0.6, float, FRACTION),
+    Option("bandwidth_efficiency", ("--bandwidth-efficiency",), "roofline: achievable fraction of HBM bandwidth",
+           "latency", 0.8, float, FRACTION),
+    Option("step_overhead_ms", ("--step-overhead-ms",), "roofline: fixed time per iteration, milliseconds",
+           "latency", 2.0, float, NON_NEGATIVE),
+    # --- trace
+    Option("skip_invalid", ("--skip-invalid",), "skip bad trace lines (and report how many) instead of stopping",
+           "trace", False, bool),
+]
+
+BY_KEY: dict[str, Option] = {o.key: o for o in OPTIONS}
+ALIASES: dict[str, str] = {alias: o.key for o in OPTIONS for alias in o.alias_keys()}
+
+
+def _help(o: Option) -> str:
+    text = o.help
+    if o.choices:
+        text += f" ({', '.join(o.choices)})"
+    if o.type is bool:
+        return text
+    default = o.default_text if o.default is None else (f"{o.default:g}" if isinstance(o.default, float) else o.default)
+    if o.rule is not None and isinstance(o.rule, Number) and o.rule.describe():
+        text += f"; {o.rule.describe()}"
+    return f"{text} [default: {default}]"
+
+
+def add_options(parser: argparse.ArgumentParser) -> None:
+    """Add every option, grouped, with defaults left unset (so explicit values can be told apart)."""
+    groups: dict[str, Any] = {}
+    for o in OPTIONS:
+        g = groups.get(o.group) or groups.setdefault(o.group, parser.add_argument_group(o.group))
+        if o.type is bool:
+            action = argparse.BooleanOptionalAction if o.negatable else "store_true"
+            g.add_argument(*o.flags, dest=o.key, action=action, default=None, help=_help(o))
+        else:
+            metavar = o.type.__name__.upper() if o.type is not str else ("NAME" if not o.choices else "{" + ",".join(o.choices) + "}")
+            g.add_argument(*o.flags, dest=o.key, default=None, metavar=metavar, help=_help(o))
+
+
+def values_from_namespace(ns: argparse.Namespace) -> dict:
+    """The options given on the command line (others unset)."""
+    return {o.key: getattr(ns, o.key) for o in OPTIONS if getattr(ns, o.key, None) is not None}
+
+
+def _coerce(o: Option, v, name: str):
+    """A value from the command line (text) or a grid file (YAML scalar) as the option's type."""
+    if o.type is bool:
+        if isinstance(v, bool):
+            return v
+        if isinstance(v, str) and v.lower() in ("true", "false", "yes", "no", "1", "0"):
+            return v.lower() in ("true", "yes", "1")
+        raise ConfigError(f"{name}: must be true or false, got {v!r}")
+    if o.type in (int, float):
+        if isinstance(v, str):
+            try:
+                v = float(v) if any(c in v.lower() for c in ".en") else int(v)
+            except ValueError:
+                raise ConfigError(f"{name}: must be {'an integer' if o.type is int else 'a number'}, got {v!r}") from None
+        if o.type is int and isinstance(v, float) and v.is_integer():
+            v = int(v)
+        if o.type is float and isinstance(v, int) and not isinstance(v, bool):
+            v = float(v)
+        problem = o.rule(v) if o.rule else None
+        if problem:
+            raise ConfigError(f"{name}: {problem}")
+        return v
+    if not isinstance(v, str):
+        raise ConfigError(f"{name}: must be text, got {v!r}")
+    if o.choices and v not in o.choices:
+        close = difflib.get_close_matches(v, o.choices, n=1)
+        raise ConfigError(f"{name}: '{v}' is not one of {', '.join(o.choices)}"
+                          + (f"; did you mean '{close[0]}'?" if close else ""))
+    return v
+
+
+def normalize(values: Mapping[str, Any], naming: str = "flag") -> dict[str, Any]:
+    """Canonical keys and checked values. ``naming``: how errors name an option, 'flag' (--max-num-seqs)
+    or 'key' (the key as written, for grid files)."""
+    out: dict[str, Any] = {}
+    for raw_key, v in values.items():
+        key = ALIASES.get(raw_key, raw_key)
+        o = BY_KEY.get(key)
+        if o is None:
+            known = sorted(set(ALIASES) | set(BY_KEY))
+            close = difflib.get_close_matches(raw_key, known, n=1)
+            raise ConfigError(f"unknown option '{raw_key}'" + (f"; did you mean '{close[0]}'?" if close else ""))
+        name = o.flag if naming == "flag" else f"'{raw_key}'"
+        if key in out:
+            raise ConfigError(f"{name}: given twice (as an alias too)")
+        if v is None:
+            continue
+        out[key] = _coerce(o, v, name)
+    return out
+
+
+def config_from_options(values: Mapping[str, Any], naming: str = "flag"):
+    """Build a checked SimConfig from option values (keys as in OPTIONS or their aliases; unset keys take
+    their defaults)."""
+    from kvsim.config import MemoryConfig, RooflineParams, SchedulerConfig, SimConfig
+    from kvsim.hardware import get_gpu, get_model
+
+    given = normalize(values, naming)
+    v = {o.key: o.default for o in OPTIONS}
+    v.update(given)
+    written = {ALIASES.get(k, k): k for k in values}  # canonical key -> as the user wrote it
+
+    def name(key: str) -> str:
+        return BY_KEY[key].flag if naming == "flag" else f"'{written.get(key, key)}'"
+
+    model = get_model(v["model"]).validate()
+    gpu = get_gpu(v["gpu"])
+    tp = v["tensor_parallel_size"]
+    if model.kv_heads % tp:
+        raise ConfigError(f"{name('tensor_parallel_size')} {tp}: must divide the model's kv_heads ({model.kv_heads})")
+    if v["max_num_batched_tokens"] < v["max_num_seqs"]:
+        raise ConfigError(f"{name('max_num_batched_tokens')} ({v['max_num_batched_tokens']}) must be >= "
+                          f"{name('max_num_seqs')} ({v['max_num_seqs']}), or a full batch of decodes would not fit "
+                          "one iteration")
+    swap = v["swap_space"]
+    if v["preemption_mode"] == "swap":
+        swap = 4.0 if swap is None else swap
+        if swap <= 0:
+            raise ConfigError(f"{name('preemption_mode')} swap needs host memory: {name('swap_space')} must be > 0")
+    else:
+        swap = 0.0 if swap is None else swap
+    get_victim_policy(v["victim_policy"])
+    get_eviction_key(v["cache_eviction"])
+    sched = SchedulerConfig(
+        max_seq_len=v["max_model_len"] or model.max_context,
+        max_num_seqs=v["max_num_seqs"],
+        max_num_batched_tokens=v["max_num_batched_tokens"],
+        batching=v["batching"],
+        horizon_s=v["horizon_s"],
+        preemption_mode=v["preemption_mode"],
+        partial_eviction=v["partial_eviction"],
+    )
+    mem = MemoryConfig(v["gpu_memory_utilization"], v["activation_reserve_gb"], v["kv_pool_gb"], v["num_blocks"],
+                       v["num_blocks_size"] or v["block_size"])
+    roof = RooflineParams(v["flops_efficiency"], v["bandwidth_efficiency"], v["step_overhead_ms"] / 1000)
+    return SimConfig(model, gpu, sched, mem, roof, tp=tp, swap_space_gb=swap, latency=v["latency"],
+                     victim_policy=v["victim_policy"], block_size=v["block_size"],
+                     enable_prefix_caching=v["enable_prefix_caching"], cache_eviction=v["cache_eviction"])
+
+
+def config_from_args(args: list[str]):
+    """A SimConfig from command-line style arguments, e.g. ``["--model", "opt-13b", "--kv-pool-gb", "12"]``."""
+    p = argparse.ArgumentParser(prog="kvsim", add_help=False)
+    add_options(p)
+    ns, extra = p.parse_known_args(args)
+    if extra:
+        raise ConfigError(f"unknown argument(s): {' '.join(extra)}")
+    return config_from_options(values_from_namespace(ns))

@@ -1,0 +1,57 @@
+"""Value rules shared by the options table (kvsim/options.py) and the configuration dataclasses.
+
+A rule returns None for a good value and a short description of the problem otherwise; callers
+prefix it with the name the user knows (a flag, a grid key, a field).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from kvsim.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Number:
+    """An int or a finite float within bounds."""
+
+    integer: bool = False
+    min: float | None = None
+    min_open: bool = False  # min itself not allowed
+    max: float | None = None
+    max_open: bool = False
+
+    def __call__(self, v) -> str | None:
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            return f"must be {'an integer' if self.integer else 'a number'}, got {v!r}"
+        if self.integer and not isinstance(v, int):
+            return f"must be an integer, got {v!r}"
+        if not math.isfinite(v):
+            return f"must be finite, got {v}"
+        if self.min is not None and (v < self.min or (self.min_open and v == self.min)):
+            return f"must be {'>' if self.min_open else '>='} {self.min:g}, got {v:g}"
+        if self.max is not None and (v > self.max or (self.max_open and v == self.max)):
+            return f"must be {'<' if self.max_open else '<='} {self.max:g}, got {v:g}"
+        return None
+
+    def describe(self) -> str:
+        parts = []
+        if self.min is not None:
+            parts.append(f"{'>' if self.min_open else '>='} {self.min:g}")
+        if self.max is not None:
+            parts.append(f"{'<' if self.max_open else '<='} {self.max:g}")
+        return " and ".join(parts)
+
+
+POSITIVE_INT = Number(integer=True, min=1)
+POSITIVE = Number(min=0, min_open=True)
+NON_NEGATIVE = Number(min=0)
+FRACTION = Number(min=0, min_open=True, max=1)  # (0, 1]
+
+
+def require(value, rule, name: str) -> None:
+    """Raise ConfigError('NAME: problem') if ``value`` breaks ``rule``."""
+    problem = rule(value)
+    if problem:
+        raise ConfigError(f"{name}: {problem}")

@@ -1,0 +1,50 @@
+"""The options table: one definition serves the CLI, plan/sweep grids and the Python API."""
+
+import pytest
+
+from kvsim.errors import ConfigError
+from kvsim.options import OPTIONS, config_from_args, config_from_options
+
+
+def test_flags_aliases_and_grid_keys_give_the_same_config():
+    cli = config_from_args(["--max-num-batched-tokens", "4096", "--tensor-parallel-size", "2", "--model",
+                            "llama-2-70b", "--gpu", "a100-80gb", "--victim-policy", "fifo", "--swap-space", "2",
+                            "--preemption-mode", "swap", "--max-model-len", "2048"])
+    old = config_from_args(["--max-batched-tokens", "4096", "--tp", "2", "--model", "llama-2-70b", "--gpu",
+                            "a100-80gb", "--eviction", "fifo", "--cpu-swap-gb", "2", "--preemption", "swap",
+                            "--max-seq-len", "2048"])
+    grid = config_from_options({"max_batched_tokens": 4096, "tp": 2, "model": "llama-2-70b", "gpu": "a100-80gb",
+                                "eviction": "fifo", "cpu_swap_gb": 2, "preemption_mode": "swap",
+                                "max_model_len": "2048"}, naming="key")
+    assert cli == old == grid
+    assert cli.scheduler.max_num_batched_tokens == 4096 and cli.tp == 2 and cli.victim_policy == "fifo"
+    assert cli.scheduler.max_seq_len == 2048 and cli.swap_space_gb == 2.0
+
+
+def test_defaults():
+    cfg = config_from_args([])
+    assert (cfg.model.name, cfg.gpu.name, cfg.tp, cfg.block_size) == ("llama-2-7b", "a100-40gb", 1, 16)
+    assert cfg.scheduler.max_seq_len == cfg.model.max_context and cfg.swap_space_gb == 0
+    assert config_from_args(["--preemption-mode", "swap"]).swap_space_gb == 4.0  # vLLM's default swap space
+
+
+@pytest.mark.parametrize("values,naming,msg", [
+    ({"max_num_seqs": 0}, "flag", "--max-num-seqs: must be >= 1, got 0"),
+    ({"max_num_seqs": "x"}, "flag", "--max-num-seqs: must be an integer, got 'x'"),
+    ({"gpu_memory_utilization": "nan"}, "flag", "--gpu-memory-utilization: must be finite"),
+    ({"gpu_memory_utilization": 1.5}, "flag", "must be <= 1, got 1.5"),
+    ({"kv_pool_gb": -1}, "key", "'kv_pool_gb': must be > 0, got -1"),
+    ({"max_num_sqs": 3}, "key", "did you mean 'max_num_seqs'"),
+    ({"batching": "dynamic"}, "flag", "--batching: 'dynamic' is not one of continuous, static"),
+    ({"tp": 3, "model": "llama-2-70b"}, "key", "'tp' 3: must divide the model's kv_heads (8)"),
+    ({"partial_eviction": "maybe"}, "key", "must be true or false"),
+    ({"preemption_mode": "swap", "swap_space": 0}, "flag", "--swap-space must be > 0"),
+])
+def test_bad_values_name_the_option(values, naming, msg):
+    with pytest.raises(ConfigError, match=msg.replace("(", r"\(").replace(")", r"\)")):
+        config_from_options(values, naming)
+
+
+def test_every_option_has_help_and_a_primary_flag():
+    for o in OPTIONS:
+        assert o.help and o.flag.startswith("--") and o.key == o.flag[2:].replace("-", "_")
