@@ -75,9 +75,9 @@ def _simulate_all(a: argparse.Namespace, allocator_names: str, command: str) -> 
                      f"victim policy {cfg.victim_policy}",
         "latency": cfg.latency,
     }
-    if cfg.scheduler.preemption_mode == "swap" or cfg.scheduler.partial_eviction:
+    if cfg.scheduler.preemption_mode == "swap" or cfg.scheduler.partial_preemption:
         context["preemption"] = (f"{cfg.scheduler.preemption_mode}, CPU pool {cfg.swap_space_gb:g} GiB"
-                                 + (", partial eviction" if cfg.scheduler.partial_eviction else ""))
+                                 + (", partial preemption" if cfg.scheduler.partial_preemption else ""))
     context = {k: v for k, v in context.items() if v}
     print_table(summaries, title=f"kvsim {command}: {trace_name} on {cfg.model.name} / {cfg.gpu.name} "
                               f"(KV pool {pool.pool_bytes / (1 << 30):.1f} GiB, {pool.pool_tokens:,} slots)")

@@ -43,7 +43,7 @@ class SchedulerConfig:
     batching: str = "continuous"  # or "static"
     horizon_s: float | None = None  # stop the simulation at this time (seconds); later work is "unfinished"
     preemption_mode: str = "recompute"  # or "swap" (to the CPU pool; recompute when it is full)
-    partial_eviction: bool = False  # evict only a victim's tail blocks, keep the rest
+    partial_preemption: bool = False  # preempt only a victim's tail blocks, keep the rest
 
     def __post_init__(self) -> None:
         for f in ("max_seq_len", "max_num_seqs", "max_num_batched_tokens"):

@@ -87,7 +87,8 @@ OPTIONS: list[Option] = [
     Option("victim_policy", ("--victim-policy", "--eviction"),
            "which running sequence is preempted when memory runs out", "scheduler", "lifo",
            choices=tuple(VICTIM_POLICIES)),
-    Option("partial_eviction", ("--partial-eviction",), "preempt only a victim's tail blocks (paged allocators)",
+    Option("partial_preemption", ("--partial-preemption", "--partial-eviction"),
+           "preempt only a victim's tail blocks, as many as needed (paged allocators)",
            "scheduler", False, bool),
     Option("enable_prefix_caching", ("--enable-prefix-caching",),
            "automatic prefix caching: allocator `paged` runs as `paged+prefix`", "scheduler", False, bool),
@@ -233,7 +234,7 @@ def config_from_options(values: Mapping[str, Any], naming: str = "flag"):
         batching=v["batching"],
         horizon_s=v["horizon_s"],
         preemption_mode=v["preemption_mode"],
-        partial_eviction=v["partial_eviction"],
+        partial_preemption=v["partial_preemption"],
     )
     mem = MemoryConfig(v["gpu_memory_utilization"], v["activation_reserve_gb"], v["kv_pool_gb"], v["num_blocks"],
                        v["num_blocks_size"] or v["block_size"])

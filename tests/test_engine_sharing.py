@@ -1,4 +1,4 @@
-"""Engine-level behaviour of prefix caching, forks, swap and the eviction policies."""
+"""Engine-level behaviour of prefix caching, forks, swap and the victim policies."""
 
 import math
 
@@ -128,9 +128,9 @@ def test_swap_preemption_moves_blocks_and_costs_time():
     assert all(s.status == "finished" for s in res.sequences)
 
 
-def test_partial_eviction_keeps_head_blocks_and_finishes():
+def test_partial_preemption_keeps_head_blocks_and_finishes():
     reqs = [req(i, 0.0, 40, 80) for i in range(5)]
-    cfg = sched(max_seq_len=4096, partial_eviction=True)
+    cfg = sched(max_seq_len=4096, partial_preemption=True)
     res = run(reqs, "paged:16", pool=16 * 20, cfg=cfg, policy="hybrid")
     assert all(s.status == "finished" for s in res.sequences)
     assert res.extra["preempt_partial"] > 0
@@ -177,7 +177,7 @@ def test_fast_forward_matches_stepping_with_sharing(items, spec, pool, policy, m
         reqs.append(Request(str(i), t, p, o, hash_ids=ids, hash_block_tokens=16, n=n))
     lat = RooflineModel(get_model("llama-2-7b"), get_gpu("a100-40gb"), RooflineParams())
     cfg = sched(max_seq_len=512, max_num_seqs=8, max_num_batched_tokens=128,
-                preemption_mode="swap" if mode == "swap" else "recompute", partial_eviction=mode == "partial")
+                preemption_mode="swap" if mode == "swap" else "recompute", partial_preemption=mode == "partial")
     cpu = 16 * 40 if mode == "swap" else 0
     fast = run(reqs, spec, pool, cfg, policy, cpu, mode == "swap", lat, ff=True)
     slow = run(reqs, spec, pool, cfg, policy, cpu, mode == "swap", lat, ff=False)

@@ -135,7 +135,7 @@ class KVAllocator(ABC):
         return False
 
     def release_tail(self, seq_id: int, request: Request, slots_needed: int) -> int:
-        """Partial eviction: free tail memory worth ``slots_needed`` slots and return the slots kept.
+        """Partial preemption: free tail memory worth ``slots_needed`` slots and return the slots kept.
         Allocators that cannot split a sequence free all of it and return 0."""
         self.free(seq_id)
         return 0

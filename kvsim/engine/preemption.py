@@ -40,7 +40,7 @@ def priority(running: Seq[Sequence]) -> Sequence:
 def hybrid(running: Seq[Sequence]) -> Sequence:
     """The seed design's hybrid: sequences still in prefill go before running decodes (decodes are
     protected), and within each group the least recently scheduled goes first (LRU), ties to the most
-    recently admitted. Combine with --partial-eviction to evict only tail blocks. Like every policy here
+    recently admitted. Combine with --partial-preemption to take only tail blocks. Like every policy here
     it only preempts for running sequences: a new request that does not fit waits in the queue."""
     best = None
     best_key = None

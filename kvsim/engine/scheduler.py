@@ -12,9 +12,9 @@ Each iteration has a token budget (max_num_batched_tokens). Running sequences ar
 in admission order: a decode takes one token, an unfinished prefill takes the next chunk. Then, if
 nothing was preempted, waiting sequences are admitted first-come-first-served while the budget,
 max_num_seqs and memory allow. A running sequence that cannot get memory first reclaims memory
-that waiting (partially evicted) sequences still hold, then preempts victims chosen by the preemption
+that waiting (partially preempted) sequences still hold, then preempts victims chosen by the preemption
 victim policy until it fits or is itself the victim. A victim is swapped out to the CPU pool (`swap`),
-keeps its head blocks (partial eviction), or loses its KV and recomputes it later (`recompute`); it
+keeps its head blocks (partial preemption), or loses its KV and recomputes it later (`recompute`); it
 rejoins the front of the queue.
 
 When every running sequence is decoding and nothing can be admitted, the plan is a *decode run*: up to
@@ -77,7 +77,7 @@ class Scheduler:
         self.counts = {"preemptions": 0, "preempt_recompute": 0, "preempt_swap": 0, "preempt_partial": 0,
                        "swap_fallback_recompute": 0, "swap_out_blocks": 0, "swap_in_blocks": 0,
                        "reclaimed_partial": 0, "lookup_tokens": 0, "hit_tokens": 0}
-        # Waiting sequences that still hold KV here (partial eviction), oldest first: kept apart so that
+        # Waiting sequences that still hold KV here (partial preemption), oldest first: kept apart so that
         # reclaiming their memory never scans a long queue.
         self._holding: dict[int, Sequence] = {}
         self._swap_out = self._swap_in = 0  # copy units moved during the iteration being planned
@@ -134,7 +134,7 @@ class Scheduler:
                 self.waiting.appendleft(seq)
                 return
             self.counts["swap_fallback_recompute"] += 1
-        elif self.cfg.partial_eviction:
+        elif self.cfg.partial_preemption:
             kept = min(seq.computed, self.alloc.release_tail(seq.sid, seq.req, slots_needed))
         if kept:
             self.counts["preempt_partial"] += 1
@@ -148,7 +148,7 @@ class Scheduler:
 
     def _reclaim_waiting(self, keep: Sequence | None = None) -> bool:
         """Free the memory of one waiting sequence (other than ``keep``) that still holds some, the one
-        furthest back in the queue (the earliest evicted) first."""
+        furthest back in the queue (the earliest preempted) first."""
         for seq in self._holding.values():
             if seq is not keep:
                 del self._holding[seq.sid]
@@ -303,10 +303,10 @@ class Scheduler:
                 self.filled_tokens += seq.computed
                 self._swap_in += len(mapping)
                 self.counts["swap_in_blocks"] += len(mapping)
-            in_gpu = seq.computed  # KV it already holds here (swapped back in, or kept by partial eviction)
+            in_gpu = seq.computed  # KV it already holds here (swapped back in, or kept by partial preemption)
             fresh = seq.computed == 0  # starting from scratch (not resumed from swap or a kept head)
             start = self._try_place(seq, budget, static)
-            # partially evicted sequences behind the head give their memory back first (FCFS)
+            # partially preempted sequences behind the head give their memory back first (FCFS)
             while start is None and self._reclaim_waiting(keep=seq):
                 start = self._try_place(seq, budget, static)
             if start is None:

@@ -11,7 +11,7 @@ class Request:
     arrival_s: float  # seconds from trace start
     prompt_tokens: int
     output_tokens: int  # tokens the request generates (its true output length)
-    priority: int = 0  # lower value = more important (used by the `priority` eviction policy)
+    priority: int = 0  # lower value = more important (the `priority` victim and cache-eviction policies)
     hash_ids: tuple[int, ...] | None = None  # prefix identity, one id per `hash_block_tokens` prompt tokens
     hash_block_tokens: int | None = None
     n: int = 1  # parallel samples sharing the prompt
