@@ -39,8 +39,12 @@ def _simulate_all(a: argparse.Namespace, allocator_names: str, command: str) -> 
     from kvsim.runner import simulate
     from kvsim.trace import load_trace
 
+    from kvsim.latency import describe_latency, latency_notes
+
     cfg = build_config(a)
     allocators = parse_allocator_list(allocator_names, cfg.block_size, cfg.enable_prefix_caching)
+    for note in latency_notes(cfg):
+        print(note, file=sys.stderr)
     loaded = load_trace(a.trace, skip_invalid=bool(a.skip_invalid))
     for note in loaded.notes():
         print(note, file=sys.stderr)
@@ -73,7 +77,7 @@ def _simulate_all(a: argparse.Namespace, allocator_names: str, command: str) -> 
         "scheduler": f"{cfg.scheduler.batching} batching, max_model_len {cfg.scheduler.max_seq_len}, max_num_seqs "
                      f"{cfg.scheduler.max_num_seqs}, max_num_batched_tokens {cfg.scheduler.max_num_batched_tokens}, "
                      f"victim policy {cfg.victim_policy}",
-        "latency": cfg.latency,
+        "latency": describe_latency(cfg),
     }
     if cfg.scheduler.preemption_mode == "swap" or cfg.scheduler.partial_preemption:
         context["preemption"] = (f"{cfg.scheduler.preemption_mode}, CPU pool {cfg.swap_space_gb:g} GiB"
@@ -82,7 +86,7 @@ def _simulate_all(a: argparse.Namespace, allocator_names: str, command: str) -> 
     print_table(summaries, title=f"kvsim {command}: {trace_name} on {cfg.model.name} / {cfg.gpu.name} "
                               f"(KV pool {pool.pool_bytes / (1 << 30):.1f} GiB, {pool.pool_tokens:,} slots)")
     out = Path(a.out) if a.out else Path("reports") / f"{command}-{trace_name}"
-    notes = loaded.notes()
+    notes = loaded.notes() + latency_notes(cfg)
     written = write_results(out, outputs, context, notes, plots=not a.no_plots, fmt=a.format)
     print(f"wrote {len(written)} files to {out}/ (summary.md, requests, runs, memory_timeline"
           + (", plots)" if not a.no_plots else ")"))
@@ -195,13 +199,19 @@ def cmd_kernels_bench(a: argparse.Namespace) -> int:
     from kvsim.hardware import get_gpu
     from kvsim.replay.bench import BenchOptions, bench
 
+    prefill = []
+    for part in filter(None, (a.prefill or "").split(",")):
+        chunk, _, cached = part.partition(":")
+        prefill.append(tuple(_ints(f"{chunk},{cached or 0}")))
     opts = BenchOptions(_ints(a.batch), _ints(a.context), _ints(a.block_size), a.dtype, a.q_heads, a.kv_heads,
-                        a.head_dim, get_gpu(a.gpu).hbm_bandwidth, a.device, a.max_pool_gib, a.seed)
+                        a.head_dim, get_gpu(a.gpu).hbm_bandwidth, a.device, a.max_pool_gib, a.seed, prefill)
     rows = bench(opts)
     _write_rows(rows, a.output)
     print(f"decode attention on {rows[0]['device']}, timing: {rows[0]['impl']}; peak bandwidth {opts.peak_bandwidth / 1e12:.2f} TB/s ({a.gpu})")
     print(f"{'block':>5} {'batch':>5} {'context':>7} {'time ms':>9} {'GB/s':>8} {'% peak':>7} {'sdpa ms':>9} {'vs sdpa':>8}")
     for r in rows:
+        if r["kind"] != "decode":
+            continue
         print(f"{r['block_size']:>5} {r['num_seqs']:>5} {r['max_context']:>7} {1000 * r['time_s']:9.3f}"
               f" {r['achieved_bw'] / 1e9:8.1f} {100 * r['frac_of_peak']:7.1f} {1000 * r['sdpa_time_s']:9.3f} {r['ratio_vs_sdpa']:8.2f}")
     print(f"wrote {a.output}")
@@ -209,16 +219,104 @@ def cmd_kernels_bench(a: argparse.Namespace) -> int:
 
 
 def cmd_calibrate(a: argparse.Namespace) -> int:
-    from kvsim.calibration import calibrate_files
+    from kvsim.latency.calibration import save_calibration
+    from kvsim.latency.fit import fit_calibration
 
-    c = calibrate_files(a.measurements, a.output)
-    f = c["fit"]
-    print(f"{c['form']}")
-    print("  " + ", ".join(f"{k} = {v:.4g}" for k, v in c["coef"].items()))
-    print(f"  fit on {f['train_points']} points; held-out {f['holdout_points']} points: mean error "
-          f"{100 * f['holdout_mape']:.1f}%, max {100 * f['holdout_max_rel_err']:.1f}%")
-    print(f"  measured on {', '.join(c['measured_on']['device'])} with {', '.join(c['measured_on']['impl'])}")
-    print(f"wrote {a.output}; use it with: kvsim compare --latency {a.output} ...")
+    c = fit_calibration(a.measurements, a.gpu)
+    save_calibration(c, a.output)
+    print(f"calibration for {c.gpu} (measured on: {c.measured_on})")
+    for group in ("gemm", "elementwise", "decode_attention", "prefill_attention", "all_reduce"):
+        print(f"  {group:18s} {c.sources.get(group, 'from the shipped calibration / physics defaults')}")
+    stats = c.fit.get("dense_in_sample", {}).get("layer", {})
+    if stats:
+        print("  whole dense layer, predicted/measured (median [p10, p90]) by tokens: " + "; ".join(
+            f"{k}: {v['median']:.3f} [{v['p10']:.2f}, {v['p90']:.2f}]" for k, v in stats.items()))
+    if c.measured_on != "gpu":
+        print("  note: measured in the CPU interpreter: a pipeline check, not GPU times")
+    print(f"wrote {a.output}; use it with: kvsim compare --latency {a.output} --gpu {c.gpu} ...")
+    return 0
+
+
+def _shape_rows(path: str) -> list[tuple[int, int, int]]:
+    """(batch, context, new_tokens) rows of a shapes CSV, checked: errors name file, line and field."""
+    import csv
+
+    from kvsim.errors import TraceError
+
+    try:
+        fh = open(path, newline="", encoding="utf-8")
+    except OSError as e:
+        raise TraceError(path, 0, None, f"cannot open: {e.strerror}") from None
+    rows = []
+    with fh:
+        reader = csv.DictReader(fh)
+        missing = {"batch", "context", "new_tokens"} - set(reader.fieldnames or [])
+        if missing:
+            raise TraceError(path, 1, None, f"missing column(s) {', '.join(sorted(missing))} (need batch,context,new_tokens)")
+        for line, r in enumerate(reader, start=2):
+            vals = []
+            for f, lo in (("batch", 1), ("context", 0), ("new_tokens", 1)):
+                try:
+                    v = float(r[f])
+                    if not v.is_integer():
+                        raise ValueError
+                    v = int(v)
+                except (TypeError, ValueError):
+                    raise TraceError(path, line, f, f"must be an integer, got {r[f]!r}") from None
+                if v < lo:
+                    raise TraceError(path, line, f, f"must be >= {lo}, got {v}")
+                vals.append(v)
+            rows.append(tuple(vals))
+    if not rows:
+        raise TraceError(path, 0, None, "no shapes in file")
+    return rows
+
+
+def cmd_latency(a: argparse.Namespace) -> int:
+    from kvsim.latency import StepShape, build_latency, describe_latency, latency_notes
+
+    cfg = build_config(a)
+    model = build_latency(cfg)
+    for note in latency_notes(cfg):
+        print(note, file=sys.stderr)
+    parts = ("total_s", "dense_s", "attention_s", "communication_s", "cpu_s")
+    if a.shapes:
+        if not a.out:
+            from kvsim.errors import ConfigError
+
+            raise ConfigError("--shapes needs --out FILE.csv")
+        import csv
+
+        rows = _shape_rows(a.shapes)
+        with open(a.out + ".tmp", "w", newline="", encoding="utf-8") as fh:
+            w = csv.writer(fh)
+            w.writerow(["batch", "context", "new_tokens", *parts])
+            for b, c, n in rows:
+                bd = model.breakdown(StepShape.of([(n, c)] * b))
+                w.writerow([b, c, n, *(repr(bd[k]) for k in parts)])
+        import os
+
+        os.replace(a.out + ".tmp", a.out)
+        print(f"wrote {len(rows)} rows to {a.out} ({describe_latency(cfg)})")
+        return 0
+    if a.batch is None or a.context is None:
+        from kvsim.errors import ConfigError
+
+        raise ConfigError("give --batch B --context C [--new-tokens N], or --shapes FILE.csv --out FILE.csv")
+    for flag, v, lo in (("--batch", a.batch, 1), ("--context", a.context, 0), ("--new-tokens", a.new_tokens, 1)):
+        if v < lo:
+            from kvsim.errors import ConfigError
+
+            raise ConfigError(f"{flag}: must be >= {lo}, got {v}")
+    bd = model.breakdown(StepShape.of([(a.new_tokens, a.context)] * a.batch))
+    kind = "decode" if a.new_tokens == 1 else "prefill"
+    print(f"{cfg.model.name} on {cfg.gpu.name}, tensor parallel {cfg.tp}: {describe_latency(cfg)}")
+    print(f"one {kind} iteration: {a.batch} sequence(s) x {a.new_tokens} new token(s) after {a.context} cached")
+    total = bd["total_s"]
+    for k in parts:
+        label = k[:-2].replace("_", " ")
+        share = f"{100 * bd[k] / total:5.1f}%" if total > 0 else ""
+        print(f"  {label:14s} {1000 * bd[k]:10.3f} ms  {share}")
     return 0
 
 
@@ -379,6 +477,7 @@ def make_parser() -> argparse.ArgumentParser:
     bn.add_argument("--device", choices=["cuda", "cpu"])
     bn.add_argument("--batch", default="1,8,64")
     bn.add_argument("--context", default="512,4096")
+    bn.add_argument("--prefill", help="prefill rows too: CHUNK:CACHED pairs, e.g. 512:0,512:2048,2048:0")
     bn.add_argument("--block-size", default="16")
     bn.add_argument("--dtype", default="bf16", choices=["bf16", "fp16", "fp32"])
     bn.add_argument("--q-heads", type=int, default=32)
@@ -421,10 +520,25 @@ def make_parser() -> argparse.ArgumentParser:
     rep.add_argument("--title", default="kvsim report")
     rep.set_defaults(func=cmd_report)
 
-    cal = sub.add_parser("calibrate", help="fit the attention-time model from kernel measurements")
-    cal.add_argument("measurements", nargs="+", help="CSV files from `kvsim kernels bench` / `replay`")
-    cal.add_argument("-o", "--output", required=True)
+    cal = sub.add_parser("calibrate", help="fit a latency calibration from measured GPU profiles")
+    cal.add_argument("measurements", nargs="+", help="Vidur-format mlp.csv / attention.csv / all_reduce.csv / "
+                     "send_recv.csv, and `kvsim kernels bench` / `replay` CSVs")
+    cal.add_argument("--gpu", help="GPU preset the measurements are from (default: named in the Vidur paths)")
+    cal.add_argument("-o", "--output", required=True, help="calibration JSON to write")
     cal.set_defaults(func=cmd_calibrate)
+
+    lat = sub.add_parser("latency", help="predicted iteration time of a model / GPU / tensor parallelism, by part")
+    from kvsim.options import add_options
+
+    add_options(lat, ("model and hardware", "latency"))
+    g = lat.add_argument_group("iteration shape")
+    g.add_argument("--batch", type=int, help="sequences in the iteration")
+    g.add_argument("--context", type=int, help="cached tokens of each sequence")
+    g.add_argument("--new-tokens", type=int, default=1, help="tokens each sequence computes (1 = decode) [default: 1]")
+    g.add_argument("--shapes", help="CSV with columns batch,context,new_tokens (one iteration per row)")
+    g.add_argument("--out", help="with --shapes: CSV of the input columns + total_s, dense_s, attention_s, "
+                   "communication_s, cpu_s (seconds)")
+    lat.set_defaults(func=cmd_latency)
     return p
 
 

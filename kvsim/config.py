@@ -130,7 +130,9 @@ class SimConfig:
     tp: int = 1
     swap_space_gb: float = 0.0  # GiB of host memory for swapped-out KV (with preemption_mode swap)
     swap_block_latency_s: float = 10e-6  # fixed cost of one block copy (one cudaMemcpyAsync)
-    latency: str = "roofline"  # "roofline" or a path to a calibration JSON
+    latency: str = "per-op"  # "per-op" (shipped calibration), "roofline", or a path to a calibration JSON
+    cpu_overhead: str = "vllm-v1"  # the serving engine's CPU time per iteration (latency/cpu.py)
+    interconnect: str = "nvswitch"  # how tensor-parallel GPUs are linked: "nvswitch" or "pairwise" NVLink
     victim_policy: str = "lifo"  # preemption victim policy (engine/preemption.py)
     block_size: int = 16  # tokens per block of allocators named without one
     enable_prefix_caching: bool = False  # `paged` means `paged+prefix`

@@ -17,6 +17,7 @@ from typing import Any, Callable, Mapping
 
 from kvsim.allocators.cache_eviction import CACHE_EVICTION_POLICIES, get_eviction_key
 from kvsim.engine.preemption import VICTIM_POLICIES, get_victim_policy
+from kvsim.latency.cpu import CPU_PRESETS
 from kvsim.errors import ConfigError
 from kvsim.validation import FRACTION, NON_NEGATIVE, POSITIVE, POSITIVE_INT, Number
 
@@ -97,8 +98,14 @@ OPTIONS: list[Option] = [
     Option("horizon_s", ("--horizon-s",), "stop at this simulated time (seconds); later work is reported unfinished",
            "scheduler", None, float, POSITIVE, default_text="run until every request is done"),
     # --- latency
-    Option("latency", ("--latency",), "iteration-time model: 'roofline' or a calibration JSON from `kvsim calibrate`",
-           "latency", "roofline"),
+    Option("latency", ("--latency",), "iteration-time model: 'per-op' (operation by operation, calibrated on "
+           "measured GPU profiles shipped for a100-80gb, h100-80gb and a40, and derived for the same chips), "
+           "'roofline' (uncalibrated), or a calibration JSON from `kvsim calibrate`", "latency", "per-op"),
+    Option("cpu_overhead", ("--cpu-overhead",), "the serving engine's CPU time per iteration: vllm-v1 (current "
+           "vLLM), vllm-v0 (the vLLM paper's generation), vllm-v1-async, none (GPU only); sources in the README",
+           "latency", "vllm-v1", choices=tuple(CPU_PRESETS)),
+    Option("interconnect", ("--interconnect",), "how tensor-parallel GPUs are linked (all-reduce times)", "latency",
+           "nvswitch", choices=("nvswitch", "pairwise")),
     Option("flops_efficiency", ("--flops-efficiency",), "roofline: achievable fraction of peak FLOP/s", "latency",
            0.6, float, FRACTION),
     Option("bandwidth_efficiency", ("--bandwidth-efficiency",), "roofline: achievable fraction of HBM bandwidth",
@@ -126,10 +133,13 @@ def _help(o: Option) -> str:
     return f"{text} [default: {default}]"
 
 
-def add_options(parser: argparse.ArgumentParser) -> None:
-    """Add every option, grouped, with defaults left unset (so explicit values can be told apart)."""
+def add_options(parser: argparse.ArgumentParser, groups_wanted: tuple[str, ...] | None = None) -> None:
+    """Add the options (of ``groups_wanted``, or all), grouped, with defaults left unset (so explicit values
+    can be told apart)."""
     groups: dict[str, Any] = {}
     for o in OPTIONS:
+        if groups_wanted is not None and o.group not in groups_wanted:
+            continue
         g = groups.get(o.group) or groups.setdefault(o.group, parser.add_argument_group(o.group))
         if o.type is bool:
             action = argparse.BooleanOptionalAction if o.negatable else "store_true"
@@ -239,7 +249,13 @@ def config_from_options(values: Mapping[str, Any], naming: str = "flag"):
     mem = MemoryConfig(v["gpu_memory_utilization"], v["activation_reserve_gb"], v["kv_pool_gb"], v["num_blocks"],
                        v["num_blocks_size"] or v["block_size"])
     roof = RooflineParams(v["flops_efficiency"], v["bandwidth_efficiency"], v["step_overhead_ms"] / 1000)
-    return SimConfig(model, gpu, sched, mem, roof, tp=tp, swap_space_gb=swap, latency=v["latency"],
+    latency = v["latency"]
+    if latency not in ("per-op", "roofline"):
+        from kvsim.latency.calibration import load_calibration
+
+        load_calibration(latency)  # a bad file fails here, before any simulation
+    return SimConfig(model, gpu, sched, mem, roof, tp=tp, swap_space_gb=swap, latency=latency,
+                     cpu_overhead=v["cpu_overhead"], interconnect=v["interconnect"],
                      victim_policy=v["victim_policy"], block_size=v["block_size"],
                      enable_prefix_caching=v["enable_prefix_caching"], cache_eviction=v["cache_eviction"])
 

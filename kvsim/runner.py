@@ -9,7 +9,7 @@ import pandas as pd
 
 from kvsim.allocators import AllocatorSpec, make_allocator, parse_allocator
 from kvsim.config import PoolPlan, SimConfig, plan_pool
-from kvsim.engine.latency import LatencyModel, RooflineModel
+from kvsim.latency import LatencyModel, build_latency
 from kvsim.engine.preemption import get_victim_policy
 from kvsim.engine.simulator import SimResult, Simulation, StepObserver, SwapTiming
 from kvsim.metrics import requests_frame, run_summary, timeline_frame
@@ -22,14 +22,6 @@ class RunOutput:
     requests: pd.DataFrame
     summary: dict
     timeline: pd.DataFrame
-
-
-def build_latency(cfg: SimConfig) -> LatencyModel:
-    if cfg.latency == "roofline":
-        return RooflineModel(cfg.model, cfg.gpu, cfg.roofline, cfg.tp)
-    from kvsim.calibration import load_calibrated_model  # only when asked for
-
-    return load_calibrated_model(cfg.latency, cfg.model, cfg.gpu, cfg.roofline, cfg.tp)
 
 
 def resolve_allocator(allocator: AllocatorSpec | str, cfg: SimConfig) -> AllocatorSpec:

@@ -1,7 +1,7 @@
 """Small builders shared by tests."""
 
 from kvsim.config import SchedulerConfig
-from kvsim.engine.latency import LatencyModel, StepShape
+from kvsim.latency.base import LatencyModel, StepShape
 from kvsim.trace.request import Request
 
 

@@ -6,7 +6,7 @@ from hypothesis import given, settings, strategies as st
 from helpers import FixedLatency, req, sched
 from kvsim.allocators import make_allocator
 from kvsim.config import RooflineParams
-from kvsim.engine.latency import RooflineModel
+from kvsim.latency.roofline import RooflineModel
 from kvsim.engine.simulator import Simulation
 from kvsim.hardware import get_gpu, get_model
 from kvsim.metrics import requests_frame, run_summary

@@ -9,7 +9,7 @@ from helpers import FixedLatency, req, sched
 from kvsim.allocators import make_allocator
 from kvsim.config import RooflineParams
 from kvsim.engine.preemption import get_victim_policy, hybrid
-from kvsim.engine.latency import RooflineModel
+from kvsim.latency.roofline import RooflineModel
 from kvsim.engine.sequence import Sequence
 from kvsim.engine.simulator import Simulation, SwapTiming
 from kvsim.hardware import get_gpu, get_model

@@ -5,7 +5,8 @@ import pytest
 from hypothesis import given, strategies as st
 
 from kvsim.config import RooflineParams
-from kvsim.engine.latency import RooflineModel, StepShape, chunk_shape_terms, sum_max_of_two_affine
+from kvsim.latency.base import StepShape, chunk_shape_terms, sum_max_of_two_affine
+from kvsim.latency.roofline import RooflineModel
 from kvsim.hardware import get_gpu, get_model
 
 fl = st.floats(-100, 100, allow_nan=False)

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 from kvsim.allocators.base import NO_HIT, Breakdown, KVAllocator
 from kvsim.config import SchedulerConfig
-from kvsim.engine.latency import StepShape, chunk_shape_terms
+from kvsim.latency.base import StepShape
 from kvsim.engine.preemption import VictimPolicy
 from kvsim.engine.sequence import Sequence, Status
 
@@ -236,14 +236,9 @@ class Scheduler:
         if not preempted:
             self._admit(budget, scheduled, now)
         batch = list(scheduled.values())
-        new = pairs = kv = 0
-        for seq, n in batch:
+        for seq, _ in batch:
             seq.last_scheduled_s = now
-            p, r = chunk_shape_terms(seq.computed, n)
-            new += n
-            pairs += p
-            kv += r
-        return IterationPlan(batch, StepShape(new, len(batch), pairs, kv), swap_out_blocks=self._swap_out,
+        return IterationPlan(batch, StepShape.of([(n, seq.computed) for seq, n in batch]), swap_out_blocks=self._swap_out,
                              swap_in_blocks=self._swap_in, copies=alloc.drain_copies())
 
     def _plan_decode_run(self, now: float) -> IterationPlan | None:
@@ -267,7 +262,7 @@ class Scheduler:
         n = len(running)
         for s in running:
             s.last_scheduled_s = now
-        return IterationPlan([(s, 1) for s in running], StepShape(n, n, s0, s0), decode_run=True, max_steps=k)
+        return IterationPlan([(s, 1) for s in running], StepShape.decode(n, s0), decode_run=True, max_steps=k)
 
     def _try_place(self, seq: Sequence, budget: int, static: bool) -> int | None:
         """Look the head's prefix up and allocate what its first chunk needs: the tokens it starts from,

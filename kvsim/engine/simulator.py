@@ -17,7 +17,7 @@ import simpy
 
 from kvsim.allocators.base import KVAllocator
 from kvsim.config import SchedulerConfig
-from kvsim.engine.latency import LatencyModel
+from kvsim.latency.base import LatencyModel
 from kvsim.engine.memory_tracker import MemoryTracker
 from kvsim.engine.preemption import VictimPolicy, lifo
 from kvsim.engine.scheduler import IterationPlan, Scheduler

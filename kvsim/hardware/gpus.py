@@ -1,7 +1,8 @@
-"""GPU datasheet numbers used for pool sizing and the roofline latency model."""
+"""GPU datasheet numbers used for pool sizing and the latency models."""
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass
 
 from kvsim.errors import ConfigError
@@ -15,19 +16,22 @@ class GpuSpec:
     name: str
     memory_bytes: int  # as nvidia-smi reports the total
     hbm_bandwidth: float  # bytes/s, datasheet peak
-    bf16_flops: float  # FLOP/s, dense tensor-core peak
+    bf16_flops: float  # FLOP/s, dense tensor-core peak (fp16/bf16)
     pcie_bandwidth: float  # bytes/s, host<->device per direction, nominal
+    sms: int = 108  # streaming multiprocessors (work-distribution granularity of kernels)
+    arch: str = ""  # architecture family: calibrations carry over within one
 
 
 GPU_PRESETS: dict[str, GpuSpec] = {
     g.name: g
     for g in [
-        GpuSpec("a100-40gb", 40960 * MiB, 1.555e12, 312e12, 32e9),
-        GpuSpec("a100-80gb", 81920 * MiB, 2.039e12, 312e12, 32e9),
-        GpuSpec("h100-80gb", 81559 * MiB, 3.35e12, 989e12, 64e9),
-        GpuSpec("h200-141gb", 143771 * MiB, 4.8e12, 989e12, 64e9),
-        GpuSpec("l40s", 46068 * MiB, 864e9, 362e12, 32e9),
-        GpuSpec("rtx-4090", 24564 * MiB, 1.008e12, 165e12, 32e9),
+        GpuSpec("a100-40gb", 40960 * MiB, 1.555e12, 312e12, 32e9, 108, "ampere-a100"),
+        GpuSpec("a100-80gb", 81920 * MiB, 2.039e12, 312e12, 32e9, 108, "ampere-a100"),
+        GpuSpec("h100-80gb", 81559 * MiB, 3.35e12, 989e12, 64e9, 132, "hopper"),
+        GpuSpec("h200-141gb", 143771 * MiB, 4.8e12, 989e12, 64e9, 132, "hopper"),
+        GpuSpec("a40", 46068 * MiB, 696e9, 149.7e12, 32e9, 84, "ampere-ga102"),
+        GpuSpec("l40s", 46068 * MiB, 864e9, 362e12, 32e9, 142, "ada"),
+        GpuSpec("rtx-4090", 24564 * MiB, 1.008e12, 165e12, 32e9, 128, "ada"),
     ]
 }
 
@@ -36,4 +40,6 @@ def get_gpu(name: str) -> GpuSpec:
     try:
         return GPU_PRESETS[name.lower()]
     except KeyError:
-        raise ConfigError(f"unknown GPU '{name}' (presets: {', '.join(GPU_PRESETS)})") from None
+        close = difflib.get_close_matches(name.lower(), GPU_PRESETS, n=1)
+        raise ConfigError(f"unknown GPU '{name}' (presets: {', '.join(GPU_PRESETS)})"
+                          + (f"; did you mean '{close[0]}'?" if close else "")) from None

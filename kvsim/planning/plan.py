@@ -107,9 +107,8 @@ def _evaluate(point: dict, slos, rate: float) -> Evaluation:
 
 def _why_never(point: dict, slos, reason: str) -> str:
     """Explain an infeasible configuration with what a single request costs on its own."""
-    from kvsim.engine.latency import StepShape, chunk_shape_terms
+    from kvsim.latency import StepShape, build_latency
     from kvsim.planning.point import build
-    from kvsim.runner import build_latency
 
     import numpy as np
 
@@ -123,14 +122,13 @@ def _why_never(point: dict, slos, reason: str) -> str:
             t, done = 0.0, 0
             while done < p:  # the prompt alone, in budget-sized chunks
                 n = min(budget, p - done)
-                pairs, kv = chunk_shape_terms(done, n)
-                t += lat.step_time(StepShape(n, 1, pairs, kv))
+                t += lat.step_time(StepShape.of([(n, done)]))
                 done += n
             if t > s.limit_s:
                 notes.append(f"the p{s.pct} prompt ({p} tokens) alone takes {t:.3g} s to prefill > {s.limit_s:g} s")
         if s.metric == "tpot":
             ctx = int(np.percentile([r.total_tokens for r in reqs], 50))
-            t = lat.step_time(StepShape(1, 1, ctx, ctx))
+            t = lat.step_time(StepShape.decode(1, ctx))
             if t > s.limit_s:
                 notes.append(f"one decode step of a single sequence takes {t:.3g} s > {s.limit_s:g} s")
     return "; ".join(notes)

@@ -27,6 +27,7 @@ class BenchOptions:
     device: str | None = None
     max_pool_gib: float = 40.0
     seed: int = 0
+    prefill: list = None  # (chunk tokens, cached tokens) pairs for prefill rows (one sequence each)
 
 
 def _sdpa_time(q, k, v, device):
@@ -46,8 +47,42 @@ def bench(opts: BenchOptions) -> "list[dict]":
     from kvsim.replay.measure import load_kernels as load
 
     K = load(opts.device)
-    return [_bench_point(K, opts, B, batch, ctx, opts.seed)
+    rows = [_bench_point(K, opts, B, batch, ctx, opts.seed)
             for B in opts.block_sizes for batch in opts.batches for ctx in opts.contexts]
+    rows += [_bench_prefill_point(K, opts, B, chunk, cached, opts.seed)
+             for B in opts.block_sizes for chunk, cached in (opts.prefill or [])]
+    return rows
+
+
+def _bench_prefill_point(K, opts: BenchOptions, B: int, chunk: int, cached: int, seed: int) -> dict:
+    """One sequence computing ``chunk`` tokens after ``cached`` ones (its KV already in the pool)."""
+    import functools
+
+    import torch
+
+    dtype = torch_dtype(opts.dtype)
+    elem = torch.tensor([], dtype=dtype).element_size()
+    g = torch.Generator().manual_seed(seed + 104729 * chunk + cached + B)
+    ctx = cached + chunk
+    pages = -(-ctx // B)
+    kc, vc = make_pool(pages, B, opts.kv_heads, opts.head_dim, dtype, K.device, opts.max_pool_gib, seed)
+    bt = torch.randperm(pages, generator=g).reshape(1, pages).to(torch.int32).to(K.device)
+    lens = torch.tensor([ctx], dtype=torch.int32, device=K.device)
+    starts = torch.tensor([0, chunk], dtype=torch.int32, device=K.device)
+    q = torch.randn(chunk, opts.q_heads, opts.head_dim, generator=g).to(dtype).to(K.device)
+    scale = opts.head_dim ** -0.5
+    if K.device == "cuda":
+        run = functools.partial(K.paged_prefill_attention, q, kc, vc, bt, lens, starts, scale)
+        t, impl = time_it(run, "cuda"), K.mode
+    else:
+        run = functools.partial(K.paged_prefill_attention_ref, q, kc, vc, bt, lens, starts, scale)
+        t, impl = time_it(run, "cpu", reps=3), "torch-reference-cpu (pipeline check, not a GPU number)"
+    nbytes = kv_bytes_read([ctx], opts.kv_heads, opts.head_dim, elem)
+    return {"source": "bench", "device": K.device, "impl": impl, "kind": "prefill", "dtype": opts.dtype,
+            "block_size": B, "q_heads": opts.q_heads, "kv_heads": opts.kv_heads, "head_dim": opts.head_dim,
+            "num_seqs": 1, "new_tokens": chunk, "total_context": ctx, "max_context": ctx, "kv_bytes": nbytes,
+            "time_s": t, "achieved_bw": nbytes / t, "peak_bw": opts.peak_bandwidth,
+            "frac_of_peak": nbytes / t / opts.peak_bandwidth, "sdpa_time_s": float("nan"), "ratio_vs_sdpa": float("nan")}
 
 
 def _bench_point(K, opts: BenchOptions, B: int, batch: int, ctx: int, seed: int) -> dict:

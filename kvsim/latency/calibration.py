@@ -1,0 +1,172 @@
+"""Calibrations: the measured constants of the per-operation latency model, and where they come from.
+
+A calibration belongs to one GPU and says whether it was measured on a real GPU or in the CPU
+interpreter (a pipeline check). Its parameters are kernel floors (seconds) and achieved fractions of the
+GPU preset's peak FLOP/s and HBM bandwidth, so a calibration of one chip carries over to another memory
+configuration of the same chip (A100-80GB -> A100-40GB, H100 -> H200) with that GPU's own peaks.
+
+Shipped calibrations live in ``kvsim/latency/calibrations/<gpu>.json``; `kvsim calibrate` writes new ones.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+
+from kvsim.errors import ConfigError
+from kvsim.files import read_json_object, write_text_atomically
+from kvsim.hardware import GpuSpec
+from kvsim.hardware.gpus import GPU_PRESETS
+
+FORMAT = "kvsim-latency-calibration"
+VERSION = 2
+SHIPPED = Path(__file__).parent / "calibrations"
+ELEMENTWISE_KINDS = ("norm", "rope", "act", "add", "emb")
+
+
+@dataclass(frozen=True)
+class GemmParams:
+    """t = t0 + ((FLOPs / (peak x flops_eff))^knee + (bytes / (bandwidth x bw_eff))^knee)^(1/knee)"""
+
+    t0_s: float = 5e-6
+    flops_eff: float = 0.73
+    bw_eff: float = 0.83
+    knee: float = 1.4  # 1: compute and memory time add up; large: the larger one alone (roofline)
+
+
+@dataclass(frozen=True)
+class ElementwiseParams:
+    """t = t0 + max(serial_s x row elements, bytes / (bandwidth x bw_eff)): a kernel with one block per
+    token walks a token's row serially, which sets its time until the bytes take longer."""
+
+    t0_s: float = 3e-6
+    bw_eff: float = 0.6
+    serial_s: float = 0.0  # seconds per element of one token's row
+
+
+@dataclass(frozen=True)
+class DecodeAttentionParams:
+    """Per layer: t = max(floor, ramp + per_seq x sequences + KV bytes / (bandwidth x bw_eff)). The floor is
+    the shortest the KV-write, attention and split-merge kernels together take; above it the pass streams
+    the KV at the achieved bandwidth."""
+
+    floor_s: float = 14e-6
+    ramp_s: float = 2e-6
+    bw_eff: float = 0.76
+    per_seq_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class PrefillAttentionParams:
+    """Per layer, a FlashAttention-style tile model: each (query tile, head) is one unit of work that walks
+    the KV tiles it attends to plus ``cta_overhead_tiles`` of start-up; units spread over the SMs, and the
+    pass takes floor + max(total work / SMs, the longest unit) x tile time, or the KV read if longer."""
+
+    floor_s: float = 10e-6
+    flops_eff: float = 0.62  # steady-state fraction of peak FLOP/s of one tile iteration
+    cta_overhead_tiles: float = 2.0
+    tile_q: int = 128
+    tile_kv: int = 64
+    bw_eff: float = 0.76
+
+
+@dataclass(frozen=True)
+class LinkParams:
+    """One all-reduce among n GPUs: t = latency + message bytes / bandwidth."""
+
+    latency_s: float
+    bandwidth: float  # bytes/s (message bytes per second for large messages)
+
+
+@dataclass(frozen=True)
+class Calibration:
+    gpu: str
+    measured_on: str = "gpu"  # "gpu", or "cpu-interpreter" for pipeline checks
+    gemm: GemmParams = field(default_factory=GemmParams)
+    elementwise: dict = field(default_factory=lambda: {k: ElementwiseParams() for k in ELEMENTWISE_KINDS})
+    decode_attention: DecodeAttentionParams = field(default_factory=DecodeAttentionParams)
+    prefill_attention: PrefillAttentionParams = field(default_factory=PrefillAttentionParams)
+    # interconnect ("nvswitch", "pairwise") -> GPUs in the group (as a string) -> params
+    all_reduce: dict = field(default_factory=dict)
+    sources: dict = field(default_factory=dict)  # parameter group -> where its numbers come from
+    fit: dict = field(default_factory=dict)  # fit and validation statistics
+    derived_from: str = ""  # a calibration of the same chip this one was derived from
+
+    def link(self, n: int, interconnect: str) -> LinkParams:
+        """All-reduce parameters for n GPUs (the nearest measured group size if n itself was not)."""
+        table = self.all_reduce.get(interconnect) or self.all_reduce.get("nvswitch") or {}
+        if not table:
+            raise ConfigError(f"calibration for {self.gpu} has no all-reduce measurements; tensor parallelism "
+                              "needs them (calibrate from an all_reduce.csv)")
+        sizes = sorted(int(k) for k in table)
+        best = min(sizes, key=lambda s: (abs(s - n), -s))
+        return table[str(best)]
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        return {"format": FORMAT, "version": VERSION, **d}
+
+    @staticmethod
+    def from_json(d: dict, where: str = "calibration") -> "Calibration":
+        try:
+            if d.get("format") != FORMAT or d.get("version") != VERSION:
+                raise ValueError(f"not a {FORMAT} version {VERSION} file (format {d.get('format')!r}, "
+                                 f"version {d.get('version')!r})")
+            return Calibration(
+                gpu=str(d["gpu"]), measured_on=str(d.get("measured_on", "gpu")),
+                gemm=_build(GemmParams, d["gemm"]),
+                elementwise={k: _build(ElementwiseParams, v) for k, v in d["elementwise"].items()},
+                decode_attention=_build(DecodeAttentionParams, d["decode_attention"]),
+                prefill_attention=_build(PrefillAttentionParams, d["prefill_attention"]),
+                all_reduce={ic: {str(n): _build(LinkParams, p) for n, p in table.items()}
+                            for ic, table in d.get("all_reduce", {}).items()},
+                sources=dict(d.get("sources", {})), fit=dict(d.get("fit", {})),
+                derived_from=str(d.get("derived_from", "")))
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            raise ConfigError(f"{where}: not a usable latency calibration ({type(e).__name__}: {e})") from None
+
+
+def _build(cls, values: dict):
+    if not isinstance(values, dict):
+        raise TypeError(f"{cls.__name__} must be an object")
+    known = {f.name for f in fields(cls)}
+    unknown = set(values) - known
+    if unknown:
+        raise ValueError(f"{cls.__name__}: unknown field(s) {', '.join(sorted(unknown))}")
+    obj = cls(**values)
+    for f in fields(cls):
+        v = getattr(obj, f.name)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v or v < 0 or v == float("inf"):
+            raise ValueError(f"{cls.__name__}.{f.name} must be a finite number >= 0, got {v!r}")
+    return obj
+
+
+def save_calibration(calib: Calibration, path: str | Path) -> None:
+    write_text_atomically(path, json.dumps(calib.to_json(), indent=1) + "\n")
+
+
+def load_calibration(path: str | Path) -> Calibration:
+    return Calibration.from_json(read_json_object(path, f"--latency {path}"), f"--latency {path}")
+
+
+def shipped_calibration(gpu: GpuSpec) -> tuple[Calibration, str]:
+    """The packaged calibration for ``gpu``, and a note on where it comes from. A GPU without one borrows a
+    calibration of the same architecture (efficiencies carry over; peaks are the GPU's own); a GPU of an
+    architecture nothing was measured on borrows the nearest and the note says so as a warning."""
+    own = SHIPPED / f"{gpu.name}.json"
+    if own.exists():
+        c = load_calibration(own)
+        note = "" if not c.derived_from else f"{gpu.name}: calibration derived from {c.derived_from} measurements (same chip)"
+        return c, note
+    measured = {p.stem: p for p in SHIPPED.glob("*.json")}
+    same = [n for n in measured if n in GPU_PRESETS and GPU_PRESETS[n].arch == gpu.arch]
+    if same:
+        c = load_calibration(measured[same[0]])
+        return replace(c, gpu=gpu.name, derived_from=same[0]), \
+            f"{gpu.name}: calibration derived from {same[0]} (same architecture, {gpu.name}'s own peaks)"
+    fallback = "a40" if "a40" in measured else sorted(measured)[0]
+    c = load_calibration(measured[fallback])
+    return replace(c, gpu=gpu.name, derived_from=fallback), \
+        (f"warning: no latency calibration for {gpu.name} ({gpu.arch}); using {fallback}'s kernel efficiencies "
+         f"with {gpu.name}'s peaks, unvalidated (calibrate one with `kvsim calibrate`)")

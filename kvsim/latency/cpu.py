@@ -1,0 +1,60 @@
+"""CPU time per iteration: the serving engine's own work (scheduling, input preparation, sampling
+bookkeeping, output processing), separate from GPU time.
+
+    cpu_s = base_s + per_seq_s x scheduled sequences
+
+Synchronous engines add it to the GPU time of every iteration; an engine that schedules one step ahead
+(``overlapped``) hides it behind the GPU, so an iteration takes max(GPU, CPU) plus a sync.
+
+Presets (per iteration, measured on server CPUs by the sources named):
+
+- ``vllm-v0``: vLLM v0.1-v0.5, the synchronous V0 engine of the vLLM paper's generation. 2 ms + 0.1 ms per
+  sequence. Sources: vLLM RFC #6854 (multi-step scheduling, 2024-07): "5-13 ms of GPU bubble" per decode
+  step, ~4 ms in the traced Llama-3-8B run; RFC #6913 (async output processor, 2024-07):
+  `_process_model_outputs` takes 3.4 ms at batch 32 (Llama-3-70B, 4xH100), ~0.1 ms per sequence;
+  the vLLM v0.6.0 blog (2024-09-05): on Llama-3-8B / 1xH100, v0.5.3 spent 29% of the time scheduling
+  and preparing inputs against 38% on the GPU.
+- ``vllm-v1`` (default): the V1 engine (2025-): engine core in its own process, persistent batch,
+  scheduler still synchronous with the forward pass. 0.5 ms + 10 us per sequence. Sources: vLLM issue
+  #10634 (2024-11): an asynchronous loop would bring the 5-6 ms inter-step gap at batch 256 down to
+  200-300 us; the simllm step-loop study of vLLM 0.27.1 (openfabric-systems/simllm PR #204, 2026-09):
+  541 us per engine step amortized over a 128-request workload, the all-decode scheduler step costing
+  12.7 us per running request.
+- ``vllm-v1-async``: V1 with ``--async-scheduling`` (vLLM PR #19970, 2025-06): the same CPU work,
+  overlapped with the forward pass; 50 us of synchronisation remains exposed per iteration.
+- ``none``: GPU time only (what kernel-level profilers and Vidur's defaults report).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kvsim.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class CpuOverhead:
+    name: str
+    base_s: float  # seconds per iteration
+    per_seq_s: float  # seconds per scheduled sequence
+    overlapped: bool = False  # runs alongside the GPU step (the iteration takes the longer of the two)
+    sync_s: float = 0.0  # seconds exposed per iteration even when overlapped
+
+    def seconds(self, num_seqs: int) -> float:
+        return self.base_s + self.per_seq_s * num_seqs
+
+
+CPU_PRESETS: dict[str, CpuOverhead] = {p.name: p for p in [
+    CpuOverhead("none", 0.0, 0.0),
+    CpuOverhead("vllm-v0", 2.0e-3, 0.10e-3),
+    CpuOverhead("vllm-v1", 0.5e-3, 10e-6),
+    CpuOverhead("vllm-v1-async", 0.5e-3, 10e-6, overlapped=True, sync_s=50e-6),
+]}
+DEFAULT_CPU = "vllm-v1"
+
+
+def get_cpu_overhead(name: str) -> CpuOverhead:
+    try:
+        return CPU_PRESETS[name]
+    except KeyError:
+        raise ConfigError(f"unknown CPU overhead preset '{name}' (known: {', '.join(CPU_PRESETS)})") from None

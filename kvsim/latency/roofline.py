@@ -1,0 +1,39 @@
+"""The roofline latency model (`--latency roofline`): kvsim's first, uncalibrated model.
+
+max(FLOPs / achievable FLOP/s, bytes / achievable bandwidth) + fixed overhead, per GPU.
+FLOPs = 2 x params x new tokens (the dense layers) + 4 x layers x heads x head_dim per attended pair.
+Bytes = weights + KV bytes of every token read or written. Tensor-parallel ranks each take 1/tp of
+weights, heads and KV; communication is not modelled. Kept for comparison: the per-operation model
+(perop.py) is tied to measured GPU times.
+"""
+
+from __future__ import annotations
+
+from kvsim.config import RooflineParams
+from kvsim.hardware import GpuSpec, ModelSpec
+from kvsim.latency.base import LatencyModel, StepShape, sum_max_of_two_affine
+
+
+class RooflineModel(LatencyModel):
+    name = "roofline"
+
+    def __init__(self, model: ModelSpec, gpu: GpuSpec, params: RooflineParams = RooflineParams(), tp: int = 1):
+        self.flops_per_token = 2 * model.params / tp
+        self.flops_per_pair = model.attn_flops_per_pair / tp
+        self.weight_bytes = model.weight_bytes / tp
+        self.kv_bytes_per_token = model.kv_bytes_per_token / tp
+        self.flops_rate = gpu.bf16_flops * params.flops_efficiency
+        self.byte_rate = gpu.hbm_bandwidth * params.bandwidth_efficiency
+        self.overhead = params.step_overhead_s
+
+    def step_time(self, shape: StepShape) -> float:
+        flops = self.flops_per_token * shape.new_tokens + self.flops_per_pair * shape.attn_pairs
+        bytes_ = self.weight_bytes + self.kv_bytes_per_token * shape.kv_tokens
+        return max(flops / self.flops_rate, bytes_ / self.byte_rate) + self.overhead
+
+    def decode_run_time(self, n: int, s0: int, k: int) -> float:
+        a_c = (self.flops_per_token * n + self.flops_per_pair * s0) / self.flops_rate
+        b_c = self.flops_per_pair * n / self.flops_rate
+        a_m = (self.weight_bytes + self.kv_bytes_per_token * s0) / self.byte_rate
+        b_m = self.kv_bytes_per_token * n / self.byte_rate
+        return sum_max_of_two_affine(a_c, b_c, a_m, b_m, k) + self.overhead * k

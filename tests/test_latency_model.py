@@ -1,0 +1,200 @@
+"""The per-operation latency model: hand numbers, closed forms, calibration, and its errors on measured data."""
+
+import glob
+import json
+import math
+from dataclasses import replace
+
+import pandas as pd
+import pytest
+from hypothesis import given, strategies as st
+
+from kvsim.cli import main
+from kvsim.hardware import get_gpu, get_model
+from kvsim.latency import StepShape, get_cpu_overhead
+from kvsim.latency.calibration import (Calibration, DecodeAttentionParams, GemmParams, LinkParams, shipped_calibration)
+from kvsim.latency.fit import dense_rows, fit_links, leave_one_model_out, summarize_dense
+from kvsim.latency.perop import PerOpModel, gemm_seconds
+from kvsim.options import config_from_args
+
+EXCERPT = "tests/data/vidur"
+
+
+def test_gemm_hand_numbers():
+    """knee 1 adds compute and memory time: a 4096 x 4096 weight, 1 token, A100-80GB at full efficiency:
+    FLOPs 2 x 4096^2 = 33.6 MFLOP / 312 TFLOP/s = 0.1075 us; bytes 2 x (4096^2 + 2 x 4096) = 33.57 MB /
+    2.039 TB/s = 16.47 us; + 5 us."""
+    p = GemmParams(5e-6, 1.0, 1.0, 1.0)
+    t = gemm_seconds(p, get_gpu("a100-80gb"), 1, 4096, 4096, 2)
+    assert t == pytest.approx(5e-6 + 2 * 4096 ** 2 / 312e12 + 2 * (4096 ** 2 + 2 * 4096) / 2.039e12, rel=1e-12)
+    # a large knee is the roofline: the larger of the two
+    t = gemm_seconds(replace(p, knee=60.0), get_gpu("a100-80gb"), 4096, 4096, 4096, 2)
+    assert t == pytest.approx(5e-6 + 2 * 4096 ** 3 / 312e12, rel=1e-2)
+
+
+def _model(cpu="none", tp=1, model="llama-2-7b", gpu="a100-80gb"):
+    g = get_gpu(gpu)
+    c, _ = shipped_calibration(g)
+    return PerOpModel(get_model(model), g, c, get_cpu_overhead(cpu), tp)
+
+
+def test_decode_attention_floor_and_stream():
+    m = _model()
+    p = m.calib.decode_attention
+    # one short sequence: the kernels' floor; a large batch: the KV streamed at the achieved bandwidth
+    assert m.decode_attention_layer_s(1, 10) == p.floor_s
+    kv = 256 * 4096
+    big = m.decode_attention_layer_s(256, kv)
+    assert big == pytest.approx(p.ramp_s + kv * 2 * 32 * 128 * 2 / (2.039e12 * p.bw_eff), rel=1e-12)
+
+
+@pytest.mark.parametrize("cpu", ["none", "vllm-v0", "vllm-v1", "vllm-v1-async"])
+@given(n=st.integers(1, 300), ctx=st.integers(1, 8000), k=st.integers(1, 300))
+def test_decode_run_closed_form_equals_the_sum_of_steps(cpu, n, ctx, k):
+    m = _model(cpu, tp=2, model="llama-2-70b")
+    s0 = n * ctx
+    steps = sum(m.step_time(StepShape.decode(n, s0 + n * i)) for i in range(k))
+    assert math.isclose(m.decode_run_time(n, s0, k), steps, rel_tol=1e-9)
+
+
+@given(b=st.integers(1, 64), ctx=st.integers(0, 20000), new=st.integers(1, 4096),
+       cpu=st.sampled_from(["none", "vllm-v0", "vllm-v1", "vllm-v1-async"]))
+def test_breakdown_adds_up(b, ctx, new, cpu):
+    m = _model(cpu, tp=4, model="llama-3-70b", gpu="h100-80gb")
+    bd = m.breakdown(StepShape.of([(new, ctx)] * b))
+    assert bd["total_s"] == pytest.approx(bd["dense_s"] + bd["attention_s"] + bd["communication_s"] + bd["cpu_s"])
+    assert min(bd.values()) >= 0 and bd["communication_s"] > 0
+
+
+def test_prefill_tile_model_by_hand():
+    """One 256-token chunk, no cache, one head per GPU: query tiles of 128 attend to 2 and 4 KV tiles of 64,
+    plus 2 tiles of start-up each: 10 tile-iterations in all, the longest unit 6; on 108 SMs the pass takes
+    the longest unit: 6 tiles x (4 x 128 x 64 x 128 FLOP / (312 TFLOP/s / 108 x 0.6))."""
+    m = PerOpModel(get_model("custom:layers=1,q_heads=1,kv_heads=1,head_dim=128,params=1e6"), get_gpu("a100-80gb"),
+                   Calibration("a100-80gb"), get_cpu_overhead("none"))
+    p = m.calib.prefill_attention
+    tile = 4 * 128 * 64 * 128 / (312e12 / 108 * p.flops_eff)
+    assert m.prefill_attention_layer_s([(256, 0)]) == pytest.approx(p.floor_s + 6 * tile, rel=1e-12)
+    # 300 cached tokens: tiles ceil(300/64)+2 = 7 and 7+2 = 9 (+2 start-up each): longest 11
+    assert m.prefill_attention_layer_s([(256, 300)]) == pytest.approx(p.floor_s + 11 * tile, rel=1e-12)
+
+
+def test_tensor_parallel_all_reduces():
+    """Two all-reduces per layer and one for the embedding of tokens x hidden x 2 bytes, plus the logits."""
+    c = replace(Calibration("a100-80gb"), all_reduce={"nvswitch": {"2": LinkParams(40e-6, 100e9)}})
+    m = PerOpModel(get_model("llama-2-7b"), get_gpu("a100-80gb"), c, get_cpu_overhead("none"), tp=2)
+    act = 40e-6 + 8 * 4096 * 2 / 100e9
+    logits = 40e-6 + 8 * 16000 * 2 / 100e9
+    assert m.communication_s(8, 8) == pytest.approx(65 * act + logits, rel=1e-12)
+
+
+def test_shipped_calibration_holds_its_measured_error_on_profile_excerpts():
+    """The A100 calibration predicts whole dense layers of the excerpted profiles within what the full
+    validation measured (reports/latency-validation/: leave-one-model-out medians 0.98-1.03, p10/p90 within
+    0.92-1.13)."""
+    g = get_gpu("a100-80gb")
+    rows = [r for f in sorted(glob.glob(f"{EXCERPT}/compute__a100__*")) for r in dense_rows(pd.read_csv(f), f.split("__")[3])]
+    c, note = shipped_calibration(g)
+    assert note == "" and c.measured_on == "gpu"
+    layer = summarize_dense(rows, c, g)["layer"]
+    for regime, s in layer.items():
+        assert 0.94 <= s["median"] <= 1.08, (regime, s)
+        assert s["p10"] >= 0.9 and s["p90"] <= 1.17, (regime, s)
+
+
+def test_leave_one_model_out_on_the_excerpt():
+    """Fitted without each model, the dense layer of that model is predicted within 8% (median), 12% (p10/p90)."""
+    g = get_gpu("a100-80gb")
+    rows = [r for f in sorted(glob.glob(f"{EXCERPT}/compute__a100__*")) for r in dense_rows(pd.read_csv(f), f.split("__")[3])]
+    lomo = leave_one_model_out(rows, g, Calibration("a100-80gb"))["pooled"]["layer"]
+    assert set(lomo) == {"1-16", "17-128", "129-1024", ">=1025"}
+    for regime, s in lomo.items():
+        assert 0.92 <= s["median"] <= 1.08 and s["p10"] >= 0.88 and s["p90"] <= 1.12, (regime, s)
+
+
+def test_all_reduce_fit_matches_the_shipped_one():
+    f = f"{EXCERPT}/network__a100_pairwise_nvlink__all_reduce.csv"
+    fitted = fit_links([(f, pd.read_csv(f))])["pairwise"]["2"]
+    shipped = shipped_calibration(get_gpu("a100-80gb"))[0].all_reduce["pairwise"]["2"]
+    assert fitted.latency_s == pytest.approx(shipped.latency_s, rel=0.1)
+    assert fitted.bandwidth == pytest.approx(shipped.bandwidth, rel=0.1)
+
+
+def test_calibrate_from_vidur_files_names_the_gpu_from_the_path(tmp_path):
+    out = tmp_path / "a100.json"
+    files = sorted(glob.glob(f"{EXCERPT}/*a100*"))
+    assert main(["calibrate", *files, "-o", str(out)]) == 0
+    c = json.loads(out.read_text())
+    assert c["gpu"] == "a100-80gb" and c["sources"]["gemm"].startswith("fitted")
+    assert c["all_reduce"]["pairwise"]["2"]["bandwidth"] > 1e11
+
+
+def test_derived_and_foreign_calibrations_say_so():
+    c, note = shipped_calibration(get_gpu("a100-40gb"))
+    assert c.derived_from == "a100-80gb" and "same architecture" in note and not note.startswith("warning")
+    c, note = shipped_calibration(get_gpu("l40s"))
+    assert note.startswith("warning") and "unvalidated" in note
+
+
+def test_latency_command_single_shape_and_csv(tmp_path, capsys):
+    assert main(["latency", "--model", "codellama-34b", "--gpu", "a100-80gb", "-tp", "2", "--batch", "8",
+                 "--context", "1024"]) == 0
+    out = capsys.readouterr().out
+    for part in ("total", "dense", "attention", "communication", "cpu"):
+        assert part in out
+    shapes = tmp_path / "shapes.csv"
+    shapes.write_text("batch,context,new_tokens\n1,1024,1\n64,2048,1\n1,0,512\n2,300,128\n")
+    res = tmp_path / "res.csv"
+    assert main(["latency", "--model", "llama-2-70b", "--gpu", "h100-80gb", "--tensor-parallel-size", "4",
+                 "--shapes", str(shapes), "--out", str(res)]) == 0
+    df = pd.read_csv(res)
+    assert list(df.columns) == ["batch", "context", "new_tokens", "total_s", "dense_s", "attention_s",
+                                "communication_s", "cpu_s"]
+    assert list(df.batch) == [1, 64, 1, 2] and list(df.new_tokens) == [1, 1, 512, 128]
+    parts = df.dense_s + df.attention_s + df.communication_s + df.cpu_s
+    assert ((df.total_s - parts).abs() <= 1e-12 * df.total_s).all()
+    bad = tmp_path / "bad.csv"
+    bad.write_text("batch,context,new_tokens\n1,10,x\n")
+    assert main(["latency", "--shapes", str(bad), "--out", str(res)]) == 2
+    assert f"{bad}:2: field 'new_tokens': must be an integer" in capsys.readouterr().err
+
+
+def test_model_from_a_hugging_face_config(tmp_path):
+    cfg = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 8192,
+           "intermediate_size": 22016, "num_attention_heads": 64, "num_key_value_heads": 8, "num_hidden_layers": 48,
+           "vocab_size": 32000, "max_position_embeddings": 16384, "torch_dtype": "bfloat16",
+           "tie_word_embeddings": False, "hidden_act": "silu"}
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(cfg))
+    m = get_model(str(p))
+    preset = get_model("codellama-34b")
+    for f in ("layers", "hidden_size", "intermediate_size", "q_heads", "kv_heads", "head_dim", "vocab_size",
+              "max_context", "dtype", "gated_mlp"):
+        assert getattr(m, f) == getattr(preset, f), f
+    assert m.params == pytest.approx(33.74e9, rel=1e-3) and m.kv_bytes_per_token == 2 * 48 * 8 * 128 * 2
+    # accepted wherever a preset is
+    cfg_run = config_from_args(["--model", str(p), "--gpu", "a100-80gb", "-tp", "2"])
+    assert cfg_run.model.hidden_size == 8192
+    p.write_text(json.dumps({**cfg, "num_hidden_layers": -1}))
+    with pytest.raises(Exception, match="num_hidden_layers"):
+        get_model(str(p))
+
+
+def test_presets_shapes_match_their_parameter_counts():
+    from kvsim.hardware import MODEL_PRESETS
+
+    for m in MODEL_PRESETS.values():
+        assert m.shape_params() == pytest.approx(m.params, rel=0.01), m.name
+
+
+def test_cpu_presets_change_the_time_as_documented():
+    g = get_gpu("a100-80gb")
+    c, _ = shipped_calibration(g)
+    shape = StepShape.decode(32, 32 * 500)
+    t = {cpu: PerOpModel(get_model("opt-13b"), g, c, get_cpu_overhead(cpu)).breakdown(shape) for cpu in
+         ("none", "vllm-v0", "vllm-v1", "vllm-v1-async")}
+    assert t["none"]["cpu_s"] == 0
+    assert t["vllm-v0"]["cpu_s"] == pytest.approx(2e-3 + 32 * 0.1e-3)
+    assert t["vllm-v1"]["cpu_s"] == pytest.approx(0.5e-3 + 32 * 10e-6)
+    assert t["vllm-v1-async"]["cpu_s"] == pytest.approx(50e-6)  # hidden behind a GPU step of ~30 ms
+    assert t["vllm-v0"]["total_s"] > t["vllm-v1"]["total_s"] > t["vllm-v1-async"]["total_s"] > t["none"]["total_s"]
