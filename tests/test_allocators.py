@@ -162,15 +162,21 @@ def test_golden_paged_and_pow2_sizes():
     assert paged.memory_breakdown(0, None).external_frag == 8
 
 
-def test_paged_decode_headroom_is_exact():
+def test_next_growth_names_the_next_allocation_that_changes_anything():
+    """A paged sequence holding 2 blocks of 16 next allocates at its 33rd token, then every 16; a fork's
+    shared partial last block is copied at the next write; a contiguous reservation never grows."""
     a = PagedAllocator(16 * 10, 16)
-    r = Request("r", 0.0, 50, 500)
-    a.allocate(0, r, 20)  # 2 blocks, 12 slots spare
-    a.allocate(1, r, 30)  # 2 blocks, 2 spare
-    # 6 free blocks. Growing both by k needs ceil((20+k)/16)-2 + ceil((30+k)/16)-2 blocks <= 6
-    brute = max(k for k in range(0, 200) if (-(-(20 + k) // 16) - 2) + (-(-(30 + k) // 16) - 2) <= 6)
-    assert a.decode_headroom([(0, 20), (1, 30)], 500) == brute
-    assert a.decode_headroom([(0, 20), (1, 30)], 3) == 3
+    r = Request("r", 0.0, 20, 500)
+    a.allocate(0, r, 20)
+    g = a.next_growth(0, 20)
+    assert (g.tokens, g.units, g.copy, g.every) == (33, 1, False, 16)
+    assert a.allocate(0, r, 32) and a.held_slots(0) == 32  # nothing changes before it
+    assert a.allocate(0, r, 33) and a.held_slots(0) == 48
+    assert a.fork(0, 1, 33, r)
+    g = a.next_growth(1, 33)
+    assert (g.tokens, g.units, g.copy) == (34, 1, True)
+    m = make_allocator("max", 1000, 200)
+    assert m.next_growth(0, 5).tokens == 6 and m.allocate(0, r, 5) and m.next_growth(0, 5) is None
 
 
 @pytest.mark.parametrize("text,canonical", [

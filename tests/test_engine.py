@@ -108,7 +108,7 @@ def test_fast_forward_matches_stepping(items, spec, pool, policy):
             assert (x is None and y is None) or math.isclose(x, y, rel_tol=1e-9, abs_tol=1e-9)
     fa, fb = fast.memory.time_weighted_fractions(), slow.memory.time_weighted_fractions()
     for k in fa:
-        assert math.isclose(fa[k], fb[k], abs_tol=2e-3)
+        assert math.isclose(fa[k], fb[k], abs_tol=1e-9)  # exactly as stepping
 
 
 def test_paged_beats_max_on_chat_trace():

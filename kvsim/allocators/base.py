@@ -53,6 +53,18 @@ class PrefixHit:
 NO_HIT = PrefixHit()
 
 
+@dataclass(frozen=True, slots=True)
+class Growth:
+    """The next allocation a growing sequence needs: at ``tokens`` tokens it takes ``units`` copy units;
+    ``copy``: it copies a block it shares (copy-on-write) rather than taking a fresh one; ``every``: after
+    it, another such growth every this many tokens (0: not known in advance)."""
+
+    tokens: int
+    units: int = 1
+    copy: bool = False
+    every: int = 1
+
+
 class KVAllocator(ABC):
     """Owns a pool of ``pool_tokens`` slots and hands them to sequences."""
 
@@ -168,21 +180,15 @@ class KVAllocator(ABC):
     def check_invariants(self) -> None:  # noqa: B027
         """Raise AssertionError if the allocator's bookkeeping is inconsistent (for tests)."""
 
-    def decode_headroom(self, seqs: list[tuple[int, int]], k_max: int) -> int:
-        """Largest k <= k_max such that every (seq_id, filled_tokens) can grow by k tokens without failing.
+    def next_growth(self, seq_id: int, computed: int) -> "Growth | None":
+        """For a sequence growing one token per iteration from ``computed`` tokens: the next
+        ``allocate(seq_id, n)`` that may change anything, or None if none will (its memory covers it to the
+        end). The engine calls allocate only then, so this must never miss a change. Default: every token."""
+        return Growth(computed + 1)
 
-        Default: contiguous reservations cover the whole request, so growth never fails.
-        """
-        return k_max
-
-    def decode_run_integrals(self, seqs: list[tuple[int, int, int]], k: int) -> tuple[int, int]:
-        """Sums over the k steps of a decode run of (slots held, internal fragmentation), where step i
-        holds what it needs for filled + i + 1 tokens of each (seq_id, filled_tokens, final_tokens).
-
-        Lets the engine integrate memory over a fast-forwarded run exactly as if it had stepped.
-        Default: nothing grows during a run (contiguous reservations).
-        """
-        return k * self.used_slots, k * self._overhang_total
+    def growth_capacity(self) -> int:
+        """How many one-unit growths (see :meth:`next_growth`) can succeed now without preempting anyone."""
+        return 1 << 62
 
     # --- accounting ---------------------------------------------------------------------
     def external_fragmentation(self, next_request: Request | None) -> int:

@@ -35,9 +35,18 @@ class BlockPool:
         """n blocks (the caller checked :attr:`num_free`) with ref count 1; may evict cached content."""
         raise NotImplementedError
 
+    def take_one(self) -> int:
+        """One block (the caller checked :attr:`num_free`), ref count 1."""
+        return self.take(1)[0]
+
     def on_unreferenced(self, block: int) -> None:
         """``block``'s ref count just dropped to 0."""
         raise NotImplementedError
+
+    def on_unreferenced_many(self, blocks: list[int]) -> None:
+        """Several blocks' ref counts just dropped to 0, in this order."""
+        for b in blocks:
+            self.on_unreferenced(b)
 
     def free_order(self) -> list[int]:
         """Unreferenced blocks in the order :meth:`take` would hand them out (for tests and inspection)."""
@@ -60,6 +69,9 @@ class BlockPool:
 
     def forget(self, seq_id: int) -> None:
         """Drop per-sequence registration state (the sequence freed or was given fresh blocks)."""
+
+    def truncate(self, seq_id: int, table: list[int]) -> None:
+        """``seq_id`` gave back its tail blocks and now holds ``table``: registration resumes after it."""
 
     def cached_block_count(self) -> int:
         return 0
@@ -88,14 +100,25 @@ class FreeStackPool(BlockPool):
     def num_free(self) -> int:
         return len(self._free)
 
+    def take_one(self) -> int:
+        b = self._free.pop()
+        self.ref[b] = 1
+        return b
+
     def take(self, n: int) -> list[int]:
-        out = [self._free.pop() for _ in range(n)]
+        free, ref = self._free, self.ref
+        out = free[len(free) - n:]
+        del free[len(free) - n:]
+        out.reverse()  # the most recently freed first
         for b in out:
-            self.ref[b] = 1
+            ref[b] = 1
         return out
 
     def on_unreferenced(self, block: int) -> None:
         self._free.append(block)
+
+    def on_unreferenced_many(self, blocks: list[int]) -> None:
+        self._free.extend(blocks)
 
     def free_order(self) -> list[int]:
         return self._free[::-1]

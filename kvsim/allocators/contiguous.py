@@ -6,7 +6,7 @@ address space. It never grows, so running sequences are never preempted for memo
 
 from __future__ import annotations
 
-from kvsim.allocators.base import NO_HIT, KVAllocator, PrefixHit
+from kvsim.allocators.base import NO_HIT, Growth, KVAllocator, PrefixHit
 from kvsim.allocators.extents import ExtentAllocator
 from kvsim.trace.request import Request
 
@@ -58,6 +58,10 @@ class ContiguousAllocator(KVAllocator):
     def held_slots(self, seq_id: int) -> int:
         rng = self._ranges.get(seq_id)
         return rng[1] if rng else 0
+
+    def next_growth(self, seq_id: int, computed: int) -> Growth | None:
+        # a reservation covers the whole request: once held, growing never allocates
+        return None if seq_id in self._ranges else Growth(computed + 1)
 
     def range_of(self, seq_id: int) -> tuple[int, int] | None:
         """(start slot, size) of a sequence's reservation."""

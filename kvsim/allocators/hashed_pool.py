@@ -165,6 +165,10 @@ class HashedBlockPool(BlockPool):
     def forget(self, seq_id: int) -> None:
         self._registered.pop(seq_id, None)
 
+    def truncate(self, seq_id: int, table: list[int]) -> None:
+        if self._registered.get(seq_id, 0) > len(table):
+            self._registered[seq_id] = len(table)
+
     def cached_block_count(self) -> int:
         return len(self._cached)
 

@@ -10,7 +10,7 @@ swap space a preempted sequence's blocks can be copied out and back instead of r
 
 from __future__ import annotations
 
-from kvsim.allocators.base import NO_HIT, Breakdown, KVAllocator, PrefixHit
+from kvsim.allocators.base import NO_HIT, Breakdown, Growth, KVAllocator, PrefixHit
 from kvsim.allocators.block_keys import prompt_block_hashes
 from kvsim.allocators.block_pool import BlockPool, FreeStackPool
 from kvsim.allocators.swap import SwapSpace
@@ -42,6 +42,7 @@ class PagedAllocator(KVAllocator):
         self._partial_fill: dict[int, int] = {}
         # Token slots counted once per owner but stored once: logical minus physical token states.
         self._shared_extra = 0
+        self._extra_refs = 0  # references beyond the first, over all blocks (0: nothing is shared)
         self._chains: dict[int, list[int]] = {}  # seq_id -> its prompt block hashes (caching pools only)
         self.swap = SwapSpace(cpu_swap_tokens // block_size) if cpu_swap_tokens > 0 else None
         self.copies: list[tuple[str, int, int]] = []  # (kind, src block, dst block) since last drain
@@ -56,15 +57,23 @@ class PagedAllocator(KVAllocator):
     def _release(self, blocks: list[int]) -> None:
         """Drop one reference to each block (a table, released tail first)."""
         ref = self.ref
+        if not self._extra_refs and not self._partial_fill:
+            for b in blocks:  # nothing shared: the common case, without a per-block branch
+                ref[b] = 0
+            self.pool.on_unreferenced_many(blocks[::-1])
+            return
+        freed = []
         for b in reversed(blocks):
             r = ref[b]
             if r > 1:
                 self._shared_extra -= self._partial_fill.get(b, self.block_size)
+                self._extra_refs -= 1
                 ref[b] = r - 1
                 continue
             ref[b] = 0
             self._partial_fill.pop(b, None)
-            self.pool.on_unreferenced(b)
+            freed.append(b)
+        self.pool.on_unreferenced_many(freed)
 
     # --- the allocator interface ------------------------------------------------------------
     @property
@@ -106,6 +115,7 @@ class PagedAllocator(KVAllocator):
                     self.pool.claim(b)
                 else:
                     self._shared_extra += self.block_size
+                    self._extra_refs += 1
                 ref[b] += 1
             self._tables[seq_id] = list(hits)
             self.pool.after_claim(seq_id, list(hits), request)
@@ -117,9 +127,20 @@ class PagedAllocator(KVAllocator):
 
     def _grow(self, seq_id: int, request: Request, num_tokens: int) -> bool:
         table = self._tables.get(seq_id)
-        if table and table[-1] in self._partial_fill:
+        if table and self._partial_fill and table[-1] in self._partial_fill:
             if not self._copy_on_write(seq_id, request, table, num_tokens):
                 return False
+        B = self.block_size
+        if table is not None and num_tokens <= (len(table) + 1) * B:  # a decode's growth: at most one block
+            if num_tokens <= len(table) * B:
+                return True
+            if self.pool.num_free < 1:
+                return False
+            table.append(self.pool.take_one())
+            held, final = len(table) * B, request.total_tokens
+            if held > final:
+                self._set_overhang(seq_id, held, final)
+            return True
         need = -(-num_tokens // self.block_size) - (len(table) if table is not None else 0)
         if need <= 0:
             return True
@@ -148,6 +169,7 @@ class PagedAllocator(KVAllocator):
             return False
         (copy,) = self.pool.take(1)
         self.ref[last] -= 1
+        self._extra_refs -= 1
         self._shared_extra -= fill
         if self.ref[last] == 1:
             del self._partial_fill[last]
@@ -178,17 +200,13 @@ class PagedAllocator(KVAllocator):
     def shared_slots(self) -> int:
         return self._shared_extra
 
-    def _copy_due(self, seq_id: int) -> bool:
-        """The sequence's last block is shared and partially filled: its next write copies it."""
-        table = self._tables.get(seq_id)
-        return bool(table) and table[-1] in self._partial_fill and self.ref[table[-1]] > 1
-
     def fork(self, parent_id: int, child_id: int, filled_tokens: int, request: Request) -> bool:
         table = self._tables.get(parent_id)
         if not table:
             return False
         for b in table:
             self.ref[b] += 1
+        self._extra_refs += len(table)
         full, part = divmod(filled_tokens, self.block_size)
         self._shared_extra += full * self.block_size + part
         if part and len(table) > full:
@@ -220,6 +238,7 @@ class PagedAllocator(KVAllocator):
         self._release(table[len(table) - drop:])
         del table[len(table) - drop:]
         self._set_overhang(seq_id, len(table) * self.block_size, request.total_tokens)
+        self.pool.truncate(seq_id, table)
         return len(table) * self.block_size
 
     def shortfall(self, seq_id: int, num_tokens: int) -> int:
@@ -248,6 +267,7 @@ class PagedAllocator(KVAllocator):
             for b in table:
                 count[b] += 1
         assert count == self.ref, "reference counts != block-table entries"
+        assert self._extra_refs == sum(r - 1 for r in self.ref if r > 1), "shared-reference count is off"
         self.pool.check_invariants()
         assert self._overhang_total == sum(self._overhang.values())
 
@@ -283,48 +303,16 @@ class PagedAllocator(KVAllocator):
         out, self.copies = self.copies, []
         return out
 
-    # --- fast-forward support ----------------------------------------------------------------
-    def decode_run_integrals(self, seqs: list[tuple[int, int, int]], k: int) -> tuple[int, int]:
-        b = self.block_size
+    # --- growth events ------------------------------------------------------------------------
+    def next_growth(self, seq_id: int, computed: int) -> Growth | None:
+        table = self._tables.get(seq_id)
+        if not table:
+            return Growth(computed + 1)
+        last = table[-1]
+        if last in self._partial_fill:  # the next write into a shared partial block copies it (or, alone, frees it up)
+            shared = self.ref[last] > 1
+            return Growth(computed + 1, 1 if shared else 0, shared, 0)
+        return Growth(len(table) * self.block_size + 1, 1, False, self.block_size)
 
-        def ceil_sum(m: int) -> int:  # sum_{x=1}^{m} ceil(x / b)
-            q, r = divmod(m, b)
-            return b * q * (q + 1) // 2 + r * (q + 1)
-
-        used = k * self.used_slots
-        internal = 0
-        for sid, filled, final in seqs:
-            h = len(self._tables.get(sid, ()))
-            end = filled + k
-            m = max(filled, h * b)
-            if end > m:  # blocks gained during the run, summed over its steps
-                used += b * (ceil_sum(end) - ceil_sum(m) - h * (end - m))
-            fb = -(-final // b)
-            if h >= fb:
-                internal += k * max(0, h * b - final)
-            else:  # only the request's last block reaches past its final length
-                internal += (fb * b - final) * max(0, end - max(filled, (fb - 1) * b))
-        return used, internal
-
-    def decode_headroom(self, seqs: list[tuple[int, int]], k_max: int) -> int:
-        b = self.block_size
-        tables = self._tables
-        if self._partial_fill and any(self._copy_due(sid) for sid, _ in seqs):
-            return 0  # a copy-on-write is due: step it
-        state = [(filled, len(tables[sid]) if sid in tables else 0) for sid, filled in seqs]
-        free = self.pool.num_free
-
-        def needed(k: int) -> int:
-            return sum(max(0, -(-(f + k) // b) - held) for f, held in state)
-
-        # quick accept: even if every sequence needed ceil(k/b) + 1 more blocks, they would fit
-        if len(state) * (-(-k_max // b) + 1) <= free or needed(k_max) <= free:
-            return k_max
-        lo, hi = 0, k_max  # needed(lo) <= free < needed(hi)
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            if needed(mid) <= free:
-                lo = mid
-            else:
-                hi = mid
-        return lo
+    def growth_capacity(self) -> int:
+        return self.pool.num_free

@@ -17,6 +17,9 @@ from kvsim.allocators.cache_eviction import get_eviction_key
 from kvsim.trace.request import Request
 
 
+_STOPPED = 1 << 62  # a sequence's registration was abandoned (its blocks stay private)
+
+
 class _Node:
     """A cached block; its use fields are what cache-eviction policies read (cache_eviction.BlockUse)."""
 
@@ -42,7 +45,8 @@ class RadixBlockPool(FreeStackPool):
         self._unreferenced = 0  # tree nodes with ref 0 (all evictable, leaves first)
         self._heap: list[tuple[tuple, int, _Node]] = []  # (policy key, tiebreak, leaf) candidates, lazily checked
         self._tick = 0
-        self._cursor: dict[int, tuple[int, _Node]] = {}  # seq_id -> (blocks offered, deepest node)
+        # seq_id -> (blocks offered, the node of its last one), or (_STOPPED, node) once abandoned
+        self._cursor: dict[int, tuple[int, _Node]] = {}
 
     # --- supply ------------------------------------------------------------------------------
     @property
@@ -85,6 +89,13 @@ class RadixBlockPool(FreeStackPool):
         node.last_use = self._tick
         self._push_if_leaf(node)
 
+    def take_one(self) -> int:
+        return self.take(1)[0]
+
+    def on_unreferenced_many(self, blocks: list[int]) -> None:
+        for b in blocks:  # each may be a tree node
+            self.on_unreferenced(b)
+
     def free_order(self) -> list[int]:
         # empty blocks first; cached ones are evicted leaf by leaf, so list the unreferenced nodes
         cached = [n.block for n in self._node_of.values() if self.ref[n.block] == 0]
@@ -116,14 +127,14 @@ class RadixBlockPool(FreeStackPool):
         done, node = self._cursor.get(seq_id, (0, self.root))
         for j in range(done, upto):
             if node.detached:
-                done = upto  # the path we were extending was evicted: stop offering blocks
+                done = _STOPPED  # the path we were extending was evicted: stop offering blocks
                 break
             h, b = chain[j], table[j]
             if h in node.children or b in self._node_of:
                 # Another block already caches this content: ours stays private, and so do the rest
                 # (hanging referenced blocks under a path this sequence does not hold would let an
                 # unreferenced node have referenced children, which LRU-leaf eviction must never see).
-                done = upto
+                done = _STOPPED
                 break
             child = _Node(h, b, node, self._tick, request.priority)
             node.children[h] = child
@@ -134,6 +145,16 @@ class RadixBlockPool(FreeStackPool):
 
     def forget(self, seq_id: int) -> None:
         self._cursor.pop(seq_id, None)
+
+    def truncate(self, seq_id: int, table: list[int]) -> None:
+        # The released tail nodes are unreferenced now; later blocks must not hang below them (an
+        # unreferenced node with a referenced child could never be evicted), so registration resumes
+        # from the node of the last block kept.
+        done, node = self._cursor.get(seq_id, (0, self.root))
+        if len(table) < done < _STOPPED:  # the cursor node is the one of table[done - 1]
+            for _ in range(done - len(table)):
+                node = node.parent
+            self._cursor[seq_id] = (len(table), node)
 
     def cached_block_count(self) -> int:
         return len(self._node_of)

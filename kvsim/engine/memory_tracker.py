@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import operator
+
 from kvsim.allocators.base import MEMORY_CATEGORIES, Breakdown
 
 
@@ -51,26 +53,32 @@ class MemoryTracker:
             self.timeline.append((t, *vals))
             self._last_recorded = t
 
-    def add_decode_run(self, t0: float, t1: float, k: int, n: int, used_sum: int, internal_sum: int,
-                       end: Breakdown) -> None:
-        """Integrate a fast-forwarded run of k decode steps of n sequences over [t0, t1] (steps taken as
-        equally long), starting from the state observed at t0.
-
-        Matches what stepping would integrate: during step i token states go from start + n*i to
-        start + n*(i+1), held slots are those allocated for that step (``used_sum``/``internal_sum``
-        sum them over the steps), and external fragmentation stays what it was at t0.
-        """
+    def add_run(self, t0: float, t1: float, step_weights: list[float], n: int, filled0: int, start: Breakdown,
+                segments: list[tuple[int, Breakdown]], end: Breakdown) -> None:
+        """Integrate a decode run over [t0, t1] exactly as stepping would, without stepping: step i lasts
+        t1 - t0 scaled by ``step_weights`` (the steps' own durations), n sequences add a token each per
+        step, and the pool is ``start`` until the first of ``segments`` (iteration offset, pool) and each
+        segment's from its offset on. Pools are given with no token states (filled = 0): during step i the
+        tokens go from filled0 + n*i to filled0 + n*(i + 1), and stepping's trapezoid sees their mean."""
         assert self._last is not None and self.t_last == t0, "observe the run's start before adding it"
-        token0, external = self._last[0], self._last[3]
         T = t1 - t0
-        if T > 0 and k > 0:
-            dt = T / k
-            token = T * (token0 + n * k / 2)
-            used = dt * used_sum
-            internal = dt * internal_sum
-            ext = T * external
-            for i, v in enumerate((token, used - internal - token, internal, ext, T * self.pool_tokens - used - ext)):
-                self.integral[i] += v
+        if T > 0 and step_weights:
+            scale = T / sum(step_weights)
+            # the pool's state is constant between segment offsets; tokens grow by n per step
+            bounds = [(0, start.as_tuple())] + [(o, b.as_tuple()) for o, b in segments]
+            acc = [0.0] * 5
+            for j, (o, state) in enumerate(bounds):
+                hi = bounds[j + 1][0] if j + 1 < len(bounds) else len(step_weights)
+                if hi <= o:
+                    continue
+                dt = scale * sum(step_weights[o:hi])
+                for c in range(5):
+                    acc[c] += dt * state[c]
+            tokens = (filled0 + 0.5 * n) * T + n * scale * sum(map(operator.mul, range(len(step_weights)), step_weights))
+            acc[0] += tokens
+            acc[1] -= tokens
+            for i in range(5):
+                self.integral[i] += acc[i]
             self.shared_integral += self._shared * T
         self._last, self.t_last = None, t1
         self.observe(t1, end, self._shared)

@@ -51,6 +51,11 @@ def hybrid(running: Seq[Sequence]) -> Sequence:
     return best
 
 
+# Whether a policy reads fields that change every iteration (the incremental scheduler brings them up to
+# date for every running sequence before asking it).
+for _policy, _reads in ((lifo, False), (fifo, False), (lru, True), (priority, False), (hybrid, True)):
+    _policy.reads_schedule_state = _reads
+
 VICTIM_POLICIES: dict[str, VictimPolicy] = {"lifo": lifo, "fifo": fifo, "lru": lru, "priority": priority,
                                             "hybrid": hybrid}
 

@@ -17,10 +17,10 @@ victim policy until it fits or is itself the victim. A victim is swapped out to 
 keeps its head blocks (partial preemption), or loses its KV and recomputes it later (`recompute`); it
 rejoins the front of the queue.
 
-When every running sequence is decoding and nothing can be admitted, the plan is a *decode run*: up to
-``max_steps`` identical-shape iterations (bounded by the next completion and the allocator's growth
-headroom), whose memory is allocated when the run is applied. The engine may cut it shorter (next
-arrival, horizon) by setting ``plan.steps``.
+Two schedulers implement this. :class:`SteppingScheduler` here visits every running sequence every
+iteration: the plain reference. :class:`~kvsim.engine.incremental.IncrementalScheduler` (the default)
+gives the same results touching a sequence only when its state changes, and plans *decode runs* of many
+identical-shape iterations when nothing else can happen; property tests hold the two to each other.
 """
 
 from __future__ import annotations
@@ -30,48 +30,55 @@ from dataclasses import dataclass, field
 
 from kvsim.allocators.base import NO_HIT, Breakdown, KVAllocator
 from kvsim.config import SchedulerConfig
-from kvsim.latency.base import StepShape
 from kvsim.engine.preemption import VictimPolicy
 from kvsim.engine.sequence import Sequence, Status
+from kvsim.latency.base import StepShape
 
 
 @dataclass
 class IterationPlan:
     """What the next iteration computes. For a decode run, ``steps`` identical-shape iterations."""
 
-    batch: list[tuple[Sequence, int]]  # (sequence, tokens it computes per iteration)
+    entries: list[tuple[Sequence, int]]  # (sequence, tokens it computes) of sequences scheduled explicitly
     shape: StepShape  # of the first iteration
-    decode_run: bool = False  # all decodes; memory is claimed when the run is applied
-    max_steps: int = 1  # most iterations the scheduler allows (decode runs)
-    steps: int = 1  # iterations the engine chose (<= max_steps)
+    lazy_n: int = 0  # decoders scheduled without being listed (incremental scheduler)
+    decode_run: bool = False  # all decodes; the engine may cut it at ``steps`` <= ``max_steps``
+    max_steps: int = 1
+    steps: int = 1
     swap_out_blocks: int = 0  # copy units moved to / from the CPU pool before the iteration runs
     swap_in_blocks: int = 0
     copies: list = field(default_factory=list)  # allocator copies (kind, src, dst) made for this iteration
+    start_breakdown: Breakdown | None = None  # decode runs: the pool at the start, tokens excluded
 
     @property
-    def kv_tokens0(self) -> int:
-        """KV tokens the first iteration reads (decode runs: step i reads kv_tokens0 + i * batch size)."""
-        return self.shape.kv_tokens
+    def num_seqs(self) -> int:
+        return self.lazy_n + len(self.entries)
+
+    @property
+    def empty(self) -> bool:
+        return self.num_seqs == 0
 
 
 @dataclass
 class StepResult:
     finished: list[Sequence]  # sequences that emitted their last token (still holding memory)
-    used_sum: int = 0  # decode runs: slots held, summed over the run's iterations
-    internal_sum: int = 0  # decode runs: internal fragmentation, summed likewise
+    # decode runs: (iteration offset, pool breakdown with tokens excluded) from which each state holds
+    segments: list[tuple[int, Breakdown]] = field(default_factory=list)
 
 
 class Scheduler:
+    """The serving state and the transitions both schedulers share."""
+
     def __init__(self, cfg: SchedulerConfig, allocator: KVAllocator, victim_policy: VictimPolicy,
-                 fast_forward: bool = True, first_sample_id: int = 0):
+                 first_sample_id: int = 0):
         self.cfg = cfg
         self.alloc = allocator
         self.pick_victim = victim_policy
-        self.fast_forward = fast_forward  # offer decode runs (False: the stepping reference)
         self.waiting: deque[Sequence] = deque()
-        self.running: list[Sequence] = []  # admission order
+        self.running: list[Sequence] = []  # admission order (increasing `key`)
         self.samples: list[Sequence] = []  # forked parallel samples (n > 1)
         self._next_sample_id = first_sample_id
+        self._next_key = 0
         self.seats = 0  # seats taken in the running batch (a request with n samples takes n)
         self.filled_tokens = 0  # sum of `computed` over sequences whose KV is in GPU memory
         self.counts = {"preemptions": 0, "preempt_recompute": 0, "preempt_swap": 0, "preempt_partial": 0,
@@ -93,10 +100,25 @@ class Scheduler:
     def idle(self) -> bool:
         return not self.running and not self.waiting
 
-    def memory_breakdown(self) -> Breakdown:
-        """The KV pool now, the waiting queue's head deciding what free memory is usable."""
+    def memory_breakdown(self, filled: int | None = None) -> Breakdown:
+        """The KV pool now (with ``filled`` token states instead of the current ones, if given), the waiting
+        queue's head deciding what free memory is usable."""
         w = self.waiting
-        return self.alloc.memory_breakdown(self.filled_tokens, w[0].req if w else None)
+        return self.alloc.memory_breakdown(self.filled_tokens if filled is None else filled, w[0].req if w else None)
+
+    # --- hooks for the incremental scheduler ------------------------------------------------------
+    def _detach(self, seq: Sequence) -> None:
+        """Bring ``seq``'s fields up to date and stop tracking it lazily (it is about to change state)."""
+
+    def _joined(self, seq: Sequence) -> None:
+        """``seq`` was appended to the running batch."""
+
+    def finalize(self) -> None:
+        """Bring every sequence's fields up to date (the simulation ended)."""
+
+    def batch(self, plan: IterationPlan) -> list[tuple[Sequence, int]]:
+        """Every (sequence, tokens per iteration) the plan ran, in admission order, with current fields."""
+        return list(plan.entries)
 
     # --- arrivals ------------------------------------------------------------------------------
     def add_arrival(self, seq: Sequence) -> bool:
@@ -115,8 +137,16 @@ class Scheduler:
         return False
 
     # --- transitions ----------------------------------------------------------------------
+    def _append_running(self, seq: Sequence) -> None:
+        seq.key = self._next_key
+        self._next_key += 1
+        self.running.append(seq)
+        self.seats += seq.seats
+        self._joined(seq)
+
     def preempt(self, seq: Sequence, slots_needed: int) -> None:
         """Take ``seq`` out of the running batch to free memory (``slots_needed`` is the shortfall)."""
+        self._detach(seq)
         self.running.remove(seq)
         self.seats -= seq.seats
         self.counts["preemptions"] += 1
@@ -164,6 +194,7 @@ class Scheduler:
         complete (all their samples finished)."""
         complete = 0
         for seq in finished:
+            self._detach(seq)
             self.running.remove(seq)
             self.seats -= seq.seats
             self.filled_tokens -= seq.computed
@@ -180,6 +211,7 @@ class Scheduler:
         parent.forked = True
         self.seats -= parent.seats - 1
         parent.seats = 1
+        parent.samples = []
         for _ in range(parent.req.n - 1):
             child = Sequence(self._next_sample_id, parent.req)
             self._next_sample_id += 1
@@ -192,78 +224,13 @@ class Scheduler:
             elif self.alloc.fork(parent.sid, child.sid, parent.computed, parent.req):
                 child.computed = parent.computed
                 child.status = Status.RUNNING
-                self.running.append(child)
-                self.seats += child.seats
+                self._append_running(child)
                 self.filled_tokens += child.computed
             else:  # no sharing: the sample computes its own prompt later
                 self.waiting.appendleft(child)
                 self.admission_blocked = False  # a new queue head: try to admit it
 
-    # --- one iteration ----------------------------------------------------------------------
-    def schedule(self, now: float) -> IterationPlan:
-        """Plan the next iteration (or decode run) and allocate its memory. An empty batch means only
-        preemptions happened; call again at the same instant."""
-        run = self._plan_decode_run(now)
-        if run is not None:
-            return run
-        self._swap_out = self._swap_in = 0
-        budget = self.cfg.max_num_batched_tokens
-        scheduled: dict[int, tuple[Sequence, int]] = {}
-        preempted = False
-        i = 0
-        alloc = self.alloc
-        while i < len(self.running) and budget > 0:
-            seq = self.running[i]
-            n = min(seq.to_compute, budget)
-            while not alloc.allocate(seq.sid, seq.req, seq.computed + n):
-                if self._reclaim_waiting():
-                    continue
-                victim = self.pick_victim(self.running)
-                vi = self.running.index(victim)
-                if victim.sid in scheduled:  # un-schedule: refund its tokens
-                    budget += scheduled.pop(victim.sid)[1]
-                self.preempt(victim, alloc.shortfall(seq.sid, seq.computed + n))
-                preempted = True
-                if vi < i:
-                    i -= 1
-                if victim is seq:
-                    break
-            else:
-                scheduled[seq.sid] = (seq, n)
-                budget -= n
-                i += 1
-        self.admission_blocked = False
-        if not preempted:
-            self._admit(budget, scheduled, now)
-        batch = list(scheduled.values())
-        for seq, _ in batch:
-            seq.last_scheduled_s = now
-        return IterationPlan(batch, StepShape.of([(n, seq.computed) for seq, n in batch]), swap_out_blocks=self._swap_out,
-                             swap_in_blocks=self._swap_in, copies=alloc.drain_copies())
-
-    def _plan_decode_run(self, now: float) -> IterationPlan | None:
-        """A decode run of the whole batch, if every running sequence is decoding, nothing can be
-        admitted meanwhile and the allocator lets every sequence grow by at least one token."""
-        running = self.running
-        if not self.fast_forward or not running or (self.waiting and not self.admission_blocked):
-            return None
-        s0 = 0
-        k = 1 << 62
-        for s in running:
-            if s.prompt + s.generated - s.computed != 1 or s.generated == 0:
-                return None  # a prefill chunk (even a one-token one) emits the first token: step it
-            s0 += s.computed + 1
-            left = s.target - s.generated
-            if left < k:
-                k = left
-        k = self.alloc.decode_headroom([(s.sid, s.computed) for s in running], k)
-        if k < 1:
-            return None
-        n = len(running)
-        for s in running:
-            s.last_scheduled_s = now
-        return IterationPlan([(s, 1) for s in running], StepShape.decode(n, s0), decode_run=True, max_steps=k)
-
+    # --- admission --------------------------------------------------------------------------
     def _try_place(self, seq: Sequence, budget: int, static: bool) -> int | None:
         """Look the head's prefix up and allocate what its first chunk needs: the tokens it starts from,
         or None if it does not fit (the unclaimed lookup is dropped). A sequence starting from scratch
@@ -318,8 +285,7 @@ class Scheduler:
             seq.status = Status.RUNNING
             if seq.admitted_s is None:
                 seq.admitted_s = now
-            self.running.append(seq)
-            self.seats += seq.seats
+            self._append_running(seq)
             n = min(seq.to_compute, budget)
             if n > 0:
                 scheduled[seq.sid] = (seq, n)
@@ -328,16 +294,13 @@ class Scheduler:
         # next iteration may be all decodes), so only the first two let a decode run be planned.
         self.admission_blocked = blocked
 
-    # --- applying an iteration's result --------------------------------------------------------
-    def update_after_step(self, plan: IterationPlan, t_end: float) -> StepResult:
-        """The plan's iterations ran and ended at ``t_end``: advance every scheduled sequence, register
-        computed prompt blocks, record emitted tokens and fork parallel samples. Finished sequences are
-        returned still holding their memory (see :meth:`retire`)."""
-        if plan.decode_run:
-            return self._apply_decode_run(plan)
+    # --- applying a step's explicit entries ------------------------------------------------------
+    def _apply_entries(self, entries: list[tuple[Sequence, int]], t_end: float, done: list[Sequence]) -> None:
+        """Advance the explicitly scheduled sequences by one iteration: register computed prompt blocks,
+        record emitted tokens, fork parallel samples."""
         alloc = self.alloc
-        done, forks = [], []
-        for s, n in plan.batch:
+        forks = []
+        for s, n in entries:
             if s.computed < s.prompt:
                 alloc.on_computed(s.sid, s.req, min(s.computed + n, s.prompt))
                 # newly cached prompt blocks can make the queue head's prefix hit, so it may fit now
@@ -353,19 +316,53 @@ class Scheduler:
                     forks.append(s)
         for s in forks:
             self._fork(s, t_end)
+
+
+class SteppingScheduler(Scheduler):
+    """The reference: every iteration visits every running sequence (no lazy state, no decode runs)."""
+
+    def schedule(self, now: float) -> IterationPlan:
+        """Plan the next iteration and allocate its memory. An empty plan means only preemptions happened;
+        call again at the same instant."""
+        self._swap_out = self._swap_in = 0
+        budget = self.cfg.max_num_batched_tokens
+        scheduled: dict[int, tuple[Sequence, int]] = {}
+        preempted = False
+        i = 0
+        alloc = self.alloc
+        while i < len(self.running) and budget > 0:
+            seq = self.running[i]
+            n = min(seq.to_compute, budget)
+            while not alloc.allocate(seq.sid, seq.req, seq.computed + n):
+                if self._reclaim_waiting():
+                    continue
+                victim = self.pick_victim(self.running)
+                vi = self.running.index(victim)
+                if victim.sid in scheduled:  # un-schedule: refund its tokens
+                    budget += scheduled.pop(victim.sid)[1]
+                self.preempt(victim, alloc.shortfall(seq.sid, seq.computed + n))
+                preempted = True
+                if vi < i:
+                    i -= 1
+                if victim is seq:
+                    break
+            else:
+                scheduled[seq.sid] = (seq, n)
+                budget -= n
+                i += 1
+        self.admission_blocked = False
+        if not preempted:
+            self._admit(budget, scheduled, now)
+        entries = list(scheduled.values())
+        for seq, _ in entries:
+            seq.last_scheduled_s = now
+        return IterationPlan(entries, StepShape.of([(n, seq.computed) for seq, n in entries]),
+                             swap_out_blocks=self._swap_out, swap_in_blocks=self._swap_in, copies=alloc.drain_copies())
+
+    def update_after_step(self, plan: IterationPlan, t_end: float) -> StepResult:
+        """The plan's iteration ran and ended at ``t_end``: advance every scheduled sequence. Finished
+        sequences are returned still holding their memory (see :meth:`retire`)."""
+        done: list[Sequence] = []
+        self._apply_entries(plan.entries, t_end, done)
         self.filled_tokens += plan.shape.new_tokens
         return StepResult(done)
-
-    def _apply_decode_run(self, plan: IterationPlan) -> StepResult:
-        alloc, k = self.alloc, plan.steps
-        running = [s for s, _ in plan.batch]
-        used_sum, internal_sum = alloc.decode_run_integrals([(s.sid, s.computed, s.final_tokens) for s in running], k)
-        done = []
-        for s in running:
-            alloc.allocate(s.sid, s.req, s.computed + k)
-            s.computed += k
-            s.generated += k
-            if s.generated == s.target:
-                done.append(s)
-        self.filled_tokens += k * len(running)
-        return StepResult(done, used_sum, internal_sum)

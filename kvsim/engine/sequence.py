@@ -28,7 +28,9 @@ class Sequence:
 
     __slots__ = ("sid", "req", "prompt", "target", "generated", "computed", "status", "reason",
                  "admitted_s", "first_token_s", "finish_s", "preemptions", "last_scheduled_s", "cached_tokens",
-                 "swapped", "seats", "parent", "samples", "forked")
+                 "swapped", "seats", "parent", "samples", "forked",
+                 # position in the running batch (admission order), and the incremental scheduler's lazy state
+                 "key", "lazy", "base", "c0", "g0", "grow_iter", "finish_iter", "lazy_from")
 
     def __init__(self, sid: int, req: Request):
         self.sid = sid
@@ -48,8 +50,15 @@ class Sequence:
         self.swapped = False  # KV is in the CPU swap pool
         self.seats = req.n  # seats in the running batch: all samples until they fork, then one each
         self.parent: Sequence | None = None  # for a parallel sample: the sequence it forked from
-        self.samples: list[Sequence] = []  # for a request with n > 1: its other samples
+        self.samples: list[Sequence] | tuple = ()  # for a request with n > 1: its other samples
         self.forked = req.n == 1
+        self.key = -1
+        # A lazy decoder (engine/incremental.py) advances one token per iteration without being touched:
+        # at iteration i it has c0 + (i - base) computed and g0 + (i - base) generated tokens.
+        self.lazy = False
+        self.base = self.c0 = self.g0 = 0
+        self.grow_iter = self.finish_iter = -1  # iterations of its next allocation and of its last token
+        self.lazy_from = 0  # the first plan it was scheduled in as a lazy decoder
 
     @property
     def known(self) -> int:

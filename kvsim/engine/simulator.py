@@ -20,7 +20,8 @@ from kvsim.config import SchedulerConfig
 from kvsim.latency.base import LatencyModel
 from kvsim.engine.memory_tracker import MemoryTracker
 from kvsim.engine.preemption import VictimPolicy, lifo
-from kvsim.engine.scheduler import IterationPlan, Scheduler
+from kvsim.engine.incremental import IncrementalScheduler
+from kvsim.engine.scheduler import IterationPlan, SteppingScheduler
 from kvsim.engine.sequence import Sequence, Status
 from kvsim.trace.request import Request
 
@@ -72,7 +73,9 @@ class Simulation:
         self.latency = latency
         self.cfg = cfg
         self.seqs = [Sequence(i, r) for i, r in enumerate(self.requests)]
-        self.sched = Scheduler(cfg, allocator, victim_policy, fast_forward, first_sample_id=len(self.seqs))
+        # fast_forward=False: the stepping reference the incremental scheduler is tested against
+        self.sched = IncrementalScheduler(cfg, allocator, victim_policy, len(self.seqs)) if fast_forward else \
+            SteppingScheduler(cfg, allocator, victim_policy, len(self.seqs))
         self.observer = observer
         self.progress = progress
         self.swap_timing = swap_timing
@@ -106,7 +109,7 @@ class Simulation:
         """Seconds the plan takes; for a decode run, first cut it at the next arrival and the horizon."""
         lat = self.latency
         if plan.decode_run:
-            n, s0, k = len(plan.batch), plan.kv_tokens0, plan.max_steps
+            n, s0, k = plan.lazy_n, plan.shape.kv_tokens, plan.max_steps
             t_arr = self._next_arrival()
             if t_arr is not None and not self.sched.waiting:
                 k = lat.decode_steps_until(n, s0, t_arr - now, k)
@@ -142,7 +145,7 @@ class Simulation:
                 self._observe(env.now)
                 continue
             plan = sched.schedule(now)
-            if not plan.batch:
+            if plan.empty:
                 stalls += 1
                 if stalls > len(self.seqs) + len(sched.samples) + 2:
                     raise RuntimeError(f"engine stalled at t={now}: nothing can run "
@@ -150,16 +153,19 @@ class Simulation:
                 continue  # only preemptions happened; reschedule at the same instant
             stalls = 0
             dt = self._duration(plan, now)
-            self._observe(now)  # a decode run's slots are claimed at its end, counted in its integral
+            self._observe(now)
+            filled0 = sched.filled_tokens
             yield env.timeout(dt)
             t1 = env.now
             result = sched.update_after_step(plan, t1)
             if self.observer is not None:
-                self.observer(now, dt, plan.batch, plan.steps, plan.copies, self.alloc)
+                self.observer(now, dt, sched.batch(plan), plan.steps, plan.copies, self.alloc)
+            n = plan.num_seqs
             if plan.decode_run:
-                self.memory.add_decode_run(now, t1, plan.steps, len(plan.batch), result.used_sum,
-                                           result.internal_sum, sched.memory_breakdown())
-            self.memory.busy(dt, len(plan.batch))
+                weights = self.latency.decode_step_times(n, plan.shape.kv_tokens, plan.steps)
+                self.memory.add_run(now, t1, weights, n, filled0, plan.start_breakdown, result.segments,
+                                    sched.memory_breakdown())
+            self.memory.busy(dt, n)
             self.steps += plan.steps
             self.events += 1
             self._observe(t1)
@@ -173,6 +179,7 @@ class Simulation:
         env.process(self._process(env))
         env.run()
         self.memory.finish()
+        self.sched.finalize()
         for seq in self.seqs + self.sched.samples:
             if seq.status not in (Status.FINISHED, Status.REJECTED):
                 where = seq.status.value if seq.sid < self._next or seq.parent else "not arrived"

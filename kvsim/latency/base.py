@@ -104,6 +104,10 @@ class LatencyModel(ABC):
         """Total seconds of k decode steps of n sequences; step i reads s0 + n*i KV tokens."""
         return sum(self.step_time(StepShape.decode(n, s0 + n * i)) for i in range(k))
 
+    def decode_step_times(self, n: int, s0: int, k: int) -> list[float]:
+        """Seconds of each of the k steps of a decode run (for weighting what changes within it)."""
+        return [self.step_time(StepShape.decode(n, s0 + n * i)) for i in range(k)]
+
     def decode_steps_until(self, n: int, s0: int, budget_s: float, k_max: int) -> int:
         """Smallest k in [1, k_max] whose k steps take >= budget_s seconds, or k_max if none do."""
         if self.decode_run_time(n, s0, k_max) < budget_s:

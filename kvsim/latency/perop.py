@@ -206,11 +206,9 @@ class PerOpModel(LatencyModel):
             self.communication_s(shape.new_tokens, shape.num_seqs)
         return self._combine(gpu_s, shape.num_seqs)[0]
 
-    def decode_run_time(self, n: int, s0: int, k: int) -> float:
-        """k decode steps of n sequences, step i attending to s0 + n*i KV tokens, in closed form: per step
-        const + layers x max(floor, stream_i) with stream_i affine in i, and a constant CPU part."""
-        if k <= 0:
-            return 0.0
+    def _decode_run_terms(self, n: int, s0: int) -> tuple[float, float, float, float, float]:
+        """Per step i of a decode run: base + max(floor, a + b*i) (serialized CPU) or, overlapped,
+        sync + max(max(floor, cpu), a + b*i): (floor, a, b, per-step constant, overlapped CPU)."""
         p = self.calib.decode_attention
         base = self.dense_s(n, n) + self.communication_s(n, n)
         per_byte = self.kv_bytes_per_token_layer / (self.gpu.hbm_bandwidth * p.bw_eff)
@@ -219,7 +217,18 @@ class PerOpModel(LatencyModel):
         a = base + L * (p.ramp_s + p.per_seq_s * n + s0 * per_byte)
         b = L * n * per_byte
         c = self.cpu
-        cpu = c.seconds(n)
-        if not c.overlapped:
-            return sum_max_of_two_affine(floor, 0.0, a, b, k) + k * cpu
-        return sum_max_of_two_affine(max(floor, cpu), 0.0, a, b, k) + k * c.sync_s
+        if c.overlapped:
+            return max(floor, c.seconds(n)), a, b, c.sync_s, 1.0
+        return floor, a, b, c.seconds(n), 0.0
+
+    def decode_step_times(self, n: int, s0: int, k: int) -> list[float]:
+        floor, a, b, const, _ = self._decode_run_terms(n, s0)
+        return [const + (floor if floor > a + b * i else a + b * i) for i in range(k)]
+
+    def decode_run_time(self, n: int, s0: int, k: int) -> float:
+        """k decode steps of n sequences, step i attending to s0 + n*i KV tokens, in closed form: per step
+        const + layers x max(floor, stream_i) with stream_i affine in i, and a constant CPU part."""
+        if k <= 0:
+            return 0.0
+        floor, a, b, const, _ = self._decode_run_terms(n, s0)
+        return sum_max_of_two_affine(floor, 0.0, a, b, k) + k * const
