@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 from kvsim.errors import ConfigError
 
@@ -24,8 +26,45 @@ def read_json_object(path: str | Path, label: str) -> dict:
 
 def write_text_atomically(path: str | Path, text: str) -> None:
     """Write ``text`` to ``path`` through a temporary file in the same folder, so a reader never sees half."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+
+
+def prepare_output_dir(path: str | Path, flag: str) -> Path:
+    """Create the output folder now (before any work) and make sure files can be written in it."""
+    p = Path(path)
+    if p.exists() and not p.is_dir():
+        raise ConfigError(f"{flag} {path}: exists and is not a folder")
+    try:
+        p.mkdir(parents=True, exist_ok=True)
+        probe = p / f".kvsim-write-test.{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as e:
+        raise ConfigError(f"{flag} {path}: cannot write there ({e.strerror or e})") from None
+    return p
+
+
+def check_output_file(path: str | Path, flag: str) -> Path:
+    """Make sure ``path`` can be written as a file (its folder is created now), before any work."""
+    p = Path(path)
+    if p.is_dir():
+        raise ConfigError(f"{flag} {path}: is a folder; give a file name")
+    prepare_output_dir(p.parent if str(p.parent) else ".", flag)
+    if p.exists() and not os.access(p, os.W_OK):
+        raise ConfigError(f"{flag} {path}: not writable")
+    return p
+
+
+@contextmanager
+def atomic_path(path: str | Path) -> Iterator[Path]:
+    """A temporary path beside ``path`` (same suffix) that replaces ``path`` once the block succeeds."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp{path.suffix}")
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise

@@ -15,25 +15,43 @@ REQUEST_COLUMNS = ["id", "arrival_s", "prompt_tokens", "output_tokens", "status"
 
 
 def requests_frame(res: SimResult) -> pd.DataFrame:
-    """One row per trace request; a request with n > 1 samples aggregates them (finished when all are)."""
-    rows = []
-    for s in res.sequences:
-        r = s.req
-        group = [s, *s.samples]
-        status = Status.REJECTED if s.status == Status.REJECTED else (
-            Status.FINISHED if all(g.status == Status.FINISHED for g in group) else Status.UNFINISHED)
-        reason = s.reason or next((g.reason for g in group if g.reason), "")
-        finish = max(g.finish_s for g in group) if status == Status.FINISHED else None
-        ttft = s.first_token_s - r.arrival_s if s.first_token_s is not None else np.nan
-        e2e = finish - r.arrival_s if finish is not None else np.nan
-        tpot = (finish - s.first_token_s) / (r.output_tokens - 1) if finish is not None and r.output_tokens > 1 else np.nan
-        rows.append((r.id, r.arrival_s, r.prompt_tokens, r.output_tokens, status.value, reason, s.admitted_s,
-                     s.first_token_s, finish, ttft, tpot, e2e,
-                     (s.admitted_s - r.arrival_s) if s.admitted_s is not None else np.nan,
-                     sum(g.generated for g in group), sum(g.preemptions for g in group),
-                     sum(g.cached_tokens for g in group)))
-    df = pd.DataFrame(rows, columns=REQUEST_COLUMNS)
-    return df.astype({c: "float64" for c in ("admitted_s", "first_token_s", "finish_s")})
+    """One row per trace request; a request with n > 1 samples aggregates them (finished when all are).
+    Built column by column: the per-request work is a few attribute reads, the arithmetic is numpy's."""
+    seqs = res.sequences
+    nan = float("nan")
+    status, reason, finish, generated, preempt, cached = [], [], [], [], [], []
+    for s in seqs:
+        if s.samples:
+            group = [s, *s.samples]
+            done = s.status != Status.REJECTED and all(g.status == Status.FINISHED for g in group)
+            reason.append(s.reason or next((g.reason for g in group if g.reason), ""))
+            finish.append(max(g.finish_s for g in group) if done else nan)
+            generated.append(sum(g.generated for g in group))
+            preempt.append(sum(g.preemptions for g in group))
+            cached.append(sum(g.cached_tokens for g in group))
+        else:
+            done = s.status == Status.FINISHED
+            reason.append(s.reason)
+            finish.append(s.finish_s if done else nan)
+            generated.append(s.generated)
+            preempt.append(s.preemptions)
+            cached.append(s.cached_tokens)
+        status.append(Status.REJECTED.value if s.status == Status.REJECTED else
+                      Status.FINISHED.value if done else Status.UNFINISHED.value)
+    arrival = np.fromiter((s.req.arrival_s for s in seqs), float, len(seqs))
+    output = np.fromiter((s.req.output_tokens for s in seqs), np.int64, len(seqs))
+    admitted = np.fromiter((nan if s.admitted_s is None else s.admitted_s for s in seqs), float, len(seqs))
+    first = np.fromiter((nan if s.first_token_s is None else s.first_token_s for s in seqs), float, len(seqs))
+    fin = np.asarray(finish, dtype=float)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        tpot = np.where(output > 1, (fin - first) / np.maximum(output - 1, 1), nan)
+    return pd.DataFrame({
+        "id": [s.req.id for s in seqs], "arrival_s": arrival,
+        "prompt_tokens": np.fromiter((s.req.prompt_tokens for s in seqs), np.int64, len(seqs)),
+        "output_tokens": output, "status": status, "reason": reason, "admitted_s": admitted, "first_token_s": first,
+        "finish_s": fin, "ttft_s": first - arrival, "tpot_s": tpot, "e2e_s": fin - arrival, "queue_s": admitted - arrival,
+        "generated_tokens": np.asarray(generated, dtype=np.int64), "preemptions": np.asarray(preempt, dtype=np.int64),
+        "cached_prompt_tokens": np.asarray(cached, dtype=np.int64)}, columns=REQUEST_COLUMNS)
 
 
 def _pct(values: pd.Series, q: float) -> float:

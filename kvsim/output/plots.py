@@ -25,6 +25,14 @@ def _plt():
     return plt
 
 
+def _save(fig, path: Path, dpi: int = 110) -> None:
+    from kvsim.files import atomic_path
+
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=dpi, format="png")
+    _plt().close(fig)
+
+
 def memory_breakdown_plot(summaries: list[dict], timelines: dict[str, pd.DataFrame], path: Path) -> Path:
     """Left: time-weighted share of the pool per category, one bar per allocator. Right: categories over time."""
     plt = _plt()
@@ -56,8 +64,7 @@ def memory_breakdown_plot(summaries: list[dict], timelines: dict[str, pd.DataFra
         if i == 0:
             ax.set_title("KV pool over time (%)")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _save(fig, path)
     return path
 
 
@@ -76,6 +83,5 @@ def latency_cdf_plot(frames: dict[str, pd.DataFrame], path: Path) -> Path:
     axes[0].legend(fontsize=8)
     fig.suptitle("Latency CDFs")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _save(fig, path)
     return path

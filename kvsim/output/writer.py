@@ -8,43 +8,53 @@ import pandas as pd
 
 from kvsim.engine.sequence import Status
 from kvsim.errors import ConfigError
+from kvsim.files import atomic_path, prepare_output_dir, write_text_atomically
 from kvsim.output.table import markdown_table
 
 
-def _write_table(df: pd.DataFrame, path: Path, fmt: str) -> Path:
-    if fmt == "parquet":
-        try:
-            df.to_parquet(path.with_suffix(".parquet"), index=False)
-        except ImportError:
-            raise ConfigError("--format parquet needs pyarrow (pip install 'kvsim[parquet]')") from None
-        return path.with_suffix(".parquet")
-    df.to_csv(path.with_suffix(".csv"), index=False)
-    return path.with_suffix(".csv")
+RESULT_FILES = ("requests", "runs", "memory_timeline")  # each .csv or .parquet
+PLOT_FILES = ("memory_breakdown.png", "latency_cdf.png")
+
+
+def write_table(df: pd.DataFrame, path: Path, fmt: str) -> Path:
+    """``path`` with the format's suffix, written atomically (a killed run never leaves half a file)."""
+    target = path.with_suffix(".parquet" if fmt == "parquet" else ".csv")
+    with atomic_path(target) as tmp:
+        if fmt == "parquet":
+            try:
+                df.to_parquet(tmp, index=False)
+            except ImportError:
+                raise ConfigError("--format parquet needs pyarrow (pip install 'kvsim[parquet]')") from None
+        else:
+            df.to_csv(tmp, index=False)
+    return target
 
 
 def write_results(out_dir: str | Path, outputs: list, context: dict[str, str], notes: list[str],
                   plots: bool = True, fmt: str = "csv") -> list[Path]:
-    """``outputs`` are runner.RunOutput objects, one per allocator."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    """``outputs`` are runner.RunOutput objects, one per allocator. Files of an earlier run that this one
+    does not write (the other format, plots) are removed, so the folder holds one consistent result."""
+    out = prepare_output_dir(out_dir, "--out")
     written = []
     reqs = pd.concat([o.requests.assign(allocator=o.summary["allocator"]) for o in outputs], ignore_index=True)
     reqs = reqs[["allocator", *[c for c in reqs.columns if c != "allocator"]]]
     runs = pd.DataFrame([o.summary for o in outputs])
     tl = pd.concat([o.timeline.assign(allocator=o.summary["allocator"]) for o in outputs], ignore_index=True)
-    written.append(_write_table(reqs, out / "requests", fmt))
-    written.append(_write_table(runs, out / "runs", fmt))
-    written.append(_write_table(tl, out / "memory_timeline", fmt))
+    for name, df in zip(RESULT_FILES, (reqs, runs, tl)):
+        written.append(write_table(df, out / name, fmt))
     if plots:
         from kvsim.output.plots import latency_cdf_plot, memory_breakdown_plot
 
         written.append(memory_breakdown_plot([o.summary for o in outputs],
                                              {o.summary["allocator"]: o.timeline for o in outputs},
-                                             out / "memory_breakdown.png"))
-        written.append(latency_cdf_plot({o.summary["allocator"]: o.requests for o in outputs}, out / "latency_cdf.png"))
-    md = summary_markdown(outputs, context, notes, plots)
-    (out / "summary.md").write_text(md, encoding="utf-8")
+                                             out / PLOT_FILES[0]))
+        written.append(latency_cdf_plot({o.summary["allocator"]: o.requests for o in outputs}, out / PLOT_FILES[1]))
+    write_text_atomically(out / "summary.md", summary_markdown(outputs, context, notes, plots))
     written.append(out / "summary.md")
+    stale = [out / f"{n}.{ext}" for n in RESULT_FILES for ext in ("csv", "parquet")] + [out / n for n in PLOT_FILES]
+    for f in stale:
+        if f not in written and f.exists():
+            f.unlink()
     return written
 
 

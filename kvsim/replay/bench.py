@@ -16,18 +16,18 @@ from kvsim.replay.measure import kv_bytes_read, make_pool, time_it, torch_dtype
 
 @dataclass
 class BenchOptions:
-    batches: list[int]
-    contexts: list[int]
+    batches: list[int] | None  # None: 1,8,64 on a GPU, 1,4 on CPU
+    contexts: list[int] | None  # None: 512,4096 on a GPU, 64,256 on CPU
     block_sizes: list[int]
     dtype: str = "bf16"
     q_heads: int = 32
     kv_heads: int = 8
     head_dim: int = 128
-    peak_bandwidth: float = 4.8e12  # bytes/s of the device (GPU preset)
+    peak_bandwidth: float | None = None  # bytes/s to compare with; None: the preset of the GPU it runs on
     device: str | None = None
-    max_pool_gib: float = 40.0
+    max_pool_gib: float | None = None  # None: 40 on a GPU, 1 on CPU
     seed: int = 0
-    prefill: list = None  # (chunk tokens, cached tokens) pairs for prefill rows (one sequence each)
+    prefill: list | None = None  # (chunk tokens, cached tokens) pairs for prefill rows (one sequence each)
 
 
 def _sdpa_time(q, k, v, device):
@@ -46,11 +46,25 @@ def _sdpa_time(q, k, v, device):
 def bench(opts: BenchOptions) -> "list[dict]":
     from kvsim.replay.measure import load_kernels as load
 
+    from dataclasses import replace
+
+    from kvsim.output.progress import Progress
+    from kvsim.replay.measure import device_gpu
+
     K = load(opts.device)
-    rows = [_bench_point(K, opts, B, batch, ctx, opts.seed)
-            for B in opts.block_sizes for batch in opts.batches for ctx in opts.contexts]
-    rows += [_bench_prefill_point(K, opts, B, chunk, cached, opts.seed)
-             for B in opts.block_sizes for chunk, cached in (opts.prefill or [])]
+    gpu = K.device == "cuda"
+    opts = replace(opts, batches=opts.batches or ([1, 8, 64] if gpu else [1, 4]),
+                   contexts=opts.contexts or ([512, 4096] if gpu else [64, 256]),
+                   max_pool_gib=opts.max_pool_gib or (40.0 if gpu else 1.0),
+                   peak_bandwidth=opts.peak_bandwidth or (device_gpu().hbm_bandwidth if gpu and device_gpu() else float("nan")))
+    points = [("decode", B, a, b) for B in opts.block_sizes for a in opts.batches for b in opts.contexts]
+    points += [("prefill", B, chunk, cached) for B in opts.block_sizes for chunk, cached in (opts.prefill or [])]
+    rows = []
+    with Progress(len(points), "bench", log_when_piped=True) as bar:
+        for kind, B, a, b in points:
+            rows.append(_bench_point(K, opts, B, a, b, opts.seed) if kind == "decode"
+                        else _bench_prefill_point(K, opts, B, a, b, opts.seed))
+            bar.advance()
     return rows
 
 

@@ -28,6 +28,21 @@ def load_kernels(device: str | None = None):
         raise ConfigError(str(e)) from None
 
 
+def device_gpu():
+    """The GPU preset matching the CUDA device in use (by its name), or None."""
+    import torch
+
+    from kvsim.hardware.gpus import GPU_PRESETS
+
+    name = torch.cuda.get_device_name().lower() if torch.cuda.is_available() else ""
+    mem = torch.cuda.get_device_properties(0).total_memory if name else 0
+    for key, preset in (("h200", "h200-141gb"), ("h100", "h100-80gb"), ("a100", "a100-80gb" if mem > 50 * 2**30 else "a100-40gb"),
+                        ("a40", "a40"), ("l40s", "l40s"), ("4090", "rtx-4090")):
+        if key in name:
+            return GPU_PRESETS[preset]
+    return None
+
+
 def torch_dtype(name: str):
     import torch
 

@@ -43,7 +43,10 @@ class BatchRecorder:
                   "model": {"name": m.name, "layers": m.layers, "q_heads": m.q_heads // tp,
                             "kv_heads": m.kv_heads // tp, "head_dim": m.head_dim, "dtype": m.dtype},
                   "tp": tp, "gpu": self.cfg.gpu.name}
-        self._fh = gzip.open(self.path, "wt", encoding="utf-8")
+        import os
+
+        self._tmp = f"{self.path}.{os.getpid()}.tmp"
+        self._fh = gzip.open(self._tmp, "wt", encoding="utf-8")
         self._fh.write(json.dumps(header) + "\n")
 
     def __call__(self, t0: float, dt: float, batch: list, steps: int, copies: list, alloc) -> None:
@@ -64,9 +67,17 @@ class BatchRecorder:
         self._fh.write(json.dumps(rec, separators=(",", ":")) + "\n")
         self.groups += 1
 
-    def close(self) -> None:
+    def close(self, keep: bool = True) -> None:
+        """Finish the file (renamed into place only now, so a failed run leaves no partial record)."""
+        import os
+
         if self._fh is not None:
             self._fh.close()
+            self._fh = None
+            if keep:
+                os.replace(self._tmp, self.path)
+            else:
+                os.unlink(self._tmp)
 
 
 def read_record(path: str):

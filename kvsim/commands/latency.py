@@ -1,0 +1,133 @@
+"""`kvsim latency` (predicted iteration time by part) and `kvsim calibrate` (fit a calibration)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from kvsim.commands.args import non_negative_int, positive_int
+from kvsim.errors import ConfigError, TraceError
+
+PARTS = ("total_s", "dense_s", "attention_s", "communication_s", "cpu_s")
+
+
+def cmd_calibrate(a: argparse.Namespace) -> int:
+    from kvsim.files import check_output_file
+    from kvsim.latency.calibration import save_calibration
+    from kvsim.latency.fit import fit_calibration
+
+    check_output_file(a.output, "-o")
+    c = fit_calibration(a.measurements, a.gpu)
+    save_calibration(c, a.output)
+    print(f"calibration for {c.gpu} (measured on: {c.measured_on})")
+    for group in ("gemm", "elementwise", "decode_attention", "prefill_attention", "all_reduce"):
+        print(f"  {group:18s} {c.sources.get(group, 'from the shipped calibration / physics defaults')}")
+    stats = c.fit.get("dense_in_sample", {}).get("layer", {})
+    if stats:
+        print("  whole dense layer, predicted/measured (median [p10, p90]) by tokens: " + "; ".join(
+            f"{k}: {v['median']:.3f} [{v['p10']:.2f}, {v['p90']:.2f}]" for k, v in stats.items()))
+    if c.measured_on != "gpu":
+        print("  note: measured in the CPU interpreter: a pipeline check, not GPU times")
+    print(f"wrote {a.output}; use it with: kvsim compare --latency {a.output} --gpu {c.gpu} ...")
+    return 0
+
+
+def shape_rows(path: str) -> list[tuple[int, int, int]]:
+    """(batch, context, new_tokens) rows of a shapes CSV, checked: errors name file, line and field."""
+    import csv
+
+    try:
+        fh = open(path, newline="", encoding="utf-8")
+    except OSError as e:
+        raise TraceError(path, 0, None, f"cannot open: {e.strerror}") from None
+    rows = []
+    with fh:
+        try:
+            reader = csv.DictReader(fh)
+            missing = {"batch", "context", "new_tokens"} - set(reader.fieldnames or [])
+            if missing:
+                raise TraceError(path, 1, None, f"missing column(s) {', '.join(sorted(missing))} (need batch,context,new_tokens)")
+            for line, r in enumerate(reader, start=2):
+                vals = []
+                for f, lo in (("batch", 1), ("context", 0), ("new_tokens", 1)):
+                    try:
+                        v = float(r[f])
+                        if not v.is_integer():
+                            raise ValueError
+                        v = int(v)
+                    except (TypeError, ValueError, OverflowError):
+                        raise TraceError(path, line, f, f"must be an integer, got {r[f]!r}") from None
+                    if v < lo:
+                        raise TraceError(path, line, f, f"must be >= {lo}, got {v}")
+                    vals.append(v)
+                rows.append(tuple(vals))
+        except (UnicodeDecodeError, csv.Error) as e:
+            raise TraceError(path, 0, None, f"not a readable CSV ({e})") from None
+    if not rows:
+        raise TraceError(path, 0, None, "no shapes in file")
+    return rows
+
+
+def cmd_latency(a: argparse.Namespace) -> int:
+    from kvsim.commands.simulate import build_config
+    from kvsim.latency import StepShape, build_latency, describe_latency, latency_notes
+
+    cfg = build_config(a)
+    if a.shapes:
+        if not a.out:
+            raise ConfigError("--shapes needs --out FILE.csv")
+        from kvsim.files import check_output_file
+
+        check_output_file(a.out, "--out")
+        rows = shape_rows(a.shapes)
+    elif a.batch is None or a.context is None:
+        raise ConfigError("give --batch B --context C [--new-tokens N], or --shapes FILE.csv --out FILE.csv")
+    model = build_latency(cfg)
+    for note in latency_notes(cfg):
+        print(note, file=sys.stderr)
+    if a.shapes:
+        import csv
+
+        from kvsim.files import atomic_path
+
+        with atomic_path(a.out) as tmp, open(tmp, "w", newline="", encoding="utf-8") as fh:
+            w = csv.writer(fh)
+            w.writerow(["batch", "context", "new_tokens", *PARTS])
+            for b, c, n in rows:
+                bd = model.breakdown(StepShape.of([(n, c)] * b))
+                w.writerow([b, c, n, *(repr(bd[k]) for k in PARTS)])
+        print(f"wrote {len(rows)} rows to {a.out} ({describe_latency(cfg)})")
+        return 0
+    bd = model.breakdown(StepShape.of([(a.new_tokens, a.context)] * a.batch))
+    kind = "decode" if a.new_tokens == 1 else "prefill"
+    print(f"{cfg.model.name} on {cfg.gpu.name}, tensor parallel {cfg.tp}: {describe_latency(cfg)}")
+    print(f"one {kind} iteration: {a.batch} sequence(s) x {a.new_tokens} new token(s) after {a.context} cached")
+    total = bd["total_s"]
+    for k in PARTS:
+        share = f"{100 * bd[k] / total:5.1f}%" if total > 0 else ""
+        print(f"  {k[:-2].replace('_', ' '):14s} {1000 * bd[k]:10.3f} ms  {share}")
+    return 0
+
+
+def register(sub) -> None:
+    from kvsim.options import add_options
+
+    lat = sub.add_parser("latency", help="predicted iteration time of a model / GPU / tensor parallelism, by part",
+                         description="Predict the time of one iteration (per-operation model unless --latency "
+                                     "says otherwise), split into dense, attention, communication and CPU.")
+    add_options(lat, ("model and hardware", "latency"))
+    g = lat.add_argument_group("iteration shape")
+    g.add_argument("--batch", type=positive_int, help="sequences in the iteration")
+    g.add_argument("--context", type=non_negative_int, help="cached tokens of each sequence")
+    g.add_argument("--new-tokens", type=positive_int, default=1,
+                   help="tokens each sequence computes (1 = a decode step) [default: 1]")
+    g.add_argument("--shapes", help="CSV with columns batch,context,new_tokens (one iteration per row)")
+    g.add_argument("--out", help="with --shapes: CSV of the input columns + total_s, dense_s, attention_s, "
+                   "communication_s, cpu_s (seconds, whole model on one GPU)")
+    lat.set_defaults(func=cmd_latency)
+    cal = sub.add_parser("calibrate", help="fit a latency calibration from measured GPU profiles")
+    cal.add_argument("measurements", nargs="+", help="Vidur-format mlp.csv / attention.csv / all_reduce.csv / "
+                     "send_recv.csv, and `kvsim kernels bench` / `replay` CSVs")
+    cal.add_argument("--gpu", help="GPU preset the measurements are from [default: named in the Vidur paths]")
+    cal.add_argument("-o", "--output", required=True, help="calibration JSON to write")
+    cal.set_defaults(func=cmd_calibrate)

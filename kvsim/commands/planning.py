@@ -1,0 +1,139 @@
+"""`kvsim plan`, `kvsim sweep` and `kvsim report`: capacity planning over many simulations."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from kvsim.commands.args import DEFAULT_OUT, fraction_open, positive, positive_int
+
+
+def cmd_plan(a: argparse.Namespace) -> int:
+    import pandas as pd
+
+    from kvsim.allocators import parse_allocator_list
+    from kvsim.commands.simulate import build_config
+    from kvsim.files import atomic_path, prepare_output_dir
+    from kvsim.options import DEFAULT_GPU, values_from_namespace
+    from kvsim.planning.parallel import run_jobs
+    from kvsim.planning.plan import add_costs, make_jobs, parse_gpus, run_job
+    from kvsim.planning.slo import parse_slos
+    from kvsim.planning.sweep import validate_points
+    from kvsim.report.builder import build_report
+
+    slos = parse_slos(a.slo)
+    cfg = build_config(a)  # validate the shared options once
+    out = prepare_output_dir(a.out or Path(DEFAULT_OUT) / f"plan-{Path(a.trace).stem}", "--out")
+    base = {"trace": a.trace, **values_from_namespace(a)}
+    gpus = parse_gpus(a.gpus) if a.gpus else [(a.gpu or DEFAULT_GPU, None)]
+    allocators = parse_allocator_list(a.allocators, cfg.block_size, cfg.enable_prefix_caching)
+    jobs = make_jobs(base, gpus, allocators, slos, a.study, a.tol, a.max_steps, a.kernel_bench)
+    validate_points([j.point for j in jobs])
+    results = run_jobs(run_job, jobs, a.workers, a.backend, a.address, label="plan")
+    rows = [r for r, _ in results]
+    points = [p for _, pts in results for p in pts]
+    add_costs(rows, a.target_rate)
+    cap = pd.DataFrame(rows)
+    pts = pd.DataFrame(points)
+    for name, df in (("plan.csv", cap), ("plan_points.csv", pts)):
+        with atomic_path(out / name) as tmp:
+            df.to_csv(tmp, index=False)
+    print_plan(cap, slos, a.target_rate)
+    if not a.no_report:
+        notes = [f"trace {a.trace}, model {cfg.model.name}; capacity = highest rate (scaling the trace's inter-arrival"
+                 f" times) meeting every SLO with a stable queue, bisection to {100 * a.tol:g}% (at most {a.max_steps} "
+                 "simulations)"]
+        if a.target_rate:
+            notes.append(f"replicas and cost for a target of {a.target_rate:g} req/s")
+        notes.append("command: kvsim " + " ".join(sys.argv[1:]))
+        build_report(out, cap, pts, slos, f"Capacity plan: {Path(a.trace).name}", notes)
+    print(f"wrote {out}/plan.csv, plan_points.csv" + ("" if a.no_report else ", report.html, report.md"))
+    return 0
+
+
+def print_plan(cap, slos, target) -> None:
+    from kvsim.output.table import format_cell
+
+    print(f"SLOs: {', '.join(str(s) for s in slos)}" + (f"; target {target:g} req/s" if target else ""))
+    hdr = (f"{'configuration':<34} {'max req/s':>9} {'steps':>5} {'replicas':>8} {'$/M out tok':>11} {'TTFT p99':>8} "
+           f"{'TPOT p99':>8}")
+    print(hdr)
+    for _, r in cap.iterrows():
+        if r.get("meets_slo"):
+            print(f"{r['config']:<34} {r['max_rate_req_s']:9.3f} {int(r['search_steps']):5d} "
+                  f"{format_cell(r.get('replicas'), '{:d}'):>8} {format_cell(r.get('cost_per_m_output_tokens'), '{:.3f}'):>11} "
+                  f"{r['at_max_ttft_p99_s']:8.3f} {r['at_max_tpot_p99_s']:8.4f}")
+        else:
+            print(f"{r['config']:<34} {'never':>9} {int(r['search_steps']):5d}   {r['reason']}")
+
+
+def cmd_sweep(a: argparse.Namespace) -> int:
+    from kvsim.files import check_output_file
+    from kvsim.planning.sweep import load_grid, run_sweep
+
+    points = load_grid(a.grid)
+    out = a.out or str(Path(DEFAULT_OUT) / f"sweep-{Path(a.grid).stem}.csv")
+    check_output_file(out, "--out")
+    table, computed, reused = run_sweep(points, out, a.workers, a.backend, a.address)
+    print(f"{len(points)} points: {computed} simulated, {reused} reused from an earlier run; wrote {out}")
+    return 0
+
+
+def cmd_report(a: argparse.Namespace) -> int:
+    import pandas as pd
+
+    from kvsim.files import prepare_output_dir
+    from kvsim.planning.slo import parse_slos
+    from kvsim.planning.sweep import read_table
+    from kvsim.report.builder import build_report
+
+    prepare_output_dir(a.output, "-o")
+    caps, pts = [], []
+    for path in a.results:
+        df = read_table(path)
+        (caps if "max_rate_req_s" in df.columns else pts).append(df)
+    cap = pd.concat(caps, ignore_index=True) if caps else None
+    points = pd.concat(pts, ignore_index=True) if pts else None
+    slos = parse_slos(a.slo) if a.slo else []
+    files = build_report(a.output, cap, points, slos, a.title, [f"from {', '.join(a.results)}"])
+    print(f"wrote {files['html']} and {files['md']}")
+    return 0
+
+
+def register(sub) -> None:
+    from kvsim.commands.simulate import add_sim_args
+
+    pl = sub.add_parser("plan", help="highest SLO-meeting rate per configuration, replicas and cost",
+                        description="Find, per GPU type and allocator, the highest request rate that meets the SLOs "
+                                    "(scaling the trace's arrival gaps), and the replicas and cost for a target rate.")
+    add_sim_args(pl, "plan")
+    pl.add_argument("--gpus", help="GPU types with optional $ per GPU-hour, e.g. h100-80gb:4.5,a100-80gb:2 "
+                    "[default: --gpu]")
+    pl.add_argument("--allocators", default="paged:16", help="comma-separated allocator names [default: paged:16]")
+    pl.add_argument("--slo", required=True, help="e.g. ttft_p99=2s,tpot_p99=100ms (ttft/tpot/e2e at p50/p90/p99; "
+                    "s, ms or us)")
+    pl.add_argument("--target-rate", type=positive, help="requests/s to provision for (replicas, cost)")
+    pl.add_argument("--study", choices=["block-size", "gpu-mem-util"], help="built-in plan variants")
+    pl.add_argument("--kernel-bench", help="block-size study: a `kvsim kernels bench` CSV with block sizes")
+    pl.add_argument("--tol", type=fraction_open, default=0.02,
+                    help="stop when the bracket is within this fraction of the rate [default: 0.02]")
+    pl.add_argument("--max-steps", type=positive_int, default=20, help="most simulations per configuration [default: 20]")
+    pl.add_argument("--workers", type=positive_int, default=1, help="configurations run in parallel [default: 1]")
+    pl.add_argument("--backend", choices=["local", "ray"], default="local", help="[default: local processes]")
+    pl.add_argument("--address", help="Ray cluster address HOST:PORT [default: start a local instance]")
+    pl.add_argument("--no-report", action="store_true", help="skip report.html / report.md")
+    pl.set_defaults(func=cmd_plan)
+    sw = sub.add_parser("sweep", help="run a grid of simulations (local processes or Ray), resumable")
+    sw.add_argument("grid", help="YAML file with base / grid / points (README: Capacity planning)")
+    sw.add_argument("--out", help=f"results table, .csv or .parquet [default: {DEFAULT_OUT}/sweep-<grid>.csv]")
+    sw.add_argument("--workers", type=positive_int, default=1, help="points run in parallel [default: 1]")
+    sw.add_argument("--backend", choices=["local", "ray"], default="local", help="[default: local processes]")
+    sw.add_argument("--address", help="Ray cluster address HOST:PORT [default: start a local instance]")
+    sw.set_defaults(func=cmd_sweep)
+    rep = sub.add_parser("report", help="HTML + Markdown report from plan or sweep results")
+    rep.add_argument("results", nargs="+", help="plan.csv / plan_points.csv / sweep tables")
+    rep.add_argument("-o", "--output", required=True, help="output folder")
+    rep.add_argument("--slo", help="SLO lines to draw, e.g. ttft_p99=2s,tpot_p99=100ms")
+    rep.add_argument("--title", default="kvsim report", help="[default: kvsim report]")
+    rep.set_defaults(func=cmd_report)

@@ -1,0 +1,142 @@
+"""`kvsim compare` and `kvsim run`: simulate a trace with one or more allocators and write the results."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from kvsim.commands.args import DEFAULT_OUT
+from kvsim.errors import ConfigError
+
+DEFAULT_ALLOCATORS = "max,pow2,oracle,paged:16"
+
+
+def add_sim_args(p: argparse.ArgumentParser, command: str) -> None:
+    """--trace, every simulation option (kvsim/options.py), and the output flags."""
+    from kvsim.options import add_options
+
+    p.add_argument("--trace", required=True, help="request trace, kvsim JSONL (README: Trace format; other formats: "
+                   "`kvsim trace convert`)")
+    add_options(p)
+    g = p.add_argument_group("output")
+    g.add_argument("--out", help=f"output folder [default: {DEFAULT_OUT}/{command}-<trace name>]")
+    g.add_argument("--format", choices=["csv", "parquet"], default="csv", help="table format [default: csv]")
+    g.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    g.add_argument("--record-batches", metavar="FILE",
+                   help="record the executed batches (gzip JSON lines) for `kvsim kernels replay`; one allocator")
+
+
+def build_config(a: argparse.Namespace):
+    """The SimConfig of a parsed command line (through the options table)."""
+    from kvsim.options import config_from_options, values_from_namespace
+
+    return config_from_options(values_from_namespace(a))
+
+
+def setting_warnings(cfg, requests, allocators) -> list[str]:
+    """Legal but suspicious settings."""
+    out = []
+    if cfg.scheduler.max_seq_len > cfg.model.max_context:
+        out.append(f"warning: --max-model-len {cfg.scheduler.max_seq_len} is beyond {cfg.model.name}'s context "
+                   f"({cfg.model.max_context} tokens)")
+    caching = [str(s) for s in allocators if s.kind == "radix" or s.prefix]
+    if caching and not any(r.hash_ids for r in requests):
+        out.append(f"warning: {', '.join(caching)} cache prompt prefixes, but no request in the trace carries "
+                   "hash_ids, so nothing can be shared (README: Trace format)")
+    return out
+
+
+def simulate_all(a: argparse.Namespace, allocator_names: str, command: str) -> int:
+    from kvsim.allocators import parse_allocator_list
+    from kvsim.config import plan_pool
+    from kvsim.files import check_output_file, prepare_output_dir
+    from kvsim.latency import describe_latency, latency_notes
+    from kvsim.output.progress import Progress
+    from kvsim.output.table import print_table
+    from kvsim.output.writer import write_results
+    from kvsim.runner import simulate
+    from kvsim.trace import load_trace
+
+    cfg = build_config(a)
+    allocators = parse_allocator_list(allocator_names, cfg.block_size, cfg.enable_prefix_caching)
+    if a.record_batches and len(allocators) != 1:
+        raise ConfigError("--record-batches records one allocator's run; pass a single allocator")
+    trace_name = Path(a.trace).stem
+    out = prepare_output_dir(a.out or Path(DEFAULT_OUT) / f"{command}-{trace_name}", "--out")
+    if a.record_batches:
+        check_output_file(a.record_batches, "--record-batches")
+    pool = plan_pool(cfg.model, cfg.gpu, cfg.memory, cfg.tp)
+    loaded = load_trace(a.trace, skip_invalid=bool(a.skip_invalid))
+    notes = loaded.notes() + latency_notes(cfg) + setting_warnings(cfg, loaded.requests, allocators)
+    for note in notes:
+        print(note, file=sys.stderr)
+    recorder = None
+    if a.record_batches:
+        from kvsim.replay.record import BatchRecorder
+
+        recorder = BatchRecorder(a.record_batches, cfg, pool)
+    outputs = []
+    ok = False
+    try:
+        for name in allocators:
+            with Progress(len(loaded.requests), f"{str(name):>12}") as bar:
+                outputs.append(simulate(loaded.requests, cfg, name, pool, observer=recorder, progress=bar.update))
+        ok = True
+    finally:
+        if recorder is not None:
+            recorder.close(keep=ok)
+    for o in outputs:  # every request is accounted for, or nothing is written
+        s = o.summary
+        if s["finished"] + s["rejected"] + s["unfinished"] != s["requests"]:
+            raise RuntimeError(f"{s['allocator']}: {s['finished'] + s['rejected'] + s['unfinished']} of "
+                               f"{s['requests']} requests accounted for")
+    context = {
+        "command": "`kvsim " + " ".join(sys.argv[1:]) + "`" if sys.argv and sys.argv[0].endswith("kvsim") else "",
+        "trace": f"{a.trace} ({len(loaded.requests)} requests)",
+        "model": f"{cfg.model.name} (KV {cfg.model.kv_bytes_per_token / 1024:g} KiB/token for the whole model, "
+                 f"{pool.kv_bytes_per_token / 1024:g} KiB per GPU), tensor parallel {cfg.tp}",
+        "gpu": cfg.gpu.name,
+        "KV pool": f"{pool.pool_bytes / (1 << 30):.2f} GiB per GPU = {pool.pool_tokens:,} token slots ({pool.source})",
+        "scheduler": f"{cfg.scheduler.batching} batching, max_model_len {cfg.scheduler.max_seq_len}, max_num_seqs "
+                     f"{cfg.scheduler.max_num_seqs}, max_num_batched_tokens {cfg.scheduler.max_num_batched_tokens}, "
+                     f"victim policy {cfg.victim_policy}",
+        "latency": describe_latency(cfg),
+    }
+    if cfg.scheduler.preemption_mode == "swap" or cfg.scheduler.partial_preemption:
+        context["preemption"] = (f"{cfg.scheduler.preemption_mode}, CPU pool {cfg.swap_space_gb:g} GiB"
+                                 + (", partial preemption" if cfg.scheduler.partial_preemption else ""))
+    context = {k: v for k, v in context.items() if v}
+    print_table([o.summary for o in outputs],
+                title=f"kvsim {command}: {trace_name} on {cfg.model.name} / {cfg.gpu.name} "
+                      f"(KV pool {pool.pool_bytes / (1 << 30):.1f} GiB, {pool.pool_tokens:,} slots)")
+    written = write_results(out, outputs, context, notes, plots=not a.no_plots, fmt=a.format)
+    print(f"wrote {len(written)} files to {out}/ (summary.md, requests, runs, memory_timeline"
+          + (", plots)" if not a.no_plots else ")"))
+    return 0
+
+
+def cmd_compare(a: argparse.Namespace) -> int:
+    return simulate_all(a, a.allocators, "compare")
+
+
+def cmd_run(a: argparse.Namespace) -> int:
+    return simulate_all(a, a.allocator, "run")
+
+
+def register(sub) -> None:
+    from kvsim.allocators import allocator_help
+
+    names = "; ".join(f"{k}: {v}" for k, v in allocator_help().items())
+    c = sub.add_parser("compare", help="simulate a trace with several allocators and compare them",
+                       description="Simulate a trace with several KV-cache allocators on the same GPU and compare "
+                                   "throughput, latency and where the KV memory went.")
+    add_sim_args(c, "compare")
+    c.add_argument("--allocators", default=DEFAULT_ALLOCATORS,
+                   help=f"comma-separated allocator names ({names}) [default: {DEFAULT_ALLOCATORS}]")
+    c.set_defaults(func=cmd_compare)
+    r = sub.add_parser("run", help="simulate a trace with one allocator",
+                       description="Simulate a trace with one KV-cache allocator.")
+    add_sim_args(r, "run")
+    r.add_argument("--allocator", default="paged", help=f"allocator name ({names}) [default: paged]")
+    r.set_defaults(func=cmd_run)

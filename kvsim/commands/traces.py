@@ -1,0 +1,110 @@
+"""`kvsim trace generate | convert | stats`: make, import and inspect traces."""
+
+from __future__ import annotations
+
+import argparse
+
+from kvsim.commands.args import any_int, non_negative, positive, positive_int, number
+from kvsim.validation import Number
+
+SCENARIOS = ["system-prompt", "few-shot", "multi-turn", "doc-summary"]
+
+
+def cmd_generate(a: argparse.Namespace) -> int:
+    from kvsim.files import check_output_file
+    from kvsim.trace import write_trace
+    from kvsim.trace.generate import ArrivalSpec, LengthSpec, generate
+
+    check_output_file(a.output, "-o")
+    arrivals = ArrivalSpec(a.arrival, a.rate, a.cv)
+    lengths = LengthSpec(a.prompt_mean, a.prompt_sigma, a.output_mean, a.output_sigma, a.max_total, a.lengths_csv)
+    if a.scenario:
+        from kvsim.trace.scenarios import ScenarioSpec, generate_scenario
+
+        spec = ScenarioSpec(a.scenario, a.shared_tokens, a.num_prefixes, a.turns_mean, a.think_s, a.hash_block_tokens)
+        reqs = generate_scenario(spec, a.num_requests, arrivals, lengths, seed=a.seed)
+    else:
+        reqs = generate(a.num_requests, arrivals, lengths, seed=a.seed)
+    write_trace(reqs, a.output)
+    print(f"wrote {len(reqs)} requests to {a.output}")
+    return 0
+
+
+def cmd_convert(a: argparse.Namespace) -> int:
+    from kvsim.errors import TraceError
+    from kvsim.files import check_output_file
+    from kvsim.trace import write_trace
+    from kvsim.trace.generate import ArrivalSpec
+    from kvsim.trace.importers import convert
+
+    check_output_file(a.output, "-o")
+    conv = convert(a.fmt, a.input, a.limit, ArrivalSpec(a.arrival, a.rate, a.cv), a.seed)
+    for line in conv.report(a.input):
+        print(line)
+    if not conv.requests:
+        raise TraceError(a.input, 0, None, "no usable requests to write")
+    write_trace(conv.requests, a.output)
+    print(f"wrote {len(conv.requests)} requests to {a.output}")
+    return 0
+
+
+def cmd_stats(a: argparse.Namespace) -> int:
+    from kvsim.trace import load_trace
+    from kvsim.trace.stats import trace_stats
+
+    loaded = load_trace(a.file, skip_invalid=a.skip_invalid)
+    for note in loaded.notes():
+        print(note)
+    st = trace_stats(loaded.requests)
+    print(f"{a.file}: {st['requests']} requests over {st['span_s']:.1f} s ({st['rate_req_s']:.2f} req/s); "
+          f"{st['with_hash_ids']} carry hash_ids")
+    if st["with_hash_ids"]:
+        print(f"ideal prefix reuse (infinite cache): {100 * st['ideal_prefix_reuse']:.1f}% of prompt tokens")
+    print(f"{'tokens':>8} {'mean':>9} {'p50':>8} {'p90':>8} {'p99':>8} {'max':>8}")
+    for k in ("prompt", "output", "total"):
+        print(f"{k:>8} {st[k + '_mean']:9.1f} {st[k + '_p50']:8.0f} {st[k + '_p90']:8.0f} {st[k + '_p99']:8.0f} "
+              f"{st[k + '_max']:8d}")
+    return 0
+
+
+def register(sub) -> None:
+    t = sub.add_parser("trace", help="make, convert and inspect traces")
+    tsub = t.add_subparsers(dest="trace_command", required=True, metavar="{generate,convert,stats}")
+    g = tsub.add_parser("generate", help="a seeded synthetic trace (or a prefix-sharing scenario)")
+    g.add_argument("-o", "--output", required=True, help="JSONL file to write")
+    g.add_argument("-n", "--num-requests", type=positive_int, default=1000, help="requests [default: 1000]")
+    g.add_argument("--rate", type=positive, default=1.0, help="mean arrival rate, requests/s [default: 1]")
+    g.add_argument("--arrival", choices=["poisson", "gamma"], default="poisson", help="arrival process [default: poisson]")
+    g.add_argument("--cv", type=positive, default=1.0,
+                   help="gamma arrivals: coefficient of variation of the gaps (> 1 is burstier than Poisson) [default: 1]")
+    g.add_argument("--prompt-mean", type=positive, default=300.0, help="lognormal prompt mean, tokens [default: 300]")
+    g.add_argument("--prompt-sigma", type=non_negative, default=1.0, help="lognormal prompt shape [default: 1]")
+    g.add_argument("--output-mean", type=positive, default=250.0, help="lognormal output mean, tokens [default: 250]")
+    g.add_argument("--output-sigma", type=non_negative, default=1.0, help="lognormal output shape [default: 1]")
+    g.add_argument("--max-total", type=number(int, Number(integer=True, min=2)), default=4096,
+                   help="cap on prompt + output tokens (>= 2) [default: 4096]")
+    g.add_argument("--lengths-csv", help="sample (prompt, output) pairs from this CSV instead of lognormals "
+                   "(columns: prompt_tokens,output_tokens or Vidur/Azure/Mooncake/BurstGPT names)")
+    g.add_argument("--seed", type=any_int, default=0, help="random seed [default: 0]")
+    g.add_argument("--scenario", choices=SCENARIOS, help="a prefix-sharing workload with hash_ids (README)")
+    g.add_argument("--shared-tokens", type=positive_int, default=1024, help="scenario: shared prefix, tokens [default: 1024]")
+    g.add_argument("--num-prefixes", type=positive_int, default=4, help="few-shot: distinct example blocks [default: 4]")
+    g.add_argument("--turns-mean", type=positive, default=4.0, help="multi-turn: mean turns per conversation [default: 4]")
+    g.add_argument("--think-s", type=non_negative, default=20.0, help="multi-turn: mean seconds between turns [default: 20]")
+    g.add_argument("--hash-block-tokens", type=positive_int, default=16, help="scenario: tokens per hash id [default: 16]")
+    g.set_defaults(func=cmd_generate)
+    cv = tsub.add_parser("convert", help="convert a public trace to kvsim JSONL")
+    cv.add_argument("--from", dest="fmt", required=True, choices=["mooncake", "azure", "burstgpt", "vidur", "lengths-csv"],
+                    help="source format")
+    cv.add_argument("input", help="file to convert")
+    cv.add_argument("-o", "--output", required=True, help="JSONL file to write")
+    cv.add_argument("--limit", type=positive_int, help="convert only the first N rows")
+    cv.add_argument("--rate", type=positive, default=1.0, help="lengths-csv: arrival rate, requests/s [default: 1]")
+    cv.add_argument("--arrival", choices=["poisson", "gamma"], default="poisson", help="lengths-csv [default: poisson]")
+    cv.add_argument("--cv", type=positive, default=1.0, help="lengths-csv, gamma: gaps' coefficient of variation [default: 1]")
+    cv.add_argument("--seed", type=any_int, default=0, help="lengths-csv: random seed [default: 0]")
+    cv.set_defaults(func=cmd_convert)
+    s = tsub.add_parser("stats", help="count, span, rate, length percentiles and ideal prefix reuse")
+    s.add_argument("file", help="kvsim JSONL trace")
+    s.add_argument("--skip-invalid", action="store_true", help="skip bad lines (and say how many) instead of stopping")
+    s.set_defaults(func=cmd_stats)
