@@ -39,17 +39,20 @@ def requests_frame(res: SimResult) -> pd.DataFrame:
         status.append(Status.REJECTED.value if s.status == Status.REJECTED else
                       Status.FINISHED.value if done else Status.UNFINISHED.value)
     arrival = np.fromiter((s.req.arrival_s for s in seqs), float, len(seqs))
+    rel = arrival - res.t0  # the engine's clock starts at the first arrival; latencies come from its times
     output = np.fromiter((s.req.output_tokens for s in seqs), np.int64, len(seqs))
     admitted = np.fromiter((nan if s.admitted_s is None else s.admitted_s for s in seqs), float, len(seqs))
     first = np.fromiter((nan if s.first_token_s is None else s.first_token_s for s in seqs), float, len(seqs))
     fin = np.asarray(finish, dtype=float)
     with np.errstate(invalid="ignore", divide="ignore"):
         tpot = np.where(output > 1, (fin - first) / np.maximum(output - 1, 1), nan)
+    t0 = res.t0
     return pd.DataFrame({
         "id": [s.req.id for s in seqs], "arrival_s": arrival,
         "prompt_tokens": np.fromiter((s.req.prompt_tokens for s in seqs), np.int64, len(seqs)),
-        "output_tokens": output, "status": status, "reason": reason, "admitted_s": admitted, "first_token_s": first,
-        "finish_s": fin, "ttft_s": first - arrival, "tpot_s": tpot, "e2e_s": fin - arrival, "queue_s": admitted - arrival,
+        "output_tokens": output, "status": status, "reason": reason, "admitted_s": admitted + t0,
+        "first_token_s": first + t0, "finish_s": fin + t0, "ttft_s": first - rel, "tpot_s": tpot, "e2e_s": fin - rel,
+        "queue_s": admitted - rel,
         "generated_tokens": np.asarray(generated, dtype=np.int64), "preemptions": np.asarray(preempt, dtype=np.int64),
         "cached_prompt_tokens": np.asarray(cached, dtype=np.int64)}, columns=REQUEST_COLUMNS)
 
@@ -63,8 +66,7 @@ def run_summary(res: SimResult, req: pd.DataFrame | None = None) -> dict:
     """One row of run-level metrics. Memory shares are time-weighted fractions of the KV pool."""
     req = requests_frame(res) if req is None else req
     fin = req[req.status == Status.FINISHED.value]
-    start = float(req.arrival_s.min()) if len(req) else 0.0
-    duration = max(res.end_s - start, 1e-12)
+    duration = max(res.end_s, 1e-12)  # the engine's clock starts at the first arrival
     mem = res.memory
     shares = mem.time_weighted_fractions()
     occupied = 1.0 - shares["free"]
@@ -108,6 +110,7 @@ def run_summary(res: SimResult, req: pd.DataFrame | None = None) -> dict:
 
 
 def timeline_frame(res: SimResult) -> pd.DataFrame:
+    """Memory categories over time: ``t_s`` in seconds after the first arrival, categories as fractions of the pool."""
     cols = ["t_s", *MEMORY_CATEGORIES]
     df = pd.DataFrame(res.memory.timeline, columns=cols)
     for c in MEMORY_CATEGORIES:

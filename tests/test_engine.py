@@ -22,9 +22,11 @@ def simulate(reqs, spec="paged:16", pool=10_000, latency=None, cfg=None, **kw):
 def test_single_request_exact_times():
     res = simulate([req(0, 1.0, 100, 5)])
     s = res.sequences[0]
-    # prefill step 0.1 s emits token 1 at 1.1; four decode steps of 0.01 s
-    assert s.first_token_s == pytest.approx(1.1) and s.finish_s == pytest.approx(1.14)
+    # prefill step 0.1 s emits token 1 at 1.1; four decode steps of 0.01 s. The engine's clock starts at the
+    # first arrival (t0 = 1.0); the requests frame reports absolute times.
+    assert res.t0 == 1.0 and s.first_token_s == pytest.approx(0.1) and s.finish_s == pytest.approx(0.14)
     df = requests_frame(res)
+    assert df.first_token_s[0] == pytest.approx(1.1) and df.finish_s[0] == pytest.approx(1.14)
     assert df.ttft_s[0] == pytest.approx(0.1) and df.e2e_s[0] == pytest.approx(0.14)
     assert df.tpot_s[0] == pytest.approx(0.01) and df.status[0] == "finished"
 

@@ -41,6 +41,7 @@ class Sequence:
         self.computed = 0
         self.status = Status.WAITING
         self.reason = ""
+        # Engine clock: seconds after the run's first arrival (SimResult.t0); requests_frame reports absolute times.
         self.admitted_s: float | None = None
         self.first_token_s: float | None = None
         self.finish_s: float | None = None

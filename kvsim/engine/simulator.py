@@ -54,13 +54,14 @@ class SimResult:
     pool_tokens: int
     sequences: list[Sequence]
     memory: MemoryTracker
-    end_s: float
+    end_s: float  # seconds after t0
     steps: int  # iterations simulated
     events: int  # step events + decode-run events processed
     preemptions: int
     wall_s: float
     extra: dict = field(default_factory=dict)  # allocator and scheduler counters
     shares_kv: bool = False  # the allocator can share KV (report what sharing saved)
+    t0: float = 0.0  # the first arrival: every time the engine keeps is seconds after it
 
 
 class Simulation:
@@ -69,6 +70,10 @@ class Simulation:
                  observer: StepObserver | None = None, progress: Callable[[int], None] | None = None,
                  fast_forward: bool = True, swap_timing: SwapTiming | None = None):
         self.requests = sorted(requests, key=lambda r: r.arrival_s)
+        # Time runs from the first arrival: traces with large absolute times (1e15 s) keep their precision.
+        self.t0 = self.requests[0].arrival_s if self.requests else 0.0
+        self._arrivals = [r.arrival_s - self.t0 for r in self.requests]
+        self.horizon = None if cfg.horizon_s is None else cfg.horizon_s - self.t0
         self.alloc = allocator
         self.latency = latency
         self.cfg = cfg
@@ -81,13 +86,13 @@ class Simulation:
         self.swap_timing = swap_timing
         self.swap_s = 0.0
         self._next = 0  # index of the next request to arrive
-        span = self.requests[-1].arrival_s - self.requests[0].arrival_s if self.requests else 0.0
+        span = self._arrivals[-1] if self.requests else 0.0
         self.memory = MemoryTracker(allocator.pool_tokens, resolution_s=max(span, 1.0) / 2000)
         self.steps = self.events = self.done = 0
 
     # --- helpers --------------------------------------------------------------------------
     def _release_arrivals(self, now: float) -> None:
-        while self._next < len(self.seqs) and self.requests[self._next].arrival_s <= now:
+        while self._next < len(self.seqs) and self._arrivals[self._next] <= now:
             seq = self.seqs[self._next]
             self._next += 1
             if not self.sched.add_arrival(seq):
@@ -103,7 +108,7 @@ class Simulation:
         self.memory.observe(t, self.sched.memory_breakdown(), self.alloc.shared_slots)
 
     def _next_arrival(self) -> float | None:
-        return self.requests[self._next].arrival_s if self._next < len(self.requests) else None
+        return self._arrivals[self._next] if self._next < len(self.requests) else None
 
     def _duration(self, plan: IterationPlan, now: float) -> float:
         """Seconds the plan takes; for a decode run, first cut it at the next arrival and the horizon."""
@@ -113,8 +118,8 @@ class Simulation:
             t_arr = self._next_arrival()
             if t_arr is not None and not self.sched.waiting:
                 k = lat.decode_steps_until(n, s0, t_arr - now, k)
-            if self.cfg.horizon_s is not None:
-                k = lat.decode_steps_until(n, s0, self.cfg.horizon_s - now, k)
+            if self.horizon is not None:
+                k = lat.decode_steps_until(n, s0, self.horizon - now, k)
             plan.steps = k
             return lat.decode_run_time(n, s0, k)
         dt = lat.step_time(plan.shape)
@@ -129,7 +134,7 @@ class Simulation:
     # --- the process --------------------------------------------------------------------------
     def _process(self, env: simpy.Environment):
         sched = self.sched
-        horizon = self.cfg.horizon_s
+        horizon = self.horizon
         stalls = 0  # consecutive iterations that scheduled nothing (preemption-only passes)
         while True:
             now = env.now
@@ -175,7 +180,7 @@ class Simulation:
 
     def run(self) -> SimResult:
         wall0 = time.perf_counter()
-        env = simpy.Environment(initial_time=self.requests[0].arrival_s if self.requests else 0.0)
+        env = simpy.Environment(initial_time=0.0)
         env.process(self._process(env))
         env.run()
         self.memory.finish()
@@ -189,4 +194,4 @@ class Simulation:
             extra["swap_time_s"] = self.swap_s
         return SimResult(self.alloc.name, self.alloc.pool_tokens, self.seqs, self.memory, env.now, self.steps,
                          self.events, self.sched.preemptions, time.perf_counter() - wall0, extra=extra,
-                         shares_kv=self.alloc.shares_kv)
+                         shares_kv=self.alloc.shares_kv, t0=self.t0)

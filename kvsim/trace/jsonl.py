@@ -67,6 +67,10 @@ def parse_request(obj: object, path: str, line: int, index: int) -> Request:
     rid = obj.get("id", index)
     if isinstance(rid, bool) or not isinstance(rid, (str, int)):
         raise TraceError(path, line, "id", f"must be a string or integer, got {json.dumps(rid)}")
+    try:
+        str(rid).encode("utf-8")
+    except UnicodeEncodeError:
+        raise TraceError(path, line, "id", f"is not valid Unicode text ({ascii(rid)})") from None
     hash_ids = hbt = None
     if obj.get("hash_ids") is not None:
         ids = obj["hash_ids"]
@@ -93,30 +97,43 @@ def load_trace(path: str | Path, skip_invalid: bool = False) -> LoadedTrace:
     skipped: list[tuple[int, str]] = []
     seen: dict[str, int] = {}
     with fh:
-        for lineno, text in enumerate(fh, start=1):
-            if not text.strip():
-                continue
-            try:
-                try:
-                    obj = json.loads(text)
-                except json.JSONDecodeError as e:
-                    raise TraceError(path, lineno, None, f"not valid JSON ({e.msg} at column {e.colno})") from None
-                req = parse_request(obj, path, lineno, len(requests) + len(skipped))
-                if req.id in seen:
-                    raise TraceError(path, lineno, "id", f"duplicate id '{req.id}' (first on line {seen[req.id]})")
-            except TraceError as e:
-                if not skip_invalid:
-                    raise
-                skipped.append((lineno, (f"field '{e.field}': " if e.field else "") + e.reason))
-                continue
-            seen[req.id] = lineno
-            requests.append(req)
+        lineno = 0
+        try:
+            for lineno, text in enumerate(fh, start=1):
+                if not text.strip():
+                    continue
+                _add_line(text, path, lineno, requests, skipped, seen, skip_invalid)
+        except UnicodeDecodeError:
+            raise TraceError(path, lineno + 1, None, "not UTF-8 text (a binary file?)") from None
     if not requests and not skipped:
         raise TraceError(path, 0, None, "no requests in file")
     unsorted = any(requests[i].arrival_s > requests[i + 1].arrival_s for i in range(len(requests) - 1))
     if unsorted:
         requests.sort(key=lambda r: r.arrival_s)
     return LoadedTrace(requests, path, skipped, unsorted)
+
+
+def _add_line(text: str, path: str, lineno: int, requests: list, skipped: list, seen: dict, skip_invalid: bool) -> None:
+    """Parse one line into ``requests`` (or, with ``skip_invalid``, record why not in ``skipped``)."""
+    try:
+        try:
+            obj = json.loads(text)
+        except json.JSONDecodeError as e:
+            hint = " (a CSV? convert it with `kvsim trace convert`)" if "," in text and not text.lstrip().startswith("{") \
+                else ""
+            raise TraceError(path, lineno, None, f"not valid JSON ({e.msg} at column {e.colno}){hint}") from None
+        except RecursionError:
+            raise TraceError(path, lineno, None, "JSON nested too deeply") from None
+        req = parse_request(obj, path, lineno, len(requests) + len(skipped))
+        if req.id in seen:
+            raise TraceError(path, lineno, "id", f"duplicate id '{req.id}' (first on line {seen[req.id]})")
+    except TraceError as e:
+        if not skip_invalid:
+            raise
+        skipped.append((lineno, (f"field '{e.field}': " if e.field else "") + e.reason))
+        return
+    seen[req.id] = lineno
+    requests.append(req)
 
 
 def request_to_dict(r: Request) -> dict:
@@ -133,6 +150,12 @@ def request_to_dict(r: Request) -> dict:
 
 
 def write_trace(requests: list[Request], path: str | Path) -> None:
-    with open(path, "w", encoding="utf-8") as fh:
-        for r in requests:
-            fh.write(json.dumps(request_to_dict(r), separators=(",", ":")) + "\n")
+    """Write requests as kvsim JSONL (atomically). Each is checked exactly as loading checks it, so kvsim
+    never writes a trace it would then reject."""
+    from kvsim.files import atomic_path
+
+    with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as fh:
+        for i, r in enumerate(requests):
+            d = request_to_dict(r)
+            parse_request(d, f"request {r.id!r} to be written to {path}", i + 1, i)
+            fh.write(json.dumps(d, separators=(",", ":"), allow_nan=False) + "\n")
