@@ -24,6 +24,8 @@ class MemoryConfig:
     kv_pool_gb: float | None = None  # GiB of KV pool per GPU, set directly
     num_blocks: int | None = None  # pool of this many blocks of `num_blocks_size` tokens
     num_blocks_size: int = 16
+    # Accept a set pool larger than the GPU's memory after weights (what-if studies: a cache that never evicts).
+    ignore_gpu_memory: bool = False
 
     def __post_init__(self) -> None:
         require(self.gpu_memory_utilization, FRACTION, "gpu_memory_utilization")
@@ -76,6 +78,24 @@ class PoolPlan:
         return self.pool_bytes // self.kv_bytes_per_token
 
 
+MAX_POOL_TOKENS = 1 << 40  # beyond this token counts stop being exact in float64 sums over a run
+
+
+def set_pool_problem(plan: PoolPlan, model: ModelSpec, gpu: GpuSpec, tp: int, ignore_gpu_memory: bool) -> str | None:
+    """Why a pool set directly (not derived) cannot be, or None. It must hold at least one block's worth of
+    tokens, at most MAX_POOL_TOKENS, and fit in the GPU's memory beside the weights unless told to ignore that."""
+    if plan.pool_tokens < 1:
+        return f"a pool of {plan.pool_bytes} bytes holds no token of {model.name} ({plan.kv_bytes_per_token} bytes each)"
+    if plan.pool_tokens > MAX_POOL_TOKENS:
+        return f"{plan.pool_tokens:,} token slots is beyond the {MAX_POOL_TOKENS:,} kvsim can account exactly"
+    room = gpu.memory_bytes - model.weight_bytes / tp
+    if plan.pool_bytes > room and not ignore_gpu_memory:
+        return (f"a {plan.pool_bytes / GiB:,.1f} GiB pool does not fit on {gpu.name} ({gpu.memory_bytes / GiB:.1f} GiB,"
+                f" {model.weight_bytes / tp / GiB:.1f} GiB of it weights at tensor parallel {tp}); use a bigger"
+                " --gpu, more --tensor-parallel-size, a smaller pool, or --ignore-gpu-memory for a what-if pool")
+    return None
+
+
 def plan_pool(model: ModelSpec, gpu: GpuSpec, mem: MemoryConfig, tp: int = 1) -> PoolPlan:
     """Size the KV pool of one GPU.
 
@@ -84,11 +104,16 @@ def plan_pool(model: ModelSpec, gpu: GpuSpec, mem: MemoryConfig, tp: int = 1) ->
     if tp <= 0 or model.kv_heads % tp:
         raise ConfigError(f"--tensor-parallel-size {tp}: must divide the model's kv_heads ({model.kv_heads})")
     per_token = model.kv_bytes_per_token // tp
-    if mem.num_blocks is not None:
-        return PoolPlan(mem.num_blocks * mem.num_blocks_size * per_token, per_token,
-                        f"--num-blocks {mem.num_blocks} x {mem.num_blocks_size} tokens")
-    if mem.kv_pool_gb is not None:
-        return PoolPlan(int(mem.kv_pool_gb * GiB), per_token, f"--kv-pool-gb {mem.kv_pool_gb:g}")
+    if mem.num_blocks is not None or mem.kv_pool_gb is not None:
+        if mem.num_blocks is not None:
+            plan = PoolPlan(mem.num_blocks * mem.num_blocks_size * per_token, per_token,
+                            f"--num-blocks {mem.num_blocks} x {mem.num_blocks_size} tokens")
+        else:
+            plan = PoolPlan(int(mem.kv_pool_gb * GiB), per_token, f"--kv-pool-gb {mem.kv_pool_gb:g}")
+        problem = set_pool_problem(plan, model, gpu, tp, mem.ignore_gpu_memory)
+        if problem:
+            raise ConfigError(f"{plan.source}: {problem}")
+        return plan
     usable = gpu.memory_bytes * mem.gpu_memory_utilization
     weights = model.weight_bytes / tp
     reserve = mem.activation_reserve_gb * GiB

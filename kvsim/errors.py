@@ -16,3 +16,7 @@ class TraceError(KvsimError):
         self.path, self.line, self.field, self.reason = path, line, field, reason
         where = f"{path}:{line}" + (f": field '{field}'" if field else "")
         super().__init__(f"{where}: {reason}")
+
+    def __reduce__(self):
+        # Rebuilt from its fields, so it crosses process boundaries (a sweep worker's error reaches the parent).
+        return (TraceError, (self.path, self.line, self.field, self.reason))

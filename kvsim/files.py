@@ -57,11 +57,26 @@ def check_output_file(path: str | Path, flag: str) -> Path:
     return p
 
 
+def file_digest(path: str | Path) -> str:
+    """SHA-256 of a file's bytes (hex), to tell whether results computed from it are still current."""
+    import hashlib
+
+    h = hashlib.sha256()
+    try:
+        with open(path, "rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                h.update(chunk)
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read: {e.strerror}") from None
+    return h.hexdigest()
+
+
 @contextmanager
 def atomic_path(path: str | Path) -> Iterator[Path]:
     """A temporary path beside ``path`` (same suffix) that replaces ``path`` once the block succeeds."""
     path = Path(path)
-    tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp{path.suffix}")
+    # pid + random: two processes (or two threads) writing the same file never share a temporary
+    tmp = path.with_name(f".{path.stem}.{os.getpid()}-{os.urandom(4).hex()}.tmp{path.suffix}")
     try:
         yield tmp
         os.replace(tmp, path)

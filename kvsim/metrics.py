@@ -11,7 +11,7 @@ from kvsim.engine.simulator import SimResult
 
 REQUEST_COLUMNS = ["id", "arrival_s", "prompt_tokens", "output_tokens", "status", "reason", "admitted_s",
                    "first_token_s", "finish_s", "ttft_s", "tpot_s", "e2e_s", "queue_s", "generated_tokens",
-                   "preemptions", "cached_prompt_tokens"]
+                   "preemptions", "cached_prompt_tokens", "cache_hit_tokens_all_starts"]
 
 
 def requests_frame(res: SimResult) -> pd.DataFrame:
@@ -19,7 +19,7 @@ def requests_frame(res: SimResult) -> pd.DataFrame:
     Built column by column: the per-request work is a few attribute reads, the arithmetic is numpy's."""
     seqs = res.sequences
     nan = float("nan")
-    status, reason, finish, generated, preempt, cached = [], [], [], [], [], []
+    status, reason, finish, generated, preempt, cached, cached_all = [], [], [], [], [], [], []
     for s in seqs:
         if s.samples:
             group = [s, *s.samples]
@@ -28,14 +28,16 @@ def requests_frame(res: SimResult) -> pd.DataFrame:
             finish.append(max(g.finish_s for g in group) if done else nan)
             generated.append(sum(g.generated for g in group))
             preempt.append(sum(g.preemptions for g in group))
-            cached.append(sum(g.cached_tokens for g in group))
+            cached.append(s.last_cached_tokens)
+            cached_all.append(sum(g.cached_tokens for g in group))
         else:
             done = s.status == Status.FINISHED
             reason.append(s.reason)
             finish.append(s.finish_s if done else nan)
             generated.append(s.generated)
             preempt.append(s.preemptions)
-            cached.append(s.cached_tokens)
+            cached.append(s.last_cached_tokens)
+            cached_all.append(s.cached_tokens)
         status.append(Status.REJECTED.value if s.status == Status.REJECTED else
                       Status.FINISHED.value if done else Status.UNFINISHED.value)
     arrival = np.fromiter((s.req.arrival_s for s in seqs), float, len(seqs))
@@ -54,7 +56,10 @@ def requests_frame(res: SimResult) -> pd.DataFrame:
         "first_token_s": first + t0, "finish_s": fin + t0, "ttft_s": first - rel, "tpot_s": tpot, "e2e_s": fin - rel,
         "queue_s": admitted - rel,
         "generated_tokens": np.asarray(generated, dtype=np.int64), "preemptions": np.asarray(preempt, dtype=np.int64),
-        "cached_prompt_tokens": np.asarray(cached, dtype=np.int64)}, columns=REQUEST_COLUMNS)
+        # prompt tokens the cache served at the latest (re)start (<= prompt), and summed over every restart
+        # and sample (what the run's hit rate counts)
+        "cached_prompt_tokens": np.asarray(cached, dtype=np.int64),
+        "cache_hit_tokens_all_starts": np.asarray(cached_all, dtype=np.int64)}, columns=REQUEST_COLUMNS)
 
 
 def _pct(values: pd.Series, q: float) -> float:
@@ -93,8 +98,14 @@ def run_summary(res: SimResult, req: pd.DataFrame | None = None) -> dict:
     out["peak_held_frac"] = mem.peak_held / res.pool_tokens
     span = mem.t_last - (mem.t_first or 0.0)
     if res.shares_kv:
-        out["mem_saved_by_sharing"] = mem.shared_integral / (span * res.pool_tokens) if span > 0 else 0.0
-        out["peak_saved_by_sharing"] = mem.peak_shared / res.pool_tokens
+        # Sharing (prefix hits, forks) stores a token state once for several holders. As a share of what
+        # the holders hold (bounded, < 1), and as a multiple of the pool (can exceed 1: the extra pool
+        # memory that holding everything unshared would have needed).
+        saved = mem.shared_integral / (span * res.pool_tokens) if span > 0 else 0.0
+        held = shares["token_states"] + saved
+        out["sharing_dedup_frac"] = saved / held if held > 0 else 0.0
+        out["saved_by_sharing_x_pool"] = saved
+        out["peak_saved_by_sharing_x_pool"] = mem.peak_shared / res.pool_tokens
     ex = res.extra
     if ex.get("lookup_tokens"):
         out["prefix_hit_rate_tokens"] = ex["hit_tokens"] / ex["lookup_tokens"]

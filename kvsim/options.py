@@ -67,6 +67,9 @@ OPTIONS: list[Option] = [
            None, int, POSITIVE_INT, default_text="derived from GPU memory"),
     Option("num_blocks_size", ("--num-blocks-size",), "tokens per block that --num-blocks counts", "KV pool",
            None, int, POSITIVE_INT, default_text="--block-size"),
+    Option("ignore_gpu_memory", ("--ignore-gpu-memory",),
+           "accept a --kv-pool-gb/--num-blocks pool larger than the GPU's memory after weights (what-if studies, "
+           "e.g. a cache that never evicts)", "KV pool", False, bool),
     Option("block_size", ("--block-size",), "tokens per KV block of allocators named without one (paged, radix)",
            "KV pool", 16, int, POSITIVE_INT),
     Option("swap_space", ("--swap-space", "--cpu-swap-gb"),
@@ -247,7 +250,15 @@ def config_from_options(values: Mapping[str, Any], naming: str = "flag"):
         partial_preemption=v["partial_preemption"],
     )
     mem = MemoryConfig(v["gpu_memory_utilization"], v["activation_reserve_gb"], v["kv_pool_gb"], v["num_blocks"],
-                       v["num_blocks_size"] or v["block_size"])
+                       v["num_blocks_size"] or v["block_size"], v["ignore_gpu_memory"])
+    if mem.num_blocks is not None or mem.kv_pool_gb is not None:
+        from kvsim.config import plan_pool
+
+        try:
+            plan_pool(model, gpu, mem, tp)  # a set pool must fit the GPU: fail here, naming the key
+        except ConfigError as e:
+            key = "num_blocks" if mem.num_blocks is not None else "kv_pool_gb"
+            raise ConfigError(f"{name(key)}: {str(e).split(': ', 1)[1]}") from None
     roof = RooflineParams(v["flops_efficiency"], v["bandwidth_efficiency"], v["step_overhead_ms"] / 1000)
     latency = v["latency"]
     if latency not in ("per-op", "roofline"):

@@ -8,6 +8,10 @@ radix tree) also keep released blocks' content findable until the blocks are nee
 
 Every pool holds to: blocks in use (ref > 0) + blocks :meth:`take` can hand out (empty or evictable)
 == num_blocks; :meth:`check_invariants` asserts it and each pool's own structure.
+
+Blocks come into existence lazily: ids ``len(ref)`` .. ``num_blocks - 1`` have never been handed out
+and cost no memory, so a pool of 10^8 blocks is as cheap as its busiest moment. Every pool hands out
+never-used blocks in ascending id order exactly where an eagerly built free list would have them.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ class BlockPool:
 
     def __init__(self, num_blocks: int):
         self.num_blocks = num_blocks
-        self.ref = [0] * num_blocks
+        self.ref: list[int] = []  # reference count by block id; grows when a never-used block is first taken
         self.evictions = 0  # cached blocks whose content was dropped to reuse the block
 
     # --- supply ------------------------------------------------------------------------------
@@ -38,6 +42,20 @@ class BlockPool:
     def take_one(self) -> int:
         """One block (the caller checked :attr:`num_free`), ref count 1."""
         return self.take(1)[0]
+
+    @property
+    def num_fresh(self) -> int:
+        """Blocks never handed out yet."""
+        return self.num_blocks - len(self.ref)
+
+    def _take_fresh(self, n: int) -> list[int]:
+        """The next n never-used blocks (ascending ids), ref count 1."""
+        start = len(self.ref)
+        self.ref.extend([1] * n)
+        return list(range(start, start + n))
+
+    def _fresh_order(self) -> list[int]:
+        return list(range(len(self.ref), self.num_blocks))
 
     def on_unreferenced(self, block: int) -> None:
         """``block``'s ref count just dropped to 0."""
@@ -81,37 +99,44 @@ class BlockPool:
 
     # --- checks --------------------------------------------------------------------------------
     def check_invariants(self) -> None:
-        assert len(self.ref) == self.num_blocks and min(self.ref, default=0) >= 0
+        assert len(self.ref) <= self.num_blocks and min(self.ref, default=0) >= 0
         order = self.free_order()
         assert len(order) == len(set(order)) == self.num_free, "a free block is listed twice"
-        assert set(order) == {b for b, r in enumerate(self.ref) if r == 0}, "free set != unreferenced blocks"
+        unreferenced = {b for b, r in enumerate(self.ref) if r == 0} | set(self._fresh_order())
+        assert set(order) == unreferenced, "free set != unreferenced blocks"
         in_use = sum(1 for r in self.ref if r > 0)
         assert in_use + self.num_free == self.num_blocks, "in use + free + evictable != total"
 
 
 class FreeStackPool(BlockPool):
-    """No cache: free blocks on a stack, the most recently freed handed out first."""
+    """No cache: freed blocks on a stack, the most recently freed handed out first, then never-used ones."""
 
     def __init__(self, num_blocks: int):
         super().__init__(num_blocks)
-        self._free: list[int] = list(range(num_blocks - 1, -1, -1))
+        self._free: list[int] = []  # freed blocks, the most recent last
 
     @property
     def num_free(self) -> int:
-        return len(self._free)
+        return len(self._free) + self.num_blocks - len(self.ref)
 
     def take_one(self) -> int:
-        b = self._free.pop()
-        self.ref[b] = 1
-        return b
+        if self._free:
+            b = self._free.pop()
+            self.ref[b] = 1
+            return b
+        self.ref.append(1)
+        return len(self.ref) - 1
 
     def take(self, n: int) -> list[int]:
         free, ref = self._free, self.ref
-        out = free[len(free) - n:]
-        del free[len(free) - n:]
+        k = min(n, len(free))
+        out = free[len(free) - k:]
+        del free[len(free) - k:]
         out.reverse()  # the most recently freed first
         for b in out:
             ref[b] = 1
+        if k < n:
+            out.extend(self._take_fresh(n - k))
         return out
 
     def on_unreferenced(self, block: int) -> None:
@@ -121,4 +146,4 @@ class FreeStackPool(BlockPool):
         self._free.extend(blocks)
 
     def free_order(self) -> list[int]:
-        return self._free[::-1]
+        return self._free[::-1] + self._fresh_order()

@@ -5,7 +5,8 @@
 - A block whose reference count drops to 0 keeps its hash and joins the free queue. With the default
   ``lru`` policy that is vLLM V1's queue exactly: every free block, cached or not, in the order it was
   freed (a request's tail blocks first, so they go before its head); blocks are taken from the head,
-  and a taken block that still carries a hash is evicted then (lazily). Other policies
+  and a taken block that still carries a hash is evicted then (lazily). Never-used blocks (block_pool.py)
+  stand at the head of the queue. Other policies
   (cache_eviction.py) take empty blocks first, then cached blocks by their key.
 """
 
@@ -22,8 +23,8 @@ from kvsim.trace.request import Request
 class _LruQueue:
     """vLLM V1's free block queue: every free block, cached or not, in the order it was freed."""
 
-    def __init__(self, blocks: range):
-        self._q: OrderedDict[int, None] = OrderedDict((b, None) for b in blocks)
+    def __init__(self):
+        self._q: OrderedDict[int, None] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._q)
@@ -44,8 +45,8 @@ class _LruQueue:
 class _KeyedQueue:
     """Empty blocks first (oldest first), then cached blocks by the policy's key (a lazy heap)."""
 
-    def __init__(self, blocks: range, key: EvictionKey, uses: dict[int, BlockUse]):
-        self._empty: deque[int] = deque(blocks)
+    def __init__(self, key: EvictionKey, uses: dict[int, BlockUse]):
+        self._empty: deque[int] = deque()
         self._heap: list[tuple[tuple, int, int]] = []
         self._live: dict[int, int] = {}  # cached free block -> its heap entry's tick
         self._tick = 0
@@ -91,20 +92,22 @@ class HashedBlockPool(BlockPool):
         # V1's own queue needs no use records; the other policies sort cached blocks by them.
         self._uses: dict[int, BlockUse] | None = None
         if eviction == "lru":
-            self._queue: _LruQueue | _KeyedQueue = _LruQueue(range(num_blocks))
+            self._queue: _LruQueue | _KeyedQueue = _LruQueue()
         else:
             self._uses = {}
-            self._queue = _KeyedQueue(range(num_blocks), get_eviction_key(eviction), self._uses)
+            self._queue = _KeyedQueue(get_eviction_key(eviction), self._uses)
         self._tick = 0
 
     # --- supply ------------------------------------------------------------------------------
     @property
     def num_free(self) -> int:
-        return len(self._queue)
+        return len(self._queue) + self.num_blocks - len(self.ref)
 
     def take(self, n: int) -> list[int]:
-        out = []
-        for _ in range(n):
+        # Never-used blocks sit at the head of vLLM's queue (and are empty for the other policies).
+        fresh = min(n, self.num_blocks - len(self.ref))
+        out = self._take_fresh(fresh) if fresh else []
+        for _ in range(n - fresh):
             b = self._queue.pop()
             h = self._hash_of.pop(b, None)
             if h is not None:  # lazy eviction of a cached block
@@ -124,7 +127,7 @@ class HashedBlockPool(BlockPool):
         self._queue.push(block, cached)
 
     def free_order(self) -> list[int]:
-        return self._queue.order()
+        return self._fresh_order() + self._queue.order()
 
     # --- prefix reuse ------------------------------------------------------------------------------
     def lookup(self, chain: list[int]) -> list[int]:

@@ -262,7 +262,7 @@ class PagedAllocator(KVAllocator):
         return super().memory_breakdown(filled_tokens - self._shared_extra, next_request)
 
     def check_invariants(self) -> None:
-        count = [0] * self.num_blocks
+        count = [0] * len(self.ref)
         for table in self._tables.values():
             for b in table:
                 count[b] += 1

@@ -51,7 +51,7 @@ class RadixBlockPool(FreeStackPool):
     # --- supply ------------------------------------------------------------------------------
     @property
     def num_free(self) -> int:
-        return len(self._free) + self._unreferenced
+        return len(self._free) + self.num_blocks - len(self.ref) + self._unreferenced
 
     def _push_if_leaf(self, node: _Node) -> None:
         if node is not self.root and not node.children and self.ref[node.block] == 0:
@@ -74,7 +74,13 @@ class RadixBlockPool(FreeStackPool):
     def take(self, n: int) -> list[int]:
         out = []
         for _ in range(n):
-            b = self._free.pop() if self._free else self._evict_one()
+            if self._free:
+                b = self._free.pop()
+            elif len(self.ref) < self.num_blocks:
+                out.extend(self._take_fresh(1))
+                continue
+            else:
+                b = self._evict_one()
             self.ref[b] = 1
             out.append(b)
         return out
@@ -99,7 +105,7 @@ class RadixBlockPool(FreeStackPool):
     def free_order(self) -> list[int]:
         # empty blocks first; cached ones are evicted leaf by leaf, so list the unreferenced nodes
         cached = [n.block for n in self._node_of.values() if self.ref[n.block] == 0]
-        return self._free[::-1] + cached
+        return self._free[::-1] + self._fresh_order() + cached
 
     # --- prefix reuse ------------------------------------------------------------------------------
     def lookup(self, chain: list[int]) -> list[int]:

@@ -59,13 +59,22 @@ def print_plan(cap, slos, target) -> None:
     hdr = (f"{'configuration':<34} {'max req/s':>9} {'steps':>5} {'replicas':>8} {'$/M out tok':>11} {'TTFT p99':>8} "
            f"{'TPOT p99':>8}")
     print(hdr)
+    notes = []
     for _, r in cap.iterrows():
+        status = r.get("search", "found")
         if r.get("meets_slo"):
-            print(f"{r['config']:<34} {r['max_rate_req_s']:9.3f} {int(r['search_steps']):5d} "
+            rate = f"{r['max_rate_req_s']:.3f}"
+            rate = (">=" + rate) if status == "lower-bound" else (rate + "~") if status == "unconverged" else rate
+            print(f"{r['config']:<34} {rate:>9} {int(r['search_steps']):5d} "
                   f"{format_cell(r.get('replicas'), '{:d}'):>8} {format_cell(r.get('cost_per_m_output_tokens'), '{:.3f}'):>11} "
                   f"{r['at_max_ttft_p99_s']:8.3f} {r['at_max_tpot_p99_s']:8.4f}")
+            if status != "found":
+                notes.append(f"{r['config']}: {r['reason']}")
         else:
-            print(f"{r['config']:<34} {'never':>9} {int(r['search_steps']):5d}   {r['reason']}")
+            label = "never" if status == "never" else "not found"
+            print(f"{r['config']:<34} {label:>9} {int(r['search_steps']):5d}   {r['reason']}")
+    for n in notes:
+        print("  " + n)
 
 
 def cmd_sweep(a: argparse.Namespace) -> int:

@@ -6,6 +6,7 @@ import argparse
 
 from kvsim.commands.args import any_int, non_negative, positive, positive_int, number
 from kvsim.validation import Number
+MAX_SIGMA = 10.0  # as kvsim.trace.generate (not imported here: numpy stays out of start-up)
 
 SCENARIOS = ["system-prompt", "few-shot", "multi-turn", "doc-summary"]
 
@@ -78,9 +79,9 @@ def register(sub) -> None:
     g.add_argument("--cv", type=positive, default=1.0,
                    help="gamma arrivals: coefficient of variation of the gaps (> 1 is burstier than Poisson) [default: 1]")
     g.add_argument("--prompt-mean", type=positive, default=300.0, help="lognormal prompt mean, tokens [default: 300]")
-    g.add_argument("--prompt-sigma", type=non_negative, default=1.0, help="lognormal prompt shape [default: 1]")
+    g.add_argument("--prompt-sigma", type=number(float, Number(min=0, max=MAX_SIGMA)), default=1.0, help="lognormal prompt shape (<= 10) [default: 1]")
     g.add_argument("--output-mean", type=positive, default=250.0, help="lognormal output mean, tokens [default: 250]")
-    g.add_argument("--output-sigma", type=non_negative, default=1.0, help="lognormal output shape [default: 1]")
+    g.add_argument("--output-sigma", type=number(float, Number(min=0, max=MAX_SIGMA)), default=1.0, help="lognormal output shape (<= 10) [default: 1]")
     g.add_argument("--max-total", type=number(int, Number(integer=True, min=2)), default=4096,
                    help="cap on prompt + output tokens (>= 2) [default: 4096]")
     g.add_argument("--lengths-csv", help="sample (prompt, output) pairs from this CSV instead of lognormals "

@@ -280,6 +280,7 @@ class Scheduler:
                 self.counts["lookup_tokens"] += seq.prompt
                 self.counts["hit_tokens"] += start
                 seq.cached_tokens += start
+                seq.last_cached_tokens = start
             self.filled_tokens += start - in_gpu
             seq.computed = start
             seq.status = Status.RUNNING

@@ -27,7 +27,7 @@ class Sequence:
     reaches ``known``, the model emits the next token."""
 
     __slots__ = ("sid", "req", "prompt", "target", "generated", "computed", "status", "reason",
-                 "admitted_s", "first_token_s", "finish_s", "preemptions", "last_scheduled_s", "cached_tokens",
+                 "admitted_s", "first_token_s", "finish_s", "preemptions", "last_scheduled_s", "cached_tokens", "last_cached_tokens",
                  "swapped", "seats", "parent", "samples", "forked",
                  # position in the running batch (admission order), and the incremental scheduler's lazy state
                  "key", "lazy", "base", "c0", "g0", "grow_iter", "finish_iter", "lazy_from")
@@ -48,6 +48,7 @@ class Sequence:
         self.preemptions = 0
         self.last_scheduled_s = 0.0
         self.cached_tokens = 0  # prompt tokens served from a prefix cache (summed over restarts)
+        self.last_cached_tokens = 0  # of those, at the latest (re)start (<= prompt)
         self.swapped = False  # KV is in the CPU swap pool
         self.seats = req.n  # seats in the running batch: all samples until they fork, then one each
         self.parent: Sequence | None = None  # for a parallel sample: the sequence it forked from

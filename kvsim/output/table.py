@@ -25,7 +25,7 @@ COMPARE_COLUMNS = [
     ("swap_fallback_recompute", "swap-full", "{:d}"),
     ("prefix_hit_rate_tokens", "hit%", "pct"),
     ("evictions", "evict", "{:d}"),
-    ("mem_saved_by_sharing", "saved%", "pct"),
+    ("sharing_dedup_frac", "dedup%", "pct"),
     ("mem_token_states", "token%", "pct"),
     ("mem_reserved", "resv%", "pct"),
     ("mem_internal_frag", "int%", "pct"),
@@ -47,7 +47,7 @@ def format_cell(value, fmt: str) -> str:
 
 # Shown only when some run has a non-zero value (features that were not in play stay out of the way).
 OPTIONAL = {"preempt_recompute", "preempt_swap", "preempt_partial", "swap_fallback_recompute",
-            "prefix_hit_rate_tokens", "evictions", "mem_saved_by_sharing"}
+            "prefix_hit_rate_tokens", "evictions", "sharing_dedup_frac"}
 
 
 def _shown(key: str, summaries: list[dict]) -> bool:

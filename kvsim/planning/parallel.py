@@ -5,6 +5,9 @@ Results come back in input order whatever the backend, so the same jobs give the
 
 from __future__ import annotations
 
+import os
+import threading
+import time
 from typing import Callable, Iterable
 
 from kvsim.errors import ConfigError
@@ -34,7 +37,8 @@ def run_jobs(fn: Callable, items: list, workers: int = 1, backend: str = "local"
                 import concurrent.futures as cf
                 import multiprocessing as mp
 
-                with cf.ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn")) as ex:
+                with cf.ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"),
+                                            initializer=watch_parent, initargs=(os.getpid(),)) as ex:
                     futs = {ex.submit(fn, it): i for i, it in enumerate(items)}
                     for f in cf.as_completed(futs):
                         got(futs[f], f.result())
@@ -45,7 +49,38 @@ def run_jobs(fn: Callable, items: list, workers: int = 1, backend: str = "local"
     return results
 
 
+def watch_parent(parent_pid: int, interval_s: float = 1.0) -> None:
+    """In a worker process: exit as soon as the process that started it is gone (even killed with -9, which
+    gives it no chance to stop its workers), instead of finishing orphaned simulations nobody will read."""
+    def watch() -> None:
+        while True:
+            time.sleep(interval_s)
+            if os.getppid() != parent_pid:
+                os._exit(1)
+
+    threading.Thread(target=watch, name="kvsim-parent-watch", daemon=True).start()
+
+
+def check_ray_address(address: str, timeout_s: float = 5.0) -> None:
+    """Fail fast (one line) if a Ray cluster address HOST:PORT does not accept connections, rather than
+    letting ray.init retry for minutes."""
+    import socket
+
+    if address in ("auto", "local"):
+        return
+    hostport = address.split("://", 1)[-1].rstrip("/")
+    host, sep, port = hostport.rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        raise ConfigError(f"--address '{address}': expected HOST:PORT (or ray://HOST:PORT, or auto)")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+    except OSError as e:
+        raise ConfigError(f"--address {address}: no Ray cluster answers there ({e.strerror or e})") from None
+
+
 def _run_ray(fn: Callable, items: Iterable, workers: int, address: str | None, got) -> None:
+    if address:
+        check_ray_address(address)
     try:
         import ray
     except ImportError:

@@ -39,9 +39,12 @@ def parse_gpus(text: str) -> list[tuple[str, float | None]]:
     for part in filter(None, (p.strip() for p in text.split(","))):
         name, _, cost = part.partition(":")
         try:
-            out.append((name, float(cost) if cost else None))
+            c = float(cost) if cost else None
         except ValueError:
-            raise ConfigError(f"--gpus '{part}': cost must be a number of $ per GPU-hour") from None
+            c = float("nan")
+        if c is not None and not (math.isfinite(c) and c >= 0):
+            raise ConfigError(f"--gpus '{part}': cost must be a finite number >= 0 of $ per GPU-hour")
+        out.append((name, c))
     if not out:
         raise ConfigError("--gpus is empty")
     return out
@@ -139,12 +142,19 @@ def run_job(job: PlanJob) -> tuple[dict, list[dict]]:
     from kvsim.planning.point import build, trace_rate
 
     cfg, reqs, _ = build(job.point)
-    cap = find_capacity(lambda r: _evaluate(job.point, job.slos, r), trace_rate(reqs), job.tol, job.max_steps)
+    base_rate = trace_rate(reqs)
+    if not math.isfinite(base_rate):
+        from kvsim.planning.point import no_gaps_message
+
+        raise ConfigError(no_gaps_message(str(job.point["trace"]), len(reqs))
+                          + "; capacity planning needs arrivals spread over time")
+    cap = find_capacity(lambda r: _evaluate(job.point, job.slos, r), base_rate, job.tol, job.max_steps)
     cfg_cols = {"config": job.label, "gpu": job.point["gpu"], "allocator": job.point["allocator"], **job.extra}
     best = max((e for e in cap.evaluations if e.ok), key=lambda e: e.rate, default=None)
+    reason = _why_never(job.point, job.slos, cap.reason) if cap.status == "never" else cap.reason
     row = {**cfg_cols, "max_rate_req_s": cap.max_rate, "meets_slo": cap.max_rate is not None,
-           "search_steps": cap.steps, "bracket_lo": cap.bracket[0], "bracket_hi": cap.bracket[1],
-           "tolerance": cap.tolerance, "reason": "" if cap.max_rate is not None else _why_never(job.point, job.slos, cap.reason),
+           "search": cap.status, "search_steps": cap.steps, "bracket_lo": cap.bracket[0], "bracket_hi": cap.bracket[1],
+           "tolerance": cap.tolerance, "reason": reason,
            "cost_per_gpu_hour": job.cost_per_hour}
     if best is not None:
         row.update({f"at_max_{k}": best.summary.get(k) for k in REPORT_METRICS})

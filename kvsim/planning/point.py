@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import math
 import json
 
 from kvsim.engine.sequence import Status
@@ -39,13 +40,19 @@ def trace_rate(requests) -> float:
     return (len(requests) - 1) / span if span > 0 else float("inf")
 
 
+def no_gaps_message(what: str, n: int) -> str:
+    """Why a trace's rate cannot be scaled: it has no arrival gaps."""
+    who = f"{what} has a single request" if n == 1 else f"all {n} requests of {what} arrive at the same time"
+    return f"{who}: there are no arrival gaps to scale to another rate"
+
+
 def scale_to_rate(requests, rate: float) -> list[Request]:
     """The same requests with inter-arrival gaps scaled so that the mean rate is ``rate``."""
-    if rate <= 0:
-        raise ConfigError(f"rate must be > 0, got {rate}")
+    if not (math.isfinite(rate) and rate > 0):
+        raise ConfigError(f"rate must be a finite number > 0, got {rate}")
     base = trace_rate(requests)
-    if base == float("inf"):
-        return list(requests)
+    if not math.isfinite(base):
+        raise ConfigError(no_gaps_message("the trace", len(requests)) + " (drop 'rate' / 'rate_scale' for it)")
     f = base / rate
     t0 = requests[0].arrival_s
     return [Request(r.id, t0 + (r.arrival_s - t0) * f, r.prompt_tokens, r.output_tokens, r.priority, r.hash_ids,
@@ -74,6 +81,8 @@ def build(point: dict):
     """(SimConfig, requests, allocator spec) for a point."""
     cfg, spec, opts = point_config(point)
     reqs = list(_load(str(point["trace"]), bool(opts.get("skip_invalid", False))))
+    if (point.get("rate") is not None or point.get("rate_scale") is not None) and not math.isfinite(trace_rate(reqs)):
+        raise ConfigError(no_gaps_message(str(point["trace"]), len(reqs)) + " (drop 'rate' / 'rate_scale' for it)")
     if point.get("rate") is not None:
         reqs = scale_to_rate(reqs, _rate(point["rate"], "rate"))
     elif point.get("rate_scale") is not None:

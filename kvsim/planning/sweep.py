@@ -11,8 +11,10 @@ GRID.yaml:
     points:          # optional explicit extra points (merged over base)
       - {allocator: oracle, rate: 6}
 
-Each finished point is saved at once under ``OUT.parts/<point id>.json``; a rerun skips points whose
-part exists, so an interrupted sweep resumes without redoing finished work. The table is assembled in
+Each finished point is saved at once under ``OUT.parts/<key>.json``; a rerun skips points whose
+part exists, so an interrupted sweep resumes without redoing finished work. The key covers the point's
+options, the bytes of its trace file and the kvsim version: editing a trace (or upgrading kvsim)
+recomputes the points that used it. The table is assembled in
 the points' order, so local and Ray runs of the same grid give the same table.
 """
 
@@ -25,6 +27,7 @@ from pathlib import Path
 import pandas as pd
 
 from kvsim.errors import ConfigError
+from kvsim.files import atomic_path, write_text_atomically
 from kvsim.planning.point import point_id
 
 
@@ -92,21 +95,38 @@ def validate_points(points: list[dict]) -> None:
         seen_traces.add(t)
 
 
+def resume_keys(points: list[dict]) -> list[str]:
+    """Per point, the name of its saved part: its options + its trace's content + the kvsim version."""
+    import hashlib
+
+    from kvsim import __version__
+    from kvsim.files import file_digest
+
+    digests: dict[str, str] = {}
+    keys = []
+    for p in points:
+        t = str(p["trace"])
+        if t not in digests:
+            digests[t] = file_digest(t)
+        h = hashlib.sha256(f"{point_id(p)}|{digests[t]}|{__version__}".encode()).hexdigest()
+        keys.append(f"{point_id(p)}-{h[:16]}")
+    return keys
+
+
 def run_sweep(points: list[dict], out: str, workers: int = 1, backend: str = "local",
               address: str | None = None) -> tuple[pd.DataFrame, int, int]:
     """(table, points computed now, points reused from an earlier run)."""
     validate_points(points)
     parts = Path(str(out) + ".parts")
     parts.mkdir(parents=True, exist_ok=True)
-    ids = [point_id(p) for p in points]
+    ids = resume_keys(points)
     todo = [(i, p) for i, (p, pid) in enumerate(zip(points, ids)) if not (parts / f"{pid}.json").exists()]
     reused = len(points) - len(todo)
 
     def save(j: int, row: dict) -> None:
-        pid = ids[todo[j][0]]
-        tmp = parts / f"{pid}.json.tmp"
-        tmp.write_text(json.dumps(row, default=str), encoding="utf-8")
-        tmp.replace(parts / f"{pid}.json")  # atomic: a killed sweep never leaves half a part
+        # atomic, under a temporary name of its own: a killed sweep never leaves half a part, and two
+        # sweeps into one folder never write the same temporary file
+        write_text_atomically(parts / f"{ids[todo[j][0]]}.json", json.dumps(row, default=str))
 
     from kvsim.planning.parallel import run_jobs
 
@@ -120,13 +140,14 @@ def run_sweep(points: list[dict], out: str, workers: int = 1, backend: str = "lo
 
 def write_table(df: pd.DataFrame, out: str) -> None:
     Path(out).parent.mkdir(parents=True, exist_ok=True)
-    if str(out).endswith(".parquet"):
-        try:
-            df.to_parquet(out, index=False)
-        except ImportError:
-            raise ConfigError("a .parquet output needs pyarrow (pip install 'kvsim[parquet]')") from None
-    else:
-        df.to_csv(out, index=False)
+    with atomic_path(out) as tmp:
+        if str(out).endswith(".parquet"):
+            try:
+                df.to_parquet(tmp, index=False)
+            except ImportError:
+                raise ConfigError("a .parquet output needs pyarrow (pip install 'kvsim[parquet]')") from None
+        else:
+            df.to_csv(tmp, index=False)
 
 
 def read_table(path: str) -> pd.DataFrame:

@@ -15,6 +15,7 @@ from kvsim.allocators.base import MEMORY_CATEGORIES
 from kvsim.planning.slo import Slo
 
 CAPACITY_COLUMNS = [("config", "configuration"), ("max_rate_req_s", "max rate (req/s)"), ("meets_slo", "meets SLO"),
+                    ("search", "search"),
                     ("search_steps", "steps"), ("tolerance", "tolerance"), ("replicas", "replicas"), ("gpus", "GPUs"),
                     ("cost_per_hour", "$/hour"), ("cost_per_m_output_tokens", "$ per M output tokens"),
                     ("at_max_ttft_p99_s", "TTFT p99 (s)"), ("at_max_tpot_p99_s", "TPOT p99 (s)"),

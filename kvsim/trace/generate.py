@@ -9,6 +9,9 @@ import numpy as np
 
 from kvsim.errors import ConfigError
 from kvsim.trace.request import Request
+from kvsim.validation import NON_NEGATIVE, POSITIVE, Number, require
+
+MAX_SIGMA = 10.0  # lognormal shape beyond which samples overflow float64 for any sensible mean
 
 # Column pairs accepted for empirical length CSVs (prompt, output).
 LENGTH_COLUMNS = [
@@ -26,6 +29,12 @@ class ArrivalSpec:
     rate: float = 1.0  # requests per second
     cv: float = 1.0  # coefficient of variation of inter-arrival times (gamma only; > 1 = bursty)
 
+    def __post_init__(self) -> None:
+        if self.process not in ("poisson", "gamma"):
+            raise ConfigError(f"unknown arrival process '{self.process}' (poisson, gamma)")
+        require(self.rate, POSITIVE, "rate")
+        require(self.cv, POSITIVE, "cv")
+
 
 @dataclass(frozen=True)
 class LengthSpec:
@@ -36,21 +45,25 @@ class LengthSpec:
     max_total: int = 4096  # prompt + output never exceed this (outputs are clipped first)
     lengths_csv: str | None = None  # sample (prompt, output) pairs from this CSV instead
 
+    def __post_init__(self) -> None:
+        for name in ("prompt_mean", "output_mean"):
+            require(getattr(self, name), POSITIVE, name)
+        for name in ("prompt_sigma", "output_sigma"):
+            require(getattr(self, name), Number(min=0, max=MAX_SIGMA), name)
+        require(self.max_total, Number(integer=True, min=2, max=1 << 40), "max_total")
+
 
 def arrival_times(spec: ArrivalSpec, n: int, rng: np.random.Generator) -> np.ndarray:
     """n arrival times in seconds, starting at 0."""
-    if spec.rate <= 0:
-        raise ConfigError("--rate must be > 0")
-    if spec.process == "poisson":
-        gaps = rng.exponential(1.0 / spec.rate, size=n)
-    elif spec.process == "gamma":
-        if spec.cv <= 0:
-            raise ConfigError("--cv must be > 0")
-        shape = 1.0 / spec.cv**2
-        gaps = rng.gamma(shape, 1.0 / (spec.rate * shape), size=n)
-    else:
-        raise ConfigError(f"unknown arrival process '{spec.process}' (poisson, gamma)")
-    t = np.cumsum(gaps)
+    with np.errstate(over="ignore", divide="ignore"):
+        if spec.process == "poisson":
+            gaps = rng.exponential(1.0 / spec.rate, size=n)
+        else:
+            shape = 1.0 / spec.cv**2
+            gaps = rng.gamma(shape, 1.0 / (spec.rate * shape), size=n)
+        t = np.cumsum(gaps)
+    if not np.isfinite(t[-1]) or not np.isfinite(gaps).all():
+        raise ConfigError(f"rate {spec.rate:g}/s (cv {spec.cv:g}) puts arrivals beyond float range; raise the rate")
     return t - t[0]
 
 
@@ -60,29 +73,43 @@ def read_lengths_csv(path: str) -> np.ndarray:
         fh = open(path, newline="", encoding="utf-8")
     except OSError as e:
         raise ConfigError(f"{path}: cannot open: {e.strerror}") from None
-    with fh:
-        reader = csv.DictReader(fh)
-        cols = reader.fieldnames or []
-        pair = next(((p, o) for p, o in LENGTH_COLUMNS if p in cols and o in cols), None)
-        if pair is None:
-            raise ConfigError(f"{path}: no length columns found; need one of "
-                              + ", ".join(f"{p}+{o}" for p, o in LENGTH_COLUMNS))
-        rows = []
-        for lineno, row in enumerate(reader, start=2):
-            try:
-                p, o = int(float(row[pair[0]])), int(float(row[pair[1]]))
-            except (TypeError, ValueError):
-                raise ConfigError(f"{path}:{lineno}: field '{pair[0]}'/'{pair[1]}' is not a number") from None
-            if p > 0 and o > 0:
-                rows.append((p, o))
+    try:
+        with fh:
+            return _lengths_table(path, csv.DictReader(fh))
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not UTF-8 text (a binary file?)") from None
+    except csv.Error as e:
+        raise ConfigError(f"{path}: not valid CSV ({e})") from None
+
+
+def _lengths_table(path: str, reader: csv.DictReader) -> np.ndarray:
+    cols = reader.fieldnames or []
+    pair = next(((p, o) for p, o in LENGTH_COLUMNS if p in cols and o in cols), None)
+    if pair is None:
+        raise ConfigError(f"{path}: no length columns found; need one of "
+                          + ", ".join(f"{p}+{o}" for p, o in LENGTH_COLUMNS))
+    rows = []
+    for lineno, row in enumerate(reader, start=2):
+        try:
+            pf, of = float(row[pair[0]]), float(row[pair[1]])
+            p, o = int(pf), int(of)
+        except (TypeError, ValueError, OverflowError):
+            raise ConfigError(f"{path}:{lineno}: field '{pair[0]}'/'{pair[1]}' is not a finite number") from None
+        if max(pf, of) > 1 << 40:
+            raise ConfigError(f"{path}:{lineno}: field '{pair[0]}'/'{pair[1]}' is beyond {1 << 40:,} tokens")
+        if p > 0 and o > 0:
+            rows.append((p, o))
     if not rows:
         raise ConfigError(f"{path}: no rows with positive lengths")
     return np.asarray(rows, dtype=np.int64)
 
 
-def _lognormal(rng: np.random.Generator, mean: float, sigma: float, n: int) -> np.ndarray:
+def _lognormal(rng: np.random.Generator, mean: float, sigma: float, n: int, cap: float = 1 << 40) -> np.ndarray:
+    """n lognormal token counts with this mean, in [1, cap] (clipped as floats, before the integer cast)."""
     mu = np.log(mean) - sigma**2 / 2
-    return np.maximum(1, np.round(rng.lognormal(mu, sigma, size=n))).astype(np.int64)
+    with np.errstate(over="ignore"):
+        x = rng.lognormal(mu, sigma, size=n)
+    return np.clip(np.round(x), 1, cap).astype(np.int64)
 
 
 def sample_lengths(spec: LengthSpec, n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
@@ -91,8 +118,8 @@ def sample_lengths(spec: LengthSpec, n: int, rng: np.random.Generator) -> tuple[
         pick = table[rng.integers(0, len(table), size=n)]
         prompt, output = pick[:, 0].copy(), pick[:, 1].copy()
     else:
-        prompt = _lognormal(rng, spec.prompt_mean, spec.prompt_sigma, n)
-        output = _lognormal(rng, spec.output_mean, spec.output_sigma, n)
+        prompt = _lognormal(rng, spec.prompt_mean, spec.prompt_sigma, n, spec.max_total)
+        output = _lognormal(rng, spec.output_mean, spec.output_sigma, n, spec.max_total)
     prompt = np.minimum(prompt, spec.max_total - 1)
     output = np.clip(output, 1, spec.max_total - prompt)
     return prompt, output

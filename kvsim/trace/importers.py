@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -17,6 +18,7 @@ import numpy as np
 
 from kvsim.errors import TraceError
 from kvsim.trace.generate import ArrivalSpec, arrival_times
+from kvsim.trace.jsonl import MAX_TOKENS
 from kvsim.trace.request import Request
 
 FORMATS = ("mooncake", "azure", "burstgpt", "vidur", "lengths-csv")
@@ -42,7 +44,11 @@ def _num(row: dict, col: str, path: str, line: int, kind=int):
         x = float(v)
     except ValueError:
         raise TraceError(path, line, col, f"not a number: {v!r}") from None
+    if not math.isfinite(x):
+        raise TraceError(path, line, col, f"must be a finite number, got {v!r}")
     if kind is int:
+        if abs(x) > MAX_TOKENS:
+            raise TraceError(path, line, col, f"must be at most {MAX_TOKENS:,} tokens, got {v!r}")
         if not x.is_integer():
             raise TraceError(path, line, col, f"must be an integer, got {v!r}")
         return int(x)
@@ -56,11 +62,35 @@ def _csv_rows(path: str, required: tuple[str, ...]):
         raise TraceError(path, 0, None, f"cannot open: {e.strerror}") from None
     with fh:
         reader = csv.DictReader(fh)
+        try:
+            reader.fieldnames
+        except UnicodeDecodeError:
+            raise TraceError(path, 1, None, "not UTF-8 text (a binary file?)") from None
+        except csv.Error as e:
+            raise TraceError(path, 1, None, f"not valid CSV ({e})") from None
         missing = [c for c in required if c not in (reader.fieldnames or [])]
         if missing:
             raise TraceError(path, 1, missing[0], f"column missing from header (have: {', '.join(reader.fieldnames or [])})")
-        for i, row in enumerate(reader, start=2):
-            yield i, row
+        i = 1
+        try:
+            for i, row in enumerate(reader, start=2):
+                yield i, row
+        except UnicodeDecodeError:
+            raise TraceError(path, i + 1, None, "not UTF-8 text (a binary file?)") from None
+        except csv.Error as e:
+            raise TraceError(path, i + 1, None, f"not valid CSV ({e})") from None
+
+
+def _csv_header(path: str) -> list[str]:
+    try:
+        with open(path, newline="", encoding="utf-8") as fh:
+            return next(csv.reader(fh), [])
+    except OSError as e:
+        raise TraceError(path, 0, None, f"cannot open: {e.strerror}") from None
+    except UnicodeDecodeError:
+        raise TraceError(path, 1, None, "not UTF-8 text (a binary file?)") from None
+    except csv.Error as e:
+        raise TraceError(path, 1, None, f"not valid CSV ({e})") from None
 
 
 def _lengths_ok(p: int, o: int, skipped: Counter) -> bool:
@@ -81,33 +111,55 @@ def from_mooncake(path: str, limit: int | None = None) -> Converted:
         fh = open(path, encoding="utf-8")
     except OSError as e:
         raise TraceError(path, 0, None, f"cannot open: {e.strerror}") from None
+    line = 0
     with fh:
-        for line, text in enumerate(fh, start=1):
-            if not text.strip():
-                continue
-            if limit is not None and rows >= limit:
-                break
-            rows += 1
-            try:
-                obj = json.loads(text)
-            except json.JSONDecodeError as e:
-                raise TraceError(path, line, None, f"not valid JSON ({e.msg})") from None
-            for f in ("timestamp", "input_length", "output_length"):
-                if not isinstance(obj.get(f), (int, float)) or isinstance(obj.get(f), bool):
-                    raise TraceError(path, line, f, "missing or not a number")
-            p, o = int(obj["input_length"]), int(obj["output_length"])
-            if not _lengths_ok(p, o, skipped):
-                continue
-            ids = obj.get("hash_ids")
-            if ids is not None and (not isinstance(ids, list) or not all(isinstance(x, int) for x in ids)):
-                raise TraceError(path, line, "hash_ids", "must be a list of integers")
-            if ids is not None and len(ids) > -(-p // 512):
-                raise TraceError(path, line, "hash_ids", f"{len(ids)} ids for {p} tokens (at most {-(-p // 512)})")
-            reqs.append(Request(str(len(reqs)), obj["timestamp"] / 1000.0, p, o,
-                                hash_ids=tuple(ids) if ids else None, hash_block_tokens=512 if ids else None))
+        try:
+            for line, text in enumerate(fh, start=1):
+                if not text.strip():
+                    continue
+                if limit is not None and rows >= limit:
+                    break
+                rows += 1
+                req = _mooncake_request(text, path, line, len(reqs), skipped)
+                if req is not None:
+                    reqs.append(req)
+        except UnicodeDecodeError:
+            raise TraceError(path, line + 1, None, "not UTF-8 text (a binary file?)") from None
     t0 = min((r.arrival_s for r in reqs), default=0.0)
     return Converted([Request(r.id, r.arrival_s - t0, r.prompt_tokens, r.output_tokens, hash_ids=r.hash_ids,
                               hash_block_tokens=r.hash_block_tokens) for r in reqs], rows, skipped)
+
+
+def _mooncake_request(text: str, path: str, line: int, index: int, skipped: Counter) -> Request | None:
+    """One Mooncake line as a request (arrival in absolute seconds), or None if skipped (counted)."""
+    try:
+        obj = json.loads(text, parse_constant=lambda c: float("nan"))
+    except json.JSONDecodeError as e:
+        raise TraceError(path, line, None, f"not valid JSON ({e.msg})") from None
+    except RecursionError:
+        raise TraceError(path, line, None, "JSON nested too deeply") from None
+    if not isinstance(obj, dict):
+        raise TraceError(path, line, None, f"expected a JSON object, got {type(obj).__name__}")
+    for f in ("timestamp", "input_length", "output_length"):
+        v = obj.get(f)
+        if not isinstance(v, (int, float)) or isinstance(v, bool):
+            raise TraceError(path, line, f, "missing or not a number")
+        if not math.isfinite(v):
+            raise TraceError(path, line, f, f"must be a finite number, got {v}")
+        if f != "timestamp" and (v != int(v) or abs(v) > MAX_TOKENS):
+            raise TraceError(path, line, f, f"must be a whole number of tokens up to {MAX_TOKENS:,}, got {v}")
+    p, o = int(obj["input_length"]), int(obj["output_length"])
+    if not _lengths_ok(p, o, skipped):
+        return None
+    ids = obj.get("hash_ids")
+    if ids is not None and (not isinstance(ids, list)
+                            or not all(isinstance(x, int) and not isinstance(x, bool) and abs(x) < 1 << 63
+                                       for x in ids)):
+        raise TraceError(path, line, "hash_ids", "must be a list of 64-bit integers")
+    if ids is not None and len(ids) > -(-p // 512):
+        raise TraceError(path, line, "hash_ids", f"{len(ids)} ids for {p} tokens (at most {-(-p // 512)})")
+    return Request(str(index), obj["timestamp"] / 1000.0, p, o,
+                   hash_ids=tuple(ids) if ids else None, hash_block_tokens=512 if ids else None)
 
 
 def _parse_azure_time(s: str, path: str, line: int) -> tuple[int, float]:
@@ -171,6 +223,8 @@ def from_vidur(path: str, limit: int | None = None) -> Converted:
     """Vidur's processed trace CSV: arrived_at (s), num_prefill_tokens, num_decode_tokens."""
     def parse(row, line, skipped):
         t = _num(row, "arrived_at", path, line, float)
+        if t < 0:
+            raise TraceError(path, line, "arrived_at", f"must be >= 0 seconds, got {row['arrived_at']!r}")
         p, o = _num(row, "num_prefill_tokens", path, line), _num(row, "num_decode_tokens", path, line)
         return (t, p, o) if _lengths_ok(p, o, skipped) else None
 
@@ -182,8 +236,7 @@ def from_lengths_csv(path: str, arrivals: ArrivalSpec, seed: int = 0, limit: int
     arrival times from the chosen process."""
     from kvsim.trace.generate import LENGTH_COLUMNS
 
-    with open(path, newline="", encoding="utf-8") as fh:
-        header = next(csv.reader(fh), [])
+    header = _csv_header(path)
     pair = next(((p, o) for p, o in LENGTH_COLUMNS if p in header and o in header), None)
     if pair is None:
         raise TraceError(path, 1, None, "no length columns; need one of " + ", ".join(f"{p}+{o}" for p, o in LENGTH_COLUMNS))

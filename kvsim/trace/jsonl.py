@@ -32,7 +32,12 @@ class LoadedTrace:
         return out
 
 
-def _int_field(obj: dict, name: str, path: str, line: int, minimum: int | None = None, default=None):
+MAX_TOKENS = 1 << 40  # per request; beyond it no model has context and counts stop fitting int64 sums
+MAX_SAMPLES = 4096  # parallel samples (n) of one request
+
+
+def _int_field(obj: dict, name: str, path: str, line: int, minimum: int | None = None, default=None,
+               maximum: int = MAX_TOKENS):
     if name not in obj:
         if default is not None:
             return default
@@ -46,6 +51,8 @@ def _int_field(obj: dict, name: str, path: str, line: int, minimum: int | None =
         v = int(v)
     if minimum is not None and v < minimum:
         raise TraceError(path, line, name, f"must be >= {minimum}, got {v}")
+    if abs(v) > maximum:
+        raise TraceError(path, line, name, f"must be at most {maximum:,} in size, got {v:.3g}")
     return v
 
 
@@ -63,7 +70,7 @@ def parse_request(obj: object, path: str, line: int, index: int) -> Request:
     prompt = _int_field(obj, "prompt_tokens", path, line, minimum=1)
     output = _int_field(obj, "output_tokens", path, line, minimum=1)
     priority = _int_field(obj, "priority", path, line, default=0)
-    n = _int_field(obj, "n", path, line, minimum=1, default=1)
+    n = _int_field(obj, "n", path, line, minimum=1, default=1, maximum=MAX_SAMPLES)
     rid = obj.get("id", index)
     if isinstance(rid, bool) or not isinstance(rid, (str, int)):
         raise TraceError(path, line, "id", f"must be a string or integer, got {json.dumps(rid)}")
@@ -76,6 +83,8 @@ def parse_request(obj: object, path: str, line: int, index: int) -> Request:
         ids = obj["hash_ids"]
         if not isinstance(ids, list) or any(isinstance(x, bool) or not isinstance(x, int) for x in ids):
             raise TraceError(path, line, "hash_ids", "must be a list of integers")
+        if any(abs(x) >= 1 << 63 for x in ids):
+            raise TraceError(path, line, "hash_ids", "ids must fit in 64 bits")
         if "hash_block_tokens" not in obj:
             raise TraceError(path, line, "hash_block_tokens", "missing (required with hash_ids)")
         hbt = _int_field(obj, "hash_block_tokens", path, line, minimum=1)

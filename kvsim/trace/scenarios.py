@@ -20,6 +20,7 @@ import numpy as np
 from kvsim.errors import ConfigError
 from kvsim.trace.generate import ArrivalSpec, LengthSpec, _lognormal, arrival_times
 from kvsim.trace.request import Request
+from kvsim.validation import NON_NEGATIVE, POSITIVE, POSITIVE_INT, Number, require
 
 SCENARIOS = ("system-prompt", "few-shot", "multi-turn", "doc-summary")
 
@@ -32,6 +33,15 @@ class ScenarioSpec:
     turns_mean: float = 4.0  # multi-turn: mean turns per conversation (geometric)
     think_s: float = 20.0  # multi-turn: mean seconds between a turn and the next
     hash_block_tokens: int = 16
+
+    def __post_init__(self) -> None:
+        if self.name not in SCENARIOS:
+            raise ConfigError(f"unknown scenario '{self.name}' (known: {', '.join(SCENARIOS)})")
+        require(self.shared_tokens, Number(integer=True, min=0), "shared_tokens")
+        require(self.num_prefixes, POSITIVE_INT, "num_prefixes")
+        require(self.turns_mean, POSITIVE, "turns_mean")
+        require(self.think_s, NON_NEGATIVE, "think_s")
+        require(self.hash_block_tokens, POSITIVE_INT, "hash_block_tokens")
 
 
 class _Ids:
@@ -53,13 +63,9 @@ def _prompt_ids(shared_ids: list[int], shared_tokens: int, prompt: int, H: int, 
 
 def generate_scenario(spec: ScenarioSpec, n: int, arrivals: ArrivalSpec, lengths: LengthSpec,
                       seed: int = 0) -> list[Request]:
-    if spec.name not in SCENARIOS:
-        raise ConfigError(f"unknown scenario '{spec.name}' (known: {', '.join(SCENARIOS)})")
     if n <= 0:
         raise ConfigError("--num-requests must be > 0")
     H = spec.hash_block_tokens
-    if H <= 0 or spec.shared_tokens < 0:
-        raise ConfigError("--hash-block-tokens must be > 0 and --shared-tokens >= 0")
     rng = np.random.default_rng(seed)
     ids = _Ids()
     cap = lengths.max_total
@@ -91,6 +97,8 @@ def generate_scenario(spec: ScenarioSpec, n: int, arrivals: ArrivalSpec, lengths
                 context_ids, prev_prompt = hids, out[-1].prompt_tokens
                 context = min(prompt + out[-1].output_tokens, cap - 1)
                 t += float(rng.exponential(spec.think_s))
+        if not all(np.isfinite(r.arrival_s) for r in out):
+            raise ConfigError(f"think_s {spec.think_s:g} puts turns beyond float range")
         out.sort(key=lambda r: r.arrival_s)
         return [Request(str(i), r.arrival_s, r.prompt_tokens, r.output_tokens, hash_ids=r.hash_ids,
                         hash_block_tokens=H) for i, r in enumerate(out)]
@@ -98,13 +106,13 @@ def generate_scenario(spec: ScenarioSpec, n: int, arrivals: ArrivalSpec, lengths
     t = arrival_times(arrivals, n, rng)
     user = _lognormal(rng, lengths.prompt_mean, lengths.prompt_sigma, n)
     answer = _lognormal(rng, lengths.output_mean, lengths.output_sigma, n)
-    S = spec.shared_tokens
+    S = min(spec.shared_tokens, cap)  # prompts stop at cap - 1 tokens: sharing beyond it is never seen
     if spec.name in ("system-prompt", "doc-summary"):
         shared = ids.fresh(S // H)
         for i in range(n):
             add(t[i], S + int(user[i]), int(answer[i]), _prompt_ids(shared, S, S + int(user[i]), H, ids))
     else:  # few-shot
-        k = max(1, spec.num_prefixes)
+        k = min(spec.num_prefixes, n)  # more distinct prefixes than requests are never used
         prefixes = [ids.fresh(S // H) for _ in range(k)]
         pick = rng.integers(0, k, size=n)
         for i in range(n):
