@@ -171,4 +171,7 @@ def make_allocator(spec: AllocatorSpec | str, pool_tokens: int, max_seq_len: int
     if isinstance(spec, str):
         spec = parse_allocator(spec)
     spec = spec.resolve()
+    if spec.has_blocks and spec.block_size > pool_tokens:
+        raise ConfigError(f"allocator '{spec}': a block of {spec.block_size:,} tokens is larger than the whole pool"
+                          f" ({pool_tokens:,} token slots)")
     return KINDS[spec.kind].build(spec, pool_tokens, max_seq_len, cpu_swap_tokens, cache_eviction)

@@ -80,8 +80,8 @@ class ModelSpec:
         for f in ("layers", "q_heads", "kv_heads", "head_dim", "max_context", "hidden_size", "intermediate_size",
                   "vocab_size"):
             v = getattr(self, f)
-            if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
-                raise ConfigError(f"model '{self.name}': {f} must be a positive integer, got {v!r}")
+            if isinstance(v, bool) or not isinstance(v, int) or v <= 0 or v > MAX_DIM:
+                raise ConfigError(f"model '{self.name}': {f} must be a positive integer up to {MAX_DIM:,}, got {v!r}")
         if isinstance(self.params, bool) or not isinstance(self.params, (int, float)) or not math.isfinite(self.params) \
                 or self.params <= 0:
             raise ConfigError(f"model '{self.name}': params must be a positive number, got {self.params!r}")
@@ -90,6 +90,9 @@ class ModelSpec:
         if self.dtype not in DTYPE_BYTES:
             raise ConfigError(f"model '{self.name}': unknown dtype '{self.dtype}' (known: {', '.join(DTYPE_BYTES)})")
         return self
+
+
+MAX_DIM = 1 << 40  # any model dimension or context length beyond this is a typo, not a model
 
 
 def _m(name, layers, hidden, q, kv, ffn, vocab, ctx, params, dtype="fp16", head_dim=0, gated=True, tied=False):
@@ -170,7 +173,8 @@ def model_from_hf_config(path: str) -> ModelSpec:
         for k in keys:
             if k in cfg and cfg[k] is not None:
                 v = cfg[k]
-                if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0 or int(v) != v:
+                if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0 \
+                        or v > MAX_DIM or int(v) != v:
                     raise ConfigError(f"{path}: field '{k}' must be a positive integer, got {v!r}")
                 return int(v)
         if default is not None:

@@ -116,6 +116,9 @@ def load_trace(path: str | Path, skip_invalid: bool = False) -> LoadedTrace:
             raise TraceError(path, lineno + 1, None, "not UTF-8 text (a binary file?)") from None
     if not requests and not skipped:
         raise TraceError(path, 0, None, "no requests in file")
+    if not requests:
+        line, why = skipped[0]
+        raise TraceError(path, line, None, f"no valid request: all {len(skipped)} line(s) are invalid (the first: {why})")
     unsorted = any(requests[i].arrival_s > requests[i + 1].arrival_s for i in range(len(requests) - 1))
     if unsorted:
         requests.sort(key=lambda r: r.arrival_s)
