@@ -46,6 +46,7 @@ class SchedulerConfig:
     horizon_s: float | None = None  # stop the simulation at this time (seconds); later work is "unfinished"
     preemption_mode: str = "recompute"  # or "swap" (to the CPU pool; recompute when it is full)
     partial_preemption: bool = False  # preempt only a victim's tail blocks, keep the rest
+    chunked_prefill: bool = True  # False: a prompt is computed in one iteration (waits until the budget allows)
 
     def __post_init__(self) -> None:
         for f in ("max_seq_len", "max_num_seqs", "max_num_batched_tokens"):
@@ -56,6 +57,9 @@ class SchedulerConfig:
             require(self.horizon_s, POSITIVE, "horizon_s")
         if self.preemption_mode not in ("recompute", "swap"):
             raise ConfigError(f"preemption_mode must be 'recompute' or 'swap', not '{self.preemption_mode}'")
+        if not self.chunked_prefill and self.max_num_batched_tokens < self.max_seq_len:
+            raise ConfigError(f"max_num_batched_tokens ({self.max_num_batched_tokens}) must be >= max_seq_len "
+                              f"({self.max_seq_len}) without chunked prefill")
         if self.max_num_batched_tokens < self.max_num_seqs:
             raise ConfigError(
                 f"max_num_batched_tokens ({self.max_num_batched_tokens}) must be >= max_num_seqs"

@@ -17,6 +17,7 @@ from typing import Any, Callable, Mapping
 
 from kvsim.allocators.cache_eviction import CACHE_EVICTION_POLICIES, get_eviction_key
 from kvsim.engine.preemption import VICTIM_POLICIES, get_victim_policy
+from kvsim.hardware.models import KV_CACHE_DTYPES
 from kvsim.latency.cpu import CPU_PRESETS
 from kvsim.errors import ConfigError
 from kvsim.validation import FRACTION, NON_NEGATIVE, POSITIVE, POSITIVE_INT, Number
@@ -54,6 +55,9 @@ OPTIONS: list[Option] = [
     Option("tensor_parallel_size", ("--tensor-parallel-size", "-tp", "--tp"),
            "GPUs one replica spans with tensor parallelism (weights, heads and KV split across them)",
            "model and hardware", 1, int, POSITIVE_INT),
+    Option("kv_cache_dtype", ("--kv-cache-dtype",), "data type of the KV cache: auto (the model's) or fp8 (1 byte:"
+           " twice the tokens per GiB, half the bytes decode attention reads)", "model and hardware", "auto",
+           choices=KV_CACHE_DTYPES),
     # --- KV pool
     Option("gpu_memory_utilization", ("--gpu-memory-utilization",),
            "fraction of each GPU's memory the engine may use (weights, activations, KV)", "KV pool", 0.90, float,
@@ -82,7 +86,12 @@ OPTIONS: list[Option] = [
     Option("max_num_seqs", ("--max-num-seqs",), "most sequences in the running batch", "scheduler", 256, int,
            POSITIVE_INT),
     Option("max_num_batched_tokens", ("--max-num-batched-tokens", "--max-batched-tokens"),
-           "token budget of one iteration (prefill chunks + decodes)", "scheduler", 8192, int, POSITIVE_INT),
+           "token budget of one iteration, tokens (prefill chunks + decodes; without chunked prefill at least "
+           "--max-model-len, and raised to it when not given)", "scheduler", 8192, int, POSITIVE_INT),
+    Option("enable_chunked_prefill", ("--enable-chunked-prefill",),
+           "split long prompts into chunks that share iterations with decodes (vLLM V1's default); with "
+           "--no-enable-chunked-prefill a prompt is prefilled in one iteration or waits", "scheduler", True, bool,
+           negatable=True),
     Option("batching", ("--batching",), "continuous (iteration-level) or static (whole batches) batching",
            "scheduler", "continuous", choices=("continuous", "static")),
     Option("preemption_mode", ("--preemption-mode", "--preemption"),
@@ -136,12 +145,13 @@ def _help(o: Option) -> str:
     return f"{text} [default: {default}]"
 
 
-def add_options(parser: argparse.ArgumentParser, groups_wanted: tuple[str, ...] | None = None) -> None:
-    """Add the options (of ``groups_wanted``, or all), grouped, with defaults left unset (so explicit values
-    can be told apart)."""
+def add_options(parser: argparse.ArgumentParser, groups_wanted: tuple[str, ...] | None = None,
+                keys: tuple[str, ...] = ()) -> None:
+    """Add the options (of ``groups_wanted`` plus the single options ``keys``, or all), grouped, with defaults
+    left unset (so explicit values can be told apart)."""
     groups: dict[str, Any] = {}
     for o in OPTIONS:
-        if groups_wanted is not None and o.group not in groups_wanted:
+        if groups_wanted is not None and o.group not in groups_wanted and o.key not in keys:
             continue
         g = groups.get(o.group) or groups.setdefault(o.group, parser.add_argument_group(o.group))
         if o.type is bool:
@@ -222,7 +232,7 @@ def config_from_options(values: Mapping[str, Any], naming: str = "flag"):
     def name(key: str) -> str:
         return BY_KEY[key].flag if naming == "flag" else f"'{written.get(key, key)}'"
 
-    model = get_model(v["model"]).validate()
+    model = get_model(v["model"]).with_kv_cache_dtype(v["kv_cache_dtype"]).validate()
     gpu = get_gpu(v["gpu"])
     tp = v["tensor_parallel_size"]
     if model.kv_heads % tp:
@@ -240,10 +250,21 @@ def config_from_options(values: Mapping[str, Any], naming: str = "flag"):
         swap = 0.0 if swap is None else swap
     get_victim_policy(v["victim_policy"])
     get_eviction_key(v["cache_eviction"])
+    max_len = v["max_model_len"] or model.max_context
+    budget = v["max_num_batched_tokens"]
+    if not v["enable_chunked_prefill"]:
+        # as vLLM: without chunking every prompt must fit one iteration's budget
+        if "max_num_batched_tokens" not in given:
+            budget = max(budget, max_len)
+        elif budget < max_len:
+            raise ConfigError(f"{name('max_num_batched_tokens')} ({budget}) is below {name('max_model_len')} "
+                              f"({max_len}): without chunked prefill longer prompts could never be scheduled; raise"
+                              " it, lower the context, or enable chunked prefill")
     sched = SchedulerConfig(
-        max_seq_len=v["max_model_len"] or model.max_context,
+        max_seq_len=max_len,
         max_num_seqs=v["max_num_seqs"],
-        max_num_batched_tokens=v["max_num_batched_tokens"],
+        max_num_batched_tokens=budget,
+        chunked_prefill=v["enable_chunked_prefill"],
         batching=v["batching"],
         horizon_s=v["horizon_s"],
         preemption_mode=v["preemption_mode"],

@@ -10,6 +10,7 @@ from kvsim.latency.roofline import RooflineModel
 from kvsim.engine.simulator import Simulation
 from kvsim.hardware import get_gpu, get_model
 from kvsim.metrics import requests_frame, run_summary
+from kvsim.errors import ConfigError
 from kvsim.trace import load_trace
 
 
@@ -149,3 +150,18 @@ def test_vllm_paper_fig2_setup():
     assert 0.15 < share["max"]["mem_token_states"] < 0.30  # paper: 20.4%
     assert share["max"]["mem_token_states"] < share["oracle"]["mem_token_states"] < 0.6
     assert 1 - share["paged:16"]["kv_efficiency"] < 0.04  # paper: < 4% wasted
+
+
+def test_without_chunked_prefill_a_prompt_waits_for_a_whole_budget():
+    """Budget 128, prompts of 100: with chunking the second prompt's first 28 tokens share the first
+    iteration; without it the second waits and is prefilled whole in the next iteration (vLLM V1)."""
+    reqs = [req(0, 0.0, 100, 3), req(1, 0.0, 100, 3)]
+    chunked = simulate(reqs, cfg=sched(max_seq_len=128, max_num_batched_tokens=128, max_num_seqs=8))
+    whole = simulate(reqs, cfg=sched(max_seq_len=128, max_num_batched_tokens=128, max_num_seqs=8, chunked_prefill=False))
+    # chunked: step 1 = 100 + 28 tokens, step 2 = decode of 0 + the last 72 of 1 -> 1's first token at 0.2
+    assert chunked.sequences[1].first_token_s == pytest.approx(0.2)
+    # whole: step 1 = prompt 0 only, step 2 = decode of 0 + all of prompt 1 -> also 0.2, but admitted at 0.1
+    assert whole.sequences[1].admitted_s == pytest.approx(0.1) and chunked.sequences[1].admitted_s == 0.0
+    assert whole.sequences[1].first_token_s == pytest.approx(0.2)
+    with pytest.raises(ConfigError, match="without chunked prefill"):
+        sched(max_seq_len=4096, max_num_batched_tokens=2048, chunked_prefill=False)

@@ -106,3 +106,11 @@ def test_scenario_sharing_shows_up_as_hits(tmp_path):
     s = simulate(reqs, cfg, "paged:16+prefix").summary
     assert s["prefix_hit_rate_tokens"] > 0.7  # 1024 shared of ~1224 prompt tokens
     assert simulate(reqs, cfg, "paged:16").summary["prefix_hit_rate_tokens"] == 0
+
+
+def test_every_format_starts_at_zero_and_shipped_format_samples_convert():
+    vd = convert("vidur", "traces/formats/vidur_sample.csv")  # first arrival at 0.5 s in the file
+    assert [r.arrival_s for r in vd.requests] == pytest.approx([0.0, 0.24, 0.81, 1.12, 1.9])
+    bg = convert("burstgpt", "traces/formats/burstgpt_sample.csv")
+    assert len(bg.requests) == 5 and bg.skipped["failed request (0 response tokens)"] == 1
+    assert bg.requests[0].arrival_s == 0.0

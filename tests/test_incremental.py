@@ -37,11 +37,13 @@ setup = st.fixed_dictionaries({
     "horizon": st.one_of(st.none(), st.floats(0.5, 10)),
     "pool": st.integers(200, 3000),
     "latency": st.sampled_from(sorted(LATENCIES)),
+    "chunked": st.sampled_from([True, True, False]),
 })
 
 
 def _run(reqs, s, fast):
-    cfg = sched(max_seq_len=512, max_num_seqs=s["max_seqs"], max_num_batched_tokens=max(s["budget"], s["max_seqs"]),
+    budget = max(s["budget"], s["max_seqs"], 0 if s["chunked"] else 512)
+    cfg = sched(max_seq_len=512, max_num_seqs=s["max_seqs"], max_num_batched_tokens=budget, chunked_prefill=s["chunked"],
                 batching="static" if s["static"] else "continuous", horizon_s=s["horizon"],
                 preemption_mode="swap" if s["mode"] == "swap" else "recompute", partial_preemption=s["mode"] == "partial")
     swap = s["mode"] == "swap"
@@ -80,7 +82,7 @@ def test_a_long_prefill_starves_the_decodes_behind_it_as_stepping_does():
     fork's samples join behind B: while B's chunk takes the rest of the budget they wait a step."""
     reqs = [Request("a", 0.0, 10, 60), Request("b", 0.05, 600, 5, n=3), Request("c", 0.1, 40, 30)]
     s = {"spec": "paged:16", "policy": "lifo", "mode": "recompute", "static": False, "max_seqs": 8, "budget": 64,
-         "horizon": None, "pool": 4000, "latency": "roofline"}
+         "horizon": None, "pool": 4000, "latency": "roofline", "chunked": True}
     fast, slow = _run(reqs, s, True), _run(reqs, s, False)
     assert [x.finish_s for x in fast.sequences] == pytest.approx([x.finish_s for x in slow.sequences], rel=1e-12)
     assert fast.steps == slow.steps

@@ -52,29 +52,55 @@ def cmd_plan(a: argparse.Namespace) -> int:
     return 0
 
 
-def print_plan(cap, slos, target) -> None:
-    from kvsim.output.table import format_cell
+def print_plan(cap, slos, target, console=None) -> None:
+    """The capacity table, fitted to the terminal; why-not reasons and inconclusive searches as notes below."""
+    from kvsim.output.table import Column, print_rows
 
-    print(f"SLOs: {', '.join(str(s) for s in slos)}" + (f"; target {target:g} req/s" if target else ""))
-    hdr = (f"{'configuration':<34} {'max req/s':>9} {'steps':>5} {'replicas':>8} {'$/M out tok':>11} {'TTFT p99':>8} "
-           f"{'TPOT p99':>8}")
-    print(hdr)
-    notes = []
-    for _, r in cap.iterrows():
+    def rate(r: dict) -> str:
         status = r.get("search", "found")
-        if r.get("meets_slo"):
-            rate = f"{r['max_rate_req_s']:.3f}"
-            rate = (">=" + rate) if status == "lower-bound" else (rate + "~") if status == "unconverged" else rate
-            print(f"{r['config']:<34} {rate:>9} {int(r['search_steps']):5d} "
-                  f"{format_cell(r.get('replicas'), '{:d}'):>8} {format_cell(r.get('cost_per_m_output_tokens'), '{:.3f}'):>11} "
-                  f"{r['at_max_ttft_p99_s']:8.3f} {r['at_max_tpot_p99_s']:8.4f}")
-            if status != "found":
-                notes.append(f"{r['config']}: {r['reason']}")
-        else:
-            label = "never" if status == "never" else "not found"
-            print(f"{r['config']:<34} {label:>9} {int(r['search_steps']):5d}   {r['reason']}")
+        if not r.get("meets_slo"):
+            return "never" if status == "never" else "not found"
+        v = f"{r['max_rate_req_s']:.3f}"
+        return ">=" + v if status == "lower-bound" else v + "~" if status == "unconverged" else v
+
+    cols = [Column("config", "configuration", "", "text", "", lambda r: r["config"]),
+            Column("rate", "max", "req/s", "text", "", rate),
+            Column("steps", "sims", "", "int", "", lambda r: r.get("search_steps")),
+            Column("replicas", "repli-", "cas", "int", "", lambda r: r.get("replicas"), optional=True),
+            Column("cost", "$ per M", "out tok", "money", "", lambda r: r.get("cost_per_m_output_tokens"),
+                   optional=True),
+            Column("ttft", "TTFT", "p99", "latency", "", lambda r: r.get("at_max_ttft_p99_s"), drop_order=2),
+            Column("tpot", "TPOT", "p99", "latency", "", lambda r: r.get("at_max_tpot_p99_s"), drop_order=1)]
+    rows = [dict(r) for _, r in cap.iterrows()]
+    title = f"SLOs: {', '.join(str(s) for s in slos)}" + (f"; target {target:g} req/s" if target else "")
+    print_rows(rows, cols, title, console)
+    _print_notes([f"{r['config']}: {r['reason']}" for r in rows if r.get("reason")])
+
+
+def _print_notes(notes: list[str]) -> None:
+    import shutil
+    import textwrap
+
+    width = shutil.get_terminal_size((80, 24)).columns
     for n in notes:
-        print("  " + n)
+        print(textwrap.fill(n, width=max(40, width - 1), initial_indent="  ", subsequent_indent="    "))
+
+
+def print_sweep(table, console=None) -> None:
+    """One line per point: the options that vary across the sweep, then throughput, latency and memory."""
+    from kvsim.output.table import BY_NAME, Column, print_rows
+    from kvsim.report.builder import varying_config_columns
+
+    varying = varying_config_columns(table)
+    for rate in ("cfg_rate", "cfg_rate_scale"):
+        if rate in table.columns and table[rate].astype(str).nunique() > 1:
+            varying.append(rate)
+    cols = [Column(c, c.removeprefix("cfg_"), "", "text", "", (lambda k: lambda r: r.get(k))(c)) for c in varying]
+    cols += [BY_NAME[n] for n in ("done", "rej", "unfin", "tok_s", "ttft_p99", "tpot_p50", "preempt", "hit", "token",
+                                  "waste")]
+    if not varying:
+        cols.insert(0, Column("index", "point", "", "int", "", lambda r: r.get("index")))
+    print_rows([dict(r) for _, r in table.iterrows()], cols, None, console)
 
 
 def cmd_sweep(a: argparse.Namespace) -> int:
@@ -85,6 +111,7 @@ def cmd_sweep(a: argparse.Namespace) -> int:
     out = a.out or str(Path(DEFAULT_OUT) / f"sweep-{Path(a.grid).stem}.csv")
     check_output_file(out, "--out")
     table, computed, reused = run_sweep(points, out, a.workers, a.backend, a.address)
+    print_sweep(table)
     print(f"{len(points)} points: {computed} simulated, {reused} reused from an earlier run; wrote {out}")
     return 0
 

@@ -23,6 +23,13 @@ def add_sim_args(p: argparse.ArgumentParser, command: str) -> None:
     g.add_argument("--out", help=f"output folder [default: {DEFAULT_OUT}/{command}-<trace name>]")
     g.add_argument("--format", choices=["csv", "parquet"], default="csv", help="table format [default: csv]")
     g.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    from kvsim.output.table import COLUMNS
+
+    g.add_argument("--columns", metavar="NAMES",
+                   help="terminal table columns, comma-separated, from: " + ", ".join(c.name for c in COLUMNS)
+                   + " (README: Reading the output) [default: " + ",".join(c.name for c in COLUMNS if c.default)
+                   + ", fitted to the terminal's width]")
+    g.add_argument("--wide", action="store_true", help="every table column, however wide the table gets")
     g.add_argument("--record-batches", metavar="FILE",
                    help="record the executed batches (gzip JSON lines) for `kvsim kernels replay`; one allocator")
 
@@ -58,6 +65,9 @@ def simulate_all(a: argparse.Namespace, allocator_names: str, command: str) -> i
     from kvsim.runner import simulate
     from kvsim.trace import load_trace
 
+    from kvsim.output.table import choose_columns
+
+    columns = choose_columns(a.columns, a.wide)  # a bad name fails now, not after the simulation
     cfg = build_config(a)
     allocators = parse_allocator_list(allocator_names, cfg.block_size, cfg.enable_prefix_caching)
     if a.record_batches and len(allocators) != 1:
@@ -108,12 +118,17 @@ def simulate_all(a: argparse.Namespace, allocator_names: str, command: str) -> i
                                  + (", partial preemption" if cfg.scheduler.partial_preemption else ""))
     context = {k: v for k, v in context.items() if v}
     print_table([o.summary for o in outputs],
-                title=f"kvsim {command}: {trace_name} on {cfg.model.name} / {cfg.gpu.name} "
-                      f"(KV pool {pool.pool_bytes / (1 << 30):.1f} GiB, {pool.pool_tokens:,} slots)")
+                title=f"{trace_name} · {cfg.model.name} · {cfg.gpu.name}" + (f" x{cfg.tp}" if cfg.tp > 1 else "")
+                      + f" · KV pool {pool.pool_bytes / (1 << 30):.1f} GiB = {_tokens(pool.pool_tokens)} tokens",
+                columns=columns, fit=not a.wide)
     written = write_results(out, outputs, context, notes, plots=not a.no_plots, fmt=a.format)
     print(f"wrote {len(written)} files to {out}/ (summary.md, requests, runs, memory_timeline"
           + (", plots)" if not a.no_plots else ")"))
     return 0
+
+
+def _tokens(n: int) -> str:
+    return f"{n:,}" if n < 10**6 else f"{n / 1e6:.2f} M"
 
 
 def cmd_compare(a: argparse.Namespace) -> int:

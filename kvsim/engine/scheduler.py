@@ -72,6 +72,7 @@ class Scheduler:
     def __init__(self, cfg: SchedulerConfig, allocator: KVAllocator, victim_policy: VictimPolicy,
                  first_sample_id: int = 0):
         self.cfg = cfg
+        self._budget_short = False  # set by _try_place: the head waits for token budget, not memory
         self.alloc = allocator
         self.pick_victim = victim_policy
         self.waiting: deque[Sequence] = deque()
@@ -240,6 +241,9 @@ class Scheduler:
         if not seq.computed and not seq.swapped:
             hit = self.alloc.lookup_prefix(seq.sid, seq.req, seq.known - 1)
         start = seq.computed or hit.tokens
+        if not static and not self.cfg.chunked_prefill and seq.known - start > budget:
+            self._budget_short = True  # without chunking the whole rest must fit this iteration's budget
+            return None
         need = seq.known if static else start + min(seq.known - start, budget)
         return start if self.alloc.allocate(seq.sid, seq.req, need, hit) else None
 
@@ -267,7 +271,10 @@ class Scheduler:
                 self.counts["swap_in_blocks"] += len(mapping)
             in_gpu = seq.computed  # KV it already holds here (swapped back in, or kept by partial preemption)
             fresh = seq.computed == 0  # starting from scratch (not resumed from swap or a kept head)
+            self._budget_short = False
             start = self._try_place(seq, budget, static)
+            if self._budget_short:
+                break  # the budget, not memory, is short: the next iteration may have it (not admission_blocked)
             # partially preempted sequences behind the head give their memory back first (FCFS)
             while start is None and self._reclaim_waiting(keep=seq):
                 start = self._try_place(seq, budget, static)

@@ -14,7 +14,9 @@ from pathlib import Path
 
 from kvsim.errors import ConfigError
 
-DTYPE_BYTES = {"fp32": 4, "float32": 4, "fp16": 2, "float16": 2, "bf16": 2, "bfloat16": 2, "fp8": 1, "int8": 1}
+DTYPE_BYTES = {"fp32": 4, "float32": 4, "fp16": 2, "float16": 2, "bf16": 2, "bfloat16": 2, "fp8": 1, "fp8_e4m3": 1,
+               "fp8_e5m2": 1, "int8": 1}
+KV_CACHE_DTYPES = ("auto", "fp16", "bf16", "fp8", "fp8_e4m3", "fp8_e5m2")  # vLLM's --kv-cache-dtype (auto: the model's)
 HF_DTYPES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "float8_e4m3fn": "fp8"}
 
 
@@ -35,6 +37,7 @@ class ModelSpec:
     vocab_size: int = 32000
     gated_mlp: bool = True  # SwiGLU-style up (gate + up) projection; False: one up projection (OPT, phi)
     tie_word_embeddings: bool = False
+    kv_dtype: str | None = None  # dtype of the KV cache (vLLM --kv-cache-dtype); None: the weights' dtype
 
     def __post_init__(self) -> None:
         if self.hidden_size <= 0 and self.q_heads > 0 and self.head_dim > 0:
@@ -55,9 +58,22 @@ class ModelSpec:
         return DTYPE_BYTES[self.dtype]
 
     @property
+    def kv_dtype_bytes(self) -> int:
+        return DTYPE_BYTES[self.kv_dtype or self.dtype]
+
+    @property
     def kv_bytes_per_token(self) -> int:
-        """Bytes of K and V one token occupies across all layers: 2 x layers x kv_heads x head_dim x dtype bytes."""
-        return 2 * self.layers * self.kv_heads * self.head_dim * self.dtype_bytes
+        """Bytes of K and V one token occupies across all layers:
+        2 x layers x kv_heads x head_dim x KV dtype bytes."""
+        return 2 * self.layers * self.kv_heads * self.head_dim * self.kv_dtype_bytes
+
+    def with_kv_cache_dtype(self, kv_cache_dtype: str) -> "ModelSpec":
+        """This model with its KV cache stored as ``kv_cache_dtype`` ('auto': as the weights)."""
+        from dataclasses import replace
+
+        if kv_cache_dtype not in KV_CACHE_DTYPES:
+            raise ConfigError(f"--kv-cache-dtype '{kv_cache_dtype}': not one of {', '.join(KV_CACHE_DTYPES)}")
+        return replace(self, kv_dtype=None if kv_cache_dtype == "auto" else kv_cache_dtype)
 
     @property
     def weight_bytes(self) -> float:
@@ -87,8 +103,10 @@ class ModelSpec:
             raise ConfigError(f"model '{self.name}': params must be a positive number, got {self.params!r}")
         if self.q_heads % self.kv_heads:
             raise ConfigError(f"model '{self.name}': q_heads ({self.q_heads}) must be a multiple of kv_heads ({self.kv_heads})")
-        if self.dtype not in DTYPE_BYTES:
-            raise ConfigError(f"model '{self.name}': unknown dtype '{self.dtype}' (known: {', '.join(DTYPE_BYTES)})")
+        for f in ("dtype", "kv_dtype"):
+            v = getattr(self, f)
+            if (v is not None or f == "dtype") and v not in DTYPE_BYTES:
+                raise ConfigError(f"model '{self.name}': unknown {f} '{v}' (known: {', '.join(DTYPE_BYTES)})")
         return self
 
 
@@ -193,7 +211,8 @@ def model_from_hf_config(path: str) -> ModelSpec:
     tied = bool(cfg.get("tie_word_embeddings", False))
     hidden_act = str(cfg.get("hidden_act", cfg.get("activation_function", "silu")))
     gated = hidden_act in ("silu", "swiglu", "geglu") or "llama" in str(cfg.get("model_type", ""))
-    name = str(cfg.get("_name_or_path") or Path(path).parent.name or "hf-model")
+    file = Path(path)
+    name = str(cfg.get("_name_or_path") or (file.parent.name if file.stem == "config" else file.stem) or "hf-model")
     spec = ModelSpec(name, layers, heads, kv, head_dim, 0.0, ctx, dtype, hidden, ffn, vocab, gated, tied)
     spec = replace(spec, params=spec.shape_params())
     return spec.validate()

@@ -110,7 +110,7 @@ class PerOpModel(LatencyModel):
         self.ops = layer_ops(model, tp)
         self.emb = embedding_op(model)
         self.vocab = -(-model.vocab_size // tp)
-        self.kv_bytes_per_token_layer = 2 * self.kvh * hd * d
+        self.kv_bytes_per_token_layer = 2 * self.kvh * hd * model.kv_dtype_bytes  # FP8 KV halves the reads
         self.hidden_bytes = h * d
         self._links = calib.link(tp, interconnect) if tp > 1 else None
         self._dense_cache: dict[tuple[int, int], float] = {}

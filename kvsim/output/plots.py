@@ -1,4 +1,9 @@
-"""Matplotlib figures (Agg backend, imported only when plots are written)."""
+"""Matplotlib figures (Agg backend, imported only when plots are written).
+
+Conventions kept across every figure: one colour per allocator (its family's, see :func:`color_map`),
+latencies on millisecond/second axes written out in plain numbers, legends outside the data, bars
+sorted by how much of the pool holds token states.
+"""
 
 from __future__ import annotations
 
@@ -15,6 +20,44 @@ COLORS = {"token_states": "#2e7d32", "reserved": "#f9a825", "internal_frag": "#e
 LABELS = {"token_states": "token states", "reserved": "reserved", "internal_frag": "internal frag.",
           "external_frag": "external frag.", "free": "free"}
 
+# Allocator families keep their colour in every plot and report (Okabe-Ito, colour-blind safe).
+FAMILY_COLORS = {"max": "#D55E00", "pow2": "#E69F00", "oracle": "#CC79A7", "paged": "#0072B2",
+                 "paged+prefix": "#009E73", "radix": "#56B4E9"}
+OTHER_COLORS = ["#000000", "#F0E442", "#7f7f7f", "#8c564b", "#9467bd", "#17becf", "#bcbd22", "#e377c2"]
+
+
+def _family(name: str) -> str | None:
+    """The allocator family a name or a report label ('h100-80gb paged:16+prefix') mentions, if any."""
+    for word in reversed(str(name).split()):
+        base = word.split(":")[0].split("+")[0]
+        if base in ("max", "pow2", "oracle", "radix"):
+            return base
+        if base == "paged":
+            return "paged+prefix" if "+prefix" in word else "paged"
+    return None
+
+
+LINE_STYLES = ["-", "--", ":", "-."]
+MARKERS = ["o", "s", "^", "D", "v", "P"]
+
+
+def style_map(names: list[str]) -> dict[str, dict]:
+    """Line style per name: the colour of the allocator family it names (the same in every plot), and
+    within a family a different dash and marker per name; names of no known family take other colours."""
+    out, seen, spare = {}, {}, iter(OTHER_COLORS * 4)
+    for n in names:
+        f = _family(n)
+        k = seen[f] = seen.get(f, -1) + 1
+        color = FAMILY_COLORS[f] if f is not None else next(spare)
+        if f is None:
+            k = 0
+        out[n] = {"color": color, "ls": LINE_STYLES[k % len(LINE_STYLES)], "marker": MARKERS[k % len(MARKERS)]}
+    return out
+
+
+def color_map(names: list[str]) -> dict[str, str]:
+    return {n: st["color"] for n, st in style_map(names).items()}
+
 
 def _plt():
     import matplotlib
@@ -25,32 +68,68 @@ def _plt():
     return plt
 
 
+def duration_label(seconds: float, digits: int | None = None) -> str:
+    """'0.5 ms', '40 ms', '1.5 s', '1,000 s': plain numbers with a unit (axis ticks; with ``digits``,
+    table cells rounded to that many significant digits)."""
+    if seconds <= 0 or not np.isfinite(seconds):
+        return "0"
+    unit, v = ("µs", seconds * 1e6) if seconds < 1e-3 else ("ms", seconds * 1e3) if seconds < 1 else ("s", seconds)
+    if digits is None:
+        return f"{v:,g} {unit}"
+    decimals = max(0, digits - 1 - int(np.floor(np.log10(v))))
+    return f"{v:,.{decimals}f} {unit}"
+
+
+def log_time_axis(axis, lo: float, hi: float) -> None:
+    """A log axis of seconds labelled '10 ms', '1 s', ...: at powers of ten over wide ranges, at 1-2-5 steps
+    when the data spans less than two decades (so a narrow range still has labels), never at minor ticks."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    narrow = hi > 0 and lo > 0 and np.log10(hi / lo) < 2
+    axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0) if narrow else (1.0,), numticks=12))
+    axis.set_major_formatter(FuncFormatter(lambda v, _: duration_label(v)))
+    axis.set_minor_formatter(NullFormatter())
+
+
 def _save(fig, path: Path, dpi: int = 110) -> None:
     from kvsim.files import atomic_path
 
     with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=dpi, format="png")
+        fig.savefig(tmp, dpi=dpi, format="png", bbox_inches="tight")
     _plt().close(fig)
 
 
+def memory_bars(ax, names: list[str], shares: list[dict[str, float]]) -> None:
+    """Stacked horizontal bars of the five memory categories (fractions), most token states on top."""
+    order = sorted(range(len(names)), key=lambda i: -shares[i]["token_states"])
+    names = [names[i] for i in order]
+    left = np.zeros(len(names))
+    for c in MEMORY_CATEGORIES:
+        vals = np.array([100 * (shares[i][c] or 0.0) for i in order])
+        ax.barh(names, vals, left=left, color=COLORS[c], label=LABELS[c], edgecolor="white", linewidth=0.5)
+        for y, (x0, v) in enumerate(zip(left, vals)):
+            if v >= 8:
+                ax.text(x0 + v / 2, y, f"{v:.0f}", ha="center", va="center", fontsize=8,
+                        color="white" if c != "free" else "#333333")
+        left += vals
+    ax.set_xlim(0, 100)
+    ax.invert_yaxis()
+    ax.set_xlabel("% of the KV pool (time-weighted)")
+
+
 def memory_breakdown_plot(summaries: list[dict], timelines: dict[str, pd.DataFrame], path: Path) -> Path:
-    """Left: time-weighted share of the pool per category, one bar per allocator. Right: categories over time."""
+    """Left: time-weighted share of the pool per category, one bar per allocator. Right: categories over time
+    (in the bars' order: most token states first)."""
     plt = _plt()
+    summaries = sorted(summaries, key=lambda s: -s["mem_token_states"])
     n = len(summaries)
-    fig = plt.figure(figsize=(12, 2.6 + 1.9 * n))
+    fig = plt.figure(figsize=(12, 2.6 + 1.6 * n))
     gs = fig.add_gridspec(n, 2, width_ratios=[1, 2.2])
     ax_bar = fig.add_subplot(gs[:, 0])
-    names = [s["allocator"] for s in summaries]
-    left = np.zeros(n)
-    for c in MEMORY_CATEGORIES:
-        vals = np.array([100 * s[f"mem_{c}"] for s in summaries])
-        ax_bar.barh(names, vals, left=left, color=COLORS[c], label=LABELS[c])
-        left += vals
-    ax_bar.set_xlim(0, 100)
-    ax_bar.set_xlabel("% of KV pool (time-weighted)")
-    ax_bar.invert_yaxis()
-    ax_bar.legend(loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=2, fontsize=8)
-    ax_bar.set_title("Memory breakdown")
+    memory_bars(ax_bar, [s["allocator"] for s in summaries],
+                [{c: s[f"mem_{c}"] for c in MEMORY_CATEGORIES} for s in summaries])
+    ax_bar.legend(loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=3, fontsize=8, frameon=False)
+    ax_bar.set_title("Where the KV pool went")
     for i, s in enumerate(summaries):
         tl = timelines[s["allocator"]]
         ax = fig.add_subplot(gs[i, 1])
@@ -58,11 +137,14 @@ def memory_breakdown_plot(summaries: list[dict], timelines: dict[str, pd.DataFra
             ax.stackplot(tl.t_s, *[100 * tl[c] for c in MEMORY_CATEGORIES],
                          colors=[COLORS[c] for c in MEMORY_CATEGORIES])
         ax.set_ylim(0, 100)
-        ax.set_ylabel(s["allocator"], fontsize=9)
+        ax.set_xlim(left=0)
+        ax.set_ylabel(f"{s['allocator']}\n% of pool", fontsize=9)
         if i == n - 1:
-            ax.set_xlabel("simulated time (s)")
+            ax.set_xlabel("simulated time since the first arrival (s)")
+        else:
+            ax.tick_params(labelbottom=False)
         if i == 0:
-            ax.set_title("KV pool over time (%)")
+            ax.set_title("KV pool over time")
     fig.tight_layout()
     _save(fig, path)
     return path
@@ -70,18 +152,28 @@ def memory_breakdown_plot(summaries: list[dict], timelines: dict[str, pd.DataFra
 
 def latency_cdf_plot(frames: dict[str, pd.DataFrame], path: Path) -> Path:
     plt = _plt()
-    fig, axes = plt.subplots(1, 3, figsize=(14, 4))
-    for ax, (col, label) in zip(axes, [("ttft_s", "TTFT (s)"), ("tpot_s", "TPOT (s)"), ("e2e_s", "E2E latency (s)")]):
+    styles = style_map(list(frames))
+    fig, axes = plt.subplots(1, 3, figsize=(14, 4.2))
+    for ax, (col, label) in zip(axes, [("ttft_s", "time to first token"), ("tpot_s", "time per output token"),
+                                       ("e2e_s", "end-to-end latency")]):
+        lo, hi = np.inf, 0.0
         for name, df in frames.items():
             v = np.sort(df.loc[df.status == Status.FINISHED.value, col].dropna().to_numpy())
+            v = v[v > 0]
             if len(v):
-                ax.plot(v, np.arange(1, len(v) + 1) / len(v), label=name)
+                ax.plot(v, np.arange(1, len(v) + 1) / len(v), label=name, color=styles[name]["color"],
+                        ls=styles[name]["ls"], lw=1.6)
+                lo, hi = min(lo, v[0]), max(hi, v[-1])
         ax.set_xscale("log")
+        log_time_axis(ax.xaxis, lo, hi)
         ax.set_xlabel(label)
-        ax.set_ylabel("fraction of finished requests")
-        ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=8)
-    fig.suptitle("Latency CDFs")
-    fig.tight_layout()
+        ax.set_ylim(0, 1.0)
+        ax.grid(alpha=0.3, which="major")
+    axes[0].set_ylabel("fraction of finished requests")
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=min(6, len(labels)), fontsize=9, frameon=False,
+               bbox_to_anchor=(0.5, -0.04))
+    fig.suptitle("Latency distributions (finished requests)")
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
     _save(fig, path)
     return path

@@ -18,22 +18,56 @@ CAPACITY_COLUMNS = [("config", "configuration"), ("max_rate_req_s", "max rate (r
                     ("search", "search"),
                     ("search_steps", "steps"), ("tolerance", "tolerance"), ("replicas", "replicas"), ("gpus", "GPUs"),
                     ("cost_per_hour", "$/hour"), ("cost_per_m_output_tokens", "$ per M output tokens"),
-                    ("at_max_ttft_p99_s", "TTFT p99 (s)"), ("at_max_tpot_p99_s", "TPOT p99 (s)"),
-                    ("at_max_mean_batch", "batch"), ("at_max_kv_efficiency", "KV eff."),
+                    ("at_max_ttft_p99_s", "TTFT p99"), ("at_max_tpot_p99_s", "TPOT p99"),
+                    ("at_max_mean_batch", "batch"), ("at_max_kv_efficiency", "KV eff. %"),
                     ("block_size", "block"), ("table_entries_per_seq", "table entries/seq"), ("kernel_us", "kernel us"),
                     ("gpu_memory_utilization", "mem util"), ("reason", "why not")]
 
 
+CONFIG_KEYS = ("allocator", "gpu", "model", "tensor_parallel_size", "victim_policy", "eviction", "block_size",
+               "preemption_mode", "preemption", "cache_eviction", "max_num_seqs", "max_num_batched_tokens",
+               "kv_cache_dtype", "enable_chunked_prefill", "gpu_memory_utilization", "trace")
+
+
+def varying_config_columns(points: pd.DataFrame) -> list[str]:
+    """The configuration columns whose values differ across the table, except the rate (the x axis): a
+    sweep's cfg_* columns (its allocator as resolved, e.g. paged:32), else the plain configuration columns
+    of plan points."""
+    sweep = any(c.startswith("cfg_") for c in points.columns)
+    cols = []
+    for c in points.columns:
+        if sweep:
+            if c == "allocator" or (c.startswith("cfg_") and c not in ("cfg_allocator", "cfg_rate", "cfg_rate_scale")):
+                cols.append(c)
+        elif c in CONFIG_KEYS:
+            cols.append(c)
+    cols = [c for c in cols if points[c].astype(str).nunique() > 1]
+    return sorted(cols, key=lambda c: c.removeprefix("cfg_") != "allocator")  # the allocator first
+
+
 def label_points(points: pd.DataFrame) -> pd.DataFrame:
-    """Give each row a `config` label: its own, or the config columns that vary across the table."""
+    """Give each row a `config` label: its own, or every configuration column that varies across the table
+    (each named, so two dimensions never merge into one line)."""
     if "config" in points.columns:
         return points
-    candidates = [c for c in ("allocator", "gpu", "model", "eviction", "block_size", "preemption", "trace")
-                  if c in points.columns and points[c].nunique() > 1]
-    if not candidates:
-        candidates = [c for c in ("allocator",) if c in points.columns]
-    lab = points[candidates].astype(str).agg(" ".join, axis=1) if candidates else pd.Series(["run"] * len(points))
-    return points.assign(config=lab.values)
+    cols = varying_config_columns(points)
+    if not cols:
+        cols = [c for c in ("allocator",) if c in points.columns]
+        if not cols:
+            return points.assign(config="run")
+    named = len(cols) > 1 or cols[0] not in ("allocator", "cfg_allocator")
+
+    def label(row) -> str:
+        parts = []
+        for c in cols:
+            key, v = c.removeprefix("cfg_"), row[c]
+            if v is None or (isinstance(v, float) and v != v):
+                continue  # not set for this point (e.g. an extra point without the grid's key)
+            v = f"{v:g}" if isinstance(v, float) else v
+            parts.append(str(v) if key == "allocator" or not named else f"{key}={v}")
+        return " ".join(parts) or "run"
+
+    return points.assign(config=points.apply(label, axis=1).values)
 
 
 def _rate_col(points: pd.DataFrame) -> str:
@@ -49,78 +83,133 @@ def _plt():
     return plt
 
 
-def plot_throughput(points: pd.DataFrame, path: Path) -> Path:
-    plt = _plt()
-    rc = _rate_col(points)
-    fig, ax = plt.subplots(figsize=(7, 4.2))
-    for name, g in points.groupby("config", sort=False):
-        g = g.sort_values(rc)
-        line, = ax.plot(g[rc], g["throughput_tok_s"], marker="o", ms=3, label=name)
-        if "ok" in g.columns:
-            bad = g[~g["ok"].astype(bool)]
-            ax.plot(bad[rc], bad["throughput_tok_s"], "x", color=line.get_color(), ms=6)
-    ax.set_xlabel("offered request rate (req/s)")
-    ax.set_ylabel("output tokens/s")
-    ax.set_title("Throughput vs rate (x: misses SLO)" if "ok" in points.columns else "Throughput vs rate")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+def _legend_below(fig, ax, n: int) -> None:
+    handles, labels = ax.get_legend_handles_labels()
+    if handles:
+        fig.legend(handles, labels, loc="lower center", ncol=min(4, max(1, n)), fontsize=8, frameon=False,
+                   bbox_to_anchor=(0.5, -0.02))
+
+
+def _save(fig, path: Path) -> Path:
+    fig.savefig(path, dpi=100, bbox_inches="tight")
+    _plt().close(fig)
     return path
 
 
+def plot_throughput(points: pd.DataFrame, path: Path) -> Path:
+    from kvsim.output.plots import style_map
+
+    plt = _plt()
+    rc = _rate_col(points)
+    names = list(dict.fromkeys(points["config"]))
+    styles = style_map(names)
+    fig, ax = plt.subplots(figsize=(7.5, 4.6))
+    for name, g in points.groupby("config", sort=False):
+        g = g.sort_values(rc)
+        ax.plot(g[rc], g["throughput_tok_s"], ms=4, label=name, **styles[name])
+        if "ok" in g.columns:
+            bad = g[~g["ok"].astype(bool)]
+            ax.plot(bad[rc], bad["throughput_tok_s"], "x", color=styles[name]["color"], ms=8)
+    ax.set_xlabel("offered request rate (req/s)")
+    ax.set_ylabel("output tokens/s")
+    ax.set_ylim(bottom=0)
+    ax.set_xlim(left=0)
+    ax.yaxis.set_major_formatter(_plt().FuncFormatter(lambda v, _: f"{v:,.0f}"))
+    ax.set_title("Throughput vs offered rate" + (" (x: misses an SLO)" if "ok" in points.columns else ""))
+    ax.grid(alpha=0.3)
+    fig.tight_layout(rect=(0, 0.08 + 0.03 * (len(names) // 4), 1, 1))
+    _legend_below(fig, ax, len(names))
+    return _save(fig, path)
+
+
 def plot_latency(points: pd.DataFrame, slos: list[Slo], path: Path) -> Path:
+    import numpy as np
+
+    from kvsim.output.plots import log_time_axis, style_map
+
     plt = _plt()
     rc = _rate_col(points)
     metrics = [s.key for s in slos] or ["ttft_p99_s", "tpot_p99_s"]
     metrics = list(dict.fromkeys(metrics + [m for m in ("ttft_p99_s", "tpot_p99_s") if m not in metrics]))
     metrics = [m for m in metrics if m in points.columns]
-    fig, axes = plt.subplots(1, len(metrics), figsize=(5.2 * len(metrics), 4), squeeze=False)
+    names = list(dict.fromkeys(points["config"]))
+    styles = style_map(names)
+    fig, axes = plt.subplots(1, len(metrics), figsize=(5.4 * len(metrics), 4.4), squeeze=False)
     for ax, m in zip(axes[0], metrics):
+        vals = []
         for name, g in points.groupby("config", sort=False):
             g = g.sort_values(rc)
-            ax.plot(g[rc], g[m], marker="o", ms=3, label=name)
+            ax.plot(g[rc], g[m], ms=4, label=name, **styles[name])
+            vals += [v for v in g[m] if v == v and v > 0]
         for s in slos:
             if s.key == m:
                 ax.axhline(s.limit_s, color="red", ls="--", lw=1.2, label=f"SLO {s}")
+                vals.append(s.limit_s)
         ax.set_yscale("log")
+        log_time_axis(ax.yaxis, min(vals, default=1e-3), max(vals, default=1.0))
         ax.set_xlabel("offered request rate (req/s)")
-        ax.set_ylabel(m.replace("_s", " (s)").replace("_", " "))
+        metric, pct = m[:-2].rsplit("_", 1)
+        ax.set_title(f"{metric.upper()} {pct}")
+        ax.set_xlim(left=0)
         ax.grid(alpha=0.3)
-    axes[0][0].legend(fontsize=7)
-    fig.suptitle("Latency percentiles vs rate")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    fig.suptitle("Latency percentiles vs offered rate")
+    fig.tight_layout(rect=(0, 0.08 + 0.03 * (len(names) // 4), 1, 1))
+    _legend_below(fig, axes[0][0], len(names) + len(slos))
+    return _save(fig, path)
 
 
 def plot_memory(rows: pd.DataFrame, prefix: str, path: Path) -> Path:
-    """Stacked time-weighted memory shares, one bar per configuration."""
-    from kvsim.output.plots import COLORS, LABELS
+    """Stacked time-weighted memory shares, one bar per configuration (most token states first)."""
+    from kvsim.output.plots import memory_bars
 
     plt = _plt()
     fig, ax = plt.subplots(figsize=(8, 0.5 * len(rows) + 1.8))
-    left = [0.0] * len(rows)
-    names = list(rows["config"])
-    for c in MEMORY_CATEGORIES:
-        vals = [100 * float(v) if v == v and v is not None else 0.0 for v in rows[f"{prefix}mem_{c}"]]
-        ax.barh(names, vals, left=left, color=COLORS[c], label=LABELS[c])
-        left = [a + b for a, b in zip(left, vals)]
-    ax.set_xlim(0, 100)
-    ax.invert_yaxis()
-    ax.set_xlabel("% of KV pool (time-weighted)")
-    ax.legend(fontsize=7, ncol=5, loc="upper center", bbox_to_anchor=(0.5, -0.25))
-    ax.set_title("Memory breakdown" + (" at each configuration's max SLO-meeting rate" if prefix else ""))
+    shares = [{c: float(r[f"{prefix}mem_{c}"]) if r[f"{prefix}mem_{c}"] == r[f"{prefix}mem_{c}"] else 0.0
+               for c in MEMORY_CATEGORIES} for _, r in rows.iterrows()]
+    memory_bars(ax, list(rows["config"]), shares)
+    ax.legend(fontsize=7, ncol=5, loc="upper center", bbox_to_anchor=(0.5, -0.18), frameon=False)
+    ax.set_title("Where the KV pool went" + (" at each configuration's max SLO-meeting rate" if prefix else ""))
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
+
+
+RESULT_COLUMNS = [("throughput_tok_s", "output tok/s"), ("throughput_req_s", "req/s"), ("ttft_p50_s", "TTFT p50"),
+                  ("ttft_p99_s", "TTFT p99"), ("tpot_p50_s", "TPOT p50"), ("tpot_p99_s", "TPOT p99"),
+                  ("preemptions", "preemptions"), ("prefix_hit_rate_tokens", "hit %"),
+                  ("mem_token_states", "token %"), ("kv_efficiency", "KV eff. %")]
+
+
+def results_table(points: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
+    """One row per simulation: the varying configuration, the rate, then throughput, latency (ms) and memory."""
+    from kvsim.output.plots import duration_label
+
+    cfg_cols = varying_config_columns(points)
+    rc = _rate_col(points)
+    cols = [c for c, _ in RESULT_COLUMNS if c in points.columns and points[c].notna().any()
+            and not (c == "prefix_hit_rate_tokens" and not points[c].fillna(0).any())]
+    headers = [c[4:] if c.startswith("cfg_") else c for c in cfg_cols] + ["rate (req/s)"]
+    headers += [dict(RESULT_COLUMNS)[c] for c in cols]
+    rows = []
+    for _, r in points.sort_values([*cfg_cols, rc]).iterrows():
+        row = [_fmt(r[c]) for c in cfg_cols] + [_fmt(r.get(rc))]
+        for c in cols:
+            v = r[c]
+            if v != v or v is None:
+                row.append("-")
+            elif c.endswith("_s") and c.startswith(("ttft", "tpot")):
+                row.append(duration_label(float(v), digits=3))
+            elif c in ("prefix_hit_rate_tokens", "mem_token_states", "kv_efficiency"):
+                row.append(f"{100 * float(v):.1f}")
+            elif c == "throughput_req_s":
+                row.append(f"{float(v):.2f}")
+            else:
+                row.append(f"{float(v):,.0f}")
+        rows.append(row)
+    return headers, rows
 
 
 def _fmt(v) -> str:
-    if v is None or (isinstance(v, float) and v != v):
+    if v is None or (isinstance(v, float) and v != v) or (isinstance(v, str) and v in ("nan", "None")):
         return "-"
     if isinstance(v, bool):
         return "yes" if v else "no"
@@ -132,7 +221,18 @@ def _fmt(v) -> str:
 def capacity_table(cap: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     cols = [(k, h) for k, h in CAPACITY_COLUMNS if k in cap.columns and cap[k].notna().any()
             and not (k == "reason" and not cap[k].astype(str).str.len().any())]
-    rows = [[_fmt(r[k]) for k, _ in cols] for _, r in cap.iterrows()]
+    from kvsim.output.plots import duration_label
+
+    def cell(k, v) -> str:
+        if v is None or v != v:
+            return "-"
+        if k in ("at_max_ttft_p99_s", "at_max_tpot_p99_s"):
+            return duration_label(float(v), digits=3)
+        if k == "at_max_kv_efficiency":
+            return f"{100 * float(v):.1f}"
+        return _fmt(v)
+
+    rows = [[cell(k, r[k]) for k, _ in cols] for _, r in cap.iterrows()]
     return [h for _, h in cols], rows
 
 
@@ -156,12 +256,15 @@ def build_report(out_dir: str | Path, capacity: pd.DataFrame | None, points: pd.
         figs.append(("Memory breakdown per configuration (highest rate simulated)", plot_memory(top, "", out / "memory_breakdown.png")))
     slo_text = ", ".join(str(s) for s in slos) if slos else "none"
     headers, rows = capacity_table(capacity) if capacity is not None and len(capacity) else ([], [])
+    tables = [("Capacity", headers, rows)] if headers else []
+    if points is not None and len(points) and "throughput_tok_s" in points.columns and not headers:
+        tables.append(("Results", *results_table(points)))
 
     md = [f"# {title}", "", f"SLOs: {slo_text}", ""]
     md += [f"- {n}" for n in notes or []]
-    if headers:
-        md += ["", "## Capacity", "", "| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
-        md += ["| " + " | ".join(r) + " |" for r in rows]
+    for name, hs, rs in tables:
+        md += ["", f"## {name}", "", "| " + " | ".join(hs) + " |", "|" + "---|" * len(hs)]
+        md += ["| " + " | ".join(r) + " |" for r in rs]
     for cap_text, p in figs:
         md += ["", f"## {cap_text}", "", f"![{cap_text}]({p.name})"]
     (out / "report.md").write_text("\n".join(md) + "\n", encoding="utf-8")
@@ -174,9 +277,10 @@ def build_report(out_dir: str | Path, capacity: pd.DataFrame | None, points: pd.
             f"<h1>{e(title)}</h1>", f"<p>SLOs: {e(slo_text)}</p>"]
     if notes:
         page.append("<ul>" + "".join(f"<li>{e(n)}</li>" for n in notes) + "</ul>")
-    if headers:
-        page.append("<h2>Capacity</h2><table><thead><tr>" + "".join(f"<th>{e(h)}</th>" for h in headers) + "</tr></thead><tbody>")
-        page += ["<tr>" + "".join(f"<td>{e(c)}</td>" for c in r) + "</tr>" for r in rows]
+    for name, hs, rs in tables:
+        page.append(f"<h2>{e(name)}</h2><table><thead><tr>" + "".join(f"<th>{e(h)}</th>" for h in hs)
+                    + "</tr></thead><tbody>")
+        page += ["<tr>" + "".join(f"<td>{e(c)}</td>" for c in r) + "</tr>" for r in rs]
         page.append("</tbody></table>")
     for cap_text, p in figs:
         data = base64.b64encode(p.read_bytes()).decode("ascii")

@@ -220,7 +220,8 @@ def from_burstgpt(path: str, limit: int | None = None) -> Converted:
 
 
 def from_vidur(path: str, limit: int | None = None) -> Converted:
-    """Vidur's processed trace CSV: arrived_at (s), num_prefill_tokens, num_decode_tokens."""
+    """Vidur's processed trace CSV: arrived_at (s), num_prefill_tokens, num_decode_tokens. Arrivals are
+    shifted so that the first one is at 0 s, as for every other format."""
     def parse(row, line, skipped):
         t = _num(row, "arrived_at", path, line, float)
         if t < 0:
@@ -228,7 +229,7 @@ def from_vidur(path: str, limit: int | None = None) -> Converted:
         p, o = _num(row, "num_prefill_tokens", path, line), _num(row, "num_decode_tokens", path, line)
         return (t, p, o) if _lengths_ok(p, o, skipped) else None
 
-    return _convert_csv(path, ("arrived_at", "num_prefill_tokens", "num_decode_tokens"), limit, parse, rebase=False)
+    return _convert_csv(path, ("arrived_at", "num_prefill_tokens", "num_decode_tokens"), limit, parse, rebase=True)
 
 
 def from_lengths_csv(path: str, arrivals: ArrivalSpec, seed: int = 0, limit: int | None = None) -> Converted:
