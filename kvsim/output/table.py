@@ -181,7 +181,8 @@ def render(rows: list[dict], columns: list[Column]) -> tuple[list[tuple[str, str
 
 def markdown_table(summaries: list[dict], columns: list[Column] | None = None) -> str:
     headers, rows = render(summaries, columns or choose_columns(wide=True))
-    lines = ["| " + " | ".join(f"{a} {b}".strip() for a, b in headers) + " |",
+    joined = [a[:-1] + b if a.endswith("-") else f"{a} {b}".strip() for a, b in headers]  # "pre-" + "empt"
+    lines = ["| " + " | ".join(joined) + " |",
              "|" + "|".join("---" if i == 0 else "---:" for i in range(len(headers))) + "|"]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
     return "\n".join(lines)

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Regenerate the example outputs committed under reports/ (the README quotes their tables). The large
+# per-request and timeline tables are left out of the repository.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export COLUMNS=${COLUMNS:-100}
+kvsim compare --trace traces/chat.jsonl --out reports/compare-chat
+kvsim compare --trace traces/mooncake_excerpt.jsonl --model qwen2.5-7b --max-model-len 131072 --gpu h200-141gb \
+    --allocators paged:16,paged:16+prefix,radix --out reports/prefix-mooncake
+kvsim plan --trace traces/chat.jsonl --gpus a100-40gb:1.5,h100-80gb:4.0 --allocators max,pow2,oracle,paged:16 \
+    --slo ttft_p99=2s,tpot_p99=100ms --target-rate 20 --out reports/capacity-chat
+bash benchmarks/vllm_fig2.sh reports/vllm-fig2
+rm -f reports/*/requests.csv reports/*/memory_timeline.csv
