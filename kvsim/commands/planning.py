@@ -109,6 +109,10 @@ def cmd_sweep(a: argparse.Namespace) -> int:
 
     points = load_grid(a.grid)
     out = a.out or str(Path(DEFAULT_OUT) / f"sweep-{Path(a.grid).stem}.csv")
+    if Path(out).suffix not in (".csv", ".parquet"):
+        from kvsim.errors import ConfigError
+
+        raise ConfigError(f"--out {out}: the results table must end in .csv or .parquet")
     check_output_file(out, "--out")
     table, computed, reused = run_sweep(points, out, a.workers, a.backend, a.address)
     print_sweep(table)

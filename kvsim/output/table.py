@@ -123,6 +123,9 @@ def latency_unit(values: list) -> tuple[str, float, int]:
     return unit, scale, max(0, min(3, 2 - math.floor(math.log10(smallest))))
 
 
+NUMBER_FORMATS = {"int": "{:,.0f}", "pct": "{:.1f}", "float1": "{:.1f}", "float2": "{:.2f}", "money": "{:,.3f}"}
+
+
 def format_value(v, kind: str, scale: float = 1.0, decimals: int = 1) -> str:
     if kind == "text":
         if v is None or (isinstance(v, float) and math.isnan(v)):
@@ -131,19 +134,11 @@ def format_value(v, kind: str, scale: float = 1.0, decimals: int = 1) -> str:
     x = _number(v)
     if x is None:
         return "-"
-    if kind == "int":
-        return f"{x:,.0f}"
-    if kind == "pct":
-        return f"{100 * x:.1f}"
-    if kind == "float1":
-        return f"{x:.1f}"
-    if kind == "float2":
-        return f"{x:.2f}"
-    if kind == "money":
-        return f"{x:,.3f}"
     if kind == "latency":
         return f"{x * scale:,.{decimals}f}"
-    raise ValueError(kind)
+    if kind == "pct":
+        x *= 100
+    return NUMBER_FORMATS[kind].format(x)
 
 
 def format_cell(value, fmt: str) -> str:

@@ -27,7 +27,7 @@ from pathlib import Path
 import pandas as pd
 
 from kvsim.errors import ConfigError
-from kvsim.files import atomic_path, write_text_atomically
+from kvsim.files import write_text_atomically
 from kvsim.planning.point import point_id
 
 
@@ -139,15 +139,11 @@ def run_sweep(points: list[dict], out: str, workers: int = 1, backend: str = "lo
 
 
 def write_table(df: pd.DataFrame, out: str) -> None:
+    """The results table, as Parquet when ``out`` ends in .parquet, else CSV (atomically)."""
+    from kvsim.output.writer import write_table as write_frame
+
     Path(out).parent.mkdir(parents=True, exist_ok=True)
-    with atomic_path(out) as tmp:
-        if str(out).endswith(".parquet"):
-            try:
-                df.to_parquet(tmp, index=False)
-            except ImportError:
-                raise ConfigError("a .parquet output needs pyarrow (pip install 'kvsim[parquet]')") from None
-        else:
-            df.to_csv(tmp, index=False)
+    write_frame(df, Path(out), "parquet" if str(out).endswith(".parquet") else "csv")
 
 
 def read_table(path: str) -> pd.DataFrame:

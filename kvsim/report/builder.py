@@ -230,6 +230,12 @@ def capacity_table(cap: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
             return duration_label(float(v), digits=3)
         if k == "at_max_kv_efficiency":
             return f"{100 * float(v):.1f}"
+        if k == "tolerance":
+            return f"{100 * float(v):.1f}%"
+        if k in ("at_max_mean_batch", "table_entries_per_seq"):
+            return f"{float(v):.1f}"
+        if k in ("max_rate_req_s", "cost_per_m_output_tokens"):
+            return f"{float(v):,.3f}"
         return _fmt(v)
 
     rows = [[cell(k, r[k]) for k, _ in cols] for _, r in cap.iterrows()]
