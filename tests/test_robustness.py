@@ -272,3 +272,10 @@ def test_report_on_hostile_tables(tmp_path, capsys):
         f = tmp_path / f"t{i}.csv"
         f.write_text(text)
         kvsim(capsys, "report", f, "-o", tmp_path / f"r{i}")
+
+
+def test_report_on_a_hand_edited_table_counts_what_it_cannot_read(tmp_path, capsys):
+    f = tmp_path / "s.csv"
+    f.write_text("cfg_allocator,allocator,rate,throughput_tok_s,ttft_p99_s\nmax,max,1,abc,0.5\npaged,paged,2,3,xyz\n")
+    rc, _, err = kvsim(capsys, "report", f, "-o", tmp_path / "r")
+    assert rc == 0 and "'throughput_tok_s': 1 value(s) are not numbers" in err

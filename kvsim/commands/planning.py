@@ -131,7 +131,7 @@ def cmd_report(a: argparse.Namespace) -> int:
     prepare_output_dir(a.output, "-o")
     caps, pts = [], []
     for path in a.results:
-        df = read_table(path)
+        df = _numeric_metrics(read_table(path), path)
         (caps if "max_rate_req_s" in df.columns else pts).append(df)
     cap = pd.concat(caps, ignore_index=True) if caps else None
     points = pd.concat(pts, ignore_index=True) if pts else None
@@ -139,6 +139,29 @@ def cmd_report(a: argparse.Namespace) -> int:
     files = build_report(a.output, cap, points, slos, a.title, [f"from {', '.join(a.results)}"])
     print(f"wrote {files['html']} and {files['md']}")
     return 0
+
+
+TEXT_COLUMNS = {"allocator", "config", "gpu", "model", "trace", "reason", "why", "search", "status", "point_id",
+                "victim_policy", "preemption_mode", "cache_eviction", "kv_cache_dtype", "latency", "cpu_overhead",
+                "interconnect", "batching", "meets_slo", "ok"}
+
+
+def _numeric_metrics(df, path: str):
+    """Metric columns as numbers; values that are not numbers (a hand-edited table) become missing, and
+    are counted on stderr rather than dropped silently."""
+    import pandas as pd
+
+    for c in df.columns:
+        if c.startswith("cfg_") or c in TEXT_COLUMNS or pd.api.types.is_numeric_dtype(df[c]):
+            continue
+        num = pd.to_numeric(df[c], errors="coerce")
+        bad = int((num.isna() & df[c].notna()).sum())
+        if bad and bad < int(df[c].notna().sum()):  # a numeric column with a few bad cells
+            print(f"{path}: column '{c}': {bad} value(s) are not numbers; shown as missing", file=sys.stderr)
+            df[c] = num
+        elif bad == 0:
+            df[c] = num
+    return df
 
 
 def register(sub) -> None:

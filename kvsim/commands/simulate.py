@@ -73,11 +73,12 @@ def simulate_all(a: argparse.Namespace, allocator_names: str, command: str) -> i
     if a.record_batches and len(allocators) != 1:
         raise ConfigError("--record-batches records one allocator's run; pass a single allocator")
     trace_name = Path(a.trace).stem
+    pool = plan_pool(cfg.model, cfg.gpu, cfg.memory, cfg.tp)
+    loaded = load_trace(a.trace, skip_invalid=bool(a.skip_invalid))
+    # outputs are checked after the inputs (a bad trace leaves no empty folder) and before simulating
     out = prepare_output_dir(a.out or Path(DEFAULT_OUT) / f"{command}-{trace_name}", "--out")
     if a.record_batches:
         check_output_file(a.record_batches, "--record-batches")
-    pool = plan_pool(cfg.model, cfg.gpu, cfg.memory, cfg.tp)
-    loaded = load_trace(a.trace, skip_invalid=bool(a.skip_invalid))
     notes = loaded.notes() + latency_notes(cfg) + setting_warnings(cfg, loaded.requests, allocators)
     for note in notes:
         print(note, file=sys.stderr)

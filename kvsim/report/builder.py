@@ -179,6 +179,20 @@ RESULT_COLUMNS = [("throughput_tok_s", "output tok/s"), ("throughput_req_s", "re
                   ("mem_token_states", "token %"), ("kv_efficiency", "KV eff. %")]
 
 
+def _result_cell(c: str, v) -> str:
+    from kvsim.output.plots import duration_label
+
+    if v is None or v != v:
+        return "-"
+    if c.endswith("_s") and c.startswith(("ttft", "tpot")):
+        return duration_label(float(v), digits=3)
+    if c in ("prefix_hit_rate_tokens", "mem_token_states", "kv_efficiency"):
+        return f"{100 * float(v):.1f}"
+    if c == "throughput_req_s":
+        return f"{float(v):.2f}"
+    return f"{float(v):,.0f}"
+
+
 def results_table(points: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     """One row per simulation: the varying configuration, the rate, then throughput, latency (ms) and memory."""
     from kvsim.output.plots import duration_label
@@ -193,17 +207,10 @@ def results_table(points: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     for _, r in points.sort_values([*cfg_cols, rc]).iterrows():
         row = [_fmt(r[c]) for c in cfg_cols] + [_fmt(r.get(rc))]
         for c in cols:
-            v = r[c]
-            if v != v or v is None:
-                row.append("-")
-            elif c.endswith("_s") and c.startswith(("ttft", "tpot")):
-                row.append(duration_label(float(v), digits=3))
-            elif c in ("prefix_hit_rate_tokens", "mem_token_states", "kv_efficiency"):
-                row.append(f"{100 * float(v):.1f}")
-            elif c == "throughput_req_s":
-                row.append(f"{float(v):.2f}")
-            else:
-                row.append(f"{float(v):,.0f}")
+            try:
+                row.append(_result_cell(c, r[c]))
+            except (TypeError, ValueError):  # a hand-edited table: show what is there
+                row.append(_fmt(r[c]))
         rows.append(row)
     return headers, rows
 
@@ -238,7 +245,13 @@ def capacity_table(cap: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
             return f"{float(v):,.3f}"
         return _fmt(v)
 
-    rows = [[cell(k, r[k]) for k, _ in cols] for _, r in cap.iterrows()]
+    def safe_cell(k, v) -> str:
+        try:
+            return cell(k, v)
+        except (TypeError, ValueError):  # a hand-edited table: show what is there
+            return _fmt(v)
+
+    rows = [[safe_cell(k, r[k]) for k, _ in cols] for _, r in cap.iterrows()]
     return [h for _, h in cols], rows
 
 
