@@ -84,7 +84,17 @@ def summary_markdown(outputs: list, context: dict[str, str], notes: list[str], p
     parts.append("Memory columns are time-weighted shares of the KV pool: token states (slots holding KV), reserved "
                  "(held for the request's future tokens), internal fragmentation (held beyond the request's final "
                  "length), external fragmentation (free but unusable for the next allocation), free. `eff%` = token "
-                 "states / (pool - free). Latencies are seconds, over finished requests.")
+                 "states / (pool - free); `waste%` = reserved + internal + external. Latencies are over finished "
+                 "requests, in the unit each header names.")
+    if any(s.get("prefix_hit_rate_tokens") is not None for s in summaries):
+        parts.append("")
+        parts.append("`hit%` is the share of prompt tokens the prefix cache served over every lookup, restarts after "
+                     "a preemption included (a restart finds its own earlier blocks), so it can exceed the trace's "
+                     "ideal reuse that `kvsim trace stats` reports (each request once, an infinite cache).")
+    if any(s.get("sharing_dedup_frac") is not None for s in summaries):
+        parts.append("")
+        parts.append("`dedup%` is the share of the token states sequences hold that sharing stores once for several "
+                     "holders; it is not a share of the pool (the memory columns are).")
     extra = rejection_lines(outputs) + notes
     if extra:
         parts += ["", "## Notes", ""] + [f"- {line}" for line in extra]
