@@ -138,7 +138,7 @@ def _help(o: Option) -> str:
     if o.choices:
         text += f" ({', '.join(o.choices)})"
     if o.type is bool:
-        return text
+        return f"{text} [default: {'on' if o.default else 'off'}]" if o.negatable else text
     default = o.default_text if o.default is None else (f"{o.default:g}" if isinstance(o.default, float) else o.default)
     if o.rule is not None and isinstance(o.rule, Number) and o.rule.describe():
         text += f"; {o.rule.describe()}"
