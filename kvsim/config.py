@@ -85,6 +85,16 @@ class PoolPlan:
 MAX_POOL_TOKENS = 1 << 40  # beyond this token counts stop being exact in float64 sums over a run
 
 
+def set_pool(mem: MemoryConfig, kv_bytes_per_token: int) -> PoolPlan | None:
+    """The pool --num-blocks or --kv-pool-gb sets (num_blocks first), or None when it is to be derived."""
+    if mem.num_blocks is not None:
+        return PoolPlan(mem.num_blocks * mem.num_blocks_size * kv_bytes_per_token, kv_bytes_per_token,
+                        f"--num-blocks {mem.num_blocks} x {mem.num_blocks_size} tokens")
+    if mem.kv_pool_gb is not None:
+        return PoolPlan(int(mem.kv_pool_gb * GiB), kv_bytes_per_token, f"--kv-pool-gb {mem.kv_pool_gb:g}")
+    return None
+
+
 def set_pool_problem(plan: PoolPlan, model: ModelSpec, gpu: GpuSpec, tp: int, ignore_gpu_memory: bool) -> str | None:
     """Why a pool set directly (not derived) cannot be, or None. It must hold at least one block's worth of
     tokens, at most MAX_POOL_TOKENS, and fit in the GPU's memory beside the weights unless told to ignore that."""
@@ -108,12 +118,8 @@ def plan_pool(model: ModelSpec, gpu: GpuSpec, mem: MemoryConfig, tp: int = 1) ->
     if tp <= 0 or model.kv_heads % tp:
         raise ConfigError(f"--tensor-parallel-size {tp}: must divide the model's kv_heads ({model.kv_heads})")
     per_token = model.kv_bytes_per_token // tp
-    if mem.num_blocks is not None or mem.kv_pool_gb is not None:
-        if mem.num_blocks is not None:
-            plan = PoolPlan(mem.num_blocks * mem.num_blocks_size * per_token, per_token,
-                            f"--num-blocks {mem.num_blocks} x {mem.num_blocks_size} tokens")
-        else:
-            plan = PoolPlan(int(mem.kv_pool_gb * GiB), per_token, f"--kv-pool-gb {mem.kv_pool_gb:g}")
+    plan = set_pool(mem, per_token)
+    if plan is not None:
         problem = set_pool_problem(plan, model, gpu, tp, mem.ignore_gpu_memory)
         if problem:
             raise ConfigError(f"{plan.source}: {problem}")

@@ -272,14 +272,12 @@ def config_from_options(values: Mapping[str, Any], naming: str = "flag"):
     )
     mem = MemoryConfig(v["gpu_memory_utilization"], v["activation_reserve_gb"], v["kv_pool_gb"], v["num_blocks"],
                        v["num_blocks_size"] or v["block_size"], v["ignore_gpu_memory"])
-    if mem.num_blocks is not None or mem.kv_pool_gb is not None:
-        from kvsim.config import plan_pool
+    from kvsim.config import set_pool, set_pool_problem
 
-        try:
-            plan_pool(model, gpu, mem, tp)  # a set pool must fit the GPU: fail here, naming the key
-        except ConfigError as e:
-            key = "num_blocks" if mem.num_blocks is not None else "kv_pool_gb"
-            raise ConfigError(f"{name(key)}: {str(e).split(': ', 1)[1]}") from None
+    plan = set_pool(mem, model.kv_bytes_per_token // tp)
+    problem = plan and set_pool_problem(plan, model, gpu, tp, mem.ignore_gpu_memory)
+    if problem:  # a set pool must fit the GPU: fail here, naming the key as the user wrote it
+        raise ConfigError(f"{name('num_blocks' if mem.num_blocks is not None else 'kv_pool_gb')}: {problem}")
     roof = RooflineParams(v["flops_efficiency"], v["bandwidth_efficiency"], v["step_overhead_ms"] / 1000)
     latency = v["latency"]
     if latency not in ("per-op", "roofline"):

@@ -77,24 +77,28 @@ def cmd_bench(a: argparse.Namespace) -> int:
     return 0
 
 
+def _device_pool_seed_output(p: argparse.ArgumentParser, pool: str, gpu_gib: str, name: str) -> None:
+    """The arguments replay and bench share: device, pool size guard, seed, output CSV."""
+    p.add_argument("--device", choices=["cuda", "cpu"], help="[default: cuda if a GPU is visible, else cpu]")
+    p.add_argument("--max-pool-gib", type=positive, default=None,
+                   help=f"refuse {pool} larger than this, GiB [default: {gpu_gib} on a GPU, 1 on CPU]")
+    p.add_argument("--seed", type=any_int, default=0, help="random seed of the K/V/Q values [default: 0]")
+    p.add_argument("-o", "--output", default=f"{DEFAULT_OUT}/kernels/{name}.csv",
+                   help=f"CSV to write [default: {DEFAULT_OUT}/kernels/{name}.csv]")
+
+
 def register(sub) -> None:
     k = sub.add_parser("kernels", help="run, check and time the Triton kernels (needs PyTorch and Triton)")
     ksub = k.add_subparsers(dest="kernels_command", required=True, metavar="{replay,bench}")
     rp = ksub.add_parser("replay", help="replay a recorded run's batches (see --record-batches) on the kernels")
     rp.add_argument("record", help="a record from `kvsim run --record-batches FILE`")
-    rp.add_argument("--device", choices=["cuda", "cpu"], help="[default: cuda if a GPU is visible, else cpu]")
     rp.add_argument("--sample", type=positive_int, default=None,
                     help="iterations to replay, evenly spaced [default: 20 on a GPU, 4 on CPU]")
     rp.add_argument("--check-seqs", type=positive_int, default=4,
                     help="cpu: sequences per iteration checked in the interpreter [default: 4]")
-    rp.add_argument("--max-pool-gib", type=positive, default=None,
-                    help="refuse a one-layer KV pool larger than this, GiB [default: 8 on a GPU, 1 on CPU]")
-    rp.add_argument("--seed", type=any_int, default=0, help="random seed of the K/V/Q values [default: 0]")
-    rp.add_argument("-o", "--output", default=f"{DEFAULT_OUT}/kernels/replay.csv",
-                    help=f"CSV to write [default: {DEFAULT_OUT}/kernels/replay.csv]")
+    _device_pool_seed_output(rp, "a one-layer KV pool", "8", "replay")
     rp.set_defaults(func=cmd_replay)
     bn = ksub.add_parser("bench", help="attention kernels over batch x context x block size")
-    bn.add_argument("--device", choices=["cuda", "cpu"], help="[default: cuda if a GPU is visible, else cpu]")
     bn.add_argument("--batch", type=int_list(), default=None, help="sequences [default: 1,8,64 on a GPU; 1,4 on CPU]")
     bn.add_argument("--context", type=int_list(), default=None,
                     help="context tokens [default: 512,4096 on a GPU; 64,256 on CPU]")
@@ -107,10 +111,6 @@ def register(sub) -> None:
     bn.add_argument("--head-dim", type=positive_int, default=128, help="head dimension [default: 128]")
     bn.add_argument("--gpu", help="GPU preset whose peak bandwidth results are compared to [default: the GPU it runs "
                     "on, when it is a preset; on CPU, none]")
-    bn.add_argument("--max-pool-gib", type=positive, default=None,
-                    help="refuse a KV pool larger than this, GiB [default: 40 on a GPU, 1 on CPU]")
-    bn.add_argument("--seed", type=any_int, default=0, help="random seed [default: 0]")
-    bn.add_argument("-o", "--output", default=f"{DEFAULT_OUT}/kernels/bench.csv",
-                    help=f"CSV to write [default: {DEFAULT_OUT}/kernels/bench.csv]")
+    _device_pool_seed_output(bn, "a KV pool", "40", "bench")
     bn.set_defaults(func=cmd_bench)
 

@@ -38,6 +38,16 @@ from kvsim.latency.base import StepShape, chunk_shape_terms
 _NO_KEY = 1 << 62
 
 
+def _bucket_add(buckets: dict[int, list[Sequence]], heap: list[int], it: int, s: Sequence) -> None:
+    """File ``s`` under iteration ``it`` (a heap keeps the iterations that have a bucket)."""
+    lst = buckets.get(it)
+    if lst is None:
+        buckets[it] = [s]
+        heapq.heappush(heap, it)
+    else:
+        lst.append(s)
+
+
 class IncrementalScheduler(Scheduler):
     def __init__(self, cfg: SchedulerConfig, allocator: KVAllocator, victim_policy: VictimPolicy,
                  first_sample_id: int = 0, decode_runs: bool = True):
@@ -94,12 +104,7 @@ class IncrementalScheduler(Scheduler):
             s.grow_iter = -1
             return False  # it finishes before it needs anything
         s.grow_iter = e
-        lst = self._grow_at.get(e)
-        if lst is None:
-            self._grow_at[e] = [s]
-            heapq.heappush(self._grow_heap, e)
-        else:
-            lst.append(s)
+        _bucket_add(self._grow_at, self._grow_heap, e, s)
         return True
 
     def _attach(self, s: Sequence) -> None:
@@ -113,12 +118,7 @@ class IncrementalScheduler(Scheduler):
         self._lazy_sum += s.c0 - it
         f = it + s.target - s.generated - 1
         s.finish_iter = f
-        lst = self._finish_at.get(f)
-        if lst is None:
-            self._finish_at[f] = [s]
-            heapq.heappush(self._finish_heap, f)
-        else:
-            lst.append(s)
+        _bucket_add(self._finish_at, self._finish_heap, f, s)
         self._schedule_growth(s)
 
     def _detach(self, s: Sequence) -> None:

@@ -35,6 +35,9 @@ from kvsim.engine.sequence import Sequence, Status
 from kvsim.latency.base import StepShape
 
 
+WAIT_FOR_BUDGET = -1  # _try_place: the head fits memory but not this iteration's token budget
+
+
 @dataclass
 class IterationPlan:
     """What the next iteration computes. For a decode run, ``steps`` identical-shape iterations."""
@@ -72,7 +75,6 @@ class Scheduler:
     def __init__(self, cfg: SchedulerConfig, allocator: KVAllocator, victim_policy: VictimPolicy,
                  first_sample_id: int = 0):
         self.cfg = cfg
-        self._budget_short = False  # set by _try_place: the head waits for token budget, not memory
         self.alloc = allocator
         self.pick_victim = victim_policy
         self.waiting: deque[Sequence] = deque()
@@ -234,7 +236,8 @@ class Scheduler:
     # --- admission --------------------------------------------------------------------------
     def _try_place(self, seq: Sequence, budget: int, static: bool) -> int | None:
         """Look the head's prefix up and allocate what its first chunk needs: the tokens it starts from,
-        or None if it does not fit (the unclaimed lookup is dropped). A sequence starting from scratch
+        None if memory does not hold it, or WAIT_FOR_BUDGET if, without chunked prefill, the rest of its
+        prompt exceeds this iteration's budget (either way the unclaimed lookup is dropped). A sequence starting from scratch
         looks its prompt up, leaving at least one token to compute so the step that completes the prompt
         emits. Static batching forms the whole batch at once, so it must hold every prompt now."""
         hit = NO_HIT
@@ -242,8 +245,7 @@ class Scheduler:
             hit = self.alloc.lookup_prefix(seq.sid, seq.req, seq.known - 1)
         start = seq.computed or hit.tokens
         if not static and not self.cfg.chunked_prefill and seq.known - start > budget:
-            self._budget_short = True  # without chunking the whole rest must fit this iteration's budget
-            return None
+            return WAIT_FOR_BUDGET  # without chunking the whole rest must fit this iteration's budget
         need = seq.known if static else start + min(seq.known - start, budget)
         return start if self.alloc.allocate(seq.sid, seq.req, need, hit) else None
 
@@ -271,9 +273,8 @@ class Scheduler:
                 self.counts["swap_in_blocks"] += len(mapping)
             in_gpu = seq.computed  # KV it already holds here (swapped back in, or kept by partial preemption)
             fresh = seq.computed == 0  # starting from scratch (not resumed from swap or a kept head)
-            self._budget_short = False
             start = self._try_place(seq, budget, static)
-            if self._budget_short:
+            if start == WAIT_FOR_BUDGET:
                 break  # the budget, not memory, is short: the next iteration may have it (not admission_blocked)
             # partially preempted sequences behind the head give their memory back first (FCFS)
             while start is None and self._reclaim_waiting(keep=seq):

@@ -105,11 +105,10 @@ def resume_keys(points: list[dict]) -> list[str]:
     digests: dict[str, str] = {}
     keys = []
     for p in points:
-        t = str(p["trace"])
+        t, pid = str(p["trace"]), point_id(p)
         if t not in digests:
             digests[t] = file_digest(t)
-        h = hashlib.sha256(f"{point_id(p)}|{digests[t]}|{__version__}".encode()).hexdigest()
-        keys.append(f"{point_id(p)}-{h[:16]}")
+        keys.append(f"{pid}-{hashlib.sha256(f'{pid}|{digests[t]}|{__version__}'.encode()).hexdigest()[:16]}")
     return keys
 
 
