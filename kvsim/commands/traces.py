@@ -26,6 +26,14 @@ def cmd_generate(a: argparse.Namespace) -> int:
         reqs = generate_scenario(spec, a.num_requests, arrivals, lengths, seed=a.seed)
     else:
         reqs = generate(a.num_requests, arrivals, lengths, seed=a.seed)
+    if a.lengths_csv:
+        import sys
+
+        from kvsim.trace.importers import read_length_pairs
+
+        pairs, rows, skipped = read_length_pairs(a.lengths_csv)  # cached: the file is not read again
+        print(f"lengths from {a.lengths_csv}: {len(pairs)} of {rows} rows"
+              + "".join(f"; skipped {n}: {why}" for why, n in skipped.most_common()), file=sys.stderr)
     write_trace(reqs, a.output)
     print(f"wrote {len(reqs)} requests to {a.output}")
     return 0

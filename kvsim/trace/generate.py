@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import csv
 from dataclasses import dataclass
 
 import numpy as np
@@ -68,40 +67,18 @@ def arrival_times(spec: ArrivalSpec, n: int, rng: np.random.Generator) -> np.nda
 
 
 def read_lengths_csv(path: str) -> np.ndarray:
-    """(N, 2) int array of (prompt, output) pairs; rows with a non-positive length are left out."""
-    try:
-        fh = open(path, newline="", encoding="utf-8")
-    except OSError as e:
-        raise ConfigError(f"{path}: cannot open: {e.strerror}") from None
-    try:
-        with fh:
-            return _lengths_table(path, csv.DictReader(fh))
-    except UnicodeDecodeError:
-        raise ConfigError(f"{path}: not UTF-8 text (a binary file?)") from None
-    except csv.Error as e:
-        raise ConfigError(f"{path}: not valid CSV ({e})") from None
+    """(N, 2) int array of (prompt, output) pairs; rows with a non-positive length are left out (counted by
+    kvsim.trace.importers.read_length_pairs, which `kvsim trace generate` reports)."""
+    from kvsim.errors import TraceError
+    from kvsim.trace.importers import read_length_pairs
 
-
-def _lengths_table(path: str, reader: csv.DictReader) -> np.ndarray:
-    cols = reader.fieldnames or []
-    pair = next(((p, o) for p, o in LENGTH_COLUMNS if p in cols and o in cols), None)
-    if pair is None:
-        raise ConfigError(f"{path}: no length columns found; need one of "
-                          + ", ".join(f"{p}+{o}" for p, o in LENGTH_COLUMNS))
-    rows = []
-    for lineno, row in enumerate(reader, start=2):
-        try:
-            pf, of = float(row[pair[0]]), float(row[pair[1]])
-            p, o = int(pf), int(of)
-        except (TypeError, ValueError, OverflowError):
-            raise ConfigError(f"{path}:{lineno}: field '{pair[0]}'/'{pair[1]}' is not a finite number") from None
-        if max(pf, of) > 1 << 40:
-            raise ConfigError(f"{path}:{lineno}: field '{pair[0]}'/'{pair[1]}' is beyond {1 << 40:,} tokens")
-        if p > 0 and o > 0:
-            rows.append((p, o))
-    if not rows:
+    try:
+        pairs, _, _ = read_length_pairs(path)
+    except TraceError as e:
+        raise ConfigError(str(e)) from None
+    if not pairs:
         raise ConfigError(f"{path}: no rows with positive lengths")
-    return np.asarray(rows, dtype=np.int64)
+    return np.asarray(pairs, dtype=np.int64)
 
 
 def _lognormal(rng: np.random.Generator, mean: float, sigma: float, n: int, cap: float = 1 << 40) -> np.ndarray:

@@ -8,6 +8,7 @@ BurstGPT's failed requests with 0 response tokens).
 from __future__ import annotations
 
 import csv
+import functools
 import json
 import math
 from collections import Counter
@@ -232,9 +233,21 @@ def from_vidur(path: str, limit: int | None = None) -> Converted:
     return _convert_csv(path, ("arrived_at", "num_prefill_tokens", "num_decode_tokens"), limit, parse, rebase=True)
 
 
-def from_lengths_csv(path: str, arrivals: ArrivalSpec, seed: int = 0, limit: int | None = None) -> Converted:
-    """A CSV of lengths only (any column pair trace.generate knows); rows keep their order and get
-    arrival times from the chosen process."""
+def read_length_pairs(path: str, limit: int | None = None) -> tuple[list[tuple[int, int]], int, Counter]:
+    """(prompt, output) pairs of a lengths CSV (any column pair of trace.generate.LENGTH_COLUMNS), the rows
+    read, and the rows skipped by reason. Cached per file version: generating and reporting read it once."""
+    import os
+
+    try:
+        st = os.stat(path)
+    except OSError as e:
+        raise TraceError(path, 0, None, f"cannot open: {e.strerror}") from None
+    pairs, rows, skipped = _read_length_pairs(path, limit, st.st_mtime_ns, st.st_size)
+    return list(pairs), rows, Counter(dict(skipped))
+
+
+@functools.lru_cache(maxsize=4)
+def _read_length_pairs(path: str, limit: int | None, _mtime_ns: int, _size: int):
     from kvsim.trace.generate import LENGTH_COLUMNS
 
     header = _csv_header(path)
@@ -249,6 +262,12 @@ def from_lengths_csv(path: str, arrivals: ArrivalSpec, seed: int = 0, limit: int
         p, o = _num(row, pair[0], path, line), _num(row, pair[1], path, line)
         if _lengths_ok(p, o, skipped):
             lengths.append((p, o))
+    return tuple(lengths), rows, tuple(skipped.items())
+
+
+def from_lengths_csv(path: str, arrivals: ArrivalSpec, seed: int = 0, limit: int | None = None) -> Converted:
+    """A CSV of lengths only; rows keep their order and get arrival times from the chosen process."""
+    lengths, rows, skipped = read_length_pairs(path, limit)
     t = arrival_times(arrivals, len(lengths), np.random.default_rng(seed)) if lengths else []
     return Converted([Request(str(i), float(t[i]), p, o) for i, (p, o) in enumerate(lengths)], rows, skipped)
 
