@@ -117,7 +117,7 @@ class FreeStackPool(BlockPool):
 
     @property
     def num_free(self) -> int:
-        return len(self._free) + self.num_blocks - len(self.ref)
+        return len(self._free) + self.num_fresh
 
     def take_one(self) -> int:
         if self._free:

@@ -101,11 +101,11 @@ class HashedBlockPool(BlockPool):
     # --- supply ------------------------------------------------------------------------------
     @property
     def num_free(self) -> int:
-        return len(self._queue) + self.num_blocks - len(self.ref)
+        return len(self._queue) + self.num_fresh
 
     def take(self, n: int) -> list[int]:
         # Never-used blocks sit at the head of vLLM's queue (and are empty for the other policies).
-        fresh = min(n, self.num_blocks - len(self.ref))
+        fresh = min(n, self.num_fresh)
         out = self._take_fresh(fresh) if fresh else []
         for _ in range(n - fresh):
             b = self._queue.pop()

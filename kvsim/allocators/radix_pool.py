@@ -51,7 +51,7 @@ class RadixBlockPool(FreeStackPool):
     # --- supply ------------------------------------------------------------------------------
     @property
     def num_free(self) -> int:
-        return len(self._free) + self.num_blocks - len(self.ref) + self._unreferenced
+        return len(self._free) + self.num_fresh + self._unreferenced
 
     def _push_if_leaf(self, node: _Node) -> None:
         if node is not self.root and not node.children and self.ref[node.block] == 0:
@@ -76,7 +76,7 @@ class RadixBlockPool(FreeStackPool):
         for _ in range(n):
             if self._free:
                 b = self._free.pop()
-            elif len(self.ref) < self.num_blocks:
+            elif self.num_fresh:
                 out.extend(self._take_fresh(1))
                 continue
             else:

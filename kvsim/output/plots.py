@@ -1,6 +1,6 @@
 """Matplotlib figures (Agg backend, imported only when plots are written).
 
-Conventions kept across every figure: one colour per allocator (its family's, see :func:`color_map`),
+Conventions kept across every figure: one colour per allocator (its family's, see :func:`style_map`),
 latencies on millisecond/second axes written out in plain numbers, legends outside the data, bars
 sorted by how much of the pool holds token states.
 """
@@ -55,8 +55,6 @@ def style_map(names: list[str]) -> dict[str, dict]:
     return out
 
 
-def color_map(names: list[str]) -> dict[str, str]:
-    return {n: st["color"] for n, st in style_map(names).items()}
 
 
 def _plt():

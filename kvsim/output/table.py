@@ -82,8 +82,6 @@ COLUMNS: list[Column] = [
 BY_NAME = {c.name: c for c in COLUMNS}
 
 
-def columns_help() -> str:
-    return "; ".join(f"{c.name}: {c.help}" for c in COLUMNS)
 
 
 def choose_columns(names: str | None = None, wide: bool = False) -> list[Column]:
@@ -141,15 +139,6 @@ def format_value(v, kind: str, scale: float = 1.0, decimals: int = 1) -> str:
     return NUMBER_FORMATS[kind].format(x)
 
 
-def format_cell(value, fmt: str) -> str:
-    """A single value with a format string (or 'pct'); '-' for missing."""
-    if _number(value) is None:
-        return "-"
-    if fmt == "pct":
-        return f"{100 * value:.1f}"
-    if fmt == "{:d}":
-        return f"{int(value):d}"
-    return fmt.format(value)
 
 
 def _shown(col: Column, rows: list[dict]) -> bool:
@@ -183,11 +172,11 @@ def markdown_table(summaries: list[dict], columns: list[Column] | None = None) -
     return "\n".join(lines)
 
 
-def _rich_table(headers, rows, title: str | None):
+def _rich_table(headers, rows):
     from rich import box
     from rich.table import Table
 
-    t = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1), title_justify="left")
+    t = Table(box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1))
     for i, (h1, h2) in enumerate(headers):
         t.add_column(f"{h1}\n{h2}" if h2 else h1, justify="left" if i == 0 else "right", no_wrap=True)
     for r in rows:
@@ -207,20 +196,17 @@ def print_table(summaries: list[dict], title: str | None = None, columns: list[C
 
     console = console or Console()
     cols = [c for c in (columns or choose_columns()) if _shown(c, summaries)]
-    if not fit:  # --wide: as wide as it needs, never squeezed into ellipses
-        headers, rows = render(summaries, cols)
-        table = _rich_table(headers, rows, None)
-        console = Console(width=max(console.width, _width(console, table)), file=console.file)
     dropped: list[str] = []
-    while True:
-        headers, rows = render(summaries, cols)
-        table = _rich_table(headers, rows, None)
-        width = _width(console, table)
-        if width <= console.width or len(cols) <= 2:
-            break
+    table = _rich_table(*render(summaries, cols))
+    width = _width(console, table)
+    if not fit:  # --wide: as wide as it needs, never squeezed into ellipses
+        console = Console(width=max(console.width, width), file=console.file)
+    while width > console.width and len(cols) > 2:
         victim = max(cols[1:], key=lambda c: (c.drop_order, cols.index(c)))
         cols.remove(victim)
         dropped.append(victim.name)
+        table = _rich_table(*render(summaries, cols))
+        width = _width(console, table)
     if title:
         console.print(title, overflow="fold", soft_wrap=False)
     console.print(table)
