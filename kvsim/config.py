@@ -115,9 +115,10 @@ def plan_pool(model: ModelSpec, gpu: GpuSpec, mem: MemoryConfig, tp: int = 1) ->
 
     Derived size = gpu_memory x gpu_memory_utilization - weights / tp - activation reserve.
     """
-    if tp <= 0 or model.kv_heads % tp:
-        raise ConfigError(f"--tensor-parallel-size {tp}: must divide the model's kv_heads ({model.kv_heads})")
-    per_token = model.kv_bytes_per_token // tp
+    model.check_tp(tp)
+    # bytes of one token in every attention layer: the slot of the token-slot allocators (a model without
+    # attention layers still gets a 1-byte slot so that pool sizes stay defined)
+    per_token = max(1, model.kv_bytes_per_token_gpu(tp))
     plan = set_pool(mem, per_token)
     if plan is not None:
         problem = set_pool_problem(plan, model, gpu, tp, mem.ignore_gpu_memory)

@@ -94,7 +94,9 @@ def run_summary(res: SimResult, req: pd.DataFrame | None = None) -> dict:
     for c in MEMORY_CATEGORIES:
         out[f"mem_{c}"] = shares[c]
     # Of the memory not free-and-usable, the share holding token states (vLLM paper's measure).
-    out["kv_efficiency"] = shares["token_states"] / occupied if occupied > 0 else float("nan")
+    # Recurrent (mamba) states are state a later token needs, like token states.
+    out["kv_efficiency"] = (shares["token_states"] + shares["recurrent_state"]) / occupied if occupied > 0 \
+        else float("nan")
     out["peak_held_frac"] = mem.peak_held / res.pool_tokens
     span = mem.t_last - (mem.t_first or 0.0)
     if res.shares_kv:

@@ -235,7 +235,7 @@ def config_from_options(values: Mapping[str, Any], naming: str = "flag"):
     model = get_model(v["model"]).with_kv_cache_dtype(v["kv_cache_dtype"]).validate()
     gpu = get_gpu(v["gpu"])
     tp = v["tensor_parallel_size"]
-    if model.kv_heads % tp:
+    if not model.is_mla and model.attention_layers and model.kv_heads % tp:
         raise ConfigError(f"{name('tensor_parallel_size')} {tp}: must divide the model's kv_heads ({model.kv_heads})")
     if v["max_num_batched_tokens"] < v["max_num_seqs"]:
         raise ConfigError(f"{name('max_num_batched_tokens')} ({v['max_num_batched_tokens']}) must be >= "
@@ -274,7 +274,7 @@ def config_from_options(values: Mapping[str, Any], naming: str = "flag"):
                        v["num_blocks_size"] or v["block_size"], v["ignore_gpu_memory"])
     from kvsim.config import set_pool, set_pool_problem
 
-    plan = set_pool(mem, model.kv_bytes_per_token // tp)
+    plan = set_pool(mem, max(1, model.kv_bytes_per_token_gpu(tp)))
     problem = plan and set_pool_problem(plan, model, gpu, tp, mem.ignore_gpu_memory)
     if problem:  # a set pool must fit the GPU: fail here, naming the key as the user wrote it
         raise ConfigError(f"{name('num_blocks' if mem.num_blocks is not None else 'kv_pool_gb')}: {problem}")

@@ -8,6 +8,7 @@ from typing import Callable
 import pandas as pd
 
 from kvsim.allocators import AllocatorSpec, make_allocator, parse_allocator
+from kvsim.allocators.registry import ModelMemory
 from kvsim.config import PoolPlan, SimConfig, plan_pool
 from kvsim.latency import LatencyModel, build_latency
 from kvsim.engine.preemption import get_victim_policy
@@ -30,14 +31,20 @@ def resolve_allocator(allocator: AllocatorSpec | str, cfg: SimConfig) -> Allocat
     return spec.resolve(cfg.block_size, cfg.enable_prefix_caching)
 
 
+def _prefill_chunk(cfg: SimConfig) -> int:
+    s = cfg.scheduler
+    return s.max_num_batched_tokens if s.chunked_prefill and s.batching != "static" else 0
+
+
 def simulate(requests: list[Request], cfg: SimConfig, allocator: AllocatorSpec | str, pool: PoolPlan | None = None,
              observer: StepObserver | None = None, progress: Callable[[int], None] | None = None,
              latency: LatencyModel | None = None) -> RunOutput:
     pool = pool or plan_pool(cfg.model, cfg.gpu, cfg.memory, cfg.tp)
     cpu_slots = int(cfg.swap_space_gb * (1 << 30)) // pool.kv_bytes_per_token
     alloc = make_allocator(resolve_allocator(allocator, cfg), pool.pool_tokens, cfg.scheduler.max_seq_len, cpu_slots,
-                           cfg.cache_eviction)
-    swap = (SwapTiming(pool.kv_bytes_per_token, cfg.gpu.pcie_bandwidth, cfg.swap_block_latency_s)
+                           cfg.cache_eviction, ModelMemory(cfg.model, cfg.tp, pool.pool_bytes, _prefill_chunk(cfg)))
+    slot_bytes = alloc.slot_bytes or pool.kv_bytes_per_token
+    swap = (SwapTiming(slot_bytes, cfg.gpu.pcie_bandwidth, cfg.swap_block_latency_s)
             if cfg.scheduler.preemption_mode == "swap" else None)
     sim = Simulation(requests, alloc, latency or build_latency(cfg), cfg.scheduler, get_victim_policy(cfg.victim_policy),
                      observer=observer, progress=progress, swap_timing=swap)
@@ -47,7 +54,7 @@ def simulate(requests: list[Request], cfg: SimConfig, allocator: AllocatorSpec |
     summary["kv_bytes_per_token"] = pool.kv_bytes_per_token
     summary["pool_gib"] = pool.pool_bytes / (1 << 30)
     summary.update(alloc.describe())
-    unit_bytes = alloc.copy_unit * pool.kv_bytes_per_token
+    unit_bytes = alloc.copy_unit * slot_bytes
     for way in ("out", "in"):
         if f"swap_{way}_blocks" in summary:
             summary[f"swap_{way}_bytes"] = summary[f"swap_{way}_blocks"] * unit_bytes

@@ -5,10 +5,12 @@ prefix caches, static batching, horizons and token budgets small enough to starv
 import math
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import assume, given, settings, strategies as st
 
 from helpers import sched
 from kvsim.allocators import make_allocator
+from kvsim.allocators.registry import KINDS, ModelMemory, parse_allocator
+from kvsim.errors import ConfigError
 from kvsim.engine.preemption import get_victim_policy
 from kvsim.engine.simulator import Simulation, SwapTiming
 from kvsim.hardware import get_gpu, get_model
@@ -23,12 +25,26 @@ LATENCIES = {
     "per-op-async": build_latency(config_from_args(["--model", "llama-2-70b", "--gpu", "h100-80gb", "-tp", "4",
                                                     "--cpu-overhead", "vllm-v1-async"])),
 }
+def _toy(name, types, **more):
+    from kvsim.hardware.models import ModelSpec
+
+    return ModelSpec(name, len(types), 2, 1, 8, 1e6, 512, layer_types=types, **more).validate()
+
+
+TOY_MODELS = {
+    "toy-sliding": _toy("toy-sliding", ("sliding", "full", "sliding", "sliding"), sliding_window=40),
+    "toy-chunked": _toy("toy-chunked", ("chunked", "full", "chunked"), attention_chunk=64),
+    "toy-mamba": _toy("toy-mamba", ("mamba", "full", "mamba", "sliding"), sliding_window=24, mamba_d_inner=16,
+                      mamba_d_state=4, mamba_d_conv=4, mamba_conv_channels=16),
+}
 FAMILIES = [[7000 + 100 * f + i for i in range(40)] for f in range(3)]
 
 request = st.tuples(st.floats(0, 5), st.integers(1, 300), st.integers(1, 120), st.integers(0, 2),
                     st.sampled_from([1, 1, 1, 2, 3]), st.integers(0, 3))
 setup = st.fixed_dictionaries({
-    "spec": st.sampled_from(["paged:16", "paged:8", "paged:4", "paged:16+prefix", "radix:8", "max", "pow2", "oracle"]),
+    "spec": st.sampled_from(["paged:16", "paged:8", "paged:4", "paged:16+prefix", "radix:8", "max", "pow2", "oracle",
+                             "hybrid:16", "hybrid:8+prefix", "static-split:8", "naive:16", "hybrid:16+prefix"]),
+    "model": st.sampled_from(["toy-sliding", "toy-chunked", "toy-mamba"]),
     "policy": st.sampled_from(["lifo", "fifo", "lru", "priority", "hybrid"]),
     "mode": st.sampled_from(["recompute", "swap", "partial"]),
     "static": st.booleans(),
@@ -47,7 +63,14 @@ def _run(reqs, s, fast):
                 batching="static" if s["static"] else "continuous", horizon_s=s["horizon"],
                 preemption_mode="swap" if s["mode"] == "swap" else "recompute", partial_preemption=s["mode"] == "partial")
     swap = s["mode"] == "swap"
-    alloc = make_allocator(s["spec"], s["pool"], 512, 16 * 40 if swap else 0)
+    memory = None
+    if KINDS[parse_allocator(s["spec"]).kind].layer_groups:  # a small model whose layers keep different caches
+        m = TOY_MODELS[s.get("model", "toy-sliding")]
+        memory = ModelMemory(m, 1, s["pool"] * m.kv_bytes_per_token, budget if s["chunked"] and not s["static"] else 0)
+    try:
+        alloc = make_allocator(s["spec"], s["pool"], 512, 16 * 40 if swap else 0, memory=memory)
+    except ConfigError:  # a split too small to give every pool a page
+        assume(False)
     return Simulation(reqs, alloc, LATENCIES[s["latency"]], cfg, get_victim_policy(s["policy"]), fast_forward=fast,
                       swap_timing=SwapTiming(1000, 1e6, 1e-3) if swap else None).run()
 

@@ -12,16 +12,19 @@ from dataclasses import dataclass
 
 from kvsim.trace.request import Request
 
-MEMORY_CATEGORIES = ("token_states", "reserved", "internal_frag", "external_frag", "free")
+MEMORY_CATEGORIES = ("token_states", "reserved", "internal_frag", "external_frag", "free", "recurrent_state",
+                     "page_padding")
 
 
 @dataclass(frozen=True, slots=True)
 class Breakdown:
-    """Pool slots by category (vLLM paper, Fig. 2). The five fields sum to the pool size.
+    """Pool slots by category (vLLM paper, Fig. 2). The fields sum to the pool size.
 
     token_states: slots holding a computed KV. reserved: held for future tokens of the same request.
     internal_frag: held but never to be filled (beyond the request's final length).
     external_frag: free, but unusable for the next allocation. free: free and usable.
+    Hybrid models (hybrid.py) add recurrent_state: mamba layers' per-sequence states; page_padding: page
+    slots that hold nothing (padding layers, state pages padded to the attention page size).
     """
 
     token_states: int
@@ -29,9 +32,12 @@ class Breakdown:
     internal_frag: int
     external_frag: int
     free: int
+    recurrent_state: int = 0
+    page_padding: int = 0
 
-    def as_tuple(self) -> tuple[int, int, int, int, int]:
-        return (self.token_states, self.reserved, self.internal_frag, self.external_frag, self.free)
+    def as_tuple(self) -> tuple[int, ...]:
+        return (self.token_states, self.reserved, self.internal_frag, self.external_frag, self.free,
+                self.recurrent_state, self.page_padding)
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +81,12 @@ class KVAllocator(ABC):
     shares_kv: bool = False
     #: A prefix cache answers lookups: report hit rates.
     caches_prefixes: bool = False
+    #: Slots one computed token fills (hybrid layouts count a token once per layer group; see hybrid.py).
+    token_slots: int = 1
+    #: Bytes of one slot when the allocator decides it (hybrid layouts); None: the model's KV bytes per token.
+    slot_bytes: int | None = None
+    #: Tokens a prompt is computed in at most (the engine's chunk budget; 0: whole), for footprints.
+    prefill_chunk: int = 0
 
     def __init__(self, pool_tokens: int):
         self.pool_tokens = pool_tokens
@@ -113,9 +125,12 @@ class KVAllocator(ABC):
         return NO_HIT
 
     @abstractmethod
-    def allocate(self, seq_id: int, request: Request, num_tokens: int, hit: PrefixHit = NO_HIT) -> bool:
+    def allocate(self, seq_id: int, request: Request, num_tokens: int, hit: PrefixHit = NO_HIT,
+                 computed: int | None = None) -> bool:
         """Make ``seq_id`` hold slots for its first ``num_tokens`` tokens, starting from the cached blocks
-        of ``hit`` (a fresh sequence's first allocate). All or nothing: False changes nothing."""
+        of ``hit`` (a fresh sequence's first allocate). ``computed``: tokens whose KV is already computed
+        (None: those of the previous allocation); windowed layers free what no later token needs.
+        All or nothing: False changes nothing it holds for future tokens."""
 
     @abstractmethod
     def free(self, seq_id: int) -> None:

@@ -94,6 +94,10 @@ class BlockPool:
     def cached_block_count(self) -> int:
         return 0
 
+    def cached_block(self, block_hash: int) -> int | None:
+        """The block caching ``block_hash``, if any."""
+        return None
+
     def is_cached(self, block: int) -> bool:
         return False
 

@@ -156,7 +156,7 @@ class HashedBlockPool(BlockPool):
         done = self._registered.get(seq_id, 0)
         for j in range(done, upto):
             b, h = table[j], chain[j]
-            if b not in self._hash_of and h not in self._cached:
+            if b >= 0 and b not in self._hash_of and h not in self._cached:  # b < 0: a window freed it
                 self._cached[h] = b
                 self._hash_of[b] = h
                 if self._uses is not None:
@@ -174,6 +174,9 @@ class HashedBlockPool(BlockPool):
 
     def cached_block_count(self) -> int:
         return len(self._cached)
+
+    def cached_block(self, block_hash: int) -> int | None:
+        return self._cached.get(block_hash)
 
     def is_cached(self, block: int) -> bool:
         return block in self._hash_of

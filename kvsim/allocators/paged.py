@@ -99,7 +99,8 @@ class PagedAllocator(KVAllocator):
         hits = self.pool.lookup(chain[:max_tokens // self.block_size])
         return PrefixHit(tuple(hits), len(hits) * self.block_size, True, self.pool.evictions)
 
-    def allocate(self, seq_id: int, request: Request, num_tokens: int, hit: PrefixHit = NO_HIT) -> bool:
+    def allocate(self, seq_id: int, request: Request, num_tokens: int, hit: PrefixHit = NO_HIT,
+                 computed: int | None = None) -> bool:
         if not hit.looked_up:
             return self._grow(seq_id, request, num_tokens)
         if hit.stamp != self.pool.evictions:

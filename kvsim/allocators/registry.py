@@ -4,7 +4,11 @@ Grammar: ``KIND[:BLOCK][+prefix]``
 
 - ``max``, ``pow2``, ``oracle``: contiguous reservations (no block size);
 - ``paged[:B][+prefix]``: paged blocks of B tokens; ``+prefix`` adds vLLM V1 automatic prefix caching;
-- ``radix[:B]``: paged blocks with an SGLang radix-tree prefix cache.
+- ``radix[:B]``: paged blocks with an SGLang radix-tree prefix cache;
+- ``hybrid[:B][+prefix]``, ``static-split[:B][+prefix]``, ``naive[:B][+prefix]``: one block table per layer
+  group for models that mix full, sliding-window, chunked and mamba layers (hybrid.py, kv_groups.py): vLLM
+  V1's hybrid manager (one shared pool), TensorRT-LLM's pool per kind (split at start-up), and every
+  attention layer treated as full (mamba states still per sequence).
 
 A block size left out takes the run's ``--block-size`` (default 16), and ``--enable-prefix-caching``
 turns ``paged`` into ``paged+prefix``; :meth:`AllocatorSpec.resolve` applies both, after which the
@@ -54,24 +58,36 @@ class AllocatorSpec:
 
 
 @dataclass(frozen=True)
+class ModelMemory:
+    """What allocators that lay out per-layer caches need: the model, the tensor-parallel size and the
+    pool's bytes on one GPU."""
+
+    model: object  # ModelSpec
+    tp: int
+    pool_bytes: int
+    prefill_chunk: int = 0  # tokens a prompt is computed in at most (0: whole); sizes split pools
+
+
+@dataclass(frozen=True)
 class AllocatorKind:
     name: str
     help: str
-    build: Callable[..., KVAllocator]  # (spec, pool_tokens, max_seq_len, cpu_swap_tokens, cache_eviction)
+    build: Callable[..., KVAllocator]  # (spec, pool_tokens, max_seq_len, cpu_swap_tokens, cache_eviction, memory)
     blocks: bool = False  # takes a block size
     prefix_option: bool = False  # accepts +prefix
     examples: tuple[str, ...] = ()  # names the allocator property tests run
+    layer_groups: bool = False  # lays out per-layer caches (serves models with mamba layers)
 
 
 def _contiguous(cls_name: str):
-    def build(spec, pool_tokens, max_seq_len, cpu_swap_tokens, cache_eviction):
+    def build(spec, pool_tokens, max_seq_len, cpu_swap_tokens, cache_eviction, memory):
         from kvsim.allocators import contiguous
 
         return getattr(contiguous, cls_name)(pool_tokens, max_seq_len)
     return build
 
 
-def _paged(spec, pool_tokens, max_seq_len, cpu_swap_tokens, cache_eviction):
+def _paged(spec, pool_tokens, max_seq_len, cpu_swap_tokens, cache_eviction, memory):
     from kvsim.allocators.paged import PagedAllocator
 
     pool = None
@@ -82,12 +98,28 @@ def _paged(spec, pool_tokens, max_seq_len, cpu_swap_tokens, cache_eviction):
     return PagedAllocator(pool_tokens, spec.block_size, cpu_swap_tokens, pool, name=str(spec))
 
 
-def _radix(spec, pool_tokens, max_seq_len, cpu_swap_tokens, cache_eviction):
+def _radix(spec, pool_tokens, max_seq_len, cpu_swap_tokens, cache_eviction, memory):
     from kvsim.allocators.paged import PagedAllocator
     from kvsim.allocators.radix_pool import RadixBlockPool
 
     pool = RadixBlockPool(pool_tokens // spec.block_size, cache_eviction)
     return PagedAllocator(pool_tokens, spec.block_size, cpu_swap_tokens, pool, name=str(spec))
+
+
+def _grouped(mode: str, windows: bool):
+    def build(spec, pool_tokens, max_seq_len, cpu_swap_tokens, cache_eviction, memory):
+        from kvsim.allocators.hybrid import HybridAllocator
+        from kvsim.allocators.kv_groups import build_layout, single_group_layout
+
+        if memory is None:  # no model: one full-attention group over pool_tokens one-token units
+            layout, units, cpu = single_group_layout(pool_tokens, spec.block_size), pool_tokens, cpu_swap_tokens
+        else:
+            layout = build_layout(memory.model, memory.tp, memory.pool_bytes, spec.block_size, max_seq_len, mode,
+                                  windows, memory.prefill_chunk)
+            units = memory.pool_bytes // layout.unit_bytes
+            cpu = cpu_swap_tokens * memory.model.kv_bytes_per_token_gpu(memory.tp) // layout.unit_bytes
+        return HybridAllocator(layout, units, windows, spec.prefix, cache_eviction, cpu, name=str(spec))
+    return build
 
 
 KINDS: dict[str, AllocatorKind] = {k.name: k for k in [
@@ -101,6 +133,15 @@ KINDS: dict[str, AllocatorKind] = {k.name: k for k in [
                   _paged, blocks=True, prefix_option=True, examples=("paged:16", "paged:7", "paged:8+prefix")),
     AllocatorKind("radix", "paged blocks with an SGLang radix-tree prefix cache (evicts unreferenced leaves)",
                   _radix, blocks=True, examples=("radix:8",)),
+    AllocatorKind("hybrid", "vLLM V1 hybrid KV cache manager: a table per layer group, one shared pool, windows free"
+                  " blocks; +prefix: per-group hit rules", _grouped("shared", True), blocks=True, prefix_option=True,
+                  examples=("hybrid:16", "hybrid:8+prefix"), layer_groups=True),
+    AllocatorKind("static-split", "TensorRT-LLM style: one pool per layer kind, split at start-up by a max-length"
+                  " sequence's needs", _grouped("split", True), blocks=True, prefix_option=True,
+                  examples=("static-split:16",), layer_groups=True),
+    AllocatorKind("naive", "every attention layer kept as full attention (vLLM without the hybrid manager)",
+                  _grouped("shared", False), blocks=True, prefix_option=True, examples=("naive:16",),
+                  layer_groups=True),
 ]}
 
 
@@ -162,16 +203,22 @@ def parse_allocator_list(text: str | list, block_size: int = DEFAULT_BLOCK_SIZE,
 
 
 def make_allocator(spec: AllocatorSpec | str, pool_tokens: int, max_seq_len: int, cpu_swap_tokens: int = 0,
-                   cache_eviction: str = "lru") -> KVAllocator:
+                   cache_eviction: str = "lru", memory: ModelMemory | None = None) -> KVAllocator:
     """Build an allocator, e.g. ``make_allocator("paged:16+prefix", pool_tokens=100_000, max_seq_len=4096)``.
 
     ``cpu_swap_tokens``: host-memory slots for swapped-out KV (paged allocators only);
-    ``cache_eviction``: which cached block a prefix cache drops first (cache_eviction.py).
+    ``cache_eviction``: which cached block a prefix cache drops first (cache_eviction.py);
+    ``memory``: the model and pool bytes, which the layer-group kinds lay out (without it they see one
+    full-attention group of ``pool_tokens`` slots).
     """
     if isinstance(spec, str):
         spec = parse_allocator(spec)
     spec = spec.resolve()
-    if spec.has_blocks and spec.block_size > pool_tokens:
+    kind = KINDS[spec.kind]
+    if spec.has_blocks and spec.block_size > pool_tokens and not (memory is not None and kind.layer_groups):
         raise ConfigError(f"allocator '{spec}': a block of {spec.block_size:,} tokens is larger than the whole pool"
                           f" ({pool_tokens:,} token slots)")
-    return KINDS[spec.kind].build(spec, pool_tokens, max_seq_len, cpu_swap_tokens, cache_eviction)
+    if memory is not None and memory.model.count("mamba") and not kind.layer_groups:
+        raise ConfigError(f"allocator '{spec}': {memory.model.name} has mamba layers, whose per-sequence state only the"
+                          " layer-group allocators hold; use hybrid, static-split or naive")
+    return kind.build(spec, pool_tokens, max_seq_len, cpu_swap_tokens, cache_eviction, memory)

@@ -230,7 +230,7 @@ class IncrementalScheduler(Scheduler):
                 n = 1
             else:
                 n = min(s.to_compute, budget)
-            while not alloc.allocate(s.sid, s.req, s.computed + n):
+            while not alloc.allocate(s.sid, s.req, s.computed + n, computed=s.computed):
                 if self._reclaim_waiting():
                     continue
                 victim = self._victim()
@@ -352,7 +352,8 @@ class IncrementalScheduler(Scheduler):
             self.it = e
             lst.sort(key=lambda x: x.key)  # admission order, as stepping allocates
             for s in lst:
-                if not self.alloc.allocate(s.sid, s.req, s.c0 + (e - s.base) + 1):
+                c = s.c0 + (e - s.base)
+                if not self.alloc.allocate(s.sid, s.req, c + 1, computed=c):
                     raise AssertionError(f"decode run: sequence {s.sid} could not grow (headroom was checked)")
                 self._regrow(s, plain)
             segments.append((e - it0, self.memory_breakdown(filled=0)))

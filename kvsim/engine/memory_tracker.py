@@ -12,8 +12,9 @@ class MemoryTracker:
     observations. The engine observes at every state change, so the integral is exact wherever
     memory changes linearly between events (token states during a decode run do)."""
 
-    def __init__(self, pool_tokens: int, resolution_s: float):
+    def __init__(self, pool_tokens: int, resolution_s: float, token_slots: int = 1):
         self.pool_tokens = pool_tokens
+        self.token_slots = token_slots  # slots one computed token fills (KVAllocator.token_slots)
         self.resolution_s = resolution_s
         self.integral = [0.0] * len(MEMORY_CATEGORIES)  # slot-seconds
         self.t_first: float | None = None
@@ -46,7 +47,7 @@ class MemoryTracker:
                 for i, (v0, v1) in enumerate(zip(self._last, vals)):
                     self.integral[i] += (v0 + v1) * 0.5 * dt
         self._last, self.t_last = vals, t
-        held = vals[0] + vals[1] + vals[2]
+        held = vals[0] + vals[1] + vals[2] + vals[5] + vals[6]  # everything sequences hold
         if held > self.peak_held:
             self.peak_held = held
         if t - self._last_recorded >= self.resolution_s:
@@ -66,18 +67,20 @@ class MemoryTracker:
             scale = T / sum(step_weights)
             # the pool's state is constant between segment offsets; tokens grow by n per step
             bounds = [(0, start.as_tuple())] + [(o, b.as_tuple()) for o, b in segments]
-            acc = [0.0] * 5
+            nc = len(MEMORY_CATEGORIES)
+            acc = [0.0] * nc
             for j, (o, state) in enumerate(bounds):
                 hi = bounds[j + 1][0] if j + 1 < len(bounds) else len(step_weights)
                 if hi <= o:
                     continue
                 dt = scale * sum(step_weights[o:hi])
-                for c in range(5):
+                for c in range(nc):
                     acc[c] += dt * state[c]
             tokens = (filled0 + 0.5 * n) * T + n * scale * sum(map(operator.mul, range(len(step_weights)), step_weights))
+            tokens *= self.token_slots
             acc[0] += tokens
             acc[1] -= tokens
-            for i in range(5):
+            for i in range(nc):
                 self.integral[i] += acc[i]
             self.shared_integral += self._shared * T
         self._last, self.t_last = None, t1
@@ -96,6 +99,6 @@ class MemoryTracker:
     def time_weighted_fractions(self) -> dict[str, float]:
         span = self.t_last - (self.t_first or 0.0)
         if span <= 0 or self._last is None:
-            vals = self._last or (0, 0, 0, 0, self.pool_tokens)
+            vals = self._last or (0, 0, 0, 0, self.pool_tokens, 0, 0)
             return {c: v / self.pool_tokens for c, v in zip(MEMORY_CATEGORIES, vals)}
         return {c: v / (span * self.pool_tokens) for c, v in zip(MEMORY_CATEGORIES, self.integral)}

@@ -76,6 +76,8 @@ class Scheduler:
                  first_sample_id: int = 0):
         self.cfg = cfg
         self.alloc = allocator
+        # the largest prefill chunk, so allocators that free windows know a prompt's peak (fits_alone)
+        allocator.prefill_chunk = cfg.max_num_batched_tokens if cfg.chunked_prefill and cfg.batching != "static" else 0
         self.pick_victim = victim_policy
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []  # admission order (increasing `key`)
@@ -247,7 +249,7 @@ class Scheduler:
         if not static and not self.cfg.chunked_prefill and seq.known - start > budget:
             return WAIT_FOR_BUDGET  # without chunking the whole rest must fit this iteration's budget
         need = seq.known if static else start + min(seq.known - start, budget)
-        return start if self.alloc.allocate(seq.sid, seq.req, need, hit) else None
+        return start if self.alloc.allocate(seq.sid, seq.req, need, hit, computed=start) else None
 
     def _admit(self, budget: int, scheduled: dict[int, tuple[Sequence, int]], now: float) -> None:
         static = self.cfg.batching == "static"
@@ -342,7 +344,7 @@ class SteppingScheduler(Scheduler):
         while i < len(self.running) and budget > 0:
             seq = self.running[i]
             n = min(seq.to_compute, budget)
-            while not alloc.allocate(seq.sid, seq.req, seq.computed + n):
+            while not alloc.allocate(seq.sid, seq.req, seq.computed + n, computed=seq.computed):
                 if self._reclaim_waiting():
                     continue
                 victim = self.pick_victim(self.running)

@@ -87,7 +87,8 @@ class Simulation:
         self.swap_s = 0.0
         self._next = 0  # index of the next request to arrive
         span = self._arrivals[-1] if self.requests else 0.0
-        self.memory = MemoryTracker(allocator.pool_tokens, resolution_s=max(span, 1.0) / 2000)
+        self.memory = MemoryTracker(allocator.pool_tokens, resolution_s=max(span, 1.0) / 2000,
+                                    token_slots=allocator.token_slots)
         self.steps = self.events = self.done = 0
 
     # --- helpers --------------------------------------------------------------------------

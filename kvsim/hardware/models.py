@@ -4,6 +4,16 @@ Presets carry the fields of each model's public Hugging Face ``config.json`` (hi
 intermediate_size, num_attention_heads, num_key_value_heads, num_hidden_layers, head_dim, vocab_size,
 max_position_embeddings, torch_dtype, tie_word_embeddings) and its published parameter count.
 ``--model`` also takes a path to such a ``config.json`` (models.py: :func:`model_from_hf_config`).
+
+Today's models are not one kind of layer. Each layer has a token mixer (``layer_types``):
+
+- ``full``: attention over the whole context (K and V per KV head, or one MLA latent per token);
+- ``sliding``: attention over the last ``sliding_window`` tokens (the token itself included);
+- ``chunked``: attention within the token's ``attention_chunk`` (Llama 4's local layers);
+- ``mamba``: a recurrent layer holding a fixed-size state per sequence (conv + SSM state).
+
+and an FFN that is dense or a mixture of experts (``moe_layers``). kv_layout.py turns this into the
+per-layer cache kinds allocators work with.
 """
 
 from __future__ import annotations
@@ -16,6 +26,7 @@ from kvsim.errors import ConfigError
 
 DTYPE_BYTES = {"fp32": 4, "float32": 4, "fp16": 2, "float16": 2, "bf16": 2, "bfloat16": 2, "fp8": 1, "fp8_e4m3": 1,
                "fp8_e5m2": 1, "int8": 1}
+DTYPE_BYTES["mxfp4"] = 0.53125  # 4-bit values + one 8-bit scale per 32 (gpt-oss experts): 4.25 bits
 KV_CACHE_DTYPES = ("auto", "fp16", "bf16", "fp8", "fp8_e4m3", "fp8_e5m2")  # vLLM's --kv-cache-dtype (auto: the model's)
 HF_DTYPES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "float8_e4m3fn": "fp8"}
 
@@ -38,6 +49,25 @@ class ModelSpec:
     gated_mlp: bool = True  # SwiGLU-style up (gate + up) projection; False: one up projection (OPT, phi)
     tie_word_embeddings: bool = False
     kv_dtype: str | None = None  # dtype of the KV cache (vLLM --kv-cache-dtype); None: the weights' dtype
+    # --- per-layer structure (module docstring); the defaults describe a dense full-attention model ---
+    layer_types: tuple[str, ...] = ()  # token mixer per layer; (): every layer "full"
+    sliding_window: int = 0  # tokens a sliding layer attends to, the token itself included
+    attention_chunk: int = 0  # tokens per chunk of chunked-local layers
+    kv_lora_rank: int = 0  # MLA: latent width cached per token and layer (0: K and V per KV head)
+    qk_rope_head_dim: int = 0  # MLA: decoupled rotary key width cached beside the latent
+    q_lora_rank: int = 0  # MLA: query down-projection width (0: none)
+    v_head_dim: int = 0  # MLA: value width per head (0: head_dim)
+    mamba_d_inner: int = 0  # recurrent layers: inner width (expand x hidden)
+    mamba_d_state: int = 0  # recurrent layers: SSM state per inner channel
+    mamba_d_conv: int = 0  # recurrent layers: causal conv kernel width
+    mamba_conv_channels: int = 0  # channels of the conv state (Mamba-1: d_inner; Mamba-2: d_inner + 2 groups x d_state)
+    num_experts: int = 0  # routed experts per MoE layer (0: dense FFN everywhere)
+    experts_per_token: int = 0  # top-k routing
+    moe_intermediate_size: int = 0  # FFN width of one expert
+    shared_experts: int = 0  # always-active experts per MoE layer, each moe_intermediate_size wide
+    moe_layers: tuple[bool, ...] = ()  # per layer: FFN is MoE; () with num_experts: every layer
+    expert_dtype: str | None = None  # dtype of the expert weights (gpt-oss: mxfp4); None: as the other weights
+    weight_dtype: str | None = None  # dtype of the checkpoint's weights if quantized (DeepSeek-V3: fp8); None: dtype
 
     def __post_init__(self) -> None:
         if self.hidden_size <= 0 and self.q_heads > 0 and self.head_dim > 0:
@@ -61,11 +91,90 @@ class ModelSpec:
     def kv_dtype_bytes(self) -> int:
         return DTYPE_BYTES[self.kv_dtype or self.dtype]
 
+    # --- layer structure -----------------------------------------------------------------------
+    @property
+    def mixers(self) -> tuple[str, ...]:
+        """Token mixer of each layer (module docstring)."""
+        return self.layer_types or ("full",) * self.layers
+
+    @property
+    def attention_layers(self) -> int:
+        return sum(1 for t in self.mixers if t != "mamba")
+
+    def count(self, mixer: str) -> int:
+        return sum(1 for t in self.mixers if t == mixer)
+
+    @property
+    def is_mla(self) -> bool:
+        return self.kv_lora_rank > 0
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0
+
+    @property
+    def moe_mask(self) -> tuple[bool, ...]:
+        """Per layer: its FFN is a mixture of experts."""
+        if not self.is_moe:
+            return (False,) * self.layers
+        return self.moe_layers or (True,) * self.layers
+
+    @property
+    def is_hybrid(self) -> bool:
+        """Some layer is not full attention (sliding, chunked or recurrent)."""
+        return any(t != "full" for t in self.mixers)
+
+    def kv_bytes_per_token_layer(self, tp: int = 1) -> int:
+        """Bytes one token's cache takes in one attention layer on one GPU: K and V of the rank's KV heads
+        (2 x kv_heads/tp x head_dim x KV dtype bytes), or MLA's latent + rotary key, which every rank
+        holds whole ((kv_lora_rank + qk_rope_head_dim) x KV dtype bytes)."""
+        if self.is_mla:
+            return (self.kv_lora_rank + self.qk_rope_head_dim) * self.kv_dtype_bytes
+        return 2 * (self.kv_heads // tp) * self.head_dim * self.kv_dtype_bytes
+
+    def state_bytes_per_layer(self, tp: int = 1) -> int:
+        """Bytes of one sequence's recurrent state in one mamba layer on one GPU (conv state
+        channels x (d_conv - 1) + SSM state d_inner x d_state, in the weights' dtype, as vLLM's
+        default mamba cache dtype), channels split over tensor-parallel ranks."""
+        conv = self.mamba_conv_channels * max(0, self.mamba_d_conv - 1)
+        ssm = self.mamba_d_inner * self.mamba_d_state
+        return int((conv + ssm) // tp * self.dtype_bytes)
+
     @property
     def kv_bytes_per_token(self) -> int:
-        """Bytes of K and V one token occupies across all layers:
-        2 x layers x kv_heads x head_dim x KV dtype bytes."""
-        return 2 * self.layers * self.kv_heads * self.head_dim * self.kv_dtype_bytes
+        """Bytes one token's KV occupies if every attention layer kept every token (what a cache that
+        treats all layers as full attention holds): attention layers x per-layer bytes. For a plain
+        model, 2 x layers x kv_heads x head_dim x KV dtype bytes."""
+        return self.attention_layers * self.kv_bytes_per_token_layer()
+
+    def kv_bytes_per_token_gpu(self, tp: int = 1) -> int:
+        return self.attention_layers * self.kv_bytes_per_token_layer(tp)
+
+    def tokens_held(self, mixer: str, context: int) -> int:
+        """Tokens a layer of this kind must hold to compute the last token of a ``context``-token
+        sequence: all of them (full), the last ``sliding_window`` (sliding), those of the token's own
+        chunk (chunked), none (mamba)."""
+        if mixer == "sliding":
+            return min(context, self.sliding_window)
+        if mixer == "chunked":
+            return (context - 1) % self.attention_chunk + 1 if context > 0 else 0
+        if mixer == "mamba":
+            return 0
+        return context
+
+    def sequence_bytes(self, context: int, tp: int = 1) -> int:
+        """Exact bytes one sequence of ``context`` tokens needs on one GPU (no block rounding): per
+        attention layer the tokens it holds (:meth:`tokens_held`) x per-layer bytes, plus each mamba
+        layer's state."""
+        per_tok, state = self.kv_bytes_per_token_layer(tp), self.state_bytes_per_layer(tp)
+        return sum(state if t == "mamba" else self.tokens_held(t, context) * per_tok for t in self.mixers)
+
+    def check_tp(self, tp: int) -> None:
+        """Tensor parallelism must split the KV heads evenly (MLA's latent is held whole by every rank)."""
+        if isinstance(tp, bool) or not isinstance(tp, int) or tp <= 0:
+            raise ConfigError(f"--tensor-parallel-size {tp!r}: must be a positive integer")
+        if not self.is_mla and self.attention_layers and self.kv_heads % tp:
+            raise ConfigError(f"--tensor-parallel-size {tp}: must divide the model's kv_heads ({self.kv_heads})")
 
     def with_kv_cache_dtype(self, kv_cache_dtype: str) -> "ModelSpec":
         """This model with its KV cache stored as ``kv_cache_dtype`` ('auto': as the weights)."""
@@ -75,22 +184,60 @@ class ModelSpec:
             raise ConfigError(f"--kv-cache-dtype '{kv_cache_dtype}': not one of {', '.join(KV_CACHE_DTYPES)}")
         return replace(self, kv_dtype=None if kv_cache_dtype == "auto" else kv_cache_dtype)
 
+    def expert_params(self) -> float:
+        """Parameters of the routed experts (all of them, all MoE layers)."""
+        width = 3 if self.gated_mlp else 2
+        return sum(self.moe_mask) * self.num_experts * width * self.hidden_size * self.moe_intermediate_size
+
     @property
     def weight_bytes(self) -> float:
-        return self.params * self.dtype_bytes
+        """Bytes of all weights (every expert is held, whichever a batch routes to)."""
+        if self.expert_dtype and self.is_moe:
+            experts = self.expert_params()
+            return (self.params - experts) * self.weight_dtype_bytes + experts * DTYPE_BYTES[self.expert_dtype]
+        return self.params * self.weight_dtype_bytes
+
+    @property
+    def weight_dtype_bytes(self) -> float:
+        return DTYPE_BYTES[self.weight_dtype or self.dtype]
 
     @property
     def attn_flops_per_pair(self) -> int:
         """FLOPs for one (query token, key token) pair over all layers: QK^T and PV, 2 FLOPs per MAC each."""
         return 4 * self.layers * self.q_heads * self.head_dim
 
+    def attention_params(self) -> float:
+        """Parameters of one attention layer's projections."""
+        h, q, hd = self.hidden_size, self.q_heads, self.head_dim
+        if self.is_mla:
+            v, rope = self.v_head_dim or hd, self.qk_rope_head_dim
+            qp = h * self.q_lora_rank + self.q_lora_rank * q * hd if self.q_lora_rank else h * q * hd
+            kv = h * (self.kv_lora_rank + rope) + self.kv_lora_rank * q * (hd - rope + v)
+            return qp + kv + q * v * h
+        return h * (q + 2 * self.kv_heads) * hd + q * hd * h
+
+    def mamba_params(self) -> float:
+        """Parameters of one recurrent layer (in/out projections, conv, dt/B/C projections, A and D)."""
+        h, di, ds = self.hidden_size, self.mamba_d_inner, self.mamba_d_state
+        return 2 * h * di + di * h + self.mamba_conv_channels * self.mamba_d_conv + 4 * di * ds
+
+    def ffn_params(self, moe: bool) -> float:
+        width = 3 if self.gated_mlp else 2
+        h = self.hidden_size
+        if moe:
+            return (self.num_experts + self.shared_experts) * width * h * self.moe_intermediate_size \
+                + h * self.num_experts
+        return width * h * self.intermediate_size
+
     def shape_params(self) -> float:
-        """Parameters implied by the shapes (embeddings, attention and MLP projections, norms)."""
-        h, f = self.hidden_size, self.intermediate_size
-        attn = h * (self.q_heads + 2 * self.kv_heads) * self.head_dim + self.q_heads * self.head_dim * h
-        mlp = (3 if self.gated_mlp else 2) * h * f
+        """Parameters implied by the shapes (embeddings, mixers, FFNs or experts, norms)."""
+        h = self.hidden_size
         embed = self.vocab_size * h * (1 if self.tie_word_embeddings else 2)
-        return embed + self.layers * (attn + mlp + 2 * h) + h
+        attn, mamba = self.attention_params(), self.mamba_params()
+        total = embed + h
+        for mixer, moe in zip(self.mixers, self.moe_mask):
+            total += (mamba if mixer == "mamba" else attn) + self.ffn_params(moe) + 2 * h
+        return total
 
     def validate(self) -> "ModelSpec":
         for f in ("layers", "q_heads", "kv_heads", "head_dim", "max_context", "hidden_size", "intermediate_size",
@@ -103,18 +250,50 @@ class ModelSpec:
             raise ConfigError(f"model '{self.name}': params must be a positive number, got {self.params!r}")
         if self.q_heads % self.kv_heads:
             raise ConfigError(f"model '{self.name}': q_heads ({self.q_heads}) must be a multiple of kv_heads ({self.kv_heads})")
-        for f in ("dtype", "kv_dtype"):
+        for f in ("dtype", "kv_dtype", "weight_dtype", "expert_dtype"):
             v = getattr(self, f)
             if (v is not None or f == "dtype") and v not in DTYPE_BYTES:
                 raise ConfigError(f"model '{self.name}': unknown {f} '{v}' (known: {', '.join(DTYPE_BYTES)})")
+        self._validate_structure()
         return self
+
+    def _validate_structure(self) -> None:
+        where = f"model '{self.name}'"
+        if self.layer_types:
+            if len(self.layer_types) != self.layers:
+                raise ConfigError(f"{where}: {len(self.layer_types)} layer types for {self.layers} layers")
+            unknown = sorted(set(self.layer_types) - set(MIXERS))
+            if unknown:
+                raise ConfigError(f"{where}: unknown layer type(s) {', '.join(unknown)} (known: {', '.join(MIXERS)})")
+        need = {"sliding": ("sliding_window",), "chunked": ("attention_chunk",),
+                "mamba": ("mamba_d_inner", "mamba_d_state", "mamba_d_conv")}
+        for mixer, fields in need.items():
+            if self.count(mixer):
+                for f in fields:
+                    v = getattr(self, f)
+                    if isinstance(v, bool) or not isinstance(v, int) or v <= 0 or v > MAX_DIM:
+                        raise ConfigError(f"{where}: {mixer} layers need a positive integer {f}, got {v!r}")
+        if self.is_moe:
+            if not 0 < self.experts_per_token <= self.num_experts or self.moe_intermediate_size <= 0:
+                raise ConfigError(f"{where}: a mixture of experts needs 0 < experts_per_token <= num_experts and a"
+                                  f" positive moe_intermediate_size (got {self.experts_per_token}, {self.num_experts},"
+                                  f" {self.moe_intermediate_size})")
+            if self.moe_layers and len(self.moe_layers) != self.layers:
+                raise ConfigError(f"{where}: {len(self.moe_layers)} MoE layer flags for {self.layers} layers")
 
 
 MAX_DIM = 1 << 40  # any model dimension or context length beyond this is a typo, not a model
+MIXERS = ("full", "sliding", "chunked", "mamba")
 
 
-def _m(name, layers, hidden, q, kv, ffn, vocab, ctx, params, dtype="fp16", head_dim=0, gated=True, tied=False):
-    return ModelSpec(name, layers, q, kv, head_dim or hidden // q, params, ctx, dtype, hidden, ffn, vocab, gated, tied)
+def _m(name, layers, hidden, q, kv, ffn, vocab, ctx, params, dtype="fp16", head_dim=0, gated=True, tied=False, **more):
+    return ModelSpec(name, layers, q, kv, head_dim or hidden // q, params, ctx, dtype, hidden, ffn, vocab, gated, tied,
+                     **more)
+
+
+def _pattern(layers: int, mixer, default: str = "full") -> tuple[str, ...]:
+    """Layer types from a rule: ``mixer(i)`` gives layer i's type."""
+    return tuple(mixer(i) for i in range(layers))
 
 
 # Shapes from each model's Hugging Face config.json; params as published (model cards).
@@ -133,6 +312,42 @@ MODEL_PRESETS: dict[str, ModelSpec] = {
         _m("internlm-20b", 60, 5120, 40, 40, 13824, 103168, 4096, 20.0e9, "bf16"),
         _m("phi-2", 32, 2560, 32, 32, 10240, 51200, 2048, 2.78e9, gated=False),
         _m("opt-13b", 40, 5120, 40, 40, 20480, 50272, 2048, 12.9e9, gated=False, tied=True),
+        # --- today's layer mixes; numbers from each repository's config.json on Hugging Face ---
+        # mistralai/Mistral-7B-v0.1: every layer a 4096-token sliding window.
+        _m("mistral-7b-v0.1", 32, 4096, 32, 8, 14336, 32000, 32768, 7.24e9, "bf16",
+           layer_types=("sliding",) * 32, sliding_window=4096),
+        # google/gemma-2-9b: head_dim 256, sliding_window 4096 on even layers (0, 2, ...), full on odd ones.
+        _m("gemma-2-9b", 42, 3584, 16, 8, 14336, 256000, 8192, 9.24e9, "bf16", head_dim=256, tied=True,
+           layer_types=_pattern(42, lambda i: "sliding" if i % 2 == 0 else "full"), sliding_window=4096),
+        # google/gemma-3-12b-it (text_config): sliding_window 1024, every 6th layer full
+        # (sliding_window_pattern 6); params include the vision tower vLLM loads.
+        _m("gemma-3-12b", 48, 3840, 16, 8, 15360, 262208, 131072, 12.2e9, "bf16", head_dim=256, tied=True,
+           layer_types=_pattern(48, lambda i: "full" if (i + 1) % 6 == 0 else "sliding"), sliding_window=1024),
+        # openai/gpt-oss-20b: layer_types alternate sliding_attention (128) / full_attention; 32 experts,
+        # top-4, experts in MXFP4.
+        _m("gpt-oss-20b", 24, 2880, 64, 8, 2880, 201088, 131072, 20.9e9, "bf16", head_dim=64,
+           layer_types=_pattern(24, lambda i: "sliding" if i % 2 == 0 else "full"), sliding_window=128,
+           num_experts=32, experts_per_token=4, moe_intermediate_size=2880, expert_dtype="mxfp4"),
+        # meta-llama/Llama-4-Scout-17B-16E (text_config): attention_chunk_size 8192 on RoPE layers, every 4th
+        # layer global NoPE attention (no_rope_layer_interval 4); 16 experts top-1 + a shared expert;
+        # 109 B params with the vision tower.
+        _m("llama-4-scout", 48, 5120, 40, 8, 16384, 202048, 10485760, 109e9, "bf16", head_dim=128,
+           layer_types=_pattern(48, lambda i: "full" if (i + 1) % 4 == 0 else "chunked"), attention_chunk=8192,
+           num_experts=16, experts_per_token=1, moe_intermediate_size=8192, shared_experts=1),
+        # deepseek-ai/DeepSeek-V3: MLA (kv_lora_rank 512, qk_rope_head_dim 64, qk_nope 128 -> head_dim 192,
+        # v_head_dim 128, q_lora_rank 1536); first_k_dense_replace 3, then 256 routed experts top-8 + 1 shared;
+        # FP8 weights (671 B params without the MTP module); torch_dtype bfloat16, so the KV cache is BF16.
+        _m("deepseek-v3", 61, 7168, 128, 128, 18432, 129280, 163840, 671e9, "bf16", head_dim=192,
+           kv_lora_rank=512, qk_rope_head_dim=64, q_lora_rank=1536, v_head_dim=128, weight_dtype="fp8",
+           num_experts=256, experts_per_token=8, moe_intermediate_size=2048, shared_experts=1,
+           moe_layers=(False,) * 3 + (True,) * 58),
+        # ai21labs/AI21-Jamba-1.5-Mini: attention every 8th layer from 4 (attn_layer_period 8, offset 4),
+        # Mamba-1 elsewhere (d_state 16, d_conv 4, expand 2); MoE every 2nd layer from 1, 16 experts top-2.
+        _m("jamba-1.5-mini", 32, 4096, 32, 8, 14336, 65536, 262144, 51.6e9, "bf16", head_dim=128,
+           layer_types=_pattern(32, lambda i: "full" if i % 8 == 4 else "mamba"),
+           mamba_d_inner=8192, mamba_d_state=16, mamba_d_conv=4, mamba_conv_channels=8192,
+           num_experts=16, experts_per_token=2, moe_intermediate_size=14336,
+           moe_layers=tuple(i % 2 == 1 for i in range(32))),
     ]
 }
 
@@ -213,9 +428,82 @@ def model_from_hf_config(path: str) -> ModelSpec:
     gated = hidden_act in ("silu", "swiglu", "geglu") or "llama" in str(cfg.get("model_type", ""))
     file = Path(path)
     name = str(cfg.get("_name_or_path") or (file.parent.name if file.stem == "config" else file.stem) or "hf-model")
-    spec = ModelSpec(name, layers, heads, kv, head_dim, 0.0, ctx, dtype, hidden, ffn, vocab, gated, tied)
+    more = _structure_from_hf(cfg, path, layers, hidden, need)
+    if more.get("kv_lora_rank"):
+        head_dim = need("qk_nope_head_dim") + more["qk_rope_head_dim"]
+        kv = heads
+    if more.get("num_experts") and "moe_intermediate_size" not in more:
+        more["moe_intermediate_size"] = ffn
+    spec = ModelSpec(name, layers, heads, kv, head_dim, 0.0, ctx, dtype, hidden, ffn, vocab, gated, tied, **more)
     spec = replace(spec, params=spec.shape_params())
     return spec.validate()
+
+
+HF_LAYER_TYPES = {"full_attention": "full", "attention": "full", "sliding_attention": "sliding",
+                  "chunked_attention": "chunked", "mamba": "mamba"}
+
+
+def _structure_from_hf(cfg: dict, path: str, layers: int, hidden: int, need) -> dict:
+    """ModelSpec's per-layer fields from the config.json conventions of the model families that use them:
+    ``layer_types`` (gpt-oss, Gemma 3 in recent transformers), ``layers_block_type`` (Bamba),
+    Gemma 2's alternation, Gemma 3's ``sliding_window_pattern``, Mistral's ``sliding_window``, Llama 4's
+    ``attention_chunk_size`` / ``no_rope_layers``, DeepSeek's MLA and MoE fields, Jamba's periods."""
+    more: dict = {}
+    model_type = str(cfg.get("model_type", ""))
+    window = cfg.get("sliding_window")
+    types = cfg.get("layer_types") or cfg.get("layers_block_type")
+    if isinstance(types, list):
+        bad = [t for t in types if t not in HF_LAYER_TYPES]
+        if bad or len(types) != layers:
+            raise ConfigError(f"{path}: field 'layer_types' must list one of {', '.join(HF_LAYER_TYPES)} per layer"
+                              f" ({layers}); got {len(types)} entries" + (f", unknown '{bad[0]}'" if bad else ""))
+        more["layer_types"] = tuple(HF_LAYER_TYPES[t] for t in types)
+    elif "attn_layer_period" in cfg:  # Jamba
+        period, offset = need("attn_layer_period"), int(cfg.get("attn_layer_offset", 0))
+        more["layer_types"] = tuple("full" if i % period == offset else "mamba" for i in range(layers))
+    elif cfg.get("attention_chunk_size"):  # Llama 4: RoPE layers are chunked, NoPE layers global
+        rope = cfg.get("no_rope_layers")
+        if isinstance(rope, list) and len(rope) == layers:
+            more["layer_types"] = tuple("chunked" if r else "full" for r in rope)
+        else:
+            interval = int(cfg.get("no_rope_layer_interval", 4))
+            more["layer_types"] = tuple("full" if (i + 1) % interval == 0 else "chunked" for i in range(layers))
+    elif window and cfg.get("use_sliding_window", True) is not False:
+        if model_type.startswith("gemma2"):
+            more["layer_types"] = tuple("sliding" if i % 2 == 0 else "full" for i in range(layers))
+        elif cfg.get("sliding_window_pattern"):
+            k = int(cfg["sliding_window_pattern"])
+            more["layer_types"] = tuple("full" if (i + 1) % k == 0 else "sliding" for i in range(layers))
+        else:
+            more["layer_types"] = ("sliding",) * layers
+    mixers = set(more.get("layer_types", ()))
+    if "sliding" in mixers:
+        more["sliding_window"] = need("sliding_window")
+    if "chunked" in mixers:
+        more["attention_chunk"] = need("attention_chunk_size")
+    if "mamba" in mixers:
+        d_state, d_conv = need("mamba_d_state"), need("mamba_d_conv")
+        d_inner = need("mamba_expand") * hidden
+        groups = int(cfg.get("mamba_n_groups", 0) or 0)  # Mamba-2: B and C are convolved too
+        more.update(mamba_d_inner=d_inner, mamba_d_state=d_state, mamba_d_conv=d_conv,
+                    mamba_conv_channels=d_inner + 2 * groups * d_state)
+    if cfg.get("kv_lora_rank"):
+        more.update(kv_lora_rank=need("kv_lora_rank"), qk_rope_head_dim=need("qk_rope_head_dim"),
+                    v_head_dim=need("v_head_dim"), q_lora_rank=int(cfg.get("q_lora_rank") or 0))
+    experts = cfg.get("n_routed_experts") or cfg.get("num_local_experts") or cfg.get("num_experts")
+    if experts:
+        more.update(num_experts=need("n_routed_experts", "num_local_experts", "num_experts"),
+                    experts_per_token=need("num_experts_per_tok"))
+        if cfg.get("moe_intermediate_size"):
+            more["moe_intermediate_size"] = need("moe_intermediate_size")
+        more["shared_experts"] = int(cfg.get("n_shared_experts") or 0)
+        if "expert_layer_period" in cfg:  # Jamba
+            period, offset = need("expert_layer_period"), int(cfg.get("expert_layer_offset", 0))
+            more["moe_layers"] = tuple(i % period == offset for i in range(layers))
+        elif cfg.get("first_k_dense_replace"):  # DeepSeek
+            k = need("first_k_dense_replace")
+            more["moe_layers"] = tuple(i >= k for i in range(layers))
+    return more
 
 
 def get_model(name: str) -> ModelSpec:

@@ -16,13 +16,17 @@ from kvsim.allocators.base import MEMORY_CATEGORIES
 from kvsim.engine.sequence import Status
 
 COLORS = {"token_states": "#2e7d32", "reserved": "#f9a825", "internal_frag": "#e65100",
-          "external_frag": "#c62828", "free": "#cfd8dc"}
+          "external_frag": "#c62828", "free": "#cfd8dc", "recurrent_state": "#6a1b9a", "page_padding": "#8d6e63"}
 LABELS = {"token_states": "token states", "reserved": "reserved", "internal_frag": "internal frag.",
-          "external_frag": "external frag.", "free": "free"}
+          "external_frag": "external frag.", "free": "free", "recurrent_state": "recurrent state",
+          "page_padding": "page padding"}
+# Stacking order: what holds state first, free last.
+PLOT_ORDER = ("token_states", "recurrent_state", "reserved", "internal_frag", "page_padding", "external_frag", "free")
 
 # Allocator families keep their colour in every plot and report (Okabe-Ito, colour-blind safe).
 FAMILY_COLORS = {"max": "#D55E00", "pow2": "#E69F00", "oracle": "#CC79A7", "paged": "#0072B2",
-                 "paged+prefix": "#009E73", "radix": "#56B4E9"}
+                 "paged+prefix": "#009E73", "radix": "#56B4E9", "hybrid": "#009E73", "static-split": "#E69F00",
+                 "naive": "#0072B2"}
 OTHER_COLORS = ["#000000", "#F0E442", "#7f7f7f", "#8c564b", "#9467bd", "#17becf", "#bcbd22", "#e377c2"]
 
 
@@ -30,7 +34,7 @@ def _family(name: str) -> str | None:
     """The allocator family a name or a report label ('h100-80gb paged:16+prefix') mentions, if any."""
     for word in reversed(str(name).split()):
         base = word.split(":")[0].split("+")[0]
-        if base in ("max", "pow2", "oracle", "radix"):
+        if base in ("max", "pow2", "oracle", "radix", "hybrid", "static-split", "naive"):
             return base
         if base == "paged":
             return "paged+prefix" if "+prefix" in word else "paged"
@@ -97,12 +101,17 @@ def _save(fig, path: Path, dpi: int = 110) -> None:
     _plt().close(fig)
 
 
+def _present(shares: list[dict[str, float]]) -> list[str]:
+    return [c for c in PLOT_ORDER if c not in ("recurrent_state", "page_padding") or any(s.get(c) for s in shares)]
+
+
 def memory_bars(ax, names: list[str], shares: list[dict[str, float]]) -> None:
-    """Stacked horizontal bars of the five memory categories (fractions), most token states on top."""
+    """Stacked horizontal bars of the memory categories (fractions), most token states on top; categories that
+    are empty in every bar (recurrent state and padding outside hybrid models) are left out."""
     order = sorted(range(len(names)), key=lambda i: -shares[i]["token_states"])
     names = [names[i] for i in order]
     left = np.zeros(len(names))
-    for c in MEMORY_CATEGORIES:
+    for c in _present(shares):
         vals = np.array([100 * (shares[i][c] or 0.0) for i in order])
         ax.barh(names, vals, left=left, color=COLORS[c], label=LABELS[c], edgecolor="white", linewidth=0.5)
         for y, (x0, v) in enumerate(zip(left, vals)):
@@ -132,8 +141,8 @@ def memory_breakdown_plot(summaries: list[dict], timelines: dict[str, pd.DataFra
         tl = timelines[s["allocator"]]
         ax = fig.add_subplot(gs[i, 1])
         if len(tl):
-            ax.stackplot(tl.t_s, *[100 * tl[c] for c in MEMORY_CATEGORIES],
-                         colors=[COLORS[c] for c in MEMORY_CATEGORIES])
+            cats = _present([{c: float(tl[c].max()) for c in MEMORY_CATEGORIES}])
+            ax.stackplot(tl.t_s, *[100 * tl[c] for c in cats], colors=[COLORS[c] for c in cats])
         ax.set_ylim(0, 100)
         ax.set_xlim(left=0)
         ax.set_ylabel(f"{s['allocator']}\n% of pool", fontsize=9)

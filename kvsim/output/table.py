@@ -32,7 +32,7 @@ def _key(k: str) -> Callable[[dict], object]:
 
 def _waste(s: dict) -> float | None:
     parts = [s.get(k) for k in ("mem_reserved", "mem_internal_frag", "mem_external_frag")]
-    return None if any(p is None for p in parts) else sum(parts)
+    return None if any(p is None for p in parts) else sum(parts) + (s.get("mem_page_padding") or 0.0)
 
 
 COLUMNS: list[Column] = [
@@ -70,12 +70,17 @@ COLUMNS: list[Column] = [
            _key("sharing_dedup_frac"), optional=True),
     Column("token", "KV", "token%", "pct", "pool share holding computed token states (time-weighted)",
            _key("mem_token_states"), True),
-    Column("waste", "KV", "waste%", "pct", "pool share reserved, internally or externally fragmented", _waste, True,
-           drop_order=2),
+    Column("state", "KV", "state%", "pct", "pool share holding recurrent (mamba) states", _key("mem_recurrent_state"),
+           True, optional=True, drop_order=2),
+    Column("waste", "KV", "waste%", "pct", "pool share reserved, internally or externally fragmented, or padding",
+           _waste, True, drop_order=2),
     Column("resv", "KV", "resv%", "pct", "pool share reserved for the same request's future tokens",
            _key("mem_reserved")),
     Column("int", "KV", "int%", "pct", "pool share held beyond the request's final length", _key("mem_internal_frag")),
-    Column("ext", "KV", "ext%", "pct", "pool share free but unusable (too scattered)", _key("mem_external_frag")),
+    Column("ext", "KV", "ext%", "pct", "pool share free but unusable (too scattered, or in another pool)",
+           _key("mem_external_frag")),
+    Column("pad", "KV", "pad%", "pct", "pool share of page padding (hybrid layouts)", _key("mem_page_padding"),
+           optional=True),
     Column("free", "KV", "free%", "pct", "pool share free and usable", _key("mem_free"), True, drop_order=3),
     Column("eff", "KV", "eff%", "pct", "token states / occupied memory", _key("kv_efficiency")),
 ]

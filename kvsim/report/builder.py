@@ -164,7 +164,7 @@ def plot_memory(rows: pd.DataFrame, prefix: str, path: Path) -> Path:
 
     plt = _plt()
     fig, ax = plt.subplots(figsize=(8, 0.5 * len(rows) + 1.8))
-    shares = [{c: float(r[f"{prefix}mem_{c}"]) if r[f"{prefix}mem_{c}"] == r[f"{prefix}mem_{c}"] else 0.0
+    shares = [{c: float(v) if (v := r.get(f"{prefix}mem_{c}", 0.0)) == v else 0.0
                for c in MEMORY_CATEGORIES} for _, r in rows.iterrows()]
     memory_bars(ax, list(rows["config"]), shares)
     ax.legend(fontsize=7, ncol=5, loc="upper center", bbox_to_anchor=(0.5, -0.18), frameon=False)

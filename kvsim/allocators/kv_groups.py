@@ -1,0 +1,158 @@
+"""How a model's per-layer caches are laid out in pages: the KV cache groups of the hybrid allocators.
+
+Sizes here are in *units*: the greatest common divisor of the per-layer cache sizes (one token of one
+attention layer, one sequence's state of one mamba layer) on one GPU, so that every amount is exact.
+
+Two layouts:
+
+- ``shared`` (vLLM V1's hybrid KV cache manager, design doc "Hybrid KV Cache Manager"): layers of the
+  same kind (full, sliding window W, chunked C, mamba) are cut into groups of ``group_size`` layers, where
+  group_size is the smallest kind's layer count, or the largest's if that is under 1.25x the smallest
+  (fewer padding layers). A kind whose count is not a multiple gets a last group with fewer real layers:
+  its pages still span group_size layers (padding). Every group shares one block pool with one page size
+  (group_size x block_size tokens x one layer's bytes per token). With mamba layers the attention block
+  size grows to the smallest multiple of 16 tokens whose page holds a group's states, and the state page
+  is padded to it.
+- ``split`` (TensorRT-LLM's variable sliding window attention): one pool per kind, each with pages of its
+  own size (all layers of that kind x block_size tokens, or all mamba layers' state of one sequence),
+  so nothing is padded; memory is split between pools at start-up in proportion to what one sequence of
+  ``max_model_len`` tokens needs in each at its peak (its prompt computed in chunks of ``prefill_chunk``
+  tokens: a window pool holds the window plus the chunk being computed), so every pool holds the same
+  number of max-length sequences.
+
+``windows=False`` gives the naive baseline: sliding and chunked layers are treated as full attention
+(what vLLM does with the hybrid manager disabled); mamba layers keep their state.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from kvsim.errors import ConfigError
+
+KERNEL_BLOCK_ALIGNMENT = 16  # tokens: attention block sizes stay multiples of this (vLLM's alignment for mamba hybrids)
+
+
+@dataclass(frozen=True)
+class KVGroup:
+    """Layers that share one block table per sequence."""
+
+    kind: str  # "full", "sliding", "chunked" or "mamba"
+    layers: int  # real layers (a padded group spans more in its pages)
+    window: int  # sliding: window tokens; chunked: chunk tokens; 0 otherwise
+    token_units: int  # units one token's cache takes in this group (0 for mamba)
+    state_units: int  # units of one sequence's recurrent state in this group (0 unless mamba)
+    page_units: int  # units of one page (block) of this group
+    pool: int  # index of the pool its pages come from
+
+    @property
+    def attention(self) -> bool:
+        return self.kind != "mamba"
+
+    @property
+    def windowed(self) -> bool:
+        return self.kind in ("sliding", "chunked")
+
+    def skipped_tokens(self, computed: int) -> int:
+        """Leading tokens no later token attends to, once ``computed`` tokens have KV (vLLM's
+        sliding-window / chunked-local managers free the blocks wholly inside them)."""
+        if self.kind == "sliding":
+            return max(0, computed - self.window + 1)
+        if self.kind == "chunked":
+            return computed // self.window * self.window
+        return 0
+
+    def needed_hit_blocks(self, hit_blocks: int, block_size: int) -> int:
+        """A prefix hit of ``hit_blocks`` blocks needs this group's last this-many of them cached (all of them
+        for full attention; the window's for sliding (cdiv(W - 1, B), as vLLM); the current chunk's for chunked)."""
+        if self.kind == "sliding":
+            return min(hit_blocks, -(-(self.window - 1) // block_size))
+        if self.kind == "chunked":
+            return hit_blocks - (hit_blocks * block_size) // self.window * self.window // block_size
+        return hit_blocks
+
+
+@dataclass(frozen=True)
+class KVLayout:
+    groups: tuple[KVGroup, ...]
+    block_size: int  # tokens per attention block
+    unit_bytes: int  # bytes of one unit
+    pool_blocks: tuple[int, ...]  # blocks of each pool
+    pool_page_units: tuple[int, ...]  # page size of each pool
+    mode: str  # "shared" or "split"
+    group_size: int = 0  # layers a shared page spans
+
+    @property
+    def total_units(self) -> int:
+        return sum(b * p for b, p in zip(self.pool_blocks, self.pool_page_units))
+
+
+def _kinds(model, windows: bool) -> list[tuple[str, int, int]]:
+    """(kind, window, layers) of each kind of layer the model has, in a fixed order."""
+    out = []
+    for kind in ("full", "sliding", "chunked", "mamba"):
+        n = model.count(kind)
+        if n:
+            window = model.sliding_window if kind == "sliding" else model.attention_chunk if kind == "chunked" else 0
+            out.append((kind, window, n))
+    if not windows:  # the naive baseline: every attention layer is a full one
+        attn = sum(n for k, _, n in out if k != "mamba")
+        out = ([("full", 0, attn)] if attn else []) + [t for t in out if t[0] == "mamba"]
+    return out
+
+
+def build_layout(model, tp: int, pool_bytes: int, block_size: int, max_model_len: int, mode: str = "shared",
+                 windows: bool = True, prefill_chunk: int = 0) -> KVLayout:
+    """The groups and pools of ``model`` on one of ``tp`` GPUs in a KV pool of ``pool_bytes`` bytes."""
+    if mode not in ("shared", "split"):
+        raise ValueError(f"layout mode '{mode}'")
+    kinds = _kinds(model, windows)
+    tb = model.kv_bytes_per_token_layer(tp) if model.attention_layers else 0
+    sb = model.state_bytes_per_layer(tp) if model.count("mamba") else 0
+    unit = math.gcd(tb, sb) or 1
+    tu, su = tb // unit, sb // unit
+    has_attn = any(k != "mamba" for k, _, _ in kinds)
+    B = block_size
+    groups: list[KVGroup] = []
+    if mode == "shared":
+        counts = [n for _, _, n in kinds]
+        size = min(counts)
+        if max(counts) < 1.25 * size:
+            size = max(counts)
+        if su and has_attn:  # the attention page must hold a group's states
+            B = max(B, KERNEL_BLOCK_ALIGNMENT * -(-(size * su) // (KERNEL_BLOCK_ALIGNMENT * size * tu)))
+        page = size * B * tu if has_attn else size * su
+        for kind, window, n in kinds:
+            for start in range(0, n, size):
+                real = min(size, n - start)
+                groups.append(KVGroup(kind, real, window, real * tu if kind != "mamba" else 0,
+                                      real * su if kind == "mamba" else 0, page, 0))
+        pool_bytes_per = [pool_bytes]
+        pages = (page,)
+    else:
+        need = []  # units one max-length sequence needs in each pool: the split's weights
+        for i, (kind, window, n) in enumerate(kinds):
+            if kind == "mamba":
+                groups.append(KVGroup(kind, n, 0, 0, n * su, n * su, i))
+                need.append(n * su)
+            else:
+                groups.append(KVGroup(kind, n, window, n * tu, 0, B * n * tu, i))
+                chunk = prefill_chunk or max_model_len
+                held = min(max_model_len, window - 1 + chunk + B) if kind == "sliding" else \
+                    min(max_model_len, window + chunk + B) if kind == "chunked" else max_model_len
+                need.append(-(-held // B) * B * n * tu)
+        total = sum(need)
+        pool_bytes_per = [pool_bytes * w // total for w in need]
+        pages = tuple(g.page_units for g in groups)
+    blocks = tuple(int(b // (p * unit)) for b, p in zip(pool_bytes_per, pages))
+    if not any(blocks) or min(blocks) < 1:
+        raise ConfigError(f"a KV pool of {pool_bytes:,} bytes holds no page of {model.name} in every group"
+                          f" ({', '.join(f'{p * unit:,} B' for p in pages)} per page)")
+    return KVLayout(tuple(groups), B, unit, blocks, pages, mode, groups[0].layers if mode == "split" else size)
+
+
+def single_group_layout(pool_units: int, block_size: int) -> KVLayout:
+    """One full-attention group over ``pool_units`` one-token units (a plain model without a model spec)."""
+    return KVLayout((KVGroup("full", 1, 0, 1, 0, block_size, 0),), block_size, 1, (pool_units // block_size,),
+                    (block_size,), "shared", 1)

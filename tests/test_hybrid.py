@@ -1,0 +1,283 @@
+"""Models whose layers keep different caches: hand-computed bytes per preset, the layer-group layouts, and
+the hybrid allocator's bookkeeping under random operations (a hypothesis state machine)."""
+
+import pytest
+from hypothesis import assume, settings, strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from kvsim.allocators import make_allocator
+from kvsim.allocators.hybrid import NULL
+from kvsim.allocators.kv_groups import build_layout
+from kvsim.allocators.registry import ModelMemory
+from kvsim.errors import ConfigError
+from kvsim.hardware.models import MODEL_PRESETS, ModelSpec, get_model
+from kvsim.trace.request import Request
+
+KiB = 1024
+
+# (preset, KV bytes per token if every attention layer kept every token, per-layer bytes, hand computation of
+# one sequence's bytes at 32,768 tokens). Per-layer: 2 (K, V) x kv_heads x head_dim x 2 B (BF16), or MLA's
+# (kv_lora_rank + qk_rope_head_dim) x 2 B.
+GOLDEN = [
+    # 42 layers, 8 KV heads x 256: 8 KiB/layer; 21 full + 21 sliding (4096)
+    ("gemma-2-9b", 42 * 8 * KiB, 8 * KiB, 21 * 32768 * 8 * KiB + 21 * 4096 * 8 * KiB),
+    # 48 layers, 8 full + 40 sliding (1024)
+    ("gemma-3-12b", 48 * 8 * KiB, 8 * KiB, 8 * 32768 * 8 * KiB + 40 * 1024 * 8 * KiB),
+    # 24 layers, 8 KV heads x 64: 2 KiB/layer; 12 full + 12 sliding (128)
+    ("gpt-oss-20b", 24 * 2 * KiB, 2 * KiB, 12 * 32768 * 2 * KiB + 12 * 128 * 2 * KiB),
+    # 32 sliding (4096) layers, 8 KV heads x 128: 4 KiB/layer
+    ("mistral-7b-v0.1", 32 * 4 * KiB, 4 * KiB, 32 * 4096 * 4 * KiB),
+    # 48 layers: 12 full (NoPE) + 36 chunked (8192); at 32,768 tokens the last token's chunk is full (8192)
+    ("llama-4-scout", 48 * 4 * KiB, 4 * KiB, 12 * 32768 * 4 * KiB + 36 * 8192 * 4 * KiB),
+    # 61 MLA layers: (512 + 64) x 2 B = 1152 B/layer, every rank holds it whole
+    ("deepseek-v3", 61 * 1152, 1152, 61 * 32768 * 1152),
+    # 4 attention layers (4 KiB) + 28 Mamba-1 layers: (8192 x 3 conv + 8192 x 16 SSM) x 2 B = 311,296 B/seq each
+    ("jamba-1.5-mini", 4 * 4 * KiB, 4 * KiB, 4 * 32768 * 4 * KiB + 28 * 311_296),
+]
+
+
+@pytest.mark.parametrize("name,per_token,per_layer,seq_32k", GOLDEN, ids=[g[0] for g in GOLDEN])
+def test_preset_bytes_equal_the_hand_computation(name, per_token, per_layer, seq_32k):
+    m = MODEL_PRESETS[name].validate()
+    assert m.kv_bytes_per_token == per_token
+    assert m.kv_bytes_per_token_layer() == per_layer
+    assert m.sequence_bytes(32768) == seq_32k
+
+
+def test_kv_cache_dtype_halves_attention_bytes_but_not_recurrent_state():
+    j = MODEL_PRESETS["jamba-1.5-mini"]
+    f = j.with_kv_cache_dtype("fp8")
+    assert f.kv_bytes_per_token == j.kv_bytes_per_token // 2
+    assert f.state_bytes_per_layer() == j.state_bytes_per_layer() == 311_296
+    d = MODEL_PRESETS["deepseek-v3"].with_kv_cache_dtype("fp8")
+    assert d.kv_bytes_per_token == 61 * 576
+
+
+def test_chunked_and_short_contexts_hold_what_the_rules_say():
+    s = MODEL_PRESETS["llama-4-scout"]
+    # 10,000 tokens: the last token's chunk starts at 8192, so chunked layers hold 1,808 tokens
+    assert s.sequence_bytes(10_000) == 12 * 10_000 * 4 * KiB + 36 * 1808 * 4 * KiB
+    g = MODEL_PRESETS["gemma-2-9b"]
+    assert g.sequence_bytes(1000) == 42 * 1000 * 8 * KiB  # inside the window every layer holds everything
+
+
+def test_tensor_parallel_splits_kv_heads_and_states_but_not_the_mla_latent():
+    assert MODEL_PRESETS["deepseek-v3"].kv_bytes_per_token_gpu(8) == 61 * 1152
+    assert MODEL_PRESETS["gpt-oss-20b"].kv_bytes_per_token_gpu(2) == 24 * KiB
+    assert MODEL_PRESETS["jamba-1.5-mini"].state_bytes_per_layer(2) == 311_296 // 2
+    with pytest.raises(ConfigError, match="kv_heads"):
+        MODEL_PRESETS["gpt-oss-20b"].check_tp(3)
+
+
+def test_moe_weights_hold_every_expert_in_its_dtype():
+    g = MODEL_PRESETS["gpt-oss-20b"]
+    experts = 24 * 32 * 3 * 2880 * 2880
+    assert g.expert_params() == experts
+    assert g.weight_bytes == pytest.approx((20.9e9 - experts) * 2 + experts * 4.25 / 8)
+    assert MODEL_PRESETS["deepseek-v3"].weight_bytes == 671e9  # FP8 checkpoint
+
+
+# --- layouts --------------------------------------------------------------------------------------------
+def _layout(name, mode="shared", windows=True, tp=1, B=16, pool=80 << 30, max_len=131072, chunk=8192):
+    return build_layout(MODEL_PRESETS[name], tp, pool, B, max_len, mode, windows, chunk)
+
+
+def test_vllm_grouping_of_gemma3_and_jamba():
+    g3 = _layout("gemma-3-12b")
+    assert [(g.kind, g.layers) for g in g3.groups] == [("full", 8)] + [("sliding", 8)] * 5
+    assert g3.unit_bytes == 8 * KiB and g3.pool_page_units == (8 * 16,)  # 8 layers x 16 tokens, 1 MiB pages
+    j = _layout("jamba-1.5-mini")
+    # 4 attention layers, 28 mamba: groups of 4; the attention block grows to 16 x cdiv(4 x 311,296, 16 x 4 x 4096)
+    # = 80 tokens so that a page (4 x 80 x 4 KiB = 1,310,720 B) holds a group's states (1,245,184 B)
+    assert j.block_size == 80 and j.unit_bytes == 4096
+    assert j.pool_page_units[0] * j.unit_bytes == 1_310_720
+    assert [g.kind for g in j.groups].count("mamba") == 7
+    assert all(g.state_units * 4096 == 1_245_184 for g in j.groups if g.kind == "mamba")
+
+
+def test_uneven_kinds_get_padding_layers():
+    # 10 full + 4 sliding: group size 4 -> full groups of 4, 4, 2 (the last padded to 4 layers)
+    m = ModelSpec("uneven", 14, 2, 1, 8, 1e6, 4096, layer_types=("full",) * 10 + ("sliding",) * 4,
+                  sliding_window=64).validate()
+    lay = build_layout(m, 1, 1 << 20, 16, 4096)
+    assert [(g.kind, g.layers) for g in lay.groups] == [("full", 4), ("full", 4), ("full", 2), ("sliding", 4)]
+    a = make_allocator("hybrid:16", 0, 4096, memory=ModelMemory(m, 1, 1 << 20))
+    r = Request("r", 0, 30, 2)
+    assert a.allocate(1, r, 30, computed=0)
+    b = a.memory_breakdown(0, None)
+    # 2 blocks per group; the padded group's pages carry 2 empty layers x 16 tokens each
+    assert b.page_padding == 2 * 2 * 16 * 1
+
+
+def test_static_split_sizes_pools_by_a_max_length_sequence():
+    lay = _layout("gpt-oss-20b", "split")
+    full, sliding = lay.groups
+    assert (full.kind, sliding.kind) == ("full", "sliding")
+    # weights: full 131072 tokens; sliding 128 - 1 + 8192 + 16 tokens, both x 12 layers
+    w_full, w_sw = 131072, -(-(127 + 8192 + 16) // 16) * 16
+    share = lay.pool_blocks[1] * lay.pool_page_units[1] / lay.total_units
+    assert share == pytest.approx(w_sw / (w_full + w_sw), rel=1e-3)
+
+
+def test_hybrid_holds_exactly_the_hand_computed_bytes_when_windows_align_with_blocks():
+    m = MODEL_PRESETS["gemma-2-9b"]
+    pool = 80 << 30
+    a = make_allocator("hybrid:16", 0, 32768, memory=ModelMemory(m, 1, pool))
+    r = Request("r", 0, 32767, 1)
+    assert a.allocate(1, r, 32767, computed=0)  # the prompt in one go: every block, windows too
+    assert a.allocate(1, r, 32768, computed=32767)  # decoding frees what left the window
+    assert a.held_slots(1) * a.slot_bytes == m.sequence_bytes(32768)
+    naive = make_allocator("naive:16", 0, 32768, memory=ModelMemory(m, 1, pool))
+    assert naive.allocate(1, r, 32768, computed=0)
+    assert naive.held_slots(1) * naive.slot_bytes == 42 * 32768 * 8 * KiB
+
+
+def test_prefix_hits_follow_per_group_rules():
+    m = ModelSpec("swa", 2, 2, 1, 8, 1e6, 4096, layer_types=("full", "sliding"), sliding_window=33).validate()
+    a = make_allocator("hybrid:16+prefix", 0, 4096, memory=ModelMemory(m, 1, 64 * 2 * 16 * 32))
+    ids = tuple(range(8))
+    r1 = Request("a", 0, 128, 4, hash_ids=ids, hash_block_tokens=16)
+    assert a.allocate(1, r1, 128, computed=0)
+    a.on_computed(1, r1, 128)
+    a.free(1)
+    r2 = Request("b", 0, 128, 4, hash_ids=ids, hash_block_tokens=16)
+    hit = a.lookup_prefix(2, r2, 127)
+    assert hit.tokens == 112  # 7 full blocks (the 8th would leave no token to compute)
+    assert a.allocate(2, r2, 128, hit, computed=112)
+    full, sw = a.group_tables(2)
+    assert NULL not in full and full[:7] == list(hit.blocks[:7])
+    # sliding window 33: the hit needs cdiv(32, 16) = 2 blocks before it; the rest are never claimed
+    assert sw[:5] == [NULL] * 5 and NULL not in sw[5:]
+    a.check_invariants()
+
+
+def test_a_model_with_mamba_layers_needs_a_layer_group_allocator():
+    with pytest.raises(ConfigError, match="mamba"):
+        make_allocator("paged:16", 1000, 4096, memory=ModelMemory(MODEL_PRESETS["jamba-1.5-mini"], 2, 8 << 30))
+
+
+def test_hf_configs_of_hybrid_models_read_like_the_presets(tmp_path):
+    import json
+
+    cfg = {"model_type": "gemma2", "num_hidden_layers": 42, "hidden_size": 3584, "num_attention_heads": 16,
+           "num_key_value_heads": 8, "head_dim": 256, "intermediate_size": 14336, "vocab_size": 256000,
+           "max_position_embeddings": 8192, "torch_dtype": "bfloat16", "sliding_window": 4096,
+           "hidden_activation": "gelu_pytorch_tanh", "tie_word_embeddings": True}
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(cfg))
+    m = get_model(str(p))
+    assert m.mixers == MODEL_PRESETS["gemma-2-9b"].mixers and m.sequence_bytes(9000) == \
+        MODEL_PRESETS["gemma-2-9b"].sequence_bytes(9000)
+    p.write_text(json.dumps({**cfg, "layer_types": ["sliding_attention"] * 41}))
+    with pytest.raises(ConfigError, match="layer_types"):
+        get_model(str(p))
+
+
+# --- the state machine ----------------------------------------------------------------------------------
+MODELS = {
+    "sliding": ModelSpec("sm-sliding", 5, 2, 1, 8, 1e6, 4096, layer_types=("sliding", "full", "sliding", "sliding",
+                                                                            "sliding"), sliding_window=37).validate(),
+    "chunked": ModelSpec("sm-chunked", 3, 2, 1, 8, 1e6, 4096, layer_types=("chunked", "full", "chunked"),
+                         attention_chunk=48).validate(),
+    "mamba": ModelSpec("sm-mamba", 4, 2, 1, 8, 1e6, 4096, layer_types=("mamba", "full", "mamba", "sliding"),
+                       sliding_window=20, mamba_d_inner=16, mamba_d_state=4, mamba_d_conv=4,
+                       mamba_conv_channels=16).validate(),
+}
+
+
+class HybridMachine(RuleBasedStateMachine):
+    """Random admissions, prefill chunks, decode steps, prefix hits, swaps and frees."""
+
+    @initialize(model=st.sampled_from(sorted(MODELS)), kind=st.sampled_from(["hybrid", "static-split", "naive"]),
+                B=st.sampled_from([4, 8, 16]), prefix=st.booleans(), pages=st.integers(12, 60))
+    def setup(self, model, kind, B, prefix, pages):
+        m = MODELS[model]
+        spec = f"{kind}:{B}" + ("+prefix" if prefix else "")
+        pool = pages * B * m.kv_bytes_per_token
+        try:
+            self.a = make_allocator(spec, 0, 4096, cpu_swap_tokens=200, memory=ModelMemory(m, 1, pool, 32))
+        except ConfigError:
+            assume(False)
+        self.live: dict[int, list] = {}  # sid -> [request, computed, allocated]
+        self.swapped: dict[int, list] = {}
+        self.next = 0
+
+    def _filled(self):
+        return sum(c for _, c, _ in self.live.values())
+
+    @rule(prompt=st.integers(1, 150), out=st.integers(1, 60), fam=st.integers(0, 2))
+    def admit(self, prompt, out, fam):
+        sid = self.next
+        self.next += 1
+        B = self.a.B
+        ids = tuple(1000 * fam + j for j in range(-(-prompt // 8)))
+        r = Request(str(sid), 0, prompt, out, hash_ids=ids, hash_block_tokens=8)
+        hit = self.a.lookup_prefix(sid, r, prompt - 1)
+        n = min(prompt, hit.tokens + 32)
+        if self.a.allocate(sid, r, n, hit, computed=hit.tokens):
+            assert hit.tokens % B == 0
+            self.live[sid] = [r, hit.tokens, n]
+
+    @precondition(lambda self: self.live)
+    @rule(data=st.data())
+    def step(self, data):
+        sid = data.draw(st.sampled_from(sorted(self.live)))
+        r, computed, allocated = self.live[sid]
+        computed = allocated  # the allocated tokens were computed
+        self.a.on_computed(sid, r, min(computed, r.prompt_tokens))
+        if computed >= r.total_tokens:
+            return
+        n = min(32, r.total_tokens - computed) if computed < r.prompt_tokens else 1
+        n = min(n, max(1, r.prompt_tokens - computed)) if computed < r.prompt_tokens else 1
+        if self.a.allocate(sid, r, computed + n, computed=computed):
+            self.live[sid] = [r, computed, computed + n]
+            for g, grp in enumerate(self.a.groups):
+                if grp.windowed and self.a.windows:
+                    table = self.a.group_tables(sid)[g]
+                    # window blocks are freed exactly when they leave the window
+                    gone = grp.skipped_tokens(computed) // self.a.B
+                    assert table[:gone] == [NULL] * gone and NULL not in table[gone:]
+
+    @precondition(lambda self: self.live)
+    @rule(data=st.data())
+    def free(self, data):
+        sid = data.draw(st.sampled_from(sorted(self.live)))
+        self.a.free(sid)
+        del self.live[sid]
+
+    @precondition(lambda self: self.live)
+    @rule(data=st.data())
+    def swap_out(self, data):
+        sid = data.draw(st.sampled_from(sorted(self.live)))
+        if self.a.swap_out(sid) is not None:
+            self.swapped[sid] = self.live.pop(sid)
+
+    @precondition(lambda self: self.swapped)
+    @rule(data=st.data())
+    def swap_in(self, data):
+        sid = data.draw(st.sampled_from(sorted(self.swapped)))
+        if self.a.swap_in(sid, self.swapped[sid][0]) is not None:
+            self.live[sid] = self.swapped.pop(sid)
+
+    @invariant()
+    def accounts_for_every_slot(self):
+        if not hasattr(self, "a"):
+            return
+        a = self.a
+        a.check_invariants()
+        filled = sum(c for _, c, _ in self.live.values())
+        b = a.memory_breakdown(filled, None)
+        assert sum(b.as_tuple()) == a.pool_tokens
+        assert min(b.as_tuple()) >= 0, b
+        for p, pool in enumerate(a.pools):  # free + cached + used == pool, per pool
+            used = sum(1 for r in pool.ref if r > 0)
+            assert used + pool.num_free == pool.num_blocks
+        pad = sum(a._phys[g] * (grp.page_units - (grp.state_units if grp.kind == "mamba" else a.B * grp.token_units))
+                  for g, grp in enumerate(a.groups))
+        assert b.page_padding == pad
+        assert b.recurrent_state == sum(a._phys[g] * grp.state_units for g, grp in enumerate(a.groups)
+                                        if grp.kind == "mamba")
+
+
+TestHybridMachine = HybridMachine.TestCase
+TestHybridMachine.settings = settings(max_examples=80, stateful_step_count=40, deadline=None)
