@@ -99,7 +99,10 @@ class SharingMachine(RuleBasedStateMachine):
             return -1
         child = self.next_id
         self.next_id += 1
-        assert self.alloc.fork(sid, child, s.computed, s.req)
+        forked = self.alloc.fork(sid, child, s.computed, s.req)
+        assert forked == self.alloc.forks  # paged forks share; layer-group allocators start the child on its own
+        if not forked:
+            return -1
         tags = s.tags[:s.computed] + [("u", child, p) for p in range(s.computed, len(s.tags))]
         self.live[child] = c = Live(s.req, tags)
         c.computed = s.computed

@@ -79,6 +79,8 @@ class KVAllocator(ABC):
     copy_unit: int = 1
     #: Sequences can share KV (parallel-sampling forks, prefix hits): report the memory sharing saved.
     shares_kv: bool = False
+    #: :meth:`fork` shares the parent's memory (parallel sampling); otherwise samples start on their own.
+    forks: bool = False
     #: A prefix cache answers lookups: report hit rates.
     caches_prefixes: bool = False
     #: Slots one computed token fills (hybrid layouts count a token once per layer group; see hybrid.py).

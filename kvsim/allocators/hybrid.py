@@ -338,6 +338,19 @@ class HybridAllocator(KVAllocator):
         tables = self._tables.get(seq_id)
         return list(tables[self._attn[0]]) if tables and self._attn else []
 
+    # the paged allocator's view of pool 0 (what block-level tests and the kernel replay read)
+    @property
+    def ref(self) -> list[int]:
+        return self.pools[0].ref
+
+    @property
+    def num_blocks(self) -> int:
+        return self.pools[0].num_blocks
+
+    @property
+    def num_free_blocks(self) -> int:
+        return self.pools[0].num_free
+
     def group_tables(self, seq_id: int) -> list[list[int]]:
         return [list(t) for t in self._tables.get(seq_id, ())]
 

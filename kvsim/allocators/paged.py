@@ -23,6 +23,7 @@ def blocks_for(tokens: int, block_size: int) -> int:
 
 class PagedAllocator(KVAllocator):
     shares_kv = True
+    forks = True
 
     def __init__(self, pool_tokens: int, block_size: int = 16, cpu_swap_tokens: int = 0,
                  pool: BlockPool | None = None, name: str | None = None):
