@@ -33,6 +33,9 @@ class MemoryBudget:
     params: float
     weight_dtype: str
     kv_dtype: str
+    layer_mix: str = ""  # models whose layers differ: what each kind is
+    state_bytes_per_seq: int = 0  # recurrent state of one sequence on one GPU
+    layouts: tuple = ()  # (allocator, KVLayout, windows) for models whose layers differ
 
     @property
     def pool_tokens(self) -> int:
@@ -61,19 +64,54 @@ class MemoryBudget:
         """Requests of ``tokens`` tokens each that fit at once in paged blocks."""
         return self.num_blocks // -(-tokens // self.block_size)
 
+    def sequences_by_layout(self, tokens: int) -> dict[str, int]:
+        """Models whose layers differ: sequences of ``tokens`` tokens that fit at once under each layer-group
+        allocator (naive, static-split, hybrid)."""
+        from kvsim.allocators.kv_groups import sequences_at
+
+        return {name: sequences_at(lay, tokens, windows) for name, lay, windows in self.layouts}
+
 
 def memory_budget(cfg: SimConfig) -> MemoryBudget:
     m, gpu, tp = cfg.model, cfg.gpu, cfg.tp
     pool = plan_pool(m, gpu, cfg.memory, tp)
     kv_dtype = m.kv_dtype or m.dtype
     formula = f"2 x {m.layers} layers x {m.kv_heads} KV heads x {m.head_dim} dims x {m.kv_dtype_bytes} B"
+    mix, layouts = "", ()
+    if m.is_mla:
+        formula = (f"{m.attention_layers} layers x ({m.kv_lora_rank} latent + {m.qk_rope_head_dim} rope) x "
+                   f"{m.kv_dtype_bytes} B (MLA; every rank holds it whole)")
+    elif m.attention_layers != m.layers:
+        formula = f"2 x {m.attention_layers} attention layers x {m.kv_heads} KV heads x {m.head_dim} dims x " \
+                  f"{m.kv_dtype_bytes} B"
+    if m.is_hybrid:
+        from kvsim.allocators.kv_groups import build_layout
+
+        mix = layer_mix(m)
+        chunk = cfg.scheduler.max_num_batched_tokens if cfg.scheduler.chunked_prefill else 0
+        layouts = tuple((name, build_layout(m, tp, pool.pool_bytes, cfg.block_size, cfg.scheduler.max_seq_len, mode,
+                                            windows, chunk), windows)
+                        for name, mode, windows in (("naive", "shared", False), ("static-split", "split", True),
+                                                    ("hybrid", "shared", True)))
     return MemoryBudget(
         model=m.name, gpu=gpu.name, tp=tp, gpu_bytes=gpu.memory_bytes,
         usable_bytes=gpu.memory_bytes * cfg.memory.gpu_memory_utilization, weight_bytes=m.weight_bytes / tp,
         reserve_bytes=cfg.memory.activation_reserve_gb * GiB, pool_bytes=pool.pool_bytes, pool_source=pool.source,
         kv_bytes_per_token_model=m.kv_bytes_per_token, kv_bytes_per_token_gpu=pool.kv_bytes_per_token,
         kv_formula=formula, block_size=cfg.block_size, max_model_len=cfg.scheduler.max_seq_len, params=m.params,
-        weight_dtype=m.dtype, kv_dtype=kv_dtype)
+        weight_dtype=m.weight_dtype or m.dtype, kv_dtype=kv_dtype, layer_mix=mix,
+        state_bytes_per_seq=m.count("mamba") * m.state_bytes_per_layer(tp), layouts=layouts)
+
+
+def layer_mix(m) -> str:
+    """'21 sliding (4,096) + 21 full': the model's layers by kind."""
+    parts = []
+    for kind in ("full", "sliding", "chunked", "mamba"):
+        n = m.count(kind)
+        if n:
+            w = m.sliding_window if kind == "sliding" else m.attention_chunk if kind == "chunked" else 0
+            parts.append(f"{n} {kind}" + (f" ({w:,})" if w else ""))
+    return " + ".join(parts)
 
 
 def _size(n: float) -> str:
@@ -98,11 +136,20 @@ def describe(b: MemoryBudget) -> list[tuple[str, str]]:
         ("", f"= {b.kv_formula}"),
     ]
     if b.tp > 1:
-        lines.append(("KV per token per GPU", f"{_size(b.kv_bytes_per_token_gpu)} (KV heads split over {b.tp})"))
+        split = "the MLA latent is not split" if b.kv_formula.endswith("whole)") else f"KV heads split over {b.tp}"
+        lines.append(("KV per token per GPU", f"{_size(b.kv_bytes_per_token_gpu)} ({split})"))
+    if b.layer_mix:
+        lines.insert(5, ("layers", b.layer_mix))
+        lines.append(("", "(if every attention layer kept every token; windows keep less)"))
+    if b.state_bytes_per_seq:
+        lines.append(("recurrent state", f"{_size(b.state_bytes_per_seq)} per sequence per GPU (mamba layers)"))
     lines += [
         ("token slots", f"{b.pool_tokens:,} per GPU"),
         ("blocks", f"{b.num_blocks:,} of {b.block_size} tokens"),
         ("max model len", f"{b.max_model_len:,} tokens = {b.blocks_per_request:,} blocks"),
         ("maximum concurrency", f"{b.max_concurrency:,.2f}x for {b.max_model_len:,}-token requests (as vLLM)"),
     ]
+    if b.layouts:
+        fits = b.sequences_by_layout(b.max_model_len)
+        lines[-1] = ("max-length sequences", ", ".join(f"{n} {k:,}" for n, k in fits.items()) + " at once")
     return lines

@@ -24,6 +24,10 @@ LATENCIES = {
     "per-op": build_latency(config_from_args(["--model", "llama-2-7b", "--gpu", "a100-80gb"])),
     "per-op-async": build_latency(config_from_args(["--model", "llama-2-70b", "--gpu", "h100-80gb", "-tp", "4",
                                                     "--cpu-overhead", "vllm-v1-async"])),
+    # layers that attend to different spans, recurrent layers and experts
+    "per-op-gemma2": build_latency(config_from_args(["--model", "gemma-2-9b", "--gpu", "h100-80gb"])),
+    "per-op-jamba-async": build_latency(config_from_args(["--model", "jamba-1.5-mini", "--gpu", "h200-141gb",
+                                                          "--cpu-overhead", "vllm-v1-async"])),
 }
 def _toy(name, types, **more):
     from kvsim.hardware.models import ModelSpec

@@ -152,6 +152,27 @@ def build_layout(model, tp: int, pool_bytes: int, block_size: int, max_model_len
     return KVLayout(tuple(groups), B, unit, blocks, pages, mode, groups[0].layers if mode == "split" else size)
 
 
+def pages_at(layout: KVLayout, tokens: int, windows: bool = True) -> list[int]:
+    """Pages each group holds for one sequence decoding its ``tokens``-th token (windows freed as vLLM)."""
+    B = layout.block_size
+    out = []
+    for g in layout.groups:
+        if not g.attention:
+            out.append(1)
+        else:
+            skipped = g.skipped_tokens(tokens - 1) // B if windows and g.windowed else 0
+            out.append(-(-tokens // B) - skipped)
+    return out
+
+
+def sequences_at(layout: KVLayout, tokens: int, windows: bool = True) -> int:
+    """Sequences of ``tokens`` tokens each that fit at once (every pool must hold its share)."""
+    need = [0] * len(layout.pool_blocks)
+    for g, n in zip(layout.groups, pages_at(layout, tokens, windows)):
+        need[g.pool] += n
+    return min(b // n for b, n in zip(layout.pool_blocks, need) if n)
+
+
 def single_group_layout(pool_units: int, block_size: int) -> KVLayout:
     """One full-attention group over ``pool_units`` one-token units (a plain model without a model spec)."""
     return KVLayout((KVGroup("full", 1, 0, 1, 0, block_size, 0),), block_size, 1, (pool_units // block_size,),

@@ -24,7 +24,11 @@ def cmd_memory(a: argparse.Namespace) -> int:
         print(f"  {k:<{width}}  {v}")
     if a.context:
         for n in a.context:
-            print(f"  {'at ' + format(n, ',') + ' tokens':<{width}}  {b.sequences_at(n):,} sequences fit at once")
+            if b.layouts:
+                fits = ", ".join(f"{name} {k:,}" for name, k in b.sequences_by_layout(n).items())
+                print(f"  {'at ' + format(n, ',') + ' tokens':<{width}}  {fits} sequences fit at once")
+            else:
+                print(f"  {'at ' + format(n, ',') + ' tokens':<{width}}  {b.sequences_at(n):,} sequences fit at once")
     return 0
 
 

@@ -10,6 +10,7 @@ from kvsim.commands.args import DEFAULT_OUT
 from kvsim.errors import ConfigError
 
 DEFAULT_ALLOCATORS = "max,pow2,oracle,paged:16"
+HYBRID_DEFAULT_ALLOCATORS = "naive,static-split,hybrid"  # models whose layers keep different caches
 
 
 def add_sim_args(p: argparse.ArgumentParser, command: str) -> None:
@@ -69,6 +70,11 @@ def simulate_all(a: argparse.Namespace, allocator_names: str, command: str) -> i
 
     columns = choose_columns(a.columns, a.wide)  # a bad name fails now, not after the simulation
     cfg = build_config(a)
+    if allocator_names is None:
+        if command == "compare":
+            allocator_names = HYBRID_DEFAULT_ALLOCATORS if cfg.model.is_hybrid else DEFAULT_ALLOCATORS
+        else:
+            allocator_names = "hybrid" if cfg.model.is_hybrid else "paged"
     allocators = parse_allocator_list(allocator_names, cfg.block_size, cfg.enable_prefix_caching)
     if a.record_batches and len(allocators) != 1:
         raise ConfigError("--record-batches records one allocator's run; pass a single allocator")
@@ -148,11 +154,13 @@ def register(sub) -> None:
                        description="Simulate a trace with several KV-cache allocators on the same GPU and compare "
                                    "throughput, latency and where the KV memory went.")
     add_sim_args(c, "compare")
-    c.add_argument("--allocators", default=DEFAULT_ALLOCATORS,
-                   help=f"comma-separated allocator names ({names}) [default: {DEFAULT_ALLOCATORS}]")
+    c.add_argument("--allocators", default=None,
+                   help=f"comma-separated allocator names ({names}) [default: {DEFAULT_ALLOCATORS}; for models whose"
+                        f" layers differ (sliding, chunked, mamba): {HYBRID_DEFAULT_ALLOCATORS}]")
     c.set_defaults(func=cmd_compare)
     r = sub.add_parser("run", help="simulate a trace with one allocator",
                        description="Simulate a trace with one KV-cache allocator.")
     add_sim_args(r, "run")
-    r.add_argument("--allocator", default="paged", help=f"allocator name ({names}) [default: paged]")
+    r.add_argument("--allocator", default=None,
+                   help=f"allocator name ({names}) [default: paged; hybrid for models whose layers differ]")
     r.set_defaults(func=cmd_run)

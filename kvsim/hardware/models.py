@@ -190,6 +190,14 @@ class ModelSpec:
         return sum(self.moe_mask) * self.num_experts * width * self.hidden_size * self.moe_intermediate_size
 
     @property
+    def active_params(self) -> float:
+        """Parameters one token passes through: all but the routed experts it is not sent to."""
+        if not self.is_moe:
+            return self.params
+        experts = self.expert_params()
+        return self.params - experts + experts * self.experts_per_token / self.num_experts
+
+    @property
     def weight_bytes(self) -> float:
         """Bytes of all weights (every expert is held, whichever a batch routes to)."""
         if self.expert_dtype and self.is_moe:

@@ -13,14 +13,32 @@ One iteration of a tensor-parallel rank, from the model's real shapes (per GPU: 
   the embedding, and the gather of the logits; each latency + bytes / bandwidth, measured.
 - CPU: the serving engine's own time per iteration (cpu.py), added to the GPU time, or overlapped.
 
+Models whose layers differ (ModelSpec.layer_types, MLA, MoE) are priced layer class by layer class:
+
+- sliding-window and chunked layers attend to at most their window: a prefill query tile walks only the
+  KV tiles inside its window; decode reads min(context, window) per sequence, taken for the batch as
+  min(total context, sequences x window) (exact when all contexts are on one side of the window, an upper
+  bound otherwise; for chunked layers the window is the chunk, an upper bound on the chunk's filled part);
+- MLA layers project through the low-rank latent (q_a/q_b, kv_a/kv_b, o) and decode reads the cached
+  latent + rotary key per token, which at 128 heads is compute-heavy: each KV token costs the larger of its
+  bytes and its 2 x heads x (latent + rope + latent) FLOPs;
+- mamba layers cost per token (in/x/dt/out projections, the conv and scan as element-wise passes) plus,
+  per scheduled sequence, reading and writing its recurrent state; never per context token;
+- mixture-of-experts FFNs hold every expert, but an iteration of N tokens with top-k routing over E
+  experts reads the expected number of distinct experts, E x (1 - (1 - k/E)^N) (uniform routing), and
+  does 2 x N x k x expert FLOPs: one grouped GEMM in the soft roofline; shared experts and the router are
+  plain GEMMs.
+
 Times are seconds; shapes are tokens; bytes are per GPU. The total is the sum of the four parts.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
 from kvsim.hardware import GpuSpec, ModelSpec
+from kvsim.hardware.models import DTYPE_BYTES
 from kvsim.latency.base import LatencyModel, StepShape, sum_max_of_two_affine
 from kvsim.latency.calibration import Calibration, ElementwiseParams, GemmParams
 from kvsim.latency.cpu import CpuOverhead
@@ -63,6 +81,109 @@ def layer_ops(model: ModelSpec, tp: int) -> list[Op]:
         Op("mlp_down_proj", ff, h),
         Op("add", kind="add", row=h, bytes_per_token=3 * h * d),
     ]
+
+
+def mla_ops(model: ModelSpec, tp: int) -> list[Op]:
+    """An MLA layer's projections on one rank (DeepSeek-V2/V3): queries through the q_lora_rank bottleneck,
+    the latent + rotary key from the hidden state, the latent up to per-head keys and values (or, decoding,
+    the absorbed equivalent of the same weights), and the output projection."""
+    h, d = model.hidden_size, model.dtype_bytes
+    qh = max(1, model.q_heads // tp)
+    hd, rope, v = model.head_dim, model.qk_rope_head_dim, model.v_head_dim or model.head_dim
+    q = [Op("attn_q_a_proj", h, model.q_lora_rank), Op("attn_q_b_proj", model.q_lora_rank, qh * hd)] \
+        if model.q_lora_rank else [Op("attn_q_proj", h, qh * hd)]
+    return q + [
+        Op("attn_kv_a_proj", h, model.kv_lora_rank + rope),
+        Op("attn_kv_b_proj", model.kv_lora_rank, qh * (hd - rope + v)),
+        Op("attn_rope", kind="rope", row=(qh + 1) * rope, bytes_per_token=2 * (qh + 1) * rope * d),
+        Op("attn_post_proj", qh * v, h),
+    ]
+
+
+def mamba_ops(model: ModelSpec, tp: int) -> list[Op]:
+    """A Mamba layer's per-token kernels on one rank (inner channels split over ranks): the in-projection
+    (x and gate), the causal conv, the dt/B/C projection and dt's up-projection, the selective scan as an
+    element-wise pass over inner channels x state, and the out-projection."""
+    h, d = model.hidden_size, model.dtype_bytes
+    di = -(-model.mamba_d_inner // tp)
+    ds = model.mamba_d_state
+    dt_rank = -(-h // 16)
+    return [
+        Op("mamba_in_proj", h, 2 * di),
+        Op("mamba_conv", kind="act", row=di, bytes_per_token=2 * di * d),
+        Op("mamba_x_proj", di, dt_rank + 2 * ds),
+        Op("mamba_dt_proj", dt_rank, di),
+        Op("mamba_scan", kind="act", row=di, bytes_per_token=(3 * di + 2 * ds) * d),
+        Op("mamba_out_proj", di, h),
+    ]
+
+
+def ffn_ops(model: ModelSpec, tp: int, width: int) -> list[Op]:
+    """A dense (gated) MLP of ``width`` on one rank."""
+    h, d = model.hidden_size, model.dtype_bytes
+    ff = -(-width // tp)
+    return [
+        Op("mlp_up_proj", h, ff * (2 if model.gated_mlp else 1)),
+        Op("mlp_act", kind="act", row=ff, bytes_per_token=(3 if model.gated_mlp else 2) * ff * d),
+        Op("mlp_down_proj", ff, h),
+    ]
+
+
+@dataclass(frozen=True)
+class MoeOp:
+    """The routed experts of one MoE layer on one rank (each expert's width split over ranks)."""
+
+    hidden: int
+    width: int  # one expert's FFN width on this rank
+    experts: int
+    top_k: int
+    weight_bytes: float  # bytes per expert weight element
+    gated: bool = True
+
+    def distinct(self, tokens: int) -> float:
+        """Expected experts that ``tokens`` tokens activate with uniform top-k routing."""
+        return self.experts * (1.0 - (1.0 - self.top_k / self.experts) ** tokens)
+
+    def seconds(self, calib: Calibration, gpu: GpuSpec, tokens: int, dtype_bytes: int) -> float:
+        if tokens <= 0:
+            return 0.0
+        p = calib.gemm
+        mats = 3 if self.gated else 2
+        routed = tokens * self.top_k
+        flops = 2.0 * routed * mats * self.hidden * self.width
+        weights = self.distinct(tokens) * mats * self.hidden * self.width * self.weight_bytes
+        acts = dtype_bytes * routed * (2 * self.hidden + (mats - 1) * self.width)
+        tf = flops / (gpu.bf16_flops * p.flops_eff)
+        tb = (weights + acts) / (gpu.hbm_bandwidth * p.bw_eff)
+        q = p.knee
+        act = elementwise_seconds(calib.elementwise["act"], gpu, routed, self.width, 3 * self.width * dtype_bytes)
+        return 2 * p.t0_s + (tf ** q + tb ** q) ** (1.0 / q) + act
+
+
+def layer_classes(model: ModelSpec, tp: int) -> list[tuple[int, list[Op], MoeOp | None]]:
+    """(layers, kernels, routed experts or None) per class of identical layers; a plain model has one class
+    whose kernels are :func:`layer_ops`."""
+    if not model.is_hybrid and not model.is_mla and not model.is_moe:
+        return [(model.layers, layer_ops(model, tp), None)]
+    h, d = model.hidden_size, model.dtype_bytes
+    norm = Op("input_layernorm", kind="norm", row=h, bytes_per_token=2 * h * d)
+    norm2 = Op("post_attention_layernorm", kind="norm", row=h, bytes_per_token=2 * h * d)
+    add = Op("add", kind="add", row=h, bytes_per_token=3 * h * d)
+    attn = mla_ops(model, tp) if model.is_mla else layer_ops(model, tp)[1:4]
+    out = []
+    for (mixer, moe), n in sorted(Counter(("mamba" if t == "mamba" else "attn", m)
+                                          for t, m in zip(model.mixers, model.moe_mask)).items()):
+        mix = mamba_ops(model, tp) if mixer == "mamba" else attn
+        if moe:
+            ffn = [Op("moe_router", h, model.num_experts)]
+            if model.shared_experts:
+                ffn += ffn_ops(model, tp, model.shared_experts * model.moe_intermediate_size)
+            experts = MoeOp(h, -(-model.moe_intermediate_size // tp), model.num_experts, model.experts_per_token,
+                            DTYPE_BYTES[model.expert_dtype or model.weight_dtype or model.dtype], model.gated_mlp)
+        else:
+            ffn, experts = ffn_ops(model, tp, model.intermediate_size), None
+        out.append((n, [norm, *mix, norm2, *ffn, add], experts))
+    return out
 
 
 def embedding_op(model: ModelSpec) -> Op:
@@ -108,9 +229,24 @@ class PerOpModel(LatencyModel):
         self.kvh = max(1, model.kv_heads // tp)
         self.hd = hd
         self.ops = layer_ops(model, tp)
+        self.classes = layer_classes(model, tp)
         self.emb = embedding_op(model)
         self.vocab = -(-model.vocab_size // tp)
-        self.kv_bytes_per_token_layer = 2 * self.kvh * hd * model.kv_dtype_bytes  # FP8 KV halves the reads
+        # FP8 KV halves the reads; MLA's latent is read whole by every rank
+        self.kv_bytes_per_token_layer = model.kv_bytes_per_token_layer(tp) if model.is_mla else \
+            2 * self.kvh * hd * model.kv_dtype_bytes
+        pd, pa = calib.decode_attention, calib.prefill_attention
+        self._decode_token_s = self.kv_bytes_per_token_layer / (gpu.hbm_bandwidth * pd.bw_eff)
+        if model.is_mla:  # absorbed MLA decode: scores over latent + rope, values over the latent, every head
+            flops = 2.0 * self.qh * (2 * model.kv_lora_rank + model.qk_rope_head_dim)
+            self._decode_token_s = max(self._decode_token_s, flops / (gpu.bf16_flops * pa.flops_eff))
+        # attention layers by the span they attend to: (layers, kind, window tokens; 0 = everything)
+        spans = Counter((t, model.sliding_window if t == "sliding" else model.attention_chunk if t == "chunked" else 0)
+                        for t in model.mixers if t != "mamba")
+        self.attn_kinds = [(n, kind, w) for (kind, w), n in sorted(spans.items())]
+        self.mamba_layers = model.count("mamba")
+        self.state_bytes = model.state_bytes_per_layer(tp) if self.mamba_layers else 0
+        self.plain = len(self.attn_kinds) == 1 and self.attn_kinds[0][1] == "full" and not self.mamba_layers
         self.hidden_bytes = h * d
         self._links = calib.link(tp, interconnect) if tp > 1 else None
         self._dense_cache: dict[tuple[int, int], float] = {}
@@ -126,21 +262,56 @@ class PerOpModel(LatencyModel):
         if t is not None:
             return t
         calib, gpu, d = self.calib, self.gpu, self.dtype_bytes
-        layer = sum(op.seconds(calib, gpu, tokens, d) for op in self.ops)
-        t = self.layers * layer + self.emb.seconds(calib, gpu, tokens, d)
+        t = 0.0
+        for n, ops, experts in self.classes:
+            layer = sum(op.seconds(calib, gpu, tokens, d) for op in ops)
+            if experts is not None:
+                layer += experts.seconds(calib, gpu, tokens, d)
+            t += n * layer
+        t += self.emb.seconds(calib, gpu, tokens, d)
         t += gemm_seconds(calib.gemm, gpu, sampled, self.model.hidden_size, self.vocab, d)
         t += elementwise_seconds(calib.elementwise["act"], gpu, sampled, 0, self.vocab * SAMPLER_BYTES_PER_VOCAB)
         if len(self._dense_cache) < 65536:
             self._dense_cache[key] = t
         return t
 
-    def decode_attention_layer_s(self, num_seqs: int, kv_tokens: int) -> float:
+    def decode_attention_layer_s(self, num_seqs: int, kv_tokens: int, window: int = 0) -> float:
+        """One layer's decode attention for ``num_seqs`` sequences over ``kv_tokens`` context tokens in all; a
+        windowed layer reads at most ``window`` tokens per sequence."""
         if num_seqs <= 0:
             return 0.0
         p = self.calib.decode_attention
-        stream = p.ramp_s + p.per_seq_s * num_seqs + \
-            kv_tokens * self.kv_bytes_per_token_layer / (self.gpu.hbm_bandwidth * p.bw_eff)
+        if window:
+            kv_tokens = min(kv_tokens, num_seqs * window)
+        stream = p.ramp_s + p.per_seq_s * num_seqs + kv_tokens * self._decode_token_s
         return max(p.floor_s, stream)
+
+    def windowed_prefill_layer_s(self, chunks, kind: str, window: int) -> float:
+        """Prefill of a sliding-window or chunked-local layer: each query tile walks the KV tiles from the
+        first key its first query may see (``window`` back, or its chunk's start) to its last query."""
+        if not chunks:
+            return 0.0
+        p = self.calib.prefill_attention
+        tq, tkv, ovh = p.tile_q, p.tile_kv, p.cta_overhead_tiles
+        work = longest = kv_tokens = 0.0
+        for new, cached in chunks:
+            for lo in range(cached, cached + new, tq):
+                hi = min(lo + tq, cached + new) - 1  # last query position of the tile
+                first = max(0, lo - window + 1) if kind == "sliding" else lo // window * window
+                tiles = -(-(hi - first + 1) // tkv) + ovh
+                work += self.qh * tiles
+                longest = max(longest, tiles)
+            kv_tokens += min(cached, window) + new
+        compute = self._tile_s * max(work / self.gpu.sms, longest)
+        memory = kv_tokens * self.kv_bytes_per_token_layer / (self.gpu.hbm_bandwidth * p.bw_eff)
+        return p.floor_s + max(compute, memory)
+
+    def recurrent_state_s(self, num_seqs: int) -> float:
+        """All mamba layers reading and writing each scheduled sequence's state once."""
+        if not self.mamba_layers or num_seqs <= 0:
+            return 0.0
+        return self.mamba_layers * elementwise_seconds(self.calib.elementwise["act"], self.gpu, num_seqs, 0,
+                                                       2 * self.state_bytes)
 
     def prefill_attention_layer_s(self, chunks) -> float:
         """FlashAttention-style prefill of (new tokens, cached tokens) chunks, causal within each chunk."""
@@ -165,8 +336,15 @@ class PerOpModel(LatencyModel):
         return p.floor_s + max(compute, memory)
 
     def attention_s(self, shape: StepShape) -> float:
+        """Attention of every attention layer, and the recurrent layers' state traffic."""
         dn, dkv, chunks = shape.split()
-        return self.layers * (self.decode_attention_layer_s(dn, dkv) + self.prefill_attention_layer_s(chunks))
+        if self.plain:
+            return self.layers * (self.decode_attention_layer_s(dn, dkv) + self.prefill_attention_layer_s(chunks))
+        t = self.recurrent_state_s(shape.num_seqs)
+        for n, kind, w in self.attn_kinds:
+            pre = self.prefill_attention_layer_s(chunks) if not w else self.windowed_prefill_layer_s(chunks, kind, w)
+            t += n * (self.decode_attention_layer_s(dn, dkv, w) + pre)
+        return t
 
     def communication_s(self, tokens: int, sampled: int) -> float:
         """Two all-reduces per layer and one for the embedding (tokens x hidden), the logits gather."""
@@ -221,7 +399,25 @@ class PerOpModel(LatencyModel):
             return max(floor, c.seconds(n)), a, b, c.sync_s, 1.0
         return floor, a, b, c.seconds(n), 0.0
 
+    def _mixed_step_times(self, n: int, s0: int, k: int):
+        """Step times of a decode run of a model with several attention spans (numpy, vectorised): windowed
+        layers' reads stop growing once every context could fill the window."""
+        import numpy as np
+
+        p = self.calib.decode_attention
+        i = np.arange(k, dtype=np.float64)
+        kv = s0 + n * i
+        gpu = self.dense_s(n, n) + self.communication_s(n, n) + self.recurrent_state_s(n)
+        for layers, _, w in self.attn_kinds:
+            reads = np.minimum(kv, n * w) if w else kv
+            gpu = gpu + layers * np.maximum(p.floor_s, p.ramp_s + p.per_seq_s * n + reads * self._decode_token_s)
+        c = self.cpu
+        cpu = c.seconds(n)
+        return c.sync_s + np.maximum(cpu, gpu) if c.overlapped else gpu + cpu
+
     def decode_step_times(self, n: int, s0: int, k: int) -> list[float]:
+        if not self.plain:
+            return self._mixed_step_times(n, s0, k).tolist() if k > 0 else []
         floor, a, b, const, _ = self._decode_run_terms(n, s0)
         return [const + (floor if floor > a + b * i else a + b * i) for i in range(k)]
 
@@ -230,5 +426,16 @@ class PerOpModel(LatencyModel):
         const + layers x max(floor, stream_i) with stream_i affine in i, and a constant CPU part."""
         if k <= 0:
             return 0.0
+        if not self.plain:  # summed in order, as decode_steps_until accumulates
+            return float(self._mixed_step_times(n, s0, k).cumsum()[-1])
         floor, a, b, const, _ = self._decode_run_terms(n, s0)
         return sum_max_of_two_affine(floor, 0.0, a, b, k) + k * const
+
+    def decode_steps_until(self, n: int, s0: int, budget_s: float, k_max: int) -> int:
+        if self.plain:
+            return super().decode_steps_until(n, s0, budget_s, k_max)
+        import numpy as np
+
+        total = np.cumsum(self._mixed_step_times(n, s0, k_max))
+        k = int(np.searchsorted(total, budget_s, side="left")) + 1  # the first k whose k steps reach the budget
+        return max(1, min(k, k_max))

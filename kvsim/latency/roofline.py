@@ -1,8 +1,9 @@
 """The roofline latency model (`--latency roofline`): kvsim's first, uncalibrated model.
 
 max(FLOPs / achievable FLOP/s, bytes / achievable bandwidth) + fixed overhead, per GPU.
-FLOPs = 2 x params x new tokens (the dense layers) + 4 x layers x heads x head_dim per attended pair.
-Bytes = weights + KV bytes of every token read or written. Tensor-parallel ranks each take 1/tp of
+FLOPs = 2 x active params x new tokens (the dense layers; a mixture of experts counts the experts a token
+is routed to) + 4 x layers x heads x head_dim per attended pair. Bytes = weights + KV bytes of every token
+read or written (windows and recurrent layers are not modelled here: use the per-operation model). Tensor-parallel ranks each take 1/tp of
 weights, heads and KV; communication is not modelled. Kept for comparison: the per-operation model
 (perop.py) is tied to measured GPU times.
 """
@@ -18,7 +19,7 @@ class RooflineModel(LatencyModel):
     name = "roofline"
 
     def __init__(self, model: ModelSpec, gpu: GpuSpec, params: RooflineParams = RooflineParams(), tp: int = 1):
-        self.flops_per_token = 2 * model.params / tp
+        self.flops_per_token = 2 * model.active_params / tp
         self.flops_per_pair = model.attn_flops_per_pair / tp
         self.weight_bytes = model.weight_bytes / tp
         self.kv_bytes_per_token = model.kv_bytes_per_token / tp
