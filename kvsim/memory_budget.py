@@ -140,7 +140,7 @@ def describe(b: MemoryBudget) -> list[tuple[str, str]]:
         lines.append(("KV per token per GPU", f"{_size(b.kv_bytes_per_token_gpu)} ({split})"))
     if b.layer_mix:
         lines.insert(5, ("layers", b.layer_mix))
-        lines.append(("", "(if every attention layer kept every token; windows keep less)"))
+        lines.append(("", "(every attention layer keeping every token)"))
     if b.state_bytes_per_seq:
         lines.append(("recurrent state", f"{_size(b.state_bytes_per_seq)} per sequence per GPU (mamba layers)"))
     lines += [
@@ -151,5 +151,6 @@ def describe(b: MemoryBudget) -> list[tuple[str, str]]:
     ]
     if b.layouts:
         fits = b.sequences_by_layout(b.max_model_len)
-        lines[-1] = ("max-length sequences", ", ".join(f"{n} {k:,}" for n, k in fits.items()) + " at once")
+        lines[-1] = ("maximum concurrency", f"{b.max_concurrency:,.2f}x if every layer were full attention")
+        lines.append(("max-length sequences", "fit: " + ", ".join(f"{n} {k:,}" for n, k in fits.items())))
     return lines

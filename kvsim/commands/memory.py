@@ -26,7 +26,7 @@ def cmd_memory(a: argparse.Namespace) -> int:
         for n in a.context:
             if b.layouts:
                 fits = ", ".join(f"{name} {k:,}" for name, k in b.sequences_by_layout(n).items())
-                print(f"  {'at ' + format(n, ',') + ' tokens':<{width}}  {fits} sequences fit at once")
+                print(f"  {'at ' + format(n, ',') + ' tokens':<{width}}  fit: {fits}")
             else:
                 print(f"  {'at ' + format(n, ',') + ' tokens':<{width}}  {b.sequences_at(n):,} sequences fit at once")
     return 0
