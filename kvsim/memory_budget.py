@@ -80,7 +80,7 @@ def memory_budget(cfg: SimConfig) -> MemoryBudget:
     mix, layouts = "", ()
     if m.is_mla:
         formula = (f"{m.attention_layers} layers x ({m.kv_lora_rank} latent + {m.qk_rope_head_dim} rope) x "
-                   f"{m.kv_dtype_bytes} B (MLA; every rank holds it whole)")
+                   f"{m.kv_dtype_bytes} B (MLA)")
     elif m.attention_layers != m.layers:
         formula = f"2 x {m.attention_layers} attention layers x {m.kv_heads} KV heads x {m.head_dim} dims x " \
                   f"{m.kv_dtype_bytes} B"
@@ -136,7 +136,7 @@ def describe(b: MemoryBudget) -> list[tuple[str, str]]:
         ("", f"= {b.kv_formula}"),
     ]
     if b.tp > 1:
-        split = "the MLA latent is not split" if b.kv_formula.endswith("whole)") else f"KV heads split over {b.tp}"
+        split = "the MLA latent is not split" if b.kv_formula.endswith("(MLA)") else f"KV heads split over {b.tp}"
         lines.append(("KV per token per GPU", f"{_size(b.kv_bytes_per_token_gpu)} ({split})"))
     if b.layer_mix:
         lines.insert(5, ("layers", b.layer_mix))
