@@ -14,7 +14,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 BLOCKS = [m.group(1) for m in re.finditer(r"```bash\n(.*?)```", (ROOT / "README.md").read_text(), re.S)]
-SLOW_WORDS = ("kvsim kernels", "kvsim plan", "pytest")
+SLOW_WORDS = ("kvsim kernels", "kvsim plan", "pytest", "hybrid_compare")
 
 
 def _id(block: str) -> str:
