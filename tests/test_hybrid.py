@@ -281,3 +281,53 @@ class HybridMachine(RuleBasedStateMachine):
 
 TestHybridMachine = HybridMachine.TestCase
 TestHybridMachine.settings = settings(max_examples=80, stateful_step_count=40, deadline=None)
+
+
+def test_jamba_pages_hold_the_exact_state_and_say_what_is_padding():
+    m = MODEL_PRESETS["jamba-1.5-mini"]
+    a = make_allocator("hybrid", 0, 131072, memory=ModelMemory(m, 1, 8 << 30))
+    r = Request("r", 0, 32767, 1)
+    assert a.allocate(1, r, 32768, computed=0)
+    page = 1_310_720  # 4 layers x 80 tokens x 4 KiB
+    # attention: cdiv(32768, 80) = 410 pages; mamba: 7 groups of 4 layers, one page each
+    assert a.held_slots(1) * a.slot_bytes == (410 + 7) * page
+    b = a.memory_breakdown(32767, None)
+    assert b.recurrent_state * a.slot_bytes == 28 * 311_296
+    assert b.page_padding * a.slot_bytes == 7 * (page - 4 * 311_296)
+    assert (b.token_states + b.reserved + b.internal_frag) * a.slot_bytes == 410 * page
+    assert b.token_states * a.slot_bytes == 32767 * 4 * 4 * KiB
+
+
+def test_bamba_style_config_reads_mamba2_layers(tmp_path):
+    import json
+
+    cfg = {"model_type": "bamba", "num_hidden_layers": 4, "hidden_size": 256, "num_attention_heads": 4,
+           "num_key_value_heads": 2, "intermediate_size": 512, "vocab_size": 1000, "max_position_embeddings": 4096,
+           "torch_dtype": "bfloat16", "layers_block_type": ["mamba", "attention", "mamba", "mamba"],
+           "mamba_d_state": 64, "mamba_d_conv": 4, "mamba_expand": 2, "mamba_n_groups": 1}
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(cfg))
+    m = get_model(str(p))
+    assert m.mixers == ("mamba", "full", "mamba", "mamba")
+    # Mamba-2 conv state covers x, B and C: (512 + 2 x 64) x 3; SSM state 512 x 64; BF16
+    assert m.state_bytes_per_layer() == ((512 + 128) * 3 + 512 * 64) * 2
+
+
+def test_a_long_request_that_only_the_hybrid_layout_can_hold_runs_there():
+    from helpers import sched
+    from kvsim.engine.preemption import get_victim_policy
+    from kvsim.engine.simulator import Simulation
+    from kvsim.latency.roofline import RooflineModel
+    from kvsim.hardware import get_gpu
+
+    m = MODEL_PRESETS["gpt-oss-20b"]
+    # a pool for 40,000 tokens if every layer were full; a 60,000-token request needs 12 full layers' worth
+    pool = 40_000 * m.kv_bytes_per_token
+    reqs = [Request("long", 0.0, 60_000, 10)]
+    cfg = sched(max_seq_len=65536, max_num_batched_tokens=8192)
+    out = {}
+    for spec in ("naive", "hybrid"):
+        alloc = make_allocator(spec, 40_000, 65536, memory=ModelMemory(m, 1, pool, 8192))
+        res = Simulation(reqs, alloc, RooflineModel(m, get_gpu("h100-80gb")), cfg, get_victim_policy("lifo")).run()
+        out[spec] = res.sequences[0].status.value
+    assert out == {"naive": "rejected", "hybrid": "finished"}

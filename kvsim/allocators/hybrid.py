@@ -57,6 +57,10 @@ class HybridAllocator(KVAllocator):
         self._first: dict[int, list[int]] = {}  # leading null entries per group
         self._tokens: dict[int, int] = {}  # tokens of the last allocation (the computed count of the next one)
         self._phys = [0] * len(self.groups)  # blocks in use (ref > 0) per group
+        # units of a block in use that hold nothing (padding), and that hold a recurrent state, per group
+        self._pad_per_block = [g.page_units - (g.state_units if not g.attention else self.B * g.token_units)
+                               for g in self.groups]
+        self._state_per_block = [g.state_units for g in self.groups]
         self._dropped = 0  # token units of computed tokens whose blocks the windows freed (live sequences)
         self._shared_extra = 0
         self._extra_refs = 0
@@ -209,6 +213,8 @@ class HybridAllocator(KVAllocator):
                  computed: int | None = None) -> bool:
         B = self.B
         tables = self._tables.get(seq_id)
+        if tables is not None and not hit.looked_up:
+            return self._grow(seq_id, request, tables, num_tokens, computed)
         fresh = tables is None
         hit_n = hit.tokens // B if hit.looked_up else 0
         if hit.looked_up and hit.stamp != self._stamp:
@@ -269,6 +275,32 @@ class HybridAllocator(KVAllocator):
             self.stats["hit_blocks"] += hit_n
         return True
 
+    def _grow(self, seq_id: int, request: Request, tables: list[list[int]], num_tokens: int,
+              computed: int | None) -> bool:
+        """A sequence that holds memory asks for more tokens: every attention table has the same length,
+        windows have freed what they skip, so each attention group needs the same number of new blocks."""
+        prev = self._tokens[seq_id]
+        if self.windows:
+            self._free_skipped(seq_id, tables, self._first[seq_id], prev if computed is None else computed)
+        self._tokens[seq_id] = num_tokens
+        if not self._attn:
+            return True
+        held = len(tables[self._attn[0]])
+        n = -(-num_tokens // self.B) - held
+        if n <= 0:
+            return True
+        for pool, k in zip(self.pools, self._attn_per_pool):
+            if k and n * k > pool.num_free:
+                self._tokens[seq_id] = prev  # nothing changed but the windows' frees
+                return False
+        for g in self._attn:
+            tables[g].extend(self._pool(g).take(n))
+            self._phys[g] += n
+        over = (held + n) * self.B - request.total_tokens
+        if over > 0:
+            self._set_overhang(seq_id, over * self.token_slots, 0)
+        return True
+
     def _split_hit(self, blocks: tuple[int, ...], n: int) -> list[list[int]]:
         out, i = [[] for _ in self.groups], 0
         for g in self._attn:
@@ -314,11 +346,19 @@ class HybridAllocator(KVAllocator):
         if tables is not None:
             first = self._first.pop(seq_id)
             for g in range(len(self.groups)):
-                for b in reversed(tables[g]):  # tail first: vLLM evicts a request's tail before its head
-                    if b != NULL:
+                pool = self._pool(g)
+                live = [b for b in reversed(tables[g]) if b != NULL]  # tail first, as vLLM frees a request
+                if self._extra_refs:
+                    for b in live:
                         self._release(g, b)
+                else:  # nothing is shared: every block goes back
+                    ref = pool.ref
+                    for b in live:
+                        ref[b] = 0
+                    self._phys[g] -= len(live)
+                    pool.on_unreferenced_many(live)
                 self._dropped -= first[g] * self.B * self.groups[g].token_units
-                self._pool(g).forget((seq_id, g))
+                pool.forget((seq_id, g))
         self._tokens.pop(seq_id, None)
         self._chains.pop(seq_id, None)
         self._drop_overhang(seq_id)
@@ -441,14 +481,9 @@ class HybridAllocator(KVAllocator):
 
     # --- accounting ------------------------------------------------------------------------------------
     def _padding_and_state(self) -> tuple[int, int]:
-        pad = state = 0
-        for g, grp in enumerate(self.groups):
-            n = self._phys[g]
-            real = grp.state_units if not grp.attention else self.B * grp.token_units
-            pad += n * (grp.page_units - real)
-            if not grp.attention:
-                state += n * grp.state_units
-        return pad, state
+        phys = self._phys
+        return (sum(n * p for n, p in zip(phys, self._pad_per_block)),
+                sum(n * s for n, s in zip(phys, self._state_per_block)))
 
     def external_fragmentation(self, next_request: Request | None) -> int:
         """The rounding remainder, plus, with split pools, free memory stranded in pools that could serve

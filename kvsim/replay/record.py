@@ -28,6 +28,11 @@ class BatchRecorder:
     """A simulator observer that writes a batch record."""
 
     def __init__(self, path: str, cfg: SimConfig, pool: PoolPlan):
+        m = cfg.model
+        if m.is_hybrid or m.is_mla:
+            raise ConfigError(f"--record-batches replays full-attention GQA kernels; {m.name} has "
+                              + ("MLA layers" if m.is_mla else "sliding, chunked or mamba layers") +
+                              ", which the kernels do not implement")
         self.path, self.cfg, self.pool = path, cfg, pool
         self._fh = None
         self._last: dict[int, list[int]] = {}
