@@ -66,6 +66,8 @@ COLUMNS: list[Column] = [
            True, optional=True, drop_order=1),
     Column("evict", "evic-", "tions", "int", "cached blocks evicted to reuse their memory", _key("evictions"),
            optional=True),
+    Column("wfree", "win", "freed", "int", "blocks sliding or chunked windows freed before their sequence ended",
+           _key("window_freed_blocks"), optional=True),
     Column("dedup", "dedup", "%", "pct", "share of held token states stored once for several holders",
            _key("sharing_dedup_frac"), optional=True),
     Column("token", "KV", "token%", "pct", "pool share holding computed token states (time-weighted)",
