@@ -217,6 +217,12 @@ class HybridMachine(RuleBasedStateMachine):
         if self.a.allocate(sid, r, n, hit, computed=hit.tokens):
             assert hit.tokens % B == 0
             self.live[sid] = [r, hit.tokens, n]
+            if hit.tokens:  # every block the hit gave holds this prompt's content, in that group
+                chains = self.a._group_chains(sid, r)
+                for g, table in enumerate(self.a.group_tables(sid)):
+                    for j in range(hit.tokens // B):
+                        if table and table[j] != NULL:
+                            assert self.a._pool(g).cached_block(chains[g][j]) == table[j]
 
     @precondition(lambda self: self.live)
     @rule(data=st.data())

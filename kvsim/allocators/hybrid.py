@@ -175,37 +175,39 @@ class HybridAllocator(KVAllocator):
         if self._mamba:
             return PrefixHit((), 0, True, self._stamp)
         chains = self._group_chains(seq_id, request)
-        n = min(len(chains[0]), max_tokens // self.B)
-        cached = [[self._pool(g).cached_block(h) for h in chains[g][:n]] for g in range(len(self.groups))]
-        L = n
-        for g in self._attn:
-            if not (self.windows and self.groups[g].windowed):
-                run = 0
-                while run < L and cached[g][run] is not None:
-                    run += 1
-                L = run
-        while True:
+        L = min(len(chains[0]), max_tokens // self.B)
+        windowed = [g for g in self._attn if self.windows and self.groups[g].windowed]
+        for g in self._attn:  # full attention: the longest run of cached blocks from the start
+            if g not in windowed:
+                L = len(self._pool(g).lookup(chains[g][:L]))
+        while True:  # each windowed group may shorten the hit, which the others must accept again
             lower = L
-            for g in self._attn:
-                grp = self.groups[g]
-                if self.windows and grp.windowed:
-                    lower = min(lower, self._window_hit(grp, cached[g], lower))
+            for g in windowed:
+                lower = min(lower, self._window_hit(g, chains[g], lower))
             if lower == L:
                 break
             L = lower
         blocks: list[int] = []
         for g in self._attn:
-            grp = self.groups[g]
-            need = grp.needed_hit_blocks(L, self.B) if self.windows and grp.windowed else L
-            blocks += [NULL] * (L - need) + [b for b in cached[g][L - need:L]]
+            need = self.groups[g].needed_hit_blocks(L, self.B) if g in windowed else L
+            pool = self._pool(g)
+            blocks += [NULL] * (L - need) + [pool.cached_block(h) for h in chains[g][L - need:L]]
         return PrefixHit(tuple(blocks), L * self.B, True, self._stamp)
 
-    def _window_hit(self, grp: KVGroup, cached: list[int | None], L: int) -> int:
-        """The longest hit of at most L blocks whose needed blocks this windowed group has cached."""
-        for end in range(L, 0, -1):
-            need = grp.needed_hit_blocks(end, self.B)
-            if all(cached[j] is not None for j in range(end - need, end)):
-                return end
+    def _window_hit(self, g: int, chain: list[int], L: int) -> int:
+        """The longest hit of at most L blocks whose needed blocks windowed group g has cached: scanning from
+        the right, the first run of cached blocks long enough for the window ending where the run ends."""
+        grp, pool = self.groups[g], self._pool(g)
+        run = right = 0
+        for j in range(L - 1, -1, -1):
+            if pool.cached_block(chain[j]) is None:
+                run = 0
+                continue
+            if run == 0:
+                right = j + 1
+            run += 1
+            if run >= grp.needed_hit_blocks(right, self.B):
+                return right
         return 0
 
     # --- ownership -------------------------------------------------------------------------------------
