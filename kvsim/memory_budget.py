@@ -36,6 +36,7 @@ class MemoryBudget:
     layer_mix: str = ""  # models whose layers differ: what each kind is
     state_bytes_per_seq: int = 0  # recurrent state of one sequence on one GPU
     layouts: tuple = ()  # (allocator, KVLayout, windows) for models whose layers differ
+    prefill_chunk: int = 0  # tokens per prefill chunk (0: whole prompts)
 
     @property
     def pool_tokens(self) -> int:
@@ -63,6 +64,12 @@ class MemoryBudget:
     def sequences_at(self, tokens: int) -> int:
         """Requests of ``tokens`` tokens each that fit at once in paged blocks."""
         return self.num_blocks // -(-tokens // self.block_size)
+
+    def concurrency_by_layout(self) -> dict[str, float]:
+        """vLLM's maximum concurrency under each layer-group layout (peak blocks of a max-length request)."""
+        from kvsim.allocators.kv_groups import max_concurrency
+
+        return {name: max_concurrency(lay, self.max_model_len, self.prefill_chunk) for name, lay, _ in self.layouts}
 
     def sequences_by_layout(self, tokens: int) -> dict[str, int]:
         """Models whose layers differ: sequences of ``tokens`` tokens that fit at once under each layer-group
@@ -100,7 +107,8 @@ def memory_budget(cfg: SimConfig) -> MemoryBudget:
         kv_bytes_per_token_model=m.kv_bytes_per_token, kv_bytes_per_token_gpu=pool.kv_bytes_per_token,
         kv_formula=formula, block_size=cfg.block_size, max_model_len=cfg.scheduler.max_seq_len, params=m.params,
         weight_dtype=m.weight_dtype or m.dtype, kv_dtype=kv_dtype, layer_mix=mix,
-        state_bytes_per_seq=m.count("mamba") * m.state_bytes_per_layer(tp), layouts=layouts)
+        state_bytes_per_seq=m.count("mamba") * m.state_bytes_per_layer(tp), layouts=layouts,
+        prefill_chunk=cfg.scheduler.max_num_batched_tokens if cfg.scheduler.chunked_prefill else 0)
 
 
 def layer_mix(m) -> str:
@@ -150,7 +158,10 @@ def describe(b: MemoryBudget) -> list[tuple[str, str]]:
         ("maximum concurrency", f"{b.max_concurrency:,.2f}x for {b.max_model_len:,}-token requests (as vLLM)"),
     ]
     if b.layouts:
+        conc = b.concurrency_by_layout()
+        lines[-1] = ("maximum concurrency", ", ".join(f"{n} {c:,.1f}x" for n, c in conc.items()))
+        lines.append(("", "(as vLLM: a max-length request at its peak)"))
         fits = b.sequences_by_layout(b.max_model_len)
-        lines[-1] = ("maximum concurrency", f"{b.max_concurrency:,.2f}x if every layer were full attention")
         lines.append(("max-length sequences", "fit: " + ", ".join(f"{n} {k:,}" for n, k in fits.items())))
+        lines.append(("", "(decoding, windows freed)"))
     return lines

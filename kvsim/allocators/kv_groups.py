@@ -16,9 +16,9 @@ Two layouts:
 - ``split`` (TensorRT-LLM's variable sliding window attention): one pool per kind, each with pages of its
   own size (all layers of that kind x block_size tokens, or all mamba layers' state of one sequence),
   so nothing is padded; memory is split between pools at start-up in proportion to what one sequence of
-  ``max_model_len`` tokens needs in each at its peak (its prompt computed in chunks of ``prefill_chunk``
-  tokens: a window pool holds the window plus the chunk being computed), so every pool holds the same
-  number of max-length sequences.
+  ``max_model_len`` tokens needs in each at its peak (:func:`max_blocks_per_request`, vLLM's
+  ``max_memory_usage_bytes``: a window pool holds the window plus the chunk being computed), so every
+  pool holds the same number of max-length sequences.
 
 ``windows=False`` gives the naive baseline: sliding and chunked layers are treated as full attention
 (what vLLM does with the hybrid manager disabled); mamba layers keep their state.
@@ -88,6 +88,30 @@ class KVLayout:
         return sum(b * p for b, p in zip(self.pool_blocks, self.pool_page_units))
 
 
+def max_blocks_per_request(kind: str, window: int, block_size: int, max_model_len: int, chunk: int) -> int:
+    """Blocks one group holds for a request of ``max_model_len`` tokens at its peak, computed in prefill
+    chunks of ``chunk`` tokens (0: whole), as vLLM's ``max_memory_usage_bytes``: every token (full); the
+    last W - 1 computed tokens plus the chunk, one more block because the window need not start at a block
+    boundary (sliding); the chunk's tokens plus the prefill chunk (chunked); one page (mamba)."""
+    T = chunk or max_model_len
+    if kind == "sliding":
+        return -(-min(window - 1 + T, max_model_len) // block_size) + 1
+    if kind == "chunked":
+        return -(-min(window + T, max_model_len) // block_size)
+    if kind == "mamba":
+        return 1
+    return -(-max_model_len // block_size)
+
+
+def max_concurrency(layout: KVLayout, max_model_len: int, chunk: int) -> float:
+    """vLLM's 'maximum concurrency' of a layout: the pool's blocks over the blocks one max-length request
+    needs at its peak, summed over groups (for split pools, the tightest pool)."""
+    need = [0] * len(layout.pool_blocks)
+    for g in layout.groups:
+        need[g.pool] += max_blocks_per_request(g.kind, g.window, layout.block_size, max_model_len, chunk)
+    return min(b / n for b, n in zip(layout.pool_blocks, need) if n)
+
+
 def _kinds(model, windows: bool) -> list[tuple[str, int, int]]:
     """(kind, window, layers) of each kind of layer the model has, in a fixed order."""
     out = []
@@ -138,10 +162,7 @@ def build_layout(model, tp: int, pool_bytes: int, block_size: int, max_model_len
                 need.append(n * su)
             else:
                 groups.append(KVGroup(kind, n, window, n * tu, 0, B * n * tu, i))
-                chunk = prefill_chunk or max_model_len
-                held = min(max_model_len, window - 1 + chunk + B) if kind == "sliding" else \
-                    min(max_model_len, window + chunk + B) if kind == "chunked" else max_model_len
-                need.append(-(-held // B) * B * n * tu)
+                need.append(max_blocks_per_request(kind, window, B, max_model_len, prefill_chunk) * B * n * tu)
         total = sum(need)
         pool_bytes_per = [pool_bytes * w // total for w in need]
         pages = tuple(g.page_units for g in groups)
