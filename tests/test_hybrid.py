@@ -337,3 +337,61 @@ def test_a_long_request_that_only_the_hybrid_layout_can_hold_runs_there():
         res = Simulation(reqs, alloc, RooflineModel(m, get_gpu("h100-80gb")), cfg, get_victim_policy("lifo")).run()
         out[spec] = res.sequences[0].status.value
     assert out == {"naive": "rejected", "hybrid": "finished"}
+
+
+# --- latency follows the structure ---------------------------------------------------------------------
+def _latency(model, gpu="h100-80gb", tp=1):
+    from kvsim.latency import build_latency
+    from kvsim.options import config_from_args
+
+    return build_latency(config_from_args(["--model", model, "--gpu", gpu, "-tp", str(tp)]))
+
+
+def test_sliding_layers_stop_reading_past_their_window():
+    from kvsim.latency.base import StepShape
+
+    sw = _latency("mistral-7b-v0.1")  # every layer a 4096 window
+    full = _latency("mistral-7b")
+    at = lambda lat, ctx: lat.breakdown(StepShape.decode(8, 8 * ctx))["attention_s"]  # noqa: E731
+    assert at(sw, 4096) == pytest.approx(at(sw, 32768))
+    assert at(full, 32768) > 4 * at(full, 4096)
+    assert at(sw, 2048) == pytest.approx(at(full, 2048))  # inside the window nothing differs
+    # a long prefill chunk walks only the window's keys
+    pre = lambda lat: lat.breakdown(StepShape.of([(8192, 24576)]))["attention_s"]  # noqa: E731
+    assert pre(sw) < pre(full) / 3
+
+
+def test_decode_runs_of_mixed_models_sum_their_steps():
+    lat = _latency("gemma-2-9b")
+    times = lat.decode_step_times(16, 16 * 4000, 300)  # contexts cross the 4096 window during the run
+    assert lat.decode_run_time(16, 16 * 4000, 300) == pytest.approx(sum(times))
+    assert times[-1] > times[0]  # the full layers keep growing
+    k = lat.decode_steps_until(16, 16 * 4000, sum(times[:120]), 300)
+    assert k == 120
+
+
+def test_moe_reads_the_experts_a_batch_activates():
+    from kvsim.latency.perop import MoeOp
+
+    op = MoeOp(2880, 2880, 32, 4, 0.53125)
+    assert op.distinct(1) == pytest.approx(4)
+    assert op.distinct(1000) == pytest.approx(32)
+    assert op.distinct(8) == pytest.approx(32 * (1 - (1 - 4 / 32) ** 8))
+    lat = _latency("gpt-oss-20b")
+    from kvsim.latency.base import StepShape
+
+    one, many = (lat.breakdown(StepShape.decode(n, n * 100))["dense_s"] for n in (1, 64))
+    assert many < 8 * one  # 64 tokens share the weights they read (at most all 32 experts)
+
+
+def test_mla_decode_reads_the_latent_and_mamba_costs_no_context():
+    lat = _latency("deepseek-v3", "h200-141gb", 8)
+    assert lat.kv_bytes_per_token_layer == 576 * 2
+    j = _latency("jamba-1.5-mini", "h200-141gb")
+    from kvsim.latency.base import StepShape
+
+    a1, a2 = (j.breakdown(StepShape.decode(8, 8 * c))["attention_s"] for c in (1000, 2000))
+    assert j.recurrent_state_s(8) > 0 and j.mamba_layers == 28
+    # only the 4 attention layers read context: doubling it adds 4 layers' worth of KV reads
+    per_token = j._decode_token_s
+    assert a2 - a1 == pytest.approx(4 * 8 * 1000 * per_token, rel=1e-6)
