@@ -395,3 +395,25 @@ def test_mla_decode_reads_the_latent_and_mamba_costs_no_context():
     # only the 4 attention layers read context: doubling it adds 4 layers' worth of KV reads
     per_token = j._decode_token_s
     assert a2 - a1 == pytest.approx(4 * 8 * 1000 * per_token, rel=1e-6)
+
+
+def test_footprint_is_the_largest_holding_of_the_request_alone():
+    """Against a step-by-step replay of one request alone: chunked prefill, then one token at a time."""
+    import random
+
+    rng = random.Random(3)
+    for model in MODELS.values():
+        for chunk in (0, 24, 64):
+            a = make_allocator("hybrid:8", 0, 4096, memory=ModelMemory(model, 1, 4096 * model.kv_bytes_per_token,
+                                                                         chunk))
+            for _ in range(20):
+                r = Request("r", 0, rng.randint(1, 200), rng.randint(1, 200))
+                P, L = r.prompt_tokens, r.total_tokens
+                peak, c = 0, 0
+                while c < L:
+                    n = min(P - c, chunk or P) if c < P else 1
+                    assert a.allocate(7, r, c + n, computed=c)
+                    peak = max(peak, a.held_slots(7))
+                    c += n
+                a.free(7)
+                assert a.footprint(r) == peak, (model.name, chunk, P, L)

@@ -117,36 +117,48 @@ class HybridAllocator(KVAllocator):
         return sum(max(0, len(tables[g]) * B - final) * self.groups[g].token_units for g in self._attn)
 
     # --- capacity ------------------------------------------------------------------------------------
-    def _peak_blocks(self, request: Request) -> list[int]:
-        """Blocks each group holds at the request's largest moment, alone: the prompt computed in chunks of
-        ``prefill_chunk`` tokens (whole if 0), then one token at a time."""
+    def _holdings(self, request: Request) -> list[list[int]]:
+        """Blocks each group holds at the moments the request, alone, could hold the most: its prompt
+        computed in chunks of ``prefill_chunk`` tokens (whole if 0), then one token at a time."""
         B, L, P = self.B, request.total_tokens, request.prompt_tokens
         chunk = self.prefill_chunk or P
         steps = [(c, min(P, c + chunk)) for c in range(0, P, chunk)]  # (computed, tokens allocated)
-        steps += [(c, c + 1) for c in sorted({max(P, L - 1 - k) for k in range(2 * B + 2)} |
-                                              {max(P, min(L - 1, w + k)) for w in self._windows() for k in range(B + 1)})
-                  if c < L]
+        # decoding, full groups only grow and windowed ones are periodic once their window is full (growing
+        # before): the peak is within a block of the request's end or of a window's end (for chunked groups,
+        # the first chunk boundary after the prompt, or the last before the end)
+        ends = set()
+        for g in self.groups:
+            if g.windowed:
+                ends.add(g.window - 1)
+                if g.kind == "chunked":
+                    ends.add(-(-(P + 1) // g.window) * g.window - 1)
+                    ends.add((L - 1) // g.window * g.window - 1)
+        cands = {L - 1 - k for k in range(2 * B + 2)} | {e + k for e in ends for k in range(-B, B + 1)}
+        steps += [(c, c + 1) for c in sorted(cands) if P <= c < L]
         out = []
-        for g, grp in enumerate(self.groups):
-            if not grp.attention:
-                out.append(1)
-                continue
-            if not (self.windows and grp.windowed):
-                out.append(-(-L // B))
-                continue
-            out.append(max(-(-n // B) - grp.skipped_tokens(c) // B for c, n in steps))
+        for c, n in steps:
+            row = []
+            for grp in self.groups:
+                if not grp.attention:
+                    row.append(1)
+                elif self.windows and grp.windowed:
+                    row.append(-(-n // B) - grp.skipped_tokens(c) // B)
+                else:
+                    row.append(-(-n // B))
+            out.append(row)
         return out
 
-    def _windows(self) -> set[int]:
-        return {g.window for g in self.groups if g.windowed}
-
     def footprint(self, request: Request) -> int:
-        return sum(n * self.groups[g].page_units for g, n in enumerate(self._peak_blocks(request)))
+        pages = [g.page_units for g in self.groups]
+        return max(sum(n * p for n, p in zip(row, pages)) for row in self._holdings(request))
 
     def fits_alone(self, request: Request) -> bool:
         need = [0] * len(self.pools)
-        for g, n in enumerate(self._peak_blocks(request)):
-            need[self.groups[g].pool] += n
+        for row in self._holdings(request):
+            per_pool = [0] * len(self.pools)
+            for g, n in enumerate(row):
+                per_pool[self.groups[g].pool] += n
+            need = [max(a, b) for a, b in zip(need, per_pool)]
         return all(n <= p.num_blocks for n, p in zip(need, self.pools))
 
     @property

@@ -118,7 +118,10 @@ def _grouped(mode: str, windows: bool):
                                   windows, memory.prefill_chunk)
             units = memory.pool_bytes // layout.unit_bytes
             cpu = cpu_swap_tokens * memory.model.kv_bytes_per_token_gpu(memory.tp) // layout.unit_bytes
-        return HybridAllocator(layout, units, windows, spec.prefix, cache_eviction, cpu, name=str(spec))
+        alloc = HybridAllocator(layout, units, windows, spec.prefix, cache_eviction, cpu, name=str(spec))
+        if memory is not None:
+            alloc.prefill_chunk = memory.prefill_chunk
+        return alloc
     return build
 
 
