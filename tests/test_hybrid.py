@@ -417,3 +417,28 @@ def test_footprint_is_the_largest_holding_of_the_request_alone():
                     c += n
                 a.free(7)
                 assert a.footprint(r) == peak, (model.name, chunk, P, L)
+
+
+def test_hf_configs_of_llama4_and_gpt_oss(tmp_path):
+    import json
+
+    text = {"model_type": "llama4_text", "num_hidden_layers": 48, "hidden_size": 5120, "num_attention_heads": 40,
+            "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 8192, "intermediate_size_mlp": 16384,
+            "vocab_size": 202048, "max_position_embeddings": 10485760, "torch_dtype": "bfloat16",
+            "attention_chunk_size": 8192, "no_rope_layers": [int((i + 1) % 4 != 0) for i in range(48)],
+            "num_local_experts": 16, "num_experts_per_tok": 1, "interleave_moe_layer_step": 1}
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps({"model_type": "llama4", "text_config": text}))
+    m = get_model(str(p))
+    scout = MODEL_PRESETS["llama-4-scout"]
+    assert m.mixers == scout.mixers and m.sequence_bytes(50_000) == scout.sequence_bytes(50_000)
+    assert m.active_params == pytest.approx(17.2e9, rel=0.01)  # "17B active"
+    oss = {"model_type": "gpt_oss", "num_hidden_layers": 24, "hidden_size": 2880, "num_attention_heads": 64,
+           "num_key_value_heads": 8, "head_dim": 64, "intermediate_size": 2880, "vocab_size": 201088,
+           "max_position_embeddings": 131072, "torch_dtype": "bfloat16", "sliding_window": 128,
+           "layer_types": ["sliding_attention", "full_attention"] * 12, "num_local_experts": 32,
+           "experts_per_token": 4, "quantization_config": {"quant_method": "mxfp4"}}
+    p.write_text(json.dumps(oss))
+    g = get_model(str(p))
+    assert g.sequence_bytes(32768) == MODEL_PRESETS["gpt-oss-20b"].sequence_bytes(32768)
+    assert g.weight_bytes == pytest.approx(MODEL_PRESETS["gpt-oss-20b"].weight_bytes, rel=0.01)

@@ -427,7 +427,7 @@ def model_from_hf_config(path: str) -> ModelSpec:
     heads = need("num_attention_heads", "n_head")
     kv = need("num_key_value_heads", "num_kv_heads", default=heads)
     head_dim = need("head_dim", default=hidden // heads)
-    ffn = need("intermediate_size", "ffn_dim", "n_inner", default=4 * hidden)
+    ffn = need("intermediate_size_mlp", "intermediate_size", "ffn_dim", "n_inner", default=4 * hidden)
     vocab = need("vocab_size")
     ctx = need("max_position_embeddings", "n_positions", "max_seq_len", default=4096)
     dtype = HF_DTYPES.get(str(cfg.get("torch_dtype", "float16")), "fp16")
@@ -501,7 +501,7 @@ def _structure_from_hf(cfg: dict, path: str, layers: int, hidden: int, need) -> 
     experts = cfg.get("n_routed_experts") or cfg.get("num_local_experts") or cfg.get("num_experts")
     if experts:
         more.update(num_experts=need("n_routed_experts", "num_local_experts", "num_experts"),
-                    experts_per_token=need("num_experts_per_tok"))
+                    experts_per_token=need("num_experts_per_tok", "experts_per_token", "moe_topk"))
         if cfg.get("moe_intermediate_size"):
             more["moe_intermediate_size"] = need("moe_intermediate_size")
         more["shared_experts"] = int(cfg.get("n_shared_experts") or 0)
@@ -511,6 +511,16 @@ def _structure_from_hf(cfg: dict, path: str, layers: int, hidden: int, need) -> 
         elif cfg.get("first_k_dense_replace"):  # DeepSeek
             k = need("first_k_dense_replace")
             more["moe_layers"] = tuple(i >= k for i in range(layers))
+        elif model_type.startswith("llama4"):  # experts of intermediate_size + a shared one; dense FFNs between
+            more.update(moe_intermediate_size=need("intermediate_size"), shared_experts=1)
+            step = int(cfg.get("interleave_moe_layer_step") or 1)
+            more["moe_layers"] = tuple((i + 1) % step == 0 for i in range(layers))
+    quant = cfg.get("quantization_config")
+    method = str(quant.get("quant_method", "")).lower() if isinstance(quant, dict) else ""
+    if method == "mxfp4" and experts:  # gpt-oss: experts in MXFP4, the rest in the model's dtype
+        more["expert_dtype"] = "mxfp4"
+    elif method == "fp8":  # DeepSeek-V3: FP8 weights, activations and KV in torch_dtype
+        more["weight_dtype"] = "fp8"
     return more
 
 
