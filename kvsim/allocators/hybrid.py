@@ -227,21 +227,15 @@ class HybridAllocator(KVAllocator):
                  computed: int | None = None) -> bool:
         B = self.B
         tables = self._tables.get(seq_id)
-        if tables is not None and not hit.looked_up:
+        if tables is not None:  # it holds memory already (a prefix hit only ever starts a sequence)
             return self._grow(seq_id, request, tables, num_tokens, computed)
-        fresh = tables is None
         hit_n = hit.tokens // B if hit.looked_up else 0
         if hit.looked_up and hit.stamp != self._stamp:
             raise ValueError(f"sequence {seq_id}: stale prefix hit (blocks were evicted since the lookup)")
         if computed is None:
-            computed = self._tokens.get(seq_id, hit_n * B)
-        if fresh:
-            tables = [[] for _ in self.groups]
-            first = [0] * len(self.groups)
-        else:
-            first = self._first[seq_id]
-            if self.windows:
-                self._free_skipped(seq_id, tables, first, computed)
+            computed = hit_n * B
+        tables = [[] for _ in self.groups]
+        first = [0] * len(self.groups)
         # what each pool must supply (hit blocks nobody holds count as free until claimed)
         hit_blocks = self._split_hit(hit.blocks, hit_n) if hit_n else None
         need = [0] * len(self.pools)
@@ -250,9 +244,9 @@ class HybridAllocator(KVAllocator):
         for g, grp in enumerate(self.groups):
             p = grp.pool
             if not grp.attention:
-                need[p] += 0 if tables[g] else 1
+                need[p] += 1
                 continue
-            have = len(tables[g])
+            have = 0
             if hit_blocks is not None:
                 have = hit_n
                 evictable[p] += sum(1 for b in hit_blocks[g] if b != NULL and self.pools[p].ref[b] == 0)
@@ -265,9 +259,8 @@ class HybridAllocator(KVAllocator):
         for g, grp in enumerate(self.groups):
             table = tables[g]
             if not grp.attention:
-                if not table:
-                    table.append(self._pool(g).take_one())
-                    self._phys[g] += 1
+                table.append(self._pool(g).take_one())
+                self._phys[g] += 1
                 continue
             if self.windows and grp.windowed:
                 skip = grp.skipped_tokens(computed) // B
@@ -279,9 +272,8 @@ class HybridAllocator(KVAllocator):
             if n > 0:
                 table.extend(self._pool(g).take(n))
                 self._phys[g] += n
-        if fresh:
-            self._tables[seq_id] = tables
-            self._first[seq_id] = first
+        self._tables[seq_id] = tables
+        self._first[seq_id] = first
         self._tokens[seq_id] = num_tokens
         self._set_overhang(seq_id, self._overhang_of(tables, request.total_tokens), 0)
         if hit.looked_up:
