@@ -174,6 +174,27 @@ def test_hostile_latency_and_model_files(tiny, tmp_path, capsys):
                          "--max-model-len", "64")
         if rc == 0:  # a tiny model: a pool of many millions of blocks, created lazily
             check_complete(tmp_path / "o", len(TINY))
+    # models whose layers differ: every hostile layer description is one error line or a complete run
+    hybrid = {"num_hidden_layers": 4, "hidden_size": 64, "num_attention_heads": 2, "num_key_value_heads": 1,
+              "intermediate_size": 64, "vocab_size": 32, "max_position_embeddings": 512}
+    for extra in ({"layer_types": "sliding"}, {"layer_types": ["sliding_attention"] * 3},
+                  {"layer_types": ["sliding_attention", "x", "full_attention", "full_attention"], "sliding_window": 8},
+                  {"layer_types": ["sliding_attention"] * 4}, {"sliding_window": -1},
+                  {"sliding_window": 16, "sliding_window_pattern": 2},
+                  {"attention_chunk_size": 0.5}, {"attention_chunk_size": 32, "no_rope_layers": [1, 0]},
+                  {"attn_layer_period": 2, "mamba_d_state": 4, "mamba_d_conv": 4, "mamba_expand": 2},
+                  {"attn_layer_period": 2, "mamba_d_state": 4}, {"attn_layer_period": 0},
+                  {"num_local_experts": 4, "num_experts_per_tok": 9}, {"num_local_experts": 4},
+                  {"num_local_experts": 4, "num_experts_per_tok": 2, "first_k_dense_replace": 1},
+                  {"kv_lora_rank": 16, "qk_rope_head_dim": 8, "qk_nope_head_dim": 16, "v_head_dim": 16},
+                  {"kv_lora_rank": 16}, {"quantization_config": {"quant_method": "fp8"}}):
+        f = tmp_path / "config.json"
+        f.write_text(json.dumps({**hybrid, **extra}))
+        for alloc in ("hybrid+prefix", "static-split", "naive", "paged"):
+            rc, _, _ = kvsim(capsys, "run", "--trace", tiny, "--no-plots", "--out", tmp_path / "o", "--model", f,
+                             "--max-model-len", "256", "--allocator", alloc, "--kv-pool-gb", "0.001")
+            if rc == 0:
+                check_complete(tmp_path / "o", len(TINY))
 
 
 @pytest.mark.parametrize("grid", [

@@ -459,11 +459,14 @@ def _structure_from_hf(cfg: dict, path: str, layers: int, hidden: int, need) -> 
     more: dict = {}
     model_type = str(cfg.get("model_type", ""))
     window = cfg.get("sliding_window")
-    types = cfg.get("layer_types") or cfg.get("layers_block_type")
-    if isinstance(types, list):
+    key = "layer_types" if cfg.get("layer_types") is not None else "layers_block_type"
+    types = cfg.get(key)
+    if types is not None and not isinstance(types, list):
+        raise ConfigError(f"{path}: field '{key}' must be a list of layer types, got {type(types).__name__}")
+    if types:
         bad = [t for t in types if t not in HF_LAYER_TYPES]
         if bad or len(types) != layers:
-            raise ConfigError(f"{path}: field 'layer_types' must list one of {', '.join(HF_LAYER_TYPES)} per layer"
+            raise ConfigError(f"{path}: field '{key}' must list one of {', '.join(HF_LAYER_TYPES)} per layer"
                               f" ({layers}); got {len(types)} entries" + (f", unknown '{bad[0]}'" if bad else ""))
         more["layer_types"] = tuple(HF_LAYER_TYPES[t] for t in types)
     elif "attn_layer_period" in cfg:  # Jamba
