@@ -41,6 +41,25 @@ TOY_MODELS = {
     "toy-mamba": _toy("toy-mamba", ("mamba", "full", "mamba", "sliding"), sliding_window=24, mamba_d_inner=16,
                       mamba_d_state=4, mamba_d_conv=4, mamba_conv_channels=16),
 }
+def _toy_latency(types, cpu="vllm-v1", **more):
+    """A small model with wide KV heads on a slow GPU: decode attention well above its kernel floor, so
+    every windowed read shows in the step times."""
+    from kvsim.hardware.models import ModelSpec
+    from kvsim.latency.calibration import shipped_calibration
+    from kvsim.latency.cpu import get_cpu_overhead
+    from kvsim.latency.perop import PerOpModel
+
+    model = ModelSpec("lat-toy", len(types), 32, 32, 256, 1e8, 512, layer_types=types, **more).validate()
+    gpu = get_gpu("a40")
+    return PerOpModel(model, gpu, shipped_calibration(gpu)[0], get_cpu_overhead(cpu))
+
+
+# windows small enough that decodes cross them: the engine counts every context's windowed reads
+LATENCIES["per-op-toy-sliding"] = _toy_latency(("sliding", "full", "sliding"), sliding_window=40)
+LATENCIES["per-op-toy-chunked-async"] = _toy_latency(("chunked", "full", "chunked"), "vllm-v1-async",
+                                                     attention_chunk=64)
+LATENCIES["per-op-toy-mamba"] = _toy_latency(("mamba", "full", "sliding"), sliding_window=24, mamba_d_inner=64,
+                                             mamba_d_state=4, mamba_d_conv=4, mamba_conv_channels=64)
 FAMILIES = [[7000 + 100 * f + i for i in range(40)] for f in range(3)]
 
 request = st.tuples(st.floats(0, 5), st.integers(1, 300), st.integers(1, 120), st.integers(0, 2),

@@ -43,6 +43,12 @@ class HybridAllocator(KVAllocator):
         self.token_slots = sum(g.token_units for g in self.groups)
         self._attn = [i for i, g in enumerate(self.groups) if g.attention]
         self._mamba = [i for i, g in enumerate(self.groups) if not g.attention]
+        # groups that hold alike, with their count: (kind, window if it frees blocks else 0, pool, page, count)
+        kinds: dict[tuple, int] = {}
+        for g in self.groups:
+            key = (g.kind, g.window if self.windows and g.windowed else 0, g.pool, g.page_units)
+            kinds[key] = kinds.get(key, 0) + 1
+        self._kinds = [(*k, n) for k, n in kinds.items()]
         if prefix:
             from kvsim.allocators.hashed_pool import HashedBlockPool
 
@@ -117,8 +123,8 @@ class HybridAllocator(KVAllocator):
         return sum(max(0, len(tables[g]) * B - final) * self.groups[g].token_units for g in self._attn)
 
     # --- capacity ------------------------------------------------------------------------------------
-    def _holdings(self, request: Request) -> list[list[int]]:
-        """Blocks each group holds at the moments the request, alone, could hold the most: its prompt
+    def _holdings(self, request: Request) -> list[tuple[int, list[int]]]:
+        """(units, blocks per pool) at the moments the request, alone, could hold the most: its prompt
         computed in chunks of ``prefill_chunk`` tokens (whole if 0), then one token at a time."""
         B, L, P = self.B, request.total_tokens, request.prompt_tokens
         chunk = self.prefill_chunk or P
@@ -127,37 +133,37 @@ class HybridAllocator(KVAllocator):
         # before): the peak is within a block of the request's end or of a window's end (for chunked groups,
         # the first chunk boundary after the prompt, or the last before the end)
         ends = set()
-        for g in self.groups:
-            if g.windowed:
-                ends.add(g.window - 1)
-                if g.kind == "chunked":
-                    ends.add(-(-(P + 1) // g.window) * g.window - 1)
-                    ends.add((L - 1) // g.window * g.window - 1)
+        for kind, window, _, _, _ in self._kinds:
+            if window:
+                ends.add(window - 1)
+                if kind == "chunked":
+                    ends.add(-(-(P + 1) // window) * window - 1)
+                    ends.add((L - 1) // window * window - 1)
         cands = {L - 1 - k for k in range(2 * B + 2)} | {e + k for e in ends for k in range(-B, B + 1)}
         steps += [(c, c + 1) for c in sorted(cands) if P <= c < L]
         out = []
+        npools = len(self.pools)
         for c, n in steps:
-            row = []
-            for grp in self.groups:
-                if not grp.attention:
-                    row.append(1)
-                elif self.windows and grp.windowed:
-                    row.append(-(-n // B) - grp.skipped_tokens(c) // B)
+            blocks = -(-n // B)
+            units, per_pool = 0, [0] * npools
+            for kind, window, pool, page, count in self._kinds:
+                if kind == "mamba":
+                    k = 1
+                elif window:
+                    k = blocks - (max(0, c - window + 1) if kind == "sliding" else c // window * window) // B
                 else:
-                    row.append(-(-n // B))
-            out.append(row)
+                    k = blocks
+                units += k * page * count
+                per_pool[pool] += k * count
+            out.append((units, per_pool))
         return out
 
     def footprint(self, request: Request) -> int:
-        pages = [g.page_units for g in self.groups]
-        return max(sum(n * p for n, p in zip(row, pages)) for row in self._holdings(request))
+        return max(units for units, _ in self._holdings(request))
 
     def fits_alone(self, request: Request) -> bool:
         need = [0] * len(self.pools)
-        for row in self._holdings(request):
-            per_pool = [0] * len(self.pools)
-            for g, n in enumerate(row):
-                per_pool[self.groups[g].pool] += n
+        for _, per_pool in self._holdings(request):
             need = [max(a, b) for a, b in zip(need, per_pool)]
         return all(n <= p.num_blocks for n, p in zip(need, self.pools))
 

@@ -33,7 +33,7 @@ from kvsim.config import SchedulerConfig
 from kvsim.engine.preemption import VictimPolicy
 from kvsim.engine.scheduler import IterationPlan, Scheduler, StepResult
 from kvsim.engine.sequence import Sequence, Status
-from kvsim.latency.base import StepShape, chunk_shape_terms
+from kvsim.latency.base import StepShape, chunk_shape_terms, window_read, window_reads
 
 _NO_KEY = 1 << 62
 
@@ -58,6 +58,7 @@ class IncrementalScheduler(Scheduler):
         self._keys: list[int] = []  # keys of the lazy decoders, sorted
         self._by_key: dict[int, Sequence] = {}
         self._lazy_sum = 0  # sum over lazy decoders of (c0 - base)
+        self._offsets: list[int] = []  # each lazy decoder's (c0 - base), kept when windowed reads are counted
         self._grow_at: dict[int, list[Sequence]] = {}  # iteration -> lazy decoders allocating in it
         self._special_at: set[int] = set()  # iterations whose growth events are not one plain unit
         self._grow_heap: list[int] = []  # iterations of _grow_at (stale entries are skipped)
@@ -116,6 +117,8 @@ class IncrementalScheduler(Scheduler):
         insort(self._keys, s.key)
         self._by_key[s.key] = s
         self._lazy_sum += s.c0 - it
+        if self.windows:
+            self._offsets.append(s.c0 - it)
         f = it + s.target - s.generated - 1
         s.finish_iter = f
         _bucket_add(self._finish_at, self._finish_heap, f, s)
@@ -130,6 +133,8 @@ class IncrementalScheduler(Scheduler):
         del self._keys[bisect_left(self._keys, s.key)]
         del self._by_key[s.key]
         self._lazy_sum -= s.c0 - s.base
+        if self.windows:
+            self._offsets.remove(s.c0 - s.base)
         for table, attr in ((self._grow_at, "grow_iter"), (self._finish_at, "finish_iter")):
             e = getattr(s, attr)
             if e >= 0:
@@ -268,19 +273,39 @@ class IncrementalScheduler(Scheduler):
         lazy_n = len(self._keys)
         kv = self._lazy_sum + lazy_n * (it + 1)
         new, pairs, kv_tokens, dn, dkv, prefill = lazy_n, kv, kv, lazy_n, kv, []
+        contexts = []  # explicit decodes' contexts, for windowed reads
         for s, n in entries:
             s.last_scheduled_s = now
             p, r = chunk_shape_terms(s.computed, n)
             new, pairs, kv_tokens = new + n, pairs + p, kv_tokens + r
             if n == 1:
                 dn, dkv = dn + 1, dkv + r
+                contexts.append(r)
             else:
                 prefill.append((n, s.computed))
         self._last_plan_start = now
         self._plans += 1
-        shape = StepShape(new, lazy_n + len(entries), pairs, kv_tokens, dn, dkv, tuple(prefill))
+        reads = self._window_reads(contexts) if self.windows else ()
+        shape = StepShape(new, lazy_n + len(entries), pairs, kv_tokens, dn, dkv, tuple(prefill), reads)
         return IterationPlan(entries, shape, lazy_n=lazy_n, swap_out_blocks=self._swap_out,
                              swap_in_blocks=self._swap_in, copies=alloc.drain_copies())
+
+    def _lazy_contexts(self):
+        """The lazy decoders' contexts in the current iteration (numpy)."""
+        import numpy as np
+
+        return np.asarray(self._offsets, dtype=np.int64) + (self.it + 1)
+
+    def _window_reads(self, explicit: list[int]) -> tuple[int, ...]:
+        """KV tokens every decode of this iteration reads in each windowed kind of layer."""
+        lazy = self._lazy_contexts() if self._offsets else None
+        out = []
+        for kind, w in self.windows:
+            total = sum(window_read(kind, w, c) for c in explicit)
+            if lazy is not None:
+                total += int(window_reads(kind, w, lazy))
+            out.append(total)
+        return tuple(out)
 
     def update_after_step(self, plan: IterationPlan, t_end: float) -> StepResult:
         if plan.decode_run:
@@ -334,7 +359,8 @@ class IncrementalScheduler(Scheduler):
         self._last_plan_start = now
         self._plans += 1
         return IterationPlan([], StepShape.decode(n, s0), lazy_n=n, decode_run=True, max_steps=k,
-                             start_breakdown=self.memory_breakdown(filled=0))
+                             start_breakdown=self.memory_breakdown(filled=0),
+                             contexts=self._lazy_contexts() if self.windows else None)
 
     def _apply_run(self, plan: IterationPlan) -> StepResult:
         """Advance a decode run of plan.steps iterations, applying its growth events at their iterations."""

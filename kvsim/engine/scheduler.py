@@ -52,6 +52,7 @@ class IterationPlan:
     swap_in_blocks: int = 0
     copies: list = field(default_factory=list)  # allocator copies (kind, src, dst) made for this iteration
     start_breakdown: Breakdown | None = None  # decode runs: the pool at the start, tokens excluded
+    contexts: object = None  # decode runs of models with windowed layers: the contexts at the first step (numpy)
 
     @property
     def num_seqs(self) -> int:
@@ -76,6 +77,8 @@ class Scheduler:
                  first_sample_id: int = 0):
         self.cfg = cfg
         self.alloc = allocator
+        # windowed kinds of layer whose decode reads the latency model wants counted (LatencyModel.windows)
+        self.windows: tuple[tuple[str, int], ...] = ()
         # the largest prefill chunk, so allocators that free windows know a prompt's peak (fits_alone)
         allocator.prefill_chunk = cfg.max_num_batched_tokens if cfg.chunked_prefill and cfg.batching != "static" else 0
         self.pick_victim = victim_policy
@@ -367,7 +370,7 @@ class SteppingScheduler(Scheduler):
         entries = list(scheduled.values())
         for seq, _ in entries:
             seq.last_scheduled_s = now
-        return IterationPlan(entries, StepShape.of([(n, seq.computed) for seq, n in entries]),
+        return IterationPlan(entries, StepShape.of([(n, seq.computed) for seq, n in entries], self.windows),
                              swap_out_blocks=self._swap_out, swap_in_blocks=self._swap_in, copies=alloc.drain_copies())
 
     def update_after_step(self, plan: IterationPlan, t_end: float) -> StepResult:

@@ -81,6 +81,7 @@ class Simulation:
         # fast_forward=False: the stepping reference the incremental scheduler is tested against
         self.sched = IncrementalScheduler(cfg, allocator, victim_policy, len(self.seqs)) if fast_forward else \
             SteppingScheduler(cfg, allocator, victim_policy, len(self.seqs))
+        self.sched.windows = tuple(getattr(latency, "windows", ()))
         self.observer = observer
         self.progress = progress
         self.swap_timing = swap_timing
@@ -116,13 +117,14 @@ class Simulation:
         lat = self.latency
         if plan.decode_run:
             n, s0, k = plan.lazy_n, plan.shape.kv_tokens, plan.max_steps
+            ctx = () if plan.contexts is None else (plan.contexts,)  # windowed models: every context
             t_arr = self._next_arrival()
             if t_arr is not None and not self.sched.waiting:
-                k = lat.decode_steps_until(n, s0, t_arr - now, k)
+                k = lat.decode_steps_until(n, s0, t_arr - now, k, *ctx)
             if self.horizon is not None:
-                k = lat.decode_steps_until(n, s0, self.horizon - now, k)
+                k = lat.decode_steps_until(n, s0, self.horizon - now, k, *ctx)
             plan.steps = k
-            return lat.decode_run_time(n, s0, k)
+            return lat.decode_run_time(n, s0, k, *ctx)
         dt = lat.step_time(plan.shape)
         if self.swap_timing is not None and (plan.swap_out_blocks or plan.swap_in_blocks):
             # Swaps are synchronous copies before the forward pass (vLLM V0): they stall it.
@@ -168,7 +170,8 @@ class Simulation:
                 self.observer(now, dt, sched.batch(plan), plan.steps, plan.copies, self.alloc)
             n = plan.num_seqs
             if plan.decode_run:
-                weights = self.latency.decode_step_times(n, plan.shape.kv_tokens, plan.steps)
+                ctx = () if plan.contexts is None else (plan.contexts,)
+                weights = self.latency.decode_step_times(n, plan.shape.kv_tokens, plan.steps, *ctx)
                 self.memory.add_run(now, t1, weights, n, filled0, plan.start_breakdown, result.segments,
                                     sched.memory_breakdown())
             self.memory.busy(dt, n)

@@ -28,6 +28,9 @@ class StepShape:
     decode_seqs: int = -1
     decode_kv_tokens: int = -1
     prefill_chunks: tuple[tuple[int, int], ...] = ()
+    # KV tokens the decodes read in each windowed kind of layer (LatencyModel.windows, in order): per
+    # sequence min(context, W) (sliding) or its chunk's tokens (chunked); () when not counted
+    window_reads: tuple[int, ...] = ()
 
     @staticmethod
     def decode(num_seqs: int, kv_tokens: int) -> "StepShape":
@@ -35,18 +38,22 @@ class StepShape:
         return StepShape(num_seqs, num_seqs, kv_tokens, kv_tokens, num_seqs, kv_tokens, ())
 
     @staticmethod
-    def of(chunks: list[tuple[int, int]]) -> "StepShape":
-        """The shape of sequences computing (new tokens, after cached tokens) each."""
+    def of(chunks: list[tuple[int, int]], windows: tuple[tuple[str, int], ...] = ()) -> "StepShape":
+        """The shape of sequences computing (new tokens, after cached tokens) each; with ``windows``
+        (LatencyModel.windows), what the decodes read in each windowed kind of layer."""
         new = pairs = kv = dn = dkv = 0
         prefill = []
+        contexts = []
         for n, cached in chunks:
             p, r = chunk_shape_terms(cached, n)
             new, pairs, kv = new + n, pairs + p, kv + r
             if n == 1:
                 dn, dkv = dn + 1, dkv + r
+                contexts.append(r)
             else:
                 prefill.append((n, cached))
-        return StepShape(new, len(chunks), pairs, kv, dn, dkv, tuple(prefill))
+        reads = tuple(sum(window_read(kind, w, c) for c in contexts) for kind, w in windows)
+        return StepShape(new, len(chunks), pairs, kv, dn, dkv, tuple(prefill), reads)
 
     def split(self) -> tuple[int, int, tuple[tuple[int, int], ...]]:
         """(decode sequences, their KV tokens, prefill chunks), deriving them for shapes built without."""
@@ -57,6 +64,20 @@ class StepShape:
         per = max(1, self.new_tokens // max(1, self.num_seqs))
         cached = max(0, (self.kv_tokens - self.new_tokens) // max(1, self.num_seqs))
         return 0, 0, tuple((per, cached) for _ in range(self.num_seqs))
+
+
+def window_read(kind: str, window: int, context: int) -> int:
+    """KV tokens a decode at ``context`` tokens (itself included) reads in a windowed layer: the last
+    ``window`` (sliding) or those of its own chunk (chunked)."""
+    return min(context, window) if kind == "sliding" else (context - 1) % window + 1
+
+
+def window_reads(kind: str, window: int, contexts):
+    """:func:`window_read` summed over a numpy array of contexts (along its last axis)."""
+    import numpy as np
+
+    r = np.minimum(contexts, window) if kind == "sliding" else (contexts - 1) % window + 1
+    return r.sum(axis=-1)
 
 
 def chunk_shape_terms(computed: int, new: int) -> tuple[int, int]:
@@ -90,6 +111,9 @@ class LatencyModel(ABC):
     """Seconds per iteration. Subclasses may override the decode-run methods with closed forms."""
 
     name: str = "latency"
+    #: windowed kinds of layer, (kind, window tokens), whose decode reads the engine counts exactly
+    #: (StepShape.window_reads, and the ``contexts`` of decode runs)
+    windows: tuple[tuple[str, int], ...] = ()
 
     @abstractmethod
     def step_time(self, shape: StepShape) -> float: ...
@@ -100,22 +124,23 @@ class LatencyModel(ABC):
         t = self.step_time(shape)
         return {"total_s": t, "dense_s": t, "attention_s": 0.0, "communication_s": 0.0, "cpu_s": 0.0}
 
-    def decode_run_time(self, n: int, s0: int, k: int) -> float:
-        """Total seconds of k decode steps of n sequences; step i reads s0 + n*i KV tokens."""
+    def decode_run_time(self, n: int, s0: int, k: int, contexts=None) -> float:
+        """Total seconds of k decode steps of n sequences; step i reads s0 + n*i KV tokens. ``contexts``
+        (models with :attr:`windows`): the n sequences' contexts at the first step, a numpy array."""
         return sum(self.step_time(StepShape.decode(n, s0 + n * i)) for i in range(k))
 
-    def decode_step_times(self, n: int, s0: int, k: int) -> list[float]:
+    def decode_step_times(self, n: int, s0: int, k: int, contexts=None) -> list[float]:
         """Seconds of each of the k steps of a decode run (for weighting what changes within it)."""
         return [self.step_time(StepShape.decode(n, s0 + n * i)) for i in range(k)]
 
-    def decode_steps_until(self, n: int, s0: int, budget_s: float, k_max: int) -> int:
+    def decode_steps_until(self, n: int, s0: int, budget_s: float, k_max: int, contexts=None) -> int:
         """Smallest k in [1, k_max] whose k steps take >= budget_s seconds, or k_max if none do."""
-        if self.decode_run_time(n, s0, k_max) < budget_s:
+        if self.decode_run_time(n, s0, k_max, contexts) < budget_s:
             return k_max
         lo, hi = 0, k_max  # time(lo) < budget <= time(hi)
         while hi - lo > 1:
             mid = (lo + hi) // 2
-            if self.decode_run_time(n, s0, mid) >= budget_s:
+            if self.decode_run_time(n, s0, mid, contexts) >= budget_s:
                 hi = mid
             else:
                 lo = mid

@@ -16,9 +16,9 @@ One iteration of a tensor-parallel rank, from the model's real shapes (per GPU: 
 Models whose layers differ (ModelSpec.layer_types, MLA, MoE) are priced layer class by layer class:
 
 - sliding-window and chunked layers attend to at most their window: a prefill query tile walks only the
-  KV tiles inside its window; decode reads min(context, window) per sequence, taken for the batch as
-  min(total context, sequences x window) (exact when all contexts are on one side of the window, an upper
-  bound otherwise; for chunked layers the window is the chunk, an upper bound on the chunk's filled part);
+  KV tiles inside its window; a decode reads min(context, window) tokens (sliding) or its own chunk's
+  tokens (chunked), counted sequence by sequence by the engine (StepShape.window_reads, and each
+  context through a decode run); a shape without those counts is bounded by sequences x window;
 - MLA layers project through the low-rank latent (q_a/q_b, kv_a/kv_b, o) and decode reads the cached
   latent + rotary key per token, which at 128 heads is compute-heavy: each KV token costs the larger of its
   bytes and its 2 x heads x (latent + rope + latent) FLOPs;
@@ -244,6 +244,7 @@ class PerOpModel(LatencyModel):
         spans = Counter((t, model.sliding_window if t == "sliding" else model.attention_chunk if t == "chunked" else 0)
                         for t in model.mixers if t != "mamba")
         self.attn_kinds = [(n, kind, w) for (kind, w), n in sorted(spans.items())]
+        self.windows = tuple((kind, w) for _, kind, w in self.attn_kinds if w)
         self.mamba_layers = model.count("mamba")
         self.state_bytes = model.state_bytes_per_layer(tp) if self.mamba_layers else 0
         self.plain = len(self.attn_kinds) == 1 and self.attn_kinds[0][1] == "full" and not self.mamba_layers
@@ -341,9 +342,14 @@ class PerOpModel(LatencyModel):
         if self.plain:
             return self.layers * (self.decode_attention_layer_s(dn, dkv) + self.prefill_attention_layer_s(chunks))
         t = self.recurrent_state_s(shape.num_seqs)
+        counted = dict(zip(self.windows, shape.window_reads))  # exact windowed reads, when the engine counted
         for n, kind, w in self.attn_kinds:
-            pre = self.prefill_attention_layer_s(chunks) if not w else self.windowed_prefill_layer_s(chunks, kind, w)
-            t += n * (self.decode_attention_layer_s(dn, dkv, w) + pre)
+            if not w:
+                t += n * (self.decode_attention_layer_s(dn, dkv) + self.prefill_attention_layer_s(chunks))
+                continue
+            reads = counted.get((kind, w))
+            dec = self.decode_attention_layer_s(dn, dkv, w) if reads is None else self.decode_attention_layer_s(dn, reads)
+            t += n * (dec + self.windowed_prefill_layer_s(chunks, kind, w))
         return t
 
     def communication_s(self, tokens: int, sampled: int) -> float:
@@ -399,43 +405,53 @@ class PerOpModel(LatencyModel):
             return max(floor, c.seconds(n)), a, b, c.sync_s, 1.0
         return floor, a, b, c.seconds(n), 0.0
 
-    def _mixed_step_times(self, n: int, s0: int, k: int):
-        """Step times of a decode run of a model with several attention spans (numpy, vectorised): windowed
-        layers' reads stop growing once every context could fill the window."""
+    def _mixed_step_times(self, n: int, s0: int, k: int, contexts=None):
+        """Step times of a decode run of a model with several attention spans (numpy, vectorised). Windowed
+        layers read each sequence's window (``contexts``: the n contexts at the first step), or, without
+        them, at most sequences x window."""
         import numpy as np
+
+        from kvsim.latency.base import window_reads
 
         p = self.calib.decode_attention
         i = np.arange(k, dtype=np.float64)
         kv = s0 + n * i
         gpu = self.dense_s(n, n) + self.communication_s(n, n) + self.recurrent_state_s(n)
-        for layers, _, w in self.attn_kinds:
-            reads = np.minimum(kv, n * w) if w else kv
+        if contexts is not None and self.windows:
+            steps = np.arange(k, dtype=np.int64)[:, None] + np.asarray(contexts, dtype=np.int64)[None, :]
+        for layers, kind, w in self.attn_kinds:
+            if not w:
+                reads = kv
+            elif contexts is not None:
+                reads = window_reads(kind, w, steps).astype(np.float64)
+            else:
+                reads = np.minimum(kv, n * w)
             gpu = gpu + layers * np.maximum(p.floor_s, p.ramp_s + p.per_seq_s * n + reads * self._decode_token_s)
         c = self.cpu
         cpu = c.seconds(n)
         return c.sync_s + np.maximum(cpu, gpu) if c.overlapped else gpu + cpu
 
-    def decode_step_times(self, n: int, s0: int, k: int) -> list[float]:
+    def decode_step_times(self, n: int, s0: int, k: int, contexts=None) -> list[float]:
         if not self.plain:
-            return self._mixed_step_times(n, s0, k).tolist() if k > 0 else []
+            return self._mixed_step_times(n, s0, k, contexts).tolist() if k > 0 else []
         floor, a, b, const, _ = self._decode_run_terms(n, s0)
         return [const + (floor if floor > a + b * i else a + b * i) for i in range(k)]
 
-    def decode_run_time(self, n: int, s0: int, k: int) -> float:
+    def decode_run_time(self, n: int, s0: int, k: int, contexts=None) -> float:
         """k decode steps of n sequences, step i attending to s0 + n*i KV tokens, in closed form: per step
         const + layers x max(floor, stream_i) with stream_i affine in i, and a constant CPU part."""
         if k <= 0:
             return 0.0
         if not self.plain:  # summed in order, as decode_steps_until accumulates
-            return float(self._mixed_step_times(n, s0, k).cumsum()[-1])
+            return float(self._mixed_step_times(n, s0, k, contexts).cumsum()[-1])
         floor, a, b, const, _ = self._decode_run_terms(n, s0)
         return sum_max_of_two_affine(floor, 0.0, a, b, k) + k * const
 
-    def decode_steps_until(self, n: int, s0: int, budget_s: float, k_max: int) -> int:
+    def decode_steps_until(self, n: int, s0: int, budget_s: float, k_max: int, contexts=None) -> int:
         if self.plain:
             return super().decode_steps_until(n, s0, budget_s, k_max)
         import numpy as np
 
-        total = np.cumsum(self._mixed_step_times(n, s0, k_max))
+        total = np.cumsum(self._mixed_step_times(n, s0, k_max, contexts))
         k = int(np.searchsorted(total, budget_s, side="left")) + 1  # the first k whose k steps reach the budget
         return max(1, min(k, k_max))

@@ -32,7 +32,7 @@ class RooflineModel(LatencyModel):
         bytes_ = self.weight_bytes + self.kv_bytes_per_token * shape.kv_tokens
         return max(flops / self.flops_rate, bytes_ / self.byte_rate) + self.overhead
 
-    def decode_step_times(self, n: int, s0: int, k: int) -> list[float]:
+    def decode_step_times(self, n: int, s0: int, k: int, contexts=None) -> list[float]:
         a_c = (self.flops_per_token * n + self.flops_per_pair * s0) / self.flops_rate
         b_c = self.flops_per_pair * n / self.flops_rate
         a_m = (self.weight_bytes + self.kv_bytes_per_token * s0) / self.byte_rate
@@ -40,7 +40,7 @@ class RooflineModel(LatencyModel):
         o = self.overhead
         return [max(a_c + b_c * i, a_m + b_m * i) + o for i in range(k)]
 
-    def decode_run_time(self, n: int, s0: int, k: int) -> float:
+    def decode_run_time(self, n: int, s0: int, k: int, contexts=None) -> float:
         a_c = (self.flops_per_token * n + self.flops_per_pair * s0) / self.flops_rate
         b_c = self.flops_per_pair * n / self.flops_rate
         a_m = (self.weight_bytes + self.kv_bytes_per_token * s0) / self.byte_rate
