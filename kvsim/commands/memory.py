@@ -23,12 +23,17 @@ def cmd_memory(a: argparse.Namespace) -> int:
     for k, v in lines:
         print(f"  {k:<{width}}  {v}")
     if a.context:
+        from kvsim.memory_budget import _size
+
         for n in a.context:
+            label = f"{'at ' + format(n, ',') + ' tokens':<{width}}"
+            # exact bytes one sequence holds (each layer its window or state), before block rounding
+            print(f"  {label}  {_size(cfg.model.sequence_bytes(n, cfg.tp))} per sequence per GPU")
             if b.layouts:
                 fits = ", ".join(f"{name} {k:,}" for name, k in b.sequences_by_layout(n).items())
-                print(f"  {'at ' + format(n, ',') + ' tokens':<{width}}  fit: {fits}")
+                print(f"  {'':<{width}}  fit: {fits}")
             else:
-                print(f"  {'at ' + format(n, ',') + ' tokens':<{width}}  {b.sequences_at(n):,} sequences fit at once")
+                print(f"  {'':<{width}}  {b.sequences_at(n):,} sequences fit at once")
     return 0
 
 
