@@ -10,4 +10,7 @@ kvsim compare --trace traces/mooncake_excerpt.jsonl --model qwen2.5-7b --max-mod
 kvsim plan --trace traces/chat.jsonl --gpus a100-40gb:1.5,h100-80gb:4.0 --allocators max,pow2,oracle,paged:16 \
     --slo ttft_p99=2s,tpot_p99=100ms --target-rate 20 --out reports/capacity-chat
 bash benchmarks/vllm_fig2.sh reports/vllm-fig2
+python benchmarks/hybrid_compare.py reports/hybrid-models
+kvsim compare --trace traces/long_docs.jsonl --model gemma-3-12b --gpu h100-80gb --max-model-len 131072 \
+    --out reports/hybrid-models/gemma-3-long-docs
 rm -f reports/*/requests.csv reports/*/memory_timeline.csv
