@@ -398,7 +398,8 @@ def test_mla_decode_reads_the_latent_and_mamba_costs_no_context():
 
 
 def test_footprint_is_the_largest_holding_of_the_request_alone():
-    """Against a step-by-step replay of one request alone: chunked prefill, then one token at a time."""
+    """Against a step-by-step replay of one request alone: chunked prefill, then one token at a time, and a
+    restart after a preemption at its last token (everything but that token recomputed)."""
     import random
 
     rng = random.Random(3)
@@ -412,6 +413,13 @@ def test_footprint_is_the_largest_holding_of_the_request_alone():
                 peak, c = 0, 0
                 while c < L:
                     n = min(P - c, chunk or P) if c < P else 1
+                    assert a.allocate(7, r, c + n, computed=c)
+                    peak = max(peak, a.held_slots(7))
+                    c += n
+                a.free(7)
+                c = 0
+                while c < L - 1:  # the restart
+                    n = min(L - 1 - c, chunk or L - 1)
                     assert a.allocate(7, r, c + n, computed=c)
                     peak = max(peak, a.held_slots(7))
                     c += n

@@ -121,6 +121,7 @@ def test_incremental_scheduler_equals_stepping(items, s):
         assert math.isclose(fa[k], fb[k], abs_tol=1e-9), k
     assert math.isclose(fast.memory.shared_integral, slow.memory.shared_integral, rel_tol=1e-9, abs_tol=1e-6)
     assert fast.memory.max_batch == slow.memory.max_batch
+    assert fast.memory.peak_held == slow.memory.peak_held and fast.memory.peak_shared == slow.memory.peak_shared
 
 
 def test_a_long_prefill_starves_the_decodes_behind_it_as_stepping_does():

@@ -125,10 +125,13 @@ class HybridAllocator(KVAllocator):
     # --- capacity ------------------------------------------------------------------------------------
     def _holdings(self, request: Request) -> list[tuple[int, list[int]]]:
         """(units, blocks per pool) at the moments the request, alone, could hold the most: its prompt
-        computed in chunks of ``prefill_chunk`` tokens (whole if 0), then one token at a time."""
+        computed in chunks of ``prefill_chunk`` tokens (whole if 0), then one token at a time; or, preempted
+        late and recomputed, its prompt and all but its last output token computed in such chunks."""
         B, L, P = self.B, request.total_tokens, request.prompt_tokens
-        chunk = self.prefill_chunk or P
-        steps = [(c, min(P, c + chunk)) for c in range(0, P, chunk)]  # (computed, tokens allocated)
+        steps = []  # (computed, tokens allocated)
+        for known in {P, L - 1} - {0}:
+            chunk = self.prefill_chunk or known
+            steps += [(c, min(known, c + chunk)) for c in range(0, known, chunk)]
         # decoding, full groups only grow and windowed ones are periodic once their window is full (growing
         # before): the peak is within a block of the request's end or of a window's end (for chunked groups,
         # the first chunk boundary after the prompt, or the last before the end)

@@ -61,6 +61,9 @@ class IncrementalScheduler(Scheduler):
         self._offsets: list[int] = []  # each lazy decoder's (c0 - base), kept when windowed reads are counted
         self._grow_at: dict[int, list[Sequence]] = {}  # iteration -> lazy decoders allocating in it
         self._special_at: set[int] = set()  # iterations whose growth events are not one plain unit
+        # iterations with an event the allocator re-times (not periodic): it may free memory (a window), which
+        # a queue blocked on memory must see, so decode runs stop there while requests wait
+        self._reask_at: set[int] = set()
         self._grow_heap: list[int] = []  # iterations of _grow_at (stale entries are skipped)
         self._finish_at: dict[int, list[Sequence]] = {}  # iteration -> lazy decoders emitting their last token
         self._finish_heap: list[int] = []
@@ -87,13 +90,19 @@ class IncrementalScheduler(Scheduler):
         plain = g.units == 1 and not g.copy and g.every > 0
         if plain and not self._period:
             self._period = g.every
-        if self._add_growth(s, e) and (not plain or g.every != self._period):
-            self._special_at.add(e)
+        s.grow_periodic = plain and g.every == self._period
+        # A copy, or more than one unit, gets an iteration of its own; an event of at most one unit (a window
+        # freeing blocks, a growth the allocator re-times) runs inside a decode run like a plain one.
+        if self._add_growth(s, e):
+            if g.copy or g.units > 1:
+                self._special_at.add(e)
+            elif not s.grow_periodic:
+                self._reask_at.add(e)
 
-    def _regrow(self, s: Sequence, plain: bool) -> None:
-        """After the lazy decoder's allocation at self.it: its next event. A plain growth (one unit) recurs
-        every period; anything else asks the allocator again."""
-        if plain:
+    def _regrow(self, s: Sequence) -> None:
+        """After the lazy decoder's allocation at self.it: its next event. A periodic growth (one unit)
+        recurs every period; anything else asks the allocator again."""
+        if s.grow_periodic:
             s.grow_iter = -1
             self._add_growth(s, self.it + self._period)
         else:
@@ -144,6 +153,7 @@ class IncrementalScheduler(Scheduler):
                     del table[e]
                     if table is self._grow_at:
                         self._special_at.discard(e)
+                        self._reask_at.discard(e)
                 setattr(s, attr, -1)
         s.lazy = False
 
@@ -209,8 +219,8 @@ class IncrementalScheduler(Scheduler):
         self._swap_out = self._swap_in = 0
         it = self.it
         events = self._grow_at.pop(it, [])
-        plain = it not in self._special_at
         self._special_at.discard(it)
+        self._reask_at.discard(it)
         self._pop_stale(self._grow_heap, self._grow_at, it + 1)
         for s in events:
             s.grow_iter = -1
@@ -250,7 +260,7 @@ class IncrementalScheduler(Scheduler):
                     break
             else:
                 if s.lazy:
-                    self._regrow(s, plain)
+                    self._regrow(s)
                 else:
                     scheduled[s.sid] = (s, n)
                 budget -= n
@@ -338,7 +348,8 @@ class IncrementalScheduler(Scheduler):
         it = self.it
         self._pop_stale(self._finish_heap, self._finish_at, it)
         k = self._finish_heap[0] - it + 1  # up to and including the next completion
-        specials = [e - it for e in self._special_at if e - it < k]
+        cuts = self._special_at | self._reask_at if self.waiting else self._special_at
+        specials = [e - it for e in cuts if e - it < k]
         if specials:
             k = min(specials)  # step the special allocation (copy-on-write) on its own
         events = [(e - it, len(lst)) for e, lst in self._grow_at.items() if e - it < k]
@@ -373,16 +384,16 @@ class IncrementalScheduler(Scheduler):
             lst = self._grow_at.pop(e, None)
             if not lst:
                 continue
-            plain = e not in self._special_at
             self._special_at.discard(e)
+            self._reask_at.discard(e)
             self.it = e
             lst.sort(key=lambda x: x.key)  # admission order, as stepping allocates
             for s in lst:
                 c = s.c0 + (e - s.base)
                 if not self.alloc.allocate(s.sid, s.req, c + 1, computed=c):
                     raise AssertionError(f"decode run: sequence {s.sid} could not grow (headroom was checked)")
-                self._regrow(s, plain)
-            segments.append((e - it0, self.memory_breakdown(filled=0)))
+                self._regrow(s)
+            segments.append((e - it0, self.memory_breakdown(filled=0), self.alloc.shared_slots))
         self.it = end
         fin = self._finish_at.pop(end - 1, None)
         done = []

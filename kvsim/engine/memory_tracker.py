@@ -55,34 +55,42 @@ class MemoryTracker:
             self._last_recorded = t
 
     def add_run(self, t0: float, t1: float, step_weights: list[float], n: int, filled0: int, start: Breakdown,
-                segments: list[tuple[int, Breakdown]], end: Breakdown) -> None:
+                segments: list[tuple[int, Breakdown, int]], end: Breakdown) -> None:
         """Integrate a decode run over [t0, t1] exactly as stepping would, without stepping: step i lasts
         t1 - t0 scaled by ``step_weights`` (the steps' own durations), n sequences add a token each per
         step, and the pool is ``start`` until the first of ``segments`` (iteration offset, pool) and each
-        segment's from its offset on. Pools are given with no token states (filled = 0): during step i the
-        tokens go from filled0 + n*i to filled0 + n*(i + 1), and stepping's trapezoid sees their mean."""
+        segment's from its offset on, and so are the slots saved by sharing (segments: (offset, pool, shared)).
+        Pools are given with no token states (filled = 0): during step i the tokens go from filled0 + n*i to
+        filled0 + n*(i + 1), and stepping's trapezoid sees their mean."""
         assert self._last is not None and self.t_last == t0, "observe the run's start before adding it"
         T = t1 - t0
         if T > 0 and step_weights:
             scale = T / sum(step_weights)
             # the pool's state is constant between segment offsets; tokens grow by n per step
-            bounds = [(0, start.as_tuple())] + [(o, b.as_tuple()) for o, b in segments]
+            bounds = [(0, start.as_tuple(), self._shared)] + [(o, b.as_tuple(), sh) for o, b, sh in segments]
             nc = len(MEMORY_CATEGORIES)
             acc = [0.0] * nc
-            for j, (o, state) in enumerate(bounds):
+            shared = 0.0
+            for j, (o, state, sh) in enumerate(bounds):
                 hi = bounds[j + 1][0] if j + 1 < len(bounds) else len(step_weights)
                 if hi <= o:
                     continue
                 dt = scale * sum(step_weights[o:hi])
                 for c in range(nc):
                     acc[c] += dt * state[c]
+                shared += dt * sh
             tokens = (filled0 + 0.5 * n) * T + n * scale * sum(map(operator.mul, range(len(step_weights)), step_weights))
             tokens *= self.token_slots
             acc[0] += tokens
             acc[1] -= tokens
             for i in range(nc):
                 self.integral[i] += acc[i]
-            self.shared_integral += self._shared * T
+            self.shared_integral += shared
+        if segments:  # what sequences hold and share changes only at the segments' starts
+            self._shared = segments[-1][2]
+            self.peak_shared = max(self.peak_shared, max(sh for _, _, sh in segments))
+            self.peak_held = max(self.peak_held, max(b.token_states + b.reserved + b.internal_frag
+                                                     + b.recurrent_state + b.page_padding for _, b, _ in segments))
         self._last, self.t_last = None, t1
         self.observe(t1, end, self._shared)
 

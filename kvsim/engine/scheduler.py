@@ -66,8 +66,9 @@ class IterationPlan:
 @dataclass
 class StepResult:
     finished: list[Sequence]  # sequences that emitted their last token (still holding memory)
-    # decode runs: (iteration offset, pool breakdown with tokens excluded) from which each state holds
-    segments: list[tuple[int, Breakdown]] = field(default_factory=list)
+    # decode runs: (iteration offset, pool breakdown with tokens excluded, slots saved by sharing) from which
+    # each state holds
+    segments: list[tuple[int, Breakdown, int]] = field(default_factory=list)
 
 
 class Scheduler:

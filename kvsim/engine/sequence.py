@@ -30,7 +30,7 @@ class Sequence:
                  "admitted_s", "first_token_s", "finish_s", "preemptions", "last_scheduled_s", "cached_tokens", "last_cached_tokens",
                  "swapped", "seats", "parent", "samples", "forked",
                  # position in the running batch (admission order), and the incremental scheduler's lazy state
-                 "key", "lazy", "base", "c0", "g0", "grow_iter", "finish_iter", "lazy_from")
+                 "key", "lazy", "base", "c0", "g0", "grow_iter", "finish_iter", "lazy_from", "grow_periodic")
 
     def __init__(self, sid: int, req: Request):
         self.sid = sid
@@ -60,6 +60,7 @@ class Sequence:
         self.lazy = False
         self.base = self.c0 = self.g0 = 0
         self.grow_iter = self.finish_iter = -1  # iterations of its next allocation and of its last token
+        self.grow_periodic = False  # its next allocation recurs every period (else the allocator is asked again)
         self.lazy_from = 0  # the first plan it was scheduled in as a lazy decoder
 
     @property
