@@ -450,3 +450,15 @@ def test_hf_configs_of_llama4_and_gpt_oss(tmp_path):
     g = get_model(str(p))
     assert g.sequence_bytes(32768) == MODEL_PRESETS["gpt-oss-20b"].sequence_bytes(32768)
     assert g.weight_bytes == pytest.approx(MODEL_PRESETS["gpt-oss-20b"].weight_bytes, rel=0.01)
+
+
+def test_custom_models_take_windows_and_mla():
+    g = get_model("custom:layers=48,kv_heads=8,head_dim=256,params=12e9,q_heads=16,sliding_window=1024,full_every=6")
+    assert g.mixers == MODEL_PRESETS["gemma-3-12b"].mixers
+    assert g.sequence_bytes(32768) == MODEL_PRESETS["gemma-3-12b"].sequence_bytes(32768)
+    d = get_model("custom:layers=61,kv_heads=128,head_dim=192,params=671e9,kv_lora_rank=512,qk_rope_head_dim=64,"
+                  "dtype=bf16")
+    assert d.kv_bytes_per_token == 61 * 1152
+    for bad in ("full_every=2", "sliding_window=8,attention_chunk=8", "sliding_window=-3"):
+        with pytest.raises(ConfigError):
+            get_model(f"custom:layers=4,kv_heads=2,head_dim=64,params=1e9,{bad}")

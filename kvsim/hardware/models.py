@@ -362,7 +362,9 @@ MODEL_PRESETS: dict[str, ModelSpec] = {
 
 def parse_custom_model(text: str) -> ModelSpec:
     """Parse ``custom:layers=32,kv_heads=8,head_dim=128,params=8e9[,q_heads=..,dtype=..,max_context=..,
-    hidden_size=..,intermediate_size=..,vocab_size=..,gated_mlp=0|1]``."""
+    hidden_size=..,intermediate_size=..,vocab_size=..,gated_mlp=0|1]``; windows: ``sliding_window=W`` or
+    ``attention_chunk=C`` makes every layer windowed, ``full_every=K`` keeps every K-th one full; MLA:
+    ``kv_lora_rank=..,qk_rope_head_dim=..``."""
     body = text.split(":", 1)[1] if ":" in text else ""
     fields: dict[str, str] = {}
     for part in filter(None, body.split(",")):
@@ -374,7 +376,8 @@ def parse_custom_model(text: str) -> ModelSpec:
     missing = [k for k in required if k not in fields]
     if missing:
         raise ConfigError(f"custom model: missing {', '.join(missing)} (need {', '.join(required)})")
-    ints = {"q_heads", "max_context", "hidden_size", "intermediate_size", "vocab_size"}
+    ints = {"q_heads", "max_context", "hidden_size", "intermediate_size", "vocab_size", "sliding_window",
+            "attention_chunk", "full_every", "kv_lora_rank", "qk_rope_head_dim"}
     known = set(required) | ints | {"dtype", "name", "gated_mlp"}
     unknown = set(fields) - known
     if unknown:
@@ -397,7 +400,19 @@ def parse_custom_model(text: str) -> ModelSpec:
             intermediate_size=int(fields.get("intermediate_size", 0)),
             vocab_size=int(fields.get("vocab_size", 32000)),
             gated_mlp=fields.get("gated_mlp", "1") not in ("0", "false", "False"),
+            kv_lora_rank=int(fields.get("kv_lora_rank", 0)),
+            qk_rope_head_dim=int(fields.get("qk_rope_head_dim", 0)),
         )
+        window, chunk = int(fields.get("sliding_window", 0)), int(fields.get("attention_chunk", 0))
+        every = int(fields.get("full_every", 0))
+        if window and chunk:
+            raise ValueError("give sliding_window or attention_chunk, not both")
+        if window or chunk:
+            kind = "sliding" if window else "chunked"
+            types = tuple("full" if every and (i + 1) % every == 0 else kind for i in range(spec.layers))
+            spec = replace(spec, layer_types=types, sliding_window=window, attention_chunk=chunk)
+        elif every:
+            raise ValueError("full_every needs sliding_window or attention_chunk")
     except ValueError as e:
         raise ConfigError(f"custom model: {e}") from None
     return spec.validate()
