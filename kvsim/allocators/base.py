@@ -63,7 +63,11 @@ NO_HIT = PrefixHit()
 class Growth:
     """The next allocation a growing sequence needs: at ``tokens`` tokens it takes ``units`` copy units;
     ``copy``: it copies a block it shares (copy-on-write) rather than taking a fresh one; ``every``: after
-    it, another such growth every this many tokens (0: not known in advance)."""
+    it, another such growth every this many tokens (0: not known in advance, the engine asks again).
+
+    The engine runs events of at most one unit without a copy inside decode runs (it checks headroom
+    counting one unit per sequence per period), so an allocator may announce zero-unit events (a window
+    freeing blocks) between its growths, but never more than one unit per ``every`` tokens of a sequence."""
 
     tokens: int
     units: int = 1
