@@ -161,6 +161,9 @@ def describe(b: MemoryBudget) -> list[tuple[str, str]]:
         conc = b.concurrency_by_layout()
         lines[-1] = ("maximum concurrency", ", ".join(f"{n} {c:,.1f}x" for n, c in conc.items()))
         lines.append(("", "(as vLLM: a max-length request at its peak)"))
+        # what vLLM's log calls "GPU KV cache size" for a hybrid model: concurrency x max_model_len
+        lines.append(("vLLM's KV cache size", f"{int(conc['hybrid'] * b.max_model_len):,} tokens (hybrid, as its log"
+                                              " says)"))
         fits = b.sequences_by_layout(b.max_model_len)
         lines.append(("max-length sequences", "fit: " + ", ".join(f"{n} {k:,}" for n, k in fits.items())))
         lines.append(("", "(decoding, windows freed)"))

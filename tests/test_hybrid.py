@@ -462,3 +462,15 @@ def test_custom_models_take_windows_and_mla():
     for bad in ("full_every=2", "sliding_window=8,attention_chunk=8", "sliding_window=-3"):
         with pytest.raises(ConfigError):
             get_model(f"custom:layers=4,kv_heads=2,head_dim=64,params=1e9,{bad}")
+
+
+def test_vllm_maximum_concurrency_of_the_hybrid_layout_by_hand():
+    from kvsim.memory_budget import memory_budget
+    from kvsim.options import config_from_args
+
+    b = memory_budget(config_from_args(["--model", "gpt-oss-20b", "--gpu", "h100-80gb", "--max-model-len", "131072",
+                                        "--kv-pool-gb", "40"]))
+    pages = (40 << 30) // (12 * 16 * 2048)  # 12 layers a group x 16 tokens x 2 KiB
+    # a max-length request: 8,192 full blocks + cdiv(128 - 1 + 8,192, 16) + 1 = 521 sliding blocks (vLLM)
+    assert b.concurrency_by_layout()["hybrid"] == pytest.approx(pages / (8192 + 521))
+    assert b.concurrency_by_layout()["naive"] == pytest.approx((40 << 30) // (24 * 16 * 2048) / 8192)
