@@ -65,6 +65,12 @@ class SchedulerConfig:
                 f"max_num_batched_tokens ({self.max_num_batched_tokens}) must be >= max_num_seqs"
                 f" ({self.max_num_seqs}), or a full batch of decodes would not fit one iteration")
 
+    @property
+    def prefill_chunk(self) -> int:
+        """Tokens a prompt is computed in at most per iteration (0: whole, without chunked prefill or with
+        static batching)."""
+        return self.max_num_batched_tokens if self.chunked_prefill and self.batching != "static" else 0
+
     def validate(self) -> "SchedulerConfig":
         return self  # checked on construction; kept for callers of the earlier API
 

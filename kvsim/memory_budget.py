@@ -92,14 +92,12 @@ def memory_budget(cfg: SimConfig) -> MemoryBudget:
         formula = f"2 x {m.attention_layers} attention layers x {m.kv_heads} KV heads x {m.head_dim} dims x " \
                   f"{m.kv_dtype_bytes} B"
     if m.is_hybrid:
-        from kvsim.allocators.kv_groups import build_layout
+        from kvsim.allocators.registry import KINDS, ModelMemory, kind_layout
 
         mix = layer_mix(m)
-        chunk = cfg.scheduler.max_num_batched_tokens if cfg.scheduler.chunked_prefill else 0
-        layouts = tuple((name, build_layout(m, tp, pool.pool_bytes, cfg.block_size, cfg.scheduler.max_seq_len, mode,
-                                            windows, chunk), windows)
-                        for name, mode, windows in (("naive", "shared", False), ("static-split", "split", True),
-                                                    ("hybrid", "shared", True)))
+        memory = ModelMemory(m, tp, pool.pool_bytes, cfg.scheduler.prefill_chunk)
+        layouts = tuple((k.name, kind_layout(k.name, memory, cfg.block_size, cfg.scheduler.max_seq_len), k.layout[1])
+                        for k in KINDS.values() if k.layer_groups)
     return MemoryBudget(
         model=m.name, gpu=gpu.name, tp=tp, gpu_bytes=gpu.memory_bytes,
         usable_bytes=gpu.memory_bytes * cfg.memory.gpu_memory_utilization, weight_bytes=m.weight_bytes / tp,
@@ -108,7 +106,7 @@ def memory_budget(cfg: SimConfig) -> MemoryBudget:
         kv_formula=formula, block_size=cfg.block_size, max_model_len=cfg.scheduler.max_seq_len, params=m.params,
         weight_dtype=m.weight_dtype or m.dtype, kv_dtype=kv_dtype, layer_mix=mix,
         state_bytes_per_seq=m.count("mamba") * m.state_bytes_per_layer(tp), layouts=layouts,
-        prefill_chunk=cfg.scheduler.max_num_batched_tokens if cfg.scheduler.chunked_prefill else 0)
+        prefill_chunk=cfg.scheduler.prefill_chunk)
 
 
 def layer_mix(m) -> str:
@@ -117,7 +115,7 @@ def layer_mix(m) -> str:
     for kind in ("full", "sliding", "chunked", "mamba"):
         n = m.count(kind)
         if n:
-            w = m.sliding_window if kind == "sliding" else m.attention_chunk if kind == "chunked" else 0
+            w = m.window_of(kind)
             parts.append(f"{n} {kind}" + (f" ({w:,})" if w else ""))
     return " + ".join(parts)
 

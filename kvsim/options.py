@@ -235,8 +235,9 @@ def config_from_options(values: Mapping[str, Any], naming: str = "flag"):
     model = get_model(v["model"]).with_kv_cache_dtype(v["kv_cache_dtype"]).validate()
     gpu = get_gpu(v["gpu"])
     tp = v["tensor_parallel_size"]
-    if not model.is_mla and model.attention_layers and model.kv_heads % tp:
-        raise ConfigError(f"{name('tensor_parallel_size')} {tp}: must divide the model's kv_heads ({model.kv_heads})")
+    problem = model.tp_problem(tp)
+    if problem:
+        raise ConfigError(f"{name('tensor_parallel_size')} {tp}: {problem}")
     if v["max_num_batched_tokens"] < v["max_num_seqs"]:
         raise ConfigError(f"{name('max_num_batched_tokens')} ({v['max_num_batched_tokens']}) must be >= "
                           f"{name('max_num_seqs')} ({v['max_num_seqs']}), or a full batch of decodes would not fit "

@@ -31,18 +31,14 @@ def resolve_allocator(allocator: AllocatorSpec | str, cfg: SimConfig) -> Allocat
     return spec.resolve(cfg.block_size, cfg.enable_prefix_caching)
 
 
-def _prefill_chunk(cfg: SimConfig) -> int:
-    s = cfg.scheduler
-    return s.max_num_batched_tokens if s.chunked_prefill and s.batching != "static" else 0
-
-
 def simulate(requests: list[Request], cfg: SimConfig, allocator: AllocatorSpec | str, pool: PoolPlan | None = None,
              observer: StepObserver | None = None, progress: Callable[[int], None] | None = None,
              latency: LatencyModel | None = None) -> RunOutput:
     pool = pool or plan_pool(cfg.model, cfg.gpu, cfg.memory, cfg.tp)
     cpu_slots = int(cfg.swap_space_gb * (1 << 30)) // pool.kv_bytes_per_token
     alloc = make_allocator(resolve_allocator(allocator, cfg), pool.pool_tokens, cfg.scheduler.max_seq_len, cpu_slots,
-                           cfg.cache_eviction, ModelMemory(cfg.model, cfg.tp, pool.pool_bytes, _prefill_chunk(cfg)))
+                           cfg.cache_eviction, ModelMemory(cfg.model, cfg.tp, pool.pool_bytes,
+                                                                        cfg.scheduler.prefill_chunk))
     slot_bytes = alloc.slot_bytes or pool.kv_bytes_per_token
     swap = (SwapTiming(slot_bytes, cfg.gpu.pcie_bandwidth, cfg.swap_block_latency_s)
             if cfg.scheduler.preemption_mode == "swap" else None)

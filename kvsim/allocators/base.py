@@ -35,6 +35,11 @@ class Breakdown:
     recurrent_state: int = 0
     page_padding: int = 0
 
+    @property
+    def held(self) -> int:
+        """Slots sequences hold (everything but fragmentation outside them and free memory)."""
+        return self.token_states + self.reserved + self.internal_frag + self.recurrent_state + self.page_padding
+
     def as_tuple(self) -> tuple[int, ...]:
         return (self.token_states, self.reserved, self.internal_frag, self.external_frag, self.free,
                 self.recurrent_state, self.page_padding)
@@ -91,8 +96,6 @@ class KVAllocator(ABC):
     token_slots: int = 1
     #: Bytes of one slot when the allocator decides it (hybrid layouts); None: the model's KV bytes per token.
     slot_bytes: int | None = None
-    #: Tokens a prompt is computed in at most (the engine's chunk budget; 0: whole), for footprints.
-    prefill_chunk: int = 0
 
     def __init__(self, pool_tokens: int):
         self.pool_tokens = pool_tokens
@@ -100,6 +103,7 @@ class KVAllocator(ABC):
         # incrementally so that a memory snapshot costs O(1), not O(live sequences).
         self._overhang: dict[int, int] = {}
         self._overhang_total = 0
+        self.copies: list[tuple[str, int, int]] = []  # (kind, src unit, dst unit) since the last drain
 
     def _set_overhang(self, seq_id: int, held: int, final_tokens: int) -> None:
         new = max(0, held - final_tokens)
@@ -114,9 +118,14 @@ class KVAllocator(ABC):
     def footprint(self, request: Request) -> int:
         """Slots this request holds at its largest, alone (its reservation, or its rounded-up blocks)."""
 
+    def alone_problem(self, request: Request) -> str | None:
+        """Why the request could not run to completion even in an otherwise empty pool, or None."""
+        need = self.footprint(request)
+        return f"needs {need} KV slots; the pool holds {self.usable_tokens}" if need > self.usable_tokens else None
+
     def fits_alone(self, request: Request) -> bool:
         """Could the request run to completion in an otherwise empty pool?"""
-        return self.footprint(request) <= self.usable_tokens
+        return self.alone_problem(request) is None
 
     @property
     def usable_tokens(self) -> int:
@@ -187,7 +196,8 @@ class KVAllocator(ABC):
 
     def drain_copies(self) -> list[tuple[str, int, int]]:
         """Copies (kind, src, dst) of ``copy_unit`` slots made since the last call: copy-on-write and swaps."""
-        return []
+        out, self.copies = self.copies, []
+        return out
 
     def counters(self) -> dict:
         """Allocator-specific totals for the run summary."""

@@ -33,7 +33,7 @@ class HybridAllocator(KVAllocator):
     shares_kv = True
 
     def __init__(self, layout: KVLayout, pool_units: int, windows: bool = True, prefix: bool = False,
-                 cache_eviction: str = "lru", cpu_swap_units: int = 0, name: str = "hybrid"):
+                 cache_eviction: str = "lru", cpu_swap_units: int = 0, name: str = "hybrid", prefill_chunk: int = 0):
         super().__init__(pool_units)
         self.layout, self.name = layout, name
         self.groups: tuple[KVGroup, ...] = layout.groups
@@ -43,12 +43,11 @@ class HybridAllocator(KVAllocator):
         self.token_slots = sum(g.token_units for g in self.groups)
         self._attn = [i for i, g in enumerate(self.groups) if g.attention]
         self._mamba = [i for i, g in enumerate(self.groups) if not g.attention]
-        # groups that hold alike, with their count: (kind, window if it frees blocks else 0, pool, page, count)
-        kinds: dict[tuple, int] = {}
+        # groups that hold alike (same kind, window, pool and page): (one of them, how many)
+        alike: dict[tuple, list] = {}
         for g in self.groups:
-            key = (g.kind, g.window if self.windows and g.windowed else 0, g.pool, g.page_units)
-            kinds[key] = kinds.get(key, 0) + 1
-        self._kinds = [(*k, n) for k, n in kinds.items()]
+            alike.setdefault((g.kind, g.window, g.pool, g.page_units), [g, 0])[1] += 1
+        self._alike = [tuple(v) for v in alike.values()]
         if prefix:
             from kvsim.allocators.hashed_pool import HashedBlockPool
 
@@ -71,11 +70,10 @@ class HybridAllocator(KVAllocator):
         self._shared_extra = 0
         self._extra_refs = 0
         self._chains: dict[int, list[list[int]]] = {}
-        self.prefill_chunk = 0  # tokens a prompt is computed in at most (0: whole); for footprints
+        self.prefill_chunk = prefill_chunk  # tokens a prompt is computed in at most (0: whole); for footprints
         self.swap = SwapSpace(cpu_swap_units // self.copy_unit) if cpu_swap_units > 0 and len(self.pools) == 1 \
             else None
         self._swapped_shape: dict[int, tuple[list[tuple[int, int]], int]] = {}  # tables' shapes, tokens
-        self.copies: list[tuple[str, int, int]] = []
         self.stats = {"window_freed_blocks": 0}
         if prefix:
             self.stats.update(hit_blocks=0, lookup_blocks=0)
@@ -96,7 +94,7 @@ class HybridAllocator(KVAllocator):
         self._phys[g] -= 1
         pool.on_unreferenced(b)
 
-    def _free_skipped(self, seq_id: int, tables: list[list[int]], first: list[int], computed: int) -> None:
+    def _free_skipped(self, tables: list[list[int]], first: list[int], computed: int) -> None:
         """Free window blocks no later token attends to (vLLM: remove_skipped_blocks)."""
         B = self.B
         for g in self._attn:
@@ -118,9 +116,9 @@ class HybridAllocator(KVAllocator):
             self._dropped += (upto - f) * B * grp.token_units
             first[g] = upto
 
-    def _overhang_of(self, tables: list[list[int]], final: int) -> int:
-        B = self.B
-        return sum(max(0, len(tables[g]) * B - final) * self.groups[g].token_units for g in self._attn)
+    def _note_overhang(self, seq_id: int, held_blocks: int, final: int) -> None:
+        """Every attention table holds ``held_blocks`` entries: slots past the final length, in all groups."""
+        self._set_overhang(seq_id, max(0, held_blocks * self.B - final) * self.token_slots, 0)
 
     # --- capacity ------------------------------------------------------------------------------------
     def _holdings(self, request: Request) -> list[tuple[int, list[int]]]:
@@ -136,39 +134,42 @@ class HybridAllocator(KVAllocator):
         # before): the peak is within a block of the request's end or of a window's end (for chunked groups,
         # the first chunk boundary after the prompt, or the last before the end)
         ends = set()
-        for kind, window, _, _, _ in self._kinds:
-            if window:
-                ends.add(window - 1)
-                if kind == "chunked":
-                    ends.add(-(-(P + 1) // window) * window - 1)
-                    ends.add((L - 1) // window * window - 1)
+        for grp, _ in self._alike:
+            if grp.windowed:
+                w = grp.window
+                ends.add(w - 1)
+                if grp.kind == "chunked":
+                    ends.update((-(-(P + 1) // w) * w - 1, (L - 1) // w * w - 1))
         cands = {L - 1 - k for k in range(2 * B + 2)} | {e + k for e in ends for k in range(-B, B + 1)}
         steps += [(c, c + 1) for c in sorted(cands) if P <= c < L]
         out = []
         npools = len(self.pools)
         for c, n in steps:
-            blocks = -(-n // B)
             units, per_pool = 0, [0] * npools
-            for kind, window, pool, page, count in self._kinds:
-                if kind == "mamba":
+            for grp, count in self._alike:
+                if not grp.attention:
                     k = 1
-                elif window:
-                    k = blocks - (max(0, c - window + 1) if kind == "sliding" else c // window * window) // B
                 else:
-                    k = blocks
-                units += k * page * count
-                per_pool[pool] += k * count
+                    skipped = grp.skipped_tokens(c) if self.windows else 0
+                    k = -(-n // B) - skipped // B
+                units += k * grp.page_units * count
+                per_pool[grp.pool] += k * count
             out.append((units, per_pool))
         return out
 
     def footprint(self, request: Request) -> int:
         return max(units for units, _ in self._holdings(request))
 
-    def fits_alone(self, request: Request) -> bool:
+    def alone_problem(self, request: Request) -> str | None:
         need = [0] * len(self.pools)
         for _, per_pool in self._holdings(request):
             need = [max(a, b) for a, b in zip(need, per_pool)]
-        return all(n <= p.num_blocks for n, p in zip(need, self.pools))
+        for p, (n, pool) in enumerate(zip(need, self.pools)):
+            if n > pool.num_blocks:
+                kinds = "+".join(sorted({g.kind for g in self.groups if g.pool == p}))
+                where = f"the {kinds} pool's" if len(self.pools) > 1 else "the pool's"
+                return f"needs {n:,} pages at its peak; {where} {pool.num_blocks:,}"
+        return None
 
     @property
     def usable_tokens(self) -> int:
@@ -234,57 +235,39 @@ class HybridAllocator(KVAllocator):
     # --- ownership -------------------------------------------------------------------------------------
     def allocate(self, seq_id: int, request: Request, num_tokens: int, hit: PrefixHit = NO_HIT,
                  computed: int | None = None) -> bool:
-        B = self.B
         tables = self._tables.get(seq_id)
-        if tables is not None:  # it holds memory already (a prefix hit only ever starts a sequence)
-            return self._grow(seq_id, request, tables, num_tokens, computed)
+        if tables is None:  # a prefix hit only ever starts a sequence
+            if not self._start(seq_id, request, num_tokens, hit):
+                return False
+            tables = self._tables[seq_id]
+        return self._grow(seq_id, request, tables, num_tokens, computed)
+
+    def _start(self, seq_id: int, request: Request, num_tokens: int, hit: PrefixHit) -> bool:
+        """Give a new sequence its tables: the hit's blocks (nulls where a window never needs them) and a
+        page per mamba group, if every pool also has the blocks its first ``num_tokens`` tokens need (hit
+        blocks nobody holds count as free until claimed)."""
+        B = self.B
         hit_n = hit.tokens // B if hit.looked_up else 0
         if hit.looked_up and hit.stamp != self._stamp:
             raise ValueError(f"sequence {seq_id}: stale prefix hit (blocks were evicted since the lookup)")
-        if computed is None:
-            computed = hit_n * B
-        tables = [[] for _ in self.groups]
-        first = [0] * len(self.groups)
-        # what each pool must supply (hit blocks nobody holds count as free until claimed)
-        hit_blocks = self._split_hit(hit.blocks, hit_n) if hit_n else None
+        hits = self._split_hit(hit.blocks, hit_n)
+        grow = max(0, -(-num_tokens // B) - hit_n)
         need = [0] * len(self.pools)
         evictable = [0] * len(self.pools)
-        target = -(-num_tokens // B)
         for g, grp in enumerate(self.groups):
-            p = grp.pool
-            if not grp.attention:
-                need[p] += 1
-                continue
-            have = 0
-            if hit_blocks is not None:
-                have = hit_n
-                evictable[p] += sum(1 for b in hit_blocks[g] if b != NULL and self.pools[p].ref[b] == 0)
-            start = max(have, grp.skipped_tokens(computed) // B) if self.windows and grp.windowed else have
-            need[p] += max(0, target - start)
+            pool = self.pools[grp.pool]
+            need[grp.pool] += grow if grp.attention else 1
+            evictable[grp.pool] += sum(1 for b in hits[g] if b != NULL and pool.ref[b] == 0)
         if any(n > pool.num_free - e for n, e, pool in zip(need, evictable, self.pools)):
             return False
-        if hit_blocks is not None:
-            self._claim(seq_id, request, tables, first, hit_blocks)
-        for g, grp in enumerate(self.groups):
-            table = tables[g]
-            if not grp.attention:
-                table.append(self._pool(g).take_one())
-                self._phys[g] += 1
-                continue
-            if self.windows and grp.windowed:
-                skip = grp.skipped_tokens(computed) // B
-                if len(table) < skip and skip < target:  # blocks no token will attend to are never allocated
-                    self._dropped += (skip - len(table)) * B * grp.token_units
-                    table.extend([NULL] * (skip - len(table)))
-                    first[g] = skip
-            n = target - len(table)
-            if n > 0:
-                table.extend(self._pool(g).take(n))
-                self._phys[g] += n
-        self._tables[seq_id] = tables
-        self._first[seq_id] = first
-        self._tokens[seq_id] = num_tokens
-        self._set_overhang(seq_id, self._overhang_of(tables, request.total_tokens), 0)
+        tables: list[list[int]] = [[] for _ in self.groups]
+        first = [0] * len(self.groups)
+        if hit_n:
+            self._claim(seq_id, request, tables, first, hits)
+        for g in self._mamba:
+            tables[g].append(self._pool(g).take_one())
+            self._phys[g] += 1
+        self._tables[seq_id], self._first[seq_id], self._tokens[seq_id] = tables, first, hit_n * B
         if hit.looked_up:
             self.stats["lookup_blocks"] += request.prompt_tokens // B
             self.stats["hit_blocks"] += hit_n
@@ -296,7 +279,7 @@ class HybridAllocator(KVAllocator):
         windows have freed what they skip, so each attention group needs the same number of new blocks."""
         prev = self._tokens[seq_id]
         if self.windows:
-            self._free_skipped(seq_id, tables, self._first[seq_id], prev if computed is None else computed)
+            self._free_skipped(tables, self._first[seq_id], prev if computed is None else computed)
         self._tokens[seq_id] = num_tokens
         if not self._attn:
             return True
@@ -311,9 +294,7 @@ class HybridAllocator(KVAllocator):
         for g in self._attn:
             tables[g].extend(self._pool(g).take(n))
             self._phys[g] += n
-        over = (held + n) * self.B - request.total_tokens
-        if over > 0:
-            self._set_overhang(seq_id, over * self.token_slots, 0)
+        self._note_overhang(seq_id, held + n, request.total_tokens)
         return True
 
     def _split_hit(self, blocks: tuple[int, ...], n: int) -> list[list[int]]:
@@ -444,8 +425,7 @@ class HybridAllocator(KVAllocator):
             grp = self.groups[g]
             if not grp.windowed:
                 continue
-            nxt = (first[g] + 1) * B  # skipped tokens that free the next block
-            c = nxt + grp.window - 1 if grp.kind == "sliding" else -(-nxt // grp.window) * grp.window
+            c = grp.computed_skipping((first[g] + 1) * B)  # when its next block is freed
             event = min(event, max(c, computed) + 1)
         return Growth(event, 1 if event == grow_at else 0, False, 0)
 
@@ -485,14 +465,10 @@ class HybridAllocator(KVAllocator):
             self._dropped += f * self.B * self.groups[g].token_units
         self._tables[seq_id], self._first[seq_id] = tables, first
         self._tokens[seq_id] = tokens
-        self._set_overhang(seq_id, self._overhang_of(tables, request.total_tokens), 0)
+        self._note_overhang(seq_id, len(tables[self._attn[0]]) if self._attn else 0, request.total_tokens)
         mapping = list(zip(cpu, gpu))
         self.copies.extend(("swap_in", c, b) for c, b in mapping)
         return mapping
-
-    def drain_copies(self) -> list[tuple[str, int, int]]:
-        out, self.copies = self.copies, []
-        return out
 
     # --- accounting ------------------------------------------------------------------------------------
     def _padding_and_state(self) -> tuple[int, int]:

@@ -30,6 +30,7 @@ import math
 from dataclasses import dataclass
 
 from kvsim.errors import ConfigError
+from kvsim.hardware.models import first_attended
 
 KERNEL_BLOCK_ALIGNMENT = 16  # tokens: attention block sizes stay multiples of this (vLLM's alignment for mamba hybrids)
 
@@ -57,11 +58,12 @@ class KVGroup:
     def skipped_tokens(self, computed: int) -> int:
         """Leading tokens no later token attends to, once ``computed`` tokens have KV (vLLM's
         sliding-window / chunked-local managers free the blocks wholly inside them)."""
-        if self.kind == "sliding":
-            return max(0, computed - self.window + 1)
-        if self.kind == "chunked":
-            return computed // self.window * self.window
-        return 0
+        return first_attended(self.kind, self.window, computed) if self.windowed else 0
+
+    def computed_skipping(self, tokens: int) -> int:
+        """The fewest computed tokens at which the first ``tokens`` tokens are skipped (inverse of
+        :meth:`skipped_tokens`): when the block ending there is freed."""
+        return tokens + self.window - 1 if self.kind == "sliding" else -(-tokens // self.window) * self.window
 
     def needed_hit_blocks(self, hit_blocks: int, block_size: int) -> int:
         """A prefix hit of ``hit_blocks`` blocks needs this group's last this-many of them cached (all of them
@@ -118,8 +120,7 @@ def _kinds(model, windows: bool) -> list[tuple[str, int, int]]:
     for kind in ("full", "sliding", "chunked", "mamba"):
         n = model.count(kind)
         if n:
-            window = model.sliding_window if kind == "sliding" else model.attention_chunk if kind == "chunked" else 0
-            out.append((kind, window, n))
+            out.append((kind, model.window_of(kind), n))
     if not windows:  # the naive baseline: every attention layer is a full one
         attn = sum(n for k, _, n in out if k != "mamba")
         out = ([("full", 0, attn)] if attn else []) + [t for t in out if t[0] == "mamba"]

@@ -46,7 +46,6 @@ class PagedAllocator(KVAllocator):
         self._extra_refs = 0  # references beyond the first, over all blocks (0: nothing is shared)
         self._chains: dict[int, list[int]] = {}  # seq_id -> its prompt block hashes (caching pools only)
         self.swap = SwapSpace(cpu_swap_tokens // block_size) if cpu_swap_tokens > 0 else None
-        self.copies: list[tuple[str, int, int]] = []  # (kind, src block, dst block) since last drain
         self.stats = {"cow_copies": 0, "forks": 0}
         if self.caches_prefixes:
             self.stats.update(hit_blocks=0, lookup_blocks=0)
@@ -300,10 +299,6 @@ class PagedAllocator(KVAllocator):
         mapping = list(zip(cpu, gpu))
         self.copies.extend(("swap_in", c, g) for c, g in mapping)
         return mapping
-
-    def drain_copies(self) -> list[tuple[str, int, int]]:
-        out, self.copies = self.copies, []
-        return out
 
     # --- growth events ------------------------------------------------------------------------
     def next_growth(self, seq_id: int, computed: int) -> Growth | None:

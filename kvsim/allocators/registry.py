@@ -76,7 +76,12 @@ class AllocatorKind:
     blocks: bool = False  # takes a block size
     prefix_option: bool = False  # accepts +prefix
     examples: tuple[str, ...] = ()  # names the allocator property tests run
-    layer_groups: bool = False  # lays out per-layer caches (serves models with mamba layers)
+    # layer-group kinds: (layout mode, windows free blocks) of kv_groups.build_layout; they hold mamba states
+    layout: tuple[str, bool] | None = None
+
+    @property
+    def layer_groups(self) -> bool:
+        return self.layout is not None
 
 
 def _contiguous(cls_name: str):
@@ -106,23 +111,28 @@ def _radix(spec, pool_tokens, max_seq_len, cpu_swap_tokens, cache_eviction, memo
     return PagedAllocator(pool_tokens, spec.block_size, cpu_swap_tokens, pool, name=str(spec))
 
 
-def _grouped(mode: str, windows: bool):
-    def build(spec, pool_tokens, max_seq_len, cpu_swap_tokens, cache_eviction, memory):
-        from kvsim.allocators.hybrid import HybridAllocator
-        from kvsim.allocators.kv_groups import build_layout, single_group_layout
+def kind_layout(kind: str, memory: ModelMemory, block_size: int, max_seq_len: int):
+    """The page layout (kv_groups.KVLayout) a layer-group kind gives ``memory``'s model and pool."""
+    from kvsim.allocators.kv_groups import build_layout
 
-        if memory is None:  # no model: one full-attention group over pool_tokens one-token units
-            layout, units, cpu = single_group_layout(pool_tokens, spec.block_size), pool_tokens, cpu_swap_tokens
-        else:
-            layout = build_layout(memory.model, memory.tp, memory.pool_bytes, spec.block_size, max_seq_len, mode,
-                                  windows, memory.prefill_chunk)
-            units = memory.pool_bytes // layout.unit_bytes
-            cpu = cpu_swap_tokens * memory.model.kv_bytes_per_token_gpu(memory.tp) // layout.unit_bytes
-        alloc = HybridAllocator(layout, units, windows, spec.prefix, cache_eviction, cpu, name=str(spec))
-        if memory is not None:
-            alloc.prefill_chunk = memory.prefill_chunk
-        return alloc
-    return build
+    mode, windows = KINDS[kind].layout
+    return build_layout(memory.model, memory.tp, memory.pool_bytes, block_size, max_seq_len, mode, windows,
+                        memory.prefill_chunk)
+
+
+def _grouped(spec, pool_tokens, max_seq_len, cpu_swap_tokens, cache_eviction, memory):
+    from kvsim.allocators.hybrid import HybridAllocator
+    from kvsim.allocators.kv_groups import single_group_layout
+
+    windows = KINDS[spec.kind].layout[1]
+    if memory is None:  # no model: one full-attention group over pool_tokens one-token units
+        layout, units, cpu, chunk = single_group_layout(pool_tokens, spec.block_size), pool_tokens, cpu_swap_tokens, 0
+    else:
+        layout = kind_layout(spec.kind, memory, spec.block_size, max_seq_len)
+        units = memory.pool_bytes // layout.unit_bytes
+        cpu = cpu_swap_tokens * memory.model.kv_bytes_per_token_gpu(memory.tp) // layout.unit_bytes
+        chunk = memory.prefill_chunk
+    return HybridAllocator(layout, units, windows, spec.prefix, cache_eviction, cpu, str(spec), chunk)
 
 
 KINDS: dict[str, AllocatorKind] = {k.name: k for k in [
@@ -136,16 +146,23 @@ KINDS: dict[str, AllocatorKind] = {k.name: k for k in [
                   _paged, blocks=True, prefix_option=True, examples=("paged:16", "paged:7", "paged:8+prefix")),
     AllocatorKind("radix", "paged blocks with an SGLang radix-tree prefix cache (evicts unreferenced leaves)",
                   _radix, blocks=True, examples=("radix:8",)),
-    AllocatorKind("hybrid", "vLLM V1 hybrid KV cache manager: a table per layer group, one shared pool, windows free"
-                  " blocks; +prefix: per-group hit rules", _grouped("shared", True), blocks=True, prefix_option=True,
-                  examples=("hybrid:16", "hybrid:8+prefix"), layer_groups=True),
-    AllocatorKind("static-split", "TensorRT-LLM style: one pool per layer kind, split at start-up by a max-length"
-                  " sequence's needs", _grouped("split", True), blocks=True, prefix_option=True,
-                  examples=("static-split:16",), layer_groups=True),
     AllocatorKind("naive", "every attention layer kept as full attention (vLLM without the hybrid manager)",
-                  _grouped("shared", False), blocks=True, prefix_option=True, examples=("naive:16",),
-                  layer_groups=True),
+                  _grouped, blocks=True, prefix_option=True, examples=("naive:16",), layout=("shared", False)),
+    AllocatorKind("static-split", "TensorRT-LLM style: one pool per layer kind, split at start-up by a max-length"
+                  " sequence's needs", _grouped, blocks=True, prefix_option=True, examples=("static-split:16",),
+                  layout=("split", True)),
+    AllocatorKind("hybrid", "vLLM V1 hybrid KV cache manager: a table per layer group, one shared pool, windows free"
+                  " blocks; +prefix: per-group hit rules", _grouped, blocks=True, prefix_option=True,
+                  examples=("hybrid:16", "hybrid:8+prefix"), layout=("shared", True)),
 ]}
+
+
+def model_problem(spec: AllocatorSpec, model) -> str | None:
+    """Why this allocator cannot serve ``model`` (a ModelSpec), or None."""
+    if model.count("mamba") and not KINDS[spec.kind].layer_groups:
+        return (f"allocator '{spec}': {model.name} has mamba layers, whose per-sequence state only the layer-group"
+                " allocators hold; use hybrid, static-split or naive")
+    return None
 
 
 def allocator_help() -> dict[str, str]:
@@ -221,7 +238,7 @@ def make_allocator(spec: AllocatorSpec | str, pool_tokens: int, max_seq_len: int
     if spec.has_blocks and spec.block_size > pool_tokens and not (memory is not None and kind.layer_groups):
         raise ConfigError(f"allocator '{spec}': a block of {spec.block_size:,} tokens is larger than the whole pool"
                           f" ({pool_tokens:,} token slots)")
-    if memory is not None and memory.model.count("mamba") and not kind.layer_groups:
-        raise ConfigError(f"allocator '{spec}': {memory.model.name} has mamba layers, whose per-sequence state only the"
-                          " layer-group allocators hold; use hybrid, static-split or naive")
+    problem = model_problem(spec, memory.model) if memory is not None else None
+    if problem:
+        raise ConfigError(problem)
     return kind.build(spec, pool_tokens, max_seq_len, cpu_swap_tokens, cache_eviction, memory)

@@ -76,13 +76,12 @@ def simulate_all(a: argparse.Namespace, allocator_names: str, command: str) -> i
         else:
             allocator_names = "hybrid" if cfg.model.is_hybrid else "paged"
     allocators = parse_allocator_list(allocator_names, cfg.block_size, cfg.enable_prefix_caching)
-    from kvsim.allocators.registry import KINDS
+    from kvsim.allocators.registry import model_problem
 
-    if cfg.model.count("mamba"):  # refuse before simulating anything, not at the allocator that cannot
-        wrong = [str(s) for s in allocators if not KINDS[s.kind].layer_groups]
-        if wrong:
-            raise ConfigError(f"allocator(s) {', '.join(wrong)}: {cfg.model.name} has mamba layers, whose per-sequence"
-                              " state only the layer-group allocators hold; use hybrid, static-split or naive")
+    for spec in allocators:  # refuse before simulating anything, not at the allocator that cannot
+        problem = model_problem(spec, cfg.model)
+        if problem:
+            raise ConfigError(problem)
     if a.record_batches and len(allocators) != 1:
         raise ConfigError("--record-batches records one allocator's run; pass a single allocator")
     trace_name = Path(a.trace).stem

@@ -33,7 +33,7 @@ from kvsim.config import SchedulerConfig
 from kvsim.engine.preemption import VictimPolicy
 from kvsim.engine.scheduler import IterationPlan, Scheduler, StepResult
 from kvsim.engine.sequence import Sequence, Status
-from kvsim.latency.base import StepShape, chunk_shape_terms, window_read, window_reads
+from kvsim.latency.base import StepShape, chunk_shape_terms, decode_window_reads
 
 _NO_KEY = 1 << 62
 
@@ -307,15 +307,11 @@ class IncrementalScheduler(Scheduler):
         return np.asarray(self._offsets, dtype=np.int64) + (self.it + 1)
 
     def _window_reads(self, explicit: list[int]) -> tuple[int, ...]:
-        """KV tokens every decode of this iteration reads in each windowed kind of layer."""
-        lazy = self._lazy_contexts() if self._offsets else None
-        out = []
-        for kind, w in self.windows:
-            total = sum(window_read(kind, w, c) for c in explicit)
-            if lazy is not None:
-                total += int(window_reads(kind, w, lazy))
-            out.append(total)
-        return tuple(out)
+        """KV tokens every decode of this iteration (lazy, and ``explicit`` contexts) reads in each windowed
+        kind of layer."""
+        import numpy as np
+
+        return decode_window_reads(self.windows, np.concatenate((self._lazy_contexts(), explicit)))
 
     def update_after_step(self, plan: IterationPlan, t_end: float) -> StepResult:
         if plan.decode_run:

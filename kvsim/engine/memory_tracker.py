@@ -47,7 +47,7 @@ class MemoryTracker:
                 for i, (v0, v1) in enumerate(zip(self._last, vals)):
                     self.integral[i] += (v0 + v1) * 0.5 * dt
         self._last, self.t_last = vals, t
-        held = vals[0] + vals[1] + vals[2] + vals[5] + vals[6]  # everything sequences hold
+        held = b.held
         if held > self.peak_held:
             self.peak_held = held
         if t - self._last_recorded >= self.resolution_s:
@@ -89,8 +89,7 @@ class MemoryTracker:
         if segments:  # what sequences hold and share changes only at the segments' starts
             self._shared = segments[-1][2]
             self.peak_shared = max(self.peak_shared, max(sh for _, _, sh in segments))
-            self.peak_held = max(self.peak_held, max(b.token_states + b.reserved + b.internal_frag
-                                                     + b.recurrent_state + b.page_padding for _, b, _ in segments))
+            self.peak_held = max(self.peak_held, max(b.held for _, b, _ in segments))
         self._last, self.t_last = None, t1
         self.observe(t1, end, self._shared)
 

@@ -80,8 +80,6 @@ class Scheduler:
         self.alloc = allocator
         # windowed kinds of layer whose decode reads the latency model wants counted (LatencyModel.windows)
         self.windows: tuple[tuple[str, int], ...] = ()
-        # the largest prefill chunk, so allocators that free windows know a prompt's peak (fits_alone)
-        allocator.prefill_chunk = cfg.max_num_batched_tokens if cfg.chunked_prefill and cfg.batching != "static" else 0
         self.pick_victim = victim_policy
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []  # admission order (increasing `key`)
@@ -137,8 +135,8 @@ class Scheduler:
             reason = f"n={r.n} parallel samples exceed max_num_seqs {self.cfg.max_num_seqs}"
         elif r.total_tokens > self.cfg.max_seq_len:
             reason = f"prompt+output {r.total_tokens} tokens exceeds max_seq_len {self.cfg.max_seq_len}"
-        elif not self.alloc.fits_alone(r):
-            reason = f"needs {self.alloc.footprint(r)} KV slots; the pool holds {self.alloc.usable_tokens}"
+        elif (problem := self.alloc.alone_problem(r)) is not None:
+            reason = problem
         else:
             self.waiting.append(seq)
             return True

@@ -145,22 +145,22 @@ class ModelSpec:
         """Bytes one token's KV occupies if every attention layer kept every token (what a cache that
         treats all layers as full attention holds): attention layers x per-layer bytes. For a plain
         model, 2 x layers x kv_heads x head_dim x KV dtype bytes."""
-        return self.attention_layers * self.kv_bytes_per_token_layer()
+        return self.kv_bytes_per_token_gpu(1)
 
     def kv_bytes_per_token_gpu(self, tp: int = 1) -> int:
         return self.attention_layers * self.kv_bytes_per_token_layer(tp)
+
+    def window_of(self, mixer: str) -> int:
+        """Tokens a layer of this kind can attend back over: the sliding window, the chunk, or 0 (no bound)."""
+        return self.sliding_window if mixer == "sliding" else self.attention_chunk if mixer == "chunked" else 0
 
     def tokens_held(self, mixer: str, context: int) -> int:
         """Tokens a layer of this kind must hold to compute the last token of a ``context``-token
         sequence: all of them (full), the last ``sliding_window`` (sliding), those of the token's own
         chunk (chunked), none (mamba)."""
-        if mixer == "sliding":
-            return min(context, self.sliding_window)
-        if mixer == "chunked":
-            return (context - 1) % self.attention_chunk + 1 if context > 0 else 0
-        if mixer == "mamba":
+        if mixer == "mamba" or context <= 0:
             return 0
-        return context
+        return context - first_attended(mixer, self.window_of(mixer), context - 1)
 
     def sequence_bytes(self, context: int, tp: int = 1) -> int:
         """Exact bytes one sequence of ``context`` tokens needs on one GPU (no block rounding): per
@@ -169,17 +169,21 @@ class ModelSpec:
         per_tok, state = self.kv_bytes_per_token_layer(tp), self.state_bytes_per_layer(tp)
         return sum(state if t == "mamba" else self.tokens_held(t, context) * per_tok for t in self.mixers)
 
-    def check_tp(self, tp: int) -> None:
-        """Tensor parallelism must split the KV heads evenly (MLA's latent is held whole by every rank)."""
+    def tp_problem(self, tp: int) -> str | None:
+        """Why ``tp`` ranks cannot split this model's KV, or None (MLA's latent is held whole by every rank)."""
         if isinstance(tp, bool) or not isinstance(tp, int) or tp <= 0:
-            raise ConfigError(f"--tensor-parallel-size {tp!r}: must be a positive integer")
+            return "must be a positive integer"
         if not self.is_mla and self.attention_layers and self.kv_heads % tp:
-            raise ConfigError(f"--tensor-parallel-size {tp}: must divide the model's kv_heads ({self.kv_heads})")
+            return f"must divide the model's kv_heads ({self.kv_heads})"
+        return None
+
+    def check_tp(self, tp: int) -> None:
+        problem = self.tp_problem(tp)
+        if problem:
+            raise ConfigError(f"--tensor-parallel-size {tp!r}: {problem}")
 
     def with_kv_cache_dtype(self, kv_cache_dtype: str) -> "ModelSpec":
         """This model with its KV cache stored as ``kv_cache_dtype`` ('auto': as the weights)."""
-        from dataclasses import replace
-
         if kv_cache_dtype not in KV_CACHE_DTYPES:
             raise ConfigError(f"--kv-cache-dtype '{kv_cache_dtype}': not one of {', '.join(KV_CACHE_DTYPES)}")
         return replace(self, kv_dtype=None if kv_cache_dtype == "auto" else kv_cache_dtype)
@@ -299,7 +303,18 @@ def _m(name, layers, hidden, q, kv, ffn, vocab, ctx, params, dtype="fp16", head_
                      **more)
 
 
-def _pattern(layers: int, mixer, default: str = "full") -> tuple[str, ...]:
+def first_attended(mixer: str, window: int, position):
+    """The first key position a query at ``position`` (0-based) attends to in a layer of this kind: 0 (full),
+    ``window`` - 1 back (sliding), its chunk's start (chunked). Works on numpy arrays of positions too."""
+    if mixer == "sliding":
+        d = position - window + 1
+        return d * (d > 0)
+    if mixer == "chunked":
+        return position // window * window
+    return position * 0
+
+
+def _pattern(layers: int, mixer) -> tuple[str, ...]:
     """Layer types from a rule: ``mixer(i)`` gives layer i's type."""
     return tuple(mixer(i) for i in range(layers))
 

@@ -52,7 +52,7 @@ class StepShape:
                 contexts.append(r)
             else:
                 prefill.append((n, cached))
-        reads = tuple(sum(window_read(kind, w, c) for c in contexts) for kind, w in windows)
+        reads = decode_window_reads(windows, contexts) if windows else ()
         return StepShape(new, len(chunks), pairs, kv, dn, dkv, tuple(prefill), reads)
 
     def split(self) -> tuple[int, int, tuple[tuple[int, int], ...]]:
@@ -66,18 +66,20 @@ class StepShape:
         return 0, 0, tuple((per, cached) for _ in range(self.num_seqs))
 
 
-def window_read(kind: str, window: int, context: int) -> int:
-    """KV tokens a decode at ``context`` tokens (itself included) reads in a windowed layer: the last
-    ``window`` (sliding) or those of its own chunk (chunked)."""
-    return min(context, window) if kind == "sliding" else (context - 1) % window + 1
-
-
 def window_reads(kind: str, window: int, contexts):
-    """:func:`window_read` summed over a numpy array of contexts (along its last axis)."""
+    """KV tokens decodes at ``contexts`` (a numpy array of context lengths, each token itself included) read
+    in a windowed layer, summed along the last axis: the last ``window`` (sliding) or their own chunk's."""
+    from kvsim.hardware.models import first_attended
+
+    return (contexts - first_attended(kind, window, contexts - 1)).sum(axis=-1)
+
+
+def decode_window_reads(windows: tuple[tuple[str, int], ...], contexts) -> tuple[int, ...]:
+    """:func:`window_reads` of decodes at ``contexts`` (a list or array) for every (kind, window) in ``windows``."""
     import numpy as np
 
-    r = np.minimum(contexts, window) if kind == "sliding" else (contexts - 1) % window + 1
-    return r.sum(axis=-1)
+    c = np.asarray(contexts, dtype=np.int64)
+    return tuple(int(window_reads(kind, w, c)) for kind, w in windows)
 
 
 def chunk_shape_terms(computed: int, new: int) -> tuple[int, int]:

@@ -38,7 +38,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from kvsim.hardware import GpuSpec, ModelSpec
-from kvsim.hardware.models import DTYPE_BYTES
+from kvsim.hardware.models import DTYPE_BYTES, first_attended
 from kvsim.latency.base import LatencyModel, StepShape, sum_max_of_two_affine
 from kvsim.latency.calibration import Calibration, ElementwiseParams, GemmParams
 from kvsim.latency.cpu import CpuOverhead
@@ -66,20 +66,33 @@ class Op:
 
 def layer_ops(model: ModelSpec, tp: int) -> list[Op]:
     """The kernels of one decoder layer on one tensor-parallel rank (attention itself excluded)."""
+    norm, attn, norm2, add = input_norm(model), attention_ops(model, tp), post_norm(model), residual_add(model)
+    return [norm, *attn, norm2, *ffn_ops(model, tp, model.intermediate_size), add]
+
+
+def input_norm(model: ModelSpec) -> Op:
+    h = model.hidden_size
+    return Op("input_layernorm", kind="norm", row=h, bytes_per_token=2 * h * model.dtype_bytes)
+
+
+def post_norm(model: ModelSpec) -> Op:
+    h = model.hidden_size
+    return Op("post_attention_layernorm", kind="norm", row=h, bytes_per_token=2 * h * model.dtype_bytes)
+
+
+def residual_add(model: ModelSpec) -> Op:
+    h = model.hidden_size
+    return Op("add", kind="add", row=h, bytes_per_token=3 * h * model.dtype_bytes)
+
+
+def attention_ops(model: ModelSpec, tp: int) -> list[Op]:
+    """A GQA attention layer's projections and rotary embedding on one rank (attention itself excluded)."""
     d, h, hd = model.dtype_bytes, model.hidden_size, model.head_dim
     qh, kvh = max(1, model.q_heads // tp), max(1, model.kv_heads // tp)
-    ff = -(-model.intermediate_size // tp)
-    up = ff * (2 if model.gated_mlp else 1)
     return [
-        Op("input_layernorm", kind="norm", row=h, bytes_per_token=2 * h * d),
         Op("attn_pre_proj", h, (qh + 2 * kvh) * hd),
         Op("attn_rope", kind="rope", row=(qh + kvh) * hd, bytes_per_token=2 * (qh + kvh) * hd * d),
         Op("attn_post_proj", qh * hd, h),
-        Op("post_attention_layernorm", kind="norm", row=h, bytes_per_token=2 * h * d),
-        Op("mlp_up_proj", h, up),
-        Op("mlp_act", kind="act", row=ff, bytes_per_token=(3 if model.gated_mlp else 2) * ff * d),
-        Op("mlp_down_proj", ff, h),
-        Op("add", kind="add", row=h, bytes_per_token=3 * h * d),
     ]
 
 
@@ -165,11 +178,9 @@ def layer_classes(model: ModelSpec, tp: int) -> list[tuple[int, list[Op], MoeOp 
     whose kernels are :func:`layer_ops`."""
     if not model.is_hybrid and not model.is_mla and not model.is_moe:
         return [(model.layers, layer_ops(model, tp), None)]
-    h, d = model.hidden_size, model.dtype_bytes
-    norm = Op("input_layernorm", kind="norm", row=h, bytes_per_token=2 * h * d)
-    norm2 = Op("post_attention_layernorm", kind="norm", row=h, bytes_per_token=2 * h * d)
-    add = Op("add", kind="add", row=h, bytes_per_token=3 * h * d)
-    attn = mla_ops(model, tp) if model.is_mla else layer_ops(model, tp)[1:4]
+    h = model.hidden_size
+    norm, norm2, add = input_norm(model), post_norm(model), residual_add(model)
+    attn = mla_ops(model, tp) if model.is_mla else attention_ops(model, tp)
     out = []
     for (mixer, moe), n in sorted(Counter(("mamba" if t == "mamba" else "attn", m)
                                           for t, m in zip(model.mixers, model.moe_mask)).items()):
@@ -241,8 +252,7 @@ class PerOpModel(LatencyModel):
             flops = 2.0 * self.qh * (2 * model.kv_lora_rank + model.qk_rope_head_dim)
             self._decode_token_s = max(self._decode_token_s, flops / (gpu.bf16_flops * pa.flops_eff))
         # attention layers by the span they attend to: (layers, kind, window tokens; 0 = everything)
-        spans = Counter((t, model.sliding_window if t == "sliding" else model.attention_chunk if t == "chunked" else 0)
-                        for t in model.mixers if t != "mamba")
+        spans = Counter((t, model.window_of(t)) for t in model.mixers if t != "mamba")
         self.attn_kinds = [(n, kind, w) for (kind, w), n in sorted(spans.items())]
         self.windows = tuple((kind, w) for _, kind, w in self.attn_kinds if w)
         self.mamba_layers = model.count("mamba")
@@ -298,7 +308,7 @@ class PerOpModel(LatencyModel):
         for new, cached in chunks:
             for lo in range(cached, cached + new, tq):
                 hi = min(lo + tq, cached + new) - 1  # last query position of the tile
-                first = max(0, lo - window + 1) if kind == "sliding" else lo // window * window
+                first = first_attended(kind, window, lo)
                 tiles = -(-(hi - first + 1) // tkv) + ovh
                 work += self.qh * tiles
                 longest = max(longest, tiles)
