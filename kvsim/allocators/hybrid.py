@@ -167,8 +167,8 @@ class HybridAllocator(KVAllocator):
         for p, (n, pool) in enumerate(zip(need, self.pools)):
             if n > pool.num_blocks:
                 kinds = "+".join(sorted({g.kind for g in self.groups if g.pool == p}))
-                where = f"the {kinds} pool's" if len(self.pools) > 1 else "the pool's"
-                return f"needs {n:,} pages at its peak; {where} {pool.num_blocks:,}"
+                where = f"the {kinds} pool" if len(self.pools) > 1 else "the pool"
+                return f"needs {n:,} pages at its peak; {where} has {pool.num_blocks:,}"
         return None
 
     @property
