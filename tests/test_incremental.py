@@ -80,9 +80,10 @@ setup = st.fixed_dictionaries({
 })
 
 
-def _run(reqs, s, fast):
+def _run(reqs, s, fast, observer=None):
     budget = max(s["budget"], s["max_seqs"], 0 if s["chunked"] else 512)
-    cfg = sched(max_seq_len=512, max_num_seqs=s["max_seqs"], max_num_batched_tokens=budget, chunked_prefill=s["chunked"],
+    max_len = s.get("max_len", 512)
+    cfg = sched(max_seq_len=max_len, max_num_seqs=s["max_seqs"], max_num_batched_tokens=budget, chunked_prefill=s["chunked"],
                 batching="static" if s["static"] else "continuous", horizon_s=s["horizon"],
                 preemption_mode="swap" if s["mode"] == "swap" else "recompute", partial_preemption=s["mode"] == "partial")
     swap = s["mode"] == "swap"
@@ -91,11 +92,11 @@ def _run(reqs, s, fast):
         m = TOY_MODELS[s.get("model", "toy-sliding")]
         memory = ModelMemory(m, 1, s["pool"] * m.kv_bytes_per_token, budget if s["chunked"] and not s["static"] else 0)
     try:
-        alloc = make_allocator(s["spec"], s["pool"], 512, 16 * 40 if swap else 0, memory=memory)
+        alloc = make_allocator(s["spec"], s["pool"], max_len, 16 * 40 if swap else 0, memory=memory)
     except ConfigError:  # a split too small to give every pool a page
         assume(False)
     return Simulation(reqs, alloc, LATENCIES[s["latency"]], cfg, get_victim_policy(s["policy"]), fast_forward=fast,
-                      swap_timing=SwapTiming(1000, 1e6, 1e-3) if swap else None).run()
+                      swap_timing=SwapTiming(1000, 1e6, 1e-3) if swap else None, observer=observer).run()
 
 
 @settings(max_examples=120, deadline=None)
@@ -125,11 +126,30 @@ def test_incremental_scheduler_equals_stepping(items, s):
 
 
 def test_a_long_prefill_starves_the_decodes_behind_it_as_stepping_does():
-    """Budget 64, two sequences: A decodes, then B (admitted later) prefills 600 tokens in chunks, then a
-    fork's samples join behind B: while B's chunk takes the rest of the budget they wait a step."""
-    reqs = [Request("a", 0.0, 10, 60), Request("b", 0.05, 600, 5, n=3), Request("c", 0.1, 40, 30)]
+    """Budget 64. A decodes; D (3 samples, 10-token prompt) and B (600-token prompt) are admitted together,
+    D first. D's samples fork after its prompt and join the batch behind B: while B's chunks take the rest of
+    the budget, the samples are running but get no token, until B's prompt is done."""
+    reqs = [Request("a", 0.0, 10, 60), Request("d", 0.04, 10, 20, n=3), Request("b", 0.045, 600, 5)]
     s = {"spec": "paged:16", "policy": "lifo", "mode": "recompute", "static": False, "max_seqs": 8, "budget": 64,
-         "horizon": None, "pool": 4000, "latency": "roofline", "chunked": True}
-    fast, slow = _run(reqs, s, True), _run(reqs, s, False)
+         "horizon": None, "pool": 4000, "latency": "roofline", "chunked": True, "max_len": 1024}
+    batches = {True: [], False: []}
+
+    def observer(fast):
+        return lambda start, dur, batch, steps, copies, alloc: batches[fast].extend(
+            [[(seq.req.id, seq.sid, n) for seq, n in batch]] * steps)
+
+    fast, slow = _run(reqs, s, True, observer(True)), _run(reqs, s, False, observer(False))
+    for res in (fast, slow):  # every request ran to the end, B's 600-token prompt included
+        assert [x.status for x in res.sequences] == ["finished"] * 3
+        assert [x.generated for x in res.sequences] == [60, 20, 5]
+        assert [c.generated for c in res.sequences[1].samples] == [20, 20]
     assert [x.finish_s for x in fast.sequences] == pytest.approx([x.finish_s for x in slow.sequences], rel=1e-12)
     assert fast.steps == slow.steps
+    assert batches[True] == batches[False]  # the same sequences and tokens in every iteration
+    steps = batches[False]
+    forked = next(i for i, b in enumerate(steps) if ("d", 1, 10) in b) + 1  # the samples run from here
+    chunks = [i for i, b in enumerate(steps) if any(r == "b" and n > 1 for r, _, n in b)]
+    assert sum(n for b in steps for r, _, n in b if r == "b" and n > 1) == 600
+    starved = [i for i in chunks if i >= forked and not any(r == "d" and sid != 1 for r, sid, _ in steps[i])]
+    assert len(starved) >= 5  # B's full chunks left the samples behind it without a token
+    assert any(r == "d" and sid != 1 for r, sid, _ in steps[chunks[-1]])  # B's last chunk left room for them
