@@ -8,6 +8,7 @@ from typing import Callable
 import pandas as pd
 
 from kvsim.allocators import AllocatorSpec, make_allocator, parse_allocator
+from kvsim.allocators.base import KVAllocator
 from kvsim.allocators.registry import ModelMemory
 from kvsim.config import PoolPlan, SimConfig, plan_pool
 from kvsim.latency import LatencyModel, build_latency
@@ -31,20 +32,34 @@ def resolve_allocator(allocator: AllocatorSpec | str, cfg: SimConfig) -> Allocat
     return spec.resolve(cfg.block_size, cfg.enable_prefix_caching)
 
 
+def build_allocator(cfg: SimConfig, allocator: AllocatorSpec | str, pool: PoolPlan) -> KVAllocator:
+    """One engine's allocator over the planned pool (with its CPU swap pool, if any)."""
+    cpu_slots = int(cfg.swap_space_gb * (1 << 30)) // pool.kv_bytes_per_token
+    return make_allocator(resolve_allocator(allocator, cfg), pool.pool_tokens, cfg.scheduler.max_seq_len, cpu_slots,
+                          cfg.cache_eviction, ModelMemory(cfg.model, cfg.tp, pool.pool_bytes,
+                                                          cfg.scheduler.prefill_chunk))
+
+
+def swap_timing(cfg: SimConfig, alloc: KVAllocator, pool: PoolPlan) -> SwapTiming | None:
+    """What swapping costs on this GPU, when preemption swaps."""
+    slot_bytes = alloc.slot_bytes or pool.kv_bytes_per_token
+    return (SwapTiming(slot_bytes, cfg.gpu.pcie_bandwidth, cfg.swap_block_latency_s)
+            if cfg.scheduler.preemption_mode == "swap" else None)
+
+
 def simulate(requests: list[Request], cfg: SimConfig, allocator: AllocatorSpec | str, pool: PoolPlan | None = None,
              observer: StepObserver | None = None, progress: Callable[[int], None] | None = None,
              latency: LatencyModel | None = None) -> RunOutput:
     pool = pool or plan_pool(cfg.model, cfg.gpu, cfg.memory, cfg.tp)
-    cpu_slots = int(cfg.swap_space_gb * (1 << 30)) // pool.kv_bytes_per_token
-    alloc = make_allocator(resolve_allocator(allocator, cfg), pool.pool_tokens, cfg.scheduler.max_seq_len, cpu_slots,
-                           cfg.cache_eviction, ModelMemory(cfg.model, cfg.tp, pool.pool_bytes,
-                                                                        cfg.scheduler.prefill_chunk))
+    alloc = build_allocator(cfg, allocator, pool)
     slot_bytes = alloc.slot_bytes or pool.kv_bytes_per_token
-    swap = (SwapTiming(slot_bytes, cfg.gpu.pcie_bandwidth, cfg.swap_block_latency_s)
-            if cfg.scheduler.preemption_mode == "swap" else None)
     sim = Simulation(requests, alloc, latency or build_latency(cfg), cfg.scheduler, get_victim_policy(cfg.victim_policy),
-                     observer=observer, progress=progress, swap_timing=swap)
-    res = sim.run()
+                     observer=observer, progress=progress, swap_timing=swap_timing(cfg, alloc, pool))
+    return finish_run(sim.run(), alloc, pool, slot_bytes)
+
+
+def finish_run(res: SimResult, alloc: KVAllocator, pool: PoolPlan, slot_bytes: int) -> RunOutput:
+    """A finished engine's tables: its requests, its summary row (with pool and copy volumes), its timeline."""
     req = requests_frame(res)
     summary = run_summary(res, req)
     summary["kv_bytes_per_token"] = pool.kv_bytes_per_token

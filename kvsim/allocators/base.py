@@ -62,6 +62,7 @@ class PrefixHit:
 
 
 NO_HIT = PrefixHit()
+PROBE_ID = -1  # the sequence id of lookups that only ask (cached_prefix_tokens); never a real sequence
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +139,18 @@ class KVAllocator(ABC):
         is claimed by passing it to the next :meth:`allocate` of ``seq_id``; allocators without a
         prefix cache find nothing."""
         return NO_HIT
+
+    def cached_prefix_tokens(self, request: Request) -> int:
+        """Leading prompt tokens of ``request`` whose KV the prefix cache holds now: what a router's exact
+        index of this engine (vLLM's KV-cache events) would answer. Changes nothing."""
+        if not self.caches_prefixes:
+            return 0
+        hit = self.lookup_prefix(PROBE_ID, request, request.prompt_tokens)
+        self.forget_lookup(PROBE_ID)
+        return hit.tokens
+
+    def forget_lookup(self, seq_id: int) -> None:  # noqa: B027
+        """Drop whatever a lookup for ``seq_id`` kept (a probe that will never allocate)."""
 
     @abstractmethod
     def allocate(self, seq_id: int, request: Request, num_tokens: int, hit: PrefixHit = NO_HIT,

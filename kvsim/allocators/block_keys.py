@@ -18,8 +18,20 @@ from __future__ import annotations
 from kvsim.trace.request import Request
 
 
+_last: tuple = (None, 0, [])  # (request, block size, its hashes): replicas of a fleet ask about the same request
+
+
 def prompt_block_hashes(request: Request, block_size: int) -> list[int]:
-    """Chained hashes of the request's identified full prompt blocks, in order (may be empty)."""
+    """Chained hashes of the request's identified full prompt blocks, in order (may be empty; do not modify)."""
+    global _last
+    if _last[0] is request and _last[1] == block_size:
+        return _last[2]
+    out = _block_hashes(request, block_size)
+    _last = (request, block_size, out)
+    return out
+
+
+def _block_hashes(request: Request, block_size: int) -> list[int]:
     ids, H = request.hash_ids, request.hash_block_tokens
     if not ids or not H:
         return []

@@ -13,8 +13,8 @@ DEFAULT_ALLOCATORS = "max,pow2,oracle,paged:16"
 HYBRID_DEFAULT_ALLOCATORS = "naive,static-split,hybrid"  # models whose layers keep different caches
 
 
-def add_sim_args(p: argparse.ArgumentParser, command: str) -> None:
-    """--trace, every simulation option (kvsim/options.py), and the output flags."""
+def add_sim_args(p: argparse.ArgumentParser, command: str, fleet: bool = False) -> None:
+    """--trace, every simulation option (kvsim/options.py), and the output flags (``fleet``: folder and format)."""
     from kvsim.options import add_options
 
     p.add_argument("--trace", required=True, help="request trace, kvsim JSONL (README: Trace format; other formats: "
@@ -23,6 +23,8 @@ def add_sim_args(p: argparse.ArgumentParser, command: str) -> None:
     g = p.add_argument_group("output")
     g.add_argument("--out", help=f"output folder [default: {DEFAULT_OUT}/{command}-<trace name>]")
     g.add_argument("--format", choices=["csv", "parquet"], default="csv", help="table format [default: csv]")
+    if fleet:
+        return
     g.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     from kvsim.output.table import COLUMNS
 

@@ -50,8 +50,8 @@ def _bucket_add(buckets: dict[int, list[Sequence]], heap: list[int], it: int, s:
 
 class IncrementalScheduler(Scheduler):
     def __init__(self, cfg: SchedulerConfig, allocator: KVAllocator, victim_policy: VictimPolicy,
-                 first_sample_id: int = 0, decode_runs: bool = True):
-        super().__init__(cfg, allocator, victim_policy, first_sample_id)
+                 first_sample_id: int = 0, windows: tuple[tuple[str, int], ...] = (), decode_runs: bool = True):
+        super().__init__(cfg, allocator, victim_policy, first_sample_id, windows)
         self.decode_runs = decode_runs
         self.it = 0  # iterations executed
         self._explicit: list[Sequence] = []  # running sequences that are not lazy, admission order

@@ -75,11 +75,11 @@ class Scheduler:
     """The serving state and the transitions both schedulers share."""
 
     def __init__(self, cfg: SchedulerConfig, allocator: KVAllocator, victim_policy: VictimPolicy,
-                 first_sample_id: int = 0):
+                 first_sample_id: int = 0, windows: tuple[tuple[str, int], ...] = ()):
         self.cfg = cfg
         self.alloc = allocator
         # windowed kinds of layer whose decode reads the latency model wants counted (LatencyModel.windows)
-        self.windows: tuple[tuple[str, int], ...] = ()
+        self.windows = windows
         self.pick_victim = victim_policy
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []  # admission order (increasing `key`)

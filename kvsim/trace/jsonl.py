@@ -92,7 +92,12 @@ def parse_request(obj: object, path: str, line: int, index: int) -> Request:
             raise TraceError(path, line, "hash_ids",
                              f"{len(ids)} ids but the prompt of {prompt} tokens has only {-(-prompt // hbt)} blocks of {hbt}")
         hash_ids = tuple(ids)
-    return Request(str(rid), float(t), prompt, output, priority, hash_ids, hbt, n, line)
+    session = obj.get("session")
+    if session is not None:
+        if isinstance(session, bool) or not isinstance(session, (str, int)):
+            raise TraceError(path, line, "session", f"must be a string or integer, got {json.dumps(session)}")
+        session = str(session)
+    return Request(str(rid), float(t), prompt, output, priority, hash_ids, hbt, n, line, session)
 
 
 def load_trace(path: str | Path, skip_invalid: bool = False) -> LoadedTrace:
@@ -158,6 +163,8 @@ def request_to_dict(r: Request) -> dict:
     if r.hash_ids is not None:
         d["hash_ids"] = list(r.hash_ids)
         d["hash_block_tokens"] = r.hash_block_tokens
+    if r.session is not None:
+        d["session"] = r.session
     return d
 
 

@@ -16,6 +16,7 @@ class Request:
     hash_block_tokens: int | None = None
     n: int = 1  # parallel samples sharing the prompt
     line: int = 0  # 1-based line in the source file, for messages
+    session: str | None = None  # conversation or user the request belongs to (sticky routing in a fleet)
 
     @property
     def total_tokens(self) -> int:

@@ -71,15 +71,16 @@ def generate_scenario(spec: ScenarioSpec, n: int, arrivals: ArrivalSpec, lengths
     cap = lengths.max_total
     out: list[Request] = []
 
-    def add(t: float, prompt: int, output: int, hids: list[int]) -> None:
+    def add(t: float, prompt: int, output: int, hids: list[int], session: str | None = None) -> None:
         prompt = min(prompt, cap - 1)
         output = max(1, min(output, cap - prompt))
         hids = hids[: -(-prompt // H)]
-        out.append(Request(str(len(out)), float(t), prompt, output, hash_ids=tuple(hids), hash_block_tokens=H))
+        out.append(Request(str(len(out)), float(t), prompt, output, hash_ids=tuple(hids), hash_block_tokens=H,
+                           session=session))
 
     if spec.name == "multi-turn":
         starts = arrival_times(arrivals, n, rng)
-        for t0 in starts:
+        for conv, t0 in enumerate(starts):
             if len(out) >= n:
                 break
             turns = int(rng.geometric(1.0 / max(spec.turns_mean, 1.0)))
@@ -93,7 +94,7 @@ def generate_scenario(spec: ScenarioSpec, n: int, arrivals: ArrivalSpec, lengths
                 answer = int(_lognormal(rng, lengths.output_mean, lengths.output_sigma, 1)[0])
                 prompt = min(context + user, cap - 1)
                 hids = _prompt_ids(context_ids, prev_prompt, prompt, H, ids)
-                add(t, prompt, answer, hids)
+                add(t, prompt, answer, hids, f"c{conv}")
                 context_ids, prev_prompt = hids, out[-1].prompt_tokens
                 context = min(prompt + out[-1].output_tokens, cap - 1)
                 t += float(rng.exponential(spec.think_s))
@@ -101,7 +102,7 @@ def generate_scenario(spec: ScenarioSpec, n: int, arrivals: ArrivalSpec, lengths
             raise ConfigError(f"think_s {spec.think_s:g} puts turns beyond float range")
         out.sort(key=lambda r: r.arrival_s)
         return [Request(str(i), r.arrival_s, r.prompt_tokens, r.output_tokens, hash_ids=r.hash_ids,
-                        hash_block_tokens=H) for i, r in enumerate(out)]
+                        hash_block_tokens=H, session=r.session) for i, r in enumerate(out)]
 
     t = arrival_times(arrivals, n, rng)
     user = _lognormal(rng, lengths.prompt_mean, lengths.prompt_sigma, n)

@@ -1,0 +1,201 @@
+"""`kvsim cluster`: replicas behind routers on one clock; one row per router."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+
+from kvsim.commands.args import DEFAULT_OUT
+from kvsim.errors import ConfigError
+
+DEFAULT_ROUTERS = "round-robin,least-requests,prefix,prefix+load"
+
+
+def _groups(a: argparse.Namespace, cfg, allocator: str):
+    """The replica groups: --replicas copies of the configured GPU, or --groups GPU:COUNT,..."""
+    from kvsim.fleet.cluster import ReplicaGroup
+    from kvsim.options import config_from_options, values_from_namespace
+
+    if not a.groups:
+        return [ReplicaGroup(cfg.gpu.name + (f"x{cfg.tp}" if cfg.tp > 1 else ""), cfg, allocator, a.replicas)]
+    out = []
+    for part in a.groups.split(","):
+        gpu, sep, count = part.strip().rpartition(":")
+        if not sep or not gpu or not count.isdigit() or int(count) < 1:
+            raise ConfigError(f"--groups {a.groups!r}: each group is GPU:COUNT (e.g. h100-80gb:4), got {part!r}")
+        values = values_from_namespace(a)
+        values["gpu"] = gpu
+        g_cfg = config_from_options(values)
+        out.append(ReplicaGroup(f"{g_cfg.gpu.name}", g_cfg, allocator, int(count)))
+    return out
+
+
+def _weights(text: str | None) -> dict[str, float]:
+    if not text:
+        return {}
+    out = {}
+    for part in text.split(","):
+        key, sep, val = part.partition("=")
+        key = key.strip()
+        if not sep or key not in ("prefix", "queue", "kv"):
+            raise ConfigError(f"--router-weights: expected prefix=W,queue=W,kv=W, got {part!r}")
+        try:
+            w = float(val)
+        except ValueError:
+            raise ConfigError(f"--router-weights: {key} must be a number, got {val!r}") from None
+        if not math.isfinite(w) or w < 0:
+            raise ConfigError(f"--router-weights: {key} must be a finite number >= 0, got {val!r}")
+        out[f"{key}_weight"] = w
+    return out
+
+
+def cmd_cluster(a: argparse.Namespace) -> int:
+    from kvsim.allocators.registry import model_problem, parse_allocator
+    from kvsim.commands.simulate import build_config
+    from kvsim.files import prepare_output_dir
+    from kvsim.fleet.cluster import simulate_fleet
+    from kvsim.fleet.routers import ROUTERS, RouterOptions
+    from kvsim.output.progress import Progress
+    from kvsim.trace import load_trace
+
+    if a.replicas < 1:
+        raise ConfigError(f"--replicas must be >= 1, got {a.replicas}")
+    routers = [r.strip() for r in a.routers.split(",") if r.strip()]
+    for r in routers:
+        if r not in ROUTERS:
+            raise ConfigError(f"--routers: unknown router {r!r}; choose from {', '.join(ROUTERS)}")
+    if not routers:
+        raise ConfigError("--routers: name at least one router")
+    cfg = build_config(a)
+    allocator = a.allocator or ("hybrid" if cfg.model.is_hybrid else "paged") + "+prefix"
+    spec = parse_allocator(allocator).resolve(cfg.block_size, cfg.enable_prefix_caching)
+    problem = model_problem(spec, cfg.model)
+    if problem:
+        raise ConfigError(problem)
+    options = RouterOptions(seed=a.seed, approx_ttl_s=a.router_ttl, **_weights(a.router_weights)).validate()
+    groups = _groups(a, cfg, spec)
+    loaded = load_trace(a.trace, skip_invalid=bool(a.skip_invalid))
+    trace_name = Path(a.trace).stem
+    out = prepare_output_dir(a.out or Path(DEFAULT_OUT) / f"cluster-{trace_name}", "--out")
+    for note in loaded.notes():
+        print(note, file=sys.stderr)
+    if "session" in routers and not any(r.session for r in loaded.requests):
+        print("warning: the session router needs a session field in the trace; without one it routes by load",
+              file=sys.stderr)
+    if any(r.startswith("prefix") for r in routers) and not any(r.hash_ids for r in loaded.requests):
+        print("warning: the trace has no hash_ids, so prefix-aware routers see no prefixes", file=sys.stderr)
+    fleets = []
+    for r in routers:
+        with Progress(len(loaded.requests), f"{r:>14}") as bar:
+            f = simulate_fleet(loaded.requests, groups, r, options, progress=bar.update)
+        s = f.summary
+        if s["finished"] + s["rejected"] + s["unfinished"] != s["requests"]:
+            raise RuntimeError(f"{r}: {s['finished'] + s['rejected'] + s['unfinished']} of {s['requests']} "
+                               "requests accounted for")
+        fleets.append(f)
+    replicas = sum(g.count for g in groups)
+    title = (f"{trace_name} · {cfg.model.name} · {' + '.join(f'{g.count}x {g.name}' for g in groups)} · "
+             f"{spec}")
+    print(title)
+    print(fleet_table(fleets))
+    written = write_fleet_results(out, fleets, title, a.format)
+    print(f"wrote {len(written)} files to {out}/ (summary.md, fleet, replicas, requests)")
+    if replicas == 1:
+        print("note: one replica is the single-engine run (`kvsim run`); every router sends it everything",
+              file=sys.stderr)
+    return 0
+
+
+TABLE = [  # (header, unit line, summary key, format)
+    ("router", "", "router", "{}"),
+    ("done", "", "finished", "{:,}"),
+    ("rej", "", "rejected", "{:,}"),
+    ("tok/s", "", "throughput_tok_s", "{:,.0f}"),
+    ("hit%", "tokens", "prefix_hit_rate_tokens", "pct"),
+    ("TTFT", "p50 s", "ttft_p50_s", "{:.3f}"),
+    ("TTFT", "p99 s", "ttft_p99_s", "{:.3f}"),
+    ("TPOT", "p50 ms", "tpot_p50_s", "ms"),
+    ("queue", "p99 s", "queue_p99_s", "{:.3f}"),
+    ("imbal", "req", "imbalance_requests", "{:.2f}"),
+    ("imbal", "busy", "imbalance_busy", "{:.2f}"),
+]
+
+
+def _cell(v, fmt: str) -> str:
+    if isinstance(v, float) and math.isnan(v):
+        return "-"
+    if fmt == "pct":
+        return f"{100 * v:.1f}"
+    if fmt == "ms":
+        return f"{1000 * v:.1f}"
+    return fmt.format(v)
+
+
+def fleet_table(fleets) -> str:
+    """The comparison as aligned text, one row per router."""
+    rows = [[h for h, _, _, _ in TABLE], [u for _, u, _, _ in TABLE]]
+    rows += [[_cell(f.summary[k], fmt) for _, _, k, fmt in TABLE] for f in fleets]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(TABLE))]
+    lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))) for r in rows]
+    lines.insert(2, "-" * len(lines[0]))
+    return "\n".join(lines)
+
+
+def write_fleet_results(out: Path, fleets, title: str, fmt: str) -> list[Path]:
+    import pandas as pd
+
+    from kvsim.files import write_text_atomically
+    from kvsim.output.writer import write_table
+
+    written = [write_table(pd.DataFrame([f.summary for f in fleets]), out / "fleet", fmt),
+               write_table(pd.concat([f.replica_table.assign(router=f.router) for f in fleets], ignore_index=True),
+                           out / "replicas", fmt),
+               write_table(pd.concat([f.requests.assign(router=f.router) for f in fleets], ignore_index=True),
+                           out / "requests", fmt)]
+    text = [f"# {title}", "", "```", fleet_table(fleets), "```", "",
+            "Per replica (routed requests, busy fraction, TTFT p99 s, prefix hit rate):", ""]
+    for f in fleets:
+        t = f.replica_table
+        text.append(f"- **{f.router}**: " + "; ".join(
+            f"{int(r.replica)}: {int(r.routed)} req, busy {r.busy_frac:.2f}, TTFT p99 {r.ttft_p99_s:.3f}"
+            + ("" if math.isnan(r.prefix_hit_rate_tokens) else f", hit {100 * r.prefix_hit_rate_tokens:.1f}%")
+            for r in t.itertuples()))
+    write_text_atomically(out / "summary.md", "\n".join(text) + "\n")
+    written.append(out / "summary.md")
+    for name in ("fleet", "replicas", "requests"):  # the other format of an earlier run describes another run
+        for ext in ("csv", "parquet"):
+            p = out / f"{name}.{ext}"
+            if p not in written and p.exists():
+                p.unlink()
+    return written
+
+
+def register(sub) -> None:
+    from kvsim.commands.simulate import add_sim_args
+    from kvsim.fleet.routers import ROUTERS
+
+    c = sub.add_parser("cluster", help="simulate replicas behind routers on one clock and compare the routers",
+                       description="Serve a trace with N replicas of an engine behind each router; every replica "
+                                   "has its own allocator, prefix cache, scheduler and latency model, all on one "
+                                   "simulated clock.")
+    add_sim_args(c, "cluster", fleet=True)
+    g = c.add_argument_group("fleet")
+    g.add_argument("--replicas", type=int, default=4, help="replicas of the configured GPU [default: 4]")
+    g.add_argument("--groups", metavar="GPU:COUNT,...",
+                   help="heterogeneous replicas instead of --replicas, e.g. h100-80gb:4,a100-80gb:4 (other options "
+                        "apply to every group)")
+    g.add_argument("--routers", default=DEFAULT_ROUTERS,
+                   help="comma-separated routers to compare: " + "; ".join(f"{n}: {r.help}" for n, r in ROUTERS.items())
+                        + f" [default: {DEFAULT_ROUTERS}]")
+    g.add_argument("--allocator", default=None,
+                   help="each replica's allocator [default: paged+prefix, as vLLM V1 caches prefixes by default; "
+                        "hybrid+prefix for models whose layers differ]")
+    g.add_argument("--router-ttl", type=float, default=120.0, metavar="S",
+                   help="prefix-approx: seconds after which the router forgets where it sent a prefix [default: 120]")
+    g.add_argument("--router-weights", metavar="prefix=W,queue=W,kv=W",
+                   help="prefix+load: weights of the cached prompt fraction, a short queue and free KV "
+                        "[default: prefix=2,queue=1,kv=1]")
+    g.add_argument("--seed", type=int, default=0, help="seed of the random router [default: 0]")
+    c.set_defaults(func=cmd_cluster)

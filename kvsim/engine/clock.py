@@ -1,0 +1,63 @@
+"""The shared clock: feeds a trace's arrivals to engines and advances them in time order.
+
+One loop serves a single engine and a fleet alike. Events are taken earliest first; an arrival goes
+before an engine event at the same instant (vLLM sees requests that arrived by the start of an
+iteration), and engines at the same instant go in index order, so runs are deterministic. A request is
+routed when it arrives, so the router sees every engine as it is at that instant.
+"""
+
+from __future__ import annotations
+
+import heapq
+from typing import Callable, Sequence as Seq
+
+from kvsim.engine.engine import Engine
+from kvsim.engine.sequence import Sequence
+
+
+def drive(engines: Seq[Engine], arrivals: Seq[float], seqs: Seq[Sequence],
+          route: Callable[[Sequence, float], int], horizon: float | None, hints: bool | None = None) -> int:
+    """Run ``engines`` over the arrivals (times in seconds after the first, sorted; ``seqs[i]`` arrives at
+    ``arrivals[i]``) until nothing is left to do or the horizon passes. ``route(seq, t)`` picks the engine
+    index of each arrival. Returns how many requests arrived (were routed); the rest never did.
+
+    ``hints``: tell engines the next arrival when they plan (default: only a single engine, to which every
+    request goes); otherwise a decode run is cut when an arrival reaches its engine, with the same result."""
+    n = len(seqs)
+    version = [0] * len(engines)
+    heap: list[tuple[float, int, int]] = []
+    # A single engine knows its next arrival when it plans: that request comes to it.
+    single = len(engines) == 1 if hints is None else hints
+
+    def push(e: int) -> None:
+        version[e] += 1
+        t = engines[e].next_time
+        if t is not None:
+            heapq.heappush(heap, (t, e, version[e]))
+
+    i = 0
+    while i < n and arrivals[i] <= 0.0:
+        engines[route(seqs[i], arrivals[i])].receive(seqs[i], arrivals[i])
+        i += 1
+    for e, eng in enumerate(engines):
+        eng.start(0.0, arrivals[i] if single and i < n else None)
+        push(e)
+    while True:
+        while heap and heap[0][2] != version[heap[0][1]]:
+            heapq.heappop(heap)  # superseded: the engine's next event moved
+        t_eng = heap[0][0] if heap else None
+        if i < n:
+            t = arrivals[i]
+            if (t <= t_eng) if t_eng is not None else (horizon is None or t <= horizon):
+                e = route(seqs[i], t)
+                before = engines[e].next_time
+                engines[e].receive(seqs[i], t)
+                if engines[e].next_time != before:
+                    push(e)
+                i += 1
+                continue
+        if t_eng is None:
+            return i
+        _, e, _ = heapq.heappop(heap)
+        engines[e].advance(arrivals[i] if single and i < n else None)
+        push(e)

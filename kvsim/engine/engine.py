@@ -1,0 +1,277 @@
+"""One serving engine driven by an external clock: the unit a single-engine run and a fleet are made of.
+
+The engine owns a scheduler (the serving state), an allocator, a latency model and a memory tracker. It
+never reads a trace: a driver on a shared clock hands it arrivals, asks when its current iteration
+ends, and advances it to that instant::
+
+    engine.receive(seq, t)     # a request arrives at t (it waits in the inbox until the next iteration)
+    engine.next_time           # when the iteration in flight ends, or the wake-up after idling; None: idle
+    engine.advance()           # finish what ends at next_time, then plan the next iteration
+
+Arrivals enter the scheduler at iteration boundaries only, as in vLLM. A *decode run* (many identical
+iterations as one event) is cut at the first iteration boundary after an arrival: by the driver's
+``next_arrival`` hint when it knows that the next request comes here (a single engine), or when the
+arrival is received (a fleet, whose router decides at arrival time). Both give the same cut.
+
+What a router may see is read-only: :attr:`outstanding`, :attr:`queue_len`, :attr:`kv_usage` and
+:meth:`cached_prefix_tokens` (the exact index that vLLM's KV-cache events give a router).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Protocol
+
+from kvsim.allocators.base import KVAllocator
+from kvsim.config import SchedulerConfig
+from kvsim.engine.incremental import IncrementalScheduler
+from kvsim.engine.memory_tracker import MemoryTracker
+from kvsim.engine.preemption import VictimPolicy, lifo
+from kvsim.engine.scheduler import IterationPlan, SteppingScheduler
+from kvsim.engine.sequence import Sequence, Status
+from kvsim.latency.base import LatencyModel
+from kvsim.trace.request import Request
+
+
+class StepObserver(Protocol):
+    """Called after each executed iteration group, before finished sequences are freed. Sequences'
+    ``computed`` already include the group's tokens."""
+
+    def __call__(self, start_s: float, duration_s: float, batch: list[tuple[Sequence, int]], steps: int,
+                 copies: list[tuple[str, int, int]], allocator: KVAllocator) -> None: ...
+
+
+@dataclass(frozen=True)
+class SwapTiming:
+    """Cost of copying KV between GPU and host: per copy unit one copy call, then bytes over PCIe."""
+
+    bytes_per_slot: int
+    pcie_bandwidth: float  # bytes/s, one direction
+    per_block_s: float = 10e-6
+
+    def seconds(self, blocks: int, block_slots: int) -> float:
+        if blocks <= 0:
+            return 0.0
+        return blocks * self.per_block_s + blocks * block_slots * self.bytes_per_slot / self.pcie_bandwidth
+
+
+class Engine:
+    """One engine on a clock shared with its driver (seconds after the run's first arrival)."""
+
+    def __init__(self, allocator: KVAllocator, latency: LatencyModel, cfg: SchedulerConfig,
+                 victim_policy: VictimPolicy = lifo, *, first_sample_id: int, resolution_s: float,
+                 horizon: float | None = None, observer: StepObserver | None = None, fast_forward: bool = True,
+                 swap_timing: SwapTiming | None = None, on_complete: Callable[[int], None] | None = None):
+        self.alloc = allocator
+        self.latency = latency
+        self.cfg = cfg
+        windows = tuple(getattr(latency, "windows", ()))
+        # fast_forward=False: the stepping reference the incremental scheduler is tested against
+        kind = IncrementalScheduler if fast_forward else SteppingScheduler
+        self.sched = kind(cfg, allocator, victim_policy, first_sample_id, windows=windows)
+        self.horizon = horizon
+        self.observer = observer
+        self.swap_timing = swap_timing
+        self.on_complete = on_complete  # called with the number of requests completed (progress)
+        self.memory = MemoryTracker(allocator.pool_tokens, resolution_s=resolution_s, token_slots=allocator.token_slots)
+        self.swap_s = 0.0
+        self.steps = self.events = 0
+        self.received: list[Sequence] = []  # every sequence handed to this engine, in arrival order
+        self.now = 0.0  # the instant of the engine's last event
+        self.next_time: float | None = None
+        self.done = False  # past the horizon: takes no more events
+        self._started = False
+        self._inbox: list[tuple[float, Sequence]] = []  # arrived, not yet seen by the scheduler
+        self._inbox_head = 0
+        self._plan: IterationPlan | None = None
+        self._dt = 0.0  # seconds the iteration in flight takes
+        self._filled0 = 0
+        self._cuttable = False  # the decode run in flight ends at the next arrival (not known when planned)
+        self._idle_since: float | None = None
+        self._outstanding = 0  # requests received and not yet finished or rejected
+        self._stalls = 0
+
+    # --- what a router sees ---------------------------------------------------------------------
+    @property
+    def outstanding(self) -> int:
+        """Requests received and not yet finished or rejected (vLLM's running + waiting requests)."""
+        return self._outstanding
+
+    @property
+    def queue_len(self) -> int:
+        """Requests waiting to be scheduled (arrived, not running)."""
+        return len(self._inbox) - self._inbox_head + len(self.sched.waiting)
+
+    @property
+    def kv_usage(self) -> float:
+        """Fraction of the KV pool held by sequences (vLLM's kv_cache_usage metric)."""
+        return self.alloc.used_slots / self.alloc.pool_tokens if self.alloc.pool_tokens else 0.0
+
+    def cached_prefix_tokens(self, request: Request) -> int:
+        """Leading prompt tokens of ``request`` whose KV this engine's prefix cache holds now."""
+        return self.alloc.cached_prefix_tokens(request)
+
+    def can_hold(self, request: Request) -> bool:
+        """Could this engine ever run the request (length limits, seats, its KV pool)?"""
+        c = self.cfg
+        return (request.n <= c.max_num_seqs and request.total_tokens <= c.max_seq_len
+                and self.alloc.alone_problem(request) is None)
+
+    # --- driving -------------------------------------------------------------------------------
+    def receive(self, seq: Sequence, t: float) -> None:
+        """``seq`` arrives at ``t`` (not before the engine's last event). An idle engine wakes at ``t``; a decode
+        run planned without knowing of this arrival ends at the first iteration boundary after it."""
+        self._inbox.append((t, seq))
+        self.received.append(seq)
+        self._outstanding += 1
+        if self.done or not self._started:
+            return
+        if self.next_time is None:
+            self._wake_for(t)
+        elif self._cuttable:
+            self._cuttable = False
+            plan = self._plan
+            ctx = () if plan.contexts is None else (plan.contexts,)
+            k = self.latency.decode_steps_until(plan.lazy_n, plan.shape.kv_tokens, t - self.now, plan.steps, *ctx)
+            if k < plan.steps:
+                plan.steps = k
+                self._dt = self.latency.decode_run_time(plan.lazy_n, plan.shape.kv_tokens, k, *ctx)
+                self.next_time = self.now + self._dt
+
+    def _wake_for(self, t: float) -> None:
+        if self.horizon is not None and t > self.horizon:
+            return  # it would arrive after the end
+        if self._idle_since is None:
+            self._idle_since = self.now
+            self._observe(self.now)
+        self.next_time = self.now + (t - self.now)
+
+    def start(self, now: float, next_arrival: float | None = None) -> None:
+        """Begin at ``now``: see the arrivals up to now and plan the first iteration. ``next_arrival``: the
+        time of the next request that will come to this engine, when the driver knows it."""
+        self.now = now
+        self._started = True
+        self._begin(next_arrival)
+
+    def advance(self, next_arrival: float | None = None) -> None:
+        """Move to :attr:`next_time`: finish the iteration in flight (or wake up), then plan the next one."""
+        t = self.next_time
+        if self._plan is not None:
+            self._finish(t)
+        else:  # waking up after idling
+            self.now = t
+            self._idle_since = None
+            self._observe(t)
+        self._begin(next_arrival)
+
+    def _release_arrivals(self) -> None:
+        now, inbox, i = self.now, self._inbox, self._inbox_head
+        while i < len(inbox) and inbox[i][0] <= now:
+            seq = inbox[i][1]
+            i += 1
+            if not self.sched.add_arrival(seq):
+                self._completed(1)
+        if i == len(inbox):
+            inbox.clear()
+            i = 0
+        self._inbox_head = i
+
+    def _completed(self, n: int) -> None:
+        if n:
+            self._outstanding -= n
+            if self.on_complete is not None:
+                self.on_complete(n)
+
+    def _observe(self, t: float) -> None:
+        self.memory.observe(t, self.sched.memory_breakdown(), self.alloc.shared_slots)
+
+    def _begin(self, next_arrival: float | None) -> None:
+        """At self.now: release arrivals, then plan and price the next iteration (or go idle)."""
+        sched = self.sched
+        now = self.now
+        self.next_time = None
+        self._plan = None
+        self._cuttable = False
+        while True:
+            self._release_arrivals()
+            if self.horizon is not None and now >= self.horizon:
+                self.done = True
+                return
+            if sched.idle:
+                if self._inbox_head < len(self._inbox):  # the next arrival is already here
+                    self._wake_for(self._inbox[self._inbox_head][0])
+                return
+            plan = sched.schedule(now)
+            if not plan.empty:
+                break
+            self._stalls += 1  # only preemptions happened; reschedule at the same instant
+            if self._stalls > len(self.received) + len(sched.samples) + 2:
+                raise RuntimeError(f"engine stalled at t={now}: nothing can run "
+                                   f"({len(sched.running)} running, {len(sched.waiting)} waiting)")
+        self._stalls = 0
+        dt = self._duration(plan, now, next_arrival)
+        self._observe(now)
+        self._filled0 = sched.filled_tokens
+        self._plan = plan
+        self._dt = dt
+        self.next_time = now + dt
+
+    def _duration(self, plan: IterationPlan, now: float, next_arrival: float | None) -> float:
+        """Seconds the plan takes; a decode run is first cut at the next arrival (when known) and the horizon."""
+        lat = self.latency
+        if plan.decode_run:
+            n, s0, k = plan.lazy_n, plan.shape.kv_tokens, plan.max_steps
+            ctx = () if plan.contexts is None else (plan.contexts,)  # windowed models: every context
+            if not self.sched.waiting:
+                if next_arrival is not None:
+                    k = lat.decode_steps_until(n, s0, next_arrival - now, k, *ctx)
+                else:
+                    self._cuttable = True
+            if self.horizon is not None:
+                k = lat.decode_steps_until(n, s0, self.horizon - now, k, *ctx)
+            plan.steps = k
+            return lat.decode_run_time(n, s0, k, *ctx)
+        dt = lat.step_time(plan.shape)
+        if self.swap_timing is not None and (plan.swap_out_blocks or plan.swap_in_blocks):
+            # Swaps are synchronous copies before the forward pass (vLLM V0): they stall it.
+            unit = self.alloc.copy_unit
+            swap_s = self.swap_timing.seconds(plan.swap_out_blocks, unit) + self.swap_timing.seconds(plan.swap_in_blocks, unit)
+            self.swap_s += swap_s
+            dt += swap_s
+        return dt
+
+    def _finish(self, t1: float) -> None:
+        """The iteration (group) in flight ends at ``t1``."""
+        sched, plan, now = self.sched, self._plan, self.now
+        self._plan = None
+        self._cuttable = False
+        dt = self._dt
+        result = sched.update_after_step(plan, t1)
+        if self.observer is not None:
+            self.observer(now, dt, sched.batch(plan), plan.steps, plan.copies, self.alloc)
+        n = plan.num_seqs
+        if plan.decode_run:
+            ctx = () if plan.contexts is None else (plan.contexts,)
+            weights = self.latency.decode_step_times(n, plan.shape.kv_tokens, plan.steps, *ctx)
+            self.memory.add_run(now, t1, weights, n, self._filled0, plan.start_breakdown, result.segments,
+                                sched.memory_breakdown())
+        self.memory.busy(dt, n)
+        self.steps += plan.steps
+        self.events += 1
+        self.now = t1
+        self._observe(t1)
+        self._completed(sched.retire(result.finished, t1))
+        if result.finished:
+            self._observe(t1)
+
+    def close(self) -> None:
+        """The run ended: bring every sequence up to date and mark what did not finish."""
+        self.memory.finish()
+        self.sched.finalize()
+
+    def counters(self) -> dict:
+        """Allocator and scheduler totals for the run summary."""
+        extra = {**self.alloc.counters(), **{k: v for k, v in self.sched.counts.items() if k != "preemptions"}}
+        if self.swap_timing is not None:
+            extra["swap_time_s"] = self.swap_s
+        return extra

@@ -1,0 +1,188 @@
+"""A fleet: replicas behind a router, every engine on one simulated clock.
+
+Each replica is a whole engine (its own allocator, prefix cache, scheduler and latency model); replicas
+come in groups that share a configuration (GPU, TP, model, pool). The router picks a replica when a
+request arrives, seeing the engines as they are then. One replica gives exactly the single-engine run.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+
+from kvsim.allocators import AllocatorSpec
+from kvsim.config import PoolPlan, SimConfig, plan_pool
+from kvsim.engine.clock import drive
+from kvsim.engine.engine import Engine
+from kvsim.engine.preemption import get_victim_policy
+from kvsim.engine.sequence import Sequence, Status
+from kvsim.engine.simulator import SimResult, mark_unfinished
+from kvsim.fleet.routers import RouterOptions, make_router
+from kvsim.metrics import requests_frame
+from kvsim.runner import RunOutput, build_allocator, finish_run, swap_timing
+from kvsim.trace.request import Request
+
+
+@dataclass(frozen=True)
+class ReplicaGroup:
+    """``count`` identical replicas: one configuration (model, GPU, TP, scheduler, pool) and one allocator."""
+
+    name: str
+    cfg: SimConfig
+    allocator: AllocatorSpec | str
+    count: int
+    pool: PoolPlan | None = None
+
+    def plan(self) -> PoolPlan:
+        return self.pool or plan_pool(self.cfg.model, self.cfg.gpu, self.cfg.memory, self.cfg.tp)
+
+
+@dataclass
+class FleetOutput:
+    router: str
+    replicas: list[RunOutput]  # one per replica, in replica order
+    groups: list[str]  # each replica's group name
+    requests: pd.DataFrame  # every trace request once, with the replica that served it (-1: never arrived)
+    summary: dict  # the fleet's row
+    replica_table: pd.DataFrame = field(default=None)  # one row per replica
+    wall_s: float = 0.0
+
+
+def simulate_fleet(requests: list[Request], groups: list[ReplicaGroup], router: str,
+                   options: RouterOptions = RouterOptions(), progress: Callable[[int], None] | None = None) -> FleetOutput:
+    """Serve ``requests`` with the replicas of ``groups`` behind ``router``."""
+    wall0 = time.perf_counter()
+    reqs = sorted(requests, key=lambda r: r.arrival_s)
+    t0 = reqs[0].arrival_s if reqs else 0.0
+    arrivals = [r.arrival_s - t0 for r in reqs]
+    seqs = [Sequence(i, r) for i, r in enumerate(reqs)]
+    span = arrivals[-1] if reqs else 0.0
+    done = [0]
+
+    def count(n: int) -> None:
+        for _ in range(n):
+            done[0] += 1
+            if progress is not None and done[0] % 256 == 0:
+                progress(done[0])
+
+    engines: list[Engine] = []
+    parts = []  # (allocator, pool, slot bytes) per replica
+    group_of: list[int] = []
+    first_of_group: list[int] = []
+    horizons = set()
+    for gi, g in enumerate(groups):
+        pool = g.plan()
+        from kvsim.latency import build_latency
+
+        latency = build_latency(g.cfg)  # stateless: one per group
+        horizon = None if g.cfg.scheduler.horizon_s is None else g.cfg.scheduler.horizon_s - t0
+        horizons.add(horizon)
+        first_of_group.append(len(engines))
+        for _ in range(g.count):
+            alloc = build_allocator(g.cfg, g.allocator, pool)
+            engines.append(Engine(alloc, latency, g.cfg.scheduler, get_victim_policy(g.cfg.victim_policy),
+                                  first_sample_id=len(seqs), resolution_s=max(span, 1.0) / 2000, horizon=horizon,
+                                  swap_timing=swap_timing(g.cfg, alloc, pool), on_complete=count))
+            parts.append((alloc, pool, alloc.slot_bytes or pool.kv_bytes_per_token))
+            group_of.append(gi)
+    if len(horizons) != 1:
+        raise ValueError("every replica group must share one horizon")
+    rt = make_router(router, engines, options)
+    every = list(range(len(engines)))
+    members = [list(range(first_of_group[gi], first_of_group[gi] + g.count)) for gi, g in enumerate(groups)]
+    replica_of = np.full(len(seqs), -1, dtype=np.int64)
+
+    def route(seq: Sequence, t: float) -> int:
+        r = seq.req
+        candidates = every
+        if len(groups) > 1:  # the groups that could ever hold it (each group answers once for its replicas)
+            candidates = [i for m in members if engines[m[0]].can_hold(r) for i in m] or every
+        i = rt.pick(r, candidates, t)
+        rt.routed(r, i, t)
+        replica_of[seq.sid] = i
+        return i
+
+    arrived = drive(engines, arrivals, seqs, route, horizons.pop())
+    samples = []
+    for e in engines:
+        e.close()
+        samples += e.sched.samples
+    mark_unfinished(seqs, samples, arrived)
+    end = max((e.now for e in engines), default=0.0)
+    wall = time.perf_counter() - wall0
+    outs = []
+    for e, (alloc, pool, slot_bytes) in zip(engines, parts):
+        mine = sorted(e.received, key=lambda s: s.sid)
+        res = SimResult(alloc.name, alloc.pool_tokens, mine, e.memory, end, e.steps, e.events, e.sched.preemptions,
+                        wall / len(engines), extra=e.counters(), shares_kv=alloc.shares_kv, t0=t0)
+        outs.append(finish_run(res, alloc, pool, slot_bytes))
+    req = requests_frame(SimpleNamespace(sequences=seqs, t0=t0))
+    req.insert(0, "replica", replica_of)
+    names = [groups[gi].name for gi in group_of]
+    table = replica_table(outs, names)
+    summary = fleet_summary(router, req, outs, table, end, wall)
+    return FleetOutput(router, outs, names, req, summary, table, wall)
+
+
+def _pct(values: pd.Series, q: float) -> float:
+    v = values.dropna()
+    return float(np.percentile(v, q)) if len(v) else float("nan")
+
+
+def replica_table(outs: list[RunOutput], names: list[str]) -> pd.DataFrame:
+    """Per replica: load, queue, hit rate, latency, memory."""
+    rows = []
+    for i, (o, name) in enumerate(zip(outs, names)):
+        s, req = o.summary, o.requests
+        fin = req[req.status == Status.FINISHED.value]
+        busy = o.result.memory.busy_s
+        rows.append({
+            "replica": i, "group": name, "routed": len(req), "finished": s["finished"], "rejected": s["rejected"],
+            "unfinished": s["unfinished"], "prompt_tokens": int(req.prompt_tokens.sum()),
+            "output_tokens": int(req.generated_tokens.sum()), "throughput_tok_s": s["throughput_tok_s"],
+            "busy_frac": busy / s["duration_s"] if s["duration_s"] > 0 else 0.0, "mean_batch": s["mean_batch"],
+            "max_batch": s["max_batch"], "queue_p50_s": _pct(fin.queue_s, 50), "queue_p99_s": _pct(fin.queue_s, 99),
+            "ttft_p50_s": s["ttft_p50_s"], "ttft_p99_s": s["ttft_p99_s"], "tpot_p50_s": s["tpot_p50_s"],
+            "tpot_p99_s": s["tpot_p99_s"], "preemptions": s["preemptions"],
+            "prefix_hit_rate_tokens": s.get("prefix_hit_rate_tokens", float("nan")),
+            "kv_used_frac": 1.0 - s["mem_free"]})
+    return pd.DataFrame(rows)
+
+
+def fleet_summary(router: str, req: pd.DataFrame, outs: list[RunOutput], table: pd.DataFrame, end: float,
+                  wall: float) -> dict:
+    """The fleet's row: totals and latency percentiles over every request, hit rate over every lookup, and
+    imbalance as max/mean over replicas."""
+    fin = req[req.status == Status.FINISHED.value]
+    duration = max(end, 1e-12)
+    lookup = sum(o.result.extra.get("lookup_tokens", 0) for o in outs)
+    hit = sum(o.result.extra.get("hit_tokens", 0) for o in outs)
+
+    def imbalance(col: str) -> float:
+        v = table[col].to_numpy(dtype=float)
+        return float(v.max() / v.mean()) if len(v) and v.mean() > 0 else float("nan")
+
+    out = {
+        "router": router, "replicas": len(outs), "requests": len(req),
+        "finished": int((req.status == Status.FINISHED.value).sum()),
+        "rejected": int((req.status == Status.REJECTED.value).sum()),
+        "unfinished": int((req.status == Status.UNFINISHED.value).sum()),
+        "duration_s": duration, "throughput_tok_s": float(req.generated_tokens.sum()) / duration,
+        "throughput_req_s": len(fin) / duration,
+        "preemptions": int(sum(o.summary["preemptions"] for o in outs)),
+        "prefix_hit_rate_tokens": hit / lookup if lookup else float("nan"),
+        "prefill_tokens_saved": hit,
+        "imbalance_requests": imbalance("routed"), "imbalance_prompt_tokens": imbalance("prompt_tokens"),
+        "imbalance_busy": imbalance("busy_frac"),
+        "kv_used_frac": float(table.kv_used_frac.mean()) if len(table) else float("nan"),
+    }
+    for m in ("ttft_s", "tpot_s", "e2e_s", "queue_s"):
+        for q in (50, 90, 99):
+            out[f"{m[:-2]}_p{q}_s"] = _pct(fin[m], q)
+    out["wall_s"] = wall
+    return out
