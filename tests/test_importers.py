@@ -1,4 +1,7 @@
 import json
+from datetime import datetime, timedelta, timezone
+
+from hypothesis import given, settings, strategies as st
 
 import pytest
 
@@ -114,3 +117,81 @@ def test_every_format_starts_at_zero_and_shipped_format_samples_convert():
     bg = convert("burstgpt", "traces/formats/burstgpt_sample.csv")
     assert len(bg.requests) == 5 and bg.skipped["failed request (0 response tokens)"] == 1
     assert bg.requests[0].arrival_s == 0.0
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.datetimes(min_value=datetime(2000, 1, 1), max_value=datetime(2037, 12, 31)),
+       st.integers(0, 10**7 - 1), st.integers(0, 3 * 86400), st.integers(0, 10**7 - 1),
+       st.sampled_from(["", "Z", "+00:00", "+02:00", "-0530"]))
+def test_azure_times_are_utc_whatever_the_machine_time_zone(t, f1, gap, f2, zone):
+    """The same CSV gives the same gaps on every machine: naive times are UTC (a DST change in the
+    machine's zone changes nothing), fractions are kept, offsets are honoured."""
+    import os
+    import time
+
+    from kvsim.trace.importers import _parse_azure_time
+
+    t = t.replace(microsecond=0)
+    u = t + timedelta(seconds=gap)
+    old = os.environ.get("TZ")
+    try:
+        for tz in ("America/New_York", "Europe/Berlin", "UTC"):
+            os.environ["TZ"] = tz
+            time.tzset()
+            a = _parse_azure_time(f"{t:%Y-%m-%d %H:%M:%S}.{f1:07d}{zone}", "x.csv", 2)
+            b = _parse_azure_time(f"{u:%Y-%m-%d %H:%M:%S}.{f2:07d}{zone}", "x.csv", 3)
+            assert (b[0] - a[0]) + (b[1] - a[1]) == pytest.approx(gap + (f2 - f1) / 1e7, abs=1e-9)
+            assert a[1] == pytest.approx(f1 / 1e7)
+            if zone in ("", "Z", "+00:00"):
+                assert a[0] == int(t.replace(tzinfo=timezone.utc).timestamp())
+    finally:
+        if old is None:
+            os.environ.pop("TZ", None)
+        else:
+            os.environ["TZ"] = old
+        time.tzset()
+
+
+def test_azure_time_offsets_and_a_dst_night():
+    from kvsim.trace.importers import _parse_azure_time
+
+    assert _parse_azure_time("2023-11-16 18:15:46+02:00", "x", 1)[0] == _parse_azure_time("2023-11-16 16:15:46", "x", 1)[0]
+    # 01:30 to 03:30 on the night New York springs forward is still two hours in the trace's clock (UTC)
+    a, b = _parse_azure_time("2023-03-12 01:30:00", "x", 1), _parse_azure_time("2023-03-12 03:30:00", "x", 2)
+    assert b[0] - a[0] == 7200
+    with pytest.raises(Exception, match="not a date-time"):
+        _parse_azure_time("yesterday", "x", 1)
+
+
+def test_ideal_prefix_reuse_counts_chained_prefixes_only():
+    from kvsim.trace.request import Request
+    from kvsim.trace.stats import ideal_prefix_reuse
+
+    a = Request("a", 0.0, 64, 1, hash_ids=(1, 2, 3, 4), hash_block_tokens=16)
+    # ids that an earlier prompt holds, but not as its prefix: an unbounded cache serves nothing
+    shifted = Request("b", 1.0, 48, 1, hash_ids=(2, 3, 4), hash_block_tokens=16)
+    assert ideal_prefix_reuse([a, shifted]) == 0.0
+    # the first two ids in place: 32 of the 64 + 48 prompt tokens
+    prefix = Request("c", 1.0, 48, 1, hash_ids=(1, 2, 9), hash_block_tokens=16)
+    assert ideal_prefix_reuse([a, prefix]) == pytest.approx(32 / 112)
+    # the same ids at another granularity are other tokens
+    other = Request("d", 1.0, 64, 1, hash_ids=(1, 2, 3, 4), hash_block_tokens=8)
+    assert ideal_prefix_reuse([a, other]) == 0.0
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.lists(st.integers(0, 4), min_size=1, max_size=6), min_size=1, max_size=12))
+def test_ideal_prefix_reuse_is_what_an_unbounded_cache_serves(prompts):
+    """Requests far apart in time on a pool that never evicts: the simulator's hits equal the ideal (blocks
+    of the hash size; the last token of a prompt is always computed, so prompts end one token past their ids)."""
+    from kvsim.allocators import make_allocator
+    from kvsim.engine.simulator import Simulation
+    from kvsim.trace.request import Request
+    from kvsim.trace.stats import ideal_prefix_reuse
+    from helpers import FixedLatency, sched
+
+    reqs = [Request(str(i), 100.0 * i, 16 * len(ids) + 1, 1, hash_ids=tuple(ids) + (10**6 + i,), hash_block_tokens=16)
+            for i, ids in enumerate(prompts)]
+    res = Simulation(reqs, make_allocator("paged:16+prefix", 10**6, 4096), FixedLatency(), sched()).run()
+    total = sum(r.prompt_tokens for r in reqs)
+    assert res.extra["hit_tokens"] / total == pytest.approx(ideal_prefix_reuse(reqs))

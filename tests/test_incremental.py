@@ -54,6 +54,17 @@ def _toy_latency(types, cpu="vllm-v1", **more):
     return PerOpModel(model, gpu, shipped_calibration(gpu)[0], get_cpu_overhead(cpu))
 
 
+# MLA at TP1: decode attention is FLOP-bound (absorbed scores over the latent), which decode runs must price
+def _mla_tp1():
+    from kvsim.latency.calibration import shipped_calibration
+    from kvsim.latency.cpu import get_cpu_overhead
+    from kvsim.latency.perop import PerOpModel
+
+    gpu = get_gpu("h200-141gb")  # the latency model alone: DeepSeek-V3's weights need not fit one GPU here
+    return PerOpModel(get_model("deepseek-v3"), gpu, shipped_calibration(gpu)[0], get_cpu_overhead("vllm-v1"))
+
+
+LATENCIES["per-op-mla-flops"] = _mla_tp1()
 # windows small enough that decodes cross them: the engine counts every context's windowed reads
 LATENCIES["per-op-toy-sliding"] = _toy_latency(("sliding", "full", "sliding"), sliding_window=40)
 LATENCIES["per-op-toy-chunked-async"] = _toy_latency(("chunked", "full", "chunked"), "vllm-v1-async",

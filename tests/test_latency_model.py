@@ -57,6 +57,33 @@ def test_decode_run_closed_form_equals_the_sum_of_steps(cpu, n, ctx, k):
     assert math.isclose(m.decode_run_time(n, s0, k), steps, rel_tol=1e-9)
 
 
+# Every attention kind, on shapes where decode attention is FLOP-bound where it can be: MLA at TP1 (absorbed
+# decode does 2 x heads x (2 x latent + rope) FLOPs per token against a small latent read), windowed and
+# chunked layers (gemma-2, llama-4-scout), a mamba hybrid, and plain GQA.
+KINDS = {"mla-tp1": ("deepseek-v3", "h200-141gb", 1), "mla-tp8": ("deepseek-v3", "h200-141gb", 8),
+         "sliding": ("gemma-2-9b", "h100-80gb", 1), "chunked": ("llama-4-scout", "h200-141gb", 4),
+         "mamba": ("jamba-1.5-mini", "h200-141gb", 1), "full": ("llama-3-8b", "a100-80gb", 1)}
+
+
+def test_mla_decode_at_tp1_is_flop_bound():
+    m = _model(model="deepseek-v3", gpu="h200-141gb")
+    byte_s = m.kv_bytes_per_token_layer / (m.gpu.hbm_bandwidth * m.calib.decode_attention.bw_eff)
+    assert m._decode_token_s > 1.5 * byte_s
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+@given(n=st.integers(1, 256), ctx=st.integers(1, 20000), k=st.integers(1, 200))
+def test_decode_runs_price_every_attention_kind_as_steps_do(kind, n, ctx, k):
+    """The closed form of a decode run equals the sum of its steps, FLOP-bound or byte-bound (without the
+    engine's per-sequence contexts, windowed layers bound reads by sequences x window in both)."""
+    model, gpu, tp = KINDS[kind]
+    m = _model("vllm-v1", tp=tp, model=model, gpu=gpu)
+    s0 = n * ctx
+    steps = [m.step_time(StepShape.decode(n, s0 + n * i)) for i in range(k)]
+    assert math.isclose(m.decode_run_time(n, s0, k), math.fsum(steps), rel_tol=1e-9)
+    assert m.decode_step_times(n, s0, k) == pytest.approx(steps, rel=1e-12)
+
+
 @given(b=st.integers(1, 64), ctx=st.integers(0, 20000), new=st.integers(1, 4096),
        cpu=st.sampled_from(["none", "vllm-v0", "vllm-v1", "vllm-v1-async"]))
 def test_breakdown_adds_up(b, ctx, new, cpu):

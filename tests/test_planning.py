@@ -132,6 +132,30 @@ def test_sweep_resumes_without_redoing(small_trace, tmp_path, capsys):
     pd.testing.assert_frame_equal(first.drop(columns="wall_s"), again.drop(columns="wall_s"))
 
 
+def test_sweep_resume_recomputes_truncated_parts_and_points_whose_files_changed(small_trace, tmp_path, capsys):
+    """A part cut short by a kill is recomputed, not fatal; a point reading a file (here a model config.json)
+    whose content changed is recomputed, not reused."""
+    import json
+    import shutil
+
+    cfg = tmp_path / "model.json"
+    shutil.copy("tests/data/llama-3.1-8b-config.json", cfg)
+    g = tmp_path / "grid.yaml"
+    g.write_text(f"base:\n  trace: {small_trace}\n  model: {cfg}\n  kv_pool_gb: 2\ngrid:\n  allocator: [max, paged:16]\n")
+    out = tmp_path / "res.csv"
+    assert main(["sweep", str(g), "--out", str(out)]) == 0
+    assert "2 simulated, 0 reused" in capsys.readouterr().out
+    parts = sorted((tmp_path / "res.csv.parts").glob("*.json"))
+    parts[0].write_text(parts[0].read_text()[:20])  # truncated
+    assert main(["sweep", str(g), "--out", str(out)]) == 0
+    assert "1 simulated, 1 reused" in capsys.readouterr().out
+    d = json.loads(cfg.read_text())
+    d["num_hidden_layers"] = 16  # another model: every point must be simulated again
+    cfg.write_text(json.dumps(d))
+    assert main(["sweep", str(g), "--out", str(out)]) == 0
+    assert "2 simulated, 0 reused" in capsys.readouterr().out
+
+
 def test_sweep_bad_grid(tmp_path):
     g = tmp_path / "g.yaml"
     g.write_text("base: {trace: nope.jsonl}\ngrid: {allocator: [max]}\n")

@@ -405,11 +405,11 @@ class PerOpModel(LatencyModel):
         sync + max(max(floor, cpu), a + b*i): (floor, a, b, per-step constant, overlapped CPU)."""
         p = self.calib.decode_attention
         base = self.dense_s(n, n) + self.communication_s(n, n)
-        per_byte = self.kv_bytes_per_token_layer / (self.gpu.hbm_bandwidth * p.bw_eff)
+        per_token = self._decode_token_s  # as a single step prices it: bytes, or FLOPs where larger (MLA)
         L = self.layers
         floor = base + L * p.floor_s
-        a = base + L * (p.ramp_s + p.per_seq_s * n + s0 * per_byte)
-        b = L * n * per_byte
+        a = base + L * (p.ramp_s + p.per_seq_s * n + s0 * per_token)
+        b = L * n * per_token
         c = self.cpu
         if c.overlapped:
             return max(floor, c.seconds(n)), a, b, c.sync_s, 1.0

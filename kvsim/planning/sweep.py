@@ -96,7 +96,8 @@ def validate_points(points: list[dict]) -> None:
 
 
 def resume_keys(points: list[dict]) -> list[str]:
-    """Per point, the name of its saved part: its options + its trace's content + the kvsim version."""
+    """Per point, the name of its saved part: its options + the content of every file it reads (the trace,
+    a model config.json, a latency calibration: any option value naming a file) + the kvsim version."""
     import hashlib
 
     from kvsim import __version__
@@ -105,11 +106,23 @@ def resume_keys(points: list[dict]) -> list[str]:
     digests: dict[str, str] = {}
     keys = []
     for p in points:
-        t, pid = str(p["trace"]), point_id(p)
-        if t not in digests:
-            digests[t] = file_digest(t)
-        keys.append(f"{pid}-{hashlib.sha256(f'{pid}|{digests[t]}|{__version__}'.encode()).hexdigest()[:16]}")
+        pid = point_id(p)
+        files = sorted({str(v) for v in p.values() if isinstance(v, (str, Path)) and Path(v).is_file()})
+        for f in files:
+            if f not in digests:
+                digests[f] = file_digest(f)
+        content = "|".join(f"{f}={digests[f]}" for f in files)
+        keys.append(f"{pid}-{hashlib.sha256(f'{pid}|{content}|{__version__}'.encode()).hexdigest()[:16]}")
     return keys
+
+
+def _saved_row(path: Path) -> dict | None:
+    """The row a part holds, or None when it is missing or unreadable (a truncated part is recomputed)."""
+    try:
+        row = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return row if isinstance(row, dict) else None
 
 
 def run_sweep(points: list[dict], out: str, workers: int = 1, backend: str = "local",
@@ -119,7 +132,7 @@ def run_sweep(points: list[dict], out: str, workers: int = 1, backend: str = "lo
     parts = Path(str(out) + ".parts")
     parts.mkdir(parents=True, exist_ok=True)
     ids = resume_keys(points)
-    todo = [(i, p) for i, (p, pid) in enumerate(zip(points, ids)) if not (parts / f"{pid}.json").exists()]
+    todo = [(i, p) for i, (p, pid) in enumerate(zip(points, ids)) if _saved_row(parts / f"{pid}.json") is None]
     reused = len(points) - len(todo)
 
     def save(j: int, row: dict) -> None:
@@ -130,7 +143,7 @@ def run_sweep(points: list[dict], out: str, workers: int = 1, backend: str = "lo
     from kvsim.planning.parallel import run_jobs
 
     run_jobs(evaluate_row, [p for _, p in todo], workers, backend, address, label="sweep", on_result=save)
-    rows = [json.loads((parts / f"{pid}.json").read_text(encoding="utf-8")) for pid in ids]
+    rows = [_saved_row(parts / f"{pid}.json") for pid in ids]
     table = pd.DataFrame(rows)
     table.insert(0, "index", range(len(table)))
     write_table(table, out)

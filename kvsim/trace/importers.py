@@ -12,8 +12,9 @@ import functools
 import json
 import math
 from collections import Counter
+import re
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timezone
 
 import numpy as np
 
@@ -163,15 +164,26 @@ def _mooncake_request(text: str, path: str, line: int, index: int, skipped: Coun
                    hash_ids=tuple(ids) if ids else None, hash_block_tokens=512 if ids else None)
 
 
+_AZURE_TIME = re.compile(r"(\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}(?::\d{2})?)(?:\.(\d+))?\s*(Z|[+-]\d{2}:?\d{2})?")
+
+
 def _parse_azure_time(s: str, path: str, line: int) -> tuple[int, float]:
     """'2023-11-16 18:15:46.6805900' (7 fractional digits) -> (whole POSIX seconds, fraction), kept
-    apart so that differences keep sub-microsecond precision."""
-    base, _, frac = s.strip().partition(".")
+    apart so that differences keep sub-microsecond precision. Times without an offset are UTC (the
+    published traces are), never the machine's time zone; a 'Z' or '+HH:MM' offset is honoured."""
+    m = _AZURE_TIME.fullmatch(s.strip())
+    if m is None:
+        raise TraceError(path, line, "TIMESTAMP", f"not a date-time: {s!r}")
+    base, frac, zone = m.groups()
     try:
-        whole = int(datetime.fromisoformat(base).timestamp())
+        whole = int(datetime.fromisoformat(base.replace(" ", "T")).replace(tzinfo=timezone.utc).timestamp())
     except ValueError:
         raise TraceError(path, line, "TIMESTAMP", f"not a date-time: {s!r}") from None
-    return whole, (float("0." + frac) if frac.isdigit() else 0.0)
+    if zone and zone != "Z":
+        sign = -1 if zone[0] == "-" else 1
+        digits = zone[1:].replace(":", "")
+        whole -= sign * (int(digits[:2]) * 3600 + int(digits[2:]) * 60)
+    return whole, (float("0." + frac) if frac else 0.0)
 
 
 def _convert_csv(path: str, columns: tuple[str, ...], limit: int | None, parse, rebase: bool) -> Converted:

@@ -9,21 +9,26 @@ from kvsim.trace.request import Request
 
 def ideal_prefix_reuse(requests: list[Request]) -> float:
     """Share of prompt tokens an infinite prefix cache could serve, at the trace's own hash-id
-    granularity: each request reuses the leading run of its hash ids seen in any earlier request
-    (ids are chained, so an id seen before means the whole prefix up to it was)."""
-    seen: set[int] = set()
+    granularity: each request reuses the longest leading run of its hash ids that is also the leading run
+    of an earlier request's (a chained prefix: the same ids in the same positions from the start, with
+    the same tokens per id). An id seen elsewhere in an earlier prompt is not a prefix and reuses nothing,
+    as in the simulator's caches (block_keys.py)."""
+    seen: set[int] = set()  # chained hashes of every prefix of every earlier request
     hit = total = 0
     for r in requests:
         total += r.prompt_tokens
         if not r.hash_ids:
             continue
-        run = 0
+        parent = hash((0x6B7673696D, r.hash_block_tokens))
+        run, matching = 0, True
         for x in r.hash_ids:
-            if x not in seen:
-                break
-            run += 1
+            parent = hash((parent, x))
+            if matching and parent in seen:
+                run += 1
+            else:
+                matching = False
+                seen.add(parent)
         hit += min(run * r.hash_block_tokens, r.prompt_tokens)
-        seen.update(r.hash_ids)
     return hit / total if total else 0.0
 
 
