@@ -6,12 +6,14 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from helpers import FixedLatency, sched
 from kvsim.allocators import make_allocator
 from kvsim.cli import main
 from kvsim.engine.simulator import Simulation
 from kvsim.errors import ConfigError
+from kvsim.options import config_from_args
 from kvsim.metrics import requests_frame, run_summary
 from kvsim.planning.capacity import Evaluation, find_capacity
 from kvsim.planning.point import is_stable, scale_to_rate, trace_rate
@@ -221,3 +223,38 @@ def test_committed_example_report_renders():
     folder = Path("reports/capacity-chat")
     check_report(folder, min_rows=4)
     assert (folder / "README.md").exists() and "kvsim plan" in (folder / "README.md").read_text()
+
+
+def test_plan_on_a_short_trace_reports_only_a_rate_the_server_sustains(tmp_path):
+    """150 chat requests once gave millions of req/s (every request arrives at once and the run drains). A
+    rate now counts only when completions keep up with arrivals after the warm-up; above the rate where the
+    trace is too short to tell, the plan says so. The rate it reports is sustained on the whole trace."""
+    from kvsim.planning.point import evaluate
+
+    short = tmp_path / "short.jsonl"
+    short.write_text("".join(open("traces/chat.jsonl").readlines()[:150]))
+    out = tmp_path / "p"
+    assert main(["plan", "--trace", str(short), "--gpus", "h100-80gb", "--allocators", "paged:16", "--slo",
+                 "ttft_p99=2s,tpot_p99=100ms", "--no-report", "--out", str(out)]) == 0
+    row = pd.read_csv(out / "plan.csv").iloc[0]
+    assert 1 < row.max_rate_req_s < 30
+    assert "too short to tell" in row.reason
+    s = evaluate({"trace": "traces/chat.jsonl", "gpu": "h100-80gb", "allocator": "paged:16",
+                  "rate": float(row.max_rate_req_s)})
+    assert s["sustain"] == "ok" and s["stable"]
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.floats(5.0, 200.0), st.integers(40, 400))
+def test_an_overloaded_run_never_counts_as_sustained(rate, n):
+    """Whatever the trace length, a run offered over three times what the server sustains (`max` on an
+    A100-40GB sustains about 1.4 req/s of this trace: README, capacity planning) is 'unsustained' or
+    'too-short', never 'ok'."""
+    from kvsim.planning.point import scale_to_rate, sustained
+    from kvsim.runner import simulate
+    from kvsim.trace import load_trace
+
+    reqs = scale_to_rate(load_trace("traces/chat.jsonl").requests[:n], rate)
+    out = simulate(reqs, config_from_args(["--gpu", "a100-40gb"]), "max")
+    verdict, why = sustained(out.requests)
+    assert verdict != "ok", why

@@ -105,6 +105,8 @@ def _evaluate(point: dict, slos, rate: float) -> Evaluation:
     why = check_slos(s, slos)
     if not s["stable"]:
         why.append("queue keeps growing (unstable)")
+    if s["sustain"] != "ok":  # a rate counts only when the run sustains it (point.sustained)
+        why.append(s["sustain_note"])
     return Evaluation(rate, not why, why, s)
 
 
@@ -152,6 +154,12 @@ def run_job(job: PlanJob) -> tuple[dict, list[dict]]:
     cfg_cols = {"config": job.label, "gpu": job.point["gpu"], "allocator": job.point["allocator"], **job.extra}
     best = max((e for e in cap.evaluations if e.ok), key=lambda e: e.rate, default=None)
     reason = _why_never(job.point, job.slos, cap.reason) if cap.status == "never" else cap.reason
+    short = [e for e in cap.evaluations if not e.ok and e.summary.get("sustain") == "too-short"]
+    if short:  # above some rate the trace cannot show whether the server keeps up
+        first = min(short, key=lambda e: e.rate)
+        reason = "; ".join(x for x in (reason, f"at {first.rate:.3g} req/s and above, the trace is "
+                                       + first.summary["sustain_note"].removeprefix("too short to tell: ")
+                                       .join(("too short to tell (", ")"))) if x)
     row = {**cfg_cols, "max_rate_req_s": cap.max_rate, "meets_slo": cap.max_rate is not None,
            "search": cap.status, "search_steps": cap.steps, "bracket_lo": cap.bracket[0], "bracket_hi": cap.bracket[1],
            "tolerance": cap.tolerance, "reason": reason,

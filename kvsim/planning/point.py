@@ -112,7 +112,42 @@ def evaluate(point: dict) -> dict:
     s["offered_rate"] = trace_rate(reqs)
     s["mean_output_tokens"] = float(sum(r.output_tokens for r in reqs) / len(reqs))
     s["stable"] = is_stable(out.requests)
+    s["sustain"], s["sustain_note"] = sustained(out.requests)
     return s
+
+
+def sustained(req_frame, share: float = 0.9) -> tuple[str, str]:
+    """Whether the run sustains its offered rate: ("ok" | "unsustained" | "too-short", why).
+
+    Over the window from the arrival of the first quarter's last request to the last arrival, requests
+    finishing must be at least ``share`` of those arriving (Little's law: in steady state the requests in
+    flight are as many at both ends, so completions match arrivals). The window must start after the
+    warm-up, once a request has had time to be served (the median of end-to-end latency less queueing:
+    queueing grows without bound in overload, service does not); a trace whose first quarter is shorter
+    than that is too short to tell."""
+    import numpy as np
+
+    df = req_frame[req_frame.status != Status.REJECTED.value]
+    n = len(df)
+    if n < 8:
+        return "too-short", f"only {n} requests were admitted"
+    arr = np.sort(df.arrival_s.to_numpy(dtype=float))
+    fin = df.finish_s.to_numpy(dtype=float)
+    service = (df.e2e_s - df.queue_s).to_numpy(dtype=float)
+    service = service[np.isfinite(service)]
+    if not len(service):
+        return "unsustained", "no request finished"
+    t0, ts, te = arr[0], arr[n // 4], arr[-1]
+    w = float(np.median(service))
+    if ts - t0 < w:
+        return "too-short", (f"too short to tell: its first quarter lasts {ts - t0:.3g} s at this rate, less than a "
+                             f"request's median service time ({w:.3g} s); use a longer trace")
+    arriving = int(((arr >= ts) & (arr <= te)).sum())
+    finishing = int(((fin >= ts) & (fin <= te)).sum())
+    if finishing < share * arriving:
+        return "unsustained", (f"not sustained: {finishing} requests finished while {arriving} arrived "
+                               f"({finishing / max(te - ts, 1e-12):.3g} of {arriving / max(te - ts, 1e-12):.3g} req/s)")
+    return "ok", ""
 
 
 def is_stable(req_frame) -> bool:
