@@ -46,15 +46,27 @@ def prepare_output_dir(path: str | Path, flag: str) -> Path:
     return p
 
 
-def check_output_file(path: str | Path, flag: str) -> Path:
-    """Make sure ``path`` can be written as a file (its folder is created now), before any work."""
+def check_output_file(path: str | Path, flag: str, inputs=()) -> Path:
+    """Make sure ``path`` can be written as a file (its folder is created now), before any work, and that it
+    is none of the command's ``inputs`` (writing there would destroy what is being read)."""
     p = Path(path)
     if p.is_dir():
         raise ConfigError(f"{flag} {path}: is a folder; give a file name")
+    for src in inputs:
+        if src is not None and _same_file(p, Path(src)):
+            raise ConfigError(f"{flag} {path}: is the input file {src}; writing there would destroy it (give "
+                              "another name)")
     prepare_output_dir(p.parent if str(p.parent) else ".", flag)
     if p.exists() and not os.access(p, os.W_OK):
         raise ConfigError(f"{flag} {path}: not writable")
     return p
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return a.exists() and b.exists() and os.path.samefile(a, b)
+    except OSError:
+        return False
 
 
 def file_digest(path: str | Path) -> str:

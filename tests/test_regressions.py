@@ -165,3 +165,35 @@ def test_dedup_share_is_bounded_and_apart_from_memory_shares(tmp_path):
     assert 0 < row.sharing_dedup_frac < 1
     shares = sum(row[f"mem_{c}"] for c in ("token_states", "reserved", "internal_frag", "external_frag", "free"))
     assert shares == pytest.approx(1.0)
+
+
+def test_an_output_path_equal_to_an_input_path_is_refused(tmp_path, capsys):
+    """`run --record-batches <trace>`, `calibrate M.csv -o M.csv`, `trace convert IN -o IN` and the like once
+    replaced their input silently; now they refuse before reading anything, and the input is intact."""
+    import shutil
+
+    from kvsim.cli import main
+
+    trace = tmp_path / "t.jsonl"
+    shutil.copy("traces/chat.jsonl", trace)
+    raw = tmp_path / "m.jsonl"
+    shutil.copy("traces/mooncake_excerpt_raw.jsonl", raw)
+    csv = tmp_path / "lengths.csv"
+    shutil.copy("traces/azure_conv_lengths.csv", csv)
+    mlp = tmp_path / "mlp.csv"
+    mlp.write_text("x\n")  # refused before it is read
+    grid = tmp_path / "g.yaml"
+    grid.write_text(f"base: {{trace: {trace}}}\ngrid: {{allocator: [max]}}\n")
+    before = {p: p.read_bytes() for p in (trace, raw, csv, mlp, grid)}
+    cases = [
+        ["run", "--trace", str(trace), "--allocator", "paged", "--record-batches", str(trace), "--out", str(tmp_path / "o")],
+        ["trace", "convert", "--from", "mooncake", str(raw), "-o", str(raw)],
+        ["trace", "generate", "-o", str(csv), "-n", "10", "--lengths-csv", str(csv)],
+        ["calibrate", str(mlp), "-o", str(mlp), "--gpu", "a100-80gb"],
+        ["latency", "--shapes", str(csv), "--out", str(csv)],
+    ]
+    for argv in cases:
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert "is the input file" in err and "Traceback" not in err, (argv, err)
+    assert {p: p.read_bytes() for p in before} == before

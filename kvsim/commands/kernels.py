@@ -21,7 +21,7 @@ def cmd_replay(a: argparse.Namespace) -> int:
     from kvsim.files import check_output_file
     from kvsim.replay.replay import ReplayOptions, replay
 
-    check_output_file(a.output, "-o")
+    check_output_file(a.output, "-o", [a.record])
     rows = replay(a.record, ReplayOptions(a.device, a.sample, a.check_seqs, a.max_pool_gib, a.seed))
     if not rows:
         print(f"{a.record}: no iterations recorded")

@@ -16,7 +16,7 @@ def cmd_calibrate(a: argparse.Namespace) -> int:
     from kvsim.latency.calibration import save_calibration
     from kvsim.latency.fit import fit_calibration
 
-    check_output_file(a.output, "-o")
+    check_output_file(a.output, "-o", a.measurements)
     c = fit_calibration(a.measurements, a.gpu)
     save_calibration(c, a.output)
     print(f"calibration for {c.gpu} (measured on: {c.measured_on})")
@@ -78,7 +78,7 @@ def cmd_latency(a: argparse.Namespace) -> int:
             raise ConfigError("--shapes needs --out FILE.csv")
         from kvsim.files import check_output_file
 
-        check_output_file(a.out, "--out")
+        check_output_file(a.out, "--out", [a.shapes, a.model, a.latency])
         rows = shape_rows(a.shapes)
     elif a.batch is None or a.context is None:
         raise ConfigError("give --batch B --context C [--new-tokens N], or --shapes FILE.csv --out FILE.csv")

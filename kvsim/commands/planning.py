@@ -113,7 +113,7 @@ def cmd_sweep(a: argparse.Namespace) -> int:
         from kvsim.errors import ConfigError
 
         raise ConfigError(f"--out {out}: the results table must end in .csv or .parquet")
-    check_output_file(out, "--out")
+    check_output_file(out, "--out", [a.grid, *{str(p.get("trace")) for p in points}])
     table, computed, reused = run_sweep(points, out, a.workers, a.backend, a.address)
     print_sweep(table)
     print(f"{len(points)} points: {computed} simulated, {reused} reused from an earlier run; wrote {out}")

@@ -92,7 +92,7 @@ def simulate_all(a: argparse.Namespace, allocator_names: str, command: str) -> i
     # outputs are checked after the inputs (a bad trace leaves no empty folder) and before simulating
     out = prepare_output_dir(a.out or Path(DEFAULT_OUT) / f"{command}-{trace_name}", "--out")
     if a.record_batches:
-        check_output_file(a.record_batches, "--record-batches")
+        check_output_file(a.record_batches, "--record-batches", [a.trace, a.model, a.latency])
     notes = loaded.notes() + latency_notes(cfg) + setting_warnings(cfg, loaded.requests, allocators)
     for note in notes:
         print(note, file=sys.stderr)

@@ -16,7 +16,7 @@ def cmd_generate(a: argparse.Namespace) -> int:
     from kvsim.trace import write_trace
     from kvsim.trace.generate import ArrivalSpec, LengthSpec, generate
 
-    check_output_file(a.output, "-o")
+    check_output_file(a.output, "-o", [a.lengths_csv])
     arrivals = ArrivalSpec(a.arrival, a.rate, a.cv)
     lengths = LengthSpec(a.prompt_mean, a.prompt_sigma, a.output_mean, a.output_sigma, a.max_total, a.lengths_csv)
     if a.scenario:
@@ -46,7 +46,7 @@ def cmd_convert(a: argparse.Namespace) -> int:
     from kvsim.trace.generate import ArrivalSpec
     from kvsim.trace.importers import convert
 
-    check_output_file(a.output, "-o")
+    check_output_file(a.output, "-o", [a.input])
     conv = convert(a.fmt, a.input, a.limit, ArrivalSpec(a.arrival, a.rate, a.cv), a.seed)
     for line in conv.report(a.input):
         print(line)
