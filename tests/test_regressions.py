@@ -197,3 +197,18 @@ def test_an_output_path_equal_to_an_input_path_is_refused(tmp_path, capsys):
         err = capsys.readouterr().err
         assert "is the input file" in err and "Traceback" not in err, (argv, err)
     assert {p: p.read_bytes() for p in before} == before
+
+
+def test_a_run_that_mostly_rejects_says_so_and_one_that_rejects_all_still_writes_its_plots(tmp_path, capsys):
+    from kvsim.cli import main
+
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("".join(open("traces/chat.jsonl").readlines()[:60]))
+    assert main(["compare", "--trace", str(trace), "--max-model-len", "100", "--allocators", "paged",
+                 "--out", str(tmp_path / "a")]) == 0
+    err = capsys.readouterr().err
+    assert "warning: paged:16 rejected" in err and "exceeds max_seq_len" in err
+    # nothing finishes at all: the latency plot once crashed on an empty legend
+    assert main(["compare", "--trace", str(trace), "--max-model-len", "2", "--allocators", "paged,max",
+                 "--out", str(tmp_path / "b")]) == 0
+    assert (tmp_path / "b" / "latency_cdf.png").exists()

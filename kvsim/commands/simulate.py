@@ -116,6 +116,14 @@ def simulate_all(a: argparse.Namespace, allocator_names: str, command: str) -> i
         if s["finished"] + s["rejected"] + s["unfinished"] != s["requests"]:
             raise RuntimeError(f"{s['allocator']}: {s['finished'] + s['rejected'] + s['unfinished']} of "
                                f"{s['requests']} requests accounted for")
+    for o in outputs:  # a run that mostly rejects answers another question than the one asked: say so
+        s = o.summary
+        if s["requests"] and s["rejected"] > s["requests"] / 2:
+            reasons = o.requests.loc[o.requests.status == "rejected", "reason"].str.replace(r"\d+", "N", regex=True)
+            top = reasons.value_counts()
+            print(f"warning: {s['allocator']} rejected {s['rejected']:,} of {s['requests']:,} requests "
+                  f"({100 * s['rejected'] / s['requests']:.0f}%), most because: {top.index[0]} ({top.iloc[0]:,}); "
+                  "the results describe the rest only", file=sys.stderr)
     context = {
         "command": "`kvsim " + " ".join(sys.argv[1:]) + "`" if sys.argv and sys.argv[0].endswith("kvsim") else "",
         "trace": f"{a.trace} ({len(loaded.requests)} requests)",

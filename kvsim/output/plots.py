@@ -178,8 +178,12 @@ def latency_cdf_plot(frames: dict[str, pd.DataFrame], path: Path) -> Path:
         ax.grid(alpha=0.3, which="major")
     axes[0].set_ylabel("fraction of finished requests")
     handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=min(6, len(labels)), fontsize=9, frameon=False,
-               bbox_to_anchor=(0.5, -0.04))
+    if labels:  # no allocator finished a request (all rejected): empty axes, no legend
+        fig.legend(handles, labels, loc="lower center", ncol=min(6, len(labels)), fontsize=9, frameon=False,
+                   bbox_to_anchor=(0.5, -0.04))
+    else:
+        for ax in axes:
+            ax.text(0.5, 0.5, "no finished requests", ha="center", va="center", transform=ax.transAxes)
     fig.suptitle("Latency distributions (finished requests)")
     fig.tight_layout(rect=(0, 0.06, 1, 1))
     _save(fig, path)
