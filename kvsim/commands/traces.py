@@ -29,7 +29,7 @@ def cmd_generate(a: argparse.Namespace) -> int:
     if a.lengths_csv:
         import sys
 
-        from kvsim.trace.importers import read_length_pairs
+        from kvsim.trace.csv_read import read_length_pairs
 
         pairs, rows, skipped = read_length_pairs(a.lengths_csv)  # cached: the file is not read again
         print(f"lengths from {a.lengths_csv}: {len(pairs)} of {rows} rows"

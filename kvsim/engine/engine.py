@@ -28,7 +28,7 @@ from kvsim.engine.incremental import IncrementalScheduler
 from kvsim.engine.memory_tracker import MemoryTracker
 from kvsim.engine.preemption import VictimPolicy, lifo
 from kvsim.engine.scheduler import IterationPlan, SteppingScheduler
-from kvsim.engine.sequence import Sequence, Status
+from kvsim.engine.sequence import Sequence
 from kvsim.latency.base import LatencyModel
 from kvsim.trace.request import Request
 

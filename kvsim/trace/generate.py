@@ -12,16 +12,6 @@ from kvsim.validation import NON_NEGATIVE, POSITIVE, Number, require
 
 MAX_SIGMA = 10.0  # lognormal shape beyond which samples overflow float64 for any sensible mean
 
-# Column pairs accepted for empirical length CSVs (prompt, output).
-LENGTH_COLUMNS = [
-    ("prompt_tokens", "output_tokens"),
-    ("num_prefill_tokens", "num_decode_tokens"),  # Vidur / etalon
-    ("ContextTokens", "GeneratedTokens"),  # Azure
-    ("input_length", "output_length"),  # Mooncake
-    ("Request tokens", "Response tokens"),  # BurstGPT
-]
-
-
 @dataclass(frozen=True)
 class ArrivalSpec:
     process: str = "poisson"  # "poisson" or "gamma"
@@ -68,9 +58,9 @@ def arrival_times(spec: ArrivalSpec, n: int, rng: np.random.Generator) -> np.nda
 
 def read_lengths_csv(path: str) -> np.ndarray:
     """(N, 2) int array of (prompt, output) pairs; rows with a non-positive length are left out (counted by
-    kvsim.trace.importers.read_length_pairs, which `kvsim trace generate` reports)."""
+    kvsim.trace.csv_read.read_length_pairs, which `kvsim trace generate` reports)."""
     from kvsim.errors import TraceError
-    from kvsim.trace.importers import read_length_pairs
+    from kvsim.trace.csv_read import read_length_pairs
 
     try:
         pairs, _, _ = read_length_pairs(path)

@@ -7,8 +7,6 @@ BurstGPT's failed requests with 0 response tokens).
 
 from __future__ import annotations
 
-import csv
-import functools
 import json
 import math
 from collections import Counter
@@ -19,6 +17,7 @@ from datetime import datetime, timezone
 import numpy as np
 
 from kvsim.errors import TraceError
+from kvsim.trace.csv_read import csv_rows, lengths_ok, num_field, read_length_pairs
 from kvsim.trace.generate import ArrivalSpec, arrival_times
 from kvsim.trace.jsonl import MAX_TOKENS
 from kvsim.trace.request import Request
@@ -36,73 +35,6 @@ class Converted:
         lines = [f"{path}: {self.rows} rows -> {len(self.requests)} requests"]
         lines += [f"  skipped {n}: {why}" for why, n in self.skipped.most_common()]
         return lines
-
-
-def _num(row: dict, col: str, path: str, line: int, kind=int):
-    v = row.get(col)
-    if v is None or v == "":
-        raise TraceError(path, line, col, "missing")
-    try:
-        x = float(v)
-    except ValueError:
-        raise TraceError(path, line, col, f"not a number: {v!r}") from None
-    if not math.isfinite(x):
-        raise TraceError(path, line, col, f"must be a finite number, got {v!r}")
-    if kind is int:
-        if abs(x) > MAX_TOKENS:
-            raise TraceError(path, line, col, f"must be at most {MAX_TOKENS:,} tokens, got {v!r}")
-        if not x.is_integer():
-            raise TraceError(path, line, col, f"must be an integer, got {v!r}")
-        return int(x)
-    return x
-
-
-def _csv_rows(path: str, required: tuple[str, ...]):
-    try:
-        fh = open(path, newline="", encoding="utf-8")
-    except OSError as e:
-        raise TraceError(path, 0, None, f"cannot open: {e.strerror}") from None
-    with fh:
-        reader = csv.DictReader(fh)
-        try:
-            reader.fieldnames
-        except UnicodeDecodeError:
-            raise TraceError(path, 1, None, "not UTF-8 text (a binary file?)") from None
-        except csv.Error as e:
-            raise TraceError(path, 1, None, f"not valid CSV ({e})") from None
-        missing = [c for c in required if c not in (reader.fieldnames or [])]
-        if missing:
-            raise TraceError(path, 1, missing[0], f"column missing from header (have: {', '.join(reader.fieldnames or [])})")
-        i = 1
-        try:
-            for i, row in enumerate(reader, start=2):
-                yield i, row
-        except UnicodeDecodeError:
-            raise TraceError(path, i + 1, None, "not UTF-8 text (a binary file?)") from None
-        except csv.Error as e:
-            raise TraceError(path, i + 1, None, f"not valid CSV ({e})") from None
-
-
-def _csv_header(path: str) -> list[str]:
-    try:
-        with open(path, newline="", encoding="utf-8") as fh:
-            return next(csv.reader(fh), [])
-    except OSError as e:
-        raise TraceError(path, 0, None, f"cannot open: {e.strerror}") from None
-    except UnicodeDecodeError:
-        raise TraceError(path, 1, None, "not UTF-8 text (a binary file?)") from None
-    except csv.Error as e:
-        raise TraceError(path, 1, None, f"not valid CSV ({e})") from None
-
-
-def _lengths_ok(p: int, o: int, skipped: Counter) -> bool:
-    if p <= 0:
-        skipped["prompt length <= 0"] += 1
-        return False
-    if o <= 0:
-        skipped["output length <= 0"] += 1
-        return False
-    return True
 
 
 def from_mooncake(path: str, limit: int | None = None) -> Converted:
@@ -151,7 +83,7 @@ def _mooncake_request(text: str, path: str, line: int, index: int, skipped: Coun
         if f != "timestamp" and (v != int(v) or abs(v) > MAX_TOKENS):
             raise TraceError(path, line, f, f"must be a whole number of tokens up to {MAX_TOKENS:,}, got {v}")
     p, o = int(obj["input_length"]), int(obj["output_length"])
-    if not _lengths_ok(p, o, skipped):
+    if not lengths_ok(p, o, skipped):
         return None
     ids = obj.get("hash_ids")
     if ids is not None and (not isinstance(ids, list)
@@ -190,7 +122,7 @@ def _convert_csv(path: str, columns: tuple[str, ...], limit: int | None, parse, 
     """Read a CSV row by row; ``parse(row, line, skipped)`` gives (arrival, prompt, output) or None (skipped).
     ``rebase``: shift arrivals so that the first is at 0 (arrival may be a (whole, fraction) pair)."""
     raw, skipped, rows = [], Counter(), 0
-    for line, row in _csv_rows(path, columns):
+    for line, row in csv_rows(path, columns):
         if limit is not None and rows >= limit:
             break
         rows += 1
@@ -212,8 +144,8 @@ def from_azure(path: str, limit: int | None = None) -> Converted:
     """Azure LLM inference trace CSV: TIMESTAMP, ContextTokens, GeneratedTokens."""
     def parse(row, line, skipped):
         t = _parse_azure_time(row["TIMESTAMP"], path, line)
-        p, o = _num(row, "ContextTokens", path, line), _num(row, "GeneratedTokens", path, line)
-        return (t, p, o) if _lengths_ok(p, o, skipped) else None
+        p, o = num_field(row, "ContextTokens", path, line), num_field(row, "GeneratedTokens", path, line)
+        return (t, p, o) if lengths_ok(p, o, skipped) else None
 
     return _convert_csv(path, ("TIMESTAMP", "ContextTokens", "GeneratedTokens"), limit, parse, rebase=True)
 
@@ -222,12 +154,12 @@ def from_burstgpt(path: str, limit: int | None = None) -> Converted:
     """BurstGPT CSV: Timestamp (s), Request tokens, Response tokens. Rows with 0 response tokens are
     failed requests: they are dropped and counted."""
     def parse(row, line, skipped):
-        t = _num(row, "Timestamp", path, line, float)
-        p, o = _num(row, "Request tokens", path, line), _num(row, "Response tokens", path, line)
+        t = num_field(row, "Timestamp", path, line, float)
+        p, o = num_field(row, "Request tokens", path, line), num_field(row, "Response tokens", path, line)
         if o == 0:
             skipped["failed request (0 response tokens)"] += 1
             return None
-        return (t, p, o) if _lengths_ok(p, o, skipped) else None
+        return (t, p, o) if lengths_ok(p, o, skipped) else None
 
     return _convert_csv(path, ("Timestamp", "Request tokens", "Response tokens"), limit, parse, rebase=True)
 
@@ -236,45 +168,13 @@ def from_vidur(path: str, limit: int | None = None) -> Converted:
     """Vidur's processed trace CSV: arrived_at (s), num_prefill_tokens, num_decode_tokens. Arrivals are
     shifted so that the first one is at 0 s, as for every other format."""
     def parse(row, line, skipped):
-        t = _num(row, "arrived_at", path, line, float)
+        t = num_field(row, "arrived_at", path, line, float)
         if t < 0:
             raise TraceError(path, line, "arrived_at", f"must be >= 0 seconds, got {row['arrived_at']!r}")
-        p, o = _num(row, "num_prefill_tokens", path, line), _num(row, "num_decode_tokens", path, line)
-        return (t, p, o) if _lengths_ok(p, o, skipped) else None
+        p, o = num_field(row, "num_prefill_tokens", path, line), num_field(row, "num_decode_tokens", path, line)
+        return (t, p, o) if lengths_ok(p, o, skipped) else None
 
     return _convert_csv(path, ("arrived_at", "num_prefill_tokens", "num_decode_tokens"), limit, parse, rebase=True)
-
-
-def read_length_pairs(path: str, limit: int | None = None) -> tuple[list[tuple[int, int]], int, Counter]:
-    """(prompt, output) pairs of a lengths CSV (any column pair of trace.generate.LENGTH_COLUMNS), the rows
-    read, and the rows skipped by reason. Cached per file version: generating and reporting read it once."""
-    import os
-
-    try:
-        st = os.stat(path)
-    except OSError as e:
-        raise TraceError(path, 0, None, f"cannot open: {e.strerror}") from None
-    pairs, rows, skipped = _read_length_pairs(path, limit, st.st_mtime_ns, st.st_size)
-    return list(pairs), rows, Counter(dict(skipped))
-
-
-@functools.lru_cache(maxsize=4)
-def _read_length_pairs(path: str, limit: int | None, _mtime_ns: int, _size: int):
-    from kvsim.trace.generate import LENGTH_COLUMNS
-
-    header = _csv_header(path)
-    pair = next(((p, o) for p, o in LENGTH_COLUMNS if p in header and o in header), None)
-    if pair is None:
-        raise TraceError(path, 1, None, "no length columns; need one of " + ", ".join(f"{p}+{o}" for p, o in LENGTH_COLUMNS))
-    lengths, skipped, rows = [], Counter(), 0
-    for line, row in _csv_rows(path, pair):
-        if limit is not None and rows >= limit:
-            break
-        rows += 1
-        p, o = _num(row, pair[0], path, line), _num(row, pair[1], path, line)
-        if _lengths_ok(p, o, skipped):
-            lengths.append((p, o))
-    return tuple(lengths), rows, tuple(skipped.items())
 
 
 def from_lengths_csv(path: str, arrivals: ArrivalSpec, seed: int = 0, limit: int | None = None) -> Converted:

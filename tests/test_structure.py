@@ -1,0 +1,53 @@
+"""The package's structure: no import circle between kvsim's modules, counting the imports inside functions
+(a circle there still ties two modules together, and breaks as soon as either import moves to the top)."""
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1] / "kvsim"
+
+
+def _module(path: Path) -> str:
+    parts = path.relative_to(ROOT.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _graph() -> dict[str, set[str]]:
+    mods = {_module(p): p for p in ROOT.rglob("*.py")}
+    graph: dict[str, set[str]] = {m: set() for m in mods}
+    for m, p in mods.items():
+        for node in ast.walk(ast.parse(p.read_text(encoding="utf-8"))):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+            for n in names:
+                if n in mods and n != m and not m.startswith(n + "."):  # a package's own __init__ is no edge
+                    graph[m].add(n)
+    return graph
+
+
+def test_no_import_circles():
+    graph = _graph()
+    # packages import their members to re-export them; an __init__ is not a concept of its own
+    inits = {m for m in graph if (ROOT.parent / m.replace(".", "/") / "__init__.py").exists()}
+    graph = {m: {n for n in e if n not in inits} for m, e in graph.items() if m not in inits}
+    state: dict[str, int] = {}
+    cycles = []
+
+    def visit(m, stack):
+        state[m] = 1
+        stack.append(m)
+        for n in sorted(graph.get(m, ())):
+            if state.get(n) == 1:
+                cycles.append(stack[stack.index(n):] + [n])
+            elif n not in state:
+                visit(n, stack)
+        stack.pop()
+        state[m] = 2
+
+    for m in sorted(graph):
+        if m not in state:
+            visit(m, [])
+    assert not cycles, "\n".join(" -> ".join(c) for c in cycles)
