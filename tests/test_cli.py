@@ -73,3 +73,18 @@ def test_trace_stats(tmp_path, capsys):
     assert main(["trace", "stats", str(trace)]) == 0
     out = capsys.readouterr().out
     assert "50 requests" in out and "prompt" in out and "p99" in out
+
+
+def test_list_shows_every_preset_and_name(capsys):
+    from kvsim.allocators import allocator_help
+    from kvsim.cli import main
+    from kvsim.fleet.routers import ROUTERS
+    from kvsim.hardware import GPU_PRESETS, MODEL_PRESETS
+
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    for name in [*MODEL_PRESETS, *GPU_PRESETS, *allocator_help(), *ROUTERS]:
+        assert name in out
+    assert main(["list", "gpus"]) == 0
+    out = capsys.readouterr().out
+    assert "h200-141gb" in out and "llama-2-7b" not in out
