@@ -20,7 +20,7 @@ from kvsim.engine.preemption import VICTIM_POLICIES, get_victim_policy
 from kvsim.hardware.models import KV_CACHE_DTYPES
 from kvsim.latency.cpu import CPU_PRESETS
 from kvsim.errors import ConfigError
-from kvsim.validation import FRACTION, NON_NEGATIVE, POSITIVE, POSITIVE_INT, Number
+from kvsim.validation import FRACTION, GIB, GIB_OR_ZERO, NON_NEGATIVE, POSITIVE, POSITIVE_INT, Number
 
 DEFAULT_MODEL = "llama-2-7b"
 DEFAULT_GPU = "a100-40gb"
@@ -63,9 +63,9 @@ OPTIONS: list[Option] = [
            "fraction of each GPU's memory the engine may use (weights, activations, KV)", "KV pool", 0.90, float,
            FRACTION),
     Option("activation_reserve_gb", ("--activation-reserve-gb",),
-           "GiB per GPU kept for activations, CUDA graphs and workspace", "KV pool", 2.0, float, NON_NEGATIVE),
+           "GiB per GPU kept for activations, CUDA graphs and workspace", "KV pool", 2.0, float, GIB_OR_ZERO),
     Option("kv_pool_gb", ("--kv-pool-gb",), "KV pool per GPU in GiB, instead of the derived size", "KV pool",
-           None, float, POSITIVE, default_text="derived from GPU memory"),
+           None, float, GIB, default_text="derived from GPU memory"),
     Option("num_blocks", ("--num-blocks", "--num-gpu-blocks-override"),
            "KV pool of this many blocks (of --num-blocks-size tokens), instead of the derived size", "KV pool",
            None, int, POSITIVE_INT, default_text="derived from GPU memory"),
@@ -78,7 +78,7 @@ OPTIONS: list[Option] = [
            "KV pool", 16, int, POSITIVE_INT),
     Option("swap_space", ("--swap-space", "--cpu-swap-gb"),
            "GiB of host memory per GPU for swapped-out KV (with --preemption-mode swap)", "KV pool", None, float,
-           NON_NEGATIVE, default_text="4 with --preemption-mode swap, else 0"),
+           GIB_OR_ZERO, default_text="4 with --preemption-mode swap, else 0"),
     # --- scheduler
     Option("max_model_len", ("--max-model-len", "--max-seq-len"),
            "longest request (prompt + output tokens); also what `max` reserves per request", "scheduler", None,

@@ -48,6 +48,9 @@ POSITIVE_INT = Number(integer=True, min=1)
 POSITIVE = Number(min=0, min_open=True)
 NON_NEGATIVE = Number(min=0)
 FRACTION = Number(min=0, min_open=True, max=1)  # (0, 1]
+MAX_GIB = float(1 << 30)  # an exbibyte: any memory size beyond it is a typo, and byte counts stay exact
+GIB = Number(min=0, min_open=True, max=MAX_GIB)  # sizes in GiB
+GIB_OR_ZERO = Number(min=0, max=MAX_GIB)
 
 
 def require(value, rule, name: str) -> None:

@@ -212,3 +212,17 @@ def test_a_run_that_mostly_rejects_says_so_and_one_that_rejects_all_still_writes
     assert main(["compare", "--trace", str(trace), "--max-model-len", "2", "--allocators", "paged,max",
                  "--out", str(tmp_path / "b")]) == 0
     assert (tmp_path / "b" / "latency_cdf.png").exists()
+
+
+@pytest.mark.parametrize("flags", [["--kv-pool-gb", "1e300"], ["--kv-pool-gb", "1e300", "--ignore-gpu-memory"],
+                                   ["--swap-space", "1e300", "--preemption-mode", "swap"],
+                                   ["--activation-reserve-gb", "1e300"], ["--kv-pool-gb", "1e9", "--ignore-gpu-memory"]])
+def test_memory_sizes_at_extreme_values_are_clean_errors(flags, tmp_path, capsys):
+    """Once an internal error (an infinite byte count converted to an integer)."""
+    from kvsim.cli import main
+
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("".join(open("traces/chat.jsonl").readlines()[:5]))
+    assert main(["run", "--trace", str(trace), *flags, "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("kvsim: error:") and "internal error" not in err
