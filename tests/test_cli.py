@@ -9,6 +9,7 @@ import pytest
 from kvsim.cli import main
 
 SMALL = ["--allocators", "max,paged:16"]
+ROOT_TRACE = str(__import__("pathlib").Path(__file__).resolve().parents[1] / "traces" / "chat.jsonl")
 
 
 def small_trace(tmp_path, n=120):
@@ -88,3 +89,23 @@ def test_list_shows_every_preset_and_name(capsys):
     assert main(["list", "gpus"]) == 0
     out = capsys.readouterr().out
     assert "h200-141gb" in out and "llama-2-7b" not in out
+
+
+def test_default_output_folder_never_takes_another_configurations_results(tmp_path, monkeypatch, capsys):
+    from kvsim.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("".join(open(ROOT_TRACE).readlines()[:40]))
+    assert main(["run", "--trace", str(trace), "--allocator", "paged", "--no-plots"]) == 0
+    assert main(["run", "--trace", str(trace), "--allocator", "paged", "--no-plots"]) == 0  # same: same folder
+    assert not (tmp_path / "kvsim-out" / "run-t-2").exists()
+    first = (tmp_path / "kvsim-out" / "run-t" / "runs.csv").read_text()
+    capsys.readouterr()
+    assert main(["run", "--trace", str(trace), "--allocator", "max", "--no-plots"]) == 0  # another configuration
+    assert "holds results of another configuration" in capsys.readouterr().err
+    assert (tmp_path / "kvsim-out" / "run-t" / "runs.csv").read_text() == first
+    assert "max" in (tmp_path / "kvsim-out" / "run-t-2" / "runs.csv").read_text()
+    # an explicit --out is the user's choice: replaced
+    assert main(["run", "--trace", str(trace), "--allocator", "max", "--no-plots", "--out", "kvsim-out/run-t"]) == 0
+    assert "max" in (tmp_path / "kvsim-out" / "run-t" / "runs.csv").read_text()

@@ -226,3 +226,25 @@ def test_memory_sizes_at_extreme_values_are_clean_errors(flags, tmp_path, capsys
     assert main(["run", "--trace", str(trace), *flags, "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("kvsim: error:") and "internal error" not in err
+
+
+def test_report_reads_a_compare_folder_and_a_csv_with_a_byte_order_mark(tmp_path, capsys):
+    """Both were internal errors: a compare's runs have no rate column, and a spreadsheet's BOM hid the
+    first column's name."""
+    from kvsim.cli import main
+
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("".join(open("traces/chat.jsonl").readlines()[:40]))
+    cmp = tmp_path / "cmp"
+    assert main(["compare", "--trace", str(trace), "--allocators", "max,paged", "--no-plots", "--out", str(cmp)]) == 0
+    assert main(["report", str(cmp), "-o", str(tmp_path / "r1")]) == 0
+    md = (tmp_path / "r1" / "report.md").read_text()
+    assert "| max |" in md and "| paged:16 |" in md
+    bom = tmp_path / "bom.csv"
+    bom.write_bytes(b"\xef\xbb\xbf" + (cmp / "runs.csv").read_bytes())
+    assert main(["report", str(bom), "-o", str(tmp_path / "r2")]) == 0
+    assert "| max |" in (tmp_path / "r2" / "report.md").read_text()
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert main(["report", str(empty), "-o", str(tmp_path / "r3")]) == 2
+    assert "without results" in capsys.readouterr().err

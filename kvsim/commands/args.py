@@ -4,6 +4,7 @@ one-line error naming the flag (the simulation options are checked by kvsim/opti
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Callable
 
 from kvsim.validation import NON_NEGATIVE, POSITIVE, POSITIVE_INT, Number
@@ -52,3 +53,40 @@ positive = number(float, POSITIVE)
 non_negative = number(float, NON_NEGATIVE)
 fraction_open = number(float, Number(min=0, min_open=True, max=1, max_open=True))
 any_int = number(int)
+
+
+OUTPUT_ONLY = {"func", "out", "format", "no_plots", "columns", "wide", "command", "workers", "backend", "address",
+               "no_report"}  # flags that change where or how results are shown, not what they are
+CONFIG_MARK = ".kvsim-config"  # in a default results folder: the configuration its results describe
+
+
+def results_dir(a: argparse.Namespace, default: Path) -> tuple[Path, str | None]:
+    """Where a command writes: ``--out`` when given (the user's choice, replaced whole), else ``default``
+    unless that holds results of another configuration, then ``default-2``, ``-3``, ... (the first that is
+    empty or holds this configuration's). Returns (folder, note for the user or None)."""
+    if a.out:
+        return Path(a.out), None
+    mark = run_fingerprint(a)
+    i = 1
+    while True:
+        p = default if i == 1 else default.with_name(f"{default.name}-{i}")
+        m = p / CONFIG_MARK
+        if not p.exists() or not any(p.iterdir()) or (m.is_file() and m.read_text(encoding="utf-8") == mark):
+            note = None if i == 1 else (f"note: {default} holds results of another configuration; writing to {p} "
+                                        "(--out chooses the folder)")
+            return p, note
+        i += 1
+
+
+def run_fingerprint(a: argparse.Namespace) -> str:
+    """The options that decide a command's results, as stable text."""
+    import json
+
+    return json.dumps({k: str(v) for k, v in sorted(vars(a).items()) if k not in OUTPUT_ONLY}, sort_keys=True)
+
+
+def mark_results(folder: Path, a: argparse.Namespace) -> None:
+    """Record which configuration ``folder``'s results describe (for :func:`results_dir`)."""
+    from kvsim.files import write_text_atomically
+
+    write_text_atomically(folder / CONFIG_MARK, run_fingerprint(a))

@@ -78,7 +78,10 @@ def cmd_cluster(a: argparse.Namespace) -> int:
     groups = _groups(a, cfg, spec)
     loaded = load_trace(a.trace, skip_invalid=bool(a.skip_invalid))
     trace_name = Path(a.trace).stem
-    out = prepare_output_dir(a.out or Path(DEFAULT_OUT) / f"cluster-{trace_name}", "--out")
+    from kvsim.commands.args import mark_results, results_dir
+
+    out, out_note = results_dir(a, Path(DEFAULT_OUT) / f"cluster-{trace_name}")
+    out = prepare_output_dir(out, "--out")
     for note in loaded.notes():
         print(note, file=sys.stderr)
     if "session" in routers and not any(r.session for r in loaded.requests):
@@ -101,6 +104,9 @@ def cmd_cluster(a: argparse.Namespace) -> int:
     print(title)
     print(fleet_table(fleets))
     written = write_fleet_results(out, fleets, title, a.format)
+    mark_results(out, a)
+    if out_note:
+        print(out_note, file=sys.stderr)
     print(f"wrote {len(written)} files to {out}/ (summary.md, fleet, replicas, requests)")
     if replicas == 1:
         print("note: one replica is the single-engine run (`kvsim run`); every router sends it everything",

@@ -24,7 +24,10 @@ def cmd_plan(a: argparse.Namespace) -> int:
 
     slos = parse_slos(a.slo)
     cfg = build_config(a)  # validate the shared options once
-    out = prepare_output_dir(a.out or Path(DEFAULT_OUT) / f"plan-{Path(a.trace).stem}", "--out")
+    from kvsim.commands.args import mark_results, results_dir
+
+    out, out_note = results_dir(a, Path(DEFAULT_OUT) / f"plan-{Path(a.trace).stem}")
+    out = prepare_output_dir(out, "--out")
     base = {"trace": a.trace, **values_from_namespace(a)}
     gpus = parse_gpus(a.gpus) if a.gpus else [(a.gpu or DEFAULT_GPU, None)]
     allocators = parse_allocator_list(a.allocators, cfg.block_size, cfg.enable_prefix_caching)
@@ -48,7 +51,10 @@ def cmd_plan(a: argparse.Namespace) -> int:
             notes.append(f"replicas and cost for a target of {a.target_rate:g} req/s")
         notes.append("command: kvsim " + " ".join(sys.argv[1:]))
         build_report(out, cap, pts, slos, f"Capacity plan: {Path(a.trace).name}", notes)
+    mark_results(out, a)
     print(f"wrote {out}/plan.csv, plan_points.csv" + ("" if a.no_report else ", report.html, report.md"))
+    if out_note:
+        print(out_note, file=sys.stderr)
     return 0
 
 
@@ -130,7 +136,7 @@ def cmd_report(a: argparse.Namespace) -> int:
 
     prepare_output_dir(a.output, "-o")
     caps, pts = [], []
-    for path in a.results:
+    for path in _result_tables(a.results):
         df = _numeric_metrics(read_table(path), path)
         (caps if "max_rate_req_s" in df.columns else pts).append(df)
     cap = pd.concat(caps, ignore_index=True) if caps else None
@@ -139,6 +145,26 @@ def cmd_report(a: argparse.Namespace) -> int:
     files = build_report(a.output, cap, points, slos, a.title, [f"from {', '.join(a.results)}"])
     print(f"wrote {files['html']} and {files['md']}")
     return 0
+
+
+RESULT_TABLES = ("plan.csv", "plan_points.csv", "runs.csv", "runs.parquet")  # in a results folder, what a report reads
+
+
+def _result_tables(paths: list[str]) -> list[str]:
+    """The tables to report on: files as given; for a folder (of `plan`, `compare` or `run`), its tables."""
+    out = []
+    for p in paths:
+        if Path(p).is_dir():
+            found = [str(Path(p) / n) for n in RESULT_TABLES if (Path(p) / n).is_file()]
+            if not found:
+                from kvsim.errors import ConfigError
+
+                raise ConfigError(f"{p}: a folder without results to report on (expected one of "
+                                  f"{', '.join(RESULT_TABLES)})")
+            out += found
+        else:
+            out.append(p)
+    return out
 
 
 TEXT_COLUMNS = {"allocator", "config", "gpu", "model", "trace", "reason", "why", "search", "status", "point_id",

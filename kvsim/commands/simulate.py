@@ -90,7 +90,10 @@ def simulate_all(a: argparse.Namespace, allocator_names: str, command: str) -> i
     pool = plan_pool(cfg.model, cfg.gpu, cfg.memory, cfg.tp)
     loaded = load_trace(a.trace, skip_invalid=bool(a.skip_invalid))
     # outputs are checked after the inputs (a bad trace leaves no empty folder) and before simulating
-    out = prepare_output_dir(a.out or Path(DEFAULT_OUT) / f"{command}-{trace_name}", "--out")
+    from kvsim.commands.args import mark_results, results_dir
+
+    out, out_note = results_dir(a, Path(DEFAULT_OUT) / f"{command}-{trace_name}")
+    out = prepare_output_dir(out, "--out")
     if a.record_batches:
         check_output_file(a.record_batches, "--record-batches", [a.trace, a.model, a.latency])
     notes = loaded.notes() + latency_notes(cfg) + setting_warnings(cfg, loaded.requests, allocators)
@@ -145,6 +148,9 @@ def simulate_all(a: argparse.Namespace, allocator_names: str, command: str) -> i
                       + f" · KV pool {pool.pool_bytes / (1 << 30):.1f} GiB = {_tokens(pool.pool_tokens)} tokens",
                 columns=columns, fit=not a.wide)
     written = write_results(out, outputs, context, notes, plots=not a.no_plots, fmt=a.format)
+    mark_results(out, a)
+    if out_note:
+        print(out_note, file=sys.stderr)
     print(f"wrote {len(written)} files to {out}/ (summary.md, requests, runs, memory_timeline"
           + (", plots)" if not a.no_plots else ")"))
     return 0

@@ -160,6 +160,7 @@ def write_table(df: pd.DataFrame, out: str) -> None:
 
 def read_table(path: str) -> pd.DataFrame:
     try:
-        return pd.read_parquet(path) if str(path).endswith(".parquet") else pd.read_csv(path)
+        # utf-8-sig: a CSV saved by a spreadsheet starts with a byte-order mark
+        return pd.read_parquet(path) if str(path).endswith(".parquet") else pd.read_csv(path, encoding="utf-8-sig")
     except (OSError, ValueError) as e:
         raise ConfigError(f"{path}: cannot read results table ({e})") from None

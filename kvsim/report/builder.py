@@ -70,6 +70,11 @@ def label_points(points: pd.DataFrame) -> pd.DataFrame:
     return points.assign(config=points.apply(label, axis=1).values)
 
 
+def _has_rate(points: pd.DataFrame) -> bool:
+    """Sweeps and plans vary the rate; a comparison's runs (`kvsim compare` runs.csv) do not."""
+    return any(c in points.columns and points[c].notna().any() for c in ("rate", "offered_rate"))
+
+
 def _rate_col(points: pd.DataFrame) -> str:
     return "rate" if "rate" in points.columns and points["rate"].notna().any() else "offered_rate"
 
@@ -198,14 +203,17 @@ def results_table(points: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     from kvsim.output.plots import duration_label
 
     cfg_cols = varying_config_columns(points)
-    rc = _rate_col(points)
+    if not cfg_cols and "allocator" in points.columns:  # a comparison's runs: one row per allocator
+        cfg_cols = ["allocator"]
+    rc = _rate_col(points) if _has_rate(points) else None
     cols = [c for c, _ in RESULT_COLUMNS if c in points.columns and points[c].notna().any()
             and not (c == "prefix_hit_rate_tokens" and not points[c].fillna(0).any())]
-    headers = [c[4:] if c.startswith("cfg_") else c for c in cfg_cols] + ["rate (req/s)"]
+    headers = [c[4:] if c.startswith("cfg_") else c for c in cfg_cols] + (["rate (req/s)"] if rc else [])
     headers += [dict(RESULT_COLUMNS)[c] for c in cols]
     rows = []
-    for _, r in points.sort_values([*cfg_cols, rc]).iterrows():
-        row = [_fmt(r[c]) for c in cfg_cols] + [_fmt(r.get(rc))]
+    order = [*cfg_cols, rc] if rc else cfg_cols
+    for _, r in (points.sort_values(order) if order else points).iterrows():
+        row = [_fmt(r[c]) for c in cfg_cols] + ([_fmt(r.get(rc))] if rc else [])
         for c in cols:
             try:
                 row.append(_result_cell(c, r[c]))
@@ -262,7 +270,7 @@ def build_report(out_dir: str | Path, capacity: pd.DataFrame | None, points: pd.
     figs: list[tuple[str, Path]] = []
     if points is not None and len(points):
         points = label_points(points)
-        if "throughput_tok_s" in points.columns:
+        if "throughput_tok_s" in points.columns and _has_rate(points):
             figs.append(("Throughput vs offered rate", plot_throughput(points, out / "throughput_vs_rate.png")))
             figs.append(("Latency percentiles vs offered rate, with the SLOs", plot_latency(points, slos, out / "latency_vs_rate.png")))
     if capacity is not None and len(capacity) and "at_max_mem_token_states" in capacity.columns:
@@ -270,9 +278,10 @@ def build_report(out_dir: str | Path, capacity: pd.DataFrame | None, points: pd.
         if len(ok):
             figs.append(("Memory breakdown per configuration", plot_memory(ok, "at_max_", out / "memory_breakdown.png")))
     elif points is not None and len(points) and "mem_token_states" in points.columns:
-        rc = _rate_col(points)
-        top = points.sort_values(rc).groupby("config", sort=False).tail(1)
-        figs.append(("Memory breakdown per configuration (highest rate simulated)", plot_memory(top, "", out / "memory_breakdown.png")))
+        ordered = points.sort_values(_rate_col(points)) if _has_rate(points) else points
+        top = ordered.groupby("config", sort=False).tail(1)
+        caption = "Memory breakdown per configuration" + (" (highest rate simulated)" if _has_rate(points) else "")
+        figs.append((caption, plot_memory(top, "", out / "memory_breakdown.png")))
     slo_text = ", ".join(str(s) for s in slos) if slos else "none"
     headers, rows = capacity_table(capacity) if capacity is not None and len(capacity) else ([], [])
     tables = [("Capacity", headers, rows)] if headers else []
