@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 from kvsim.allocators.cache_eviction import CACHE_EVICTION_POLICIES, get_eviction_key
-from kvsim.engine.preemption import VICTIM_POLICIES, get_victim_policy
+from kvsim.engine.preemption import VICTIM_ALIASES, VICTIM_POLICIES, get_victim_policy
 from kvsim.hardware.models import KV_CACHE_DTYPES
 from kvsim.latency.cpu import CPU_PRESETS
 from kvsim.errors import ConfigError
@@ -98,8 +98,9 @@ OPTIONS: list[Option] = [
            "what happens to a preempted sequence's KV: dropped and recomputed, or swapped to host memory",
            "scheduler", "recompute", choices=("recompute", "swap")),
     Option("victim_policy", ("--victim-policy", "--eviction"),
-           "which running sequence is preempted when memory runs out", "scheduler", "lifo",
-           choices=tuple(VICTIM_POLICIES)),
+           "which running sequence is preempted when memory runs out (hybrid: the older name of prefill-first; "
+           "--eviction: an older spelling of this flag, not cache eviction)", "scheduler", "lifo",
+           choices=tuple(VICTIM_POLICIES) + tuple(VICTIM_ALIASES)),
     Option("partial_preemption", ("--partial-preemption", "--partial-eviction"),
            "preempt only a victim's tail blocks, as many as needed (paged allocators)",
            "scheduler", False, bool),

@@ -8,7 +8,7 @@ from hypothesis import given, settings, strategies as st
 from helpers import FixedLatency, req, sched
 from kvsim.allocators import make_allocator
 from kvsim.config import RooflineParams
-from kvsim.engine.preemption import get_victim_policy, hybrid
+from kvsim.engine.preemption import get_victim_policy, prefill_first
 from kvsim.latency.roofline import RooflineModel
 from kvsim.engine.sequence import Sequence
 from kvsim.engine.simulator import Simulation, SwapTiming
@@ -144,8 +144,8 @@ def test_partial_preemption_keeps_head_blocks_and_finishes():
 def test_hybrid_policy_prefers_prefills_then_lru():
     mk = lambda i, gen, last: _seq(i, gen, last)
     a, b, c = mk(0, 5, 1.0), mk(1, 0, 3.0), mk(2, 7, 0.5)
-    assert hybrid([a, b, c]) is b  # the one still in prefill goes first
-    assert hybrid([a, c]) is c  # then the least recently scheduled decode
+    assert prefill_first([a, b, c]) is b  # the one still in prefill goes first
+    assert prefill_first([a, c]) is c  # then the least recently scheduled decode
     assert get_victim_policy("lifo")([a, b, c]) is c and get_victim_policy("fifo")([a, b, c]) is a
 
 

@@ -221,3 +221,19 @@ def test_cluster_command(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "kvsim", "cluster", "--trace", "traces/chat.jsonl", "--routers",
                           "nearest", "--out", str(out)], capture_output=True, text=True)
     assert bad.returncode == 2 and "unknown router 'nearest'" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_cluster_groups_of_other_gpus_and_tensor_parallel_sizes(tmp_path):
+    out = tmp_path / "h"
+    r = subprocess.run([sys.executable, "-m", "kvsim", "cluster", "--trace", "traces/chat.jsonl", "--model", "llama-2-13b",
+                        "--groups", "h100-80gb:2,a100-40gb:1:tp2", "--routers", "least-requests", "--out", str(out)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    import pandas as pd
+
+    reps = pd.read_csv(out / "replicas.csv")
+    assert list(reps.group) == ["h100-80gb", "h100-80gb", "a100-40gbx2"]
+    assert reps.routed.sum() == 3000 and (reps.routed > 0).all()
+    bad = subprocess.run([sys.executable, "-m", "kvsim", "cluster", "--trace", "traces/chat.jsonl", "--groups",
+                          "h100-80gb:2:pp2", "--out", str(out)], capture_output=True, text=True)
+    assert bad.returncode == 2 and "GPU:COUNT or GPU:COUNT:tpN" in bad.stderr

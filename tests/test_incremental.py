@@ -79,7 +79,7 @@ setup = st.fixed_dictionaries({
     "spec": st.sampled_from(["paged:16", "paged:8", "paged:4", "paged:16+prefix", "radix:8", "max", "pow2", "oracle",
                              "hybrid:16", "hybrid:8+prefix", "static-split:8", "naive:16", "hybrid:16+prefix"]),
     "model": st.sampled_from(["toy-sliding", "toy-chunked", "toy-mamba"]),
-    "policy": st.sampled_from(["lifo", "fifo", "lru", "priority", "hybrid"]),
+    "policy": st.sampled_from(["lifo", "fifo", "lru", "priority", "prefill-first", "hybrid"]),
     "mode": st.sampled_from(["recompute", "swap", "partial"]),
     "static": st.booleans(),
     "max_seqs": st.sampled_from([2, 4, 8, 32]),

@@ -22,13 +22,19 @@ def _groups(a: argparse.Namespace, cfg, allocator: str):
         return [ReplicaGroup(cfg.gpu.name + (f"x{cfg.tp}" if cfg.tp > 1 else ""), cfg, allocator, a.replicas)]
     out = []
     for part in a.groups.split(","):
-        gpu, sep, count = part.strip().rpartition(":")
-        if not sep or not gpu or not count.isdigit() or int(count) < 1:
-            raise ConfigError(f"--groups {a.groups!r}: each group is GPU:COUNT (e.g. h100-80gb:4), got {part!r}")
+        fields = part.strip().split(":")
+        tp = fields.pop() if len(fields) == 3 else None
+        if len(fields) != 2 or not fields[0] or not fields[1].isdigit() or int(fields[1]) < 1 or (
+                tp is not None and not (tp.startswith("tp") and tp[2:].isdigit() and int(tp[2:]) >= 1)):
+            raise ConfigError(f"--groups {a.groups!r}: each group is GPU:COUNT or GPU:COUNT:tpN (e.g. h100-80gb:4 "
+                              f"or a100-80gb:2:tp2), got {part!r}")
         values = values_from_namespace(a)
-        values["gpu"] = gpu
+        values["gpu"] = fields[0]
+        if tp is not None:
+            values["tensor_parallel_size"] = int(tp[2:])
         g_cfg = config_from_options(values)
-        out.append(ReplicaGroup(f"{g_cfg.gpu.name}", g_cfg, allocator, int(count)))
+        out.append(ReplicaGroup(g_cfg.gpu.name + (f"x{g_cfg.tp}" if g_cfg.tp > 1 else ""), g_cfg, allocator,
+                                int(fields[1])))
     return out
 
 
@@ -190,8 +196,8 @@ def register(sub) -> None:
     g = c.add_argument_group("fleet")
     g.add_argument("--replicas", type=int, default=4, help="replicas of the configured GPU [default: 4]")
     g.add_argument("--groups", metavar="GPU:COUNT,...",
-                   help="heterogeneous replicas instead of --replicas, e.g. h100-80gb:4,a100-80gb:4 (other options "
-                        "apply to every group)")
+                   help="heterogeneous replicas instead of --replicas: GPU:COUNT[:tpN],..., e.g. "
+                        "h100-80gb:4,a100-80gb:2:tp2 (other options apply to every group)")
     g.add_argument("--routers", default=DEFAULT_ROUTERS,
                    help="comma-separated routers to compare: " + "; ".join(f"{n}: {r.help}" for n, r in ROUTERS.items())
                         + f" [default: {DEFAULT_ROUTERS}]")

@@ -70,7 +70,7 @@ class IncrementalScheduler(Scheduler):
         self._period = 0  # tokens between plain growth events (the block size), 0 while unknown
         self._plans = 0  # plans scheduled so far
         self._last_plan_start = 0.0
-        self._reads_state = getattr(victim_policy, "reads_schedule_state", True)
+        self._reads_state = victim_policy.reads_schedule_state
 
     # --- lazy decoders -------------------------------------------------------------------------
     def _materialize(self, s: Sequence) -> None:

@@ -4,26 +4,38 @@ eviction: allocators/cache_eviction.py.)"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable, Sequence as Seq
 
 from kvsim.engine.sequence import Sequence
 from kvsim.errors import ConfigError
 
-# A policy picks one victim among the running sequences (listed in admission order).
-VictimPolicy = Callable[[Seq[Sequence]], Sequence]
+
+@dataclass(frozen=True)
+class VictimPolicy:
+    """Picks one victim among the running sequences (listed in admission order). ``reads_schedule_state``:
+    it reads fields that change every iteration (``last_scheduled_s``, ``generated``), which the incremental
+    scheduler then brings up to date for every running sequence before asking."""
+
+    name: str
+    pick: Callable[[Seq[Sequence]], Sequence]
+    reads_schedule_state: bool
+
+    def __call__(self, running: Seq[Sequence]) -> Sequence:
+        return self.pick(running)
 
 
-def lifo(running: Seq[Sequence]) -> Sequence:
+def _lifo(running: Seq[Sequence]) -> Sequence:
     """Most recently admitted (vLLM's default)."""
     return running[-1]
 
 
-def fifo(running: Seq[Sequence]) -> Sequence:
+def _fifo(running: Seq[Sequence]) -> Sequence:
     """Earliest admitted."""
     return running[0]
 
 
-def lru(running: Seq[Sequence]) -> Sequence:
+def _lru(running: Seq[Sequence]) -> Sequence:
     """Least recently scheduled; ties go to the most recently admitted."""
     best = running[-1]
     for s in reversed(running):
@@ -32,12 +44,12 @@ def lru(running: Seq[Sequence]) -> Sequence:
     return best
 
 
-def priority(running: Seq[Sequence]) -> Sequence:
+def _priority(running: Seq[Sequence]) -> Sequence:
     """Least important (largest ``priority`` value), then latest arrival."""
     return max(reversed(running), key=lambda s: (s.req.priority, s.req.arrival_s))
 
 
-def hybrid(running: Seq[Sequence]) -> Sequence:
+def _prefill_first(running: Seq[Sequence]) -> Sequence:
     """The seed design's hybrid: sequences still in prefill go before running decodes (decodes are
     protected), and within each group the least recently scheduled goes first (LRU), ties to the most
     recently admitted. Combine with --partial-preemption to take only tail blocks. Like every policy here
@@ -51,17 +63,19 @@ def hybrid(running: Seq[Sequence]) -> Sequence:
     return best
 
 
-# Whether a policy reads fields that change every iteration (the incremental scheduler brings them up to
-# date for every running sequence before asking it).
-for _policy, _reads in ((lifo, False), (fifo, False), (lru, True), (priority, False), (hybrid, True)):
-    _policy.reads_schedule_state = _reads
+lifo = VictimPolicy("lifo", _lifo, False)
+fifo = VictimPolicy("fifo", _fifo, False)
+lru = VictimPolicy("lru", _lru, True)
+priority = VictimPolicy("priority", _priority, False)
+prefill_first = VictimPolicy("prefill-first", _prefill_first, True)
 
-VICTIM_POLICIES: dict[str, VictimPolicy] = {"lifo": lifo, "fifo": fifo, "lru": lru, "priority": priority,
-                                            "hybrid": hybrid}
+VICTIM_POLICIES: dict[str, VictimPolicy] = {p.name: p for p in (lifo, fifo, lru, priority, prefill_first)}
+# older names: `hybrid` was the seed design's name, which is also an allocator's
+VICTIM_ALIASES = {"hybrid": "prefill-first"}
 
 
 def get_victim_policy(name: str) -> VictimPolicy:
     try:
-        return VICTIM_POLICIES[name]
+        return VICTIM_POLICIES[VICTIM_ALIASES.get(name, name)]
     except KeyError:
         raise ConfigError(f"unknown preemption victim policy '{name}' (known: {', '.join(VICTIM_POLICIES)})") from None
