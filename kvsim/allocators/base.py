@@ -105,6 +105,7 @@ class KVAllocator(ABC):
         self._overhang: dict[int, int] = {}
         self._overhang_total = 0
         self.copies: list[tuple[str, int, int]] = []  # (kind, src unit, dst unit) since the last drain
+        self._chains: dict = {}  # per sequence: the prompt block hashes its lookups computed (prefix caches)
 
     def _set_overhang(self, seq_id: int, held: int, final_tokens: int) -> None:
         new = max(0, held - final_tokens)
@@ -149,8 +150,9 @@ class KVAllocator(ABC):
         self.forget_lookup(PROBE_ID)
         return hit.tokens
 
-    def forget_lookup(self, seq_id: int) -> None:  # noqa: B027
+    def forget_lookup(self, seq_id: int) -> None:
         """Drop whatever a lookup for ``seq_id`` kept (a probe that will never allocate)."""
+        self._chains.pop(seq_id, None)
 
     @abstractmethod
     def allocate(self, seq_id: int, request: Request, num_tokens: int, hit: PrefixHit = NO_HIT,

@@ -191,9 +191,6 @@ class HybridAllocator(KVAllocator):
     def _stamp(self) -> int:
         return sum(p.evictions for p in self.pools)
 
-    def forget_lookup(self, seq_id: int) -> None:
-        self._chains.pop(seq_id, None)
-
     def lookup_prefix(self, seq_id: int, request: Request, max_tokens: int) -> PrefixHit:
         if not self.caches_prefixes:
             return NO_HIT

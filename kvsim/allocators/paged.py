@@ -92,9 +92,6 @@ class PagedAllocator(KVAllocator):
             chain = self._chains[seq_id] = prompt_block_hashes(request, self.block_size)
         return chain
 
-    def forget_lookup(self, seq_id: int) -> None:
-        self._chains.pop(seq_id, None)
-
     def lookup_prefix(self, seq_id: int, request: Request, max_tokens: int) -> PrefixHit:
         if not self.caches_prefixes:
             return NO_HIT
