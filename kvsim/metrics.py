@@ -15,9 +15,14 @@ REQUEST_COLUMNS = ["id", "arrival_s", "prompt_tokens", "output_tokens", "status"
 
 
 def requests_frame(res: SimResult) -> pd.DataFrame:
-    """One row per trace request; a request with n > 1 samples aggregates them (finished when all are).
-    Built column by column: the per-request work is a few attribute reads, the arithmetic is numpy's."""
-    seqs = res.sequences
+    """One row per trace request of the run (see :func:`sequences_frame`)."""
+    return sequences_frame(res.sequences, res.t0)
+
+
+def sequences_frame(seqs, t0: float) -> pd.DataFrame:
+    """One row per trace request (``seqs``: their sequences; times on the engines' clock, which starts at
+    ``t0``); a request with n > 1 samples aggregates them (finished when all are). Built column by column:
+    the per-request work is a few attribute reads, the arithmetic is numpy's."""
     nan = float("nan")
     status, reason, finish, generated, preempt, cached, cached_all = [], [], [], [], [], [], []
     for s in seqs:
@@ -41,14 +46,13 @@ def requests_frame(res: SimResult) -> pd.DataFrame:
         status.append(Status.REJECTED.value if s.status == Status.REJECTED else
                       Status.FINISHED.value if done else Status.UNFINISHED.value)
     arrival = np.fromiter((s.req.arrival_s for s in seqs), float, len(seqs))
-    rel = arrival - res.t0  # the engine's clock starts at the first arrival; latencies come from its times
+    rel = arrival - t0  # the engine's clock starts at the first arrival; latencies come from its times
     output = np.fromiter((s.req.output_tokens for s in seqs), np.int64, len(seqs))
     admitted = np.fromiter((nan if s.admitted_s is None else s.admitted_s for s in seqs), float, len(seqs))
     first = np.fromiter((nan if s.first_token_s is None else s.first_token_s for s in seqs), float, len(seqs))
     fin = np.asarray(finish, dtype=float)
     with np.errstate(invalid="ignore", divide="ignore"):
         tpot = np.where(output > 1, (fin - first) / np.maximum(output - 1, 1), nan)
-    t0 = res.t0
     return pd.DataFrame({
         "id": [s.req.id for s in seqs], "arrival_s": arrival,
         "prompt_tokens": np.fromiter((s.req.prompt_tokens for s in seqs), np.int64, len(seqs)),

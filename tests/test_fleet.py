@@ -87,7 +87,7 @@ def _engine_run(reqs, s, hints):
     sim = Simulation(reqs, alloc, RooflineModel(get_model("llama-2-7b"), get_gpu("a100-40gb")), cfg,
                      get_victim_policy("lifo"))
     eng = sim.engine
-    arrived = drive([eng], sim._arrivals, sim.seqs, lambda seq, t: 0, sim.horizon, hints=hints)
+    arrived = drive([eng], sim.trace.times, sim.seqs, lambda seq, t: 0, eng.horizon, hints=hints)
     eng.close()
     return [(x.status, x.generated, x.preemptions, x.cached_tokens, x.admitted_s, x.first_token_s, x.finish_s)
             for x in sim.seqs], eng.steps, eng.memory.time_weighted_fractions(), arrived

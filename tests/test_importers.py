@@ -195,3 +195,11 @@ def test_ideal_prefix_reuse_is_what_an_unbounded_cache_serves(prompts):
     res = Simulation(reqs, make_allocator("paged:16+prefix", 10**6, 4096), FixedLatency(), sched()).run()
     total = sum(r.prompt_tokens for r in reqs)
     assert res.extra["hit_tokens"] / total == pytest.approx(ideal_prefix_reuse(reqs))
+
+
+def test_trace_csvs_saved_with_a_byte_order_mark_convert(tmp_path):
+    """A spreadsheet's BOM once hid the first column (TIMESTAMP missing from the header)."""
+    bom = tmp_path / "azure.csv"
+    bom.write_bytes(b"\xef\xbb\xbf" + open("traces/azure_conv_excerpt.csv", "rb").read())
+    assert [r.arrival_s for r in convert("azure", str(bom)).requests] == \
+        [r.arrival_s for r in convert("azure", "traces/azure_conv_excerpt.csv").requests]

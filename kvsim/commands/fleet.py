@@ -7,7 +7,7 @@ import math
 import sys
 from pathlib import Path
 
-from kvsim.commands.args import DEFAULT_OUT
+from kvsim.commands.args import DEFAULT_OUT, non_negative, positive_int
 from kvsim.errors import ConfigError
 
 DEFAULT_ROUTERS = "round-robin,least-requests,prefix,prefix+load"
@@ -32,7 +32,10 @@ def _groups(a: argparse.Namespace, cfg, allocator: str):
         values["gpu"] = fields[0]
         if tp is not None:
             values["tensor_parallel_size"] = int(tp[2:])
-        g_cfg = config_from_options(values)
+        try:
+            g_cfg = config_from_options(values)
+        except ConfigError as e:
+            raise ConfigError(f"--groups {part.strip()}: {e}") from None
         out.append(ReplicaGroup(g_cfg.gpu.name + (f"x{g_cfg.tp}" if g_cfg.tp > 1 else ""), g_cfg, allocator,
                                 int(fields[1])))
     return out
@@ -59,15 +62,13 @@ def _weights(text: str | None) -> dict[str, float]:
 
 def cmd_cluster(a: argparse.Namespace) -> int:
     from kvsim.allocators.registry import model_problem, parse_allocator
-    from kvsim.commands.simulate import build_config
+    from kvsim.commands.simulate import build_config, check_accounted, warn_if_mostly_rejected
     from kvsim.files import prepare_output_dir
     from kvsim.fleet.cluster import simulate_fleet
     from kvsim.fleet.routers import ROUTERS, RouterOptions
     from kvsim.output.progress import Progress
     from kvsim.trace import load_trace
 
-    if a.replicas < 1:
-        raise ConfigError(f"--replicas must be >= 1, got {a.replicas}")
     routers = [r.strip() for r in a.routers.split(",") if r.strip()]
     for r in routers:
         if r not in ROUTERS:
@@ -99,16 +100,15 @@ def cmd_cluster(a: argparse.Namespace) -> int:
     for r in routers:
         with Progress(len(loaded.requests), f"{r:>14}") as bar:
             f = simulate_fleet(loaded.requests, groups, r, options, progress=bar.update)
-        s = f.summary
-        if s["finished"] + s["rejected"] + s["unfinished"] != s["requests"]:
-            raise RuntimeError(f"{r}: {s['finished'] + s['rejected'] + s['unfinished']} of {s['requests']} "
-                               "requests accounted for")
+        check_accounted(r, f.summary)
+        warn_if_mostly_rejected(r, f.requests)
         fleets.append(f)
     replicas = sum(g.count for g in groups)
     title = (f"{trace_name} · {cfg.model.name} · {' + '.join(f'{g.count}x {g.name}' for g in groups)} · "
              f"{spec}")
-    print(title)
-    print(fleet_table(fleets))
+    from kvsim.output.table import print_rows
+
+    print_rows([f.summary for f in fleets], fleet_columns(), title)
     written = write_fleet_results(out, fleets, title, a.format)
     mark_results(out, a)
     if out_note:
@@ -120,53 +120,37 @@ def cmd_cluster(a: argparse.Namespace) -> int:
     return 0
 
 
-TABLE = [  # (header, unit line, summary key, format)
-    ("router", "", "router", "{}"),
-    ("done", "", "finished", "{:,}"),
-    ("rej", "", "rejected", "{:,}"),
-    ("tok/s", "", "throughput_tok_s", "{:,.0f}"),
-    ("hit%", "tokens", "prefix_hit_rate_tokens", "pct"),
-    ("TTFT", "p50 s", "ttft_p50_s", "{:.3f}"),
-    ("TTFT", "p99 s", "ttft_p99_s", "{:.3f}"),
-    ("TPOT", "p50 ms", "tpot_p50_s", "ms"),
-    ("queue", "p99 s", "queue_p99_s", "{:.3f}"),
-    ("imbal", "req", "imbalance_requests", "{:.2f}"),
-    ("imbal", "busy", "imbalance_busy", "{:.2f}"),
-]
+def fleet_columns():
+    """The terminal and summary.md columns, one row per router (the comparison table's where they agree)."""
+    from dataclasses import replace
 
+    from kvsim.output.table import BY_NAME, Column
 
-def _cell(v, fmt: str) -> str:
-    if isinstance(v, float) and math.isnan(v):
-        return "-"
-    if fmt == "pct":
-        return f"{100 * v:.1f}"
-    if fmt == "ms":
-        return f"{1000 * v:.1f}"
-    return fmt.format(v)
-
-
-def fleet_table(fleets) -> str:
-    """The comparison as aligned text, one row per router."""
-    rows = [[h for h, _, _, _ in TABLE], [u for _, u, _, _ in TABLE]]
-    rows += [[_cell(f.summary[k], fmt) for _, _, k, fmt in TABLE] for f in fleets]
-    widths = [max(len(r[i]) for r in rows) for i in range(len(TABLE))]
-    lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))) for r in rows]
-    lines.insert(2, "-" * len(lines[0]))
-    return "\n".join(lines)
+    key = lambda k: lambda s: s.get(k)  # noqa: E731
+    # a narrow terminal drops imbalance, queue and TPOT before the hit rate and TTFT, which routers decide
+    return [Column("router", "router", "", "text", "", key("router")),
+            BY_NAME["done"], BY_NAME["rej"], BY_NAME["unfin"], BY_NAME["tok_s"],
+            replace(BY_NAME["hit"], drop_order=0), replace(BY_NAME["ttft_p50"], drop_order=0), BY_NAME["ttft_p99"],
+            replace(BY_NAME["tpot_p50"], drop_order=2),
+            Column("queue_p99", "queue", "p99", "latency", "", key("queue_p99_s"), drop_order=3),
+            Column("imb_req", "imbal", "req", "float2", "", key("imbalance_requests"), drop_order=5),
+            Column("imb_busy", "imbal", "busy", "float2", "", key("imbalance_busy"), drop_order=4)]
 
 
 def write_fleet_results(out: Path, fleets, title: str, fmt: str) -> list[Path]:
     import pandas as pd
 
     from kvsim.files import write_text_atomically
-    from kvsim.output.writer import write_table
+    from kvsim.output.writer import remove_stale, write_table
 
     written = [write_table(pd.DataFrame([f.summary for f in fleets]), out / "fleet", fmt),
                write_table(pd.concat([f.replica_table.assign(router=f.router) for f in fleets], ignore_index=True),
                            out / "replicas", fmt),
                write_table(pd.concat([f.requests.assign(router=f.router) for f in fleets], ignore_index=True),
                            out / "requests", fmt)]
-    text = [f"# {title}", "", "```", fleet_table(fleets), "```", "",
+    from kvsim.output.table import markdown_table
+
+    text = [f"# {title}", "", markdown_table([f.summary for f in fleets], fleet_columns()), "",
             "Per replica (routed requests, busy fraction, TTFT p99 s, prefix hit rate):", ""]
     for f in fleets:
         t = f.replica_table
@@ -176,11 +160,7 @@ def write_fleet_results(out: Path, fleets, title: str, fmt: str) -> list[Path]:
             for r in t.itertuples()))
     write_text_atomically(out / "summary.md", "\n".join(text) + "\n")
     written.append(out / "summary.md")
-    for name in ("fleet", "replicas", "requests"):  # the other format of an earlier run describes another run
-        for ext in ("csv", "parquet"):
-            p = out / f"{name}.{ext}"
-            if p not in written and p.exists():
-                p.unlink()
+    remove_stale(out, [f"{n}.{ext}" for n in ("fleet", "replicas", "requests") for ext in ("csv", "parquet")], written)
     return written
 
 
@@ -194,7 +174,7 @@ def register(sub) -> None:
                                    "simulated clock.")
     add_sim_args(c, "cluster", fleet=True)
     g = c.add_argument_group("fleet")
-    g.add_argument("--replicas", type=int, default=4, help="replicas of the configured GPU [default: 4]")
+    g.add_argument("--replicas", type=positive_int, default=4, help="replicas of the configured GPU [default: 4]")
     g.add_argument("--groups", metavar="GPU:COUNT,...",
                    help="heterogeneous replicas instead of --replicas: GPU:COUNT[:tpN],..., e.g. "
                         "h100-80gb:4,a100-80gb:2:tp2 (other options apply to every group)")
@@ -204,7 +184,7 @@ def register(sub) -> None:
     g.add_argument("--allocator", default=None,
                    help="each replica's allocator [default: paged+prefix, as vLLM V1 caches prefixes by default; "
                         "hybrid+prefix for models whose layers differ]")
-    g.add_argument("--router-ttl", type=float, default=120.0, metavar="S",
+    g.add_argument("--router-ttl", type=non_negative, default=120.0, metavar="S",
                    help="prefix-approx: seconds after which the router forgets where it sent a prefix [default: 120]")
     g.add_argument("--router-weights", metavar="prefix=W,queue=W,kv=W",
                    help="prefix+load: weights of the cached prompt fraction, a short queue and free KV "

@@ -114,19 +114,10 @@ def simulate_all(a: argparse.Namespace, allocator_names: str, command: str) -> i
     finally:
         if recorder is not None:
             recorder.close(keep=ok)
-    for o in outputs:  # every request is accounted for, or nothing is written
-        s = o.summary
-        if s["finished"] + s["rejected"] + s["unfinished"] != s["requests"]:
-            raise RuntimeError(f"{s['allocator']}: {s['finished'] + s['rejected'] + s['unfinished']} of "
-                               f"{s['requests']} requests accounted for")
-    for o in outputs:  # a run that mostly rejects answers another question than the one asked: say so
-        s = o.summary
-        if s["requests"] and s["rejected"] > s["requests"] / 2:
-            reasons = o.requests.loc[o.requests.status == "rejected", "reason"].str.replace(r"\d+", "N", regex=True)
-            top = reasons.value_counts()
-            print(f"warning: {s['allocator']} rejected {s['rejected']:,} of {s['requests']:,} requests "
-                  f"({100 * s['rejected'] / s['requests']:.0f}%), most because: {top.index[0]} ({top.iloc[0]:,}); "
-                  "the results describe the rest only", file=sys.stderr)
+    for o in outputs:
+        check_accounted(o.summary["allocator"], o.summary)
+    for o in outputs:
+        warn_if_mostly_rejected(o.summary["allocator"], o.requests)
     context = {
         "command": "`kvsim " + " ".join(sys.argv[1:]) + "`" if sys.argv and sys.argv[0].endswith("kvsim") else "",
         "trace": f"{a.trace} ({len(loaded.requests)} requests)",
@@ -154,6 +145,23 @@ def simulate_all(a: argparse.Namespace, allocator_names: str, command: str) -> i
     print(f"wrote {len(written)} files to {out}/ (summary.md, requests, runs, memory_timeline"
           + (", plots)" if not a.no_plots else ")"))
     return 0
+
+
+def check_accounted(label: str, s: dict) -> None:
+    """Every request is finished, rejected or unfinished, or nothing is written."""
+    if s["finished"] + s["rejected"] + s["unfinished"] != s["requests"]:
+        raise RuntimeError(f"{label}: {s['finished'] + s['rejected'] + s['unfinished']} of {s['requests']} "
+                           "requests accounted for")
+
+
+def warn_if_mostly_rejected(label: str, requests) -> None:
+    """A run that mostly rejects answers another question than the one asked: say so, with the main reason."""
+    rejected = requests.loc[requests.status == "rejected", "reason"]
+    if len(rejected) > len(requests) / 2:
+        top = rejected.str.replace(r"\d+", "N", regex=True).value_counts()
+        print(f"warning: {label} rejected {len(rejected):,} of {len(requests):,} requests "
+              f"({100 * len(rejected) / len(requests):.0f}%), most because: {top.index[0]} ({top.iloc[0]:,}); "
+              "the results describe the rest only", file=sys.stderr)
 
 
 def _tokens(n: int) -> str:

@@ -13,6 +13,38 @@ from typing import Callable, Sequence as Seq
 
 from kvsim.engine.engine import Engine
 from kvsim.engine.sequence import Sequence
+from kvsim.trace.request import Request
+
+
+class TraceArrivals:
+    """A trace on the engines' clock: its requests as sequences in arrival order (``sid`` = index), and their
+    arrival times in seconds after the first (traces with large absolute times, 1e15 s, keep precision)."""
+
+    def __init__(self, requests: list[Request]):
+        self.requests = sorted(requests, key=lambda r: r.arrival_s)
+        self.t0 = self.requests[0].arrival_s if self.requests else 0.0
+        self.times = [r.arrival_s - self.t0 for r in self.requests]
+        self.seqs = [Sequence(i, r) for i, r in enumerate(self.requests)]
+        # the memory timeline keeps about 2,000 points over the trace's span
+        self.resolution_s = max(self.times[-1] if self.times else 0.0, 1.0) / 2000
+
+    def horizon(self, horizon_s: float | None) -> float | None:
+        """A horizon in trace time on the engines' clock."""
+        return None if horizon_s is None else horizon_s - self.t0
+
+
+class Completions:
+    """Counts requests that finished or were rejected, calling ``progress`` at every 256th."""
+
+    def __init__(self, progress: Callable[[int], None] | None = None):
+        self.progress = progress
+        self.done = 0
+
+    def __call__(self, n: int) -> None:
+        before, self.done = self.done, self.done + n
+        if self.progress is not None:
+            for k in range(before // 256 + 1, self.done // 256 + 1):
+                self.progress(256 * k)
 
 
 def drive(engines: Seq[Engine], arrivals: Seq[float], seqs: Seq[Sequence],

@@ -65,10 +65,9 @@ class Engine:
         self.alloc = allocator
         self.latency = latency
         self.cfg = cfg
-        windows = tuple(getattr(latency, "windows", ()))
         # fast_forward=False: the stepping reference the incremental scheduler is tested against
         kind = IncrementalScheduler if fast_forward else SteppingScheduler
-        self.sched = kind(cfg, allocator, victim_policy, first_sample_id, windows=windows)
+        self.sched = kind(cfg, allocator, victim_policy, first_sample_id, windows=latency.windows)
         self.horizon = horizon
         self.observer = observer
         self.swap_timing = swap_timing
@@ -87,7 +86,7 @@ class Engine:
         self._dt = 0.0  # seconds the iteration in flight takes
         self._filled0 = 0
         self._cuttable = False  # the decode run in flight ends at the next arrival (not known when planned)
-        self._idle_since: float | None = None
+        self._idle_observed = False  # the start of the current idle spell is in the memory timeline
         self._outstanding = 0  # requests received and not yet finished or rejected
         self._stalls = 0
 
@@ -112,10 +111,8 @@ class Engine:
         return self.alloc.cached_prefix_tokens(request)
 
     def can_hold(self, request: Request) -> bool:
-        """Could this engine ever run the request (length limits, seats, its KV pool)?"""
-        c = self.cfg
-        return (request.n <= c.max_num_seqs and request.total_tokens <= c.max_seq_len
-                and self.alloc.alone_problem(request) is None)
+        """Could this engine ever run the request (seats, length limit, its KV pool)?"""
+        return self.sched.rejection(request) is None
 
     # --- driving -------------------------------------------------------------------------------
     def receive(self, seq: Sequence, t: float) -> None:
@@ -131,18 +128,21 @@ class Engine:
         elif self._cuttable:
             self._cuttable = False
             plan = self._plan
-            ctx = () if plan.contexts is None else (plan.contexts,)
-            k = self.latency.decode_steps_until(plan.lazy_n, plan.shape.kv_tokens, t - self.now, plan.steps, *ctx)
+            k = self._steps_within(plan, t - self.now, plan.steps)
             if k < plan.steps:
                 plan.steps = k
-                self._dt = self.latency.decode_run_time(plan.lazy_n, plan.shape.kv_tokens, k, *ctx)
+                self._dt = self.latency.decode_run_time(plan.lazy_n, plan.shape.kv_tokens, k, *plan.context_args)
                 self.next_time = self.now + self._dt
+
+    def _steps_within(self, plan: IterationPlan, budget_s: float, k: int) -> int:
+        """Steps of the decode run (at most k) up to the first boundary at or after ``budget_s`` seconds."""
+        return self.latency.decode_steps_until(plan.lazy_n, plan.shape.kv_tokens, budget_s, k, *plan.context_args)
 
     def _wake_for(self, t: float) -> None:
         if self.horizon is not None and t > self.horizon:
             return  # it would arrive after the end
-        if self._idle_since is None:
-            self._idle_since = self.now
+        if not self._idle_observed:
+            self._idle_observed = True
             self._observe(self.now)
         self.next_time = self.now + (t - self.now)
 
@@ -160,7 +160,7 @@ class Engine:
             self._finish(t)
         else:  # waking up after idling
             self.now = t
-            self._idle_since = None
+            self._idle_observed = False
             self._observe(t)
         self._begin(next_arrival)
 
@@ -220,17 +220,16 @@ class Engine:
         """Seconds the plan takes; a decode run is first cut at the next arrival (when known) and the horizon."""
         lat = self.latency
         if plan.decode_run:
-            n, s0, k = plan.lazy_n, plan.shape.kv_tokens, plan.max_steps
-            ctx = () if plan.contexts is None else (plan.contexts,)  # windowed models: every context
+            k = plan.max_steps
             if not self.sched.waiting:
                 if next_arrival is not None:
-                    k = lat.decode_steps_until(n, s0, next_arrival - now, k, *ctx)
+                    k = self._steps_within(plan, next_arrival - now, k)
                 else:
                     self._cuttable = True
             if self.horizon is not None:
-                k = lat.decode_steps_until(n, s0, self.horizon - now, k, *ctx)
+                k = self._steps_within(plan, self.horizon - now, k)
             plan.steps = k
-            return lat.decode_run_time(n, s0, k, *ctx)
+            return lat.decode_run_time(plan.lazy_n, plan.shape.kv_tokens, k, *plan.context_args)
         dt = lat.step_time(plan.shape)
         if self.swap_timing is not None and (plan.swap_out_blocks or plan.swap_in_blocks):
             # Swaps are synchronous copies before the forward pass (vLLM V0): they stall it.
@@ -251,8 +250,7 @@ class Engine:
             self.observer(now, dt, sched.batch(plan), plan.steps, plan.copies, self.alloc)
         n = plan.num_seqs
         if plan.decode_run:
-            ctx = () if plan.contexts is None else (plan.contexts,)
-            weights = self.latency.decode_step_times(n, plan.shape.kv_tokens, plan.steps, *ctx)
+            weights = self.latency.decode_step_times(n, plan.shape.kv_tokens, plan.steps, *plan.context_args)
             self.memory.add_run(now, t1, weights, n, self._filled0, plan.start_breakdown, result.segments,
                                 sched.memory_breakdown())
         self.memory.busy(dt, n)
@@ -265,7 +263,7 @@ class Engine:
             self._observe(t1)
 
     def close(self) -> None:
-        """The run ended: bring every sequence up to date and mark what did not finish."""
+        """The run ended: close the memory timeline and bring every sequence's fields up to date."""
         self.memory.finish()
         self.sched.finalize()
 

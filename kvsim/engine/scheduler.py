@@ -33,6 +33,7 @@ from kvsim.config import SchedulerConfig
 from kvsim.engine.preemption import VictimPolicy
 from kvsim.engine.sequence import Sequence, Status
 from kvsim.latency.base import StepShape
+from kvsim.trace.request import Request
 
 
 WAIT_FOR_BUDGET = -1  # _try_place: the head fits memory but not this iteration's token budget
@@ -53,6 +54,11 @@ class IterationPlan:
     copies: list = field(default_factory=list)  # allocator copies (kind, src, dst) made for this iteration
     start_breakdown: Breakdown | None = None  # decode runs: the pool at the start, tokens excluded
     contexts: object = None  # decode runs of models with windowed layers: the contexts at the first step (numpy)
+
+    @property
+    def context_args(self) -> tuple:
+        """Extra arguments of the latency model's decode-run methods: the contexts, for windowed models."""
+        return () if self.contexts is None else (self.contexts,)
 
     @property
     def num_seqs(self) -> int:
@@ -128,16 +134,18 @@ class Scheduler:
         return list(plan.entries)
 
     # --- arrivals ------------------------------------------------------------------------------
+    def rejection(self, r: Request) -> str | None:
+        """Why this engine could never run the request (seats, length limit, its KV pool), or None."""
+        if r.n > self.cfg.max_num_seqs:
+            return f"n={r.n} parallel samples exceed max_num_seqs {self.cfg.max_num_seqs}"
+        if r.total_tokens > self.cfg.max_seq_len:
+            return f"prompt+output {r.total_tokens} tokens exceeds max_seq_len {self.cfg.max_seq_len}"
+        return self.alloc.alone_problem(r)
+
     def add_arrival(self, seq: Sequence) -> bool:
         """Queue an arriving request, or reject it (status and reason set) if it can never run."""
-        r = seq.req
-        if r.n > self.cfg.max_num_seqs:
-            reason = f"n={r.n} parallel samples exceed max_num_seqs {self.cfg.max_num_seqs}"
-        elif r.total_tokens > self.cfg.max_seq_len:
-            reason = f"prompt+output {r.total_tokens} tokens exceeds max_seq_len {self.cfg.max_seq_len}"
-        elif (problem := self.alloc.alone_problem(r)) is not None:
-            reason = problem
-        else:
+        reason = self.rejection(seq.req)
+        if reason is None:
             self.waiting.append(seq)
             return True
         seq.status, seq.reason = Status.REJECTED, reason

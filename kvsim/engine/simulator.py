@@ -1,4 +1,5 @@
-"""The SimPy simulation loop: it moves time and prices iterations; the scheduler owns the serving state.
+"""A single-engine run: one engine (engine.py) fed a trace by the clock (clock.py); the scheduler owns the
+serving state, the engine moves time and prices iterations.
 
 Work happens only where state changes. A *step* is one scheduled iteration (prefill chunks, admissions,
 preemptions, completions). A *decode run* (planned by the scheduler when every running sequence is
@@ -16,7 +17,7 @@ from typing import Callable
 from kvsim.allocators.base import KVAllocator
 from kvsim.config import SchedulerConfig
 from kvsim.latency.base import LatencyModel
-from kvsim.engine.clock import drive
+from kvsim.engine.clock import Completions, TraceArrivals, drive
 from kvsim.engine.engine import Engine, StepObserver, SwapTiming
 from kvsim.engine.memory_tracker import MemoryTracker
 from kvsim.engine.preemption import VictimPolicy, lifo
@@ -47,35 +48,23 @@ class Simulation:
                  cfg: SchedulerConfig, victim_policy: VictimPolicy = lifo,
                  observer: StepObserver | None = None, progress: Callable[[int], None] | None = None,
                  fast_forward: bool = True, swap_timing: SwapTiming | None = None):
-        self.requests = sorted(requests, key=lambda r: r.arrival_s)
-        # Time runs from the first arrival: traces with large absolute times (1e15 s) keep their precision.
-        self.t0 = self.requests[0].arrival_s if self.requests else 0.0
-        self._arrivals = [r.arrival_s - self.t0 for r in self.requests]
-        self.horizon = None if cfg.horizon_s is None else cfg.horizon_s - self.t0
+        self.trace = TraceArrivals(requests)
+        self.seqs = self.trace.seqs
         self.alloc = allocator
-        self.seqs = [Sequence(i, r) for i, r in enumerate(self.requests)]
-        self.progress = progress
-        self.done = 0
-        span = self._arrivals[-1] if self.requests else 0.0
         self.engine = Engine(allocator, latency, cfg, victim_policy, first_sample_id=len(self.seqs),
-                             resolution_s=max(span, 1.0) / 2000, horizon=self.horizon, observer=observer,
-                             fast_forward=fast_forward, swap_timing=swap_timing, on_complete=self._count_done)
-
-    def _count_done(self, n: int) -> None:
-        for _ in range(n):
-            self.done += 1
-            if self.progress is not None and self.done % 256 == 0:
-                self.progress(self.done)
+                             resolution_s=self.trace.resolution_s, horizon=self.trace.horizon(cfg.horizon_s),
+                             observer=observer, fast_forward=fast_forward, swap_timing=swap_timing,
+                             on_complete=Completions(progress))
 
     def run(self) -> SimResult:
         wall0 = time.perf_counter()
-        eng = self.engine
-        arrived = drive([eng], self._arrivals, self.seqs, lambda seq, t: 0, self.horizon)
+        eng, trace = self.engine, self.trace
+        arrived = drive([eng], trace.times, self.seqs, lambda seq, t: 0, eng.horizon)
         eng.close()
         mark_unfinished(self.seqs, eng.sched.samples, arrived)
         return SimResult(self.alloc.name, self.alloc.pool_tokens, self.seqs, eng.memory, eng.now, eng.steps,
                          eng.events, eng.sched.preemptions, time.perf_counter() - wall0, extra=eng.counters(),
-                         shares_kv=self.alloc.shares_kv, t0=self.t0)
+                         shares_kv=self.alloc.shares_kv, t0=trace.t0)
 
 
 def mark_unfinished(seqs: list[Sequence], samples: list[Sequence], arrived: int) -> None:

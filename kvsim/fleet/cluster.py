@@ -8,8 +8,7 @@ request arrives, seeing the engines as they are then. One replica gives exactly 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
-from types import SimpleNamespace
+from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
@@ -17,13 +16,14 @@ import pandas as pd
 
 from kvsim.allocators import AllocatorSpec
 from kvsim.config import PoolPlan, SimConfig, plan_pool
-from kvsim.engine.clock import drive
+from kvsim.engine.clock import Completions, TraceArrivals, drive
 from kvsim.engine.engine import Engine
 from kvsim.engine.preemption import get_victim_policy
 from kvsim.engine.sequence import Sequence, Status
 from kvsim.engine.simulator import SimResult, mark_unfinished
 from kvsim.fleet.routers import RouterOptions, make_router
-from kvsim.metrics import requests_frame
+from kvsim.errors import ConfigError
+from kvsim.metrics import sequences_frame
 from kvsim.runner import RunOutput, build_allocator, finish_run, swap_timing
 from kvsim.trace.request import Request
 
@@ -49,49 +49,38 @@ class FleetOutput:
     groups: list[str]  # each replica's group name
     requests: pd.DataFrame  # every trace request once, with the replica that served it (-1: never arrived)
     summary: dict  # the fleet's row
-    replica_table: pd.DataFrame = field(default=None)  # one row per replica
-    wall_s: float = 0.0
+    replica_table: pd.DataFrame  # one row per replica
+    wall_s: float
 
 
 def simulate_fleet(requests: list[Request], groups: list[ReplicaGroup], router: str,
                    options: RouterOptions = RouterOptions(), progress: Callable[[int], None] | None = None) -> FleetOutput:
     """Serve ``requests`` with the replicas of ``groups`` behind ``router``."""
+    from kvsim.latency import build_latency
+
     wall0 = time.perf_counter()
-    reqs = sorted(requests, key=lambda r: r.arrival_s)
-    t0 = reqs[0].arrival_s if reqs else 0.0
-    arrivals = [r.arrival_s - t0 for r in reqs]
-    seqs = [Sequence(i, r) for i, r in enumerate(reqs)]
-    span = arrivals[-1] if reqs else 0.0
-    done = [0]
-
-    def count(n: int) -> None:
-        for _ in range(n):
-            done[0] += 1
-            if progress is not None and done[0] % 256 == 0:
-                progress(done[0])
-
+    trace = TraceArrivals(requests)
+    seqs = trace.seqs
+    horizons = {g.cfg.scheduler.horizon_s for g in groups}
+    if len(horizons) != 1:
+        raise ConfigError("every replica group must run to the same --horizon-s")
+    horizon = trace.horizon(horizons.pop())
+    completions = Completions(progress)
     engines: list[Engine] = []
     parts = []  # (allocator, pool, slot bytes) per replica
     group_of: list[int] = []
     first_of_group: list[int] = []
-    horizons = set()
     for gi, g in enumerate(groups):
         pool = g.plan()
-        from kvsim.latency import build_latency
-
         latency = build_latency(g.cfg)  # stateless: one per group
-        horizon = None if g.cfg.scheduler.horizon_s is None else g.cfg.scheduler.horizon_s - t0
-        horizons.add(horizon)
         first_of_group.append(len(engines))
         for _ in range(g.count):
             alloc = build_allocator(g.cfg, g.allocator, pool)
             engines.append(Engine(alloc, latency, g.cfg.scheduler, get_victim_policy(g.cfg.victim_policy),
-                                  first_sample_id=len(seqs), resolution_s=max(span, 1.0) / 2000, horizon=horizon,
-                                  swap_timing=swap_timing(g.cfg, alloc, pool), on_complete=count))
+                                  first_sample_id=len(seqs), resolution_s=trace.resolution_s, horizon=horizon,
+                                  swap_timing=swap_timing(g.cfg, alloc, pool), on_complete=completions))
             parts.append((alloc, pool, alloc.slot_bytes or pool.kv_bytes_per_token))
             group_of.append(gi)
-    if len(horizons) != 1:
-        raise ValueError("every replica group must share one horizon")
     rt = make_router(router, engines, options)
     every = list(range(len(engines)))
     members = [list(range(first_of_group[gi], first_of_group[gi] + g.count)) for gi, g in enumerate(groups)]
@@ -107,7 +96,7 @@ def simulate_fleet(requests: list[Request], groups: list[ReplicaGroup], router: 
         replica_of[seq.sid] = i
         return i
 
-    arrived = drive(engines, arrivals, seqs, route, horizons.pop())
+    arrived = drive(engines, trace.times, seqs, route, horizon)
     samples = []
     for e in engines:
         e.close()
@@ -116,12 +105,12 @@ def simulate_fleet(requests: list[Request], groups: list[ReplicaGroup], router: 
     end = max((e.now for e in engines), default=0.0)
     wall = time.perf_counter() - wall0
     outs = []
-    for e, (alloc, pool, slot_bytes) in zip(engines, parts):
-        mine = sorted(e.received, key=lambda s: s.sid)
-        res = SimResult(alloc.name, alloc.pool_tokens, mine, e.memory, end, e.steps, e.events, e.sched.preemptions,
-                        wall / len(engines), extra=e.counters(), shares_kv=alloc.shares_kv, t0=t0)
+    for e, (alloc, pool, slot_bytes) in zip(engines, parts):  # e.received is in arrival (sid) order
+        res = SimResult(alloc.name, alloc.pool_tokens, e.received, e.memory, end, e.steps, e.events,
+                        e.sched.preemptions, wall / len(engines), extra=e.counters(), shares_kv=alloc.shares_kv,
+                        t0=trace.t0)
         outs.append(finish_run(res, alloc, pool, slot_bytes))
-    req = requests_frame(SimpleNamespace(sequences=seqs, t0=t0))
+    req = sequences_frame(seqs, trace.t0)
     req.insert(0, "replica", replica_of)
     names = [groups[gi].name for gi in group_of]
     table = replica_table(outs, names)

@@ -157,9 +157,8 @@ def run_job(job: PlanJob) -> tuple[dict, list[dict]]:
     short = [e for e in cap.evaluations if not e.ok and e.summary.get("sustain") == "too-short"]
     if short:  # above some rate the trace cannot show whether the server keeps up
         first = min(short, key=lambda e: e.rate)
-        reason = "; ".join(x for x in (reason, f"at {first.rate:.3g} req/s and above, the trace is "
-                                       + first.summary["sustain_note"].removeprefix("too short to tell: ")
-                                       .join(("too short to tell (", ")"))) if x)
+        note = f"at {first.rate:.3g} req/s and above, the trace is {first.summary['sustain_note']}"
+        reason = f"{reason}; {note}" if reason else note
     row = {**cfg_cols, "max_rate_req_s": cap.max_rate, "meets_slo": cap.max_rate is not None,
            "search": cap.status, "search_steps": cap.steps, "bracket_lo": cap.bracket[0], "bracket_hi": cap.bracket[1],
            "tolerance": cap.tolerance, "reason": reason,

@@ -1,6 +1,6 @@
-"""Reading CSV files of traces: rows with one-line errors naming the file, line and column, and the
-(prompt, output) length pairs of a lengths CSV. Shared by the importers and the trace generator, which
-import this module and not each other."""
+"""Reading CSV files of traces (UTF-8; a spreadsheet's byte-order mark is allowed): rows with one-line errors
+naming the file, line and column, and the (prompt, output) length pairs of a lengths CSV. Shared by the
+importers and the trace generator, which import this module and not each other."""
 
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ def num_field(row: dict, col: str, path: str, line: int, kind=int):
 
 def csv_rows(path: str, required: tuple[str, ...]):
     try:
-        fh = open(path, newline="", encoding="utf-8")
+        fh = open(path, newline="", encoding="utf-8-sig")
     except OSError as e:
         raise TraceError(path, 0, None, f"cannot open: {e.strerror}") from None
     with fh:
@@ -69,7 +69,7 @@ def csv_rows(path: str, required: tuple[str, ...]):
 
 def csv_header(path: str) -> list[str]:
     try:
-        with open(path, newline="", encoding="utf-8") as fh:
+        with open(path, newline="", encoding="utf-8-sig") as fh:
             return next(csv.reader(fh), [])
     except OSError as e:
         raise TraceError(path, 0, None, f"cannot open: {e.strerror}") from None

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import json
 import math
-from collections import Counter
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
