@@ -48,7 +48,7 @@ def main() -> None:
             rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
             print(f"{n:>9,} requests, {a.replicas} replicas, {a.router}: {wall:.1f} s wall, peak RSS {rss:.0f} MiB "
                   f"(cpu {resource.getrusage(resource.RUSAGE_CHILDREN).ru_utime - before.ru_utime:.1f} s)")
-            print(p.stdout.strip().splitlines()[-2])
+            print(next(ln for ln in p.stdout.splitlines() if ln.strip().startswith(a.router)))
 
 
 if __name__ == "__main__":
