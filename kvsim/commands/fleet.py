@@ -13,21 +13,24 @@ from kvsim.errors import ConfigError
 DEFAULT_ROUTERS = "round-robin,least-requests,prefix,prefix+load"
 
 
-def _groups(a: argparse.Namespace, cfg, allocator: str):
-    """The replica groups: --replicas copies of the configured GPU, or --groups GPU:COUNT,..."""
+def _groups(a: argparse.Namespace, cfg, allocator, text: str | None = None, flag: str = "--groups"):
+    """Replica groups: --replicas copies of the configured GPU, or ``text`` = GPU:COUNT[:tpN],... (``flag``
+    names the option in errors)."""
     from kvsim.fleet.cluster import ReplicaGroup
     from kvsim.options import config_from_options, values_from_namespace
 
-    if not a.groups:
+    if not text:
         return [ReplicaGroup(cfg.gpu.name + (f"x{cfg.tp}" if cfg.tp > 1 else ""), cfg, allocator, a.replicas)]
     out = []
-    for part in a.groups.split(","):
+    for part in text.split(","):
         fields = part.strip().split(":")
         tp = fields.pop() if len(fields) == 3 else None
         if len(fields) != 2 or not fields[0] or not fields[1].isdigit() or int(fields[1]) < 1 or (
                 tp is not None and not (tp.startswith("tp") and tp[2:].isdigit() and int(tp[2:]) >= 1)):
-            raise ConfigError(f"--groups {a.groups!r}: each group is GPU:COUNT or GPU:COUNT:tpN (e.g. h100-80gb:4 "
+            raise ConfigError(f"{flag} {text!r}: each group is GPU:COUNT or GPU:COUNT:tpN (e.g. h100-80gb:4 "
                               f"or a100-80gb:2:tp2), got {part!r}")
+        if int(fields[1]) > 4096:
+            raise ConfigError(f"{flag} {part.strip()}: at most 4096 replicas per group")
         values = values_from_namespace(a)
         values["gpu"] = fields[0]
         if tp is not None:
@@ -35,10 +38,32 @@ def _groups(a: argparse.Namespace, cfg, allocator: str):
         try:
             g_cfg = config_from_options(values)
         except ConfigError as e:
-            raise ConfigError(f"--groups {part.strip()}: {e}") from None
+            raise ConfigError(f"{flag} {part.strip()}: {e}") from None
         out.append(ReplicaGroup(g_cfg.gpu.name + (f"x{g_cfg.tp}" if g_cfg.tp > 1 else ""), g_cfg, allocator,
                                 int(fields[1])))
     return out
+
+
+def _gpus(groups) -> int:
+    return sum(g.count * g.cfg.tp for g in groups)
+
+
+def _with_slo(summary: dict, req, slos, gpus: int) -> None:
+    """SLO columns: whether the percentile SLOs hold, the share of requests that met every per-request
+    limit (TTFT and TPOT limits, whatever their percentile; DistServe's attainment), and that goodput per GPU."""
+    from kvsim.planning.slo import check_slos
+
+    summary["gpus"] = gpus
+    if not slos:
+        return
+    bad = check_slos(summary, slos)
+    summary["slo"] = "met" if not bad else "; ".join(bad)
+    ok = req.status == "finished"
+    for s in slos:
+        col = req[f"{s.metric}_s"]
+        ok &= col.isna() | (col <= s.limit_s) if s.metric == "tpot" else col <= s.limit_s
+    summary["slo_attainment"] = float(ok.sum() / len(req)) if len(req) else float("nan")
+    summary["goodput_req_s_per_gpu"] = float(ok.sum()) / max(summary["duration_s"], 1e-12) / max(gpus, 1)
 
 
 def _weights(text: str | None) -> dict[str, float]:
@@ -82,7 +107,25 @@ def cmd_cluster(a: argparse.Namespace) -> int:
     if problem:
         raise ConfigError(problem)
     options = RouterOptions(seed=a.seed, approx_ttl_s=a.router_ttl, **_weights(a.router_weights)).validate()
-    groups = _groups(a, cfg, spec)
+    if bool(a.prefill) != bool(a.decode):
+        raise ConfigError("disaggregated serving needs both --prefill and --decode pools")
+    if a.prefill and a.groups:
+        raise ConfigError("--groups (aggregated replicas) and --prefill/--decode (disaggregated pools) exclude each other")
+    if a.decode_router not in ROUTERS:
+        raise ConfigError(f"--decode-router: unknown router {a.decode_router!r}; choose from {', '.join(ROUTERS)}")
+    from kvsim.fleet.disagg import parse_link
+    from kvsim.planning.slo import parse_slos
+
+    link = parse_link(a.kv_link)
+    slos = parse_slos(a.slo) if a.slo else []
+    layouts = []  # (label, groups or (prefill groups, decode groups))
+    if a.prefill:
+        pools = (_groups(a, cfg, spec, a.prefill, "--prefill"), _groups(a, cfg, spec, a.decode, "--decode"))
+        layouts.append(("disagg", pools))
+        if a.also_aggregated:  # the same GPUs, every one serving both phases
+            layouts.append(("agg", _merged(pools[0] + pools[1])))
+    else:
+        layouts.append(("agg", _groups(a, cfg, spec, a.groups)))
     loaded = load_trace(a.trace, skip_invalid=bool(a.skip_invalid))
     trace_name = Path(a.trace).stem
     from kvsim.commands.args import mark_results, results_dir
@@ -96,20 +139,30 @@ def cmd_cluster(a: argparse.Namespace) -> int:
               file=sys.stderr)
     if any(r.startswith("prefix") for r in routers) and not any(r.hash_ids for r in loaded.requests):
         print("warning: the trace has no hash_ids, so prefix-aware routers see no prefixes", file=sys.stderr)
+    from kvsim.fleet.disagg import simulate_disagg
+
     fleets = []
-    for r in routers:
-        with Progress(len(loaded.requests), f"{r:>14}") as bar:
-            f = simulate_fleet(loaded.requests, groups, r, options, progress=bar.update)
-        check_accounted(r, f.summary)
-        warn_if_mostly_rejected(r, f.requests)
-        fleets.append(f)
-    replicas = sum(g.count for g in groups)
-    title = (f"{trace_name} · {cfg.model.name} · {' + '.join(f'{g.count}x {g.name}' for g in groups)} · "
-             f"{spec}")
+    for kind, groups in layouts:
+        for r in routers:
+            label = r
+            with Progress(len(loaded.requests), f"{kind} {label}"[:24].rjust(18)) as bar:
+                if kind == "agg":
+                    f = simulate_fleet(loaded.requests, groups, r, options, progress=bar.update)
+                else:
+                    f = simulate_disagg(loaded.requests, *groups, r, a.decode_router, options, link, bar.update)
+            f.summary["layout"] = _layout_name(groups)
+            _with_slo(f.summary, f.requests, slos, _gpus(groups if kind == "agg" else groups[0] + groups[1]))
+            check_accounted(label, f.summary)
+            warn_if_mostly_rejected(label, f.requests)
+            fleets.append(f)
+    replicas = max(len(f.replicas) for f in fleets)
+    title = f"{trace_name} · {cfg.model.name} · " + " vs ".join(_layout_name(g) for _, g in layouts) + f" · {spec}"
+    if a.prefill:
+        title += f" · decode router {a.decode_router} · KV link {link.name}"
     from kvsim.output.table import print_rows
 
-    print_rows([f.summary for f in fleets], fleet_columns(), title)
-    written = write_fleet_results(out, fleets, title, a.format)
+    print_rows([f.summary for f in fleets], fleet_columns(fleets, slos), title)
+    written = write_fleet_results(out, fleets, title, a.format, fleet_columns(fleets, slos))
     mark_results(out, a)
     if out_note:
         print(out_note, file=sys.stderr)
@@ -120,42 +173,75 @@ def cmd_cluster(a: argparse.Namespace) -> int:
     return 0
 
 
-def fleet_columns():
-    """The terminal and summary.md columns, one row per router (the comparison table's where they agree)."""
+def _merged(groups):
+    """Groups with the same configuration as one group."""
+    from dataclasses import replace
+
+    out = {}
+    for g in groups:
+        key = (g.name, g.cfg)
+        out[key] = replace(out[key], count=out[key].count + g.count) if key in out else g
+    return list(out.values())
+
+
+def _layout_name(groups) -> str:
+    """``4x h100-80gb``, or for pools ``1P3D h100-80gb`` (``P 1xa100 / D 2xh100`` when the GPUs differ)."""
+    if isinstance(groups, tuple):
+        names = {g.name for g in groups[0] + groups[1]}
+        if len(names) == 1:
+            return f"{sum(g.count for g in groups[0])}P{sum(g.count for g in groups[1])}D {names.pop()}"
+        return "P " + "+".join(f"{g.count}x{g.name}" for g in groups[0]) + " / D " + \
+            "+".join(f"{g.count}x{g.name}" for g in groups[1])
+    return " + ".join(f"{g.count}x {g.name}" for g in groups)
+
+
+def fleet_columns(fleets=(), slos=()):
+    """The terminal and summary.md columns, one row per router and layout (the comparison table's where they
+    agree); disaggregated runs add the KV transfer and the wait for decode memory, SLOs their attainment."""
     from dataclasses import replace
 
     from kvsim.output.table import BY_NAME, Column
 
     key = lambda k: lambda s: s.get(k)  # noqa: E731
+    head = []
+    if len({f.summary.get("layout") for f in fleets}) > 1:
+        head.append(Column("layout", "layout", "", "text", "", key("layout")))
+    tail = []
+    if any(f.summary.get("mode") == "disaggregated" for f in fleets):
+        tail += [Column("xfer_p99", "KV xfer", "p99", "latency", "", key("kv_transfer_p99_s"), drop_order=1),
+                 Column("dwait_p99", "D wait", "p99", "latency", "", key("decode_wait_p99_s"), drop_order=1)]
+    if slos:
+        tail += [Column("attain", "SLO", "attain%", "pct", "", key("slo_attainment")),
+                 Column("good", "good", "req/s/GPU", "float2", "", key("goodput_req_s_per_gpu"))]
     # a narrow terminal drops imbalance, queue and TPOT before the hit rate and TTFT, which routers decide
-    return [Column("router", "router", "", "text", "", key("router")),
-            BY_NAME["done"], BY_NAME["rej"], BY_NAME["unfin"], BY_NAME["tok_s"],
-            replace(BY_NAME["hit"], drop_order=0), replace(BY_NAME["ttft_p50"], drop_order=0), BY_NAME["ttft_p99"],
-            replace(BY_NAME["tpot_p50"], drop_order=2),
-            Column("queue_p99", "queue", "p99", "latency", "", key("queue_p99_s"), drop_order=3),
-            Column("imb_req", "imbal", "req", "float2", "", key("imbalance_requests"), drop_order=5),
-            Column("imb_busy", "imbal", "busy", "float2", "", key("imbalance_busy"), drop_order=4)]
+    return head + [Column("router", "router", "", "text", "", key("router")),
+                   BY_NAME["done"], BY_NAME["rej"], BY_NAME["unfin"], BY_NAME["tok_s"],
+                   replace(BY_NAME["hit"], drop_order=0), replace(BY_NAME["ttft_p50"], drop_order=0),
+                   BY_NAME["ttft_p99"], replace(BY_NAME["tpot_p50"], drop_order=2),
+                   Column("queue_p99", "queue", "p99", "latency", "", key("queue_p99_s"), drop_order=3),
+                   Column("imb_req", "imbal", "req", "float2", "", key("imbalance_requests"), drop_order=5),
+                   Column("imb_busy", "imbal", "busy", "float2", "", key("imbalance_busy"), drop_order=4)] + tail
 
 
-def write_fleet_results(out: Path, fleets, title: str, fmt: str) -> list[Path]:
+def write_fleet_results(out: Path, fleets, title: str, fmt: str, columns=None) -> list[Path]:
     import pandas as pd
 
     from kvsim.files import write_text_atomically
     from kvsim.output.writer import remove_stale, write_table
 
     written = [write_table(pd.DataFrame([f.summary for f in fleets]), out / "fleet", fmt),
-               write_table(pd.concat([f.replica_table.assign(router=f.router) for f in fleets], ignore_index=True),
-                           out / "replicas", fmt),
-               write_table(pd.concat([f.requests.assign(router=f.router) for f in fleets], ignore_index=True),
-                           out / "requests", fmt)]
+               write_table(pd.concat([f.replica_table.assign(router=f.router, layout=f.summary.get("layout"))
+                                      for f in fleets], ignore_index=True), out / "replicas", fmt),
+               write_table(pd.concat([f.requests.assign(router=f.router, layout=f.summary.get("layout"))
+                                      for f in fleets], ignore_index=True), out / "requests", fmt)]
     from kvsim.output.table import markdown_table
 
-    text = [f"# {title}", "", markdown_table([f.summary for f in fleets], fleet_columns()), "",
+    text = [f"# {title}", "", markdown_table([f.summary for f in fleets], columns or fleet_columns(fleets)), "",
             "Per replica (routed requests, busy fraction, TTFT p99 s, prefix hit rate):", ""]
     for f in fleets:
         t = f.replica_table
-        text.append(f"- **{f.router}**: " + "; ".join(
-            f"{int(r.replica)}: {int(r.routed)} req, busy {r.busy_frac:.2f}, TTFT p99 {r.ttft_p99_s:.3f}"
+        text.append(f"- **{f.router}** ({f.summary.get('layout')}): " + "; ".join(
+            f"{int(r.replica)} {r.group}: {int(r.routed)} req, busy {r.busy_frac:.2f}, TTFT p99 {r.ttft_p99_s:.3f}"
             + ("" if math.isnan(r.prefix_hit_rate_tokens) else f", hit {100 * r.prefix_hit_rate_tokens:.1f}%")
             for r in t.itertuples()))
     write_text_atomically(out / "summary.md", "\n".join(text) + "\n")
@@ -190,4 +276,20 @@ def register(sub) -> None:
                    help="prefix+load: weights of the cached prompt fraction, a short queue and free KV "
                         "[default: prefix=2,queue=1,kv=1]")
     g.add_argument("--seed", type=int, default=0, help="seed of the random router [default: 0]")
+    g.add_argument("--slo", metavar="ttft_p99=2s,...",
+                   help="SLOs to report: whether each run meets them, the share of requests within every limit "
+                        "(attainment) and those requests per second per GPU (goodput)")
+    d = c.add_argument_group("disaggregated prefill/decode")
+    d.add_argument("--prefill", metavar="GPU:COUNT[:tpN],...",
+                   help="a prefill pool (with --decode): its engines compute prompts and hand the KV over; "
+                        "--routers pick among them")
+    d.add_argument("--decode", metavar="GPU:COUNT[:tpN],...",
+                   help="a decode pool (with --prefill): its engines load the KV and generate")
+    d.add_argument("--decode-router", default="least-requests",
+                   help="router of the decode pool [default: least-requests]")
+    d.add_argument("--kv-link", default="rdma", metavar="nvlink|rdma|tcp|GB_S[:LATENCY_MS]",
+                   help="link from a prefill GPU to a decode GPU: nvlink 450 GB/s, rdma 50 GB/s (400 Gb/s NIC), "
+                        "tcp 12.5 GB/s, or bandwidth and fixed latency [default: rdma]")
+    d.add_argument("--also-aggregated", action="store_true",
+                   help="also run the same GPUs as aggregated replicas (each serving prefill and decode)")
     c.set_defaults(func=cmd_cluster)

@@ -48,24 +48,36 @@ class Completions:
 
 
 def drive(engines: Seq[Engine], arrivals: Seq[float], seqs: Seq[Sequence],
-          route: Callable[[Sequence, float], int], horizon: float | None, hints: bool | None = None) -> int:
+          route: Callable[[Sequence, float], int], horizon: float | None, hints: bool | None = None,
+          touched: list[int] | None = None) -> int:
     """Run ``engines`` over the arrivals (times in seconds after the first, sorted; ``seqs[i]`` arrives at
     ``arrivals[i]``) until nothing is left to do or the horizon passes. ``route(seq, t)`` picks the engine
     index of each arrival. Returns how many requests arrived (were routed); the rest never did.
 
     ``hints``: tell engines the next arrival when they plan (default: only a single engine, to which every
-    request goes); otherwise a decode run is cut when an arrival reaches its engine, with the same result."""
+    request goes); otherwise a decode run is cut when an arrival reaches its engine, with the same result.
+
+    ``touched``: a list into which the engines' hooks (handoffs, releases) put the indices of other engines
+    they changed; the driver re-reads those engines' next event after each step."""
     n = len(seqs)
     version = [0] * len(engines)
     heap: list[tuple[float, int, int]] = []
     # A single engine knows its next arrival when it plans: that request comes to it.
     single = len(engines) == 1 if hints is None else hints
 
+    pushed: list[float | None] = [None] * len(engines)
+
     def push(e: int) -> None:
         version[e] += 1
-        t = engines[e].next_time
+        t = pushed[e] = engines[e].next_time
         if t is not None:
             heapq.heappush(heap, (t, e, version[e]))
+
+    def repush_touched() -> None:
+        for e in touched:
+            if engines[e].next_time != pushed[e]:
+                push(e)
+        touched.clear()
 
     i = 0
     while i < n and arrivals[i] <= 0.0:
@@ -87,9 +99,13 @@ def drive(engines: Seq[Engine], arrivals: Seq[float], seqs: Seq[Sequence],
                 if engines[e].next_time != before:
                     push(e)
                 i += 1
+                if touched:
+                    repush_touched()
                 continue
         if t_eng is None:
             return i
         _, e, _ = heapq.heappop(heap)
         engines[e].advance(arrivals[i] if single and i < n else None)
         push(e)
+        if touched:
+            repush_touched()

@@ -15,10 +15,17 @@ arrival is received (a fleet, whose router decides at arrival time). Both give t
 
 What a router may see is read-only: :attr:`outstanding`, :attr:`queue_len`, :attr:`kv_usage` and
 :meth:`cached_prefix_tokens` (the exact index that vLLM's KV-cache events give a router).
+
+Disaggregated serving adds two roles. A *prefill* engine (``handoff`` set) hands every finished sequence
+to its driver and keeps its KV until :meth:`release` (the decode side has read it). A *decode* engine
+(``kv_loader`` set) receives sequences whose ``remote`` prompt tokens it loads before running them (see
+``Scheduler.finish_loads``). Either may wait with nothing running for memory that a transfer holds: it
+then wakes at the next load's end, at a release, or at an arrival.
 """
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass
 from typing import Callable, Protocol
 
@@ -61,7 +68,9 @@ class Engine:
     def __init__(self, allocator: KVAllocator, latency: LatencyModel, cfg: SchedulerConfig,
                  victim_policy: VictimPolicy = lifo, *, first_sample_id: int, resolution_s: float,
                  horizon: float | None = None, observer: StepObserver | None = None, fast_forward: bool = True,
-                 swap_timing: SwapTiming | None = None, on_complete: Callable[[int], None] | None = None):
+                 swap_timing: SwapTiming | None = None, on_complete: Callable[[int], None] | None = None,
+                 handoff: Callable[[Sequence, float], None] | None = None,
+                 kv_loader: Callable[[Sequence, int, float], float] | None = None):
         self.alloc = allocator
         self.latency = latency
         self.cfg = cfg
@@ -72,6 +81,10 @@ class Engine:
         self.observer = observer
         self.swap_timing = swap_timing
         self.on_complete = on_complete  # called with the number of requests completed (progress)
+        self.handoff = handoff  # prefill role: called with each finished sequence and the time it finished
+        self.sched.park_finished = handoff is not None
+        self.sched.kv_loader = kv_loader
+        self._releases: list[tuple[float, int]] = []  # (time, sid): parked KV the decode side has read
         self.memory = MemoryTracker(allocator.pool_tokens, resolution_s=resolution_s, token_slots=allocator.token_slots)
         self.swap_s = 0.0
         self.steps = self.events = 0
@@ -134,6 +147,19 @@ class Engine:
                 self._dt = self.latency.decode_run_time(plan.lazy_n, plan.shape.kv_tokens, k, *plan.context_args)
                 self.next_time = self.now + self._dt
 
+    def release(self, sid: int, t: float) -> None:
+        """The parked KV of sequence ``sid`` has been read by a decode engine at ``t`` (not before the engine's
+        last event): its memory is free from the first iteration boundary at or after ``t``."""
+        heapq.heappush(self._releases, (t, sid))
+        if self._started and not self.done and self.next_time is None:
+            self._wake_for(t)
+
+    def _next_internal(self) -> float | None:
+        """The next instant a transfer changes this engine's memory (a release, a load's end), or None."""
+        times = [t for t in (self._releases[0][0] if self._releases else None, self.sched.next_ready)
+                 if t is not None]
+        return min(times) if times else None
+
     def _steps_within(self, plan: IterationPlan, budget_s: float, k: int) -> int:
         """Steps of the decode run (at most k) up to the first boundary at or after ``budget_s`` seconds."""
         return self.latency.decode_steps_until(plan.lazy_n, plan.shape.kv_tokens, budget_s, k, *plan.context_args)
@@ -166,6 +192,13 @@ class Engine:
 
     def _release_arrivals(self) -> None:
         now, inbox, i = self.now, self._inbox, self._inbox_head
+        if self._releases and self._releases[0][0] <= now:
+            while self._releases and self._releases[0][0] <= now:
+                self.sched.release_parked(heapq.heappop(self._releases)[1])
+            self._observe(now)
+        if self.sched.loading and self.sched.loading[0][0] <= now:
+            self.sched.finish_loads(now)
+            self._observe(now)
         while i < len(inbox) and inbox[i][0] <= now:
             seq = inbox[i][1]
             i += 1
@@ -198,12 +231,14 @@ class Engine:
                 self.done = True
                 return
             if sched.idle:
-                if self._inbox_head < len(self._inbox):  # the next arrival is already here
-                    self._wake_for(self._inbox[self._inbox_head][0])
+                self._wait()
                 return
             plan = sched.schedule(now)
             if not plan.empty:
                 break
+            if not sched.running and (sched.parked or self._releases or sched.loading):
+                self._wait()  # the queue waits for memory a KV transfer holds
+                return
             self._stalls += 1  # only preemptions happened; reschedule at the same instant
             if self._stalls > len(self.received) + len(sched.samples) + 2:
                 raise RuntimeError(f"engine stalled at t={now}: nothing can run "
@@ -216,6 +251,13 @@ class Engine:
         self._dt = dt
         self.next_time = now + dt
 
+    def _wait(self) -> None:
+        """Nothing to run now: wake at the next arrival already received or the next transfer event."""
+        times = [t for t in (self._inbox[self._inbox_head][0] if self._inbox_head < len(self._inbox) else None,
+                             self._next_internal()) if t is not None]
+        if times:
+            self._wake_for(min(times))
+
     def _duration(self, plan: IterationPlan, now: float, next_arrival: float | None) -> float:
         """Seconds the plan takes; a decode run is first cut at the next arrival (when known) and the horizon."""
         lat = self.latency
@@ -226,6 +268,8 @@ class Engine:
                     k = self._steps_within(plan, next_arrival - now, k)
                 else:
                     self._cuttable = True
+            if self.sched.loading:  # a load that ends lets its sequence in
+                k = self._steps_within(plan, self.sched.loading[0][0] - now, k)
             if self.horizon is not None:
                 k = self._steps_within(plan, self.horizon - now, k)
             plan.steps = k
@@ -261,6 +305,9 @@ class Engine:
         self._completed(sched.retire(result.finished, t1))
         if result.finished:
             self._observe(t1)
+            if self.handoff is not None:
+                for seq in result.finished:
+                    self.handoff(seq, t1)
 
     def close(self) -> None:
         """The run ended: close the memory timeline and bring every sequence's fields up to date."""

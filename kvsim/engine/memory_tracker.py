@@ -99,6 +99,13 @@ class MemoryTracker:
         if batch_size > self.max_batch:
             self.max_batch = batch_size
 
+    @property
+    def last(self) -> dict[str, int]:
+        """The pool at the last observation, slots by category (the timeline may hold an earlier state of the
+        same instant)."""
+        vals = self._last or (0, 0, 0, 0, self.pool_tokens, 0, 0)
+        return dict(zip(MEMORY_CATEGORIES, vals))
+
     def finish(self) -> None:
         if self._last is not None and (not self.timeline or self.timeline[-1][0] != self.t_last):
             self.timeline.append((self.t_last, *self._last))

@@ -25,8 +25,10 @@ identical-shape iterations when nothing else can happen; property tests hold the
 
 from __future__ import annotations
 
+import heapq
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Callable
 
 from kvsim.allocators.base import NO_HIT, Breakdown, KVAllocator
 from kvsim.config import SchedulerConfig
@@ -104,6 +106,14 @@ class Scheduler:
         # True when the last schedule() left the queue head unadmitted for lack of seats or memory.
         # Neither loosens during a pure-decode run, so a decode run may be planned.
         self.admission_blocked = False
+        # Disaggregated serving. A prefill engine parks finished sequences: their KV stays until a decode
+        # engine has read it (release_parked). A decode engine loads a handed-off sequence's prompt KV:
+        # ``kv_loader(seq, tokens, now)`` starts the transfer and returns when it ends (seconds); meanwhile the
+        # sequence holds its memory in ``loading`` (ready time, sid, sequence), not in the batch.
+        self.park_finished = False
+        self.parked: dict[int, Sequence] = {}
+        self.kv_loader: Callable[[Sequence, int, float], float] | None = None
+        self.loading: list[tuple[float, int, Sequence]] = []
 
     @property
     def preemptions(self) -> int:
@@ -212,14 +222,65 @@ class Scheduler:
             self._detach(seq)
             self.running.remove(seq)
             self.seats -= seq.seats
-            self.filled_tokens -= seq.computed
-            self.alloc.free(seq.sid)
+            if self.park_finished:  # its KV waits for the decode engine to read it
+                self.parked[seq.sid] = seq
+            else:
+                self.filled_tokens -= seq.computed
+                self.alloc.free(seq.sid)
             self.admission_blocked = False  # freed memory and a seat: the queue head may fit now
             seq.status, seq.finish_s = Status.FINISHED, t
             head = seq.parent or seq
             if head.status == Status.FINISHED and all(c.status == Status.FINISHED for c in head.samples):
                 complete += 1
         return complete
+
+    def release_parked(self, sid: int) -> None:
+        """A decode engine finished reading the parked sequence's KV: free it."""
+        seq = self.parked.pop(sid)
+        self.filled_tokens -= seq.computed
+        self.alloc.free(sid)
+        self.admission_blocked = False
+
+    @property
+    def next_ready(self) -> float | None:
+        """When the earliest KV load in flight ends (seconds), or None."""
+        return self.loading[0][0] if self.loading else None
+
+    def _start_load(self, seq: Sequence, now: float) -> bool:
+        """Give the queue head (a handed-off sequence) memory for its prompt KV, take what the local prefix
+        cache holds, and start loading the rest. False: memory does not hold it yet."""
+        alloc = self.alloc
+        while True:
+            hit = alloc.lookup_prefix(seq.sid, seq.req, seq.remote)
+            if alloc.allocate(seq.sid, seq.req, seq.remote, hit, computed=hit.tokens):
+                break
+            if not self._reclaim_waiting(keep=seq):
+                return False
+        self.waiting.popleft()
+        seq.computed = hit.tokens
+        self.filled_tokens += hit.tokens
+        counts = self.counts
+        counts["kv_load_tokens"] = counts.get("kv_load_tokens", 0) + seq.remote - hit.tokens
+        counts["kv_load_local_hit_tokens"] = counts.get("kv_load_local_hit_tokens", 0) + hit.tokens
+        ready = self.kv_loader(seq, seq.remote - hit.tokens, now)
+        heapq.heappush(self.loading, (ready, seq.sid, seq))
+        return True
+
+    def finish_loads(self, now: float) -> None:
+        """Loads that ended by ``now``: their sequences rejoin the front of the queue holding their prompt KV
+        (the last prompt token is computed here, which emits the first output token, as vLLM does)."""
+        ready = []
+        while self.loading and self.loading[0][0] <= now:
+            ready.append(heapq.heappop(self.loading)[2])
+        for seq in reversed(ready):
+            self.filled_tokens += seq.remote - seq.computed
+            seq.computed = seq.remote
+            seq.remote = 0
+            self.alloc.on_computed(seq.sid, seq.req, seq.computed)
+            self._holding[seq.sid] = seq
+            self.waiting.appendleft(seq)
+        if ready:
+            self.admission_blocked = False
 
     def _fork(self, parent: Sequence, t: float) -> None:
         """Parallel sampling: after the prompt, the request's other samples fork off and share its KV."""
@@ -271,6 +332,11 @@ class Scheduler:
         while self.waiting and (budget > 0 or static):
             seq = self.waiting[0]
             if self.seats + seq.seats > self.cfg.max_num_seqs:
+                blocked = True
+                break
+            if seq.remote:  # handed off by a prefill engine: load its KV first (takes no seat or budget yet)
+                if self._start_load(seq, now):
+                    continue
                 blocked = True
                 break
             if seq.swapped:

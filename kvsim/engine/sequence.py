@@ -28,7 +28,7 @@ class Sequence:
 
     __slots__ = ("sid", "req", "prompt", "target", "generated", "computed", "status", "reason",
                  "admitted_s", "first_token_s", "finish_s", "preemptions", "last_scheduled_s", "cached_tokens", "last_cached_tokens",
-                 "swapped", "seats", "parent", "samples", "forked",
+                 "swapped", "seats", "parent", "samples", "forked", "remote",
                  # position in the running batch (admission order), and the incremental scheduler's lazy state
                  "key", "lazy", "base", "c0", "g0", "grow_iter", "finish_iter", "lazy_from", "grow_periodic")
 
@@ -54,6 +54,9 @@ class Sequence:
         self.parent: Sequence | None = None  # for a parallel sample: the sequence it forked from
         self.samples: list[Sequence] | tuple = ()  # for a request with n > 1: its other samples
         self.forked = req.n == 1
+        # disaggregated decode: leading prompt tokens whose KV another engine computed and this one loads
+        # over a link before the sequence runs (0: none)
+        self.remote = 0
         self.key = -1
         # A lazy decoder (engine/incremental.py) advances one token per iteration without being touched:
         # at iteration i it has c0 + (i - base) computed and g0 + (i - base) generated tokens.

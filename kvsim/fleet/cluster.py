@@ -8,7 +8,7 @@ request arrives, seeing the engines as they are then. One replica gives exactly 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
@@ -21,7 +21,7 @@ from kvsim.engine.engine import Engine
 from kvsim.engine.preemption import get_victim_policy
 from kvsim.engine.sequence import Sequence, Status
 from kvsim.engine.simulator import SimResult, mark_unfinished
-from kvsim.fleet.routers import RouterOptions, make_router
+from kvsim.fleet.routers import Router, RouterOptions, make_router
 from kvsim.errors import ConfigError
 from kvsim.metrics import sequences_frame
 from kvsim.runner import RunOutput, build_allocator, finish_run, swap_timing
@@ -53,50 +53,95 @@ class FleetOutput:
     wall_s: float
 
 
-def simulate_fleet(requests: list[Request], groups: list[ReplicaGroup], router: str,
-                   options: RouterOptions = RouterOptions(), progress: Callable[[int], None] | None = None) -> FleetOutput:
-    """Serve ``requests`` with the replicas of ``groups`` behind ``router``."""
+@dataclass
+class Replicas:
+    """The engines of some replica groups, in group order, with what their results need."""
+
+    engines: list[Engine]
+    parts: list[tuple]  # (allocator, pool, slot bytes) per replica
+    names: list[str]  # each replica's group name
+    members: list[list[int]]  # per group: the indices of its replicas in ``engines``
+    every: list[int] = field(default_factory=list)  # 0 .. len(engines) - 1
+
+    def candidates(self, request: Request) -> list[int]:
+        """The replicas of the groups that could ever hold ``request`` (each group answers once), or all
+        of them if none could (the chosen one then rejects it)."""
+        every = self.every
+        if len(self.members) == 1:
+            return every
+        eng = self.engines
+        return [i for m in self.members if eng[m[0]].can_hold(request) for i in m] or every
+
+
+def build_replicas(groups: list[ReplicaGroup], trace: TraceArrivals, horizon: float | None,
+                   on_complete: Callable[[int], None] | None, prefix: str = "",
+                   hooks: Callable[[int], dict] | None = None) -> Replicas:
+    """One engine per replica of ``groups`` on the trace's clock. ``hooks(i)``: extra Engine arguments of
+    replica ``i`` (a role in disaggregated serving); ``prefix`` goes before each group's name."""
     from kvsim.latency import build_latency
 
-    wall0 = time.perf_counter()
-    trace = TraceArrivals(requests)
-    seqs = trace.seqs
+    out = Replicas([], [], [], [])
+    for g in groups:
+        pool = g.plan()
+        latency = build_latency(g.cfg)  # stateless: one per group
+        out.members.append(list(range(len(out.engines), len(out.engines) + g.count)))
+        for _ in range(g.count):
+            alloc = build_allocator(g.cfg, g.allocator, pool)
+            extra = hooks(len(out.engines)) if hooks is not None else {}
+            out.engines.append(Engine(alloc, latency, g.cfg.scheduler, get_victim_policy(g.cfg.victim_policy),
+                                      first_sample_id=len(trace.seqs), resolution_s=trace.resolution_s,
+                                      horizon=horizon, swap_timing=swap_timing(g.cfg, alloc, pool),
+                                      on_complete=on_complete, **extra))
+            out.parts.append((alloc, pool, alloc.slot_bytes or pool.kv_bytes_per_token))
+            out.names.append(prefix + g.name)
+    out.every = list(range(len(out.engines)))
+    return out
+
+
+def routing(rt: Router, reps: Replicas, placed: np.ndarray, offset: int = 0) -> Callable[[Sequence, float], int]:
+    """A route function: the router picks among the replicas that could hold the request and learns its
+    choice; the choice (+ ``offset``) is recorded in ``placed[sid]``."""
+    def route(seq: Sequence, t: float) -> int:
+        r = seq.req
+        i = rt.pick(r, reps.candidates(r), t)
+        rt.routed(r, i, t)
+        placed[seq.sid] = offset + i
+        return i
+    return route
+
+
+def common_horizon(groups: list[ReplicaGroup], trace: TraceArrivals) -> float | None:
     horizons = {g.cfg.scheduler.horizon_s for g in groups}
     if len(horizons) != 1:
         raise ConfigError("every replica group must run to the same --horizon-s")
-    horizon = trace.horizon(horizons.pop())
-    completions = Completions(progress)
-    engines: list[Engine] = []
-    parts = []  # (allocator, pool, slot bytes) per replica
-    group_of: list[int] = []
-    first_of_group: list[int] = []
-    for gi, g in enumerate(groups):
-        pool = g.plan()
-        latency = build_latency(g.cfg)  # stateless: one per group
-        first_of_group.append(len(engines))
-        for _ in range(g.count):
-            alloc = build_allocator(g.cfg, g.allocator, pool)
-            engines.append(Engine(alloc, latency, g.cfg.scheduler, get_victim_policy(g.cfg.victim_policy),
-                                  first_sample_id=len(seqs), resolution_s=trace.resolution_s, horizon=horizon,
-                                  swap_timing=swap_timing(g.cfg, alloc, pool), on_complete=completions))
-            parts.append((alloc, pool, alloc.slot_bytes or pool.kv_bytes_per_token))
-            group_of.append(gi)
+    return trace.horizon(horizons.pop())
+
+
+def replica_outputs(engines: list[Engine], parts: list[tuple], trace: TraceArrivals, end: float,
+                    wall: float) -> list[RunOutput]:
+    """Each replica's tables, as a single-engine run gives them (``e.received`` is in arrival order)."""
+    outs = []
+    for e, (alloc, pool, slot_bytes) in zip(engines, parts):
+        res = SimResult(alloc.name, alloc.pool_tokens, e.received, e.memory, end, e.steps, e.events,
+                        e.sched.preemptions, wall / len(engines), extra=e.counters(), shares_kv=alloc.shares_kv,
+                        t0=trace.t0)
+        outs.append(finish_run(res, alloc, pool, slot_bytes))
+    return outs
+
+
+def simulate_fleet(requests: list[Request], groups: list[ReplicaGroup], router: str,
+                   options: RouterOptions = RouterOptions(), progress: Callable[[int], None] | None = None) -> FleetOutput:
+    """Serve ``requests`` with the replicas of ``groups`` behind ``router``."""
+    wall0 = time.perf_counter()
+    trace = TraceArrivals(requests)
+    seqs = trace.seqs
+    horizon = common_horizon(groups, trace)
+    reps = build_replicas(groups, trace, horizon, Completions(progress))
+    engines = reps.engines
     rt = make_router(router, engines, options)
-    every = list(range(len(engines)))
-    members = [list(range(first_of_group[gi], first_of_group[gi] + g.count)) for gi, g in enumerate(groups)]
     replica_of = np.full(len(seqs), -1, dtype=np.int64)
 
-    def route(seq: Sequence, t: float) -> int:
-        r = seq.req
-        candidates = every
-        if len(groups) > 1:  # the groups that could ever hold it (each group answers once for its replicas)
-            candidates = [i for m in members if engines[m[0]].can_hold(r) for i in m] or every
-        i = rt.pick(r, candidates, t)
-        rt.routed(r, i, t)
-        replica_of[seq.sid] = i
-        return i
-
-    arrived = drive(engines, trace.times, seqs, route, horizon)
+    arrived = drive(engines, trace.times, seqs, routing(rt, reps, replica_of), horizon)
     samples = []
     for e in engines:
         e.close()
@@ -104,18 +149,12 @@ def simulate_fleet(requests: list[Request], groups: list[ReplicaGroup], router: 
     mark_unfinished(seqs, samples, arrived)
     end = max((e.now for e in engines), default=0.0)
     wall = time.perf_counter() - wall0
-    outs = []
-    for e, (alloc, pool, slot_bytes) in zip(engines, parts):  # e.received is in arrival (sid) order
-        res = SimResult(alloc.name, alloc.pool_tokens, e.received, e.memory, end, e.steps, e.events,
-                        e.sched.preemptions, wall / len(engines), extra=e.counters(), shares_kv=alloc.shares_kv,
-                        t0=trace.t0)
-        outs.append(finish_run(res, alloc, pool, slot_bytes))
+    outs = replica_outputs(engines, reps.parts, trace, end, wall)
     req = sequences_frame(seqs, trace.t0)
     req.insert(0, "replica", replica_of)
-    names = [groups[gi].name for gi in group_of]
-    table = replica_table(outs, names)
+    table = replica_table(outs, reps.names)
     summary = fleet_summary(router, req, outs, table, end, wall)
-    return FleetOutput(router, outs, names, req, summary, table, wall)
+    return FleetOutput(router, outs, reps.names, req, summary, table, wall)
 
 
 def _pct(values: pd.Series, q: float) -> float:

@@ -1,0 +1,221 @@
+"""Disaggregated prefill/decode: a prefill pool and a decode pool on one clock, KV handed over a link.
+
+The flow follows vLLM's P/D disaggregation (the NIXL connector behind a proxy, as llm-d and Dynamo run it):
+
+1. A request arrives; the prefill router picks a prefill engine, which serves the prompt as a request with
+   one output token (``max_tokens=1``).
+2. When the prefill finishes, the engine keeps the KV (parked: it still counts in that engine's memory)
+   and the decode router picks a decode engine; the request joins its queue.
+3. The decode engine admits it in queue order when a seat and memory for the prompt's KV are free (that
+   memory is reserved from then on), takes what its own prefix cache holds and loads the rest over the
+   link: ``latency + bytes / (bandwidth x lanes)``, one lane per GPU pair (min of the two TP degrees).
+   A full decode pool therefore holds handed-off requests in its queue, their KV stays parked on the
+   prefill engines, and the prefill engines' admissions stall: back-pressure.
+4. When the load ends the prefill engine frees the parked KV; the decode engine computes the prompt's last
+   token (which emits the first output token, as vLLM's decode instance does) and decodes the rest.
+
+TTFT therefore includes prefill queueing, the prefill, the wait for decode memory, the transfer and the
+first decode iteration.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, replace
+from typing import Callable
+
+import numpy as np
+
+from kvsim.engine.clock import Completions, TraceArrivals, drive
+from kvsim.engine.sequence import Sequence, Status
+from kvsim.engine.simulator import mark_unfinished
+from kvsim.errors import ConfigError
+from kvsim.fleet.cluster import (FleetOutput, ReplicaGroup, build_replicas, common_horizon, fleet_summary,
+                                 replica_outputs, replica_table, routing)
+from kvsim.fleet.routers import RouterOptions, make_router
+from kvsim.metrics import sequences_frame
+from kvsim.trace.request import Request
+
+
+@dataclass(frozen=True)
+class KVLink:
+    """The link KV crosses from a prefill GPU to a decode GPU: bytes/s per GPU pair, one direction, and a
+    fixed cost per transfer (seconds: handshake, notification)."""
+
+    bandwidth: float  # bytes/s
+    latency_s: float
+    name: str = ""
+
+    def seconds(self, nbytes: float, lanes: int) -> float:
+        """Time to move ``nbytes`` spread over ``lanes`` GPU pairs in parallel (0 bytes: nothing to move)."""
+        if nbytes <= 0:
+            return 0.0
+        return self.latency_s + nbytes / (self.bandwidth * max(1, lanes))
+
+
+# NVLink 4 (H100/H200 in one node): 900 GB/s per GPU both ways, 450 GB/s each way; RDMA: one 400 Gb/s
+# ConnectX-7 NIC per GPU (GPUDirect), 50 GB/s; the fixed costs are orders of magnitude, not measurements.
+LINKS = {
+    "nvlink": KVLink(450e9, 20e-6, "nvlink"),
+    "rdma": KVLink(50e9, 200e-6, "rdma"),
+    "tcp": KVLink(12.5e9, 1e-3, "tcp"),
+}
+
+
+def parse_link(text: str) -> KVLink:
+    """``nvlink``, ``rdma``, ``tcp``, or ``GB_S[:LATENCY_MS]`` (GB/s per GPU pair, milliseconds)."""
+    t = text.strip().lower()
+    if t in LINKS:
+        return LINKS[t]
+    bw, _, lat = t.partition(":")
+    try:
+        gbs = float(bw)
+        ms = float(lat) if lat else 0.0
+    except ValueError:
+        raise ConfigError(f"--kv-link {text!r}: expected {', '.join(LINKS)} or GB_S[:LATENCY_MS], "
+                          f"e.g. 100:0.05") from None
+    if not (math.isfinite(gbs) and 0 < gbs <= 1e6) or not (math.isfinite(ms) and 0 <= ms <= 1e6):
+        raise ConfigError(f"--kv-link {text!r}: bandwidth must be in (0, 1e6] GB/s and latency in [0, 1e6] ms")
+    return KVLink(gbs * 1e9, ms / 1e3, f"{gbs:g}GB/s")
+
+
+def prefill_request(r: Request) -> Request:
+    """What the prefill engine serves: the prompt with one output token (vLLM's proxy sends max_tokens=1).
+    Parallel samples fork on the decode engine."""
+    return replace(r, output_tokens=1, n=1)
+
+
+def simulate_disagg(requests: list[Request], prefill: list[ReplicaGroup], decode: list[ReplicaGroup],
+                    router: str, decode_router: str = "least-requests", options: RouterOptions = RouterOptions(),
+                    link: KVLink = LINKS["rdma"], progress: Callable[[int], None] | None = None) -> FleetOutput:
+    """Serve ``requests`` with a prefill pool behind ``router`` and a decode pool behind ``decode_router``."""
+    if not prefill or not decode:
+        raise ConfigError("disaggregated serving needs at least one prefill and one decode replica")
+    models = {g.cfg.model.name for g in prefill + decode}
+    if len(models) != 1:
+        raise ConfigError(f"prefill and decode pools must serve the same model, got {', '.join(sorted(models))}")
+    wall0 = time.perf_counter()
+    trace = TraceArrivals(requests)
+    seqs = trace.seqs  # the decode side's sequences: each request's record (first token and finish)
+    n = len(seqs)
+    horizon = common_horizon(prefill + decode, trace)
+    nan = float("nan")
+    prefill_of = np.full(n, -1, dtype=np.int64)
+    decode_of = np.full(n, -1, dtype=np.int64)
+    handoff_t = np.full(n, nan)
+    load_start = np.full(n, nan)
+    load_end = np.full(n, nan)
+    load_bytes = np.zeros(n)
+    pseqs = [Sequence(s.sid, prefill_request(s.req)) for s in seqs]
+
+    def make_handoff(i: int):
+        def handoff(ps: Sequence, t: float) -> None:
+            ds = seqs[ps.sid]
+            ds.admitted_s, ds.preemptions = ps.admitted_s, ps.preemptions
+            ds.cached_tokens, ds.last_cached_tokens = ps.cached_tokens, ps.last_cached_tokens
+            ds.remote = ps.prompt - 1  # the decode engine computes the last prompt token itself
+            if not ds.remote:  # nothing to move: the prefill engine's KV is free now
+                P.engines[i].release(ps.sid, t)
+                touched.append(i)
+            handoff_t[ps.sid] = t
+            j = to_decode(ds, t)
+            D.engines[j].receive(ds, t)
+            touched.append(np_ + j)
+        return handoff
+
+    def make_loader(j: int):
+        def load(ds: Sequence, tokens: int, now: float) -> float:
+            i = int(prefill_of[ds.sid])
+            nbytes = tokens * token_bytes[i]
+            ready = now + link.seconds(nbytes, min(tp[0][i], tp[1][j]))
+            load_start[ds.sid], load_end[ds.sid], load_bytes[ds.sid] = now, ready, nbytes
+            P.engines[i].release(ds.sid, ready)
+            touched.append(i)
+            return ready
+        return load
+
+    touched: list[int] = []
+    P = build_replicas(prefill, trace, horizon, None, "prefill:", hooks=lambda i: {"handoff": make_handoff(i)})
+    np_ = len(P.engines)
+    D = build_replicas(decode, trace, horizon, Completions(progress), "decode:",
+                       hooks=lambda j: {"kv_loader": make_loader(j)})
+    tp = [g.cfg.tp for g in prefill for _ in range(g.count)], [g.cfg.tp for g in decode for _ in range(g.count)]
+    # bytes of one token's KV on all of a prefill engine's GPUs
+    token_bytes = [slot_bytes * alloc.token_slots * t for (alloc, _, slot_bytes), t in zip(P.parts, tp[0])]
+    to_decode = routing(make_router(decode_router, D.engines, options), D, decode_of, np_)
+    kept = []
+    for s in seqs:
+        if any(D.engines[m[0]].can_hold(s.req) for m in D.members):
+            kept.append(s.sid)
+        else:
+            s.status = Status.REJECTED
+            s.reason = "no decode replica can hold it: " + (D.engines[0].sched.rejection(s.req) or "")
+
+    engines = P.engines + D.engines
+    route = routing(make_router(router, P.engines, options), P, prefill_of)
+    arrived = drive(engines, [trace.times[k] for k in kept], [pseqs[k] for k in kept], route, horizon,
+                    hints=False, touched=touched)
+    samples = []
+    for e in engines:
+        e.close()
+        samples += e.sched.samples
+    mark_unfinished(seqs, samples, n)
+    for pos, k in enumerate(kept):
+        ds, ps = seqs[k], pseqs[k]
+        if ps.status == Status.REJECTED:
+            ds.status, ds.reason = Status.REJECTED, "prefill: " + ps.reason
+        elif ds.status in (Status.FINISHED, Status.REJECTED):
+            continue
+        elif pos >= arrived:
+            ds.reason = "not arrived at end of simulation"
+        elif math.isnan(handoff_t[k]):
+            ds.reason = "in prefill at end of simulation"
+        elif math.isnan(load_start[k]):
+            ds.reason = "waiting for decode memory at end of simulation"
+    end = max((e.now for e in engines), default=0.0)
+    wall = time.perf_counter() - wall0
+    outs = replica_outputs(engines, P.parts + D.parts, trace, end, wall)
+    t0 = trace.t0
+    req = sequences_frame(seqs, t0)
+    req.insert(0, "prefill_replica", prefill_of)
+    req.insert(1, "decode_replica", decode_of)
+    req["handoff_s"] = handoff_t + t0
+    req["decode_wait_s"] = load_start - handoff_t  # handed off until the decode engine had memory for it
+    req["kv_transfer_s"] = load_end - load_start
+    req["kv_transfer_bytes"] = load_bytes
+    names = P.names + D.names
+    table = replica_table(outs, names)
+    table.insert(1, "pool", ["prefill"] * np_ + ["decode"] * len(D.engines))
+    summary = fleet_summary(router, req, outs, table, end, wall)
+    summary.update(disagg_summary(req, table, link), decode_router=decode_router)
+    return FleetOutput(router, outs, names, req, summary, table, wall)
+
+
+def disagg_summary(req, table, link: KVLink) -> dict:
+    """The pools' own figures: imbalance within each pool, KV moved and how long it took, the wait for decode
+    memory (back-pressure), and each pool's mean KV use."""
+    def pct(col: str, q: float) -> float:
+        v = req[col].dropna()
+        return float(np.percentile(v, q)) if len(v) else float("nan")
+
+    def imbalance(pool: str, col: str) -> float:
+        v = table.loc[table["pool"] == pool, col].to_numpy(dtype=float)
+        return float(v.max() / v.mean()) if len(v) and v.mean() > 0 else float("nan")
+
+    pools = {p: table[table["pool"] == p] for p in ("prefill", "decode")}
+    return {
+        "mode": "disaggregated", "prefill_replicas": len(pools["prefill"]), "decode_replicas": len(pools["decode"]),
+        "kv_link": link.name,
+        "imbalance_requests": imbalance("prefill", "routed"),
+        "imbalance_prompt_tokens": imbalance("prefill", "prompt_tokens"),
+        "imbalance_busy": imbalance("prefill", "busy_frac"),
+        "imbalance_decode_busy": imbalance("decode", "busy_frac"),
+        "kv_transfer_gb": float(req["kv_transfer_bytes"].sum()) / 1e9,
+        "kv_transfer_p50_s": pct("kv_transfer_s", 50), "kv_transfer_p99_s": pct("kv_transfer_s", 99),
+        "decode_wait_p50_s": pct("decode_wait_s", 50), "decode_wait_p99_s": pct("decode_wait_s", 99),
+        "prefill_kv_used_frac": float(pools["prefill"].kv_used_frac.mean()),
+        "decode_kv_used_frac": float(pools["decode"].kv_used_frac.mean()),
+        "prefill_busy_frac": float(pools["prefill"].busy_frac.mean()),
+        "decode_busy_frac": float(pools["decode"].busy_frac.mean()),
+    }
