@@ -179,6 +179,8 @@ class SimConfig:
     block_size: int = 16  # tokens per block of allocators named without one
     enable_prefix_caching: bool = False  # `paged` means `paged+prefix`
     cache_eviction: str = "lru"  # which cached block a prefix cache drops first
+    kv_offload_gb: float = 0.0  # GiB per GPU of a CPU tier below the prefix cache (0: none)
+    kv_offload_bandwidth: float = 0.0  # bytes/s from the CPU tier into one GPU (0: the GPU's PCIe bandwidth)
 
     def __post_init__(self) -> None:
         require(self.tp, POSITIVE_INT, "tp")

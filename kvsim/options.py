@@ -79,6 +79,12 @@ OPTIONS: list[Option] = [
     Option("swap_space", ("--swap-space", "--cpu-swap-gb"),
            "GiB of host memory per GPU for swapped-out KV (with --preemption-mode swap)", "KV pool", None, float,
            GIB_OR_ZERO, default_text="4 with --preemption-mode swap, else 0"),
+    Option("kv_offloading_size", ("--kv-offloading-size",),
+           "GiB of host memory per GPU for a CPU tier of the prefix cache: cached blocks evicted from the GPU "
+           "move there and load back on a hit (vLLM's KV offloading, LMCache)", "KV pool", 0.0, float, GIB_OR_ZERO),
+    Option("kv_offloading_bandwidth", ("--kv-offloading-bandwidth",),
+           "GB/s from the CPU tier into one GPU", "KV pool", None, float, Number(min=0, min_open=True, max=1e9),
+           default_text="the GPU's PCIe bandwidth"),
     # --- scheduler
     Option("max_model_len", ("--max-model-len", "--max-seq-len"),
            "longest request (prompt + output tokens); also what `max` reserves per request", "scheduler", None,
@@ -289,7 +295,10 @@ def config_from_options(values: Mapping[str, Any], naming: str = "flag"):
     return SimConfig(model, gpu, sched, mem, roof, tp=tp, swap_space_gb=swap, latency=latency,
                      cpu_overhead=v["cpu_overhead"], interconnect=v["interconnect"],
                      victim_policy=v["victim_policy"], block_size=v["block_size"],
-                     enable_prefix_caching=v["enable_prefix_caching"], cache_eviction=v["cache_eviction"])
+                     enable_prefix_caching=v["enable_prefix_caching"], cache_eviction=v["cache_eviction"],
+                     kv_offload_gb=v["kv_offloading_size"],
+                     kv_offload_bandwidth=(gpu.pcie_bandwidth if v["kv_offloading_bandwidth"] is None
+                                           else v["kv_offloading_bandwidth"] * 1e9))
 
 
 def config_from_args(args: list[str]):

@@ -11,6 +11,7 @@ from kvsim.allocators import AllocatorSpec, make_allocator, parse_allocator
 from kvsim.allocators.base import KVAllocator
 from kvsim.allocators.registry import ModelMemory
 from kvsim.config import PoolPlan, SimConfig, plan_pool
+from kvsim.errors import ConfigError
 from kvsim.latency import LatencyModel, build_latency
 from kvsim.engine.preemption import get_victim_policy
 from kvsim.engine.simulator import SimResult, Simulation, StepObserver, SwapTiming
@@ -35,9 +36,30 @@ def resolve_allocator(allocator: AllocatorSpec | str, cfg: SimConfig) -> Allocat
 def build_allocator(cfg: SimConfig, allocator: AllocatorSpec | str, pool: PoolPlan) -> KVAllocator:
     """One engine's allocator over the planned pool (with its CPU swap pool, if any)."""
     cpu_slots = int(cfg.swap_space_gb * (1 << 30)) // pool.kv_bytes_per_token
-    return make_allocator(resolve_allocator(allocator, cfg), pool.pool_tokens, cfg.scheduler.max_seq_len, cpu_slots,
-                          cfg.cache_eviction, ModelMemory(cfg.model, cfg.tp, pool.pool_bytes,
-                                                          cfg.scheduler.prefill_chunk))
+    alloc = make_allocator(resolve_allocator(allocator, cfg), pool.pool_tokens, cfg.scheduler.max_seq_len, cpu_slots,
+                           cfg.cache_eviction, ModelMemory(cfg.model, cfg.tp, pool.pool_bytes,
+                                                           cfg.scheduler.prefill_chunk))
+    if cfg.kv_offload_gb > 0:
+        from kvsim.allocators.kv_tier import KVTier, TierSpec
+
+        attach_tier(alloc, KVTier(TierSpec("cpu", cfg.kv_offload_gb * (1 << 30),
+                                           cfg.kv_offload_bandwidth or cfg.gpu.pcie_bandwidth),
+                                  block_bytes(alloc, pool)))
+    return alloc
+
+
+def block_bytes(alloc: KVAllocator, pool: PoolPlan) -> int:
+    """Bytes of one copy unit (a block) on one GPU."""
+    return alloc.copy_unit * (alloc.slot_bytes or pool.kv_bytes_per_token)
+
+
+def attach_tier(alloc: KVAllocator, tier) -> None:
+    """Put a lower prefix-cache tier under the allocator, or say why it cannot take one."""
+    attach = getattr(alloc, "attach_tier", None)
+    if attach is None or not alloc.caches_prefixes:
+        raise ConfigError(f"allocator {alloc.name}: a {tier.name} tier of the prefix cache needs a paged prefix "
+                          f"cache (paged+prefix or radix)")
+    attach(tier)
 
 
 def swap_timing(cfg: SimConfig, alloc: KVAllocator, pool: PoolPlan) -> SwapTiming | None:

@@ -49,7 +49,7 @@ class Breakdown:
 class PrefixHit:
     """What a prefix-cache lookup found: a value the caller hands to :meth:`KVAllocator.allocate`.
 
-    ``blocks`` cache the request's first ``tokens`` tokens, in order. ``looked_up`` says a cache was
+    ``blocks`` cache the request's first ``tokens - tier_tokens`` tokens, in order. ``looked_up`` says a cache was
     consulted (a lookup that found nothing still counts towards the hit rate). ``stamp`` is the cache's
     eviction count at the lookup: once a block has been evicted since, the hit is stale and allocate
     refuses it, so a hit must be claimed before anything else takes blocks.
@@ -59,6 +59,10 @@ class PrefixHit:
     tokens: int = 0
     looked_up: bool = False
     stamp: int = 0
+    # lower cache tiers (kv_tier.py): the tier index of each block found there after ``blocks``, and the
+    # tokens they hold (part of ``tokens``); they load into fresh GPU blocks before the request computes
+    tier_hits: tuple[int, ...] = ()
+    tier_tokens: int = 0
 
 
 NO_HIT = PrefixHit()

@@ -16,6 +16,8 @@ never-used blocks in ascending id order exactly where an eagerly built free list
 
 from __future__ import annotations
 
+from typing import Callable
+
 from kvsim.trace.request import Request
 
 
@@ -28,6 +30,7 @@ class BlockPool:
         self.num_blocks = num_blocks
         self.ref: list[int] = []  # reference count by block id; grows when a never-used block is first taken
         self.evictions = 0  # cached blocks whose content was dropped to reuse the block
+        self.spill: Callable[[int], None] | None = None  # takes the hash of each evicted block (a lower tier)
 
     # --- supply ------------------------------------------------------------------------------
     @property
@@ -96,6 +99,10 @@ class BlockPool:
 
     def cached_block(self, block_hash: int) -> int | None:
         """The block caching ``block_hash``, if any."""
+        return None
+
+    def cached_hash(self, block: int) -> int | None:
+        """The hash of the content ``block`` caches, or None."""
         return None
 
     def is_cached(self, block: int) -> bool:

@@ -113,6 +113,8 @@ class HashedBlockPool(BlockPool):
             if h is not None:  # lazy eviction of a cached block
                 del self._cached[h]
                 self.evictions += 1
+                if self.spill is not None:
+                    self.spill(h)
                 if self._uses is not None:
                     del self._uses[b]
             self.ref[b] = 1
@@ -177,6 +179,9 @@ class HashedBlockPool(BlockPool):
 
     def cached_block(self, block_hash: int) -> int | None:
         return self._cached.get(block_hash)
+
+    def cached_hash(self, block: int) -> int | None:
+        return self._hash_of.get(block)
 
     def is_cached(self, block: int) -> bool:
         return block in self._hash_of

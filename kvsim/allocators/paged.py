@@ -13,6 +13,7 @@ from __future__ import annotations
 from kvsim.allocators.base import NO_HIT, Breakdown, Growth, KVAllocator, PrefixHit
 from kvsim.allocators.block_keys import prompt_block_hashes
 from kvsim.allocators.block_pool import BlockPool, FreeStackPool
+from kvsim.allocators.kv_tier import KVTier
 from kvsim.allocators.swap import SwapSpace
 from kvsim.trace.request import Request
 
@@ -46,6 +47,7 @@ class PagedAllocator(KVAllocator):
         self._extra_refs = 0  # references beyond the first, over all blocks (0: nothing is shared)
         self._chains: dict[int, list[int]] = {}  # seq_id -> its prompt block hashes (caching pools only)
         self.swap = SwapSpace(cpu_swap_tokens // block_size) if cpu_swap_tokens > 0 else None
+        self.tiers: list[KVTier] = []  # lower prefix-cache tiers, nearest first (kv_tier.py)
         self.stats = {"cow_copies": 0, "forks": 0}
         if self.caches_prefixes:
             self.stats.update(hit_blocks=0, lookup_blocks=0)
@@ -96,8 +98,43 @@ class PagedAllocator(KVAllocator):
         if not self.caches_prefixes:
             return NO_HIT
         chain = self._chain(seq_id, request)
-        hits = self.pool.lookup(chain[:max_tokens // self.block_size])
-        return PrefixHit(tuple(hits), len(hits) * self.block_size, True, self.pool.evictions)
+        limit = max_tokens // self.block_size
+        hits = self.pool.lookup(chain[:limit])
+        B = self.block_size
+        if self.tiers and len(hits) < limit:
+            below = self._tier_lookup(chain[len(hits):limit])
+            if below:
+                return PrefixHit(tuple(hits), (len(hits) + len(below)) * B, True, self.pool.evictions, below,
+                                 len(below) * B)
+        return PrefixHit(tuple(hits), len(hits) * B, True, self.pool.evictions)
+
+    # --- lower tiers --------------------------------------------------------------------------
+    def attach_tier(self, tier: KVTier) -> None:
+        """Add a lower tier below the ones attached (a private CPU tier first, then a shared store):
+        cached blocks evicted from GPU memory spill into the first, each tier's evictions into the next."""
+        if not self.caches_prefixes:
+            raise ValueError(f"{self.name}: a lower cache tier needs a prefix cache (+prefix or radix)")
+        if self.tiers:
+            self.tiers[-1].lower = tier
+        else:
+            self.pool.spill = tier.put
+        self.tiers.append(tier)
+
+    def _tier_lookup(self, chain: list[int]) -> tuple[int, ...]:
+        """The tier index of each leading block of ``chain`` that a lower tier holds (up to the first miss)."""
+        out = []
+        for h in chain:
+            for k, tier in enumerate(self.tiers):
+                if h in tier:
+                    out.append(k)
+                    break
+            else:
+                break
+        return tuple(out)
+
+    def tier_load_seconds(self, hit: PrefixHit) -> float:
+        """Time to load ``hit``'s lower-tier blocks into GPU memory (tier by tier)."""
+        return sum(t.seconds(hit.tier_hits.count(k)) for k, t in enumerate(self.tiers))
 
     def allocate(self, seq_id: int, request: Request, num_tokens: int, hit: PrefixHit = NO_HIT,
                  computed: int | None = None) -> bool:
@@ -120,8 +157,22 @@ class PagedAllocator(KVAllocator):
                 ref[b] += 1
             self._tables[seq_id] = list(hits)
             self.pool.after_claim(seq_id, list(hits), request)
+        below = ()
+        if hit.tier_hits:
+            below = self._chain(seq_id, request)[len(hits):len(hits) + len(hit.tier_hits)]
+            for h, k in zip(below, hit.tier_hits):
+                self.tiers[k].touch(h)  # the GPU blocks taken below may spill: evict other entries first
         if not self._grow(seq_id, request, num_tokens):
             return False
+        if below:  # the fresh blocks after the GPU hits now hold the loaded content: cached again
+            stats = self.stats
+            for h, k in zip(below, hit.tier_hits):
+                tier = self.tiers[k]
+                key = f"tier_{tier.name}_hit_blocks"
+                stats[key] = stats.get(key, 0) + 1
+                tier.load(h)
+            self.pool.register(seq_id, self._chain(seq_id, request), self._tables[seq_id],
+                               len(hits) + len(below), request)
         self.stats["lookup_blocks"] += request.prompt_tokens // self.block_size
         self.stats["hit_blocks"] += len(hits)
         return True
@@ -190,11 +241,21 @@ class PagedAllocator(KVAllocator):
             return
         upto = min(len(chain), computed_tokens // self.block_size, len(table))
         self.pool.register(seq_id, chain, table, upto, request)
+        if self.tiers:  # content the GPU caches again leaves the private tiers (exclusive tiers)
+            pool = self.pool
+            for t in self.tiers:
+                for j in range(upto):
+                    h = chain[j]
+                    if h in t and (pool.cached_hash(table[j]) == h or pool.cached_block(h) is not None):
+                        t.discard(h)
 
     def counters(self) -> dict:
         out = dict(self.stats)
         if self.caches_prefixes:
             out["evictions"] = self.pool.evictions
+        for t in self.tiers:
+            if not t.spec.shared:  # a shared store's totals are the fleet's
+                out.update(t.counters())
         return out
 
     @property
@@ -271,6 +332,12 @@ class PagedAllocator(KVAllocator):
         assert self._extra_refs == sum(r - 1 for r in self.ref if r > 1), "shared-reference count is off"
         self.pool.check_invariants()
         assert self._overhang_total == sum(self._overhang.values())
+        private = [t for t in self.tiers if not t.spec.shared]
+        if private:  # exclusive tiers: no block's content is in GPU memory and a private tier at once
+            gpu = {h for h in (self.pool.cached_hash(b) for b in range(len(self.ref))) if h is not None}
+            for t in private:
+                both = gpu & set(t._lru)
+                assert not both, f"blocks in GPU memory and the {t.name} tier at once: {sorted(both)[:5]}"
 
     # --- swap -----------------------------------------------------------------------------------
     def swap_out(self, seq_id: int) -> list[tuple[int, int]] | None:

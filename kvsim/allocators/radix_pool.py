@@ -68,6 +68,8 @@ class RadixBlockPool(FreeStackPool):
             node.detached = True
             self._unreferenced -= 1
             self.evictions += 1
+            if self.spill is not None:
+                self.spill(node.key)
             self._push_if_leaf(node.parent)
             return node.block
 
@@ -164,6 +166,10 @@ class RadixBlockPool(FreeStackPool):
 
     def cached_block_count(self) -> int:
         return len(self._node_of)
+
+    def cached_hash(self, block: int) -> int | None:
+        node = self._node_of.get(block)
+        return None if node is None else node.key
 
     def is_cached(self, block: int) -> bool:
         return block in self._node_of

@@ -44,6 +44,26 @@ def _groups(a: argparse.Namespace, cfg, allocator, text: str | None = None, flag
     return out
 
 
+def _store(text: str | None):
+    """--shared-kv-store GIB[:GB_S[:LATENCY_MS]] as a shared tier (default 10 GB/s into a GPU, 1 ms per load)."""
+    if not text:
+        return None
+    from kvsim.allocators.kv_tier import TierSpec
+
+    parts = text.split(":")
+    try:
+        vals = [float(x) for x in parts]
+    except ValueError:
+        vals = []
+    if not 1 <= len(parts) <= 3 or len(vals) != len(parts) or not all(math.isfinite(v) for v in vals) or \
+            not 0 < vals[0] <= 1 << 30 or (len(vals) > 1 and not 0 < vals[1] <= 1e6) or \
+            (len(vals) > 2 and not 0 <= vals[2] <= 1e6):
+        raise ConfigError(f"--shared-kv-store {text!r}: expected GIB[:GB_S[:LATENCY_MS]] with GiB in (0, 2^30], "
+                          f"GB/s in (0, 1e6] and ms in [0, 1e6], e.g. 1024:10:1")
+    gib, gbs, ms = (vals + [10.0, 1.0][len(vals) - 1:])[:3]
+    return TierSpec("store", gib * (1 << 30), gbs * 1e9, ms / 1e3, shared=True)
+
+
 def _gpus(groups) -> int:
     return sum(g.count * g.cfg.tp for g in groups)
 
@@ -117,6 +137,7 @@ def cmd_cluster(a: argparse.Namespace) -> int:
     from kvsim.planning.slo import parse_slos
 
     link = parse_link(a.kv_link)
+    store = _store(a.shared_kv_store)
     slos = parse_slos(a.slo) if a.slo else []
     layouts = []  # (label, groups or (prefill groups, decode groups))
     if a.prefill:
@@ -147,9 +168,10 @@ def cmd_cluster(a: argparse.Namespace) -> int:
             label = r
             with Progress(len(loaded.requests), f"{kind} {label}"[:24].rjust(18)) as bar:
                 if kind == "agg":
-                    f = simulate_fleet(loaded.requests, groups, r, options, progress=bar.update)
+                    f = simulate_fleet(loaded.requests, groups, r, options, progress=bar.update, store=store)
                 else:
-                    f = simulate_disagg(loaded.requests, *groups, r, a.decode_router, options, link, bar.update)
+                    f = simulate_disagg(loaded.requests, *groups, r, a.decode_router, options, link, bar.update,
+                                        store=store)
             f.summary["layout"] = _layout_name(groups)
             _with_slo(f.summary, f.requests, slos, _gpus(groups if kind == "agg" else groups[0] + groups[1]))
             check_accounted(label, f.summary)
@@ -279,6 +301,10 @@ def register(sub) -> None:
     g.add_argument("--slo", metavar="ttft_p99=2s,...",
                    help="SLOs to report: whether each run meets them, the share of requests within every limit "
                         "(attainment) and those requests per second per GPU (goodput)")
+    g.add_argument("--shared-kv-store", metavar="GIB[:GB_S[:LATENCY_MS]]",
+                   help="a KV store shared by every replica (Mooncake store, LMCache remote, SGLang HiCache): "
+                        "blocks evicted from a replica's GPU (or its --kv-offloading-size CPU tier) go there, and "
+                        "any replica loads them back on a prefix hit [default speed: 10 GB/s into a GPU, 1 ms]")
     d = c.add_argument_group("disaggregated prefill/decode")
     d.add_argument("--prefill", metavar="GPU:COUNT[:tpN],...",
                    help="a prefill pool (with --decode): its engines compute prompts and hand the KV over; "

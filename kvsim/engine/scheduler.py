@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from kvsim.allocators.base import NO_HIT, Breakdown, KVAllocator
@@ -39,6 +39,7 @@ from kvsim.trace.request import Request
 
 
 WAIT_FOR_BUDGET = -1  # _try_place: the head fits memory but not this iteration's token budget
+LOADING = -2  # _try_place: the head's prefix hit lies partly in a lower cache tier, which loads first
 
 
 @dataclass
@@ -266,6 +267,19 @@ class Scheduler:
         heapq.heappush(self.loading, (ready, seq.sid, seq))
         return True
 
+    def _load_from_tiers(self, seq: Sequence, hit, now: float) -> int | None:
+        """Allocate the prefix hit, GPU blocks and fresh ones for the lower-tier blocks, and start loading
+        those (the sequence waits in ``loading``, as vLLM's offloading connector loads asynchronously).
+        LOADING, or None if memory does not hold it."""
+        gpu = hit.tokens - hit.tier_tokens
+        if not self.alloc.allocate(seq.sid, seq.req, hit.tokens, hit, computed=gpu):
+            return None
+        seq.computed = gpu
+        self.filled_tokens += gpu
+        seq.remote = hit.tokens
+        heapq.heappush(self.loading, (now + self.alloc.tier_load_seconds(hit), seq.sid, seq))
+        return LOADING
+
     def finish_loads(self, now: float) -> None:
         """Loads that ended by ``now``: their sequences rejoin the front of the queue holding their prompt KV
         (the last prompt token is computed here, which emits the first output token, as vLLM does)."""
@@ -307,7 +321,7 @@ class Scheduler:
                 self.admission_blocked = False  # a new queue head: try to admit it
 
     # --- admission --------------------------------------------------------------------------
-    def _try_place(self, seq: Sequence, budget: int, static: bool) -> int | None:
+    def _try_place(self, seq: Sequence, budget: int, static: bool, now: float = 0.0) -> int | None:
         """Look the head's prefix up and allocate what its first chunk needs: the tokens it starts from,
         None if memory does not hold it, or WAIT_FOR_BUDGET if, without chunked prefill, the rest of its
         prompt exceeds this iteration's budget (either way the unclaimed lookup is dropped). A sequence starting from scratch
@@ -316,6 +330,11 @@ class Scheduler:
         hit = NO_HIT
         if not seq.computed and not seq.swapped:
             hit = self.alloc.lookup_prefix(seq.sid, seq.req, seq.known - 1)
+            if hit.tier_hits:
+                if not static:
+                    return self._load_from_tiers(seq, hit, now)
+                # static batching forms its batch at once and waits for no load: the GPU part only
+                hit = replace(hit, tokens=hit.tokens - hit.tier_tokens, tier_hits=(), tier_tokens=0)
         start = seq.computed or hit.tokens
         if not static and not self.cfg.chunked_prefill and seq.known - start > budget:
             return WAIT_FOR_BUDGET  # without chunking the whole rest must fit this iteration's budget
@@ -351,22 +370,25 @@ class Scheduler:
                 self.counts["swap_in_blocks"] += len(mapping)
             in_gpu = seq.computed  # KV it already holds here (swapped back in, or kept by partial preemption)
             fresh = seq.computed == 0  # starting from scratch (not resumed from swap or a kept head)
-            start = self._try_place(seq, budget, static)
+            start = self._try_place(seq, budget, static, now)
             if start == WAIT_FOR_BUDGET:
                 break  # the budget, not memory, is short: the next iteration may have it (not admission_blocked)
             # partially preempted sequences behind the head give their memory back first (FCFS)
             while start is None and self._reclaim_waiting(keep=seq):
-                start = self._try_place(seq, budget, static)
+                start = self._try_place(seq, budget, static, now)
             if start is None:
                 blocked = True
                 break
             self.waiting.popleft()
             self._holding.pop(seq.sid, None)
             if fresh:  # a (re)start from scratch looked the prompt up in the prefix cache
+                hit = seq.remote if start == LOADING else start
                 self.counts["lookup_tokens"] += seq.prompt
-                self.counts["hit_tokens"] += start
-                seq.cached_tokens += start
-                seq.last_cached_tokens = start
+                self.counts["hit_tokens"] += hit
+                seq.cached_tokens += hit
+                seq.last_cached_tokens = hit
+            if start == LOADING:  # it rejoins the queue's front when its lower-tier blocks are in
+                continue
             self.filled_tokens += start - in_gpu
             seq.computed = start
             seq.status = Status.RUNNING

@@ -24,7 +24,8 @@ from kvsim.engine.simulator import SimResult, mark_unfinished
 from kvsim.fleet.routers import Router, RouterOptions, make_router
 from kvsim.errors import ConfigError
 from kvsim.metrics import sequences_frame
-from kvsim.runner import RunOutput, build_allocator, finish_run, swap_timing
+from kvsim.allocators.kv_tier import KVTier, TierSpec
+from kvsim.runner import RunOutput, attach_tier, block_bytes, build_allocator, finish_run, swap_timing
 from kvsim.trace.request import Request
 
 
@@ -75,9 +76,10 @@ class Replicas:
 
 def build_replicas(groups: list[ReplicaGroup], trace: TraceArrivals, horizon: float | None,
                    on_complete: Callable[[int], None] | None, prefix: str = "",
-                   hooks: Callable[[int], dict] | None = None) -> Replicas:
+                   hooks: Callable[[int], dict] | None = None, store: KVTier | None = None) -> Replicas:
     """One engine per replica of ``groups`` on the trace's clock. ``hooks(i)``: extra Engine arguments of
-    replica ``i`` (a role in disaggregated serving); ``prefix`` goes before each group's name."""
+    replica ``i`` (a role in disaggregated serving); ``prefix`` goes before each group's name; ``store``:
+    a KV store every replica's prefix cache spills into and loads from."""
     from kvsim.latency import build_latency
 
     out = Replicas([], [], [], [])
@@ -87,6 +89,12 @@ def build_replicas(groups: list[ReplicaGroup], trace: TraceArrivals, horizon: fl
         out.members.append(list(range(len(out.engines), len(out.engines) + g.count)))
         for _ in range(g.count):
             alloc = build_allocator(g.cfg, g.allocator, pool)
+            if store is not None:
+                if block_bytes(alloc, pool) != store.block_bytes:
+                    raise ConfigError(f"--shared-kv-store: group {g.name} has blocks of {block_bytes(alloc, pool):,} "
+                                      f"bytes, the store {store.block_bytes:,}; replicas sharing a store must "
+                                      f"store the same blocks (model, TP, block size)")
+                attach_tier(alloc, store)
             extra = hooks(len(out.engines)) if hooks is not None else {}
             out.engines.append(Engine(alloc, latency, g.cfg.scheduler, get_victim_policy(g.cfg.victim_policy),
                                       first_sample_id=len(trace.seqs), resolution_s=trace.resolution_s,
@@ -129,14 +137,26 @@ def replica_outputs(engines: list[Engine], parts: list[tuple], trace: TraceArriv
     return outs
 
 
+def shared_store(spec: TierSpec | None, groups: list[ReplicaGroup]) -> KVTier | None:
+    """The fleet's shared KV store, sized in the blocks of the first group's replicas."""
+    if spec is None:
+        return None
+    g = groups[0]
+    pool = g.plan()
+    return KVTier(spec, block_bytes(build_allocator(g.cfg, g.allocator, pool), pool))
+
+
 def simulate_fleet(requests: list[Request], groups: list[ReplicaGroup], router: str,
-                   options: RouterOptions = RouterOptions(), progress: Callable[[int], None] | None = None) -> FleetOutput:
-    """Serve ``requests`` with the replicas of ``groups`` behind ``router``."""
+                   options: RouterOptions = RouterOptions(), progress: Callable[[int], None] | None = None,
+                   store: TierSpec | None = None) -> FleetOutput:
+    """Serve ``requests`` with the replicas of ``groups`` behind ``router`` (``store``: a KV store shared by
+    every replica, below their own prefix caches and CPU tiers)."""
     wall0 = time.perf_counter()
     trace = TraceArrivals(requests)
     seqs = trace.seqs
     horizon = common_horizon(groups, trace)
-    reps = build_replicas(groups, trace, horizon, Completions(progress))
+    tier = shared_store(store, groups)
+    reps = build_replicas(groups, trace, horizon, Completions(progress), store=tier)
     engines = reps.engines
     rt = make_router(router, engines, options)
     replica_of = np.full(len(seqs), -1, dtype=np.int64)
@@ -154,6 +174,8 @@ def simulate_fleet(requests: list[Request], groups: list[ReplicaGroup], router: 
     req.insert(0, "replica", replica_of)
     table = replica_table(outs, reps.names)
     summary = fleet_summary(router, req, outs, table, end, wall)
+    if tier is not None:
+        summary.update(tier.counters())
     return FleetOutput(router, outs, reps.names, req, summary, table, wall)
 
 

@@ -27,12 +27,13 @@ from typing import Callable
 
 import numpy as np
 
+from kvsim.allocators.kv_tier import TierSpec
 from kvsim.engine.clock import Completions, TraceArrivals, drive
 from kvsim.engine.sequence import Sequence, Status
 from kvsim.engine.simulator import mark_unfinished
 from kvsim.errors import ConfigError
 from kvsim.fleet.cluster import (FleetOutput, ReplicaGroup, build_replicas, common_horizon, fleet_summary,
-                                 replica_outputs, replica_table, routing)
+                                 replica_outputs, replica_table, routing, shared_store)
 from kvsim.fleet.routers import RouterOptions, make_router
 from kvsim.metrics import sequences_frame
 from kvsim.trace.request import Request
@@ -88,8 +89,10 @@ def prefill_request(r: Request) -> Request:
 
 def simulate_disagg(requests: list[Request], prefill: list[ReplicaGroup], decode: list[ReplicaGroup],
                     router: str, decode_router: str = "least-requests", options: RouterOptions = RouterOptions(),
-                    link: KVLink = LINKS["rdma"], progress: Callable[[int], None] | None = None) -> FleetOutput:
-    """Serve ``requests`` with a prefill pool behind ``router`` and a decode pool behind ``decode_router``."""
+                    link: KVLink = LINKS["rdma"], progress: Callable[[int], None] | None = None,
+                    store: TierSpec | None = None) -> FleetOutput:
+    """Serve ``requests`` with a prefill pool behind ``router`` and a decode pool behind ``decode_router``
+    (``store``: a KV store shared by every engine of both pools)."""
     if not prefill or not decode:
         raise ConfigError("disaggregated serving needs at least one prefill and one decode replica")
     models = {g.cfg.model.name for g in prefill + decode}
@@ -136,10 +139,12 @@ def simulate_disagg(requests: list[Request], prefill: list[ReplicaGroup], decode
         return load
 
     touched: list[int] = []
-    P = build_replicas(prefill, trace, horizon, None, "prefill:", hooks=lambda i: {"handoff": make_handoff(i)})
+    tier = shared_store(store, prefill)
+    P = build_replicas(prefill, trace, horizon, None, "prefill:", hooks=lambda i: {"handoff": make_handoff(i)},
+                       store=tier)
     np_ = len(P.engines)
     D = build_replicas(decode, trace, horizon, Completions(progress), "decode:",
-                       hooks=lambda j: {"kv_loader": make_loader(j)})
+                       hooks=lambda j: {"kv_loader": make_loader(j)}, store=tier)
     tp = [g.cfg.tp for g in prefill for _ in range(g.count)], [g.cfg.tp for g in decode for _ in range(g.count)]
     # bytes of one token's KV on all of a prefill engine's GPUs
     token_bytes = [slot_bytes * alloc.token_slots * t for (alloc, _, slot_bytes), t in zip(P.parts, tp[0])]
@@ -189,6 +194,8 @@ def simulate_disagg(requests: list[Request], prefill: list[ReplicaGroup], decode
     table.insert(1, "pool", ["prefill"] * np_ + ["decode"] * len(D.engines))
     summary = fleet_summary(router, req, outs, table, end, wall)
     summary.update(disagg_summary(req, table, link), decode_router=decode_router)
+    if tier is not None:
+        summary.update(tier.counters())
     return FleetOutput(router, outs, names, req, summary, table, wall)
 
 
