@@ -73,19 +73,23 @@ def _fingerprint(res):
 
 @settings(max_examples=60, deadline=None)
 @given(st.lists(request, min_size=1, max_size=25), st.sampled_from(["paged:8+prefix", "radix:8"]),
-       st.integers(30, 120), st.integers(0, 30), st.sampled_from([16, 64, 4096]), st.booleans())
-def test_no_block_in_two_tiers_and_every_request_accounted(items, spec, blocks, cpu_blocks, budget, partial):
+       st.integers(30, 120), st.integers(0, 30), st.sampled_from([16, 64, 4096]), st.booleans(),
+       st.sampled_from([None, 0, 10, 200]))
+def test_no_block_in_two_tiers_and_every_request_accounted(items, spec, blocks, cpu_blocks, budget, partial, store):
     reqs = _requests(items)
     cfg = sched(max_seq_len=512, max_num_batched_tokens=max(budget, 8), max_num_seqs=8, partial_preemption=partial)
     alloc = make_allocator(spec, blocks * 8, 512)
+    if store is not None:  # attached first: private tiers still come first in lookups
+        alloc.attach_tier(KVTier(TierSpec("store", store * BLOCK_BYTES, 1e8, 1e-3, shared=True), BLOCK_BYTES))
     alloc.attach_tier(KVTier(TierSpec("cpu", cpu_blocks * BLOCK_BYTES, 1e9, 1e-4), BLOCK_BYTES))
+    assert [t.name for t in alloc.tiers] == ["cpu"] + (["store"] if store is not None else [])
     res = Simulation(reqs, alloc, FixedLatency(0.05, 0.01), cfg,
                      observer=lambda *args: args[-1].check_invariants()).run()  # exclusivity after every step
     alloc.check_invariants()
     assert all(s.status.value in ("finished", "rejected") for s in res.sequences)
     assert alloc.used_slots == 0
     assert len(alloc.tiers[0]) <= alloc.tiers[0].capacity
-    if cpu_blocks == 0:  # a tier that holds nothing changes nothing
+    if cpu_blocks == 0 and not store:  # a tier that holds nothing changes nothing
         plain = Simulation(reqs, make_allocator(spec, blocks * 8, 512), FixedLatency(0.05, 0.01), cfg).run()
         assert _fingerprint(res) == _fingerprint(plain)
 

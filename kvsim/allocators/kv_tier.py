@@ -1,10 +1,11 @@
 """Lower tiers of a prefix cache: host memory, disk or a store shared by a fleet.
 
 A cached block evicted from GPU memory keeps its content one tier down (vLLM's KV offloading, LMCache,
-SGLang's HiCache): its hash moves to the engine's CPU tier, and a block the CPU tier evicts moves on to
-the shared tier, if there is one. A prefix lookup that runs out of GPU hits continues in the tiers; a
-block found there is loaded into a fresh GPU block before the request computes anything (its bytes over
-the tier's bandwidth, after the tier's fixed latency).
+SGLang's HiCache): its hash moves to the engine's CPU tier (a block that tier evicts moves on to a slower
+private tier, if any), and a copy goes to the store the fleet shares, if there is one, so that every
+replica can find it. A prefix lookup that runs out of GPU hits continues in the tiers, private ones
+first; a block found there is loaded into a fresh GPU block before the request computes anything (its
+bytes over the tier's bandwidth, after the tier's fixed latency).
 
 The GPU and an engine's private tier are exclusive (a loaded block leaves the CPU tier, an evicted one
 leaves the GPU), so no block is in both. A shared tier is a cache of its own, inclusive: a block one

@@ -110,15 +110,31 @@ class PagedAllocator(KVAllocator):
 
     # --- lower tiers --------------------------------------------------------------------------
     def attach_tier(self, tier: KVTier) -> None:
-        """Add a lower tier below the ones attached (a private CPU tier first, then a shared store):
-        cached blocks evicted from GPU memory spill into the first, each tier's evictions into the next."""
+        """Add a lower tier. Private tiers (a CPU tier, then slower ones) form a chain: cached blocks evicted
+        from GPU memory spill into the first, each one's evictions into the next. A shared store takes every
+        block evicted from GPU memory too (write on evict), so that other replicas find it. Lookups try the
+        private tiers, nearest first, then the shared ones."""
         if not self.caches_prefixes:
             raise ValueError(f"{self.name}: a lower cache tier needs a prefix cache (+prefix or radix)")
-        if self.tiers:
-            self.tiers[-1].lower = tier
+        private = [t for t in self.tiers if not t.spec.shared]
+        shared = [t for t in self.tiers if t.spec.shared]
+        if tier.spec.shared:
+            shared.append(tier)
         else:
-            self.pool.spill = tier.put
-        self.tiers.append(tier)
+            if private:
+                private[-1].lower = tier
+            private.append(tier)
+        self.tiers = private + shared
+        first = private[0].put if private else None
+        if not shared:
+            self.pool.spill = first
+        else:
+            def spill(h: int) -> None:
+                if first is not None:
+                    first(h)
+                for t in shared:
+                    t.put(h)
+            self.pool.spill = spill
 
     def _tier_lookup(self, chain: list[int]) -> tuple[int, ...]:
         """The tier index of each leading block of ``chain`` that a lower tier holds (up to the first miss)."""
