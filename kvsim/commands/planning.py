@@ -24,6 +24,8 @@ def cmd_plan(a: argparse.Namespace) -> int:
 
     slos = parse_slos(a.slo)
     cfg = build_config(a)  # validate the shared options once
+    if a.fleet_max_gpus:
+        return cmd_fleet_plan(a, cfg, slos)
     from kvsim.commands.args import mark_results, results_dir
 
     out, out_note = results_dir(a, Path(DEFAULT_OUT) / f"plan-{Path(a.trace).stem}")
@@ -53,6 +55,76 @@ def cmd_plan(a: argparse.Namespace) -> int:
         build_report(out, cap, pts, slos, f"Capacity plan: {Path(a.trace).name}", notes)
     mark_results(out, a)
     print(f"wrote {out}/plan.csv, plan_points.csv" + ("" if a.no_report else ", report.html, report.md"))
+    if out_note:
+        print(out_note, file=sys.stderr)
+    return 0
+
+
+def cmd_fleet_plan(a: argparse.Namespace, cfg, slos) -> int:
+    """The fleet search (planning/fleet_plan.py): every layout simulated, the cheapest meeting the SLOs,
+    the Pareto front of throughput per GPU vs TTFT p99, and the vLLM command lines of the choice."""
+    import pandas as pd
+
+    from kvsim.commands.args import mark_results, results_dir
+    from kvsim.errors import ConfigError
+    from kvsim.files import prepare_output_dir, write_text_atomically
+    from kvsim.fleet.disagg import parse_link
+    from kvsim.fleet.routers import ROUTERS
+    from kvsim.options import DEFAULT_GPU, values_from_namespace
+    from kvsim.output.table import Column, markdown_table, print_rows
+    from kvsim.output.writer import write_table
+    from kvsim.planning.fleet_plan import cheapest, pareto, plan_fleet, vllm_commands
+    from kvsim.planning.plan import parse_gpus
+
+    routers = [r.strip() for r in a.fleet_routers.split(",") if r.strip()]
+    bad = [r for r in routers if r not in ROUTERS]
+    if bad or not routers:
+        raise ConfigError(f"--fleet-routers: unknown router {bad[0]!r}; choose from {', '.join(ROUTERS)}" if bad
+                          else "--fleet-routers: name at least one router")
+    parse_link(a.kv_link)
+    out, out_note = results_dir(a, Path(DEFAULT_OUT) / f"fleet-plan-{Path(a.trace).stem}")
+    out = prepare_output_dir(out, "--out")
+    gpus = parse_gpus(a.gpus) if a.gpus else [(a.gpu or DEFAULT_GPU, None)]
+    allocator = ("hybrid" if cfg.model.is_hybrid else "paged") + "+prefix"
+    values = values_from_namespace(a)
+    values.pop("gpu", None)
+    rows = plan_fleet(a.trace, values, gpus, slos, a.fleet_max_gpus, routers, a.target_rate, a.kv_link, a.workers,
+                      a.backend, a.address, allocator)
+    best = cheapest(rows)
+    front = pareto(rows)
+    table = pd.DataFrame(rows)
+    write_table(table, out / "fleet_plan", "csv")
+    key = lambda k: lambda r: r.get(k)  # noqa: E731
+    cols = [Column("layout", "layout", "", "text", "", key("layout")),
+            Column("router", "router", "", "text", "", key("router")),
+            Column("gpus", "GPUs", "", "int", "", key("gpus")),
+            Column("ok", "SLO", "", "text", "", lambda r: "met" if r["meets_slo"] else "no"),
+            Column("attain", "attain", "%", "pct", "", key("slo_attainment")),
+            Column("tokgpu", "out tok/s", "/GPU", "int", "", key("tok_s_per_gpu")),
+            Column("ttft", "TTFT", "p99", "latency", "", key("ttft_p99_s")),
+            Column("tpot", "TPOT", "p99", "latency", "", key("tpot_p99_s")),
+            Column("cost", "$ per M", "out tok", "money", "", key("cost_per_m_output_tokens"), optional=True)]
+    rate = f"{a.target_rate:g} req/s" if a.target_rate else "the trace's own rate"
+    title = (f"fleet plan · {Path(a.trace).name} at {rate} · {cfg.model.name} · "
+             f"{', '.join(g for g, _ in gpus)} · SLO {', '.join(map(str, slos))}")
+    print_rows(front, cols, title + " · Pareto front (throughput per GPU vs TTFT p99)")
+    lines = [f"# {title}", "", f"{len(rows)} layouts simulated (up to {a.fleet_max_gpus} GPUs per type).", ""]
+    if best:
+        b = best[0]
+        cmds = vllm_commands(b, cfg.model.name, values)
+        print(f"\ncheapest layout meeting the SLOs: {b['layout']} behind {b['router']} ({b['gpus']} GPUs"
+              + (f", ${b['cost_per_hour']:.2f}/h" if b.get("cost_per_hour") is not None else "") + ")")
+        print("\n".join(cmds))
+        lines += [f"**Cheapest layout meeting the SLOs:** {b['layout']} behind {b['router']} ({b['gpus']} GPUs).", "",
+                  "```bash", *cmds, "```", ""]
+    else:
+        print(f"\nno layout of up to {a.fleet_max_gpus} GPUs meets the SLOs; raise --fleet-max-gpus or relax --slo")
+        lines += [f"No layout of up to {a.fleet_max_gpus} GPUs meets the SLOs.", ""]
+    lines += ["## Pareto front", "", markdown_table(front, cols), "", "## Every layout simulated", "",
+              markdown_table(sorted(rows, key=lambda r: (r["gpus"], r["layout"], r["router"])), cols)]
+    write_text_atomically(out / "summary.md", "\n".join(lines) + "\n")
+    mark_results(out, a)
+    print(f"wrote {out}/fleet_plan.csv, summary.md")
     if out_note:
         print(out_note, file=sys.stderr)
     return 0
@@ -212,6 +284,15 @@ def register(sub) -> None:
     pl.add_argument("--backend", choices=["local", "ray"], default="local", help="[default: local processes]")
     pl.add_argument("--address", help="Ray cluster address HOST:PORT [default: start a local instance]")
     pl.add_argument("--no-report", action="store_true", help="skip report.html / report.md")
+    fl = pl.add_argument_group("fleet plan")
+    fl.add_argument("--fleet-max-gpus", type=positive_int, metavar="N",
+                    help="plan a fleet instead of one replica: search fleets of up to N GPUs per GPU type, "
+                         "aggregated and disaggregated (every P:D split), serving the trace at --target-rate (or "
+                         "its own rate), and report the cheapest layout meeting --slo")
+    fl.add_argument("--fleet-routers", default="least-requests,prefix+load",
+                    help="routers the fleet plan tries [default: least-requests,prefix+load]")
+    fl.add_argument("--kv-link", default="rdma", help="fleet plan: the P/D KV link (kvsim cluster --kv-link) "
+                                                     "[default: rdma]")
     pl.set_defaults(func=cmd_plan)
     sw = sub.add_parser("sweep", help="run a grid of simulations (local processes or Ray), resumable")
     sw.add_argument("grid", help="YAML file with base / grid / points (README: Capacity planning)")

@@ -1,0 +1,193 @@
+"""`kvsim plan --fleet-max-gpus N`: the cheapest fleet layout that serves a trace within its SLOs, by simulation.
+
+For each GPU type the search tries fleets of n replicas (each ``--tensor-parallel-size`` GPUs): aggregated
+(n replicas behind each router) and disaggregated (every P:D split of n, or a spread of them for large n,
+prefill router first of the list, decode least-requests). It doubles n until some layout meets every SLO,
+then bisects between the last size where none did and the first where one did, so it simulates
+O(log N) fleet sizes rather than assuming n replicas carry n times one replica's rate. Every layout of a
+probed size runs as an independent job (local processes or Ray, as sweeps).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from kvsim.errors import ConfigError
+from kvsim.planning.slo import Slo, check_slos
+
+
+@dataclass(frozen=True)
+class Layout:
+    gpu: str
+    tp: int
+    prefill: int  # prefill replicas (0: aggregated)
+    decode: int  # decode replicas, or the replicas of an aggregated fleet
+    router: str
+
+    @property
+    def replicas(self) -> int:
+        return self.prefill + self.decode
+
+    @property
+    def gpus(self) -> int:
+        return self.replicas * self.tp
+
+    @property
+    def name(self) -> str:
+        size = f"{self.gpu}" + (f" tp{self.tp}" if self.tp > 1 else "")
+        return f"{self.prefill}P{self.decode}D {size}" if self.prefill else f"{self.decode}x {size}"
+
+
+@dataclass(frozen=True)
+class FleetJob:
+    trace: str
+    values: dict  # simulation options (the GPU is the layout's)
+    layout: Layout
+    rate: float | None  # req/s the trace's arrivals are rescaled to (None: as recorded)
+    slos: tuple[Slo, ...]
+    link: str
+    cost_per_gpu_hour: float | None
+    allocator: str = "paged+prefix"
+
+
+def rescaled(requests: list, rate: float | None) -> list:
+    """The requests with inter-arrival times scaled so that they arrive at ``rate`` req/s on average."""
+    if rate is None or len(requests) < 2:
+        return requests
+    t0 = min(r.arrival_s for r in requests)
+    span = max(r.arrival_s for r in requests) - t0
+    if span <= 0:
+        return requests
+    k = (len(requests) - 1) / span / rate
+    return [replace(r, arrival_s=t0 + (r.arrival_s - t0) * k) for r in requests]
+
+
+def evaluate(job: FleetJob) -> dict:
+    """Simulate one layout; its row: size, latency, throughput per GPU, SLO attainment, cost."""
+    from kvsim.allocators.registry import parse_allocator
+    from kvsim.fleet.cluster import ReplicaGroup, simulate_fleet
+    from kvsim.fleet.disagg import parse_link, simulate_disagg
+    from kvsim.options import config_from_options
+    from kvsim.trace import load_trace
+
+    L = job.layout
+    cfg = config_from_options({**job.values, "gpu": L.gpu})
+    spec = parse_allocator(job.allocator).resolve(cfg.block_size, cfg.enable_prefix_caching)
+    reqs = rescaled(load_trace(job.trace).requests, job.rate)
+    if L.prefill:
+        f = simulate_disagg(reqs, [ReplicaGroup(L.gpu, cfg, spec, L.prefill)], [ReplicaGroup(L.gpu, cfg, spec, L.decode)],
+                            L.router, "least-requests", link=parse_link(job.link))
+    else:
+        f = simulate_fleet(reqs, [ReplicaGroup(L.gpu, cfg, spec, L.decode)], L.router)
+    s, req = f.summary, f.requests
+    bad = check_slos(s, list(job.slos))
+    if s["rejected"]:
+        bad.append(f"{s['rejected']} requests rejected")
+    ok = req.status == "finished"
+    for slo in job.slos:
+        col = req[f"{slo.metric}_s"]
+        ok &= (col.isna() | (col <= slo.limit_s)) if slo.metric == "tpot" else (col <= slo.limit_s)
+    duration = max(s["duration_s"], 1e-12)
+    row = {"gpu": L.gpu, "layout": L.name, "mode": "disaggregated" if L.prefill else "aggregated",
+           "prefill": L.prefill, "decode": L.decode, "tp": L.tp, "router": L.router, "gpus": L.gpus,
+           "meets_slo": not bad, "violations": "; ".join(bad), "slo_attainment": float(ok.mean()) if len(req) else 0.0,
+           "finished": s["finished"], "ttft_p99_s": s["ttft_p99_s"], "tpot_p99_s": s["tpot_p99_s"],
+           "ttft_p50_s": s["ttft_p50_s"], "throughput_tok_s": s["throughput_tok_s"],
+           "tok_s_per_gpu": s["throughput_tok_s"] / L.gpus, "req_s_per_gpu": s["throughput_req_s"] / L.gpus,
+           "prefix_hit_rate_tokens": s["prefix_hit_rate_tokens"], "sim_wall_s": s["wall_s"]}
+    if job.cost_per_gpu_hour is not None:
+        row["cost_per_hour"] = L.gpus * job.cost_per_gpu_hour
+        out_tokens = float(req.generated_tokens.sum())
+        row["cost_per_m_output_tokens"] = (row["cost_per_hour"] * duration / 3600 / out_tokens * 1e6
+                                           if out_tokens else float("nan"))
+    return row
+
+
+def layouts_of(gpu: str, tp: int, n: int, routers: list[str]) -> list[Layout]:
+    """The layouts of n replicas: aggregated behind each router; disaggregated, every split up to 8
+    replicas and 1:3, 1:1, 3:1 (rounded) beyond, behind the first router."""
+    out = [Layout(gpu, tp, 0, n, r) for r in routers]
+    if n >= 2:
+        splits = range(1, n) if n <= 8 else sorted({max(1, min(n - 1, round(n * f))) for f in (0.25, 0.5, 0.75)})
+        out += [Layout(gpu, tp, p, n - p, routers[0]) for p in splits]
+    return out
+
+
+def plan_fleet(trace: str, values: dict, gpus: list[tuple[str, float | None]], slos: list[Slo], max_gpus: int,
+               routers: list[str], rate: float | None, link: str = "rdma", workers: int = 1, backend: str = "local",
+               address: str | None = None, allocator: str = "paged+prefix") -> list[dict]:
+    """Every layout simulated, each row with ``probe`` (the search step that simulated its fleet size); the
+    cheapest that meets every SLO is the first row of :func:`cheapest`."""
+    from kvsim.planning.parallel import run_jobs
+
+    tp = int(values.get("tensor_parallel_size") or 1)
+    max_replicas = max_gpus // tp
+    if max_replicas < 1:
+        raise ConfigError(f"--fleet-max-gpus {max_gpus} is less than one replica of {tp} GPUs")
+    rows: list[dict] = []
+    for gpu, cost in gpus:
+        probes = []
+
+        def run(n: int) -> bool:
+            probes.append(n)
+            jobs = [FleetJob(trace, values, L, rate, tuple(slos), link, cost, allocator)
+                    for L in layouts_of(gpu, tp, n, routers)]
+            got = run_jobs(evaluate, jobs, workers, backend, address, label=f"{gpu} x{n}")
+            for r in got:
+                r["probe"] = len(probes)
+            rows.extend(got)
+            return any(r["meets_slo"] for r in got)
+
+        lo, hi, n = 0, None, 1
+        while n <= max_replicas:
+            if run(n):
+                hi = n
+                break
+            lo = n
+            if n == max_replicas:
+                break
+            n = min(2 * n, max_replicas)
+        if hi is None:
+            continue
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if run(mid):
+                hi = mid
+            else:
+                lo = mid
+    return rows
+
+
+def cheapest(rows: list[dict]) -> list[dict]:
+    """Layouts that meet every SLO, cheapest first (cost per hour when known, else GPUs), then by TTFT p99."""
+    ok = [r for r in rows if r["meets_slo"]]
+    return sorted(ok, key=lambda r: (r.get("cost_per_hour", r["gpus"]), r["gpus"], r["ttft_p99_s"]))
+
+
+def pareto(rows: list[dict]) -> list[dict]:
+    """Rows no other row beats on both output tokens/s per GPU and TTFT p99."""
+    out = []
+    for r in rows:
+        if not any(o is not r and o["tok_s_per_gpu"] >= r["tok_s_per_gpu"] and o["ttft_p99_s"] <= r["ttft_p99_s"]
+                   and (o["tok_s_per_gpu"] > r["tok_s_per_gpu"] or o["ttft_p99_s"] < r["ttft_p99_s"]) for o in rows):
+            out.append(r)
+    return sorted(out, key=lambda r: -r["tok_s_per_gpu"])
+
+
+def vllm_commands(row: dict, model: str, values: dict) -> list[str]:
+    """The `vllm serve` command lines of a layout (one per replica kind), with the scheduler options set."""
+    flags = [f"--tensor-parallel-size {row['tp']}"]
+    for key, flag in (("max_num_seqs", "--max-num-seqs"), ("max_num_batched_tokens", "--max-num-batched-tokens"),
+                      ("max_model_len", "--max-model-len"), ("gpu_memory_utilization", "--gpu-memory-utilization"),
+                      ("block_size", "--block-size"), ("kv_cache_dtype", "--kv-cache-dtype")):
+        if values.get(key) is not None:
+            flags.append(f"{flag} {values[key]}")
+    base = f"vllm serve {model} " + " ".join(flags) + " --enable-prefix-caching"
+    if row["mode"] == "aggregated":
+        n = row["decode"]
+        return [f"# {n} replica{'s' if n > 1 else ''} on {row['gpu']}, behind a {row['router']} router", base]
+    nixl = """ --kv-transfer-config '{"kv_connector":"NixlConnector","kv_role":"kv_both"}'"""
+    return [f"# {row['prefill']} prefill replicas on {row['gpu']} ({row['router']} router), "
+            f"{row['decode']} decode replicas (least-requests), behind a P/D proxy (llm-d, Dynamo, or vLLM's "
+            "disagg proxy)", base + nixl + "   # prefill", base + nixl + "   # decode"]
+
