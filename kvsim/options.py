@@ -38,6 +38,7 @@ class Option:
     choices: tuple[str, ...] | None = None
     negatable: bool = False  # bool: --x / --no-x
     default_text: str | None = None  # how --help describes a None default
+    sizes: bool = False  # int: vLLM's human-readable sizes, 32k = 32,000 and 32K = 32,768 (also m/M, g/G)
 
     @property
     def flag(self) -> str:
@@ -87,13 +88,15 @@ OPTIONS: list[Option] = [
            default_text="the GPU's PCIe bandwidth"),
     # --- scheduler
     Option("max_model_len", ("--max-model-len", "--max-seq-len"),
-           "longest request (prompt + output tokens); also what `max` reserves per request", "scheduler", None,
-           int, POSITIVE_INT, default_text="the model's context length"),
+           "longest request (prompt + output tokens; 32k = 32,000, 32K = 32,768 as in vLLM); also what `max` "
+           "reserves per request", "scheduler", None, int, POSITIVE_INT, default_text="the model's context length",
+           sizes=True),
     Option("max_num_seqs", ("--max-num-seqs",), "most sequences in the running batch", "scheduler", 256, int,
            POSITIVE_INT),
     Option("max_num_batched_tokens", ("--max-num-batched-tokens", "--max-batched-tokens"),
            "token budget of one iteration, tokens (prefill chunks + decodes; without chunked prefill at least "
-           "--max-model-len, and raised to it when not given)", "scheduler", 8192, int, POSITIVE_INT),
+           "--max-model-len, and raised to it when not given; 8k = 8,000, 8K = 8,192)", "scheduler", 8192, int,
+           POSITIVE_INT, sizes=True),
     Option("enable_chunked_prefill", ("--enable-chunked-prefill",),
            "split long prompts into chunks that share iterations with decodes (vLLM V1's default); with "
            "--no-enable-chunked-prefill a prompt is prefilled in one iteration or waits", "scheduler", True, bool,
@@ -111,7 +114,8 @@ OPTIONS: list[Option] = [
            "preempt only a victim's tail blocks, as many as needed (paged allocators)",
            "scheduler", False, bool),
     Option("enable_prefix_caching", ("--enable-prefix-caching",),
-           "automatic prefix caching: allocator `paged` runs as `paged+prefix`", "scheduler", False, bool),
+           "automatic prefix caching: allocator `paged` runs as `paged+prefix` (--no-enable-prefix-caching: "
+           "off, the default here; vLLM V1 has it on)", "scheduler", False, bool, negatable=True),
     Option("cache_eviction", ("--cache-eviction",), "which cached prefix block a prefix cache drops first",
            "scheduler", "lru", choices=tuple(CACHE_EVICTION_POLICIES)),
     Option("horizon_s", ("--horizon-s",), "stop at this simulated time (seconds); later work is reported unfinished",
@@ -174,6 +178,21 @@ def values_from_namespace(ns: argparse.Namespace) -> dict:
     return {o.key: getattr(ns, o.key) for o in OPTIONS if getattr(ns, o.key, None) is not None}
 
 
+_SIZE_UNITS = {"k": 10**3, "m": 10**6, "g": 10**9, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+
+
+def _size(text: str, name: str) -> int:
+    """``32k`` -> 32,000, ``32K`` -> 32,768, ``25.6k`` -> 25,600 (vLLM's human-readable integers)."""
+    try:
+        x = float(text[:-1]) * _SIZE_UNITS[text[-1]]
+    except ValueError:
+        raise ConfigError(f"{name}: must be an integer or a size such as 32k (32,000) or 32K (32,768), "
+                          f"got {text!r}") from None
+    if not x.is_integer():
+        raise ConfigError(f"{name}: {text!r} is not a whole number of tokens")
+    return int(x)
+
+
 def _coerce(o: Option, v, name: str):
     """A value from the command line (text) or a grid file (YAML scalar) as the option's type."""
     if o.type is bool:
@@ -183,6 +202,8 @@ def _coerce(o: Option, v, name: str):
             return v.lower() in ("true", "yes", "1")
         raise ConfigError(f"{name}: must be true or false, got {v!r}")
     if o.type in (int, float):
+        if o.sizes and isinstance(v, str) and v.strip()[-1:] in _SIZE_UNITS:
+            v = _size(v.strip(), name)
         if isinstance(v, str):
             try:
                 v = float(v) if any(c in v.lower() for c in ".en") else int(v)

@@ -48,3 +48,23 @@ def test_bad_values_name_the_option(values, naming, msg):
 def test_every_option_has_help_and_a_primary_flag():
     for o in OPTIONS:
         assert o.help and o.flag.startswith("--") and o.key == o.flag[2:].replace("-", "_")
+
+
+@pytest.mark.parametrize("text,tokens", [("32k", 32000), ("32K", 32768), ("25.6k", 25600), ("1M", 1 << 20),
+                                         ("8192", 8192)])
+def test_token_counts_take_vllm_sizes(text, tokens):
+    cfg = config_from_args(["--model", "llama-3-8b", "--max-model-len", text, "--max-num-batched-tokens", text])
+    assert cfg.scheduler.max_seq_len == tokens and cfg.scheduler.max_num_batched_tokens == max(tokens, 256)
+    assert config_from_options({"max_model_len": text, "model": "llama-3-8b"}).scheduler.max_seq_len == tokens
+
+
+@pytest.mark.parametrize("text,msg", [("0.0001k", "not a whole number"), ("xk", "a size such as 32k"),
+                                      ("32q", "must be an integer")])
+def test_bad_sizes_are_named(text, msg):
+    with pytest.raises(ConfigError, match=msg):
+        config_from_args(["--max-model-len", text])
+
+
+def test_prefix_caching_can_be_switched_off_as_in_vllm():
+    assert config_from_args(["--enable-prefix-caching"]).enable_prefix_caching
+    assert not config_from_args(["--no-enable-prefix-caching"]).enable_prefix_caching
