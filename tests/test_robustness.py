@@ -300,3 +300,40 @@ def test_report_on_a_hand_edited_table_counts_what_it_cannot_read(tmp_path, caps
     f.write_text("cfg_allocator,allocator,rate,throughput_tok_s,ttft_p99_s\nmax,max,1,abc,0.5\npaged,paged,2,3,xyz\n")
     rc, _, err = kvsim(capsys, "report", f, "-o", tmp_path / "r")
     assert rc == 0 and "'throughput_tok_s': 1 value(s) are not numbers" in err
+
+
+HF_BASE = {"num_hidden_layers": 4, "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2,
+           "intermediate_size": 128, "vocab_size": 64, "max_position_embeddings": 512}
+HF_FIELDS = ["num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim",
+             "intermediate_size", "vocab_size", "max_position_embeddings", "sliding_window", "sliding_window_pattern",
+             "layer_types", "layers_block_type", "no_rope_layer_interval", "no_rope_layers", "attention_chunk_size",
+             "attn_layer_offset", "attn_layer_period", "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim",
+             "v_head_dim", "n_shared_experts", "n_routed_experts", "num_experts_per_tok", "num_local_experts",
+             "first_k_dense_replace", "mamba_n_groups", "mamba_d_state", "mamba_d_conv", "mamba_expand",
+             "expert_layer_period", "expert_layer_offset", "interleave_moe_layer_step", "moe_intermediate_size",
+             "torch_dtype", "tie_word_embeddings", "quantization_config", "text_config", "model_type",
+             "use_sliding_window"]
+HF_VALUES = [0, -1, 1, 2, 3, 1e30, 10**18, 1.5, "x", "", None, True, [], [1, 2], [[1]], {}, {"quant_method": "fp8"},
+             ["full_attention", 3], ["sliding_attention"] * 4, ["mamba"] * 4, "sliding_attention", 2**63]
+
+
+def test_fuzzed_hugging_face_configs_give_a_model_or_one_error_line(tmp_path, capsys):
+    """Random hostile values in the optional fields kvsim reads (wrong types, zero, huge, lists where numbers
+    belong, layer types that are not strings): `memory` answers or names the field, never an internal error."""
+    from hypothesis import HealthCheck, example, given, settings, strategies as st
+
+    f = tmp_path / "config.json"
+
+    @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(st.dictionaries(st.sampled_from(HF_FIELDS), st.sampled_from(HF_VALUES), min_size=1, max_size=4))
+    @example({"layer_types": [[1]] * 4})  # crashed: a layer type that is not a string
+    @example({"sliding_window": 8, "sliding_window_pattern": ["full_attention", 3]})  # crashed: int(list)
+    @example({"attn_layer_period": 2, "attn_layer_offset": [1], "mamba_d_state": 4, "mamba_d_conv": 4,
+              "mamba_expand": 2})
+    @example({"num_local_experts": 4, "num_experts_per_tok": 2, "n_shared_experts": "two"})
+    @example({"kv_lora_rank": 16, "qk_rope_head_dim": 8, "v_head_dim": 16, "q_lora_rank": [64]})
+    def check(extra):
+        f.write_text(json.dumps({**HF_BASE, **extra}))
+        kvsim(capsys, "memory", "--model", f, "--gpu", "h100-80gb")
+
+    check()

@@ -487,6 +487,17 @@ def _structure_from_hf(cfg: dict, path: str, layers: int, hidden: int, need) -> 
     Gemma 2's alternation, Gemma 3's ``sliding_window_pattern``, Mistral's ``sliding_window``, Llama 4's
     ``attention_chunk_size`` / ``no_rope_layers``, DeepSeek's MLA and MoE fields, Jamba's periods."""
     more: dict = {}
+
+    def count(key: str) -> int:
+        """An optional whole number >= 0 (an offset, a count that may be none); 0 when absent or null."""
+        v = cfg.get(key)
+        if v is None:
+            return 0
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0 \
+                or v > MAX_DIM or int(v) != v:
+            raise ConfigError(f"{path}: field '{key}' must be a whole number >= 0, got {v!r}")
+        return int(v)
+
     model_type = str(cfg.get("model_type", ""))
     window = cfg.get("sliding_window")
     key = "layer_types" if cfg.get("layer_types") is not None else "layers_block_type"
@@ -494,26 +505,26 @@ def _structure_from_hf(cfg: dict, path: str, layers: int, hidden: int, need) -> 
     if types is not None and not isinstance(types, list):
         raise ConfigError(f"{path}: field '{key}' must be a list of layer types, got {type(types).__name__}")
     if types:
-        bad = [t for t in types if t not in HF_LAYER_TYPES]
+        bad = [t for t in types if not isinstance(t, str) or t not in HF_LAYER_TYPES]
         if bad or len(types) != layers:
             raise ConfigError(f"{path}: field '{key}' must list one of {', '.join(HF_LAYER_TYPES)} per layer"
                               f" ({layers}); got {len(types)} entries" + (f", unknown '{bad[0]}'" if bad else ""))
         more["layer_types"] = tuple(HF_LAYER_TYPES[t] for t in types)
     elif "attn_layer_period" in cfg:  # Jamba
-        period, offset = need("attn_layer_period"), int(cfg.get("attn_layer_offset", 0))
+        period, offset = need("attn_layer_period"), count("attn_layer_offset")
         more["layer_types"] = tuple("full" if i % period == offset else "mamba" for i in range(layers))
     elif cfg.get("attention_chunk_size"):  # Llama 4: RoPE layers are chunked, NoPE layers global
         rope = cfg.get("no_rope_layers")
         if isinstance(rope, list) and len(rope) == layers:
             more["layer_types"] = tuple("chunked" if r else "full" for r in rope)
         else:
-            interval = int(cfg.get("no_rope_layer_interval", 4))
+            interval = need("no_rope_layer_interval", default=4)
             more["layer_types"] = tuple("full" if (i + 1) % interval == 0 else "chunked" for i in range(layers))
     elif window and cfg.get("use_sliding_window", True) is not False:
         if model_type.startswith("gemma2"):
             more["layer_types"] = tuple("sliding" if i % 2 == 0 else "full" for i in range(layers))
         elif cfg.get("sliding_window_pattern"):
-            k = int(cfg["sliding_window_pattern"])
+            k = need("sliding_window_pattern")
             more["layer_types"] = tuple("full" if (i + 1) % k == 0 else "sliding" for i in range(layers))
         else:
             more["layer_types"] = ("sliding",) * layers
@@ -525,28 +536,28 @@ def _structure_from_hf(cfg: dict, path: str, layers: int, hidden: int, need) -> 
     if "mamba" in mixers:
         d_state, d_conv = need("mamba_d_state"), need("mamba_d_conv")
         d_inner = need("mamba_expand") * hidden
-        groups = int(cfg.get("mamba_n_groups", 0) or 0)  # Mamba-2: B and C are convolved too
+        groups = count("mamba_n_groups")  # Mamba-2: B and C are convolved too
         more.update(mamba_d_inner=d_inner, mamba_d_state=d_state, mamba_d_conv=d_conv,
                     mamba_conv_channels=d_inner + 2 * groups * d_state)
     if cfg.get("kv_lora_rank"):
         more.update(kv_lora_rank=need("kv_lora_rank"), qk_rope_head_dim=need("qk_rope_head_dim"),
-                    v_head_dim=need("v_head_dim"), q_lora_rank=int(cfg.get("q_lora_rank") or 0))
+                    v_head_dim=need("v_head_dim"), q_lora_rank=count("q_lora_rank"))
     experts = cfg.get("n_routed_experts") or cfg.get("num_local_experts") or cfg.get("num_experts")
     if experts:
         more.update(num_experts=need("n_routed_experts", "num_local_experts", "num_experts"),
                     experts_per_token=need("num_experts_per_tok", "experts_per_token", "moe_topk"))
         if cfg.get("moe_intermediate_size"):
             more["moe_intermediate_size"] = need("moe_intermediate_size")
-        more["shared_experts"] = int(cfg.get("n_shared_experts") or 0)
+        more["shared_experts"] = count("n_shared_experts")
         if "expert_layer_period" in cfg:  # Jamba
-            period, offset = need("expert_layer_period"), int(cfg.get("expert_layer_offset", 0))
+            period, offset = need("expert_layer_period"), count("expert_layer_offset")
             more["moe_layers"] = tuple(i % period == offset for i in range(layers))
         elif cfg.get("first_k_dense_replace"):  # DeepSeek
             k = need("first_k_dense_replace")
             more["moe_layers"] = tuple(i >= k for i in range(layers))
         elif model_type.startswith("llama4"):  # experts of intermediate_size + a shared one; dense FFNs between
             more.update(moe_intermediate_size=need("intermediate_size"), shared_experts=1)
-            step = int(cfg.get("interleave_moe_layer_step") or 1)
+            step = need("interleave_moe_layer_step", default=1)
             more["moe_layers"] = tuple((i + 1) % step == 0 for i in range(layers))
     quant = cfg.get("quantization_config")
     method = str(quant.get("quant_method", "")).lower() if isinstance(quant, dict) else ""
