@@ -65,3 +65,20 @@ def test_roofline_hand_numbers():
     assert pairs == 4096 * 4097 // 2 and kv == 4096
     flops = 2 * 6.74e9 * 4096 + 4 * 32 * 32 * 128 * pairs
     assert math.isclose(m.step_time(StepShape(4096, 1, pairs, kv)), flops / (312e12 * 0.6) + 0.002, rel_tol=1e-12)
+
+
+def test_windowed_prefill_tiles_in_closed_form_equal_the_walk():
+    """Query tiles past the first window repeat: the closed form sums whole periods, the walk every tile."""
+    from hypothesis import given, settings, strategies as st
+
+    from kvsim.latency.perop import windowed_tiles
+
+    @settings(max_examples=300, deadline=None)
+    @given(st.sampled_from(["sliding", "chunked"]), st.sampled_from([1, 7, 16, 100, 4096, 8191, 8192]),
+           st.sampled_from([16, 64, 128]), st.sampled_from([16, 64, 128]), st.integers(1, 300_000),
+           st.integers(0, 20_000), st.sampled_from([0.0, 1.0, 2.0]))
+    def check(kind, window, tq, tkv, new, cached, ovh):
+        walk = windowed_tiles(new, cached, kind, window, tq, tkv, ovh, explicit_limit=10**9)
+        assert windowed_tiles(new, cached, kind, window, tq, tkv, ovh, explicit_limit=4) == walk
+
+    check()

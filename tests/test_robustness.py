@@ -337,3 +337,27 @@ def test_fuzzed_hugging_face_configs_give_a_model_or_one_error_line(tmp_path, ca
         kvsim(capsys, "memory", "--model", f, "--gpu", "h100-80gb")
 
     check()
+
+
+SHAPE_VALUES = ["0", "-1", "1", "8", "100", "1e12", "1e300", "nan", "inf", "abc", "", "2.5", "99999999999999999999"]
+
+
+def test_fuzzed_shapes_csvs_answer_or_name_the_field(tmp_path, capsys):
+    """Hostile shapes CSVs on models of every layer kind: a table or one error line. A 1e12-token prefill on a
+    windowed model is priced in closed form (it used to walk 1.5e10 query tiles)."""
+    from hypothesis import HealthCheck, example, given, settings, strategies as st
+
+    f = tmp_path / "shapes.csv"
+    row = st.tuples(*[st.sampled_from(SHAPE_VALUES)] * 3)
+
+    @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(st.lists(row, min_size=1, max_size=3),
+           st.sampled_from(["llama-3-8b", "gemma-2-9b", "gpt-oss-20b", "llama-4-scout", "deepseek-v3", "jamba-1.5-mini"]))
+    @example([("1", "100", "1e12")], "gpt-oss-20b")  # hung: one step per query tile
+    @example([("99999999999999999999", "1", "1")], "llama-3-8b")  # crashed: OverflowError
+    @example([("1", "99999999999999999999", "1e300")], "deepseek-v3")
+    def check(rows, model):
+        f.write_text("batch,context,new_tokens\n" + "".join(",".join(r) + "\n" for r in rows))
+        kvsim(capsys, "latency", "--model", model, "--gpu", "h100-80gb", "--shapes", f, "--out", tmp_path / "o.csv")
+
+    check()

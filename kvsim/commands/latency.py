@@ -32,6 +32,19 @@ def cmd_calibrate(a: argparse.Namespace) -> int:
     return 0
 
 
+# Largest shapes priced: beyond these no iteration of a real engine exists, and float arithmetic on them
+# overflows (sequences per iteration; tokens of context or of one iteration).
+SHAPE_LIMITS = {"batch": 1 << 24, "context": 1 << 40, "new_tokens": 1 << 40}
+MAX_PREFILL_BATCH = 1 << 20  # sequences with more than one new token are priced one by one
+
+
+def check_shape(batch: int, new_tokens: int) -> str | None:
+    if new_tokens > 1 and batch > MAX_PREFILL_BATCH:
+        return (f"batch {batch:,} with {new_tokens:,} new tokens each: at most {MAX_PREFILL_BATCH:,} sequences "
+                f"prefill in one iteration")
+    return None
+
+
 def shape_rows(path: str) -> list[tuple[int, int, int]]:
     """(batch, context, new_tokens) rows of a shapes CSV, checked: errors name file, line and field."""
     import csv
@@ -57,9 +70,12 @@ def shape_rows(path: str) -> list[tuple[int, int, int]]:
                         v = int(v)
                     except (TypeError, ValueError, OverflowError):
                         raise TraceError(path, line, f, f"must be an integer, got {r[f]!r}") from None
-                    if v < lo:
-                        raise TraceError(path, line, f, f"must be >= {lo}, got {v}")
+                    if v < lo or v > SHAPE_LIMITS[f]:
+                        raise TraceError(path, line, f, f"must be in [{lo}, {SHAPE_LIMITS[f]:,}], got {v}")
                     vals.append(v)
+                problem = check_shape(vals[0], vals[2])
+                if problem:
+                    raise TraceError(path, line, "batch", problem)
                 rows.append(tuple(vals))
         except (UnicodeDecodeError, csv.Error) as e:
             raise TraceError(path, 0, None, f"not a readable CSV ({e})") from None
@@ -82,6 +98,13 @@ def cmd_latency(a: argparse.Namespace) -> int:
         rows = shape_rows(a.shapes)
     elif a.batch is None or a.context is None:
         raise ConfigError("give --batch B --context C [--new-tokens N], or --shapes FILE.csv --out FILE.csv")
+    else:
+        for f, v in (("batch", a.batch), ("context", a.context), ("new_tokens", a.new_tokens)):
+            if v > SHAPE_LIMITS[f]:
+                raise ConfigError(f"--{f.replace('_', '-')} {v}: at most {SHAPE_LIMITS[f]:,}")
+        problem = check_shape(a.batch, a.new_tokens)
+        if problem:
+            raise ConfigError(f"--batch: {problem}")
     model = build_latency(cfg)
     for note in latency_notes(cfg):
         print(note, file=sys.stderr)

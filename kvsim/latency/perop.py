@@ -306,12 +306,9 @@ class PerOpModel(LatencyModel):
         tq, tkv, ovh = p.tile_q, p.tile_kv, p.cta_overhead_tiles
         work = longest = kv_tokens = 0.0
         for new, cached in chunks:
-            for lo in range(cached, cached + new, tq):
-                hi = min(lo + tq, cached + new) - 1  # last query position of the tile
-                first = first_attended(kind, window, lo)
-                tiles = -(-(hi - first + 1) // tkv) + ovh
-                work += self.qh * tiles
-                longest = max(longest, tiles)
+            total, most = windowed_tiles(new, cached, kind, window, tq, tkv, ovh)
+            work += self.qh * total
+            longest = max(longest, most)
             kv_tokens += min(cached, window) + new
         compute = self._tile_s * max(work / self.gpu.sms, longest)
         memory = kv_tokens * self.kv_bytes_per_token_layer / (self.gpu.hbm_bandwidth * p.bw_eff)
@@ -465,3 +462,40 @@ class PerOpModel(LatencyModel):
         total = np.cumsum(self._mixed_step_times(n, s0, k_max, contexts))
         k = int(np.searchsorted(total, budget_s, side="left")) + 1  # the first k whose k steps reach the budget
         return max(1, min(k, k_max))
+
+
+def windowed_tiles(new: int, cached: int, kind: str, window: int, tq: int, tkv: int, ovh: float,
+                   explicit_limit: int = 4096) -> tuple[float, float]:
+    """KV tiles summed over a windowed prefill chunk's query tiles (``new`` queries after ``cached``), and
+    the most any query tile walks. Query tiles past the first window repeat (sliding: every tile; chunked:
+    every chunk / gcd(chunk, tile) tiles), so a huge chunk costs a few periods, not one step per tile."""
+    import math
+
+    end = cached + new
+
+    def tiles_at(lo: int) -> int:
+        hi = min(lo + tq, end) - 1  # last query position of the tile
+        return -(-(hi - first_attended(kind, window, lo) + 1) // tkv) + ovh
+
+    count = -(-new // tq)
+    if count <= explicit_limit:
+        t = [tiles_at(lo) for lo in range(cached, end, tq)]
+        return float(sum(t)), float(max(t, default=0))
+    full = new // tq  # query tiles of tq queries: j = 0 .. full - 1 start at cached + j * tq
+    if kind == "sliding":
+        j0, period = min(full, max(0, -(-(window - 1 - cached) // tq))), 1
+    else:  # chunked: the first key is the chunk's start, a function of the position modulo the chunk
+        j0, period = 0, window // math.gcd(window, tq)
+    if j0 + period > explicit_limit:  # no short steady state: walk it (bounded by the model's window)
+        t = [tiles_at(lo) for lo in range(cached, end, tq)]
+        return float(sum(t)), float(max(t, default=0))
+    head = [tiles_at(cached + j * tq) for j in range(j0)]
+    cycle = [tiles_at(cached + j * tq) for j in range(j0, min(full, j0 + period))]
+    reps, rest = divmod(full - j0, len(cycle)) if cycle else (0, 0)
+    total = sum(head) + reps * sum(cycle) + sum(cycle[:rest])
+    most = max(head + cycle, default=0)
+    if new % tq:  # the last, partial tile
+        last = tiles_at(cached + full * tq)
+        total += last
+        most = max(most, last)
+    return float(total), float(most)
