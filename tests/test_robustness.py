@@ -361,3 +361,35 @@ def test_fuzzed_shapes_csvs_answer_or_name_the_field(tmp_path, capsys):
         kvsim(capsys, "latency", "--model", model, "--gpu", "h100-80gb", "--shapes", f, "--out", tmp_path / "o.csv")
 
     check()
+
+
+CAL_VALUES = [0, -1, 1e300, float("nan"), float("inf"), "abc", "", 2.5, 10**20, True]
+
+
+def test_fuzzed_calibration_csvs_fit_or_name_the_cell(tmp_path, capsys):
+    """Vidur mlp / all_reduce CSVs with hostile cells or a column dropped: `calibrate` fits (skipping and
+    counting bad measured values) or names the file, line and column; never an internal error."""
+    from hypothesis import HealthCheck, example, given, settings, strategies as st
+
+    mlp = pd.read_csv("tests/data/vidur/compute__a100__meta-llama__Llama-2-7b-hf__mlp.csv")
+    net = pd.read_csv("tests/data/vidur/network__a100_pairwise_nvlink__all_reduce.csv")
+    names = {"mlp": "compute__a100__x__mlp.csv", "net": "network__a100_pairwise_nvlink__all_reduce.csv"}
+
+    @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(st.sampled_from(["mlp", "net"]), st.lists(st.tuples(st.floats(0, 1), st.floats(0, 1),
+                                                               st.sampled_from(CAL_VALUES)), min_size=1, max_size=4),
+           st.booleans())
+    @example("net", [(0.5, 0.99, True)], False)  # crashed: float('True')
+    @example("mlp", [(0.5, 0.0, "abc")], False)  # crashed: a text shape compared with a number
+    @example("mlp", [(0.5, 0.0, float("inf"))], False)  # crashed: int(inf)
+    def check(which, cells, drop):
+        df = (mlp if which == "mlp" else net).copy().astype(object)
+        for r, c, v in cells:
+            df.iat[min(int(r * len(df)), len(df) - 1), min(int(c * df.shape[1]), df.shape[1] - 1)] = v
+        if drop:
+            df = df.drop(columns=[df.columns[int(cells[0][1] * (df.shape[1] - 1))]])
+        f = tmp_path / names[which]
+        df.to_csv(f, index=False)
+        kvsim(capsys, "calibrate", f, "-o", tmp_path / "c.json")
+
+    check()

@@ -76,8 +76,74 @@ def interconnect_from_path(path: str) -> str:
     return "pairwise" if "pairwise" in str(path).lower() else "nvswitch"
 
 
+# What each kind of measurement file must hold: shape columns (whole numbers >= their minimum; a bad one
+# is an error naming file, line and column) and the measured columns (a value that is not a finite positive
+# number is dropped, and counted).
+_SHAPES = {
+    "mlp": {"n_head": 1, "n_kv_head": 1, "n_embd": 1, "n_expanded_embd": 1, "vocab_size": 1,
+            "num_tensor_parallel_workers": 1, "num_tokens": 1},
+    "attention": {"n_q_head": 1, "n_kv_head": 1, "n_embd": 1, "num_tensor_parallel_workers": 1, "batch_size": 1,
+                  "prefill_chunk_size": 0, "kv_cache_size": 0},
+    "all_reduce": {"num_workers": 1, "size": 1},
+    "send_recv": {"size": 1},
+    "kernel": {"num_seqs": 1},
+}
+_OPTIONAL_SHAPES = {"devices_per_node": 1, "q_heads": 1, "kv_heads": 1, "head_dim": 1, "new_tokens": 1,
+                    "total_context": 1}
+_MAX_SHAPE = 1 << 40
+
+
+def clean_measurements(df, kind: str, path: str):
+    """``df`` with its shape columns checked and whole, its measured values finite and positive (others
+    dropped: NaN in an mlp.csv, whose ops are fitted one by one; the row elsewhere); also the count dropped."""
+    import pandas as pd
+
+    need = _SHAPES[kind]
+    missing = [c for c in need if c not in df.columns]
+    if missing:
+        raise ConfigError(f"{path}: missing column(s) {', '.join(missing)} of a {kind} measurement file")
+    df = df.copy()
+    for col, lo in [*need.items(), *((c, v) for c, v in _OPTIONAL_SHAPES.items() if c in df.columns)]:
+        v = pd.to_numeric(df[col], errors="coerce")
+        bad = ~(v.notna() & (v >= lo) & (v <= _MAX_SHAPE) & (v == v.round()))
+        if bad.any():
+            i = int(bad.to_numpy().nonzero()[0][0])
+            raise ConfigError(f"{path}:{i + 2}: column '{col}' must be a whole number >= {lo}, "
+                              f"got {df[col].iloc[i]!r}")
+        df[col] = v.astype("int64")
+    if "use_gated_mlp" in df.columns:
+        text = df["use_gated_mlp"].astype(str).str.strip().str.lower()
+        ok = text.isin(["true", "false", "1", "0", "1.0", "0.0"])
+        if not ok.all():
+            i = int((~ok).to_numpy().nonzero()[0][0])
+            raise ConfigError(f"{path}:{i + 2}: column 'use_gated_mlp' must be true or false, "
+                              f"got {df['use_gated_mlp'].iloc[i]!r}")
+        df["use_gated_mlp"] = text.isin(["true", "1", "1.0"])
+    measured = [c for c in df.columns if c.startswith("time_stats.") or c in ("time_s", "kv_bytes")]
+    dropped = 0
+    for col in measured:
+        v = pd.to_numeric(df[col], errors="coerce")
+        good = v.notna() & np.isfinite(v) & ((v >= 0) if col == "kv_bytes" else (v > 0))
+        dropped += int((~good & df[col].notna()).sum())
+        df[col] = v.where(good)
+    used = {"all_reduce": ["time_stats.all_reduce.median"], "send_recv": ["time_stats.send_recv.median"],
+            "kernel": ["time_s", "kv_bytes"]}.get(kind, [])
+    if kind == "attention":
+        dec = df["prefill_chunk_size"] == 0
+        keep = pd.Series(True, index=df.index)
+        for col, rows in (("time_stats.attn_decode.median", dec), ("time_stats.attn_prefill.median", ~dec)):
+            keep &= ~rows | (df[col].notna() if col in df.columns else False)
+        df = df[keep]
+    elif used:
+        df = df.dropna(subset=[c for c in used if c in df.columns])
+    return df, dropped
+
+
 def read_measurements(paths: list[str]) -> dict[str, list[tuple[str, object]]]:
-    """{kind: [(path, DataFrame), ...]}"""
+    """{kind: [(path, DataFrame), ...]}, each checked (:func:`clean_measurements`); values dropped are said
+    on stderr."""
+    import sys
+
     import pandas as pd
 
     out: dict[str, list] = {}
@@ -90,6 +156,9 @@ def read_measurements(paths: list[str]) -> dict[str, list[tuple[str, object]]]:
             k = kind_of(df)
         except ConfigError as e:
             raise ConfigError(f"{p}: {e}") from None
+        df, dropped = clean_measurements(df, k, str(p))
+        if dropped:
+            print(f"{p}: skipped {dropped} measured value(s) that are not finite positive numbers", file=sys.stderr)
         out.setdefault(k, []).append((str(p), df))
     return out
 
