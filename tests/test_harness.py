@@ -110,3 +110,65 @@ def test_record_needs_block_tables(tmp_path, capsys):
     assert main(["run", "--trace", str(trace), "--allocator", "max", "--record-batches", str(tmp_path / "r.gz"),
                  "--no-plots", "--out", str(tmp_path / "o")]) == 2
     assert "needs a paged allocator" in capsys.readouterr().err
+
+
+def test_fuzzed_records_are_read_or_named(record, tmp_path):
+    """Hostile batch records (a field dropped or replaced, bad lines, tables too short for their contexts):
+    reading them gives the groups or one ConfigError naming the line, never another exception."""
+    import gzip
+    import random
+
+    from hypothesis import HealthCheck, example, given, settings, strategies as st
+
+    from kvsim.errors import ConfigError
+    from kvsim.replay.record import read_record
+
+    with gzip.open(record, "rt") as f:
+        lines = [json.loads(x) for x in f]
+    values = [0, -1, 1, 1e300, 2**70, "x", None, [], {}, [[1, 2]], [1, 2, 3], True, {"0": [10**9]}]
+    path = tmp_path / "r.jsonl.gz"
+
+    @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(st.integers(0, 10**6), st.integers(1, 4))
+    @example(0, 1)
+    def check(seed, edits):
+        rng = random.Random(seed)
+        docs = json.loads(json.dumps(lines[:8]))
+        for _ in range(edits):
+            i = rng.randrange(len(docs))
+            d = docs[i]
+            if i == 0 and rng.random() < 0.5:
+                d = d["model"]
+            key = rng.choice(sorted(d))
+            if rng.random() < 0.2:
+                del d[key]
+            else:
+                d[key] = rng.choice(values)
+        text = "\n".join(json.dumps(d) for d in docs) + ("\n{not json" if rng.random() < 0.1 else "")
+        with gzip.open(path, "wt") as f:
+            f.write(text + "\n")
+        try:
+            header, groups = read_record(str(path))
+            B = header["block_size"]
+            for g in groups:
+                for sid, ctx, _ in g["seqs"]:  # what was read is what replay may rely on
+                    assert len(g["tables"][str(sid)]) * B >= ctx + g["steps"] - 1
+        except ConfigError as e:
+            assert str(path) in str(e)
+
+    check()
+
+
+def test_a_tiny_record_cannot_ask_for_a_huge_pool(record, tmp_path, capsys):
+    """A small record naming 4,096 KV heads of 4,096 dimensions: one error line, no allocation in proportion."""
+    import gzip
+
+    with gzip.open(record, "rt") as f:
+        header, first = json.loads(f.readline()), f.readline()
+    header["model"].update(q_heads=4096, kv_heads=4096, head_dim=4096)
+    path = tmp_path / "huge.jsonl.gz"
+    with gzip.open(path, "wt") as f:
+        f.write(json.dumps(header) + "\n" + first)
+    rc = main(["kernels", "replay", str(path), "--device", "cpu", "-o", str(tmp_path / "o.csv")])
+    err = capsys.readouterr().err
+    assert rc == 2 and "Traceback" not in err, err

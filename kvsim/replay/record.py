@@ -85,23 +85,102 @@ class BatchRecorder:
                 os.unlink(self._tmp)
 
 
+_DIM = 1 << 16  # largest head count, head size or block size a record may name
+
+
+def _whole(v, lo: int, hi: int) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and lo <= v <= hi
+
+
+def check_header(header, path: str) -> dict:
+    """The header's fields, checked: errors name the field."""
+    if not isinstance(header, dict) or header.get("format") != "kvsim-batch-record":
+        got = header.get("format") if isinstance(header, dict) else type(header).__name__
+        raise ConfigError(f"{path}: not a kvsim batch record (format {got!r})")
+    if header.get("version") != 1:
+        raise ConfigError(f"{path}: batch record version {header.get('version')!r}; this kvsim reads version 1")
+    for key, hi in (("block_size", _DIM), ("num_blocks", 1 << 40), ("tp", 4096)):
+        if not _whole(header.get(key), 1, hi):
+            raise ConfigError(f"{path}: header field '{key}' must be a whole number in [1, {hi:,}], "
+                              f"got {header.get(key)!r}")
+    m = header.get("model")
+    if not isinstance(m, dict):
+        raise ConfigError(f"{path}: header field 'model' must be an object, got {m!r}")
+    for key in ("layers", "q_heads", "kv_heads", "head_dim"):
+        if not _whole(m.get(key), 1, _DIM):
+            raise ConfigError(f"{path}: header field 'model.{key}' must be a whole number in [1, {_DIM:,}], "
+                              f"got {m.get(key)!r}")
+    if m["q_heads"] % m["kv_heads"]:
+        raise ConfigError(f"{path}: model.q_heads {m['q_heads']} is not a multiple of model.kv_heads {m['kv_heads']}")
+    if not isinstance(m.get("dtype"), str):
+        raise ConfigError(f"{path}: header field 'model.dtype' must be a name such as fp16, got {m.get('dtype')!r}")
+    return header
+
+
+def check_group(g, line: int, header: dict, path: str) -> dict:
+    """One iteration group's fields, checked (tables resolved by the caller)."""
+    where = f"{path}:{line}"
+    if not isinstance(g, dict):
+        raise ConfigError(f"{where}: an iteration group must be an object, got {type(g).__name__}")
+    if not _whole(g.get("steps"), 1, 1 << 40):
+        raise ConfigError(f"{where}: field 'steps' must be a whole number >= 1, got {g.get('steps')!r}")
+    seqs = g.get("seqs")
+    if not isinstance(seqs, list) or not seqs:
+        raise ConfigError(f"{where}: field 'seqs' must be a non-empty list of [seq_id, context, new_tokens]")
+    for s in seqs:
+        if not (isinstance(s, list) and len(s) == 3 and _whole(s[0], 0, 1 << 62) and _whole(s[1], 1, 1 << 40)
+                and _whole(s[2], 1, s[1])):
+            raise ConfigError(f"{where}: each of 'seqs' must be [seq_id, context >= 1, 1 <= new_tokens <= context],"
+                              f" got {s!r}")
+    tables = g.get("tables", {})
+    if not isinstance(tables, dict):
+        raise ConfigError(f"{where}: field 'tables' must map sequence ids to block lists")
+    n = header["num_blocks"]
+    for sid, t in tables.items():
+        if not isinstance(t, list) or not all(_whole(b, 0, n - 1) for b in t):
+            raise ConfigError(f"{where}: the table of sequence {sid} must list block ids in [0, {n - 1}]")
+    return g
+
+
 def read_record(path: str):
-    """(header, iterator over group dicts with `tables` resolved to the full current tables)."""
+    """(header, iterator over group dicts with `tables` resolved to the full current tables). Every field is
+    checked as it is read: an error names the file, the line and the field."""
     try:
         fh = gzip.open(path, "rt", encoding="utf-8")
         header = json.loads(fh.readline())
-    except (OSError, json.JSONDecodeError, EOFError) as e:
+    except (OSError, json.JSONDecodeError, EOFError, UnicodeDecodeError) as e:
         raise ConfigError(f"{path}: not a kvsim batch record ({e})") from None
-    if header.get("format") != "kvsim-batch-record":
-        raise ConfigError(f"{path}: not a kvsim batch record (format {header.get('format')!r})")
+    check_header(header, path)
+    B = header["block_size"]
 
     def groups():
         current: dict[str, list[int]] = {}
         with fh:
-            for line in fh:
-                g = json.loads(line)
+            line = 1
+            while True:
+                try:
+                    text = fh.readline()
+                except (OSError, EOFError, UnicodeDecodeError) as e:
+                    raise ConfigError(f"{path}:{line + 1}: unreadable ({e})") from None
+                if not text:
+                    return
+                line += 1
+                try:
+                    g = json.loads(text)
+                except json.JSONDecodeError as e:
+                    raise ConfigError(f"{path}:{line}: not JSON ({e.msg})") from None
+                check_group(g, line, header, path)
                 current.update(g.get("tables", {}))
-                g["tables"] = {str(sid): current[str(sid)] for sid, _, _ in g["seqs"]}
+                resolved = {}
+                for sid, ctx, _ in g["seqs"]:
+                    table = current.get(str(sid))
+                    if table is None:
+                        raise ConfigError(f"{path}:{line}: sequence {sid} has no block table yet")
+                    if len(table) * B < ctx + g["steps"] - 1:
+                        raise ConfigError(f"{path}:{line}: sequence {sid}'s context {ctx + g['steps'] - 1} is longer "
+                                          f"than its table ({len(table)} blocks of {B})")
+                    resolved[str(sid)] = table
+                g["tables"] = resolved
                 yield g
 
     return header, groups()

@@ -17,6 +17,7 @@ import functools
 from dataclasses import dataclass
 
 from kvsim.replay.measure import kv_bytes_read, make_pool, time_it, torch_dtype
+from kvsim.errors import ConfigError
 from kvsim.replay.record import read_record
 
 
@@ -52,13 +53,19 @@ def replay(path: str, opts: ReplayOptions) -> "list[dict]":
         it = grp["steps"] // 2  # a decode run's middle iteration
         seqs = [(ctx + it, new, grp["tables"][str(sid)]) for sid, ctx, new in grp["seqs"]]
         chosen[gi] = seqs if gpu else seqs[:opts.check_seqs]
+    cap = opts.max_pool_gib or (8.0 if gpu else 1.0)
+    elem = torch.tensor([], dtype=dtype).element_size()
+    for gi, seqs in chosen.items():  # the queries of one replayed iteration
+        q_gib = sum(new for _, new, _ in seqs) * m["q_heads"] * m["head_dim"] * elem / (1 << 30)
+        if q_gib > cap:
+            raise ConfigError(f"{path}: iteration group {gi + 1} needs {q_gib:.1f} GiB of queries (> --max-pool-gib "
+                              f"{cap:g}); raise the limit or record a smaller run")
     if gpu:
         remap, num_blocks = None, header["num_blocks"]
     else:
         used = sorted({b for seqs in chosen.values() for c, _, t in seqs for b in t[:-(-c // B)]})
         remap, num_blocks = {b: i for i, b in enumerate(used)}, max(1, len(used))
-    pool = make_pool(num_blocks, B, m["kv_heads"], m["head_dim"], dtype, K.device,
-                     opts.max_pool_gib or (8.0 if gpu else 1.0), opts.seed)
+    pool = make_pool(num_blocks, B, m["kv_heads"], m["head_dim"], dtype, K.device, cap, opts.seed)
     g = torch.Generator().manual_seed(opts.seed)
     rows = []
     with Progress(len(picks), "replay", log_when_piped=True) as bar:
