@@ -248,3 +248,25 @@ def test_report_reads_a_compare_folder_and_a_csv_with_a_byte_order_mark(tmp_path
     empty.mkdir()
     assert main(["report", str(empty), "-o", str(tmp_path / "r3")]) == 2
     assert "without results" in capsys.readouterr().err
+
+
+def test_plan_terminal_names_model_gpu_price_and_shows_replicas_only_for_a_target(tmp_path, capsys):
+    from kvsim.cli import main
+
+    trace = tmp_path / "t.jsonl"
+    with open("traces/chat.jsonl") as f:
+        trace.write_text("".join(next(f) for _ in range(300)))
+    assert main(["plan", "--trace", str(trace), "--slo", "ttft_p99=1s", "--gpus", "a100-80gb:2.5", "--no-report",
+                 "--out", str(tmp_path / "a")]) == 0
+    out = capsys.readouterr().out
+    assert "llama-2-7b on a100-80gb ($2.5/GPU-h)" in out and "repli" not in out
+    assert main(["plan", "--trace", str(trace), "--slo", "ttft_p99=1s", "--gpus", "a100-80gb:2.5", "--no-report",
+                 "--target-rate", "30", "--out", str(tmp_path / "b")]) == 0
+    out = capsys.readouterr().out
+    assert "repli" in out and "target 30 req/s" in out
+    import pandas as pd
+
+    row = pd.read_csv(tmp_path / "b" / "plan.csv").iloc[0]
+    # blended price: the same dollars over prompt + output tokens
+    assert row.cost_per_m_tokens == pytest.approx(row.cost_per_m_output_tokens * row.mean_output_tokens
+                                                  / (row.mean_prompt_tokens + row.mean_output_tokens))

@@ -44,7 +44,9 @@ def cmd_plan(a: argparse.Namespace) -> int:
     for name, df in (("plan.csv", cap), ("plan_points.csv", pts)):
         with atomic_path(out / name) as tmp:
             df.to_csv(tmp, index=False)
-    print_plan(cap, slos, a.target_rate)
+    priced = ", ".join(f"{g} (${c:g}/GPU-h)" if c is not None else f"{g} (no price: --gpus GPU:$/h)" for g, c in gpus)
+    print_plan(cap, slos, a.target_rate, heading=f"{cfg.model.name}" + (f" tp{cfg.tp}" if cfg.tp > 1 else "")
+               + f" on {priced}")
     if not a.no_report:
         notes = [f"trace {a.trace}, model {cfg.model.name}; capacity = highest rate (scaling the trace's inter-arrival"
                  f" times) meeting every SLO with a stable queue, bisection to {100 * a.tol:g}% (at most {a.max_steps} "
@@ -130,7 +132,7 @@ def cmd_fleet_plan(a: argparse.Namespace, cfg, slos) -> int:
     return 0
 
 
-def print_plan(cap, slos, target, console=None) -> None:
+def print_plan(cap, slos, target, console=None, heading: str = "") -> None:
     """The capacity table, fitted to the terminal; why-not reasons and inconclusive searches as notes below."""
     from kvsim.output.table import Column, print_rows
 
@@ -147,10 +149,15 @@ def print_plan(cap, slos, target, console=None) -> None:
             Column("replicas", "repli-", "cas", "int", "", lambda r: r.get("replicas"), optional=True),
             Column("cost", "$ per M", "out tok", "money", "", lambda r: r.get("cost_per_m_output_tokens"),
                    optional=True),
+            Column("cost_all", "$ per M", "tokens", "money", "", lambda r: r.get("cost_per_m_tokens"),
+                   optional=True, drop_order=3),
             Column("ttft", "TTFT", "p99", "latency", "", lambda r: r.get("at_max_ttft_p99_s"), drop_order=2),
             Column("tpot", "TPOT", "p99", "latency", "", lambda r: r.get("at_max_tpot_p99_s"), drop_order=1)]
+    if not target:  # replicas answer "how many for a target rate": without one there is no such line
+        cols = [c for c in cols if c.name != "replicas"]
     rows = [dict(r) for _, r in cap.iterrows()]
-    title = f"SLOs: {', '.join(str(s) for s in slos)}" + (f"; target {target:g} req/s" if target else "")
+    title = (f"{heading} · " if heading else "") + f"SLOs: {', '.join(str(s) for s in slos)}" + \
+        (f"; target {target:g} req/s" if target else "")
     print_rows(rows, cols, title, console)
     _print_notes([f"{r['config']}: {r['reason']}" for r in rows if r.get("reason")])
 

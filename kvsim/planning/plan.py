@@ -166,6 +166,7 @@ def run_job(job: PlanJob) -> tuple[dict, list[dict]]:
     if best is not None:
         row.update({f"at_max_{k}": best.summary.get(k) for k in REPORT_METRICS})
         row["mean_output_tokens"] = best.summary["mean_output_tokens"]
+        row["mean_prompt_tokens"] = best.summary.get("mean_prompt_tokens")
         row["tp"] = cfg.tp
         if "block_size" in job.extra:
             row["table_entries_per_seq"] = _mean_blocks(reqs, job.extra["block_size"])
@@ -194,3 +195,8 @@ def add_costs(rows: list[dict], target_rate: float | None) -> None:
             tokens_per_hour = rate * r["mean_output_tokens"] * 3600
             r["cost_per_hour"] = per_hour
             r["cost_per_m_output_tokens"] = per_hour / tokens_per_hour * 1e6
+            if r.get("mean_prompt_tokens"):
+                # providers quote input and output prices apart; with one GPU-hour serving both, the blended
+                # price per million tokens processed (prompt + output) is the comparable figure
+                all_tokens = rate * (r["mean_prompt_tokens"] + r["mean_output_tokens"]) * 3600
+                r["cost_per_m_tokens"] = per_hour / all_tokens * 1e6

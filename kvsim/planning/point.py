@@ -111,6 +111,7 @@ def evaluate(point: dict) -> dict:
     s = dict(out.summary)
     s["offered_rate"] = trace_rate(reqs)
     s["mean_output_tokens"] = float(sum(r.output_tokens for r in reqs) / len(reqs))
+    s["mean_prompt_tokens"] = float(sum(r.prompt_tokens for r in reqs) / len(reqs))
     s["stable"] = is_stable(out.requests)
     s["sustain"], s["sustain_note"] = sustained(out.requests)
     return s
