@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 from kvsim.errors import ConfigError
 
@@ -95,3 +96,75 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+# A results folder is replaced whole: the new results are written into a staging sibling, which takes the
+# folder's name only once complete. A run killed before that leaves the old folder as it was; one killed
+# between the two renames is finished (or undone) by the next run that writes there.
+_STAGING, _RETIRED = ".kvsim-new-", ".kvsim-old-"
+
+
+def _siblings(out: Path, tag: str) -> list[Path]:
+    return sorted(out.parent.glob(f".{out.name}{tag}*"))
+
+
+def _alive(p: Path) -> bool:
+    """Is the process that made this staging or retired folder still running (its pid ends the name)?"""
+    try:
+        pid = int(p.name.rsplit("-", 1)[1])
+    except (IndexError, ValueError):
+        return False
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
+def recover_results_folder(out: Path) -> None:
+    """Finish or undo a swap that a killed run left half done, and remove dead runs' staging folders."""
+    if not out.exists():
+        done = [p for p in _siblings(out, _STAGING) if (p / ".complete").exists() and not _alive(p)]
+        old = [p for p in _siblings(out, _RETIRED) if not _alive(p)]
+        if done:
+            os.rename(done[-1], out)
+            (out / ".complete").unlink(missing_ok=True)
+        elif old:
+            os.rename(old[-1], out)
+    for p in _siblings(out, _STAGING) + _siblings(out, _RETIRED):
+        if not _alive(p):
+            shutil.rmtree(p, ignore_errors=True)
+
+
+@contextmanager
+def replaced_folder(out: str | Path, ours: Callable[[str], bool]) -> Iterator[Path]:
+    """A folder to write a run's results in that replaces ``out`` whole when the block ends without error:
+    a reader (or a kill) sees the old results or the new ones, never a mix. If ``out`` holds files that
+    ``ours`` does not claim (a user's own), the results are written in place instead, leaving those alone."""
+    out = Path(out)
+    recover_results_folder(out)
+    if out.exists() and any(not ours(p.name) for p in out.iterdir()):
+        yield out
+        return
+    stage = out.parent / f".{out.name}{_STAGING}{os.getpid()}"
+    shutil.rmtree(stage, ignore_errors=True)
+    try:
+        stage.mkdir(parents=True)
+    except OSError as e:
+        raise ConfigError(f"--out {out}: cannot write next to it ({e.strerror or e})") from None
+    try:
+        yield stage
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
+    (stage / ".complete").write_bytes(b"")
+    old = out.parent / f".{out.name}{_RETIRED}{os.getpid()}"
+    if out.exists():
+        os.rename(out, old)
+    os.rename(stage, out)
+    (out / ".complete").unlink()
+    shutil.rmtree(old, ignore_errors=True)

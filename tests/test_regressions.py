@@ -270,3 +270,43 @@ def test_plan_terminal_names_model_gpu_price_and_shows_replicas_only_for_a_targe
     # blended price: the same dollars over prompt + output tokens
     assert row.cost_per_m_tokens == pytest.approx(row.cost_per_m_output_tokens * row.mean_output_tokens
                                                   / (row.mean_prompt_tokens + row.mean_output_tokens))
+
+
+def test_a_results_folder_is_replaced_whole(tmp_path, monkeypatch):
+    """A failure while writing leaves the earlier results as they were and no staging folder; a swap that a
+    kill cut between its two renames is finished by the next writer; a folder with a user's own files is
+    written in place, keeping them."""
+    from kvsim.cli import main
+    from kvsim.files import recover_results_folder
+    from kvsim.output import writer
+
+    trace = tmp_path / "t.jsonl"
+    with open("traces/chat.jsonl") as f:
+        trace.write_text("".join(next(f) for _ in range(50)))
+    out = tmp_path / "res"
+    assert main(["run", "--trace", str(trace), "--no-plots", "--out", str(out)]) == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+
+    def half_then_fail(stage, *args):
+        (stage / "requests.csv").write_text("half")
+        raise RuntimeError("killed")
+
+    monkeypatch.setattr(writer, "_write_results", half_then_fail)
+    with pytest.raises(RuntimeError):
+        writer.write_results(out, [], {}, [])
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["res", "t.jsonl"]
+    monkeypatch.undo()
+    # killed between the renames: the old folder retired, the complete new one not yet in place
+    new = tmp_path / ".res.kvsim-new-99999999"
+    out.rename(tmp_path / ".res.kvsim-old-99999999")
+    new.mkdir()
+    (new / "summary.md").write_text("new")
+    (new / ".complete").write_text("")
+    recover_results_folder(out)
+    assert (out / "summary.md").read_text() == "new" and not (out / ".complete").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["res", "t.jsonl"]
+    # a user's own file: results written in place beside it
+    (out / "my-notes.txt").write_text("mine")
+    assert main(["run", "--trace", str(trace), "--no-plots", "--out", str(out)]) == 0
+    assert (out / "my-notes.txt").read_text() == "mine" and (out / "runs.csv").exists()

@@ -85,6 +85,11 @@ def run_fingerprint(a: argparse.Namespace) -> str:
     return json.dumps({k: str(v) for k, v in sorted(vars(a).items()) if k not in OUTPUT_ONLY}, sort_keys=True)
 
 
+def result_marker(a: argparse.Namespace) -> tuple[str, str]:
+    """(file name, text) recording which configuration a results folder describes (:func:`results_dir`)."""
+    return CONFIG_MARK, run_fingerprint(a)
+
+
 def mark_results(folder: Path, a: argparse.Namespace) -> None:
     """Record which configuration ``folder``'s results describe (for :func:`results_dir`)."""
     from kvsim.files import write_text_atomically

@@ -149,7 +149,7 @@ def cmd_cluster(a: argparse.Namespace) -> int:
         layouts.append(("agg", _groups(a, cfg, spec, a.groups)))
     loaded = load_trace(a.trace, skip_invalid=bool(a.skip_invalid))
     trace_name = Path(a.trace).stem
-    from kvsim.commands.args import mark_results, results_dir
+    from kvsim.commands.args import result_marker, results_dir
 
     out, out_note = results_dir(a, Path(DEFAULT_OUT) / f"cluster-{trace_name}")
     out = prepare_output_dir(out, "--out")
@@ -184,8 +184,7 @@ def cmd_cluster(a: argparse.Namespace) -> int:
     from kvsim.output.table import print_rows
 
     print_rows([f.summary for f in fleets], fleet_columns(fleets, slos), title)
-    written = write_fleet_results(out, fleets, title, a.format, fleet_columns(fleets, slos))
-    mark_results(out, a)
+    written = write_fleet_results(out, fleets, title, a.format, fleet_columns(fleets, slos), result_marker(a))
     if out_note:
         print(out_note, file=sys.stderr)
     print(f"wrote {len(written)} files to {out}/ (summary.md, fleet, replicas, requests)")
@@ -245,7 +244,19 @@ def fleet_columns(fleets=(), slos=()):
                    Column("imb_busy", "imbal", "busy", "float2", "", key("imbalance_busy"), drop_order=4)] + tail
 
 
-def write_fleet_results(out: Path, fleets, title: str, fmt: str, columns=None) -> list[Path]:
+def write_fleet_results(out: Path, fleets, title: str, fmt: str, columns=None, marker=None) -> list[Path]:
+    """fleet, replicas and requests tables and summary.md; the folder is replaced whole."""
+    from kvsim.files import replaced_folder, write_text_atomically
+    from kvsim.output.writer import is_result_file
+
+    with replaced_folder(out, is_result_file) as stage:
+        written = _write_fleet_results(stage, fleets, title, fmt, columns)
+        if marker:
+            write_text_atomically(stage / marker[0], marker[1])
+    return [out / p.name for p in written]
+
+
+def _write_fleet_results(out: Path, fleets, title: str, fmt: str, columns=None) -> list[Path]:
     import pandas as pd
 
     from kvsim.files import write_text_atomically

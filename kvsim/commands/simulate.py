@@ -90,7 +90,7 @@ def simulate_all(a: argparse.Namespace, allocator_names: str, command: str) -> i
     pool = plan_pool(cfg.model, cfg.gpu, cfg.memory, cfg.tp)
     loaded = load_trace(a.trace, skip_invalid=bool(a.skip_invalid))
     # outputs are checked after the inputs (a bad trace leaves no empty folder) and before simulating
-    from kvsim.commands.args import mark_results, results_dir
+    from kvsim.commands.args import result_marker, results_dir
 
     out, out_note = results_dir(a, Path(DEFAULT_OUT) / f"{command}-{trace_name}")
     out = prepare_output_dir(out, "--out")
@@ -138,8 +138,8 @@ def simulate_all(a: argparse.Namespace, allocator_names: str, command: str) -> i
                 title=f"{trace_name} · {cfg.model.name} · {cfg.gpu.name}" + (f" x{cfg.tp}" if cfg.tp > 1 else "")
                       + f" · KV pool {pool.pool_bytes / (1 << 30):.1f} GiB = {_tokens(pool.pool_tokens)} tokens",
                 columns=columns, fit=not a.wide)
-    written = write_results(out, outputs, context, notes, plots=not a.no_plots, fmt=a.format)
-    mark_results(out, a)
+    written = write_results(out, outputs, context, notes, plots=not a.no_plots, fmt=a.format,
+                            marker=result_marker(a))
     if out_note:
         print(out_note, file=sys.stderr)
     print(f"wrote {len(written)} files to {out}/ (summary.md, requests, runs, memory_timeline"

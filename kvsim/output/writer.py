@@ -8,12 +8,13 @@ import pandas as pd
 
 from kvsim.engine.sequence import Status
 from kvsim.errors import ConfigError
-from kvsim.files import atomic_path, prepare_output_dir, write_text_atomically
+from kvsim.files import atomic_path, prepare_output_dir, replaced_folder, write_text_atomically
 from kvsim.output.table import markdown_table
 
 
 RESULT_FILES = ("requests", "runs", "memory_timeline")  # each .csv or .parquet
 PLOT_FILES = ("memory_breakdown.png", "latency_cdf.png")
+FLEET_FILES = ("fleet", "replicas")  # kvsim cluster's tables besides requests
 
 
 def write_table(df: pd.DataFrame, path: Path, fmt: str) -> Path:
@@ -30,11 +31,29 @@ def write_table(df: pd.DataFrame, path: Path, fmt: str) -> Path:
     return target
 
 
+def is_result_file(name: str) -> bool:
+    """A file kvsim writes in a results folder (compare, run, cluster) or leaves there briefly."""
+    stem = name.rsplit(".", 1)[0]
+    return (name in PLOT_FILES or name in ("summary.md", ".kvsim-config", ".complete") or name.startswith(".kvsim-")
+            or (stem in RESULT_FILES + FLEET_FILES and name.endswith((".csv", ".parquet")))
+            or name.endswith(".tmp"))
+
+
 def write_results(out_dir: str | Path, outputs: list, context: dict[str, str], notes: list[str],
-                  plots: bool = True, fmt: str = "csv") -> list[Path]:
-    """``outputs`` are runner.RunOutput objects, one per allocator. Files of an earlier run that this one
-    does not write (the other format, plots) are removed, so the folder holds one consistent result."""
+                  plots: bool = True, fmt: str = "csv", marker: tuple[str, str] | None = None) -> list[Path]:
+    """``outputs`` are runner.RunOutput objects, one per allocator. The folder is replaced whole
+    (files.replaced_folder), so it holds one consistent result; ``marker``: (file name, text) written
+    with the results (the configuration they describe)."""
     out = prepare_output_dir(out_dir, "--out")
+    with replaced_folder(out, is_result_file) as stage:
+        written = _write_results(stage, outputs, context, notes, plots, fmt)
+        if marker:
+            write_text_atomically(stage / marker[0], marker[1])
+    return [out / p.name for p in written]
+
+
+def _write_results(out: Path, outputs: list, context: dict[str, str], notes: list[str], plots: bool,
+                   fmt: str) -> list[Path]:
     written = []
     reqs = pd.concat([o.requests.assign(allocator=o.summary["allocator"]) for o in outputs], ignore_index=True)
     reqs = reqs[["allocator", *[c for c in reqs.columns if c != "allocator"]]]
