@@ -48,24 +48,27 @@ def build_allocator(cfg: SimConfig, allocator: AllocatorSpec | str, pool: PoolPl
     return alloc
 
 
+def slot_bytes(alloc: KVAllocator, pool: PoolPlan) -> int:
+    """Bytes of one token slot on one GPU (the allocator's, or the model's KV bytes per token)."""
+    return alloc.slot_bytes or pool.kv_bytes_per_token
+
+
 def block_bytes(alloc: KVAllocator, pool: PoolPlan) -> int:
     """Bytes of one copy unit (a block) on one GPU."""
-    return alloc.copy_unit * (alloc.slot_bytes or pool.kv_bytes_per_token)
+    return alloc.copy_unit * slot_bytes(alloc, pool)
 
 
 def attach_tier(alloc: KVAllocator, tier) -> None:
     """Put a lower prefix-cache tier under the allocator, or say why it cannot take one."""
-    attach = getattr(alloc, "attach_tier", None)
-    if attach is None or not alloc.caches_prefixes:
-        raise ConfigError(f"allocator {alloc.name}: a {tier.name} tier of the prefix cache needs a paged prefix "
-                          f"cache (paged+prefix or radix)")
-    attach(tier)
+    try:
+        alloc.attach_tier(tier)
+    except ValueError as e:
+        raise ConfigError(f"{e} (the {tier.name} tier)") from None
 
 
 def swap_timing(cfg: SimConfig, alloc: KVAllocator, pool: PoolPlan) -> SwapTiming | None:
     """What swapping costs on this GPU, when preemption swaps."""
-    slot_bytes = alloc.slot_bytes or pool.kv_bytes_per_token
-    return (SwapTiming(slot_bytes, cfg.gpu.pcie_bandwidth, cfg.swap_block_latency_s)
+    return (SwapTiming(slot_bytes(alloc, pool), cfg.gpu.pcie_bandwidth, cfg.swap_block_latency_s)
             if cfg.scheduler.preemption_mode == "swap" else None)
 
 
@@ -74,20 +77,19 @@ def simulate(requests: list[Request], cfg: SimConfig, allocator: AllocatorSpec |
              latency: LatencyModel | None = None) -> RunOutput:
     pool = pool or plan_pool(cfg.model, cfg.gpu, cfg.memory, cfg.tp)
     alloc = build_allocator(cfg, allocator, pool)
-    slot_bytes = alloc.slot_bytes or pool.kv_bytes_per_token
     sim = Simulation(requests, alloc, latency or build_latency(cfg), cfg.scheduler, get_victim_policy(cfg.victim_policy),
                      observer=observer, progress=progress, swap_timing=swap_timing(cfg, alloc, pool))
-    return finish_run(sim.run(), alloc, pool, slot_bytes)
+    return finish_run(sim.run(), alloc, pool)
 
 
-def finish_run(res: SimResult, alloc: KVAllocator, pool: PoolPlan, slot_bytes: int) -> RunOutput:
+def finish_run(res: SimResult, alloc: KVAllocator, pool: PoolPlan) -> RunOutput:
     """A finished engine's tables: its requests, its summary row (with pool and copy volumes), its timeline."""
     req = requests_frame(res)
     summary = run_summary(res, req)
     summary["kv_bytes_per_token"] = pool.kv_bytes_per_token
     summary["pool_gib"] = pool.pool_bytes / (1 << 30)
     summary.update(alloc.describe())
-    unit_bytes = alloc.copy_unit * slot_bytes
+    unit_bytes = block_bytes(alloc, pool)
     for way in ("out", "in"):
         if f"swap_{way}_blocks" in summary:
             summary[f"swap_{way}_bytes"] = summary[f"swap_{way}_blocks"] * unit_bytes

@@ -158,6 +158,16 @@ class KVAllocator(ABC):
         """Drop whatever a lookup for ``seq_id`` kept (a probe that will never allocate)."""
         self._chains.pop(seq_id, None)
 
+    def attach_tier(self, tier) -> None:
+        """Put a lower cache tier (kv_tier.KVTier) under the prefix cache; ValueError if there is none to put
+        it under."""
+        raise ValueError(f"allocator {self.name}: a lower tier of the prefix cache needs a paged prefix cache "
+                         f"(paged+prefix or radix)")
+
+    def tier_load_seconds(self, hit: PrefixHit) -> float:
+        """Time to load ``hit``'s lower-tier blocks into GPU memory (none without tiers)."""
+        return 0.0
+
     @abstractmethod
     def allocate(self, seq_id: int, request: Request, num_tokens: int, hit: PrefixHit = NO_HIT,
                  computed: int | None = None) -> bool:

@@ -30,7 +30,10 @@ class BlockPool:
         self.num_blocks = num_blocks
         self.ref: list[int] = []  # reference count by block id; grows when a never-used block is first taken
         self.evictions = 0  # cached blocks whose content was dropped to reuse the block
-        self.spill: Callable[[int], None] | None = None  # takes the hash of each evicted block (a lower tier)
+        # lower cache tiers: ``spill`` takes the hash of each evicted block, ``recached`` of each block whose
+        # content is cached in GPU memory again (recomputed or loaded)
+        self.spill: Callable[[int], None] | None = None
+        self.recached: Callable[[int], None] | None = None
 
     # --- supply ------------------------------------------------------------------------------
     @property

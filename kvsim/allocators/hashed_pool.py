@@ -161,6 +161,8 @@ class HashedBlockPool(BlockPool):
             if b >= 0 and b not in self._hash_of and h not in self._cached:  # b < 0: a window freed it
                 self._cached[h] = b
                 self._hash_of[b] = h
+                if self.recached is not None:
+                    self.recached(h)
                 if self._uses is not None:
                     self._tick += 1
                     self._uses[b] = BlockUse(created=self._tick, last_use=self._tick, priority=request.priority)

@@ -115,7 +115,7 @@ class PagedAllocator(KVAllocator):
         block evicted from GPU memory too (write on evict), so that other replicas find it. Lookups try the
         private tiers, nearest first, then the shared ones."""
         if not self.caches_prefixes:
-            raise ValueError(f"{self.name}: a lower cache tier needs a prefix cache (+prefix or radix)")
+            super().attach_tier(tier)
         private = [t for t in self.tiers if not t.spec.shared]
         shared = [t for t in self.tiers if t.spec.shared]
         if tier.spec.shared:
@@ -125,6 +125,11 @@ class PagedAllocator(KVAllocator):
                 private[-1].lower = tier
             private.append(tier)
         self.tiers = private + shared
+        if private:  # exclusive tiers: content cached in GPU memory again leaves the private ones
+            def recached(h: int) -> None:
+                for t in private:
+                    t.discard(h)
+            self.pool.recached = recached
         first = private[0].put if private else None
         if not shared:
             self.pool.spill = first
@@ -181,12 +186,12 @@ class PagedAllocator(KVAllocator):
         if not self._grow(seq_id, request, num_tokens):
             return False
         if below:  # the fresh blocks after the GPU hits now hold the loaded content: cached again
-            stats = self.stats
             for h, k in zip(below, hit.tier_hits):
-                tier = self.tiers[k]
-                key = f"tier_{tier.name}_hit_blocks"
-                stats[key] = stats.get(key, 0) + 1
-                tier.load(h)
+                self.tiers[k].load(h)
+            for k, tier in enumerate(self.tiers):
+                if k in hit.tier_hits:
+                    key = f"tier_{tier.name}_hit_blocks"
+                    self.stats[key] = self.stats.get(key, 0) + hit.tier_hits.count(k)
             self.pool.register(seq_id, self._chain(seq_id, request), self._tables[seq_id],
                                len(hits) + len(below), request)
         self.stats["lookup_blocks"] += request.prompt_tokens // self.block_size
@@ -257,13 +262,6 @@ class PagedAllocator(KVAllocator):
             return
         upto = min(len(chain), computed_tokens // self.block_size, len(table))
         self.pool.register(seq_id, chain, table, upto, request)
-        if self.tiers:  # content the GPU caches again leaves the private tiers (exclusive tiers)
-            pool = self.pool
-            for t in self.tiers:
-                for j in range(upto):
-                    h = chain[j]
-                    if h in t and (pool.cached_hash(table[j]) == h or pool.cached_block(h) is not None):
-                        t.discard(h)
 
     def counters(self) -> dict:
         out = dict(self.stats)

@@ -147,6 +147,8 @@ class RadixBlockPool(FreeStackPool):
             child = _Node(h, b, node, self._tick, request.priority)
             node.children[h] = child
             self._node_of[b] = child
+            if self.recached is not None:
+                self.recached(h)
             node = child
             done = j + 1
         self._cursor[seq_id] = (done, node)

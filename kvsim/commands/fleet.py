@@ -51,16 +51,14 @@ def _store(text: str | None):
     from kvsim.allocators.kv_tier import TierSpec
 
     parts = text.split(":")
+    defaults = ["", "10", "1"]  # GiB (required), GB/s, ms
     try:
-        vals = [float(x) for x in parts]
+        gib, gbs, ms = (float(x) for x in parts + defaults[len(parts):]) if len(parts) <= 3 else (math.nan,) * 3
     except ValueError:
-        vals = []
-    if not 1 <= len(parts) <= 3 or len(vals) != len(parts) or not all(math.isfinite(v) for v in vals) or \
-            not 0 < vals[0] <= 1 << 30 or (len(vals) > 1 and not 0 < vals[1] <= 1e6) or \
-            (len(vals) > 2 and not 0 <= vals[2] <= 1e6):
+        gib = gbs = ms = math.nan
+    if not (0 < gib <= 1 << 30 and 0 < gbs <= 1e6 and 0 <= ms <= 1e6):  # NaN fails every comparison
         raise ConfigError(f"--shared-kv-store {text!r}: expected GIB[:GB_S[:LATENCY_MS]] with GiB in (0, 2^30], "
                           f"GB/s in (0, 1e6] and ms in [0, 1e6], e.g. 1024:10:1")
-    gib, gbs, ms = (vals + [10.0, 1.0][len(vals) - 1:])[:3]
     return TierSpec("store", gib * (1 << 30), gbs * 1e9, ms / 1e3, shared=True)
 
 
@@ -71,17 +69,14 @@ def _gpus(groups) -> int:
 def _with_slo(summary: dict, req, slos, gpus: int) -> None:
     """SLO columns: whether the percentile SLOs hold, the share of requests that met every per-request
     limit (TTFT and TPOT limits, whatever their percentile; DistServe's attainment), and that goodput per GPU."""
-    from kvsim.planning.slo import check_slos
+    from kvsim.planning.slo import check_slos, within_slos
 
     summary["gpus"] = gpus
     if not slos:
         return
     bad = check_slos(summary, slos)
     summary["slo"] = "met" if not bad else "; ".join(bad)
-    ok = req.status == "finished"
-    for s in slos:
-        col = req[f"{s.metric}_s"]
-        ok &= col.isna() | (col <= s.limit_s) if s.metric == "tpot" else col <= s.limit_s
+    ok = within_slos(req, slos)
     summary["slo_attainment"] = float(ok.sum() / len(req)) if len(req) else float("nan")
     summary["goodput_req_s_per_gpu"] = float(ok.sum()) / max(summary["duration_s"], 1e-12) / max(gpus, 1)
 
@@ -106,23 +101,18 @@ def _weights(text: str | None) -> dict[str, float]:
 
 
 def cmd_cluster(a: argparse.Namespace) -> int:
-    from kvsim.allocators.registry import model_problem, parse_allocator
+    from kvsim.allocators.registry import model_problem
     from kvsim.commands.simulate import build_config, check_accounted, warn_if_mostly_rejected
     from kvsim.files import prepare_output_dir
-    from kvsim.fleet.cluster import simulate_fleet
-    from kvsim.fleet.routers import ROUTERS, RouterOptions
+    from kvsim.fleet.cluster import default_allocator, simulate_fleet
+    from kvsim.fleet.routers import RouterOptions, parse_routers
+    from kvsim.runner import resolve_allocator
     from kvsim.output.progress import Progress
     from kvsim.trace import load_trace
 
-    routers = [r.strip() for r in a.routers.split(",") if r.strip()]
-    for r in routers:
-        if r not in ROUTERS:
-            raise ConfigError(f"--routers: unknown router {r!r}; choose from {', '.join(ROUTERS)}")
-    if not routers:
-        raise ConfigError("--routers: name at least one router")
+    routers = parse_routers(a.routers, "--routers")
     cfg = build_config(a)
-    allocator = a.allocator or ("hybrid" if cfg.model.is_hybrid else "paged") + "+prefix"
-    spec = parse_allocator(allocator).resolve(cfg.block_size, cfg.enable_prefix_caching)
+    spec = resolve_allocator(a.allocator or default_allocator(cfg.model), cfg)
     problem = model_problem(spec, cfg.model)
     if problem:
         raise ConfigError(problem)
@@ -131,8 +121,7 @@ def cmd_cluster(a: argparse.Namespace) -> int:
         raise ConfigError("disaggregated serving needs both --prefill and --decode pools")
     if a.prefill and a.groups:
         raise ConfigError("--groups (aggregated replicas) and --prefill/--decode (disaggregated pools) exclude each other")
-    if a.decode_router not in ROUTERS:
-        raise ConfigError(f"--decode-router: unknown router {a.decode_router!r}; choose from {', '.join(ROUTERS)}")
+    parse_routers(a.decode_router, "--decode-router")
     from kvsim.fleet.disagg import parse_link
     from kvsim.planning.slo import parse_slos
 

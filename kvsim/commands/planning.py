@@ -68,26 +68,22 @@ def cmd_fleet_plan(a: argparse.Namespace, cfg, slos) -> int:
     import pandas as pd
 
     from kvsim.commands.args import mark_results, results_dir
-    from kvsim.errors import ConfigError
     from kvsim.files import prepare_output_dir, write_text_atomically
     from kvsim.fleet.disagg import parse_link
-    from kvsim.fleet.routers import ROUTERS
+    from kvsim.fleet.cluster import default_allocator
+    from kvsim.fleet.routers import parse_routers
     from kvsim.options import DEFAULT_GPU, values_from_namespace
     from kvsim.output.table import Column, markdown_table, print_rows
     from kvsim.output.writer import write_table
     from kvsim.planning.fleet_plan import cheapest, pareto, plan_fleet, vllm_commands
     from kvsim.planning.plan import parse_gpus
 
-    routers = [r.strip() for r in a.fleet_routers.split(",") if r.strip()]
-    bad = [r for r in routers if r not in ROUTERS]
-    if bad or not routers:
-        raise ConfigError(f"--fleet-routers: unknown router {bad[0]!r}; choose from {', '.join(ROUTERS)}" if bad
-                          else "--fleet-routers: name at least one router")
+    routers = parse_routers(a.fleet_routers, "--fleet-routers")
     parse_link(a.kv_link)
     out, out_note = results_dir(a, Path(DEFAULT_OUT) / f"fleet-plan-{Path(a.trace).stem}")
     out = prepare_output_dir(out, "--out")
     gpus = parse_gpus(a.gpus) if a.gpus else [(a.gpu or DEFAULT_GPU, None)]
-    allocator = ("hybrid" if cfg.model.is_hybrid else "paged") + "+prefix"
+    allocator = default_allocator(cfg.model)
     values = values_from_namespace(a)
     values.pop("gpu", None)
     rows = plan_fleet(a.trace, values, gpus, slos, a.fleet_max_gpus, routers, a.target_rate, a.kv_link, a.workers,

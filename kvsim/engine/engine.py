@@ -19,13 +19,12 @@ What a router may see is read-only: :attr:`outstanding`, :attr:`queue_len`, :att
 Disaggregated serving adds two roles. A *prefill* engine (``handoff`` set) hands every finished sequence
 to its driver and keeps its KV until :meth:`release` (the decode side has read it). A *decode* engine
 (``kv_loader`` set) receives sequences whose ``remote`` prompt tokens it loads before running them (see
-``Scheduler.finish_loads``). Either may wait with nothing running for memory that a transfer holds: it
+``Scheduler.settle_transfers``). Either may wait with nothing running for memory that a transfer holds: it
 then wakes at the next load's end, at a release, or at an arrival.
 """
 
 from __future__ import annotations
 
-import heapq
 from dataclasses import dataclass
 from typing import Callable, Protocol
 
@@ -84,7 +83,6 @@ class Engine:
         self.handoff = handoff  # prefill role: called with each finished sequence and the time it finished
         self.sched.park_finished = handoff is not None
         self.sched.kv_loader = kv_loader
-        self._releases: list[tuple[float, int]] = []  # (time, sid): parked KV the decode side has read
         self.memory = MemoryTracker(allocator.pool_tokens, resolution_s=resolution_s, token_slots=allocator.token_slots)
         self.swap_s = 0.0
         self.steps = self.events = 0
@@ -150,15 +148,9 @@ class Engine:
     def release(self, sid: int, t: float) -> None:
         """The parked KV of sequence ``sid`` has been read by a decode engine at ``t`` (not before the engine's
         last event): its memory is free from the first iteration boundary at or after ``t``."""
-        heapq.heappush(self._releases, (t, sid))
+        self.sched.release_at(sid, t)
         if self._started and not self.done and self.next_time is None:
             self._wake_for(t)
-
-    def _next_internal(self) -> float | None:
-        """The next instant a transfer changes this engine's memory (a release, a load's end), or None."""
-        times = [t for t in (self._releases[0][0] if self._releases else None, self.sched.next_ready)
-                 if t is not None]
-        return min(times) if times else None
 
     def _steps_within(self, plan: IterationPlan, budget_s: float, k: int) -> int:
         """Steps of the decode run (at most k) up to the first boundary at or after ``budget_s`` seconds."""
@@ -192,17 +184,13 @@ class Engine:
 
     def _release_arrivals(self) -> None:
         now, inbox, i = self.now, self._inbox, self._inbox_head
-        if self._releases and self._releases[0][0] <= now:
-            while self._releases and self._releases[0][0] <= now:
-                self.sched.release_parked(heapq.heappop(self._releases)[1])
-            self._observe(now)
-        if self.sched.loading and self.sched.loading[0][0] <= now:
-            self.sched.finish_loads(now)
+        sched = self.sched
+        if (sched.releases or sched.loading) and sched.settle_transfers(now):
             self._observe(now)
         while i < len(inbox) and inbox[i][0] <= now:
             seq = inbox[i][1]
             i += 1
-            if not self.sched.add_arrival(seq):
+            if not sched.add_arrival(seq):
                 self._completed(1)
         if i == len(inbox):
             inbox.clear()
@@ -236,7 +224,7 @@ class Engine:
             plan = sched.schedule(now)
             if not plan.empty:
                 break
-            if not sched.running and (sched.parked or self._releases or sched.loading):
+            if not sched.running and sched.transfers_pending:
                 self._wait()  # the queue waits for memory a KV transfer holds
                 return
             self._stalls += 1  # only preemptions happened; reschedule at the same instant
@@ -254,7 +242,7 @@ class Engine:
     def _wait(self) -> None:
         """Nothing to run now: wake at the next arrival already received or the next transfer event."""
         times = [t for t in (self._inbox[self._inbox_head][0] if self._inbox_head < len(self._inbox) else None,
-                             self._next_internal()) if t is not None]
+                             self.sched.next_transfer) if t is not None]
         if times:
             self._wake_for(min(times))
 
@@ -268,8 +256,10 @@ class Engine:
                     k = self._steps_within(plan, next_arrival - now, k)
                 else:
                     self._cuttable = True
-            if self.sched.loading:  # a load that ends lets its sequence in
-                k = self._steps_within(plan, self.sched.loading[0][0] - now, k)
+            if self.sched.transfers_pending:  # a load or release that ends may let a request in
+                t = self.sched.next_transfer
+                if t is not None:
+                    k = self._steps_within(plan, t - now, k)
             if self.horizon is not None:
                 k = self._steps_within(plan, self.horizon - now, k)
             plan.steps = k

@@ -30,7 +30,7 @@ from collections import deque
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
-from kvsim.allocators.base import NO_HIT, Breakdown, KVAllocator
+from kvsim.allocators.base import NO_HIT, Breakdown, KVAllocator, PrefixHit
 from kvsim.config import SchedulerConfig
 from kvsim.engine.preemption import VictimPolicy
 from kvsim.engine.sequence import Sequence, Status
@@ -107,12 +107,14 @@ class Scheduler:
         # True when the last schedule() left the queue head unadmitted for lack of seats or memory.
         # Neither loosens during a pure-decode run, so a decode run may be planned.
         self.admission_blocked = False
-        # Disaggregated serving. A prefill engine parks finished sequences: their KV stays until a decode
-        # engine has read it (release_parked). A decode engine loads a handed-off sequence's prompt KV:
-        # ``kv_loader(seq, tokens, now)`` starts the transfer and returns when it ends (seconds); meanwhile the
-        # sequence holds its memory in ``loading`` (ready time, sid, sequence), not in the batch.
+        # KV that moves between engines or cache tiers. A prefill engine parks finished sequences: their KV
+        # stays until a decode engine has read it (``releases``: (time, sid) when it may be freed). A sequence
+        # whose prompt KV arrives from elsewhere (a prefill engine: ``kv_loader(seq, tokens, now)`` starts the
+        # transfer and returns when it ends; a lower cache tier) holds its memory in ``loading`` (ready time,
+        # sid, sequence) meanwhile, not in the batch.
         self.park_finished = False
         self.parked: dict[int, Sequence] = {}
+        self.releases: list[tuple[float, int]] = []
         self.kv_loader: Callable[[Sequence, int, float], float] | None = None
         self.loading: list[tuple[float, int, Sequence]] = []
 
@@ -235,54 +237,33 @@ class Scheduler:
                 complete += 1
         return complete
 
-    def release_parked(self, sid: int) -> None:
-        """A decode engine finished reading the parked sequence's KV: free it."""
-        seq = self.parked.pop(sid)
-        self.filled_tokens -= seq.computed
-        self.alloc.free(sid)
-        self.admission_blocked = False
+    # --- KV transfers ---------------------------------------------------------------------------
+    def release_at(self, sid: int, t: float) -> None:
+        """A decode engine will have read the parked sequence's KV at ``t``: free it then."""
+        heapq.heappush(self.releases, (t, sid))
 
     @property
-    def next_ready(self) -> float | None:
-        """When the earliest KV load in flight ends (seconds), or None."""
-        return self.loading[0][0] if self.loading else None
+    def next_transfer(self) -> float | None:
+        """When the next transfer ends (a parked sequence's release, a load), or None."""
+        r = self.releases[0][0] if self.releases else None
+        d = self.loading[0][0] if self.loading else None
+        return r if d is None else d if r is None else min(r, d)
 
-    def _start_load(self, seq: Sequence, now: float) -> bool:
-        """Give the queue head (a handed-off sequence) memory for its prompt KV, take what the local prefix
-        cache holds, and start loading the rest. False: memory does not hold it yet."""
-        alloc = self.alloc
-        while True:
-            hit = alloc.lookup_prefix(seq.sid, seq.req, seq.remote)
-            if alloc.allocate(seq.sid, seq.req, seq.remote, hit, computed=hit.tokens):
-                break
-            if not self._reclaim_waiting(keep=seq):
-                return False
-        self.waiting.popleft()
-        seq.computed = hit.tokens
-        self.filled_tokens += hit.tokens
-        counts = self.counts
-        counts["kv_load_tokens"] = counts.get("kv_load_tokens", 0) + seq.remote - hit.tokens
-        counts["kv_load_local_hit_tokens"] = counts.get("kv_load_local_hit_tokens", 0) + hit.tokens
-        ready = self.kv_loader(seq, seq.remote - hit.tokens, now)
-        heapq.heappush(self.loading, (ready, seq.sid, seq))
-        return True
+    @property
+    def transfers_pending(self) -> bool:
+        """Memory is held for KV in flight (parked, loading, or about to be released)."""
+        return bool(self.parked or self.releases or self.loading)
 
-    def _load_from_tiers(self, seq: Sequence, hit, now: float) -> int | None:
-        """Allocate the prefix hit, GPU blocks and fresh ones for the lower-tier blocks, and start loading
-        those (the sequence waits in ``loading``, as vLLM's offloading connector loads asynchronously).
-        LOADING, or None if memory does not hold it."""
-        gpu = hit.tokens - hit.tier_tokens
-        if not self.alloc.allocate(seq.sid, seq.req, hit.tokens, hit, computed=gpu):
-            return None
-        seq.computed = gpu
-        self.filled_tokens += gpu
-        seq.remote = hit.tokens
-        heapq.heappush(self.loading, (now + self.alloc.tier_load_seconds(hit), seq.sid, seq))
-        return LOADING
-
-    def finish_loads(self, now: float) -> None:
-        """Loads that ended by ``now``: their sequences rejoin the front of the queue holding their prompt KV
-        (the last prompt token is computed here, which emits the first output token, as vLLM does)."""
+    def settle_transfers(self, now: float) -> bool:
+        """Apply the releases and loads that ended by ``now``; True if any did. Loaded sequences rejoin the
+        front of the queue holding their prompt KV (a decode engine computes the last prompt token itself,
+        which emits the first output token, as vLLM's does)."""
+        changed = False
+        while self.releases and self.releases[0][0] <= now:
+            seq = self.parked.pop(heapq.heappop(self.releases)[1])
+            self.filled_tokens -= seq.computed
+            self.alloc.free(seq.sid)
+            changed = True
         ready = []
         while self.loading and self.loading[0][0] <= now:
             ready.append(heapq.heappop(self.loading)[2])
@@ -293,8 +274,37 @@ class Scheduler:
             self.alloc.on_computed(seq.sid, seq.req, seq.computed)
             self._holding[seq.sid] = seq
             self.waiting.appendleft(seq)
-        if ready:
+        if changed or ready:
             self.admission_blocked = False
+        return changed or bool(ready)
+
+    def _begin_load(self, seq: Sequence, target: int, now: float, hit: PrefixHit | None = None) -> bool:
+        """Give the queue head memory for its first ``target`` tokens' KV, claim what the prefix cache holds in
+        GPU memory, and start loading the rest: from lower cache tiers, and the tokens no cache holds from the
+        engine that computed them (``kv_loader``; without one, every token of ``target`` is a cache hit). The
+        sequence waits in ``loading`` until both ends; False: memory does not hold it yet. ``hit``: the
+        lookup already made for ``target`` tokens, if any."""
+        alloc = self.alloc
+        while True:
+            if hit is None:
+                hit = alloc.lookup_prefix(seq.sid, seq.req, target)
+            gpu = hit.tokens - hit.tier_tokens
+            if alloc.allocate(seq.sid, seq.req, target, hit, computed=gpu):
+                break
+            if not self._reclaim_waiting(keep=seq):
+                return False
+            hit = None  # memory was freed: look again
+        ready = now + alloc.tier_load_seconds(hit) if hit.tier_hits else now
+        if self.kv_loader is not None:
+            counts = self.counts
+            counts["kv_load_tokens"] = counts.get("kv_load_tokens", 0) + target - hit.tokens
+            counts["kv_load_local_hit_tokens"] = counts.get("kv_load_local_hit_tokens", 0) + hit.tokens
+            ready = max(ready, self.kv_loader(seq, target - hit.tokens, now))
+        seq.computed = gpu
+        self.filled_tokens += gpu
+        seq.remote = target
+        heapq.heappush(self.loading, (ready, seq.sid, seq))
+        return True
 
     def _fork(self, parent: Sequence, t: float) -> None:
         """Parallel sampling: after the prompt, the request's other samples fork off and share its KV."""
@@ -331,8 +341,8 @@ class Scheduler:
         if not seq.computed and not seq.swapped:
             hit = self.alloc.lookup_prefix(seq.sid, seq.req, seq.known - 1)
             if hit.tier_hits:
-                if not static:
-                    return self._load_from_tiers(seq, hit, now)
+                if not static:  # the lower-tier part loads first
+                    return LOADING if self._begin_load(seq, hit.tokens, now, hit) else None
                 # static batching forms its batch at once and waits for no load: the GPU part only
                 hit = replace(hit, tokens=hit.tokens - hit.tier_tokens, tier_hits=(), tier_tokens=0)
         start = seq.computed or hit.tokens
@@ -354,7 +364,8 @@ class Scheduler:
                 blocked = True
                 break
             if seq.remote:  # handed off by a prefill engine: load its KV first (takes no seat or budget yet)
-                if self._start_load(seq, now):
+                if self._begin_load(seq, seq.remote, now):
+                    self.waiting.popleft()
                     continue
                 blocked = True
                 break

@@ -43,6 +43,11 @@ class ReplicaGroup:
         return self.pool or plan_pool(self.cfg.model, self.cfg.gpu, self.cfg.memory, self.cfg.tp)
 
 
+def default_allocator(model) -> str:
+    """A fleet replica's allocator unless one is named: vLLM V1 caches prefixes by default."""
+    return ("hybrid" if model.is_hybrid else "paged") + "+prefix"
+
+
 @dataclass
 class FleetOutput:
     router: str
@@ -59,36 +64,43 @@ class Replicas:
     """The engines of some replica groups, in group order, with what their results need."""
 
     engines: list[Engine]
-    parts: list[tuple]  # (allocator, pool, slot bytes) per replica
+    pools: list[PoolPlan]  # each replica's KV pool
+    tp: list[int]  # each replica's tensor-parallel GPUs
     names: list[str]  # each replica's group name
     members: list[list[int]]  # per group: the indices of its replicas in ``engines``
     every: list[int] = field(default_factory=list)  # 0 .. len(engines) - 1
+    store: KVTier | None = None  # the KV store the replicas share, if any
+
+    def holders(self, request: Request) -> list[int]:
+        """The replicas of the groups that could ever hold ``request`` (each group answers once)."""
+        eng = self.engines
+        return [i for m in self.members if eng[m[0]].can_hold(request) for i in m]
 
     def candidates(self, request: Request) -> list[int]:
-        """The replicas of the groups that could ever hold ``request`` (each group answers once), or all
-        of them if none could (the chosen one then rejects it)."""
-        every = self.every
+        """:meth:`holders`, or every replica if none could (the chosen one then rejects it)."""
         if len(self.members) == 1:
-            return every
-        eng = self.engines
-        return [i for m in self.members if eng[m[0]].can_hold(request) for i in m] or every
+            return self.every
+        return self.holders(request) or self.every
 
 
 def build_replicas(groups: list[ReplicaGroup], trace: TraceArrivals, horizon: float | None,
                    on_complete: Callable[[int], None] | None, prefix: str = "",
-                   hooks: Callable[[int], dict] | None = None, store: KVTier | None = None) -> Replicas:
+                   hooks: Callable[[int], dict] | None = None, store: TierSpec | KVTier | None = None) -> Replicas:
     """One engine per replica of ``groups`` on the trace's clock. ``hooks(i)``: extra Engine arguments of
     replica ``i`` (a role in disaggregated serving); ``prefix`` goes before each group's name; ``store``:
-    a KV store every replica's prefix cache spills into and loads from."""
+    a KV store every replica's prefix cache spills into and loads from (a spec: sized in the first
+    replica's blocks; a tier: one that other replicas share too)."""
     from kvsim.latency import build_latency
 
-    out = Replicas([], [], [], [])
+    out = Replicas([], [], [], [], [])
     for g in groups:
         pool = g.plan()
         latency = build_latency(g.cfg)  # stateless: one per group
         out.members.append(list(range(len(out.engines), len(out.engines) + g.count)))
         for _ in range(g.count):
             alloc = build_allocator(g.cfg, g.allocator, pool)
+            if isinstance(store, TierSpec):
+                store = KVTier(store, block_bytes(alloc, pool))
             if store is not None:
                 if block_bytes(alloc, pool) != store.block_bytes:
                     raise ConfigError(f"--shared-kv-store: group {g.name} has blocks of {block_bytes(alloc, pool):,} "
@@ -100,9 +112,11 @@ def build_replicas(groups: list[ReplicaGroup], trace: TraceArrivals, horizon: fl
                                       first_sample_id=len(trace.seqs), resolution_s=trace.resolution_s,
                                       horizon=horizon, swap_timing=swap_timing(g.cfg, alloc, pool),
                                       on_complete=on_complete, **extra))
-            out.parts.append((alloc, pool, alloc.slot_bytes or pool.kv_bytes_per_token))
+            out.pools.append(pool)
+            out.tp.append(g.cfg.tp)
             out.names.append(prefix + g.name)
     out.every = list(range(len(out.engines)))
+    out.store = store
     return out
 
 
@@ -125,25 +139,17 @@ def common_horizon(groups: list[ReplicaGroup], trace: TraceArrivals) -> float | 
     return trace.horizon(horizons.pop())
 
 
-def replica_outputs(engines: list[Engine], parts: list[tuple], trace: TraceArrivals, end: float,
+def replica_outputs(engines: list[Engine], pools: list[PoolPlan], trace: TraceArrivals, end: float,
                     wall: float) -> list[RunOutput]:
     """Each replica's tables, as a single-engine run gives them (``e.received`` is in arrival order)."""
     outs = []
-    for e, (alloc, pool, slot_bytes) in zip(engines, parts):
+    for e, pool in zip(engines, pools):
+        alloc = e.alloc
         res = SimResult(alloc.name, alloc.pool_tokens, e.received, e.memory, end, e.steps, e.events,
                         e.sched.preemptions, wall / len(engines), extra=e.counters(), shares_kv=alloc.shares_kv,
                         t0=trace.t0)
-        outs.append(finish_run(res, alloc, pool, slot_bytes))
+        outs.append(finish_run(res, alloc, pool))
     return outs
-
-
-def shared_store(spec: TierSpec | None, groups: list[ReplicaGroup]) -> KVTier | None:
-    """The fleet's shared KV store, sized in the blocks of the first group's replicas."""
-    if spec is None:
-        return None
-    g = groups[0]
-    pool = g.plan()
-    return KVTier(spec, block_bytes(build_allocator(g.cfg, g.allocator, pool), pool))
 
 
 def simulate_fleet(requests: list[Request], groups: list[ReplicaGroup], router: str,
@@ -155,8 +161,7 @@ def simulate_fleet(requests: list[Request], groups: list[ReplicaGroup], router: 
     trace = TraceArrivals(requests)
     seqs = trace.seqs
     horizon = common_horizon(groups, trace)
-    tier = shared_store(store, groups)
-    reps = build_replicas(groups, trace, horizon, Completions(progress), store=tier)
+    reps = build_replicas(groups, trace, horizon, Completions(progress), store=store)
     engines = reps.engines
     rt = make_router(router, engines, options)
     replica_of = np.full(len(seqs), -1, dtype=np.int64)
@@ -169,13 +174,13 @@ def simulate_fleet(requests: list[Request], groups: list[ReplicaGroup], router: 
     mark_unfinished(seqs, samples, arrived)
     end = max((e.now for e in engines), default=0.0)
     wall = time.perf_counter() - wall0
-    outs = replica_outputs(engines, reps.parts, trace, end, wall)
+    outs = replica_outputs(engines, reps.pools, trace, end, wall)
     req = sequences_frame(seqs, trace.t0)
     req.insert(0, "replica", replica_of)
     table = replica_table(outs, reps.names)
     summary = fleet_summary(router, req, outs, table, end, wall)
-    if tier is not None:
-        summary.update(tier.counters())
+    if reps.store is not None:
+        summary.update(reps.store.counters())
     return FleetOutput(router, outs, reps.names, req, summary, table, wall)
 
 

@@ -33,9 +33,10 @@ from kvsim.engine.sequence import Sequence, Status
 from kvsim.engine.simulator import mark_unfinished
 from kvsim.errors import ConfigError
 from kvsim.fleet.cluster import (FleetOutput, ReplicaGroup, build_replicas, common_horizon, fleet_summary,
-                                 replica_outputs, replica_table, routing, shared_store)
+                                 replica_outputs, replica_table, routing)
 from kvsim.fleet.routers import RouterOptions, make_router
 from kvsim.metrics import sequences_frame
+from kvsim.runner import slot_bytes
 from kvsim.trace.request import Request
 
 
@@ -131,7 +132,7 @@ def simulate_disagg(requests: list[Request], prefill: list[ReplicaGroup], decode
         def load(ds: Sequence, tokens: int, now: float) -> float:
             i = int(prefill_of[ds.sid])
             nbytes = tokens * token_bytes[i]
-            ready = now + link.seconds(nbytes, min(tp[0][i], tp[1][j]))
+            ready = now + link.seconds(nbytes, min(P.tp[i], D.tp[j]))
             load_start[ds.sid], load_end[ds.sid], load_bytes[ds.sid] = now, ready, nbytes
             P.engines[i].release(ds.sid, ready)
             touched.append(i)
@@ -139,19 +140,17 @@ def simulate_disagg(requests: list[Request], prefill: list[ReplicaGroup], decode
         return load
 
     touched: list[int] = []
-    tier = shared_store(store, prefill)
     P = build_replicas(prefill, trace, horizon, None, "prefill:", hooks=lambda i: {"handoff": make_handoff(i)},
-                       store=tier)
+                       store=store)
     np_ = len(P.engines)
     D = build_replicas(decode, trace, horizon, Completions(progress), "decode:",
-                       hooks=lambda j: {"kv_loader": make_loader(j)}, store=tier)
-    tp = [g.cfg.tp for g in prefill for _ in range(g.count)], [g.cfg.tp for g in decode for _ in range(g.count)]
+                       hooks=lambda j: {"kv_loader": make_loader(j)}, store=P.store)
     # bytes of one token's KV on all of a prefill engine's GPUs
-    token_bytes = [slot_bytes * alloc.token_slots * t for (alloc, _, slot_bytes), t in zip(P.parts, tp[0])]
+    token_bytes = [slot_bytes(e.alloc, pool) * e.alloc.token_slots * t for e, pool, t in zip(P.engines, P.pools, P.tp)]
     to_decode = routing(make_router(decode_router, D.engines, options), D, decode_of, np_)
     kept = []
     for s in seqs:
-        if any(D.engines[m[0]].can_hold(s.req) for m in D.members):
+        if D.holders(s.req):
             kept.append(s.sid)
         else:
             s.status = Status.REJECTED
@@ -180,7 +179,7 @@ def simulate_disagg(requests: list[Request], prefill: list[ReplicaGroup], decode
             ds.reason = "waiting for decode memory at end of simulation"
     end = max((e.now for e in engines), default=0.0)
     wall = time.perf_counter() - wall0
-    outs = replica_outputs(engines, P.parts + D.parts, trace, end, wall)
+    outs = replica_outputs(engines, P.pools + D.pools, trace, end, wall)
     t0 = trace.t0
     req = sequences_frame(seqs, t0)
     req.insert(0, "prefill_replica", prefill_of)
@@ -194,8 +193,8 @@ def simulate_disagg(requests: list[Request], prefill: list[ReplicaGroup], decode
     table.insert(1, "pool", ["prefill"] * np_ + ["decode"] * len(D.engines))
     summary = fleet_summary(router, req, outs, table, end, wall)
     summary.update(disagg_summary(req, table, link), decode_router=decode_router)
-    if tier is not None:
-        summary.update(tier.counters())
+    if P.store is not None:
+        summary.update(P.store.counters())
     return FleetOutput(router, outs, names, req, summary, table, wall)
 
 

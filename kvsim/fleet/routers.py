@@ -211,6 +211,17 @@ def router_names() -> list[str]:
     return list(ROUTERS)
 
 
+def parse_routers(text: str, flag: str) -> list[str]:
+    """Comma-separated router names, each checked (``flag`` names the option in errors)."""
+    names = [r.strip() for r in text.split(",") if r.strip()]
+    for r in names:
+        if r not in ROUTERS:
+            raise ConfigError(f"{flag}: unknown router {r!r}; choose from {', '.join(ROUTERS)}")
+    if not names:
+        raise ConfigError(f"{flag}: name at least one router")
+    return names
+
+
 def make_router(name: str, engines: list[Engine], options: RouterOptions) -> Router:
     cls = ROUTERS.get(name)
     if cls is None:

@@ -477,16 +477,12 @@ def windowed_tiles(new: int, cached: int, kind: str, window: int, tq: int, tkv: 
         hi = min(lo + tq, end) - 1  # last query position of the tile
         return -(-(hi - first_attended(kind, window, lo) + 1) // tkv) + ovh
 
-    count = -(-new // tq)
-    if count <= explicit_limit:
-        t = [tiles_at(lo) for lo in range(cached, end, tq)]
-        return float(sum(t)), float(max(t, default=0))
     full = new // tq  # query tiles of tq queries: j = 0 .. full - 1 start at cached + j * tq
     if kind == "sliding":
         j0, period = min(full, max(0, -(-(window - 1 - cached) // tq))), 1
     else:  # chunked: the first key is the chunk's start, a function of the position modulo the chunk
         j0, period = 0, window // math.gcd(window, tq)
-    if j0 + period > explicit_limit:  # no short steady state: walk it (bounded by the model's window)
+    if -(-new // tq) <= explicit_limit or j0 + period > explicit_limit:  # few tiles, or no short steady state
         t = [tiles_at(lo) for lo in range(cached, end, tq)]
         return float(sum(t)), float(max(t, default=0))
     head = [tiles_at(cached + j * tq) for j in range(j0)]

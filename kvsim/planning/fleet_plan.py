@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from kvsim.errors import ConfigError
-from kvsim.planning.slo import Slo, check_slos
+from kvsim.planning.slo import Slo, check_slos, within_slos
 
 
 @dataclass(frozen=True)
@@ -64,15 +64,15 @@ def rescaled(requests: list, rate: float | None) -> list:
 
 def evaluate(job: FleetJob) -> dict:
     """Simulate one layout; its row: size, latency, throughput per GPU, SLO attainment, cost."""
-    from kvsim.allocators.registry import parse_allocator
     from kvsim.fleet.cluster import ReplicaGroup, simulate_fleet
     from kvsim.fleet.disagg import parse_link, simulate_disagg
     from kvsim.options import config_from_options
+    from kvsim.runner import resolve_allocator
     from kvsim.trace import load_trace
 
     L = job.layout
     cfg = config_from_options({**job.values, "gpu": L.gpu})
-    spec = parse_allocator(job.allocator).resolve(cfg.block_size, cfg.enable_prefix_caching)
+    spec = resolve_allocator(job.allocator, cfg)
     reqs = rescaled(load_trace(job.trace).requests, job.rate)
     if L.prefill:
         f = simulate_disagg(reqs, [ReplicaGroup(L.gpu, cfg, spec, L.prefill)], [ReplicaGroup(L.gpu, cfg, spec, L.decode)],
@@ -83,10 +83,7 @@ def evaluate(job: FleetJob) -> dict:
     bad = check_slos(s, list(job.slos))
     if s["rejected"]:
         bad.append(f"{s['rejected']} requests rejected")
-    ok = req.status == "finished"
-    for slo in job.slos:
-        col = req[f"{slo.metric}_s"]
-        ok &= (col.isna() | (col <= slo.limit_s)) if slo.metric == "tpot" else (col <= slo.limit_s)
+    ok = within_slos(req, list(job.slos))
     duration = max(s["duration_s"], 1e-12)
     row = {"gpu": L.gpu, "layout": L.name, "mode": "disaggregated" if L.prefill else "aggregated",
            "prefill": L.prefill, "decode": L.decode, "tp": L.tp, "router": L.router, "gpus": L.gpus,

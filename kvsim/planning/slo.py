@@ -47,3 +47,13 @@ def check_slos(summary: dict, slos: list[Slo]) -> list[str]:
         elif v > s.limit_s:
             bad.append(f"{s.metric}_p{s.pct} = {v:.3g} s > {s.limit_s:g} s")
     return bad
+
+
+def within_slos(req, slos: list[Slo]):
+    """Per request (a requests table): finished with every SLO's metric within its limit, whatever the
+    SLO's percentile (DistServe's attainment). A one-token answer has no TPOT, which then holds."""
+    ok = req.status == "finished"
+    for s in slos:
+        col = req[f"{s.metric}_s"]
+        ok &= (col.isna() | (col <= s.limit_s)) if s.metric == "tpot" else (col <= s.limit_s)
+    return ok

@@ -128,8 +128,6 @@ def plot_throughput(points: pd.DataFrame, path: Path) -> Path:
 
 
 def plot_latency(points: pd.DataFrame, slos: list[Slo], path: Path) -> Path:
-    import numpy as np
-
     from kvsim.output.plots import log_time_axis, style_map
 
     plt = _plt()
@@ -200,8 +198,6 @@ def _result_cell(c: str, v) -> str:
 
 def results_table(points: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     """One row per simulation: the varying configuration, the rate, then throughput, latency (ms) and memory."""
-    from kvsim.output.plots import duration_label
-
     cfg_cols = varying_config_columns(points)
     if not cfg_cols and "allocator" in points.columns:  # a comparison's runs: one row per allocator
         cfg_cols = ["allocator"]

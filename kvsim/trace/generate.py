@@ -8,7 +8,7 @@ import numpy as np
 
 from kvsim.errors import ConfigError
 from kvsim.trace.request import Request
-from kvsim.validation import NON_NEGATIVE, POSITIVE, Number, require
+from kvsim.validation import POSITIVE, Number, require
 
 MAX_SIGMA = 10.0  # lognormal shape beyond which samples overflow float64 for any sensible mean
 
