@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from kvsim.errors import ConfigError
 from kvsim.hardware import GpuSpec, ModelSpec
 from kvsim.hardware.gpus import GiB
-from kvsim.validation import FRACTION, NON_NEGATIVE, POSITIVE, POSITIVE_INT, require
+from kvsim.validation import FRACTION, NON_NEGATIVE, POSITIVE, POSITIVE_INT, request_rate, require
 
 
 @dataclass(frozen=True)
@@ -181,9 +181,15 @@ class SimConfig:
     cache_eviction: str = "lru"  # which cached block a prefix cache drops first
     kv_offload_gb: float = 0.0  # GiB per GPU of a CPU tier below the prefix cache (0: none)
     kv_offload_bandwidth: float = 0.0  # bytes/s from the CPU tier into one GPU (0: the GPU's PCIe bandwidth)
+    max_concurrency: int | None = None  # clients keep at most this many requests in flight (None: open loop)
+    request_rate: float | None = None  # re-time the trace: Poisson at this rate (requests/s), inf: all at once
 
     def __post_init__(self) -> None:
         require(self.tp, POSITIVE_INT, "tp")
         require(self.swap_space_gb, NON_NEGATIVE, "swap_space_gb")
         require(self.swap_block_latency_s, NON_NEGATIVE, "swap_block_latency_s")
         require(self.block_size, POSITIVE_INT, "block_size")
+        if self.max_concurrency is not None:
+            require(self.max_concurrency, POSITIVE_INT, "max_concurrency")
+        if self.request_rate is not None:
+            require(self.request_rate, request_rate, "request_rate")

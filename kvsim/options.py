@@ -20,7 +20,7 @@ from kvsim.engine.preemption import VICTIM_ALIASES, VICTIM_POLICIES, get_victim_
 from kvsim.hardware.models import KV_CACHE_DTYPES
 from kvsim.latency.cpu import CPU_PRESETS
 from kvsim.errors import ConfigError
-from kvsim.validation import FRACTION, GIB, GIB_OR_ZERO, NON_NEGATIVE, POSITIVE, POSITIVE_INT, Number
+from kvsim.validation import FRACTION, GIB, GIB_OR_ZERO, NON_NEGATIVE, POSITIVE, POSITIVE_INT, Number, request_rate
 
 DEFAULT_MODEL = "llama-2-7b"
 DEFAULT_GPU = "a100-40gb"
@@ -135,6 +135,15 @@ OPTIONS: list[Option] = [
            "latency", 0.8, float, FRACTION),
     Option("step_overhead_ms", ("--step-overhead-ms",), "roofline: fixed time per iteration, milliseconds",
            "latency", 2.0, float, NON_NEGATIVE),
+    # --- load (the clients that send the trace)
+    Option("max_concurrency", ("--max-concurrency",),
+           "clients keep at most this many requests in flight, as `vllm bench serve --max-concurrency`: each "
+           "request is sent at its trace time or when an earlier one finishes, whichever is later; latencies count "
+           "from sending", "load", None, int, POSITIVE_INT, default_text="no limit (the trace's times)"),
+    Option("request_rate", ("--request-rate",),
+           "re-time the trace's requests (in trace order) as `vllm bench serve --request-rate`: Poisson arrivals at "
+           "this many requests/s (seed 0), or inf: all at once (with --max-concurrency N: N clients in a closed "
+           "loop)", "load", None, float, request_rate, default_text="the trace's own times"),
     # --- trace
     Option("skip_invalid", ("--skip-invalid",), "skip bad trace lines (and report how many) instead of stopping",
            "trace", False, bool),
@@ -317,7 +326,8 @@ def config_from_options(values: Mapping[str, Any], naming: str = "flag"):
                      cpu_overhead=v["cpu_overhead"], interconnect=v["interconnect"],
                      victim_policy=v["victim_policy"], block_size=v["block_size"],
                      enable_prefix_caching=v["enable_prefix_caching"], cache_eviction=v["cache_eviction"],
-                     kv_offload_gb=v["kv_offloading_size"],
+                     kv_offload_gb=v["kv_offloading_size"], max_concurrency=v["max_concurrency"],
+                     request_rate=v["request_rate"],
                      kv_offload_bandwidth=(gpu.pcie_bandwidth if v["kv_offloading_bandwidth"] is None
                                            else v["kv_offloading_bandwidth"] * 1e9))
 

@@ -75,10 +75,13 @@ def swap_timing(cfg: SimConfig, alloc: KVAllocator, pool: PoolPlan) -> SwapTimin
 def simulate(requests: list[Request], cfg: SimConfig, allocator: AllocatorSpec | str, pool: PoolPlan | None = None,
              observer: StepObserver | None = None, progress: Callable[[int], None] | None = None,
              latency: LatencyModel | None = None) -> RunOutput:
+    from kvsim.trace.retime import retime
+
     pool = pool or plan_pool(cfg.model, cfg.gpu, cfg.memory, cfg.tp)
     alloc = build_allocator(cfg, allocator, pool)
-    sim = Simulation(requests, alloc, latency or build_latency(cfg), cfg.scheduler, get_victim_policy(cfg.victim_policy),
-                     observer=observer, progress=progress, swap_timing=swap_timing(cfg, alloc, pool))
+    sim = Simulation(retime(requests, cfg.request_rate), alloc, latency or build_latency(cfg), cfg.scheduler,
+                     get_victim_policy(cfg.victim_policy), observer=observer, progress=progress,
+                     swap_timing=swap_timing(cfg, alloc, pool), max_concurrency=cfg.max_concurrency)
     return finish_run(sim.run(), alloc, pool)
 
 

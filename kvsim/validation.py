@@ -51,6 +51,15 @@ FRACTION = Number(min=0, min_open=True, max=1)  # (0, 1]
 MAX_GIB = float(1 << 30)  # an exbibyte: any memory size beyond it is a typo, and byte counts stay exact
 GIB = Number(min=0, min_open=True, max=MAX_GIB)  # sizes in GiB
 GIB_OR_ZERO = Number(min=0, max=MAX_GIB)
+_RATE = Number(min=0, min_open=True, max=1e9)
+
+
+def request_rate(v) -> str | None:
+    """A request rate in requests/s, or inf (every request at once)."""
+    if isinstance(v, float) and v == math.inf:
+        return None
+    problem = _RATE(v)
+    return f"{problem} (or inf: every request at once)" if problem else None
 
 
 def require(value, rule, name: str) -> None:

@@ -14,6 +14,7 @@ def cmd_plan(a: argparse.Namespace) -> int:
 
     from kvsim.allocators import parse_allocator_list
     from kvsim.commands.simulate import build_config
+    from kvsim.errors import ConfigError
     from kvsim.files import atomic_path, prepare_output_dir
     from kvsim.options import DEFAULT_GPU, values_from_namespace
     from kvsim.planning.parallel import run_jobs
@@ -24,6 +25,10 @@ def cmd_plan(a: argparse.Namespace) -> int:
 
     slos = parse_slos(a.slo)
     cfg = build_config(a)  # validate the shared options once
+    if cfg.max_concurrency is not None or cfg.request_rate is not None:
+        raise ConfigError("kvsim plan searches the highest arrival rate the SLOs allow, re-timing the trace itself; "
+                          "--max-concurrency and --request-rate set the load instead (compare clients with "
+                          "`kvsim sweep` over max_concurrency, or `kvsim run --max-concurrency N`)")
     if a.fleet_max_gpus:
         return cmd_fleet_plan(a, cfg, slos)
     from kvsim.commands.args import mark_results, results_dir

@@ -9,6 +9,8 @@ routed when it arrives, so the router sees every engine as it is at that instant
 from __future__ import annotations
 
 import heapq
+import math
+from dataclasses import replace
 from typing import Callable, Sequence as Seq
 
 from kvsim.engine.engine import Engine
@@ -33,18 +35,55 @@ class TraceArrivals:
         return None if horizon_s is None else horizon_s - self.t0
 
 
-class Completions:
-    """Counts requests that finished or were rejected, calling ``progress`` at every 256th."""
+class ClientLimit:
+    """Clients that keep at most ``limit`` requests in flight, as ``vllm bench serve --max-concurrency``: the
+    requests go in trace order, each at its trace time or, when ``limit`` earlier ones are still in flight,
+    at the instant one of them finishes or is rejected (its client then sends the next). ``times`` holds the
+    send times on the engines' clock, ``inf`` for requests whose turn has not come; they never decrease,
+    because the driver meets completions in time order."""
 
-    def __init__(self, progress: Callable[[int], None] | None = None):
+    def __init__(self, trace_times: Seq[float], limit: int):
+        if limit < 1:
+            raise ValueError("a client limit must be at least 1")
+        self.trace_times = trace_times
+        first = min(limit, len(trace_times))
+        self.times = list(trace_times[:first]) + [math.inf] * (len(trace_times) - first)
+        self._next = first  # the first request still waiting for a free client
+
+    def freed(self, n: int, t: float) -> None:
+        """``n`` requests in flight finished or were rejected at ``t``: as many waiting ones are sent."""
+        for _ in range(n):
+            j = self._next
+            if j >= len(self.times):
+                return
+            self.times[j] = max(self.trace_times[j], t)
+            self._next = j + 1
+
+    def stamp(self, seqs: Seq[Sequence], t0: float) -> None:
+        """Give each request sent later than its trace time that time as its arrival (``seqs[j]`` was sent
+        at ``times[j]``; ``t0``: the clock's zero in trace time): latencies count from sending, as a
+        benchmark client measures them."""
+        for seq, sent, planned in zip(seqs, self.times, self.trace_times):
+            if sent != planned and sent != math.inf:
+                seq.req = replace(seq.req, arrival_s=t0 + sent)
+
+
+class Completions:
+    """Counts requests that finished or were rejected (a call per engine event: how many, at what time),
+    calling ``progress`` at every 256th and freeing a client of ``clients`` for each."""
+
+    def __init__(self, progress: Callable[[int], None] | None = None, clients: ClientLimit | None = None):
         self.progress = progress
+        self.clients = clients
         self.done = 0
 
-    def __call__(self, n: int) -> None:
+    def __call__(self, n: int, t: float) -> None:
         before, self.done = self.done, self.done + n
         if self.progress is not None:
             for k in range(before // 256 + 1, self.done // 256 + 1):
                 self.progress(256 * k)
+        if self.clients is not None:
+            self.clients.freed(n, t)
 
 
 def drive(engines: Seq[Engine], arrivals: Seq[float], seqs: Seq[Sequence],
@@ -53,6 +92,9 @@ def drive(engines: Seq[Engine], arrivals: Seq[float], seqs: Seq[Sequence],
     """Run ``engines`` over the arrivals (times in seconds after the first, sorted; ``seqs[i]`` arrives at
     ``arrivals[i]``) until nothing is left to do or the horizon passes. ``route(seq, t)`` picks the engine
     index of each arrival. Returns how many requests arrived (were routed); the rest never did.
+
+    ``arrivals`` may be :attr:`ClientLimit.times`: an ``inf`` is a request not sent yet, whose time the
+    engines' completions set while the loop runs.
 
     ``hints``: tell engines the next arrival when they plan (default: only a single engine, to which every
     request goes); otherwise a decode run is cut when an arrival reaches its engine, with the same result.
@@ -79,18 +121,21 @@ def drive(engines: Seq[Engine], arrivals: Seq[float], seqs: Seq[Sequence],
                 push(e)
         touched.clear()
 
+    def hint() -> float | None:  # the next arrival, when the engine it goes to (the only one) may know it
+        return arrivals[i] if single and i < n and arrivals[i] != math.inf else None
+
     i = 0
     while i < n and arrivals[i] <= 0.0:
         engines[route(seqs[i], arrivals[i])].receive(seqs[i], arrivals[i])
         i += 1
     for e, eng in enumerate(engines):
-        eng.start(0.0, arrivals[i] if single and i < n else None)
+        eng.start(0.0, hint())
         push(e)
     while True:
         while heap and heap[0][2] != version[heap[0][1]]:
             heapq.heappop(heap)  # superseded: the engine's next event moved
         t_eng = heap[0][0] if heap else None
-        if i < n:
+        if i < n and arrivals[i] != math.inf:
             t = arrivals[i]
             if (t <= t_eng) if t_eng is not None else (horizon is None or t <= horizon):
                 e = route(seqs[i], t)
@@ -105,7 +150,7 @@ def drive(engines: Seq[Engine], arrivals: Seq[float], seqs: Seq[Sequence],
         if t_eng is None:
             return i
         _, e, _ = heapq.heappop(heap)
-        engines[e].advance(arrivals[i] if single and i < n else None)
+        engines[e].advance(hint())
         push(e)
         if touched:
             repush_touched()

@@ -67,7 +67,7 @@ class Engine:
     def __init__(self, allocator: KVAllocator, latency: LatencyModel, cfg: SchedulerConfig,
                  victim_policy: VictimPolicy = lifo, *, first_sample_id: int, resolution_s: float,
                  horizon: float | None = None, observer: StepObserver | None = None, fast_forward: bool = True,
-                 swap_timing: SwapTiming | None = None, on_complete: Callable[[int], None] | None = None,
+                 swap_timing: SwapTiming | None = None, on_complete: Callable[[int, float], None] | None = None,
                  handoff: Callable[[Sequence, float], None] | None = None,
                  kv_loader: Callable[[Sequence, int, float], float] | None = None):
         self.alloc = allocator
@@ -79,7 +79,9 @@ class Engine:
         self.horizon = horizon
         self.observer = observer
         self.swap_timing = swap_timing
-        self.on_complete = on_complete  # called with the number of requests completed (progress)
+        # called with the number of requests that finished or were rejected here, and the time; a prefill
+        # engine's finished requests go on to a decode engine and are not counted
+        self.on_complete = on_complete
         self.handoff = handoff  # prefill role: called with each finished sequence and the time it finished
         self.sched.park_finished = handoff is not None
         self.sched.kv_loader = kv_loader
@@ -197,11 +199,12 @@ class Engine:
             i = 0
         self._inbox_head = i
 
-    def _completed(self, n: int) -> None:
+    def _completed(self, n: int, final: bool = True) -> None:
+        """``n`` requests left this engine at :attr:`now`; ``final``: they are done (not handed on)."""
         if n:
             self._outstanding -= n
-            if self.on_complete is not None:
-                self.on_complete(n)
+            if final and self.on_complete is not None:
+                self.on_complete(n, self.now)
 
     def _observe(self, t: float) -> None:
         self.memory.observe(t, self.sched.memory_breakdown(), self.alloc.shared_slots)
@@ -292,7 +295,7 @@ class Engine:
         self.events += 1
         self.now = t1
         self._observe(t1)
-        self._completed(sched.retire(result.finished, t1))
+        self._completed(sched.retire(result.finished, t1), final=self.handoff is None)
         if result.finished:
             self._observe(t1)
             if self.handoff is not None:

@@ -16,7 +16,7 @@ import pandas as pd
 
 from kvsim.allocators import AllocatorSpec
 from kvsim.config import PoolPlan, SimConfig, plan_pool
-from kvsim.engine.clock import Completions, TraceArrivals, drive
+from kvsim.engine.clock import ClientLimit, Completions, TraceArrivals, drive
 from kvsim.engine.engine import Engine
 from kvsim.engine.preemption import get_victim_policy
 from kvsim.engine.sequence import Sequence, Status
@@ -27,6 +27,7 @@ from kvsim.metrics import sequences_frame
 from kvsim.allocators.kv_tier import KVTier, TierSpec
 from kvsim.runner import RunOutput, attach_tier, block_bytes, build_allocator, finish_run, swap_timing
 from kvsim.trace.request import Request
+from kvsim.trace.retime import retime
 
 
 @dataclass(frozen=True)
@@ -132,6 +133,17 @@ def routing(rt: Router, reps: Replicas, placed: np.ndarray, offset: int = 0) -> 
     return route
 
 
+def client_load(requests: list[Request], groups: list[ReplicaGroup]) -> tuple[TraceArrivals, int | None]:
+    """The trace as the fleet's clients send it (re-timed by ``request_rate``), and their in-flight limit
+    (``max_concurrency``): options of the whole run, which every group carries."""
+    loads = {(g.cfg.max_concurrency, g.cfg.request_rate) for g in groups}
+    if len(loads) > 1:
+        raise ConfigError("--max-concurrency and --request-rate describe the clients of the whole fleet: give "
+                          "them once, not per replica group")
+    limit, rate = loads.pop() if loads else (None, None)
+    return TraceArrivals(retime(requests, rate)), limit
+
+
 def common_horizon(groups: list[ReplicaGroup], trace: TraceArrivals) -> float | None:
     horizons = {g.cfg.scheduler.horizon_s for g in groups}
     if len(horizons) != 1:
@@ -158,20 +170,23 @@ def simulate_fleet(requests: list[Request], groups: list[ReplicaGroup], router: 
     """Serve ``requests`` with the replicas of ``groups`` behind ``router`` (``store``: a KV store shared by
     every replica, below their own prefix caches and CPU tiers)."""
     wall0 = time.perf_counter()
-    trace = TraceArrivals(requests)
+    trace, limit = client_load(requests, groups)
     seqs = trace.seqs
     horizon = common_horizon(groups, trace)
-    reps = build_replicas(groups, trace, horizon, Completions(progress), store=store)
+    clients = ClientLimit(trace.times, limit) if limit else None
+    reps = build_replicas(groups, trace, horizon, Completions(progress, clients), store=store)
     engines = reps.engines
     rt = make_router(router, engines, options)
     replica_of = np.full(len(seqs), -1, dtype=np.int64)
 
-    arrived = drive(engines, trace.times, seqs, routing(rt, reps, replica_of), horizon)
+    arrived = drive(engines, clients.times if clients else trace.times, seqs, routing(rt, reps, replica_of), horizon)
     samples = []
     for e in engines:
         e.close()
         samples += e.sched.samples
     mark_unfinished(seqs, samples, arrived)
+    if clients:
+        clients.stamp(seqs, trace.t0)
     end = max((e.now for e in engines), default=0.0)
     wall = time.perf_counter() - wall0
     outs = replica_outputs(engines, reps.pools, trace, end, wall)

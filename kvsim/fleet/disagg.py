@@ -28,11 +28,11 @@ from typing import Callable
 import numpy as np
 
 from kvsim.allocators.kv_tier import TierSpec
-from kvsim.engine.clock import Completions, TraceArrivals, drive
+from kvsim.engine.clock import ClientLimit, Completions, drive
 from kvsim.engine.sequence import Sequence, Status
 from kvsim.engine.simulator import mark_unfinished
 from kvsim.errors import ConfigError
-from kvsim.fleet.cluster import (FleetOutput, ReplicaGroup, build_replicas, common_horizon, fleet_summary,
+from kvsim.fleet.cluster import (FleetOutput, ReplicaGroup, build_replicas, client_load, common_horizon, fleet_summary,
                                  replica_outputs, replica_table, routing)
 from kvsim.fleet.routers import RouterOptions, make_router
 from kvsim.metrics import sequences_frame
@@ -100,7 +100,7 @@ def simulate_disagg(requests: list[Request], prefill: list[ReplicaGroup], decode
     if len(models) != 1:
         raise ConfigError(f"prefill and decode pools must serve the same model, got {', '.join(sorted(models))}")
     wall0 = time.perf_counter()
-    trace = TraceArrivals(requests)
+    trace, limit = client_load(requests, prefill + decode)
     seqs = trace.seqs  # the decode side's sequences: each request's record (first token and finish)
     n = len(seqs)
     horizon = common_horizon(prefill + decode, trace)
@@ -140,11 +140,12 @@ def simulate_disagg(requests: list[Request], prefill: list[ReplicaGroup], decode
         return load
 
     touched: list[int] = []
-    P = build_replicas(prefill, trace, horizon, None, "prefill:", hooks=lambda i: {"handoff": make_handoff(i)},
+    done = Completions(progress)  # a request is done when its decode finishes or either pool rejects it
+    P = build_replicas(prefill, trace, horizon, done, "prefill:", hooks=lambda i: {"handoff": make_handoff(i)},
                        store=store)
     np_ = len(P.engines)
-    D = build_replicas(decode, trace, horizon, Completions(progress), "decode:",
-                       hooks=lambda j: {"kv_loader": make_loader(j)}, store=P.store)
+    D = build_replicas(decode, trace, horizon, done, "decode:", hooks=lambda j: {"kv_loader": make_loader(j)},
+                       store=P.store)
     # bytes of one token's KV on all of a prefill engine's GPUs
     token_bytes = [slot_bytes(e.alloc, pool) * e.alloc.token_slots * t for e, pool, t in zip(P.engines, P.pools, P.tp)]
     to_decode = routing(make_router(decode_router, D.engines, options), D, decode_of, np_)
@@ -158,13 +159,17 @@ def simulate_disagg(requests: list[Request], prefill: list[ReplicaGroup], decode
 
     engines = P.engines + D.engines
     route = routing(make_router(router, P.engines, options), P, prefill_of)
-    arrived = drive(engines, [trace.times[k] for k in kept], [pseqs[k] for k in kept], route, horizon,
+    times = [trace.times[k] for k in kept]
+    clients = done.clients = ClientLimit(times, limit) if limit else None
+    arrived = drive(engines, clients.times if clients else times, [pseqs[k] for k in kept], route, horizon,
                     hints=False, touched=touched)
     samples = []
     for e in engines:
         e.close()
         samples += e.sched.samples
     mark_unfinished(seqs, samples, n)
+    if clients:
+        clients.stamp([seqs[k] for k in kept], trace.t0)
     for pos, k in enumerate(kept):
         ds, ps = seqs[k], pseqs[k]
         if ps.status == Status.REJECTED:

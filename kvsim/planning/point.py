@@ -81,6 +81,9 @@ def build(point: dict):
     """(SimConfig, requests, allocator spec) for a point."""
     cfg, spec, opts = point_config(point)
     reqs = list(_load(str(point["trace"]), bool(opts.get("skip_invalid", False))))
+    if cfg.request_rate is not None and (point.get("rate") is not None or point.get("rate_scale") is not None):
+        raise ConfigError("a point sets both 'rate'/'rate_scale' (scaling the trace's gaps) and 'request_rate' "
+                          "(new Poisson times): give one")
     if (point.get("rate") is not None or point.get("rate_scale") is not None) and not math.isfinite(trace_rate(reqs)):
         raise ConfigError(no_gaps_message(str(point["trace"]), len(reqs)) + " (drop 'rate' / 'rate_scale' for it)")
     if point.get("rate") is not None:

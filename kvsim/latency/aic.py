@@ -1,0 +1,712 @@
+"""Kernel measurements from NVIDIA AIConfigurator's performance tables, in kvsim's per-operation terms.
+
+AIConfigurator (github.com/ai-dynamo/aiconfigurator, Apache-2.0) ships per-system tables measured with the
+serving frameworks' own kernels. This module reads the vLLM ones from a folder in its layout::
+
+    <root>/<system>/attention/vllm/<version>/generation_attention_perf.{parquet,csv,txt}
+    <root>/<system>/attention/vllm/<version>/context_attention_perf.{parquet,csv,txt}
+    <root>/<system>/comm/vllm/<version>/custom_allreduce_perf.{parquet,csv,txt}
+    <root>/<system>/comm/nccl/<version>/nccl_perf.{parquet,csv,txt}
+    <root>/<system>.yaml                      (optional: the system's datasheet numbers)
+
+(``root`` may also be the ``<system>`` folder itself), and returns them per layer and per GPU in SI units:
+
+- decode attention: one attention layer's decode of ``batch_size`` sequences, each attending to
+  ``isl + step`` cached tokens (the generation table's ``isl`` is the prompt, ``step`` the tokens decoded
+  since; latency grows with isl + step at the KV-streaming rate);
+- prefill attention: ``batch_size`` chunks of ``isl`` new tokens on an empty cache (causal; latency grows
+  with isl^2 at a FlashAttention throughput);
+- all-reduce among n GPUs of a bf16 message. AIConfigurator's ``message_size`` is an element count (its
+  collectors build a tensor of that many elements; ``nccl_dtype``/``allreduce_dtype`` give the element
+  size), so bytes = elements x 2 here. ``custom_allreduce_perf`` has vLLM's own
+  ``tensor_model_parallel_all_reduce`` captured in a CUDA graph (``vllm_graph``: the custom all-reduce for
+  small messages, NCCL past its size limit) and run eagerly (``vllm_eager``, which also times an input
+  ``clone()`` per call, so it is not used); ``nccl_perf`` has nccl-tests' all_reduce. With the default
+  ``all_reduce_backend="vllm"`` each (n, size) takes the CUDA-graph time where it is measured and no slower
+  than NCCL's, NCCL's otherwise (vLLM's decode steps run in CUDA graphs; above its custom all-reduce limit
+  vLLM calls NCCL, and the two tables then agree within a few percent).
+
+:func:`fit_aic` fits the per-operation model's decode and prefill attention parameters and the all-reduce
+latency/bandwidth table from them; :func:`validate_aic` reports predicted / measured in-sample and held out
+(head layouts the fit did not see; message sizes it did not see) by regime; :func:`evaluate_calibration`
+the same ratios for any calibration (a shipped one, say).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+
+from kvsim.errors import ConfigError
+from kvsim.hardware import GpuSpec
+from kvsim.hardware.gpus import GPU_PRESETS, GiB
+from kvsim.latency.calibration import (Calibration, DecodeAttentionParams, LinkParams, PrefillAttentionParams)
+
+# AIConfigurator system names -> kvsim GPU presets
+SYSTEM_GPUS = {"a100_sxm": "a100-80gb", "h100_sxm": "h100-80gb", "h200_sxm": "h200-141gb", "l40s": "l40s",
+               "a40": "a40"}
+# GPUs kvsim has no preset for: (name, memory, HBM B/s, bf16 FLOP/s, PCIe B/s, SMs, arch); a system yaml next
+# to the tables overrides the numbers it has (mem_capacity, mem_bw, bfloat16_tc_flops, pcie_bw)
+EXTRA_GPUS = {"b200_sxm": ("b200", 180 * GiB, 7.7e12, 2.25e15, 128e9, 148, "blackwell")}
+SMS_BY_SM_VERSION = {80: 108, 86: 84, 89: 142, 90: 132, 100: 148}
+
+TABLES = {  # kind -> (framework folder, table name)
+    "decode": ("attention/vllm", "generation_attention_perf"),
+    "prefill": ("attention/vllm", "context_attention_perf"),
+    "custom_allreduce": ("comm/vllm", "custom_allreduce_perf"),
+    "nccl": ("comm/nccl", "nccl_perf"),
+}
+_EXTS = (".parquet", ".csv", ".txt")
+_ATTN_COLUMNS = ("batch_size", "isl", "num_heads", "num_key_value_heads", "head_dim", "kv_cache_dtype", "step",
+                 "latency")
+_KV_BYTES = {"bfloat16": 2, "float16": 2, "fp16": 2, "bf16": 2, "half": 2, "fp8": 1, "fp8_e4m3": 1, "int8": 1,
+             "float32": 4, "float": 4}
+SIZE_BINS = ((0, 64 << 10), (64 << 10, 1 << 20), (1 << 20, 16 << 20), (16 << 20, 1 << 50))
+SIZE_BIN_NAMES = ("<64KiB", "64KiB-1MiB", "1-16MiB", ">=16MiB")
+
+
+# --- locating and reading tables ------------------------------------------------------------------
+def _version_key(v: str):
+    return tuple(int(x) for x in re.findall(r"\d+", v)), v
+
+
+def system_dir(root: str | Path, system: str | None = None) -> Path:
+    """The ``<system>`` folder: ``root`` itself if it holds attention/ or comm/, else ``root/system`` (or the
+    only system folder under root)."""
+    root = Path(root)
+    if not root.is_dir():
+        raise ConfigError(f"{root}: not a folder of AIConfigurator tables")
+    if system is None and ((root / "attention").is_dir() or (root / "comm").is_dir()):
+        return root
+    if system is not None:
+        d = root / system
+        if not d.is_dir():
+            raise ConfigError(f"{d}: no such AIConfigurator system folder (systems here: "
+                              f"{', '.join(_systems(root)) or 'none'})")
+        return d
+    found = _systems(root)
+    if len(found) != 1:
+        raise ConfigError(f"{root}: say which system to read (systems here: {', '.join(found) or 'none'})")
+    return root / found[0]
+
+
+def _systems(root: Path) -> list[str]:
+    return sorted(p.name for p in root.iterdir() if p.is_dir() and ((p / "attention").is_dir() or (p / "comm").is_dir()))
+
+
+def _table_file(folder: Path, table: str) -> Path | None:
+    for ext in _EXTS:
+        if (folder / (table + ext)).is_file():
+            return folder / (table + ext)
+    return None
+
+
+def versions_present(sysdir: Path, kind: str) -> list[str]:
+    """Versions (oldest first) whose folder holds the table of ``kind`` itself (not only a reuse note)."""
+    sub, table = TABLES[kind]
+    base = Path(sysdir) / sub
+    if not base.is_dir():
+        return []
+    return sorted((p.name for p in base.iterdir() if p.is_dir() and _table_file(p, table)), key=_version_key)
+
+
+def locate_table(sysdir: Path, kind: str, version: str | None = None) -> tuple[Path, str, str]:
+    """(file, version, note) of the table of ``kind``: the newest version that has it, or ``version``; a
+    version folder that only has a ``reuse.yaml`` naming another version's table is followed to it."""
+    sub, table = TABLES[kind]
+    base = Path(sysdir) / sub
+    present = versions_present(sysdir, kind)
+    if version is None:
+        if not present:
+            raise ConfigError(f"{base}: no {table} table (.parquet/.csv/.txt) in any version folder")
+        v = present[-1]
+        return _table_file(base / v, table), v, ""
+    folder = base / version
+    f = _table_file(folder, table)
+    if f:
+        return f, version, ""
+    donor = _reuse_donor(folder / "reuse.yaml", table)
+    if donor and _table_file(base / donor, table):
+        return _table_file(base / donor, table), donor, f"{table} {version}: reuses {donor}'s table ({folder / 'reuse.yaml'})"
+    raise ConfigError(f"{folder}: no {table} table (.parquet/.csv/.txt); versions that have one: "
+                      f"{', '.join(present) or 'none'}")
+
+
+def _reuse_donor(path: Path, table: str) -> str | None:
+    if not path.is_file():
+        return None
+    try:
+        import yaml
+
+        doc = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        for r in doc.get("reuse") or []:
+            if r.get("table") == table and r.get("from_version"):
+                return str(r["from_version"])
+    except Exception:  # a malformed reuse note is no table: the caller reports the table missing
+        return None
+    return None
+
+
+def read_table(path: Path, needed=()):
+    """A table as a DataFrame (parquet, or CSV/AIConfigurator .txt with a header line); errors name the file."""
+    import pandas as pd
+
+    path = Path(path)
+    try:
+        if path.suffix == ".parquet":
+            try:
+                import pyarrow  # noqa: F401
+            except ImportError:
+                raise ConfigError(f"{path}: reading parquet needs pyarrow (pip install 'kvsim[parquet]')") from None
+            df = pd.read_parquet(path)
+        else:
+            df = pd.read_csv(path, skipinitialspace=True)
+    except ConfigError:
+        raise
+    except Exception as e:
+        raise ConfigError(f"{path}: unreadable table ({type(e).__name__}: {e})") from None
+    df.columns = [str(c).strip() for c in df.columns]
+    missing = [c for c in needed if c not in df.columns]
+    if missing:
+        raise ConfigError(f"{path}: missing column(s) {', '.join(missing)}")
+    for c in needed:
+        if c in ("kv_cache_dtype", "backend", "op_name", "nccl_dtype", "allreduce_dtype"):
+            continue
+        v = pd.to_numeric(df[c], errors="coerce")
+        if v.isna().any():
+            i = int(v.isna().to_numpy().nonzero()[0][0])
+            raise ConfigError(f"{path}: row {i + 1}: column '{c}' is not a number ({df[c].iloc[i]!r})")
+        df[c] = v
+    return df
+
+
+def gpu_for_system(system: str, sysdir: Path | None = None) -> GpuSpec:
+    """The kvsim GPU preset of an AIConfigurator system (b200_sxm, which kvsim has no preset for, from the
+    numbers above and its yaml)."""
+    name = system.lower()
+    if name in SYSTEM_GPUS:
+        return GPU_PRESETS[SYSTEM_GPUS[name]]
+    yaml_gpu = _system_yaml(sysdir, name) if sysdir is not None else {}
+    if name in EXTRA_GPUS:
+        g = GpuSpec(*EXTRA_GPUS[name])
+    elif {"mem_bw", "bfloat16_tc_flops", "mem_capacity"} <= set(yaml_gpu):
+        g = GpuSpec(name.replace("_", "-"), 0, 0.0, 0.0, 32e9, SMS_BY_SM_VERSION.get(int(yaml_gpu.get("sm_version", 0)), 108),
+                    f"sm{yaml_gpu.get('sm_version', '?')}")
+    else:
+        raise ConfigError(f"AIConfigurator system '{system}' has no kvsim GPU preset (known: "
+                          f"{', '.join(sorted({**SYSTEM_GPUS, **EXTRA_GPUS}))}) and no {system}.yaml with its peaks")
+    over = {}
+    for key, fld in (("mem_capacity", "memory_bytes"), ("mem_bw", "hbm_bandwidth"),
+                     ("bfloat16_tc_flops", "bf16_flops"), ("pcie_bw", "pcie_bandwidth")):
+        if key in yaml_gpu:
+            over[fld] = type(getattr(g, fld))(yaml_gpu[key])
+    return replace(g, **over)
+
+
+def _system_yaml(sysdir: Path, system: str) -> dict:
+    for p in (sysdir.parent / f"{system}.yaml", sysdir / f"{system}.yaml"):
+        if p.is_file():
+            try:
+                import yaml
+
+                doc = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+                return {**(doc.get("gpu") or {}), **{"pcie_bw": (doc.get("node") or {}).get("pcie_bw")}} \
+                    if (doc.get("node") or {}).get("pcie_bw") else dict(doc.get("gpu") or {})
+            except Exception as e:
+                raise ConfigError(f"{p}: unreadable system yaml ({type(e).__name__}: {e})") from None
+    return {}
+
+
+@dataclass(frozen=True)
+class AicData:
+    """Measurements of one system in per-operation form (seconds, bytes; per layer, per GPU).
+
+    decode: num_seqs, context (tokens per sequence), kv_tokens (all sequences), q_heads, kv_heads,
+    head_dim, kv_dtype_bytes, kv_bytes (one layer's KV read), seconds, kernel.
+    prefill: num_chunks, new_tokens (per chunk), cached (0), q_heads, kv_heads, head_dim, kv_dtype_bytes,
+    seconds, kernel.
+    all_reduce: num_gpus, message_bytes, seconds, backend (the one chosen), graph_s, nccl_s, eager_s (NaN
+    where not measured).
+    """
+
+    system: str
+    gpu: GpuSpec
+    root: str
+    decode: object = None
+    prefill: object = None
+    all_reduce: object = None
+    files: dict = field(default_factory=dict)  # table -> path read
+    versions: dict = field(default_factory=dict)  # table -> version read
+    notes: list = field(default_factory=list)
+
+    def describe(self) -> str:
+        return "; ".join(f"{_rel(self, t)} ({v})" for t, v in self.versions.items())
+
+
+def _attention_rows(df, path, include_windowed: bool):
+    """Full-attention, bf16-compute, beam-1 rows (sliding-window and other rows dropped)."""
+    keep = np.ones(len(df), dtype=bool)
+    if "window_size" in df.columns and not include_windowed:
+        keep &= df["window_size"].to_numpy() == 0
+    if "beam_width" in df.columns:
+        keep &= df["beam_width"].to_numpy() == 1
+    if "attn_dtype" in df.columns:
+        keep &= df["attn_dtype"].astype(str).isin(["bfloat16", "float16"]).to_numpy()
+    df = df[keep]
+    dt = df["kv_cache_dtype"].astype(str).str.strip().str.lower()
+    unknown = sorted(set(dt) - set(_KV_BYTES))
+    if unknown:
+        df, dt = df[~dt.isin(unknown)], dt[~dt.isin(unknown)]
+    lat = df["latency"].to_numpy(float)
+    good = np.isfinite(lat) & (lat > 0)
+    return df[good], dt[good].map(_KV_BYTES).to_numpy(int), len(keep) - int(good.sum()), unknown
+
+
+def read_decode(path: Path):
+    import pandas as pd
+
+    df = read_table(path, _ATTN_COLUMNS)
+    df, kvb, dropped, unknown = _attention_rows(df, path, False)
+    ctx = (df["isl"] + df["step"]).to_numpy(np.int64)
+    n = df["batch_size"].to_numpy(np.int64)
+    kvh = df["num_key_value_heads"].to_numpy(np.int64)
+    hd = df["head_dim"].to_numpy(np.int64)
+    out = pd.DataFrame({
+        "num_seqs": n, "context": ctx, "kv_tokens": n * ctx, "q_heads": df["num_heads"].to_numpy(np.int64),
+        "kv_heads": kvh, "head_dim": hd, "kv_dtype_bytes": kvb,
+        "kv_bytes": (n * ctx * 2 * kvh * hd * kvb).astype(float),
+        "seconds": df["latency"].to_numpy(float) * 1e-3,
+        "kernel": df["kernel_source"].astype(str).to_numpy() if "kernel_source" in df.columns else "",
+    })
+    if out.empty:
+        raise ConfigError(f"{path}: no usable full-attention decode rows")
+    return out.reset_index(drop=True)
+
+
+def read_prefill(path: Path):
+    import pandas as pd
+
+    df = read_table(path, _ATTN_COLUMNS)
+    df, kvb, dropped, unknown = _attention_rows(df, path, False)
+    out = pd.DataFrame({
+        "num_chunks": df["batch_size"].to_numpy(np.int64), "new_tokens": df["isl"].to_numpy(np.int64),
+        "cached": df["step"].to_numpy(np.int64), "q_heads": df["num_heads"].to_numpy(np.int64),
+        "kv_heads": df["num_key_value_heads"].to_numpy(np.int64), "head_dim": df["head_dim"].to_numpy(np.int64),
+        "kv_dtype_bytes": kvb, "seconds": df["latency"].to_numpy(float) * 1e-3,
+        "kernel": df["kernel_source"].astype(str).to_numpy() if "kernel_source" in df.columns else "",
+    })
+    if out.empty:
+        raise ConfigError(f"{path}: no usable full-attention prefill rows")
+    return out.reset_index(drop=True)
+
+
+def _elem_bytes(series, path) -> np.ndarray:
+    s = series.astype(str).str.strip().str.lower()
+    bad = sorted(set(s) - set(_KV_BYTES))
+    if bad:
+        raise ConfigError(f"{path}: unknown element dtype(s) {', '.join(bad)}")
+    return s.map(_KV_BYTES).to_numpy(int)
+
+
+def read_all_reduce(custom: Path | None, nccl: Path | None, backend: str = "vllm"):
+    """All-reduce rows (num_gpus, message_bytes, seconds, backend, graph_s, nccl_s, eager_s) from vLLM's
+    custom_allreduce table and/or NCCL's all_reduce rows; ``backend``: "vllm" (the CUDA-graph time where
+    measured and no slower than NCCL, else NCCL), "vllm_graph" (the CUDA-graph time as measured, NCCL only
+    where it is missing) or "nccl"."""
+    import pandas as pd
+
+    if backend not in ("vllm", "vllm_graph", "nccl"):
+        raise ConfigError(f"all-reduce backend must be vllm, vllm_graph or nccl, not {backend!r}")
+    parts = []
+    if custom is not None:
+        c = read_table(custom, ("num_gpus", "message_size", "latency", "backend"))
+        eb = _elem_bytes(c["allreduce_dtype"], custom) if "allreduce_dtype" in c.columns else np.full(len(c), 2)
+        c = c.assign(message_bytes=c["message_size"].to_numpy(np.int64) * eb,
+                     which=c["backend"].astype(str).str.strip().map({"vllm_graph": "graph_s", "vllm_eager": "eager_s"}))
+        parts.append(c.dropna(subset=["which"]))
+    if nccl is not None:
+        n = read_table(nccl, ("num_gpus", "message_size", "latency", "op_name"))
+        n = n[n["op_name"].astype(str).str.strip() == "all_reduce"]
+        if "nccl_dtype" in n.columns:
+            n = n[n["nccl_dtype"].astype(str).str.strip().str.lower().isin(["half", "bfloat16", "float16"])]
+        if n.empty:
+            raise ConfigError(f"{nccl}: no half-precision all_reduce rows")
+        parts.append(n.assign(message_bytes=n["message_size"].to_numpy(np.int64) * 2, which="nccl_s"))
+    if not parts:
+        raise ConfigError("no all-reduce tables to read")
+    df = pd.concat([p[["num_gpus", "message_bytes", "latency", "which"]] for p in parts], ignore_index=True)
+    df = df[np.isfinite(df["latency"].to_numpy(float)) & (df["latency"].to_numpy(float) > 0)]
+    wide = df.pivot_table(index=["num_gpus", "message_bytes"], columns="which", values="latency", aggfunc="median") * 1e-3
+    for col in ("graph_s", "nccl_s", "eager_s"):
+        if col not in wide.columns:
+            wide[col] = np.nan
+    wide = wide.reset_index()
+    g, nc = wide["graph_s"].to_numpy(float), wide["nccl_s"].to_numpy(float)
+    if backend == "nccl":
+        use_graph = np.zeros(len(wide), dtype=bool)
+    elif backend == "vllm_graph":
+        use_graph = np.isfinite(g)
+    else:
+        use_graph = np.isfinite(g) & ~(nc < g)
+    sec = np.where(use_graph, g, nc)
+    out = pd.DataFrame({"num_gpus": wide["num_gpus"].to_numpy(np.int64),
+                        "message_bytes": wide["message_bytes"].to_numpy(np.int64), "seconds": sec,
+                        "backend": np.where(use_graph, "vllm_graph", "nccl"),
+                        "graph_s": g, "nccl_s": nc, "eager_s": wide["eager_s"].to_numpy(float)})
+    return out[np.isfinite(out["seconds"])].sort_values(["num_gpus", "message_bytes"]).reset_index(drop=True)
+
+
+def read_aic(root: str | Path, system: str | None = None, version: str | None = None,
+             nccl_version: str | None = None, kinds=("decode", "prefill", "all_reduce"),
+             all_reduce_backend: str = "vllm", gpu: GpuSpec | None = None) -> AicData:
+    """Read one system's vLLM attention and all-reduce tables (see the module docstring).
+
+    ``version``: the vLLM version folder (default: the newest that has each table); ``nccl_version``: the
+    NCCL folder (default: the newest with all_reduce rows); ``kinds``: which of decode / prefill / all_reduce
+    to read (each one asked for must be there). All-reduce needs the custom_allreduce table or NCCL's.
+    """
+    sysdir = system_dir(root, system)
+    name = sysdir.name
+    gpu = gpu or gpu_for_system(name, sysdir)
+    files, versions, notes, got = {}, {}, [], {}
+    for kind, reader in (("decode", read_decode), ("prefill", read_prefill)):
+        if kind in kinds:
+            f, v, note = locate_table(sysdir, kind, version)
+            got[kind] = reader(f)
+            files[TABLES[kind][1]], versions[TABLES[kind][1]] = str(f), v
+            notes += [note] if note else []
+    if "all_reduce" in kinds:
+        custom = nccl = None
+        try:
+            custom, v, note = locate_table(sysdir, "custom_allreduce", version)
+            files["custom_allreduce_perf"], versions["custom_allreduce_perf"] = str(custom), v
+            notes += [note] if note else []
+        except ConfigError as e:
+            if all_reduce_backend != "nccl":
+                notes.append(f"no vLLM custom all-reduce table ({e}); NCCL only")
+        nccl, nv = _nccl_table(sysdir, nccl_version)
+        if nccl is not None:
+            files["nccl_perf"], versions["nccl_perf"] = str(nccl), nv
+        if custom is None and nccl is None:
+            raise ConfigError(f"{sysdir}: no all-reduce table (comm/vllm/<version>/custom_allreduce_perf or "
+                              "comm/nccl/<version>/nccl_perf with all_reduce rows)")
+        if all_reduce_backend == "nccl" and nccl is None:
+            raise ConfigError(f"{sysdir / 'comm' / 'nccl'}: no nccl_perf table with all_reduce rows")
+        got["all_reduce"] = read_all_reduce(custom if all_reduce_backend != "nccl" else None, nccl, all_reduce_backend)
+    return AicData(name, gpu, str(sysdir), got.get("decode"), got.get("prefill"), got.get("all_reduce"),
+                   files, versions, notes)
+
+
+def _nccl_table(sysdir: Path, version: str | None):
+    """The NCCL table to use: ``version``'s, or the newest version folder whose table has all_reduce rows."""
+    if version is not None:
+        f, v, _ = locate_table(sysdir, "nccl", version)
+        return f, v
+    for v in reversed(versions_present(sysdir, "nccl")):
+        f = _table_file(Path(sysdir) / TABLES["nccl"][0] / v, TABLES["nccl"][1])
+        df = read_table(f, ("op_name",))
+        if (df["op_name"].astype(str).str.strip() == "all_reduce").any():
+            return f, v
+    return None, None
+
+
+# --- the per-operation formulas, vectorised (they equal PerOpModel's; see check_against_perop) ----------
+def decode_seconds(p: DecodeAttentionParams, gpu: GpuSpec, num_seqs, kv_bytes):
+    """PerOpModel.decode_attention_layer_s over arrays: max(floor, ramp + per_seq x n + bytes / bandwidth)."""
+    return np.maximum(p.floor_s, p.ramp_s + p.per_seq_s * num_seqs + kv_bytes / (gpu.hbm_bandwidth * p.bw_eff))
+
+
+def prefill_seconds(p: PrefillAttentionParams, gpu: GpuSpec, num_chunks, new, cached, q_heads, kv_heads, head_dim,
+                    kv_dtype_bytes):
+    """PerOpModel.prefill_attention_layer_s over arrays of ``num_chunks`` identical (new, cached) chunks."""
+    tq, tkv, ovh = p.tile_q, p.tile_kv, p.cta_overhead_tiles
+    r = tq // tkv
+    new, cached = np.asarray(new, np.int64), np.asarray(cached, np.int64)
+    full, part = np.divmod(new, tq)
+    tiles = full * -(-cached // tkv) + r * full * (full + 1) // 2 + np.where(part > 0, -(-(cached + new) // tkv), 0)
+    q_tiles = full + (part > 0)
+    work = num_chunks * q_heads * (tiles + ovh * q_tiles)
+    longest = -(-(cached + new) // tkv) + ovh
+    tile_s = 4.0 * tq * tkv * head_dim / (gpu.bf16_flops / gpu.sms * p.flops_eff)
+    compute = tile_s * np.maximum(work / gpu.sms, longest)
+    memory = num_chunks * (cached + new) * (2 * kv_heads * head_dim * kv_dtype_bytes) / (gpu.hbm_bandwidth * p.bw_eff)
+    return p.floor_s + np.maximum(compute, memory)
+
+
+def link_seconds(p: LinkParams, message_bytes):
+    return p.latency_s + np.asarray(message_bytes, float) / p.bandwidth
+
+
+def predict(data: AicData, calib: Calibration, interconnect: str = "nvswitch") -> dict:
+    """predicted seconds per row of each table of ``data`` with ``calib``'s parameters."""
+    out = {}
+    if data.decode is not None:
+        d = data.decode
+        out["decode"] = decode_seconds(calib.decode_attention, data.gpu, d["num_seqs"].to_numpy(float),
+                                       d["kv_bytes"].to_numpy(float))
+    if data.prefill is not None:
+        out["prefill"] = _prefill_df(calib.prefill_attention, data.gpu, data.prefill)
+    if data.all_reduce is not None and calib.all_reduce:
+        a = data.all_reduce
+        pred = np.full(len(a), np.nan)
+        for n in np.unique(a["num_gpus"]):
+            m = (a["num_gpus"] == n).to_numpy()
+            pred[m] = link_seconds(calib.link(int(n), interconnect), a["message_bytes"].to_numpy()[m])
+        out["all_reduce"] = pred
+    return out
+
+
+def _prefill_df(p, gpu, d):
+    return prefill_seconds(p, gpu, d["num_chunks"].to_numpy(float), d["new_tokens"].to_numpy(), d["cached"].to_numpy(),
+                           d["q_heads"].to_numpy(float), d["kv_heads"].to_numpy(float), d["head_dim"].to_numpy(float),
+                           d["kv_dtype_bytes"].to_numpy(float))
+
+
+def check_against_perop(data: AicData, calib: Calibration, rows: int = 40) -> float:
+    """Largest relative difference between the vectorised formulas here and PerOpModel itself on ``rows``
+    rows of each attention table (0 when they agree)."""
+    from kvsim.hardware import ModelSpec
+    from kvsim.latency.cpu import CPU_PRESETS
+    from kvsim.latency.perop import PerOpModel
+
+    worst = 0.0
+    pred = predict(data, calib)
+    for kind in ("decode", "prefill"):
+        d = getattr(data, kind)
+        if d is None:
+            continue
+        idx = np.linspace(0, len(d) - 1, min(rows, len(d))).astype(int)
+        for i in idx:
+            r = d.iloc[i]
+            kvd = {1: "fp8", 2: "bf16", 4: "fp32"}[int(r["kv_dtype_bytes"])]
+            m = ModelSpec("aic", 1, int(r["q_heads"]), int(r["kv_heads"]), int(r["head_dim"]), 1e9, 1 << 30, "bf16",
+                          kv_dtype=kvd)
+            pm = PerOpModel(m, data.gpu, calib, CPU_PRESETS["none"], 1)
+            if kind == "decode":
+                ref = pm.decode_attention_layer_s(int(r["num_seqs"]), int(r["kv_tokens"]))
+            else:
+                ref = pm.prefill_attention_layer_s([(int(r["new_tokens"]), int(r["cached"]))] * int(r["num_chunks"]))
+            worst = max(worst, abs(pred[kind][i] / ref - 1.0))
+    return worst
+
+
+# --- fitting --------------------------------------------------------------------------------------
+def _kv_filter(d, kv_dtype_bytes):
+    return d if kv_dtype_bytes is None else d[d["kv_dtype_bytes"].isin(kv_dtype_bytes)]
+
+
+def fit_decode(d, gpu: GpuSpec) -> DecodeAttentionParams:
+    """floor, ramp, bandwidth efficiency and per-sequence cost (kvsim.latency.fit's decode fitter)."""
+    from kvsim.latency.fit import _fit_decode
+
+    if len(d) < 5:
+        raise ConfigError(f"need at least 5 decode attention rows to fit, have {len(d)}")
+    return _fit_decode(d["num_seqs"].to_numpy(float), d["kv_bytes"].to_numpy(float), d["seconds"].to_numpy(float), gpu)
+
+
+def fit_prefill(d, gpu: GpuSpec, base: PrefillAttentionParams) -> PrefillAttentionParams:
+    """floor, tile efficiency and start-up tiles of the prefill tile model (as kvsim.latency.fit._fit_prefill,
+    over batches of identical chunks, vectorised); tile sizes and bandwidth stay ``base``'s."""
+    from kvsim.latency.fit import _fit
+
+    if len(d) < 4:
+        raise ConfigError(f"need at least 4 prefill attention rows to fit, have {len(d)}")
+    T = d["seconds"].to_numpy(float)
+
+    def params(x):
+        return replace(base, floor_s=x[0] * 1e-6, flops_eff=x[1], cta_overhead_tiles=x[2])
+
+    def res(x):
+        return np.log(_prefill_df(params(x), gpu, d) / T)
+
+    return params([float(v) for v in _fit(res, [10.0, 0.5, 2.0], [0.0, 0.001, 0.0], [1e5, 1.0, 64.0])])
+
+
+def fit_all_reduce(a) -> dict[str, LinkParams]:
+    """latency + bytes / bandwidth per group size, fitted as kvsim.latency.fit.fit_links does."""
+    from kvsim.latency.fit import _fit
+
+    out = {}
+    for n, g in a.groupby("num_gpus"):
+        S, T = g["message_bytes"].to_numpy(float), g["seconds"].to_numpy(float)
+        if len(S) < 4:
+            continue
+
+        def res(x):  # microseconds and GB/s
+            return np.log((x[0] * 1e-6 + S / (x[1] * 1e9)) / T)
+
+        x = _fit(res, [10.0, 100.0], [0.0, 0.1], [1e4, 1e4])
+        out[str(int(n))] = LinkParams(float(x[0]) * 1e-6, float(x[1]) * 1e9)
+    return out
+
+
+@dataclass(frozen=True)
+class AicFit:
+    gpu: GpuSpec
+    decode_attention: DecodeAttentionParams | None
+    prefill_attention: PrefillAttentionParams | None
+    all_reduce: dict  # {"nvswitch": {"2": LinkParams, ...}}
+    sources: dict  # parameter group -> where its numbers come from
+
+    def calibration(self, base: Calibration | None = None) -> Calibration:
+        """``base`` (default: a calibration of kvsim's defaults) with the fitted groups replaced."""
+        base = base or Calibration(gpu=self.gpu.name)
+        c = replace(base, gpu=self.gpu.name, derived_from="", sources={**base.sources, **self.sources})
+        if self.decode_attention:
+            c = replace(c, decode_attention=self.decode_attention)
+        if self.prefill_attention:
+            c = replace(c, prefill_attention=self.prefill_attention)
+        if self.all_reduce:
+            c = replace(c, all_reduce={**c.all_reduce, **self.all_reduce})
+        return c
+
+
+def fit_aic(data: AicData, base: Calibration | None = None, kv_dtype_bytes=(2,), prefill_min_tokens: int = 1) -> AicFit:
+    """Fit decode and prefill attention and the all-reduce table from ``data``; ``kv_dtype_bytes``: the KV
+    element sizes fitted on (default bf16 only; None: all); ``prefill_min_tokens``: the shortest chunks fitted
+    on. Prefill keeps ``base``'s tile sizes and reads KV at the fitted decode bandwidth efficiency."""
+    base = base or Calibration(gpu=data.gpu.name)
+    src, dec, pre, ar = {}, None, None, {}
+    tag = "fitted: NVIDIA AIConfigurator (Apache-2.0) {}, vLLM {}{}"
+    kvnote = "" if kv_dtype_bytes is None else f", KV {'/'.join({1: 'fp8', 2: 'bf16', 4: 'fp32'}[b] for b in kv_dtype_bytes)}"
+    if data.decode is not None:
+        dec = fit_decode(_kv_filter(data.decode, kv_dtype_bytes), data.gpu)
+        src["decode_attention"] = tag.format(_rel(data, "generation_attention_perf"),
+                                             data.versions["generation_attention_perf"], kvnote)
+    if data.prefill is not None:
+        pbase = replace(base.prefill_attention, bw_eff=dec.bw_eff) if dec else base.prefill_attention
+        rows = _kv_filter(data.prefill, kv_dtype_bytes)
+        pre = fit_prefill(rows[rows["new_tokens"] >= prefill_min_tokens], data.gpu, pbase)
+        src["prefill_attention"] = tag.format(_rel(data, "context_attention_perf"),
+                                              data.versions["context_attention_perf"], kvnote) + \
+            (f", chunks >= {prefill_min_tokens} tokens" if prefill_min_tokens > 1 else "") + \
+            (" (KV bandwidth: the decode fit's)" if dec else "")
+    if data.all_reduce is not None:
+        ar = {"nvswitch": fit_all_reduce(data.all_reduce)}
+        used = sorted(set(data.all_reduce["backend"]))
+        files = [f"{_rel(data, t)} ({'vLLM ' if t.startswith('custom') else 'NCCL '}{data.versions[t]})"
+                 for t in ("custom_allreduce_perf", "nccl_perf") if t in data.files]
+        src["all_reduce"] = ("fitted: NVIDIA AIConfigurator (Apache-2.0) " + ", ".join(files) +
+                             f"; per size the faster of vLLM's CUDA-graph all-reduce and NCCL ({'/'.join(used)})")
+    return AicFit(data.gpu, dec, pre, ar, src)
+
+
+def _rel(data: AicData, table: str) -> str:
+    p, root = Path(data.files[table]), Path(data.root).parent
+    try:
+        return str(p.relative_to(root))
+    except ValueError:
+        return str(p)
+
+
+# --- validation -----------------------------------------------------------------------------------
+def _stats(r) -> dict:
+    r = np.asarray(r, float)
+    r = r[np.isfinite(r)]
+    if not len(r):
+        return {"n": 0}
+    return {"n": int(len(r)), "median": float(np.median(r)), "p10": float(np.percentile(r, 10)),
+            "p90": float(np.percentile(r, 90))}
+
+
+def decode_regimes(d) -> np.ndarray:
+    b = np.where(d["num_seqs"].to_numpy() < 8, "batch<8", "batch>=8")
+    c = np.where(d["context"].to_numpy() < 1024, "ctx<1024", "ctx>=1024")
+    return np.char.add(np.char.add(b.astype(str), " "), c.astype(str))
+
+
+def prefill_regimes(d) -> np.ndarray:
+    return np.where(d["new_tokens"].to_numpy() < 512, "chunk<512", "chunk>=512")
+
+
+def all_reduce_regimes(a) -> np.ndarray:
+    s = a["message_bytes"].to_numpy()
+    name = np.full(len(s), "", dtype=object)
+    for (lo, hi), nm in zip(SIZE_BINS, SIZE_BIN_NAMES):
+        name[(s >= lo) & (s < hi)] = nm
+    return np.char.add(np.char.add("x", a["num_gpus"].astype(str).to_numpy().astype(str)), np.char.add(" ", name.astype(str)))
+
+
+def _by_regime(ratio, regimes) -> dict:
+    out = {"all": _stats(ratio)}
+    for k in sorted(set(regimes)):
+        out[k] = _stats(ratio[regimes == k])
+    return out
+
+
+def evaluate_calibration(data: AicData, calib: Calibration, kv_dtype_bytes=(2,),
+                         interconnect: str = "nvswitch") -> dict:
+    """predicted / measured of ``calib`` on ``data`` by regime: decode (batch x context), prefill (chunk size),
+    all-reduce (GPUs x message size); with fp8-KV rows, "decode fp8 KV" / "prefill fp8 KV" as well."""
+    out = {}
+    pred = predict(data, calib, interconnect)
+    for kind, regimes in (("decode", decode_regimes), ("prefill", prefill_regimes)):
+        d = getattr(data, kind)
+        if d is None:
+            continue
+        r = pred[kind] / d["seconds"].to_numpy()
+        sel = d["kv_dtype_bytes"].isin(kv_dtype_bytes).to_numpy() if kv_dtype_bytes else np.ones(len(d), bool)
+        out[kind] = _by_regime(r[sel], regimes(d)[sel])
+        if (~sel).any():
+            out[f"{kind} other KV dtypes"] = _by_regime(r[~sel], regimes(d)[~sel])
+    if "all_reduce" in pred:
+        a = data.all_reduce
+        out["all_reduce"] = _by_regime(pred["all_reduce"] / a["seconds"].to_numpy(), all_reduce_regimes(a))
+    return out
+
+
+def head_layout_folds(d, folds: int) -> np.ndarray:
+    """Fold of each row: head layouts (q heads, KV heads, head dim) dealt round-robin over ``folds`` folds."""
+    keys = list(zip(d["q_heads"], d["kv_heads"], d["head_dim"]))
+    layouts = sorted(set(keys))
+    fold_of = {k: i % folds for i, k in enumerate(layouts)}
+    return np.array([fold_of[k] for k in keys])
+
+
+def validate_aic(data: AicData, fit: AicFit | None = None, base: Calibration | None = None, folds: int = 5,
+                 every: int = 5, kv_dtype_bytes=(2,), prefill_min_tokens: int = 1) -> dict:
+    """{"in_sample": ..., "held_out": ...}, each {table: {regime: {n, median, p10, p90}}} of predicted /
+    measured. Held out: attention fitted without one of ``folds`` groups of head layouts and predicted on it
+    (layouts dealt round-robin, so each fold spans head counts and head dims); all-reduce fitted without
+    every ``every``-th message size of each group size and predicted on those."""
+    base = base or Calibration(gpu=data.gpu.name)
+    fit = fit or fit_aic(data, base, kv_dtype_bytes, prefill_min_tokens)
+    out = {"in_sample": evaluate_calibration(data, fit.calibration(base), kv_dtype_bytes)}
+    held: dict = {}
+    for kind in ("decode", "prefill"):
+        d = getattr(data, kind)
+        if d is None:
+            continue
+        d = _kv_filter(d, kv_dtype_bytes).reset_index(drop=True)
+        fold = head_layout_folds(d, folds)
+        ratio = np.full(len(d), np.nan)
+        for f in range(folds):
+            train, test = d[fold != f], d[fold == f]
+            if test.empty or len(train) < 5:
+                continue
+            if kind == "decode":
+                p = fit_decode(train, data.gpu)
+                ratio[fold == f] = decode_seconds(p, data.gpu, test["num_seqs"].to_numpy(float),
+                                                  test["kv_bytes"].to_numpy(float)) / test["seconds"].to_numpy()
+            else:
+                bw = fit.decode_attention.bw_eff if fit.decode_attention else base.prefill_attention.bw_eff
+                p = fit_prefill(train[train["new_tokens"] >= prefill_min_tokens], data.gpu,
+                                replace(base.prefill_attention, bw_eff=bw))
+                ratio[fold == f] = _prefill_df(p, data.gpu, test) / test["seconds"].to_numpy()
+        held[kind] = _by_regime(ratio, (decode_regimes if kind == "decode" else prefill_regimes)(d))
+    if data.all_reduce is not None:
+        a = data.all_reduce.reset_index(drop=True)
+        ratio = np.full(len(a), np.nan)
+        for n, g in a.groupby("num_gpus"):
+            g = g.sort_values("message_bytes")
+            test = np.arange(len(g)) % every == every // 2
+            links = fit_all_reduce(g[~test])
+            if str(int(n)) in links:
+                ratio[g.index[test]] = link_seconds(links[str(int(n))], g["message_bytes"].to_numpy()[test]) / \
+                    g["seconds"].to_numpy()[test]
+        held["all_reduce"] = _by_regime(ratio, all_reduce_regimes(a))
+    out["held_out"] = held
+    return out
