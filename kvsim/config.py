@@ -177,7 +177,9 @@ class SimConfig:
     interconnect: str = "nvswitch"  # how tensor-parallel GPUs are linked: "nvswitch" or "pairwise" NVLink
     victim_policy: str = "lifo"  # preemption victim policy (engine/preemption.py)
     block_size: int = 16  # tokens per block of allocators named without one
-    enable_prefix_caching: bool = False  # `paged` means `paged+prefix`
+    # True: every allocator that can caches prefixes; False: none by default; None: the default allocators
+    # do (vLLM V1), named ones run as named (runner.prefix_caching)
+    enable_prefix_caching: bool | None = None
     cache_eviction: str = "lru"  # which cached block a prefix cache drops first
     kv_offload_gb: float = 0.0  # GiB per GPU of a CPU tier below the prefix cache (0: none)
     kv_offload_bandwidth: float = 0.0  # bytes/s from the CPU tier into one GPU (0: the GPU's PCIe bandwidth)

@@ -114,8 +114,10 @@ OPTIONS: list[Option] = [
            "preempt only a victim's tail blocks, as many as needed (paged allocators)",
            "scheduler", False, bool),
     Option("enable_prefix_caching", ("--enable-prefix-caching",),
-           "automatic prefix caching: allocator `paged` runs as `paged+prefix` (--no-enable-prefix-caching: "
-           "off, the default here; vLLM V1 has it on)", "scheduler", False, bool, negatable=True),
+           "automatic prefix caching: every allocator that can runs with +prefix (paged -> paged+prefix); "
+           "--no-enable-prefix-caching: the default allocators run without it. Unset: on for the default "
+           "allocators as in vLLM V1 (not for models with mamba layers), allocators you name run as named",
+           "scheduler", None, bool, negatable=True),
     Option("cache_eviction", ("--cache-eviction",), "which cached prefix block a prefix cache drops first",
            "scheduler", "lru", choices=tuple(CACHE_EVICTION_POLICIES)),
     Option("horizon_s", ("--horizon-s",), "stop at this simulated time (seconds); later work is reported unfinished",

@@ -27,10 +27,20 @@ class RunOutput:
     timeline: pd.DataFrame
 
 
-def resolve_allocator(allocator: AllocatorSpec | str, cfg: SimConfig) -> AllocatorSpec:
-    """The allocator's spec with the run's block size and prefix-caching switch applied."""
+def prefix_caching(cfg: SimConfig, named: bool) -> bool:
+    """Whether allocators that can cache prefixes do: as ``--enable-prefix-caching`` says when given; else
+    the default allocators do, as vLLM V1's (not for models with mamba layers, whose state vLLM did not cache
+    by default), and allocators the user named run as named."""
+    if cfg.enable_prefix_caching is not None:
+        return cfg.enable_prefix_caching
+    return not named and not cfg.model.count("mamba")
+
+
+def resolve_allocator(allocator: AllocatorSpec | str, cfg: SimConfig, named: bool = True) -> AllocatorSpec:
+    """The allocator's spec with the run's block size and prefix caching applied (``named``: the user
+    chose it, else it is a command's default)."""
     spec = parse_allocator(allocator) if isinstance(allocator, str) else allocator
-    return spec.resolve(cfg.block_size, cfg.enable_prefix_caching)
+    return spec.resolve(cfg.block_size, prefix_caching(cfg, named))
 
 
 def build_allocator(cfg: SimConfig, allocator: AllocatorSpec | str, pool: PoolPlan) -> KVAllocator:

@@ -68,3 +68,38 @@ def test_bad_sizes_are_named(text, msg):
 def test_prefix_caching_can_be_switched_off_as_in_vllm():
     assert config_from_args(["--enable-prefix-caching"]).enable_prefix_caching
     assert not config_from_args(["--no-enable-prefix-caching"]).enable_prefix_caching
+
+
+@pytest.mark.parametrize("args,named,expected", [
+    ([], None, "paged:16+prefix"),  # the default allocator caches prefixes, as vLLM V1's
+    ([], "paged:16", "paged:16"),  # a named allocator runs as named
+    (["--no-enable-prefix-caching"], None, "paged:16"),
+    (["--enable-prefix-caching"], "paged:8", "paged:8+prefix"),
+    (["--no-enable-prefix-caching"], "paged:16+prefix", "paged:16+prefix"),
+    (["--model", "jamba-1.5-mini"], "hybrid", "hybrid:16"),  # mamba state: off by default, as vLLM
+    (["--model", "jamba-1.5-mini"], None, "hybrid:16"),
+    (["--model", "gemma-2-9b"], None, "hybrid:16+prefix"),
+    ([], "max", "max"),  # nothing to switch on
+])
+def test_prefix_caching_is_on_for_the_default_allocators(args, named, expected):
+    from kvsim.runner import resolve_allocator
+
+    cfg = config_from_args(args)
+    name = named or ("hybrid" if cfg.model.is_hybrid else "paged")
+    assert str(resolve_allocator(name, cfg, named=named is not None)) == expected
+
+
+def test_run_and_compare_use_prefix_caching_by_default(tmp_path):
+    from kvsim.cli import main
+
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("".join(open("traces/mooncake_excerpt.jsonl").readlines()[:60]))
+    import pandas as pd
+
+    for extra, expected in (([], "paged:16+prefix"), (["--no-enable-prefix-caching"], "paged:16")):
+        out = tmp_path / f"run{len(extra)}"
+        assert main(["run", "--trace", str(trace), "--model", "qwen2.5-7b", "--gpu", "a100-80gb", "--no-plots",
+                     "--out", str(out), *extra]) == 0
+        runs = pd.read_csv(out / "runs.csv")
+        assert list(runs.allocator) == [expected]
+        assert (runs.prefix_hit_rate_tokens > 0).all() == (expected.endswith("+prefix"))

@@ -37,7 +37,10 @@ def cmd_plan(a: argparse.Namespace) -> int:
     out = prepare_output_dir(out, "--out")
     base = {"trace": a.trace, **values_from_namespace(a)}
     gpus = parse_gpus(a.gpus) if a.gpus else [(a.gpu or DEFAULT_GPU, None)]
-    allocators = parse_allocator_list(a.allocators, cfg.block_size, cfg.enable_prefix_caching)
+    from kvsim.runner import prefix_caching
+
+    allocators = parse_allocator_list(a.allocators or "paged:16", cfg.block_size,
+                                      prefix_caching(cfg, a.allocators is not None))
     jobs = make_jobs(base, gpus, allocators, slos, a.study, a.tol, a.max_steps, a.kernel_bench)
     validate_points([j.point for j in jobs])
     results = run_jobs(run_job, jobs, a.workers, a.backend, a.address, label="plan")
@@ -88,7 +91,9 @@ def cmd_fleet_plan(a: argparse.Namespace, cfg, slos) -> int:
     out, out_note = results_dir(a, Path(DEFAULT_OUT) / f"fleet-plan-{Path(a.trace).stem}")
     out = prepare_output_dir(out, "--out")
     gpus = parse_gpus(a.gpus) if a.gpus else [(a.gpu or DEFAULT_GPU, None)]
-    allocator = default_allocator(cfg.model)
+    from kvsim.runner import resolve_allocator
+
+    allocator = str(resolve_allocator(default_allocator(cfg.model), cfg, named=False))
     values = values_from_namespace(a)
     values.pop("gpu", None)
     rows = plan_fleet(a.trace, values, gpus, slos, a.fleet_max_gpus, routers, a.target_rate, a.kv_link, a.workers,
@@ -279,7 +284,8 @@ def register(sub) -> None:
     add_sim_args(pl, "plan")
     pl.add_argument("--gpus", help="GPU types with optional $ per GPU-hour, e.g. h100-80gb:4.5,a100-80gb:2 "
                     "[default: --gpu]")
-    pl.add_argument("--allocators", default="paged:16", help="comma-separated allocator names [default: paged:16]")
+    pl.add_argument("--allocators", help="comma-separated allocator names [default: paged:16, with +prefix as "
+                    "vLLM V1 unless --no-enable-prefix-caching]")
     pl.add_argument("--slo", required=True, help="e.g. ttft_p99=2s,tpot_p99=100ms (ttft/tpot/e2e at p50/p90/p99; "
                     "s, ms or us)")
     pl.add_argument("--target-rate", type=positive, help="requests/s to provision for (replicas, cost)")

@@ -71,13 +71,16 @@ def simulate_all(a: argparse.Namespace, allocator_names: str, command: str) -> i
     from kvsim.output.table import choose_columns
 
     columns = choose_columns(a.columns, a.wide)  # a bad name fails now, not after the simulation
+    from kvsim.runner import prefix_caching
+
     cfg = build_config(a)
-    if allocator_names is None:
+    named = allocator_names is not None
+    if not named:
         if command == "compare":
             allocator_names = HYBRID_DEFAULT_ALLOCATORS if cfg.model.is_hybrid else DEFAULT_ALLOCATORS
         else:
             allocator_names = "hybrid" if cfg.model.is_hybrid else "paged"
-    allocators = parse_allocator_list(allocator_names, cfg.block_size, cfg.enable_prefix_caching)
+    allocators = parse_allocator_list(allocator_names, cfg.block_size, prefix_caching(cfg, named))
     from kvsim.allocators.registry import model_problem
 
     for spec in allocators:  # refuse before simulating anything, not at the allocator that cannot
@@ -96,7 +99,7 @@ def simulate_all(a: argparse.Namespace, allocator_names: str, command: str) -> i
     out = prepare_output_dir(out, "--out")
     if a.record_batches:
         check_output_file(a.record_batches, "--record-batches", [a.trace, a.model, a.latency])
-    notes = loaded.notes() + latency_notes(cfg) + setting_warnings(cfg, loaded.requests, allocators)
+    notes = loaded.notes() + latency_notes(cfg) + setting_warnings(cfg, loaded.requests, allocators if named else [])
     for note in notes:
         print(note, file=sys.stderr)
     recorder = None

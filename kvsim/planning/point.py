@@ -74,7 +74,8 @@ def point_config(point: dict):
 
     own, opts = split_point(point)
     cfg = config_from_options(opts, naming="key")
-    return cfg, resolve_allocator(str(own.get("allocator", "paged")), cfg), normalize(opts, naming="key")
+    named = own.get("allocator") is not None
+    return cfg, resolve_allocator(str(own.get("allocator", "paged")), cfg, named), normalize(opts, naming="key")
 
 
 def build(point: dict):
