@@ -9,4 +9,4 @@ OUT=${1:-reports/vllm-fig2}
 kvsim trace generate -o /tmp/kvsim-sharegpt-like.jsonl -n 2000 --rate 20 --seed 3 \
     --prompt-mean 161 --output-mean 338 --max-total 2048
 kvsim compare --trace /tmp/kvsim-sharegpt-like.jsonl --model opt-13b --gpu a100-40gb --kv-pool-gb 12 \
-    --max-seq-len 2048 --out "$OUT"
+    --max-seq-len 2048 --no-enable-prefix-caching --out "$OUT"  # the paper's vLLM had no prefix cache

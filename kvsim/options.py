@@ -124,7 +124,8 @@ OPTIONS: list[Option] = [
            "scheduler", None, float, POSITIVE, default_text="run until every request is done"),
     # --- latency
     Option("latency", ("--latency",), "iteration-time model: 'per-op' (operation by operation, calibrated on "
-           "Vidur's public GPU profiles, shipped for a100-80gb, h100-80gb and a40 and derived for the same chips; see README: Latency), "
+           "measured vLLM kernels and Vidur's GPU profiles, shipped for a100-80gb, h100-80gb, b200 and a40 and "
+           "derived for the same chips; see README: Latency), "
            "'roofline' (uncalibrated), or a calibration JSON from `kvsim calibrate`", "latency", "per-op"),
     Option("cpu_overhead", ("--cpu-overhead",), "the serving engine's CPU time per iteration: vllm-v1 (current "
            "vLLM), vllm-v0 (the vLLM paper's generation), vllm-v1-async, none (GPU only); sources in the README",

@@ -41,11 +41,15 @@ def _model(cpu="none", tp=1, model="llama-2-7b", gpu="a100-80gb"):
 def test_decode_attention_floor_and_stream():
     m = _model()
     p = m.calib.decode_attention
-    # one short sequence: the kernels' floor; a large batch: the KV streamed at the achieved bandwidth
-    assert m.decode_attention_layer_s(1, 10) == p.floor_s
+    # one short sequence: the kernels' floor (or the ramp, where it lies above); a large batch: the KV
+    # streamed at the achieved bandwidth
+    token_s = 2 * 32 * 128 * 2 / (2.039e12 * p.bw_eff)
+    assert m.decode_attention_layer_s(1, 10) == pytest.approx(max(p.floor_s, p.ramp_s + (10 + p.per_seq_tokens) * token_s))
+    assert m.decode_attention_layer_s(1, 10) < 25e-6
     kv = 256 * 4096
     big = m.decode_attention_layer_s(256, kv)
-    assert big == pytest.approx(p.ramp_s + kv * 2 * 32 * 128 * 2 / (2.039e12 * p.bw_eff), rel=1e-12)
+    assert big == pytest.approx(p.ramp_s + (kv + 256 * p.per_seq_tokens) * 2 * 32 * 128 * 2 / (2.039e12 * p.bw_eff),
+                                rel=1e-12)
 
 
 @pytest.mark.parametrize("cpu", ["none", "vllm-v0", "vllm-v1", "vllm-v1-async"])
@@ -116,17 +120,18 @@ def test_tensor_parallel_all_reduces():
 
 
 def test_shipped_calibration_holds_its_measured_error_on_profile_excerpts():
-    """The A100 calibration predicts whole dense layers of the excerpted profiles within what the full
-    validation measured (reports/latency-validation/: leave-one-model-out medians 0.98-1.03, p10/p90 within
-    0.92-1.13)."""
+    """The A100 calibration (GEMMs fitted on vLLM 0.14's kernels, element-wise kernels on Vidur's profiles)
+    predicts Vidur's whole dense layers of the excerpted profiles within what the cross-check on all of them
+    measured (reports/latency-validation/aic.md: medians 0.88-1.06, p10/p90 within 0.83-1.14: Vidur's older
+    PyTorch/cuBLAS ran large GEMMs slower than vLLM 0.14 does)."""
     g = get_gpu("a100-80gb")
     rows = [r for f in sorted(glob.glob(f"{EXCERPT}/compute__a100__*")) for r in dense_rows(pd.read_csv(f), f.split("__")[3])]
     c, note = shipped_calibration(g)
     assert note == "" and c.measured_on == "gpu"
     layer = summarize_dense(rows, c, g)["layer"]
     for regime, s in layer.items():
-        assert 0.94 <= s["median"] <= 1.08, (regime, s)
-        assert s["p10"] >= 0.9 and s["p90"] <= 1.17, (regime, s)
+        assert 0.85 <= s["median"] <= 1.08, (regime, s)
+        assert s["p10"] >= 0.8 and s["p90"] <= 1.17, (regime, s)
 
 
 def test_leave_one_model_out_on_the_excerpt():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
 
 from kvsim.commands.args import non_negative_int, positive_int
 from kvsim.errors import ConfigError, TraceError
@@ -16,8 +17,29 @@ def cmd_calibrate(a: argparse.Namespace) -> int:
     from kvsim.latency.calibration import save_calibration
     from kvsim.latency.fit import fit_calibration
 
-    check_output_file(a.output, "-o", a.measurements)
-    c = fit_calibration(a.measurements, a.gpu)
+    if not a.measurements and not a.aic:
+        raise ConfigError("give measurement files, an AIConfigurator folder (--aic DIR), or both")
+    check_output_file(a.output, "-o", a.measurements + ([a.aic] if a.aic else []))
+    if a.aic:
+        from kvsim.hardware import get_gpu
+        from kvsim.latency.aic import fit_aic, read_aic
+        from kvsim.latency.calibration import shipped_calibration
+
+        kinds = ("decode", "prefill", "all_reduce") + (() if any("mlp" in m for m in a.measurements) else ("gemm",))
+        data = read_aic(a.aic, a.system, a.vllm_version, kinds=kinds,
+                        gpu=get_gpu(a.gpu) if a.gpu else None)
+        for note in data.notes:
+            print(f"note: {note}", file=sys.stderr)
+        gpu = data.gpu
+        base = fit_calibration(a.measurements, gpu.name) if a.measurements else shipped_calibration(gpu)[0]
+        fitted = fit_aic(data, base)
+        c = fitted.calibration(base)
+        if fitted.gemm is not None:  # the base's dense-layer statistics described its own GEMMs
+            was = base.sources.get("elementwise", "").replace("the same files", base.sources.get("gemm", ""))
+            c = replace(c, fit={k: v for k, v in c.fit.items() if k != "dense_in_sample"},
+                        sources={**c.sources, "elementwise": f"kept from the {base.gpu} calibration ({was})"})
+    else:
+        c = fit_calibration(a.measurements, a.gpu)
     save_calibration(c, a.output)
     print(f"calibration for {c.gpu} (measured on: {c.measured_on})")
     for group in ("gemm", "elementwise", "decode_attention", "prefill_attention", "all_reduce"):
@@ -149,8 +171,14 @@ def register(sub) -> None:
                    "communication_s, cpu_s (seconds, whole model on one GPU)")
     lat.set_defaults(func=cmd_latency)
     cal = sub.add_parser("calibrate", help="fit a latency calibration from measured GPU profiles")
-    cal.add_argument("measurements", nargs="+", help="Vidur-format mlp.csv / attention.csv / all_reduce.csv / "
+    cal.add_argument("measurements", nargs="*", help="Vidur-format mlp.csv / attention.csv / all_reduce.csv / "
                      "send_recv.csv, and `kvsim kernels bench` / `replay` CSVs")
-    cal.add_argument("--gpu", help="GPU preset the measurements are from [default: named in the Vidur paths]")
+    cal.add_argument("--aic", metavar="DIR", help="NVIDIA AIConfigurator performance tables (its systems/data "
+                     "layout: <system>/attention/vllm/<version>/..., comm/..., gemm/...): decode and prefill "
+                     "attention, all-reduce and, without mlp.csv files, GEMMs are fitted from them")
+    cal.add_argument("--system", help="with --aic: the system folder, e.g. h100_sxm [default: the only one]")
+    cal.add_argument("--vllm-version", help="with --aic: the vLLM version's tables [default: the newest of each]")
+    cal.add_argument("--gpu", help="GPU preset the measurements are from [default: named in the Vidur paths, or "
+                     "the AIConfigurator system's]")
     cal.add_argument("-o", "--output", required=True, help="calibration JSON to write")
     cal.set_defaults(func=cmd_calibrate)

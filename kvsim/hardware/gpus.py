@@ -29,6 +29,9 @@ GPU_PRESETS: dict[str, GpuSpec] = {
         GpuSpec("a100-80gb", 81920 * MiB, 2.039e12, 312e12, 32e9, 108, "ampere-a100"),
         GpuSpec("h100-80gb", 81559 * MiB, 3.35e12, 989e12, 64e9, 132, "hopper"),
         GpuSpec("h200-141gb", 143771 * MiB, 4.8e12, 989e12, 64e9, 132, "hopper"),
+        # B200 (HGX): nvidia-smi reports 183,359 MiB; a 7,680-bit bus at 3,996 MHz gives 7.67 TB/s (pytorch/ao
+        # PR #4002); dense bf16 2.25 PFLOP/s; hosts on PCIe Gen5
+        GpuSpec("b200", 183359 * MiB, 7.67e12, 2.25e15, 64e9, 148, "blackwell"),
         GpuSpec("a40", 46068 * MiB, 696e9, 149.7e12, 32e9, 84, "ampere-ga102"),
         GpuSpec("l40s", 46068 * MiB, 864e9, 362e12, 32e9, 142, "ada"),
         GpuSpec("rtx-4090", 24564 * MiB, 1.008e12, 165e12, 32e9, 128, "ada"),

@@ -7,6 +7,7 @@ serving frameworks' own kernels. This module reads the vLLM ones from a folder i
     <root>/<system>/attention/vllm/<version>/context_attention_perf.{parquet,csv,txt}
     <root>/<system>/comm/vllm/<version>/custom_allreduce_perf.{parquet,csv,txt}
     <root>/<system>/comm/nccl/<version>/nccl_perf.{parquet,csv,txt}
+    <root>/<system>/gemm/vllm/<version>/gemm_perf.{parquet,csv,txt}
     <root>/<system>.yaml                      (optional: the system's datasheet numbers)
 
 (``root`` may also be the ``<system>`` folder itself), and returns them per layer and per GPU in SI units:
@@ -26,8 +27,10 @@ serving frameworks' own kernels. This module reads the vLLM ones from a folder i
   than NCCL's, NCCL's otherwise (vLLM's decode steps run in CUDA graphs; above its custom all-reduce limit
   vLLM calls NCCL, and the two tables then agree within a few percent).
 
-:func:`fit_aic` fits the per-operation model's decode and prefill attention parameters and the all-reduce
-latency/bandwidth table from them; :func:`validate_aic` reports predicted / measured in-sample and held out
+- GEMMs (bf16) of m x k activations by k x n weights.
+
+:func:`fit_aic` fits the per-operation model's decode and prefill attention parameters, the all-reduce
+table (two lines per group size: custom all-reduce and NCCL) and, when read, the GEMM parameters from them; :func:`validate_aic` reports predicted / measured in-sample and held out
 (head layouts the fit did not see; message sizes it did not see) by regime; :func:`evaluate_calibration`
 the same ratios for any calibration (a shipped one, say).
 """
@@ -42,15 +45,16 @@ import numpy as np
 
 from kvsim.errors import ConfigError
 from kvsim.hardware import GpuSpec
-from kvsim.hardware.gpus import GPU_PRESETS, GiB
-from kvsim.latency.calibration import (Calibration, DecodeAttentionParams, LinkParams, PrefillAttentionParams)
+from kvsim.hardware.gpus import GPU_PRESETS
+from kvsim.latency.calibration import (Calibration, DecodeAttentionParams, GemmParams, LinkParams,
+                                       PrefillAttentionParams)
 
 # AIConfigurator system names -> kvsim GPU presets
-SYSTEM_GPUS = {"a100_sxm": "a100-80gb", "h100_sxm": "h100-80gb", "h200_sxm": "h200-141gb", "l40s": "l40s",
-               "a40": "a40"}
-# GPUs kvsim has no preset for: (name, memory, HBM B/s, bf16 FLOP/s, PCIe B/s, SMs, arch); a system yaml next
-# to the tables overrides the numbers it has (mem_capacity, mem_bw, bfloat16_tc_flops, pcie_bw)
-EXTRA_GPUS = {"b200_sxm": ("b200", 180 * GiB, 7.7e12, 2.25e15, 128e9, 148, "blackwell")}
+SYSTEM_GPUS = {"a100_sxm": "a100-80gb", "h100_sxm": "h100-80gb", "h200_sxm": "h200-141gb", "b200_sxm": "b200",
+               "l40s": "l40s", "a40": "a40"}
+# a system kvsim has no preset for is described by the yaml next to its tables (mem_capacity, mem_bw,
+# bfloat16_tc_flops, pcie_bw)
+EXTRA_GPUS: dict = {}
 SMS_BY_SM_VERSION = {80: 108, 86: 84, 89: 142, 90: 132, 100: 148}
 
 TABLES = {  # kind -> (framework folder, table name)
@@ -58,6 +62,7 @@ TABLES = {  # kind -> (framework folder, table name)
     "prefill": ("attention/vllm", "context_attention_perf"),
     "custom_allreduce": ("comm/vllm", "custom_allreduce_perf"),
     "nccl": ("comm/nccl", "nccl_perf"),
+    "gemm": ("gemm/vllm", "gemm_perf"),
 }
 _EXTS = (".parquet", ".csv", ".txt")
 _ATTN_COLUMNS = ("batch_size", "isl", "num_heads", "num_key_value_heads", "head_dim", "kv_cache_dtype", "step",
@@ -158,7 +163,7 @@ def read_table(path: Path, needed=()):
     try:
         if path.suffix == ".parquet":
             try:
-                import pyarrow  # noqa: F401
+                import pyarrow  # noqa: F401  (pandas needs it for parquet)
             except ImportError:
                 raise ConfigError(f"{path}: reading parquet needs pyarrow (pip install 'kvsim[parquet]')") from None
             df = pd.read_parquet(path)
@@ -173,7 +178,7 @@ def read_table(path: Path, needed=()):
     if missing:
         raise ConfigError(f"{path}: missing column(s) {', '.join(missing)}")
     for c in needed:
-        if c in ("kv_cache_dtype", "backend", "op_name", "nccl_dtype", "allreduce_dtype"):
+        if c in ("kv_cache_dtype", "backend", "op_name", "nccl_dtype", "allreduce_dtype", "gemm_dtype"):
             continue
         v = pd.to_numeric(df[c], errors="coerce")
         if v.isna().any():
@@ -230,6 +235,7 @@ class AicData:
     seconds, kernel.
     all_reduce: num_gpus, message_bytes, seconds, backend (the one chosen), graph_s, nccl_s, eager_s (NaN
     where not measured).
+    gemm: m, n, k, seconds (bf16 only).
     """
 
     system: str
@@ -238,6 +244,7 @@ class AicData:
     decode: object = None
     prefill: object = None
     all_reduce: object = None
+    gemm: object = None  # m, n, k (bf16 GEMMs of m x k activations by k x n weights), seconds
     files: dict = field(default_factory=dict)  # table -> path read
     versions: dict = field(default_factory=dict)  # table -> version read
     notes: list = field(default_factory=list)
@@ -360,7 +367,7 @@ def read_all_reduce(custom: Path | None, nccl: Path | None, backend: str = "vllm
 
 
 def read_aic(root: str | Path, system: str | None = None, version: str | None = None,
-             nccl_version: str | None = None, kinds=("decode", "prefill", "all_reduce"),
+             nccl_version: str | None = None, kinds=("decode", "prefill", "all_reduce", "gemm"),
              all_reduce_backend: str = "vllm", gpu: GpuSpec | None = None) -> AicData:
     """Read one system's vLLM attention and all-reduce tables (see the module docstring).
 
@@ -396,8 +403,35 @@ def read_aic(root: str | Path, system: str | None = None, version: str | None = 
         if all_reduce_backend == "nccl" and nccl is None:
             raise ConfigError(f"{sysdir / 'comm' / 'nccl'}: no nccl_perf table with all_reduce rows")
         got["all_reduce"] = read_all_reduce(custom if all_reduce_backend != "nccl" else None, nccl, all_reduce_backend)
+    if "gemm" in kinds:  # optional: without it the GEMM parameters stay the base calibration's
+        try:
+            f, v, note = locate_table(sysdir, "gemm", version)
+        except ConfigError as e:
+            notes.append(f"{e}; GEMMs not fitted")
+        else:
+            got["gemm"] = read_gemm(f)
+            files["gemm_perf"], versions["gemm_perf"] = str(f), v
+            notes += [note] if note else []
     return AicData(name, gpu, str(sysdir), got.get("decode"), got.get("prefill"), got.get("all_reduce"),
-                   files, versions, notes)
+                   got.get("gemm"), files, versions, notes)
+
+
+def read_gemm(path: Path):
+    """bf16 GEMM rows (m, n, k, seconds) of a gemm_perf table."""
+    df = read_table(path, ("m", "n", "k", "latency", "gemm_dtype"))
+    df = df[df["gemm_dtype"].astype(str).str.strip().str.lower().isin(["bfloat16", "float16"])]
+    t = df["latency"].to_numpy(float) * 1e-3
+    ok = np.isfinite(t) & (t > 0)
+    if not ok.any():
+        raise ConfigError(f"{path}: no bf16 GEMM rows with a positive latency")
+    return pd_frame({"m": df["m"].to_numpy(np.int64)[ok], "n": df["n"].to_numpy(np.int64)[ok],
+                     "k": df["k"].to_numpy(np.int64)[ok], "seconds": t[ok]})
+
+
+def pd_frame(cols: dict):
+    import pandas as pd
+
+    return pd.DataFrame(cols)
 
 
 def _nccl_table(sysdir: Path, version: str | None):
@@ -414,9 +448,20 @@ def _nccl_table(sysdir: Path, version: str | None):
 
 
 # --- the per-operation formulas, vectorised (they equal PerOpModel's; see check_against_perop) ----------
-def decode_seconds(p: DecodeAttentionParams, gpu: GpuSpec, num_seqs, kv_bytes):
-    """PerOpModel.decode_attention_layer_s over arrays: max(floor, ramp + per_seq x n + bytes / bandwidth)."""
-    return np.maximum(p.floor_s, p.ramp_s + p.per_seq_s * num_seqs + kv_bytes / (gpu.hbm_bandwidth * p.bw_eff))
+def decode_seconds(p: DecodeAttentionParams, gpu: GpuSpec, num_seqs, kv_bytes, token_bytes):
+    """PerOpModel.decode_attention_layer_s over arrays: max(floor, ramp + per_seq x n + (KV bytes +
+    per_seq_tokens x n x one token's bytes) / bandwidth)."""
+    kv = kv_bytes + p.per_seq_tokens * num_seqs * token_bytes
+    return np.maximum(p.floor_s, p.ramp_s + p.per_seq_s * num_seqs + kv / (gpu.hbm_bandwidth * p.bw_eff))
+
+
+def _decode_df(p: DecodeAttentionParams, gpu: GpuSpec, d):
+    return decode_seconds(p, gpu, d["num_seqs"].to_numpy(float), d["kv_bytes"].to_numpy(float),
+                          _token_bytes(d))
+
+
+def _token_bytes(d) -> np.ndarray:
+    return (2 * d["kv_heads"] * d["head_dim"] * d["kv_dtype_bytes"]).to_numpy(float)
 
 
 def prefill_seconds(p: PrefillAttentionParams, gpu: GpuSpec, num_chunks, new, cached, q_heads, kv_heads, head_dim,
@@ -437,7 +482,10 @@ def prefill_seconds(p: PrefillAttentionParams, gpu: GpuSpec, num_chunks, new, ca
 
 
 def link_seconds(p: LinkParams, message_bytes):
-    return p.latency_s + np.asarray(message_bytes, float) / p.bandwidth
+    """LinkParams.seconds over an array of message sizes."""
+    s = np.asarray(message_bytes, float)
+    t = p.latency_s + s / p.bandwidth
+    return np.minimum(t, p.large_latency_s + s / p.large_bandwidth) if p.large_bandwidth > 0 else t
 
 
 def predict(data: AicData, calib: Calibration, interconnect: str = "nvswitch") -> dict:
@@ -445,8 +493,7 @@ def predict(data: AicData, calib: Calibration, interconnect: str = "nvswitch") -
     out = {}
     if data.decode is not None:
         d = data.decode
-        out["decode"] = decode_seconds(calib.decode_attention, data.gpu, d["num_seqs"].to_numpy(float),
-                                       d["kv_bytes"].to_numpy(float))
+        out["decode"] = _decode_df(calib.decode_attention, data.gpu, d)
     if data.prefill is not None:
         out["prefill"] = _prefill_df(calib.prefill_attention, data.gpu, data.prefill)
     if data.all_reduce is not None and calib.all_reduce:
@@ -504,7 +551,8 @@ def fit_decode(d, gpu: GpuSpec) -> DecodeAttentionParams:
 
     if len(d) < 5:
         raise ConfigError(f"need at least 5 decode attention rows to fit, have {len(d)}")
-    return _fit_decode(d["num_seqs"].to_numpy(float), d["kv_bytes"].to_numpy(float), d["seconds"].to_numpy(float), gpu)
+    return _fit_decode(d["num_seqs"].to_numpy(float), d["kv_bytes"].to_numpy(float), d["seconds"].to_numpy(float), gpu,
+                       _token_bytes(d))
 
 
 def fit_prefill(d, gpu: GpuSpec, base: PrefillAttentionParams) -> PrefillAttentionParams:
@@ -526,7 +574,9 @@ def fit_prefill(d, gpu: GpuSpec, base: PrefillAttentionParams) -> PrefillAttenti
 
 
 def fit_all_reduce(a) -> dict[str, LinkParams]:
-    """latency + bytes / bandwidth per group size, fitted as kvsim.latency.fit.fit_links does."""
+    """Per group size, the faster of two lines (latency + bytes / bandwidth): vLLM's custom all-reduce for
+    small messages, NCCL for large ones; both fitted at once on the time vLLM would take at each size, by
+    least squares on log(predicted / measured) as kvsim.latency.fit does. Fewer than 8 sizes: one line."""
     from kvsim.latency.fit import _fit
 
     out = {}
@@ -535,12 +585,65 @@ def fit_all_reduce(a) -> dict[str, LinkParams]:
         if len(S) < 4:
             continue
 
-        def res(x):  # microseconds and GB/s
-            return np.log((x[0] * 1e-6 + S / (x[1] * 1e9)) / T)
+        def line(lat_us, gb_s):
+            return lat_us * 1e-6 + S / (gb_s * 1e9)
 
-        x = _fit(res, [10.0, 100.0], [0.0, 0.1], [1e4, 1e4])
-        out[str(int(n))] = LinkParams(float(x[0]) * 1e-6, float(x[1]) * 1e9)
+        if len(S) < 8:
+            x = _fit(lambda x: np.log(line(x[0], x[1]) / T), [10.0, 100.0], [0.0, 0.1], [1e4, 1e4])
+            out[str(int(n))] = LinkParams(float(x[0]) * 1e-6, float(x[1]) * 1e9)
+            continue
+        # start from the two ends: the smallest sizes set the custom all-reduce's latency, the largest NCCL's
+        # bandwidth; the second line's latency starts 5x the first so the two stay apart
+        x = _fit(lambda x: np.log(np.minimum(line(x[0], x[1]), line(x[2], x[3])) / T),
+                 [float(T.min()) * 1e6, 50.0, 5 * float(T.min()) * 1e6, 200.0], [0.0, 0.1, 0.0, 0.1],
+                 [1e4, 1e4, 200.0, 1e4])  # NCCL's latency is tens of microseconds, not milliseconds
+        small, large = (x[0], x[1]), (x[2], x[3])
+        if small[0] > large[0]:
+            small, large = large, small
+        out[str(int(n))] = LinkParams(float(small[0]) * 1e-6, float(small[1]) * 1e9, float(large[0]) * 1e-6,
+                                      float(large[1]) * 1e9)
     return out
+
+
+def gemm_seconds_table(p: GemmParams, gpu: GpuSpec, g):
+    from kvsim.latency.perop import gemm_formula
+
+    return gemm_formula(p, gpu, g["m"].to_numpy(float), g["k"].to_numpy(float), g["n"].to_numpy(float), 2)
+
+
+def fit_gemm_table(g, gpu: GpuSpec) -> GemmParams:
+    """The soft-roofline GEMM parameters (kvsim.latency.fit.fit_gemm's form) from measured (m, n, k) GEMMs."""
+    from kvsim.latency.fit import _fit
+
+    if len(g) < 8:
+        raise ConfigError(f"need at least 8 GEMM rows to fit, have {len(g)}")
+    T = g["seconds"].to_numpy(float)
+
+    def params(x):
+        return GemmParams(x[0] * 1e-6, x[1], x[2], x[3])
+
+    return params([float(v) for v in _fit(lambda x: np.log(gemm_seconds_table(params(x), gpu, g) / T),
+                                          [5.0, 0.7, 0.8, 1.5], [0.0, 0.05, 0.05, 1.0], [200.0, 1.0, 1.0, 20.0])])
+
+
+def gemm_regimes(g) -> np.ndarray:
+    m = g["m"].to_numpy()
+    return np.select([m <= 16, m <= 128, m <= 1024], ["m 1-16", "m 17-128", "m 129-1024"], "m >=1025")
+
+
+def validate_gemm(g, gpu: GpuSpec, every: int = 5) -> dict:
+    """predicted / measured of GEMMs fitted on all shapes (in sample) and without every ``every``-th (n, k)
+    weight shape, predicted on those (held out), by activation rows m."""
+    fitted = fit_gemm_table(g, gpu)
+    ins = gemm_seconds_table(fitted, gpu, g) / g["seconds"].to_numpy()
+    shapes = sorted(set(zip(g["n"], g["k"])))
+    test_shapes = {s for i, s in enumerate(shapes) if i % every == every // 2}
+    test = np.array([s in test_shapes for s in zip(g["n"], g["k"])])
+    held = np.full(len(g), np.nan)
+    p = fit_gemm_table(g[~test], gpu)
+    held[test] = gemm_seconds_table(p, gpu, g[test]) / g["seconds"].to_numpy()[test]
+    reg = gemm_regimes(g)
+    return {"in_sample": _by_regime(ins, reg), "held_out": _by_regime(held, reg)}
 
 
 @dataclass(frozen=True)
@@ -550,6 +653,7 @@ class AicFit:
     prefill_attention: PrefillAttentionParams | None
     all_reduce: dict  # {"nvswitch": {"2": LinkParams, ...}}
     sources: dict  # parameter group -> where its numbers come from
+    gemm: GemmParams | None = None
 
     def calibration(self, base: Calibration | None = None) -> Calibration:
         """``base`` (default: a calibration of kvsim's defaults) with the fitted groups replaced."""
@@ -561,6 +665,8 @@ class AicFit:
             c = replace(c, prefill_attention=self.prefill_attention)
         if self.all_reduce:
             c = replace(c, all_reduce={**c.all_reduce, **self.all_reduce})
+        if self.gemm:
+            c = replace(c, gemm=self.gemm)
         return c
 
 
@@ -591,7 +697,11 @@ def fit_aic(data: AicData, base: Calibration | None = None, kv_dtype_bytes=(2,),
                  for t in ("custom_allreduce_perf", "nccl_perf") if t in data.files]
         src["all_reduce"] = ("fitted: NVIDIA AIConfigurator (Apache-2.0) " + ", ".join(files) +
                              f"; per size the faster of vLLM's CUDA-graph all-reduce and NCCL ({'/'.join(used)})")
-    return AicFit(data.gpu, dec, pre, ar, src)
+    gemm = None
+    if data.gemm is not None:
+        gemm = fit_gemm_table(data.gemm, data.gpu)
+        src["gemm"] = tag.format(_rel(data, "gemm_perf"), data.versions["gemm_perf"], ", bf16")
+    return AicFit(data.gpu, dec, pre, ar, src, gemm)
 
 
 def _rel(data: AicData, table: str) -> str:
@@ -689,8 +799,7 @@ def validate_aic(data: AicData, fit: AicFit | None = None, base: Calibration | N
                 continue
             if kind == "decode":
                 p = fit_decode(train, data.gpu)
-                ratio[fold == f] = decode_seconds(p, data.gpu, test["num_seqs"].to_numpy(float),
-                                                  test["kv_bytes"].to_numpy(float)) / test["seconds"].to_numpy()
+                ratio[fold == f] = _decode_df(p, data.gpu, test) / test["seconds"].to_numpy()
             else:
                 bw = fit.decode_attention.bw_eff if fit.decode_attention else base.prefill_attention.bw_eff
                 p = fit_prefill(train[train["new_tokens"] >= prefill_min_tokens], data.gpu,

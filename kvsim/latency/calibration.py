@@ -47,14 +47,17 @@ class ElementwiseParams:
 
 @dataclass(frozen=True)
 class DecodeAttentionParams:
-    """Per layer: t = max(floor, ramp + per_seq x sequences + KV bytes / (bandwidth x bw_eff)). The floor is
-    the shortest the KV-write, attention and split-merge kernels together take; above it the pass streams
-    the KV at the achieved bandwidth."""
+    """Per layer: t = max(floor, ramp + per_seq x sequences + (KV tokens + per_seq_tokens x sequences) x
+    token bytes / (bandwidth x bw_eff)). The floor is the shortest the KV-write, attention and split-merge
+    kernels together take; above it the pass streams the KV at the achieved bandwidth. ``per_seq_tokens``:
+    what each sequence costs beyond its tokens, as tokens of its own KV width (a partly filled last KV tile
+    and its split's merge scale with the heads read, not with the sequence count alone)."""
 
     floor_s: float = 14e-6
     ramp_s: float = 2e-6
     bw_eff: float = 0.76
     per_seq_s: float = 0.0
+    per_seq_tokens: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -73,10 +76,20 @@ class PrefillAttentionParams:
 
 @dataclass(frozen=True)
 class LinkParams:
-    """One all-reduce among n GPUs: t = latency + message bytes / bandwidth."""
+    """One all-reduce among n GPUs: t = latency + message bytes / bandwidth, or, where a second line is
+    given, the faster of the two: vLLM runs small messages through its CUDA-graph custom all-reduce (a few
+    microseconds) and large ones through NCCL (more latency, more bandwidth)."""
 
     latency_s: float
     bandwidth: float  # bytes/s (message bytes per second for large messages)
+    large_latency_s: float = 0.0  # the second line (0: none)
+    large_bandwidth: float = 0.0
+
+    def seconds(self, message_bytes: float) -> float:
+        t = self.latency_s + message_bytes / self.bandwidth
+        if self.large_bandwidth > 0:
+            t = min(t, self.large_latency_s + message_bytes / self.large_bandwidth)
+        return t
 
 
 @dataclass(frozen=True)

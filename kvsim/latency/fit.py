@@ -273,14 +273,21 @@ def fit_decode_attention_kernel(frames, gpu: GpuSpec) -> DecodeAttentionParams |
     return _fit_decode(n, b, T, gpu)
 
 
-def _fit_decode(n, b, T, gpu: GpuSpec) -> DecodeAttentionParams:
-    """floor, ramp, bandwidth and per-sequence cost of decode attention from (sequences, KV bytes, seconds)."""
-    def params(x):  # microseconds, nanoseconds per sequence
-        return DecodeAttentionParams(x[0] * 1e-6, x[1] * 1e-6, x[2], x[3] * 1e-9)
+def _fit_decode(n, b, T, gpu: GpuSpec, token_bytes=None) -> DecodeAttentionParams:
+    """floor, ramp, bandwidth and per-sequence cost of decode attention from (sequences, KV bytes, seconds).
+    With ``token_bytes`` (one token's KV bytes per row, for rows of several head layouts) the per-sequence
+    cost is fitted in tokens of the sequence's KV (``per_seq_tokens``), else in seconds (``per_seq_s``)."""
+    def params(x):  # microseconds; nanoseconds or tokens per sequence
+        if token_bytes is None:
+            return DecodeAttentionParams(x[0] * 1e-6, x[1] * 1e-6, x[2], x[3] * 1e-9)
+        return DecodeAttentionParams(x[0] * 1e-6, x[1] * 1e-6, x[2], 0.0, x[3])
+
+    extra = 0.0 if token_bytes is None else n * token_bytes
 
     def res(x):
         p = params(x)
-        return np.log(np.maximum(p.floor_s, p.ramp_s + p.per_seq_s * n + b / (gpu.hbm_bandwidth * p.bw_eff)) / T)
+        stream = p.ramp_s + p.per_seq_s * n + (b + p.per_seq_tokens * extra) / (gpu.hbm_bandwidth * p.bw_eff)
+        return np.log(np.maximum(p.floor_s, stream) / T)
 
     return params([float(v) for v in _fit(res, [10.0, 2.0, 0.7, 10.0], [0.0, 0.0, 0.01, 0.0], [1e4, 1e4, 1.0, 1e5])])
 
@@ -495,7 +502,7 @@ def tp_layers_with_all_reduce(layers, links: dict, frames) -> dict:
         size = tok * hidden * 2
         i = int(np.argmin(np.abs(np.log(sizes) - np.log(size))))
         link = links[ic][str(tp)]
-        p = pred + 2 * (link.latency_s + size / link.bandwidth)
+        p = pred + 2 * link.seconds(size)
         out.setdefault(_regime(tok, TOKEN_REGIMES), []).append(p / (meas + 2 * times[i]))
     return {k: _stats(np.array(v)) for k, v in sorted(out.items())}
 

@@ -294,7 +294,7 @@ class PerOpModel(LatencyModel):
         p = self.calib.decode_attention
         if window:
             kv_tokens = min(kv_tokens, num_seqs * window)
-        stream = p.ramp_s + p.per_seq_s * num_seqs + kv_tokens * self._decode_token_s
+        stream = p.ramp_s + p.per_seq_s * num_seqs + (kv_tokens + p.per_seq_tokens * num_seqs) * self._decode_token_s
         return max(p.floor_s, stream)
 
     def windowed_prefill_layer_s(self, chunks, kind: str, window: int) -> float:
@@ -367,8 +367,8 @@ class PerOpModel(LatencyModel):
         key = (tokens, sampled)
         t = self._comm_cache.get(key)
         if t is None:
-            act = link.latency_s + tokens * self.hidden_bytes / link.bandwidth
-            logits = link.latency_s + sampled * self.vocab * self.dtype_bytes / link.bandwidth
+            act = link.seconds(tokens * self.hidden_bytes)
+            logits = link.seconds(sampled * self.vocab * self.dtype_bytes)
             t = (2 * self.layers + 1) * act + logits
             if len(self._comm_cache) < 65536:
                 self._comm_cache[key] = t
@@ -405,7 +405,7 @@ class PerOpModel(LatencyModel):
         per_token = self._decode_token_s  # as a single step prices it: bytes, or FLOPs where larger (MLA)
         L = self.layers
         floor = base + L * p.floor_s
-        a = base + L * (p.ramp_s + p.per_seq_s * n + s0 * per_token)
+        a = base + L * (p.ramp_s + p.per_seq_s * n + (s0 + p.per_seq_tokens * n) * per_token)
         b = L * n * per_token
         c = self.cpu
         if c.overlapped:
@@ -433,7 +433,8 @@ class PerOpModel(LatencyModel):
                 reads = window_reads(kind, w, steps).astype(np.float64)
             else:
                 reads = np.minimum(kv, n * w)
-            gpu = gpu + layers * np.maximum(p.floor_s, p.ramp_s + p.per_seq_s * n + reads * self._decode_token_s)
+            stream = p.ramp_s + p.per_seq_s * n + (reads + p.per_seq_tokens * n) * self._decode_token_s
+            gpu = gpu + layers * np.maximum(p.floor_s, stream)
         c = self.cpu
         cpu = c.seconds(n)
         return c.sync_s + np.maximum(cpu, gpu) if c.overlapped else gpu + cpu

@@ -1,0 +1,146 @@
+"""Refit the shipped calibrations' attention and all-reduce from measured kernels of current vLLM releases
+(NVIDIA AIConfigurator's tables, Apache-2.0), add B200, and validate on held-out data.
+
+    python benchmarks/fit_calibrations.py ../shared/profiles/vidur          # dense ops (Vidur), first
+    python benchmarks/fit_aic_calibrations.py ../shared/profiles/aic [--vidur ../shared/profiles/vidur]
+        [--before-commit REV]
+
+- a100-80gb: the A100 tables (vLLM 0.14.0, the only version there); h100-80gb and b200: the tables of the
+  newest vLLM. Attention, NVSwitch all-reduce and GEMMs come from them; element-wise kernels and the
+  pairwise-NVLink all-reduce stay the Vidur fits (AIConfigurator has neither); b200 borrows h100-80gb's
+  element-wise kernels (no B200 measurements of them).
+- Cross-check (--vidur): the new GEMMs with the element-wise fits predict Vidur's measured whole dense layers
+  (another team, an older PyTorch and cuBLAS), by token regime.
+
+Writes kvsim/latency/calibrations/<gpu>.json and reports/latency-validation/aic.md (+ .json): predicted /
+measured by regime, in sample and held out (attention: 5 folds of head layouts, each predicted by a fit
+without it; all-reduce: every 5th message size; GEMMs: every 5th weight shape), and, with --before-commit,
+the calibration shipped at that commit on the same data.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from kvsim.hardware.gpus import GPU_PRESETS  # noqa: E402
+import glob  # noqa: E402
+
+import pandas as pd  # noqa: E402
+
+from kvsim.latency.aic import (_by_regime, evaluate_calibration, fit_aic, gemm_regimes, gemm_seconds_table,  # noqa: E402
+                               read_aic, validate_aic, validate_gemm)
+from kvsim.latency.fit import dense_rows, summarize_dense  # noqa: E402
+from kvsim.latency.calibration import SHIPPED, Calibration, load_calibration, save_calibration  # noqa: E402
+
+SYSTEMS = {"a100_sxm": "a100-80gb", "h100_sxm": "h100-80gb", "b200_sxm": "b200"}
+ROWS = {"decode": ["batch<8 ctx<1024", "batch<8 ctx>=1024", "batch>=8 ctx<1024", "batch>=8 ctx>=1024"],
+        "prefill": ["chunk<512", "chunk>=512"],
+        "all_reduce": [f"x{n} {s}" for n in (2, 4, 8) for s in ("<64KiB", "64KiB-1MiB", "1-16MiB", ">=16MiB")],
+        "gemm": ["m 1-16", "m 17-128", "m 129-1024", "m >=1025"]}
+
+
+def cell(s: dict | None) -> str:
+    return f"{s['median']:.2f} [{s['p10']:.2f}, {s['p90']:.2f}]" if s and s.get("n") else "-"
+
+
+def calibration_at(rev: str, gpu: str) -> Calibration | None:
+    try:
+        text = subprocess.run(["git", "show", f"{rev}:kvsim/latency/calibrations/{gpu}.json"], cwd=ROOT,
+                              capture_output=True, text=True, check=True).stdout
+    except subprocess.CalledProcessError:
+        return None
+    return Calibration.from_json(json.loads(text), f"{rev}:{gpu}.json")
+
+
+def evaluate_gemm(data, calib: Calibration) -> dict:
+    ratio = gemm_seconds_table(calib.gemm, data.gpu, data.gemm) / data.gemm["seconds"].to_numpy()
+    return _by_regime(ratio, gemm_regimes(data.gemm))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("aic", nargs="?", default=str(ROOT.parent / "shared" / "profiles" / "aic"))
+    ap.add_argument("--vidur", help="Vidur profiles folder, for the dense-layer cross-check")
+    ap.add_argument("--before-commit", help="git revision whose shipped calibrations to compare with")
+    a = ap.parse_args()
+    out_dir = ROOT / "reports" / "latency-validation"
+    report = ["# Attention, all-reduce and GEMM calibrations from measured vLLM kernels", "",
+              "Data: NVIDIA AIConfigurator performance tables (github.com/ai-dynamo/aiconfigurator, Apache-2.0), "
+              "measured with vLLM's own kernels under CUDA graphs. predicted / measured, median [p10, p90]; bf16 KV. "
+              "Held out: attention in 5 folds of head layouts (q heads, KV heads, head dim), each predicted by a "
+              "fit that never saw it; all-reduce every 5th message size; GEMMs every 5th weight shape (n, k).", ""]
+    summary = {}
+    for system, gname in SYSTEMS.items():
+        gpu = GPU_PRESETS[gname]
+        base = load_calibration(SHIPPED / f"{gname}.json") if (SHIPPED / f"{gname}.json").exists() and gname != "b200" \
+            else replace(load_calibration(SHIPPED / "h100-80gb.json"), gpu=gname)
+        kinds = ("decode", "prefill", "all_reduce", "gemm")
+        data = read_aic(a.aic, system, kinds=kinds)
+        fitted = fit_aic(data, base)
+        calib = fitted.calibration(base)
+        sources = dict(calib.sources)
+        if gname == "b200":
+            sources["elementwise"] = "borrowed: h100-80gb's fit on Vidur profiles (no B200 element-wise measurements)"
+            sources["data"] = "NVIDIA AIConfigurator tables (Apache-2.0), via ../shared/profiles/aic"
+        else:
+            sources["data"] += "; attention and NVSwitch all-reduce: NVIDIA AIConfigurator tables (Apache-2.0), " \
+                               "via ../shared/profiles/aic"
+        val = validate_aic(data, fitted, base)
+        # the Vidur statistics described the Vidur GEMM fit; the cross-check below replaces them
+        fit = {k: v for k, v in calib.fit.items() if k not in ("dense_in_sample", "dense_leave_one_model_out",
+                                                               "tp_layer_with_all_reduce", "vidur_dense_layers")}
+        fit["aic"] = {"versions": data.versions, **val, "gemm": validate_gemm(data.gemm, gpu)}
+        sku = gname.split("-")[0]
+        files = sorted(glob.glob(f"{a.vidur}/compute__{sku}__*__mlp.csv")) if a.vidur else []
+        if files:
+            rows = [r for f in files for r in dense_rows(pd.read_csv(f), f.split("__")[3])]
+            fit["vidur_dense_layers"] = summarize_dense(rows, calib, gpu)["layer"]
+        calib = replace(calib, sources=sources, fit=fit, derived_from="")
+        save_calibration(calib, SHIPPED / f"{gname}.json")
+        before = calibration_at(a.before_commit, gname) if a.before_commit else None
+        prev = evaluate_calibration(data, before) if before else {}
+        summary[gname] = {"versions": data.versions, **val, "before": prev}
+        report += [f"## {gname} ({system}: " + ", ".join(f"{t} {v}" for t, v in data.versions.items()) + ")", "",
+                   "| op | regime | in sample | held out |" + (f" shipped at {a.before_commit} |" if before else ""),
+                   "|---|---|---|---|" + ("---|" if before else "")]
+        for tab in ("decode", "prefill", "all_reduce"):
+            for reg in ROWS[tab]:
+                row = f"| {tab} | {reg} | {cell(val['in_sample'][tab].get(reg))} | {cell(val['held_out'][tab].get(reg))} |"
+                if before:
+                    row += f" {cell(prev.get(tab, {}).get(reg))} |"
+                report.append(row)
+        g = fit["aic"]["gemm"]
+        for reg in ROWS["gemm"]:
+            row = f"| gemm | {reg} | {cell(g['in_sample'].get(reg))} | {cell(g['held_out'].get(reg))} |"
+            if before:
+                row += f" {cell(evaluate_gemm(data, before).get(reg))} |"
+            report.append(row)
+        if "vidur_dense_layers" in fit:
+            v = fit["vidur_dense_layers"]
+            report += ["", "Cross-check on Vidur's measured whole dense layers (GEMMs above + element-wise fits), "
+                       "by tokens: " + "; ".join(f"{k}: {cell(v.get(k))}" for k in ("1-16", "17-128", "129-1024", ">=1025"))]
+        p = calib.decode_attention
+        report += ["", f"Fitted: decode floor {p.floor_s * 1e6:.1f} µs, ramp {p.ramp_s * 1e6:.1f} µs, KV at "
+                   f"{p.bw_eff:.2f} of peak bandwidth, {p.per_seq_tokens:.0f} tokens of KV per sequence; prefill "
+                   f"floor {calib.prefill_attention.floor_s * 1e6:.1f} µs, tiles at {calib.prefill_attention.flops_eff:.2f} "
+                   f"of peak, {calib.prefill_attention.cta_overhead_tiles:.1f} start-up tiles; all-reduce " +
+                   "; ".join(f"x{n}: {l.latency_s * 1e6:.1f} µs + B/{l.bandwidth / 1e9:.0f} GB/s"
+                             + (f", NCCL {l.large_latency_s * 1e6:.1f} µs + B/{l.large_bandwidth / 1e9:.0f} GB/s"
+                                if l.large_bandwidth else "")
+                             for n, l in calib.all_reduce["nvswitch"].items()) + ".", ""]
+        print(f"{gname}: wrote {SHIPPED / (gname + '.json')}")
+    (out_dir / "aic.md").write_text("\n".join(report) + "\n", encoding="utf-8")
+    (out_dir / "aic.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
+    print(f"wrote {out_dir}/aic.md")
+
+
+if __name__ == "__main__":
+    main()

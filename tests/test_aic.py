@@ -1,0 +1,137 @@
+"""Calibration from measured vLLM kernels (NVIDIA AIConfigurator's tables; excerpts in tests/data/aic).
+
+The reader's units are checked by hand, the fitting path's vectorised formulas against PerOpModel itself,
+the shipped calibrations against the excerpts (within what the full validation measured,
+reports/latency-validation/aic.md), and `kvsim calibrate --aic` end to end."""
+
+import json
+import math
+import shutil
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from kvsim.errors import ConfigError
+from kvsim.hardware import get_gpu, get_model
+from kvsim.latency.aic import check_against_perop, evaluate_calibration, fit_aic, read_aic
+from kvsim.latency.calibration import LinkParams, shipped_calibration
+from kvsim.latency.cpu import get_cpu_overhead
+from kvsim.latency.perop import PerOpModel
+
+AIC = "tests/data/aic"
+
+
+def test_the_reader_gives_per_layer_seconds_and_bytes():
+    d = read_aic(AIC, "a100_sxm")
+    assert d.gpu.name == "a100-80gb"
+    raw = pd.read_parquet(f"{AIC}/a100_sxm/attention/vllm/0.14.0/generation_attention_perf.parquet").iloc[0]
+    row = d.decode[(d.decode.num_seqs == raw.batch_size) & (d.decode.q_heads == raw.num_heads)
+                   & (d.decode.kv_heads == raw.num_key_value_heads) & (d.decode.context == raw.isl + raw.step)].iloc[0]
+    assert row.seconds == pytest.approx(raw.latency * 1e-3)  # milliseconds in the table
+    assert row.kv_bytes == raw.batch_size * (raw.isl + raw.step) * 2 * raw.num_key_value_heads * raw.head_dim * 2
+    ar = d.all_reduce
+    assert set(ar.backend) <= {"vllm_graph", "nccl"}
+    small = ar[(ar.num_gpus == 2)].iloc[0]
+    raw = pd.read_parquet(f"{AIC}/a100_sxm/comm/vllm/0.14.0/custom_allreduce_perf.parquet")
+    first = raw[(raw.num_gpus == 2) & (raw.backend == "vllm_graph")].sort_values("message_size").iloc[0]
+    assert small.message_bytes == 2 * first.message_size  # an element count of bf16
+    assert small.seconds <= first.latency * 1e-3 + 1e-12  # the faster of custom all-reduce and NCCL
+
+
+def test_fitting_formulas_equal_the_model_that_prices_iterations():
+    for system in ("a100_sxm", "h100_sxm"):
+        d = read_aic(AIC, system)
+        calib, _ = shipped_calibration(d.gpu)
+        assert check_against_perop(d, calib) < 1e-9
+        assert check_against_perop(d, fit_aic(d, calib).calibration(calib)) < 1e-9
+
+
+@pytest.mark.parametrize("system", ["a100_sxm", "h100_sxm"])
+def test_shipped_calibrations_hold_their_measured_error_on_the_excerpts(system):
+    """On the excerpt, each regime's median predicted/measured lies within the p10-p90 band the calibration
+    recorded on the full tables (its fit["aic"], also in reports/latency-validation/aic.md)."""
+    d = read_aic(AIC, system)
+    calib, note = shipped_calibration(d.gpu)
+    assert note == "" and "AIConfigurator" in calib.sources["decode_attention"]
+    recorded = calib.fit["aic"]["in_sample"]
+    ev = evaluate_calibration(d, calib)
+    checked = 0
+    for table in ("decode", "prefill", "all_reduce"):
+        assert 0.9 <= recorded[table]["all"]["median"] <= 1.1
+        for regime, s in ev[table].items():
+            full = recorded[table].get(regime)
+            if s.get("n", 0) >= 3 and full:
+                assert full["p10"] - 0.05 <= s["median"] <= full["p90"] + 0.05, (table, regime, s, full)
+                checked += 1
+    assert checked >= 10
+
+
+def test_fit_on_the_excerpt_predicts_it():
+    d = read_aic(AIC, "h100_sxm")
+    calib, _ = shipped_calibration(d.gpu)
+    f = fit_aic(d, calib)
+    assert f.gemm is not None and "gemm_perf" in f.sources["gemm"]
+    ev = evaluate_calibration(d, f.calibration(calib))
+    for table in ("decode", "prefill", "all_reduce"):
+        assert 0.85 <= ev[table]["all"]["median"] <= 1.15, (table, ev[table]["all"])
+
+
+def test_all_reduce_takes_the_faster_of_custom_and_nccl_lines():
+    link = LinkParams(5e-6, 50e9, 30e-6, 200e9)
+    assert link.seconds(1e3) == pytest.approx(5e-6 + 1e3 / 50e9)  # custom all-reduce
+    assert link.seconds(1e8) == pytest.approx(30e-6 + 1e8 / 200e9)  # NCCL
+    assert LinkParams(5e-6, 50e9).seconds(1e8) == pytest.approx(5e-6 + 1e8 / 50e9)  # one line
+    m = PerOpModel(get_model("llama-2-70b"), get_gpu("h100-80gb"), shipped_calibration(get_gpu("h100-80gb"))[0],
+                   get_cpu_overhead("none"), 4)
+    link = m._links
+    act, logits = link.seconds(16 * 8192 * 2), link.seconds(16 * 8000 * 2)
+    assert m.communication_s(16, 16) == pytest.approx(161 * act + logits, rel=1e-12)
+
+
+def test_b200_has_a_preset_and_a_measured_calibration():
+    g = get_gpu("b200")
+    assert g.sms == 148 and g.memory_bytes == 183359 << 20
+    calib, note = shipped_calibration(g)
+    assert note == "" and "b200_sxm" in calib.sources["gemm"]
+    assert "borrowed" in calib.sources["elementwise"]
+
+
+def test_calibrate_from_an_aic_folder(tmp_path, capsys):
+    from kvsim.cli import main
+
+    out = tmp_path / "c.json"
+    assert main(["calibrate", "--aic", AIC, "--system", "h100_sxm", "-o", str(out)]) == 0
+    c = json.loads(out.read_text())
+    assert c["gpu"] == "h100-80gb" and "vLLM 0.24.0" in c["sources"]["decode_attention"]
+    assert "gemm_perf" in c["sources"]["gemm"] and "kept from" in c["sources"]["elementwise"]
+    assert math.isfinite(c["decode_attention"]["per_seq_tokens"])
+    # the A100 excerpt has no GEMM table: GEMMs stay the base calibration's, and it says so
+    assert main(["calibrate", "--aic", AIC, "--system", "a100_sxm", "-o", str(tmp_path / "a.json")]) == 0
+    assert "GEMMs not fitted" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("args,msg", [
+    (["--aic", "nowhere"], "not a folder"),
+    (["--aic", AIC], "say which system"),
+    (["--aic", AIC, "--system", "b300_sxm"], "no such AIConfigurator system"),
+    ([], "give measurement files"),
+])
+def test_calibrate_refuses_bad_aic_input_cleanly(tmp_path, capsys, args, msg):
+    from kvsim.cli import main
+
+    assert main(["calibrate", *args, "-o", str(tmp_path / "c.json")]) != 0
+    assert msg in capsys.readouterr().err
+
+
+def test_a_table_with_a_bad_cell_is_named(tmp_path):
+    root = tmp_path / "aic"
+    shutil.copytree(f"{AIC}/h100_sxm", root / "h100_sxm")
+    f = root / "h100_sxm/attention/vllm/0.24.0/generation_attention_perf.parquet"
+    df = pd.read_parquet(f)
+    df["latency"] = df["latency"].astype(str)
+    df.loc[3, "latency"] = "fast"
+    df.to_parquet(f)
+    with pytest.raises(ConfigError, match="generation_attention_perf.parquet.*latency"):
+        read_aic(root, "h100_sxm")
+    assert np.isfinite(read_aic(AIC, "h100_sxm").decode.seconds).all()
