@@ -6,8 +6,9 @@ Mooncake at fleet scale: K copies of `traces/mooncake_excerpt.jsonl` (393 reques
 22k tokens on average, 512-token hash ids), each copy a different population (its hash ids shifted so
 that copies share nothing) arriving over the same 92 s, on 4 x K replicas of Qwen2.5-7B on H100s. The
 single-cache reference is one engine whose KV pool is the fleet's total (what one shared cache would
-hit). Multi-turn: `kvsim trace generate --scenario multi-turn` (conversations with a session field),
-Llama-3-8B on 8 H100s.
+hit). The same fleet under closed-loop load (64 and 512 clients, all requests queued at once, each client
+sending its next when the last finishes), round-robin against prefix routing. Multi-turn: `kvsim trace
+generate --scenario multi-turn` (conversations with a session field), Llama-3-8B on 8 H100s.
 """
 
 from __future__ import annotations
@@ -76,6 +77,9 @@ def main() -> int:
     pool = plan_pool(cfg.model, cfg.gpu, cfg.memory, cfg.tp)
     one = config_from_args(mc_args + ["--kv-pool-gb", str(n * pool.pool_bytes / (1 << 30)), "--ignore-gpu-memory"])
     rows += run(mc, one, 1, ["round-robin"], f"mooncake x{a.copies}, one cache of {n} pools")
+    for clients in (64, 512):  # closed loop, as benchmark clients (vllm bench serve --max-concurrency) load it
+        closed = config_from_args(mc_args + ["--max-concurrency", str(clients), "--request-rate", "inf"])
+        rows += run(mc, closed, n, ["round-robin", "prefix"], f"mooncake x{a.copies}, {clients} clients")
     mt = generate_scenario(ScenarioSpec("multi-turn", think_s=20.0), 4000, ArrivalSpec(rate=8.0),
                            LengthSpec(max_total=8192), seed=1)
     rows += run(mt, config_from_args(["--model", "llama-3-8b", "--gpu", "h100-80gb"]), 8, ROUTERS,
