@@ -1,0 +1,150 @@
+"""`kvsim validate`: replay measured benchmark runs (`vllm bench serve --save-result` files) under the same load
+and say how far kvsim's latencies and throughput are from what the client measured."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+METRICS = ("ttft", "tpot", "e2e")
+
+
+def _pct(values, q: float) -> float:
+    import numpy as np
+
+    v = np.asarray([x for x in values if x == x], dtype=float)
+    return float(np.percentile(v, q)) if len(v) else float("nan")
+
+
+def compare_run(run, cfg) -> tuple[dict, object]:
+    """(one summary row, per-request frame) of kvsim replaying ``run`` with ``cfg`` (its load set from the file)."""
+    import numpy as np
+    import pandas as pd
+
+    from kvsim.runner import resolve_allocator, simulate
+
+    spec = resolve_allocator("hybrid" if cfg.model.is_hybrid else "paged", cfg, named=False)
+    out = simulate(run.requests, cfg, spec)
+    pred = out.requests.set_index("id").loc[[r.id for r in run.requests]]
+    outputs = np.array([r.output_tokens for r in run.requests], dtype=float)
+    m_ttft, m_e2e = np.array(run.ttft_s), np.array(run.e2e_s)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        m_tpot = np.where(outputs > 1, (m_e2e - m_ttft) / (outputs - 1), np.nan)
+    req = pd.DataFrame({"file": Path(run.path).name, "id": [r.id for r in run.requests],
+                        "prompt_tokens": [r.prompt_tokens for r in run.requests], "output_tokens": outputs.astype(int),
+                        "status": pred["status"].to_numpy(),
+                        "ttft_measured_s": m_ttft, "ttft_predicted_s": pred["ttft_s"].to_numpy(),
+                        "tpot_measured_s": m_tpot, "tpot_predicted_s": pred["tpot_s"].to_numpy(),
+                        "e2e_measured_s": m_e2e, "e2e_predicted_s": pred["e2e_s"].to_numpy()})
+    row = {"file": Path(run.path).name, "model_id": run.model_id, "requests": len(run.requests),
+           "skipped": run.skipped, "not_finished": int((req.status != "finished").sum()),
+           "request_rate": run.request_rate, "max_concurrency": run.max_concurrency}
+    for m in METRICS:
+        meas, prd = req[f"{m}_measured_s"].to_numpy(), req[f"{m}_predicted_s"].to_numpy()
+        for q, name in ((50, "p50"), (90, "p90")):
+            a, b = _pct(prd, q), _pct(meas, q)
+            row[f"{m}_{name}_predicted_s"], row[f"{m}_{name}_measured_s"] = a, b
+            row[f"{m}_{name}_ratio"] = a / b if b > 0 else float("nan")
+        ok = np.isfinite(meas) & np.isfinite(prd) & (meas > 0)
+        row[f"{m}_mape"] = float(np.mean(np.abs(prd[ok] / meas[ok] - 1))) if ok.any() else float("nan")
+    if run.duration_s:
+        row["output_tok_s_measured"] = run.output_tokens / run.duration_s
+        row["output_tok_s_predicted"] = out.summary["throughput_tok_s"]
+        row["output_tok_s_ratio"] = row["output_tok_s_predicted"] / row["output_tok_s_measured"]
+    return row, req
+
+
+def cmd_validate(a: argparse.Namespace) -> int:
+    import pandas as pd
+
+    from kvsim.commands.args import DEFAULT_OUT
+    from kvsim.errors import ConfigError
+    from kvsim.files import prepare_output_dir
+    from kvsim.latency import latency_notes
+    from kvsim.options import config_from_options, values_from_namespace
+    from kvsim.trace.bench_result import read_bench_result
+
+    runs = [read_bench_result(f) for f in a.results]  # every file checked before anything runs
+    values = values_from_namespace(a)
+    if "model" not in values:
+        ids = sorted({r.model_id for r in runs if r.model_id})
+        raise ConfigError("say which model served the run: --model PRESET or a config.json"
+                          + (f" (the results name {', '.join(ids)})" if ids else ""))
+    out = prepare_output_dir(Path(a.out or Path(DEFAULT_OUT) / "validate"), "--out")
+    rows, frames = [], []
+    for run in runs:
+        cfg = config_from_options({**values, "max_concurrency": run.max_concurrency, "request_rate": run.request_rate})
+        if not frames:
+            for note in latency_notes(cfg):
+                print(note, file=sys.stderr)
+        if run.skipped:
+            print(f"{run.path}: skipped {run.skipped} failed request(s)", file=sys.stderr)
+        row, req = compare_run(run, cfg)
+        rows.append(row)
+        frames.append(req)
+    table = pd.DataFrame(rows)
+    requests = pd.concat(frames, ignore_index=True)
+    table.to_csv(out / "validate.csv", index=False)
+    requests.to_csv(out / "requests.csv", index=False)
+    lines = [f"# kvsim validate: {a.model} on {a.gpu or 'the default GPU'}", "",
+             "predicted / measured (medians, p90) and mean absolute percentage error per request", "",
+             "| file | requests | load | TTFT p50 | TTFT p90 | TPOT p50 | TPOT p90 | E2E p50 | E2E p90 | out tok/s | "
+             "MAPE TTFT | MAPE TPOT | MAPE E2E |", "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    print(f"{'file':36s} {'reqs':>5s} {'TTFT p50':>9s} {'TPOT p50':>9s} {'E2E p50':>8s} {'tok/s':>6s}  "
+          "(predicted / measured)")
+    for r in rows:
+        load = ("all at once" if r["request_rate"] == float("inf") else f"{r['request_rate']:g} req/s") + \
+               (f", {r['max_concurrency']} clients" if r["max_concurrency"] else "")
+        tok = r.get("output_tok_s_ratio", float("nan"))
+        lines.append(f"| {r['file']} | {r['requests']} | {load} | " + " | ".join(
+            f"{r[f'{m}_{q}_ratio']:.2f}" for m in METRICS for q in ("p50", "p90")) + f" | {tok:.2f} | " +
+            " | ".join(f"{100 * r[f'{m}_mape']:.0f}%" for m in METRICS) + " |")
+        print(f"{r['file'][:36]:36s} {r['requests']:5d} {r['ttft_p50_ratio']:9.2f} {r['tpot_p50_ratio']:9.2f} "
+              f"{r['e2e_p50_ratio']:8.2f} {tok:6.2f}")
+    if len(rows) > 1:
+        for m in METRICS:
+            print(f"median over files of {m.upper()} p50 ratio: {table[f'{m}_p50_ratio'].median():.2f}")
+    (out / "summary.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    written = ["validate.csv", "requests.csv", "summary.md"]
+    if not a.no_plots:
+        _plot(requests, out / "predicted_vs_measured.png")
+        written.append("predicted_vs_measured.png")
+    print(f"wrote {', '.join(written)} to {out}/")
+    return 0
+
+
+def _plot(req, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(13, 4))
+    for ax, m in zip(axes, METRICS):
+        x, y = req[f"{m}_measured_s"], req[f"{m}_predicted_s"]
+        ax.scatter(x, y, s=8, alpha=0.6)
+        hi = max(float(x.max()), float(y.max())) if len(x) else 1.0
+        ax.plot([0, hi], [0, hi], color="grey", lw=1)
+        ax.set_xlabel(f"measured {m.upper()} (s)")
+        ax.set_ylabel(f"kvsim {m.upper()} (s)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def register(sub) -> None:
+    from kvsim.options import add_options
+
+    v = sub.add_parser("validate", help="replay measured benchmark runs (vllm bench serve result files) and "
+                       "compare kvsim's latencies with the measured ones",
+                       description="Replays the requests of `vllm bench serve --save-result` files (input and output "
+                                   "lengths, under the recorded request rate and --max-concurrency) on the configured "
+                                   "model and GPU, and reports predicted / measured TTFT, TPOT, E2E (median, p90, "
+                                   "per-request MAPE) and output throughput.")
+    v.add_argument("results", nargs="+", help="result JSON files (per-request fields: input_lens, output_lens, "
+                   "ttfts, itls)")
+    add_options(v, ("model and hardware", "KV pool", "scheduler", "latency"))
+    v.add_argument("--out", help="output folder [default: kvsim-out/validate]")
+    v.add_argument("--no-plots", action="store_true", help="skip the scatter plot")
+    v.set_defaults(func=cmd_validate)

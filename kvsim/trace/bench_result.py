@@ -1,0 +1,96 @@
+"""A measured benchmark run: the result file of `vllm bench serve --save-result` (also the older
+`benchmarks/benchmark_serving.py`), as requests kvsim can replay and the latencies the client measured.
+
+Fields read: ``input_lens``, ``output_lens``, ``ttfts`` (seconds), ``itls`` (seconds between streamed
+chunks, per request), ``errors`` (a failed request has a message; it is skipped and counted),
+``request_rate`` (``"inf"`` or requests/s), ``max_concurrency`` (absent or null: unlimited),
+``duration`` (seconds), ``model_id``. The file does not record arrival times: at a finite rate the replay
+draws its own Poisson arrivals at that rate (the benchmark's own draw is not in the file).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from kvsim.errors import ConfigError
+from kvsim.trace.request import Request
+
+
+@dataclass(frozen=True)
+class MeasuredRun:
+    path: str
+    requests: list[Request]  # the successful requests, in file order, all arriving at 0
+    ttft_s: list[float]  # measured per request
+    e2e_s: list[float]  # TTFT + the sum of its inter-token latencies
+    itl_s: list[float]  # every inter-token latency of every request
+    request_rate: float  # requests/s, inf: all at once
+    max_concurrency: int | None
+    duration_s: float | None
+    model_id: str
+    skipped: int  # failed requests (an error message, or nothing generated)
+
+    @property
+    def output_tokens(self) -> int:
+        return sum(r.output_tokens for r in self.requests)
+
+
+def _number(v, where: str, lo: float = 0.0) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < lo:
+        raise ConfigError(f"{where}: must be a finite number >= {lo:g}, got {v!r}")
+    return float(v)
+
+
+def read_bench_result(path: str) -> MeasuredRun:
+    """The run recorded in ``path``; every error names the file and the field (and the request index)."""
+    from kvsim.files import read_json_object
+
+    d = read_json_object(path, path)
+    lists = {}
+    for key in ("input_lens", "output_lens", "ttfts", "itls"):
+        v = d.get(key)
+        if not isinstance(v, list):
+            raise ConfigError(f"{path}: field '{key}' must be a list (save the run with --save-result; "
+                              f"per-request fields are needed)")
+        lists[key] = v
+    n = len(lists["input_lens"])
+    for key, v in lists.items():
+        if len(v) != n:
+            raise ConfigError(f"{path}: field '{key}' has {len(v)} entries, 'input_lens' {n}")
+    errors = d.get("errors") or [""] * n
+    if not isinstance(errors, list) or len(errors) != n:
+        raise ConfigError(f"{path}: field 'errors' must be a list of {n} entries")
+    rate = d.get("request_rate", "inf")
+    if isinstance(rate, str) and rate.strip().lower() in ("inf", "infinity"):
+        rate = math.inf
+    else:
+        rate = _number(rate, f"{path}: field 'request_rate'")
+        if rate <= 0:
+            raise ConfigError(f"{path}: field 'request_rate' must be > 0 or \"inf\", got {rate:g}")
+    conc = d.get("max_concurrency")
+    if conc is not None:
+        if isinstance(conc, bool) or not isinstance(conc, int) or conc < 1:
+            raise ConfigError(f"{path}: field 'max_concurrency' must be a positive integer or null, got {conc!r}")
+    duration = d.get("duration")
+    duration = None if duration is None else _number(duration, f"{path}: field 'duration'")
+    reqs, ttft, e2e, itl = [], [], [], []
+    skipped = 0
+    for i in range(n):
+        where = f"{path}: request {i}"
+        p = _number(lists["input_lens"][i], f"{where}: field 'input_lens'")
+        o = _number(lists["output_lens"][i], f"{where}: field 'output_lens'")
+        if errors[i] or o < 1 or p < 1:
+            skipped += 1
+            continue
+        t = _number(lists["ttfts"][i], f"{where}: field 'ttfts'")
+        gaps = lists["itls"][i]
+        if not isinstance(gaps, list):
+            raise ConfigError(f"{where}: field 'itls' must be a list of seconds")
+        gaps = [_number(g, f"{where}: field 'itls'") for g in gaps]
+        reqs.append(Request(str(i), 0.0, int(p), int(o), line=i + 1))
+        ttft.append(t)
+        e2e.append(t + sum(gaps))
+        itl += gaps
+    if not reqs:
+        raise ConfigError(f"{path}: no successful request to replay ({skipped} failed)")
+    return MeasuredRun(str(path), reqs, ttft, e2e, itl, rate, conc, duration, str(d.get("model_id", "")), skipped)
