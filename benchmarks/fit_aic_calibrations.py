@@ -41,6 +41,7 @@ from kvsim.latency.fit import dense_rows, summarize_dense  # noqa: E402
 from kvsim.latency.calibration import SHIPPED, Calibration, load_calibration, save_calibration  # noqa: E402
 
 SYSTEMS = {"a100_sxm": "a100-80gb", "h100_sxm": "h100-80gb", "b200_sxm": "b200"}
+AIC_DATA = "NVIDIA AIConfigurator tables (Apache-2.0), via ../shared/profiles/aic"
 ROWS = {"decode": ["batch<8 ctx<1024", "batch<8 ctx>=1024", "batch>=8 ctx<1024", "batch>=8 ctx>=1024"],
         "prefill": ["chunk<512", "chunk>=512"],
         "all_reduce": [f"x{n} {s}" for n in (2, 4, 8) for s in ("<64KiB", "64KiB-1MiB", "1-16MiB", ">=16MiB")],
@@ -82,21 +83,17 @@ def main() -> None:
         gpu = GPU_PRESETS[gname]
         base = load_calibration(SHIPPED / f"{gname}.json") if (SHIPPED / f"{gname}.json").exists() and gname != "b200" \
             else replace(load_calibration(SHIPPED / "h100-80gb.json"), gpu=gname)
-        kinds = ("decode", "prefill", "all_reduce", "gemm")
-        data = read_aic(a.aic, system, kinds=kinds)
+        data = read_aic(a.aic, system)
         fitted = fit_aic(data, base)
-        calib = fitted.calibration(base)
+        calib = fitted.calibration(base)  # drops the dense statistics of the base's GEMMs
         sources = dict(calib.sources)
         if gname == "b200":
             sources["elementwise"] = "borrowed: h100-80gb's fit on Vidur profiles (no B200 element-wise measurements)"
-            sources["data"] = "NVIDIA AIConfigurator tables (Apache-2.0), via ../shared/profiles/aic"
-        else:
-            sources["data"] += "; attention and NVSwitch all-reduce: NVIDIA AIConfigurator tables (Apache-2.0), " \
-                               "via ../shared/profiles/aic"
+            sources["data"] = AIC_DATA
+        elif AIC_DATA not in sources["data"]:  # the base may be this script's own earlier output
+            sources["data"] += "; attention, NVSwitch all-reduce and GEMMs: " + AIC_DATA
         val = validate_aic(data, fitted, base)
-        # the Vidur statistics described the Vidur GEMM fit; the cross-check below replaces them
-        fit = {k: v for k, v in calib.fit.items() if k not in ("dense_in_sample", "dense_leave_one_model_out",
-                                                               "tp_layer_with_all_reduce", "vidur_dense_layers")}
+        fit = dict(calib.fit)
         fit["aic"] = {"versions": data.versions, **val, "gemm": validate_gemm(data.gemm, gpu)}
         sku = gname.split("-")[0]
         files = sorted(glob.glob(f"{a.vidur}/compute__{sku}__*__mlp.csv")) if a.vidur else []

@@ -66,8 +66,9 @@ def sequences_frame(seqs, t0: float) -> pd.DataFrame:
         "cache_hit_tokens_all_starts": np.asarray(cached_all, dtype=np.int64)}, columns=REQUEST_COLUMNS)
 
 
-def _pct(values: pd.Series, q: float) -> float:
-    v = values.dropna()
+def percentile(values, q: float) -> float:
+    """The ``q``-th percentile of ``values`` (a Series or array) without their NaNs; NaN when none is left."""
+    v = pd.Series(values).dropna()
     return float(np.percentile(v, q)) if len(v) else float("nan")
 
 
@@ -94,7 +95,7 @@ def run_summary(res: SimResult, req: pd.DataFrame | None = None) -> dict:
     }
     for m in ("ttft_s", "tpot_s", "e2e_s"):
         for q in (50, 90, 99):
-            out[f"{m[:-2]}_p{q}_s"] = _pct(fin[m], q)
+            out[f"{m[:-2]}_p{q}_s"] = percentile(fin[m], q)
     for c in MEMORY_CATEGORIES:
         out[f"mem_{c}"] = shares[c]
     # Of the memory not free-and-usable, the share holding token states (vLLM paper's measure).

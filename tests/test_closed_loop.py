@@ -109,6 +109,11 @@ def test_disaggregated_clients_wait_for_the_decode_to_finish():
     expected = _sent_by_rule([0.0] * len(df), df.finish_s.tolist(), 6)
     assert df.sort_values("arrival_s", kind="stable").arrival_s.tolist() == pytest.approx(sorted(expected))
     assert (df.ttft_s >= df.kv_transfer_s).all()
+    # the prefill engine's record of a request counts from the same send time (its TTFT in replicas.csv)
+    sent = df.set_index("id").arrival_s
+    prefill = f.replicas[0].requests.set_index("id")
+    assert (prefill.arrival_s == sent.loc[prefill.index]).all()
+    assert (prefill.ttft_s >= 0).all()
 
 
 def test_more_clients_raise_throughput_and_latency_until_the_engine_saturates():

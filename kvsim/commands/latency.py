@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import replace
 
 from kvsim.commands.args import non_negative_int, positive_int
 from kvsim.errors import ConfigError, TraceError
@@ -15,31 +14,27 @@ PARTS = ("total_s", "dense_s", "attention_s", "communication_s", "cpu_s")
 def cmd_calibrate(a: argparse.Namespace) -> int:
     from kvsim.files import check_output_file
     from kvsim.latency.calibration import save_calibration
-    from kvsim.latency.fit import fit_calibration
+    from kvsim.latency.fit import fit_calibration, read_measurements
 
     if not a.measurements and not a.aic:
         raise ConfigError("give measurement files, an AIConfigurator folder (--aic DIR), or both")
     check_output_file(a.output, "-o", a.measurements + ([a.aic] if a.aic else []))
+    measured = read_measurements(a.measurements)
     if a.aic:
         from kvsim.hardware import get_gpu
         from kvsim.latency.aic import fit_aic, read_aic
         from kvsim.latency.calibration import shipped_calibration
 
-        kinds = ("decode", "prefill", "all_reduce") + (() if any("mlp" in m for m in a.measurements) else ("gemm",))
-        data = read_aic(a.aic, a.system, a.vllm_version, kinds=kinds,
-                        gpu=get_gpu(a.gpu) if a.gpu else None)
+        # GEMMs from the tables unless dense-layer profiles (mlp.csv) were given
+        kinds = ("decode", "prefill", "all_reduce") + (() if "mlp" in measured else ("gemm",))
+        data = read_aic(a.aic, a.system, a.vllm_version, kinds=kinds, gpu=get_gpu(a.gpu) if a.gpu else None)
         for note in data.notes:
             print(f"note: {note}", file=sys.stderr)
-        gpu = data.gpu
-        base = fit_calibration(a.measurements, gpu.name) if a.measurements else shipped_calibration(gpu)[0]
-        fitted = fit_aic(data, base)
-        c = fitted.calibration(base)
-        if fitted.gemm is not None:  # the base's dense-layer statistics described its own GEMMs
-            was = base.sources.get("elementwise", "").replace("the same files", base.sources.get("gemm", ""))
-            c = replace(c, fit={k: v for k, v in c.fit.items() if k != "dense_in_sample"},
-                        sources={**c.sources, "elementwise": f"kept from the {base.gpu} calibration ({was})"})
+        base = fit_calibration(a.measurements, data.gpu.name, data=measured) if a.measurements \
+            else shipped_calibration(data.gpu)[0]
+        c = fit_aic(data, base).calibration(base)
     else:
-        c = fit_calibration(a.measurements, a.gpu)
+        c = fit_calibration(a.measurements, a.gpu, data=measured)
     save_calibration(c, a.output)
     print(f"calibration for {c.gpu} (measured on: {c.measured_on})")
     for group in ("gemm", "elementwise", "decode_attention", "prefill_attention", "all_reduce"):

@@ -10,18 +10,12 @@ from pathlib import Path
 METRICS = ("ttft", "tpot", "e2e")
 
 
-def _pct(values, q: float) -> float:
-    import numpy as np
-
-    v = np.asarray([x for x in values if x == x], dtype=float)
-    return float(np.percentile(v, q)) if len(v) else float("nan")
-
-
 def compare_run(run, cfg) -> tuple[dict, object]:
     """(one summary row, per-request frame) of kvsim replaying ``run`` with ``cfg`` (its load set from the file)."""
     import numpy as np
     import pandas as pd
 
+    from kvsim.metrics import percentile
     from kvsim.runner import resolve_allocator, simulate
 
     spec = resolve_allocator("hybrid" if cfg.model.is_hybrid else "paged", cfg, named=False)
@@ -43,7 +37,7 @@ def compare_run(run, cfg) -> tuple[dict, object]:
     for m in METRICS:
         meas, prd = req[f"{m}_measured_s"].to_numpy(), req[f"{m}_predicted_s"].to_numpy()
         for q, name in ((50, "p50"), (90, "p90")):
-            a, b = _pct(prd, q), _pct(meas, q)
+            a, b = percentile(prd, q), percentile(meas, q)
             row[f"{m}_{name}_predicted_s"], row[f"{m}_{name}_measured_s"] = a, b
             row[f"{m}_{name}_ratio"] = a / b if b > 0 else float("nan")
         ok = np.isfinite(meas) & np.isfinite(prd) & (meas > 0)
@@ -58,7 +52,7 @@ def compare_run(run, cfg) -> tuple[dict, object]:
 def cmd_validate(a: argparse.Namespace) -> int:
     import pandas as pd
 
-    from kvsim.commands.args import DEFAULT_OUT
+    from kvsim.commands.args import DEFAULT_OUT, mark_results, results_dir
     from kvsim.errors import ConfigError
     from kvsim.files import prepare_output_dir
     from kvsim.latency import latency_notes
@@ -71,7 +65,8 @@ def cmd_validate(a: argparse.Namespace) -> int:
         ids = sorted({r.model_id for r in runs if r.model_id})
         raise ConfigError("say which model served the run: --model PRESET or a config.json"
                           + (f" (the results name {', '.join(ids)})" if ids else ""))
-    out = prepare_output_dir(Path(a.out or Path(DEFAULT_OUT) / "validate"), "--out")
+    out, out_note = results_dir(a, Path(DEFAULT_OUT) / "validate")  # never over another configuration's results
+    out = prepare_output_dir(out, "--out")
     rows, frames = [], []
     for run in runs:
         cfg = config_from_options({**values, "max_concurrency": run.max_concurrency, "request_rate": run.request_rate})
@@ -81,6 +76,9 @@ def cmd_validate(a: argparse.Namespace) -> int:
         if run.skipped:
             print(f"{run.path}: skipped {run.skipped} failed request(s)", file=sys.stderr)
         row, req = compare_run(run, cfg)
+        if row["not_finished"]:  # still in the tables, with its status; the medians leave it out
+            print(f"{run.path}: {row['not_finished']} of {row['requests']} requests did not finish in kvsim "
+                  "(rejected or unfinished: see the status column of requests.csv)", file=sys.stderr)
         rows.append(row)
         frames.append(req)
     table = pd.DataFrame(rows)
@@ -110,6 +108,9 @@ def cmd_validate(a: argparse.Namespace) -> int:
     if not a.no_plots:
         _plot(requests, out / "predicted_vs_measured.png")
         written.append("predicted_vs_measured.png")
+    mark_results(out, a)
+    if out_note:
+        print(out_note, file=sys.stderr)
     print(f"wrote {', '.join(written)} to {out}/")
     return 0
 

@@ -40,14 +40,17 @@ class ClientLimit:
     requests go in trace order, each at its trace time or, when ``limit`` earlier ones are still in flight,
     at the instant one of them finishes or is rejected (its client then sends the next). ``times`` holds the
     send times on the engines' clock, ``inf`` for requests whose turn has not come; they never decrease,
-    because the driver meets completions in time order."""
+    because the driver meets completions in time order. ``limit`` None: an open loop, every request at its
+    trace time (``times`` is the trace's own list)."""
 
-    def __init__(self, trace_times: Seq[float], limit: int):
-        if limit < 1:
+    def __init__(self, trace_times: Seq[float], limit: int | None):
+        if limit is not None and limit < 1:
             raise ValueError("a client limit must be at least 1")
         self.trace_times = trace_times
-        first = min(limit, len(trace_times))
-        self.times = list(trace_times[:first]) + [math.inf] * (len(trace_times) - first)
+        self.limit = limit
+        first = len(trace_times) if limit is None else min(limit, len(trace_times))
+        self.times = trace_times if limit is None else \
+            list(trace_times[:first]) + [math.inf] * (len(trace_times) - first)
         self._next = first  # the first request still waiting for a free client
 
     def freed(self, n: int, t: float) -> None:
@@ -63,6 +66,8 @@ class ClientLimit:
         """Give each request sent later than its trace time that time as its arrival (``seqs[j]`` was sent
         at ``times[j]``; ``t0``: the clock's zero in trace time): latencies count from sending, as a
         benchmark client measures them."""
+        if self.limit is None:
+            return
         for seq, sent, planned in zip(seqs, self.times, self.trace_times):
             if sent != planned and sent != math.inf:
                 seq.req = replace(seq.req, arrival_s=t0 + sent)
@@ -84,6 +89,15 @@ class Completions:
                 self.progress(256 * k)
         if self.clients is not None:
             self.clients.freed(n, t)
+
+
+def close_engines(engines: Seq[Engine]) -> list[Sequence]:
+    """End the run on every engine; the parallel samples they forked (which no trace lists)."""
+    samples = []
+    for e in engines:
+        e.close()
+        samples += e.sched.samples
+    return samples
 
 
 def drive(engines: Seq[Engine], arrivals: Seq[float], seqs: Seq[Sequence],

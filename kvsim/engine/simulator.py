@@ -17,7 +17,7 @@ from typing import Callable
 from kvsim.allocators.base import KVAllocator
 from kvsim.config import SchedulerConfig
 from kvsim.latency.base import LatencyModel
-from kvsim.engine.clock import ClientLimit, Completions, TraceArrivals, drive
+from kvsim.engine.clock import ClientLimit, Completions, TraceArrivals, close_engines, drive
 from kvsim.engine.engine import Engine, StepObserver, SwapTiming
 from kvsim.engine.memory_tracker import MemoryTracker
 from kvsim.engine.preemption import VictimPolicy, lifo
@@ -52,8 +52,8 @@ class Simulation:
         self.trace = TraceArrivals(requests)
         self.seqs = self.trace.seqs
         self.alloc = allocator
-        # a closed loop: at most max_concurrency requests in flight (clock.ClientLimit)
-        self.clients = ClientLimit(self.trace.times, max_concurrency) if max_concurrency else None
+        # a closed loop: at most max_concurrency requests in flight (None: every request at its trace time)
+        self.clients = ClientLimit(self.trace.times, max_concurrency)
         self.engine = Engine(allocator, latency, cfg, victim_policy, first_sample_id=len(self.seqs),
                              resolution_s=self.trace.resolution_s, horizon=self.trace.horizon(cfg.horizon_s),
                              observer=observer, fast_forward=fast_forward, swap_timing=swap_timing,
@@ -62,12 +62,10 @@ class Simulation:
     def run(self) -> SimResult:
         wall0 = time.perf_counter()
         eng, trace = self.engine, self.trace
-        clients = self.clients
-        arrived = drive([eng], clients.times if clients else trace.times, self.seqs, lambda seq, t: 0, eng.horizon)
-        eng.close()
-        if clients:
-            clients.stamp(self.seqs, trace.t0)
-        mark_unfinished(self.seqs, eng.sched.samples, arrived)
+        arrived = drive([eng], self.clients.times, self.seqs, lambda seq, t: 0, eng.horizon)
+        samples = close_engines([eng])
+        self.clients.stamp(self.seqs, trace.t0)
+        mark_unfinished(self.seqs, samples, arrived)
         return SimResult(self.alloc.name, self.alloc.pool_tokens, self.seqs, eng.memory, eng.now, eng.steps,
                          eng.events, eng.sched.preemptions, time.perf_counter() - wall0, extra=eng.counters(),
                          shares_kv=self.alloc.shares_kv, t0=trace.t0)

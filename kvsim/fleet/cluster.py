@@ -16,14 +16,14 @@ import pandas as pd
 
 from kvsim.allocators import AllocatorSpec
 from kvsim.config import PoolPlan, SimConfig, plan_pool
-from kvsim.engine.clock import ClientLimit, Completions, TraceArrivals, drive
+from kvsim.engine.clock import ClientLimit, Completions, TraceArrivals, close_engines, drive
 from kvsim.engine.engine import Engine
 from kvsim.engine.preemption import get_victim_policy
 from kvsim.engine.sequence import Sequence, Status
 from kvsim.engine.simulator import SimResult, mark_unfinished
 from kvsim.fleet.routers import Router, RouterOptions, make_router
 from kvsim.errors import ConfigError
-from kvsim.metrics import sequences_frame
+from kvsim.metrics import percentile, sequences_frame
 from kvsim.allocators.kv_tier import KVTier, TierSpec
 from kvsim.runner import RunOutput, attach_tier, block_bytes, build_allocator, finish_run, swap_timing
 from kvsim.trace.request import Request
@@ -173,20 +173,15 @@ def simulate_fleet(requests: list[Request], groups: list[ReplicaGroup], router: 
     trace, limit = client_load(requests, groups)
     seqs = trace.seqs
     horizon = common_horizon(groups, trace)
-    clients = ClientLimit(trace.times, limit) if limit else None
+    clients = ClientLimit(trace.times, limit)
     reps = build_replicas(groups, trace, horizon, Completions(progress, clients), store=store)
     engines = reps.engines
     rt = make_router(router, engines, options)
     replica_of = np.full(len(seqs), -1, dtype=np.int64)
 
-    arrived = drive(engines, clients.times if clients else trace.times, seqs, routing(rt, reps, replica_of), horizon)
-    samples = []
-    for e in engines:
-        e.close()
-        samples += e.sched.samples
-    mark_unfinished(seqs, samples, arrived)
-    if clients:
-        clients.stamp(seqs, trace.t0)
+    arrived = drive(engines, clients.times, seqs, routing(rt, reps, replica_of), horizon)
+    mark_unfinished(seqs, close_engines(engines), arrived)
+    clients.stamp(seqs, trace.t0)
     end = max((e.now for e in engines), default=0.0)
     wall = time.perf_counter() - wall0
     outs = replica_outputs(engines, reps.pools, trace, end, wall)
@@ -197,11 +192,6 @@ def simulate_fleet(requests: list[Request], groups: list[ReplicaGroup], router: 
     if reps.store is not None:
         summary.update(reps.store.counters())
     return FleetOutput(router, outs, reps.names, req, summary, table, wall)
-
-
-def _pct(values: pd.Series, q: float) -> float:
-    v = values.dropna()
-    return float(np.percentile(v, q)) if len(v) else float("nan")
 
 
 def replica_table(outs: list[RunOutput], names: list[str]) -> pd.DataFrame:
@@ -216,7 +206,7 @@ def replica_table(outs: list[RunOutput], names: list[str]) -> pd.DataFrame:
             "unfinished": s["unfinished"], "prompt_tokens": int(req.prompt_tokens.sum()),
             "output_tokens": int(req.generated_tokens.sum()), "throughput_tok_s": s["throughput_tok_s"],
             "busy_frac": busy / s["duration_s"] if s["duration_s"] > 0 else 0.0, "mean_batch": s["mean_batch"],
-            "max_batch": s["max_batch"], "queue_p50_s": _pct(fin.queue_s, 50), "queue_p99_s": _pct(fin.queue_s, 99),
+            "max_batch": s["max_batch"], "queue_p50_s": percentile(fin.queue_s, 50), "queue_p99_s": percentile(fin.queue_s, 99),
             "ttft_p50_s": s["ttft_p50_s"], "ttft_p99_s": s["ttft_p99_s"], "tpot_p50_s": s["tpot_p50_s"],
             "tpot_p99_s": s["tpot_p99_s"], "preemptions": s["preemptions"],
             "prefix_hit_rate_tokens": s.get("prefix_hit_rate_tokens", float("nan")),
@@ -253,6 +243,6 @@ def fleet_summary(router: str, req: pd.DataFrame, outs: list[RunOutput], table: 
     }
     for m in ("ttft_s", "tpot_s", "e2e_s", "queue_s"):
         for q in (50, 90, 99):
-            out[f"{m[:-2]}_p{q}_s"] = _pct(fin[m], q)
+            out[f"{m[:-2]}_p{q}_s"] = percentile(fin[m], q)
     out["wall_s"] = wall
     return out

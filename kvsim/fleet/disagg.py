@@ -28,7 +28,7 @@ from typing import Callable
 import numpy as np
 
 from kvsim.allocators.kv_tier import TierSpec
-from kvsim.engine.clock import ClientLimit, Completions, drive
+from kvsim.engine.clock import ClientLimit, Completions, close_engines, drive
 from kvsim.engine.sequence import Sequence, Status
 from kvsim.engine.simulator import mark_unfinished
 from kvsim.errors import ConfigError
@@ -159,17 +159,12 @@ def simulate_disagg(requests: list[Request], prefill: list[ReplicaGroup], decode
 
     engines = P.engines + D.engines
     route = routing(make_router(router, P.engines, options), P, prefill_of)
-    times = [trace.times[k] for k in kept]
-    clients = done.clients = ClientLimit(times, limit) if limit else None
-    arrived = drive(engines, clients.times if clients else times, [pseqs[k] for k in kept], route, horizon,
-                    hints=False, touched=touched)
-    samples = []
-    for e in engines:
-        e.close()
-        samples += e.sched.samples
-    mark_unfinished(seqs, samples, n)
-    if clients:
-        clients.stamp([seqs[k] for k in kept], trace.t0)
+    clients = done.clients = ClientLimit([trace.times[k] for k in kept], limit)
+    routed = [pseqs[k] for k in kept]
+    arrived = drive(engines, clients.times, routed, route, horizon, hints=False, touched=touched)
+    mark_unfinished(seqs, close_engines(engines), n)
+    for side in (routed, [seqs[k] for k in kept]):  # both records of a request were sent when its client sent it
+        clients.stamp(side, trace.t0)
     for pos, k in enumerate(kept):
         ds, ps = seqs[k], pseqs[k]
         if ps.status == Status.REJECTED:

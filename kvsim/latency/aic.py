@@ -54,7 +54,6 @@ SYSTEM_GPUS = {"a100_sxm": "a100-80gb", "h100_sxm": "h100-80gb", "h200_sxm": "h2
                "l40s": "l40s", "a40": "a40"}
 # a system kvsim has no preset for is described by the yaml next to its tables (mem_capacity, mem_bw,
 # bfloat16_tc_flops, pcie_bw)
-EXTRA_GPUS: dict = {}
 SMS_BY_SM_VERSION = {80: 108, 86: 84, 89: 142, 90: 132, 100: 148}
 
 TABLES = {  # kind -> (framework folder, table name)
@@ -189,20 +188,17 @@ def read_table(path: Path, needed=()):
 
 
 def gpu_for_system(system: str, sysdir: Path | None = None) -> GpuSpec:
-    """The kvsim GPU preset of an AIConfigurator system (b200_sxm, which kvsim has no preset for, from the
-    numbers above and its yaml)."""
+    """The kvsim GPU preset of an AIConfigurator system, or, for a system kvsim has no preset for, a GPU
+    described by the system's yaml."""
     name = system.lower()
     if name in SYSTEM_GPUS:
         return GPU_PRESETS[SYSTEM_GPUS[name]]
     yaml_gpu = _system_yaml(sysdir, name) if sysdir is not None else {}
-    if name in EXTRA_GPUS:
-        g = GpuSpec(*EXTRA_GPUS[name])
-    elif {"mem_bw", "bfloat16_tc_flops", "mem_capacity"} <= set(yaml_gpu):
-        g = GpuSpec(name.replace("_", "-"), 0, 0.0, 0.0, 32e9, SMS_BY_SM_VERSION.get(int(yaml_gpu.get("sm_version", 0)), 108),
-                    f"sm{yaml_gpu.get('sm_version', '?')}")
-    else:
+    if not {"mem_bw", "bfloat16_tc_flops", "mem_capacity"} <= set(yaml_gpu):
         raise ConfigError(f"AIConfigurator system '{system}' has no kvsim GPU preset (known: "
-                          f"{', '.join(sorted({**SYSTEM_GPUS, **EXTRA_GPUS}))}) and no {system}.yaml with its peaks")
+                          f"{', '.join(sorted(SYSTEM_GPUS))}) and no {system}.yaml with its peaks")
+    g = GpuSpec(name.replace("_", "-"), 0, 0.0, 0.0, 32e9, SMS_BY_SM_VERSION.get(int(yaml_gpu.get("sm_version", 0)), 108),
+                f"sm{yaml_gpu.get('sm_version', '?')}")
     over = {}
     for key, fld in (("mem_capacity", "memory_bytes"), ("mem_bw", "hbm_bandwidth"),
                      ("bfloat16_tc_flops", "bf16_flops"), ("pcie_bw", "pcie_bandwidth")):
@@ -253,10 +249,12 @@ class AicData:
         return "; ".join(f"{_rel(self, t)} ({v})" for t, v in self.versions.items())
 
 
-def _attention_rows(df, path, include_windowed: bool):
-    """Full-attention, bf16-compute, beam-1 rows (sliding-window and other rows dropped)."""
+def _attention_rows(df, path):
+    """Full-attention, bf16-compute, beam-1 rows (sliding-window and other set-ups left out), their KV element
+    bytes, and a note counting the rows skipped as unusable (an unknown KV dtype, a latency that is not
+    positive), or ''."""
     keep = np.ones(len(df), dtype=bool)
-    if "window_size" in df.columns and not include_windowed:
+    if "window_size" in df.columns:
         keep &= df["window_size"].to_numpy() == 0
     if "beam_width" in df.columns:
         keep &= df["beam_width"].to_numpy() == 1
@@ -264,19 +262,23 @@ def _attention_rows(df, path, include_windowed: bool):
         keep &= df["attn_dtype"].astype(str).isin(["bfloat16", "float16"]).to_numpy()
     df = df[keep]
     dt = df["kv_cache_dtype"].astype(str).str.strip().str.lower()
-    unknown = sorted(set(dt) - set(_KV_BYTES))
-    if unknown:
-        df, dt = df[~dt.isin(unknown)], dt[~dt.isin(unknown)]
+    known = dt.isin(_KV_BYTES).to_numpy()
     lat = df["latency"].to_numpy(float)
-    good = np.isfinite(lat) & (lat > 0)
-    return df[good], dt[good].map(_KV_BYTES).to_numpy(int), len(keep) - int(good.sum()), unknown
+    timed = np.isfinite(lat) & (lat > 0)
+    good = known & timed
+    reasons = [f"{int((~known).sum())} with an unknown KV dtype ({', '.join(sorted(set(dt[~known])))})"] \
+        if not known.all() else []
+    reasons += [f"{int((known & ~timed).sum())} whose latency is not positive"] if (known & ~timed).any() else []
+    note = f"{path}: skipped {'; '.join(reasons)}" if reasons else ""
+    return df[good], dt[good].map(_KV_BYTES).to_numpy(int), note
 
 
 def read_decode(path: Path):
+    """(decode rows in per-layer form, a note on rows skipped or '')."""
     import pandas as pd
 
     df = read_table(path, _ATTN_COLUMNS)
-    df, kvb, dropped, unknown = _attention_rows(df, path, False)
+    df, kvb, note = _attention_rows(df, path)
     ctx = (df["isl"] + df["step"]).to_numpy(np.int64)
     n = df["batch_size"].to_numpy(np.int64)
     kvh = df["num_key_value_heads"].to_numpy(np.int64)
@@ -290,14 +292,15 @@ def read_decode(path: Path):
     })
     if out.empty:
         raise ConfigError(f"{path}: no usable full-attention decode rows")
-    return out.reset_index(drop=True)
+    return out.reset_index(drop=True), note
 
 
 def read_prefill(path: Path):
+    """(prefill rows in per-layer form, a note on rows skipped or '')."""
     import pandas as pd
 
     df = read_table(path, _ATTN_COLUMNS)
-    df, kvb, dropped, unknown = _attention_rows(df, path, False)
+    df, kvb, note = _attention_rows(df, path)
     out = pd.DataFrame({
         "num_chunks": df["batch_size"].to_numpy(np.int64), "new_tokens": df["isl"].to_numpy(np.int64),
         "cached": df["step"].to_numpy(np.int64), "q_heads": df["num_heads"].to_numpy(np.int64),
@@ -307,7 +310,7 @@ def read_prefill(path: Path):
     })
     if out.empty:
         raise ConfigError(f"{path}: no usable full-attention prefill rows")
-    return out.reset_index(drop=True)
+    return out.reset_index(drop=True), note
 
 
 def _elem_bytes(series, path) -> np.ndarray:
@@ -373,7 +376,8 @@ def read_aic(root: str | Path, system: str | None = None, version: str | None = 
 
     ``version``: the vLLM version folder (default: the newest that has each table); ``nccl_version``: the
     NCCL folder (default: the newest with all_reduce rows); ``kinds``: which of decode / prefill / all_reduce
-    to read (each one asked for must be there). All-reduce needs the custom_allreduce table or NCCL's.
+    / gemm to read (each one asked for must be there, except gemm: without its table the notes say so).
+    All-reduce needs the custom_allreduce table or NCCL's. Rows skipped as unusable are counted in the notes.
     """
     sysdir = system_dir(root, system)
     name = sysdir.name
@@ -382,9 +386,9 @@ def read_aic(root: str | Path, system: str | None = None, version: str | None = 
     for kind, reader in (("decode", read_decode), ("prefill", read_prefill)):
         if kind in kinds:
             f, v, note = locate_table(sysdir, kind, version)
-            got[kind] = reader(f)
+            got[kind], skipped = reader(f)
             files[TABLES[kind][1]], versions[TABLES[kind][1]] = str(f), v
-            notes += [note] if note else []
+            notes += [n for n in (note, skipped) if n]
     if "all_reduce" in kinds:
         custom = nccl = None
         try:
@@ -409,29 +413,26 @@ def read_aic(root: str | Path, system: str | None = None, version: str | None = 
         except ConfigError as e:
             notes.append(f"{e}; GEMMs not fitted")
         else:
-            got["gemm"] = read_gemm(f)
+            got["gemm"], skipped = read_gemm(f)
             files["gemm_perf"], versions["gemm_perf"] = str(f), v
-            notes += [note] if note else []
+            notes += [n for n in (note, skipped) if n]
     return AicData(name, gpu, str(sysdir), got.get("decode"), got.get("prefill"), got.get("all_reduce"),
                    got.get("gemm"), files, versions, notes)
 
 
 def read_gemm(path: Path):
-    """bf16 GEMM rows (m, n, k, seconds) of a gemm_perf table."""
+    """(bf16 GEMM rows: m, n, k, seconds; a note on rows skipped or '') of a gemm_perf table."""
+    import pandas as pd
+
     df = read_table(path, ("m", "n", "k", "latency", "gemm_dtype"))
     df = df[df["gemm_dtype"].astype(str).str.strip().str.lower().isin(["bfloat16", "float16"])]
     t = df["latency"].to_numpy(float) * 1e-3
     ok = np.isfinite(t) & (t > 0)
     if not ok.any():
         raise ConfigError(f"{path}: no bf16 GEMM rows with a positive latency")
-    return pd_frame({"m": df["m"].to_numpy(np.int64)[ok], "n": df["n"].to_numpy(np.int64)[ok],
-                     "k": df["k"].to_numpy(np.int64)[ok], "seconds": t[ok]})
-
-
-def pd_frame(cols: dict):
-    import pandas as pd
-
-    return pd.DataFrame(cols)
+    note = f"{path}: skipped {int((~ok).sum())} bf16 row(s) whose latency is not positive" if not ok.all() else ""
+    return pd.DataFrame({"m": df["m"].to_numpy(np.int64)[ok], "n": df["n"].to_numpy(np.int64)[ok],
+                         "k": df["k"].to_numpy(np.int64)[ok], "seconds": t[ok]}), note
 
 
 def _nccl_table(sysdir: Path, version: str | None):
@@ -448,16 +449,10 @@ def _nccl_table(sysdir: Path, version: str | None):
 
 
 # --- the per-operation formulas, vectorised (they equal PerOpModel's; see check_against_perop) ----------
-def decode_seconds(p: DecodeAttentionParams, gpu: GpuSpec, num_seqs, kv_bytes, token_bytes):
-    """PerOpModel.decode_attention_layer_s over arrays: max(floor, ramp + per_seq x n + (KV bytes +
-    per_seq_tokens x n x one token's bytes) / bandwidth)."""
-    kv = kv_bytes + p.per_seq_tokens * num_seqs * token_bytes
-    return np.maximum(p.floor_s, p.ramp_s + p.per_seq_s * num_seqs + kv / (gpu.hbm_bandwidth * p.bw_eff))
-
-
 def _decode_df(p: DecodeAttentionParams, gpu: GpuSpec, d):
-    return decode_seconds(p, gpu, d["num_seqs"].to_numpy(float), d["kv_bytes"].to_numpy(float),
-                          _token_bytes(d))
+    """PerOpModel.decode_attention_layer_s over the rows of a decode table."""
+    token_s = _token_bytes(d) / (gpu.hbm_bandwidth * p.bw_eff)
+    return np.maximum(p.floor_s, p.stream_s(d["num_seqs"].to_numpy(float), d["kv_tokens"].to_numpy(float), token_s))
 
 
 def _token_bytes(d) -> np.ndarray:
@@ -483,9 +478,7 @@ def prefill_seconds(p: PrefillAttentionParams, gpu: GpuSpec, num_chunks, new, ca
 
 def link_seconds(p: LinkParams, message_bytes):
     """LinkParams.seconds over an array of message sizes."""
-    s = np.asarray(message_bytes, float)
-    t = p.latency_s + s / p.bandwidth
-    return np.minimum(t, p.large_latency_s + s / p.large_bandwidth) if p.large_bandwidth > 0 else t
+    return np.array([p.seconds(float(s)) for s in message_bytes])
 
 
 def predict(data: AicData, calib: Calibration, interconnect: str = "nvswitch") -> dict:
@@ -646,6 +639,10 @@ def validate_gemm(g, gpu: GpuSpec, every: int = 5) -> dict:
     return {"in_sample": _by_regime(ins, reg), "held_out": _by_regime(held, reg)}
 
 
+# a calibration's statistics of its dense layers (kvsim.latency.fit, benchmarks/fit_*calibrations.py)
+DENSE_STATS = ("dense_in_sample", "dense_leave_one_model_out", "tp_layer_with_all_reduce", "vidur_dense_layers")
+
+
 @dataclass(frozen=True)
 class AicFit:
     gpu: GpuSpec
@@ -656,7 +653,9 @@ class AicFit:
     gemm: GemmParams | None = None
 
     def calibration(self, base: Calibration | None = None) -> Calibration:
-        """``base`` (default: a calibration of kvsim's defaults) with the fitted groups replaced."""
+        """``base`` (default: a calibration of kvsim's defaults) with the fitted groups replaced. New GEMMs
+        drop the base's dense-layer statistics (they described its GEMMs) and say where the element-wise
+        kernels, kept, come from."""
         base = base or Calibration(gpu=self.gpu.name)
         c = replace(base, gpu=self.gpu.name, derived_from="", sources={**base.sources, **self.sources})
         if self.decode_attention:
@@ -666,7 +665,9 @@ class AicFit:
         if self.all_reduce:
             c = replace(c, all_reduce={**c.all_reduce, **self.all_reduce})
         if self.gemm:
-            c = replace(c, gemm=self.gemm)
+            was = base.sources.get("elementwise", "").replace("the same files", base.sources.get("gemm", ""))
+            c = replace(c, gemm=self.gemm, fit={k: v for k, v in c.fit.items() if k not in DENSE_STATS},
+                        sources={**c.sources, "elementwise": f"kept from the {base.gpu} calibration ({was})"})
         return c
 
 

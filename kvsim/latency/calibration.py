@@ -59,6 +59,11 @@ class DecodeAttentionParams:
     per_seq_s: float = 0.0
     per_seq_tokens: float = 0.0
 
+    def stream_s(self, num_seqs, kv_tokens, token_s):
+        """The part above the floor, for ``num_seqs`` sequences over ``kv_tokens`` context tokens in all,
+        ``token_s`` seconds to stream one token's KV; works on numpy arrays too."""
+        return self.ramp_s + self.per_seq_s * num_seqs + (kv_tokens + self.per_seq_tokens * num_seqs) * token_s
+
 
 @dataclass(frozen=True)
 class PrefillAttentionParams:

@@ -284,7 +284,7 @@ def _fit_decode(n, b, T, gpu: GpuSpec, token_bytes=None) -> DecodeAttentionParam
 
     extra = 0.0 if token_bytes is None else n * token_bytes
 
-    def res(x):
+    def res(x):  # DecodeAttentionParams.stream_s in bytes (rows of several KV widths), floor below it
         p = params(x)
         stream = p.ramp_s + p.per_seq_s * n + (b + p.per_seq_tokens * extra) / (gpu.hbm_bandwidth * p.bw_eff)
         return np.log(np.maximum(p.floor_s, stream) / T)
@@ -355,11 +355,13 @@ def fit_attention_csv(frames, gpu: GpuSpec, base: Calibration) -> tuple[DecodeAt
     return decode, prefill
 
 
-def fit_calibration(paths: list[str], gpu_name: str | None = None, base: Calibration | None = None) -> Calibration:
-    """A calibration for one GPU from measurement files; groups without data keep ``base``'s values."""
+def fit_calibration(paths: list[str], gpu_name: str | None = None, base: Calibration | None = None,
+                    data: dict | None = None) -> Calibration:
+    """A calibration for one GPU from measurement files; groups without data keep ``base``'s values.
+    ``data``: the files as :func:`read_measurements` already read them."""
     from kvsim.latency.calibration import shipped_calibration
 
-    data = read_measurements(paths)
+    data = read_measurements(paths) if data is None else data
     gpus = {g for k in ("mlp", "attention", "all_reduce", "send_recv") for p, _ in data.get(k, [])
             if (g := gpu_from_path(p))}
     if gpu_name is None:

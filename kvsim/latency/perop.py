@@ -294,8 +294,7 @@ class PerOpModel(LatencyModel):
         p = self.calib.decode_attention
         if window:
             kv_tokens = min(kv_tokens, num_seqs * window)
-        stream = p.ramp_s + p.per_seq_s * num_seqs + (kv_tokens + p.per_seq_tokens * num_seqs) * self._decode_token_s
-        return max(p.floor_s, stream)
+        return max(p.floor_s, p.stream_s(num_seqs, kv_tokens, self._decode_token_s))
 
     def windowed_prefill_layer_s(self, chunks, kind: str, window: int) -> float:
         """Prefill of a sliding-window or chunked-local layer: each query tile walks the KV tiles from the
@@ -405,7 +404,7 @@ class PerOpModel(LatencyModel):
         per_token = self._decode_token_s  # as a single step prices it: bytes, or FLOPs where larger (MLA)
         L = self.layers
         floor = base + L * p.floor_s
-        a = base + L * (p.ramp_s + p.per_seq_s * n + (s0 + p.per_seq_tokens * n) * per_token)
+        a = base + L * p.stream_s(n, s0, per_token)
         b = L * n * per_token
         c = self.cpu
         if c.overlapped:
@@ -433,8 +432,7 @@ class PerOpModel(LatencyModel):
                 reads = window_reads(kind, w, steps).astype(np.float64)
             else:
                 reads = np.minimum(kv, n * w)
-            stream = p.ramp_s + p.per_seq_s * n + (reads + p.per_seq_tokens * n) * self._decode_token_s
-            gpu = gpu + layers * np.maximum(p.floor_s, stream)
+            gpu = gpu + layers * np.maximum(p.floor_s, p.stream_s(n, reads, self._decode_token_s))
         c = self.cpu
         cpu = c.seconds(n)
         return c.sync_s + np.maximum(cpu, gpu) if c.overlapped else gpu + cpu
