@@ -31,21 +31,43 @@ from bisect import bisect_left, bisect_right, insort
 from kvsim.allocators.base import KVAllocator
 from kvsim.config import SchedulerConfig
 from kvsim.engine.preemption import VictimPolicy
-from kvsim.engine.scheduler import IterationPlan, Scheduler, StepResult
+from kvsim.engine.scheduler import _NO_KEY, IterationPlan, Scheduler, StepResult
 from kvsim.engine.sequence import Sequence, Status
-from kvsim.latency.base import StepShape, chunk_shape_terms, decode_window_reads
-
-_NO_KEY = 1 << 62
+from kvsim.latency.base import StepShape
 
 
-def _bucket_add(buckets: dict[int, list[Sequence]], heap: list[int], it: int, s: Sequence) -> None:
-    """File ``s`` under iteration ``it`` (a heap keeps the iterations that have a bucket)."""
+class LazyDecoder:
+    """A running sequence advancing one token per iteration untouched: at iteration i it has
+    ``c0 + (i - base)`` computed and ``g0 + (i - base)`` generated tokens."""
+
+    __slots__ = ("seq", "key", "base", "c0", "g0", "grow_iter", "finish_iter", "lazy_from", "grow_periodic")
+
+    def __init__(self, seq: Sequence, it: int, plans: int):
+        self.seq = seq
+        self.key = seq.key
+        self.base, self.c0, self.g0 = it, seq.computed, seq.generated
+        self.grow_iter = -1  # the iteration of its next allocation (-1: none before it finishes)
+        self.finish_iter = it + seq.target - seq.generated - 1  # the iteration emitting its last token
+        self.lazy_from = plans  # the first plan it was scheduled in as a lazy decoder
+        self.grow_periodic = False  # its next allocation recurs every period (else the allocator is asked again)
+
+
+def _bucket_add(buckets: dict[int, list[LazyDecoder]], heap: list[int], it: int, d: LazyDecoder) -> None:
+    """File ``d`` under iteration ``it`` (a heap keeps the iterations that have a bucket)."""
     lst = buckets.get(it)
     if lst is None:
-        buckets[it] = [s]
+        buckets[it] = [d]
         heapq.heappush(heap, it)
     else:
-        lst.append(s)
+        lst.append(d)
+
+
+def _by_key(d: LazyDecoder) -> int:
+    return d.key
+
+
+def _first_key(pair: tuple[Sequence, LazyDecoder | None]) -> int:
+    return pair[0].key
 
 
 class IncrementalScheduler(Scheduler):
@@ -56,16 +78,16 @@ class IncrementalScheduler(Scheduler):
         self.it = 0  # iterations executed
         self._explicit: list[Sequence] = []  # running sequences that are not lazy, admission order
         self._keys: list[int] = []  # keys of the lazy decoders, sorted
-        self._by_key: dict[int, Sequence] = {}
+        self._lazy: dict[int, LazyDecoder] = {}  # by key
         self._lazy_sum = 0  # sum over lazy decoders of (c0 - base)
         self._offsets: list[int] = []  # each lazy decoder's (c0 - base), kept when windowed reads are counted
-        self._grow_at: dict[int, list[Sequence]] = {}  # iteration -> lazy decoders allocating in it
+        self._grow_at: dict[int, list[LazyDecoder]] = {}  # iteration -> lazy decoders allocating in it
         self._special_at: set[int] = set()  # iterations whose growth events are not one plain unit
         # iterations with an event the allocator re-times (not periodic): it may free memory (a window), which
         # a queue blocked on memory must see, so decode runs stop there while requests wait
         self._reask_at: set[int] = set()
         self._grow_heap: list[int] = []  # iterations of _grow_at (stale entries are skipped)
-        self._finish_at: dict[int, list[Sequence]] = {}  # iteration -> lazy decoders emitting their last token
+        self._finish_at: dict[int, list[LazyDecoder]] = {}  # iteration -> lazy decoders emitting their last token
         self._finish_heap: list[int] = []
         self._period = 0  # tokens between plain growth events (the block size), 0 while unknown
         self._plans = 0  # plans scheduled so far
@@ -73,89 +95,86 @@ class IncrementalScheduler(Scheduler):
         self._reads_state = victim_policy.reads_schedule_state
 
     # --- lazy decoders -------------------------------------------------------------------------
-    def _materialize(self, s: Sequence) -> None:
-        d = self.it - s.base
-        s.computed = s.c0 + d
-        s.generated = s.g0 + d
-        if s.lazy_from < self._plans:  # it ran in the last plan
+    def _materialize(self, d: LazyDecoder) -> None:
+        s = d.seq
+        n = self.it - d.base
+        s.computed = d.c0 + n
+        s.generated = d.g0 + n
+        if d.lazy_from < self._plans:  # it ran in the last plan
             s.last_scheduled_s = self._last_plan_start
 
-    def _schedule_growth(self, s: Sequence) -> None:
+    def _schedule_growth(self, d: LazyDecoder) -> None:
         """Register the lazy decoder's next allocation event (its fields are current as of self.it)."""
+        s = d.seq
         g = self.alloc.next_growth(s.sid, s.computed)
-        s.grow_iter = -1
+        d.grow_iter = -1
         if g is None:
             return
         e = self.it + g.tokens - 1 - s.computed
         plain = g.units == 1 and not g.copy and g.every > 0
         if plain and not self._period:
             self._period = g.every
-        s.grow_periodic = plain and g.every == self._period
+        d.grow_periodic = plain and g.every == self._period
         # A copy, or more than one unit, gets an iteration of its own; an event of at most one unit (a window
         # freeing blocks, a growth the allocator re-times) runs inside a decode run like a plain one.
-        if self._add_growth(s, e):
+        if self._add_growth(d, e):
             if g.copy or g.units > 1:
                 self._special_at.add(e)
-            elif not s.grow_periodic:
+            elif not d.grow_periodic:
                 self._reask_at.add(e)
 
-    def _regrow(self, s: Sequence) -> None:
+    def _regrow(self, d: LazyDecoder) -> None:
         """After the lazy decoder's allocation at self.it: its next event. A periodic growth (one unit)
         recurs every period; anything else asks the allocator again."""
-        if s.grow_periodic:
-            s.grow_iter = -1
-            self._add_growth(s, self.it + self._period)
+        if d.grow_periodic:
+            d.grow_iter = -1
+            self._add_growth(d, self.it + self._period)
         else:
-            self._materialize(s)
-            self._schedule_growth(s)
+            self._materialize(d)
+            self._schedule_growth(d)
 
-    def _add_growth(self, s: Sequence, e: int) -> bool:
-        if e > s.finish_iter:
-            s.grow_iter = -1
+    def _add_growth(self, d: LazyDecoder, e: int) -> bool:
+        if e > d.finish_iter:
+            d.grow_iter = -1
             return False  # it finishes before it needs anything
-        s.grow_iter = e
-        _bucket_add(self._grow_at, self._grow_heap, e, s)
+        d.grow_iter = e
+        _bucket_add(self._grow_at, self._grow_heap, e, d)
         return True
 
     def _attach(self, s: Sequence) -> None:
         """Make a running, decoding sequence lazy from the current iteration on."""
         it = self.it
-        s.lazy = True
-        s.base, s.c0, s.g0 = it, s.computed, s.generated
-        s.lazy_from = self._plans
-        insort(self._keys, s.key)
-        self._by_key[s.key] = s
-        self._lazy_sum += s.c0 - it
+        d = LazyDecoder(s, it, self._plans)
+        insort(self._keys, d.key)
+        self._lazy[d.key] = d
+        self._lazy_sum += d.c0 - it
         if self.windows:
-            self._offsets.append(s.c0 - it)
-        f = it + s.target - s.generated - 1
-        s.finish_iter = f
-        _bucket_add(self._finish_at, self._finish_heap, f, s)
-        self._schedule_growth(s)
+            self._offsets.append(d.c0 - it)
+        _bucket_add(self._finish_at, self._finish_heap, d.finish_iter, d)
+        self._schedule_growth(d)
 
     def _detach(self, s: Sequence) -> None:
-        if not s.lazy:
+        d = self._lazy.pop(s.key, None)
+        if d is None:
             if s in self._explicit:
                 self._explicit.remove(s)
             return
-        self._materialize(s)
-        del self._keys[bisect_left(self._keys, s.key)]
-        del self._by_key[s.key]
-        self._lazy_sum -= s.c0 - s.base
+        self._materialize(d)
+        del self._keys[bisect_left(self._keys, d.key)]
+        self._lazy_sum -= d.c0 - d.base
         if self.windows:
-            self._offsets.remove(s.c0 - s.base)
+            self._offsets.remove(d.c0 - d.base)
         for table, attr in ((self._grow_at, "grow_iter"), (self._finish_at, "finish_iter")):
-            e = getattr(s, attr)
+            e = getattr(d, attr)
             if e >= 0:
                 lst = table[e]
-                lst.remove(s)
+                lst.remove(d)
                 if not lst:
                     del table[e]
                     if table is self._grow_at:
                         self._special_at.discard(e)
                         self._reask_at.discard(e)
-                setattr(s, attr, -1)
-        s.lazy = False
+                setattr(d, attr, -1)
 
     def _joined(self, s: Sequence) -> None:
         self._explicit.append(s)
@@ -171,25 +190,75 @@ class IncrementalScheduler(Scheduler):
                 keep.append(s)
         self._explicit = keep
 
+    def _finishing(self, it: int) -> list[Sequence]:
+        """The lazy decoders that emit their last token in iteration ``it``, fields current, admission order."""
+        fin = self._finish_at.pop(it, None)
+        if not fin:
+            return []
+        for d in fin:
+            d.finish_iter = -1
+            self._materialize(d)
+        fin.sort(key=_by_key)
+        return [d.seq for d in fin]
+
+    # --- the hooks of the running-batch pass (Scheduler._serve_running) ---------------------------
+    def _to_visit(self) -> list[tuple[Sequence, LazyDecoder | None]]:
+        """The explicit sequences and the lazy decoders that allocate in this iteration (brought up to date
+        now: nothing changes their fields before the pass reaches them)."""
+        it = self.it
+        events = self._grow_at.pop(it, [])
+        self._special_at.discard(it)
+        self._reask_at.discard(it)
+        self._pop_stale(self._grow_heap, self._grow_at, it + 1)
+        todo: list[tuple[Sequence, LazyDecoder | None]] = [(s, None) for s in self._explicit]
+        if not events:
+            return todo
+        n0 = it
+        plans, start = self._plans, self._last_plan_start
+        for d in events:
+            d.grow_iter = -1
+            s = d.seq  # _materialize, inlined: this runs for every growth event
+            n = n0 - d.base
+            s.computed = d.c0 + n
+            s.generated = d.g0 + n
+            if d.lazy_from < plans:
+                s.last_scheduled_s = start
+            todo.append((s, d))
+        todo.sort(key=_first_key)
+        return todo
+
+    def _lazy_between(self, lo: int, hi: int) -> int:
+        return bisect_left(self._keys, hi) - bisect_right(self._keys, lo)
+
     def _starve_after(self, key: int, keep: int) -> None:
-        """The token budget ran out: of the lazy decoders after ``key`` only the first ``keep`` run this
-        iteration; the others wait (they become explicit and unscheduled)."""
+        """Of the lazy decoders after ``key`` only the first ``keep`` run this iteration; the others wait
+        (they become explicit and unscheduled)."""
         i = bisect_right(self._keys, key) + keep
         for k in self._keys[i:]:
-            s = self._by_key[k]
+            s = self._lazy[k].seq
             self._detach(s)
             insort(self._explicit, s, key=lambda x: x.key)
 
-    def _lazy_between(self, lo: int, hi: int) -> int:
-        """Lazy decoders with lo < key < hi."""
-        return bisect_left(self._keys, hi) - bisect_right(self._keys, lo)
+    def _is_lazy(self, s: Sequence) -> bool:
+        return s.key in self._lazy
+
+    _grew = _regrow
 
     def _victim(self) -> Sequence:
         if self._reads_state:
-            for s in self.running:
-                if s.lazy:
-                    self._materialize(s)
+            for d in self._lazy.values():
+                self._materialize(d)
         return self.pick_victim(self.running)
+
+    def _iteration_done(self, done: list[Sequence]) -> None:
+        it = self.it
+        self.it = it + 1
+        fin = self._finishing(it)
+        self._pop_stale(self._finish_heap, self._finish_at, it + 1)
+        if fin:
+            done.extend(fin)
+            done.sort(key=lambda x: x.key)
+        self._settle()
 
     @staticmethod
     def _pop_stale(heap: list[int], live: dict, upto: int) -> None:
@@ -197,16 +266,15 @@ class IncrementalScheduler(Scheduler):
             heapq.heappop(heap)
 
     def finalize(self) -> None:
-        for s in self.running:
-            if s.lazy:
-                self._materialize(s)
+        for d in self._lazy.values():
+            self._materialize(d)
 
     def batch(self, plan: IterationPlan) -> list[tuple[Sequence, int]]:
         lazy = []
-        for s in self.running:
-            if s.lazy and s.lazy_from < self._plans:  # lazy during the plan (not made lazy after it)
-                self._materialize(s)
-                lazy.append((s, 1))
+        for d in self._lazy.values():
+            if d.lazy_from < self._plans:  # lazy during the plan (not made lazy after it)
+                self._materialize(d)
+                lazy.append((d.seq, 1))
         out = lazy + list(plan.entries)
         out.sort(key=lambda e: e[0].key)
         return out
@@ -214,91 +282,15 @@ class IncrementalScheduler(Scheduler):
     # --- one iteration ----------------------------------------------------------------------
     def schedule(self, now: float) -> IterationPlan:
         run = self._plan_decode_run(now)
-        if run is not None:
-            return run
-        self._swap_out = self._swap_in = 0
-        it = self.it
-        events = self._grow_at.pop(it, [])
-        self._special_at.discard(it)
-        self._reask_at.discard(it)
-        self._pop_stale(self._grow_heap, self._grow_at, it + 1)
-        for s in events:
-            s.grow_iter = -1
-        todo = sorted(events + self._explicit, key=lambda x: x.key) if events else list(self._explicit)
-        budget = self.cfg.max_num_batched_tokens
-        scheduled: dict[int, tuple[Sequence, int]] = {}
-        preempted = stopped = False
-        alloc = self.alloc
-        done_key = -1  # lazy decoders with keys up to here have been counted
-        for s in todo:
-            if s.status != Status.RUNNING:
-                continue  # preempted earlier in this pass
-            c = self._lazy_between(done_key, s.key)
-            if c >= budget:  # the budget runs out among the lazy decoders before s
-                self._starve_after(done_key, budget)
-                budget = 0
-                stopped = True
-                break
-            budget -= c
-            if s.lazy:
-                self._materialize(s)
-                n = 1
-            else:
-                n = min(s.to_compute, budget)
-            while not alloc.allocate(s.sid, s.req, s.computed + n, computed=s.computed):
-                if self._reclaim_waiting():
-                    continue
-                victim = self._victim()
-                if victim.key < s.key:  # scheduled earlier in this pass: refund its tokens
-                    if victim.lazy:
-                        budget += 1
-                    elif victim.sid in scheduled:
-                        budget += scheduled.pop(victim.sid)[1]
-                self.preempt(victim, alloc.shortfall(s.sid, s.computed + n))
-                preempted = True
-                if victim is s:
-                    break
-            else:
-                if s.lazy:
-                    self._regrow(s)
-                else:
-                    scheduled[s.sid] = (s, n)
-                budget -= n
-            done_key = s.key
-            if budget == 0:
-                self._starve_after(done_key, 0)
-                stopped = True
-                break
-        if not stopped:
-            c = self._lazy_between(done_key, _NO_KEY)
-            if c > budget:
-                self._starve_after(done_key, budget)
-                budget = 0
-            else:
-                budget -= c
-        self.admission_blocked = False
-        if not preempted:
-            self._admit(budget, scheduled, now)
-        entries = list(scheduled.values())
-        lazy_n = len(self._keys)
-        kv = self._lazy_sum + lazy_n * (it + 1)
-        new, pairs, kv_tokens, dn, dkv, prefill = lazy_n, kv, kv, lazy_n, kv, []
-        contexts = []  # explicit decodes' contexts, for windowed reads
-        for s, n in entries:
-            s.last_scheduled_s = now
-            p, r = chunk_shape_terms(s.computed, n)
-            new, pairs, kv_tokens = new + n, pairs + p, kv_tokens + r
-            if n == 1:
-                dn, dkv = dn + 1, dkv + r
-                contexts.append(r)
-            else:
-                prefill.append((n, s.computed))
+        return run if run is not None else super().schedule(now)
+
+    def _plan(self, scheduled: dict[int, tuple[Sequence, int]], now: float, *_) -> IterationPlan:
+        n = len(self._keys)
+        plan = super()._plan(scheduled, now, n, self._lazy_sum + n * (self.it + 1),
+                             self._lazy_contexts() if self.windows else ())
         self._last_plan_start = now
         self._plans += 1
-        reads = self._window_reads(contexts) if self.windows else ()
-        shape = StepShape(new, lazy_n + len(entries), pairs, kv_tokens, dn, dkv, tuple(prefill), reads)
-        return IterationPlan(entries, shape, lazy_n=lazy_n, swap_out_blocks=self._swap_out,
-                             swap_in_blocks=self._swap_in, copies=alloc.drain_copies())
+        return plan
 
     def _lazy_contexts(self):
         """The lazy decoders' contexts in the current iteration (numpy)."""
@@ -306,31 +298,8 @@ class IncrementalScheduler(Scheduler):
 
         return np.asarray(self._offsets, dtype=np.int64) + (self.it + 1)
 
-    def _window_reads(self, explicit: list[int]) -> tuple[int, ...]:
-        """KV tokens every decode of this iteration (lazy, and ``explicit`` contexts) reads in each windowed
-        kind of layer."""
-        import numpy as np
-
-        return decode_window_reads(self.windows, np.concatenate((self._lazy_contexts(), explicit)))
-
     def update_after_step(self, plan: IterationPlan, t_end: float) -> StepResult:
-        if plan.decode_run:
-            return self._apply_run(plan)
-        done: list[Sequence] = []
-        self._apply_entries(plan.entries, t_end, done)
-        it = self.it
-        self.it = it + 1
-        fin = self._finish_at.pop(it, None)
-        self._pop_stale(self._finish_heap, self._finish_at, it + 1)
-        if fin:
-            for s in fin:
-                s.finish_iter = -1
-                self._materialize(s)
-            done.extend(fin)
-            done.sort(key=lambda x: x.key)
-        self.filled_tokens += plan.shape.new_tokens
-        self._settle()
-        return StepResult(done)
+        return self._apply_run(plan) if plan.decode_run else super().update_after_step(plan, t_end)
 
     # --- decode runs ------------------------------------------------------------------------------
     def _needed(self, events: list[tuple[int, int]], k: int) -> int:
@@ -383,20 +352,14 @@ class IncrementalScheduler(Scheduler):
             self._special_at.discard(e)
             self._reask_at.discard(e)
             self.it = e
-            lst.sort(key=lambda x: x.key)  # admission order, as stepping allocates
-            for s in lst:
-                c = s.c0 + (e - s.base)
-                if not self.alloc.allocate(s.sid, s.req, c + 1, computed=c):
-                    raise AssertionError(f"decode run: sequence {s.sid} could not grow (headroom was checked)")
-                self._regrow(s)
+            lst.sort(key=_by_key)  # admission order, as stepping allocates
+            for d in lst:
+                c = d.c0 + (e - d.base)
+                if not self.alloc.allocate(d.seq.sid, d.seq.req, c + 1, computed=c):
+                    raise AssertionError(f"decode run: sequence {d.seq.sid} could not grow (headroom was checked)")
+                self._regrow(d)
             segments.append((e - it0, self.memory_breakdown(filled=0), self.alloc.shared_slots))
         self.it = end
-        fin = self._finish_at.pop(end - 1, None)
-        done = []
-        if fin:
-            for s in fin:
-                s.finish_iter = -1
-                self._materialize(s)
-            done = sorted(fin, key=lambda x: x.key)
+        done = self._finishing(end - 1)
         self.filled_tokens += plan.lazy_n * k
         return StepResult(done, segments)

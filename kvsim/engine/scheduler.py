@@ -40,6 +40,7 @@ from kvsim.trace.request import Request
 
 WAIT_FOR_BUDGET = -1  # _try_place: the head fits memory but not this iteration's token budget
 LOADING = -2  # _try_place: the head's prefix hit lies partly in a lower cache tier, which loads first
+_NO_KEY = 1 << 62  # larger than every admission key
 
 
 @dataclass
@@ -133,11 +134,39 @@ class Scheduler:
         return self.alloc.memory_breakdown(self.filled_tokens if filled is None else filled, w[0].req if w else None)
 
     # --- hooks for the incremental scheduler ------------------------------------------------------
+    # The reference visits every running sequence; the incremental scheduler leaves plain decoders *lazy*
+    # (not visited, only counted) and overrides these.
     def _detach(self, seq: Sequence) -> None:
         """Bring ``seq``'s fields up to date and stop tracking it lazily (it is about to change state)."""
 
     def _joined(self, seq: Sequence) -> None:
         """``seq`` was appended to the running batch."""
+
+    def _to_visit(self) -> list[tuple[Sequence, object | None]]:
+        """The running sequences this iteration's pass visits, in admission order, each with its lazy state
+        (fields brought up to date) if it is a lazy decoder, else None."""
+        return [(s, None) for s in self.running]
+
+    def _lazy_between(self, lo: int, hi: int) -> int:
+        """Lazy decoders with ``lo < key < hi``: counted by the pass (one token each), not visited."""
+        return 0
+
+    def _starve_after(self, key: int, keep: int) -> None:
+        """The token budget ran out: of the lazy decoders after ``key`` only the first ``keep`` run."""
+
+    def _is_lazy(self, seq: Sequence) -> bool:
+        """``seq`` is a lazy decoder."""
+        return False
+
+    def _grew(self, lazy: object) -> None:
+        """A lazy decoder (``_wake``'s handle) got memory for its next token."""
+
+    def _victim(self) -> Sequence:
+        """The running sequence the victim policy gives up (fields it reads up to date)."""
+        return self.pick_victim(self.running)
+
+    def _iteration_done(self, done: list[Sequence]) -> None:
+        """An iteration's explicit entries were applied; ``done`` (finished so far) may grow."""
 
     def finalize(self) -> None:
         """Bring every sequence's fields up to date (the simulation ended)."""
@@ -438,46 +467,83 @@ class Scheduler:
             self._fork(s, t_end)
 
 
-class SteppingScheduler(Scheduler):
-    """The reference: every iteration visits every running sequence (no lazy state, no decode runs)."""
-
+    # --- one iteration ----------------------------------------------------------------------------
     def schedule(self, now: float) -> IterationPlan:
         """Plan the next iteration and allocate its memory. An empty plan means only preemptions happened;
         call again at the same instant."""
         self._swap_out = self._swap_in = 0
-        budget = self.cfg.max_num_batched_tokens
         scheduled: dict[int, tuple[Sequence, int]] = {}
-        preempted = False
-        i = 0
-        alloc = self.alloc
-        while i < len(self.running) and budget > 0:
-            seq = self.running[i]
-            n = min(seq.to_compute, budget)
-            while not alloc.allocate(seq.sid, seq.req, seq.computed + n, computed=seq.computed):
-                if self._reclaim_waiting():
-                    continue
-                victim = self.pick_victim(self.running)
-                vi = self.running.index(victim)
-                if victim.sid in scheduled:  # un-schedule: refund its tokens
-                    budget += scheduled.pop(victim.sid)[1]
-                self.preempt(victim, alloc.shortfall(seq.sid, seq.computed + n))
-                preempted = True
-                if vi < i:
-                    i -= 1
-                if victim is seq:
-                    break
-            else:
-                scheduled[seq.sid] = (seq, n)
-                budget -= n
-                i += 1
+        budget, preempted = self._serve_running(self._to_visit(), scheduled)
         self.admission_blocked = False
         if not preempted:
             self._admit(budget, scheduled, now)
+        return self._plan(scheduled, now)
+
+    def _serve_running(self, todo: list[tuple[Sequence, object | None]], scheduled: dict[int, tuple[Sequence, int]]) -> tuple[int, bool]:
+        """Serve the running batch in admission order within the token budget: a decode takes one token, an
+        unfinished prefill its next chunk. ``todo`` are the sequences visited (see :meth:`_to_visit`); lazy decoders between them
+        take one token each without a visit. A sequence that cannot get memory reclaims what waiting
+        sequences hold, then preempts victims until it fits or is itself the victim; a victim served
+        earlier in the pass gives its tokens back. Returns (budget left, whether anything was preempted)."""
+        budget = self.cfg.max_num_batched_tokens
+        preempted = stopped = False
+        alloc = self.alloc
+        lazy_between = self._lazy_between  # bound once: this loop is the hot path
+        done_key = -1  # lazy decoders with keys up to here have been counted
+        for s, lazy in todo:
+            if s.status != Status.RUNNING:
+                continue  # preempted earlier in this pass
+            c = lazy_between(done_key, s.key)
+            if c >= budget:  # the budget runs out among the lazy decoders before s
+                self._starve_after(done_key, budget)
+                budget = 0
+                stopped = True
+                break
+            budget -= c
+            n = 1 if lazy is not None else min(s.to_compute, budget)
+            while not alloc.allocate(s.sid, s.req, s.computed + n, computed=s.computed):
+                if self._reclaim_waiting():
+                    continue
+                victim = self._victim()
+                if victim.key < s.key:  # served earlier in this pass: refund its tokens
+                    if self._is_lazy(victim):
+                        budget += 1
+                    elif victim.sid in scheduled:
+                        budget += scheduled.pop(victim.sid)[1]
+                self.preempt(victim, alloc.shortfall(s.sid, s.computed + n))
+                preempted = True
+                if victim is s:
+                    break
+            else:
+                if lazy is not None:
+                    self._grew(lazy)
+                else:
+                    scheduled[s.sid] = (s, n)
+                budget -= n
+            done_key = s.key
+            if budget == 0:
+                self._starve_after(done_key, 0)
+                stopped = True
+                break
+        if not stopped:
+            c = self._lazy_between(done_key, _NO_KEY)
+            if c > budget:
+                self._starve_after(done_key, budget)
+                budget = 0
+            else:
+                budget -= c
+        return budget, preempted
+
+    def _plan(self, scheduled: dict[int, tuple[Sequence, int]], now: float, lazy_n: int = 0, lazy_kv: int = 0,
+              lazy_contexts=()) -> IterationPlan:
+        """The iteration of the ``scheduled`` (sequence, tokens) entries plus ``lazy_n`` lazy decoders
+        attending to ``lazy_kv`` KV tokens in all (their contexts ``lazy_contexts``, for windowed reads)."""
         entries = list(scheduled.values())
         for seq, _ in entries:
             seq.last_scheduled_s = now
-        return IterationPlan(entries, StepShape.of([(n, seq.computed) for seq, n in entries], self.windows),
-                             swap_out_blocks=self._swap_out, swap_in_blocks=self._swap_in, copies=alloc.drain_copies())
+        shape = StepShape.of([(n, seq.computed) for seq, n in entries], self.windows, lazy_n, lazy_kv, lazy_contexts)
+        return IterationPlan(entries, shape, lazy_n=lazy_n, swap_out_blocks=self._swap_out,
+                             swap_in_blocks=self._swap_in, copies=self.alloc.drain_copies())
 
     def update_after_step(self, plan: IterationPlan, t_end: float) -> StepResult:
         """The plan's iteration ran and ended at ``t_end``: advance every scheduled sequence. Finished
@@ -485,4 +551,9 @@ class SteppingScheduler(Scheduler):
         done: list[Sequence] = []
         self._apply_entries(plan.entries, t_end, done)
         self.filled_tokens += plan.shape.new_tokens
+        self._iteration_done(done)
         return StepResult(done)
+
+
+class SteppingScheduler(Scheduler):
+    """The reference: every iteration visits every running sequence (no lazy state, no decode runs)."""

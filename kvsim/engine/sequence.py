@@ -28,9 +28,7 @@ class Sequence:
 
     __slots__ = ("sid", "req", "prompt", "target", "generated", "computed", "status", "reason",
                  "admitted_s", "first_token_s", "finish_s", "preemptions", "last_scheduled_s", "cached_tokens", "last_cached_tokens",
-                 "swapped", "seats", "parent", "samples", "forked", "remote",
-                 # position in the running batch (admission order), and the incremental scheduler's lazy state
-                 "key", "lazy", "base", "c0", "g0", "grow_iter", "finish_iter", "lazy_from", "grow_periodic")
+                 "swapped", "seats", "parent", "samples", "forked", "remote", "key")
 
     def __init__(self, sid: int, req: Request):
         self.sid = sid
@@ -57,14 +55,7 @@ class Sequence:
         # disaggregated decode: leading prompt tokens whose KV another engine computed and this one loads
         # over a link before the sequence runs (0: none)
         self.remote = 0
-        self.key = -1
-        # A lazy decoder (engine/incremental.py) advances one token per iteration without being touched:
-        # at iteration i it has c0 + (i - base) computed and g0 + (i - base) generated tokens.
-        self.lazy = False
-        self.base = self.c0 = self.g0 = 0
-        self.grow_iter = self.finish_iter = -1  # iterations of its next allocation and of its last token
-        self.grow_periodic = False  # its next allocation recurs every period (else the allocator is asked again)
-        self.lazy_from = 0  # the first plan it was scheduled in as a lazy decoder
+        self.key = -1  # position in the running batch: admission order, new at every admission
 
     @property
     def known(self) -> int:

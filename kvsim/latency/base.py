@@ -38,10 +38,14 @@ class StepShape:
         return StepShape(num_seqs, num_seqs, kv_tokens, kv_tokens, num_seqs, kv_tokens, ())
 
     @staticmethod
-    def of(chunks: list[tuple[int, int]], windows: tuple[tuple[str, int], ...] = ()) -> "StepShape":
-        """The shape of sequences computing (new tokens, after cached tokens) each; with ``windows``
-        (LatencyModel.windows), what the decodes read in each windowed kind of layer."""
-        new = pairs = kv = dn = dkv = 0
+    def of(chunks: list[tuple[int, int]], windows: tuple[tuple[str, int], ...] = (), decodes: int = 0,
+           decode_kv: int = 0, decode_contexts=()) -> "StepShape":
+        """The shape of sequences computing (new tokens, after cached tokens) each, plus ``decodes`` more
+        one-token sequences attending to ``decode_kv`` KV tokens in all (the incremental scheduler's lazy
+        decoders, counted, not listed); with ``windows`` (LatencyModel.windows), what every decode reads in
+        each windowed kind of layer (the extra decodes' contexts: ``decode_contexts``)."""
+        new = dn = decodes
+        pairs = kv = dkv = decode_kv
         prefill = []
         contexts = []
         for n, cached in chunks:
@@ -52,8 +56,14 @@ class StepShape:
                 contexts.append(r)
             else:
                 prefill.append((n, cached))
-        reads = decode_window_reads(windows, contexts) if windows else ()
-        return StepShape(new, len(chunks), pairs, kv, dn, dkv, tuple(prefill), reads)
+        if windows:
+            import numpy as np
+
+            reads = decode_window_reads(windows, np.concatenate((np.asarray(decode_contexts, dtype=np.int64),
+                                                                 np.asarray(contexts, dtype=np.int64))))
+        else:
+            reads = ()
+        return StepShape(new, decodes + len(chunks), pairs, kv, dn, dkv, tuple(prefill), reads)
 
     def split(self) -> tuple[int, int, tuple[tuple[int, int], ...]]:
         """(decode sequences, their KV tokens, prefill chunks), deriving them for shapes built without."""
