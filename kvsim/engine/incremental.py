@@ -31,7 +31,7 @@ from bisect import bisect_left, bisect_right, insort
 from kvsim.allocators.base import KVAllocator
 from kvsim.config import SchedulerConfig
 from kvsim.engine.preemption import VictimPolicy
-from kvsim.engine.scheduler import _NO_KEY, IterationPlan, Scheduler, StepResult
+from kvsim.engine.scheduler import IterationPlan, Scheduler, StepResult
 from kvsim.engine.sequence import Sequence, Status
 from kvsim.latency.base import StepShape
 
