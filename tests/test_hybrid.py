@@ -253,6 +253,39 @@ class HybridMachine(RuleBasedStateMachine):
 
     @precondition(lambda self: self.live)
     @rule(data=st.data())
+    def fork(self, data):
+        """Parallel sampling: a sample forks off a sequence whose allocated tokens are computed."""
+        sid = data.draw(st.sampled_from(sorted(self.live)))
+        r, _, allocated = self.live[sid]
+        child = self.next
+        self.next += 1
+        before = self.a.used_slots
+        if self.a.fork(sid, child, allocated, r):
+            self.live[sid] = [r, allocated, allocated]
+            self.live[child] = [r, allocated, allocated]
+            assert self.a.group_tables(child) == self.a.group_tables(sid) or self.a._mamba  # states are copied
+            # only the recurrent states take new pages
+            assert self.a.used_slots - before == sum(m.page_units for m in self.a._mamba)
+        else:
+            assert self.a.used_slots == before and self.a.held_slots(child) == 0
+
+    @precondition(lambda self: self.live)
+    @rule(data=st.data(), slots=st.integers(1, 400))
+    def preempt_tail(self, data, slots):
+        """Partial preemption: the tail goes, the head stays if every window it needs to go on stays."""
+        sid = data.draw(st.sampled_from(sorted(self.live)))
+        r, computed, allocated = self.live[sid]
+        held = len(self.a.block_table(sid))
+        kept = self.a.release_tail(sid, r, slots)
+        if kept == 0:
+            assert self.a.held_slots(sid) == 0
+            del self.live[sid]
+            return
+        assert not self.a._mamba and kept % self.a.B == 0 and kept == len(self.a.block_table(sid)) * self.a.B < held * self.a.B
+        self.live[sid] = [r, min(computed, kept), min(allocated, kept)]
+
+    @precondition(lambda self: self.live)
+    @rule(data=st.data())
     def swap_out(self, data):
         sid = data.draw(st.sampled_from(sorted(self.live)))
         if self.a.swap_out(sid) is not None:
@@ -278,10 +311,10 @@ class HybridMachine(RuleBasedStateMachine):
         for p, pool in enumerate(a.pools):  # free + cached + used == pool, per pool
             used = sum(1 for r in pool.ref if r > 0)
             assert used + pool.num_free == pool.num_blocks
-        pad = sum(a._phys[g] * (grp.page_units - (grp.state_units if grp.kind == "mamba" else a.B * grp.token_units))
+        pad = sum(a.managers[g].in_use * (grp.page_units - (grp.state_units if grp.kind == "mamba" else a.B * grp.token_units))
                   for g, grp in enumerate(a.groups))
         assert b.page_padding == pad
-        assert b.recurrent_state == sum(a._phys[g] * grp.state_units for g, grp in enumerate(a.groups)
+        assert b.recurrent_state == sum(a.managers[g].in_use * grp.state_units for g, grp in enumerate(a.groups)
                                         if grp.kind == "mamba")
 
 

@@ -206,8 +206,8 @@ class KVAllocator(ABC):
         return False
 
     def release_tail(self, seq_id: int, request: Request, slots_needed: int) -> int:
-        """Partial preemption: free tail memory worth ``slots_needed`` slots and return the slots kept.
-        Allocators that cannot split a sequence free all of it and return 0."""
+        """Partial preemption: free tail memory worth ``slots_needed`` slots and return the tokens whose KV
+        it keeps. Allocators that cannot split a sequence free all of it and return 0."""
         self.free(seq_id)
         return 0
 
@@ -222,6 +222,17 @@ class KVAllocator(ABC):
 
     def swap_in(self, seq_id: int, request: Request) -> list[tuple[int, int]] | None:
         return None
+
+    def _swapped_out(self, seq_id: int, mapping: list[tuple[int, int]]) -> list[tuple[int, int]]:
+        """Record the copies of a swap-out (device unit, host unit) and free the sequence here."""
+        self.copies.extend(("swap_out", g, c) for g, c in mapping)
+        self.free(seq_id)
+        return mapping
+
+    def _swapped_in(self, mapping: list[tuple[int, int]]) -> list[tuple[int, int]]:
+        """Record the copies of a swap-in (host unit, device unit)."""
+        self.copies.extend(("swap_in", c, g) for c, g in mapping)
+        return mapping
 
     def drain_copies(self) -> list[tuple[str, int, int]]:
         """Copies (kind, src, dst) of ``copy_unit`` slots made since the last call: copy-on-write and swaps."""

@@ -2,10 +2,12 @@
 sequence grows and returned when it finishes.
 
 Where blocks come from is a part, the block pool (block_pool.py): a plain free stack, vLLM V1's hashed
-prefix cache (hashed_pool.py) or SGLang's radix tree (radix_pool.py). This module owns the tables and
-everything built on reference counts: parallel-sampling forks share the prompt's blocks (copy-on-write
-for the partial last block), prefix hits share full prompt blocks between requests, and with a CPU
-swap space a preempted sequence's blocks can be copied out and back instead of recomputed.
+prefix cache (hashed_pool.py) or SGLang's radix tree (radix_pool.py). The tables and everything built on
+reference counts (forks sharing the prompt's blocks with copy-on-write for the partial last block, prefix
+hits sharing full prompt blocks between requests, tails given back) are the paged core
+(block_tables.py), which the layer-group allocator (hybrid.py) uses too. This module decides when a
+sequence takes blocks, and adds lower cache tiers and a CPU swap space (a preempted sequence's blocks
+copied out and back instead of recomputed).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 from kvsim.allocators.base import NO_HIT, Breakdown, Growth, KVAllocator, PrefixHit
 from kvsim.allocators.block_keys import prompt_block_hashes
 from kvsim.allocators.block_pool import BlockPool, FreeStackPool
+from kvsim.allocators.block_tables import BlockTables
 from kvsim.allocators.kv_tier import KVTier
 from kvsim.allocators.swap import SwapSpace
 from kvsim.trace.request import Request
@@ -39,12 +42,8 @@ class PagedAllocator(KVAllocator):
         self.caches_prefixes = self.pool.caches_prefixes
         self.ref = self.pool.ref
         self.name = name or f"paged:{block_size}"
-        self._tables: dict[int, list[int]] = {}
-        # Fork-shared partial last blocks -> tokens filled at the fork (writes past that copy the block).
-        self._partial_fill: dict[int, int] = {}
-        # Token slots counted once per owner but stored once: logical minus physical token states.
-        self._shared_extra = 0
-        self._extra_refs = 0  # references beyond the first, over all blocks (0: nothing is shared)
+        self.core = BlockTables(self.pool, block_size)
+        self._tables = self.core.tables
         self._chains: dict[int, list[int]] = {}  # seq_id -> its prompt block hashes (caching pools only)
         self.swap = SwapSpace(cpu_swap_tokens // block_size) if cpu_swap_tokens > 0 else None
         self.tiers: list[KVTier] = []  # lower prefix-cache tiers, nearest first (kv_tier.py)
@@ -55,27 +54,6 @@ class PagedAllocator(KVAllocator):
     @property
     def num_free_blocks(self) -> int:
         return self.pool.num_free
-
-    def _release(self, blocks: list[int]) -> None:
-        """Drop one reference to each block (a table, released tail first)."""
-        ref = self.ref
-        if not self._extra_refs and not self._partial_fill:
-            for b in blocks:  # nothing shared: the common case, without a per-block branch
-                ref[b] = 0
-            self.pool.on_unreferenced_many(blocks[::-1])
-            return
-        freed = []
-        for b in reversed(blocks):
-            r = ref[b]
-            if r > 1:
-                self._shared_extra -= self._partial_fill.get(b, self.block_size)
-                self._extra_refs -= 1
-                ref[b] = r - 1
-                continue
-            ref[b] = 0
-            self._partial_fill.pop(b, None)
-            freed.append(b)
-        self.pool.on_unreferenced_many(freed)
 
     # --- the allocator interface ------------------------------------------------------------
     @property
@@ -169,15 +147,7 @@ class PagedAllocator(KVAllocator):
             evictable = sum(1 for b in hits if ref[b] == 0)  # counted as free until claimed
             if blocks_for(num_tokens, self.block_size) - len(hits) > self.pool.num_free - evictable:
                 return False
-            for b in hits:
-                if ref[b] == 0:
-                    self.pool.claim(b)
-                else:
-                    self._shared_extra += self.block_size
-                    self._extra_refs += 1
-                ref[b] += 1
-            self._tables[seq_id] = list(hits)
-            self.pool.after_claim(seq_id, list(hits), request)
+            self.core.claim(seq_id, list(hits), request)
         below = ()
         if hit.tier_hits:
             below = self._chain(seq_id, request)[len(hits):len(hits) + len(hit.tier_hits)]
@@ -200,56 +170,35 @@ class PagedAllocator(KVAllocator):
 
     def _grow(self, seq_id: int, request: Request, num_tokens: int) -> bool:
         table = self._tables.get(seq_id)
-        if table and self._partial_fill and table[-1] in self._partial_fill:
-            if not self._copy_on_write(seq_id, request, table, num_tokens):
-                return False
+        core = self.core
         B = self.block_size
+        if table and core.partial_fill and table[-1] in core.partial_fill:  # its last block is fork-shared
+            if core.must_copy_last(table, num_tokens):
+                if 1 + max(0, blocks_for(num_tokens, B) - len(table)) > self.pool.num_free:
+                    return False
+                self.copies.append(("cow", *core.copy_last(table)))
+                self.stats["cow_copies"] += 1
+            if table[-1] not in core.partial_fill:  # its own now: what lies past the final length is its waste
+                self._set_overhang(seq_id, len(table) * B, request.total_tokens)
         if table is not None and num_tokens <= (len(table) + 1) * B:  # a decode's growth: at most one block
             if num_tokens <= len(table) * B:
                 return True
             if self.pool.num_free < 1:
                 return False
-            table.append(self.pool.take_one())
+            core.take_one(table)
             held, final = len(table) * B, request.total_tokens
             if held > final:
                 self._set_overhang(seq_id, held, final)
             return True
-        need = -(-num_tokens // self.block_size) - (len(table) if table is not None else 0)
+        need = blocks_for(num_tokens, B) - (len(table) if table is not None else 0)
         if need <= 0:
             return True
         if need > self.pool.num_free:
             return False
-        new = self.pool.take(need)
         if table is None:
-            self._tables[seq_id] = table = new
-        else:
-            table.extend(new)
-        self._set_overhang(seq_id, len(table) * self.block_size, request.total_tokens)
-        return True
-
-    def _copy_on_write(self, seq_id: int, request: Request, table: list[int], num_tokens: int) -> bool:
-        """Give ``seq_id`` a private copy of its shared partial last block before it writes into it."""
-        last = table[-1]
-        fill = self._partial_fill[last]
-        if self.ref[last] == 1:  # the other owners are gone: the block is private again
-            del self._partial_fill[last]
-            self._set_overhang(seq_id, len(table) * self.block_size, request.total_tokens)
-            return True
-        if num_tokens <= (len(table) - 1) * self.block_size + fill:
-            return True  # nothing written into the shared block yet
-        extra = -(-num_tokens // self.block_size) - len(table)
-        if 1 + max(0, extra) > self.pool.num_free:
-            return False
-        (copy,) = self.pool.take(1)
-        self.ref[last] -= 1
-        self._extra_refs -= 1
-        self._shared_extra -= fill
-        if self.ref[last] == 1:
-            del self._partial_fill[last]
-        table[-1] = copy
-        self._set_overhang(seq_id, len(table) * self.block_size, request.total_tokens)
-        self.copies.append(("cow", last, copy))
-        self.stats["cow_copies"] += 1
+            self._tables[seq_id] = table = []
+        core.take(table, need)
+        self._set_overhang(seq_id, len(table) * B, request.total_tokens)
         return True
 
     def on_computed(self, seq_id: int, request: Request, computed_tokens: int) -> None:
@@ -274,20 +223,11 @@ class PagedAllocator(KVAllocator):
 
     @property
     def shared_slots(self) -> int:
-        return self._shared_extra
+        return self.core.shared_units
 
     def fork(self, parent_id: int, child_id: int, filled_tokens: int, request: Request) -> bool:
-        table = self._tables.get(parent_id)
-        if not table:
+        if not self.core.fork(parent_id, child_id, filled_tokens):
             return False
-        for b in table:
-            self.ref[b] += 1
-        self._extra_refs += len(table)
-        full, part = divmod(filled_tokens, self.block_size)
-        self._shared_extra += full * self.block_size + part
-        if part and len(table) > full:
-            self._partial_fill[table[full]] = part
-        self._tables[child_id] = list(table)
         # The shared last block's slots past the final length stay the parent's internal
         # fragmentation until the child writes (copy-on-write) or becomes the sole owner.
         self._set_overhang(child_id, 0, request.total_tokens)
@@ -295,15 +235,12 @@ class PagedAllocator(KVAllocator):
         return True
 
     def free(self, seq_id: int) -> None:
-        table = self._tables.pop(seq_id, None)
-        if table:
-            self._release(table)
+        self.core.free(seq_id)
         self._drop_overhang(seq_id)
         self._chains.pop(seq_id, None)
-        self.pool.forget(seq_id)
 
     def release_tail(self, seq_id: int, request: Request, slots_needed: int) -> int:
-        """Free tail blocks of ``seq_id`` worth at least ``slots_needed`` slots; returns the slots it keeps."""
+        """Free tail blocks of ``seq_id`` worth at least ``slots_needed`` slots; returns the tokens it keeps."""
         table = self._tables.get(seq_id)
         if not table:
             return 0
@@ -311,10 +248,8 @@ class PagedAllocator(KVAllocator):
         if drop == len(table):
             self.free(seq_id)
             return 0
-        self._release(table[len(table) - drop:])
-        del table[len(table) - drop:]
+        self.core.drop_tail(seq_id, drop)
         self._set_overhang(seq_id, len(table) * self.block_size, request.total_tokens)
-        self.pool.truncate(seq_id, table)
         return len(table) * self.block_size
 
     def shortfall(self, seq_id: int, num_tokens: int) -> int:
@@ -335,15 +270,14 @@ class PagedAllocator(KVAllocator):
         return (self.num_blocks - self.pool.num_free) * self.block_size
 
     def memory_breakdown(self, filled_tokens: int, next_request: Request | None) -> Breakdown:
-        return super().memory_breakdown(filled_tokens - self._shared_extra, next_request)
+        return super().memory_breakdown(filled_tokens - self.core.shared_units, next_request)
 
     def check_invariants(self) -> None:
         count = [0] * len(self.ref)
-        for table in self._tables.values():
-            for b in table:
-                count[b] += 1
+        self.core.count_refs(count)
         assert count == self.ref, "reference counts != block-table entries"
-        assert self._extra_refs == sum(r - 1 for r in self.ref if r > 1), "shared-reference count is off"
+        assert self.core.extra_refs == sum(r - 1 for r in self.ref if r > 1), "shared-reference count is off"
+        self.core.check_invariants()
         self.pool.check_invariants()
         assert self._overhang_total == sum(self._overhang.values())
         private = [t for t in self.tiers if not t.spec.shared]
@@ -362,10 +296,7 @@ class PagedAllocator(KVAllocator):
         cpu = self.swap.store(seq_id, len(table))
         if cpu is None:
             return None
-        mapping = list(zip(table, cpu))
-        self.copies.extend(("swap_out", g, c) for g, c in mapping)
-        self.free(seq_id)
-        return mapping
+        return self._swapped_out(seq_id, list(zip(table, cpu)))
 
     def swap_in(self, seq_id: int, request: Request) -> list[tuple[int, int]] | None:
         """Bring a swapped-out sequence's blocks back; None if the GPU lacks free blocks."""
@@ -374,12 +305,9 @@ class PagedAllocator(KVAllocator):
             return None
         gpu = self.pool.take(len(cpu))
         self.swap.release(seq_id)
-        self._tables[seq_id] = gpu
+        self.core.restore(seq_id, gpu, len(gpu), 0)
         self._set_overhang(seq_id, len(gpu) * self.block_size, request.total_tokens)
-        self.pool.forget(seq_id)  # fresh blocks: offer them to the cache again
-        mapping = list(zip(cpu, gpu))
-        self.copies.extend(("swap_in", c, g) for c, g in mapping)
-        return mapping
+        return self._swapped_in(list(zip(cpu, gpu)))
 
     # --- growth events ------------------------------------------------------------------------
     def next_growth(self, seq_id: int, computed: int) -> Growth | None:
@@ -387,7 +315,7 @@ class PagedAllocator(KVAllocator):
         if not table:
             return Growth(computed + 1)
         last = table[-1]
-        if last in self._partial_fill:  # the next write into a shared partial block copies it (or, alone, frees it up)
+        if last in self.core.partial_fill:  # the next write into a shared partial block copies it (or, alone, frees it up)
             shared = self.ref[last] > 1
             return Growth(computed + 1, 1 if shared else 0, shared, 0)
         return Growth(len(table) * self.block_size + 1, 1, False, self.block_size)
