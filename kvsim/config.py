@@ -12,54 +12,44 @@ from dataclasses import dataclass, field
 from kvsim.errors import ConfigError
 from kvsim.hardware import GpuSpec, ModelSpec
 from kvsim.hardware.gpus import GiB
-from kvsim.validation import FRACTION, NON_NEGATIVE, POSITIVE, POSITIVE_INT, request_rate, require
+from kvsim.latency.roofline import RooflineParams
+from kvsim.option_table import check_fields, option_default
+from kvsim.validation import NON_NEGATIVE, require
 
 
 @dataclass(frozen=True)
 class MemoryConfig:
     """How the KV pool is sized. Precedence: num_blocks, then kv_pool_gb, then the derived size."""
 
-    gpu_memory_utilization: float = 0.90  # fraction of GPU memory the engine may use
-    activation_reserve_gb: float = 2.0  # GiB kept for activations, CUDA graphs and workspace
+    gpu_memory_utilization: float = option_default("gpu_memory_utilization")  # fraction of GPU memory the engine may use
+    activation_reserve_gb: float = option_default("activation_reserve_gb")  # GiB kept for activations, CUDA graphs
     kv_pool_gb: float | None = None  # GiB of KV pool per GPU, set directly
     num_blocks: int | None = None  # pool of this many blocks of `num_blocks_size` tokens
-    num_blocks_size: int = 16
+    num_blocks_size: int = option_default("block_size")
     # Accept a set pool larger than the GPU's memory after weights (what-if studies: a cache that never evicts).
-    ignore_gpu_memory: bool = False
+    ignore_gpu_memory: bool = option_default("ignore_gpu_memory")
 
     def __post_init__(self) -> None:
-        require(self.gpu_memory_utilization, FRACTION, "gpu_memory_utilization")
-        require(self.activation_reserve_gb, NON_NEGATIVE, "activation_reserve_gb")
-        require(self.num_blocks_size, POSITIVE_INT, "num_blocks_size")
-        if self.kv_pool_gb is not None:
-            require(self.kv_pool_gb, POSITIVE, "kv_pool_gb")
-        if self.num_blocks is not None:
-            require(self.num_blocks, POSITIVE_INT, "num_blocks")
+        check_fields(self)
 
 
 @dataclass(frozen=True)
 class SchedulerConfig:
-    max_seq_len: int  # tokens: model context limit (vLLM's max_model_len), and the reservation size of `max`
-    max_num_seqs: int = 256
-    max_num_batched_tokens: int = 8192  # token budget of one iteration (chunked prefill)
-    batching: str = "continuous"  # or "static"
+    max_model_len: int  # tokens: the longest request (vLLM's max_model_len), and the reservation size of `max`
+    max_num_seqs: int = option_default("max_num_seqs")
+    max_num_batched_tokens: int = option_default("max_num_batched_tokens")  # token budget of one iteration
+    batching: str = option_default("batching")  # "continuous" or "static"
     horizon_s: float | None = None  # stop the simulation at this time (seconds); later work is "unfinished"
-    preemption_mode: str = "recompute"  # or "swap" (to the CPU pool; recompute when it is full)
-    partial_preemption: bool = False  # preempt only a victim's tail blocks, keep the rest
-    chunked_prefill: bool = True  # False: a prompt is computed in one iteration (waits until the budget allows)
+    preemption_mode: str = option_default("preemption_mode")  # or "swap" (to the CPU pool; recompute when full)
+    partial_preemption: bool = option_default("partial_preemption")  # preempt only a victim's tail blocks
+    # False: a prompt is computed in one iteration (waits until the budget allows)
+    enable_chunked_prefill: bool = option_default("enable_chunked_prefill")
 
     def __post_init__(self) -> None:
-        for f in ("max_seq_len", "max_num_seqs", "max_num_batched_tokens"):
-            require(getattr(self, f), POSITIVE_INT, f)
-        if self.batching not in ("continuous", "static"):
-            raise ConfigError(f"batching must be 'continuous' or 'static', not '{self.batching}'")
-        if self.horizon_s is not None:
-            require(self.horizon_s, POSITIVE, "horizon_s")
-        if self.preemption_mode not in ("recompute", "swap"):
-            raise ConfigError(f"preemption_mode must be 'recompute' or 'swap', not '{self.preemption_mode}'")
-        if not self.chunked_prefill and self.max_num_batched_tokens < self.max_seq_len:
-            raise ConfigError(f"max_num_batched_tokens ({self.max_num_batched_tokens}) must be >= max_seq_len "
-                              f"({self.max_seq_len}) without chunked prefill")
+        check_fields(self)
+        if not self.enable_chunked_prefill and self.max_num_batched_tokens < self.max_model_len:
+            raise ConfigError(f"max_num_batched_tokens ({self.max_num_batched_tokens}) must be >= max_model_len "
+                              f"({self.max_model_len}) without chunked prefill")
         if self.max_num_batched_tokens < self.max_num_seqs:
             raise ConfigError(
                 f"max_num_batched_tokens ({self.max_num_batched_tokens}) must be >= max_num_seqs"
@@ -69,7 +59,7 @@ class SchedulerConfig:
     def prefill_chunk(self) -> int:
         """Tokens a prompt is computed in at most per iteration (0: whole, without chunked prefill or with
         static batching)."""
-        return self.max_num_batched_tokens if self.chunked_prefill and self.batching != "static" else 0
+        return self.max_num_batched_tokens if self.enable_chunked_prefill and self.batching != "static" else 0
 
     def validate(self) -> "SchedulerConfig":
         return self  # checked on construction; kept for callers of the earlier API
@@ -147,51 +137,37 @@ def plan_pool(model: ModelSpec, gpu: GpuSpec, mem: MemoryConfig, tp: int = 1) ->
 
 
 @dataclass(frozen=True)
-class RooflineParams:
-    """Achievable fractions of the datasheet peaks, and fixed per-iteration overhead."""
-
-    flops_efficiency: float = 0.6
-    bandwidth_efficiency: float = 0.8
-    step_overhead_s: float = 0.002
-
-    def __post_init__(self) -> None:
-        require(self.flops_efficiency, FRACTION, "flops_efficiency")
-        require(self.bandwidth_efficiency, FRACTION, "bandwidth_efficiency")
-        require(self.step_overhead_s, NON_NEGATIVE, "step_overhead_s")
-
-
-@dataclass(frozen=True)
 class SimConfig:
-    """Everything a simulation needs besides the trace and the allocator."""
+    """Everything a simulation needs besides the trace and the allocator. Fields that are options carry the
+    options' names, defaults, rules and units (kvsim/options.py)."""
 
     model: ModelSpec
     gpu: GpuSpec
     scheduler: SchedulerConfig
     memory: MemoryConfig = field(default_factory=MemoryConfig)
     roofline: RooflineParams = field(default_factory=RooflineParams)
-    tp: int = 1
-    swap_space_gb: float = 0.0  # GiB of host memory for swapped-out KV (with preemption_mode swap)
+    tensor_parallel_size: int = option_default("tensor_parallel_size")
+    swap_space: float = 0.0  # GiB of host memory for swapped-out KV (with preemption_mode swap)
     swap_block_latency_s: float = 10e-6  # fixed cost of one block copy (one cudaMemcpyAsync)
-    latency: str = "per-op"  # "per-op" (shipped calibration), "roofline", or a path to a calibration JSON
-    cpu_overhead: str = "vllm-v1"  # the serving engine's CPU time per iteration (latency/cpu.py)
-    interconnect: str = "nvswitch"  # how tensor-parallel GPUs are linked: "nvswitch" or "pairwise" NVLink
-    victim_policy: str = "lifo"  # preemption victim policy (engine/preemption.py)
-    block_size: int = 16  # tokens per block of allocators named without one
+    latency: str = option_default("latency")  # "per-op", "roofline", or a path to a calibration JSON
+    cpu_overhead: str = option_default("cpu_overhead")  # the serving engine's CPU time per iteration (latency/cpu.py)
+    interconnect: str = option_default("interconnect")  # how tensor-parallel GPUs are linked
+    victim_policy: str = option_default("victim_policy")  # preemption victim policy (engine/preemption.py)
+    block_size: int = option_default("block_size")  # tokens per block of allocators named without one
     # True: every allocator that can caches prefixes; False: none by default; None: the default allocators
     # do (vLLM V1), named ones run as named (runner.prefix_caching)
-    enable_prefix_caching: bool | None = None
-    cache_eviction: str = "lru"  # which cached block a prefix cache drops first
-    kv_offload_gb: float = 0.0  # GiB per GPU of a CPU tier below the prefix cache (0: none)
-    kv_offload_bandwidth: float = 0.0  # bytes/s from the CPU tier into one GPU (0: the GPU's PCIe bandwidth)
+    enable_prefix_caching: bool | None = option_default("enable_prefix_caching")
+    cache_eviction: str = option_default("cache_eviction")  # which cached block a prefix cache drops first
+    kv_offloading_size: float = option_default("kv_offloading_size")  # GiB per GPU of a CPU tier (0: none)
+    kv_offloading_bandwidth: float | None = None  # GB/s from the CPU tier into one GPU (None: the GPU's PCIe)
     max_concurrency: int | None = None  # clients keep at most this many requests in flight (None: open loop)
     request_rate: float | None = None  # re-time the trace: Poisson at this rate (requests/s), inf: all at once
 
     def __post_init__(self) -> None:
-        require(self.tp, POSITIVE_INT, "tp")
-        require(self.swap_space_gb, NON_NEGATIVE, "swap_space_gb")
+        check_fields(self)
         require(self.swap_block_latency_s, NON_NEGATIVE, "swap_block_latency_s")
-        require(self.block_size, POSITIVE_INT, "block_size")
-        if self.max_concurrency is not None:
-            require(self.max_concurrency, POSITIVE_INT, "max_concurrency")
-        if self.request_rate is not None:
-            require(self.request_rate, request_rate, "request_rate")
+
+    @property
+    def tp(self) -> int:
+        """Tensor parallelism (``tensor_parallel_size``): GPUs one replica spans."""
+        return self.tensor_parallel_size

@@ -96,14 +96,14 @@ def memory_budget(cfg: SimConfig) -> MemoryBudget:
 
         mix = layer_mix(m)
         memory = ModelMemory(m, tp, pool.pool_bytes, cfg.scheduler.prefill_chunk)
-        layouts = tuple((k.name, kind_layout(k.name, memory, cfg.block_size, cfg.scheduler.max_seq_len), k.layout[1])
+        layouts = tuple((k.name, kind_layout(k.name, memory, cfg.block_size, cfg.scheduler.max_model_len), k.layout[1])
                         for k in KINDS.values() if k.layer_groups)
     return MemoryBudget(
         model=m.name, gpu=gpu.name, tp=tp, gpu_bytes=gpu.memory_bytes,
         usable_bytes=gpu.memory_bytes * cfg.memory.gpu_memory_utilization, weight_bytes=m.weight_bytes / tp,
         reserve_bytes=cfg.memory.activation_reserve_gb * GiB, pool_bytes=pool.pool_bytes, pool_source=pool.source,
         kv_bytes_per_token_model=m.kv_bytes_per_token, kv_bytes_per_token_gpu=pool.kv_bytes_per_token,
-        kv_formula=formula, block_size=cfg.block_size, max_model_len=cfg.scheduler.max_seq_len, params=m.params,
+        kv_formula=formula, block_size=cfg.block_size, max_model_len=cfg.scheduler.max_model_len, params=m.params,
         weight_dtype=m.weight_dtype or m.dtype, kv_dtype=kv_dtype, layer_mix=mix,
         state_bytes_per_seq=m.count("mamba") * m.state_bytes_per_layer(tp), layouts=layouts,
         prefill_chunk=cfg.scheduler.prefill_chunk)

@@ -1,165 +1,35 @@
-"""The options table: every simulation option once, with its flags, default, units and rules.
+"""Parsing simulation options and building a configuration from them.
 
-The CLI builds its arguments from it, and the CLI, `kvsim plan`, `kvsim sweep` grids and the Python API
+The CLI builds its arguments from the options table (kvsim/option_table.py), and the CLI, `kvsim plan`, `kvsim sweep` grids and the Python API
 all turn option values into a :class:`~kvsim.config.SimConfig` through :func:`config_from_options`.
 Flags follow vLLM's names where vLLM has the option (``--max-num-batched-tokens``, ``--max-model-len``,
 ``--tensor-parallel-size``, ...); kvsim's earlier spellings stay as aliases, in flags and grid keys.
 
-To add an option: one :class:`Option` row here, and where its value goes in :func:`config_from_options`.
+To add an option: one :class:`Option` row in the table (kvsim/option_table.py), and where its value goes in
+:func:`config_from_options`.
 """
 
 from __future__ import annotations
 
 import argparse
 import difflib
-from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
-from kvsim.allocators.cache_eviction import CACHE_EVICTION_POLICIES, get_eviction_key
-from kvsim.engine.preemption import VICTIM_ALIASES, VICTIM_POLICIES, get_victim_policy
-from kvsim.hardware.models import KV_CACHE_DTYPES
-from kvsim.latency.cpu import CPU_PRESETS
+from kvsim.allocators.cache_eviction import get_eviction_key
+from kvsim.engine.preemption import get_victim_policy
 from kvsim.errors import ConfigError
-from kvsim.validation import FRACTION, GIB, GIB_OR_ZERO, NON_NEGATIVE, POSITIVE, POSITIVE_INT, Number, request_rate
+from kvsim.option_table import (ALIASES, BY_KEY, DEFAULT_GPU, DEFAULT_MODEL, OPTIONS, Option, check_fields,
+                                option_default)
+from kvsim.validation import Number
 
-DEFAULT_MODEL = "llama-2-7b"
-DEFAULT_GPU = "a100-40gb"
-
-
-@dataclass(frozen=True)
-class Option:
-    key: str  # Python name, also the `sweep`/`plan` grid key
-    flags: tuple[str, ...]  # primary first, then aliases
-    help: str  # says the unit
-    group: str
-    default: Any = None  # None: not set (help says what applies then)
-    type: type = str  # str, int, float or bool
-    rule: Callable[[Any], str | None] | None = None
-    choices: tuple[str, ...] | None = None
-    negatable: bool = False  # bool: --x / --no-x
-    default_text: str | None = None  # how --help describes a None default
-    sizes: bool = False  # int: vLLM's human-readable sizes, 32k = 32,000 and 32K = 32,768 (also m/M, g/G)
-
-    @property
-    def flag(self) -> str:
-        return self.flags[0]
-
-    def alias_keys(self) -> list[str]:
-        return [f.lstrip("-").replace("-", "_") for f in self.flags if f.startswith("--")]
-
-
-OPTIONS: list[Option] = [
-    # --- model and hardware
-    Option("model", ("--model",), "model preset (`kvsim list models`), a Hugging Face config.json path, or "
-           "custom:layers=..,kv_heads=..,head_dim=..,params=..", "model and hardware", DEFAULT_MODEL),
-    Option("gpu", ("--gpu",), "GPU preset (`kvsim list gpus`)", "model and hardware", DEFAULT_GPU),
-    Option("tensor_parallel_size", ("--tensor-parallel-size", "-tp", "--tp"),
-           "GPUs one replica spans with tensor parallelism (weights, heads and KV split across them)",
-           "model and hardware", 1, int, POSITIVE_INT),
-    Option("kv_cache_dtype", ("--kv-cache-dtype",), "data type of the KV cache: auto (the model's) or fp8 (1 byte:"
-           " twice the tokens per GiB, half the bytes decode attention reads)", "model and hardware", "auto",
-           choices=KV_CACHE_DTYPES),
-    # --- KV pool
-    Option("gpu_memory_utilization", ("--gpu-memory-utilization",),
-           "fraction of each GPU's memory the engine may use (weights, activations, KV)", "KV pool", 0.90, float,
-           FRACTION),
-    Option("activation_reserve_gb", ("--activation-reserve-gb",),
-           "GiB per GPU kept for activations, CUDA graphs and workspace", "KV pool", 2.0, float, GIB_OR_ZERO),
-    Option("kv_pool_gb", ("--kv-pool-gb",), "KV pool per GPU in GiB, instead of the derived size", "KV pool",
-           None, float, GIB, default_text="derived from GPU memory"),
-    Option("num_blocks", ("--num-blocks", "--num-gpu-blocks-override"),
-           "KV pool of this many blocks (of --num-blocks-size tokens), instead of the derived size", "KV pool",
-           None, int, POSITIVE_INT, default_text="derived from GPU memory"),
-    Option("num_blocks_size", ("--num-blocks-size",), "tokens per block that --num-blocks counts", "KV pool",
-           None, int, POSITIVE_INT, default_text="--block-size"),
-    Option("ignore_gpu_memory", ("--ignore-gpu-memory",),
-           "accept a --kv-pool-gb/--num-blocks pool larger than the GPU's memory after weights (what-if studies, "
-           "e.g. a cache that never evicts)", "KV pool", False, bool),
-    Option("block_size", ("--block-size",), "tokens per KV block of allocators named without one (paged, radix)",
-           "KV pool", 16, int, POSITIVE_INT),
-    Option("swap_space", ("--swap-space", "--cpu-swap-gb"),
-           "GiB of host memory per GPU for swapped-out KV (with --preemption-mode swap)", "KV pool", None, float,
-           GIB_OR_ZERO, default_text="4 with --preemption-mode swap, else 0"),
-    Option("kv_offloading_size", ("--kv-offloading-size",),
-           "GiB of host memory per GPU for a CPU tier of the prefix cache: cached blocks evicted from the GPU "
-           "move there and load back on a hit (vLLM's KV offloading, LMCache)", "KV pool", 0.0, float, GIB_OR_ZERO),
-    Option("kv_offloading_bandwidth", ("--kv-offloading-bandwidth",),
-           "GB/s from the CPU tier into one GPU", "KV pool", None, float, Number(min=0, min_open=True, max=1e9),
-           default_text="the GPU's PCIe bandwidth"),
-    # --- scheduler
-    Option("max_model_len", ("--max-model-len", "--max-seq-len"),
-           "longest request (prompt + output tokens; 32k = 32,000, 32K = 32,768 as in vLLM); also what `max` "
-           "reserves per request", "scheduler", None, int, POSITIVE_INT, default_text="the model's context length",
-           sizes=True),
-    Option("max_num_seqs", ("--max-num-seqs",), "most sequences in the running batch", "scheduler", 256, int,
-           POSITIVE_INT),
-    Option("max_num_batched_tokens", ("--max-num-batched-tokens", "--max-batched-tokens"),
-           "token budget of one iteration, tokens (prefill chunks + decodes; without chunked prefill at least "
-           "--max-model-len, and raised to it when not given; 8k = 8,000, 8K = 8,192)", "scheduler", 8192, int,
-           POSITIVE_INT, sizes=True),
-    Option("enable_chunked_prefill", ("--enable-chunked-prefill",),
-           "split long prompts into chunks that share iterations with decodes (vLLM V1's default); with "
-           "--no-enable-chunked-prefill a prompt is prefilled in one iteration or waits", "scheduler", True, bool,
-           negatable=True),
-    Option("batching", ("--batching",), "continuous (iteration-level) or static (whole batches) batching",
-           "scheduler", "continuous", choices=("continuous", "static")),
-    Option("preemption_mode", ("--preemption-mode", "--preemption"),
-           "what happens to a preempted sequence's KV: dropped and recomputed, or swapped to host memory",
-           "scheduler", "recompute", choices=("recompute", "swap")),
-    Option("victim_policy", ("--victim-policy", "--eviction"),
-           "which running sequence is preempted when memory runs out (hybrid: the older name of prefill-first; "
-           "--eviction: an older spelling of this flag, not cache eviction)", "scheduler", "lifo",
-           choices=tuple(VICTIM_POLICIES) + tuple(VICTIM_ALIASES)),
-    Option("partial_preemption", ("--partial-preemption", "--partial-eviction"),
-           "preempt only a victim's tail blocks, as many as needed (paged allocators)",
-           "scheduler", False, bool),
-    Option("enable_prefix_caching", ("--enable-prefix-caching",),
-           "automatic prefix caching: every allocator that can runs with +prefix (paged -> paged+prefix); "
-           "--no-enable-prefix-caching: the default allocators run without it. Unset: on for the default "
-           "allocators as in vLLM V1 (not for models with mamba layers), allocators you name run as named",
-           "scheduler", None, bool, negatable=True),
-    Option("cache_eviction", ("--cache-eviction",), "which cached prefix block a prefix cache drops first",
-           "scheduler", "lru", choices=tuple(CACHE_EVICTION_POLICIES)),
-    Option("horizon_s", ("--horizon-s",), "stop at this simulated time (seconds); later work is reported unfinished",
-           "scheduler", None, float, POSITIVE, default_text="run until every request is done"),
-    # --- latency
-    Option("latency", ("--latency",), "iteration-time model: 'per-op' (operation by operation, calibrated on "
-           "measured vLLM kernels and Vidur's GPU profiles, shipped for a100-80gb, h100-80gb, b200 and a40 and "
-           "derived for the same chips; see README: Latency), "
-           "'roofline' (uncalibrated), or a calibration JSON from `kvsim calibrate`", "latency", "per-op"),
-    Option("cpu_overhead", ("--cpu-overhead",), "the serving engine's CPU time per iteration: vllm-v1 (current "
-           "vLLM), vllm-v0 (the vLLM paper's generation), vllm-v1-async, none (GPU only); sources in the README",
-           "latency", "vllm-v1", choices=tuple(CPU_PRESETS)),
-    Option("interconnect", ("--interconnect",), "how tensor-parallel GPUs are linked (all-reduce times)", "latency",
-           "nvswitch", choices=("nvswitch", "pairwise")),
-    Option("flops_efficiency", ("--flops-efficiency",), "roofline: achievable fraction of peak FLOP/s", "latency",
-           0.6, float, FRACTION),
-    Option("bandwidth_efficiency", ("--bandwidth-efficiency",), "roofline: achievable fraction of HBM bandwidth",
-           "latency", 0.8, float, FRACTION),
-    Option("step_overhead_ms", ("--step-overhead-ms",), "roofline: fixed time per iteration, milliseconds",
-           "latency", 2.0, float, NON_NEGATIVE),
-    # --- load (the clients that send the trace)
-    Option("max_concurrency", ("--max-concurrency",),
-           "clients keep at most this many requests in flight, as `vllm bench serve --max-concurrency`: each "
-           "request is sent at its trace time or when an earlier one finishes, whichever is later; latencies count "
-           "from sending", "load", None, int, POSITIVE_INT, default_text="no limit (the trace's times)"),
-    Option("request_rate", ("--request-rate",),
-           "re-time the trace's requests (in trace order) as `vllm bench serve --request-rate`: Poisson arrivals at "
-           "this many requests/s (seed 0), or inf: all at once (with --max-concurrency N: N clients in a closed "
-           "loop)", "load", None, float, request_rate, default_text="the trace's own times"),
-    # --- trace
-    Option("skip_invalid", ("--skip-invalid",), "skip bad trace lines (and report how many) instead of stopping",
-           "trace", False, bool),
-]
-
-BY_KEY: dict[str, Option] = {o.key: o for o in OPTIONS}
-ALIASES: dict[str, str] = {alias: o.key for o in OPTIONS for alias in o.alias_keys()}
+__all__ = ["ALIASES", "BY_KEY", "DEFAULT_GPU", "DEFAULT_MODEL", "OPTIONS", "Option", "add_options", "check_fields",
+           "config_from_args", "config_from_options", "normalize", "option_default", "values_from_namespace"]
 
 
 def _help(o: Option) -> str:
     text = o.help
     if o.choices:
-        text += f" ({', '.join(o.choices)})"
+        text += f" ({', '.join(o.allowed())})"
     if o.type is bool:
         return f"{text} [default: {'on' if o.default else 'off'}]" if o.negatable else text
     default = o.default_text if o.default is None else (f"{o.default:g}" if isinstance(o.default, float) else o.default)
@@ -181,7 +51,7 @@ def add_options(parser: argparse.ArgumentParser, groups_wanted: tuple[str, ...] 
             action = argparse.BooleanOptionalAction if o.negatable else "store_true"
             g.add_argument(*o.flags, dest=o.key, action=action, default=None, help=_help(o))
         else:
-            metavar = o.type.__name__.upper() if o.type is not str else ("NAME" if not o.choices else "{" + ",".join(o.choices) + "}")
+            metavar = o.type.__name__.upper() if o.type is not str else ("NAME" if not o.choices else "{" + ",".join(o.allowed()) + "}")
             g.add_argument(*o.flags, dest=o.key, default=None, metavar=metavar, help=_help(o))
 
 
@@ -231,9 +101,10 @@ def _coerce(o: Option, v, name: str):
         return v
     if not isinstance(v, str):
         raise ConfigError(f"{name}: must be text, got {v!r}")
-    if o.choices and v not in o.choices:
-        close = difflib.get_close_matches(v, o.choices, n=1)
-        raise ConfigError(f"{name}: '{v}' is not one of {', '.join(o.choices)}"
+    allowed = o.allowed()
+    if allowed and v not in allowed:
+        close = difflib.get_close_matches(v, allowed, n=1)
+        raise ConfigError(f"{name}: '{v}' is not one of {', '.join(allowed)}"
                           + (f"; did you mean '{close[0]}'?" if close else ""))
     return v
 
@@ -261,7 +132,9 @@ def normalize(values: Mapping[str, Any], naming: str = "flag") -> dict[str, Any]
 def config_from_options(values: Mapping[str, Any], naming: str = "flag"):
     """Build a checked SimConfig from option values (keys as in OPTIONS or their aliases; unset keys take
     their defaults)."""
-    from kvsim.config import MemoryConfig, RooflineParams, SchedulerConfig, SimConfig
+    from kvsim.config import MemoryConfig, SchedulerConfig, SimConfig
+    from kvsim.latency import LATENCY_MODELS
+    from kvsim.latency.roofline import RooflineParams
     from kvsim.hardware import get_gpu, get_model
 
     given = normalize(values, naming)
@@ -302,10 +175,10 @@ def config_from_options(values: Mapping[str, Any], naming: str = "flag"):
                               f"({max_len}): without chunked prefill longer prompts could never be scheduled; raise"
                               " it, lower the context, or enable chunked prefill")
     sched = SchedulerConfig(
-        max_seq_len=max_len,
+        max_model_len=max_len,
         max_num_seqs=v["max_num_seqs"],
         max_num_batched_tokens=budget,
-        chunked_prefill=v["enable_chunked_prefill"],
+        enable_chunked_prefill=v["enable_chunked_prefill"],
         batching=v["batching"],
         horizon_s=v["horizon_s"],
         preemption_mode=v["preemption_mode"],
@@ -321,18 +194,17 @@ def config_from_options(values: Mapping[str, Any], naming: str = "flag"):
         raise ConfigError(f"{name('num_blocks' if mem.num_blocks is not None else 'kv_pool_gb')}: {problem}")
     roof = RooflineParams(v["flops_efficiency"], v["bandwidth_efficiency"], v["step_overhead_ms"] / 1000)
     latency = v["latency"]
-    if latency not in ("per-op", "roofline"):
+    if latency not in LATENCY_MODELS:
         from kvsim.latency.calibration import load_calibration
 
         load_calibration(latency)  # a bad file fails here, before any simulation
-    return SimConfig(model, gpu, sched, mem, roof, tp=tp, swap_space_gb=swap, latency=latency,
+    return SimConfig(model, gpu, sched, mem, roof, tensor_parallel_size=tp, swap_space=swap, latency=latency,
                      cpu_overhead=v["cpu_overhead"], interconnect=v["interconnect"],
                      victim_policy=v["victim_policy"], block_size=v["block_size"],
                      enable_prefix_caching=v["enable_prefix_caching"], cache_eviction=v["cache_eviction"],
-                     kv_offload_gb=v["kv_offloading_size"], max_concurrency=v["max_concurrency"],
+                     kv_offloading_size=v["kv_offloading_size"], max_concurrency=v["max_concurrency"],
                      request_rate=v["request_rate"],
-                     kv_offload_bandwidth=(gpu.pcie_bandwidth if v["kv_offloading_bandwidth"] is None
-                                           else v["kv_offloading_bandwidth"] * 1e9))
+                     kv_offloading_bandwidth=v["kv_offloading_bandwidth"])
 
 
 def config_from_args(args: list[str]):

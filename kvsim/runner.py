@@ -45,15 +45,15 @@ def resolve_allocator(allocator: AllocatorSpec | str, cfg: SimConfig, named: boo
 
 def build_allocator(cfg: SimConfig, allocator: AllocatorSpec | str, pool: PoolPlan) -> KVAllocator:
     """One engine's allocator over the planned pool (with its CPU swap pool, if any)."""
-    cpu_slots = int(cfg.swap_space_gb * (1 << 30)) // pool.kv_bytes_per_token
-    alloc = make_allocator(resolve_allocator(allocator, cfg), pool.pool_tokens, cfg.scheduler.max_seq_len, cpu_slots,
+    cpu_slots = int(cfg.swap_space * (1 << 30)) // pool.kv_bytes_per_token
+    alloc = make_allocator(resolve_allocator(allocator, cfg), pool.pool_tokens, cfg.scheduler.max_model_len, cpu_slots,
                            cfg.cache_eviction, ModelMemory(cfg.model, cfg.tp, pool.pool_bytes,
                                                            cfg.scheduler.prefill_chunk))
-    if cfg.kv_offload_gb > 0:
+    if cfg.kv_offloading_size > 0:
         from kvsim.allocators.kv_tier import KVTier, TierSpec
 
-        attach_tier(alloc, KVTier(TierSpec("cpu", cfg.kv_offload_gb * (1 << 30),
-                                           cfg.kv_offload_bandwidth or cfg.gpu.pcie_bandwidth),
+        attach_tier(alloc, KVTier(TierSpec("cpu", cfg.kv_offloading_size * (1 << 30),
+                                           cfg.gpu.pcie_bandwidth if cfg.kv_offloading_bandwidth is None else cfg.kv_offloading_bandwidth * 1e9),
                                   block_bytes(alloc, pool)))
     return alloc
 

@@ -21,5 +21,5 @@ def req(i, t, p, o, **kw) -> Request:
     return Request(str(i), float(t), p, o, **kw)
 
 
-def sched(max_seq_len=4096, **kw) -> SchedulerConfig:
-    return SchedulerConfig(max_seq_len=max_seq_len, **kw).validate()
+def sched(max_model_len=4096, **kw) -> SchedulerConfig:
+    return SchedulerConfig(max_model_len=max_model_len, **kw).validate()

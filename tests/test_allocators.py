@@ -135,7 +135,7 @@ def test_extent_double_free_is_caught():
 
 def test_golden_opt13b_max_on_12gib():
     """OPT-13B KV = 2 x 40 x 40 x 128 x 2 B = 800 KiB/token; 12 GiB / 800 KiB = 15,728 slots.
-    `max` with max_seq_len 2048 fits floor(15728 / 2048) = 7 requests and leaves 15728 - 14336 = 1,392
+    `max` with max_model_len 2048 fits floor(15728 / 2048) = 7 requests and leaves 15728 - 14336 = 1,392
     slots (8.85% of the pool) that no further request can use."""
     m = get_model("opt-13b")
     pool = plan_pool(m, get_gpu("a100-40gb"), MemoryConfig(kv_pool_gb=12))

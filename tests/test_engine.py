@@ -5,7 +5,7 @@ from hypothesis import given, settings, strategies as st
 
 from helpers import FixedLatency, req, sched
 from kvsim.allocators import make_allocator
-from kvsim.config import RooflineParams
+from kvsim.latency.roofline import RooflineParams
 from kvsim.latency.roofline import RooflineModel
 from kvsim.engine.simulator import Simulation
 from kvsim.hardware import get_gpu, get_model
@@ -16,7 +16,7 @@ from kvsim.trace import load_trace
 
 def simulate(reqs, spec="paged:16", pool=10_000, latency=None, cfg=None, **kw):
     cfg = cfg or sched()
-    alloc = make_allocator(spec, pool, cfg.max_seq_len)
+    alloc = make_allocator(spec, pool, cfg.max_model_len)
     return Simulation(reqs, alloc, latency or FixedLatency(), cfg, **kw).run()
 
 
@@ -41,11 +41,11 @@ def test_chunked_prefill_exact_times():
 
 
 def test_rejections_are_reported_with_reasons():
-    cfg = sched(max_seq_len=512)
+    cfg = sched(max_model_len=512)
     res = simulate([req(0, 0, 500, 100), req(1, 0, 100, 100), req(2, 0, 300, 100)], pool=320, cfg=cfg)
     df = requests_frame(res)
     assert list(df.status) == ["rejected", "finished", "rejected"]
-    assert "exceeds max_seq_len 512" in df.reason[0]
+    assert "exceeds max_model_len 512" in df.reason[0]
     assert "pool holds 320" in df.reason[2]
 
 
@@ -100,7 +100,7 @@ def test_fast_forward_matches_stepping(items, spec, pool, policy):
 
     reqs = [req(i, t, p, o) for i, (t, p, o) in enumerate(items)]
     lat = RooflineModel(get_model("llama-2-7b"), get_gpu("a100-40gb"), RooflineParams())
-    cfg = sched(max_seq_len=512, max_num_seqs=8, max_num_batched_tokens=256)
+    cfg = sched(max_model_len=512, max_num_seqs=8, max_num_batched_tokens=256)
     fast = simulate(reqs, spec, pool, lat, cfg, victim_policy=get_victim_policy(policy))
     slow = simulate(reqs, spec, pool, lat, cfg, victim_policy=get_victim_policy(policy), fast_forward=False)
     assert fast.steps == slow.steps and fast.preemptions == slow.preemptions
@@ -137,7 +137,7 @@ def test_summary_memory_shares_sum_to_one():
 
 
 def test_vllm_paper_fig2_setup():
-    """OPT-13B, A100-40GB, 12 GB of KV, max_seq_len 2048, ShareGPT-like lengths, cache kept full
+    """OPT-13B, A100-40GB, 12 GB of KV, max_model_len 2048, ShareGPT-like lengths, cache kept full
     (benchmarks/vllm_fig2.sh). The paper: contiguous reservation keeps 20.4-38.2% of KV memory in token
     states; paged blocks of 16 waste under 4%."""
     from kvsim.options import config_from_args
@@ -156,12 +156,12 @@ def test_without_chunked_prefill_a_prompt_waits_for_a_whole_budget():
     """Budget 128, prompts of 100: with chunking the second prompt's first 28 tokens share the first
     iteration; without it the second waits and is prefilled whole in the next iteration (vLLM V1)."""
     reqs = [req(0, 0.0, 100, 3), req(1, 0.0, 100, 3)]
-    chunked = simulate(reqs, cfg=sched(max_seq_len=128, max_num_batched_tokens=128, max_num_seqs=8))
-    whole = simulate(reqs, cfg=sched(max_seq_len=128, max_num_batched_tokens=128, max_num_seqs=8, chunked_prefill=False))
+    chunked = simulate(reqs, cfg=sched(max_model_len=128, max_num_batched_tokens=128, max_num_seqs=8))
+    whole = simulate(reqs, cfg=sched(max_model_len=128, max_num_batched_tokens=128, max_num_seqs=8, enable_chunked_prefill=False))
     # chunked: step 1 = 100 + 28 tokens, step 2 = decode of 0 + the last 72 of 1 -> 1's first token at 0.2
     assert chunked.sequences[1].first_token_s == pytest.approx(0.2)
     # whole: step 1 = prompt 0 only, step 2 = decode of 0 + all of prompt 1 -> also 0.2, but admitted at 0.1
     assert whole.sequences[1].admitted_s == pytest.approx(0.1) and chunked.sequences[1].admitted_s == 0.0
     assert whole.sequences[1].first_token_s == pytest.approx(0.2)
     with pytest.raises(ConfigError, match="without chunked prefill"):
-        sched(max_seq_len=4096, max_num_batched_tokens=2048, chunked_prefill=False)
+        sched(max_model_len=4096, max_num_batched_tokens=2048, enable_chunked_prefill=False)

@@ -7,7 +7,7 @@ from hypothesis import given, settings, strategies as st
 
 from helpers import FixedLatency, req, sched
 from kvsim.allocators import make_allocator
-from kvsim.config import RooflineParams
+from kvsim.latency.roofline import RooflineParams
 from kvsim.engine.preemption import get_victim_policy, prefill_first
 from kvsim.latency.roofline import RooflineModel
 from kvsim.engine.sequence import Sequence
@@ -19,8 +19,8 @@ from kvsim.trace.request import Request
 
 
 def run(reqs, spec, pool, cfg=None, policy="lifo", cpu=0, swap=False, latency=None, ff=True):
-    cfg = cfg or sched(max_seq_len=1 << 20)
-    alloc = make_allocator(spec, pool, cfg.max_seq_len, cpu)
+    cfg = cfg or sched(max_model_len=1 << 20)
+    alloc = make_allocator(spec, pool, cfg.max_model_len, cpu)
     sim = Simulation(reqs, alloc, latency or FixedLatency(), cfg, get_victim_policy(policy), fast_forward=ff,
                      swap_timing=SwapTiming(1000, 1e6, 1e-3) if swap else None)
     return sim.run()
@@ -117,7 +117,7 @@ def test_parallel_samples_of_a_one_token_answer_all_come_from_the_prefill():
 
 def test_swap_preemption_moves_blocks_and_costs_time():
     reqs = [req(i, 0.0, 32, 60) for i in range(4)]
-    cfg = sched(max_seq_len=4096, preemption_mode="swap")
+    cfg = sched(max_model_len=4096, preemption_mode="swap")
     res = run(reqs, "paged:16", pool=16 * 14, cfg=cfg, cpu=16 * 64, swap=True)
     ex = res.extra
     assert all(s.status == "finished" for s in res.sequences)
@@ -132,11 +132,11 @@ def test_swap_preemption_moves_blocks_and_costs_time():
 
 def test_partial_preemption_keeps_head_blocks_and_finishes():
     reqs = [req(i, 0.0, 40, 80) for i in range(5)]
-    cfg = sched(max_seq_len=4096, partial_preemption=True)
+    cfg = sched(max_model_len=4096, partial_preemption=True)
     res = run(reqs, "paged:16", pool=16 * 20, cfg=cfg, policy="hybrid")
     assert all(s.status == "finished" for s in res.sequences)
     assert res.extra["preempt_partial"] > 0
-    full = run(reqs, "paged:16", pool=16 * 20, cfg=sched(max_seq_len=4096), policy="hybrid")
+    full = run(reqs, "paged:16", pool=16 * 20, cfg=sched(max_model_len=4096), policy="hybrid")
     # recomputing only tails means fewer tokens computed in total
     assert res.steps <= full.steps
 
@@ -178,7 +178,7 @@ def test_fast_forward_matches_stepping_with_sharing(items, spec, pool, policy, m
         ids = tuple(fam[f][:nb // 2] + [10**6 + 100 * i + j for j in range(nb - nb // 2)])
         reqs.append(Request(str(i), t, p, o, hash_ids=ids, hash_block_tokens=16, n=n))
     lat = RooflineModel(get_model("llama-2-7b"), get_gpu("a100-40gb"), RooflineParams())
-    cfg = sched(max_seq_len=512, max_num_seqs=8, max_num_batched_tokens=128,
+    cfg = sched(max_model_len=512, max_num_seqs=8, max_num_batched_tokens=128,
                 preemption_mode="swap" if mode == "swap" else "recompute", partial_preemption=mode == "partial")
     cpu = 16 * 40 if mode == "swap" else 0
     fast = run(reqs, spec, pool, cfg, policy, cpu, mode == "swap", lat, ff=True)

@@ -80,7 +80,7 @@ def _requests(items):
 
 
 def _engine_run(reqs, s, hints):
-    cfg = sched(max_seq_len=512, max_num_seqs=s["max_seqs"], max_num_batched_tokens=max(s["budget"], s["max_seqs"]),
+    cfg = sched(max_model_len=512, max_num_seqs=s["max_seqs"], max_num_batched_tokens=max(s["budget"], s["max_seqs"]),
                 horizon_s=s["horizon"], preemption_mode="swap" if s["mode"] == "swap" else "recompute",
                 partial_preemption=s["mode"] == "partial")
     alloc = make_allocator(s["spec"], s["pool"], 512, 320 if s["mode"] == "swap" else 0)

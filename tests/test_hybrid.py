@@ -363,7 +363,7 @@ def test_a_long_request_that_only_the_hybrid_layout_can_hold_runs_there():
     # a pool for 40,000 tokens if every layer were full; a 60,000-token request needs 12 full layers' worth
     pool = 40_000 * m.kv_bytes_per_token
     reqs = [Request("long", 0.0, 60_000, 10)]
-    cfg = sched(max_seq_len=65536, max_num_batched_tokens=8192)
+    cfg = sched(max_model_len=65536, max_num_batched_tokens=8192)
     out = {}
     for spec in ("naive", "hybrid"):
         alloc = make_allocator(spec, 40_000, 65536, memory=ModelMemory(m, 1, pool, 8192))

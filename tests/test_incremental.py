@@ -94,7 +94,7 @@ setup = st.fixed_dictionaries({
 def _run(reqs, s, fast, observer=None):
     budget = max(s["budget"], s["max_seqs"], 0 if s["chunked"] else 512)
     max_len = s.get("max_len", 512)
-    cfg = sched(max_seq_len=max_len, max_num_seqs=s["max_seqs"], max_num_batched_tokens=budget, chunked_prefill=s["chunked"],
+    cfg = sched(max_model_len=max_len, max_num_seqs=s["max_seqs"], max_num_batched_tokens=budget, enable_chunked_prefill=s["chunked"],
                 batching="static" if s["static"] else "continuous", horizon_s=s["horizon"],
                 preemption_mode="swap" if s["mode"] == "swap" else "recompute", partial_preemption=s["mode"] == "partial")
     swap = s["mode"] == "swap"

@@ -77,7 +77,7 @@ def _fingerprint(res):
        st.sampled_from([None, 0, 10, 200]))
 def test_no_block_in_two_tiers_and_every_request_accounted(items, spec, blocks, cpu_blocks, budget, partial, store):
     reqs = _requests(items)
-    cfg = sched(max_seq_len=512, max_num_batched_tokens=max(budget, 8), max_num_seqs=8, partial_preemption=partial)
+    cfg = sched(max_model_len=512, max_num_batched_tokens=max(budget, 8), max_num_seqs=8, partial_preemption=partial)
     alloc = make_allocator(spec, blocks * 8, 512)
     if store is not None:  # attached first: private tiers still come first in lookups
         alloc.attach_tier(KVTier(TierSpec("store", store * BLOCK_BYTES, 1e8, 1e-3, shared=True), BLOCK_BYTES))

@@ -4,7 +4,7 @@ import pytest
 
 from hypothesis import given, strategies as st
 
-from kvsim.config import RooflineParams
+from kvsim.latency.roofline import RooflineParams
 from kvsim.latency.base import StepShape, chunk_shape_terms, sum_max_of_two_affine
 from kvsim.latency.roofline import RooflineModel
 from kvsim.hardware import get_gpu, get_model

@@ -18,14 +18,14 @@ def test_flags_aliases_and_grid_keys_give_the_same_config():
                                 "max_model_len": "2048"}, naming="key")
     assert cli == old == grid
     assert cli.scheduler.max_num_batched_tokens == 4096 and cli.tp == 2 and cli.victim_policy == "fifo"
-    assert cli.scheduler.max_seq_len == 2048 and cli.swap_space_gb == 2.0
+    assert cli.scheduler.max_model_len == 2048 and cli.swap_space == 2.0
 
 
 def test_defaults():
     cfg = config_from_args([])
     assert (cfg.model.name, cfg.gpu.name, cfg.tp, cfg.block_size) == ("llama-2-7b", "a100-40gb", 1, 16)
-    assert cfg.scheduler.max_seq_len == cfg.model.max_context and cfg.swap_space_gb == 0
-    assert config_from_args(["--preemption-mode", "swap"]).swap_space_gb == 4.0  # vLLM's default swap space
+    assert cfg.scheduler.max_model_len == cfg.model.max_context and cfg.swap_space == 0
+    assert config_from_args(["--preemption-mode", "swap"]).swap_space == 4.0  # vLLM's default swap space
 
 
 @pytest.mark.parametrize("values,naming,msg", [
@@ -54,8 +54,8 @@ def test_every_option_has_help_and_a_primary_flag():
                                          ("8192", 8192)])
 def test_token_counts_take_vllm_sizes(text, tokens):
     cfg = config_from_args(["--model", "llama-3-8b", "--max-model-len", text, "--max-num-batched-tokens", text])
-    assert cfg.scheduler.max_seq_len == tokens and cfg.scheduler.max_num_batched_tokens == max(tokens, 256)
-    assert config_from_options({"max_model_len": text, "model": "llama-3-8b"}).scheduler.max_seq_len == tokens
+    assert cfg.scheduler.max_model_len == tokens and cfg.scheduler.max_num_batched_tokens == max(tokens, 256)
+    assert config_from_options({"max_model_len": text, "model": "llama-3-8b"}).scheduler.max_model_len == tokens
 
 
 @pytest.mark.parametrize("text,msg", [("0.0001k", "not a whole number"), ("xk", "a size such as 32k"),
@@ -103,3 +103,17 @@ def test_run_and_compare_use_prefix_caching_by_default(tmp_path):
         runs = pd.read_csv(out / "runs.csv")
         assert list(runs.allocator) == [expected]
         assert (runs.prefix_hit_rate_tokens > 0).all() == (expected.endswith("+prefix"))
+
+
+def test_policies_registered_at_run_time_are_accepted_when_parsing(tmp_path):
+    """Choices are read when a value is checked, not when the options table is built."""
+    from kvsim.allocators.cache_eviction import CACHE_EVICTION_HELP, CACHE_EVICTION_POLICIES, register_policy
+    from kvsim.options import config_from_args
+
+    with pytest.raises(ConfigError, match="newest-first"):
+        config_from_args(["--cache-eviction", "newest-first"])
+    register_policy("newest-first", lambda u: (-u.created,), "newest cached block first")
+    try:
+        assert config_from_args(["--cache-eviction", "newest-first"]).cache_eviction == "newest-first"
+    finally:
+        del CACHE_EVICTION_POLICIES["newest-first"], CACHE_EVICTION_HELP["newest-first"]

@@ -207,7 +207,7 @@ def test_a_run_that_mostly_rejects_says_so_and_one_that_rejects_all_still_writes
     assert main(["compare", "--trace", str(trace), "--max-model-len", "100", "--allocators", "paged",
                  "--out", str(tmp_path / "a")]) == 0
     err = capsys.readouterr().err
-    assert "warning: paged:16 rejected" in err and "exceeds max_seq_len" in err
+    assert "warning: paged:16 rejected" in err and "exceeds max_model_len" in err
     # nothing finishes at all: the latency plot once crashed on an empty legend
     assert main(["compare", "--trace", str(trace), "--max-model-len", "2", "--allocators", "paged,max",
                  "--out", str(tmp_path / "b")]) == 0

@@ -18,9 +18,9 @@ def next_pow2(n: int) -> int:
 class ContiguousAllocator(KVAllocator):
     """Base for reservation policies; subclasses decide the reservation size in tokens."""
 
-    def __init__(self, pool_tokens: int, max_seq_len: int):
+    def __init__(self, pool_tokens: int, max_model_len: int):
         super().__init__(pool_tokens)
-        self.max_seq_len = max_seq_len
+        self.max_model_len = max_model_len
         self._space = ExtentAllocator(pool_tokens)
         self._ranges: dict[int, tuple[int, int]] = {}  # seq_id -> (start, size)
 
@@ -87,25 +87,25 @@ class ContiguousAllocator(KVAllocator):
 
 
 class MaxAllocator(ContiguousAllocator):
-    """Reserve max_seq_len slots for every request (FasterTransformer, Orca (Max))."""
+    """Reserve max_model_len slots for every request (FasterTransformer, Orca (Max))."""
 
     name = "max"
 
     def reservation(self, request: Request) -> int:
-        return self.max_seq_len
+        return self.max_model_len
 
     @property
     def smallest_reservation(self) -> int:
-        return self.max_seq_len
+        return self.max_model_len
 
 
 class Pow2Allocator(ContiguousAllocator):
-    """Reserve prompt + output budget rounded up to a power of two, capped at max_seq_len (Orca (Pow2))."""
+    """Reserve prompt + output budget rounded up to a power of two, capped at max_model_len (Orca (Pow2))."""
 
     name = "pow2"
 
     def reservation(self, request: Request) -> int:
-        return min(next_pow2(request.total_tokens), max(self.max_seq_len, request.total_tokens))
+        return min(next_pow2(request.total_tokens), max(self.max_model_len, request.total_tokens))
 
 
 class OracleAllocator(ContiguousAllocator):

@@ -72,7 +72,7 @@ class ModelMemory:
 class AllocatorKind:
     name: str
     help: str
-    build: Callable[..., KVAllocator]  # (spec, pool_tokens, max_seq_len, cpu_swap_tokens, cache_eviction, memory)
+    build: Callable[..., KVAllocator]  # (spec, pool_tokens, max_model_len, cpu_swap_tokens, cache_eviction, memory)
     blocks: bool = False  # takes a block size
     prefix_option: bool = False  # accepts +prefix
     examples: tuple[str, ...] = ()  # names the allocator property tests run
@@ -85,14 +85,14 @@ class AllocatorKind:
 
 
 def _contiguous(cls_name: str):
-    def build(spec, pool_tokens, max_seq_len, cpu_swap_tokens, cache_eviction, memory):
+    def build(spec, pool_tokens, max_model_len, cpu_swap_tokens, cache_eviction, memory):
         from kvsim.allocators import contiguous
 
-        return getattr(contiguous, cls_name)(pool_tokens, max_seq_len)
+        return getattr(contiguous, cls_name)(pool_tokens, max_model_len)
     return build
 
 
-def _paged(spec, pool_tokens, max_seq_len, cpu_swap_tokens, cache_eviction, memory):
+def _paged(spec, pool_tokens, max_model_len, cpu_swap_tokens, cache_eviction, memory):
     from kvsim.allocators.paged import PagedAllocator
 
     pool = None
@@ -103,7 +103,7 @@ def _paged(spec, pool_tokens, max_seq_len, cpu_swap_tokens, cache_eviction, memo
     return PagedAllocator(pool_tokens, spec.block_size, cpu_swap_tokens, pool, name=str(spec))
 
 
-def _radix(spec, pool_tokens, max_seq_len, cpu_swap_tokens, cache_eviction, memory):
+def _radix(spec, pool_tokens, max_model_len, cpu_swap_tokens, cache_eviction, memory):
     from kvsim.allocators.paged import PagedAllocator
     from kvsim.allocators.radix_pool import RadixBlockPool
 
@@ -111,16 +111,16 @@ def _radix(spec, pool_tokens, max_seq_len, cpu_swap_tokens, cache_eviction, memo
     return PagedAllocator(pool_tokens, spec.block_size, cpu_swap_tokens, pool, name=str(spec))
 
 
-def kind_layout(kind: str, memory: ModelMemory, block_size: int, max_seq_len: int):
+def kind_layout(kind: str, memory: ModelMemory, block_size: int, max_model_len: int):
     """The page layout (kv_groups.KVLayout) a layer-group kind gives ``memory``'s model and pool."""
     from kvsim.allocators.kv_groups import build_layout
 
     mode, windows = KINDS[kind].layout
-    return build_layout(memory.model, memory.tp, memory.pool_bytes, block_size, max_seq_len, mode, windows,
+    return build_layout(memory.model, memory.tp, memory.pool_bytes, block_size, max_model_len, mode, windows,
                         memory.prefill_chunk)
 
 
-def _grouped(spec, pool_tokens, max_seq_len, cpu_swap_tokens, cache_eviction, memory):
+def _grouped(spec, pool_tokens, max_model_len, cpu_swap_tokens, cache_eviction, memory):
     from kvsim.allocators.hybrid import HybridAllocator
     from kvsim.allocators.kv_groups import single_group_layout
 
@@ -128,7 +128,7 @@ def _grouped(spec, pool_tokens, max_seq_len, cpu_swap_tokens, cache_eviction, me
     if memory is None:  # no model: one full-attention group over pool_tokens one-token units
         layout, units, cpu, chunk = single_group_layout(pool_tokens, spec.block_size), pool_tokens, cpu_swap_tokens, 0
     else:
-        layout = kind_layout(spec.kind, memory, spec.block_size, max_seq_len)
+        layout = kind_layout(spec.kind, memory, spec.block_size, max_model_len)
         units = memory.pool_bytes // layout.unit_bytes
         cpu = cpu_swap_tokens * memory.model.kv_bytes_per_token_gpu(memory.tp) // layout.unit_bytes
         chunk = memory.prefill_chunk
@@ -222,9 +222,9 @@ def parse_allocator_list(text: str | list, block_size: int = DEFAULT_BLOCK_SIZE,
     return specs
 
 
-def make_allocator(spec: AllocatorSpec | str, pool_tokens: int, max_seq_len: int, cpu_swap_tokens: int = 0,
+def make_allocator(spec: AllocatorSpec | str, pool_tokens: int, max_model_len: int, cpu_swap_tokens: int = 0,
                    cache_eviction: str = "lru", memory: ModelMemory | None = None) -> KVAllocator:
-    """Build an allocator, e.g. ``make_allocator("paged:16+prefix", pool_tokens=100_000, max_seq_len=4096)``.
+    """Build an allocator, e.g. ``make_allocator("paged:16+prefix", pool_tokens=100_000, max_model_len=4096)``.
 
     ``cpu_swap_tokens``: host-memory slots for swapped-out KV (paged allocators only);
     ``cache_eviction``: which cached block a prefix cache drops first (cache_eviction.py);
@@ -241,4 +241,4 @@ def make_allocator(spec: AllocatorSpec | str, pool_tokens: int, max_seq_len: int
     problem = model_problem(spec, memory.model) if memory is not None else None
     if problem:
         raise ConfigError(problem)
-    return kind.build(spec, pool_tokens, max_seq_len, cpu_swap_tokens, cache_eviction, memory)
+    return kind.build(spec, pool_tokens, max_model_len, cpu_swap_tokens, cache_eviction, memory)

@@ -8,7 +8,6 @@ import sys
 from kvsim.commands.args import non_negative_int, positive_int
 from kvsim.errors import ConfigError, TraceError
 
-PARTS = ("total_s", "dense_s", "attention_s", "communication_s", "cpu_s")
 
 
 def cmd_calibrate(a: argparse.Namespace) -> int:
@@ -104,6 +103,7 @@ def shape_rows(path: str) -> list[tuple[int, int, int]]:
 def cmd_latency(a: argparse.Namespace) -> int:
     from kvsim.commands.simulate import build_config
     from kvsim.latency import StepShape, build_latency, describe_latency, latency_notes
+    from kvsim.latency.base import BREAKDOWN_COLUMNS
 
     cfg = build_config(a)
     if a.shapes:
@@ -132,10 +132,10 @@ def cmd_latency(a: argparse.Namespace) -> int:
 
         with atomic_path(a.out) as tmp, open(tmp, "w", newline="", encoding="utf-8") as fh:
             w = csv.writer(fh)
-            w.writerow(["batch", "context", "new_tokens", *PARTS])
+            w.writerow(["batch", "context", "new_tokens", *BREAKDOWN_COLUMNS])
             for b, c, n in rows:
                 bd = model.breakdown(StepShape.of([(n, c)] * b))
-                w.writerow([b, c, n, *(repr(bd[k]) for k in PARTS)])
+                w.writerow([b, c, n, *(repr(bd[k]) for k in BREAKDOWN_COLUMNS)])
         print(f"wrote {len(rows)} rows to {a.out} ({describe_latency(cfg)})")
         return 0
     bd = model.breakdown(StepShape.of([(a.new_tokens, a.context)] * a.batch))
@@ -143,7 +143,7 @@ def cmd_latency(a: argparse.Namespace) -> int:
     print(f"{cfg.model.name} on {cfg.gpu.name}, tensor parallel {cfg.tp}: {describe_latency(cfg)}")
     print(f"one {kind} iteration: {a.batch} sequence(s) x {a.new_tokens} new token(s) after {a.context} cached")
     total = bd["total_s"]
-    for k in PARTS:
+    for k in BREAKDOWN_COLUMNS:
         share = f"{100 * bd[k] / total:5.1f}%" if total > 0 else ""
         print(f"  {k[:-2].replace('_', ' '):14s} {1000 * bd[k]:10.3f} ms  {share}")
     return 0

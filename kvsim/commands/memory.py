@@ -13,8 +13,8 @@ def cmd_memory(a: argparse.Namespace) -> int:
 
     cfg = config_from_options(values_from_namespace(a))
     b = memory_budget(cfg)
-    if cfg.scheduler.max_seq_len > cfg.model.max_context:
-        print(f"warning: --max-model-len {cfg.scheduler.max_seq_len:,} is beyond {cfg.model.name}'s context "
+    if cfg.scheduler.max_model_len > cfg.model.max_context:
+        print(f"warning: --max-model-len {cfg.scheduler.max_model_len:,} is beyond {cfg.model.name}'s context "
               f"({cfg.model.max_context:,} tokens)", file=sys.stderr)
     tp = f" x{b.tp} (tensor parallel)" if b.tp > 1 else ""
     print(f"{b.model} on {b.gpu}{tp}, KV cache {b.kv_dtype}")

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from kvsim.commands.args import DEFAULT_OUT, fraction_open, positive, positive_int
+from kvsim.option_table import text_option_columns
 
 
 def cmd_plan(a: argparse.Namespace) -> int:
@@ -39,7 +40,7 @@ def cmd_plan(a: argparse.Namespace) -> int:
     gpus = parse_gpus(a.gpus) if a.gpus else [(a.gpu or DEFAULT_GPU, None)]
     from kvsim.runner import prefix_caching
 
-    allocators = parse_allocator_list(a.allocators or "paged:16", cfg.block_size,
+    allocators = parse_allocator_list(a.allocators or "paged", cfg.block_size,
                                       prefix_caching(cfg, a.allocators is not None))
     jobs = make_jobs(base, gpus, allocators, slos, a.study, a.tol, a.max_steps, a.kernel_bench)
     validate_points([j.point for j in jobs])
@@ -252,9 +253,8 @@ def _result_tables(paths: list[str]) -> list[str]:
     return out
 
 
-TEXT_COLUMNS = {"allocator", "config", "gpu", "model", "trace", "reason", "why", "search", "status", "point_id",
-                "victim_policy", "preemption_mode", "cache_eviction", "kv_cache_dtype", "latency", "cpu_overhead",
-                "interconnect", "batching", "meets_slo", "ok"}
+TEXT_COLUMNS = {"allocator", "config", "trace", "reason", "why", "search", "status", "point_id", "meets_slo", "ok",
+                *text_option_columns()}
 
 
 def _numeric_metrics(df, path: str):

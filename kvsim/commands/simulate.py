@@ -9,7 +9,7 @@ from pathlib import Path
 from kvsim.commands.args import DEFAULT_OUT
 from kvsim.errors import ConfigError
 
-DEFAULT_ALLOCATORS = "max,pow2,oracle,paged:16"
+DEFAULT_ALLOCATORS = "max,pow2,oracle,paged"  # paged takes --block-size
 HYBRID_DEFAULT_ALLOCATORS = "naive,static-split,hybrid"  # models whose layers keep different caches
 
 
@@ -47,8 +47,8 @@ def build_config(a: argparse.Namespace):
 def setting_warnings(cfg, requests, allocators) -> list[str]:
     """Legal but suspicious settings."""
     out = []
-    if cfg.scheduler.max_seq_len > cfg.model.max_context:
-        out.append(f"warning: --max-model-len {cfg.scheduler.max_seq_len} is beyond {cfg.model.name}'s context "
+    if cfg.scheduler.max_model_len > cfg.model.max_context:
+        out.append(f"warning: --max-model-len {cfg.scheduler.max_model_len} is beyond {cfg.model.name}'s context "
                    f"({cfg.model.max_context} tokens)")
     caching = [str(s) for s in allocators if s.kind == "radix" or s.prefix]
     if caching and not any(r.hash_ids for r in requests):
@@ -128,13 +128,13 @@ def simulate_all(a: argparse.Namespace, allocator_names: str, command: str) -> i
                  f"{pool.kv_bytes_per_token / 1024:g} KiB per GPU), tensor parallel {cfg.tp}",
         "gpu": cfg.gpu.name,
         "KV pool": f"{pool.pool_bytes / (1 << 30):.2f} GiB per GPU = {pool.pool_tokens:,} token slots ({pool.source})",
-        "scheduler": f"{cfg.scheduler.batching} batching, max_model_len {cfg.scheduler.max_seq_len}, max_num_seqs "
+        "scheduler": f"{cfg.scheduler.batching} batching, max_model_len {cfg.scheduler.max_model_len}, max_num_seqs "
                      f"{cfg.scheduler.max_num_seqs}, max_num_batched_tokens {cfg.scheduler.max_num_batched_tokens}, "
                      f"victim policy {cfg.victim_policy}",
         "latency": describe_latency(cfg),
     }
     if cfg.scheduler.preemption_mode == "swap" or cfg.scheduler.partial_preemption:
-        context["preemption"] = (f"{cfg.scheduler.preemption_mode}, CPU pool {cfg.swap_space_gb:g} GiB"
+        context["preemption"] = (f"{cfg.scheduler.preemption_mode}, CPU pool {cfg.swap_space:g} GiB"
                                  + (", partial preemption" if cfg.scheduler.partial_preemption else ""))
     context = {k: v for k, v in context.items() if v}
     print_table([o.summary for o in outputs],

@@ -180,8 +180,8 @@ class Scheduler:
         """Why this engine could never run the request (seats, length limit, its KV pool), or None."""
         if r.n > self.cfg.max_num_seqs:
             return f"n={r.n} parallel samples exceed max_num_seqs {self.cfg.max_num_seqs}"
-        if r.total_tokens > self.cfg.max_seq_len:
-            return f"prompt+output {r.total_tokens} tokens exceeds max_seq_len {self.cfg.max_seq_len}"
+        if r.total_tokens > self.cfg.max_model_len:
+            return f"prompt+output {r.total_tokens} tokens exceeds max_model_len {self.cfg.max_model_len}"
         return self.alloc.alone_problem(r)
 
     def add_arrival(self, seq: Sequence) -> bool:
@@ -375,7 +375,7 @@ class Scheduler:
                 # static batching forms its batch at once and waits for no load: the GPU part only
                 hit = replace(hit, tokens=hit.tokens - hit.tier_tokens, tier_hits=(), tier_tokens=0)
         start = seq.computed or hit.tokens
-        if not static and not self.cfg.chunked_prefill and seq.known - start > budget:
+        if not static and not self.cfg.enable_chunked_prefill and seq.known - start > budget:
             return WAIT_FOR_BUDGET  # without chunking the whole rest must fit this iteration's budget
         need = seq.known if static else start + min(seq.known - start, budget)
         return start if self.alloc.allocate(seq.sid, seq.req, need, hit, computed=start) else None

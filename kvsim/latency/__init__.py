@@ -7,11 +7,15 @@ roofline. ``--cpu-overhead`` picks the serving engine's CPU time per iteration (
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Callable
+
 from kvsim.latency.base import LatencyModel, StepShape, chunk_shape_terms, sum_affine, sum_max_of_two_affine
 from kvsim.latency.cpu import CPU_PRESETS, DEFAULT_CPU, CpuOverhead, get_cpu_overhead
 
 __all__ = ["LatencyModel", "StepShape", "chunk_shape_terms", "sum_affine", "sum_max_of_two_affine", "CPU_PRESETS",
-           "DEFAULT_CPU", "CpuOverhead", "get_cpu_overhead", "build_latency", "latency_notes"]
+           "DEFAULT_CPU", "CpuOverhead", "get_cpu_overhead", "build_latency", "latency_notes", "describe_latency",
+           "LATENCY_MODELS", "LatencyKind"]
 
 
 def _calibration(cfg):
@@ -32,28 +36,57 @@ def _calibration(cfg):
     return calib, notes
 
 
-def build_latency(cfg) -> LatencyModel:
-    """The latency model a SimConfig asks for."""
-    if cfg.latency == "roofline":
-        from kvsim.latency.roofline import RooflineModel
+@dataclass(frozen=True)
+class LatencyKind:
+    """A named latency model (a ``--latency`` value): how a SimConfig builds it, what to tell the user about
+    it, and how reports name it. A value that names none is a calibration file for the per-operation model."""
 
-        return RooflineModel(cfg.model, cfg.gpu, cfg.roofline, cfg.tp)
+    name: str
+    build: Callable[[object], LatencyModel]
+    notes: Callable[[object], list[str]]
+    describe: Callable[[object], str]
+
+
+def _per_op(cfg) -> LatencyModel:
     from kvsim.latency.perop import PerOpModel
 
     calib, _ = _calibration(cfg)
     return PerOpModel(cfg.model, cfg.gpu, calib, get_cpu_overhead(cfg.cpu_overhead), cfg.tp, cfg.interconnect)
 
 
-def latency_notes(cfg) -> list[str]:
-    """What a user should know about the latency model chosen (derived or foreign calibrations)."""
-    if cfg.latency == "roofline":
-        return []
-    return _calibration(cfg)[1]
-
-
-def describe_latency(cfg) -> str:
-    if cfg.latency == "roofline":
-        return "roofline (uncalibrated)"
+def _describe_per_op(cfg) -> str:
     src = "shipped calibration" if cfg.latency == "per-op" else cfg.latency
     return f"per-operation model ({src} for {cfg.gpu.name}), CPU overhead {cfg.cpu_overhead}" + \
         (f", {cfg.interconnect} all-reduce" if cfg.tp > 1 else "")
+
+
+def _roofline(cfg) -> LatencyModel:
+    from kvsim.latency.roofline import RooflineModel
+
+    return RooflineModel(cfg.model, cfg.gpu, cfg.roofline, cfg.tp)
+
+
+PER_OP = LatencyKind("per-op", _per_op, lambda cfg: _calibration(cfg)[1], _describe_per_op)
+#: --latency values -> models (anything else: a calibration JSON for the per-operation model)
+LATENCY_MODELS: dict[str, LatencyKind] = {k.name: k for k in (
+    PER_OP,
+    LatencyKind("roofline", _roofline, lambda cfg: [], lambda cfg: "roofline (uncalibrated)"),
+)}
+
+
+def _kind(cfg) -> LatencyKind:
+    return LATENCY_MODELS.get(cfg.latency, PER_OP)
+
+
+def build_latency(cfg) -> LatencyModel:
+    """The latency model a SimConfig asks for."""
+    return _kind(cfg).build(cfg)
+
+
+def latency_notes(cfg) -> list[str]:
+    """What a user should know about the latency model chosen (derived or foreign calibrations)."""
+    return _kind(cfg).notes(cfg)
+
+
+def describe_latency(cfg) -> str:
+    return _kind(cfg).describe(cfg)

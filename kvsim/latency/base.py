@@ -119,6 +119,12 @@ def sum_max_of_two_affine(a1: float, b1: float, a2: float, b2: float, k: int) ->
     return sum_affine(a1, b1, 0, c) + sum_affine(a2, b2, c, k)
 
 
+#: the parts of an iteration's time (:meth:`LatencyModel.breakdown`, `kvsim latency` columns), seconds each;
+#: they add up to ``total_s``
+PARTS = ("dense_s", "attention_s", "communication_s", "cpu_s")
+BREAKDOWN_COLUMNS = ("total_s", *PARTS)
+
+
 class LatencyModel(ABC):
     """Seconds per iteration. Subclasses may override the decode-run methods with closed forms."""
 
@@ -134,7 +140,7 @@ class LatencyModel(ABC):
         """Seconds of the iteration by part; the parts add up to ``total_s``. Models without parts report
         everything as dense compute."""
         t = self.step_time(shape)
-        return {"total_s": t, "dense_s": t, "attention_s": 0.0, "communication_s": 0.0, "cpu_s": 0.0}
+        return dict(zip(BREAKDOWN_COLUMNS, (t, t, 0.0, 0.0, 0.0)))
 
     def decode_run_time(self, n: int, s0: int, k: int, contexts=None) -> float:
         """Total seconds of k decode steps of n sequences; step i reads s0 + n*i KV tokens. ``contexts``

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 
 from kvsim.hardware import GpuSpec, ModelSpec
 from kvsim.hardware.models import DTYPE_BYTES, first_attended
-from kvsim.latency.base import LatencyModel, StepShape, sum_max_of_two_affine
+from kvsim.latency.base import BREAKDOWN_COLUMNS, LatencyModel, StepShape, sum_max_of_two_affine
 from kvsim.latency.calibration import Calibration, ElementwiseParams, GemmParams
 from kvsim.latency.cpu import CpuOverhead
 
@@ -383,24 +383,33 @@ class PerOpModel(LatencyModel):
             exposed = cpu
         return gpu_s + exposed, exposed
 
+    # --- composition: every term's per-step and decode-run forms meet here --------------------------
+    def _gpu_parts(self, shape: StepShape) -> tuple[float, float, float]:
+        """(dense, attention, communication) seconds of one iteration: the GPU parts of PARTS."""
+        tokens, seqs = shape.new_tokens, shape.num_seqs
+        return self.dense_s(tokens, seqs), self.attention_s(shape), self.communication_s(tokens, seqs)
+
+    def _run_constant_s(self, n: int) -> float:
+        """Seconds of each step of a decode run of n sequences that do not grow with the context: the dense
+        part, communication and (recurrent layers) state traffic. Attention grows with it: see the run forms
+        in :meth:`_decode_run_terms` (one attention span) and :meth:`_mixed_step_times`."""
+        return self.dense_s(n, n) + self.communication_s(n, n) + self.recurrent_state_s(n)
+
     # --- the interface ------------------------------------------------------------------------
     def breakdown(self, shape: StepShape) -> dict[str, float]:
-        dense = self.dense_s(shape.new_tokens, shape.num_seqs)
-        attn = self.attention_s(shape)
-        comm = self.communication_s(shape.new_tokens, shape.num_seqs)
+        dense, attn, comm = self._gpu_parts(shape)
         total, cpu = self._combine(dense + attn + comm, shape.num_seqs)
-        return {"total_s": total, "dense_s": dense, "attention_s": attn, "communication_s": comm, "cpu_s": cpu}
+        return dict(zip(BREAKDOWN_COLUMNS, (total, dense, attn, comm, cpu)))
 
     def step_time(self, shape: StepShape) -> float:
-        gpu_s = self.dense_s(shape.new_tokens, shape.num_seqs) + self.attention_s(shape) + \
-            self.communication_s(shape.new_tokens, shape.num_seqs)
-        return self._combine(gpu_s, shape.num_seqs)[0]
+        dense, attn, comm = self._gpu_parts(shape)
+        return self._combine(dense + attn + comm, shape.num_seqs)[0]
 
     def _decode_run_terms(self, n: int, s0: int) -> tuple[float, float, float, float, float]:
         """Per step i of a decode run: base + max(floor, a + b*i) (serialized CPU) or, overlapped,
         sync + max(max(floor, cpu), a + b*i): (floor, a, b, per-step constant, overlapped CPU)."""
         p = self.calib.decode_attention
-        base = self.dense_s(n, n) + self.communication_s(n, n)
+        base = self._run_constant_s(n)
         per_token = self._decode_token_s  # as a single step prices it: bytes, or FLOPs where larger (MLA)
         L = self.layers
         floor = base + L * p.floor_s
@@ -422,7 +431,7 @@ class PerOpModel(LatencyModel):
         p = self.calib.decode_attention
         i = np.arange(k, dtype=np.float64)
         kv = s0 + n * i
-        gpu = self.dense_s(n, n) + self.communication_s(n, n) + self.recurrent_state_s(n)
+        gpu = self._run_constant_s(n)
         if contexts is not None and self.windows:
             steps = np.arange(k, dtype=np.int64)[:, None] + np.asarray(contexts, dtype=np.int64)[None, :]
         for layers, kind, w in self.attn_kinds:

@@ -10,9 +10,26 @@ weights, heads and KV; communication is not modelled. Kept for comparison: the p
 
 from __future__ import annotations
 
-from kvsim.config import RooflineParams
+from dataclasses import dataclass
+
 from kvsim.hardware import GpuSpec, ModelSpec
 from kvsim.latency.base import LatencyModel, StepShape, sum_max_of_two_affine
+from kvsim.option_table import option_default
+from kvsim.validation import FRACTION, NON_NEGATIVE, require
+
+
+@dataclass(frozen=True)
+class RooflineParams:
+    """Achievable fractions of the datasheet peaks, and fixed per-iteration overhead."""
+
+    flops_efficiency: float = option_default("flops_efficiency")
+    bandwidth_efficiency: float = option_default("bandwidth_efficiency")
+    step_overhead_s: float = option_default("step_overhead_ms") / 1000
+
+    def __post_init__(self) -> None:
+        require(self.flops_efficiency, FRACTION, "flops_efficiency")
+        require(self.bandwidth_efficiency, FRACTION, "bandwidth_efficiency")
+        require(self.step_overhead_s, NON_NEGATIVE, "step_overhead_s")
 
 
 class RooflineModel(LatencyModel):

@@ -12,6 +12,7 @@ from pathlib import Path
 import pandas as pd
 
 from kvsim.allocators.base import MEMORY_CATEGORIES
+from kvsim.option_table import option_columns
 from kvsim.planning.slo import Slo
 
 CAPACITY_COLUMNS = [("config", "configuration"), ("max_rate_req_s", "max rate (req/s)"), ("meets_slo", "meets SLO"),
@@ -24,9 +25,7 @@ CAPACITY_COLUMNS = [("config", "configuration"), ("max_rate_req_s", "max rate (r
                     ("gpu_memory_utilization", "mem util"), ("reason", "why not")]
 
 
-CONFIG_KEYS = ("allocator", "gpu", "model", "tensor_parallel_size", "victim_policy", "eviction", "block_size",
-               "preemption_mode", "preemption", "cache_eviction", "max_num_seqs", "max_num_batched_tokens",
-               "kv_cache_dtype", "enable_chunked_prefill", "gpu_memory_utilization", "trace")
+CONFIG_KEYS = ("allocator", *option_columns(), "trace")  # the columns that name a configuration
 
 
 def varying_config_columns(points: pd.DataFrame) -> list[str]:

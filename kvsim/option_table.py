@@ -1,0 +1,190 @@
+"""The options table: every simulation option once, with its flags, default, units, rules and choices.
+
+Only data and the two helpers that configuration dataclasses use (:func:`option_default`,
+:func:`check_fields`) live here, so that kvsim/config.py and the latency parameters can take their
+defaults and rules from the table; parsing, help and building a configuration are in kvsim/options.py.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from kvsim.allocators.cache_eviction import CACHE_EVICTION_POLICIES
+from kvsim.engine.preemption import VICTIM_ALIASES, VICTIM_POLICIES
+from kvsim.hardware.models import KV_CACHE_DTYPES
+from kvsim.latency.cpu import CPU_PRESETS
+from kvsim.errors import ConfigError
+from kvsim.validation import (FRACTION, GIB, GIB_OR_ZERO, NON_NEGATIVE, POSITIVE, POSITIVE_INT, Number, request_rate,
+                              require)
+
+DEFAULT_MODEL = "llama-2-7b"
+DEFAULT_GPU = "a100-40gb"
+
+
+@dataclass(frozen=True)
+class Option:
+    key: str  # Python name, also the `sweep`/`plan` grid key
+    flags: tuple[str, ...]  # primary first, then aliases
+    help: str  # says the unit
+    group: str
+    default: Any = None  # None: not set (help says what applies then)
+    type: type = str  # str, int, float or bool
+    rule: Callable[[Any], str | None] | None = None
+    # the allowed values, or a function returning them (tables that grow at run time: registered policies),
+    # read whenever a value is checked or help is written
+    choices: tuple[str, ...] | Callable[[], tuple[str, ...]] | None = None
+    negatable: bool = False  # bool: --x / --no-x
+    default_text: str | None = None  # how --help describes a None default
+    sizes: bool = False  # int: vLLM's human-readable sizes, 32k = 32,000 and 32K = 32,768 (also m/M, g/G)
+
+    @property
+    def flag(self) -> str:
+        return self.flags[0]
+
+    def allowed(self) -> tuple[str, ...] | None:
+        """The values the option takes now (None: any)."""
+        return self.choices() if callable(self.choices) else self.choices
+
+    def alias_keys(self) -> list[str]:
+        return [f.lstrip("-").replace("-", "_") for f in self.flags if f.startswith("--")]
+
+
+OPTIONS: list[Option] = [
+    # --- model and hardware
+    Option("model", ("--model",), "model preset (`kvsim list models`), a Hugging Face config.json path, or "
+           "custom:layers=..,kv_heads=..,head_dim=..,params=..", "model and hardware", DEFAULT_MODEL),
+    Option("gpu", ("--gpu",), "GPU preset (`kvsim list gpus`)", "model and hardware", DEFAULT_GPU),
+    Option("tensor_parallel_size", ("--tensor-parallel-size", "-tp", "--tp"),
+           "GPUs one replica spans with tensor parallelism (weights, heads and KV split across them)",
+           "model and hardware", 1, int, POSITIVE_INT),
+    Option("kv_cache_dtype", ("--kv-cache-dtype",), "data type of the KV cache: auto (the model's) or fp8 (1 byte:"
+           " twice the tokens per GiB, half the bytes decode attention reads)", "model and hardware", "auto",
+           choices=KV_CACHE_DTYPES),
+    # --- KV pool
+    Option("gpu_memory_utilization", ("--gpu-memory-utilization",),
+           "fraction of each GPU's memory the engine may use (weights, activations, KV)", "KV pool", 0.90, float,
+           FRACTION),
+    Option("activation_reserve_gb", ("--activation-reserve-gb",),
+           "GiB per GPU kept for activations, CUDA graphs and workspace", "KV pool", 2.0, float, GIB_OR_ZERO),
+    Option("kv_pool_gb", ("--kv-pool-gb",), "KV pool per GPU in GiB, instead of the derived size", "KV pool",
+           None, float, GIB, default_text="derived from GPU memory"),
+    Option("num_blocks", ("--num-blocks", "--num-gpu-blocks-override"),
+           "KV pool of this many blocks (of --num-blocks-size tokens), instead of the derived size", "KV pool",
+           None, int, POSITIVE_INT, default_text="derived from GPU memory"),
+    Option("num_blocks_size", ("--num-blocks-size",), "tokens per block that --num-blocks counts", "KV pool",
+           None, int, POSITIVE_INT, default_text="--block-size"),
+    Option("ignore_gpu_memory", ("--ignore-gpu-memory",),
+           "accept a --kv-pool-gb/--num-blocks pool larger than the GPU's memory after weights (what-if studies, "
+           "e.g. a cache that never evicts)", "KV pool", False, bool),
+    Option("block_size", ("--block-size",), "tokens per KV block of allocators named without one (paged, radix)",
+           "KV pool", 16, int, POSITIVE_INT),
+    Option("swap_space", ("--swap-space", "--cpu-swap-gb"),
+           "GiB of host memory per GPU for swapped-out KV (with --preemption-mode swap)", "KV pool", None, float,
+           GIB_OR_ZERO, default_text="4 with --preemption-mode swap, else 0"),
+    Option("kv_offloading_size", ("--kv-offloading-size",),
+           "GiB of host memory per GPU for a CPU tier of the prefix cache: cached blocks evicted from the GPU "
+           "move there and load back on a hit (vLLM's KV offloading, LMCache)", "KV pool", 0.0, float, GIB_OR_ZERO),
+    Option("kv_offloading_bandwidth", ("--kv-offloading-bandwidth",),
+           "GB/s from the CPU tier into one GPU", "KV pool", None, float, Number(min=0, min_open=True, max=1e9),
+           default_text="the GPU's PCIe bandwidth"),
+    # --- scheduler
+    Option("max_model_len", ("--max-model-len", "--max-seq-len"),
+           "longest request (prompt + output tokens; 32k = 32,000, 32K = 32,768 as in vLLM); also what `max` "
+           "reserves per request", "scheduler", None, int, POSITIVE_INT, default_text="the model's context length",
+           sizes=True),
+    Option("max_num_seqs", ("--max-num-seqs",), "most sequences in the running batch", "scheduler", 256, int,
+           POSITIVE_INT),
+    Option("max_num_batched_tokens", ("--max-num-batched-tokens", "--max-batched-tokens"),
+           "token budget of one iteration, tokens (prefill chunks + decodes; without chunked prefill at least "
+           "--max-model-len, and raised to it when not given; 8k = 8,000, 8K = 8,192)", "scheduler", 8192, int,
+           POSITIVE_INT, sizes=True),
+    Option("enable_chunked_prefill", ("--enable-chunked-prefill",),
+           "split long prompts into chunks that share iterations with decodes (vLLM V1's default); with "
+           "--no-enable-chunked-prefill a prompt is prefilled in one iteration or waits", "scheduler", True, bool,
+           negatable=True),
+    Option("batching", ("--batching",), "continuous (iteration-level) or static (whole batches) batching",
+           "scheduler", "continuous", choices=("continuous", "static")),
+    Option("preemption_mode", ("--preemption-mode", "--preemption"),
+           "what happens to a preempted sequence's KV: dropped and recomputed, or swapped to host memory",
+           "scheduler", "recompute", choices=("recompute", "swap")),
+    Option("victim_policy", ("--victim-policy", "--eviction"),
+           "which running sequence is preempted when memory runs out (hybrid: the older name of prefill-first; "
+           "--eviction: an older spelling of this flag, not cache eviction)", "scheduler", "lifo",
+           choices=lambda: tuple(VICTIM_POLICIES) + tuple(VICTIM_ALIASES)),
+    Option("partial_preemption", ("--partial-preemption", "--partial-eviction"),
+           "preempt only a victim's tail blocks, as many as needed (paged allocators)",
+           "scheduler", False, bool),
+    Option("enable_prefix_caching", ("--enable-prefix-caching",),
+           "automatic prefix caching: every allocator that can runs with +prefix (paged -> paged+prefix); "
+           "--no-enable-prefix-caching: the default allocators run without it. Unset: on for the default "
+           "allocators as in vLLM V1 (not for models with mamba layers), allocators you name run as named",
+           "scheduler", None, bool, negatable=True),
+    Option("cache_eviction", ("--cache-eviction",), "which cached prefix block a prefix cache drops first",
+           "scheduler", "lru", choices=lambda: tuple(CACHE_EVICTION_POLICIES)),
+    Option("horizon_s", ("--horizon-s",), "stop at this simulated time (seconds); later work is reported unfinished",
+           "scheduler", None, float, POSITIVE, default_text="run until every request is done"),
+    # --- latency
+    Option("latency", ("--latency",), "iteration-time model: 'per-op' (operation by operation, calibrated on "
+           "measured vLLM kernels and Vidur's GPU profiles, shipped for a100-80gb, h100-80gb, b200 and a40 and "
+           "derived for the same chips; see README: Latency), "
+           "'roofline' (uncalibrated), or a calibration JSON from `kvsim calibrate`", "latency", "per-op"),
+    Option("cpu_overhead", ("--cpu-overhead",), "the serving engine's CPU time per iteration: vllm-v1 (current "
+           "vLLM), vllm-v0 (the vLLM paper's generation), vllm-v1-async, none (GPU only); sources in the README",
+           "latency", "vllm-v1", choices=tuple(CPU_PRESETS)),
+    Option("interconnect", ("--interconnect",), "how tensor-parallel GPUs are linked (all-reduce times)", "latency",
+           "nvswitch", choices=("nvswitch", "pairwise")),
+    Option("flops_efficiency", ("--flops-efficiency",), "roofline: achievable fraction of peak FLOP/s", "latency",
+           0.6, float, FRACTION),
+    Option("bandwidth_efficiency", ("--bandwidth-efficiency",), "roofline: achievable fraction of HBM bandwidth",
+           "latency", 0.8, float, FRACTION),
+    Option("step_overhead_ms", ("--step-overhead-ms",), "roofline: fixed time per iteration, milliseconds",
+           "latency", 2.0, float, NON_NEGATIVE),
+    # --- load (the clients that send the trace)
+    Option("max_concurrency", ("--max-concurrency",),
+           "clients keep at most this many requests in flight, as `vllm bench serve --max-concurrency`: each "
+           "request is sent at its trace time or when an earlier one finishes, whichever is later; latencies count "
+           "from sending", "load", None, int, POSITIVE_INT, default_text="no limit (the trace's times)"),
+    Option("request_rate", ("--request-rate",),
+           "re-time the trace's requests (in trace order) as `vllm bench serve --request-rate`: Poisson arrivals at "
+           "this many requests/s (seed 0), or inf: all at once (with --max-concurrency N: N clients in a closed "
+           "loop)", "load", None, float, request_rate, default_text="the trace's own times"),
+    # --- trace
+    Option("skip_invalid", ("--skip-invalid",), "skip bad trace lines (and report how many) instead of stopping",
+           "trace", False, bool),
+]
+
+BY_KEY: dict[str, Option] = {o.key: o for o in OPTIONS}
+ALIASES: dict[str, str] = {alias: o.key for o in OPTIONS for alias in o.alias_keys()}
+
+
+def option_default(key: str):
+    """The options table's default of ``key`` (configuration dataclasses take theirs from here)."""
+    return BY_KEY[key].default
+
+
+def check_fields(obj) -> None:
+    """Check the fields of a configuration dataclass that are options (they carry the options' names) by the
+    options' rules and choices; ConfigError names the field. Unset (None) fields are not checked."""
+    import dataclasses
+
+    for f in dataclasses.fields(obj):
+        o = BY_KEY.get(f.name)
+        v = getattr(obj, f.name)
+        if o is None or v is None:
+            continue
+        if o.rule is not None:
+            require(v, o.rule, f.name)
+        allowed = o.allowed()
+        if allowed and v not in allowed:
+            raise ConfigError(f"{f.name}: '{v}' is not one of {', '.join(allowed)}")
+
+
+def option_columns() -> tuple[str, ...]:
+    """Every option's key and grid-key aliases: the configuration columns of plan and sweep tables."""
+    return tuple(dict.fromkeys([k for o in OPTIONS for k in (o.key, *o.alias_keys())]))
+
+
+def text_option_columns() -> set[str]:
+    """The configuration columns whose values are names, not numbers."""
+    return {k for o in OPTIONS if o.type is str for k in (o.key, *o.alias_keys())}
