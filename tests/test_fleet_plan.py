@@ -52,11 +52,35 @@ def test_the_search_finds_the_smallest_fleet_that_meets_the_slo(small_trace):
                for r in front for o in rows)
 
 
+def test_layouts_pair_every_tensor_parallel_size_per_pool():
+    names = [(L.name, L.gpus) for L in layouts_of("g", [1, 2], 4, ["a"], by_gpus=True)]
+    assert names == [("4x g", 4), ("2x g tp2", 4), ("1P3D g", 4), ("2P2D g", 4), ("3P1D g", 4),
+                     ("2P(tp1)1D(tp2) g", 4), ("1P(tp2)2D(tp1) g", 4), ("1P1D g tp2", 4)]
+    # an odd fleet has no tp2 aggregated layout, and mixed pools only where the GPUs add up
+    assert {L.name for L in layouts_of("g", [1, 2], 3, ["a"], by_gpus=True)} == \
+        {"3x g", "1P2D g", "2P1D g", "1P(tp1)1D(tp2) g", "1P(tp2)1D(tp1) g"}
+
+
+def test_the_search_tries_tensor_parallel_sizes_per_pool_and_skips_those_that_do_not_fit(small_trace):
+    slos = parse_slos("ttft_p99=1s")
+    notes = []
+    rows = plan_fleet(small_trace, {"model": "llama-2-70b"}, [("h100-80gb", None)], slos, 16, ["least-requests"], 40.0,
+                      tps=[1, 2, 4], notes=notes)
+    assert notes and "skipped tensor parallel 1" in notes[0]  # 70B of weights do not fit one 80 GB GPU
+    assert {r["tp"] for r in rows} == {2, 4} and all(r["gpus"] % 2 == 0 for r in rows)
+    mixed = [r for r in rows if r["mode"] == "disaggregated" and r["prefill_tp"] != r["tp"]]
+    assert {r["layout"] for r in mixed} >= {"2P(tp2)1D(tp4) h100-80gb", "1P(tp4)2D(tp2) h100-80gb"}
+    best = cheapest(rows)[0]
+    assert best["gpus"] == min(r["gpus"] for r in rows if r["meets_slo"]) < 16
+
+
 def test_vllm_commands_of_a_disaggregated_layout():
     row = {"mode": "disaggregated", "prefill": 2, "decode": 6, "tp": 2, "gpu": "h100-80gb", "router": "prefix"}
     cmds = vllm_commands(row, "llama-3-70b", {"max_num_seqs": 128})
     assert cmds[1].startswith("vllm serve llama-3-70b --tensor-parallel-size 2 --max-num-seqs 128")
     assert all("NixlConnector" in c for c in cmds[1:]) and "2 prefill replicas" in cmds[0]
+    mixed = vllm_commands(dict(row, prefill_tp=4), "llama-3-70b", {})
+    assert "--tensor-parallel-size 4" in mixed[1] and "--tensor-parallel-size 2" in mixed[2]
 
 
 def test_fleet_plan_command(small_trace, tmp_path):

@@ -71,6 +71,19 @@ def cmd_plan(a: argparse.Namespace) -> int:
     return 0
 
 
+def parse_tp_list(text: str) -> list[int]:
+    """``1,2,4`` -> [1, 2, 4]; a clear error naming --fleet-tp otherwise."""
+    from kvsim.errors import ConfigError
+
+    out = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part.isdigit() or int(part) < 1:
+            raise ConfigError(f"--fleet-tp: {part!r} is not a positive whole number of GPUs (e.g. --fleet-tp 1,2,4)")
+        out.append(int(part))
+    return sorted(set(out))
+
+
 def cmd_fleet_plan(a: argparse.Namespace, cfg, slos) -> int:
     """The fleet search (planning/fleet_plan.py): every layout simulated, the cheapest meeting the SLOs,
     the Pareto front of throughput per GPU vs TTFT p99, and the vLLM command lines of the choice."""
@@ -97,8 +110,12 @@ def cmd_fleet_plan(a: argparse.Namespace, cfg, slos) -> int:
     allocator = str(resolve_allocator(default_allocator(cfg.model), cfg, named=False))
     values = values_from_namespace(a)
     values.pop("gpu", None)
+    tps = parse_tp_list(a.fleet_tp) if a.fleet_tp else None
+    notes: list[str] = []
     rows = plan_fleet(a.trace, values, gpus, slos, a.fleet_max_gpus, routers, a.target_rate, a.kv_link, a.workers,
-                      a.backend, a.address, allocator)
+                      a.backend, a.address, allocator, tps, notes)
+    for note in notes:
+        print(note, file=sys.stderr)
     best = cheapest(rows)
     front = pareto(rows)
     table = pd.DataFrame(rows)
@@ -117,7 +134,8 @@ def cmd_fleet_plan(a: argparse.Namespace, cfg, slos) -> int:
     title = (f"fleet plan · {Path(a.trace).name} at {rate} · {cfg.model.name} · "
              f"{', '.join(g for g, _ in gpus)} · SLO {', '.join(map(str, slos))}")
     print_rows(front, cols, title + " · Pareto front (throughput per GPU vs TTFT p99)")
-    lines = [f"# {title}", "", f"{len(rows)} layouts simulated (up to {a.fleet_max_gpus} GPUs per type).", ""]
+    lines = [f"# {title}", "", f"{len(rows)} layouts simulated (up to {a.fleet_max_gpus} GPUs per type).", "",
+             *[f"- {n}" for n in notes], *([""] if notes else [])]
     if best:
         b = best[0]
         cmds = vllm_commands(b, cfg.model.name, values)
@@ -305,6 +323,9 @@ def register(sub) -> None:
                          "its own rate), and report the cheapest layout meeting --slo")
     fl.add_argument("--fleet-routers", default="least-requests,prefix+load",
                     help="routers the fleet plan tries [default: least-requests,prefix+load]")
+    fl.add_argument("--fleet-tp", metavar="LIST",
+                    help="tensor-parallel sizes the fleet plan tries for each pool, e.g. 1,2,4: aggregated replicas "
+                         "of each size, and prefill and decode pools of any two [default: --tensor-parallel-size]")
     fl.add_argument("--kv-link", default="rdma", help="fleet plan: the P/D KV link (kvsim cluster --kv-link) "
                                                      "[default: rdma]")
     pl.set_defaults(func=cmd_plan)

@@ -1,11 +1,13 @@
 """`kvsim plan --fleet-max-gpus N`: the cheapest fleet layout that serves a trace within its SLOs, by simulation.
 
-For each GPU type the search tries fleets of n replicas (each ``--tensor-parallel-size`` GPUs): aggregated
-(n replicas behind each router) and disaggregated (every P:D split of n, or a spread of them for large n,
-prefill router first of the list, decode least-requests). It doubles n until some layout meets every SLO,
-then bisects between the last size where none did and the first where one did, so it simulates
-O(log N) fleet sizes rather than assuming n replicas carry n times one replica's rate. Every layout of a
-probed size runs as an independent job (local processes or Ray, as sweeps).
+For each GPU type the search tries fleets of G GPUs: aggregated (G / tp replicas behind each router, for
+every tensor-parallel size tp of ``--fleet-tp`` that divides G) and disaggregated (P prefill replicas of
+tp_p GPUs and D decode replicas of tp_d GPUs, P x tp_p + D x tp_d = G, every pair of sizes and every split,
+or a spread of splits for large fleets; prefill router first of the list, decode least-requests). It
+doubles G until some layout meets every SLO, then bisects between the last size where none did and the
+first where one did, so it simulates O(log N) fleet sizes rather than assuming n replicas carry n times one
+replica's rate. Sizes step by the gcd of the TP sizes. Every layout of a probed size runs as an
+independent job (local processes or Ray, as sweeps).
 """
 
 from __future__ import annotations
@@ -19,10 +21,15 @@ from kvsim.planning.slo import Slo, check_slos, within_slos
 @dataclass(frozen=True)
 class Layout:
     gpu: str
-    tp: int
+    tp: int  # GPUs per decode replica, or per replica of an aggregated fleet
     prefill: int  # prefill replicas (0: aggregated)
     decode: int  # decode replicas, or the replicas of an aggregated fleet
     router: str
+    prefill_tp: int = 0  # GPUs per prefill replica (0: as ``tp``)
+
+    @property
+    def ptp(self) -> int:
+        return self.prefill_tp or self.tp
 
     @property
     def replicas(self) -> int:
@@ -30,12 +37,15 @@ class Layout:
 
     @property
     def gpus(self) -> int:
-        return self.replicas * self.tp
+        return self.prefill * self.ptp + self.decode * self.tp
 
     @property
     def name(self) -> str:
-        size = f"{self.gpu}" + (f" tp{self.tp}" if self.tp > 1 else "")
-        return f"{self.prefill}P{self.decode}D {size}" if self.prefill else f"{self.decode}x {size}"
+        if not self.prefill:
+            return f"{self.decode}x {self.gpu}" + (f" tp{self.tp}" if self.tp > 1 else "")
+        if self.ptp == self.tp:
+            return f"{self.prefill}P{self.decode}D {self.gpu}" + (f" tp{self.tp}" if self.tp > 1 else "")
+        return f"{self.prefill}P(tp{self.ptp}){self.decode}D(tp{self.tp}) {self.gpu}"
 
 
 @dataclass(frozen=True)
@@ -71,12 +81,14 @@ def evaluate(job: FleetJob) -> dict:
     from kvsim.trace import load_trace
 
     L = job.layout
-    cfg = config_from_options({**job.values, "gpu": L.gpu})
+    cfg = config_from_options({**job.values, "gpu": L.gpu, "tensor_parallel_size": L.tp})
     spec = resolve_allocator(job.allocator, cfg)
     reqs = rescaled(load_trace(job.trace).requests, job.rate)
     if L.prefill:
-        f = simulate_disagg(reqs, [ReplicaGroup(L.gpu, cfg, spec, L.prefill)], [ReplicaGroup(L.gpu, cfg, spec, L.decode)],
-                            L.router, "least-requests", link=parse_link(job.link))
+        pcfg = cfg if L.ptp == L.tp else config_from_options({**job.values, "gpu": L.gpu, "tensor_parallel_size": L.ptp})
+        f = simulate_disagg(reqs, [ReplicaGroup(L.gpu, pcfg, spec, L.prefill)],
+                            [ReplicaGroup(L.gpu, cfg, spec, L.decode)], L.router, "least-requests",
+                            link=parse_link(job.link))
     else:
         f = simulate_fleet(reqs, [ReplicaGroup(L.gpu, cfg, spec, L.decode)], L.router)
     s, req = f.summary, f.requests
@@ -86,7 +98,8 @@ def evaluate(job: FleetJob) -> dict:
     ok = within_slos(req, list(job.slos))
     duration = max(s["duration_s"], 1e-12)
     row = {"gpu": L.gpu, "layout": L.name, "mode": "disaggregated" if L.prefill else "aggregated",
-           "prefill": L.prefill, "decode": L.decode, "tp": L.tp, "router": L.router, "gpus": L.gpus,
+           "prefill": L.prefill, "decode": L.decode, "tp": L.tp, "prefill_tp": L.ptp if L.prefill else 0,
+           "router": L.router, "gpus": L.gpus,
            "meets_slo": not bad, "violations": "; ".join(bad), "slo_attainment": float(ok.mean()) if len(req) else 0.0,
            "finished": s["finished"], "ttft_p99_s": s["ttft_p99_s"], "tpot_p99_s": s["tpot_p99_s"],
            "ttft_p50_s": s["ttft_p50_s"], "throughput_tok_s": s["throughput_tok_s"],
@@ -100,50 +113,85 @@ def evaluate(job: FleetJob) -> dict:
     return row
 
 
-def layouts_of(gpu: str, tp: int, n: int, routers: list[str]) -> list[Layout]:
-    """The layouts of n replicas: aggregated behind each router; disaggregated, every split up to 8
-    replicas and 1:3, 1:1, 3:1 (rounded) beyond, behind the first router."""
-    out = [Layout(gpu, tp, 0, n, r) for r in routers]
-    if n >= 2:
-        splits = range(1, n) if n <= 8 else sorted({max(1, min(n - 1, round(n * f))) for f in (0.25, 0.5, 0.75)})
-        out += [Layout(gpu, tp, p, n - p, routers[0]) for p in splits]
+def layouts_of(gpu: str, tps: int | list[int], gpus: int, routers: list[str], by_gpus: bool = False) -> list[Layout]:
+    """The layouts of a fleet: aggregated behind each router; disaggregated behind the first router, every
+    split up to 8 replicas and 1:3, 1:1, 3:1 of the GPUs (rounded) beyond, for every pair of TP sizes.
+    With one TP size and ``by_gpus`` False, ``gpus`` counts replicas (the fleet of ``gpus`` x tp GPUs)."""
+    tps = [tps] if isinstance(tps, int) else sorted(set(tps))
+    if not by_gpus:
+        gpus *= tps[0]
+    out = [Layout(gpu, tp, 0, gpus // tp, r) for tp in tps if gpus % tp == 0 for r in routers]
+    for ptp in tps:
+        for dtp in tps:
+            splits = [p for p in range(1, gpus // ptp + 1) if (gpus - p * ptp) >= dtp and (gpus - p * ptp) % dtp == 0]
+            if len(splits) > 7:  # a spread: the prefill pool a quarter, half and three quarters of the GPUs
+                splits = sorted({min(splits, key=lambda p: (abs(p - gpus * f / ptp), abs(p - round(gpus * f / ptp))))
+                                 for f in (0.25, 0.5, 0.75)})
+            out += [Layout(gpu, dtp, p, (gpus - p * ptp) // dtp, routers[0], ptp if ptp != dtp else 0)
+                    for p in splits]
     return out
+
+
+def fits(gpu: str, tp: int, values: dict) -> bool:
+    """Whether a replica of ``tp`` GPUs holds the model with a KV pool (the search skips sizes that do not)."""
+    from kvsim.options import config_from_options
+
+    try:
+        cfg = config_from_options({**values, "gpu": gpu, "tensor_parallel_size": tp})
+        from kvsim.config import plan_pool
+
+        plan_pool(cfg.model, cfg.gpu, cfg.memory, cfg.tp)
+    except ConfigError:
+        return False
+    return True
 
 
 def plan_fleet(trace: str, values: dict, gpus: list[tuple[str, float | None]], slos: list[Slo], max_gpus: int,
                routers: list[str], rate: float | None, link: str = "rdma", workers: int = 1, backend: str = "local",
-               address: str | None = None, allocator: str = "paged+prefix") -> list[dict]:
+               address: str | None = None, allocator: str = "paged+prefix", tps: list[int] | None = None,
+               notes: list[str] | None = None) -> list[dict]:
     """Every layout simulated, each row with ``probe`` (the search step that simulated its fleet size); the
-    cheapest that meets every SLO is the first row of :func:`cheapest`."""
+    cheapest that meets every SLO is the first row of :func:`cheapest`. ``tps``: the tensor-parallel sizes
+    tried for each pool (default: the configured one); sizes a replica cannot hold the model at are skipped
+    and said in ``notes``."""
+    import math
+
     from kvsim.planning.parallel import run_jobs
 
-    tp = int(values.get("tensor_parallel_size") or 1)
-    max_replicas = max_gpus // tp
-    if max_replicas < 1:
-        raise ConfigError(f"--fleet-max-gpus {max_gpus} is less than one replica of {tp} GPUs")
+    tps = sorted(set(tps or [int(values.get("tensor_parallel_size") or 1)]))
     rows: list[dict] = []
     for gpu, cost in gpus:
+        ok = [tp for tp in tps if fits(gpu, tp, values)]
+        if notes is not None and len(ok) < len(tps):
+            notes.append(f"{gpu}: skipped tensor parallel {', '.join(str(t) for t in tps if t not in ok)} (the model "
+                         "and a KV pool do not fit, or the heads do not split)")
+        if not ok:
+            continue
+        step = math.gcd(*ok)
+        if max_gpus < min(ok):
+            raise ConfigError(f"--fleet-max-gpus {max_gpus} is less than one replica of {min(ok)} GPUs")
         probes = []
 
-        def run(n: int) -> bool:
-            probes.append(n)
+        def run(units: int) -> bool:
+            probes.append(units)
             jobs = [FleetJob(trace, values, L, rate, tuple(slos), link, cost, allocator)
-                    for L in layouts_of(gpu, tp, n, routers)]
-            got = run_jobs(evaluate, jobs, workers, backend, address, label=f"{gpu} x{n}")
+                    for L in layouts_of(gpu, ok, units * step, routers, by_gpus=True)]
+            got = run_jobs(evaluate, jobs, workers, backend, address, label=f"{gpu} {units * step} GPUs")
             for r in got:
                 r["probe"] = len(probes)
             rows.extend(got)
             return any(r["meets_slo"] for r in got)
 
-        lo, hi, n = 0, None, 1
-        while n <= max_replicas:
+        top = max_gpus // step
+        lo, hi, n = 0, None, max(1, min(ok) // step)
+        while n <= top:
             if run(n):
                 hi = n
                 break
             lo = n
-            if n == max_replicas:
+            if n == top:
                 break
-            n = min(2 * n, max_replicas)
+            n = min(2 * n, top)
         if hi is None:
             continue
         while hi - lo > 1:
@@ -173,18 +221,21 @@ def pareto(rows: list[dict]) -> list[dict]:
 
 def vllm_commands(row: dict, model: str, values: dict) -> list[str]:
     """The `vllm serve` command lines of a layout (one per replica kind), with the scheduler options set."""
-    flags = [f"--tensor-parallel-size {row['tp']}"]
+    flags = []
     for key, flag in (("max_num_seqs", "--max-num-seqs"), ("max_num_batched_tokens", "--max-num-batched-tokens"),
                       ("max_model_len", "--max-model-len"), ("gpu_memory_utilization", "--gpu-memory-utilization"),
                       ("block_size", "--block-size"), ("kv_cache_dtype", "--kv-cache-dtype")):
         if values.get(key) is not None:
             flags.append(f"{flag} {values[key]}")
-    base = f"vllm serve {model} " + " ".join(flags) + " --enable-prefix-caching"
+    def serve(tp: int) -> str:
+        return f"vllm serve {model} " + " ".join([f"--tensor-parallel-size {tp}", *flags]) + " --enable-prefix-caching"
+
     if row["mode"] == "aggregated":
         n = row["decode"]
-        return [f"# {n} replica{'s' if n > 1 else ''} on {row['gpu']}, behind a {row['router']} router", base]
+        return [f"# {n} replica{'s' if n > 1 else ''} on {row['gpu']}, behind a {row['router']} router", serve(row["tp"])]
     nixl = """ --kv-transfer-config '{"kv_connector":"NixlConnector","kv_role":"kv_both"}'"""
     return [f"# {row['prefill']} prefill replicas on {row['gpu']} ({row['router']} router), "
             f"{row['decode']} decode replicas (least-requests), behind a P/D proxy (llm-d, Dynamo, or vLLM's "
-            "disagg proxy)", base + nixl + "   # prefill", base + nixl + "   # decode"]
+            "disagg proxy)", serve(row.get("prefill_tp") or row["tp"]) + nixl + "   # prefill",
+            serve(row["tp"]) + nixl + "   # decode"]
 
