@@ -74,6 +74,18 @@ def test_the_search_tries_tensor_parallel_sizes_per_pool_and_skips_those_that_do
     assert best["gpus"] == min(r["gpus"] for r in rows if r["meets_slo"]) < 16
 
 
+def test_a_closed_loop_fleet_plan_needs_more_gpus_for_more_clients(small_trace):
+    """Clients that send a request as soon as their last one returns (vllm bench serve --max-concurrency N,
+    --request-rate inf): the load is fixed, the search sizes the fleet; more clients need at least as many GPUs."""
+    slos = parse_slos("ttft_p99=0.5s")
+    best = {}
+    for clients in (4, 64):
+        rows = plan_fleet(small_trace, {"model": "llama-3-8b", "max_concurrency": clients, "request_rate": "inf"},
+                          [("h100-80gb", None)], slos, 16, ["least-requests"], None)
+        best[clients] = cheapest(rows)[0]["gpus"]
+    assert best[4] == 1 and best[64] > best[4]
+
+
 def test_vllm_commands_of_a_disaggregated_layout():
     row = {"mode": "disaggregated", "prefill": 2, "decode": 6, "tp": 2, "gpu": "h100-80gb", "router": "prefix"}
     cmds = vllm_commands(row, "llama-3-70b", {"max_num_seqs": 128})
@@ -96,3 +108,14 @@ def test_fleet_plan_command(small_trace, tmp_path):
                           "--fleet-max-gpus", "4", "--fleet-routers", "nope", "--out", str(tmp_path / "x")],
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode != 0 and "--fleet-routers" in bad.stderr and "Traceback" not in bad.stderr
+    closed = subprocess.run([sys.executable, "-m", "kvsim", "plan", "--trace", small_trace, "--model", "llama-3-8b",
+                             "--gpus", "h100-80gb", "--slo", "ttft_p99=1s", "--fleet-max-gpus", "2",
+                             "--max-concurrency", "4", "--request-rate", "inf", "--fleet-routers", "round-robin",
+                             "--out", str(tmp_path / "closed")], capture_output=True, text=True)
+    assert closed.returncode == 0, closed.stderr
+    assert "4 clients" in (tmp_path / "closed" / "summary.md").read_text()
+    both = subprocess.run([sys.executable, "-m", "kvsim", "plan", "--trace", small_trace, "--fleet-max-gpus", "2",
+                           "--slo", "ttft_p99=1s",
+                           "--request-rate", "5", "--target-rate", "5", "--out", str(tmp_path / "y")],
+                          capture_output=True, text=True)
+    assert both.returncode != 0 and "give one" in both.stderr and "Traceback" not in both.stderr

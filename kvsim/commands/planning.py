@@ -26,12 +26,15 @@ def cmd_plan(a: argparse.Namespace) -> int:
 
     slos = parse_slos(a.slo)
     cfg = build_config(a)  # validate the shared options once
+    if a.fleet_max_gpus:  # the load is given (a rate, or clients); the search sizes the fleet
+        if cfg.request_rate is not None and a.target_rate:
+            raise ConfigError("--target-rate rescales the trace's own times and --request-rate replaces them: give one")
+        return cmd_fleet_plan(a, cfg, slos)
     if cfg.max_concurrency is not None or cfg.request_rate is not None:
         raise ConfigError("kvsim plan searches the highest arrival rate the SLOs allow, re-timing the trace itself; "
-                          "--max-concurrency and --request-rate set the load instead (compare clients with "
-                          "`kvsim sweep` over max_concurrency, or `kvsim run --max-concurrency N`)")
-    if a.fleet_max_gpus:
-        return cmd_fleet_plan(a, cfg, slos)
+                          "--max-concurrency and --request-rate set the load instead (size a fleet for them with "
+                          "--fleet-max-gpus, compare clients with `kvsim sweep` over max_concurrency, or "
+                          "`kvsim run --max-concurrency N`)")
     from kvsim.commands.args import mark_results, results_dir
 
     out, out_note = results_dir(a, Path(DEFAULT_OUT) / f"plan-{Path(a.trace).stem}")
@@ -130,7 +133,11 @@ def cmd_fleet_plan(a: argparse.Namespace, cfg, slos) -> int:
             Column("ttft", "TTFT", "p99", "latency", "", key("ttft_p99_s")),
             Column("tpot", "TPOT", "p99", "latency", "", key("tpot_p99_s")),
             Column("cost", "$ per M", "out tok", "money", "", key("cost_per_m_output_tokens"), optional=True)]
-    rate = f"{a.target_rate:g} req/s" if a.target_rate else "the trace's own rate"
+    rate = (f"{cfg.request_rate:g} req/s (Poisson)" if cfg.request_rate is not None and cfg.request_rate != float("inf")
+            else "once" if cfg.request_rate is not None else f"{a.target_rate:g} req/s" if a.target_rate
+            else "the trace's own rate")
+    if cfg.max_concurrency is not None:
+        rate += f", {cfg.max_concurrency} clients"
     title = (f"fleet plan · {Path(a.trace).name} at {rate} · {cfg.model.name} · "
              f"{', '.join(g for g, _ in gpus)} · SLO {', '.join(map(str, slos))}")
     print_rows(front, cols, title + " · Pareto front (throughput per GPU vs TTFT p99)")
@@ -139,10 +146,10 @@ def cmd_fleet_plan(a: argparse.Namespace, cfg, slos) -> int:
     if best:
         b = best[0]
         cmds = vllm_commands(b, cfg.model.name, values)
-        print(f"\ncheapest layout meeting the SLOs: {b['layout']} behind {b['router']} ({b['gpus']} GPUs"
+        print(f"\ncheapest layout meeting the SLOs: {b['layout']} behind {b['router']} ({b['gpus']} GPU{'s' if b['gpus'] > 1 else ''}"
               + (f", ${b['cost_per_hour']:.2f}/h" if b.get("cost_per_hour") is not None else "") + ")")
         print("\n".join(cmds))
-        lines += [f"**Cheapest layout meeting the SLOs:** {b['layout']} behind {b['router']} ({b['gpus']} GPUs).", "",
+        lines += [f"**Cheapest layout meeting the SLOs:** {b['layout']} behind {b['router']} ({b['gpus']} GPU{'s' if b['gpus'] > 1 else ''}).", "",
                   "```bash", *cmds, "```", ""]
     else:
         print(f"\nno layout of up to {a.fleet_max_gpus} GPUs meets the SLOs; raise --fleet-max-gpus or relax --slo")
@@ -320,7 +327,8 @@ def register(sub) -> None:
     fl.add_argument("--fleet-max-gpus", type=positive_int, metavar="N",
                     help="plan a fleet instead of one replica: search fleets of up to N GPUs per GPU type, "
                          "aggregated and disaggregated (every P:D split), serving the trace at --target-rate (or "
-                         "its own rate), and report the cheapest layout meeting --slo")
+                         "its own rate, or as --request-rate / --max-concurrency clients send it), and report the "
+                         "cheapest layout meeting --slo")
     fl.add_argument("--fleet-routers", default="least-requests,prefix+load",
                     help="routers the fleet plan tries [default: least-requests,prefix+load]")
     fl.add_argument("--fleet-tp", metavar="LIST",
