@@ -35,8 +35,8 @@ import glob  # noqa: E402
 
 import pandas as pd  # noqa: E402
 
-from kvsim.latency.aic import (_by_regime, evaluate_calibration, fit_aic, gemm_regimes, gemm_seconds_table,  # noqa: E402
-                               read_aic, validate_aic, validate_gemm)
+from kvsim.latency.aic import (_by_regime, evaluate_calibration, evaluate_moe, fit_aic, gemm_regimes,  # noqa: E402
+                               gemm_seconds_table, read_aic, validate_aic, validate_gemm, validate_moe)
 from kvsim.latency.fit import dense_rows, summarize_dense  # noqa: E402
 from kvsim.latency.calibration import SHIPPED, Calibration, load_calibration, save_calibration  # noqa: E402
 
@@ -45,7 +45,8 @@ AIC_DATA = "NVIDIA AIConfigurator tables (Apache-2.0), via ../shared/profiles/ai
 ROWS = {"decode": ["batch<8 ctx<1024", "batch<8 ctx>=1024", "batch>=8 ctx<1024", "batch>=8 ctx>=1024"],
         "prefill": ["chunk<512", "chunk>=512"],
         "all_reduce": [f"x{n} {s}" for n in (2, 4, 8) for s in ("<64KiB", "64KiB-1MiB", "1-16MiB", ">=16MiB")],
-        "gemm": ["m 1-16", "m 17-128", "m 129-1024", "m >=1025"]}
+        "gemm": ["m 1-16", "m 17-128", "m 129-1024", "m >=1025"],
+        "moe": ["tokens 1-16", "tokens 17-256", "tokens 257-2048", "tokens >=2049"]}
 
 
 def cell(s: dict | None) -> str:
@@ -73,11 +74,12 @@ def main() -> None:
     ap.add_argument("--before-commit", help="git revision whose shipped calibrations to compare with")
     a = ap.parse_args()
     out_dir = ROOT / "reports" / "latency-validation"
-    report = ["# Attention, all-reduce and GEMM calibrations from measured vLLM kernels", "",
+    report = ["# Attention, all-reduce, GEMM and MoE calibrations from measured vLLM kernels", "",
               "Data: NVIDIA AIConfigurator performance tables (github.com/ai-dynamo/aiconfigurator, Apache-2.0), "
               "measured with vLLM's own kernels under CUDA graphs. predicted / measured, median [p10, p90]; bf16 KV. "
               "Held out: attention in 5 folds of head layouts (q heads, KV heads, head dim), each predicted by a "
-              "fit that never saw it; all-reduce every 5th message size; GEMMs every 5th weight shape (n, k).", ""]
+              "fit that never saw it; all-reduce every 5th message size; GEMMs every 5th weight shape (n, k); MoE "
+              "every 5th model shape (hidden, expert width, experts, top-k).", ""]
     summary = {}
     for system, gname in SYSTEMS.items():
         gpu = GPU_PRESETS[gname]
@@ -95,6 +97,8 @@ def main() -> None:
         val = validate_aic(data, fitted, base)
         fit = dict(calib.fit)
         fit["aic"] = {"versions": data.versions, **val, "gemm": validate_gemm(data.gemm, gpu)}
+        if data.moe is not None:
+            fit["aic"]["moe"] = validate_moe(data.moe, gpu)
         sku = gname.split("-")[0]
         files = sorted(glob.glob(f"{a.vidur}/compute__{sku}__*__mlp.csv")) if a.vidur else []
         if files:
@@ -120,6 +124,21 @@ def main() -> None:
             if before:
                 row += f" {cell(evaluate_gemm(data, before).get(reg))} |"
             report.append(row)
+        if "moe" in fit["aic"]:
+            mv = fit["aic"]["moe"]
+            # before: the same layers priced by the GEMM and element-wise parameters (kvsim without an MoE fit)
+            gemm_only = evaluate_moe(data.moe, replace(calib, moe=None), gpu)
+            for reg in ROWS["moe"]:
+                row = f"| moe | {reg} | {cell(mv['in_sample'].get(reg))} | {cell(mv['held_out'].get(reg))} |"
+                if before:
+                    row += f" {cell(gemm_only.get(reg))} |"
+                report.append(row)
+            report += ["", f"MoE (bf16 fused MoE, {mv['shapes']} model shapes, {mv['held_out_shapes']} held out): held "
+                       "out by parallelism " + "; ".join(f"{k}: {cell(v)}" for k, v in mv["held_out_parallel"].items()
+                                                        if k != "all") +
+                       ". The last column for MoE is the same layers priced without an MoE fit (GEMM and "
+                       "element-wise parameters, as kvsim did before)." + (" " + data.notes[0] if any(
+                           "power_law" in n for n in data.notes) else "")]
         if "vidur_dense_layers" in fit:
             v = fit["vidur_dense_layers"]
             report += ["", "Cross-check on Vidur's measured whole dense layers (GEMMs above + element-wise fits), "

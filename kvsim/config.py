@@ -147,6 +147,7 @@ class SimConfig:
     memory: MemoryConfig = field(default_factory=MemoryConfig)
     roofline: RooflineParams = field(default_factory=RooflineParams)
     tensor_parallel_size: int = option_default("tensor_parallel_size")
+    enable_expert_parallel: bool = option_default("enable_expert_parallel")  # MoE experts spread whole over TP ranks
     swap_space: float = 0.0  # GiB of host memory for swapped-out KV (with preemption_mode swap)
     swap_block_latency_s: float = 10e-6  # fixed cost of one block copy (one cudaMemcpyAsync)
     latency: str = option_default("latency")  # "per-op", "roofline", or a path to a calibration JSON

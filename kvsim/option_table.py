@@ -58,6 +58,10 @@ OPTIONS: list[Option] = [
     Option("tensor_parallel_size", ("--tensor-parallel-size", "-tp", "--tp"),
            "GPUs one replica spans with tensor parallelism (weights, heads and KV split across them)",
            "model and hardware", 1, int, POSITIVE_INT),
+    Option("enable_expert_parallel", ("--enable-expert-parallel",),
+           "MoE models: spread whole routed experts over the tensor-parallel GPUs (expert parallelism, EP = TP) "
+           "instead of splitting every expert's width, as vLLM's flag; attention stays tensor-parallel",
+           "model and hardware", False, bool),
     Option("kv_cache_dtype", ("--kv-cache-dtype",), "data type of the KV cache: auto (the model's) or fp8 (1 byte:"
            " twice the tokens per GiB, half the bytes decode attention reads)", "model and hardware", "auto",
            choices=KV_CACHE_DTYPES),

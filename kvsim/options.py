@@ -198,7 +198,11 @@ def config_from_options(values: Mapping[str, Any], naming: str = "flag"):
         from kvsim.latency.calibration import load_calibration
 
         load_calibration(latency)  # a bad file fails here, before any simulation
-    return SimConfig(model, gpu, sched, mem, roof, tensor_parallel_size=tp, swap_space=swap, latency=latency,
+    if v["enable_expert_parallel"] and model.is_moe and model.num_experts % tp:
+        raise ConfigError(f"{name('enable_expert_parallel')}: {model.num_experts} experts of {model.name} do not "
+                          f"spread evenly over {tp} GPUs ({name('tensor_parallel_size')})")
+    return SimConfig(model, gpu, sched, mem, roof, tensor_parallel_size=tp, swap_space=swap,
+                     enable_expert_parallel=v["enable_expert_parallel"], latency=latency,
                      cpu_overhead=v["cpu_overhead"], interconnect=v["interconnect"],
                      victim_policy=v["victim_policy"], block_size=v["block_size"],
                      enable_prefix_caching=v["enable_prefix_caching"], cache_eviction=v["cache_eviction"],

@@ -7,6 +7,7 @@ reports/latency-validation/aic.md), and `kvsim calibrate --aic` end to end."""
 import json
 import math
 import shutil
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -15,7 +16,7 @@ import pytest
 from kvsim.errors import ConfigError
 from kvsim.hardware import get_gpu, get_model
 from kvsim.latency.aic import check_against_perop, evaluate_calibration, fit_aic, read_aic
-from kvsim.latency.calibration import LinkParams, shipped_calibration
+from kvsim.latency.calibration import Calibration, LinkParams, shipped_calibration
 from kvsim.latency.cpu import get_cpu_overhead
 from kvsim.latency.perop import PerOpModel
 
@@ -135,3 +136,62 @@ def test_a_table_with_a_bad_cell_is_named(tmp_path):
     with pytest.raises(ConfigError, match="generation_attention_perf.parquet.*latency"):
         read_aic(root, "h100_sxm")
     assert np.isfinite(read_aic(AIC, "h100_sxm").decode.seconds).all()
+
+
+def test_moe_rows_are_read_in_seconds_per_rank_and_priced_as_the_model_prices_them():
+    """The fused-MoE table: milliseconds -> seconds, one expert's width on a rank; the fitting formula is the
+    one PerOpModel's MoE layers use, expert parallelism included."""
+    from kvsim.latency.aic import moe_seconds_table
+    from kvsim.latency.perop import MoeOp
+
+    d = read_aic(AIC, "h100_sxm", kinds=("moe",))
+    m = d.moe
+    raw = pd.read_parquet(f"{AIC}/h100_sxm/moe/vllm/0.24.0/moe_perf.parquet")
+    raw = raw[raw.distribution == "balanced"]  # balanced routing when the table has it
+    assert len(m) == len(raw)
+    r = raw[(raw.moe_tp_size == 4) & (raw.num_tokens == 64) & (raw.hidden_size == 4096)].iloc[0]
+    row = m[(m.tp == 4) & (m.tokens == 64) & (m.hidden == 4096)].iloc[0]
+    assert row.seconds == pytest.approx(r.latency * 1e-3) and row.inter == 14336 // 4
+    calib, _ = shipped_calibration(d.gpu)
+    assert calib.moe is not None and "moe_perf" in calib.sources["moe"]
+    table = moe_seconds_table(calib.moe, d.gpu, m)
+    for i in range(0, len(m), 17):
+        x = m.iloc[i]
+        op = MoeOp(int(x.hidden), int(x.inter), int(x.experts), int(x.topk), 2, True, int(x.ep))
+        assert op.seconds(calib, d.gpu, int(x.tokens), 2) == pytest.approx(table[i], rel=1e-12)
+
+
+def test_shipped_moe_fit_holds_on_the_excerpt_and_a_fit_on_it_predicts_it():
+    from kvsim.latency.aic import evaluate_moe, fit_moe_table
+
+    d = read_aic(AIC, "h100_sxm", kinds=("moe",))
+    calib, _ = shipped_calibration(d.gpu)
+    recorded = calib.fit["aic"]["moe"]["in_sample"]
+    ev = evaluate_moe(d.moe, calib, d.gpu)
+    for regime, s in ev.items():
+        full = recorded[regime]
+        assert full["p10"] - 0.05 <= s["median"] <= full["p90"] + 0.05, (regime, s, full)
+    refit = replace(calib, moe=fit_moe_table(d.moe, d.gpu))
+    assert 0.9 <= evaluate_moe(d.moe, refit, d.gpu)["all"]["median"] <= 1.1
+    # without MoE parameters (an older calibration file) the layers are priced by the GEMM parameters, as before
+    old = Calibration.from_json({**calib.to_json(), "moe": None})
+    assert old.moe is None and evaluate_moe(d.moe, old, d.gpu)["all"]["median"] < 0.9
+
+
+def test_expert_parallelism_changes_only_the_routed_experts():
+    from kvsim.options import config_from_args
+    from kvsim.latency import build_latency
+    from kvsim.latency.base import StepShape
+
+    shapes = [StepShape.of([(1, 1000)] * 32), StepShape.of([(2048, 0)])]
+    dense = [build_latency(config_from_args(["--model", "llama-3-70b", "--gpu", "h100-80gb", "-tp", "4", *ep]))
+             for ep in ([], ["--enable-expert-parallel"])]
+    assert [dense[0].step_time(s) for s in shapes] == [dense[1].step_time(s) for s in shapes]  # no experts
+    tp, ep = (build_latency(config_from_args(["--model", "llama-4-scout", "--gpu", "h100-80gb", "-tp", "8", *e]))
+              for e in ([], ["--enable-expert-parallel"]))
+    (_, _, e_tp), (_, _, e_ep) = tp.classes[-1], ep.classes[-1]
+    assert (e_tp.ep, e_ep.ep) == (1, 8) and e_ep.width == 8 * e_tp.width == 8192  # whole experts, 2 per GPU
+    for s in shapes:
+        a, b = tp.breakdown(s), ep.breakdown(s)
+        assert a["attention_s"] == b["attention_s"] and a["communication_s"] == b["communication_s"]
+        assert a["dense_s"] != b["dense_s"]

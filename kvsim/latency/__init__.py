@@ -51,13 +51,15 @@ def _per_op(cfg) -> LatencyModel:
     from kvsim.latency.perop import PerOpModel
 
     calib, _ = _calibration(cfg)
-    return PerOpModel(cfg.model, cfg.gpu, calib, get_cpu_overhead(cfg.cpu_overhead), cfg.tp, cfg.interconnect)
+    return PerOpModel(cfg.model, cfg.gpu, calib, get_cpu_overhead(cfg.cpu_overhead), cfg.tp, cfg.interconnect,
+                      cfg.enable_expert_parallel)
 
 
 def _describe_per_op(cfg) -> str:
     src = "shipped calibration" if cfg.latency == "per-op" else cfg.latency
     return f"per-operation model ({src} for {cfg.gpu.name}), CPU overhead {cfg.cpu_overhead}" + \
-        (f", {cfg.interconnect} all-reduce" if cfg.tp > 1 else "")
+        (f", {cfg.interconnect} all-reduce" if cfg.tp > 1 else "") + \
+        (f", expert parallel over {cfg.tp} GPUs" if cfg.enable_expert_parallel and cfg.model.is_moe and cfg.tp > 1 else "")
 
 
 def _roofline(cfg) -> LatencyModel:

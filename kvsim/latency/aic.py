@@ -46,7 +46,7 @@ import numpy as np
 from kvsim.errors import ConfigError
 from kvsim.hardware import GpuSpec
 from kvsim.hardware.gpus import GPU_PRESETS
-from kvsim.latency.calibration import (Calibration, DecodeAttentionParams, GemmParams, LinkParams,
+from kvsim.latency.calibration import (Calibration, DecodeAttentionParams, GemmParams, LinkParams, MoeParams,
                                        PrefillAttentionParams)
 
 # AIConfigurator system names -> kvsim GPU presets
@@ -62,6 +62,7 @@ TABLES = {  # kind -> (framework folder, table name)
     "custom_allreduce": ("comm/vllm", "custom_allreduce_perf"),
     "nccl": ("comm/nccl", "nccl_perf"),
     "gemm": ("gemm/vllm", "gemm_perf"),
+    "moe": ("moe/vllm", "moe_perf"),
 }
 _EXTS = (".parquet", ".csv", ".txt")
 _ATTN_COLUMNS = ("batch_size", "isl", "num_heads", "num_key_value_heads", "head_dim", "kv_cache_dtype", "step",
@@ -177,7 +178,8 @@ def read_table(path: Path, needed=()):
     if missing:
         raise ConfigError(f"{path}: missing column(s) {', '.join(missing)}")
     for c in needed:
-        if c in ("kv_cache_dtype", "backend", "op_name", "nccl_dtype", "allreduce_dtype", "gemm_dtype"):
+        if c in ("kv_cache_dtype", "backend", "op_name", "nccl_dtype", "allreduce_dtype", "gemm_dtype", "moe_dtype",
+                 "distribution"):
             continue
         v = pd.to_numeric(df[c], errors="coerce")
         if v.isna().any():
@@ -241,6 +243,7 @@ class AicData:
     prefill: object = None
     all_reduce: object = None
     gemm: object = None  # m, n, k (bf16 GEMMs of m x k activations by k x n weights), seconds
+    moe: object = None  # tokens, hidden, inter (per rank), experts, topk, tp, ep, seconds (bf16, balanced routing)
     files: dict = field(default_factory=dict)  # table -> path read
     versions: dict = field(default_factory=dict)  # table -> version read
     notes: list = field(default_factory=list)
@@ -370,7 +373,7 @@ def read_all_reduce(custom: Path | None, nccl: Path | None, backend: str = "vllm
 
 
 def read_aic(root: str | Path, system: str | None = None, version: str | None = None,
-             nccl_version: str | None = None, kinds=("decode", "prefill", "all_reduce", "gemm"),
+             nccl_version: str | None = None, kinds=("decode", "prefill", "all_reduce", "gemm", "moe"),
              all_reduce_backend: str = "vllm", gpu: GpuSpec | None = None) -> AicData:
     """Read one system's vLLM attention and all-reduce tables (see the module docstring).
 
@@ -416,8 +419,17 @@ def read_aic(root: str | Path, system: str | None = None, version: str | None = 
             got["gemm"], skipped = read_gemm(f)
             files["gemm_perf"], versions["gemm_perf"] = str(f), v
             notes += [n for n in (note, skipped) if n]
+    if "moe" in kinds:  # optional, as GEMMs
+        try:
+            f, v, note = locate_table(sysdir, "moe", version)
+        except ConfigError as e:
+            notes.append(f"{e}; MoE layers not fitted")
+        else:
+            got["moe"], skipped = read_moe(f)
+            files["moe_perf"], versions["moe_perf"] = str(f), v
+            notes += [n for n in (note, skipped) if n]
     return AicData(name, gpu, str(sysdir), got.get("decode"), got.get("prefill"), got.get("all_reduce"),
-                   got.get("gemm"), files, versions, notes)
+                   got.get("gemm"), got.get("moe"), files, versions, notes)
 
 
 def read_gemm(path: Path):
@@ -433,6 +445,103 @@ def read_gemm(path: Path):
     note = f"{path}: skipped {int((~ok).sum())} bf16 row(s) whose latency is not positive" if not ok.all() else ""
     return pd.DataFrame({"m": df["m"].to_numpy(np.int64)[ok], "n": df["n"].to_numpy(np.int64)[ok],
                          "k": df["k"].to_numpy(np.int64)[ok], "seconds": t[ok]}), note
+
+
+def read_moe(path: Path):
+    """(bf16 fused-MoE rows under balanced routing (else power_law_1.01): tokens, hidden, inter (one expert's
+    width on a rank), experts, topk, tp, ep, seconds; a note on the routing used and rows skipped, or '') of a
+    moe_perf table."""
+    import pandas as pd
+
+    cols = ("num_tokens", "hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size", "moe_ep_size",
+            "latency", "moe_dtype", "distribution")
+    df = read_table(path, cols)
+    df = df[df["moe_dtype"].astype(str).str.strip().str.lower().isin(["bfloat16", "float16"])]
+    dist = df["distribution"].astype(str).str.strip()
+    # balanced routing is what the formula assumes; a table without it (A100's) falls back to the mildest power
+    # law, which on H100 (both measured) is 0.99 of balanced at the median [0.82, 1.20 at p10/p90]
+    chosen = "balanced" if (dist == "balanced").any() else "power_law_1.01"
+    df = df[dist == chosen]
+    num = {c: pd.to_numeric(df[c], errors="coerce").to_numpy(float) for c in cols[:8]}
+    t = num["latency"] * 1e-3
+    ok = np.isfinite(t) & (t > 0)
+    for c in cols[:7]:
+        ok &= np.isfinite(num[c]) & (num[c] >= 1)
+    ok &= num["topk"] <= num["num_experts"]
+    if not ok.any():
+        raise ConfigError(f"{path}: no usable bf16 MoE rows with {chosen} routing (positive sizes and latency)")
+    notes = [f"{path}: no balanced-routing rows; fitted on power_law_1.01"] if chosen != "balanced" else []
+    if not ok.all():
+        notes.append(f"{path}: skipped {int((~ok).sum())} bf16 {chosen} row(s) with a bad size or latency")
+    note = "; ".join(notes)
+    g = {c: num[c][ok].astype(np.int64) for c in cols[:7]}
+    return pd.DataFrame({"tokens": g["num_tokens"], "hidden": g["hidden_size"],
+                         "inter": -(-g["inter_size"] // g["moe_tp_size"]), "experts": g["num_experts"],
+                         "topk": g["topk"], "tp": g["moe_tp_size"], "ep": g["moe_ep_size"], "seconds": t[ok]}), note
+
+
+def moe_seconds_table(p: MoeParams, gpu: GpuSpec, m):
+    from kvsim.latency.perop import moe_formula
+
+    c = Calibration(gpu=gpu.name, moe=p)
+    f = {k: m[k].to_numpy(float) for k in ("tokens", "hidden", "inter", "experts", "topk", "ep")}
+    return moe_formula(c, gpu, f["tokens"], f["hidden"], f["inter"], f["experts"], f["topk"], f["ep"], 2, 2)
+
+
+def fit_moe_table(m, gpu: GpuSpec) -> MoeParams:
+    """The fused-MoE parameters (:class:`MoeParams`) from measured MoE layers."""
+    from kvsim.latency.fit import _fit
+
+    if len(m) < 8:
+        raise ConfigError(f"need at least 8 MoE rows to fit, have {len(m)}")
+    T = m["seconds"].to_numpy(float)
+
+    def params(x):
+        return MoeParams(x[0] * 1e-6, x[1] * 1e-6, x[2] * 1e-9, x[3] * 1e-9, x[4], x[5], x[6])
+
+    return params([float(v) for v in _fit(lambda x: np.log(moe_seconds_table(params(x), gpu, m) / T),
+                                          [20.0, 0.5, 1.0, 1.0, 0.5, 0.7, 1.5], [0.0, 0.0, 0.0, 0.0, 0.02, 0.02, 1.0],
+                                          [500.0, 50.0, 1000.0, 1000.0, 1.0, 1.0, 20.0])])
+
+
+def evaluate_moe(m, calib: Calibration, gpu: GpuSpec):
+    """predicted / measured of the MoE rows by ``calib`` as the per-operation model prices them (its MoE
+    parameters, or without them its GEMM and element-wise ones), by tokens."""
+    from kvsim.latency.perop import moe_formula
+
+    f = {k: m[k].to_numpy(float) for k in ("tokens", "hidden", "inter", "experts", "topk", "ep")}
+    t = moe_formula(calib, gpu, f["tokens"], f["hidden"], f["inter"], f["experts"], f["topk"], f["ep"], 2, 2)
+    return _by_regime(t / m["seconds"].to_numpy(), moe_regimes(m))
+
+
+def moe_regimes(m) -> np.ndarray:
+    t = m["tokens"].to_numpy()
+    return np.select([t <= 16, t <= 256, t <= 2048], ["tokens 1-16", "tokens 17-256", "tokens 257-2048"],
+                     "tokens >=2049")
+
+
+def moe_shapes(m) -> list[tuple]:
+    return list(zip(m["hidden"], m["inter"] * m["tp"], m["experts"], m["topk"]))
+
+
+def validate_moe(m, gpu: GpuSpec, every: int = 5) -> dict:
+    """predicted / measured of MoE layers fitted on all rows (in sample) and without every ``every``-th model
+    shape (hidden, expert width, experts, top-k), predicted on those (held out), by tokens; held out also
+    by expert-parallel size (1 or more)."""
+    fitted = fit_moe_table(m, gpu)
+    T = m["seconds"].to_numpy()
+    ins = moe_seconds_table(fitted, gpu, m) / T
+    shapes = moe_shapes(m)
+    kinds = sorted(set(shapes))
+    test_shapes = {s for i, s in enumerate(kinds) if i % every == every // 2}
+    test = np.array([s in test_shapes for s in shapes])
+    held = np.full(len(m), np.nan)
+    p = fit_moe_table(m[~test], gpu)
+    held[test] = moe_seconds_table(p, gpu, m[test]) / T[test]
+    reg = moe_regimes(m)
+    par = np.where(m["ep"].to_numpy() > 1, "EP>1", np.where(m["tp"].to_numpy() > 1, "TP>1", "one GPU"))
+    return {"in_sample": _by_regime(ins, reg), "held_out": _by_regime(held, reg),
+            "held_out_parallel": _by_regime(held, par), "shapes": len(kinds), "held_out_shapes": len(test_shapes)}
 
 
 def _nccl_table(sysdir: Path, version: str | None):
@@ -651,6 +760,7 @@ class AicFit:
     all_reduce: dict  # {"nvswitch": {"2": LinkParams, ...}}
     sources: dict  # parameter group -> where its numbers come from
     gemm: GemmParams | None = None
+    moe: MoeParams | None = None
 
     def calibration(self, base: Calibration | None = None) -> Calibration:
         """``base`` (default: a calibration of kvsim's defaults) with the fitted groups replaced. New GEMMs
@@ -664,6 +774,8 @@ class AicFit:
             c = replace(c, prefill_attention=self.prefill_attention)
         if self.all_reduce:
             c = replace(c, all_reduce={**c.all_reduce, **self.all_reduce})
+        if self.moe:
+            c = replace(c, moe=self.moe)
         if self.gemm:
             was = base.sources.get("elementwise", "").replace("the same files", base.sources.get("gemm", ""))
             c = replace(c, gemm=self.gemm, fit={k: v for k, v in c.fit.items() if k not in DENSE_STATS},
@@ -702,7 +814,11 @@ def fit_aic(data: AicData, base: Calibration | None = None, kv_dtype_bytes=(2,),
     if data.gemm is not None:
         gemm = fit_gemm_table(data.gemm, data.gpu)
         src["gemm"] = tag.format(_rel(data, "gemm_perf"), data.versions["gemm_perf"], ", bf16")
-    return AicFit(data.gpu, dec, pre, ar, src, gemm)
+    moe = None
+    if data.moe is not None:
+        moe = fit_moe_table(data.moe, data.gpu)
+        src["moe"] = tag.format(_rel(data, "moe_perf"), data.versions["moe_perf"], ", bf16, balanced routing")
+    return AicFit(data.gpu, dec, pre, ar, src, gemm, moe)
 
 
 def _rel(data: AicData, table: str) -> str:

@@ -80,6 +80,26 @@ class PrefillAttentionParams:
 
 
 @dataclass(frozen=True)
+class MoeParams:
+    """A fused MoE layer (vLLM's fused_moe: routing, permute, the two grouped GEMMs, activation, combine) on
+    one GPU: a fixed time, a time per expert the batch activates there, a time per routing pair of the whole
+    layer, and a soft roofline over the FLOPs routed there and the bytes of the active experts' weights and the
+    routed activations."""
+
+    t0_s: float = 10e-6
+    per_expert_s: float = 0.0
+    # per (token, expert) routing pair of the whole layer and 4,096 hidden elements: permuting and combining move
+    # every token's top-k copies of its hidden state on each rank, even those other expert-parallel ranks compute
+    per_route_s: float = 0.0
+    # the same, added under expert parallelism: the grouped GEMMs' grid still walks every routed copy, the other
+    # ranks' ones masked out
+    per_route_ep_s: float = 0.0
+    flops_eff: float = 0.6
+    bw_eff: float = 0.7
+    knee: float = 1.4
+
+
+@dataclass(frozen=True)
 class LinkParams:
     """One all-reduce among n GPUs: t = latency + message bytes / bandwidth, or, where a second line is
     given, the faster of the two: vLLM runs small messages through its CUDA-graph custom all-reduce (a few
@@ -110,6 +130,7 @@ class Calibration:
     sources: dict = field(default_factory=dict)  # parameter group -> where its numbers come from
     fit: dict = field(default_factory=dict)  # fit and validation statistics
     derived_from: str = ""  # a calibration of the same chip this one was derived from
+    moe: MoeParams | None = None  # fused MoE layers (None: priced with the GEMM parameters)
 
     def link(self, n: int, interconnect: str) -> LinkParams:
         """All-reduce parameters for n GPUs (the nearest measured group size if n itself was not)."""
@@ -140,7 +161,8 @@ class Calibration:
                 all_reduce={ic: {str(n): _build(LinkParams, p) for n, p in table.items()}
                             for ic, table in d.get("all_reduce", {}).items()},
                 sources=dict(d.get("sources", {})), fit=dict(d.get("fit", {})),
-                derived_from=str(d.get("derived_from", "")))
+                derived_from=str(d.get("derived_from", "")),
+                moe=_build(MoeParams, d["moe"]) if d.get("moe") is not None else None)
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise ConfigError(f"{where}: not a usable latency calibration ({type(e).__name__}: {e})") from None
 

@@ -144,14 +144,16 @@ def ffn_ops(model: ModelSpec, tp: int, width: int) -> list[Op]:
 
 @dataclass(frozen=True)
 class MoeOp:
-    """The routed experts of one MoE layer on one rank (each expert's width split over ranks)."""
+    """The routed experts of one MoE layer on one rank: each expert's width split over the tensor-parallel
+    ranks, or (expert parallelism, ``ep`` ranks) whole experts, E / ep of them on each rank."""
 
     hidden: int
     width: int  # one expert's FFN width on this rank
-    experts: int
+    experts: int  # experts of the layer (all ranks)
     top_k: int
     weight_bytes: float  # bytes per expert weight element
     gated: bool = True
+    ep: int = 1  # expert-parallel ranks the experts are spread over
 
     def distinct(self, tokens: int) -> float:
         """Expected experts that ``tokens`` tokens activate with uniform top-k routing."""
@@ -160,22 +162,43 @@ class MoeOp:
     def seconds(self, calib: Calibration, gpu: GpuSpec, tokens: int, dtype_bytes: int) -> float:
         if tokens <= 0:
             return 0.0
-        p = calib.gemm
-        mats = 3 if self.gated else 2
-        routed = tokens * self.top_k
-        flops = 2.0 * routed * mats * self.hidden * self.width
-        weights = self.distinct(tokens) * mats * self.hidden * self.width * self.weight_bytes
-        acts = dtype_bytes * routed * (2 * self.hidden + (mats - 1) * self.width)
+        return moe_formula(calib, gpu, tokens, self.hidden, self.width, self.experts, self.top_k, self.ep,
+                           self.weight_bytes, dtype_bytes, self.gated)
+
+
+def moe_formula(calib: Calibration, gpu: GpuSpec, tokens, hidden, width, experts, top_k, ep, weight_bytes,
+                dtype_bytes, gated=True):
+    """Seconds of a fused MoE layer on one rank (works on numpy arrays too): ``tokens`` tokens each routed to
+    ``top_k`` of ``experts`` experts (uniformly, so a rank of ``ep`` holds 1/ep of the routed copies and of the
+    activated experts), experts ``width`` wide on this rank. With the calibration's MoE parameters, their
+    fixed and per-active-expert times plus a soft roofline; without, the GEMM parameters' (twice the fixed
+    time) plus the activation as an element-wise kernel."""
+    mats = 3 if gated else 2
+    routed = tokens * top_k / ep
+    active = experts / ep * (1.0 - (1.0 - top_k / experts) ** tokens)
+    flops = 2.0 * routed * mats * hidden * width
+    weights = active * mats * hidden * width * weight_bytes
+    acts = dtype_bytes * routed * (2 * hidden + (mats - 1) * width)
+    p = calib.moe
+    if p is not None:
         tf = flops / (gpu.bf16_flops * p.flops_eff)
         tb = (weights + acts) / (gpu.hbm_bandwidth * p.bw_eff)
         q = p.knee
-        act = elementwise_seconds(calib.elementwise["act"], gpu, routed, self.width, 3 * self.width * dtype_bytes)
-        return 2 * p.t0_s + (tf ** q + tb ** q) ** (1.0 / q) + act
+        # every routed copy of every token, on each rank
+        route = (p.per_route_s + p.per_route_ep_s * (ep > 1)) * tokens * top_k * hidden / 4096
+        return p.t0_s + p.per_expert_s * active + route + (tf ** q + tb ** q) ** (1.0 / q)
+    g = calib.gemm
+    tf = flops / (gpu.bf16_flops * g.flops_eff)
+    tb = (weights + acts) / (gpu.hbm_bandwidth * g.bw_eff)
+    q = g.knee
+    act = elementwise_formula(calib.elementwise["act"], gpu, routed, width, 3 * width * dtype_bytes)
+    return 2 * g.t0_s + (tf ** q + tb ** q) ** (1.0 / q) + act
 
 
-def layer_classes(model: ModelSpec, tp: int) -> list[tuple[int, list[Op], MoeOp | None]]:
+def layer_classes(model: ModelSpec, tp: int, expert_parallel: bool = False) -> list[tuple[int, list[Op], MoeOp | None]]:
     """(layers, kernels, routed experts or None) per class of identical layers; a plain model has one class
-    whose kernels are :func:`layer_ops`."""
+    whose kernels are :func:`layer_ops`. ``expert_parallel``: the routed experts are spread whole over the tp
+    ranks (vLLM's --enable-expert-parallel), not each split in width; shared experts stay tensor-parallel."""
     if not model.is_hybrid and not model.is_mla and not model.is_moe:
         return [(model.layers, layer_ops(model, tp), None)]
     h = model.hidden_size
@@ -189,8 +212,10 @@ def layer_classes(model: ModelSpec, tp: int) -> list[tuple[int, list[Op], MoeOp 
             ffn = [Op("moe_router", h, model.num_experts)]
             if model.shared_experts:
                 ffn += ffn_ops(model, tp, model.shared_experts * model.moe_intermediate_size)
-            experts = MoeOp(h, -(-model.moe_intermediate_size // tp), model.num_experts, model.experts_per_token,
-                            DTYPE_BYTES[model.expert_dtype or model.weight_dtype or model.dtype], model.gated_mlp)
+            ep = tp if expert_parallel else 1
+            experts = MoeOp(h, -(-model.moe_intermediate_size // (tp // ep)), model.num_experts,
+                            model.experts_per_token, DTYPE_BYTES[model.expert_dtype or model.weight_dtype or model.dtype],
+                            model.gated_mlp, ep)
         else:
             ffn, experts = ffn_ops(model, tp, model.intermediate_size), None
         out.append((n, [norm, *mix, norm2, *ffn, add], experts))
@@ -231,7 +256,7 @@ class PerOpModel(LatencyModel):
     name = "per-op"
 
     def __init__(self, model: ModelSpec, gpu: GpuSpec, calib: Calibration, cpu: CpuOverhead, tp: int = 1,
-                 interconnect: str = "nvswitch"):
+                 interconnect: str = "nvswitch", expert_parallel: bool = False):
         self.model, self.gpu, self.calib, self.cpu, self.tp = model, gpu, calib, cpu, tp
         d = self.dtype_bytes = model.dtype_bytes
         h, hd = model.hidden_size, model.head_dim
@@ -240,7 +265,9 @@ class PerOpModel(LatencyModel):
         self.kvh = max(1, model.kv_heads // tp)
         self.hd = hd
         self.ops = layer_ops(model, tp)
-        self.classes = layer_classes(model, tp)
+        # expert parallelism changes only the routed experts' kernels: every rank still has every token (the
+        # attention is tensor-parallel), so the layer's output is still combined by one all-reduce
+        self.classes = layer_classes(model, tp, expert_parallel)
         self.emb = embedding_op(model)
         self.vocab = -(-model.vocab_size // tp)
         # FP8 KV halves the reads; MLA's latent is read whole by every rank
