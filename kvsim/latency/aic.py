@@ -410,23 +410,17 @@ def read_aic(root: str | Path, system: str | None = None, version: str | None = 
         if all_reduce_backend == "nccl" and nccl is None:
             raise ConfigError(f"{sysdir / 'comm' / 'nccl'}: no nccl_perf table with all_reduce rows")
         got["all_reduce"] = read_all_reduce(custom if all_reduce_backend != "nccl" else None, nccl, all_reduce_backend)
-    if "gemm" in kinds:  # optional: without it the GEMM parameters stay the base calibration's
+    # optional tables: without one, its parameters stay the base calibration's
+    for kind, reader, what in (("gemm", read_gemm, "GEMMs"), ("moe", read_moe, "MoE layers")):
+        if kind not in kinds:
+            continue
         try:
-            f, v, note = locate_table(sysdir, "gemm", version)
+            f, v, note = locate_table(sysdir, kind, version)
         except ConfigError as e:
-            notes.append(f"{e}; GEMMs not fitted")
+            notes.append(f"{e}; {what} not fitted")
         else:
-            got["gemm"], skipped = read_gemm(f)
-            files["gemm_perf"], versions["gemm_perf"] = str(f), v
-            notes += [n for n in (note, skipped) if n]
-    if "moe" in kinds:  # optional, as GEMMs
-        try:
-            f, v, note = locate_table(sysdir, "moe", version)
-        except ConfigError as e:
-            notes.append(f"{e}; MoE layers not fitted")
-        else:
-            got["moe"], skipped = read_moe(f)
-            files["moe_perf"], versions["moe_perf"] = str(f), v
+            got[kind], skipped = reader(f)
+            files[TABLES[kind][1]], versions[TABLES[kind][1]] = str(f), v
             notes += [n for n in (note, skipped) if n]
     return AicData(name, gpu, str(sysdir), got.get("decode"), got.get("prefill"), got.get("all_reduce"),
                    got.get("gemm"), got.get("moe"), files, versions, notes)
