@@ -91,6 +91,7 @@ def test_vllm_commands_of_a_disaggregated_layout():
     cmds = vllm_commands(row, "llama-3-70b", {"max_num_seqs": 128})
     assert cmds[1].startswith("vllm serve llama-3-70b --tensor-parallel-size 2 --max-num-seqs 128")
     assert all("NixlConnector" in c for c in cmds[1:]) and "2 prefill replicas" in cmds[0]
+    assert "--enable-expert-parallel" in vllm_commands(row, "deepseek-v3", {"enable_expert_parallel": True})[1]
     mixed = vllm_commands(dict(row, prefill_tp=4), "llama-3-70b", {})
     assert "--tensor-parallel-size 4" in mixed[1] and "--tensor-parallel-size 2" in mixed[2]
 

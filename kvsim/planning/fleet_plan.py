@@ -227,6 +227,8 @@ def vllm_commands(row: dict, model: str, values: dict) -> list[str]:
                       ("block_size", "--block-size"), ("kv_cache_dtype", "--kv-cache-dtype")):
         if values.get(key) is not None:
             flags.append(f"{flag} {values[key]}")
+    if values.get("enable_expert_parallel"):
+        flags.append("--enable-expert-parallel")
     def serve(tp: int) -> str:
         return f"vllm serve {model} " + " ".join([f"--tensor-parallel-size {tp}", *flags]) + " --enable-prefix-caching"
 
