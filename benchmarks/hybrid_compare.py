@@ -1,4 +1,4 @@
-"""The hybrid-model comparison in the README: naive vs static-split vs hybrid, BF16 vs FP8 KV.
+"""The hybrid-model comparison in docs/hybrid-models.md: naive vs static-split vs hybrid, BF16 vs FP8 KV.
 
 Runs every (trace, model, KV dtype, allocator) on one H100-80GB with the derived KV pool, then the
 prefix-caching variants on the Mooncake excerpt with an 8 GiB pool (memory binds there), and writes

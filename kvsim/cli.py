@@ -39,7 +39,7 @@ def make_parser() -> Parser:
     from kvsim.commands import fleet, kernels, latency, listing, planning, simulate, traces, validate
 
     p = Parser(prog="kvsim", description="kvsim: how well does a KV-cache memory manager use GPU memory, and what "
-               "does that do to throughput and latency on your traffic? (README: Quickstart)")
+               "does that do to throughput and latency on your traffic? (README.md; the guide: docs/)")
     p.add_argument("--version", action="version", version=f"kvsim {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     for module in (simulate, fleet, traces, latency, kernels, planning, listing, validate):

@@ -131,10 +131,10 @@ OPTIONS: list[Option] = [
     # --- latency
     Option("latency", ("--latency",), "iteration-time model: 'per-op' (operation by operation, calibrated on "
            "measured vLLM kernels and Vidur's GPU profiles, shipped for a100-80gb, h100-80gb, b200 and a40 and "
-           "derived for the same chips; see README: Latency), "
+           "derived for the same chips; see docs/latency.md), "
            "'roofline' (uncalibrated), or a calibration JSON from `kvsim calibrate`", "latency", "per-op"),
     Option("cpu_overhead", ("--cpu-overhead",), "the serving engine's CPU time per iteration: vllm-v1 (current "
-           "vLLM), vllm-v0 (the vLLM paper's generation), vllm-v1-async, none (GPU only); sources in the README",
+           "vLLM), vllm-v0 (the vLLM paper's generation), vllm-v1-async, none (GPU only); sources in docs/latency.md",
            "latency", "vllm-v1", choices=tuple(CPU_PRESETS)),
     Option("interconnect", ("--interconnect",), "how tensor-parallel GPUs are linked (all-reduce times)", "latency",
            "nvswitch", choices=("nvswitch", "pairwise")),

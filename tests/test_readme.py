@@ -1,6 +1,6 @@
-"""Every shell block of the README runs as written, in a fresh folder beside the shipped files, and writes
-only under kvsim-out/ (never over the committed reports). Slow blocks (the Triton interpreter, the plan
-search) run with `-m slow`."""
+"""Every shell block of the README and of the guide (docs/) runs as written, in a fresh folder beside the
+shipped files, and writes only under kvsim-out/ (never over the committed reports). Slow blocks (the Triton
+interpreter, the plan search) run with `-m slow`."""
 
 from __future__ import annotations
 
@@ -13,23 +13,29 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-BLOCKS = [m.group(1) for m in re.finditer(r"```bash\n(.*?)```", (ROOT / "README.md").read_text(), re.S)]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+BLOCKS = [(page.stem, m.group(1)) for page in PAGES
+          for m in re.finditer(r"```bash\n(.*?)```", page.read_text(), re.S)]
 SLOW_WORDS = ("kvsim kernels", "kvsim plan", "pytest", "hybrid_compare")
 
 
-def _id(block: str) -> str:
+def _id(page: str, block: str) -> str:
     first = next(ln for ln in block.splitlines() if ln.strip())
-    return re.sub(r"[^a-z0-9]+", "-", first.lower())[:50]
+    return page + ":" + re.sub(r"[^a-z0-9]+", "-", first.lower())[:50]
 
 
 def _params():
-    for b in BLOCKS:
+    seen = set()
+    for page, b in BLOCKS:
+        if b in seen:  # the quickstart stands in the README and on the guide's first page
+            continue
+        seen.add(b)
         marks = [pytest.mark.slow] if any(w in b for w in SLOW_WORDS) else []
-        yield pytest.param(b, id=_id(b), marks=marks)
+        yield pytest.param(b, id=_id(page, b), marks=marks)
 
 
 def test_readme_has_no_placeholder_syntax():
-    for b in BLOCKS:
+    for _, b in BLOCKS:
         assert "[--" not in b and "path/to" not in b, b  # literal brackets or placeholders do not run
 
 

@@ -166,7 +166,7 @@ def model_problem(spec: AllocatorSpec, model) -> str | None:
 
 
 def allocator_help() -> dict[str, str]:
-    """Name pattern -> one-line description, for --help and the README."""
+    """Name pattern -> one-line description, for --help and the docs."""
     out = {}
     for k in KINDS.values():
         pattern = k.name + ("[:B]" if k.blocks else "") + ("[+prefix]" if k.prefix_option else "")

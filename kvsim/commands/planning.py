@@ -338,7 +338,7 @@ def register(sub) -> None:
                                                      "[default: rdma]")
     pl.set_defaults(func=cmd_plan)
     sw = sub.add_parser("sweep", help="run a grid of simulations (local processes or Ray), resumable")
-    sw.add_argument("grid", help="YAML file with base / grid / points (README: Capacity planning)")
+    sw.add_argument("grid", help="YAML file with base / grid / points (docs/planning.md)")
     sw.add_argument("--out", help=f"results table, .csv or .parquet [default: {DEFAULT_OUT}/sweep-<grid>.csv]")
     sw.add_argument("--workers", type=positive_int, default=1, help="points run in parallel [default: 1]")
     sw.add_argument("--backend", choices=["local", "ray"], default="local", help="[default: local processes]")

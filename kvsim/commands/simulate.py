@@ -17,7 +17,7 @@ def add_sim_args(p: argparse.ArgumentParser, command: str, fleet: bool = False) 
     """--trace, every simulation option (kvsim/options.py), and the output flags (``fleet``: folder and format)."""
     from kvsim.options import add_options
 
-    p.add_argument("--trace", required=True, help="request trace, kvsim JSONL (README: Trace format; other formats: "
+    p.add_argument("--trace", required=True, help="request trace, kvsim JSONL (docs/traces.md; other formats: "
                    "`kvsim trace convert`)")
     add_options(p)
     g = p.add_argument_group("output")
@@ -30,7 +30,7 @@ def add_sim_args(p: argparse.ArgumentParser, command: str, fleet: bool = False) 
 
     g.add_argument("--columns", metavar="NAMES",
                    help="terminal table columns, comma-separated, from: " + ", ".join(c.name for c in COLUMNS)
-                   + " (README: Reading the output) [default: " + ",".join(c.name for c in COLUMNS if c.default)
+                   + " (docs/output.md) [default: " + ",".join(c.name for c in COLUMNS if c.default)
                    + ", fitted to the terminal's width]")
     g.add_argument("--wide", action="store_true", help="every table column, however wide the table gets")
     g.add_argument("--record-batches", metavar="FILE",
@@ -53,7 +53,7 @@ def setting_warnings(cfg, requests, allocators) -> list[str]:
     caching = [str(s) for s in allocators if s.kind == "radix" or s.prefix]
     if caching and not any(r.hash_ids for r in requests):
         out.append(f"warning: {', '.join(caching)} cache prompt prefixes, but no request in the trace carries "
-                   "hash_ids, so nothing can be shared (README: Trace format)")
+                   "hash_ids, so nothing can be shared (docs/traces.md)")
     return out
 
 

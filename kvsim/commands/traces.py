@@ -95,7 +95,7 @@ def register(sub) -> None:
     g.add_argument("--lengths-csv", help="sample (prompt, output) pairs from this CSV instead of lognormals "
                    "(columns: prompt_tokens,output_tokens or Vidur/Azure/Mooncake/BurstGPT names)")
     g.add_argument("--seed", type=any_int, default=0, help="random seed [default: 0]")
-    g.add_argument("--scenario", choices=SCENARIOS, help="a prefix-sharing workload with hash_ids (README)")
+    g.add_argument("--scenario", choices=SCENARIOS, help="a prefix-sharing workload with hash_ids (docs/traces.md)")
     g.add_argument("--shared-tokens", type=positive_int, default=1024, help="scenario: shared prefix, tokens [default: 1024]")
     g.add_argument("--num-prefixes", type=positive_int, default=4, help="few-shot: distinct example blocks [default: 4]")
     g.add_argument("--turns-mean", type=positive, default=4.0, help="multi-turn: mean turns per conversation [default: 4]")
