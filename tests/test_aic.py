@@ -106,6 +106,8 @@ def test_calibrate_from_an_aic_folder(tmp_path, capsys):
     c = json.loads(out.read_text())
     assert c["gpu"] == "h100-80gb" and "vLLM 0.24.0" in c["sources"]["decode_attention"]
     assert "gemm_perf" in c["sources"]["gemm"] and "kept from" in c["sources"]["elementwise"]
+    assert "moe_perf" in c["sources"]["moe"] and c["moe"]["t0_s"] > 0
+    assert c["sources"]["elementwise"].count("kept from") == 1  # a refit of a refit names one origin
     assert math.isfinite(c["decode_attention"]["per_seq_tokens"])
     # the A100 excerpt has no GEMM table: GEMMs stay the base calibration's, and it says so
     assert main(["calibrate", "--aic", AIC, "--system", "a100_sxm", "-o", str(tmp_path / "a.json")]) == 0
@@ -135,6 +137,13 @@ def test_a_table_with_a_bad_cell_is_named(tmp_path):
     df.to_parquet(f)
     with pytest.raises(ConfigError, match="generation_attention_perf.parquet.*latency"):
         read_aic(root, "h100_sxm")
+    m = root / "h100_sxm/moe/vllm/0.24.0/moe_perf.parquet"
+    df = pd.read_parquet(m)
+    df["num_tokens"] = df["num_tokens"].astype(str)
+    df.loc[5, "num_tokens"] = "many"
+    df.to_parquet(m)
+    with pytest.raises(ConfigError, match="moe_perf.parquet: row 6: column 'num_tokens'"):
+        read_aic(root, "h100_sxm", kinds=("moe",))
     assert np.isfinite(read_aic(AIC, "h100_sxm").decode.seconds).all()
 
 

@@ -25,7 +25,7 @@ def cmd_calibrate(a: argparse.Namespace) -> int:
         from kvsim.latency.calibration import shipped_calibration
 
         # GEMMs from the tables unless dense-layer profiles (mlp.csv) were given
-        kinds = ("decode", "prefill", "all_reduce") + (() if "mlp" in measured else ("gemm",))
+        kinds = ("decode", "prefill", "all_reduce", "moe") + (() if "mlp" in measured else ("gemm",))
         data = read_aic(a.aic, a.system, a.vllm_version, kinds=kinds, gpu=get_gpu(a.gpu) if a.gpu else None)
         for note in data.notes:
             print(f"note: {note}", file=sys.stderr)
@@ -36,7 +36,7 @@ def cmd_calibrate(a: argparse.Namespace) -> int:
         c = fit_calibration(a.measurements, a.gpu, data=measured)
     save_calibration(c, a.output)
     print(f"calibration for {c.gpu} (measured on: {c.measured_on})")
-    for group in ("gemm", "elementwise", "decode_attention", "prefill_attention", "all_reduce"):
+    for group in ("gemm", "elementwise", "decode_attention", "prefill_attention", "all_reduce", "moe"):
         print(f"  {group:18s} {c.sources.get(group, 'from the shipped calibration / physics defaults')}")
     stats = c.fit.get("dense_in_sample", {}).get("layer", {})
     if stats:

@@ -772,8 +772,10 @@ class AicFit:
             c = replace(c, moe=self.moe)
         if self.gemm:
             was = base.sources.get("elementwise", "").replace("the same files", base.sources.get("gemm", ""))
+            if not was.startswith(("kept from the ", "borrowed")):  # a refit of a refit keeps one origin
+                was = f"kept from the {base.gpu} calibration ({was})"
             c = replace(c, gemm=self.gemm, fit={k: v for k, v in c.fit.items() if k not in DENSE_STATS},
-                        sources={**c.sources, "elementwise": f"kept from the {base.gpu} calibration ({was})"})
+                        sources={**c.sources, "elementwise": was})
         return c
 
 
