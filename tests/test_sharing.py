@@ -100,7 +100,7 @@ class SharingMachine(RuleBasedStateMachine):
         child = self.next_id
         self.next_id += 1
         forked = self.alloc.fork(sid, child, s.computed, s.req)
-        assert forked == self.alloc.forks  # paged forks share; layer-group allocators start the child on its own
+        assert forked == self.alloc.forks  # every block allocator shares a parent's blocks with its samples
         if not forked:
             return -1
         tags = s.tags[:s.computed] + [("u", child, p) for p in range(s.computed, len(s.tags))]
