@@ -105,7 +105,7 @@ request = st.tuples(st.floats(0, 5), st.integers(1, 300), st.integers(1, 80), st
 
 @settings(max_examples=40, deadline=None)
 @given(st.lists(request, min_size=1, max_size=25),
-       st.sampled_from(["paged:16", "paged:8+prefix", "radix:8", "max"]),
+       st.sampled_from(["paged:16", "paged:8+prefix", "radix:8", "max", "hybrid:8"]),
        st.sampled_from(["recompute", "partial"]), st.integers(1, 2), st.integers(1, 2),
        st.integers(20, 200), st.integers(20, 200), st.sampled_from([16, 128, 2048]), st.sampled_from([2, 8, 64]),
        st.one_of(st.none(), st.floats(0.5, 6)), st.sampled_from(sorted(ROUTERS)))

@@ -61,7 +61,7 @@ def test_one_replica_is_the_single_engine_run_bit_for_bit(args, alloc):
 request = st.tuples(st.floats(0, 5), st.integers(1, 300), st.integers(1, 120), st.integers(0, 2),
                     st.sampled_from([1, 1, 1, 2]))
 setup = st.fixed_dictionaries({
-    "spec": st.sampled_from(["paged:16", "paged:8+prefix", "radix:8", "max", "oracle"]),
+    "spec": st.sampled_from(["paged:16", "paged:8+prefix", "radix:8", "max", "oracle", "hybrid:8+prefix"]),
     "mode": st.sampled_from(["recompute", "swap", "partial"]),
     "budget": st.sampled_from([32, 128, 4096]),
     "max_seqs": st.sampled_from([2, 8, 64]),
