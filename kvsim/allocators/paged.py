@@ -183,10 +183,12 @@ class PagedAllocator(KVAllocator):
         if table is not None and num_tokens <= (len(table) + 1) * B:  # a decode's growth: at most one block
             if num_tokens <= len(table) * B:
                 return True
-            if self.pool.num_free < 1:
+            pool = self.pool
+            if pool.num_free < 1:
                 return False
-            core.take_one(table)
-            held, final = len(table) * B, request.total_tokens
+            table.append(pool.take_one())  # BlockTables.take_one, inlined: every decode's block boundary is here
+            core.in_use += 1
+            held, final = len(table) * B, request.prompt_tokens + request.output_tokens
             if held > final:
                 self._set_overhang(seq_id, held, final)
             return True

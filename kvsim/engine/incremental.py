@@ -66,8 +66,8 @@ def _by_key(d: LazyDecoder) -> int:
     return d.key
 
 
-def _first_key(pair: tuple[Sequence, LazyDecoder | None]) -> int:
-    return pair[0].key
+def _seq_key(s: Sequence) -> int:
+    return s.key
 
 
 class IncrementalScheduler(Scheduler):
@@ -126,9 +126,13 @@ class IncrementalScheduler(Scheduler):
     def _regrow(self, d: LazyDecoder) -> None:
         """After the lazy decoder's allocation at self.it: its next event. A periodic growth (one unit)
         recurs every period; anything else asks the allocator again."""
-        if d.grow_periodic:
-            d.grow_iter = -1
-            self._add_growth(d, self.it + self._period)
+        if d.grow_periodic:  # _add_growth, inlined: every decode's block boundary comes here
+            e = self.it + self._period
+            if e > d.finish_iter:
+                d.grow_iter = -1
+            else:
+                d.grow_iter = e
+                _bucket_add(self._grow_at, self._grow_heap, e, d)
         else:
             self._materialize(d)
             self._schedule_growth(d)
@@ -202,30 +206,30 @@ class IncrementalScheduler(Scheduler):
         return [d.seq for d in fin]
 
     # --- the hooks of the running-batch pass (Scheduler._serve_running) ---------------------------
-    def _to_visit(self) -> list[tuple[Sequence, LazyDecoder | None]]:
+    def _to_visit(self) -> tuple[list[Sequence], dict[int, LazyDecoder] | None]:
         """The explicit sequences and the lazy decoders that allocate in this iteration (brought up to date
-        now: nothing changes their fields before the pass reaches them)."""
+        now: nothing changes their fields before the pass reaches them), and those decoders by key."""
         it = self.it
-        events = self._grow_at.pop(it, [])
+        events = self._grow_at.pop(it, None)
         self._special_at.discard(it)
         self._reask_at.discard(it)
         self._pop_stale(self._grow_heap, self._grow_at, it + 1)
-        todo: list[tuple[Sequence, LazyDecoder | None]] = [(s, None) for s in self._explicit]
         if not events:
-            return todo
-        n0 = it
+            return list(self._explicit), None
         plans, start = self._plans, self._last_plan_start
+        woken = {}
         for d in events:
             d.grow_iter = -1
             s = d.seq  # _materialize, inlined: this runs for every growth event
-            n = n0 - d.base
+            n = it - d.base
             s.computed = d.c0 + n
             s.generated = d.g0 + n
             if d.lazy_from < plans:
                 s.last_scheduled_s = start
-            todo.append((s, d))
-        todo.sort(key=_first_key)
-        return todo
+            woken[d.key] = d
+        todo = [d.seq for d in events] + self._explicit
+        todo.sort(key=_seq_key)
+        return todo, woken
 
     def _lazy_between(self, lo: int, hi: int) -> int:
         return bisect_left(self._keys, hi) - bisect_right(self._keys, lo)

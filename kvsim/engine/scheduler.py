@@ -142,10 +142,10 @@ class Scheduler:
     def _joined(self, seq: Sequence) -> None:
         """``seq`` was appended to the running batch."""
 
-    def _to_visit(self) -> list[tuple[Sequence, object | None]]:
-        """The running sequences this iteration's pass visits, in admission order, each with its lazy state
-        (fields brought up to date) if it is a lazy decoder, else None."""
-        return [(s, None) for s in self.running]
+    def _to_visit(self) -> tuple[list[Sequence], dict | None]:
+        """The running sequences this iteration's pass visits, in admission order, and the lazy state (fields
+        brought up to date) of those that are lazy decoders, by key (None: none are)."""
+        return list(self.running), None
 
     def _lazy_between(self, lo: int, hi: int) -> int:
         """Lazy decoders with ``lo < key < hi``: counted by the pass (one token each), not visited."""
@@ -473,13 +473,14 @@ class Scheduler:
         call again at the same instant."""
         self._swap_out = self._swap_in = 0
         scheduled: dict[int, tuple[Sequence, int]] = {}
-        budget, preempted = self._serve_running(self._to_visit(), scheduled)
+        budget, preempted = self._serve_running(*self._to_visit(), scheduled)
         self.admission_blocked = False
         if not preempted:
             self._admit(budget, scheduled, now)
         return self._plan(scheduled, now)
 
-    def _serve_running(self, todo: list[tuple[Sequence, object | None]], scheduled: dict[int, tuple[Sequence, int]]) -> tuple[int, bool]:
+    def _serve_running(self, todo: list[Sequence], lazy_of: dict | None,
+                       scheduled: dict[int, tuple[Sequence, int]]) -> tuple[int, bool]:
         """Serve the running batch in admission order within the token budget: a decode takes one token, an
         unfinished prefill its next chunk. ``todo`` are the sequences visited (see :meth:`_to_visit`); lazy decoders between them
         take one token each without a visit. A sequence that cannot get memory reclaims what waiting
@@ -490,7 +491,7 @@ class Scheduler:
         alloc = self.alloc
         lazy_between = self._lazy_between  # bound once: this loop is the hot path
         done_key = -1  # lazy decoders with keys up to here have been counted
-        for s, lazy in todo:
+        for s in todo:
             if s.status != Status.RUNNING:
                 continue  # preempted earlier in this pass
             c = lazy_between(done_key, s.key)
@@ -500,6 +501,7 @@ class Scheduler:
                 stopped = True
                 break
             budget -= c
+            lazy = lazy_of.get(s.key) if lazy_of else None
             n = 1 if lazy is not None else min(s.to_compute, budget)
             while not alloc.allocate(s.sid, s.req, s.computed + n, computed=s.computed):
                 if self._reclaim_waiting():
