@@ -57,8 +57,6 @@ def main() -> int:
     ap.add_argument("--out", default="reports/fleet")
     ap.add_argument("--copies", type=int, default=2)
     a = ap.parse_args()
-    import pandas as pd
-
     from kvsim.options import config_from_args
     from kvsim.trace.generate import ArrivalSpec, LengthSpec
     from kvsim.trace.scenarios import ScenarioSpec, generate_scenario
@@ -84,20 +82,25 @@ def main() -> int:
                            LengthSpec(max_total=8192), seed=1)
     rows += run(mt, config_from_args(["--model", "llama-3-8b", "--gpu", "h100-80gb"]), 8, ROUTERS,
                 "multi-turn, 8 replicas")
-    df = pd.DataFrame(rows)
-    df.to_csv(out / "fleet.csv", index=False)
-    cols = ["trace", "router", "finished", "prefix_hit_rate_tokens", "ttft_p50_s", "ttft_p99_s", "tpot_p50_s",
-            "throughput_tok_s", "imbalance_requests", "imbalance_busy"]
-    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    for r in rows:
-        cells = []
-        for c in cols:
-            v = r[c]
-            cells.append(f"{v:.3f}" if isinstance(v, float) else str(v))
-        lines.append("| " + " | ".join(cells) + " |")
-    (out / "summary.md").write_text("# Routers on a fleet (benchmarks/fleet_compare.py)\n\n" + "\n".join(lines) + "\n")
-    print(f"wrote {out}/fleet.csv and summary.md")
+    write_results(rows, out, "# Routers on a fleet (benchmarks/fleet_compare.py)\n\n")
     return 0
+
+
+COLUMNS = ["trace", "router", "finished", "prefix_hit_rate_tokens", "ttft_p50_s", "ttft_p99_s", "tpot_p50_s",
+           "throughput_tok_s", "imbalance_requests", "imbalance_busy"]
+
+
+def write_results(rows: list[dict], out: Path, head: str) -> None:
+    """fleet.csv (every summary field) and summary.md (a table of COLUMNS) in ``out``."""
+    import pandas as pd
+
+    out.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame(rows).to_csv(out / "fleet.csv", index=False)
+    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    for r in rows:
+        lines.append("| " + " | ".join(f"{r[c]:.3f}" if isinstance(r[c], float) else str(r[c]) for c in COLUMNS) + " |")
+    (out / "summary.md").write_text(head + "\n".join(lines) + "\n")
+    print(f"wrote {out}/fleet.csv and summary.md")
 
 
 if __name__ == "__main__":

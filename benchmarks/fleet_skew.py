@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -62,38 +61,18 @@ def main() -> int:
     ap.add_argument("--replicas", type=int, default=8)
     ap.add_argument("--routers", default=",".join(ROUTERS))
     a = ap.parse_args()
-    import pandas as pd
-
-    from kvsim.fleet.cluster import ReplicaGroup, simulate_fleet
+    from fleet_compare import run, write_results
     from kvsim.options import config_from_args
 
     cfg = config_from_args(["--model", "llama-3-8b", "--gpu", "h100-80gb"])
     reqs = skewed_trace(a.requests, a.rate, a.families, a.hot)
-    rows = []
-    for r in a.routers.split(","):
-        t = time.perf_counter()
-        f = simulate_fleet(reqs, [ReplicaGroup("g", cfg, "paged:16+prefix", a.replicas)], r)
-        s = dict(f.summary, wall_s=time.perf_counter() - t)
-        rows.append(s)
-        print(f"{r:15s} hit {100 * s['prefix_hit_rate_tokens']:5.1f}%  TTFT p50 {s['ttft_p50_s']:.3f} "
-              f"p99 {s['ttft_p99_s']:.3f}  TPOT p50 {1000 * s['tpot_p50_s']:.1f} ms  tok/s {s['throughput_tok_s']:.0f}"
-              f"  finished {s['finished']}  imbalance {s['imbalance_busy']:.2f}  ({s['wall_s']:.1f} s)", flush=True)
-    out = Path(a.out)
-    out.mkdir(parents=True, exist_ok=True)
-    df = pd.DataFrame(rows)
-    df.to_csv(out / "fleet.csv", index=False)
-    cols = ["router", "finished", "prefix_hit_rate_tokens", "ttft_p50_s", "ttft_p99_s", "tpot_p50_s",
-            "throughput_tok_s", "imbalance_requests", "imbalance_busy"]
-    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    for r in rows:
-        lines.append("| " + " | ".join(f"{r[c]:.3f}" if isinstance(r[c], float) else str(r[c]) for c in cols) + " |")
+    label = f"skewed, {a.replicas} replicas"
+    rows = run(reqs, cfg, a.replicas, a.routers.split(","), label)
     head = (f"# Routers under skewed load (benchmarks/fleet_skew.py)\n\n{a.requests} requests at {a.rate:g} req/s, "
             f"{a.families} prefix families (the hot one {100 * a.hot:g}%, the rest Zipf 1.1), {a.replicas} x "
             f"Llama-3-8B on H100-80GB, paged:16+prefix\n\n")
-    (out / "summary.md").write_text(head + "\n".join(lines) + "\n")
-    print(f"wrote {out}/fleet.csv and summary.md")
+    write_results(rows, Path(a.out), head)
     return 0
-
 
 if __name__ == "__main__":
     raise SystemExit(main())
