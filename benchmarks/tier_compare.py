@@ -59,7 +59,7 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     df = pd.DataFrame(rows)
     df.to_csv(out / "tiers.csv", index=False)
-    lines = [f"# Lower cache tiers on a fleet (benchmarks/tier_compare.py)", "",
+    lines = ["# Lower cache tiers on a fleet (benchmarks/tier_compare.py)", "",
              f"Mooncake excerpt x{a.copies} ({len(reqs)} requests), {a.replicas} x A100-40GB, Qwen2.5-7B, "
              "paged+prefix.", "", "| tiers | router | hit % | TTFT p50 s | TTFT p99 s | out tok/s |",
              "|---|---|---:|---:|---:|---:|"]

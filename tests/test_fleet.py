@@ -12,13 +12,10 @@ import sys
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from helpers import FixedLatency, sched
+from helpers import sched
 from kvsim.allocators import make_allocator
-from kvsim.config import SimConfig
 from kvsim.engine.clock import drive
-from kvsim.engine.engine import Engine
 from kvsim.engine.preemption import get_victim_policy
-from kvsim.engine.sequence import Sequence
 from kvsim.engine.simulator import Simulation
 from kvsim.fleet.cluster import ReplicaGroup, simulate_fleet
 from kvsim.fleet.routers import ROUTERS, RouterOptions

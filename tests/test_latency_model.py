@@ -12,7 +12,7 @@ from hypothesis import given, strategies as st
 from kvsim.cli import main
 from kvsim.hardware import get_gpu, get_model
 from kvsim.latency import StepShape, get_cpu_overhead
-from kvsim.latency.calibration import (Calibration, DecodeAttentionParams, GemmParams, LinkParams, shipped_calibration)
+from kvsim.latency.calibration import Calibration, GemmParams, LinkParams, shipped_calibration
 from kvsim.latency.fit import dense_rows, fit_links, leave_one_model_out, summarize_dense
 from kvsim.latency.perop import PerOpModel, gemm_seconds
 from kvsim.options import config_from_args
