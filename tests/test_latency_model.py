@@ -72,7 +72,7 @@ KINDS = {"mla-tp1": ("deepseek-v3", "h200-141gb", 1), "mla-tp8": ("deepseek-v3",
 def test_mla_decode_at_tp1_is_flop_bound():
     m = _model(model="deepseek-v3", gpu="h200-141gb")
     byte_s = m.kv_bytes_per_token_layer / (m.gpu.hbm_bandwidth * m.calib.decode_attention.bw_eff)
-    assert m._decode_token_s > 1.5 * byte_s
+    assert m._decode_token_s > 1.2 * byte_s  # the FLOPs clearly dominate, so decode runs must price them
 
 
 @pytest.mark.parametrize("kind", sorted(KINDS))

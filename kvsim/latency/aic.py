@@ -573,7 +573,7 @@ def prefill_seconds(p: PrefillAttentionParams, gpu: GpuSpec, num_chunks, new, ca
     q_tiles = full + (part > 0)
     work = num_chunks * q_heads * (tiles + ovh * q_tiles)
     longest = -(-(cached + new) // tkv) + ovh
-    tile_s = 4.0 * tq * tkv * head_dim / (gpu.bf16_flops / gpu.sms * p.flops_eff)
+    tile_s = 4.0 * tq * tkv * (head_dim + p.tile_extra_dims) / (gpu.bf16_flops / gpu.sms * p.flops_eff)
     compute = tile_s * np.maximum(work / gpu.sms, longest)
     memory = num_chunks * (cached + new) * (2 * kv_heads * head_dim * kv_dtype_bytes) / (gpu.hbm_bandwidth * p.bw_eff)
     return p.floor_s + np.maximum(compute, memory)
@@ -652,21 +652,28 @@ def fit_decode(d, gpu: GpuSpec) -> DecodeAttentionParams:
 
 
 def fit_prefill(d, gpu: GpuSpec, base: PrefillAttentionParams) -> PrefillAttentionParams:
-    """floor, tile efficiency and start-up tiles of the prefill tile model (as kvsim.latency.fit._fit_prefill,
-    over batches of identical chunks, vectorised); tile sizes and bandwidth stay ``base``'s."""
+    """floor, tile efficiency, start-up tiles and the head-independent share of a tile iteration of the prefill
+    tile model (as kvsim.latency.fit._fit_prefill, over batches of identical chunks, vectorised); tile sizes and
+    bandwidth stay ``base``'s. The head-independent share is fitted only when the rows span head dims."""
     from kvsim.latency.fit import _fit
 
     if len(d) < 4:
         raise ConfigError(f"need at least 4 prefill attention rows to fit, have {len(d)}")
     T = d["seconds"].to_numpy(float)
 
+    span = d["head_dim"].nunique() > 1
+
     def params(x):
-        return replace(base, floor_s=x[0] * 1e-6, flops_eff=x[1], cta_overhead_tiles=x[2])
+        extra = {"tile_extra_dims": x[3]} if span else {}
+        return replace(base, floor_s=x[0] * 1e-6, flops_eff=x[1], cta_overhead_tiles=x[2], **extra)
 
     def res(x):
         return np.log(_prefill_df(params(x), gpu, d) / T)
 
-    return params([float(v) for v in _fit(res, [10.0, 0.5, 2.0], [0.0, 0.001, 0.0], [1e5, 1.0, 64.0])])
+    x0, lo, hi = [10.0, 0.5, 2.0], [0.0, 0.001, 0.0], [1e5, 1.0, 64.0]
+    if span:
+        x0, lo, hi = x0 + [32.0], lo + [0.0], hi + [1024.0]
+    return params([float(v) for v in _fit(res, x0, lo, hi)])
 
 
 def fit_all_reduce(a) -> dict[str, LinkParams]:

@@ -77,6 +77,9 @@ class PrefillAttentionParams:
     tile_q: int = 128
     tile_kv: int = 64
     bw_eff: float = 0.76
+    # a tile iteration costs as if the head were this many dimensions wider: the softmax and rescaling do not
+    # shrink with the head (0: time in proportion to head_dim)
+    tile_extra_dims: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -276,7 +276,8 @@ class PerOpModel(LatencyModel):
         pd, pa = calib.decode_attention, calib.prefill_attention
         self._decode_token_s = self.kv_bytes_per_token_layer / (gpu.hbm_bandwidth * pd.bw_eff)
         if model.is_mla:  # absorbed MLA decode: scores over latent + rope, values over the latent, every head
-            flops = 2.0 * self.qh * (2 * model.kv_lora_rank + model.qk_rope_head_dim)
+            # (plus, per query-key pair, the head-independent share of a tile iteration, as prefill prices it)
+            flops = 2.0 * self.qh * (2 * model.kv_lora_rank + model.qk_rope_head_dim + 2 * pa.tile_extra_dims)
             self._decode_token_s = max(self._decode_token_s, flops / (gpu.bf16_flops * pa.flops_eff))
         # attention layers by the span they attend to: (layers, kind, window tokens; 0 = everything)
         spans = Counter((t, model.window_of(t)) for t in model.mixers if t != "mamba")
@@ -290,7 +291,7 @@ class PerOpModel(LatencyModel):
         self._dense_cache: dict[tuple[int, int], float] = {}
         self._comm_cache: dict[tuple[int, int], float] = {}
         pa = calib.prefill_attention
-        self._tile_s = 4.0 * pa.tile_q * pa.tile_kv * hd / (gpu.bf16_flops / gpu.sms * pa.flops_eff)
+        self._tile_s = 4.0 * pa.tile_q * pa.tile_kv * (hd + pa.tile_extra_dims) / (gpu.bf16_flops / gpu.sms * pa.flops_eff)
 
     # --- parts -------------------------------------------------------------------------------
     def dense_s(self, tokens: int, sampled: int) -> float:
