@@ -124,6 +124,10 @@ def main() -> None:
             if before:
                 row += f" {cell(evaluate_gemm(data, before).get(reg))} |"
             report.append(row)
+        fp8 = val["in_sample"].get("decode other KV dtypes")
+        if fp8:
+            old = (prev or {}).get("decode other KV dtypes", {})
+            report.append(f"| decode FP8 KV | all | {cell(fp8.get('all'))} | - |" + (f" {cell(old.get('all'))} |" if before else ""))
         if "moe" in fit["aic"]:
             mv = fit["aic"]["moe"]
             # before: the same layers priced by the GEMM and element-wise parameters (kvsim without an MoE fit)

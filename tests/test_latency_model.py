@@ -231,3 +231,20 @@ def test_cpu_presets_change_the_time_as_documented():
     assert t["vllm-v1"]["cpu_s"] == pytest.approx(0.5e-3 + 32 * 10e-6)
     assert t["vllm-v1-async"]["cpu_s"] == pytest.approx(50e-6)  # hidden behind a GPU step of ~30 ms
     assert t["vllm-v0"]["total_s"] > t["vllm-v1"]["total_s"] > t["vllm-v1-async"]["total_s"] > t["none"]["total_s"]
+
+
+def test_an_fp8_kv_cache_streams_at_its_own_measured_efficiency():
+    """FP8 KV halves the bytes a decode reads, not the time: the calibration carries its own bandwidth efficiency
+    and extra time (fitted on vLLM's fp8 decode kernels), so a step takes more than half the bf16 stream."""
+    from kvsim.options import config_from_args
+    from kvsim.latency import build_latency
+
+    bf16, fp8 = (build_latency(config_from_args(["--model", "llama-3-8b", "--gpu", "h100-80gb", *a]))
+                 for a in ([], ["--kv-cache-dtype", "fp8"]))
+    p = fp8.calib.decode_attention
+    assert 0 < p.kv8_bw_eff < p.bw_eff and p.kv8_ramp_s > 0
+    assert fp8._decode_token_s == pytest.approx(bf16._decode_token_s / 2 * p.bw_eff / p.kv8_bw_eff)
+    n, kv = 64, 64 * 4000
+    a = bf16.decode_attention_layer_s(n, kv)
+    b = fp8.decode_attention_layer_s(n, kv)
+    assert a / 2 < b < a

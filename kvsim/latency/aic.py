@@ -554,8 +554,10 @@ def _nccl_table(sysdir: Path, version: str | None):
 # --- the per-operation formulas, vectorised (they equal PerOpModel's; see check_against_perop) ----------
 def _decode_df(p: DecodeAttentionParams, gpu: GpuSpec, d):
     """PerOpModel.decode_attention_layer_s over the rows of a decode table."""
-    token_s = _token_bytes(d) / (gpu.hbm_bandwidth * p.bw_eff)
-    return np.maximum(p.floor_s, p.stream_s(d["num_seqs"].to_numpy(float), d["kv_tokens"].to_numpy(float), token_s))
+    kv = d["kv_dtype_bytes"].to_numpy()
+    token_s = _token_bytes(d) / (gpu.hbm_bandwidth * p.bw_for(kv))
+    return np.maximum(p.floor_s, p.stream_s(d["num_seqs"].to_numpy(float), d["kv_tokens"].to_numpy(float), token_s,
+                                            kv == 1))
 
 
 def _token_bytes(d) -> np.ndarray:
@@ -649,6 +651,23 @@ def fit_decode(d, gpu: GpuSpec) -> DecodeAttentionParams:
         raise ConfigError(f"need at least 5 decode attention rows to fit, have {len(d)}")
     return _fit_decode(d["num_seqs"].to_numpy(float), d["kv_bytes"].to_numpy(float), d["seconds"].to_numpy(float), gpu,
                        _token_bytes(d))
+
+
+def fit_kv8(d, gpu: GpuSpec, p: DecodeAttentionParams) -> DecodeAttentionParams:
+    """``p`` with an FP8 KV cache's bandwidth efficiency and extra time fitted on the 1-byte rows of ``d`` (the rest
+    kept)."""
+    from kvsim.latency.fit import _fit
+
+    rows = d[d["kv_dtype_bytes"] == 1]
+    if len(rows) < 5:
+        return p
+    T = rows["seconds"].to_numpy(float)
+
+    def params(x):
+        return replace(p, kv8_bw_eff=x[0], kv8_ramp_s=x[1] * 1e-6)
+
+    return params([float(v) for v in _fit(lambda x: np.log(_decode_df(params(x), gpu, rows) / T), [p.bw_eff, 1.0],
+                                          [0.02, 0.0], [1.0, 1000.0])])
 
 
 def fit_prefill(d, gpu: GpuSpec, base: PrefillAttentionParams) -> PrefillAttentionParams:
@@ -798,6 +817,9 @@ def fit_aic(data: AicData, base: Calibration | None = None, kv_dtype_bytes=(2,),
         dec = fit_decode(_kv_filter(data.decode, kv_dtype_bytes), data.gpu)
         src["decode_attention"] = tag.format(_rel(data, "generation_attention_perf"),
                                              data.versions["generation_attention_perf"], kvnote)
+        if kv_dtype_bytes is not None and 1 not in kv_dtype_bytes and (data.decode["kv_dtype_bytes"] == 1).any():
+            dec = fit_kv8(data.decode, data.gpu, dec)  # FP8 KV: its own bandwidth efficiency, the rest shared
+            src["decode_attention"] += "; FP8 KV bandwidth from the fp8 rows"
     if data.prefill is not None:
         pbase = replace(base.prefill_attention, bw_eff=dec.bw_eff) if dec else base.prefill_attention
         rows = _kv_filter(data.prefill, kv_dtype_bytes)

@@ -58,11 +58,26 @@ class DecodeAttentionParams:
     bw_eff: float = 0.76
     per_seq_s: float = 0.0
     per_seq_tokens: float = 0.0
+    # an FP8 (1-byte) KV cache: its bandwidth efficiency and an extra time above the floor (the kernels
+    # dequantize as they stream, so half the bytes do not take half the time; 0: as bf16)
+    kv8_bw_eff: float = 0.0
+    kv8_ramp_s: float = 0.0
 
-    def stream_s(self, num_seqs, kv_tokens, token_s):
+    def bw_for(self, kv_dtype_bytes) -> float:
+        """The bandwidth efficiency for KV elements of ``kv_dtype_bytes`` bytes (works on numpy arrays too)."""
+        if not self.kv8_bw_eff:
+            return self.bw_eff
+        import numpy as np
+
+        return np.where(np.asarray(kv_dtype_bytes) == 1, self.kv8_bw_eff, self.bw_eff) \
+            if hasattr(kv_dtype_bytes, "__len__") else (self.kv8_bw_eff if kv_dtype_bytes == 1 else self.bw_eff)
+
+    def stream_s(self, num_seqs, kv_tokens, token_s, kv8=False):
         """The part above the floor, for ``num_seqs`` sequences over ``kv_tokens`` context tokens in all,
-        ``token_s`` seconds to stream one token's KV; works on numpy arrays too."""
-        return self.ramp_s + self.per_seq_s * num_seqs + (kv_tokens + self.per_seq_tokens * num_seqs) * token_s
+        ``token_s`` seconds to stream one token's KV (``kv8``: an FP8 cache, a bool or an array of them); works
+        on numpy arrays too."""
+        return self.ramp_s + self.kv8_ramp_s * kv8 + self.per_seq_s * num_seqs + \
+            (kv_tokens + self.per_seq_tokens * num_seqs) * token_s
 
 
 @dataclass(frozen=True)

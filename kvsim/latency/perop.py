@@ -274,7 +274,8 @@ class PerOpModel(LatencyModel):
         self.kv_bytes_per_token_layer = model.kv_bytes_per_token_layer(tp) if model.is_mla else \
             2 * self.kvh * hd * model.kv_dtype_bytes
         pd, pa = calib.decode_attention, calib.prefill_attention
-        self._decode_token_s = self.kv_bytes_per_token_layer / (gpu.hbm_bandwidth * pd.bw_eff)
+        self._kv8 = model.kv_dtype_bytes == 1  # an FP8 KV cache streams at its own efficiency
+        self._decode_token_s = self.kv_bytes_per_token_layer / (gpu.hbm_bandwidth * pd.bw_for(model.kv_dtype_bytes))
         if model.is_mla:  # absorbed MLA decode: scores over latent + rope, values over the latent, every head
             # (plus, per query-key pair, the head-independent share of a tile iteration, as prefill prices it)
             flops = 2.0 * self.qh * (2 * model.kv_lora_rank + model.qk_rope_head_dim + 2 * pa.tile_extra_dims)
@@ -322,7 +323,7 @@ class PerOpModel(LatencyModel):
         p = self.calib.decode_attention
         if window:
             kv_tokens = min(kv_tokens, num_seqs * window)
-        return max(p.floor_s, p.stream_s(num_seqs, kv_tokens, self._decode_token_s))
+        return max(p.floor_s, p.stream_s(num_seqs, kv_tokens, self._decode_token_s, self._kv8))
 
     def windowed_prefill_layer_s(self, chunks, kind: str, window: int) -> float:
         """Prefill of a sliding-window or chunked-local layer: each query tile walks the KV tiles from the
@@ -441,7 +442,7 @@ class PerOpModel(LatencyModel):
         per_token = self._decode_token_s  # as a single step prices it: bytes, or FLOPs where larger (MLA)
         L = self.layers
         floor = base + L * p.floor_s
-        a = base + L * p.stream_s(n, s0, per_token)
+        a = base + L * p.stream_s(n, s0, per_token, self._kv8)
         b = L * n * per_token
         c = self.cpu
         if c.overlapped:
@@ -469,7 +470,7 @@ class PerOpModel(LatencyModel):
                 reads = window_reads(kind, w, steps).astype(np.float64)
             else:
                 reads = np.minimum(kv, n * w)
-            gpu = gpu + layers * np.maximum(p.floor_s, p.stream_s(n, reads, self._decode_token_s))
+            gpu = gpu + layers * np.maximum(p.floor_s, p.stream_s(n, reads, self._decode_token_s, self._kv8))
         c = self.cpu
         cpu = c.seconds(n)
         return c.sync_s + np.maximum(cpu, gpu) if c.overlapped else gpu + cpu
