@@ -52,8 +52,8 @@ def build_allocator(cfg: SimConfig, allocator: AllocatorSpec | str, pool: PoolPl
     if cfg.kv_offloading_size > 0:
         from kvsim.allocators.kv_tier import KVTier, TierSpec
 
-        attach_tier(alloc, KVTier(TierSpec("cpu", cfg.kv_offloading_size * (1 << 30),
-                                           cfg.gpu.pcie_bandwidth if cfg.kv_offloading_bandwidth is None else cfg.kv_offloading_bandwidth * 1e9),
+        bandwidth = cfg.gpu.pcie_bandwidth if cfg.kv_offloading_bandwidth is None else cfg.kv_offloading_bandwidth * 1e9
+        attach_tier(alloc, KVTier(TierSpec("cpu", cfg.kv_offloading_size * (1 << 30), bandwidth),
                                   block_bytes(alloc, pool)))
     return alloc
 

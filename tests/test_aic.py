@@ -127,21 +127,21 @@ def test_calibrate_refuses_bad_aic_input_cleanly(tmp_path, capsys, args, msg):
     assert msg in capsys.readouterr().err
 
 
+def _write_text_cell(path, column, row, text):
+    """Put ``text`` in one numeric cell of a parquet table (a hand-edited or corrupt file)."""
+    df = pd.read_parquet(path)
+    df[column] = df[column].astype(str)
+    df.loc[row, column] = text
+    df.to_parquet(path)
+
+
 def test_a_table_with_a_bad_cell_is_named(tmp_path):
     root = tmp_path / "aic"
     shutil.copytree(f"{AIC}/h100_sxm", root / "h100_sxm")
-    f = root / "h100_sxm/attention/vllm/0.24.0/generation_attention_perf.parquet"
-    df = pd.read_parquet(f)
-    df["latency"] = df["latency"].astype(str)
-    df.loc[3, "latency"] = "fast"
-    df.to_parquet(f)
+    _write_text_cell(root / "h100_sxm/attention/vllm/0.24.0/generation_attention_perf.parquet", "latency", 3, "fast")
     with pytest.raises(ConfigError, match="generation_attention_perf.parquet.*latency"):
         read_aic(root, "h100_sxm")
-    m = root / "h100_sxm/moe/vllm/0.24.0/moe_perf.parquet"
-    df = pd.read_parquet(m)
-    df["num_tokens"] = df["num_tokens"].astype(str)
-    df.loc[5, "num_tokens"] = "many"
-    df.to_parquet(m)
+    _write_text_cell(root / "h100_sxm/moe/vllm/0.24.0/moe_perf.parquet", "num_tokens", 5, "many")
     with pytest.raises(ConfigError, match="moe_perf.parquet: row 6: column 'num_tokens'"):
         read_aic(root, "h100_sxm", kinds=("moe",))
     assert np.isfinite(read_aic(AIC, "h100_sxm").decode.seconds).all()

@@ -188,13 +188,13 @@ class BlockTables:
         table[-1] = copy
         return last, copy
 
-    def restore(self, seq_id: int, blocks: list[int], length: int, first: int) -> None:
-        """Rebuild a swapped-in table of ``length`` entries: ``first`` NULLs, then ``blocks`` (just taken)."""
+    def restore(self, seq_id: int, blocks: list[int], first: int) -> None:
+        """Rebuild a swapped-in table: ``first`` NULLs, then ``blocks`` (just taken)."""
         self.tables[seq_id] = [NULL] * first + blocks
         if first:
             self.first[seq_id] = first
             self.dropped_units += first * self.block_units
-        self.in_use += length - first
+        self.in_use += len(blocks)
         self.pool.forget(self.owner(seq_id))  # fresh blocks: the prefix cache registers them anew
 
     # --- checks ----------------------------------------------------------------------------------

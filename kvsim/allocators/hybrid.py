@@ -426,7 +426,7 @@ class HybridAllocator(KVAllocator):
         taken = [iter(g) for g in gpu]
         for m, (length, f) in zip(self.managers, shape):
             it = taken[m.group.pool]
-            m.restore(seq_id, [next(it) for _ in range(length - f)], length, f)
+            m.restore(seq_id, [next(it) for _ in range(length - f)], f)
         self._tokens[seq_id] = tokens
         self._note_overhang(seq_id, len(self._attn[0].tables[seq_id]) if self._attn else 0, request.total_tokens)
         mapping = []

@@ -307,7 +307,7 @@ class PagedAllocator(KVAllocator):
             return None
         gpu = self.pool.take(len(cpu))
         self.swap.release(seq_id)
-        self.core.restore(seq_id, gpu, len(gpu), 0)
+        self.core.restore(seq_id, gpu, 0)
         self._set_overhang(seq_id, len(gpu) * self.block_size, request.total_tokens)
         return self._swapped_in(list(zip(cpu, gpu)))
 

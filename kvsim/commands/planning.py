@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from kvsim.commands.args import DEFAULT_OUT, fraction_open, positive, positive_int
+from kvsim.commands.args import DEFAULT_OUT, fraction_open, int_list, positive, positive_int
 from kvsim.option_table import text_option_columns
 
 
@@ -74,17 +74,17 @@ def cmd_plan(a: argparse.Namespace) -> int:
     return 0
 
 
-def parse_tp_list(text: str) -> list[int]:
-    """``1,2,4`` -> [1, 2, 4]; a clear error naming --fleet-tp otherwise."""
-    from kvsim.errors import ConfigError
-
-    out = []
-    for part in text.split(","):
-        part = part.strip()
-        if not part.isdigit() or int(part) < 1:
-            raise ConfigError(f"--fleet-tp: {part!r} is not a positive whole number of GPUs (e.g. --fleet-tp 1,2,4)")
-        out.append(int(part))
-    return sorted(set(out))
+def load_text(cfg, target_rate: float | None) -> str:
+    """How the fleet plan's trace is sent, for titles: a rate, all at once, or the trace's own times; clients."""
+    if cfg.request_rate == float("inf"):
+        text = "once"
+    elif cfg.request_rate is not None:
+        text = f"{cfg.request_rate:g} req/s (Poisson)"
+    elif target_rate:
+        text = f"{target_rate:g} req/s"
+    else:
+        text = "the trace's own rate"
+    return text + (f", {cfg.max_concurrency} clients" if cfg.max_concurrency is not None else "")
 
 
 def cmd_fleet_plan(a: argparse.Namespace, cfg, slos) -> int:
@@ -113,10 +113,9 @@ def cmd_fleet_plan(a: argparse.Namespace, cfg, slos) -> int:
     allocator = str(resolve_allocator(default_allocator(cfg.model), cfg, named=False))
     values = values_from_namespace(a)
     values.pop("gpu", None)
-    tps = parse_tp_list(a.fleet_tp) if a.fleet_tp else None
     notes: list[str] = []
     rows = plan_fleet(a.trace, values, gpus, slos, a.fleet_max_gpus, routers, a.target_rate, a.kv_link, a.workers,
-                      a.backend, a.address, allocator, tps, notes)
+                      a.backend, a.address, allocator, a.fleet_tp, notes)
     for note in notes:
         print(note, file=sys.stderr)
     best = cheapest(rows)
@@ -133,12 +132,7 @@ def cmd_fleet_plan(a: argparse.Namespace, cfg, slos) -> int:
             Column("ttft", "TTFT", "p99", "latency", "", key("ttft_p99_s")),
             Column("tpot", "TPOT", "p99", "latency", "", key("tpot_p99_s")),
             Column("cost", "$ per M", "out tok", "money", "", key("cost_per_m_output_tokens"), optional=True)]
-    rate = (f"{cfg.request_rate:g} req/s (Poisson)" if cfg.request_rate is not None and cfg.request_rate != float("inf")
-            else "once" if cfg.request_rate is not None else f"{a.target_rate:g} req/s" if a.target_rate
-            else "the trace's own rate")
-    if cfg.max_concurrency is not None:
-        rate += f", {cfg.max_concurrency} clients"
-    title = (f"fleet plan · {Path(a.trace).name} at {rate} · {cfg.model.name} · "
+    title = (f"fleet plan · {Path(a.trace).name} at {load_text(cfg, a.target_rate)} · {cfg.model.name} · "
              f"{', '.join(g for g, _ in gpus)} · SLO {', '.join(map(str, slos))}")
     print_rows(front, cols, title + " · Pareto front (throughput per GPU vs TTFT p99)")
     lines = [f"# {title}", "", f"{len(rows)} layouts simulated (up to {a.fleet_max_gpus} GPUs per type).", "",
@@ -146,10 +140,11 @@ def cmd_fleet_plan(a: argparse.Namespace, cfg, slos) -> int:
     if best:
         b = best[0]
         cmds = vllm_commands(b, cfg.model.name, values)
-        print(f"\ncheapest layout meeting the SLOs: {b['layout']} behind {b['router']} ({b['gpus']} GPU{'s' if b['gpus'] > 1 else ''}"
+        size = f"{b['gpus']} GPU" + ("s" if b["gpus"] > 1 else "")
+        print(f"\ncheapest layout meeting the SLOs: {b['layout']} behind {b['router']} ({size}"
               + (f", ${b['cost_per_hour']:.2f}/h" if b.get("cost_per_hour") is not None else "") + ")")
         print("\n".join(cmds))
-        lines += [f"**Cheapest layout meeting the SLOs:** {b['layout']} behind {b['router']} ({b['gpus']} GPU{'s' if b['gpus'] > 1 else ''}).", "",
+        lines += [f"**Cheapest layout meeting the SLOs:** {b['layout']} behind {b['router']} ({size}).", "",
                   "```bash", *cmds, "```", ""]
     else:
         print(f"\nno layout of up to {a.fleet_max_gpus} GPUs meets the SLOs; raise --fleet-max-gpus or relax --slo")
@@ -331,7 +326,7 @@ def register(sub) -> None:
                          "cheapest layout meeting --slo")
     fl.add_argument("--fleet-routers", default="least-requests,prefix+load",
                     help="routers the fleet plan tries [default: least-requests,prefix+load]")
-    fl.add_argument("--fleet-tp", metavar="LIST",
+    fl.add_argument("--fleet-tp", metavar="LIST", type=int_list(),
                     help="tensor-parallel sizes the fleet plan tries for each pool, e.g. 1,2,4: aggregated replicas "
                          "of each size, and prefill and decode pools of any two [default: --tensor-parallel-size]")
     fl.add_argument("--kv-link", default="rdma", help="fleet plan: the P/D KV link (kvsim cluster --kv-link) "

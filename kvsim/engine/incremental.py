@@ -241,7 +241,7 @@ class IncrementalScheduler(Scheduler):
         for k in self._keys[i:]:
             s = self._lazy[k].seq
             self._detach(s)
-            insort(self._explicit, s, key=lambda x: x.key)
+            insort(self._explicit, s, key=_seq_key)
 
     def _is_lazy(self, s: Sequence) -> bool:
         return s.key in self._lazy
@@ -261,7 +261,7 @@ class IncrementalScheduler(Scheduler):
         self._pop_stale(self._finish_heap, self._finish_at, it + 1)
         if fin:
             done.extend(fin)
-            done.sort(key=lambda x: x.key)
+            done.sort(key=_seq_key)
         self._settle()
 
     @staticmethod

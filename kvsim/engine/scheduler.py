@@ -159,7 +159,7 @@ class Scheduler:
         return False
 
     def _grew(self, lazy: object) -> None:
-        """A lazy decoder (``_wake``'s handle) got memory for its next token."""
+        """A lazy decoder (its state from :meth:`_to_visit`'s map) got memory for its next token."""
 
     def _victim(self) -> Sequence:
         """The running sequence the victim policy gives up (fields it reads up to date)."""

@@ -456,7 +456,7 @@ def read_moe(path: Path):
     # law, which on H100 (both measured) is 0.99 of balanced at the median [0.82, 1.20 at p10/p90]
     chosen = "balanced" if (dist == "balanced").any() else "power_law_1.01"
     df = df[dist == chosen]
-    num = {c: pd.to_numeric(df[c], errors="coerce").to_numpy(float) for c in cols[:8]}
+    num = {c: df[c].to_numpy(float) for c in cols[:8]}  # read_table checked they are numbers
     t = num["latency"] * 1e-3
     ok = np.isfinite(t) & (t > 0)
     for c in cols[:7]:
@@ -474,12 +474,17 @@ def read_moe(path: Path):
                          "topk": g["topk"], "tp": g["moe_tp_size"], "ep": g["moe_ep_size"], "seconds": t[ok]}), note
 
 
-def moe_seconds_table(p: MoeParams, gpu: GpuSpec, m):
+def _moe_table_seconds(calib: Calibration, gpu: GpuSpec, m):
+    """PerOpModel's MoE layer time of each row of a MoE table (bf16 weights and activations)."""
     from kvsim.latency.perop import moe_formula
 
-    c = Calibration(gpu=gpu.name, moe=p)
     f = {k: m[k].to_numpy(float) for k in ("tokens", "hidden", "inter", "experts", "topk", "ep")}
-    return moe_formula(c, gpu, f["tokens"], f["hidden"], f["inter"], f["experts"], f["topk"], f["ep"], 2, 2)
+    return moe_formula(calib, gpu, f["tokens"], f["hidden"], f["inter"], f["experts"], f["topk"], f["ep"], 2, 2)
+
+
+def moe_seconds_table(p: MoeParams, gpu: GpuSpec, m):
+    """:func:`_moe_table_seconds` with the MoE parameters ``p``."""
+    return _moe_table_seconds(Calibration(gpu=gpu.name, moe=p), gpu, m)
 
 
 def fit_moe_table(m, gpu: GpuSpec) -> MoeParams:
@@ -501,11 +506,7 @@ def fit_moe_table(m, gpu: GpuSpec) -> MoeParams:
 def evaluate_moe(m, calib: Calibration, gpu: GpuSpec):
     """predicted / measured of the MoE rows by ``calib`` as the per-operation model prices them (its MoE
     parameters, or without them its GEMM and element-wise ones), by tokens."""
-    from kvsim.latency.perop import moe_formula
-
-    f = {k: m[k].to_numpy(float) for k in ("tokens", "hidden", "inter", "experts", "topk", "ep")}
-    t = moe_formula(calib, gpu, f["tokens"], f["hidden"], f["inter"], f["experts"], f["topk"], f["ep"], 2, 2)
-    return _by_regime(t / m["seconds"].to_numpy(), moe_regimes(m))
+    return _by_regime(_moe_table_seconds(calib, gpu, m) / m["seconds"].to_numpy(), moe_regimes(m))
 
 
 def moe_regimes(m) -> np.ndarray:

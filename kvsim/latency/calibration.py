@@ -64,13 +64,14 @@ class DecodeAttentionParams:
     kv8_ramp_s: float = 0.0
 
     def bw_for(self, kv_dtype_bytes) -> float:
-        """The bandwidth efficiency for KV elements of ``kv_dtype_bytes`` bytes (works on numpy arrays too)."""
+        """The bandwidth efficiency for KV elements of ``kv_dtype_bytes`` bytes (a number or a numpy array)."""
         if not self.kv8_bw_eff:
             return self.bw_eff
         import numpy as np
 
-        return np.where(np.asarray(kv_dtype_bytes) == 1, self.kv8_bw_eff, self.bw_eff) \
-            if hasattr(kv_dtype_bytes, "__len__") else (self.kv8_bw_eff if kv_dtype_bytes == 1 else self.bw_eff)
+        if np.ndim(kv_dtype_bytes) == 0:
+            return self.kv8_bw_eff if kv_dtype_bytes == 1 else self.bw_eff
+        return np.where(kv_dtype_bytes == 1, self.kv8_bw_eff, self.bw_eff)
 
     def stream_s(self, num_seqs, kv_tokens, token_s, kv8=False):
         """The part above the floor, for ``num_seqs`` sequences over ``kv_tokens`` context tokens in all,
