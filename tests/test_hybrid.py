@@ -151,6 +151,27 @@ def test_prefix_hits_follow_per_group_rules():
     a.check_invariants()
 
 
+def test_a_split_layout_swaps_each_page_in_one_copy_call():
+    """Jamba-1.5-mini at TP2, static split: an attention page is 4 copy units of 16 slots, a mamba state
+    page (28 layers' states) 133 units; a swap moves units but pays one copy call per page."""
+    from kvsim.engine.engine import SwapTiming
+
+    a = make_allocator("static-split:16", 0, 4096, cpu_swap_tokens=200_000,
+                       memory=ModelMemory(MODEL_PRESETS["jamba-1.5-mini"], 2, 8 << 30, 32))
+    assert a.copy_unit == 16 and a.layout.pool_page_units == (64, 2128)
+    r = Request("r", 0, 100, 5)
+    assert a.allocate(1, r, 100, computed=0)
+    held = a.held_slots(1)
+    out = a.swap_out(1)
+    # 100 tokens: cdiv(100, 16) = 7 attention pages of 4 units, one state page of 133 units
+    assert (len(out), out.calls) == (7 * 4 + 133, 7 + 1) and len(out) * a.copy_unit == held
+    back = a.swap_in(1, r)
+    assert (len(back), back.calls) == (len(out), out.calls) and a.held_slots(1) == held
+    t = SwapTiming(bytes_per_slot=1000, pcie_bandwidth=1e9, per_block_s=1e-5)
+    assert t.seconds(len(out), a.copy_unit, out.calls) == pytest.approx(8 * 1e-5 + 161 * 16 * 1000 / 1e9)
+    assert t.seconds(5, 16) == t.seconds(5, 16, 5)  # one call per unit unless told otherwise
+
+
 def test_a_model_with_mamba_layers_needs_a_layer_group_allocator():
     with pytest.raises(ConfigError, match="mamba"):
         make_allocator("paged:16", 1000, 4096, memory=ModelMemory(MODEL_PRESETS["jamba-1.5-mini"], 2, 8 << 30))
@@ -288,15 +309,23 @@ class HybridMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     def swap_out(self, data):
         sid = data.draw(st.sampled_from(sorted(self.live)))
-        if self.a.swap_out(sid) is not None:
-            self.swapped[sid] = self.live.pop(sid)
+        held = self.a.held_slots(sid)
+        out = self.a.swap_out(sid)
+        if out is not None:
+            self.swapped[sid] = self.live.pop(sid) + [out]
+            # every held slot moves; a page is one copy call however many units it spans
+            assert len(out) * self.a.copy_unit == held and 0 < out.calls <= len(out)
+            assert (out.calls == len(out)) == (max(self.a.layout.pool_page_units) == self.a.copy_unit)
 
     @precondition(lambda self: self.swapped)
     @rule(data=st.data())
     def swap_in(self, data):
         sid = data.draw(st.sampled_from(sorted(self.swapped)))
-        if self.a.swap_in(sid, self.swapped[sid][0]) is not None:
-            self.live[sid] = self.swapped.pop(sid)
+        back = self.a.swap_in(sid, self.swapped[sid][0])
+        if back is not None:
+            *state, out = self.swapped.pop(sid)
+            self.live[sid] = state
+            assert (len(back), back.calls) == (len(out), out.calls)
 
     @invariant()
     def accounts_for_every_slot(self):

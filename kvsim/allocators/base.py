@@ -85,6 +85,15 @@ class Growth:
     every: int = 1
 
 
+class SwapMapping(list):
+    """The (source unit, destination unit) copies of one swap, in ``copy_unit`` slots, and ``calls``:
+    how many copy calls move them (one per page; a page of a split layout may span several units)."""
+
+    def __init__(self, pairs, calls: int | None = None):
+        super().__init__(pairs)
+        self.calls = len(self) if calls is None else calls
+
+
 class KVAllocator(ABC):
     """Owns a pool of ``pool_tokens`` slots and hands them to sequences."""
 
@@ -215,24 +224,24 @@ class KVAllocator(ABC):
         """Slots that must be freed before ``seq_id`` can hold ``num_tokens`` tokens (an upper bound here)."""
         return num_tokens
 
-    def swap_out(self, seq_id: int) -> list[tuple[int, int]] | None:
+    def swap_out(self, seq_id: int) -> SwapMapping | None:
         """Copy the sequence's KV to host memory and free it here: (device unit, host unit) pairs, or
         None when unsupported or the host pool is full (the caller then recomputes)."""
         return None
 
-    def swap_in(self, seq_id: int, request: Request) -> list[tuple[int, int]] | None:
+    def swap_in(self, seq_id: int, request: Request) -> SwapMapping | None:
         return None
 
-    def _swapped_out(self, seq_id: int, mapping: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    def _swapped_out(self, seq_id: int, mapping: list[tuple[int, int]], calls: int | None = None) -> SwapMapping:
         """Record the copies of a swap-out (device unit, host unit) and free the sequence here."""
         self.copies.extend(("swap_out", g, c) for g, c in mapping)
         self.free(seq_id)
-        return mapping
+        return SwapMapping(mapping, calls)
 
-    def _swapped_in(self, mapping: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    def _swapped_in(self, mapping: list[tuple[int, int]], calls: int | None = None) -> SwapMapping:
         """Record the copies of a swap-in (host unit, device unit)."""
         self.copies.extend(("swap_in", c, g) for c, g in mapping)
-        return mapping
+        return SwapMapping(mapping, calls)
 
     def drain_copies(self) -> list[tuple[str, int, int]]:
         """Copies (kind, src, dst) of ``copy_unit`` slots made since the last call: copy-on-write and swaps."""

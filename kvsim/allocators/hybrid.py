@@ -19,7 +19,7 @@ group) and copy the recurrent states. Partial preemption gives back the same num
 every attention group, as long as what stays still holds every window the next token reads (never with
 mamba layers: their state is the last token's). Swap copies every pool's pages to a CPU space of its own;
 copies count in units of the smallest page (``copy_unit``), so a split layout's larger pages count as
-several.
+several units, but each page is one copy call (its time is charged once per page, not per unit).
 
 Units: see kv_groups.py. The memory breakdown adds ``recurrent_state`` (mamba states) and
 ``page_padding`` (page units that hold nothing: padding layers of a partial group, a state page padded
@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 
-from kvsim.allocators.base import NO_HIT, Breakdown, Growth, KVAllocator, PrefixHit
+from kvsim.allocators.base import NO_HIT, Breakdown, Growth, KVAllocator, PrefixHit, SwapMapping
 from kvsim.allocators.block_keys import prompt_block_hashes
 from kvsim.allocators.block_pool import BlockPool, FreeStackPool
 from kvsim.allocators.block_tables import NULL
@@ -397,7 +397,7 @@ class HybridAllocator(KVAllocator):
         k = self.layout.pool_page_units[pool] // self.copy_unit
         return pages if k == 1 else [p * k + j for p in pages for j in range(k)]
 
-    def swap_out(self, seq_id: int) -> list[tuple[int, int]] | None:
+    def swap_out(self, seq_id: int) -> SwapMapping | None:
         if seq_id not in self._tokens or not self.swaps:
             return None
         live = [[] for _ in self.pools]
@@ -411,9 +411,9 @@ class HybridAllocator(KVAllocator):
             mapping += zip(self._units(p, pages), self._units(p, cpu))
         self._swapped_shape[seq_id] = ([(len(m.tables[seq_id]), m.first.get(seq_id, 0)) for m in self.managers],
                                        self._tokens[seq_id])
-        return self._swapped_out(seq_id, mapping)
+        return self._swapped_out(seq_id, mapping, sum(map(len, live)))
 
-    def swap_in(self, seq_id: int, request: Request) -> list[tuple[int, int]] | None:
+    def swap_in(self, seq_id: int, request: Request) -> SwapMapping | None:
         if seq_id not in self._swapped_shape:
             return None
         cpu = [space.held(seq_id) for space in self.swaps]
@@ -432,7 +432,7 @@ class HybridAllocator(KVAllocator):
         mapping = []
         for p, (c, g) in enumerate(zip(cpu, gpu)):
             mapping += zip(self._units(p, c), self._units(p, g))
-        return self._swapped_in(mapping)
+        return self._swapped_in(mapping, sum(map(len, cpu)))
 
     # --- accounting ------------------------------------------------------------------------------------
     def external_fragmentation(self, next_request: Request | None) -> int:

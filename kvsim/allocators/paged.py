@@ -12,7 +12,7 @@ copied out and back instead of recomputed).
 
 from __future__ import annotations
 
-from kvsim.allocators.base import NO_HIT, Breakdown, Growth, KVAllocator, PrefixHit
+from kvsim.allocators.base import NO_HIT, Breakdown, Growth, KVAllocator, PrefixHit, SwapMapping
 from kvsim.allocators.block_keys import prompt_block_hashes
 from kvsim.allocators.block_pool import BlockPool, FreeStackPool
 from kvsim.allocators.block_tables import BlockTables
@@ -290,7 +290,7 @@ class PagedAllocator(KVAllocator):
                 assert not both, f"blocks in GPU memory and the {t.name} tier at once: {sorted(both)[:5]}"
 
     # --- swap -----------------------------------------------------------------------------------
-    def swap_out(self, seq_id: int) -> list[tuple[int, int]] | None:
+    def swap_out(self, seq_id: int) -> SwapMapping | None:
         """Copy the sequence's blocks to the CPU pool and free them here; None if the CPU pool is full."""
         table = self._tables.get(seq_id)
         if not table or self.swap is None:
@@ -300,7 +300,7 @@ class PagedAllocator(KVAllocator):
             return None
         return self._swapped_out(seq_id, list(zip(table, cpu)))
 
-    def swap_in(self, seq_id: int, request: Request) -> list[tuple[int, int]] | None:
+    def swap_in(self, seq_id: int, request: Request) -> SwapMapping | None:
         """Bring a swapped-out sequence's blocks back; None if the GPU lacks free blocks."""
         cpu = self.swap.held(seq_id) if self.swap else None
         if cpu is None or len(cpu) > self.pool.num_free:

@@ -49,16 +49,19 @@ class StepObserver(Protocol):
 
 @dataclass(frozen=True)
 class SwapTiming:
-    """Cost of copying KV between GPU and host: per copy unit one copy call, then bytes over PCIe."""
+    """Cost of copying KV between GPU and host: a fixed time per copy call, then bytes over PCIe."""
 
     bytes_per_slot: int
     pcie_bandwidth: float  # bytes/s, one direction
-    per_block_s: float = 10e-6
+    per_block_s: float = 10e-6  # per copy call (one page: a block, or a split layout's larger page)
 
-    def seconds(self, blocks: int, block_slots: int) -> float:
-        if blocks <= 0:
+    def seconds(self, units: int, unit_slots: int, calls: int | None = None) -> float:
+        """Moving ``units`` copy units of ``unit_slots`` token slots each in ``calls`` copies (default:
+        one per unit)."""
+        if units <= 0:
             return 0.0
-        return blocks * self.per_block_s + blocks * block_slots * self.bytes_per_slot / self.pcie_bandwidth
+        calls = units if calls is None else calls
+        return calls * self.per_block_s + units * unit_slots * self.bytes_per_slot / self.pcie_bandwidth
 
 
 class Engine:
@@ -271,7 +274,8 @@ class Engine:
         if self.swap_timing is not None and (plan.swap_out_blocks or plan.swap_in_blocks):
             # Swaps are synchronous copies before the forward pass (vLLM V0): they stall it.
             unit = self.alloc.copy_unit
-            swap_s = self.swap_timing.seconds(plan.swap_out_blocks, unit) + self.swap_timing.seconds(plan.swap_in_blocks, unit)
+            swap_s = (self.swap_timing.seconds(plan.swap_out_blocks, unit, plan.swap_out_calls)
+                      + self.swap_timing.seconds(plan.swap_in_blocks, unit, plan.swap_in_calls))
             self.swap_s += swap_s
             dt += swap_s
         return dt

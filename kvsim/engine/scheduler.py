@@ -55,6 +55,8 @@ class IterationPlan:
     steps: int = 1
     swap_out_blocks: int = 0  # copy units moved to / from the CPU pool before the iteration runs
     swap_in_blocks: int = 0
+    swap_out_calls: int = 0  # copy calls moving them: one per page (a split layout's page spans several units)
+    swap_in_calls: int = 0
     copies: list = field(default_factory=list)  # allocator copies (kind, src, dst) made for this iteration
     start_breakdown: Breakdown | None = None  # decode runs: the pool at the start, tokens excluded
     contexts: object = None  # decode runs of models with windowed layers: the contexts at the first step (numpy)
@@ -105,6 +107,7 @@ class Scheduler:
         # reclaiming their memory never scans a long queue.
         self._holding: dict[int, Sequence] = {}
         self._swap_out = self._swap_in = 0  # copy units moved during the iteration being planned
+        self._swap_out_calls = self._swap_in_calls = 0  # and the copy calls that move them (one per page)
         # True when the last schedule() left the queue head unadmitted for lack of seats or memory.
         # Neither loosens during a pure-decode run, so a decode run may be planned.
         self.admission_blocked = False
@@ -216,6 +219,7 @@ class Scheduler:
                 seq.swapped = True
                 self.filled_tokens -= seq.computed
                 self._swap_out += len(mapping)
+                self._swap_out_calls += mapping.calls
                 self.counts["swap_out_blocks"] += len(mapping)
                 self.counts["preempt_swap"] += 1
                 self.waiting.appendleft(seq)
@@ -407,6 +411,7 @@ class Scheduler:
                 self._holding[seq.sid] = seq  # holds KV here until admitted
                 self.filled_tokens += seq.computed
                 self._swap_in += len(mapping)
+                self._swap_in_calls += mapping.calls
                 self.counts["swap_in_blocks"] += len(mapping)
             in_gpu = seq.computed  # KV it already holds here (swapped back in, or kept by partial preemption)
             fresh = seq.computed == 0  # starting from scratch (not resumed from swap or a kept head)
@@ -471,7 +476,7 @@ class Scheduler:
     def schedule(self, now: float) -> IterationPlan:
         """Plan the next iteration and allocate its memory. An empty plan means only preemptions happened;
         call again at the same instant."""
-        self._swap_out = self._swap_in = 0
+        self._swap_out = self._swap_in = self._swap_out_calls = self._swap_in_calls = 0
         scheduled: dict[int, tuple[Sequence, int]] = {}
         budget, preempted = self._serve_running(*self._to_visit(), scheduled)
         self.admission_blocked = False
@@ -545,7 +550,8 @@ class Scheduler:
             seq.last_scheduled_s = now
         shape = StepShape.of([(n, seq.computed) for seq, n in entries], self.windows, lazy_n, lazy_kv, lazy_contexts)
         return IterationPlan(entries, shape, lazy_n=lazy_n, swap_out_blocks=self._swap_out,
-                             swap_in_blocks=self._swap_in, copies=self.alloc.drain_copies())
+                             swap_in_blocks=self._swap_in, swap_out_calls=self._swap_out_calls,
+                             swap_in_calls=self._swap_in_calls, copies=self.alloc.drain_copies())
 
     def update_after_step(self, plan: IterationPlan, t_end: float) -> StepResult:
         """The plan's iteration ran and ended at ``t_end``: advance every scheduled sequence. Finished
