@@ -35,7 +35,7 @@ import glob  # noqa: E402
 
 import pandas as pd  # noqa: E402
 
-from kvsim.latency.aic import (_by_regime, evaluate_calibration, evaluate_moe, fit_aic, gemm_regimes,  # noqa: E402
+from kvsim.latency.aic import (MHA, _by_regime, evaluate_calibration, evaluate_moe, fit_aic, gemm_regimes,  # noqa: E402
                                gemm_seconds_table, read_aic, validate_aic, validate_gemm, validate_moe)
 from kvsim.latency.fit import dense_rows, summarize_dense  # noqa: E402
 from kvsim.latency.calibration import SHIPPED, Calibration, load_calibration, save_calibration  # noqa: E402
@@ -124,6 +124,11 @@ def main() -> None:
             if before:
                 row += f" {cell(evaluate_gemm(data, before).get(reg))} |"
             report.append(row)
+        for reg in ROWS["decode"]:
+            row = f"| decode, MHA | {reg} | {cell(val['in_sample'][MHA].get(reg))} | {cell(val['held_out'][MHA].get(reg))} |"
+            if before:
+                row += f" {cell(prev.get(MHA, {}).get(reg))} |"
+            report.append(row)
         fp8 = val["in_sample"].get("decode other KV dtypes")
         if fp8:
             old = (prev or {}).get("decode other KV dtypes", {})
@@ -149,7 +154,11 @@ def main() -> None:
                        "by tokens: " + "; ".join(f"{k}: {cell(v.get(k))}" for k in ("1-16", "17-128", "129-1024", ">=1025"))]
         p = calib.decode_attention
         report += ["", f"Fitted: decode floor {p.floor_s * 1e6:.1f} µs, ramp {p.ramp_s * 1e6:.1f} µs, KV at "
-                   f"{p.bw_eff:.2f} of peak bandwidth, {p.per_seq_tokens:.0f} tokens of KV per sequence; prefill "
+                   f"{p.bw_eff:.2f} of peak bandwidth, {p.per_seq_tokens:.0f} tokens of KV per sequence" +
+                   (f" (one query head per KV head: unsplit, one CTA per sequence and head at "
+                    f"{p.unsplit_cta_bw / 1e9:.1f} GB/s, at most one per SM; floor {p.unsplit_floor_s * 1e6:.1f} µs, "
+                    f"ramp {p.unsplit_ramp_s * 1e6:.1f} µs, {p.unsplit_per_seq_tokens:.0f} tokens per sequence)"
+                    if p.unsplit_cta_bw else "") + "; prefill "
                    f"floor {calib.prefill_attention.floor_s * 1e6:.1f} µs, tiles at {calib.prefill_attention.flops_eff:.2f} "
                    f"of peak, {calib.prefill_attention.cta_overhead_tiles:.1f} start-up tiles; all-reduce " +
                    "; ".join(f"x{n}: {l.latency_s * 1e6:.1f} µs + B/{l.bandwidth / 1e9:.0f} GB/s"

@@ -12,7 +12,7 @@ from hypothesis import given, strategies as st
 from kvsim.cli import main
 from kvsim.hardware import get_gpu, get_model
 from kvsim.latency import StepShape, get_cpu_overhead
-from kvsim.latency.calibration import Calibration, GemmParams, LinkParams, shipped_calibration
+from kvsim.latency.calibration import Calibration, DecodeAttentionParams, GemmParams, LinkParams, shipped_calibration
 from kvsim.latency.fit import dense_rows, fit_links, leave_one_model_out, summarize_dense
 from kvsim.latency.perop import PerOpModel, gemm_seconds
 from kvsim.options import config_from_args
@@ -39,17 +39,67 @@ def _model(cpu="none", tp=1, model="llama-2-7b", gpu="a100-80gb"):
 
 
 def test_decode_attention_floor_and_stream():
-    m = _model()
+    m = _model(model="llama-3-8b")  # 8 KV heads for 32 query heads: the split-KV kernel
     p = m.calib.decode_attention
     # one short sequence: the kernels' floor (or the ramp, where it lies above); a large batch: the KV
     # streamed at the achieved bandwidth
-    token_s = 2 * 32 * 128 * 2 / (2.039e12 * p.bw_eff)
+    token_s = 2 * 8 * 128 * 2 / (2.039e12 * p.bw_eff)
     assert m.decode_attention_layer_s(1, 10) == pytest.approx(max(p.floor_s, p.ramp_s + (10 + p.per_seq_tokens) * token_s))
     assert m.decode_attention_layer_s(1, 10) < 25e-6
     kv = 256 * 4096
     big = m.decode_attention_layer_s(256, kv)
-    assert big == pytest.approx(p.ramp_s + (kv + 256 * p.per_seq_tokens) * 2 * 32 * 128 * 2 / (2.039e12 * p.bw_eff),
+    assert big == pytest.approx(p.ramp_s + (kv + 256 * p.per_seq_tokens) * token_s, rel=1e-12)
+
+
+def test_mha_decode_on_a100_walks_each_context_unsplit():
+    """vLLM's FlashAttention-2 splits the KV only for grouped queries: Llama-2-7B (32 query heads, 32 KV heads)
+    runs one CTA per sequence and head, each streaming its whole context at the fitted per-CTA bandwidth,
+    at most one per SM (108 on an A100); the measured table has one 131K-token sequence at 3.0 ms."""
+    m = _model()
+    p = m.calib.decode_attention
+    assert p.unsplit_cta_bw > 0 and m._unsplit is not None
+    head_token = 2 * 128 * 2  # K and V of one head, bf16
+    one = m.decode_attention_layer_s(1, 131072)
+    assert one == pytest.approx(p.unsplit_ramp_s + (131072 + p.unsplit_per_seq_tokens) * head_token / p.unsplit_cta_bw,
                                 rel=1e-12)
+    assert one == pytest.approx(3.0e-3, rel=0.1)
+    # 2 sequences: 64 CTAs stream below the achieved bandwidth; 4 sequences (128 CTAs, 108 at a time) above
+    # it: the bandwidth binds, with the unsplit kernel's ramp and per-sequence tokens
+    bw = 2.039e12 * p.bw_eff
+    assert 64 * p.unsplit_cta_bw < bw < 108 * p.unsplit_cta_bw
+    kv = 2 * 8192
+    assert m.decode_attention_layer_s(2, kv) == pytest.approx(
+        p.unsplit_ramp_s + (kv + 2 * p.unsplit_per_seq_tokens) * 32 * head_token / (64 * p.unsplit_cta_bw), rel=1e-12)
+    kv = 4 * 8192
+    assert m.decode_attention_layer_s(4, kv) == pytest.approx(
+        p.unsplit_ramp_s + (kv + 4 * p.unsplit_per_seq_tokens) * 32 * head_token / bw, rel=1e-12)
+    # the same heads at TP4 (8 per GPU) on an H100, whose kernels split every layout: the plain stream
+    h = _model(model="llama-2-7b", gpu="h100-80gb", tp=4)
+    assert h._unsplit is None
+
+
+def test_fit_finds_an_unsplit_kernel_only_where_the_table_shows_one():
+    """Rows made by known parameters: grouped layouts from the split model, one-head-per-KV-head layouts
+    from an unsplit walk (22 GB/s per CTA), the fit recovers the walk; rows where those layouts follow the
+    split model keep one set of parameters."""
+    from kvsim.latency.aic import _decode_df, fit_decode
+
+    gpu = get_gpu("a100-80gb")
+    truth = DecodeAttentionParams(12e-6, 15e-6, 0.75, 0.0, 90.0, unsplit_cta_bw=22e9, unsplit_floor_s=11e-6,
+                                  unsplit_ramp_s=7e-6, unsplit_per_seq_tokens=80.0)
+    rows = [(b, ctx, q, kv) for b in (1, 2, 4, 16, 64) for ctx in (128, 1024, 4096, 16384)
+            for q, kv in ((8, 1), (32, 8), (4, 4), (8, 8))]
+    d = pd.DataFrame(rows, columns=["num_seqs", "context", "q_heads", "kv_heads"])
+    d["head_dim"], d["kv_dtype_bytes"] = 128, 2
+    d["kv_tokens"] = d.num_seqs * d.context
+    d["kv_bytes"] = (d.kv_tokens * 2 * d.kv_heads * 128 * 2).astype(float)
+    d["seconds"] = _decode_df(truth, gpu, d)
+    got = fit_decode(d, gpu)
+    assert got.unsplit_cta_bw == pytest.approx(22e9, rel=0.02)
+    assert got.bw_eff == pytest.approx(0.75, rel=0.02)
+    assert _decode_df(got, gpu, d) == pytest.approx(d.seconds.to_numpy(), rel=0.03)
+    d["seconds"] = _decode_df(replace(truth, unsplit_cta_bw=0.0), gpu, d)
+    assert fit_decode(d, gpu).unsplit_cta_bw == 0.0
 
 
 @pytest.mark.parametrize("cpu", ["none", "vllm-v0", "vllm-v1", "vllm-v1-async"])
@@ -63,10 +113,11 @@ def test_decode_run_closed_form_equals_the_sum_of_steps(cpu, n, ctx, k):
 
 # Every attention kind, on shapes where decode attention is FLOP-bound where it can be: MLA at TP1 (absorbed
 # decode does 2 x heads x (2 x latent + rope) FLOPs per token against a small latent read), windowed and
-# chunked layers (gemma-2, llama-4-scout), a mamba hybrid, and plain GQA.
+# chunked layers (gemma-2, llama-4-scout), a mamba hybrid, plain GQA, and MHA on A100 (the unsplit walk).
 KINDS = {"mla-tp1": ("deepseek-v3", "h200-141gb", 1), "mla-tp8": ("deepseek-v3", "h200-141gb", 8),
          "sliding": ("gemma-2-9b", "h100-80gb", 1), "chunked": ("llama-4-scout", "h200-141gb", 4),
-         "mamba": ("jamba-1.5-mini", "h200-141gb", 1), "full": ("llama-3-8b", "a100-80gb", 1)}
+         "mamba": ("jamba-1.5-mini", "h200-141gb", 1), "full": ("llama-3-8b", "a100-80gb", 1),
+         "full-unsplit": ("llama-2-7b", "a100-80gb", 1)}
 
 
 def test_mla_decode_at_tp1_is_flop_bound():

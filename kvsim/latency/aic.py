@@ -556,9 +556,18 @@ def _nccl_table(sysdir: Path, version: str | None):
 def _decode_df(p: DecodeAttentionParams, gpu: GpuSpec, d):
     """PerOpModel.decode_attention_layer_s over the rows of a decode table."""
     kv = d["kv_dtype_bytes"].to_numpy()
-    token_s = _token_bytes(d) / (gpu.hbm_bandwidth * p.bw_for(kv))
-    return np.maximum(p.floor_s, p.stream_s(d["num_seqs"].to_numpy(float), d["kv_tokens"].to_numpy(float), token_s,
-                                            kv == 1))
+    n, kv_tokens, token_bytes = d["num_seqs"].to_numpy(float), d["kv_tokens"].to_numpy(float), _token_bytes(d)
+    token_s = token_bytes / (gpu.hbm_bandwidth * p.bw_for(kv))
+    t = np.maximum(p.floor_s, p.stream_s(n, kv_tokens, token_s, kv == 1))
+    u = p.unsplit()
+    if u is None:
+        return t
+    walk_s = np.maximum(token_s, u.unsplit_token_s(token_bytes, n * d["kv_heads"].to_numpy(float), gpu.sms))
+    return np.where(_one_query_head_per_kv_head(d), np.maximum(u.floor_s, u.stream_s(n, kv_tokens, walk_s, kv == 1)), t)
+
+
+def _one_query_head_per_kv_head(d) -> np.ndarray:
+    return (d["q_heads"] == d["kv_heads"]).to_numpy()
 
 
 def _token_bytes(d) -> np.ndarray:
@@ -645,13 +654,43 @@ def _kv_filter(d, kv_dtype_bytes):
 
 
 def fit_decode(d, gpu: GpuSpec) -> DecodeAttentionParams:
-    """floor, ramp, bandwidth efficiency and per-sequence cost (kvsim.latency.fit's decode fitter)."""
+    """floor, ramp, bandwidth efficiency and per-sequence cost (kvsim.latency.fit's decode fitter), and, where
+    the table shows a kernel that does not split the KV of layouts with one query head per KV head (their
+    small batches at long contexts take over UNSPLIT_SLOWDOWN times what the grouped layouts' fit predicts),
+    those layouts' unsplit walk, fitted on their rows."""
     from kvsim.latency.fit import _fit_decode
+
+    def fit(rows):
+        return _fit_decode(rows["num_seqs"].to_numpy(float), rows["kv_bytes"].to_numpy(float),
+                           rows["seconds"].to_numpy(float), gpu, _token_bytes(rows))
 
     if len(d) < 5:
         raise ConfigError(f"need at least 5 decode attention rows to fit, have {len(d)}")
-    return _fit_decode(d["num_seqs"].to_numpy(float), d["kv_bytes"].to_numpy(float), d["seconds"].to_numpy(float), gpu,
-                       _token_bytes(d))
+    one = _one_query_head_per_kv_head(d)
+    if one.sum() >= 5 and (~one).sum() >= 5:
+        grouped = fit(d[~one])
+        probe = d[one & (d["num_seqs"] <= 4).to_numpy() & (d["context"] >= 4096).to_numpy()]
+        if len(probe) >= 3 and np.median(probe["seconds"] / _decode_df(grouped, gpu, probe)) > UNSPLIT_SLOWDOWN:
+            return fit_unsplit(d[one], gpu, grouped)
+    return fit(d)
+
+
+UNSPLIT_SLOWDOWN = 2.0
+
+
+def fit_unsplit(rows, gpu: GpuSpec, p: DecodeAttentionParams) -> DecodeAttentionParams:
+    """``p`` with the unsplit walk (floor, ramp, per-sequence tokens, one CTA's bandwidth) fitted on ``rows``,
+    all with one query head per KV head."""
+    from kvsim.latency.fit import _fit
+
+    T = rows["seconds"].to_numpy(float)
+
+    def params(x):  # microseconds, tokens, GB/s
+        return replace(p, unsplit_floor_s=x[0] * 1e-6, unsplit_ramp_s=x[1] * 1e-6, unsplit_per_seq_tokens=x[2],
+                       unsplit_cta_bw=x[3] * 1e9)
+
+    return params([float(v) for v in _fit(lambda x: np.log(_decode_df(params(x), gpu, rows) / T),
+                                          [10.0, 2.0, 10.0, 20.0], [0.0, 0.0, 0.0, 0.1], [1e4, 1e4, 1e5, 1e4])])
 
 
 def fit_kv8(d, gpu: GpuSpec, p: DecodeAttentionParams) -> DecodeAttentionParams:
@@ -890,10 +929,14 @@ def _by_regime(ratio, regimes) -> dict:
     return out
 
 
+MHA = "decode, one query head per KV head"  # the layouts a kernel may walk unsplit (fit_decode)
+
+
 def evaluate_calibration(data: AicData, calib: Calibration, kv_dtype_bytes=(2,),
                          interconnect: str = "nvswitch") -> dict:
     """predicted / measured of ``calib`` on ``data`` by regime: decode (batch x context), prefill (chunk size),
-    all-reduce (GPUs x message size); with fp8-KV rows, "decode fp8 KV" / "prefill fp8 KV" as well."""
+    all-reduce (GPUs x message size); with fp8-KV rows, "decode other KV dtypes" / "prefill other KV dtypes"
+    as well; ``MHA``: the decode rows with one query head per KV head."""
     out = {}
     pred = predict(data, calib, interconnect)
     for kind, regimes in (("decode", decode_regimes), ("prefill", prefill_regimes)):
@@ -903,6 +946,9 @@ def evaluate_calibration(data: AicData, calib: Calibration, kv_dtype_bytes=(2,),
         r = pred[kind] / d["seconds"].to_numpy()
         sel = d["kv_dtype_bytes"].isin(kv_dtype_bytes).to_numpy() if kv_dtype_bytes else np.ones(len(d), bool)
         out[kind] = _by_regime(r[sel], regimes(d)[sel])
+        if kind == "decode":
+            one = sel & _one_query_head_per_kv_head(d)
+            out[MHA] = _by_regime(r[one], regimes(d)[one])
         if (~sel).any():
             out[f"{kind} other KV dtypes"] = _by_regime(r[~sel], regimes(d)[~sel])
     if "all_reduce" in pred:
@@ -949,6 +995,9 @@ def validate_aic(data: AicData, fit: AicFit | None = None, base: Calibration | N
                                 replace(base.prefill_attention, bw_eff=bw))
                 ratio[fold == f] = _prefill_df(p, data.gpu, test) / test["seconds"].to_numpy()
         held[kind] = _by_regime(ratio, (decode_regimes if kind == "decode" else prefill_regimes)(d))
+        if kind == "decode":
+            one = _one_query_head_per_kv_head(d)
+            held[MHA] = _by_regime(ratio[one], decode_regimes(d)[one])
     if data.all_reduce is not None:
         a = data.all_reduce.reset_index(drop=True)
         ratio = np.full(len(a), np.nan)

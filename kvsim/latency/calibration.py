@@ -62,6 +62,31 @@ class DecodeAttentionParams:
     # dequantize as they stream, so half the bytes do not take half the time; 0: as bf16)
     kv8_bw_eff: float = 0.0
     kv8_ramp_s: float = 0.0
+    # Kernels that split a sequence's KV over several CTAs only for grouped queries (vLLM's FlashAttention-2
+    # decode: its split-KV path runs where query heads are folded into the KV heads' rows): with one query
+    # head per KV head each (sequence, KV head) CTA walks its whole context, at most one CTA per SM at a
+    # time, streaming ``unsplit_cta_bw`` bytes/s, with a floor, ramp and per-sequence tokens of its own (no
+    # split-merge kernel). 0: every layout splits.
+    unsplit_cta_bw: float = 0.0
+    unsplit_floor_s: float = 0.0
+    unsplit_ramp_s: float = 0.0
+    unsplit_per_seq_tokens: float = 0.0
+
+    def unsplit(self) -> "DecodeAttentionParams | None":
+        """These parameters as the unsplit kernel runs them (its floor, ramp, per-sequence tokens; the
+        bandwidth efficiencies shared), or None when every layout splits."""
+        if not self.unsplit_cta_bw:
+            return None
+        return replace(self, floor_s=self.unsplit_floor_s, ramp_s=self.unsplit_ramp_s, per_seq_s=0.0,
+                       per_seq_tokens=self.unsplit_per_seq_tokens)
+
+    def unsplit_token_s(self, token_bytes, ctas, sms):
+        """Seconds per KV token (``token_bytes`` bytes) when ``ctas`` CTAs (sequences x KV heads) walk their
+        contexts, at most ``sms`` at once (works on numpy arrays)."""
+        import numpy as np
+
+        lanes = np.minimum(ctas, sms) if np.ndim(ctas) else min(ctas, sms)
+        return token_bytes / (lanes * self.unsplit_cta_bw)
 
     def bw_for(self, kv_dtype_bytes) -> float:
         """The bandwidth efficiency for KV elements of ``kv_dtype_bytes`` bytes (a number or a numpy array)."""

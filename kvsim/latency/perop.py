@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from kvsim.hardware import GpuSpec, ModelSpec
 from kvsim.hardware.models import DTYPE_BYTES, first_attended
 from kvsim.latency.base import BREAKDOWN_COLUMNS, LatencyModel, StepShape, sum_max_of_two_affine
-from kvsim.latency.calibration import Calibration, ElementwiseParams, GemmParams
+from kvsim.latency.calibration import Calibration, DecodeAttentionParams, ElementwiseParams, GemmParams
 from kvsim.latency.cpu import CpuOverhead
 
 SAMPLER_BYTES_PER_VOCAB = 4 * 3  # fp32 logits, about three passes (temperature/softmax, top-p, sample)
@@ -280,6 +280,8 @@ class PerOpModel(LatencyModel):
             # (plus, per query-key pair, the head-independent share of a tile iteration, as prefill prices it)
             flops = 2.0 * self.qh * (2 * model.kv_lora_rank + model.qk_rope_head_dim + 2 * pa.tile_extra_dims)
             self._decode_token_s = max(self._decode_token_s, flops / (gpu.bf16_flops * pa.flops_eff))
+        # one query head per KV head: kernels that split the KV only for grouped queries walk it unsplit
+        self._unsplit = pd.unsplit() if self.qh == self.kvh and not model.is_mla else None
         # attention layers by the span they attend to: (layers, kind, window tokens; 0 = everything)
         spans = Counter((t, model.window_of(t)) for t in model.mixers if t != "mamba")
         self.attn_kinds = [(n, kind, w) for (kind, w), n in sorted(spans.items())]
@@ -320,10 +322,20 @@ class PerOpModel(LatencyModel):
         windowed layer reads at most ``window`` tokens per sequence."""
         if num_seqs <= 0:
             return 0.0
-        p = self.calib.decode_attention
         if window:
             kv_tokens = min(kv_tokens, num_seqs * window)
-        return max(p.floor_s, p.stream_s(num_seqs, kv_tokens, self._decode_token_s, self._kv8))
+        p, token_s = self._decode_terms(num_seqs)
+        return max(p.floor_s, p.stream_s(num_seqs, kv_tokens, token_s, self._kv8))
+
+    def _decode_terms(self, num_seqs: int) -> tuple[DecodeAttentionParams, float]:
+        """The decode attention parameters for a batch of ``num_seqs`` sequences and the seconds one KV token
+        of a layer takes: bytes at the achieved bandwidth (or FLOPs, MLA), or, unsplit, at what the CTAs
+        walking the contexts stream (one per sequence and KV head, at most one per SM)."""
+        u = self._unsplit
+        if u is None:
+            return self.calib.decode_attention, self._decode_token_s
+        return u, max(self._decode_token_s,
+                      u.unsplit_token_s(self.kv_bytes_per_token_layer, num_seqs * self.kvh, self.gpu.sms))
 
     def windowed_prefill_layer_s(self, chunks, kind: str, window: int) -> float:
         """Prefill of a sliding-window or chunked-local layer: each query tile walks the KV tiles from the
@@ -437,9 +449,8 @@ class PerOpModel(LatencyModel):
     def _decode_run_terms(self, n: int, s0: int) -> tuple[float, float, float, float, float]:
         """Per step i of a decode run: base + max(floor, a + b*i) (serialized CPU) or, overlapped,
         sync + max(max(floor, cpu), a + b*i): (floor, a, b, per-step constant, overlapped CPU)."""
-        p = self.calib.decode_attention
         base = self._run_constant_s(n)
-        per_token = self._decode_token_s  # as a single step prices it: bytes, or FLOPs where larger (MLA)
+        p, per_token = self._decode_terms(n)  # as a single step prices it
         L = self.layers
         floor = base + L * p.floor_s
         a = base + L * p.stream_s(n, s0, per_token, self._kv8)
@@ -457,7 +468,7 @@ class PerOpModel(LatencyModel):
 
         from kvsim.latency.base import window_reads
 
-        p = self.calib.decode_attention
+        p, token_s = self._decode_terms(n)
         i = np.arange(k, dtype=np.float64)
         kv = s0 + n * i
         gpu = self._run_constant_s(n)
@@ -470,7 +481,7 @@ class PerOpModel(LatencyModel):
                 reads = window_reads(kind, w, steps).astype(np.float64)
             else:
                 reads = np.minimum(kv, n * w)
-            gpu = gpu + layers * np.maximum(p.floor_s, p.stream_s(n, reads, self._decode_token_s, self._kv8))
+            gpu = gpu + layers * np.maximum(p.floor_s, p.stream_s(n, reads, token_s, self._kv8))
         c = self.cpu
         cpu = c.seconds(n)
         return c.sync_s + np.maximum(cpu, gpu) if c.overlapped else gpu + cpu
