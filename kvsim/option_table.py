@@ -54,7 +54,8 @@ OPTIONS: list[Option] = [
     # --- model and hardware
     Option("model", ("--model",), "model preset (`kvsim list models`), a Hugging Face config.json path, or "
            "custom:layers=..,kv_heads=..,head_dim=..,params=..", "model and hardware", DEFAULT_MODEL),
-    Option("gpu", ("--gpu",), "GPU preset (`kvsim list gpus`)", "model and hardware", DEFAULT_GPU),
+    Option("gpu", ("--gpu",), "GPU preset (`kvsim list gpus`; case and a leading NVIDIA do not matter, and H100 "
+           "stands for h100-80gb)", "model and hardware", DEFAULT_GPU),
     Option("tensor_parallel_size", ("--tensor-parallel-size", "-tp", "--tp"),
            "GPUs one replica spans with tensor parallelism (weights, heads and KV split across them)",
            "model and hardware", 1, int, POSITIVE_INT),

@@ -20,6 +20,19 @@ def test_all_presets_validate():
     assert {"a100-40gb", "a100-80gb", "h100-80gb", "h200-141gb", "l40s", "rtx-4090"} <= set(GPU_PRESETS)
 
 
+@pytest.mark.parametrize("typed,preset", [("H100", "h100-80gb"), ("NVIDIA H200", "h200-141gb"), ("B200", "b200"),
+                                          ("A100-40GB", "a100-40gb"), (" rtx 4090 ", "rtx-4090")])
+def test_gpu_names_as_people_write_them(typed, preset):
+    assert get_gpu(typed).name == preset
+
+
+def test_gpu_names_that_could_mean_two_presets_or_another_chip_are_refused():
+    with pytest.raises(ConfigError, match="ambiguous.*a100-40gb, a100-80gb"):
+        get_gpu("A100")
+    with pytest.raises(ConfigError, match="unknown GPU 'L40'.*did you mean 'l40s'"):
+        get_gpu("L40")  # the L40 is not the L40S
+
+
 def test_custom_model():
     m = get_model("custom:layers=2,kv_heads=2,q_heads=4,head_dim=64,params=1e8,dtype=fp32")
     assert m.kv_bytes_per_token == 2 * 2 * 2 * 64 * 4

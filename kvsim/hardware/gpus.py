@@ -40,9 +40,18 @@ GPU_PRESETS: dict[str, GpuSpec] = {
 
 
 def get_gpu(name: str) -> GpuSpec:
-    try:
-        return GPU_PRESETS[name.lower()]
-    except KeyError:
-        close = difflib.get_close_matches(name.lower(), GPU_PRESETS, n=1)
-        raise ConfigError(f"unknown GPU '{name}' (presets: {', '.join(GPU_PRESETS)})"
-                          + (f"; did you mean '{close[0]}'?" if close else "")) from None
+    """A preset by name, case-insensitive; a leading "NVIDIA" and spaces are ignored, and a name that starts
+    exactly one preset's name up to a dash stands for it ("H100" is h100-80gb; "A100" names two presets and is
+    refused; "L40" is not l40s)."""
+    key = name.strip().lower()
+    key = "-".join(key.removeprefix("nvidia").split())
+    if key in GPU_PRESETS:
+        return GPU_PRESETS[key]
+    starts = [g for g in GPU_PRESETS if key and g.startswith(key + "-")]  # "l40" is not l40s
+    if len(starts) == 1:
+        return GPU_PRESETS[starts[0]]
+    if starts:
+        raise ConfigError(f"GPU '{name}' is ambiguous: say which of {', '.join(starts)}")
+    close = difflib.get_close_matches(key, GPU_PRESETS, n=1)
+    raise ConfigError(f"unknown GPU '{name}' (presets: {', '.join(GPU_PRESETS)})"
+                      + (f"; did you mean '{close[0]}'?" if close else ""))
