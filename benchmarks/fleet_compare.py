@@ -70,9 +70,8 @@ def main() -> int:
     n = 4 * a.copies
     label = f"mooncake x{a.copies}, {n} replicas"
     rows += run(mc, cfg, n, [r for r in ROUTERS if r != "session"], label)
-    from kvsim.config import plan_pool
 
-    pool = plan_pool(cfg.model, cfg.gpu, cfg.memory, cfg.tp)
+    pool = cfg.pool_plan()
     one = config_from_args(mc_args + ["--kv-pool-gb", str(n * pool.pool_bytes / (1 << 30)), "--ignore-gpu-memory"])
     rows += run(mc, one, 1, ["round-robin"], f"mooncake x{a.copies}, one cache of {n} pools")
     for clients in (64, 512):  # closed loop, as benchmark clients (vllm bench serve --max-concurrency) load it

@@ -7,7 +7,7 @@ own values, naming the field.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from kvsim.errors import ConfigError
 from kvsim.hardware import GpuSpec, ModelSpec
@@ -148,6 +148,7 @@ class SimConfig:
     roofline: RooflineParams = field(default_factory=RooflineParams)
     tensor_parallel_size: int = option_default("tensor_parallel_size")
     enable_expert_parallel: bool = option_default("enable_expert_parallel")  # MoE experts spread whole over TP ranks
+    pipeline_parallel_size: int = option_default("pipeline_parallel_size")
     swap_space: float = 0.0  # GiB of host memory for swapped-out KV (with preemption_mode swap)
     swap_block_latency_s: float = 10e-6  # fixed cost of one block copy (one cudaMemcpyAsync)
     latency: str = option_default("latency")  # "per-op", "roofline", or a path to a calibration JSON
@@ -170,5 +171,33 @@ class SimConfig:
 
     @property
     def tp(self) -> int:
-        """Tensor parallelism (``tensor_parallel_size``): GPUs one replica spans."""
+        """Tensor parallelism (``tensor_parallel_size``): GPUs one pipeline stage spans."""
         return self.tensor_parallel_size
+
+    @property
+    def pp(self) -> int:
+        """Pipeline stages (``pipeline_parallel_size``)."""
+        return self.pipeline_parallel_size
+
+    @property
+    def gpus(self) -> int:
+        """GPUs one replica spans: tensor x pipeline parallel."""
+        return self.tensor_parallel_size * self.pipeline_parallel_size
+
+    @property
+    def memory_model(self) -> ModelSpec:
+        """What one GPU holds the weights and KV of: the model, or its largest pipeline stage."""
+        return self.model.pipeline_stage(self.pipeline_parallel_size)
+
+    def pool_plan(self) -> PoolPlan:
+        """The KV pool of one GPU of this configuration (of its largest pipeline stage)."""
+        return plan_pool(self.memory_model, self.gpu, self.memory, self.tp)
+
+    def engine_scheduler(self) -> SchedulerConfig:
+        """The scheduler as the engine runs it: with pipeline stages, one simulated iteration is a rotation of
+        as many micro-batches, each with its own token budget (vLLM V1 schedules each within
+        max_num_batched_tokens), so the iteration's budget is stages x the budget."""
+        if self.pipeline_parallel_size == 1:
+            return self.scheduler
+        return replace(self.scheduler, max_num_batched_tokens=self.scheduler.max_num_batched_tokens
+                       * self.pipeline_parallel_size)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from kvsim.config import GiB, SimConfig, plan_pool
+from kvsim.config import GiB, SimConfig
 
 
 @dataclass(frozen=True)
@@ -37,6 +37,9 @@ class MemoryBudget:
     state_bytes_per_seq: int = 0  # recurrent state of one sequence on one GPU
     layouts: tuple = ()  # (allocator, KVLayout, windows) for models whose layers differ
     prefill_chunk: int = 0  # tokens per prefill chunk (0: whole prompts)
+    pp: int = 1  # pipeline stages
+    stage_layers: int = 0  # layers of the largest stage (pp > 1)
+    model_layers: int = 0
 
     @property
     def pool_tokens(self) -> int:
@@ -81,7 +84,8 @@ class MemoryBudget:
 
 def memory_budget(cfg: SimConfig) -> MemoryBudget:
     m, gpu, tp = cfg.model, cfg.gpu, cfg.tp
-    pool = plan_pool(m, gpu, cfg.memory, tp)
+    stage = cfg.memory_model  # what one GPU holds (the largest pipeline stage)
+    pool = cfg.pool_plan()
     kv_dtype = m.kv_dtype or m.dtype
     formula = f"2 x {m.layers} layers x {m.kv_heads} KV heads x {m.head_dim} dims x {m.kv_dtype_bytes} B"
     mix, layouts = "", ()
@@ -100,13 +104,13 @@ def memory_budget(cfg: SimConfig) -> MemoryBudget:
                         for k in KINDS.values() if k.layer_groups)
     return MemoryBudget(
         model=m.name, gpu=gpu.name, tp=tp, gpu_bytes=gpu.memory_bytes,
-        usable_bytes=gpu.memory_bytes * cfg.memory.gpu_memory_utilization, weight_bytes=m.weight_bytes / tp,
+        usable_bytes=gpu.memory_bytes * cfg.memory.gpu_memory_utilization, weight_bytes=stage.weight_bytes / tp,
         reserve_bytes=cfg.memory.activation_reserve_gb * GiB, pool_bytes=pool.pool_bytes, pool_source=pool.source,
         kv_bytes_per_token_model=m.kv_bytes_per_token, kv_bytes_per_token_gpu=pool.kv_bytes_per_token,
         kv_formula=formula, block_size=cfg.block_size, max_model_len=cfg.scheduler.max_model_len, params=m.params,
         weight_dtype=m.weight_dtype or m.dtype, kv_dtype=kv_dtype, layer_mix=mix,
         state_bytes_per_seq=m.count("mamba") * m.state_bytes_per_layer(tp), layouts=layouts,
-        prefill_chunk=cfg.scheduler.prefill_chunk)
+        prefill_chunk=cfg.scheduler.prefill_chunk, pp=cfg.pp, stage_layers=stage.layers, model_layers=m.layers)
 
 
 def layer_mix(m) -> str:
@@ -131,6 +135,8 @@ def _size(n: float) -> str:
 def describe(b: MemoryBudget) -> list[tuple[str, str]]:
     """(label, value) lines, the same in the terminal and in tests."""
     tp = f", / {b.tp}" if b.tp > 1 else ""
+    if b.pp > 1:
+        tp = f", a stage of {b.stage_layers} of {b.model_layers} layers" + tp
     is_set = b.pool_source.startswith("--")  # --kv-pool-gb / --num-blocks rather than derived
     lines = [
         ("GPU memory", f"{_size(b.gpu_bytes)} per GPU"),
@@ -141,9 +147,11 @@ def describe(b: MemoryBudget) -> list[tuple[str, str]]:
         ("KV per token", f"{_size(b.kv_bytes_per_token_model)} for the whole model ({b.kv_dtype})"),
         ("", f"= {b.kv_formula}"),
     ]
-    if b.tp > 1:
-        split = "the MLA latent is not split" if b.kv_formula.endswith("(MLA)") else f"KV heads split over {b.tp}"
-        lines.append(("KV per token per GPU", f"{_size(b.kv_bytes_per_token_gpu)} ({split})"))
+    if b.tp > 1 or b.pp > 1:
+        split = [] if b.tp == 1 else ["the MLA latent is not split" if b.kv_formula.endswith("(MLA)")
+                                      else f"KV heads split over {b.tp}"]
+        split += [f"{b.stage_layers} of {b.model_layers} layers per pipeline stage"] if b.pp > 1 else []
+        lines.append(("KV per token per GPU", f"{_size(b.kv_bytes_per_token_gpu)} ({'; '.join(split)})"))
     if b.layer_mix:
         lines.insert(5, ("layers", b.layer_mix))
         lines.append(("", "(every attention layer keeping every token)"))

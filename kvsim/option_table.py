@@ -59,6 +59,10 @@ OPTIONS: list[Option] = [
     Option("tensor_parallel_size", ("--tensor-parallel-size", "-tp", "--tp"),
            "GPUs one replica spans with tensor parallelism (weights, heads and KV split across them)",
            "model and hardware", 1, int, POSITIVE_INT),
+    Option("pipeline_parallel_size", ("--pipeline-parallel-size", "-pp", "--pp"),
+           "pipeline stages one replica spans (layers split across them, each stage tensor-parallel over "
+           "--tensor-parallel-size GPUs; as many micro-batches in flight as stages, as vLLM V1)",
+           "model and hardware", 1, int, POSITIVE_INT),
     Option("enable_expert_parallel", ("--enable-expert-parallel",),
            "MoE models: spread whole routed experts over the tensor-parallel GPUs (expert parallelism, EP = TP) "
            "instead of splitting every expert's width, as vLLM's flag; attention stays tensor-parallel",

@@ -151,6 +151,10 @@ def config_from_options(values: Mapping[str, Any], naming: str = "flag"):
     problem = model.tp_problem(tp)
     if problem:
         raise ConfigError(f"{name('tensor_parallel_size')} {tp}: {problem}")
+    pp = v["pipeline_parallel_size"]
+    problem = model.pp_problem(pp)
+    if problem:
+        raise ConfigError(f"{name('pipeline_parallel_size')} {pp}: {problem}")
     if v["max_num_batched_tokens"] < v["max_num_seqs"]:
         raise ConfigError(f"{name('max_num_batched_tokens')} ({v['max_num_batched_tokens']}) must be >= "
                           f"{name('max_num_seqs')} ({v['max_num_seqs']}), or a full batch of decodes would not fit "
@@ -188,8 +192,9 @@ def config_from_options(values: Mapping[str, Any], naming: str = "flag"):
                        v["num_blocks_size"] or v["block_size"], v["ignore_gpu_memory"])
     from kvsim.config import set_pool, set_pool_problem
 
-    plan = set_pool(mem, max(1, model.kv_bytes_per_token_gpu(tp)))
-    problem = plan and set_pool_problem(plan, model, gpu, tp, mem.ignore_gpu_memory)
+    stage = model.pipeline_stage(pp)
+    plan = set_pool(mem, max(1, stage.kv_bytes_per_token_gpu(tp)))
+    problem = plan and set_pool_problem(plan, stage, gpu, tp, mem.ignore_gpu_memory)
     if problem:  # a set pool must fit the GPU: fail here, naming the key as the user wrote it
         raise ConfigError(f"{name('num_blocks' if mem.num_blocks is not None else 'kv_pool_gb')}: {problem}")
     roof = RooflineParams(v["flops_efficiency"], v["bandwidth_efficiency"], v["step_overhead_ms"] / 1000)
@@ -201,7 +206,7 @@ def config_from_options(values: Mapping[str, Any], naming: str = "flag"):
     if v["enable_expert_parallel"] and model.is_moe and model.num_experts % tp:
         raise ConfigError(f"{name('enable_expert_parallel')}: {model.num_experts} experts of {model.name} do not "
                           f"spread evenly over {tp} GPUs ({name('tensor_parallel_size')})")
-    return SimConfig(model, gpu, sched, mem, roof, tensor_parallel_size=tp, swap_space=swap,
+    return SimConfig(model, gpu, sched, mem, roof, tensor_parallel_size=tp, pipeline_parallel_size=pp, swap_space=swap,
                      enable_expert_parallel=v["enable_expert_parallel"], latency=latency,
                      cpu_overhead=v["cpu_overhead"], interconnect=v["interconnect"],
                      victim_policy=v["victim_policy"], block_size=v["block_size"],

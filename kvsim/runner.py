@@ -10,7 +10,7 @@ import pandas as pd
 from kvsim.allocators import AllocatorSpec, make_allocator, parse_allocator
 from kvsim.allocators.base import KVAllocator
 from kvsim.allocators.registry import ModelMemory
-from kvsim.config import PoolPlan, SimConfig, plan_pool
+from kvsim.config import PoolPlan, SimConfig
 from kvsim.errors import ConfigError
 from kvsim.latency import LatencyModel, build_latency
 from kvsim.engine.preemption import get_victim_policy
@@ -47,7 +47,7 @@ def build_allocator(cfg: SimConfig, allocator: AllocatorSpec | str, pool: PoolPl
     """One engine's allocator over the planned pool (with its CPU swap pool, if any)."""
     cpu_slots = int(cfg.swap_space * (1 << 30)) // pool.kv_bytes_per_token
     alloc = make_allocator(resolve_allocator(allocator, cfg), pool.pool_tokens, cfg.scheduler.max_model_len, cpu_slots,
-                           cfg.cache_eviction, ModelMemory(cfg.model, cfg.tp, pool.pool_bytes,
+                           cfg.cache_eviction, ModelMemory(cfg.memory_model, cfg.tp, pool.pool_bytes,
                                                            cfg.scheduler.prefill_chunk))
     if cfg.kv_offloading_size > 0:
         from kvsim.allocators.kv_tier import KVTier, TierSpec
@@ -87,9 +87,9 @@ def simulate(requests: list[Request], cfg: SimConfig, allocator: AllocatorSpec |
              latency: LatencyModel | None = None) -> RunOutput:
     from kvsim.trace.retime import retime
 
-    pool = pool or plan_pool(cfg.model, cfg.gpu, cfg.memory, cfg.tp)
+    pool = pool or cfg.pool_plan()
     alloc = build_allocator(cfg, allocator, pool)
-    sim = Simulation(retime(requests, cfg.request_rate), alloc, latency or build_latency(cfg), cfg.scheduler,
+    sim = Simulation(retime(requests, cfg.request_rate), alloc, latency or build_latency(cfg), cfg.engine_scheduler(),
                      get_victim_policy(cfg.victim_policy), observer=observer, progress=progress,
                      swap_timing=swap_timing(cfg, alloc, pool), max_concurrency=cfg.max_concurrency)
     return finish_run(sim.run(), alloc, pool)

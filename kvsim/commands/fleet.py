@@ -20,7 +20,7 @@ def _groups(a: argparse.Namespace, cfg, allocator, text: str | None = None, flag
     from kvsim.options import config_from_options, values_from_namespace
 
     if not text:
-        return [ReplicaGroup(cfg.gpu.name + (f"x{cfg.tp}" if cfg.tp > 1 else ""), cfg, allocator, a.replicas)]
+        return [ReplicaGroup(_group_name(cfg), cfg, allocator, a.replicas)]
     out = []
     for part in text.split(","):
         fields = part.strip().split(":")
@@ -39,9 +39,13 @@ def _groups(a: argparse.Namespace, cfg, allocator, text: str | None = None, flag
             g_cfg = config_from_options(values)
         except ConfigError as e:
             raise ConfigError(f"{flag} {part.strip()}: {e}") from None
-        out.append(ReplicaGroup(g_cfg.gpu.name + (f"x{g_cfg.tp}" if g_cfg.tp > 1 else ""), g_cfg, allocator,
-                                int(fields[1])))
+        out.append(ReplicaGroup(_group_name(g_cfg), g_cfg, allocator, int(fields[1])))
     return out
+
+
+def _group_name(cfg) -> str:
+    """A replica group's name: its GPU, with its tensor and pipeline parallelism when above one."""
+    return cfg.gpu.name + (f"x{cfg.tp}" if cfg.tp > 1 else "") + (f"pp{cfg.pp}" if cfg.pp > 1 else "")
 
 
 def _store(text: str | None):
@@ -63,7 +67,7 @@ def _store(text: str | None):
 
 
 def _gpus(groups) -> int:
-    return sum(g.count * g.cfg.tp for g in groups)
+    return sum(g.count * g.cfg.gpus for g in groups)
 
 
 def _with_slo(summary: dict, req, slos, gpus: int) -> None:

@@ -141,6 +141,9 @@ def cmd_latency(a: argparse.Namespace) -> int:
     bd = model.breakdown(StepShape.of([(a.new_tokens, a.context)] * a.batch))
     kind = "decode" if a.new_tokens == 1 else "prefill"
     print(f"{cfg.model.name} on {cfg.gpu.name}, tensor parallel {cfg.tp}: {describe_latency(cfg)}")
+    if cfg.pp > 1:
+        print(f"(pipeline stages: one iteration is a rotation of {cfg.pp} micro-batches of these sequences; its time is"
+              " how long each sequence waits for its next token)")
     print(f"one {kind} iteration: {a.batch} sequence(s) x {a.new_tokens} new token(s) after {a.context} cached")
     total = bd["total_s"]
     for k in BREAKDOWN_COLUMNS:

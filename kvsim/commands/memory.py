@@ -16,7 +16,7 @@ def cmd_memory(a: argparse.Namespace) -> int:
     if cfg.scheduler.max_model_len > cfg.model.max_context:
         print(f"warning: --max-model-len {cfg.scheduler.max_model_len:,} is beyond {cfg.model.name}'s context "
               f"({cfg.model.max_context:,} tokens)", file=sys.stderr)
-    tp = f" x{b.tp} (tensor parallel)" if b.tp > 1 else ""
+    tp = (f" x{b.tp} (tensor parallel)" if b.tp > 1 else "") + (f" x{b.pp} (pipeline stages)" if b.pp > 1 else "")
     print(f"{b.model} on {b.gpu}{tp}, KV cache {b.kv_dtype}")
     lines = describe(b)
     width = max(len(k) for k, _ in lines)
@@ -28,7 +28,7 @@ def cmd_memory(a: argparse.Namespace) -> int:
         for n in a.context:
             label = f"{'at ' + format(n, ',') + ' tokens':<{width}}"
             # exact bytes one sequence holds (each layer its window or state), before block rounding
-            print(f"  {label}  {_size(cfg.model.sequence_bytes(n, cfg.tp))} per sequence per GPU")
+            print(f"  {label}  {_size(cfg.memory_model.sequence_bytes(n, cfg.tp))} per sequence per GPU")
             if b.layouts:
                 fits = ", ".join(f"{name} {k:,}" for name, k in b.sequences_by_layout(n).items())
                 print(f"  {'':<{width}}  fit: {fits}")

@@ -59,7 +59,6 @@ def setting_warnings(cfg, requests, allocators) -> list[str]:
 
 def simulate_all(a: argparse.Namespace, allocator_names: str, command: str) -> int:
     from kvsim.allocators import parse_allocator_list
-    from kvsim.config import plan_pool
     from kvsim.files import check_output_file, prepare_output_dir
     from kvsim.latency import describe_latency, latency_notes
     from kvsim.output.progress import Progress
@@ -90,7 +89,7 @@ def simulate_all(a: argparse.Namespace, allocator_names: str, command: str) -> i
     if a.record_batches and len(allocators) != 1:
         raise ConfigError("--record-batches records one allocator's run; pass a single allocator")
     trace_name = Path(a.trace).stem
-    pool = plan_pool(cfg.model, cfg.gpu, cfg.memory, cfg.tp)
+    pool = cfg.pool_plan()
     loaded = load_trace(a.trace, skip_invalid=bool(a.skip_invalid))
     # outputs are checked after the inputs (a bad trace leaves no empty folder) and before simulating
     from kvsim.commands.args import result_marker, results_dir
@@ -125,7 +124,8 @@ def simulate_all(a: argparse.Namespace, allocator_names: str, command: str) -> i
         "command": "`kvsim " + " ".join(sys.argv[1:]) + "`" if sys.argv and sys.argv[0].endswith("kvsim") else "",
         "trace": f"{a.trace} ({len(loaded.requests)} requests)",
         "model": f"{cfg.model.name} (KV {cfg.model.kv_bytes_per_token / 1024:g} KiB/token for the whole model, "
-                 f"{pool.kv_bytes_per_token / 1024:g} KiB per GPU), tensor parallel {cfg.tp}",
+                 f"{pool.kv_bytes_per_token / 1024:g} KiB per GPU), tensor parallel {cfg.tp}"
+                 + (f", {cfg.pp} pipeline stages (the scheduler's token budget per micro-batch)" if cfg.pp > 1 else ""),
         "gpu": cfg.gpu.name,
         "KV pool": f"{pool.pool_bytes / (1 << 30):.2f} GiB per GPU = {pool.pool_tokens:,} token slots ({pool.source})",
         "scheduler": f"{cfg.scheduler.batching} batching, max_model_len {cfg.scheduler.max_model_len}, max_num_seqs "
@@ -139,7 +139,7 @@ def simulate_all(a: argparse.Namespace, allocator_names: str, command: str) -> i
     context = {k: v for k, v in context.items() if v}
     print_table([o.summary for o in outputs],
                 title=f"{trace_name} · {cfg.model.name} · {cfg.gpu.name}" + (f" x{cfg.tp}" if cfg.tp > 1 else "")
-                      + f" · KV pool {pool.pool_bytes / (1 << 30):.1f} GiB = {_tokens(pool.pool_tokens)} tokens",
+                      + (f" pp{cfg.pp}" if cfg.pp > 1 else "") + f" · KV pool {pool.pool_bytes / (1 << 30):.1f} GiB = {_tokens(pool.pool_tokens)} tokens",
                 columns=columns, fit=not a.wide)
     written = write_results(out, outputs, context, notes, plots=not a.no_plots, fmt=a.format,
                             marker=result_marker(a))

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from kvsim.allocators import AllocatorSpec
-from kvsim.config import PoolPlan, SimConfig, plan_pool
+from kvsim.config import PoolPlan, SimConfig
 from kvsim.engine.clock import ClientLimit, Completions, TraceArrivals, close_engines, drive
 from kvsim.engine.engine import Engine
 from kvsim.engine.preemption import get_victim_policy
@@ -41,7 +41,7 @@ class ReplicaGroup:
     pool: PoolPlan | None = None
 
     def plan(self) -> PoolPlan:
-        return self.pool or plan_pool(self.cfg.model, self.cfg.gpu, self.cfg.memory, self.cfg.tp)
+        return self.pool or self.cfg.pool_plan()
 
 
 def default_allocator(model) -> str:
@@ -109,7 +109,7 @@ def build_replicas(groups: list[ReplicaGroup], trace: TraceArrivals, horizon: fl
                                       f"store the same blocks (model, TP, block size)")
                 attach_tier(alloc, store)
             extra = hooks(len(out.engines)) if hooks is not None else {}
-            out.engines.append(Engine(alloc, latency, g.cfg.scheduler, get_victim_policy(g.cfg.victim_policy),
+            out.engines.append(Engine(alloc, latency, g.cfg.engine_scheduler(), get_victim_policy(g.cfg.victim_policy),
                                       first_sample_id=len(trace.seqs), resolution_s=trace.resolution_s,
                                       horizon=horizon, swap_timing=swap_timing(g.cfg, alloc, pool),
                                       on_complete=on_complete, **extra))

@@ -177,6 +177,33 @@ class ModelSpec:
             return f"must divide the model's kv_heads ({self.kv_heads})"
         return None
 
+    def pp_problem(self, pp: int) -> str | None:
+        """Why this model cannot be split into ``pp`` pipeline stages here, or None."""
+        if isinstance(pp, bool) or not isinstance(pp, int) or pp <= 0:
+            return "must be a positive integer"
+        if pp > self.layers:
+            return f"is more stages than the model's {self.layers} layers"
+        if pp > 1 and self.is_hybrid:
+            return ("pipeline parallelism is modelled for models whose layers all keep full attention; "
+                    f"{self.name} has {', '.join(sorted(set(self.mixers) - {'full'}))} layers")
+        return None
+
+    def pipeline_stage(self, pp: int) -> "ModelSpec":
+        """The largest of ``pp`` pipeline stages as a model of its own, for memory per GPU: its ceil(layers / pp)
+        layers (the last ones: the heaviest for models whose first layers are dense), their share of the layers'
+        parameters, and one vocabulary matrix (the first stage holds the embedding, the last the LM head)."""
+        if pp == 1:
+            return self
+        n = -(-self.layers // pp)
+        h = self.hidden_size
+        attn, mamba = self.attention_params(), self.mamba_params()
+        per_layer = [(mamba if m == "mamba" else attn) + self.ffn_params(moe) + 2 * h
+                     for m, moe in zip(self.mixers, self.moe_mask)]
+        embed = self.vocab_size * h * (1 if self.tie_word_embeddings else 2)
+        scale = max(0.0, self.params - embed - h) / sum(per_layer)  # presets' counts need not match the shapes
+        return replace(self, layers=n, params=self.vocab_size * h + scale * sum(per_layer[-n:]),
+                       layer_types=self.layer_types[-n:], moe_layers=self.moe_layers[-n:])
+
     def check_tp(self, tp: int) -> None:
         problem = self.tp_problem(tp)
         if problem:

@@ -12,6 +12,7 @@ from typing import Callable
 
 from kvsim.latency.base import LatencyModel, StepShape, chunk_shape_terms, sum_affine, sum_max_of_two_affine
 from kvsim.latency.cpu import CPU_PRESETS, DEFAULT_CPU, CpuOverhead, get_cpu_overhead
+from kvsim.errors import ConfigError
 
 __all__ = ["LatencyModel", "StepShape", "chunk_shape_terms", "sum_affine", "sum_max_of_two_affine", "CPU_PRESETS",
            "DEFAULT_CPU", "CpuOverhead", "get_cpu_overhead", "build_latency", "latency_notes", "describe_latency",
@@ -52,19 +53,22 @@ def _per_op(cfg) -> LatencyModel:
 
     calib, _ = _calibration(cfg)
     return PerOpModel(cfg.model, cfg.gpu, calib, get_cpu_overhead(cfg.cpu_overhead), cfg.tp, cfg.interconnect,
-                      cfg.enable_expert_parallel)
+                      cfg.enable_expert_parallel, cfg.pp)
 
 
 def _describe_per_op(cfg) -> str:
     src = "shipped calibration" if cfg.latency == "per-op" else cfg.latency
     return f"per-operation model ({src} for {cfg.gpu.name}), CPU overhead {cfg.cpu_overhead}" + \
         (f", {cfg.interconnect} all-reduce" if cfg.tp > 1 else "") + \
-        (f", expert parallel over {cfg.tp} GPUs" if cfg.enable_expert_parallel and cfg.model.is_moe and cfg.tp > 1 else "")
+        (f", expert parallel over {cfg.tp} GPUs" if cfg.enable_expert_parallel and cfg.model.is_moe and cfg.tp > 1 else "") + \
+        (f", {cfg.pp} pipeline stages" if cfg.pp > 1 else "")
 
 
 def _roofline(cfg) -> LatencyModel:
     from kvsim.latency.roofline import RooflineModel
 
+    if cfg.pp > 1:
+        raise ConfigError("--latency roofline does not price pipeline stages; use the per-operation model")
     return RooflineModel(cfg.model, cfg.gpu, cfg.roofline, cfg.tp)
 
 

@@ -42,6 +42,7 @@ from kvsim.hardware.models import DTYPE_BYTES, first_attended
 from kvsim.latency.base import BREAKDOWN_COLUMNS, LatencyModel, StepShape, sum_max_of_two_affine
 from kvsim.latency.calibration import Calibration, DecodeAttentionParams, ElementwiseParams, GemmParams
 from kvsim.latency.cpu import CpuOverhead
+from kvsim.errors import ConfigError
 
 SAMPLER_BYTES_PER_VOCAB = 4 * 3  # fp32 logits, about three passes (temperature/softmax, top-p, sample)
 
@@ -256,8 +257,8 @@ class PerOpModel(LatencyModel):
     name = "per-op"
 
     def __init__(self, model: ModelSpec, gpu: GpuSpec, calib: Calibration, cpu: CpuOverhead, tp: int = 1,
-                 interconnect: str = "nvswitch", expert_parallel: bool = False):
-        self.model, self.gpu, self.calib, self.cpu, self.tp = model, gpu, calib, cpu, tp
+                 interconnect: str = "nvswitch", expert_parallel: bool = False, pp: int = 1):
+        self.model, self.gpu, self.calib, self.cpu, self.tp, self.pp = model, gpu, calib, cpu, tp, pp
         d = self.dtype_bytes = model.dtype_bytes
         h, hd = model.hidden_size, model.head_dim
         self.layers = model.layers
@@ -288,7 +289,18 @@ class PerOpModel(LatencyModel):
         self.windows = tuple((kind, w) for _, kind, w in self.attn_kinds if w)
         self.mamba_layers = model.count("mamba")
         self.state_bytes = model.state_bytes_per_layer(tp) if self.mamba_layers else 0
-        self.plain = len(self.attn_kinds) == 1 and self.attn_kinds[0][1] == "full" and not self.mamba_layers
+        self.plain = len(self.attn_kinds) == 1 and self.attn_kinds[0][1] == "full" and not self.mamba_layers \
+            and pp == 1
+        # pipeline stages: the slowest holds ceil(layers / pp) layers and the LM head (ModelSpec.pipeline_stage)
+        # and sends each micro-batch's hidden states on, one GPU to one GPU (priced as a 2-GPU exchange)
+        self._stage_frac = -(-model.layers // pp) / model.layers
+        self._send = None
+        if pp > 1:
+            try:
+                self._send = calib.link(2, interconnect)
+            except ConfigError:
+                raise ConfigError(f"calibration for {calib.gpu} has no all-reduce measurements; pipeline "
+                                  "parallelism prices the send between stages with them") from None
         self.hidden_bytes = h * d
         self._links = calib.link(tp, interconnect) if tp > 1 else None
         self._dense_cache: dict[tuple[int, int], float] = {}
@@ -310,12 +322,19 @@ class PerOpModel(LatencyModel):
             if experts is not None:
                 layer += experts.seconds(calib, gpu, tokens, d)
             t += n * layer
-        t += self.emb.seconds(calib, gpu, tokens, d)
-        t += gemm_seconds(calib.gemm, gpu, sampled, self.model.hidden_size, self.vocab, d)
-        t += elementwise_seconds(calib.elementwise["act"], gpu, sampled, 0, self.vocab * SAMPLER_BYTES_PER_VOCAB)
+        for part in self._head_parts(tokens, sampled):
+            t += part
         if len(self._dense_cache) < 65536:
             self._dense_cache[key] = t
         return t
+
+    def _head_parts(self, tokens: int, sampled: int) -> tuple[float, float, float]:
+        """The embedding, the LM head and the sampler: once per iteration, not per layer (the first and the last
+        pipeline stage)."""
+        calib, gpu, d = self.calib, self.gpu, self.dtype_bytes
+        return (self.emb.seconds(calib, gpu, tokens, d),
+                gemm_seconds(calib.gemm, gpu, sampled, self.model.hidden_size, self.vocab, d),
+                elementwise_seconds(calib.elementwise["act"], gpu, sampled, 0, self.vocab * SAMPLER_BYTES_PER_VOCAB))
 
     def decode_attention_layer_s(self, num_seqs: int, kv_tokens: int, window: int = 0) -> float:
         """One layer's decode attention for ``num_seqs`` sequences over ``kv_tokens`` context tokens in all; a
@@ -407,12 +426,18 @@ class PerOpModel(LatencyModel):
         key = (tokens, sampled)
         t = self._comm_cache.get(key)
         if t is None:
-            act = link.seconds(tokens * self.hidden_bytes)
-            logits = link.seconds(sampled * self.vocab * self.dtype_bytes)
+            act, logits = self._comm_parts(tokens, sampled)
             t = (2 * self.layers + 1) * act + logits
             if len(self._comm_cache) < 65536:
                 self._comm_cache[key] = t
         return t
+
+    def _comm_parts(self, tokens: int, sampled: int) -> tuple[float, float]:
+        """One all-reduce of the hidden states and the logits gather (0, 0 without tensor parallelism)."""
+        link = self._links
+        if link is None or tokens <= 0:
+            return 0.0, 0.0
+        return link.seconds(tokens * self.hidden_bytes), link.seconds(sampled * self.vocab * self.dtype_bytes)
 
     def _combine(self, gpu_s: float, num_seqs: int) -> tuple[float, float]:
         """(total, exposed CPU seconds) of an iteration whose GPU part takes ``gpu_s``."""
@@ -426,9 +451,30 @@ class PerOpModel(LatencyModel):
 
     # --- composition: every term's per-step and decode-run forms meet here --------------------------
     def _gpu_parts(self, shape: StepShape) -> tuple[float, float, float]:
-        """(dense, attention, communication) seconds of one iteration: the GPU parts of PARTS."""
+        """(dense, attention, communication) seconds of one iteration: the GPU parts of PARTS. With pipeline
+        stages an iteration is a rotation of micro-batches (:meth:`_rotation`)."""
+        if self.pp > 1:
+            return self._rotation([self._stage_parts(mb) for mb in micro_batches(shape, self.pp)])
         tokens, seqs = shape.new_tokens, shape.num_seqs
         return self.dense_s(tokens, seqs), self.attention_s(shape), self.communication_s(tokens, seqs)
+
+    def _stage_parts(self, mb: StepShape) -> tuple[float, float, float]:
+        """(dense, attention, communication) of one micro-batch on the slowest pipeline stage: its share of the
+        layers, the LM head and sampler, and the send of its hidden states to the next stage."""
+        tokens, seqs = mb.new_tokens, mb.num_seqs
+        f, head = self._stage_frac, sum(self._head_parts(tokens, seqs))
+        act, logits = self._comm_parts(tokens, seqs)
+        return (f * (self.dense_s(tokens, seqs) - head) + head, f * self.attention_s(mb),
+                f * 2 * self.layers * act + act + logits + self._send.seconds(tokens * self.hidden_bytes))
+
+    def _rotation(self, stages: list) -> tuple:
+        """Parts of a rotation of micro-batches, from each one's parts on the slowest stage: that stage works
+        through all of them (their sum), and no micro-batch comes round before it has passed every stage (pp
+        times the slowest one's); the parts are scaled to the larger, so they still add up."""
+        totals = [sum(p) for p in stages]
+        busy = sum(totals)
+        scale = max(1.0, self.pp * max(totals) / busy) if busy > 0 else 1.0
+        return tuple(scale * sum(p[i] for p in stages) for i in range(len(stages[0])))
 
     def _run_constant_s(self, n: int) -> float:
         """Seconds of each step of a decode run of n sequences that do not grow with the context: the dense
@@ -463,7 +509,19 @@ class PerOpModel(LatencyModel):
     def _mixed_step_times(self, n: int, s0: int, k: int, contexts=None):
         """Step times of a decode run of a model with several attention spans (numpy, vectorised). Windowed
         layers read each sequence's window (``contexts``: the n contexts at the first step), or, without
-        them, at most sequences x window."""
+        them, at most sequences x window; with pipeline stages, rotations of micro-batches."""
+        import numpy as np
+
+        if self.pp > 1:
+            gpu = self._pipeline_run_gpu(n, s0, k)
+        else:
+            gpu = self._run_gpu(n, s0, k, contexts)
+        c = self.cpu
+        cpu = c.seconds(n)
+        return c.sync_s + np.maximum(cpu, gpu) if c.overlapped else gpu + cpu
+
+    def _run_gpu(self, n: int, s0: float, k: int, contexts=None):
+        """GPU seconds of each of k decode steps of n sequences (numpy; see :meth:`_mixed_step_times`)."""
         import numpy as np
 
         from kvsim.latency.base import window_reads
@@ -482,9 +540,23 @@ class PerOpModel(LatencyModel):
             else:
                 reads = np.minimum(kv, n * w)
             gpu = gpu + layers * np.maximum(p.floor_s, p.stream_s(n, reads, token_s, self._kv8))
-        c = self.cpu
-        cpu = c.seconds(n)
-        return c.sync_s + np.maximum(cpu, gpu) if c.overlapped else gpu + cpu
+        return gpu
+
+    def _pipeline_run_gpu(self, n: int, s0: float, k: int):
+        """GPU seconds of each of k rotations of a decode run under pipeline parallelism: the micro-batches of
+        :func:`micro_batches`, each on the slowest stage as :meth:`_stage_parts` prices a step, rotated as
+        :meth:`_rotation` does."""
+        import numpy as np
+
+        f, stages = self._stage_frac, []
+        for m, share in decode_split(n, self.pp):
+            full = self._run_gpu(m, s0 * share, k)  # dense + attention + all-reduces of the whole model
+            head = sum(self._head_parts(m, m))
+            act, logits = self._comm_parts(m, m)
+            stages.append(f * (full - head - self.communication_s(m, m)) + head
+                          + f * 2 * self.layers * act + act + logits + self._send.seconds(m * self.hidden_bytes))
+        busy = sum(stages)
+        return np.maximum(busy, self.pp * np.maximum.reduce(stages))
 
     def decode_step_times(self, n: int, s0: int, k: int, contexts=None) -> list[float]:
         if not self.plain:
@@ -543,3 +615,22 @@ def windowed_tiles(new: int, cached: int, kind: str, window: int, tq: int, tkv: 
         total += last
         most = max(most, last)
     return float(total), float(most)
+
+
+def decode_split(n: int, pp: int) -> list[tuple[int, float]]:
+    """``n`` decoding sequences dealt over ``pp`` micro-batches: (sequences, share of the KV tokens) of each
+    non-empty one (sizes differ by at most one; KV in proportion)."""
+    sizes = [n // pp + (i < n % pp) for i in range(pp)]
+    return [(m, m / n) for m in sizes if m]
+
+
+def micro_batches(shape: StepShape, pp: int) -> list[StepShape]:
+    """An iteration's sequences as ``pp`` micro-batches (vLLM V1 keeps as many batches in flight as stages):
+    decodes dealt evenly (their KV in proportion), each prefill chunk, largest first, to the micro-batch with
+    the fewest new tokens so far."""
+    dn, dkv, chunks = shape.split()
+    parts = [[m, dkv * share, []] for m, share in decode_split(dn, pp)] if dn else []
+    parts += [[0, 0, []] for _ in range(pp - len(parts))]
+    for chunk in sorted(chunks, reverse=True):
+        min(parts, key=lambda q: q[0] + sum(c[0] for c in q[2]))[2].append(chunk)
+    return [StepShape.of(c, decodes=m, decode_kv=kv) for m, kv, c in parts if m or c]

@@ -137,10 +137,7 @@ def fits(gpu: str, tp: int, values: dict) -> bool:
     from kvsim.options import config_from_options
 
     try:
-        cfg = config_from_options({**values, "gpu": gpu, "tensor_parallel_size": tp})
-        from kvsim.config import plan_pool
-
-        plan_pool(cfg.model, cfg.gpu, cfg.memory, cfg.tp)
+        config_from_options({**values, "gpu": gpu, "tensor_parallel_size": tp}).pool_plan()
     except ConfigError:
         return False
     return True
@@ -158,6 +155,9 @@ def plan_fleet(trace: str, values: dict, gpus: list[tuple[str, float | None]], s
 
     from kvsim.planning.parallel import run_jobs
 
+    if int(values.get("pipeline_parallel_size") or 1) > 1:
+        raise ConfigError("the fleet plan searches tensor-parallel sizes only; run `kvsim plan` without "
+                          "--fleet-max-gpus, or `kvsim cluster`, to evaluate a pipeline-parallel layout")
     tps = sorted(set(tps or [int(values.get("tensor_parallel_size") or 1)]))
     rows: list[dict] = []
     for gpu, cost in gpus:

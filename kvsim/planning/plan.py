@@ -168,6 +168,7 @@ def run_job(job: PlanJob) -> tuple[dict, list[dict]]:
         row["mean_output_tokens"] = best.summary["mean_output_tokens"]
         row["mean_prompt_tokens"] = best.summary.get("mean_prompt_tokens")
         row["tp"] = cfg.tp
+        row["gpus_per_replica"] = cfg.gpus
         if "block_size" in job.extra:
             row["table_entries_per_seq"] = _mean_blocks(reqs, job.extra["block_size"])
     points = [{**cfg_cols, "rate": e.rate, "ok": e.ok, "why": "; ".join(e.why),
@@ -185,7 +186,7 @@ def add_costs(rows: list[dict], target_rate: float | None) -> None:
         cap = r.get("max_rate_req_s")
         if not cap:
             continue
-        gpus_per_replica = r.get("tp", 1)
+        gpus_per_replica = r.get("gpus_per_replica") or r.get("tp", 1)  # tables written before pipeline stages
         rate = target_rate if target_rate else cap
         replicas = math.ceil(rate / cap - 1e-9) if target_rate else 1
         r["replicas"] = replicas
