@@ -12,6 +12,22 @@ from dataclasses import dataclass
 from kvsim.errors import ConfigError
 
 
+def is_finite(v) -> bool:
+    """math.isfinite for any int or float read from a file: an integer too large for a float (JSON and YAML
+    allow hundreds of digits) is not finite here rather than an OverflowError."""
+    try:
+        return math.isfinite(v)
+    except OverflowError:
+        return False
+
+
+def shown(v) -> str:
+    """A value for an error message: as written, or the size of an integer too long to print whole."""
+    if isinstance(v, int) and not isinstance(v, bool) and not -10**20 < v < 10**20:
+        return f"a {len(str(abs(v))) if abs(v) < 10**4000 else 'over 4000'}-digit integer"
+    return repr(v)
+
+
 @dataclass(frozen=True)
 class Number:
     """An int or a finite float within bounds."""
@@ -27,8 +43,8 @@ class Number:
             return f"must be {'an integer' if self.integer else 'a number'}, got {v!r}"
         if self.integer and not isinstance(v, int):
             return f"must be an integer, got {v!r}"
-        if not math.isfinite(v):
-            return f"must be finite, got {v}"
+        if not is_finite(v):
+            return f"must be finite, got {shown(v)}"
         if self.min is not None and (v < self.min or (self.min_open and v == self.min)):
             return f"must be {'>' if self.min_open else '>='} {self.min:g}, got {v:g}"
         if self.max is not None and (v > self.max or (self.max_open and v == self.max)):

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pandas as pd
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given, settings, strategies as st
 
 from kvsim.cli import main
 from kvsim.hardware import get_gpu, get_model
@@ -299,3 +299,15 @@ def test_an_fp8_kv_cache_streams_at_its_own_measured_efficiency():
     a = bf16.decode_attention_layer_s(n, kv)
     b = fp8.decode_attention_layer_s(n, kv)
     assert a / 2 < b < a
+
+
+@settings(max_examples=300, deadline=None)
+@given(kind=st.sampled_from(["sliding", "chunked"]), window=st.integers(1, 3000), tq=st.sampled_from([3, 16, 64, 128]),
+       tkv=st.sampled_from([5, 16, 64]), new=st.integers(1, 20000), cached=st.integers(0, 20000),
+       ovh=st.sampled_from([0.0, 0.9, 2.0]))
+def test_windowed_tiles_in_closed_form_equal_the_tile_by_tile_walk(kind, window, tq, tkv, new, cached, ovh):
+    from kvsim.latency.perop import windowed_tiles
+
+    walked = windowed_tiles(new, cached, kind, window, tq, tkv, ovh, explicit_limit=10 ** 9)
+    closed = windowed_tiles(new, cached, kind, window, tq, tkv, ovh, explicit_limit=1)
+    assert closed[0] == pytest.approx(walked[0], rel=1e-12) and closed[1] == walked[1]

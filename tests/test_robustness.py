@@ -393,3 +393,112 @@ def test_fuzzed_calibration_csvs_fit_or_name_the_cell(tmp_path, capsys):
         kvsim(capsys, "calibrate", f, "-o", tmp_path / "c.json")
 
     check()
+
+
+# --- the second fuzz audit's findings (each was an internal error, a hang or lost output) -----------------
+HUGE = 10 ** 400  # JSON and YAML carry integers no float holds
+
+
+def test_huge_integers_in_every_file_kind_are_named(tiny, tmp_path, capsys):
+    trace = tmp_path / "t.jsonl"
+    for field in ("arrival_s", "prompt_tokens", "n"):
+        trace.write_text(json.dumps({**TINY[0], field: HUGE}) + "\n")
+        rc, _, err = kvsim(capsys, "trace", "stats", trace)
+        assert rc == 2 and f"'{field}'" in err and "401-digit" in err
+    mc = tmp_path / "mc.jsonl"
+    mc.write_text(json.dumps({"timestamp": HUGE, "input_length": 10, "output_length": 5}) + "\n")
+    assert "401-digit" in kvsim(capsys, "trace", "convert", "--from", "mooncake", mc, "-o", tmp_path / "o.jsonl")[2]
+    cfg = tmp_path / "config.json"
+    base = {"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 2, "vocab_size": 32}
+    for extra in ({"head_dim": HUGE}, {"sliding_window": HUGE}, {"text_config": None}, {"text_config": "x"}):
+        cfg.write_text(json.dumps({**base, **extra} if "text_config" not in extra else extra))
+        assert kvsim(capsys, "memory", "--model", cfg)[0] == 2
+    g = tmp_path / "g.yaml"
+    g.write_text(f"base: {{trace: {tiny}}}\ngrid: {{rate: [{HUGE}]}}")
+    assert "401-digit" in kvsim(capsys, "sweep", g, "--out", tmp_path / "s.csv")[2]
+
+
+def test_a_config_with_absurdly_many_layers_is_refused_before_any_work(tmp_path, capsys):
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({"num_hidden_layers": 500_000_000, "hidden_size": 64, "num_attention_heads": 2,
+                               "vocab_size": 32, "sliding_window": 16}))
+    assert "layers is beyond" in kvsim(capsys, "memory", "--model", cfg)[2]
+
+
+def test_calibration_files_with_values_the_formulas_cannot_take(tmp_path, capsys):
+    from kvsim.latency.calibration import SHIPPED
+
+    good = json.loads((SHIPPED / "h100-80gb.json").read_text())
+    for group, field, value in (("gemm", "flops_eff", 0), ("gemm", "knee", 1e-9), ("prefill_attention", "tile_q", 1e9),
+                                ("prefill_attention", "tile_kv", 1e-320), ("decode_attention", "bw_eff", HUGE)):
+        bad = json.loads(json.dumps(good))
+        bad[group][field] = value
+        f = tmp_path / "c.json"
+        f.write_text(json.dumps(bad))
+        rc, _, err = kvsim(capsys, "latency", "--latency", f, "--gpu", "h100-80gb", "--model", "gpt-oss-20b")
+        assert rc == 2 and field in err
+    # measurements no formula fits, and files missing what their rows need
+    k = tmp_path / "kernel.csv"
+    k.write_text("kind,num_seqs,kv_bytes,time_s\n" + "decode,1,1000,1e-320\n" * 5)
+    assert "cannot be fitted" in kvsim(capsys, "calibrate", k, "--gpu", "a100-80gb", "-o", tmp_path / "c1.json")[2]
+    k.write_text("kind,num_seqs,kv_bytes,time_s\n" + "prefill,1,1000,0.001\n" * 4)
+    assert "q_heads" in kvsim(capsys, "calibrate", k, "--gpu", "a100-80gb", "-o", tmp_path / "c2.json")[2]
+
+
+def test_a_prefill_of_a_hundred_billion_tokens_on_windowed_layers_is_priced_in_closed_form(tmp_path, capsys):
+    for extra in ({"attention_chunk_size": 8191}, {"sliding_window": 10 ** 12}):
+        cfg = tmp_path / "config.json"
+        cfg.write_text(json.dumps({"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 2,
+                                   "vocab_size": 32, **extra}))
+        assert kvsim(capsys, "latency", "--model", cfg, "--batch", 1, "--context", 10 ** 11, "--new-tokens", 10 ** 11)[0] == 0
+
+
+def test_replay_records_and_bench_flags_that_ask_too_much(tmp_path, capsys):
+    import gzip
+
+    header = {"format": "kvsim-batch-record", "version": 1, "allocator": "paged:16", "block_size": 65536,
+              "num_blocks": 1, "tp": 1, "gpu": "a100-80gb",
+              "model": {"name": "m", "layers": 1, "q_heads": 4096, "kv_heads": 1, "head_dim": 128, "dtype": "fp32"}}
+    groups = [{"t": 0.0, "dt": 0.01, "steps": 1, "seqs": [[0, 65536, 1]], "tables": {"0": [0]}},
+              {"dt": 0.01, "steps": 1, "seqs": [[0, 16, 1]], "tables": {"0": [0]}}]
+    for i, g in enumerate(groups):
+        f = tmp_path / f"r{i}.jsonl.gz"
+        with gzip.open(f, "wt") as fh:
+            fh.write(json.dumps(header) + "\n" + json.dumps(g) + "\n")
+        rc, _, err = kvsim(capsys, "kernels", "replay", f, "--device", "cpu", "-o", tmp_path / "r.csv")
+        assert rc == 2 and ("torch reference needs" in err or "field 't'" in err or "record" in err), err
+    assert "multiple of --kv-heads" in kvsim(capsys, "kernels", "bench", "--device", "cpu", "--q-heads", "3",
+                                              "--kv-heads", "2", "-o", tmp_path / "b.csv")[2]
+
+
+def test_a_batch_record_never_lands_among_the_results_it_would_be_replaced_by(tiny, tmp_path, capsys):
+    out = tmp_path / "o"
+    rc, _, err = kvsim(capsys, "run", "--trace", tiny, "--no-plots", "--out", out, "--record-batches", out / "requests.csv")
+    assert rc == 2 and "inside the results folder" in err
+
+
+def test_a_hand_edited_sweep_part_is_recomputed(tiny, tmp_path, capsys):
+    g = tmp_path / "g.yaml"
+    g.write_text(f"base: {{trace: {tiny}}}\ngrid: {{allocator: [max, paged]}}")
+    s = tmp_path / "s.csv"
+    kvsim(capsys, "sweep", g, "--out", s)
+    parts = sorted((tmp_path / "s.csv.parts").glob("*.json"))
+    parts[0].write_text('{"index": 3}')
+    parts[1].write_text("{}")
+    rc, out, _ = kvsim(capsys, "sweep", g, "--out", s)
+    assert rc == 0 and "2 simulated" in out
+    assert pd.read_csv(s).requests.tolist() == [len(TINY)] * 2
+
+
+def test_a_kept_head_ending_mid_chunk_does_not_stall_a_windowed_model(tmp_path, capsys):
+    """Partial preemption kept 6,944 tokens of a 200k-token prompt; its next 8,192-token chunk would hold two
+    8,192-token chunks of the chunked layers at once, more than the static split's pool: with nothing else
+    running, the scheduler takes a smaller chunk rather than wait forever."""
+    t = tmp_path / "t.jsonl"
+    t.write_text(json.dumps({"id": "a", "arrival_s": 0, "prompt_tokens": 15, "output_tokens": 100}) + "\n"
+                 + json.dumps({"id": "b", "arrival_s": 0, "prompt_tokens": 200000, "output_tokens": 2000}) + "\n")
+    out = tmp_path / "o"
+    assert kvsim(capsys, "run", "--trace", t, "--allocator", "static-split", "--model", "llama-4-scout", "--gpu", "b200",
+                 "-tp", "4", "--partial-preemption", "--no-plots", "--out", out)[0] == 0
+    req = pd.read_csv(out / "requests.csv")
+    assert (req.status == "finished").all()

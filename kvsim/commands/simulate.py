@@ -98,6 +98,9 @@ def simulate_all(a: argparse.Namespace, allocator_names: str, command: str) -> i
     out = prepare_output_dir(out, "--out")
     if a.record_batches:
         check_output_file(a.record_batches, "--record-batches", [a.trace, a.model, a.latency])
+        if Path(a.record_batches).resolve().parent == out.resolve():
+            raise ConfigError(f"--record-batches {a.record_batches}: is inside the results folder {out}, whose files "
+                              "each run replaces; give a path outside it")
     notes = loaded.notes() + latency_notes(cfg) + setting_warnings(cfg, loaded.requests, allocators if named else [])
     for note in notes:
         print(note, file=sys.stderr)

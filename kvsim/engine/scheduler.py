@@ -421,6 +421,14 @@ class Scheduler:
             # partially preempted sequences behind the head give their memory back first (FCFS)
             while start is None and self._reclaim_waiting(keep=seq):
                 start = self._try_place(seq, budget, static, now)
+            chunk = budget
+            if start is None and not self.running and not static and self.cfg.enable_chunked_prefill:
+                # Nothing else holds memory to give back, yet the chunk does not fit: a chunk's peak can exceed
+                # the pool where windowed layers hold two windows at once (a kept head that ends mid-chunk).
+                # A smaller chunk is the only way forward.
+                while start is None and chunk > 1:
+                    chunk //= 2
+                    start = self._try_place(seq, chunk, static, now)
             if start is None:
                 blocked = True
                 break
@@ -440,7 +448,7 @@ class Scheduler:
             if seq.admitted_s is None:
                 seq.admitted_s = now
             self._append_running(seq)
-            n = min(seq.to_compute, budget)
+            n = min(seq.to_compute, chunk)
             if n > 0:
                 scheduled[seq.sid] = (seq, n)
                 budget -= n

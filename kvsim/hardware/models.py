@@ -23,6 +23,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from kvsim.errors import ConfigError
+from kvsim.validation import is_finite, shown
 
 DTYPE_BYTES = {"fp32": 4, "float32": 4, "fp16": 2, "float16": 2, "bf16": 2, "bfloat16": 2, "fp8": 1, "fp8_e4m3": 1,
                "fp8_e5m2": 1, "int8": 1}
@@ -282,9 +283,10 @@ class ModelSpec:
         for f in ("layers", "q_heads", "kv_heads", "head_dim", "max_context", "hidden_size", "intermediate_size",
                   "vocab_size"):
             v = getattr(self, f)
-            if isinstance(v, bool) or not isinstance(v, int) or v <= 0 or v > MAX_DIM:
-                raise ConfigError(f"model '{self.name}': {f} must be a positive integer up to {MAX_DIM:,}, got {v!r}")
-        if isinstance(self.params, bool) or not isinstance(self.params, (int, float)) or not math.isfinite(self.params) \
+            top = MAX_LAYERS if f == "layers" else MAX_DIM
+            if isinstance(v, bool) or not isinstance(v, int) or v <= 0 or v > top:
+                raise ConfigError(f"model '{self.name}': {f} must be a positive integer up to {top:,}, got {shown(v)}")
+        if isinstance(self.params, bool) or not isinstance(self.params, (int, float)) or not is_finite(self.params) \
                 or self.params <= 0:
             raise ConfigError(f"model '{self.name}': params must be a positive number, got {self.params!r}")
         if self.q_heads % self.kv_heads:
@@ -322,6 +324,7 @@ class ModelSpec:
 
 
 MAX_DIM = 1 << 40  # any model dimension or context length beyond this is a typo, not a model
+MAX_LAYERS = 100_000  # kvsim keeps per-layer structure (mixers, MoE flags): a bound on the work a config asks for
 MIXERS = ("full", "sliding", "chunked", "mamba")
 
 
@@ -465,21 +468,28 @@ def model_from_hf_config(path: str) -> ModelSpec:
     from kvsim.files import read_json_object
 
     cfg = read_json_object(path, f"--model {path}")
-    cfg = cfg.get("text_config", cfg) if "num_hidden_layers" not in cfg else cfg
+    if "num_hidden_layers" not in cfg and "text_config" in cfg:
+        cfg = cfg["text_config"]
+        if not isinstance(cfg, dict):
+            raise ConfigError(f"{path}: field 'text_config' must be an object (the language model's config), got "
+                              f"{type(cfg).__name__}")
 
     def need(*keys, default=None):
         for k in keys:
             if k in cfg and cfg[k] is not None:
                 v = cfg[k]
-                if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0 \
+                if isinstance(v, bool) or not isinstance(v, (int, float)) or not is_finite(v) or v <= 0 \
                         or v > MAX_DIM or int(v) != v:
-                    raise ConfigError(f"{path}: field '{k}' must be a positive integer, got {v!r}")
+                    raise ConfigError(f"{path}: field '{k}' must be a positive integer up to {MAX_DIM:,}, got "
+                                      f"{shown(v)}")
                 return int(v)
         if default is not None:
             return default
         raise ConfigError(f"{path}: field '{keys[0]}' missing (a Hugging Face config.json is expected)")
 
     layers = need("num_hidden_layers", "n_layer", "num_layers")
+    if layers > MAX_LAYERS:
+        raise ConfigError(f"{path}: {layers:,} layers is beyond the {MAX_LAYERS:,} kvsim models layer by layer")
     hidden = need("hidden_size", "n_embd", "d_model")
     heads = need("num_attention_heads", "n_head")
     kv = need("num_key_value_heads", "num_kv_heads", default=heads)
@@ -520,9 +530,9 @@ def _structure_from_hf(cfg: dict, path: str, layers: int, hidden: int, need) -> 
         v = cfg.get(key)
         if v is None:
             return 0
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0 \
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not is_finite(v) or v < 0 \
                 or v > MAX_DIM or int(v) != v:
-            raise ConfigError(f"{path}: field '{key}' must be a whole number >= 0, got {v!r}")
+            raise ConfigError(f"{path}: field '{key}' must be a whole number from 0 to {MAX_DIM:,}, got {shown(v)}")
         return int(v)
 
     model_type = str(cfg.get("model_type", ""))

@@ -211,7 +211,16 @@ class Calibration:
             raise ConfigError(f"{where}: not a usable latency calibration ({type(e).__name__}: {e})") from None
 
 
+# What a calibration field may hold beyond "a finite number from 0 to 1e16" (what the formulas divide by or
+# raise to, and the tile sizes they count in): (lowest, highest, whole number)
+_FIELD_RANGES = {"flops_eff": (1e-6, 1.0, False), "bw_eff": (1e-6, 1.0, False), "kv8_bw_eff": (0.0, 1.0, False),
+                 "knee": (1.0, 100.0, False), "tile_q": (1, 65536, True), "tile_kv": (1, 65536, True),
+                 "bandwidth": (1.0, 1e16, False)}
+
+
 def _build(cls, values: dict):
+    from kvsim.validation import is_finite, shown
+
     if not isinstance(values, dict):
         raise TypeError(f"{cls.__name__} must be an object")
     known = {f.name for f in fields(cls)}
@@ -221,8 +230,13 @@ def _build(cls, values: dict):
     obj = cls(**values)
     for f in fields(cls):
         v = getattr(obj, f.name)
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v or v < 0 or v == float("inf"):
-            raise ValueError(f"{cls.__name__}.{f.name} must be a finite number >= 0, got {v!r}")
+        lo, hi, whole = _FIELD_RANGES.get(f.name, (0.0, 1e16, False))
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not is_finite(v) or not lo <= v <= hi \
+                or (whole and v != int(v)):
+            raise ValueError(f"{cls.__name__}.{f.name} must be a finite {'whole ' if whole else ''}number from {lo:g} "
+                             f"to {hi:g}, got {shown(v)}")
+        if whole:
+            object.__setattr__(obj, f.name, int(v))
     return obj
 
 

@@ -119,6 +119,13 @@ def clean_measurements(df, kind: str, path: str):
             raise ConfigError(f"{path}:{i + 2}: column 'use_gated_mlp' must be true or false, "
                               f"got {df['use_gated_mlp'].iloc[i]!r}")
         df["use_gated_mlp"] = text.isin(["true", "1", "1.0"])
+    elif kind == "mlp":
+        raise ConfigError(f"{path}: missing column use_gated_mlp of an mlp measurement file")
+    if kind == "kernel" and "kind" in df.columns and (df["kind"].astype(str) == "prefill").any():
+        gone = [c for c in ("q_heads", "kv_heads", "head_dim", "new_tokens", "total_context") if c not in df.columns]
+        if gone:
+            raise ConfigError(f"{path}: prefill rows need column(s) {', '.join(gone)} (as `kvsim kernels bench` "
+                              "writes them)")
     measured = [c for c in df.columns if c.startswith("time_stats.") or c in ("time_s", "kv_bytes")]
     dropped = 0
     for col in measured:
@@ -194,6 +201,11 @@ def dense_rows(df, model_name: str = "") -> list[tuple[str, str, Op, int, float,
 # --- fitting -------------------------------------------------------------------------------------
 def _fit(residual, x0, lo, hi):
     least_squares = _scipy()
+    with np.errstate(all="ignore"):  # the residual's own overflow is what the check below reports
+        start = np.asarray(residual(np.asarray(x0, dtype=float)), dtype=float)
+    if not np.isfinite(start).all():
+        raise ConfigError("the measurements cannot be fitted: some predicted/measured ratios are not finite (a "
+                          "time or size far outside what a GPU kernel takes or moves, e.g. a time below 1e-300 s)")
     r = least_squares(residual, x0, bounds=(lo, hi), loss="soft_l1", f_scale=0.1)
     return r.x
 

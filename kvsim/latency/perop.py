@@ -587,34 +587,88 @@ class PerOpModel(LatencyModel):
 def windowed_tiles(new: int, cached: int, kind: str, window: int, tq: int, tkv: int, ovh: float,
                    explicit_limit: int = 4096) -> tuple[float, float]:
     """KV tiles summed over a windowed prefill chunk's query tiles (``new`` queries after ``cached``), and
-    the most any query tile walks. Query tiles past the first window repeat (sliding: every tile; chunked:
-    every chunk / gcd(chunk, tile) tiles), so a huge chunk costs a few periods, not one step per tile."""
-    import math
-
+    the most any query tile walks. Beyond ``explicit_limit`` query tiles, in closed form: a sliding layer's
+    tiles grow until the window fills and are constant after; a chunked layer's grow within each chunk and
+    repeat every lcm(chunk, tile) positions, so a huge chunk costs a few sums, not one step per tile."""
     end = cached + new
 
     def tiles_at(lo: int) -> int:
         hi = min(lo + tq, end) - 1  # last query position of the tile
         return -(-(hi - first_attended(kind, window, lo) + 1) // tkv) + ovh
 
-    full = new // tq  # query tiles of tq queries: j = 0 .. full - 1 start at cached + j * tq
-    if kind == "sliding":
-        j0, period = min(full, max(0, -(-(window - 1 - cached) // tq))), 1
-    else:  # chunked: the first key is the chunk's start, a function of the position modulo the chunk
-        j0, period = 0, window // math.gcd(window, tq)
-    if -(-new // tq) <= explicit_limit or j0 + period > explicit_limit:  # few tiles, or no short steady state
+    if -(-new // tq) <= explicit_limit:
         t = [tiles_at(lo) for lo in range(cached, end, tq)]
         return float(sum(t)), float(max(t, default=0))
-    head = [tiles_at(cached + j * tq) for j in range(j0)]
-    cycle = [tiles_at(cached + j * tq) for j in range(j0, min(full, j0 + period))]
-    reps, rest = divmod(full - j0, len(cycle)) if cycle else (0, 0)
-    total = sum(head) + reps * sum(cycle) + sum(cycle[:rest])
-    most = max(head + cycle, default=0)
+    full = new // tq  # whole query tiles: j = 0 .. full - 1 start at cached + j * tq
+    if kind == "sliding":
+        total, most = _sliding_full_tiles(full, cached, window, tq, tkv)
+    else:
+        total, most = _chunked_full_tiles(full, cached, window, tq, tkv)
+    total, most = total + full * ovh, most + ovh
     if new % tq:  # the last, partial tile
         last = tiles_at(cached + full * tq)
-        total += last
-        most = max(most, last)
+        total, most = total + last, max(most, last)
     return float(total), float(most)
+
+
+def _ceil_sum(n: int, step: int, start: int, tkv: int) -> int:
+    """sum over i < n of ceil((start + step * i) / tkv), for start + step * i > 0."""
+    return floor_sum(n, tkv, step, start + tkv - 1)
+
+
+def _sliding_full_tiles(full: int, cached: int, window: int, tq: int, tkv: int) -> tuple[int, int]:
+    """Sum and most of ceil((tile end - first key) / tkv) over a sliding layer's whole query tiles: from key 0
+    while the window reaches back to it, then a constant tq + window - 1 keys."""
+    j0 = min(full, max(0, (window - 1 - cached) // tq + 1)) if window - 1 >= cached else 0
+    steady = -(-(tq + window - 1) // tkv)
+    head = _ceil_sum(j0, tq, cached + tq, tkv)
+    most = max(-(-(cached + j0 * tq) // tkv) if j0 else 0, steady if full > j0 else 0)
+    return head + (full - j0) * steady, most
+
+
+def _chunked_full_tiles(full: int, cached: int, chunk: int, tq: int, tkv: int) -> tuple[int, int]:
+    """Sum and most of ceil((tile end - its chunk's start) / tkv) over a chunked layer's whole query tiles: the
+    tiles whose first query lies in one chunk form an arithmetic run (one floor sum each), and the pattern
+    repeats every chunk / gcd(chunk, tq) tiles."""
+    import math
+
+    period = chunk // math.gcd(chunk, tq)
+
+    def runs(n: int) -> tuple[int, int]:  # tiles j < n, run by run (at most tq / gcd + 1 chunks)
+        total = most = j = 0
+        while j < n:
+            lo = cached + j * tq
+            q = lo // chunk
+            j_end = min(n, -(-((q + 1) * chunk - cached) // tq))  # first tile starting in the next chunk
+            total += _ceil_sum(j_end - j, tq, lo - q * chunk + tq, tkv)
+            most = max(most, -(-(cached + (j_end - 1) * tq - q * chunk + tq) // tkv))
+            j = j_end
+        return total, most
+
+    reps, rest = divmod(full, period)
+    if reps == 0:
+        return runs(full)
+    cycle, most = runs(period)
+    return reps * cycle + runs(rest)[0], most
+
+
+def floor_sum(n: int, m: int, a: int, b: int) -> int:
+    """sum over i < n of floor((a * i + b) / m) for whole a, b >= 0, m >= 1, in O(log) steps (the Euclid-like
+    reduction of competitive programming's floor_sum)."""
+    total = 0
+    while n > 0:
+        if a >= m:
+            total += n * (n - 1) // 2 * (a // m)
+            a %= m
+        if b >= m:
+            total += n * (b // m)
+            b %= m
+        y = a * n + b
+        if y < m:
+            break
+        n, b = divmod(y, m)
+        m, a = a, m
+    return total
 
 
 def decode_split(n: int, pp: int) -> list[tuple[int, float]]:

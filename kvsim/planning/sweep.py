@@ -20,6 +20,8 @@ the points' order, so local and Ray runs of the same grid give the same table.
 
 from __future__ import annotations
 
+import reprlib
+
 import itertools
 import json
 from pathlib import Path
@@ -88,10 +90,10 @@ def validate_points(points: list[dict]) -> None:
         try:
             point_config(p)
         except ConfigError as e:
-            raise ConfigError(f"point {p}: {e}") from None
+            raise ConfigError(f"point {reprlib.repr(p)}: {e}") from None
         t = str(p["trace"])
         if t not in seen_traces and not Path(t).exists():
-            raise ConfigError(f"point {p}: trace '{t}' does not exist")
+            raise ConfigError(f"point {reprlib.repr(p)}: trace '{t}' does not exist")
         seen_traces.add(t)
 
 
@@ -116,13 +118,17 @@ def resume_keys(points: list[dict]) -> list[str]:
     return keys
 
 
-def _saved_row(path: Path) -> dict | None:
-    """The row a part holds, or None when it is missing or unreadable (a truncated part is recomputed)."""
+def _saved_row(path: Path, point: dict) -> dict | None:
+    """The row a part holds, or None when it is missing, unreadable or not this point's finished row (a
+    truncated or hand-edited part is recomputed)."""
     try:
         row = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    return row if isinstance(row, dict) else None
+    if not isinstance(row, dict) or "index" in row or row.get("point_id") != point_id(point) \
+            or "requests" not in row or any(f"cfg_{k}" not in row for k in point):
+        return None
+    return row
 
 
 def run_sweep(points: list[dict], out: str, workers: int = 1, backend: str = "local",
@@ -132,7 +138,7 @@ def run_sweep(points: list[dict], out: str, workers: int = 1, backend: str = "lo
     parts = Path(str(out) + ".parts")
     parts.mkdir(parents=True, exist_ok=True)
     ids = resume_keys(points)
-    todo = [(i, p) for i, (p, pid) in enumerate(zip(points, ids)) if _saved_row(parts / f"{pid}.json") is None]
+    todo = [(i, p) for i, (p, pid) in enumerate(zip(points, ids)) if _saved_row(parts / f"{pid}.json", p) is None]
     reused = len(points) - len(todo)
 
     def save(j: int, row: dict) -> None:
@@ -143,7 +149,7 @@ def run_sweep(points: list[dict], out: str, workers: int = 1, backend: str = "lo
     from kvsim.planning.parallel import run_jobs
 
     run_jobs(evaluate_row, [p for _, p in todo], workers, backend, address, label="sweep", on_result=save)
-    rows = [_saved_row(parts / f"{pid}.json") for pid in ids]
+    rows = [_saved_row(parts / f"{pid}.json", p) for p, pid in zip(points, ids)]
     table = pd.DataFrame(rows)
     table.insert(0, "index", range(len(table)))
     write_table(table, out)

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvsim.replay.measure import kv_bytes_read, make_pool, time_it, torch_dtype
+from kvsim.errors import ConfigError
+from kvsim.replay.measure import check_reference_memory, kv_bytes_read, make_pool, time_it, torch_dtype
 
 
 @dataclass
@@ -57,8 +58,15 @@ def bench(opts: BenchOptions) -> "list[dict]":
                    contexts=opts.contexts or ([512, 4096] if gpu else [64, 256]),
                    max_pool_gib=opts.max_pool_gib or (40.0 if gpu else 1.0),
                    peak_bandwidth=opts.peak_bandwidth or (device_gpu().hbm_bandwidth if gpu and device_gpu() else float("nan")))
+    if opts.q_heads % opts.kv_heads:
+        raise ConfigError(f"--q-heads {opts.q_heads} must be a multiple of --kv-heads {opts.kv_heads} (each KV head "
+                          "serves a whole group of query heads)")
     points = [("decode", B, a, b) for B in opts.block_sizes for a in opts.batches for b in opts.contexts]
     points += [("prefill", B, chunk, cached) for B in opts.block_sizes for chunk, cached in (opts.prefill or [])]
+    for kind, _, a, b in points:
+        keys, queries = (a * b, 1) if kind == "decode" else (a + b, a)  # decode: one query per sequence
+        check_reference_memory(keys, queries, opts.q_heads, opts.head_dim, opts.max_pool_gib,
+                               f"{kind} point {a} x {b}")
     rows = []
     with Progress(len(points), "bench", log_when_piped=True) as bar:
         for kind, B, a, b in points:

@@ -70,6 +70,17 @@ def make_pool(num_blocks: int, block_size: int, kv_heads: int, head_dim: int, dt
     return k, v
 
 
+def check_reference_memory(keys: int, queries: int, q_heads: int, head_dim: int, max_gib: float, what: str) -> None:
+    """The float32 torch reference (and SDPA's GQA fallback) expand K and V to every query head and hold a
+    score per (query, key, head): refuse a check that would need more than ``max_gib`` for it, before
+    allocating anything (``keys``: the KV tokens attended to at once, ``queries``: the query tokens)."""
+    gib = (3 * keys * head_dim + queries * keys) * q_heads * 4 / (1 << 30)
+    if gib > max_gib:
+        raise ConfigError(f"{what}: checking it against the torch reference needs {gib:,.1f} GiB (> --max-pool-gib "
+                          f"{max_gib:g}: K and V for each of {q_heads:,} query heads over {keys:,} tokens); raise "
+                          "the limit or use fewer heads or tokens")
+
+
 def kv_bytes_read(context_lens, kv_heads: int, head_dim: int, elem_bytes: int) -> int:
     """Bytes of K and V an attention pass over these contexts reads."""
     return int(sum(context_lens)) * kv_heads * head_dim * 2 * elem_bytes

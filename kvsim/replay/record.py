@@ -22,6 +22,7 @@ import json
 
 from kvsim.config import PoolPlan, SimConfig
 from kvsim.errors import ConfigError
+from kvsim.validation import is_finite, shown
 
 
 class BatchRecorder:
@@ -124,6 +125,10 @@ def check_group(g, line: int, header: dict, path: str) -> dict:
         raise ConfigError(f"{where}: an iteration group must be an object, got {type(g).__name__}")
     if not _whole(g.get("steps"), 1, 1 << 40):
         raise ConfigError(f"{where}: field 'steps' must be a whole number >= 1, got {g.get('steps')!r}")
+    for key in ("t", "dt"):  # the simulated start and duration (seconds) the replay compares kernels with
+        v = g.get(key)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not is_finite(v) or v < 0:
+            raise ConfigError(f"{where}: field '{key}' must be a finite number of seconds >= 0, got {shown(v)}")
     seqs = g.get("seqs")
     if not isinstance(seqs, list) or not seqs:
         raise ConfigError(f"{where}: field 'seqs' must be a non-empty list of [seq_id, context, new_tokens]")

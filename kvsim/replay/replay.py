@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
-from kvsim.replay.measure import kv_bytes_read, make_pool, time_it, torch_dtype
+from kvsim.replay.measure import check_reference_memory, kv_bytes_read, make_pool, time_it, torch_dtype
 from kvsim.errors import ConfigError
 from kvsim.replay.record import read_record
 
@@ -60,6 +60,8 @@ def replay(path: str, opts: ReplayOptions) -> "list[dict]":
         if q_gib > cap:
             raise ConfigError(f"{path}: iteration group {gi + 1} needs {q_gib:.1f} GiB of queries (> --max-pool-gib "
                               f"{cap:g}); raise the limit or record a smaller run")
+        for ctx, new, _ in seqs:
+            check_reference_memory(ctx, new, m["q_heads"], m["head_dim"], cap, f"{path}: iteration group {gi + 1}")
     if gpu:
         remap, num_blocks = None, header["num_blocks"]
     else:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from kvsim.errors import ConfigError
 from kvsim.trace.request import Request
+from kvsim.validation import is_finite, shown
 
 
 @dataclass(frozen=True)
@@ -36,8 +37,8 @@ class MeasuredRun:
 
 
 def _number(v, where: str, lo: float = 0.0) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < lo:
-        raise ConfigError(f"{where}: must be a finite number >= {lo:g}, got {v!r}")
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not is_finite(v) or v < lo:
+        raise ConfigError(f"{where}: must be a finite number >= {lo:g}, got {shown(v)}")
     return float(v)
 
 

@@ -8,7 +8,6 @@ BurstGPT's failed requests with 0 response tokens).
 from __future__ import annotations
 
 import json
-import math
 import re
 from collections import Counter
 from dataclasses import dataclass, field
@@ -21,6 +20,7 @@ from kvsim.trace.csv_read import csv_rows, lengths_ok, num_field, read_length_pa
 from kvsim.trace.generate import ArrivalSpec, arrival_times
 from kvsim.trace.jsonl import MAX_TOKENS
 from kvsim.trace.request import Request
+from kvsim.validation import is_finite, shown
 
 FORMATS = ("mooncake", "azure", "burstgpt", "vidur", "lengths-csv")
 
@@ -78,8 +78,8 @@ def _mooncake_request(text: str, path: str, line: int, index: int, skipped: Coun
         v = obj.get(f)
         if not isinstance(v, (int, float)) or isinstance(v, bool):
             raise TraceError(path, line, f, "missing or not a number")
-        if not math.isfinite(v):
-            raise TraceError(path, line, f, f"must be a finite number, got {v}")
+        if not is_finite(v):
+            raise TraceError(path, line, f, f"must be a finite number, got {shown(v)}")
         if f != "timestamp" and (v != int(v) or abs(v) > MAX_TOKENS):
             raise TraceError(path, line, f, f"must be a whole number of tokens up to {MAX_TOKENS:,}, got {v}")
     p, o = int(obj["input_length"]), int(obj["output_length"])
@@ -99,10 +99,12 @@ def _mooncake_request(text: str, path: str, line: int, index: int, skipped: Coun
 _AZURE_TIME = re.compile(r"(\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}(?::\d{2})?)(?:\.(\d+))?\s*(Z|[+-]\d{2}:?\d{2})?")
 
 
-def _parse_azure_time(s: str, path: str, line: int) -> tuple[int, float]:
+def _parse_azure_time(s: str | None, path: str, line: int) -> tuple[int, float]:
     """'2023-11-16 18:15:46.6805900' (7 fractional digits) -> (whole POSIX seconds, fraction), kept
     apart so that differences keep sub-microsecond precision. Times without an offset are UTC (the
     published traces are), never the machine's time zone; a 'Z' or '+HH:MM' offset is honoured."""
+    if s is None:  # a row shorter than its header
+        raise TraceError(path, line, "TIMESTAMP", "missing")
     m = _AZURE_TIME.fullmatch(s.strip())
     if m is None:
         raise TraceError(path, line, "TIMESTAMP", f"not a date-time: {s!r}")

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from kvsim.errors import TraceError
 from kvsim.trace.request import Request
+from kvsim.validation import is_finite, shown
 
 
 @dataclass
@@ -52,7 +52,8 @@ def _int_field(obj: dict, name: str, path: str, line: int, minimum: int | None =
     if minimum is not None and v < minimum:
         raise TraceError(path, line, name, f"must be >= {minimum}, got {v}")
     if abs(v) > maximum:
-        raise TraceError(path, line, name, f"must be at most {maximum:,} in size, got {v:.3g}")
+        raise TraceError(path, line, name, f"must be at most {maximum:,} in size, got "
+                         f"{shown(v) if abs(v) > 10**20 else format(v, '.3g')}")
     return v
 
 
@@ -63,8 +64,8 @@ def parse_request(obj: object, path: str, line: int, index: int) -> Request:
     if "arrival_s" not in obj:
         raise TraceError(path, line, "arrival_s", "missing")
     t = obj["arrival_s"]
-    if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t):
-        raise TraceError(path, line, "arrival_s", f"must be a finite number of seconds, got {json.dumps(t)}")
+    if isinstance(t, bool) or not isinstance(t, (int, float)) or not is_finite(t):
+        raise TraceError(path, line, "arrival_s", f"must be a finite number of seconds, got {shown(t)}")
     if t < 0:
         raise TraceError(path, line, "arrival_s", f"must be >= 0, got {t}")
     prompt = _int_field(obj, "prompt_tokens", path, line, minimum=1)
