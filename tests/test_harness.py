@@ -55,11 +55,13 @@ def test_replay_on_cpu_matches_reference(record, tmp_path):
     assert df.impl.str.contains("pipeline check").all()  # CPU timings are labelled, never passed off as GPU numbers
 
 
-def test_bench_cpu_pipeline(tmp_path):
+def test_bench_cpu_pipeline(tmp_path, capsys):
     out = tmp_path / "bench.csv"
     assert main(["kernels", "bench", "--device", "cpu", "--batch", "1,2", "--context", "20,40", "--block-size", "8,16",
                  "--q-heads", "4", "--kv-heads", "2", "--head-dim", "32", "--dtype", "fp32", "--prefill", "16:0,8:24",
                  "-o", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "nan" not in printed.lower() and "no peak bandwidth to compare with" in printed  # a CPU has no preset
     df = pd.read_csv(out)
     assert len(df) == 8 + 4 and (df.kind == "prefill").sum() == 4
     p = df[(df.kind == "prefill") & (df.new_tokens == 8) & (df.block_size == 8)].iloc[0]

@@ -65,14 +65,21 @@ def cmd_bench(a: argparse.Namespace) -> int:
     rows = bench(opts)
     _write_rows(rows, a.output)
     r0 = rows[0]
-    print(f"attention kernels on {r0['device']}, timing: {r0['impl']}; peak bandwidth {r0['peak_bw'] / 1e12:.2f} TB/s")
+    known = r0["peak_bw"] == r0["peak_bw"]  # NaN: no GPU preset to compare with (a CPU run without --gpu)
+    print(f"attention kernels on {r0['device']}, timing: {r0['impl']}; "
+          + (f"peak bandwidth {r0['peak_bw'] / 1e12:.2f} TB/s" if known else "no peak bandwidth to compare with "
+             "(give --gpu)"))
     print(f"{'block':>5} {'batch':>5} {'context':>7} {'time ms':>9} {'GB/s':>8} {'% peak':>7} {'sdpa ms':>9} {'vs sdpa':>8}")
+
+    def cell(v: float, width: int, digits: int) -> str:
+        return f"{v:{width}.{digits}f}" if v == v else f"{'-':>{width}}"
+
     for r in rows:
         if r["kind"] != "decode":
             continue
         print(f"{r['block_size']:>5} {r['num_seqs']:>5} {r['max_context']:>7} {1000 * r['time_s']:9.3f}"
-              f" {r['achieved_bw'] / 1e9:8.1f} {100 * r['frac_of_peak']:7.1f} {1000 * r['sdpa_time_s']:9.3f} "
-              f"{r['ratio_vs_sdpa']:8.2f}")
+              f" {r['achieved_bw'] / 1e9:8.1f} {cell(100 * r['frac_of_peak'], 7, 1)} {cell(1000 * r['sdpa_time_s'], 9, 3)}"
+              f" {cell(r['ratio_vs_sdpa'], 8, 2)}")
     print(f"wrote {a.output}")
     return 0
 
