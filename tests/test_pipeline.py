@@ -107,3 +107,15 @@ def test_a_pipeline_run_accounts_for_every_request_and_the_plan_counts_every_gpu
     assert main(["plan", "--trace", "traces/chat.jsonl", "-pp", "2", "--fleet-max-gpus", "4",
                  "--slo", "ttft_p99=2s"]) == 2
     assert "searches tensor-parallel sizes only" in capsys.readouterr().err
+
+
+def test_replica_groups_take_pipeline_stages(tmp_path, capsys):
+    out = tmp_path / "c"
+    assert main(["cluster", "--trace", "traces/chat.jsonl", "--model", "llama-3-70b", "--groups",
+                 "h100-80gb:2:tp2:pp2,h100:1:tp4", "--routers", "least-requests", "--out", str(out)]) == 0
+    import pandas as pd
+
+    fleet = pd.read_csv(out / "fleet.csv").iloc[0]
+    assert fleet.replicas == 3 and fleet.gpus == 2 * 4 + 4
+    assert main(["cluster", "--trace", "traces/chat.jsonl", "--groups", "h100:1:pp2:pp3", "--out", str(out)]) == 2
+    assert "optionally with :tpN and :ppN" in capsys.readouterr().err

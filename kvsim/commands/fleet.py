@@ -14,27 +14,29 @@ DEFAULT_ROUTERS = "round-robin,least-requests,prefix,prefix+load"
 
 
 def _groups(a: argparse.Namespace, cfg, allocator, text: str | None = None, flag: str = "--groups"):
-    """Replica groups: --replicas copies of the configured GPU, or ``text`` = GPU:COUNT[:tpN],... (``flag``
-    names the option in errors)."""
+    """Replica groups: --replicas copies of the configured GPU, or ``text`` = GPU:COUNT[:tpN][:ppN],...
+    (``flag`` names the option in errors)."""
     from kvsim.fleet.cluster import ReplicaGroup
     from kvsim.options import config_from_options, values_from_namespace
 
     if not text:
         return [ReplicaGroup(_group_name(cfg), cfg, allocator, a.replicas)]
     out = []
+    keys = {"tp": "tensor_parallel_size", "pp": "pipeline_parallel_size"}
     for part in text.split(","):
         fields = part.strip().split(":")
-        tp = fields.pop() if len(fields) == 3 else None
-        if len(fields) != 2 or not fields[0] or not fields[1].isdigit() or int(fields[1]) < 1 or (
-                tp is not None and not (tp.startswith("tp") and tp[2:].isdigit() and int(tp[2:]) >= 1)):
-            raise ConfigError(f"{flag} {text!r}: each group is GPU:COUNT or GPU:COUNT:tpN (e.g. h100-80gb:4 "
-                              f"or a100-80gb:2:tp2), got {part!r}")
+        sizes = {f[:2]: f[2:] for f in fields[2:]}
+        if len(fields) < 2 or not fields[0] or not fields[1].isdigit() or int(fields[1]) < 1 \
+                or len(sizes) != len(fields) - 2 or any(k not in keys or not v.isdigit() or int(v) < 1
+                                                        for k, v in sizes.items()):
+            raise ConfigError(f"{flag} {text!r}: each group is GPU:COUNT, optionally with :tpN and :ppN (e.g. "
+                              f"h100-80gb:4 or a100-80gb:2:tp2:pp2), got {part!r}")
         if int(fields[1]) > 4096:
             raise ConfigError(f"{flag} {part.strip()}: at most 4096 replicas per group")
         values = values_from_namespace(a)
         values["gpu"] = fields[0]
-        if tp is not None:
-            values["tensor_parallel_size"] = int(tp[2:])
+        for k, v in sizes.items():
+            values[keys[k]] = int(v)
         try:
             g_cfg = config_from_options(values)
         except ConfigError as e:
@@ -288,7 +290,7 @@ def register(sub) -> None:
     g = c.add_argument_group("fleet")
     g.add_argument("--replicas", type=positive_int, default=4, help="replicas of the configured GPU [default: 4]")
     g.add_argument("--groups", metavar="GPU:COUNT,...",
-                   help="heterogeneous replicas instead of --replicas: GPU:COUNT[:tpN],..., e.g. "
+                   help="heterogeneous replicas instead of --replicas: GPU:COUNT[:tpN][:ppN],..., e.g. "
                         "h100-80gb:4,a100-80gb:2:tp2 (other options apply to every group)")
     g.add_argument("--routers", default=DEFAULT_ROUTERS,
                    help="comma-separated routers to compare: " + "; ".join(f"{n}: {r.help}" for n, r in ROUTERS.items())
@@ -310,10 +312,10 @@ def register(sub) -> None:
                         "blocks evicted from a replica's GPU (or its --kv-offloading-size CPU tier) go there, and "
                         "any replica loads them back on a prefix hit [default speed: 10 GB/s into a GPU, 1 ms]")
     d = c.add_argument_group("disaggregated prefill/decode")
-    d.add_argument("--prefill", metavar="GPU:COUNT[:tpN],...",
+    d.add_argument("--prefill", metavar="GPU:COUNT[:tpN][:ppN],...",
                    help="a prefill pool (with --decode): its engines compute prompts and hand the KV over; "
                         "--routers pick among them")
-    d.add_argument("--decode", metavar="GPU:COUNT[:tpN],...",
+    d.add_argument("--decode", metavar="GPU:COUNT[:tpN][:ppN],...",
                    help="a decode pool (with --prefill): its engines load the KV and generate")
     d.add_argument("--decode-router", default="least-requests",
                    help="router of the decode pool [default: least-requests]")

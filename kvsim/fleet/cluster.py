@@ -66,7 +66,7 @@ class Replicas:
 
     engines: list[Engine]
     pools: list[PoolPlan]  # each replica's KV pool
-    tp: list[int]  # each replica's tensor-parallel GPUs
+    gpus: list[int]  # the GPUs each replica spans (tensor x pipeline parallel)
     names: list[str]  # each replica's group name
     members: list[list[int]]  # per group: the indices of its replicas in ``engines``
     every: list[int] = field(default_factory=list)  # 0 .. len(engines) - 1
@@ -114,7 +114,7 @@ def build_replicas(groups: list[ReplicaGroup], trace: TraceArrivals, horizon: fl
                                       horizon=horizon, swap_timing=swap_timing(g.cfg, alloc, pool),
                                       on_complete=on_complete, **extra))
             out.pools.append(pool)
-            out.tp.append(g.cfg.tp)
+            out.gpus.append(g.cfg.gpus)
             out.names.append(prefix + g.name)
     out.every = list(range(len(out.engines)))
     out.store = store

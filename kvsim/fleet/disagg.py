@@ -132,7 +132,7 @@ def simulate_disagg(requests: list[Request], prefill: list[ReplicaGroup], decode
         def load(ds: Sequence, tokens: int, now: float) -> float:
             i = int(prefill_of[ds.sid])
             nbytes = tokens * token_bytes[i]
-            ready = now + link.seconds(nbytes, min(P.tp[i], D.tp[j]))
+            ready = now + link.seconds(nbytes, min(P.gpus[i], D.gpus[j]))
             load_start[ds.sid], load_end[ds.sid], load_bytes[ds.sid] = now, ready, nbytes
             P.engines[i].release(ds.sid, ready)
             touched.append(i)
@@ -147,7 +147,7 @@ def simulate_disagg(requests: list[Request], prefill: list[ReplicaGroup], decode
     D = build_replicas(decode, trace, horizon, done, "decode:", hooks=lambda j: {"kv_loader": make_loader(j)},
                        store=P.store)
     # bytes of one token's KV on all of a prefill engine's GPUs
-    token_bytes = [slot_bytes(e.alloc, pool) * e.alloc.token_slots * t for e, pool, t in zip(P.engines, P.pools, P.tp)]
+    token_bytes = [slot_bytes(e.alloc, pool) * e.alloc.token_slots * t for e, pool, t in zip(P.engines, P.pools, P.gpus)]
     to_decode = routing(make_router(decode_router, D.engines, options), D, decode_of, np_)
     kept = []
     for s in seqs:
