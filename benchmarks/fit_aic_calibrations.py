@@ -38,7 +38,7 @@ import pandas as pd  # noqa: E402
 from kvsim.latency.aic import (MHA, _by_regime, evaluate_calibration, evaluate_moe, fit_aic, gemm_regimes,  # noqa: E402
                                gemm_seconds_table, read_aic, validate_aic, validate_gemm, validate_moe)
 from kvsim.latency.fit import dense_rows, summarize_dense  # noqa: E402
-from kvsim.latency.calibration import SHIPPED, Calibration, load_calibration, save_calibration  # noqa: E402
+from kvsim.latency.calibration import MOE_QUANT, SHIPPED, Calibration, load_calibration, save_calibration  # noqa: E402
 
 SYSTEMS = {"a100_sxm": "a100-80gb", "h100_sxm": "h100-80gb", "b200_sxm": "b200"}
 AIC_DATA = "NVIDIA AIConfigurator tables (Apache-2.0), via ../shared/profiles/aic"
@@ -99,6 +99,8 @@ def main() -> None:
         fit["aic"] = {"versions": data.versions, **val, "gemm": validate_gemm(data.gemm, gpu)}
         if data.moe is not None:
             fit["aic"]["moe"] = validate_moe(data.moe, gpu)
+        for q, rows in data.moe_quant.items():
+            fit["aic"].setdefault("moe_quant", {})[q] = validate_moe(rows, gpu, quant=q)
         sku = gname.split("-")[0]
         files = sorted(glob.glob(f"{a.vidur}/compute__{sku}__*__mlp.csv")) if a.vidur else []
         if files:
@@ -148,6 +150,15 @@ def main() -> None:
                        ". The last column for MoE is the same layers priced without an MoE fit (GEMM and "
                        "element-wise parameters, as kvsim did before)." + (" " + data.notes[0] if any(
                            "power_law" in n for n in data.notes) else "")]
+        for q, mv in fit["aic"].get("moe_quant", {}).items():
+            # before: the bf16 MoE parameters with the quantized weights' bytes (kvsim without a quantized fit)
+            bf16 = evaluate_moe(data.moe_quant[q], replace(calib, moe_quant={}), gpu, q)
+            for reg in ROWS["moe"]:
+                row = (f"| moe {q} experts ({MOE_QUANT[q][0]}) | {reg} | {cell(mv['in_sample'].get(reg))} | "
+                       f"{cell(mv['held_out'].get(reg))} |")
+                report.append(row + (f" {cell(bf16.get(reg))} |" if before else ""))
+            report += ["", f"MoE with {q} experts ({mv['shapes']} model shapes, {mv['held_out_shapes']} held out; the "
+                       "last column: the bf16 fit with the quantized weights' bytes, as kvsim priced them before)."]
         if "vidur_dense_layers" in fit:
             v = fit["vidur_dense_layers"]
             report += ["", "Cross-check on Vidur's measured whole dense layers (GEMMs above + element-wise fits), "

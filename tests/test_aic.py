@@ -204,3 +204,39 @@ def test_expert_parallelism_changes_only_the_routed_experts():
         a, b = tp.breakdown(s), ep.breakdown(s)
         assert a["attention_s"] == b["attention_s"] and a["communication_s"] == b["communication_s"]
         assert a["dense_s"] != b["dense_s"]
+
+
+def test_quantized_experts_are_priced_from_their_own_kernels():
+    """FP8 (block-scaled) and MXFP4 experts use the calibration's moe_quant parameters: FP8 GEMMs at twice the
+    bf16 FLOP rate where the GPU has FP8 tensor cores (H100), at the bf16 rate where it has not (A100, whose
+    vLLM runs FP8 weights through weight-only kernels); a calibration without them prices the quantized weights'
+    bytes with the bf16 parameters, as before. A fit on rows made by known parameters recovers them."""
+    from kvsim.latency.aic import fit_moe_table, moe_seconds_table
+    from kvsim.latency.calibration import MoeParams
+    from kvsim.latency.perop import MoeOp, PerOpModel, moe_formula
+    from kvsim.latency.cpu import get_cpu_overhead
+
+    h100, a100 = get_gpu("h100-80gb"), get_gpu("a100-80gb")
+    fp8 = MoeParams(30e-6, 2e-7, 2e-9, 0.0, 0.3, 0.8, 1.6)
+    calib = Calibration("h100-80gb", moe=MoeParams(), moe_quant={"fp8": fp8})
+    op = MoeOp(7168, 2048, 256, 8, 1.0, True, 8, "fp8")
+    t = op.seconds(calib, h100, 512, 2)
+    assert t == pytest.approx(moe_formula(Calibration("x", moe=replace(fp8, flops_eff=0.6)), h100, 512, 7168, 2048,
+                                          256, 8, 8, 1.0, 2), rel=1e-12)  # twice the rate = half the FLOP time
+    assert op.seconds(calib, a100, 512, 2) == pytest.approx(
+        moe_formula(Calibration("x", moe=fp8), a100, 512, 7168, 2048, 256, 8, 8, 1.0, 2), rel=1e-12)
+    assert replace(op, quant=None).seconds(calib, h100, 512, 2) == pytest.approx(
+        moe_formula(Calibration("x", moe=MoeParams()), h100, 512, 7168, 2048, 256, 8, 8, 1.0, 2), rel=1e-12)
+    rows = pd.DataFrame([(tok, h, w, e, k, 1, ep) for tok in (1, 4, 16, 64, 256, 1024, 4096)
+                         for h, w, e, k, ep in ((7168, 2048, 256, 8, 8), (4096, 1536, 128, 8, 1), (2048, 768, 128, 8, 4))],
+                        columns=["tokens", "hidden", "inter", "experts", "topk", "tp", "ep"])
+    rows["seconds"] = moe_seconds_table(fp8, h100, rows, "fp8")
+    got = fit_moe_table(rows, h100, "fp8")
+    assert moe_seconds_table(got, h100, rows, "fp8") == pytest.approx(rows.seconds.to_numpy(), rel=0.02)
+    # the presets: DeepSeek-V3's experts are FP8, gpt-oss's MXFP4, and the shipped H100 calibration has both
+    shipped, _ = shipped_calibration(h100)
+    assert set(shipped.moe_quant) == {"fp8", "mxfp4"}
+    for name, quant in (("deepseek-v3", "fp8"), ("gpt-oss-20b", "mxfp4"), ("llama-4-scout", None)):
+        m = PerOpModel(get_model(name), h100, shipped, get_cpu_overhead("none"), 8)
+        assert {experts.quant for _, _, experts in m.classes if experts is not None} == {quant}
+    assert Calibration.from_json(shipped.to_json()).moe_quant == shipped.moe_quant

@@ -21,6 +21,12 @@ class GpuSpec:
     sms: int = 108  # streaming multiprocessors (work-distribution granularity of kernels)
     arch: str = ""  # architecture family: calibrations carry over within one
 
+    @property
+    def fp8_tensor_cores(self) -> bool:
+        """Whether FP8 GEMMs run on tensor cores at twice the bf16 rate (Ada, Hopper, Blackwell), not as
+        weight-only kernels that compute in bf16 (Ampere)."""
+        return self.arch in ("ada", "hopper", "blackwell")
+
 
 GPU_PRESETS: dict[str, GpuSpec] = {
     g.name: g

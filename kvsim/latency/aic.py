@@ -46,7 +46,8 @@ import numpy as np
 from kvsim.errors import ConfigError
 from kvsim.hardware import GpuSpec
 from kvsim.hardware.gpus import GPU_PRESETS
-from kvsim.latency.calibration import (Calibration, DecodeAttentionParams, GemmParams, LinkParams, MoeParams,
+from kvsim.hardware.models import DTYPE_BYTES
+from kvsim.latency.calibration import (MOE_QUANT, Calibration, DecodeAttentionParams, GemmParams, LinkParams, MoeParams,
                                        PrefillAttentionParams)
 
 # AIConfigurator system names -> kvsim GPU presets
@@ -244,6 +245,7 @@ class AicData:
     all_reduce: object = None
     gemm: object = None  # m, n, k (bf16 GEMMs of m x k activations by k x n weights), seconds
     moe: object = None  # tokens, hidden, inter (per rank), experts, topk, tp, ep, seconds (bf16, balanced routing)
+    moe_quant: dict = field(default_factory=dict)  # expert dtype (MOE_QUANT) -> rows as ``moe``, of its kernels
     files: dict = field(default_factory=dict)  # table -> path read
     versions: dict = field(default_factory=dict)  # table -> version read
     notes: list = field(default_factory=list)
@@ -422,8 +424,16 @@ def read_aic(root: str | Path, system: str | None = None, version: str | None = 
             got[kind], skipped = reader(f)
             files[TABLES[kind][1]], versions[TABLES[kind][1]] = str(f), v
             notes += [n for n in (note, skipped) if n]
+            if kind == "moe":  # the same table's quantized experts, where it has them
+                for quant, (table_dtype, _) in MOE_QUANT.items():
+                    try:
+                        got[f"moe:{quant}"], skipped = read_moe(f, (table_dtype,))
+                    except ConfigError:
+                        continue
+                    notes += [skipped] if skipped else []
     return AicData(name, gpu, str(sysdir), got.get("decode"), got.get("prefill"), got.get("all_reduce"),
-                   got.get("gemm"), got.get("moe"), files, versions, notes)
+                   got.get("gemm"), got.get("moe"), {q: got[f"moe:{q}"] for q in MOE_QUANT if f"moe:{q}" in got},
+                   files, versions, notes)
 
 
 def read_gemm(path: Path):
@@ -441,16 +451,17 @@ def read_gemm(path: Path):
                          "k": df["k"].to_numpy(np.int64)[ok], "seconds": t[ok]}), note
 
 
-def read_moe(path: Path):
-    """(bf16 fused-MoE rows under balanced routing (else power_law_1.01): tokens, hidden, inter (one expert's
-    width on a rank), experts, topk, tp, ep, seconds; a note on the routing used and rows skipped, or '') of a
-    moe_perf table."""
+def read_moe(path: Path, moe_dtypes=("bfloat16", "float16")):
+    """(fused-MoE rows of ``moe_dtypes`` (default bf16) under balanced routing (else power_law_1.01): tokens,
+    hidden, inter (one expert's width on a rank), experts, topk, tp, ep, seconds; a note on the routing used and
+    rows skipped, or '') of a moe_perf table."""
     import pandas as pd
 
     cols = ("num_tokens", "hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size", "moe_ep_size",
             "latency", "moe_dtype", "distribution")
+    label = "bf16" if "bfloat16" in moe_dtypes else "/".join(moe_dtypes)
     df = read_table(path, cols)
-    df = df[df["moe_dtype"].astype(str).str.strip().str.lower().isin(["bfloat16", "float16"])]
+    df = df[df["moe_dtype"].astype(str).str.strip().str.lower().isin(moe_dtypes)]
     dist = df["distribution"].astype(str).str.strip()
     # balanced routing is what the formula assumes; a table without it (A100's) falls back to the mildest power
     # law, which on H100 (both measured) is 0.99 of balanced at the median [0.82, 1.20 at p10/p90]
@@ -463,10 +474,10 @@ def read_moe(path: Path):
         ok &= np.isfinite(num[c]) & (num[c] >= 1)
     ok &= num["topk"] <= num["num_experts"]
     if not ok.any():
-        raise ConfigError(f"{path}: no usable bf16 MoE rows with {chosen} routing (positive sizes and latency)")
+        raise ConfigError(f"{path}: no usable {label} MoE rows with {chosen} routing (positive sizes and latency)")
     notes = [f"{path}: no balanced-routing rows; fitted on power_law_1.01"] if chosen != "balanced" else []
     if not ok.all():
-        notes.append(f"{path}: skipped {int((~ok).sum())} bf16 {chosen} row(s) with a bad size or latency")
+        notes.append(f"{path}: skipped {int((~ok).sum())} {label} {chosen} row(s) with a bad size or latency")
     note = "; ".join(notes)
     g = {c: num[c][ok].astype(np.int64) for c in cols[:7]}
     return pd.DataFrame({"tokens": g["num_tokens"], "hidden": g["hidden_size"],
@@ -474,21 +485,25 @@ def read_moe(path: Path):
                          "topk": g["topk"], "tp": g["moe_tp_size"], "ep": g["moe_ep_size"], "seconds": t[ok]}), note
 
 
-def _moe_table_seconds(calib: Calibration, gpu: GpuSpec, m):
-    """PerOpModel's MoE layer time of each row of a MoE table (bf16 weights and activations)."""
+def _moe_table_seconds(calib: Calibration, gpu: GpuSpec, m, quant: str | None = None):
+    """PerOpModel's MoE layer time of each row of a MoE table (bf16 activations; bf16 weights, or the experts'
+    ``quant`` dtype)."""
     from kvsim.latency.perop import moe_formula
 
     f = {k: m[k].to_numpy(float) for k in ("tokens", "hidden", "inter", "experts", "topk", "ep")}
-    return moe_formula(calib, gpu, f["tokens"], f["hidden"], f["inter"], f["experts"], f["topk"], f["ep"], 2, 2)
+    wb = DTYPE_BYTES[quant] if quant else 2
+    return moe_formula(calib, gpu, f["tokens"], f["hidden"], f["inter"], f["experts"], f["topk"], f["ep"], wb, 2,
+                       quant=quant)
 
 
-def moe_seconds_table(p: MoeParams, gpu: GpuSpec, m):
-    """:func:`_moe_table_seconds` with the MoE parameters ``p``."""
-    return _moe_table_seconds(Calibration(gpu=gpu.name, moe=p), gpu, m)
+def moe_seconds_table(p: MoeParams, gpu: GpuSpec, m, quant: str | None = None):
+    """:func:`_moe_table_seconds` with the MoE parameters ``p`` (of ``quant`` experts)."""
+    calib = Calibration(gpu=gpu.name, moe_quant={quant: p}) if quant else Calibration(gpu=gpu.name, moe=p)
+    return _moe_table_seconds(calib, gpu, m, quant)
 
 
-def fit_moe_table(m, gpu: GpuSpec) -> MoeParams:
-    """The fused-MoE parameters (:class:`MoeParams`) from measured MoE layers."""
+def fit_moe_table(m, gpu: GpuSpec, quant: str | None = None) -> MoeParams:
+    """The fused-MoE parameters (:class:`MoeParams`) from measured MoE layers (of ``quant`` experts)."""
     from kvsim.latency.fit import _fit
 
     if len(m) < 8:
@@ -498,15 +513,15 @@ def fit_moe_table(m, gpu: GpuSpec) -> MoeParams:
     def params(x):
         return MoeParams(x[0] * 1e-6, x[1] * 1e-6, x[2] * 1e-9, x[3] * 1e-9, x[4], x[5], x[6])
 
-    return params([float(v) for v in _fit(lambda x: np.log(moe_seconds_table(params(x), gpu, m) / T),
+    return params([float(v) for v in _fit(lambda x: np.log(moe_seconds_table(params(x), gpu, m, quant) / T),
                                           [20.0, 0.5, 1.0, 1.0, 0.5, 0.7, 1.5], [0.0, 0.0, 0.0, 0.0, 0.02, 0.02, 1.0],
                                           [500.0, 50.0, 1000.0, 1000.0, 1.0, 1.0, 20.0])])
 
 
-def evaluate_moe(m, calib: Calibration, gpu: GpuSpec):
-    """predicted / measured of the MoE rows by ``calib`` as the per-operation model prices them (its MoE
-    parameters, or without them its GEMM and element-wise ones), by tokens."""
-    return _by_regime(_moe_table_seconds(calib, gpu, m) / m["seconds"].to_numpy(), moe_regimes(m))
+def evaluate_moe(m, calib: Calibration, gpu: GpuSpec, quant: str | None = None):
+    """predicted / measured of the MoE rows (of ``quant`` experts) by ``calib`` as the per-operation model prices
+    them (its MoE parameters, or without them its GEMM and element-wise ones), by tokens."""
+    return _by_regime(_moe_table_seconds(calib, gpu, m, quant) / m["seconds"].to_numpy(), moe_regimes(m))
 
 
 def moe_regimes(m) -> np.ndarray:
@@ -519,20 +534,20 @@ def moe_shapes(m) -> list[tuple]:
     return list(zip(m["hidden"], m["inter"] * m["tp"], m["experts"], m["topk"]))
 
 
-def validate_moe(m, gpu: GpuSpec, every: int = 5) -> dict:
+def validate_moe(m, gpu: GpuSpec, every: int = 5, quant: str | None = None) -> dict:
     """predicted / measured of MoE layers fitted on all rows (in sample) and without every ``every``-th model
     shape (hidden, expert width, experts, top-k), predicted on those (held out), by tokens; held out also
     by expert-parallel size (1 or more)."""
-    fitted = fit_moe_table(m, gpu)
+    fitted = fit_moe_table(m, gpu, quant)
     T = m["seconds"].to_numpy()
-    ins = moe_seconds_table(fitted, gpu, m) / T
+    ins = moe_seconds_table(fitted, gpu, m, quant) / T
     shapes = moe_shapes(m)
     kinds = sorted(set(shapes))
     test_shapes = {s for i, s in enumerate(kinds) if i % every == every // 2}
     test = np.array([s in test_shapes for s in shapes])
     held = np.full(len(m), np.nan)
-    p = fit_moe_table(m[~test], gpu)
-    held[test] = moe_seconds_table(p, gpu, m[test]) / T[test]
+    p = fit_moe_table(m[~test], gpu, quant)
+    held[test] = moe_seconds_table(p, gpu, m[test], quant) / T[test]
     reg = moe_regimes(m)
     par = np.where(m["ep"].to_numpy() > 1, "EP>1", np.where(m["tp"].to_numpy() > 1, "TP>1", "one GPU"))
     return {"in_sample": _by_regime(ins, reg), "held_out": _by_regime(held, reg),
@@ -821,6 +836,7 @@ class AicFit:
     sources: dict  # parameter group -> where its numbers come from
     gemm: GemmParams | None = None
     moe: MoeParams | None = None
+    moe_quant: dict = field(default_factory=dict)  # expert dtype -> MoeParams
 
     def calibration(self, base: Calibration | None = None) -> Calibration:
         """``base`` (default: a calibration of kvsim's defaults) with the fitted groups replaced. New GEMMs
@@ -836,6 +852,8 @@ class AicFit:
             c = replace(c, all_reduce={**c.all_reduce, **self.all_reduce})
         if self.moe:
             c = replace(c, moe=self.moe)
+        if self.moe_quant:
+            c = replace(c, moe_quant={**c.moe_quant, **self.moe_quant})
         if self.gemm:
             was = base.sources.get("elementwise", "").replace("the same files", base.sources.get("gemm", ""))
             if not was.startswith(("kept from the ", "borrowed")):  # a refit of a refit keeps one origin
@@ -883,7 +901,14 @@ def fit_aic(data: AicData, base: Calibration | None = None, kv_dtype_bytes=(2,),
     if data.moe is not None:
         moe = fit_moe_table(data.moe, data.gpu)
         src["moe"] = tag.format(_rel(data, "moe_perf"), data.versions["moe_perf"], ", bf16, balanced routing")
-    return AicFit(data.gpu, dec, pre, ar, src, gemm, moe)
+    moe_quant = {}
+    for quant, rows in data.moe_quant.items():
+        if len(rows) >= 8:
+            moe_quant[quant] = fit_moe_table(rows, data.gpu, quant)
+    if moe_quant:
+        src["moe_quant"] = tag.format(_rel(data, "moe_perf"), data.versions["moe_perf"], ", " + ", ".join(
+            f"{q} experts from its {MOE_QUANT[q][0]} rows" for q in moe_quant) + ", balanced routing")
+    return AicFit(data.gpu, dec, pre, ar, src, gemm, moe, moe_quant)
 
 
 def _rel(data: AicData, table: str) -> str:

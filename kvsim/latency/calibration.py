@@ -143,6 +143,13 @@ class MoeParams:
     knee: float = 1.4
 
 
+# Quantized experts kvsim prices from their own measured MoE kernels: the expert dtype (ModelSpec) -> the
+# moe_dtype of NVIDIA AIConfigurator's tables that serves it in vLLM, and whether its GEMMs run on FP8 tensor
+# cores (twice the bf16 peak where the GPU has them). FP8 checkpoints (DeepSeek-V3, Qwen3-FP8) carry 128x128
+# block scales; gpt-oss's MXFP4 experts run as 4-bit weights with bf16 activations on Hopper.
+MOE_QUANT = {"fp8": ("fp8_block", True), "mxfp4": ("w4a16_mxfp4", False)}
+
+
 @dataclass(frozen=True)
 class LinkParams:
     """One all-reduce among n GPUs: t = latency + message bytes / bandwidth, or, where a second line is
@@ -175,6 +182,9 @@ class Calibration:
     fit: dict = field(default_factory=dict)  # fit and validation statistics
     derived_from: str = ""  # a calibration of the same chip this one was derived from
     moe: MoeParams | None = None  # fused MoE layers (None: priced with the GEMM parameters)
+    # fused MoE layers with quantized experts, by the experts' dtype (MOE_QUANT); one missing: ``moe`` with the
+    # quantized weights' bytes
+    moe_quant: dict = field(default_factory=dict)
 
     def link(self, n: int, interconnect: str) -> LinkParams:
         """All-reduce parameters for n GPUs (the nearest measured group size if n itself was not)."""
@@ -206,7 +216,8 @@ class Calibration:
                             for ic, table in d.get("all_reduce", {}).items()},
                 sources=dict(d.get("sources", {})), fit=dict(d.get("fit", {})),
                 derived_from=str(d.get("derived_from", "")),
-                moe=_build(MoeParams, d["moe"]) if d.get("moe") is not None else None)
+                moe=_build(MoeParams, d["moe"]) if d.get("moe") is not None else None,
+                moe_quant={str(k): _build(MoeParams, v) for k, v in _object(d.get("moe_quant", {}), "moe_quant").items()})
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise ConfigError(f"{where}: not a usable latency calibration ({type(e).__name__}: {e})") from None
 
@@ -216,6 +227,12 @@ class Calibration:
 _FIELD_RANGES = {"flops_eff": (1e-6, 1.0, False), "bw_eff": (1e-6, 1.0, False), "kv8_bw_eff": (0.0, 1.0, False),
                  "knee": (1.0, 100.0, False), "tile_q": (1, 65536, True), "tile_kv": (1, 65536, True),
                  "bandwidth": (1.0, 1e16, False)}
+
+
+def _object(v, name: str) -> dict:
+    if not isinstance(v, dict):
+        raise TypeError(f"{name} must be an object")
+    return v
 
 
 def _build(cls, values: dict):

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from kvsim.hardware import GpuSpec, ModelSpec
 from kvsim.hardware.models import DTYPE_BYTES, first_attended
 from kvsim.latency.base import BREAKDOWN_COLUMNS, LatencyModel, StepShape, sum_max_of_two_affine
-from kvsim.latency.calibration import Calibration, DecodeAttentionParams, ElementwiseParams, GemmParams
+from kvsim.latency.calibration import MOE_QUANT, Calibration, DecodeAttentionParams, ElementwiseParams, GemmParams
 from kvsim.latency.cpu import CpuOverhead
 from kvsim.errors import ConfigError
 
@@ -155,6 +155,7 @@ class MoeOp:
     weight_bytes: float  # bytes per expert weight element
     gated: bool = True
     ep: int = 1  # expert-parallel ranks the experts are spread over
+    quant: str | None = None  # the experts' quantized dtype (calibration.MOE_QUANT), None: bf16
 
     def distinct(self, tokens: int) -> float:
         """Expected experts that ``tokens`` tokens activate with uniform top-k routing."""
@@ -164,25 +165,29 @@ class MoeOp:
         if tokens <= 0:
             return 0.0
         return moe_formula(calib, gpu, tokens, self.hidden, self.width, self.experts, self.top_k, self.ep,
-                           self.weight_bytes, dtype_bytes, self.gated)
+                           self.weight_bytes, dtype_bytes, self.gated, self.quant)
 
 
 def moe_formula(calib: Calibration, gpu: GpuSpec, tokens, hidden, width, experts, top_k, ep, weight_bytes,
-                dtype_bytes, gated=True):
+                dtype_bytes, gated=True, quant: str | None = None):
     """Seconds of a fused MoE layer on one rank (works on numpy arrays too): ``tokens`` tokens each routed to
     ``top_k`` of ``experts`` experts (uniformly, so a rank of ``ep`` holds 1/ep of the routed copies and of the
-    activated experts), experts ``width`` wide on this rank. With the calibration's MoE parameters, their
-    fixed and per-active-expert times plus a soft roofline; without, the GEMM parameters' (twice the fixed
-    time) plus the activation as an element-wise kernel."""
+    activated experts), experts ``width`` wide on this rank. With the calibration's MoE parameters (those of
+    the ``quant`` experts where it has them, their FLOPs at the FP8 rate where they run on FP8 tensor cores),
+    their fixed and per-active-expert times plus a soft roofline; without, the GEMM parameters' (twice the
+    fixed time) plus the activation as an element-wise kernel."""
     mats = 3 if gated else 2
     routed = tokens * top_k / ep
     active = experts / ep * (1.0 - (1.0 - top_k / experts) ** tokens)
     flops = 2.0 * routed * mats * hidden * width
     weights = active * mats * hidden * width * weight_bytes
     acts = dtype_bytes * routed * (2 * hidden + (mats - 1) * width)
-    p = calib.moe
+    p, peak = calib.moe, gpu.bf16_flops
+    if quant in calib.moe_quant:
+        p = calib.moe_quant[quant]
+        peak *= 2 if MOE_QUANT[quant][1] and gpu.fp8_tensor_cores else 1
     if p is not None:
-        tf = flops / (gpu.bf16_flops * p.flops_eff)
+        tf = flops / (peak * p.flops_eff)
         tb = (weights + acts) / (gpu.hbm_bandwidth * p.bw_eff)
         q = p.knee
         # every routed copy of every token, on each rank
@@ -214,9 +219,10 @@ def layer_classes(model: ModelSpec, tp: int, expert_parallel: bool = False) -> l
             if model.shared_experts:
                 ffn += ffn_ops(model, tp, model.shared_experts * model.moe_intermediate_size)
             ep = tp if expert_parallel else 1
+            dtype = model.expert_dtype or model.weight_dtype or model.dtype
             experts = MoeOp(h, -(-model.moe_intermediate_size // (tp // ep)), model.num_experts,
-                            model.experts_per_token, DTYPE_BYTES[model.expert_dtype or model.weight_dtype or model.dtype],
-                            model.gated_mlp, ep)
+                            model.experts_per_token, DTYPE_BYTES[dtype], model.gated_mlp, ep,
+                            dtype if dtype in MOE_QUANT else None)
         else:
             ffn, experts = ffn_ops(model, tp, model.intermediate_size), None
         out.append((n, [norm, *mix, norm2, *ffn, add], experts))
