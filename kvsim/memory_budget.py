@@ -37,6 +37,7 @@ class MemoryBudget:
     state_bytes_per_seq: int = 0  # recurrent state of one sequence on one GPU
     layouts: tuple = ()  # (allocator, KVLayout, windows) for models whose layers differ
     prefill_chunk: int = 0  # tokens per prefill chunk (0: whole prompts)
+    kv_heads: int = 0  # the model's KV heads
     pp: int = 1  # pipeline stages
     stage_layers: int = 0  # layers of the largest stage (pp > 1)
     model_layers: int = 0
@@ -110,7 +111,7 @@ def memory_budget(cfg: SimConfig) -> MemoryBudget:
         kv_formula=formula, block_size=cfg.block_size, max_model_len=cfg.scheduler.max_model_len, params=m.params,
         weight_dtype=m.weight_dtype or m.dtype, kv_dtype=kv_dtype, layer_mix=mix,
         state_bytes_per_seq=m.count("mamba") * m.state_bytes_per_layer(tp), layouts=layouts,
-        prefill_chunk=cfg.scheduler.prefill_chunk, pp=cfg.pp, stage_layers=stage.layers, model_layers=m.layers)
+        prefill_chunk=cfg.scheduler.prefill_chunk, pp=cfg.pp, stage_layers=stage.layers, model_layers=m.layers, kv_heads=m.kv_heads)
 
 
 def layer_mix(m) -> str:
@@ -149,7 +150,8 @@ def describe(b: MemoryBudget) -> list[tuple[str, str]]:
     ]
     if b.tp > 1 or b.pp > 1:
         split = [] if b.tp == 1 else ["the MLA latent is not split" if b.kv_formula.endswith("(MLA)")
-                                      else f"KV heads split over {b.tp}"]
+                                      else f"KV heads split over {b.tp}" if b.tp <= b.kv_heads
+                                      else f"one KV head per GPU, each replicated on {b.tp // b.kv_heads}"]
         split += [f"{b.stage_layers} of {b.model_layers} layers per pipeline stage"] if b.pp > 1 else []
         lines.append(("KV per token per GPU", f"{_size(b.kv_bytes_per_token_gpu)} ({'; '.join(split)})"))
     if b.layer_mix:

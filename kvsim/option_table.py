@@ -52,8 +52,9 @@ class Option:
 
 OPTIONS: list[Option] = [
     # --- model and hardware
-    Option("model", ("--model",), "model preset (`kvsim list models`), a Hugging Face config.json path, or "
-           "custom:layers=..,kv_heads=..,head_dim=..,params=..", "model and hardware", DEFAULT_MODEL),
+    Option("model", ("--model",), "model preset or its Hugging Face id (`kvsim list models`), a Hugging Face "
+           "config.json path, or custom:layers=..,kv_heads=..,head_dim=..,params=..", "model and hardware",
+           DEFAULT_MODEL),
     Option("gpu", ("--gpu",), "GPU preset (`kvsim list gpus`; case and a leading NVIDIA do not matter, and H100 "
            "stands for h100-80gb)", "model and hardware", DEFAULT_GPU),
     Option("tensor_parallel_size", ("--tensor-parallel-size", "-tp", "--tp"),

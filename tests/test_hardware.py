@@ -8,7 +8,9 @@ from kvsim.hardware.gpus import GiB
 
 @pytest.mark.parametrize("name,kib", [("llama-2-7b", 512), ("llama-2-13b", 800), ("llama-2-70b", 320),
                                       ("llama-3-8b", 128), ("llama-3-70b", 320), ("mistral-7b", 128),
-                                      ("qwen2.5-7b", 56), ("opt-13b", 800)])
+                                      ("qwen2.5-7b", 56), ("opt-13b", 800), ("llama-3.1-8b", 128),
+                                      ("llama-3.3-70b", 320), ("qwen3-8b", 144), ("qwen3-32b", 256),
+                                      ("qwen3-235b-a22b", 188), ("gpt-oss-120b", 72)])
 def test_kv_bytes_per_token(name, kib):
     # 2 x layers x kv_heads x head_dim x 2 bytes, worked by hand from each public config.
     assert get_model(name).kv_bytes_per_token == kib * 1024
@@ -31,6 +33,27 @@ def test_gpu_names_that_could_mean_two_presets_or_another_chip_are_refused():
         get_gpu("A100")
     with pytest.raises(ConfigError, match="unknown GPU 'L40'.*did you mean 'l40s'"):
         get_gpu("L40")  # the L40 is not the L40S
+
+
+def test_hugging_face_ids_name_the_presets_and_others_say_what_to_pass():
+    from kvsim.hardware.models import HF_IDS
+
+    assert set(HF_IDS.values()) <= set(MODEL_PRESETS)
+    assert get_model("meta-llama/Llama-3.1-70B-Instruct").name == "llama-3.1-70b"
+    assert get_model("qwen/qwen3-235b-a22b").name == "qwen3-235b-a22b"  # any case
+    assert get_model("moonshotai/Kimi-K2-Instruct").num_experts == 384
+    with pytest.raises(ConfigError, match="reads no hub: pass the model's config.json path"):
+        get_model("someone/unknown-model")
+
+
+def test_more_tensor_parallel_ranks_than_kv_heads_replicate_one_head_each():
+    """Qwen3-235B-A22B has 4 KV heads; at TP8 each GPU holds one, replicated twice, as vLLM does: 94 layers x
+    1 head x 128 dims x 2 (K, V) x 2 B = 48,128 B per token per GPU. TP3 divides neither way."""
+    m = get_model("qwen3-235b-a22b")
+    assert m.kv_bytes_per_token_gpu(8) == 94 * 1 * 128 * 2 * 2 == m.kv_bytes_per_token_gpu(4)
+    assert plan_pool(m, get_gpu("h200-141gb"), MemoryConfig(), tp=8).kv_bytes_per_token == 48_128
+    with pytest.raises(ConfigError, match="or be a multiple of it"):
+        plan_pool(m, get_gpu("h200-141gb"), MemoryConfig(), tp=3)
 
 
 def test_custom_model():

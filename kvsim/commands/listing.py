@@ -20,7 +20,14 @@ def _models() -> list[str]:
         per_layer = f"latent {m.kv_lora_rank}+{m.qk_rope_head_dim}" if m.is_mla else f"{m.kv_heads} heads x {m.head_dim}"
         rows.append((name, f"{m.params / 1e9:.1f} B", str(m.layers), per_layer,
                      f"{m.kv_bytes_per_token / 1024:g} KiB", f"{m.max_context:,}", mix))
-    return _table(rows) + ["", "Or pass a Hugging Face config.json path to --model."]
+    from kvsim.hardware.models import HF_IDS
+
+    ids: dict[str, list[str]] = {}
+    for hf, preset in HF_IDS.items():
+        ids.setdefault(preset, []).append(hf)
+    return _table(rows) + ["", "Hugging Face ids --model also takes (as `vllm serve` does; no hub is read):"] + [
+        f"  {preset}: {', '.join(hfs)}" for preset, hfs in ids.items()] + [
+        "", "Or pass any model's Hugging Face config.json path to --model."]
 
 
 def _gpus() -> list[str]:

@@ -131,7 +131,12 @@ class ModelSpec:
         holds whole ((kv_lora_rank + qk_rope_head_dim) x KV dtype bytes)."""
         if self.is_mla:
             return (self.kv_lora_rank + self.qk_rope_head_dim) * self.kv_dtype_bytes
-        return 2 * (self.kv_heads // tp) * self.head_dim * self.kv_dtype_bytes
+        return 2 * self.kv_heads_per_gpu(tp) * self.head_dim * self.kv_dtype_bytes
+
+    def kv_heads_per_gpu(self, tp: int) -> int:
+        """KV heads one of ``tp`` ranks holds: its share, or one (replicated) when there are more ranks than heads,
+        as vLLM does."""
+        return max(1, self.kv_heads // tp)
 
     def state_bytes_per_layer(self, tp: int = 1) -> int:
         """Bytes of one sequence's recurrent state in one mamba layer on one GPU (conv state
@@ -174,8 +179,9 @@ class ModelSpec:
         """Why ``tp`` ranks cannot split this model's KV, or None (MLA's latent is held whole by every rank)."""
         if isinstance(tp, bool) or not isinstance(tp, int) or tp <= 0:
             return "must be a positive integer"
-        if not self.is_mla and self.attention_layers and self.kv_heads % tp:
-            return f"must divide the model's kv_heads ({self.kv_heads})"
+        if not self.is_mla and self.attention_layers and self.kv_heads % tp and tp % self.kv_heads:
+            return (f"must divide the model's kv_heads ({self.kv_heads}) or be a multiple of it (each rank then holds "
+                    "a replica of one KV head, as vLLM does)")
         return None
 
     def pp_problem(self, pp: int) -> str | None:
@@ -394,6 +400,34 @@ MODEL_PRESETS: dict[str, ModelSpec] = {
            kv_lora_rank=512, qk_rope_head_dim=64, q_lora_rank=1536, v_head_dim=128, weight_dtype="fp8",
            num_experts=256, experts_per_token=8, moe_intermediate_size=2048, shared_experts=1,
            moe_layers=(False,) * 3 + (True,) * 58),
+        # --- models served now (config.json of each Hugging Face repository; architecture numbers also in
+        # THUDM/slime's scripts/models/*.sh) ---
+        # meta-llama/Llama-3.1-8B: Llama-3-8B's shapes, 131,072 positions (rope_scaling llama3, factor 8).
+        _m("llama-3.1-8b", 32, 4096, 32, 8, 14336, 128256, 131072, 8.03e9, "bf16"),
+        # meta-llama/Llama-3.1-70B and Llama-3.3-70B-Instruct: Llama-3-70B's shapes, 131,072 positions.
+        _m("llama-3.1-70b", 80, 8192, 64, 8, 28672, 128256, 131072, 70.6e9, "bf16"),
+        _m("llama-3.3-70b", 80, 8192, 64, 8, 28672, 128256, 131072, 70.6e9, "bf16"),
+        # Qwen/Qwen3-8B, Qwen3-32B: head_dim 128 (not hidden / heads for 32B), 40,960 positions, untied.
+        _m("qwen3-8b", 36, 4096, 32, 8, 12288, 151936, 40960, 8.19e9, "bf16", head_dim=128),
+        _m("qwen3-32b", 64, 5120, 64, 8, 25600, 151936, 40960, 32.8e9, "bf16", head_dim=128),
+        # Qwen/Qwen3-235B-A22B: 94 layers, all MoE: 128 experts top-8 of width 1536, no shared expert.
+        _m("qwen3-235b-a22b", 94, 4096, 64, 4, 12288, 151936, 40960, 235.1e9, "bf16", head_dim=128,
+           num_experts=128, experts_per_token=8, moe_intermediate_size=1536),
+        # openai/gpt-oss-120b: gpt-oss-20b's layer mix over 36 layers, 128 experts top-4 in MXFP4.
+        _m("gpt-oss-120b", 36, 2880, 64, 8, 2880, 201088, 131072, 116.8e9, "bf16", head_dim=64,
+           layer_types=_pattern(36, lambda i: "sliding" if i % 2 == 0 else "full"), sliding_window=128,
+           num_experts=128, experts_per_token=4, moe_intermediate_size=2880, expert_dtype="mxfp4"),
+        # deepseek-ai/DeepSeek-R1: DeepSeek-V3's architecture and FP8 weights.
+        _m("deepseek-r1", 61, 7168, 128, 128, 18432, 129280, 163840, 671e9, "bf16", head_dim=192,
+           kv_lora_rank=512, qk_rope_head_dim=64, q_lora_rank=1536, v_head_dim=128, weight_dtype="fp8",
+           num_experts=256, experts_per_token=8, moe_intermediate_size=2048, shared_experts=1,
+           moe_layers=(False,) * 3 + (True,) * 58),
+        # moonshotai/Kimi-K2-Instruct: DeepSeek-V3's MLA with 64 heads; first_k_dense_replace 1, then 384 experts
+        # top-8 + 1 shared; FP8 weights; 163,840 vocabulary, 131,072 positions.
+        _m("kimi-k2", 61, 7168, 64, 64, 18432, 163840, 131072, 1.027e12, "bf16", head_dim=192,
+           kv_lora_rank=512, qk_rope_head_dim=64, q_lora_rank=1536, v_head_dim=128, weight_dtype="fp8",
+           num_experts=384, experts_per_token=8, moe_intermediate_size=2048, shared_experts=1,
+           moe_layers=(False,) + (True,) * 60),
         # ai21labs/AI21-Jamba-1.5-Mini: attention every 8th layer from 4 (attn_layer_period 8, offset 4),
         # Mamba-1 elsewhere (d_state 16, d_conv 4, expand 2); MoE every 2nd layer from 1, 16 experts top-2.
         _m("jamba-1.5-mini", 32, 4096, 32, 8, 14336, 65536, 262144, 51.6e9, "bf16", head_dim=128,
@@ -605,12 +639,49 @@ def _structure_from_hf(cfg: dict, path: str, layers: int, hidden: int, need) -> 
     return more
 
 
+# Hugging Face repository ids (as `vllm serve` takes them) of the presets' models: base and instruct/chat
+# variants share shapes. kvsim reads no hub at run time; any other id needs its config.json.
+HF_IDS = {
+    **{f"meta-llama/Llama-2-{s}{v}-hf": f"llama-2-{s}" for s in ("7b", "13b", "70b") for v in ("", "-chat")},
+    **{f"meta-llama/Meta-Llama-3-{s}{v}": f"llama-3-{s.lower()}" for s in ("8B", "70B") for v in ("", "-Instruct")},
+    **{f"meta-llama/{p}Llama-3.1-{s}{v}": f"llama-3.1-{s.lower()}" for p in ("", "Meta-") for s in ("8B", "70B")
+       for v in ("", "-Instruct")},
+    "meta-llama/Llama-3.3-70B-Instruct": "llama-3.3-70b",
+    **{f"codellama/CodeLlama-34b{v}-hf": "codellama-34b" for v in ("", "-Instruct", "-Python")},
+    **{f"mistralai/Mistral-7B-Instruct-v0.{v}": "mistral-7b" for v in (2, 3)},
+    "mistralai/Mistral-7B-v0.3": "mistral-7b", "mistralai/Mistral-7B-v0.1": "mistral-7b-v0.1",
+    "mistralai/Mistral-7B-Instruct-v0.1": "mistral-7b-v0.1",
+    "Qwen/Qwen2.5-7B": "qwen2.5-7b", "Qwen/Qwen2.5-7B-Instruct": "qwen2.5-7b",
+    "Qwen/Qwen-72B": "qwen-72b", "Qwen/Qwen-72B-Chat": "qwen-72b",
+    "internlm/internlm-20b": "internlm-20b", "internlm/internlm-chat-20b": "internlm-20b",
+    "microsoft/phi-2": "phi-2", "facebook/opt-13b": "opt-13b",
+    "google/gemma-2-9b": "gemma-2-9b", "google/gemma-2-9b-it": "gemma-2-9b",
+    "google/gemma-3-12b-it": "gemma-3-12b", "google/gemma-3-12b-pt": "gemma-3-12b",
+    "openai/gpt-oss-20b": "gpt-oss-20b", "openai/gpt-oss-120b": "gpt-oss-120b",
+    "meta-llama/Llama-4-Scout-17B-16E": "llama-4-scout", "meta-llama/Llama-4-Scout-17B-16E-Instruct": "llama-4-scout",
+    "deepseek-ai/DeepSeek-V3": "deepseek-v3", "deepseek-ai/DeepSeek-V3-0324": "deepseek-v3",
+    "deepseek-ai/DeepSeek-R1": "deepseek-r1", "deepseek-ai/DeepSeek-R1-0528": "deepseek-r1",
+    "ai21labs/AI21-Jamba-1.5-Mini": "jamba-1.5-mini",
+    "Qwen/Qwen3-8B": "qwen3-8b", "Qwen/Qwen3-32B": "qwen3-32b", "Qwen/Qwen3-235B-A22B": "qwen3-235b-a22b",
+    "Qwen/Qwen3-235B-A22B-Instruct-2507": "qwen3-235b-a22b",
+    "moonshotai/Kimi-K2-Instruct": "kimi-k2", "moonshotai/Kimi-K2-Base": "kimi-k2",
+}
+_HF_INDEX = {k.lower(): v for k, v in HF_IDS.items()}
+
+
 def get_model(name: str) -> ModelSpec:
-    """A preset by name (case-insensitive), a ``custom:...`` spec, or a path to a Hugging Face config.json."""
+    """A preset by name or Hugging Face id (case-insensitive; HF_IDS), a ``custom:...`` spec, or a path to a
+    Hugging Face config.json."""
     if name.lower().startswith("custom"):
         return parse_custom_model(name)
     if name.lower().endswith(".json") or Path(name).is_file():
         return model_from_hf_config(name)
+    if name.lower() in _HF_INDEX:
+        return MODEL_PRESETS[_HF_INDEX[name.lower()]]
+    if "/" in name and not Path(name).exists():
+        raise ConfigError(f"'{name}' is not a Hugging Face id kvsim knows (its presets' ids: `kvsim list models`), and "
+                          "kvsim reads no hub: pass the model's config.json path (e.g. `huggingface-cli download "
+                          f"{name} config.json --local-dir cfg`, then --model cfg/config.json)")
     try:
         return MODEL_PRESETS[name.lower()]
     except KeyError:

@@ -89,7 +89,7 @@ def residual_add(model: ModelSpec) -> Op:
 def attention_ops(model: ModelSpec, tp: int) -> list[Op]:
     """A GQA attention layer's projections and rotary embedding on one rank (attention itself excluded)."""
     d, h, hd = model.dtype_bytes, model.hidden_size, model.head_dim
-    qh, kvh = max(1, model.q_heads // tp), max(1, model.kv_heads // tp)
+    qh, kvh = max(1, model.q_heads // tp), model.kv_heads_per_gpu(tp)
     return [
         Op("attn_pre_proj", h, (qh + 2 * kvh) * hd),
         Op("attn_rope", kind="rope", row=(qh + kvh) * hd, bytes_per_token=2 * (qh + kvh) * hd * d),
@@ -269,7 +269,7 @@ class PerOpModel(LatencyModel):
         h, hd = model.hidden_size, model.head_dim
         self.layers = model.layers
         self.qh = max(1, model.q_heads // tp)
-        self.kvh = max(1, model.kv_heads // tp)
+        self.kvh = model.kv_heads_per_gpu(tp)
         self.hd = hd
         self.ops = layer_ops(model, tp)
         # expert parallelism changes only the routed experts' kernels: every rank still has every token (the

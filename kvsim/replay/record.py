@@ -47,7 +47,7 @@ class BatchRecorder:
         header = {"format": "kvsim-batch-record", "version": 1, "allocator": alloc.name,
                   "block_size": layout["block_size"], "num_blocks": layout["num_blocks"],
                   "model": {"name": m.name, "layers": m.layers, "q_heads": m.q_heads // tp,
-                            "kv_heads": m.kv_heads // tp, "head_dim": m.head_dim, "dtype": m.dtype},
+                            "kv_heads": m.kv_heads_per_gpu(tp), "head_dim": m.head_dim, "dtype": m.dtype},
                   "tp": tp, "gpu": self.cfg.gpu.name}
         import os
 
