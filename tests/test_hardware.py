@@ -82,3 +82,23 @@ def test_pool_plan_derived_and_overrides():
     assert tp.kv_bytes_per_token == 320 * 1024 // 4
     with pytest.raises(ConfigError, match="divide"):
         plan_pool(get_model("llama-2-70b"), g, MemoryConfig(), tp=3)
+
+
+def test_hf_configs_read_as_vllm_serves_them(tmp_path):
+    """Gemma's gelu_pytorch_tanh MLP is gated (GeGLU), OPT's is not; a float32 checkpoint is served in bf16
+    (vLLM's dtype auto)."""
+    import json
+
+    gemma = {"model_type": "gemma2", "num_hidden_layers": 42, "hidden_size": 3584, "num_attention_heads": 16,
+             "num_key_value_heads": 8, "head_dim": 256, "intermediate_size": 14336, "vocab_size": 256000,
+             "max_position_embeddings": 8192, "torch_dtype": "float32", "sliding_window": 4096,
+             "hidden_act": "gelu_pytorch_tanh", "tie_word_embeddings": True}
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(gemma))
+    m = get_model(str(p))
+    assert m.gated_mlp and m.dtype == "bf16" and m.params == pytest.approx(MODEL_PRESETS["gemma-2-9b"].params, rel=0.01)
+    p.write_text(json.dumps({"model_type": "opt", "num_hidden_layers": 40, "hidden_size": 5120, "num_attention_heads": 40,
+                             "ffn_dim": 20480, "vocab_size": 50272, "max_position_embeddings": 2048,
+                             "torch_dtype": "float16", "activation_function": "relu", "tie_word_embeddings": True}))
+    m = get_model(str(p))
+    assert not m.gated_mlp and m.params == pytest.approx(MODEL_PRESETS["opt-13b"].params, rel=0.01)

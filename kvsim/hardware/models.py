@@ -532,9 +532,15 @@ def model_from_hf_config(path: str) -> ModelSpec:
     vocab = need("vocab_size")
     ctx = need("max_position_embeddings", "n_positions", "max_seq_len", default=4096)
     dtype = HF_DTYPES.get(str(cfg.get("torch_dtype", "float16")), "fp16")
+    if dtype == "fp32":  # vLLM's dtype "auto" serves a float32 checkpoint in bf16 (it says so at start-up)
+        dtype = "bf16"
     tied = bool(cfg.get("tie_word_embeddings", False))
+    model_type = str(cfg.get("model_type", ""))
     hidden_act = str(cfg.get("hidden_act", cfg.get("activation_function", "silu")))
-    gated = hidden_act in ("silu", "swiglu", "geglu") or "llama" in str(cfg.get("model_type", ""))
+    # the families whose MLP is one up projection; the others gate it (Llama's SwiGLU, Gemma's GeGLU with
+    # gelu_pytorch_tanh, ...)
+    gated = model_type not in NON_GATED_MLP if model_type else hidden_act in ("silu", "swiglu", "geglu",
+                                                                                "gelu_pytorch_tanh")
     file = Path(path)
     name = str(cfg.get("_name_or_path") or (file.parent.name if file.stem == "config" else file.stem) or "hf-model")
     more = _structure_from_hf(cfg, path, layers, hidden, need)
@@ -548,6 +554,7 @@ def model_from_hf_config(path: str) -> ModelSpec:
     return spec.validate()
 
 
+NON_GATED_MLP = {"opt", "gpt2", "gpt_neox", "gptj", "phi", "falcon", "bloom", "gpt_bigcode", "starcoder2", "mpt"}
 HF_LAYER_TYPES = {"full_attention": "full", "attention": "full", "sliding_attention": "sliding",
                   "chunked_attention": "chunked", "mamba": "mamba"}
 
