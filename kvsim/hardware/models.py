@@ -237,11 +237,12 @@ class ModelSpec:
 
     @property
     def weight_bytes(self) -> float:
-        """Bytes of all weights (every expert is held, whichever a batch routes to)."""
-        if self.expert_dtype and self.is_moe:
-            experts = self.expert_params()
-            return (self.params - experts) * self.weight_dtype_bytes + experts * DTYPE_BYTES[self.expert_dtype]
-        return self.params * self.weight_dtype_bytes
+        """Bytes of all weights (every expert is held, whichever a batch routes to). A quantized checkpoint keeps
+        its embedding and LM head in the model's dtype, as vLLM loads them."""
+        experts = self.expert_params() if self.expert_dtype and self.is_moe else 0.0
+        embed = self.vocab_size * self.hidden_size * (1 if self.tie_word_embeddings else 2) if self.weight_dtype else 0
+        return ((self.params - experts - embed) * self.weight_dtype_bytes + embed * self.dtype_bytes
+                + (experts * DTYPE_BYTES[self.expert_dtype] if experts else 0.0))
 
     @property
     def weight_dtype_bytes(self) -> float:
