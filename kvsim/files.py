@@ -20,6 +20,8 @@ def read_json_object(path: str | Path, label: str) -> dict:
         raise ConfigError(f"{label}: cannot read: {e.strerror}") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ConfigError(f"{label}: not JSON ({e})") from None
+    except (RecursionError, ValueError) as e:  # nested too deeply; an integer of over 4,300 digits
+        raise ConfigError(f"{label}: not readable JSON ({e})") from None
     if not isinstance(d, dict):
         raise ConfigError(f"{label}: expected a JSON object")
     return d
@@ -35,9 +37,9 @@ def write_text_atomically(path: str | Path, text: str) -> None:
 def prepare_output_dir(path: str | Path, flag: str) -> Path:
     """Create the output folder now (before any work) and make sure files can be written in it."""
     p = Path(path)
-    if p.exists() and not p.is_dir():
-        raise ConfigError(f"{flag} {path}: exists and is not a folder")
     try:
+        if p.exists() and not p.is_dir():
+            raise ConfigError(f"{flag} {path}: exists and is not a folder")
         p.mkdir(parents=True, exist_ok=True)
         probe = p / f".kvsim-write-test.{os.getpid()}"
         probe.write_bytes(b"")
@@ -51,15 +53,18 @@ def check_output_file(path: str | Path, flag: str, inputs=()) -> Path:
     """Make sure ``path`` can be written as a file (its folder is created now), before any work, and that it
     is none of the command's ``inputs`` (writing there would destroy what is being read)."""
     p = Path(path)
-    if p.is_dir():
-        raise ConfigError(f"{flag} {path}: is a folder; give a file name")
-    for src in inputs:
-        if src is not None and _same_file(p, Path(src)):
-            raise ConfigError(f"{flag} {path}: is the input file {src}; writing there would destroy it (give "
-                              "another name)")
-    prepare_output_dir(p.parent if str(p.parent) else ".", flag)
-    if p.exists() and not os.access(p, os.W_OK):
-        raise ConfigError(f"{flag} {path}: not writable")
+    try:
+        if p.is_dir():
+            raise ConfigError(f"{flag} {path}: is a folder; give a file name")
+        for src in inputs:
+            if src is not None and _same_file(p, Path(src)):
+                raise ConfigError(f"{flag} {path}: is the input file {src}; writing there would destroy it (give "
+                                  "another name)")
+        prepare_output_dir(p.parent if str(p.parent) else ".", flag)
+        if p.exists() and not os.access(p, os.W_OK):
+            raise ConfigError(f"{flag} {path}: not writable")
+    except OSError as e:  # e.g. a name too long for the file system
+        raise ConfigError(f"{flag} {path}: cannot write there ({e.strerror or e})") from None
     return p
 
 

@@ -502,3 +502,69 @@ def test_a_kept_head_ending_mid_chunk_does_not_stall_a_windowed_model(tmp_path, 
                  "-tp", "4", "--partial-preemption", "--no-plots", "--out", out)[0] == 0
     req = pd.read_csv(out / "requests.csv")
     assert (req.status == "finished").all()
+
+
+# --- the third audit's findings ---------------------------------------------------------------------------
+def test_json_and_yaml_too_deep_or_with_integers_too_long_to_read(tiny, tmp_path, capsys):
+    deep, big = "[" * 1000 + "]" * 1000, "1" + "0" * 4300
+    f = tmp_path / "x.json"
+    for text in (deep, '{"vocab_size": ' + big + "}"):
+        f.write_text(text)
+        for args in (["memory", "--model", f], ["latency", "--latency", f, "--batch", 1, "--context", 10],
+                     ["validate", f, "--model", "llama-2-7b"]):
+            assert kvsim(capsys, *args)[0] == 2
+    t = tmp_path / "t.jsonl"
+    t.write_text(json.dumps(TINY[0])[:-1] + ', "x": ' + big + "}\n")
+    assert "not readable JSON" in kvsim(capsys, "trace", "stats", t)[2]
+    g = tmp_path / "g.yaml"
+    g.write_text(f"base: {{trace: {tiny}}}\ngrid: {{rate: [{big}]}}")
+    assert "not readable YAML" in kvsim(capsys, "sweep", g, "--out", tmp_path / "s.csv")[2]
+
+
+def test_a_model_without_attention_layers_runs(tiny, tmp_path, capsys):
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 2, "vocab_size": 32,
+                               "layer_types": ["mamba", "mamba"], "mamba_d_state": 4, "mamba_d_conv": 4,
+                               "mamba_expand": 2, "_name_or_path": "x" * 100_000}))
+    out = tmp_path / "o"
+    assert kvsim(capsys, "run", "--trace", tiny, "--model", cfg, "--no-plots", "--out", out)[0] == 0
+    check_complete(out, len(TINY))
+
+
+def test_names_too_long_for_the_file_system(tiny, tmp_path, capsys):
+    long = "x" * 300
+    for args in (["memory", "--model", long], ["run", "--trace", tiny, "--no-plots", "--out", tmp_path / long],
+                 ["run", "--trace", tiny, "--no-plots", "--out", tmp_path / "o", "--record-batches", tmp_path / long],
+                 ["report", long, "-o", tmp_path / "r"]):
+        assert kvsim(capsys, *args)[0] == 2
+
+
+def test_calibration_tables_that_do_not_say_what_the_model_needs(tmp_path, capsys):
+    from kvsim.latency.calibration import SHIPPED
+
+    good = json.loads((SHIPPED / "a100-80gb.json").read_text())
+    bads = [{**good, "all_reduce": {"nvswitch": {"02": {"latency_s": 1e-5, "bandwidth": 1e11}}}},
+            {**good, "elementwise": {k: v for k, v in good["elementwise"].items() if k != "norm"}},
+            {**good, "decode_attention": {**good["decode_attention"], "unsplit_cta_bw": 1e-300}}]
+    for bad in bads:
+        f = tmp_path / "c.json"
+        f.write_text(json.dumps(bad))
+        assert kvsim(capsys, "latency", "--latency", f, "--model", "llama-2-7b", "-tp", 2)[0] == 2
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 2, "vocab_size": 32,
+                               "tie_word_embeddings": "false"}))
+    from kvsim.hardware import get_model
+
+    assert get_model(str(cfg)).tie_word_embeddings is False
+    cfg.write_text(json.dumps({"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 2, "vocab_size": 32,
+                               "tie_word_embeddings": "maybe"}))
+    assert "tie_word_embeddings" in kvsim(capsys, "memory", "--model", cfg)[2]
+
+
+def test_report_plots_a_plan_table_with_text_in_a_memory_column(tmp_path, capsys):
+    plan = pd.read_csv("reports/capacity-chat/plan.csv")
+    plan["at_max_mem_free"] = plan["at_max_mem_free"].astype(object)
+    plan.loc[0, "at_max_mem_free"] = "abc"
+    f = tmp_path / "plan.csv"
+    plan.to_csv(f, index=False)
+    assert kvsim(capsys, "report", f, "-o", tmp_path / "r")[0] == 0

@@ -260,7 +260,11 @@ def _result_tables(paths: list[str]) -> list[str]:
     """The tables to report on: files as given; for a folder (of `plan`, `compare` or `run`), its tables."""
     out = []
     for p in paths:
-        if Path(p).is_dir():
+        try:
+            is_dir = Path(p).is_dir()
+        except OSError:  # a name too long for the file system: reading it reports the error
+            is_dir = False
+        if is_dir:
             found = [str(Path(p) / n) for n in RESULT_TABLES if (Path(p) / n).is_file()]
             if not found:
                 from kvsim.errors import ConfigError

@@ -331,6 +331,7 @@ class ModelSpec:
 
 
 MAX_DIM = 1 << 40  # any model dimension or context length beyond this is a typo, not a model
+MAX_NAME = 120  # characters of a model name taken from a config
 MAX_LAYERS = 100_000  # kvsim keeps per-layer structure (mixers, MoE flags): a bound on the work a config asks for
 MIXERS = ("full", "sliding", "chunked", "mamba")
 
@@ -535,7 +536,12 @@ def model_from_hf_config(path: str) -> ModelSpec:
     dtype = HF_DTYPES.get(str(cfg.get("torch_dtype", "float16")), "fp16")
     if dtype == "fp32":  # vLLM's dtype "auto" serves a float32 checkpoint in bf16 (it says so at start-up)
         dtype = "bf16"
-    tied = bool(cfg.get("tie_word_embeddings", False))
+    tied = cfg.get("tie_word_embeddings", False)
+    if isinstance(tied, str) and tied.strip().lower() in ("true", "false"):
+        tied = tied.strip().lower() == "true"
+    if tied not in (True, False, 0, 1, None):
+        raise ConfigError(f"{path}: field 'tie_word_embeddings' must be true or false, got {shown(tied)}")
+    tied = bool(tied)
     model_type = str(cfg.get("model_type", ""))
     hidden_act = str(cfg.get("hidden_act", cfg.get("activation_function", "silu")))
     # the families whose MLP is one up projection; the others gate it (Llama's SwiGLU, Gemma's GeGLU with
@@ -544,6 +550,8 @@ def model_from_hf_config(path: str) -> ModelSpec:
                                                                                 "gelu_pytorch_tanh")
     file = Path(path)
     name = str(cfg.get("_name_or_path") or (file.parent.name if file.stem == "config" else file.stem) or "hf-model")
+    if len(name) > MAX_NAME:  # it titles tables and plots
+        name = name[:MAX_NAME - 3] + "..."
     more = _structure_from_hf(cfg, path, layers, hidden, need)
     if more.get("kv_lora_rank"):
         head_dim = need("qk_nope_head_dim") + more["qk_rope_head_dim"]
@@ -677,16 +685,23 @@ HF_IDS = {
 _HF_INDEX = {k.lower(): v for k, v in HF_IDS.items()}
 
 
+def _is_file(name: str) -> bool:
+    try:
+        return Path(name).is_file()
+    except OSError:  # a name too long for the file system is no file
+        return False
+
+
 def get_model(name: str) -> ModelSpec:
     """A preset by name or Hugging Face id (case-insensitive; HF_IDS), a ``custom:...`` spec, or a path to a
     Hugging Face config.json."""
     if name.lower().startswith("custom"):
         return parse_custom_model(name)
-    if name.lower().endswith(".json") or Path(name).is_file():
+    if name.lower().endswith(".json") or _is_file(name):
         return model_from_hf_config(name)
     if name.lower() in _HF_INDEX:
         return MODEL_PRESETS[_HF_INDEX[name.lower()]]
-    if "/" in name and not Path(name).exists():
+    if "/" in name and not _is_file(name):
         raise ConfigError(f"'{name}' is not a Hugging Face id kvsim knows (its presets' ids: `kvsim list models`), and "
                           "kvsim reads no hub: pass the model's config.json path (e.g. `huggingface-cli download "
                           f"{name} config.json --local-dir cfg`, then --model cfg/config.json)")

@@ -209,11 +209,11 @@ class Calibration:
             return Calibration(
                 gpu=str(d["gpu"]), measured_on=str(d.get("measured_on", "gpu")),
                 gemm=_build(GemmParams, d["gemm"]),
-                elementwise={k: _build(ElementwiseParams, v) for k, v in d["elementwise"].items()},
+                elementwise=_elementwise(d["elementwise"]),
                 decode_attention=_build(DecodeAttentionParams, d["decode_attention"]),
                 prefill_attention=_build(PrefillAttentionParams, d["prefill_attention"]),
-                all_reduce={ic: {str(n): _build(LinkParams, p) for n, p in table.items()}
-                            for ic, table in d.get("all_reduce", {}).items()},
+                all_reduce={ic: {_group_size(n): _build(LinkParams, p) for n, p in _object(table, ic).items()}
+                            for ic, table in _object(d.get("all_reduce", {}), "all_reduce").items()},
                 sources=dict(d.get("sources", {})), fit=dict(d.get("fit", {})),
                 derived_from=str(d.get("derived_from", "")),
                 moe=_build(MoeParams, d["moe"]) if d.get("moe") is not None else None,
@@ -225,14 +225,34 @@ class Calibration:
 # What a calibration field may hold beyond "a finite number from 0 to 1e16" (what the formulas divide by or
 # raise to, and the tile sizes they count in): (lowest, highest, whole number)
 _FIELD_RANGES = {"flops_eff": (1e-6, 1.0, False), "bw_eff": (1e-6, 1.0, False), "kv8_bw_eff": (0.0, 1.0, False),
+                 "unsplit_cta_bw": (0.0, 1e16, False),
                  "knee": (1.0, 100.0, False), "tile_q": (1, 65536, True), "tile_kv": (1, 65536, True),
                  "bandwidth": (1.0, 1e16, False)}
+
+
+def _elementwise(v) -> dict:
+    kinds = _object(v, "elementwise")
+    missing = [k for k in ELEMENTWISE_KINDS if k not in kinds]
+    if missing:
+        raise ValueError(f"elementwise lacks the kind(s) {', '.join(missing)} (it holds {', '.join(ELEMENTWISE_KINDS)})")
+    return {k: _build(ElementwiseParams, p) for k, p in kinds.items()}
+
+
+def _group_size(key) -> str:
+    """An all-reduce table's key: a number of GPUs, written as a plain whole number."""
+    if not (isinstance(key, str) and key.isascii() and key.isdigit() and str(int(key)) == key and 1 <= int(key) <= 4096):
+        raise ValueError(f"all-reduce group sizes are whole numbers of GPUs from 1 to 4096 written plainly, got {key!r:.40}")
+    return key
 
 
 def _object(v, name: str) -> dict:
     if not isinstance(v, dict):
         raise TypeError(f"{name} must be an object")
     return v
+
+
+# fields whose 0 switches a path off and whose tiny values would make every time infinite
+_OFF_OR_AT_LEAST = {"kv8_bw_eff": 1e-6, "unsplit_cta_bw": 1e6}
 
 
 def _build(cls, values: dict):
@@ -252,6 +272,8 @@ def _build(cls, values: dict):
                 or (whole and v != int(v)):
             raise ValueError(f"{cls.__name__}.{f.name} must be a finite {'whole ' if whole else ''}number from {lo:g} "
                              f"to {hi:g}, got {shown(v)}")
+        if 0 < v < _OFF_OR_AT_LEAST.get(f.name, 0):
+            raise ValueError(f"{cls.__name__}.{f.name} must be 0 (off) or at least {_OFF_OR_AT_LEAST[f.name]:g}, got {v!r}")
         if whole:
             object.__setattr__(obj, f.name, int(v))
     return obj

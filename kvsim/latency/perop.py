@@ -546,7 +546,7 @@ class PerOpModel(LatencyModel):
             else:
                 reads = np.minimum(kv, n * w)
             gpu = gpu + layers * np.maximum(p.floor_s, p.stream_s(n, reads, token_s, self._kv8))
-        return gpu
+        return gpu if np.ndim(gpu) else np.full(k, gpu)  # a model without attention layers: constant steps
 
     def _pipeline_run_gpu(self, n: int, s0: float, k: int):
         """GPU seconds of each of k rotations of a decode run under pipeline parallelism: the micro-batches of

@@ -42,6 +42,8 @@ def load_grid(path: str) -> list[dict]:
         raise ConfigError(f"{path}: cannot read: {e.strerror}") from None
     except yaml.YAMLError as e:
         raise ConfigError(f"{path}: not valid YAML: {e}") from None
+    except (RecursionError, ValueError) as e:  # nested too deeply; an integer of over 4,300 digits
+        raise ConfigError(f"{path}: not readable YAML ({e})") from None
     if not isinstance(spec, dict):
         raise ConfigError(f"{path}: expected a mapping with base / grid / points")
     unknown = set(spec) - {"base", "grid", "points"}
@@ -123,7 +125,7 @@ def _saved_row(path: Path, point: dict) -> dict | None:
     truncated or hand-edited part is recomputed)."""
     try:
         row = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return None
     if not isinstance(row, dict) or "index" in row or row.get("point_id") != point_id(point) \
             or "requests" not in row or any(f"cfg_{k}" not in row for k in point):

@@ -153,7 +153,7 @@ def read_record(path: str):
     try:
         fh = gzip.open(path, "rt", encoding="utf-8")
         header = json.loads(fh.readline())
-    except (OSError, json.JSONDecodeError, EOFError, UnicodeDecodeError) as e:
+    except (OSError, ValueError, RecursionError, EOFError) as e:  # ValueError: bad JSON, UTF-8 or a huge integer
         raise ConfigError(f"{path}: not a kvsim batch record ({e})") from None
     check_header(header, path)
     B = header["block_size"]
@@ -174,6 +174,8 @@ def read_record(path: str):
                     g = json.loads(text)
                 except json.JSONDecodeError as e:
                     raise ConfigError(f"{path}:{line}: not JSON ({e.msg})") from None
+                except (RecursionError, ValueError) as e:
+                    raise ConfigError(f"{path}:{line}: not readable JSON ({e})") from None
                 check_group(g, line, header, path)
                 current.update(g.get("tables", {}))
                 resolved = {}

@@ -5,6 +5,8 @@ HTML page as data URIs (the page needs no other file) and linked from the Markdo
 
 from __future__ import annotations
 
+import math
+
 import base64
 import html
 from pathlib import Path
@@ -160,14 +162,23 @@ def plot_latency(points: pd.DataFrame, slos: list[Slo], path: Path) -> Path:
     return _save(fig, path)
 
 
+def _share(v) -> float:
+    """A memory share as plotted: a finite number, else nothing (0); the table's count of unreadable cells says
+    so."""
+    try:
+        x = float(v)
+    except (TypeError, ValueError):
+        return 0.0
+    return x if math.isfinite(x) else 0.0
+
+
 def plot_memory(rows: pd.DataFrame, prefix: str, path: Path) -> Path:
     """Stacked time-weighted memory shares, one bar per configuration (most token states first)."""
     from kvsim.output.plots import memory_bars
 
     plt = _plt()
     fig, ax = plt.subplots(figsize=(8, 0.5 * len(rows) + 1.8))
-    shares = [{c: float(v) if (v := r.get(f"{prefix}mem_{c}", 0.0)) == v else 0.0
-               for c in MEMORY_CATEGORIES} for _, r in rows.iterrows()]
+    shares = [{c: _share(r.get(f"{prefix}mem_{c}", 0.0)) for c in MEMORY_CATEGORIES} for _, r in rows.iterrows()]
     memory_bars(ax, list(rows["config"]), shares)
     ax.legend(fontsize=7, ncol=5, loc="upper center", bbox_to_anchor=(0.5, -0.18), frameon=False)
     ax.set_title("Where the KV pool went" + (" at each configuration's max SLO-meeting rate" if prefix else ""))

@@ -72,6 +72,8 @@ def _mooncake_request(text: str, path: str, line: int, index: int, skipped: Coun
         raise TraceError(path, line, None, f"not valid JSON ({e.msg})") from None
     except RecursionError:
         raise TraceError(path, line, None, "JSON nested too deeply") from None
+    except ValueError as e:  # an integer of over 4,300 digits
+        raise TraceError(path, line, None, f"not readable JSON ({e})") from None
     if not isinstance(obj, dict):
         raise TraceError(path, line, None, f"expected a JSON object, got {type(obj).__name__}")
     for f in ("timestamp", "input_length", "output_length"):

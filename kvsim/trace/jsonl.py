@@ -142,6 +142,8 @@ def _add_line(text: str, path: str, lineno: int, requests: list, skipped: list, 
             raise TraceError(path, lineno, None, f"not valid JSON ({e.msg} at column {e.colno}){hint}") from None
         except RecursionError:
             raise TraceError(path, lineno, None, "JSON nested too deeply") from None
+        except ValueError as e:  # an integer of over 4,300 digits
+            raise TraceError(path, lineno, None, f"not readable JSON ({e})") from None
         req = parse_request(obj, path, lineno, len(requests) + len(skipped))
         if req.id in seen:
             raise TraceError(path, lineno, "id", f"duplicate id '{req.id}' (first on line {seen[req.id]})")
