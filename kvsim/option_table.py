@@ -15,7 +15,7 @@ from kvsim.engine.preemption import VICTIM_ALIASES, VICTIM_POLICIES
 from kvsim.hardware.models import KV_CACHE_DTYPES
 from kvsim.latency.cpu import CPU_PRESETS
 from kvsim.errors import ConfigError
-from kvsim.validation import (FRACTION, GIB, GIB_OR_ZERO, NON_NEGATIVE, POSITIVE, POSITIVE_INT, Number, request_rate,
+from kvsim.validation import (EFFICIENCY, FRACTION, GIB, MAX_TP, GIB_OR_ZERO, POSITIVE, POSITIVE_INT, Number, request_rate,
                               require)
 
 DEFAULT_MODEL = "llama-2-7b"
@@ -59,7 +59,7 @@ OPTIONS: list[Option] = [
            "stands for h100-80gb)", "model and hardware", DEFAULT_GPU),
     Option("tensor_parallel_size", ("--tensor-parallel-size", "-tp", "--tp"),
            "GPUs one replica spans with tensor parallelism (weights, heads and KV split across them)",
-           "model and hardware", 1, int, POSITIVE_INT),
+           "model and hardware", 1, int, Number(integer=True, min=1, max=MAX_TP)),
     Option("pipeline_parallel_size", ("--pipeline-parallel-size", "-pp", "--pp"),
            "pipeline stages one replica spans (layers split across them, each stage tensor-parallel over "
            "--tensor-parallel-size GPUs; as many micro-batches in flight as stages, as vLLM V1)",
@@ -145,11 +145,11 @@ OPTIONS: list[Option] = [
     Option("interconnect", ("--interconnect",), "how tensor-parallel GPUs are linked (all-reduce times)", "latency",
            "nvswitch", choices=("nvswitch", "pairwise")),
     Option("flops_efficiency", ("--flops-efficiency",), "roofline: achievable fraction of peak FLOP/s", "latency",
-           0.6, float, FRACTION),
+           0.6, float, EFFICIENCY),
     Option("bandwidth_efficiency", ("--bandwidth-efficiency",), "roofline: achievable fraction of HBM bandwidth",
-           "latency", 0.8, float, FRACTION),
+           "latency", 0.8, float, EFFICIENCY),
     Option("step_overhead_ms", ("--step-overhead-ms",), "roofline: fixed time per iteration, milliseconds",
-           "latency", 2.0, float, NON_NEGATIVE),
+           "latency", 2.0, float, Number(min=0, max=1e6)),
     # --- load (the clients that send the trace)
     Option("max_concurrency", ("--max-concurrency",),
            "clients keep at most this many requests in flight, as `vllm bench serve --max-concurrency`: each "

@@ -64,10 +64,14 @@ POSITIVE_INT = Number(integer=True, min=1)
 POSITIVE = Number(min=0, min_open=True)
 NON_NEGATIVE = Number(min=0)
 FRACTION = Number(min=0, min_open=True, max=1)  # (0, 1]
+EFFICIENCY = Number(min=1e-6, max=1)  # a fraction of a peak that keeps times finite
+MIN_RATE = 1e-6  # requests/s: one every 11.6 days; slower rates push arrivals where seconds lose their precision
 MAX_GIB = float(1 << 30)  # an exbibyte: any memory size beyond it is a typo, and byte counts stay exact
 GIB = Number(min=0, min_open=True, max=MAX_GIB)  # sizes in GiB
 GIB_OR_ZERO = Number(min=0, max=MAX_GIB)
-_RATE = Number(min=0, min_open=True, max=1e9)
+_RATE = Number(min=MIN_RATE, max=1e9)
+RATE = _RATE
+MAX_TP = 4096  # GPUs a replica's tensor parallelism may span
 
 
 def request_rate(v) -> str | None:

@@ -141,7 +141,7 @@ def test_retime_sends_in_trace_order_at_a_poisson_rate():
 
 @pytest.mark.parametrize("args,message", [
     (["--max-concurrency", "0"], "--max-concurrency: must be >= 1"),
-    (["--request-rate", "0"], "--request-rate: must be > 0"),
+    (["--request-rate", "0"], "--request-rate: must be >= 1e-06"),
     (["--request-rate", "nan"], "--request-rate"),
     (["--request-rate=-inf"], "--request-rate"),
 ])

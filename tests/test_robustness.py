@@ -568,3 +568,40 @@ def test_report_plots_a_plan_table_with_text_in_a_memory_column(tmp_path, capsys
     f = tmp_path / "plan.csv"
     plan.to_csv(f, index=False)
     assert kvsim(capsys, "report", f, "-o", tmp_path / "r")[0] == 0
+
+
+# --- the fourth audit's findings: option values ----------------------------------------------------------------
+@pytest.mark.parametrize("args", [
+    ["trace", "generate", "-o", "OUT/t.jsonl", "-n", "5", "--arrival", "gamma", "--cv", "1e-300"],
+    ["trace", "generate", "-o", "OUT/t.jsonl", "-n", "5", "--arrival", "gamma", "--cv", "1e300"],
+    ["trace", "generate", "-o", "OUT/t.jsonl", "-n", "5", "--seed", "-1"],
+    ["trace", "generate", "-o", "OUT/t.jsonl", "-n", "1e9"],
+    ["trace", "generate", "-o", "OUT/t.jsonl", "-n", "5", "--rate", "1e-300"],
+    ["cluster", "--trace", "TINY", "--replicas", "1e9", "--out", "OUT/c"],
+    ["cluster", "--trace", "TINY", "--routers", "round-robin,round-robin", "--out", "OUT/c"],
+    ["cluster", "--trace", "TINY", "--groups", "", "--out", "OUT/c"],
+    ["run", "--trace", "TINY", "--no-plots", "--request-rate", "1e-300", "--out", "OUT/r"],
+    ["run", "--trace", "TINY", "--no-plots", "--latency", "roofline", "--step-overhead-ms", "1e308", "--out", "OUT/r"],
+    ["run", "--trace", "TINY", "--no-plots", "--tp", "1e18", "--out", "OUT/r"],
+    ["run", "--trace", "TINY", "--no-plots", "--tp", "64", "--out", "OUT/r"],
+    ["run", "--trace", "TINY", "--no-plots", "--columns", "", "--out", "OUT/r"],
+    ["plan", "--trace", "TINY", "--no-plots", "--no-report", "--slo", "ttft_p99=2s", "--gpus", "a100-40gb:1,A100-40GB:2"],
+    ["plan", "--trace", "TINY", "--no-plots", "--no-report", "--slo", "ttft_p99=2s,ttft_p99=1s"],
+    ["plan", "--trace", "TINY", "--no-plots", "--no-report", "--slo", "ttft_p99=1e400s"],
+    ["plan", "--trace", "TINY", "--no-plots", "--no-report", "--slo", "ttft_p99=2s", "--study", "block-size",
+     "--kernel-bench", "TINY"],
+    ["plan", "--trace", "TINY", "--no-plots", "--no-report", "--slo", "ttft_p99=2s", "--study", "block-size",
+     "--kernel-bench", "/nonexistent.csv"],
+    ["report", "TINY", "-o", "OUT/rep"],
+    ["memory", "--model", "/dev/null"],
+])
+def test_option_values_the_fourth_audit_found(args, tiny, tmp_path, capsys):
+    args = [str(tiny) if a == "TINY" else a.replace("OUT", str(tmp_path)) for a in args]
+    assert kvsim(capsys, *args)[0] == 2
+
+
+def test_a_shapes_csv_saved_with_a_byte_order_mark(tmp_path, capsys):
+    f = tmp_path / "shapes.csv"
+    f.write_bytes(b"\xef\xbb\xbfbatch,context,new_tokens\r\n1,512,1\r\n")
+    assert kvsim(capsys, "latency", "--shapes", f, "--out", tmp_path / "o.csv")[0] == 0
+    assert len(pd.read_csv(tmp_path / "o.csv")) == 1

@@ -7,8 +7,11 @@ import math
 import sys
 from pathlib import Path
 
-from kvsim.commands.args import DEFAULT_OUT, non_negative, positive_int
+from kvsim.commands.args import DEFAULT_OUT, non_negative, number
 from kvsim.errors import ConfigError
+from kvsim.validation import Number
+
+MAX_REPLICAS = 4096  # per group: a fleet of more engines than this is a typo, and its set-up alone would take minutes
 
 DEFAULT_ROUTERS = "round-robin,least-requests,prefix,prefix+load"
 
@@ -31,8 +34,8 @@ def _groups(a: argparse.Namespace, cfg, allocator, text: str | None = None, flag
                                                         for k, v in sizes.items()):
             raise ConfigError(f"{flag} {text!r}: each group is GPU:COUNT, optionally with :tpN and :ppN (e.g. "
                               f"h100-80gb:4 or a100-80gb:2:tp2:pp2), got {part!r}")
-        if int(fields[1]) > 4096:
-            raise ConfigError(f"{flag} {part.strip()}: at most 4096 replicas per group")
+        if int(fields[1]) > MAX_REPLICAS:
+            raise ConfigError(f"{flag} {part.strip()}: at most {MAX_REPLICAS} replicas per group")
         values = values_from_namespace(a)
         values["gpu"] = fields[0]
         for k, v in sizes.items():
@@ -123,6 +126,9 @@ def cmd_cluster(a: argparse.Namespace) -> int:
     if problem:
         raise ConfigError(problem)
     options = RouterOptions(seed=a.seed, approx_ttl_s=a.router_ttl, **_weights(a.router_weights)).validate()
+    for flag, v in (("--groups", a.groups), ("--prefill", a.prefill), ("--decode", a.decode)):
+        if v is not None and not v.strip():
+            raise ConfigError(f"{flag} is empty: name at least one group (GPU:COUNT)")
     if bool(a.prefill) != bool(a.decode):
         raise ConfigError("disaggregated serving needs both --prefill and --decode pools")
     if a.prefill and a.groups:
@@ -133,7 +139,7 @@ def cmd_cluster(a: argparse.Namespace) -> int:
 
     link = parse_link(a.kv_link)
     store = _store(a.shared_kv_store)
-    slos = parse_slos(a.slo) if a.slo else []
+    slos = parse_slos(a.slo) if a.slo is not None else []
     layouts = []  # (label, groups or (prefill groups, decode groups))
     if a.prefill:
         pools = (_groups(a, cfg, spec, a.prefill, "--prefill"), _groups(a, cfg, spec, a.decode, "--decode"))
@@ -288,7 +294,8 @@ def register(sub) -> None:
                                    "simulated clock.")
     add_sim_args(c, "cluster", fleet=True)
     g = c.add_argument_group("fleet")
-    g.add_argument("--replicas", type=positive_int, default=4, help="replicas of the configured GPU [default: 4]")
+    g.add_argument("--replicas", type=number(int, Number(integer=True, min=1, max=MAX_REPLICAS)), default=4,
+                   help=f"replicas of the configured GPU (at most {MAX_REPLICAS:,}) [default: 4]")
     g.add_argument("--groups", metavar="GPU:COUNT,...",
                    help="heterogeneous replicas instead of --replicas: GPU:COUNT[:tpN][:ppN],..., e.g. "
                         "h100-80gb:4,a100-80gb:2:tp2 (other options apply to every group)")

@@ -66,7 +66,7 @@ def shape_rows(path: str) -> list[tuple[int, int, int]]:
     import csv
 
     try:
-        fh = open(path, newline="", encoding="utf-8")
+        fh = open(path, newline="", encoding="utf-8-sig")  # a spreadsheet's byte-order mark is no column name
     except OSError as e:
         raise TraceError(path, 0, None, f"cannot open: {e.strerror}") from None
     rows = []

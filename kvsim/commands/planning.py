@@ -40,7 +40,7 @@ def cmd_plan(a: argparse.Namespace) -> int:
     out, out_note = results_dir(a, Path(DEFAULT_OUT) / f"plan-{Path(a.trace).stem}")
     out = prepare_output_dir(out, "--out")
     base = {"trace": a.trace, **values_from_namespace(a)}
-    gpus = parse_gpus(a.gpus) if a.gpus else [(a.gpu or DEFAULT_GPU, None)]
+    gpus = parse_gpus(a.gpus) if a.gpus is not None else [(a.gpu or DEFAULT_GPU, None)]
     from kvsim.runner import prefix_caching
 
     allocators = parse_allocator_list(a.allocators or "paged", cfg.block_size,
@@ -107,7 +107,7 @@ def cmd_fleet_plan(a: argparse.Namespace, cfg, slos) -> int:
     parse_link(a.kv_link)
     out, out_note = results_dir(a, Path(DEFAULT_OUT) / f"fleet-plan-{Path(a.trace).stem}")
     out = prepare_output_dir(out, "--out")
-    gpus = parse_gpus(a.gpus) if a.gpus else [(a.gpu or DEFAULT_GPU, None)]
+    gpus = parse_gpus(a.gpus) if a.gpus is not None else [(a.gpu or DEFAULT_GPU, None)]
     from kvsim.runner import resolve_allocator
 
     allocator = str(resolve_allocator(default_allocator(cfg.model), cfg, named=False))
@@ -235,6 +235,7 @@ def cmd_sweep(a: argparse.Namespace) -> int:
 def cmd_report(a: argparse.Namespace) -> int:
     import pandas as pd
 
+    from kvsim.errors import ConfigError
     from kvsim.files import prepare_output_dir
     from kvsim.planning.slo import parse_slos
     from kvsim.planning.sweep import read_table
@@ -244,16 +245,20 @@ def cmd_report(a: argparse.Namespace) -> int:
     caps, pts = [], []
     for path in _result_tables(a.results):
         df = _numeric_metrics(read_table(path), path)
+        if not RESULT_MARKERS & set(df.columns):
+            raise ConfigError(f"{path}: not a results table of plan, sweep, compare or run (it has none of the columns "
+                              f"{', '.join(sorted(RESULT_MARKERS))})")
         (caps if "max_rate_req_s" in df.columns else pts).append(df)
     cap = pd.concat(caps, ignore_index=True) if caps else None
     points = pd.concat(pts, ignore_index=True) if pts else None
-    slos = parse_slos(a.slo) if a.slo else []
+    slos = parse_slos(a.slo) if a.slo is not None else []
     files = build_report(a.output, cap, points, slos, a.title, [f"from {', '.join(a.results)}"])
     print(f"wrote {files['html']} and {files['md']}")
     return 0
 
 
 RESULT_TABLES = ("plan.csv", "plan_points.csv", "runs.csv", "runs.parquet")  # in a results folder, what a report reads
+RESULT_MARKERS = {"max_rate_req_s", "throughput_tok_s"}  # a plan table has the first, every run summary the second
 
 
 def _result_tables(paths: list[str]) -> list[str]:

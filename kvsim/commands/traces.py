@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 
-from kvsim.commands.args import any_int, non_negative, positive, positive_int, number
-from kvsim.validation import Number
+from kvsim.commands.args import non_negative, number, positive, positive_int
+from kvsim.validation import RATE, Number
+
+MAX_GENERATED = 10_000_000  # requests one generate writes: kvsim's largest runs are 1M; beyond this, memory runs out first
 MAX_SIGMA = 10.0  # as kvsim.trace.generate (not imported here: numpy stays out of start-up)
 
 SCENARIOS = ["system-prompt", "few-shot", "multi-turn", "doc-summary"]
@@ -81,10 +83,11 @@ def register(sub) -> None:
     tsub = t.add_subparsers(dest="trace_command", required=True, metavar="{generate,convert,stats}")
     g = tsub.add_parser("generate", help="a seeded synthetic trace (or a prefix-sharing scenario)")
     g.add_argument("-o", "--output", required=True, help="JSONL file to write")
-    g.add_argument("-n", "--num-requests", type=positive_int, default=1000, help="requests [default: 1000]")
-    g.add_argument("--rate", type=positive, default=1.0, help="mean arrival rate, requests/s [default: 1]")
+    g.add_argument("-n", "--num-requests", type=number(int, Number(integer=True, min=1, max=MAX_GENERATED)), default=1000,
+                   help=f"requests (at most {MAX_GENERATED:,}) [default: 1000]")
+    g.add_argument("--rate", type=number(float, RATE), default=1.0, help="mean arrival rate, requests/s [default: 1]")
     g.add_argument("--arrival", choices=["poisson", "gamma"], default="poisson", help="arrival process [default: poisson]")
-    g.add_argument("--cv", type=positive, default=1.0,
+    g.add_argument("--cv", type=number(float, Number(min=1e-3, max=1e3)), default=1.0,
                    help="gamma arrivals: coefficient of variation of the gaps (> 1 is burstier than Poisson) [default: 1]")
     g.add_argument("--prompt-mean", type=positive, default=300.0, help="lognormal prompt mean, tokens [default: 300]")
     g.add_argument("--prompt-sigma", type=number(float, Number(min=0, max=MAX_SIGMA)), default=1.0, help="lognormal prompt shape (<= 10) [default: 1]")
@@ -94,7 +97,8 @@ def register(sub) -> None:
                    help="cap on prompt + output tokens (>= 2) [default: 4096]")
     g.add_argument("--lengths-csv", help="sample (prompt, output) pairs from this CSV instead of lognormals "
                    "(columns: prompt_tokens,output_tokens or Vidur/Azure/Mooncake/BurstGPT names)")
-    g.add_argument("--seed", type=any_int, default=0, help="random seed [default: 0]")
+    g.add_argument("--seed", type=number(int, Number(integer=True, min=0, max=2 ** 63 - 1)), default=0,
+                   help="random seed (>= 0) [default: 0]")
     g.add_argument("--scenario", choices=SCENARIOS, help="a prefix-sharing workload with hash_ids (docs/traces.md)")
     g.add_argument("--shared-tokens", type=positive_int, default=1024, help="scenario: shared prefix, tokens [default: 1024]")
     g.add_argument("--num-prefixes", type=positive_int, default=4, help="few-shot: distinct example blocks [default: 4]")
@@ -108,10 +112,11 @@ def register(sub) -> None:
     cv.add_argument("input", help="file to convert")
     cv.add_argument("-o", "--output", required=True, help="JSONL file to write")
     cv.add_argument("--limit", type=positive_int, help="convert only the first N rows")
-    cv.add_argument("--rate", type=positive, default=1.0, help="lengths-csv: arrival rate, requests/s [default: 1]")
+    cv.add_argument("--rate", type=number(float, RATE), default=1.0, help="lengths-csv: arrival rate, requests/s [default: 1]")
     cv.add_argument("--arrival", choices=["poisson", "gamma"], default="poisson", help="lengths-csv [default: poisson]")
-    cv.add_argument("--cv", type=positive, default=1.0, help="lengths-csv, gamma: gaps' coefficient of variation [default: 1]")
-    cv.add_argument("--seed", type=any_int, default=0, help="lengths-csv: random seed [default: 0]")
+    cv.add_argument("--cv", type=number(float, Number(min=1e-3, max=1e3)), default=1.0, help="lengths-csv, gamma: gaps' coefficient of variation [default: 1]")
+    cv.add_argument("--seed", type=number(int, Number(integer=True, min=0, max=2 ** 63 - 1)), default=0,
+                    help="lengths-csv: random seed (>= 0) [default: 0]")
     cv.set_defaults(func=cmd_convert)
     s = tsub.add_parser("stats", help="count, span, rate, length percentiles and ideal prefix reuse")
     s.add_argument("file", help="kvsim JSONL trace")

@@ -219,6 +219,8 @@ def parse_routers(text: str, flag: str) -> list[str]:
             raise ConfigError(f"{flag}: unknown router {r!r}; choose from {', '.join(ROUTERS)}")
     if not names:
         raise ConfigError(f"{flag}: name at least one router")
+    if len(set(names)) < len(names):
+        raise ConfigError(f"{flag}: name each router once (got {', '.join(names)})")
     return names
 
 

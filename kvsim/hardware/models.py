@@ -182,6 +182,8 @@ class ModelSpec:
         if not self.is_mla and self.attention_layers and self.kv_heads % tp and tp % self.kv_heads:
             return (f"must divide the model's kv_heads ({self.kv_heads}) or be a multiple of it (each rank then holds "
                     "a replica of one KV head, as vLLM does)")
+        if self.attention_layers and self.q_heads % tp:
+            return f"must divide the model's attention heads ({self.q_heads}), as vLLM requires"
         return None
 
     def pp_problem(self, pp: int) -> str | None:
@@ -685,6 +687,13 @@ HF_IDS = {
 _HF_INDEX = {k.lower(): v for k, v in HF_IDS.items()}
 
 
+def _exists(name: str) -> bool:
+    try:
+        return Path(name).exists()
+    except OSError:
+        return False
+
+
 def _is_file(name: str) -> bool:
     try:
         return Path(name).is_file()
@@ -702,6 +711,8 @@ def get_model(name: str) -> ModelSpec:
     if name.lower() in _HF_INDEX:
         return MODEL_PRESETS[_HF_INDEX[name.lower()]]
     if "/" in name and not _is_file(name):
+        if _exists(name):
+            raise ConfigError(f"--model {name}: not a config.json file")
         raise ConfigError(f"'{name}' is not a Hugging Face id kvsim knows (its presets' ids: `kvsim list models`), and "
                           "kvsim reads no hub: pass the model's config.json path (e.g. `huggingface-cli download "
                           f"{name} config.json --local-dir cfg`, then --model cfg/config.json)")

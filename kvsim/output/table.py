@@ -93,7 +93,7 @@ BY_NAME = {c.name: c for c in COLUMNS}
 
 def choose_columns(names: str | None = None, wide: bool = False) -> list[Column]:
     """The columns ``--columns`` names (in that order), every column (``--wide``), or the default set."""
-    if names:
+    if names is not None:
         from kvsim.errors import ConfigError
 
         out = []

@@ -47,6 +47,12 @@ def parse_gpus(text: str) -> list[tuple[str, float | None]]:
         out.append((name, c))
     if not out:
         raise ConfigError("--gpus is empty")
+    from kvsim.hardware import get_gpu
+
+    named = [get_gpu(name).name for name, _ in out]
+    twice = sorted({n for n in named if named.count(n) > 1})
+    if twice:
+        raise ConfigError(f"--gpus names {', '.join(twice)} more than once (one price per GPU)")
     return out
 
 
@@ -88,14 +94,19 @@ def make_jobs(base: dict, gpus, allocators: list, slos, study: str | None, tol: 
 
 def _kernel_times(path: str) -> dict[int, float]:
     """Per block size, the decode kernel time (us) at the bench point with the most KV."""
-    import pandas as pd
+    from kvsim.trace.csv_read import csv_rows, num_field
 
-    df = pd.read_csv(path)
-    out = {}
-    for b, g in df.groupby("block_size"):
-        row = g.sort_values("kv_bytes").iloc[-1]
-        out[int(b)] = float(row.time_s) * 1e6
-    return out
+    best: dict[int, tuple[float, float]] = {}  # block size -> (KV bytes, seconds) of its largest point
+    for line, row in csv_rows(path, ("block_size", "kv_bytes", "time_s")):
+        b = num_field(row, "block_size", path, line)
+        kv, t = num_field(row, "kv_bytes", path, line, float), num_field(row, "time_s", path, line, float)
+        if b < 1 or t <= 0:
+            raise ConfigError(f"{path}:{line}: a kernel bench row needs block_size >= 1 and time_s > 0")
+        if b not in best or kv >= best[b][0]:
+            best[b] = (kv, t)
+    if not best:
+        raise ConfigError(f"{path}: no kernel bench rows (write them with `kvsim kernels bench`)")
+    return {b: t * 1e6 for b, (_, t) in best.items()}
 
 
 def _evaluate(point: dict, slos, rate: float) -> Evaluation:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 
@@ -31,7 +32,12 @@ def parse_slos(text: str) -> list[Slo]:
         m = re.fullmatch(r"(ttft|tpot|e2e)_p(50|90|99)\s*=\s*([0-9.]+(?:e-?\d+)?)\s*(s|ms|us)?", part)
         if not m:
             raise ConfigError(f"SLO '{part}': expected e.g. ttft_p99=2s, tpot_p90=100ms, e2e_p50=30s")
-        out.append(Slo(m.group(1), int(m.group(2)), float(m.group(3)) * _UNITS[m.group(4) or ""]))
+        slo = Slo(m.group(1), int(m.group(2)), float(m.group(3)) * _UNITS[m.group(4) or ""])
+        if not math.isfinite(slo.limit_s):
+            raise ConfigError(f"SLO '{part}': the limit must be a finite time")
+        if any(o.key == slo.key for o in out):
+            raise ConfigError(f"SLO '{part}': {m.group(1)}_p{m.group(2)} is given twice")
+        out.append(slo)
     if not out:
         raise ConfigError("--slo is empty")
     return out

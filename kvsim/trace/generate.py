@@ -8,7 +8,7 @@ import numpy as np
 
 from kvsim.errors import ConfigError
 from kvsim.trace.request import Request
-from kvsim.validation import POSITIVE, Number, require
+from kvsim.validation import POSITIVE, RATE, Number, require
 
 MAX_SIGMA = 10.0  # lognormal shape beyond which samples overflow float64 for any sensible mean
 
@@ -21,8 +21,8 @@ class ArrivalSpec:
     def __post_init__(self) -> None:
         if self.process not in ("poisson", "gamma"):
             raise ConfigError(f"unknown arrival process '{self.process}' (poisson, gamma)")
-        require(self.rate, POSITIVE, "rate")
-        require(self.cv, POSITIVE, "cv")
+        require(self.rate, RATE, "rate")
+        require(self.cv, Number(min=1e-3, max=1e3), "cv")
 
 
 @dataclass(frozen=True)
