@@ -80,10 +80,10 @@ def main() -> None:
         f"{table[f'{m}_p50_ratio'].max():.2f}]" for m in METRICS) + "; output tokens/s "
         f"{table.output_tok_s_ratio.median():.2f} [{table.output_tok_s_ratio.min():.2f}, "
         f"{table.output_tok_s_ratio.max():.2f}].", "",
-        "The measured inter-token gaps of these files are about 10x their TPOT (tokens arrive about ten at a "
-        "time, as with the multi-step scheduling vLLM had then), and a first token that waits for its chunk "
-        "includes decode steps kvsim's TTFT does not: the files do not record the server's flags, and kvsim does "
-        "not model multi-step streaming, so the TTFT gap is reported, not tuned away."]
+        "The measured inter-token gaps of these files are about 10x their TPOT: the clients received tokens about "
+        "ten at a time (the repository's scripts run the vllm/vllm-openai:v0.5.4 image; the files do not record "
+        "why), and a first token that waits for its chunk includes decode steps kvsim's TTFT does not. kvsim does "
+        "not model that delivery, so the TTFT gap is reported, not tuned away."]
     (out / "summary.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
     print(f"wrote {out}/validate.csv and summary.md")
 
