@@ -36,7 +36,8 @@ import glob  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from kvsim.latency.aic import (MHA, _by_regime, evaluate_calibration, evaluate_moe, fit_aic, gemm_regimes,  # noqa: E402
-                               gemm_seconds_table, read_aic, validate_aic, validate_gemm, validate_moe)
+                               gemm_seconds_table, read_aic, validate_aic, validate_gemm, validate_mla_decode,
+                               validate_moe)
 from kvsim.latency.fit import dense_rows, summarize_dense  # noqa: E402
 from kvsim.latency.calibration import MOE_QUANT, SHIPPED, Calibration, load_calibration, save_calibration  # noqa: E402
 
@@ -46,7 +47,8 @@ ROWS = {"decode": ["batch<8 ctx<1024", "batch<8 ctx>=1024", "batch>=8 ctx<1024",
         "prefill": ["chunk<512", "chunk>=512"],
         "all_reduce": [f"x{n} {s}" for n in (2, 4, 8) for s in ("<64KiB", "64KiB-1MiB", "1-16MiB", ">=16MiB")],
         "gemm": ["m 1-16", "m 17-128", "m 129-1024", "m >=1025"],
-        "moe": ["tokens 1-16", "tokens 17-256", "tokens 257-2048", "tokens >=2049"]}
+        "moe": ["tokens 1-16", "tokens 17-256", "tokens 257-2048", "tokens >=2049"],
+        "mla": ["batch<32 ctx<4096", "batch<32 ctx>=4096", "batch>=32 ctx<4096", "batch>=32 ctx>=4096"]}
 
 
 def cell(s: dict | None) -> str:
@@ -101,6 +103,8 @@ def main() -> None:
             fit["aic"]["moe"] = validate_moe(data.moe, gpu)
         for q, rows in data.moe_quant.items():
             fit["aic"].setdefault("moe_quant", {})[q] = validate_moe(rows, gpu, quant=q)
+        if data.mla_decode is not None:
+            fit["aic"]["mla_decode"] = validate_mla_decode(data.mla_decode, calib, gpu)
         sku = gname.split("-")[0]
         files = sorted(glob.glob(f"{a.vidur}/compute__{sku}__*__mlp.csv")) if a.vidur else []
         if files:
@@ -159,6 +163,17 @@ def main() -> None:
                 report.append(row + (f" {cell(bf16.get(reg))} |" if before else ""))
             report += ["", f"MoE with {q} experts ({mv['shapes']} model shapes, {mv['held_out_shapes']} held out; the "
                        "last column: the bf16 fit with the quantized weights' bytes, as kvsim priced them before)."]
+        if "mla_decode" in fit["aic"]:
+            mv = fit["aic"]["mla_decode"]
+            for reg in ROWS["mla"]:
+                row = (f"| MLA decode layer | {reg} | {cell(mv['in_sample'].get(reg))} | {cell(mv['held_out'].get(reg))} |")
+                report.append(row + (f" {cell(mv['before'].get(reg))} |" if before else ""))
+            p = calib.mla_decode
+            report += ["", f"MLA decode (whole DeepSeek-V3 layers: projections priced by the GEMMs above, attention "
+                       f"fitted; held out by query heads per GPU in 4 folds; the last column: priced without an MLA "
+                       f"fit): floor {p.floor_s * 1e6:.1f} us, ramp {p.ramp_s * 1e6:.1f} us, latent at {p.bw_eff:.2f} "
+                       f"of peak bandwidth, absorbed attention at {p.flops_eff:.2f} of peak FLOP/s, "
+                       f"{p.per_seq_tokens:.0f} tokens per sequence."]
         if "vidur_dense_layers" in fit:
             v = fit["vidur_dense_layers"]
             report += ["", "Cross-check on Vidur's measured whole dense layers (GEMMs above + element-wise fits), "

@@ -64,6 +64,7 @@ TABLES = {  # kind -> (framework folder, table name)
     "nccl": ("comm/nccl", "nccl_perf"),
     "gemm": ("gemm/vllm", "gemm_perf"),
     "moe": ("moe/vllm", "moe_perf"),
+    "mla_decode": ("mla/vllm", "mla_generation_module_perf"),
 }
 _EXTS = (".parquet", ".csv", ".txt")
 _ATTN_COLUMNS = ("batch_size", "isl", "num_heads", "num_key_value_heads", "head_dim", "kv_cache_dtype", "step",
@@ -180,7 +181,7 @@ def read_table(path: Path, needed=()):
         raise ConfigError(f"{path}: missing column(s) {', '.join(missing)}")
     for c in needed:
         if c in ("kv_cache_dtype", "backend", "op_name", "nccl_dtype", "allreduce_dtype", "gemm_dtype", "moe_dtype",
-                 "distribution"):
+                 "distribution", "model", "mla_dtype", "gemm_type"):
             continue
         v = pd.to_numeric(df[c], errors="coerce")
         if v.isna().any():
@@ -249,6 +250,7 @@ class AicData:
     files: dict = field(default_factory=dict)  # table -> path read
     versions: dict = field(default_factory=dict)  # table -> version read
     notes: list = field(default_factory=list)
+    mla_decode: object = None  # model (preset), heads (per GPU), tokens, context, seconds: one MLA layer's decode
 
     def describe(self) -> str:
         return "; ".join(f"{_rel(self, t)} ({v})" for t, v in self.versions.items())
@@ -375,7 +377,7 @@ def read_all_reduce(custom: Path | None, nccl: Path | None, backend: str = "vllm
 
 
 def read_aic(root: str | Path, system: str | None = None, version: str | None = None,
-             nccl_version: str | None = None, kinds=("decode", "prefill", "all_reduce", "gemm", "moe"),
+             nccl_version: str | None = None, kinds=("decode", "prefill", "all_reduce", "gemm", "moe", "mla_decode"),
              all_reduce_backend: str = "vllm", gpu: GpuSpec | None = None) -> AicData:
     """Read one system's vLLM attention and all-reduce tables (see the module docstring).
 
@@ -413,7 +415,8 @@ def read_aic(root: str | Path, system: str | None = None, version: str | None = 
             raise ConfigError(f"{sysdir / 'comm' / 'nccl'}: no nccl_perf table with all_reduce rows")
         got["all_reduce"] = read_all_reduce(custom if all_reduce_backend != "nccl" else None, nccl, all_reduce_backend)
     # optional tables: without one, its parameters stay the base calibration's
-    for kind, reader, what in (("gemm", read_gemm, "GEMMs"), ("moe", read_moe, "MoE layers")):
+    for kind, reader, what in (("gemm", read_gemm, "GEMMs"), ("moe", read_moe, "MoE layers"),
+                               ("mla_decode", read_mla_decode, "MLA decode modules")):
         if kind not in kinds:
             continue
         try:
@@ -433,7 +436,7 @@ def read_aic(root: str | Path, system: str | None = None, version: str | None = 
                     notes += [skipped] if skipped else []
     return AicData(name, gpu, str(sysdir), got.get("decode"), got.get("prefill"), got.get("all_reduce"),
                    got.get("gemm"), got.get("moe"), {q: got[f"moe:{q}"] for q in MOE_QUANT if f"moe:{q}" in got},
-                   files, versions, notes)
+                   files, versions, notes, got.get("mla_decode"))
 
 
 def read_gemm(path: Path):
@@ -483,6 +486,116 @@ def read_moe(path: Path, moe_dtypes=("bfloat16", "float16")):
     return pd.DataFrame({"tokens": g["num_tokens"], "hidden": g["hidden_size"],
                          "inter": -(-g["inter_size"] // g["moe_tp_size"]), "experts": g["num_experts"],
                          "topk": g["topk"], "tp": g["moe_tp_size"], "ep": g["moe_ep_size"], "seconds": t[ok]}), note
+
+
+def read_mla_decode(path: Path):
+    """(rows of one whole MLA layer decoding, bf16 throughout: model (kvsim preset), heads (query heads on the GPU),
+    tokens (sequences), context, kernel, seconds; a note or '') of an mla_generation_module_perf table. Where the
+    table times several attention backends, the one vLLM picks by default on the GPU is kept (FlashMLA on Hopper)."""
+    import pandas as pd
+
+    from kvsim.hardware import get_model
+
+    cols = ("model", "num_heads", "batch_size", "isl", "step", "latency", "mla_dtype", "kv_cache_dtype", "gemm_type")
+    df = read_table(path, cols)
+    bf16 = ["bfloat16", "float16"]
+    df = df[df["mla_dtype"].isin(bf16) & df["kv_cache_dtype"].isin(bf16) & df["gemm_type"].isin(bf16)]
+    if "kernel_source" in df.columns and (df["kernel_source"] == "FLASHMLA").any():
+        df = df[df["kernel_source"] == "FLASHMLA"]
+    presets = {}
+    for hf in df["model"].unique():
+        try:
+            presets[hf] = get_model(str(hf)).name
+        except ConfigError:
+            presets[hf] = None
+    df = df[df["model"].map(presets).notna()]
+    t = df["latency"].to_numpy(float) * 1e-3
+    ok = np.isfinite(t) & (t > 0)
+    if not ok.any():
+        raise ConfigError(f"{path}: no usable bf16 MLA decode rows of a model kvsim has")
+    note = f"{path}: skipped {int((~ok).sum())} row(s) whose latency is not positive" if not ok.all() else ""
+    df = df[ok]
+    return pd.DataFrame({"model": df["model"].map(presets).to_numpy(), "heads": df["num_heads"].to_numpy(np.int64),
+                         "tokens": df["batch_size"].to_numpy(np.int64),
+                         "context": (df["isl"] + df["step"]).to_numpy(np.int64), "seconds": t[ok]}), note
+
+
+def _mla_parts(rows, calib: Calibration, gpu: GpuSpec):
+    """Per row: (the module's projections and element-wise kernels as PerOpModel prices them, KV tokens,
+    one token's latent bytes, one token's absorbed-attention FLOPs) for a model whose GPU holds ``heads``
+    query heads."""
+    from kvsim.hardware import get_model
+    from kvsim.latency.perop import mla_ops
+
+    out = np.zeros((len(rows), 4))
+    pa = calib.prefill_attention
+    cache: dict = {}
+    for i, (name, heads, tokens, context) in enumerate(zip(rows["model"], rows["heads"], rows["tokens"],
+                                                            rows["context"])):
+        m = get_model(name)
+        tp = max(1, m.q_heads // int(heads))
+        key = (name, tp, int(tokens))
+        if key not in cache:
+            cache[key] = sum(op.seconds(calib, gpu, int(tokens), m.dtype_bytes) for op in mla_ops(m, tp))
+        qh = max(1, m.q_heads // tp)
+        out[i] = (cache[key], tokens * context, m.kv_bytes_per_token_layer(tp),
+                  2.0 * qh * (2 * m.kv_lora_rank + m.qk_rope_head_dim + 2 * pa.tile_extra_dims))
+    return out
+
+
+def mla_seconds(p: DecodeAttentionParams | None, calib: Calibration, gpu: GpuSpec, rows, parts=None):
+    """PerOpModel's MLA layer decode (projections + attention) over the rows of an MLA module table, with
+    ``p`` as the calibration's mla_decode (None: as decode_attention prices it)."""
+    proj, kv, token_bytes, flops = (parts if parts is not None else _mla_parts(rows, calib, gpu)).T
+    p = p or calib.decode_attention
+    n = rows["tokens"].to_numpy(float)
+    token_s = np.maximum(token_bytes / (gpu.hbm_bandwidth * p.bw_eff),
+                         flops / (gpu.bf16_flops * (p.flops_eff or calib.prefill_attention.flops_eff)))
+    return proj + np.maximum(p.floor_s, p.stream_s(n, kv, token_s))
+
+
+def fit_mla_decode(rows, calib: Calibration, gpu: GpuSpec) -> DecodeAttentionParams:
+    """MLA decode attention's floor, ramp, bandwidth and FLOP efficiencies and per-sequence tokens, fitted on
+    whole MLA layers with their projections priced by ``calib``."""
+    from kvsim.latency.fit import _fit
+
+    if len(rows) < 8:
+        raise ConfigError(f"need at least 8 MLA module rows to fit, have {len(rows)}")
+    parts = _mla_parts(rows, calib, gpu)
+    T = rows["seconds"].to_numpy(float)
+
+    def params(x):  # microseconds, fractions, tokens
+        return DecodeAttentionParams(x[0] * 1e-6, x[1] * 1e-6, x[2], 0.0, x[3], flops_eff=x[4])
+
+    return params([float(v) for v in _fit(lambda x: np.log(mla_seconds(params(x), calib, gpu, rows, parts) / T),
+                                          [20.0, 10.0, 0.7, 50.0, 0.3], [0.0, 0.0, 0.02, 0.0, 0.01],
+                                          [1e4, 1e4, 1.0, 1e5, 1.0])])
+
+
+def mla_regimes(rows) -> np.ndarray:
+    b = np.where(rows["tokens"].to_numpy() < 32, "batch<32", "batch>=32")
+    c = np.where(rows["context"].to_numpy() < 4096, "ctx<4096", "ctx>=4096")
+    return np.char.add(np.char.add(b.astype(str), " "), c.astype(str))
+
+
+def validate_mla_decode(rows, calib: Calibration, gpu: GpuSpec, folds: int = 4) -> dict:
+    """predicted / measured of MLA layers in sample and held out by query heads per GPU (each fold of head counts
+    predicted by a fit that never saw it), by batch and context; also the pricing without an MLA fit."""
+    T = rows["seconds"].to_numpy()
+    parts = _mla_parts(rows, calib, gpu)
+    fitted = fit_mla_decode(rows, calib, gpu)
+    heads = sorted(set(rows["heads"]))
+    fold = np.array([heads.index(h) % folds for h in rows["heads"]])
+    held = np.full(len(rows), np.nan)
+    for f in range(folds):
+        test = fold == f
+        if test.any() and (~test).sum() >= 8:
+            p = fit_mla_decode(rows[~test], calib, gpu)
+            held[test] = mla_seconds(p, calib, gpu, rows[test], parts[test]) / T[test]
+    reg = mla_regimes(rows)
+    return {"in_sample": _by_regime(mla_seconds(fitted, calib, gpu, rows, parts) / T, reg),
+            "held_out": _by_regime(held, reg),
+            "before": _by_regime(mla_seconds(None, calib, gpu, rows, parts) / T, reg)}
 
 
 def _moe_table_seconds(calib: Calibration, gpu: GpuSpec, m, quant: str | None = None):
@@ -837,6 +950,7 @@ class AicFit:
     gemm: GemmParams | None = None
     moe: MoeParams | None = None
     moe_quant: dict = field(default_factory=dict)  # expert dtype -> MoeParams
+    mla_decode: DecodeAttentionParams | None = None
 
     def calibration(self, base: Calibration | None = None) -> Calibration:
         """``base`` (default: a calibration of kvsim's defaults) with the fitted groups replaced. New GEMMs
@@ -854,6 +968,8 @@ class AicFit:
             c = replace(c, moe=self.moe)
         if self.moe_quant:
             c = replace(c, moe_quant={**c.moe_quant, **self.moe_quant})
+        if self.mla_decode:
+            c = replace(c, mla_decode=self.mla_decode)
         if self.gemm:
             was = base.sources.get("elementwise", "").replace("the same files", base.sources.get("gemm", ""))
             if not was.startswith(("kept from the ", "borrowed")):  # a refit of a refit keeps one origin
@@ -908,7 +1024,13 @@ def fit_aic(data: AicData, base: Calibration | None = None, kv_dtype_bytes=(2,),
     if moe_quant:
         src["moe_quant"] = tag.format(_rel(data, "moe_perf"), data.versions["moe_perf"], ", " + ", ".join(
             f"{q} experts from its {MOE_QUANT[q][0]} rows" for q in moe_quant) + ", balanced routing")
-    return AicFit(data.gpu, dec, pre, ar, src, gemm, moe, moe_quant)
+    mla = None
+    if data.mla_decode is not None:  # projections priced by the GEMMs fitted above, as the model will price them
+        priced = replace(base, gemm=gemm or base.gemm, prefill_attention=pre or base.prefill_attention)
+        mla = fit_mla_decode(data.mla_decode, priced, data.gpu)
+        src["mla_decode"] = tag.format(_rel(data, "mla_generation_module_perf"),
+                                       data.versions["mla_generation_module_perf"], ", bf16, whole MLA layers")
+    return AicFit(data.gpu, dec, pre, ar, src, gemm, moe, moe_quant, mla)
 
 
 def _rel(data: AicData, table: str) -> str:

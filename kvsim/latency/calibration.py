@@ -71,6 +71,8 @@ class DecodeAttentionParams:
     unsplit_floor_s: float = 0.0
     unsplit_ramp_s: float = 0.0
     unsplit_per_seq_tokens: float = 0.0
+    # absorbed MLA decode: the fraction of peak FLOP/s its attention reaches (0: the prefill tile efficiency)
+    flops_eff: float = 0.0
 
     def unsplit(self) -> "DecodeAttentionParams | None":
         """These parameters as the unsplit kernel runs them (its floor, ramp, per-sequence tokens; the
@@ -185,6 +187,9 @@ class Calibration:
     # fused MoE layers with quantized experts, by the experts' dtype (MOE_QUANT); one missing: ``moe`` with the
     # quantized weights' bytes
     moe_quant: dict = field(default_factory=dict)
+    # MLA decode (DeepSeek-V3 style), fitted on measured MLA modules: what the module takes beyond its
+    # projection GEMMs (None: priced as decode_attention prices any attention)
+    mla_decode: DecodeAttentionParams | None = None
 
     def link(self, n: int, interconnect: str) -> LinkParams:
         """All-reduce parameters for n GPUs (the nearest measured group size if n itself was not)."""
@@ -217,7 +222,8 @@ class Calibration:
                 sources=dict(d.get("sources", {})), fit=dict(d.get("fit", {})),
                 derived_from=str(d.get("derived_from", "")),
                 moe=_build(MoeParams, d["moe"]) if d.get("moe") is not None else None,
-                moe_quant={str(k): _build(MoeParams, v) for k, v in _object(d.get("moe_quant", {}), "moe_quant").items()})
+                moe_quant={str(k): _build(MoeParams, v) for k, v in _object(d.get("moe_quant", {}), "moe_quant").items()},
+                mla_decode=_build(DecodeAttentionParams, d["mla_decode"]) if d.get("mla_decode") is not None else None)
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise ConfigError(f"{where}: not a usable latency calibration ({type(e).__name__}: {e})") from None
 
@@ -226,6 +232,7 @@ class Calibration:
 # raise to, and the tile sizes they count in): (lowest, highest, whole number)
 _FIELD_RANGES = {"flops_eff": (1e-6, 1.0, False), "bw_eff": (1e-6, 1.0, False), "kv8_bw_eff": (0.0, 1.0, False),
                  "unsplit_cta_bw": (0.0, 1e16, False),
+                 ("DecodeAttentionParams", "flops_eff"): (0.0, 1.0, False),  # 0: the prefill tile efficiency
                  "knee": (1.0, 100.0, False), "tile_q": (1, 65536, True), "tile_kv": (1, 65536, True),
                  "bandwidth": (1.0, 1e16, False)}
 
@@ -252,7 +259,7 @@ def _object(v, name: str) -> dict:
 
 
 # fields whose 0 switches a path off and whose tiny values would make every time infinite
-_OFF_OR_AT_LEAST = {"kv8_bw_eff": 1e-6, "unsplit_cta_bw": 1e6}
+_OFF_OR_AT_LEAST = {"kv8_bw_eff": 1e-6, "unsplit_cta_bw": 1e6, "flops_eff": 1e-6}
 
 
 def _build(cls, values: dict):
@@ -267,7 +274,7 @@ def _build(cls, values: dict):
     obj = cls(**values)
     for f in fields(cls):
         v = getattr(obj, f.name)
-        lo, hi, whole = _FIELD_RANGES.get(f.name, (0.0, 1e16, False))
+        lo, hi, whole = _FIELD_RANGES.get((cls.__name__, f.name)) or _FIELD_RANGES.get(f.name, (0.0, 1e16, False))
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not is_finite(v) or not lo <= v <= hi \
                 or (whole and v != int(v)):
             raise ValueError(f"{cls.__name__}.{f.name} must be a finite {'whole ' if whole else ''}number from {lo:g} "

@@ -281,12 +281,15 @@ class PerOpModel(LatencyModel):
         self.kv_bytes_per_token_layer = model.kv_bytes_per_token_layer(tp) if model.is_mla else \
             2 * self.kvh * hd * model.kv_dtype_bytes
         pd, pa = calib.decode_attention, calib.prefill_attention
+        if model.is_mla and calib.mla_decode is not None:  # measured on MLA modules
+            pd = calib.mla_decode
+        self._decode_params = pd
         self._kv8 = model.kv_dtype_bytes == 1  # an FP8 KV cache streams at its own efficiency
         self._decode_token_s = self.kv_bytes_per_token_layer / (gpu.hbm_bandwidth * pd.bw_for(model.kv_dtype_bytes))
         if model.is_mla:  # absorbed MLA decode: scores over latent + rope, values over the latent, every head
             # (plus, per query-key pair, the head-independent share of a tile iteration, as prefill prices it)
             flops = 2.0 * self.qh * (2 * model.kv_lora_rank + model.qk_rope_head_dim + 2 * pa.tile_extra_dims)
-            self._decode_token_s = max(self._decode_token_s, flops / (gpu.bf16_flops * pa.flops_eff))
+            self._decode_token_s = max(self._decode_token_s, flops / (gpu.bf16_flops * (pd.flops_eff or pa.flops_eff)))
         # one query head per KV head: kernels that split the KV only for grouped queries walk it unsplit
         self._unsplit = pd.unsplit() if self.qh == self.kvh and not model.is_mla else None
         # attention layers by the span they attend to: (layers, kind, window tokens; 0 = everything)
@@ -358,7 +361,7 @@ class PerOpModel(LatencyModel):
         walking the contexts stream (one per sequence and KV head, at most one per SM)."""
         u = self._unsplit
         if u is None:
-            return self.calib.decode_attention, self._decode_token_s
+            return self._decode_params, self._decode_token_s
         return u, max(self._decode_token_s,
                       u.unsplit_token_s(self.kv_bytes_per_token_layer, num_seqs * self.kvh, self.gpu.sms))
 
