@@ -37,7 +37,7 @@ import pandas as pd  # noqa: E402
 
 from kvsim.latency.aic import (MHA, _by_regime, evaluate_calibration, evaluate_moe, fit_aic, gemm_regimes,  # noqa: E402
                                gemm_seconds_table, read_aic, validate_aic, validate_gemm, validate_mla_decode,
-                               validate_moe)
+                               validate_mla_prefill, validate_moe)
 from kvsim.latency.fit import dense_rows, summarize_dense  # noqa: E402
 from kvsim.latency.calibration import MOE_QUANT, SHIPPED, Calibration, load_calibration, save_calibration  # noqa: E402
 
@@ -48,7 +48,8 @@ ROWS = {"decode": ["batch<8 ctx<1024", "batch<8 ctx>=1024", "batch>=8 ctx<1024",
         "all_reduce": [f"x{n} {s}" for n in (2, 4, 8) for s in ("<64KiB", "64KiB-1MiB", "1-16MiB", ">=16MiB")],
         "gemm": ["m 1-16", "m 17-128", "m 129-1024", "m >=1025"],
         "moe": ["tokens 1-16", "tokens 17-256", "tokens 257-2048", "tokens >=2049"],
-        "mla": ["batch<32 ctx<4096", "batch<32 ctx>=4096", "batch>=32 ctx<4096", "batch>=32 ctx>=4096"]}
+        "mla": ["batch<32 ctx<4096", "batch<32 ctx>=4096", "batch>=32 ctx<4096", "batch>=32 ctx>=4096"],
+        "mla_prefill": ["tokens<=512", "tokens 513-4096", "tokens>4096"]}
 
 
 def cell(s: dict | None) -> str:
@@ -105,6 +106,8 @@ def main() -> None:
             fit["aic"].setdefault("moe_quant", {})[q] = validate_moe(rows, gpu, quant=q)
         if data.mla_decode is not None:
             fit["aic"]["mla_decode"] = validate_mla_decode(data.mla_decode, calib, gpu)
+        if data.mla_prefill is not None:
+            fit["aic"]["mla_prefill"] = validate_mla_prefill(data.mla_prefill, calib, gpu)
         sku = gname.split("-")[0]
         files = sorted(glob.glob(f"{a.vidur}/compute__{sku}__*__mlp.csv")) if a.vidur else []
         if files:
@@ -174,6 +177,14 @@ def main() -> None:
                        f"fit): floor {p.floor_s * 1e6:.1f} us, ramp {p.ramp_s * 1e6:.1f} us, latent at {p.bw_eff:.2f} "
                        f"of peak bandwidth, absorbed attention at {p.flops_eff:.2f} of peak FLOP/s, "
                        f"{p.per_seq_tokens:.0f} tokens per sequence."]
+        if "mla_prefill" in fit["aic"]:
+            mv = fit["aic"]["mla_prefill"]
+            for reg in ROWS["mla_prefill"]:
+                row = f"| MLA prefill layer | {reg} | {cell(mv['in_sample'].get(reg))} | {cell(mv['held_out'].get(reg))} |"
+                report.append(row + (f" {cell(mv['before'].get(reg))} |" if before else ""))
+            p = calib.mla_prefill
+            report += ["", f"MLA prefill (whole layers, as for decode): floor {p.floor_s * 1e6:.1f} us, tiles at "
+                       f"{p.flops_eff:.2f} of peak, {p.cta_overhead_tiles:.1f} start-up tiles."]
         if "vidur_dense_layers" in fit:
             v = fit["vidur_dense_layers"]
             report += ["", "Cross-check on Vidur's measured whole dense layers (GEMMs above + element-wise fits), "

@@ -267,3 +267,25 @@ def test_mla_decode_is_priced_as_the_fit_prices_it():
     # the generic pricing left MLA layers about 40% short on H100 (reports/latency-validation/aic.md)
     assert calib.fit["aic"]["mla_decode"]["held_out"]["all"]["median"] == pytest.approx(1.0, abs=0.1)
     assert calib.fit["aic"]["mla_decode"]["before"]["all"]["median"] < 0.75
+
+
+def test_mla_prefill_is_priced_as_the_fit_prices_it():
+    import numpy as np
+
+    from kvsim.latency.aic import mla_prefill_seconds
+    from kvsim.latency.perop import mla_ops
+
+    g = get_gpu("b200")
+    calib, _ = shipped_calibration(g)
+    assert calib.mla_prefill is not None
+    rows = pd.DataFrame({"model": "deepseek-v3", "heads": [128, 16, 32], "tokens": [1, 4, 2],
+                         "context": [4096, 256, 1000], "seconds": 1.0})
+    m = get_model("deepseek-v3")
+    for c in (calib, replace(calib, mla_prefill=None)):
+        want = []
+        for h, b, new in zip(rows.heads, rows.tokens, rows.context):
+            tp = 128 // h
+            pm = PerOpModel(m, g, c, get_cpu_overhead("none"), tp)
+            want.append(sum(op.seconds(c, g, b * new, 2) for op in mla_ops(m, tp))
+                        + pm.prefill_attention_layer_s([(new, 0)] * b))
+        assert mla_prefill_seconds(c.mla_prefill, c, g, rows) == pytest.approx(np.array(want), rel=1e-12)

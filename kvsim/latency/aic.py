@@ -65,6 +65,7 @@ TABLES = {  # kind -> (framework folder, table name)
     "gemm": ("gemm/vllm", "gemm_perf"),
     "moe": ("moe/vllm", "moe_perf"),
     "mla_decode": ("mla/vllm", "mla_generation_module_perf"),
+    "mla_prefill": ("mla/vllm", "mla_context_module_perf"),
 }
 _EXTS = (".parquet", ".csv", ".txt")
 _ATTN_COLUMNS = ("batch_size", "isl", "num_heads", "num_key_value_heads", "head_dim", "kv_cache_dtype", "step",
@@ -251,6 +252,7 @@ class AicData:
     versions: dict = field(default_factory=dict)  # table -> version read
     notes: list = field(default_factory=list)
     mla_decode: object = None  # model (preset), heads (per GPU), tokens, context, seconds: one MLA layer's decode
+    mla_prefill: object = None  # the same for prefill: ``tokens`` sequences of ``context`` new tokens each
 
     def describe(self) -> str:
         return "; ".join(f"{_rel(self, t)} ({v})" for t, v in self.versions.items())
@@ -377,7 +379,8 @@ def read_all_reduce(custom: Path | None, nccl: Path | None, backend: str = "vllm
 
 
 def read_aic(root: str | Path, system: str | None = None, version: str | None = None,
-             nccl_version: str | None = None, kinds=("decode", "prefill", "all_reduce", "gemm", "moe", "mla_decode"),
+             nccl_version: str | None = None,
+             kinds=("decode", "prefill", "all_reduce", "gemm", "moe", "mla_decode", "mla_prefill"),
              all_reduce_backend: str = "vllm", gpu: GpuSpec | None = None) -> AicData:
     """Read one system's vLLM attention and all-reduce tables (see the module docstring).
 
@@ -416,7 +419,8 @@ def read_aic(root: str | Path, system: str | None = None, version: str | None = 
         got["all_reduce"] = read_all_reduce(custom if all_reduce_backend != "nccl" else None, nccl, all_reduce_backend)
     # optional tables: without one, its parameters stay the base calibration's
     for kind, reader, what in (("gemm", read_gemm, "GEMMs"), ("moe", read_moe, "MoE layers"),
-                               ("mla_decode", read_mla_decode, "MLA decode modules")):
+                               ("mla_decode", read_mla_decode, "MLA decode modules"),
+                               ("mla_prefill", read_mla_decode, "MLA prefill modules")):
         if kind not in kinds:
             continue
         try:
@@ -436,7 +440,7 @@ def read_aic(root: str | Path, system: str | None = None, version: str | None = 
                     notes += [skipped] if skipped else []
     return AicData(name, gpu, str(sysdir), got.get("decode"), got.get("prefill"), got.get("all_reduce"),
                    got.get("gemm"), got.get("moe"), {q: got[f"moe:{q}"] for q in MOE_QUANT if f"moe:{q}" in got},
-                   files, versions, notes, got.get("mla_decode"))
+                   files, versions, notes, got.get("mla_decode"), got.get("mla_prefill"))
 
 
 def read_gemm(path: Path):
@@ -489,7 +493,7 @@ def read_moe(path: Path, moe_dtypes=("bfloat16", "float16")):
 
 
 def read_mla_decode(path: Path):
-    """(rows of one whole MLA layer decoding, bf16 throughout: model (kvsim preset), heads (query heads on the GPU),
+    """(rows of one whole MLA layer decoding (a generation table) or prefilling (a context table), bf16 throughout: model (kvsim preset), heads (query heads on the GPU),
     tokens (sequences), context, kernel, seconds; a note or '') of an mla_generation_module_perf table. Where the
     table times several attention backends, the one vLLM picks by default on the GPU is kept (FlashMLA on Hopper)."""
     import pandas as pd
@@ -570,6 +574,72 @@ def fit_mla_decode(rows, calib: Calibration, gpu: GpuSpec) -> DecodeAttentionPar
     return params([float(v) for v in _fit(lambda x: np.log(mla_seconds(params(x), calib, gpu, rows, parts) / T),
                                           [20.0, 10.0, 0.7, 50.0, 0.3], [0.0, 0.0, 0.02, 0.0, 0.01],
                                           [1e4, 1e4, 1.0, 1e5, 1.0])])
+
+
+def _mla_prefill_parts(rows, calib: Calibration, gpu: GpuSpec):
+    """Per row: (projections and element-wise kernels of all the row's tokens, the model's head dim, its latent
+    bytes per token) for a model whose GPU holds ``heads`` query heads."""
+    from kvsim.hardware import get_model
+    from kvsim.latency.perop import mla_ops
+
+    out = np.zeros((len(rows), 3))
+    for i, (name, heads, seqs, new) in enumerate(zip(rows["model"], rows["heads"], rows["tokens"], rows["context"])):
+        m = get_model(name)
+        tp = max(1, m.q_heads // int(heads))
+        out[i] = (sum(op.seconds(calib, gpu, int(seqs * new), m.dtype_bytes) for op in mla_ops(m, tp)), m.head_dim,
+                  m.kv_bytes_per_token_layer(tp))
+    return out
+
+
+def mla_prefill_seconds(p: PrefillAttentionParams | None, calib: Calibration, gpu: GpuSpec, rows, parts=None):
+    """PerOpModel's MLA layer prefill (projections + attention) over the rows of an MLA context module table, with
+    ``p`` as the calibration's mla_prefill (None: as prefill_attention prices it)."""
+    proj, head_dim, token_bytes = (parts if parts is not None else _mla_prefill_parts(rows, calib, gpu)).T
+    new = rows["context"].to_numpy()
+    return proj + prefill_seconds(p or calib.prefill_attention, gpu, rows["tokens"].to_numpy(float), new,
+                                  np.zeros_like(new), rows["heads"].to_numpy(float), 1.0, head_dim, 2, token_bytes)
+
+
+def fit_mla_prefill(rows, calib: Calibration, gpu: GpuSpec) -> PrefillAttentionParams:
+    """MLA prefill attention's floor, tile efficiency and start-up tiles (tile sizes, the head-independent share and
+    the KV bandwidth kept from ``calib``'s prefill attention), fitted on whole MLA layers."""
+    from kvsim.latency.fit import _fit
+
+    if len(rows) < 8:
+        raise ConfigError(f"need at least 8 MLA module rows to fit, have {len(rows)}")
+    parts = _mla_prefill_parts(rows, calib, gpu)
+    T = rows["seconds"].to_numpy(float)
+    base = calib.prefill_attention
+
+    def params(x):
+        return replace(base, floor_s=x[0] * 1e-6, flops_eff=x[1], cta_overhead_tiles=x[2])
+
+    return params([float(v) for v in _fit(lambda x: np.log(mla_prefill_seconds(params(x), calib, gpu, rows, parts) / T),
+                                          [50.0, 0.5, 2.0], [0.0, 0.01, 0.0], [1e5, 1.0, 64.0])])
+
+
+def mla_prefill_regimes(rows) -> np.ndarray:
+    t = (rows["tokens"] * rows["context"]).to_numpy()
+    return np.select([t <= 512, t <= 4096], ["tokens<=512", "tokens 513-4096"], "tokens>4096")
+
+
+def validate_mla_prefill(rows, calib: Calibration, gpu: GpuSpec, folds: int = 4) -> dict:
+    """As :func:`validate_mla_decode`, for prefill, by the tokens an iteration computes."""
+    T = rows["seconds"].to_numpy()
+    parts = _mla_prefill_parts(rows, calib, gpu)
+    heads = sorted(set(rows["heads"]))
+    fold = np.array([heads.index(h) % folds for h in rows["heads"]])
+    held = np.full(len(rows), np.nan)
+    for f in range(folds):
+        test = fold == f
+        if test.any() and (~test).sum() >= 8:
+            p = fit_mla_prefill(rows[~test], calib, gpu)
+            held[test] = mla_prefill_seconds(p, calib, gpu, rows[test], parts[test]) / T[test]
+    reg = mla_prefill_regimes(rows)
+    fitted = fit_mla_prefill(rows, calib, gpu)
+    return {"in_sample": _by_regime(mla_prefill_seconds(fitted, calib, gpu, rows, parts) / T, reg),
+            "held_out": _by_regime(held, reg),
+            "before": _by_regime(mla_prefill_seconds(None, calib, gpu, rows, parts) / T, reg)}
 
 
 def mla_regimes(rows) -> np.ndarray:
@@ -703,8 +773,9 @@ def _token_bytes(d) -> np.ndarray:
 
 
 def prefill_seconds(p: PrefillAttentionParams, gpu: GpuSpec, num_chunks, new, cached, q_heads, kv_heads, head_dim,
-                    kv_dtype_bytes):
-    """PerOpModel.prefill_attention_layer_s over arrays of ``num_chunks`` identical (new, cached) chunks."""
+                    kv_dtype_bytes, token_bytes=None):
+    """PerOpModel.prefill_attention_layer_s over arrays of ``num_chunks`` identical (new, cached) chunks
+    (``token_bytes``: one token's KV bytes when not 2 x kv_heads x head_dim x dtype bytes, e.g. MLA's latent)."""
     tq, tkv, ovh = p.tile_q, p.tile_kv, p.cta_overhead_tiles
     r = tq // tkv
     new, cached = np.asarray(new, np.int64), np.asarray(cached, np.int64)
@@ -715,7 +786,9 @@ def prefill_seconds(p: PrefillAttentionParams, gpu: GpuSpec, num_chunks, new, ca
     longest = -(-(cached + new) // tkv) + ovh
     tile_s = 4.0 * tq * tkv * (head_dim + p.tile_extra_dims) / (gpu.bf16_flops / gpu.sms * p.flops_eff)
     compute = tile_s * np.maximum(work / gpu.sms, longest)
-    memory = num_chunks * (cached + new) * (2 * kv_heads * head_dim * kv_dtype_bytes) / (gpu.hbm_bandwidth * p.bw_eff)
+    if token_bytes is None:
+        token_bytes = 2 * kv_heads * head_dim * kv_dtype_bytes
+    memory = num_chunks * (cached + new) * token_bytes / (gpu.hbm_bandwidth * p.bw_eff)
     return p.floor_s + np.maximum(compute, memory)
 
 
@@ -951,6 +1024,7 @@ class AicFit:
     moe: MoeParams | None = None
     moe_quant: dict = field(default_factory=dict)  # expert dtype -> MoeParams
     mla_decode: DecodeAttentionParams | None = None
+    mla_prefill: PrefillAttentionParams | None = None
 
     def calibration(self, base: Calibration | None = None) -> Calibration:
         """``base`` (default: a calibration of kvsim's defaults) with the fitted groups replaced. New GEMMs
@@ -970,6 +1044,8 @@ class AicFit:
             c = replace(c, moe_quant={**c.moe_quant, **self.moe_quant})
         if self.mla_decode:
             c = replace(c, mla_decode=self.mla_decode)
+        if self.mla_prefill:
+            c = replace(c, mla_prefill=self.mla_prefill)
         if self.gemm:
             was = base.sources.get("elementwise", "").replace("the same files", base.sources.get("gemm", ""))
             if not was.startswith(("kept from the ", "borrowed")):  # a refit of a refit keeps one origin
@@ -1024,13 +1100,18 @@ def fit_aic(data: AicData, base: Calibration | None = None, kv_dtype_bytes=(2,),
     if moe_quant:
         src["moe_quant"] = tag.format(_rel(data, "moe_perf"), data.versions["moe_perf"], ", " + ", ".join(
             f"{q} experts from its {MOE_QUANT[q][0]} rows" for q in moe_quant) + ", balanced routing")
-    mla = None
-    if data.mla_decode is not None:  # projections priced by the GEMMs fitted above, as the model will price them
-        priced = replace(base, gemm=gemm or base.gemm, prefill_attention=pre or base.prefill_attention)
+    mla = mla_pre = None
+    # projections priced by the GEMMs fitted above, as the model will price them
+    priced = replace(base, gemm=gemm or base.gemm, prefill_attention=pre or base.prefill_attention)
+    if data.mla_decode is not None:
         mla = fit_mla_decode(data.mla_decode, priced, data.gpu)
         src["mla_decode"] = tag.format(_rel(data, "mla_generation_module_perf"),
                                        data.versions["mla_generation_module_perf"], ", bf16, whole MLA layers")
-    return AicFit(data.gpu, dec, pre, ar, src, gemm, moe, moe_quant, mla)
+    if data.mla_prefill is not None:
+        mla_pre = fit_mla_prefill(data.mla_prefill, priced, data.gpu)
+        src["mla_prefill"] = tag.format(_rel(data, "mla_context_module_perf"),
+                                        data.versions["mla_context_module_perf"], ", bf16, whole MLA layers")
+    return AicFit(data.gpu, dec, pre, ar, src, gemm, moe, moe_quant, mla, mla_pre)
 
 
 def _rel(data: AicData, table: str) -> str:

@@ -190,6 +190,7 @@ class Calibration:
     # MLA decode (DeepSeek-V3 style), fitted on measured MLA modules: what the module takes beyond its
     # projection GEMMs (None: priced as decode_attention prices any attention)
     mla_decode: DecodeAttentionParams | None = None
+    mla_prefill: PrefillAttentionParams | None = None  # the same for MLA prefill (None: as prefill_attention)
 
     def link(self, n: int, interconnect: str) -> LinkParams:
         """All-reduce parameters for n GPUs (the nearest measured group size if n itself was not)."""
@@ -223,7 +224,8 @@ class Calibration:
                 derived_from=str(d.get("derived_from", "")),
                 moe=_build(MoeParams, d["moe"]) if d.get("moe") is not None else None,
                 moe_quant={str(k): _build(MoeParams, v) for k, v in _object(d.get("moe_quant", {}), "moe_quant").items()},
-                mla_decode=_build(DecodeAttentionParams, d["mla_decode"]) if d.get("mla_decode") is not None else None)
+                mla_decode=_build(DecodeAttentionParams, d["mla_decode"]) if d.get("mla_decode") is not None else None,
+                mla_prefill=_build(PrefillAttentionParams, d["mla_prefill"]) if d.get("mla_prefill") is not None else None)
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise ConfigError(f"{where}: not a usable latency calibration ({type(e).__name__}: {e})") from None
 

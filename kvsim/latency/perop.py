@@ -315,6 +315,9 @@ class PerOpModel(LatencyModel):
         self._dense_cache: dict[tuple[int, int], float] = {}
         self._comm_cache: dict[tuple[int, int], float] = {}
         pa = calib.prefill_attention
+        if model.is_mla and calib.mla_prefill is not None:  # measured on MLA modules
+            pa = calib.mla_prefill
+        self._prefill_params = pa
         self._tile_s = 4.0 * pa.tile_q * pa.tile_kv * (hd + pa.tile_extra_dims) / (gpu.bf16_flops / gpu.sms * pa.flops_eff)
 
     # --- parts -------------------------------------------------------------------------------
@@ -370,7 +373,7 @@ class PerOpModel(LatencyModel):
         first key its first query may see (``window`` back, or its chunk's start) to its last query."""
         if not chunks:
             return 0.0
-        p = self.calib.prefill_attention
+        p = self._prefill_params
         tq, tkv, ovh = p.tile_q, p.tile_kv, p.cta_overhead_tiles
         work = longest = kv_tokens = 0.0
         for new, cached in chunks:
@@ -393,7 +396,7 @@ class PerOpModel(LatencyModel):
         """FlashAttention-style prefill of (new tokens, cached tokens) chunks, causal within each chunk."""
         if not chunks:
             return 0.0
-        p = self.calib.prefill_attention
+        p = self._prefill_params
         tq, tkv, ovh = p.tile_q, p.tile_kv, p.cta_overhead_tiles
         r = tq // tkv  # KV tiles per query tile (tile_q is a multiple of tile_kv)
         work = longest = kv_tokens = 0.0
