@@ -625,21 +625,8 @@ def mla_prefill_regimes(rows) -> np.ndarray:
 
 def validate_mla_prefill(rows, calib: Calibration, gpu: GpuSpec, folds: int = 4) -> dict:
     """As :func:`validate_mla_decode`, for prefill, by the tokens an iteration computes."""
-    T = rows["seconds"].to_numpy()
-    parts = _mla_prefill_parts(rows, calib, gpu)
-    heads = sorted(set(rows["heads"]))
-    fold = np.array([heads.index(h) % folds for h in rows["heads"]])
-    held = np.full(len(rows), np.nan)
-    for f in range(folds):
-        test = fold == f
-        if test.any() and (~test).sum() >= 8:
-            p = fit_mla_prefill(rows[~test], calib, gpu)
-            held[test] = mla_prefill_seconds(p, calib, gpu, rows[test], parts[test]) / T[test]
-    reg = mla_prefill_regimes(rows)
-    fitted = fit_mla_prefill(rows, calib, gpu)
-    return {"in_sample": _by_regime(mla_prefill_seconds(fitted, calib, gpu, rows, parts) / T, reg),
-            "held_out": _by_regime(held, reg),
-            "before": _by_regime(mla_prefill_seconds(None, calib, gpu, rows, parts) / T, reg)}
+    return _validate_by_heads(rows, calib, gpu, folds, _mla_prefill_parts(rows, calib, gpu), fit_mla_prefill,
+                              mla_prefill_seconds, mla_prefill_regimes(rows))
 
 
 def mla_regimes(rows) -> np.ndarray:
@@ -651,21 +638,24 @@ def mla_regimes(rows) -> np.ndarray:
 def validate_mla_decode(rows, calib: Calibration, gpu: GpuSpec, folds: int = 4) -> dict:
     """predicted / measured of MLA layers in sample and held out by query heads per GPU (each fold of head counts
     predicted by a fit that never saw it), by batch and context; also the pricing without an MLA fit."""
+    return _validate_by_heads(rows, calib, gpu, folds, _mla_parts(rows, calib, gpu), fit_mla_decode, mla_seconds,
+                              mla_regimes(rows))
+
+
+def _validate_by_heads(rows, calib, gpu, folds, parts, fit, seconds, regimes) -> dict:
+    """{"in_sample", "held_out", "before"} of predicted / measured: ``fit`` on all rows; ``fit`` without each fold
+    of head counts, ``seconds`` on that fold; ``seconds`` without a fit (None)."""
     T = rows["seconds"].to_numpy()
-    parts = _mla_parts(rows, calib, gpu)
-    fitted = fit_mla_decode(rows, calib, gpu)
     heads = sorted(set(rows["heads"]))
     fold = np.array([heads.index(h) % folds for h in rows["heads"]])
     held = np.full(len(rows), np.nan)
     for f in range(folds):
         test = fold == f
         if test.any() and (~test).sum() >= 8:
-            p = fit_mla_decode(rows[~test], calib, gpu)
-            held[test] = mla_seconds(p, calib, gpu, rows[test], parts[test]) / T[test]
-    reg = mla_regimes(rows)
-    return {"in_sample": _by_regime(mla_seconds(fitted, calib, gpu, rows, parts) / T, reg),
-            "held_out": _by_regime(held, reg),
-            "before": _by_regime(mla_seconds(None, calib, gpu, rows, parts) / T, reg)}
+            held[test] = seconds(fit(rows[~test], calib, gpu), calib, gpu, rows[test], parts[test]) / T[test]
+    return {"in_sample": _by_regime(seconds(fit(rows, calib, gpu), calib, gpu, rows, parts) / T, regimes),
+            "held_out": _by_regime(held, regimes),
+            "before": _by_regime(seconds(None, calib, gpu, rows, parts) / T, regimes)}
 
 
 def _moe_table_seconds(calib: Calibration, gpu: GpuSpec, m, quant: str | None = None):
