@@ -49,6 +49,10 @@ class BlockPool:
         """One block (the caller checked :attr:`num_free`), ref count 1."""
         return self.take(1)[0]
 
+    def take_one_if_free(self) -> int:
+        """One block, ref count 1, or -1 when none is free (a decode's growth: one call, not two)."""
+        return self.take_one() if self.num_free else -1
+
     @property
     def num_fresh(self) -> int:
         """Blocks never handed out yet."""
@@ -140,6 +144,17 @@ class FreeStackPool(BlockPool):
             return b
         self.ref.append(1)
         return len(self.ref) - 1
+
+    def take_one_if_free(self) -> int:
+        free, ref = self._free, self.ref
+        if free:
+            b = free.pop()
+            ref[b] = 1
+            return b
+        if len(ref) < self.num_blocks:
+            ref.append(1)
+            return len(ref) - 1
+        return -1
 
     def take(self, n: int) -> list[int]:
         free, ref = self._free, self.ref

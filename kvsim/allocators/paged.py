@@ -183,10 +183,10 @@ class PagedAllocator(KVAllocator):
         if table is not None and num_tokens <= (len(table) + 1) * B:  # a decode's growth: at most one block
             if num_tokens <= len(table) * B:
                 return True
-            pool = self.pool
-            if pool.num_free < 1:
+            b = self.pool.take_one_if_free()  # BlockTables.take_one, inlined: every decode's block boundary is here
+            if b < 0:
                 return False
-            table.append(pool.take_one())  # BlockTables.take_one, inlined: every decode's block boundary is here
+            table.append(b)
             core.in_use += 1
             held, final = len(table) * B, request.prompt_tokens + request.output_tokens
             if held > final:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import heapq
 
-from kvsim.allocators.block_pool import FreeStackPool
+from kvsim.allocators.block_pool import BlockPool, FreeStackPool
 from kvsim.allocators.cache_eviction import get_eviction_key
 from kvsim.trace.request import Request
 
@@ -52,6 +52,8 @@ class RadixBlockPool(FreeStackPool):
     @property
     def num_free(self) -> int:
         return len(self._free) + self.num_fresh + self._unreferenced
+
+    take_one_if_free = BlockPool.take_one_if_free  # free counts evictable tree nodes: take_one evicts them
 
     def _push_if_leaf(self, node: _Node) -> None:
         if node is not self.root and not node.children and self.ref[node.block] == 0:
