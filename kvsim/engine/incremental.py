@@ -132,7 +132,12 @@ class IncrementalScheduler(Scheduler):
                 d.grow_iter = -1
             else:
                 d.grow_iter = e
-                _bucket_add(self._grow_at, self._grow_heap, e, d)
+                lst = self._grow_at.get(e)  # _bucket_add, inlined
+                if lst is None:
+                    self._grow_at[e] = [d]
+                    heapq.heappush(self._grow_heap, e)
+                else:
+                    lst.append(d)
         else:
             self._materialize(d)
             self._schedule_growth(d)
