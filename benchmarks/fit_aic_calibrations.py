@@ -48,7 +48,7 @@ ROWS = {"decode": ["batch<8 ctx<1024", "batch<8 ctx>=1024", "batch>=8 ctx<1024",
         "all_reduce": [f"x{n} {s}" for n in (2, 4, 8) for s in ("<64KiB", "64KiB-1MiB", "1-16MiB", ">=16MiB")],
         "gemm": ["m 1-16", "m 17-128", "m 129-1024", "m >=1025"],
         "moe": ["tokens 1-16", "tokens 17-256", "tokens 257-2048", "tokens >=2049"],
-        "mla": ["batch<32 ctx<4096", "batch<32 ctx>=4096", "batch>=32 ctx<4096", "batch>=32 ctx>=4096"],
+        "mla": ["batch<32 ctx<4096", "batch<32 ctx>=4096", "batch>=32 ctx<4096", "batch>=32 ctx>=4096", "fp8 KV"],
         "mla_prefill": ["tokens<=512", "tokens 513-4096", "tokens>4096"]}
 
 

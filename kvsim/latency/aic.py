@@ -493,9 +493,10 @@ def read_moe(path: Path, moe_dtypes=("bfloat16", "float16")):
 
 
 def read_mla_decode(path: Path):
-    """(rows of one whole MLA layer decoding (a generation table) or prefilling (a context table), bf16 throughout: model (kvsim preset), heads (query heads on the GPU),
-    tokens (sequences), context, kernel, seconds; a note or '') of an mla_generation_module_perf table. Where the
-    table times several attention backends, the one vLLM picks by default on the GPU is kept (FlashMLA on Hopper)."""
+    """(rows of one whole MLA layer decoding (a generation table) or prefilling (a context table), bf16 weights and
+    activations, a bf16 or FP8 KV cache: model (kvsim preset), heads (query heads on the GPU), tokens (sequences),
+    context, kv_dtype_bytes, seconds; a note or ''). Where the table times several attention backends, the one
+    vLLM picks by default on the GPU is kept (FlashMLA on Hopper)."""
     import pandas as pd
 
     from kvsim.hardware import get_model
@@ -503,9 +504,11 @@ def read_mla_decode(path: Path):
     cols = ("model", "num_heads", "batch_size", "isl", "step", "latency", "mla_dtype", "kv_cache_dtype", "gemm_type")
     df = read_table(path, cols)
     bf16 = ["bfloat16", "float16"]
-    df = df[df["mla_dtype"].isin(bf16) & df["kv_cache_dtype"].isin(bf16) & df["gemm_type"].isin(bf16)]
-    if "kernel_source" in df.columns and (df["kernel_source"] == "FLASHMLA").any():
-        df = df[df["kernel_source"] == "FLASHMLA"]
+    df = df[df["mla_dtype"].isin(bf16) & df["kv_cache_dtype"].isin(bf16 + ["fp8"]) & df["gemm_type"].isin(bf16)]
+    if "kernel_source" in df.columns:  # per KV dtype, FlashMLA where it was timed (vLLM's pick on Hopper)
+        flash = df["kernel_source"] == "FLASHMLA"
+        has = df.assign(f=flash).groupby("kv_cache_dtype")["f"].transform("any")
+        df = df[flash | ~has]
     presets = {}
     for hf in df["model"].unique():
         try:
@@ -521,7 +524,8 @@ def read_mla_decode(path: Path):
     df = df[ok]
     return pd.DataFrame({"model": df["model"].map(presets).to_numpy(), "heads": df["num_heads"].to_numpy(np.int64),
                          "tokens": df["batch_size"].to_numpy(np.int64),
-                         "context": (df["isl"] + df["step"]).to_numpy(np.int64), "seconds": t[ok]}), note
+                         "context": (df["isl"] + df["step"]).to_numpy(np.int64),
+                         "kv_dtype_bytes": np.where(df["kv_cache_dtype"] == "fp8", 1, 2), "seconds": t[ok]}), note
 
 
 def _mla_parts(rows, calib: Calibration, gpu: GpuSpec):
@@ -542,7 +546,9 @@ def _mla_parts(rows, calib: Calibration, gpu: GpuSpec):
         if key not in cache:
             cache[key] = sum(op.seconds(calib, gpu, int(tokens), m.dtype_bytes) for op in mla_ops(m, tp))
         qh = max(1, m.q_heads // tp)
-        out[i] = (cache[key], tokens * context, m.kv_bytes_per_token_layer(tp),
+        latent = (m.kv_lora_rank + m.qk_rope_head_dim) * (rows["kv_dtype_bytes"].iloc[i] if "kv_dtype_bytes" in rows
+                                                           else m.kv_dtype_bytes)
+        out[i] = (cache[key], tokens * context, latent,
                   2.0 * qh * (2 * m.kv_lora_rank + m.qk_rope_head_dim + 2 * pa.tile_extra_dims))
     return out
 
@@ -553,27 +559,40 @@ def mla_seconds(p: DecodeAttentionParams | None, calib: Calibration, gpu: GpuSpe
     proj, kv, token_bytes, flops = (parts if parts is not None else _mla_parts(rows, calib, gpu)).T
     p = p or calib.decode_attention
     n = rows["tokens"].to_numpy(float)
-    token_s = np.maximum(token_bytes / (gpu.hbm_bandwidth * p.bw_eff),
+    kvb = rows["kv_dtype_bytes"].to_numpy() if "kv_dtype_bytes" in rows else np.full(len(rows), 2)
+    token_s = np.maximum(token_bytes / (gpu.hbm_bandwidth * p.bw_for(kvb)),
                          flops / (gpu.bf16_flops * (p.flops_eff or calib.prefill_attention.flops_eff)))
-    return proj + np.maximum(p.floor_s, p.stream_s(n, kv, token_s))
+    return proj + np.maximum(p.floor_s, p.stream_s(n, kv, token_s, kvb == 1))
 
 
 def fit_mla_decode(rows, calib: Calibration, gpu: GpuSpec) -> DecodeAttentionParams:
     """MLA decode attention's floor, ramp, bandwidth and FLOP efficiencies and per-sequence tokens, fitted on
-    whole MLA layers with their projections priced by ``calib``."""
+    whole MLA layers with their projections priced by ``calib`` (bf16 KV rows), and an FP8 cache's own bandwidth
+    efficiency and extra time on the FP8 rows, the rest kept (as fit_kv8 does for other attention)."""
     from kvsim.latency.fit import _fit
 
-    if len(rows) < 8:
-        raise ConfigError(f"need at least 8 MLA module rows to fit, have {len(rows)}")
+    kv16 = (rows["kv_dtype_bytes"] == 2).to_numpy() if "kv_dtype_bytes" in rows else np.ones(len(rows), bool)
+    if kv16.sum() < 8:
+        raise ConfigError(f"need at least 8 bf16-KV MLA module rows to fit, have {int(kv16.sum())}")
     parts = _mla_parts(rows, calib, gpu)
     T = rows["seconds"].to_numpy(float)
+    r16, p16, T16 = rows[kv16], parts[kv16], T[kv16]
 
     def params(x):  # microseconds, fractions, tokens
         return DecodeAttentionParams(x[0] * 1e-6, x[1] * 1e-6, x[2], 0.0, x[3], flops_eff=x[4])
 
-    return params([float(v) for v in _fit(lambda x: np.log(mla_seconds(params(x), calib, gpu, rows, parts) / T),
-                                          [20.0, 10.0, 0.7, 50.0, 0.3], [0.0, 0.0, 0.02, 0.0, 0.01],
-                                          [1e4, 1e4, 1.0, 1e5, 1.0])])
+    p = params([float(v) for v in _fit(lambda x: np.log(mla_seconds(params(x), calib, gpu, r16, p16) / T16),
+                                       [20.0, 10.0, 0.7, 50.0, 0.3], [0.0, 0.0, 0.02, 0.0, 0.01],
+                                       [1e4, 1e4, 1.0, 1e5, 1.0])])
+    if (~kv16).sum() < 8:
+        return p
+    r8, p8, T8 = rows[~kv16], parts[~kv16], T[~kv16]
+
+    def with_kv8(x):
+        return replace(p, kv8_bw_eff=x[0], kv8_ramp_s=x[1] * 1e-6)
+
+    return with_kv8([float(v) for v in _fit(lambda x: np.log(mla_seconds(with_kv8(x), calib, gpu, r8, p8) / T8),
+                                            [p.bw_eff, 1.0], [0.02, 0.0], [1.0, 1000.0])])
 
 
 def _mla_prefill_parts(rows, calib: Calibration, gpu: GpuSpec):
@@ -630,9 +649,13 @@ def validate_mla_prefill(rows, calib: Calibration, gpu: GpuSpec, folds: int = 4)
 
 
 def mla_regimes(rows) -> np.ndarray:
+    """bf16-KV rows by batch and context; FP8-KV rows as one regime."""
     b = np.where(rows["tokens"].to_numpy() < 32, "batch<32", "batch>=32")
     c = np.where(rows["context"].to_numpy() < 4096, "ctx<4096", "ctx>=4096")
-    return np.char.add(np.char.add(b.astype(str), " "), c.astype(str))
+    reg = np.char.add(np.char.add(b.astype(str), " "), c.astype(str))
+    if "kv_dtype_bytes" in rows:
+        reg = np.where(rows["kv_dtype_bytes"].to_numpy() == 1, "fp8 KV", reg)
+    return reg
 
 
 def validate_mla_decode(rows, calib: Calibration, gpu: GpuSpec, folds: int = 4) -> dict:
