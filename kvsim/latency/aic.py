@@ -419,8 +419,8 @@ def read_aic(root: str | Path, system: str | None = None, version: str | None = 
         got["all_reduce"] = read_all_reduce(custom if all_reduce_backend != "nccl" else None, nccl, all_reduce_backend)
     # optional tables: without one, its parameters stay the base calibration's
     for kind, reader, what in (("gemm", read_gemm, "GEMMs"), ("moe", read_moe, "MoE layers"),
-                               ("mla_decode", read_mla_decode, "MLA decode modules"),
-                               ("mla_prefill", read_mla_decode, "MLA prefill modules")):
+                               ("mla_decode", read_mla_modules, "MLA decode modules"),
+                               ("mla_prefill", read_mla_modules, "MLA prefill modules")):
         if kind not in kinds:
             continue
         try:
@@ -492,7 +492,7 @@ def read_moe(path: Path, moe_dtypes=("bfloat16", "float16")):
                          "topk": g["topk"], "tp": g["moe_tp_size"], "ep": g["moe_ep_size"], "seconds": t[ok]}), note
 
 
-def read_mla_decode(path: Path):
+def read_mla_modules(path: Path):
     """(rows of one whole MLA layer decoding (a generation table) or prefilling (a context table), bf16 weights and
     activations, a bf16 or FP8 KV cache: model (kvsim preset), heads (query heads on the GPU), tokens (sequences),
     context, kv_dtype_bytes, seconds; a note or ''). Where the table times several attention backends, the one
