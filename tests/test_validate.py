@@ -62,3 +62,30 @@ def test_bad_result_files_are_named(tmp_path, change, msg):
 def test_validate_needs_the_model_and_keeps_the_recorded_load(tmp_path, capsys):
     assert main(["validate", RESULT, "--out", str(tmp_path / "a")]) != 0
     assert "Meta-Llama-3-8B-Instruct" in capsys.readouterr().err
+
+
+def test_the_published_runs_benchmark_reads_a_results_tree(tmp_path):
+    """benchmarks/validate_published.py on a results/ tree laid out as LambdaLabsML/vllm-benchmark's: A100 files of
+    models with a preset are replayed, others left out."""
+    import runpy
+    import shutil
+    import sys
+
+    import pandas as pd
+
+    tree = tmp_path / "results" / "prompt_10"
+    for gpu in ("1xA100-80GB-SXM", "1xH100-80GB-SXM"):
+        (tree / gpu).mkdir(parents=True)
+        shutil.copy("tests/data/vllm_bench_result.json", tree / gpu / "Meta-Llama-3-8B-Instruct_tp1_len2048.json")
+    shutil.copy("tests/data/vllm_bench_result.json", tree / "1xA100-80GB-SXM" / "Meta-Llama-3.1-8B-FP8_tp1_len2048.json")
+    out = tmp_path / "out"
+    argv = sys.argv
+    sys.argv = ["validate_published.py", str(tmp_path), "--out", str(out)]
+    try:
+        runpy.run_path("benchmarks/validate_published.py", run_name="__main__")
+    finally:
+        sys.argv = argv
+    table = pd.read_csv(out / "validate.csv")
+    assert list(table.file) == ["results/prompt_10/1xA100-80GB-SXM/Meta-Llama-3-8B-Instruct_tp1_len2048.json"]
+    assert table.preset[0] == "llama-3-8b" and 0.5 < table.tpot_p50_ratio[0] < 2
+    assert "Over 1 files" in (out / "summary.md").read_text()
