@@ -104,9 +104,26 @@ def test_a_pipeline_run_accounts_for_every_request_and_the_plan_counts_every_gpu
              "mean_output_tokens": 100.0}]
     add_costs(rows, 5.0)
     assert rows[0]["replicas"] == 3 and rows[0]["gpus"] == 12
-    assert main(["plan", "--trace", "traces/chat.jsonl", "-pp", "2", "--fleet-max-gpus", "4",
-                 "--slo", "ttft_p99=2s"]) == 2
-    assert "searches tensor-parallel sizes only" in capsys.readouterr().err
+
+
+
+def test_the_fleet_plan_sizes_fleets_of_pipelined_replicas(tmp_path, capsys):
+    """With -pp 2 every replica spans two stages: fleets grow in steps of 2 GPUs, layouts say pp2, and the
+    chosen layout's vllm serve line carries the flag."""
+    from kvsim.planning.fleet_plan import layouts_of
+
+    assert {(L.decode, L.pp, L.gpus) for L in layouts_of("g", 1, 4, ["rr"], by_gpus=True, pp=2) if not L.prefill} \
+        == {(2, 2, 4)}
+    assert all(L.gpus == 6 for L in layouts_of("g", [1], 3, ["rr"], pp=2))  # 3 replicas of 2 stages
+    out = tmp_path / "fp"
+    assert main(["plan", "--trace", "traces/chat.jsonl", "--model", "llama-3-8b", "--gpus", "h100-80gb:3.0", "-pp", "2",
+                 "--slo", "ttft_p99=5s", "--target-rate", "4", "--fleet-max-gpus", "4",
+                 "--fleet-routers", "least-requests", "--out", str(out), "--no-plots"]) == 0
+    import pandas as pd
+
+    rows = pd.read_csv(out / "fleet_plan.csv")
+    assert (rows.gpus % 2 == 0).all() and (rows.pp == 2).all()
+    assert "--pipeline-parallel-size 2" in capsys.readouterr().out
 
 
 def test_replica_groups_take_pipeline_stages(tmp_path, capsys):

@@ -26,6 +26,7 @@ class Layout:
     decode: int  # decode replicas, or the replicas of an aggregated fleet
     router: str
     prefill_tp: int = 0  # GPUs per prefill replica (0: as ``tp``)
+    pp: int = 1  # pipeline stages of every replica (each stage ``tp`` GPUs)
 
     @property
     def ptp(self) -> int:
@@ -37,15 +38,16 @@ class Layout:
 
     @property
     def gpus(self) -> int:
-        return self.prefill * self.ptp + self.decode * self.tp
+        return (self.prefill * self.ptp + self.decode * self.tp) * self.pp
 
     @property
     def name(self) -> str:
+        pp = f" pp{self.pp}" if self.pp > 1 else ""
         if not self.prefill:
-            return f"{self.decode}x {self.gpu}" + (f" tp{self.tp}" if self.tp > 1 else "")
+            return f"{self.decode}x {self.gpu}" + (f" tp{self.tp}" if self.tp > 1 else "") + pp
         if self.ptp == self.tp:
-            return f"{self.prefill}P{self.decode}D {self.gpu}" + (f" tp{self.tp}" if self.tp > 1 else "")
-        return f"{self.prefill}P(tp{self.ptp}){self.decode}D(tp{self.tp}) {self.gpu}"
+            return f"{self.prefill}P{self.decode}D {self.gpu}" + (f" tp{self.tp}" if self.tp > 1 else "") + pp
+        return f"{self.prefill}P(tp{self.ptp}){self.decode}D(tp{self.tp}) {self.gpu}" + pp
 
 
 @dataclass(frozen=True)
@@ -81,11 +83,12 @@ def evaluate(job: FleetJob) -> dict:
     from kvsim.trace import load_trace
 
     L = job.layout
-    cfg = config_from_options({**job.values, "gpu": L.gpu, "tensor_parallel_size": L.tp})
+    cfg = config_from_options({**job.values, "gpu": L.gpu, "tensor_parallel_size": L.tp, "pipeline_parallel_size": L.pp})
     spec = resolve_allocator(job.allocator, cfg)
     reqs = rescaled(load_trace(job.trace).requests, job.rate)
     if L.prefill:
-        pcfg = cfg if L.ptp == L.tp else config_from_options({**job.values, "gpu": L.gpu, "tensor_parallel_size": L.ptp})
+        pcfg = cfg if L.ptp == L.tp else config_from_options({**job.values, "gpu": L.gpu, "tensor_parallel_size": L.ptp,
+                                                              "pipeline_parallel_size": L.pp})
         f = simulate_disagg(reqs, [ReplicaGroup(L.gpu, pcfg, spec, L.prefill)],
                             [ReplicaGroup(L.gpu, cfg, spec, L.decode)], L.router, "least-requests",
                             link=parse_link(job.link))
@@ -98,7 +101,7 @@ def evaluate(job: FleetJob) -> dict:
     ok = within_slos(req, list(job.slos))
     duration = max(s["duration_s"], 1e-12)
     row = {"gpu": L.gpu, "layout": L.name, "mode": "disaggregated" if L.prefill else "aggregated",
-           "prefill": L.prefill, "decode": L.decode, "tp": L.tp, "prefill_tp": L.ptp if L.prefill else 0,
+           "prefill": L.prefill, "decode": L.decode, "tp": L.tp, "prefill_tp": L.ptp if L.prefill else 0, "pp": L.pp,
            "router": L.router, "gpus": L.gpus,
            "meets_slo": not bad, "violations": "; ".join(bad), "slo_attainment": float(ok.mean()) if len(req) else 0.0,
            "finished": s["finished"], "ttft_p99_s": s["ttft_p99_s"], "tpot_p99_s": s["tpot_p99_s"],
@@ -113,13 +116,21 @@ def evaluate(job: FleetJob) -> dict:
     return row
 
 
-def layouts_of(gpu: str, tps: int | list[int], gpus: int, routers: list[str], by_gpus: bool = False) -> list[Layout]:
+def layouts_of(gpu: str, tps: int | list[int], gpus: int, routers: list[str], by_gpus: bool = False,
+               pp: int = 1) -> list[Layout]:
     """The layouts of a fleet: aggregated behind each router; disaggregated behind the first router, every
     split up to 8 replicas and 1:3, 1:1, 3:1 of the GPUs (rounded) beyond, for every pair of TP sizes.
-    With one TP size and ``by_gpus`` False, ``gpus`` counts replicas (the fleet of ``gpus`` x tp GPUs)."""
+    With one TP size and ``by_gpus`` False, ``gpus`` counts replicas (the fleet of ``gpus`` x tp x pp GPUs).
+    Every replica has ``pp`` pipeline stages: the splits are made in units of stages (``gpus`` / pp)."""
     tps = [tps] if isinstance(tps, int) else sorted(set(tps))
     if not by_gpus:
-        gpus *= tps[0]
+        gpus *= tps[0] * pp
+    out = [replace(L, pp=pp) for L in _layouts_of_stages(gpu, tps, gpus // pp, routers)] if gpus % pp == 0 else []
+    return out
+
+
+def _layouts_of_stages(gpu: str, tps: list[int], gpus: int, routers: list[str]) -> list[Layout]:
+    """:func:`layouts_of` for replicas of one stage (``gpus``: the GPUs of one stage of every replica)."""
     out = [Layout(gpu, tp, 0, gpus // tp, r) for tp in tps if gpus % tp == 0 for r in routers]
     for ptp in tps:
         for dtp in tps:
@@ -155,9 +166,7 @@ def plan_fleet(trace: str, values: dict, gpus: list[tuple[str, float | None]], s
 
     from kvsim.planning.parallel import run_jobs
 
-    if int(values.get("pipeline_parallel_size") or 1) > 1:
-        raise ConfigError("the fleet plan searches tensor-parallel sizes only; run `kvsim plan` without "
-                          "--fleet-max-gpus, or `kvsim cluster`, to evaluate a pipeline-parallel layout")
+    pp = int(values.get("pipeline_parallel_size") or 1)  # every replica's stages (the search sizes the rest)
     tps = sorted(set(tps or [int(values.get("tensor_parallel_size") or 1)]))
     rows: list[dict] = []
     for gpu, cost in gpus:
@@ -167,15 +176,15 @@ def plan_fleet(trace: str, values: dict, gpus: list[tuple[str, float | None]], s
                          "and a KV pool do not fit, or the heads do not split)")
         if not ok:
             continue
-        step = math.gcd(*ok)
-        if max_gpus < min(ok):
-            raise ConfigError(f"--fleet-max-gpus {max_gpus} is less than one replica of {min(ok)} GPUs")
+        step = math.gcd(*ok) * pp
+        if max_gpus < min(ok) * pp:
+            raise ConfigError(f"--fleet-max-gpus {max_gpus} is less than one replica of {min(ok) * pp} GPUs")
         probes = []
 
         def run(units: int) -> bool:
             probes.append(units)
             jobs = [FleetJob(trace, values, L, rate, tuple(slos), link, cost, allocator)
-                    for L in layouts_of(gpu, ok, units * step, routers, by_gpus=True)]
+                    for L in layouts_of(gpu, ok, units * step, routers, by_gpus=True, pp=pp)]
             got = run_jobs(evaluate, jobs, workers, backend, address, label=f"{gpu} {units * step} GPUs")
             for r in got:
                 r["probe"] = len(probes)
@@ -183,7 +192,7 @@ def plan_fleet(trace: str, values: dict, gpus: list[tuple[str, float | None]], s
             return any(r["meets_slo"] for r in got)
 
         top = max_gpus // step
-        lo, hi, n = 0, None, max(1, min(ok) // step)
+        lo, hi, n = 0, None, max(1, min(ok) * pp // step)
         while n <= top:
             if run(n):
                 hi = n
@@ -229,6 +238,9 @@ def vllm_commands(row: dict, model: str, values: dict) -> list[str]:
             flags.append(f"{flag} {values[key]}")
     if values.get("enable_expert_parallel"):
         flags.append("--enable-expert-parallel")
+    if row.get("pp", 1) > 1:
+        flags.append(f"--pipeline-parallel-size {row['pp']}")
+
     def serve(tp: int) -> str:
         return f"vllm serve {model} " + " ".join([f"--tensor-parallel-size {tp}", *flags]) + " --enable-prefix-caching"
 
