@@ -56,6 +56,23 @@ def cell(s: dict | None) -> str:
     return f"{s['median']:.2f} [{s['p10']:.2f}, {s['p90']:.2f}]" if s and s.get("n") else "-"
 
 
+def table_rows(op: str, regimes: list[str], in_sample: dict, held_out: dict, was: dict | None) -> list[str]:
+    """The report's rows of one op, a regime each: in sample, held out, and (``was`` given) the comparison column."""
+    return [f"| {op} | {reg} | {cell(in_sample.get(reg))} | {cell(held_out.get(reg))} |"
+            + (f" {cell(was.get(reg))} |" if was is not None else "") for reg in regimes]
+
+
+def mla_fitted(key: str, p) -> str:
+    """The report's sentence on an MLA fit (``key``: mla_decode or mla_prefill) and its parameters ``p``."""
+    if key == "mla_decode":
+        return (f"MLA decode (whole DeepSeek-V3 layers: projections priced by the GEMMs above, attention fitted; held "
+                f"out by query heads per GPU in 4 folds; the last column: priced without an MLA fit): floor "
+                f"{p.floor_s * 1e6:.1f} us, ramp {p.ramp_s * 1e6:.1f} us, latent at {p.bw_eff:.2f} of peak bandwidth, "
+                f"absorbed attention at {p.flops_eff:.2f} of peak FLOP/s, {p.per_seq_tokens:.0f} tokens per sequence.")
+    return (f"MLA prefill (whole layers, as for decode): floor {p.floor_s * 1e6:.1f} us, tiles at {p.flops_eff:.2f} of "
+            f"peak, {p.cta_overhead_tiles:.1f} start-up tiles.")
+
+
 def calibration_at(rev: str, gpu: str) -> Calibration | None:
     try:
         text = subprocess.run(["git", "show", f"{rev}:kvsim/latency/calibrations/{gpu}.json"], cwd=ROOT,
@@ -122,22 +139,13 @@ def main() -> None:
                    "| op | regime | in sample | held out |" + (f" shipped at {a.before_commit} |" if before else ""),
                    "|---|---|---|---|" + ("---|" if before else "")]
         for tab in ("decode", "prefill", "all_reduce"):
-            for reg in ROWS[tab]:
-                row = f"| {tab} | {reg} | {cell(val['in_sample'][tab].get(reg))} | {cell(val['held_out'][tab].get(reg))} |"
-                if before:
-                    row += f" {cell(prev.get(tab, {}).get(reg))} |"
-                report.append(row)
+            report += table_rows(tab, ROWS[tab], val["in_sample"][tab], val["held_out"][tab],
+                                 prev.get(tab, {}) if before else None)
         g = fit["aic"]["gemm"]
-        for reg in ROWS["gemm"]:
-            row = f"| gemm | {reg} | {cell(g['in_sample'].get(reg))} | {cell(g['held_out'].get(reg))} |"
-            if before:
-                row += f" {cell(evaluate_gemm(data, before).get(reg))} |"
-            report.append(row)
-        for reg in ROWS["decode"]:
-            row = f"| decode, MHA | {reg} | {cell(val['in_sample'][MHA].get(reg))} | {cell(val['held_out'][MHA].get(reg))} |"
-            if before:
-                row += f" {cell(prev.get(MHA, {}).get(reg))} |"
-            report.append(row)
+        report += table_rows("gemm", ROWS["gemm"], g["in_sample"], g["held_out"],
+                             evaluate_gemm(data, before) if before else None)
+        report += table_rows("decode, MHA", ROWS["decode"], val["in_sample"][MHA], val["held_out"][MHA],
+                             prev.get(MHA, {}) if before else None)
         fp8 = val["in_sample"].get("decode other KV dtypes")
         if fp8:
             old = (prev or {}).get("decode other KV dtypes", {})
@@ -146,11 +154,7 @@ def main() -> None:
             mv = fit["aic"]["moe"]
             # before: the same layers priced by the GEMM and element-wise parameters (kvsim without an MoE fit)
             gemm_only = evaluate_moe(data.moe, replace(calib, moe=None), gpu)
-            for reg in ROWS["moe"]:
-                row = f"| moe | {reg} | {cell(mv['in_sample'].get(reg))} | {cell(mv['held_out'].get(reg))} |"
-                if before:
-                    row += f" {cell(gemm_only.get(reg))} |"
-                report.append(row)
+            report += table_rows("moe", ROWS["moe"], mv["in_sample"], mv["held_out"], gemm_only if before else None)
             report += ["", f"MoE (bf16 fused MoE, {mv['shapes']} model shapes, {mv['held_out_shapes']} held out): held "
                        "out by parallelism " + "; ".join(f"{k}: {cell(v)}" for k, v in mv["held_out_parallel"].items()
                                                         if k != "all") +
@@ -160,31 +164,16 @@ def main() -> None:
         for q, mv in fit["aic"].get("moe_quant", {}).items():
             # before: the bf16 MoE parameters with the quantized weights' bytes (kvsim without a quantized fit)
             bf16 = evaluate_moe(data.moe_quant[q], replace(calib, moe_quant={}), gpu, q)
-            for reg in ROWS["moe"]:
-                row = (f"| moe {q} experts ({MOE_QUANT[q][0]}) | {reg} | {cell(mv['in_sample'].get(reg))} | "
-                       f"{cell(mv['held_out'].get(reg))} |")
-                report.append(row + (f" {cell(bf16.get(reg))} |" if before else ""))
+            report += table_rows(f"moe {q} experts ({MOE_QUANT[q][0]})", ROWS["moe"], mv["in_sample"], mv["held_out"],
+                                 bf16 if before else None)
             report += ["", f"MoE with {q} experts ({mv['shapes']} model shapes, {mv['held_out_shapes']} held out; the "
                        "last column: the bf16 fit with the quantized weights' bytes, as kvsim priced them before)."]
-        if "mla_decode" in fit["aic"]:
-            mv = fit["aic"]["mla_decode"]
-            for reg in ROWS["mla"]:
-                row = (f"| MLA decode layer | {reg} | {cell(mv['in_sample'].get(reg))} | {cell(mv['held_out'].get(reg))} |")
-                report.append(row + (f" {cell(mv['before'].get(reg))} |" if before else ""))
-            p = calib.mla_decode
-            report += ["", f"MLA decode (whole DeepSeek-V3 layers: projections priced by the GEMMs above, attention "
-                       f"fitted; held out by query heads per GPU in 4 folds; the last column: priced without an MLA "
-                       f"fit): floor {p.floor_s * 1e6:.1f} us, ramp {p.ramp_s * 1e6:.1f} us, latent at {p.bw_eff:.2f} "
-                       f"of peak bandwidth, absorbed attention at {p.flops_eff:.2f} of peak FLOP/s, "
-                       f"{p.per_seq_tokens:.0f} tokens per sequence."]
-        if "mla_prefill" in fit["aic"]:
-            mv = fit["aic"]["mla_prefill"]
-            for reg in ROWS["mla_prefill"]:
-                row = f"| MLA prefill layer | {reg} | {cell(mv['in_sample'].get(reg))} | {cell(mv['held_out'].get(reg))} |"
-                report.append(row + (f" {cell(mv['before'].get(reg))} |" if before else ""))
-            p = calib.mla_prefill
-            report += ["", f"MLA prefill (whole layers, as for decode): floor {p.floor_s * 1e6:.1f} us, tiles at "
-                       f"{p.flops_eff:.2f} of peak, {p.cta_overhead_tiles:.1f} start-up tiles."]
+        for key, label, regimes in (("mla_decode", "MLA decode layer", ROWS["mla"]),
+                                    ("mla_prefill", "MLA prefill layer", ROWS["mla_prefill"])):
+            if key in fit["aic"]:
+                mv = fit["aic"][key]
+                report += table_rows(label, regimes, mv["in_sample"], mv["held_out"], mv["before"] if before else None)
+                report += ["", mla_fitted(key, getattr(calib, key))]
         if "vidur_dense_layers" in fit:
             v = fit["vidur_dense_layers"]
             report += ["", "Cross-check on Vidur's measured whole dense layers (GEMMs above + element-wise fits), "

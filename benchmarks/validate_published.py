@@ -55,7 +55,7 @@ def main() -> None:
                                    "max_concurrency": run.max_concurrency, "request_rate": run.request_rate})
         row, _ = compare_run(run, cfg)
         rows.append({**row, "file": path.relative_to(a.folder).as_posix(), "preset": preset, "tp": tp, "len": length,
-                     "date": run_date(path)})
+                     "date": run.date[:8]})
         print(f"{rows[-1]['file']}: TTFT {row['ttft_p50_ratio']:.2f}, TPOT {row['tpot_p50_ratio']:.2f}, "
               f"E2E {row['e2e_p50_ratio']:.2f}")
     if not rows:
@@ -86,12 +86,6 @@ def main() -> None:
         "not model that delivery, so the TTFT gap is reported, not tuned away."]
     (out / "summary.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
     print(f"wrote {out}/validate.csv and summary.md")
-
-
-def run_date(path: Path) -> str:
-    import json
-
-    return str(json.loads(path.read_text(encoding="utf-8")).get("date", ""))[:8]
 
 
 if __name__ == "__main__":

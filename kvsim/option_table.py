@@ -15,7 +15,7 @@ from kvsim.engine.preemption import VICTIM_ALIASES, VICTIM_POLICIES
 from kvsim.hardware.models import KV_CACHE_DTYPES
 from kvsim.latency.cpu import CPU_PRESETS
 from kvsim.errors import ConfigError
-from kvsim.validation import (EFFICIENCY, FRACTION, GIB, MAX_TP, GIB_OR_ZERO, POSITIVE, POSITIVE_INT, Number, request_rate,
+from kvsim.validation import (EFFICIENCY, FRACTION, GIB, GIB_OR_ZERO, MAX_TP, POSITIVE, POSITIVE_INT, Number, request_rate,
                               require)
 
 DEFAULT_MODEL = "llama-2-7b"

@@ -69,8 +69,11 @@ MIN_RATE = 1e-6  # requests/s: one every 11.6 days; slower rates push arrivals w
 MAX_GIB = float(1 << 30)  # an exbibyte: any memory size beyond it is a typo, and byte counts stay exact
 GIB = Number(min=0, min_open=True, max=MAX_GIB)  # sizes in GiB
 GIB_OR_ZERO = Number(min=0, max=MAX_GIB)
-_RATE = Number(min=MIN_RATE, max=1e9)
-RATE = _RATE
+RATE = Number(min=MIN_RATE, max=1e9)  # requests/s
+ARRIVAL_CV = Number(min=1e-3, max=1e3)  # gamma arrivals' coefficient of variation: beyond, gaps under- or overflow
+SEED = Number(integer=True, min=0, max=2 ** 63 - 1)  # what numpy's generators take
+MAX_SIGMA = 10.0  # lognormal shape beyond which samples overflow float64 for any sensible mean
+LOGNORMAL_SIGMA = Number(min=0, max=MAX_SIGMA)
 MAX_TP = 4096  # GPUs a replica's tensor parallelism may span
 
 
@@ -78,7 +81,7 @@ def request_rate(v) -> str | None:
     """A request rate in requests/s, or inf (every request at once)."""
     if isinstance(v, float) and v == math.inf:
         return None
-    problem = _RATE(v)
+    problem = RATE(v)
     return f"{problem} (or inf: every request at once)" if problem else None
 
 

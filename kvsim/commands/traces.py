@@ -5,10 +5,9 @@ from __future__ import annotations
 import argparse
 
 from kvsim.commands.args import non_negative, number, positive, positive_int
-from kvsim.validation import RATE, Number
+from kvsim.validation import ARRIVAL_CV, LOGNORMAL_SIGMA, RATE, SEED, Number
 
 MAX_GENERATED = 10_000_000  # requests one generate writes: kvsim's largest runs are 1M; beyond this, memory runs out first
-MAX_SIGMA = 10.0  # as kvsim.trace.generate (not imported here: numpy stays out of start-up)
 
 SCENARIOS = ["system-prompt", "few-shot", "multi-turn", "doc-summary"]
 
@@ -87,17 +86,17 @@ def register(sub) -> None:
                    help=f"requests (at most {MAX_GENERATED:,}) [default: 1000]")
     g.add_argument("--rate", type=number(float, RATE), default=1.0, help="mean arrival rate, requests/s [default: 1]")
     g.add_argument("--arrival", choices=["poisson", "gamma"], default="poisson", help="arrival process [default: poisson]")
-    g.add_argument("--cv", type=number(float, Number(min=1e-3, max=1e3)), default=1.0,
+    g.add_argument("--cv", type=number(float, ARRIVAL_CV), default=1.0,
                    help="gamma arrivals: coefficient of variation of the gaps (> 1 is burstier than Poisson) [default: 1]")
     g.add_argument("--prompt-mean", type=positive, default=300.0, help="lognormal prompt mean, tokens [default: 300]")
-    g.add_argument("--prompt-sigma", type=number(float, Number(min=0, max=MAX_SIGMA)), default=1.0, help="lognormal prompt shape (<= 10) [default: 1]")
+    g.add_argument("--prompt-sigma", type=number(float, LOGNORMAL_SIGMA), default=1.0, help="lognormal prompt shape (<= 10) [default: 1]")
     g.add_argument("--output-mean", type=positive, default=250.0, help="lognormal output mean, tokens [default: 250]")
-    g.add_argument("--output-sigma", type=number(float, Number(min=0, max=MAX_SIGMA)), default=1.0, help="lognormal output shape (<= 10) [default: 1]")
+    g.add_argument("--output-sigma", type=number(float, LOGNORMAL_SIGMA), default=1.0, help="lognormal output shape (<= 10) [default: 1]")
     g.add_argument("--max-total", type=number(int, Number(integer=True, min=2)), default=4096,
                    help="cap on prompt + output tokens (>= 2) [default: 4096]")
     g.add_argument("--lengths-csv", help="sample (prompt, output) pairs from this CSV instead of lognormals "
                    "(columns: prompt_tokens,output_tokens or Vidur/Azure/Mooncake/BurstGPT names)")
-    g.add_argument("--seed", type=number(int, Number(integer=True, min=0, max=2 ** 63 - 1)), default=0,
+    g.add_argument("--seed", type=number(int, SEED), default=0,
                    help="random seed (>= 0) [default: 0]")
     g.add_argument("--scenario", choices=SCENARIOS, help="a prefix-sharing workload with hash_ids (docs/traces.md)")
     g.add_argument("--shared-tokens", type=positive_int, default=1024, help="scenario: shared prefix, tokens [default: 1024]")
@@ -114,8 +113,8 @@ def register(sub) -> None:
     cv.add_argument("--limit", type=positive_int, help="convert only the first N rows")
     cv.add_argument("--rate", type=number(float, RATE), default=1.0, help="lengths-csv: arrival rate, requests/s [default: 1]")
     cv.add_argument("--arrival", choices=["poisson", "gamma"], default="poisson", help="lengths-csv [default: poisson]")
-    cv.add_argument("--cv", type=number(float, Number(min=1e-3, max=1e3)), default=1.0, help="lengths-csv, gamma: gaps' coefficient of variation [default: 1]")
-    cv.add_argument("--seed", type=number(int, Number(integer=True, min=0, max=2 ** 63 - 1)), default=0,
+    cv.add_argument("--cv", type=number(float, ARRIVAL_CV), default=1.0, help="lengths-csv, gamma: gaps' coefficient of variation [default: 1]")
+    cv.add_argument("--seed", type=number(int, SEED), default=0,
                     help="lengths-csv: random seed (>= 0) [default: 0]")
     cv.set_defaults(func=cmd_convert)
     s = tsub.add_parser("stats", help="count, span, rate, length percentiles and ideal prefix reuse")

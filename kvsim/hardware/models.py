@@ -687,17 +687,12 @@ HF_IDS = {
 _HF_INDEX = {k.lower(): v for k, v in HF_IDS.items()}
 
 
-def _exists(name: str) -> bool:
+def _is_path(name: str, test: str = "is_file") -> bool:
+    """Whether ``name`` is a file (``test`` "is_file") or exists ("exists"); a name too long for the file system
+    is neither."""
     try:
-        return Path(name).exists()
+        return getattr(Path(name), test)()
     except OSError:
-        return False
-
-
-def _is_file(name: str) -> bool:
-    try:
-        return Path(name).is_file()
-    except OSError:  # a name too long for the file system is no file
         return False
 
 
@@ -706,12 +701,12 @@ def get_model(name: str) -> ModelSpec:
     Hugging Face config.json."""
     if name.lower().startswith("custom"):
         return parse_custom_model(name)
-    if name.lower().endswith(".json") or _is_file(name):
+    if name.lower().endswith(".json") or _is_path(name):
         return model_from_hf_config(name)
     if name.lower() in _HF_INDEX:
         return MODEL_PRESETS[_HF_INDEX[name.lower()]]
-    if "/" in name and not _is_file(name):
-        if _exists(name):
+    if "/" in name:
+        if _is_path(name, "exists"):
             raise ConfigError(f"--model {name}: not a config.json file")
         raise ConfigError(f"'{name}' is not a Hugging Face id kvsim knows (its presets' ids: `kvsim list models`), and "
                           "kvsim reads no hub: pass the model's config.json path (e.g. `huggingface-cli download "

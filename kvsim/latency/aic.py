@@ -519,7 +519,8 @@ def read_mla_modules(path: Path):
     t = df["latency"].to_numpy(float) * 1e-3
     ok = np.isfinite(t) & (t > 0)
     if not ok.any():
-        raise ConfigError(f"{path}: no usable bf16 MLA decode rows of a model kvsim has")
+        raise ConfigError(f"{path}: no usable MLA module rows (bf16 weights, a bf16 or FP8 KV cache) of a model kvsim "
+                          "has")
     note = f"{path}: skipped {int((~ok).sum())} row(s) whose latency is not positive" if not ok.all() else ""
     df = df[ok]
     return pd.DataFrame({"model": df["model"].map(presets).to_numpy(), "heads": df["num_heads"].to_numpy(np.int64),
@@ -528,28 +529,40 @@ def read_mla_modules(path: Path):
                          "kv_dtype_bytes": np.where(df["kv_cache_dtype"] == "fp8", 1, 2), "seconds": t[ok]}), note
 
 
+def _row_models(rows):
+    """(preset, tensor-parallel size) of each row of an MLA module table: the size that leaves the preset the
+    row's ``heads`` query heads per GPU."""
+    from kvsim.hardware import get_model
+
+    models: dict = {}  # one look-up per preset, not per row
+    for name, heads in zip(rows["model"], rows["heads"]):
+        m = models.get(name) or models.setdefault(name, get_model(name))
+        yield m, max(1, m.q_heads // int(heads))
+
+
+def _mla_projections_s(calib: Calibration, gpu: GpuSpec, m, tp: int, tokens: int) -> float:
+    """An MLA layer's projections and element-wise kernels for ``tokens`` tokens, as PerOpModel prices them."""
+    from kvsim.latency.perop import mla_ops
+
+    return sum(op.seconds(calib, gpu, tokens, m.dtype_bytes) for op in mla_ops(m, tp))
+
+
 def _mla_parts(rows, calib: Calibration, gpu: GpuSpec):
     """Per row: (the module's projections and element-wise kernels as PerOpModel prices them, KV tokens,
     one token's latent bytes, one token's absorbed-attention FLOPs) for a model whose GPU holds ``heads``
     query heads."""
-    from kvsim.hardware import get_model
-    from kvsim.latency.perop import mla_ops
+    from kvsim.latency.perop import mla_decode_token_flops
 
     out = np.zeros((len(rows), 4))
-    pa = calib.prefill_attention
+    extra = calib.prefill_attention.tile_extra_dims
+    kv_bytes = rows["kv_dtype_bytes"].to_numpy() if "kv_dtype_bytes" in rows else None
     cache: dict = {}
-    for i, (name, heads, tokens, context) in enumerate(zip(rows["model"], rows["heads"], rows["tokens"],
-                                                            rows["context"])):
-        m = get_model(name)
-        tp = max(1, m.q_heads // int(heads))
-        key = (name, tp, int(tokens))
+    for i, ((m, tp), tokens, context) in enumerate(zip(_row_models(rows), rows["tokens"], rows["context"])):
+        key = (m.name, tp, int(tokens))
         if key not in cache:
-            cache[key] = sum(op.seconds(calib, gpu, int(tokens), m.dtype_bytes) for op in mla_ops(m, tp))
-        qh = max(1, m.q_heads // tp)
-        latent = (m.kv_lora_rank + m.qk_rope_head_dim) * (rows["kv_dtype_bytes"].iloc[i] if "kv_dtype_bytes" in rows
-                                                           else m.kv_dtype_bytes)
-        out[i] = (cache[key], tokens * context, latent,
-                  2.0 * qh * (2 * m.kv_lora_rank + m.qk_rope_head_dim + 2 * pa.tile_extra_dims))
+            cache[key] = _mla_projections_s(calib, gpu, m, tp, int(tokens))
+        latent = (m.kv_lora_rank + m.qk_rope_head_dim) * (m.kv_dtype_bytes if kv_bytes is None else kv_bytes[i])
+        out[i] = (cache[key], tokens * context, latent, mla_decode_token_flops(m, max(1, m.q_heads // tp), extra))
     return out
 
 
@@ -565,16 +578,17 @@ def mla_seconds(p: DecodeAttentionParams | None, calib: Calibration, gpu: GpuSpe
     return proj + np.maximum(p.floor_s, p.stream_s(n, kv, token_s, kvb == 1))
 
 
-def fit_mla_decode(rows, calib: Calibration, gpu: GpuSpec) -> DecodeAttentionParams:
+def fit_mla_decode(rows, calib: Calibration, gpu: GpuSpec, parts=None) -> DecodeAttentionParams:
     """MLA decode attention's floor, ramp, bandwidth and FLOP efficiencies and per-sequence tokens, fitted on
     whole MLA layers with their projections priced by ``calib`` (bf16 KV rows), and an FP8 cache's own bandwidth
-    efficiency and extra time on the FP8 rows, the rest kept (as fit_kv8 does for other attention)."""
+    efficiency and extra time on the FP8 rows, the rest kept (as fit_kv8 does for other attention). ``parts``:
+    the rows' :func:`_mla_parts`, where the caller has them."""
     from kvsim.latency.fit import _fit
 
     kv16 = (rows["kv_dtype_bytes"] == 2).to_numpy() if "kv_dtype_bytes" in rows else np.ones(len(rows), bool)
     if kv16.sum() < 8:
         raise ConfigError(f"need at least 8 bf16-KV MLA module rows to fit, have {int(kv16.sum())}")
-    parts = _mla_parts(rows, calib, gpu)
+    parts = _mla_parts(rows, calib, gpu) if parts is None else parts
     T = rows["seconds"].to_numpy(float)
     r16, p16, T16 = rows[kv16], parts[kv16], T[kv16]
 
@@ -598,15 +612,9 @@ def fit_mla_decode(rows, calib: Calibration, gpu: GpuSpec) -> DecodeAttentionPar
 def _mla_prefill_parts(rows, calib: Calibration, gpu: GpuSpec):
     """Per row: (projections and element-wise kernels of all the row's tokens, the model's head dim, its latent
     bytes per token) for a model whose GPU holds ``heads`` query heads."""
-    from kvsim.hardware import get_model
-    from kvsim.latency.perop import mla_ops
-
     out = np.zeros((len(rows), 3))
-    for i, (name, heads, seqs, new) in enumerate(zip(rows["model"], rows["heads"], rows["tokens"], rows["context"])):
-        m = get_model(name)
-        tp = max(1, m.q_heads // int(heads))
-        out[i] = (sum(op.seconds(calib, gpu, int(seqs * new), m.dtype_bytes) for op in mla_ops(m, tp)), m.head_dim,
-                  m.kv_bytes_per_token_layer(tp))
+    for i, ((m, tp), seqs, new) in enumerate(zip(_row_models(rows), rows["tokens"], rows["context"])):
+        out[i] = (_mla_projections_s(calib, gpu, m, tp, int(seqs * new)), m.head_dim, m.kv_bytes_per_token_layer(tp))
     return out
 
 
@@ -619,14 +627,15 @@ def mla_prefill_seconds(p: PrefillAttentionParams | None, calib: Calibration, gp
                                   np.zeros_like(new), rows["heads"].to_numpy(float), 1.0, head_dim, 2, token_bytes)
 
 
-def fit_mla_prefill(rows, calib: Calibration, gpu: GpuSpec) -> PrefillAttentionParams:
+def fit_mla_prefill(rows, calib: Calibration, gpu: GpuSpec, parts=None) -> PrefillAttentionParams:
     """MLA prefill attention's floor, tile efficiency and start-up tiles (tile sizes, the head-independent share and
-    the KV bandwidth kept from ``calib``'s prefill attention), fitted on whole MLA layers."""
+    the KV bandwidth kept from ``calib``'s prefill attention), fitted on whole MLA layers (``parts``: the rows'
+    :func:`_mla_prefill_parts`, where the caller has them)."""
     from kvsim.latency.fit import _fit
 
     if len(rows) < 8:
         raise ConfigError(f"need at least 8 MLA module rows to fit, have {len(rows)}")
-    parts = _mla_prefill_parts(rows, calib, gpu)
+    parts = _mla_prefill_parts(rows, calib, gpu) if parts is None else parts
     T = rows["seconds"].to_numpy(float)
     base = calib.prefill_attention
 
@@ -667,7 +676,8 @@ def validate_mla_decode(rows, calib: Calibration, gpu: GpuSpec, folds: int = 4) 
 
 def _validate_by_heads(rows, calib, gpu, folds, parts, fit, seconds, regimes) -> dict:
     """{"in_sample", "held_out", "before"} of predicted / measured: ``fit`` on all rows; ``fit`` without each fold
-    of head counts, ``seconds`` on that fold; ``seconds`` without a fit (None)."""
+    of head counts, ``seconds`` on that fold; ``seconds`` without a fit (None). ``parts``: the rows' parts, computed
+    once for every fit."""
     T = rows["seconds"].to_numpy()
     heads = sorted(set(rows["heads"]))
     fold = np.array([heads.index(h) % folds for h in rows["heads"]])
@@ -675,8 +685,9 @@ def _validate_by_heads(rows, calib, gpu, folds, parts, fit, seconds, regimes) ->
     for f in range(folds):
         test = fold == f
         if test.any() and (~test).sum() >= 8:
-            held[test] = seconds(fit(rows[~test], calib, gpu), calib, gpu, rows[test], parts[test]) / T[test]
-    return {"in_sample": _by_regime(seconds(fit(rows, calib, gpu), calib, gpu, rows, parts) / T, regimes),
+            fitted = fit(rows[~test], calib, gpu, parts[~test])
+            held[test] = seconds(fitted, calib, gpu, rows[test], parts[test]) / T[test]
+    return {"in_sample": _by_regime(seconds(fit(rows, calib, gpu, parts), calib, gpu, rows, parts) / T, regimes),
             "held_out": _by_regime(held, regimes),
             "before": _by_regime(seconds(None, calib, gpu, rows, parts) / T, regimes)}
 

@@ -222,10 +222,11 @@ class Calibration:
                             for ic, table in _object(d.get("all_reduce", {}), "all_reduce").items()},
                 sources=dict(d.get("sources", {})), fit=dict(d.get("fit", {})),
                 derived_from=str(d.get("derived_from", "")),
-                moe=_build(MoeParams, d["moe"]) if d.get("moe") is not None else None,
-                moe_quant={str(k): _build(MoeParams, v) for k, v in _object(d.get("moe_quant", {}), "moe_quant").items()},
-                mla_decode=_build(DecodeAttentionParams, d["mla_decode"]) if d.get("mla_decode") is not None else None,
-                mla_prefill=_build(PrefillAttentionParams, d["mla_prefill"]) if d.get("mla_prefill") is not None else None)
+                moe=_optional(MoeParams, d, "moe"),
+                moe_quant={_moe_quant_key(k): _build(MoeParams, v)
+                           for k, v in _object(d.get("moe_quant", {}), "moe_quant").items()},
+                mla_decode=_optional(DecodeAttentionParams, d, "mla_decode"),
+                mla_prefill=_optional(PrefillAttentionParams, d, "mla_prefill"))
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise ConfigError(f"{where}: not a usable latency calibration ({type(e).__name__}: {e})") from None
 
@@ -245,6 +246,18 @@ def _elementwise(v) -> dict:
     if missing:
         raise ValueError(f"elementwise lacks the kind(s) {', '.join(missing)} (it holds {', '.join(ELEMENTWISE_KINDS)})")
     return {k: _build(ElementwiseParams, p) for k, p in kinds.items()}
+
+
+def _optional(cls, d: dict, key: str):
+    """The ``cls`` parameters under ``key``, or None where the calibration has none."""
+    return _build(cls, d[key]) if d.get(key) is not None else None
+
+
+def _moe_quant_key(key) -> str:
+    """A moe_quant entry's expert dtype: one kvsim prices (an unknown one would be silently unused)."""
+    if key not in MOE_QUANT:
+        raise ValueError(f"moe_quant has parameters for {key!r:.40}; kvsim prices experts of {', '.join(MOE_QUANT)}")
+    return key
 
 
 def _group_size(key) -> str:

@@ -37,12 +37,12 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
+from kvsim.errors import ConfigError
 from kvsim.hardware import GpuSpec, ModelSpec
 from kvsim.hardware.models import DTYPE_BYTES, first_attended
 from kvsim.latency.base import BREAKDOWN_COLUMNS, LatencyModel, StepShape, sum_max_of_two_affine
 from kvsim.latency.calibration import MOE_QUANT, Calibration, DecodeAttentionParams, ElementwiseParams, GemmParams
 from kvsim.latency.cpu import CpuOverhead
-from kvsim.errors import ConfigError
 
 SAMPLER_BYTES_PER_VOCAB = 4 * 3  # fp32 logits, about three passes (temperature/softmax, top-p, sample)
 
@@ -112,6 +112,13 @@ def mla_ops(model: ModelSpec, tp: int) -> list[Op]:
         Op("attn_rope", kind="rope", row=(qh + 1) * rope, bytes_per_token=2 * (qh + 1) * rope * d),
         Op("attn_post_proj", qh * v, h),
     ]
+
+
+def mla_decode_token_flops(model: ModelSpec, q_heads: int, tile_extra_dims: float) -> float:
+    """FLOPs of absorbed MLA decode per KV token of one layer for ``q_heads`` query heads: scores over the latent
+    + rope and values over the latent, plus, per query-key pair, the head-independent share of a tile iteration
+    (``tile_extra_dims``, as prefill prices it)."""
+    return 2.0 * q_heads * (2 * model.kv_lora_rank + model.qk_rope_head_dim + 2 * tile_extra_dims)
 
 
 def mamba_ops(model: ModelSpec, tp: int) -> list[Op]:
@@ -287,8 +294,7 @@ class PerOpModel(LatencyModel):
         self._kv8 = model.kv_dtype_bytes == 1  # an FP8 KV cache streams at its own efficiency
         self._decode_token_s = self.kv_bytes_per_token_layer / (gpu.hbm_bandwidth * pd.bw_for(model.kv_dtype_bytes))
         if model.is_mla:  # absorbed MLA decode: scores over latent + rope, values over the latent, every head
-            # (plus, per query-key pair, the head-independent share of a tile iteration, as prefill prices it)
-            flops = 2.0 * self.qh * (2 * model.kv_lora_rank + model.qk_rope_head_dim + 2 * pa.tile_extra_dims)
+            flops = mla_decode_token_flops(model, self.qh, pa.tile_extra_dims)
             self._decode_token_s = max(self._decode_token_s, flops / (gpu.bf16_flops * (pd.flops_eff or pa.flops_eff)))
         # one query head per KV head: kernels that split the KV only for grouped queries walk it unsplit
         self._unsplit = pd.unsplit() if self.qh == self.kvh and not model.is_mla else None
@@ -475,9 +481,14 @@ class PerOpModel(LatencyModel):
         layers, the LM head and sampler, and the send of its hidden states to the next stage."""
         tokens, seqs = mb.new_tokens, mb.num_seqs
         f, head = self._stage_frac, sum(self._head_parts(tokens, seqs))
-        act, logits = self._comm_parts(tokens, seqs)
         return (f * (self.dense_s(tokens, seqs) - head) + head, f * self.attention_s(mb),
-                f * 2 * self.layers * act + act + logits + self._send.seconds(tokens * self.hidden_bytes))
+                self._stage_comm_s(tokens, seqs))
+
+    def _stage_comm_s(self, tokens: int, sampled: int) -> float:
+        """Communication of one micro-batch on the slowest stage: its layers' all-reduces, the embedding's and the
+        logits gather, and the send of its hidden states to the next stage."""
+        act, logits = self._comm_parts(tokens, sampled)
+        return self._stage_frac * 2 * self.layers * act + act + logits + self._send.seconds(tokens * self.hidden_bytes)
 
     def _rotation(self, stages: list) -> tuple:
         """Parts of a rotation of micro-batches, from each one's parts on the slowest stage: that stage works
@@ -564,9 +575,7 @@ class PerOpModel(LatencyModel):
         for m, share in decode_split(n, self.pp):
             full = self._run_gpu(m, s0 * share, k)  # dense + attention + all-reduces of the whole model
             head = sum(self._head_parts(m, m))
-            act, logits = self._comm_parts(m, m)
-            stages.append(f * (full - head - self.communication_s(m, m)) + head
-                          + f * 2 * self.layers * act + act + logits + self._send.seconds(m * self.hidden_bytes))
+            stages.append(f * (full - head - self.communication_s(m, m)) + head + self._stage_comm_s(m, m))
         busy = sum(stages)
         return np.maximum(busy, self.pp * np.maximum.reduce(stages))
 

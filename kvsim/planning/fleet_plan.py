@@ -42,12 +42,14 @@ class Layout:
 
     @property
     def name(self) -> str:
-        pp = f" pp{self.pp}" if self.pp > 1 else ""
+        tp = f" tp{self.tp}" if self.tp > 1 else ""
         if not self.prefill:
-            return f"{self.decode}x {self.gpu}" + (f" tp{self.tp}" if self.tp > 1 else "") + pp
-        if self.ptp == self.tp:
-            return f"{self.prefill}P{self.decode}D {self.gpu}" + (f" tp{self.tp}" if self.tp > 1 else "") + pp
-        return f"{self.prefill}P(tp{self.ptp}){self.decode}D(tp{self.tp}) {self.gpu}" + pp
+            name = f"{self.decode}x {self.gpu}{tp}"
+        elif self.ptp == self.tp:
+            name = f"{self.prefill}P{self.decode}D {self.gpu}{tp}"
+        else:
+            name = f"{self.prefill}P(tp{self.ptp}){self.decode}D(tp{self.tp}) {self.gpu}"
+        return name + (f" pp{self.pp}" if self.pp > 1 else "")
 
 
 @dataclass(frozen=True)
@@ -125,8 +127,9 @@ def layouts_of(gpu: str, tps: int | list[int], gpus: int, routers: list[str], by
     tps = [tps] if isinstance(tps, int) else sorted(set(tps))
     if not by_gpus:
         gpus *= tps[0] * pp
-    out = [replace(L, pp=pp) for L in _layouts_of_stages(gpu, tps, gpus // pp, routers)] if gpus % pp == 0 else []
-    return out
+    if gpus % pp:
+        return []
+    return [replace(L, pp=pp) for L in _layouts_of_stages(gpu, tps, gpus // pp, routers)]
 
 
 def _layouts_of_stages(gpu: str, tps: list[int], gpus: int, routers: list[str]) -> list[Layout]:

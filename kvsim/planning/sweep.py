@@ -20,10 +20,9 @@ the points' order, so local and Ray runs of the same grid give the same table.
 
 from __future__ import annotations
 
-import reprlib
-
 import itertools
 import json
+import reprlib
 from pathlib import Path
 
 import pandas as pd

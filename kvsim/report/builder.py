@@ -5,10 +5,9 @@ HTML page as data URIs (the page needs no other file) and linked from the Markdo
 
 from __future__ import annotations
 
-import math
-
 import base64
 import html
+import math
 from pathlib import Path
 
 import pandas as pd

@@ -4,7 +4,7 @@
 Fields read: ``input_lens``, ``output_lens``, ``ttfts`` (seconds), ``itls`` (seconds between streamed
 chunks, per request), ``errors`` (a failed request has a message; it is skipped and counted),
 ``request_rate`` (``"inf"`` or requests/s), ``max_concurrency`` (absent or null: unlimited),
-``duration`` (seconds), ``model_id``. The file does not record arrival times: at a finite rate the replay
+``duration`` (seconds), ``model_id``, ``date`` (as written, e.g. "20240812-101530"). The file does not record arrival times: at a finite rate the replay
 draws its own Poisson arrivals at that rate (the benchmark's own draw is not in the file).
 """
 
@@ -30,6 +30,7 @@ class MeasuredRun:
     duration_s: float | None
     model_id: str
     skipped: int  # failed requests (an error message, or nothing generated)
+    date: str = ""  # when the benchmark ran, as the file writes it
 
     @property
     def output_tokens(self) -> int:
@@ -94,4 +95,5 @@ def read_bench_result(path: str) -> MeasuredRun:
         itl += gaps
     if not reqs:
         raise ConfigError(f"{path}: no successful request to replay ({skipped} failed)")
-    return MeasuredRun(str(path), reqs, ttft, e2e, itl, rate, conc, duration, str(d.get("model_id", "")), skipped)
+    return MeasuredRun(str(path), reqs, ttft, e2e, itl, rate, conc, duration, str(d.get("model_id", "")), skipped,
+                       str(d.get("date") or ""))

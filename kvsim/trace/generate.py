@@ -8,9 +8,8 @@ import numpy as np
 
 from kvsim.errors import ConfigError
 from kvsim.trace.request import Request
-from kvsim.validation import POSITIVE, RATE, Number, require
+from kvsim.validation import ARRIVAL_CV, LOGNORMAL_SIGMA, POSITIVE, RATE, Number, require
 
-MAX_SIGMA = 10.0  # lognormal shape beyond which samples overflow float64 for any sensible mean
 
 @dataclass(frozen=True)
 class ArrivalSpec:
@@ -22,7 +21,7 @@ class ArrivalSpec:
         if self.process not in ("poisson", "gamma"):
             raise ConfigError(f"unknown arrival process '{self.process}' (poisson, gamma)")
         require(self.rate, RATE, "rate")
-        require(self.cv, Number(min=1e-3, max=1e3), "cv")
+        require(self.cv, ARRIVAL_CV, "cv")
 
 
 @dataclass(frozen=True)
@@ -38,7 +37,7 @@ class LengthSpec:
         for name in ("prompt_mean", "output_mean"):
             require(getattr(self, name), POSITIVE, name)
         for name in ("prompt_sigma", "output_sigma"):
-            require(getattr(self, name), Number(min=0, max=MAX_SIGMA), name)
+            require(getattr(self, name), LOGNORMAL_SIGMA, name)
         require(self.max_total, Number(integer=True, min=2, max=1 << 40), "max_total")
 
 
