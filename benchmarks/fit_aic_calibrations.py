@@ -46,6 +46,7 @@ AIC_DATA = "NVIDIA AIConfigurator tables (Apache-2.0), via ../shared/profiles/ai
 ROWS = {"decode": ["batch<8 ctx<1024", "batch<8 ctx>=1024", "batch>=8 ctx<1024", "batch>=8 ctx>=1024"],
         "prefill": ["chunk<512", "chunk>=512"],
         "all_reduce": [f"x{n} {s}" for n in (2, 4, 8) for s in ("<64KiB", "64KiB-1MiB", "1-16MiB", ">=16MiB")],
+        "exchange": [f"x{n} {s}" for n in (2, 4, 8) for s in ("<64KiB", "64KiB-1MiB", "1-16MiB", ">=16MiB")],
         "gemm": ["m 1-16", "m 17-128", "m 129-1024", "m >=1025"],
         "moe": ["tokens 1-16", "tokens 17-256", "tokens 257-2048", "tokens >=2049"],
         "mla": ["batch<32 ctx<4096", "batch<32 ctx>=4096", "batch>=32 ctx<4096", "batch>=32 ctx>=4096", "fp8 KV"],
@@ -138,9 +139,10 @@ def main() -> None:
         report += [f"## {gname} ({system}: " + ", ".join(f"{t} {v}" for t, v in data.versions.items()) + ")", "",
                    "| op | regime | in sample | held out |" + (f" shipped at {a.before_commit} |" if before else ""),
                    "|---|---|---|---|" + ("---|" if before else "")]
-        for tab in ("decode", "prefill", "all_reduce"):
-            report += table_rows(tab, ROWS[tab], val["in_sample"][tab], val["held_out"][tab],
-                                 prev.get(tab, {}) if before else None)
+        for tab in ("decode", "prefill", "all_reduce", "exchange"):
+            if tab in val["in_sample"]:
+                report += table_rows(tab, ROWS[tab], val["in_sample"][tab], val["held_out"][tab],
+                                     prev.get(tab, {}) if before else None)
         g = fit["aic"]["gemm"]
         report += table_rows("gemm", ROWS["gemm"], g["in_sample"], g["held_out"],
                              evaluate_gemm(data, before) if before else None)
@@ -190,7 +192,14 @@ def main() -> None:
                    "; ".join(f"x{n}: {l.latency_s * 1e6:.1f} µs + B/{l.bandwidth / 1e9:.0f} GB/s"
                              + (f", NCCL {l.large_latency_s * 1e6:.1f} µs + B/{l.large_bandwidth / 1e9:.0f} GB/s"
                                 if l.large_bandwidth else "")
-                             for n, l in calib.all_reduce["nvswitch"].items()) + ".", ""]
+                             for n, l in calib.all_reduce["nvswitch"].items()) + "." +
+                   ("" if not calib.exchange else " Data-parallel MoE exchange (NCCL all-gather + reduce-scatter of "
+                    "the gathered buffer, the `exchange` rows; the last column is blank: kvsim had no such "
+                    "operation before): " + "; ".join(
+                        f"x{n}: {l.latency_s * 1e6:.1f} µs + B/{l.bandwidth / 1e9:.0f} GB/s"
+                        + (f", {l.large_latency_s * 1e6:.1f} µs + B/{l.large_bandwidth / 1e9:.0f} GB/s"
+                           if l.large_bandwidth else "")
+                        for n, l in calib.exchange["nvswitch"].items()) + "."), ""]
         print(f"{gname}: wrote {SHIPPED / (gname + '.json')}")
     (out_dir / "aic.md").write_text("\n".join(report) + "\n", encoding="utf-8")
     (out_dir / "aic.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")

@@ -91,25 +91,27 @@ def set_pool(mem: MemoryConfig, kv_bytes_per_token: int) -> PoolPlan | None:
     return None
 
 
-def set_pool_problem(plan: PoolPlan, model: ModelSpec, gpu: GpuSpec, tp: int, ignore_gpu_memory: bool) -> str | None:
+def set_pool_problem(plan: PoolPlan, model: ModelSpec, gpu: GpuSpec, tp: int, ignore_gpu_memory: bool,
+                     dp: int = 1) -> str | None:
     """Why a pool set directly (not derived) cannot be, or None. It must hold at least one block's worth of
     tokens, at most MAX_POOL_TOKENS, and fit in the GPU's memory beside the weights unless told to ignore that."""
     if plan.pool_tokens < 1:
         return f"a pool of {plan.pool_bytes} bytes holds no token of {model.name} ({plan.kv_bytes_per_token} bytes each)"
     if plan.pool_tokens > MAX_POOL_TOKENS:
         return f"{plan.pool_tokens:,} token slots is beyond the {MAX_POOL_TOKENS:,} kvsim can account exactly"
-    room = gpu.memory_bytes - model.weight_bytes / tp
+    weights = model.gpu_weight_bytes(tp, dp)
+    room = gpu.memory_bytes - weights
     if plan.pool_bytes > room and not ignore_gpu_memory:
         return (f"a {plan.pool_bytes / GiB:,.1f} GiB pool does not fit on {gpu.name} ({gpu.memory_bytes / GiB:.1f} GiB,"
-                f" {model.weight_bytes / tp / GiB:.1f} GiB of it weights at tensor parallel {tp}); use a bigger"
+                f" {weights / GiB:.1f} GiB of it weights at tensor parallel {tp}); use a bigger"
                 " --gpu, more --tensor-parallel-size, a smaller pool, or --ignore-gpu-memory for a what-if pool")
     return None
 
 
-def plan_pool(model: ModelSpec, gpu: GpuSpec, mem: MemoryConfig, tp: int = 1) -> PoolPlan:
-    """Size the KV pool of one GPU.
+def plan_pool(model: ModelSpec, gpu: GpuSpec, mem: MemoryConfig, tp: int = 1, dp: int = 1) -> PoolPlan:
+    """Size the KV pool of one GPU (of one of ``dp`` data-parallel ranks of ``tp`` GPUs each).
 
-    Derived size = gpu_memory x gpu_memory_utilization - weights / tp - activation reserve.
+    Derived size = gpu_memory x gpu_memory_utilization - weights per GPU - activation reserve.
     """
     model.check_tp(tp)
     # bytes of one token in every attention layer: the slot of the token-slot allocators (a model without
@@ -117,17 +119,18 @@ def plan_pool(model: ModelSpec, gpu: GpuSpec, mem: MemoryConfig, tp: int = 1) ->
     per_token = max(1, model.kv_bytes_per_token_gpu(tp))
     plan = set_pool(mem, per_token)
     if plan is not None:
-        problem = set_pool_problem(plan, model, gpu, tp, mem.ignore_gpu_memory)
+        problem = set_pool_problem(plan, model, gpu, tp, mem.ignore_gpu_memory, dp)
         if problem:
             raise ConfigError(f"{plan.source}: {problem}")
         return plan
     usable = gpu.memory_bytes * mem.gpu_memory_utilization
-    weights = model.weight_bytes / tp
+    weights = model.gpu_weight_bytes(tp, dp)
     reserve = mem.activation_reserve_gb * GiB
     pool = int(usable - weights - reserve)
     if pool < per_token * 16:
         raise ConfigError(
-            f"{model.name} does not fit on {gpu.name} with tp={tp}: {usable / GiB:.1f} GiB usable,"
+            f"{model.name} does not fit on {gpu.name} with tp={tp}" + (f" and {dp} data-parallel ranks" if dp > 1
+                                                                         else "") + f": {usable / GiB:.1f} GiB usable,"
             f" weights {weights / GiB:.1f} GiB, reserve {reserve / GiB:.1f} GiB leave no KV pool"
             " (try --tensor-parallel-size, a bigger GPU, or --kv-pool-gb)"
         )
@@ -149,6 +152,8 @@ class SimConfig:
     tensor_parallel_size: int = option_default("tensor_parallel_size")
     enable_expert_parallel: bool = option_default("enable_expert_parallel")  # MoE experts spread whole over TP ranks
     pipeline_parallel_size: int = option_default("pipeline_parallel_size")
+    # data-parallel ranks of one replica, each its own engine of tp x pp GPUs; MoE expert layers span all ranks
+    data_parallel_size: int = option_default("data_parallel_size")
     swap_space: float = 0.0  # GiB of host memory for swapped-out KV (with preemption_mode swap)
     swap_block_latency_s: float = 10e-6  # fixed cost of one block copy (one cudaMemcpyAsync)
     latency: str = option_default("latency")  # "per-op", "roofline", or a path to a calibration JSON
@@ -180,8 +185,13 @@ class SimConfig:
         return self.pipeline_parallel_size
 
     @property
+    def dp(self) -> int:
+        """Data-parallel ranks (``data_parallel_size``): engines one replica is made of."""
+        return self.data_parallel_size
+
+    @property
     def gpus(self) -> int:
-        """GPUs one replica spans: tensor x pipeline parallel."""
+        """GPUs one engine (one data-parallel rank) spans: tensor x pipeline parallel."""
         return self.tensor_parallel_size * self.pipeline_parallel_size
 
     @property
@@ -191,7 +201,7 @@ class SimConfig:
 
     def pool_plan(self) -> PoolPlan:
         """The KV pool of one GPU of this configuration (of its largest pipeline stage)."""
-        return plan_pool(self.memory_model, self.gpu, self.memory, self.tp)
+        return plan_pool(self.memory_model, self.gpu, self.memory, self.tp, self.dp)
 
     def engine_scheduler(self) -> SchedulerConfig:
         """The scheduler as the engine runs it: with pipeline stages, one simulated iteration is a rotation of

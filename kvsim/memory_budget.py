@@ -41,6 +41,8 @@ class MemoryBudget:
     pp: int = 1  # pipeline stages
     stage_layers: int = 0  # layers of the largest stage (pp > 1)
     model_layers: int = 0
+    dp: int = 1  # data-parallel ranks (each its own KV pool and sequences)
+    expert_bytes: float = 0.0  # of weight_bytes: the routed experts' share on this GPU (dp > 1)
 
     @property
     def pool_tokens(self) -> int:
@@ -105,13 +107,14 @@ def memory_budget(cfg: SimConfig) -> MemoryBudget:
                         for k in KINDS.values() if k.layer_groups)
     return MemoryBudget(
         model=m.name, gpu=gpu.name, tp=tp, gpu_bytes=gpu.memory_bytes,
-        usable_bytes=gpu.memory_bytes * cfg.memory.gpu_memory_utilization, weight_bytes=stage.weight_bytes / tp,
+        usable_bytes=gpu.memory_bytes * cfg.memory.gpu_memory_utilization, weight_bytes=stage.gpu_weight_bytes(tp, cfg.dp),
         reserve_bytes=cfg.memory.activation_reserve_gb * GiB, pool_bytes=pool.pool_bytes, pool_source=pool.source,
         kv_bytes_per_token_model=m.kv_bytes_per_token, kv_bytes_per_token_gpu=pool.kv_bytes_per_token,
         kv_formula=formula, block_size=cfg.block_size, max_model_len=cfg.scheduler.max_model_len, params=m.params,
         weight_dtype=m.weight_dtype or m.dtype, kv_dtype=kv_dtype, layer_mix=mix,
         state_bytes_per_seq=m.count("mamba") * m.state_bytes_per_layer(tp), layouts=layouts,
-        prefill_chunk=cfg.scheduler.prefill_chunk, pp=cfg.pp, stage_layers=stage.layers, model_layers=m.layers, kv_heads=m.kv_heads)
+        prefill_chunk=cfg.scheduler.prefill_chunk, pp=cfg.pp, stage_layers=stage.layers, model_layers=m.layers, kv_heads=m.kv_heads,
+        dp=cfg.dp, expert_bytes=stage.expert_weight_bytes() / (tp * cfg.dp) if cfg.dp > 1 else 0.0)
 
 
 def layer_mix(m) -> str:
@@ -138,13 +141,17 @@ def describe(b: MemoryBudget) -> list[tuple[str, str]]:
     tp = f", / {b.tp}" if b.tp > 1 else ""
     if b.pp > 1:
         tp = f", a stage of {b.stage_layers} of {b.model_layers} layers" + tp
+    if b.expert_bytes:
+        tp += (f"; of it {_size(b.expert_bytes)} routed experts, spread over all {b.dp} x {b.tp} GPUs, the rest "
+               f"held by each data-parallel rank")
     is_set = b.pool_source.startswith("--")  # --kv-pool-gb / --num-blocks rather than derived
     lines = [
         ("GPU memory", f"{_size(b.gpu_bytes)} per GPU"),
         ("usable (x utilization)", f"{_size(b.usable_bytes)}"),
         ("weights", f"{_size(b.weight_bytes)} per GPU ({b.params / 1e9:.2f} B params, {b.weight_dtype}{tp})"),
         ("activation reserve", f"{_size(b.reserve_bytes)}"),
-        ("KV pool", f"{_size(b.pool_bytes)} per GPU" + (f" (set: {b.pool_source})" if is_set else "")),
+        ("KV pool", f"{_size(b.pool_bytes)} per GPU" + (f" (set: {b.pool_source})" if is_set else "")
+         + (f", each of {b.dp} data-parallel ranks caching only its own sequences" if b.dp > 1 else "")),
         ("KV per token", f"{_size(b.kv_bytes_per_token_model)} for the whole model ({b.kv_dtype})"),
         ("", f"= {b.kv_formula}"),
     ]

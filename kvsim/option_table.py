@@ -64,6 +64,10 @@ OPTIONS: list[Option] = [
            "pipeline stages one replica spans (layers split across them, each stage tensor-parallel over "
            "--tensor-parallel-size GPUs; as many micro-batches in flight as stages, as vLLM V1)",
            "model and hardware", 1, int, POSITIVE_INT),
+    Option("data_parallel_size", ("--data-parallel-size", "-dp", "--dp"),
+           "data-parallel ranks of one replica (kvsim cluster; each rank its own engine, scheduler and KV cache of "
+           "--tensor-parallel-size GPUs); a MoE model's expert layers span all ranks' GPUs, as vLLM's DP attention",
+           "model and hardware", 1, int, Number(integer=True, min=1, max=MAX_TP)),
     Option("enable_expert_parallel", ("--enable-expert-parallel",),
            "MoE models: spread whole routed experts over the tensor-parallel GPUs (expert parallelism, EP = TP) "
            "instead of splitting every expert's width, as vLLM's flag; attention stays tensor-parallel",

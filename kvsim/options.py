@@ -155,6 +155,10 @@ def config_from_options(values: Mapping[str, Any], naming: str = "flag"):
     problem = model.pp_problem(pp)
     if problem:
         raise ConfigError(f"{name('pipeline_parallel_size')} {pp}: {problem}")
+    dp = v["data_parallel_size"]
+    problem = model.dp_problem(dp, pp)
+    if problem:
+        raise ConfigError(f"{name('data_parallel_size')} {dp}: {problem}")
     if v["max_num_batched_tokens"] < v["max_num_seqs"]:
         raise ConfigError(f"{name('max_num_batched_tokens')} ({v['max_num_batched_tokens']}) must be >= "
                           f"{name('max_num_seqs')} ({v['max_num_seqs']}), or a full batch of decodes would not fit "
@@ -194,7 +198,7 @@ def config_from_options(values: Mapping[str, Any], naming: str = "flag"):
 
     stage = model.pipeline_stage(pp)
     plan = set_pool(mem, max(1, stage.kv_bytes_per_token_gpu(tp)))
-    problem = plan and set_pool_problem(plan, stage, gpu, tp, mem.ignore_gpu_memory)
+    problem = plan and set_pool_problem(plan, stage, gpu, tp, mem.ignore_gpu_memory, dp)
     if problem:  # a set pool must fit the GPU: fail here, naming the key as the user wrote it
         raise ConfigError(f"{name('num_blocks' if mem.num_blocks is not None else 'kv_pool_gb')}: {problem}")
     roof = RooflineParams(v["flops_efficiency"], v["bandwidth_efficiency"], v["step_overhead_ms"] / 1000)
@@ -203,10 +207,13 @@ def config_from_options(values: Mapping[str, Any], naming: str = "flag"):
         from kvsim.latency.calibration import load_calibration
 
         load_calibration(latency)  # a bad file fails here, before any simulation
-    if v["enable_expert_parallel"] and model.is_moe and model.num_experts % tp:
+    if v["enable_expert_parallel"] and model.is_moe and model.num_experts % (tp * dp):
+        ranks = f"{tp * dp} GPUs ({name('data_parallel_size')} x {name('tensor_parallel_size')})" if dp > 1 else \
+            f"{tp} GPUs ({name('tensor_parallel_size')})"
         raise ConfigError(f"{name('enable_expert_parallel')}: {model.num_experts} experts of {model.name} do not "
-                          f"spread evenly over {tp} GPUs ({name('tensor_parallel_size')})")
+                          f"spread evenly over {ranks}")
     return SimConfig(model, gpu, sched, mem, roof, tensor_parallel_size=tp, pipeline_parallel_size=pp, swap_space=swap,
+                     data_parallel_size=dp,
                      enable_expert_parallel=v["enable_expert_parallel"], latency=latency,
                      cpu_overhead=v["cpu_overhead"], interconnect=v["interconnect"],
                      victim_policy=v["victim_policy"], block_size=v["block_size"],

@@ -87,6 +87,11 @@ def simulate(requests: list[Request], cfg: SimConfig, allocator: AllocatorSpec |
              latency: LatencyModel | None = None) -> RunOutput:
     from kvsim.trace.retime import retime
 
+    if cfg.dp > 1:
+        raise ConfigError(f"--data-parallel-size {cfg.dp}: a data-parallel replica is {cfg.dp} engines behind a load "
+                          f"balancer; simulate it with `kvsim cluster --replicas 1 --data-parallel-size {cfg.dp} "
+                          "--routers dp-lb` (size fleets of them with `kvsim plan --fleet-max-gpus`; `kvsim memory` "
+                          "and `kvsim latency` show one rank)")
     pool = pool or cfg.pool_plan()
     alloc = build_allocator(cfg, allocator, pool)
     sim = Simulation(retime(requests, cfg.request_rate), alloc, latency or build_latency(cfg), cfg.engine_scheduler(),

@@ -252,4 +252,4 @@ def test_cluster_groups_of_other_gpus_and_tensor_parallel_sizes(tmp_path):
     assert reps.routed.sum() == 3000 and (reps.routed > 0).all()
     bad = subprocess.run([sys.executable, "-m", "kvsim", "cluster", "--trace", "traces/chat.jsonl", "--groups",
                           "h100-80gb:2:ep2", "--out", str(out)], capture_output=True, text=True)
-    assert bad.returncode == 2 and "optionally with :tpN and :ppN" in bad.stderr
+    assert bad.returncode == 2 and "optionally with :tpN, :ppN and :dpN" in bad.stderr

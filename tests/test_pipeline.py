@@ -135,4 +135,4 @@ def test_replica_groups_take_pipeline_stages(tmp_path, capsys):
     fleet = pd.read_csv(out / "fleet.csv").iloc[0]
     assert fleet.replicas == 3 and fleet.gpus == 2 * 4 + 4
     assert main(["cluster", "--trace", "traces/chat.jsonl", "--groups", "h100:1:pp2:pp3", "--out", str(out)]) == 2
-    assert "optionally with :tpN and :ppN" in capsys.readouterr().err
+    assert "optionally with :tpN, :ppN and :dpN" in capsys.readouterr().err

@@ -17,7 +17,7 @@ DEFAULT_ROUTERS = "round-robin,least-requests,prefix,prefix+load"
 
 
 def _groups(a: argparse.Namespace, cfg, allocator, text: str | None = None, flag: str = "--groups"):
-    """Replica groups: --replicas copies of the configured GPU, or ``text`` = GPU:COUNT[:tpN][:ppN],...
+    """Replica groups: --replicas copies of the configured GPU, or ``text`` = GPU:COUNT[:tpN][:ppN][:dpN],...
     (``flag`` names the option in errors)."""
     from kvsim.fleet.cluster import ReplicaGroup
     from kvsim.options import config_from_options, values_from_namespace
@@ -25,15 +25,15 @@ def _groups(a: argparse.Namespace, cfg, allocator, text: str | None = None, flag
     if not text:
         return [ReplicaGroup(_group_name(cfg), cfg, allocator, a.replicas)]
     out = []
-    keys = {"tp": "tensor_parallel_size", "pp": "pipeline_parallel_size"}
+    keys = {"tp": "tensor_parallel_size", "pp": "pipeline_parallel_size", "dp": "data_parallel_size"}
     for part in text.split(","):
         fields = part.strip().split(":")
         sizes = {f[:2]: f[2:] for f in fields[2:]}
         if len(fields) < 2 or not fields[0] or not fields[1].isdigit() or int(fields[1]) < 1 \
                 or len(sizes) != len(fields) - 2 or any(k not in keys or not v.isdigit() or int(v) < 1
                                                         for k, v in sizes.items()):
-            raise ConfigError(f"{flag} {text!r}: each group is GPU:COUNT, optionally with :tpN and :ppN (e.g. "
-                              f"h100-80gb:4 or a100-80gb:2:tp2:pp2), got {part!r}")
+            raise ConfigError(f"{flag} {text!r}: each group is GPU:COUNT, optionally with :tpN, :ppN and :dpN (e.g. "
+                              f"h100-80gb:4, a100-80gb:2:tp2:pp2 or h200:1:dp8), got {part!r}")
         if int(fields[1]) > MAX_REPLICAS:
             raise ConfigError(f"{flag} {part.strip()}: at most {MAX_REPLICAS} replicas per group")
         values = values_from_namespace(a)
@@ -49,8 +49,9 @@ def _groups(a: argparse.Namespace, cfg, allocator, text: str | None = None, flag
 
 
 def _group_name(cfg) -> str:
-    """A replica group's name: its GPU, with its tensor and pipeline parallelism when above one."""
-    return cfg.gpu.name + (f"x{cfg.tp}" if cfg.tp > 1 else "") + (f"pp{cfg.pp}" if cfg.pp > 1 else "")
+    """A replica group's name: its GPU, with its tensor, pipeline and data parallelism when above one."""
+    return cfg.gpu.name + (f"x{cfg.tp}" if cfg.tp > 1 else "") + (f"pp{cfg.pp}" if cfg.pp > 1 else "") + \
+        (f"dp{cfg.dp}" if cfg.dp > 1 else "")
 
 
 def _store(text: str | None):
@@ -72,7 +73,7 @@ def _store(text: str | None):
 
 
 def _gpus(groups) -> int:
-    return sum(g.count * g.cfg.gpus for g in groups)
+    return sum(g.gpus for g in groups)
 
 
 def _with_slo(summary: dict, req, slos, gpus: int) -> None:
@@ -297,8 +298,9 @@ def register(sub) -> None:
     g.add_argument("--replicas", type=number(int, Number(integer=True, min=1, max=MAX_REPLICAS)), default=4,
                    help=f"replicas of the configured GPU (at most {MAX_REPLICAS:,}) [default: 4]")
     g.add_argument("--groups", metavar="GPU:COUNT,...",
-                   help="heterogeneous replicas instead of --replicas: GPU:COUNT[:tpN][:ppN],..., e.g. "
-                        "h100-80gb:4,a100-80gb:2:tp2 (other options apply to every group)")
+                   help="heterogeneous replicas instead of --replicas: GPU:COUNT[:tpN][:ppN][:dpN],..., e.g. "
+                        "h100-80gb:4,a100-80gb:2:tp2 (other options apply to every group; a replica of dpN is N "
+                        "engines, each routed to)")
     g.add_argument("--routers", default=DEFAULT_ROUTERS,
                    help="comma-separated routers to compare: " + "; ".join(f"{n}: {r.help}" for n, r in ROUTERS.items())
                         + f" [default: {DEFAULT_ROUTERS}]")
@@ -319,10 +321,10 @@ def register(sub) -> None:
                         "blocks evicted from a replica's GPU (or its --kv-offloading-size CPU tier) go there, and "
                         "any replica loads them back on a prefix hit [default speed: 10 GB/s into a GPU, 1 ms]")
     d = c.add_argument_group("disaggregated prefill/decode")
-    d.add_argument("--prefill", metavar="GPU:COUNT[:tpN][:ppN],...",
+    d.add_argument("--prefill", metavar="GPU:COUNT[:tpN][:ppN][:dpN],...",
                    help="a prefill pool (with --decode): its engines compute prompts and hand the KV over; "
                         "--routers pick among them")
-    d.add_argument("--decode", metavar="GPU:COUNT[:tpN][:ppN],...",
+    d.add_argument("--decode", metavar="GPU:COUNT[:tpN][:ppN][:dpN],...",
                    help="a decode pool (with --prefill): its engines load the KV and generate")
     d.add_argument("--decode-router", default="least-requests",
                    help="router of the decode pool [default: least-requests]")

@@ -16,7 +16,8 @@ def cmd_memory(a: argparse.Namespace) -> int:
     if cfg.scheduler.max_model_len > cfg.model.max_context:
         print(f"warning: --max-model-len {cfg.scheduler.max_model_len:,} is beyond {cfg.model.name}'s context "
               f"({cfg.model.max_context:,} tokens)", file=sys.stderr)
-    tp = (f" x{b.tp} (tensor parallel)" if b.tp > 1 else "") + (f" x{b.pp} (pipeline stages)" if b.pp > 1 else "")
+    tp = (f" x{b.tp} (tensor parallel)" if b.tp > 1 else "") + (f" x{b.pp} (pipeline stages)" if b.pp > 1 else "") + \
+        (f" x{b.dp} (data-parallel ranks)" if b.dp > 1 else "")
     print(f"{b.model} on {b.gpu}{tp}, KV cache {b.kv_dtype}")
     lines = describe(b)
     width = max(len(k) for k, _ in lines)

@@ -32,7 +32,9 @@ from kvsim.trace.retime import retime
 
 @dataclass(frozen=True)
 class ReplicaGroup:
-    """``count`` identical replicas: one configuration (model, GPU, TP, scheduler, pool) and one allocator."""
+    """``count`` identical replicas: one configuration (model, GPU, TP, scheduler, pool) and one allocator. A
+    replica of data-parallel ranks (``cfg.dp`` > 1) is that many engines, each routed to on its own (every
+    rank an endpoint, as vLLM's external load balancing and llm-d's wide-EP deployments serve them)."""
 
     name: str
     cfg: SimConfig
@@ -42,6 +44,16 @@ class ReplicaGroup:
 
     def plan(self) -> PoolPlan:
         return self.pool or self.cfg.pool_plan()
+
+    @property
+    def engines(self) -> int:
+        """Engines the group runs: one per data-parallel rank of each replica."""
+        return self.count * self.cfg.dp
+
+    @property
+    def gpus(self) -> int:
+        """GPUs the group spans: replicas x data-parallel ranks x tensor x pipeline parallel."""
+        return self.engines * self.cfg.gpus
 
 
 def default_allocator(model) -> str:
@@ -66,7 +78,7 @@ class Replicas:
 
     engines: list[Engine]
     pools: list[PoolPlan]  # each replica's KV pool
-    gpus: list[int]  # the GPUs each replica spans (tensor x pipeline parallel)
+    gpus: list[int]  # the GPUs each engine spans (tensor x pipeline parallel; a data-parallel rank's)
     names: list[str]  # each replica's group name
     members: list[list[int]]  # per group: the indices of its replicas in ``engines``
     every: list[int] = field(default_factory=list)  # 0 .. len(engines) - 1
@@ -97,8 +109,8 @@ def build_replicas(groups: list[ReplicaGroup], trace: TraceArrivals, horizon: fl
     for g in groups:
         pool = g.plan()
         latency = build_latency(g.cfg)  # stateless: one per group
-        out.members.append(list(range(len(out.engines), len(out.engines) + g.count)))
-        for _ in range(g.count):
+        out.members.append(list(range(len(out.engines), len(out.engines) + g.engines)))
+        for _ in range(g.engines):
             alloc = build_allocator(g.cfg, g.allocator, pool)
             if isinstance(store, TierSpec):
                 store = KVTier(store, block_bytes(alloc, pool))

@@ -35,6 +35,7 @@ from kvsim.errors import ConfigError
 from kvsim.fleet.cluster import (FleetOutput, ReplicaGroup, build_replicas, client_load, common_horizon, fleet_summary,
                                  replica_outputs, replica_table, routing)
 from kvsim.fleet.routers import RouterOptions, make_router
+from kvsim.hardware.gpus import NIC_BYTES_S
 from kvsim.metrics import sequences_frame
 from kvsim.runner import slot_bytes
 from kvsim.trace.request import Request
@@ -60,7 +61,7 @@ class KVLink:
 # ConnectX-7 NIC per GPU (GPUDirect), 50 GB/s; the fixed costs are orders of magnitude, not measurements.
 LINKS = {
     "nvlink": KVLink(450e9, 20e-6, "nvlink"),
-    "rdma": KVLink(50e9, 200e-6, "rdma"),
+    "rdma": KVLink(NIC_BYTES_S, 200e-6, "rdma"),
     "tcp": KVLink(12.5e9, 1e-3, "tcp"),
 }
 

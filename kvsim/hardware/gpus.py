@@ -7,6 +7,10 @@ from dataclasses import dataclass
 
 from kvsim.errors import ConfigError
 
+# A node as HGX/DGX systems build them: 8 GPUs on NVLink, one 400 Gb/s ConnectX-7 NIC per GPU (GPUDirect RDMA)
+GPUS_PER_NODE = 8
+NIC_BYTES_S = 50e9  # bytes/s each way through one GPU's NIC
+
 MiB = 1 << 20
 GiB = 1 << 30
 

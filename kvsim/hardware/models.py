@@ -246,6 +246,27 @@ class ModelSpec:
         return ((self.params - experts - embed) * self.weight_dtype_bytes + embed * self.dtype_bytes
                 + (experts * DTYPE_BYTES[self.expert_dtype] if experts else 0.0))
 
+    def expert_weight_bytes(self) -> float:
+        """Bytes of the routed experts (all of them, all MoE layers), in the experts' dtype; 0 for a dense model."""
+        if not self.is_moe:
+            return 0.0
+        return self.expert_params() * DTYPE_BYTES[self.expert_dtype or self.weight_dtype or self.dtype]
+
+    def gpu_weight_bytes(self, tp: int = 1, dp: int = 1) -> float:
+        """Bytes of weights one GPU holds when each of ``dp`` data-parallel ranks spans ``tp`` GPUs: every weight
+        split over the rank's tp GPUs, except the routed experts, which vLLM spreads over all dp x tp GPUs (a
+        dense model's ranks are whole copies)."""
+        experts = self.expert_weight_bytes() if dp > 1 else 0.0
+        return (self.weight_bytes - experts) / tp + experts / (tp * dp)
+
+    def dp_problem(self, dp: int, pp: int = 1) -> str | None:
+        """Why ``dp`` data-parallel ranks cannot be modelled for this model here, or None."""
+        if isinstance(dp, bool) or not isinstance(dp, int) or dp <= 0:
+            return "must be a positive integer"
+        if dp > 1 and pp > 1:
+            return "data-parallel ranks with pipeline stages are not modelled; use one or the other"
+        return None
+
     @property
     def weight_dtype_bytes(self) -> float:
         return DTYPE_BYTES[self.weight_dtype or self.dtype]

@@ -53,15 +53,18 @@ def _per_op(cfg) -> LatencyModel:
 
     calib, _ = _calibration(cfg)
     return PerOpModel(cfg.model, cfg.gpu, calib, get_cpu_overhead(cfg.cpu_overhead), cfg.tp, cfg.interconnect,
-                      cfg.enable_expert_parallel, cfg.pp)
+                      cfg.enable_expert_parallel, cfg.pp, cfg.dp)
 
 
 def _describe_per_op(cfg) -> str:
     src = "shipped calibration" if cfg.latency == "per-op" else cfg.latency
     return f"per-operation model ({src} for {cfg.gpu.name}), CPU overhead {cfg.cpu_overhead}" + \
         (f", {cfg.interconnect} all-reduce" if cfg.tp > 1 else "") + \
-        (f", expert parallel over {cfg.tp} GPUs" if cfg.enable_expert_parallel and cfg.model.is_moe and cfg.tp > 1 else "") + \
-        (f", {cfg.pp} pipeline stages" if cfg.pp > 1 else "")
+        (f", expert parallel over {cfg.tp * cfg.dp} GPUs" if cfg.enable_expert_parallel and cfg.model.is_moe
+         and cfg.tp * cfg.dp > 1 else "") + \
+        (f", {cfg.pp} pipeline stages" if cfg.pp > 1 else "") + \
+        (f", one of {cfg.dp} data-parallel ranks (experts over {cfg.dp * cfg.tp} GPUs)"
+         if cfg.dp > 1 and cfg.model.is_moe else "")
 
 
 def _roofline(cfg) -> LatencyModel:
@@ -69,6 +72,8 @@ def _roofline(cfg) -> LatencyModel:
 
     if cfg.pp > 1:
         raise ConfigError("--latency roofline does not price pipeline stages; use the per-operation model")
+    if cfg.dp > 1 and cfg.model.is_moe:
+        raise ConfigError("--latency roofline does not price data-parallel MoE ranks; use the per-operation model")
     return RooflineModel(cfg.model, cfg.gpu, cfg.roofline, cfg.tp)
 
 

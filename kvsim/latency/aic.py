@@ -253,6 +253,7 @@ class AicData:
     notes: list = field(default_factory=list)
     mla_decode: object = None  # model (preset), heads (per GPU), tokens, context, seconds: one MLA layer's decode
     mla_prefill: object = None  # the same for prefill: ``tokens`` sequences of ``context`` new tokens each
+    exchange: object = None  # num_gpus, message_bytes (the gathered buffer), seconds: NCCL all-gather + reduce-scatter
 
     def describe(self) -> str:
         return "; ".join(f"{_rel(self, t)} ({v})" for t, v in self.versions.items())
@@ -378,6 +379,30 @@ def read_all_reduce(custom: Path | None, nccl: Path | None, backend: str = "vllm
     return out[np.isfinite(out["seconds"])].sort_values(["num_gpus", "message_bytes"]).reset_index(drop=True)
 
 
+def read_exchange(nccl: Path):
+    """A MoE layer's exchange among data-parallel ranks as NCCL measures its two halves: per (num_gpus, buffer
+    bytes), the all-gather's plus the reduce-scatter's median seconds (half precision; nccl-tests' sizes are
+    the whole buffer's elements). None where the table has not both."""
+    n = read_table(nccl, ("num_gpus", "message_size", "latency", "op_name"))
+    if "nccl_dtype" in n.columns:
+        n = n[n["nccl_dtype"].astype(str).str.strip().str.lower().isin(["half", "bfloat16", "float16"])]
+    op = n["op_name"].astype(str).str.strip()
+    n = n[op.isin(["all_gather", "reduce_scatter"]) & np.isfinite(n["latency"].to_numpy(float))
+          & (n["latency"].to_numpy(float) > 0)]
+    if n.empty:
+        return None
+    wide = n.assign(op=op).pivot_table(index=["num_gpus", "message_size"], columns="op", values="latency",
+                                       aggfunc="median").dropna()
+    if wide.empty or len(wide.columns) < 2:
+        return None
+    wide = wide.reset_index()
+    import pandas as pd
+
+    return pd.DataFrame({"num_gpus": wide["num_gpus"].to_numpy(np.int64),
+                         "message_bytes": wide["message_size"].to_numpy(np.int64) * 2,
+                         "seconds": (wide["all_gather"] + wide["reduce_scatter"]).to_numpy(float) * 1e-3})
+
+
 def read_aic(root: str | Path, system: str | None = None, version: str | None = None,
              nccl_version: str | None = None,
              kinds=("decode", "prefill", "all_reduce", "gemm", "moe", "mla_decode", "mla_prefill"),
@@ -417,6 +442,11 @@ def read_aic(root: str | Path, system: str | None = None, version: str | None = 
         if all_reduce_backend == "nccl" and nccl is None:
             raise ConfigError(f"{sysdir / 'comm' / 'nccl'}: no nccl_perf table with all_reduce rows")
         got["all_reduce"] = read_all_reduce(custom if all_reduce_backend != "nccl" else None, nccl, all_reduce_backend)
+        if nccl is not None:
+            got["exchange"] = read_exchange(nccl)
+            if got["exchange"] is None:
+                notes.append(f"{nccl}: no all_gather + reduce_scatter rows; the data-parallel MoE exchange is "
+                             "priced on the NCCL all-reduce line")
     # optional tables: without one, its parameters stay the base calibration's
     for kind, reader, what in (("gemm", read_gemm, "GEMMs"), ("moe", read_moe, "MoE layers"),
                                ("mla_decode", read_mla_modules, "MLA decode modules"),
@@ -440,7 +470,7 @@ def read_aic(root: str | Path, system: str | None = None, version: str | None = 
                     notes += [skipped] if skipped else []
     return AicData(name, gpu, str(sysdir), got.get("decode"), got.get("prefill"), got.get("all_reduce"),
                    got.get("gemm"), got.get("moe"), {q: got[f"moe:{q}"] for q in MOE_QUANT if f"moe:{q}" in got},
-                   files, versions, notes, got.get("mla_decode"), got.get("mla_prefill"))
+                   files, versions, notes, got.get("mla_decode"), got.get("mla_prefill"), got.get("exchange"))
 
 
 def read_gemm(path: Path):
@@ -829,13 +859,16 @@ def predict(data: AicData, calib: Calibration, interconnect: str = "nvswitch") -
         out["decode"] = _decode_df(calib.decode_attention, data.gpu, d)
     if data.prefill is not None:
         out["prefill"] = _prefill_df(calib.prefill_attention, data.gpu, data.prefill)
-    if data.all_reduce is not None and calib.all_reduce:
-        a = data.all_reduce
+    for kind, table, link in (("all_reduce", calib.all_reduce, calib.link),
+                              ("exchange", calib.exchange, calib.exchange_link)):
+        a = getattr(data, kind)
+        if a is None or not table:
+            continue
         pred = np.full(len(a), np.nan)
         for n in np.unique(a["num_gpus"]):
             m = (a["num_gpus"] == n).to_numpy()
-            pred[m] = link_seconds(calib.link(int(n), interconnect), a["message_bytes"].to_numpy()[m])
-        out["all_reduce"] = pred
+            pred[m] = link_seconds(link(int(n), interconnect), a["message_bytes"].to_numpy()[m])
+        out[kind] = pred
     return out
 
 
@@ -962,8 +995,9 @@ def fit_prefill(d, gpu: GpuSpec, base: PrefillAttentionParams) -> PrefillAttenti
 
 def fit_all_reduce(a) -> dict[str, LinkParams]:
     """Per group size, the faster of two lines (latency + bytes / bandwidth): vLLM's custom all-reduce for
-    small messages, NCCL for large ones; both fitted at once on the time vLLM would take at each size, by
-    least squares on log(predicted / measured) as kvsim.latency.fit does. Fewer than 8 sizes: one line."""
+    small messages, NCCL for large ones (for NCCL alone, as the exchange: its low-latency and its bandwidth
+    protocols); both fitted at once on the time at each size, by least squares on log(predicted / measured)
+    as kvsim.latency.fit does. Fewer than 8 sizes: one line."""
     from kvsim.latency.fit import _fit
 
     out = {}
@@ -1049,6 +1083,7 @@ class AicFit:
     moe_quant: dict = field(default_factory=dict)  # expert dtype -> MoeParams
     mla_decode: DecodeAttentionParams | None = None
     mla_prefill: PrefillAttentionParams | None = None
+    exchange: dict = field(default_factory=dict)  # as all_reduce, for all-gather + reduce-scatter
 
     def calibration(self, base: Calibration | None = None) -> Calibration:
         """``base`` (default: a calibration of kvsim's defaults) with the fitted groups replaced. New GEMMs
@@ -1062,6 +1097,8 @@ class AicFit:
             c = replace(c, prefill_attention=self.prefill_attention)
         if self.all_reduce:
             c = replace(c, all_reduce={**c.all_reduce, **self.all_reduce})
+        if self.exchange:
+            c = replace(c, exchange={**c.exchange, **self.exchange})
         if self.moe:
             c = replace(c, moe=self.moe)
         if self.moe_quant:
@@ -1109,6 +1146,11 @@ def fit_aic(data: AicData, base: Calibration | None = None, kv_dtype_bytes=(2,),
                  for t in ("custom_allreduce_perf", "nccl_perf") if t in data.files]
         src["all_reduce"] = ("fitted: NVIDIA AIConfigurator (Apache-2.0) " + ", ".join(files) +
                              f"; per size the faster of vLLM's CUDA-graph all-reduce and NCCL ({'/'.join(used)})")
+    exchange = {}
+    if data.exchange is not None:
+        exchange = {"nvswitch": fit_all_reduce(data.exchange)}
+        src["exchange"] = (f"fitted: NVIDIA AIConfigurator (Apache-2.0) {_rel(data, 'nccl_perf')} (NCCL "
+                           f"{data.versions['nccl_perf']}), all_gather + reduce_scatter")
     gemm = None
     if data.gemm is not None:
         gemm = fit_gemm_table(data.gemm, data.gpu)
@@ -1135,7 +1177,7 @@ def fit_aic(data: AicData, base: Calibration | None = None, kv_dtype_bytes=(2,),
         mla_pre = fit_mla_prefill(data.mla_prefill, priced, data.gpu)
         src["mla_prefill"] = tag.format(_rel(data, "mla_context_module_perf"),
                                         data.versions["mla_context_module_perf"], ", bf16, whole MLA layers")
-    return AicFit(data.gpu, dec, pre, ar, src, gemm, moe, moe_quant, mla, mla_pre)
+    return AicFit(data.gpu, dec, pre, ar, src, gemm, moe, moe_quant, mla, mla_pre, exchange)
 
 
 def _rel(data: AicData, table: str) -> str:
@@ -1203,9 +1245,10 @@ def evaluate_calibration(data: AicData, calib: Calibration, kv_dtype_bytes=(2,),
             out[MHA] = _by_regime(r[one], regimes(d)[one])
         if (~sel).any():
             out[f"{kind} other KV dtypes"] = _by_regime(r[~sel], regimes(d)[~sel])
-    if "all_reduce" in pred:
-        a = data.all_reduce
-        out["all_reduce"] = _by_regime(pred["all_reduce"] / a["seconds"].to_numpy(), all_reduce_regimes(a))
+    for kind in ("all_reduce", "exchange"):
+        if kind in pred:
+            a = getattr(data, kind)
+            out[kind] = _by_regime(pred[kind] / a["seconds"].to_numpy(), all_reduce_regimes(a))
     return out
 
 
@@ -1250,8 +1293,11 @@ def validate_aic(data: AicData, fit: AicFit | None = None, base: Calibration | N
         if kind == "decode":
             one = _one_query_head_per_kv_head(d)
             held[MHA] = _by_regime(ratio[one], decode_regimes(d)[one])
-    if data.all_reduce is not None:
-        a = data.all_reduce.reset_index(drop=True)
+    for kind in ("all_reduce", "exchange"):
+        a = getattr(data, kind)
+        if a is None:
+            continue
+        a = a.reset_index(drop=True)
         ratio = np.full(len(a), np.nan)
         for n, g in a.groupby("num_gpus"):
             g = g.sort_values("message_bytes")
@@ -1260,6 +1306,6 @@ def validate_aic(data: AicData, fit: AicFit | None = None, base: Calibration | N
             if str(int(n)) in links:
                 ratio[g.index[test]] = link_seconds(links[str(int(n))], g["message_bytes"].to_numpy()[test]) / \
                     g["seconds"].to_numpy()[test]
-        held["all_reduce"] = _by_regime(ratio, all_reduce_regimes(a))
+        held[kind] = _by_regime(ratio, all_reduce_regimes(a))
     out["held_out"] = held
     return out

@@ -169,6 +169,17 @@ class LinkParams:
             t = min(t, self.large_latency_s + message_bytes / self.large_bandwidth)
         return t
 
+    @property
+    def nccl_latency_s(self) -> float:
+        """The NCCL line's fixed cost (the only line's where there is one)."""
+        return self.large_latency_s if self.large_bandwidth > 0 else self.latency_s
+
+
+def _nearest_group(table: dict, n: int) -> "LinkParams":
+    """The parameters of group size ``n``, or of the nearest measured one (the larger on a tie)."""
+    best = min((int(k) for k in table), key=lambda s: (abs(s - n), -s))
+    return table[str(best)]
+
 
 @dataclass(frozen=True)
 class Calibration:
@@ -180,6 +191,9 @@ class Calibration:
     prefill_attention: PrefillAttentionParams = field(default_factory=PrefillAttentionParams)
     # interconnect ("nvswitch", "pairwise") -> GPUs in the group (as a string) -> params
     all_reduce: dict = field(default_factory=dict)
+    # the same layout for NCCL's all-gather + reduce-scatter of one buffer (a MoE layer's exchange among
+    # data-parallel ranks): message bytes = the gathered buffer
+    exchange: dict = field(default_factory=dict)
     sources: dict = field(default_factory=dict)  # parameter group -> where its numbers come from
     fit: dict = field(default_factory=dict)  # fit and validation statistics
     derived_from: str = ""  # a calibration of the same chip this one was derived from
@@ -198,9 +212,13 @@ class Calibration:
         if not table:
             raise ConfigError(f"calibration for {self.gpu} has no all-reduce measurements; tensor parallelism "
                               "needs them (calibrate from an all_reduce.csv)")
-        sizes = sorted(int(k) for k in table)
-        best = min(sizes, key=lambda s: (abs(s - n), -s))
-        return table[str(best)]
+        return _nearest_group(table, n)
+
+    def exchange_link(self, n: int, interconnect: str) -> LinkParams | None:
+        """All-gather + reduce-scatter parameters for n GPUs (the nearest measured group size), or None where
+        the calibration has no such measurements."""
+        table = self.exchange.get(interconnect) or self.exchange.get("nvswitch") or {}
+        return _nearest_group(table, n) if table else None
 
     def to_json(self) -> dict:
         d = asdict(self)
@@ -220,6 +238,8 @@ class Calibration:
                 prefill_attention=_build(PrefillAttentionParams, d["prefill_attention"]),
                 all_reduce={ic: {_group_size(n): _build(LinkParams, p) for n, p in _object(table, ic).items()}
                             for ic, table in _object(d.get("all_reduce", {}), "all_reduce").items()},
+                exchange={ic: {_group_size(n): _build(LinkParams, p) for n, p in _object(table, ic).items()}
+                          for ic, table in _object(d.get("exchange", {}), "exchange").items()},
                 sources=dict(d.get("sources", {})), fit=dict(d.get("fit", {})),
                 derived_from=str(d.get("derived_from", "")),
                 moe=_optional(MoeParams, d, "moe"),

@@ -39,9 +39,11 @@ from dataclasses import dataclass
 
 from kvsim.errors import ConfigError
 from kvsim.hardware import GpuSpec, ModelSpec
+from kvsim.hardware.gpus import GPUS_PER_NODE, NIC_BYTES_S
 from kvsim.hardware.models import DTYPE_BYTES, first_attended
 from kvsim.latency.base import BREAKDOWN_COLUMNS, LatencyModel, StepShape, sum_max_of_two_affine
-from kvsim.latency.calibration import MOE_QUANT, Calibration, DecodeAttentionParams, ElementwiseParams, GemmParams
+from kvsim.latency.calibration import (MOE_QUANT, Calibration, DecodeAttentionParams, ElementwiseParams, GemmParams,
+                                      LinkParams)
 from kvsim.latency.cpu import CpuOverhead
 
 SAMPLER_BYTES_PER_VOCAB = 4 * 3  # fp32 logits, about three passes (temperature/softmax, top-p, sample)
@@ -208,10 +210,12 @@ def moe_formula(calib: Calibration, gpu: GpuSpec, tokens, hidden, width, experts
     return 2 * g.t0_s + (tf ** q + tb ** q) ** (1.0 / q) + act
 
 
-def layer_classes(model: ModelSpec, tp: int, expert_parallel: bool = False) -> list[tuple[int, list[Op], MoeOp | None]]:
+def layer_classes(model: ModelSpec, tp: int, expert_parallel: bool = False,
+                  dp: int = 1) -> list[tuple[int, list[Op], MoeOp | None]]:
     """(layers, kernels, routed experts or None) per class of identical layers; a plain model has one class
-    whose kernels are :func:`layer_ops`. ``expert_parallel``: the routed experts are spread whole over the tp
-    ranks (vLLM's --enable-expert-parallel), not each split in width; shared experts stay tensor-parallel."""
+    whose kernels are :func:`layer_ops`. The routed experts span all ``dp`` x ``tp`` GPUs of a replica (``dp``
+    data-parallel ranks of ``tp`` GPUs): each expert split in width over them, or, with ``expert_parallel``
+    (vLLM's --enable-expert-parallel), spread whole; shared experts stay tensor-parallel within a rank."""
     if not model.is_hybrid and not model.is_mla and not model.is_moe:
         return [(model.layers, layer_ops(model, tp), None)]
     h = model.hidden_size
@@ -225,9 +229,10 @@ def layer_classes(model: ModelSpec, tp: int, expert_parallel: bool = False) -> l
             ffn = [Op("moe_router", h, model.num_experts)]
             if model.shared_experts:
                 ffn += ffn_ops(model, tp, model.shared_experts * model.moe_intermediate_size)
-            ep = tp if expert_parallel else 1
+            ranks = tp * dp
+            ep = ranks if expert_parallel else 1
             dtype = model.expert_dtype or model.weight_dtype or model.dtype
-            experts = MoeOp(h, -(-model.moe_intermediate_size // (tp // ep)), model.num_experts,
+            experts = MoeOp(h, -(-model.moe_intermediate_size // (ranks // ep)), model.num_experts,
                             model.experts_per_token, DTYPE_BYTES[dtype], model.gated_mlp, ep,
                             dtype if dtype in MOE_QUANT else None)
         else:
@@ -270,7 +275,7 @@ class PerOpModel(LatencyModel):
     name = "per-op"
 
     def __init__(self, model: ModelSpec, gpu: GpuSpec, calib: Calibration, cpu: CpuOverhead, tp: int = 1,
-                 interconnect: str = "nvswitch", expert_parallel: bool = False, pp: int = 1):
+                 interconnect: str = "nvswitch", expert_parallel: bool = False, pp: int = 1, dp: int = 1):
         self.model, self.gpu, self.calib, self.cpu, self.tp, self.pp = model, gpu, calib, cpu, tp, pp
         d = self.dtype_bytes = model.dtype_bytes
         h, hd = model.hidden_size, model.head_dim
@@ -281,7 +286,24 @@ class PerOpModel(LatencyModel):
         self.ops = layer_ops(model, tp)
         # expert parallelism changes only the routed experts' kernels: every rank still has every token (the
         # attention is tensor-parallel), so the layer's output is still combined by one all-reduce
-        self.classes = layer_classes(model, tp, expert_parallel)
+        self.classes = layer_classes(model, tp, expert_parallel, dp)
+        # data-parallel attention (a MoE model's dp ranks, each an engine of its own): every MoE layer gathers
+        # the tokens of all ranks, runs its experts on them and scatters the results back (vLLM's default
+        # allgather_reducescatter all2all backend, NCCL, within the rank's peers on the other ranks). This rank
+        # prices the experts and the exchange as if every rank ran a batch like its own (ranks kept level by
+        # the load balancer; the wait for a busier rank is not modelled).
+        self.dp = dp if model.is_moe else 1
+        self.moe_layers = sum(model.moe_mask) if self.dp > 1 else 0
+        self._dispatch = None
+        if self.moe_layers:
+            self._dispatch = calib.exchange_link(self.dp, interconnect)
+            if self._dispatch is None:  # no all-gather/reduce-scatter measured: the NCCL all-reduce line
+                try:
+                    ar = calib.link(self.dp, interconnect)
+                except ConfigError:
+                    raise ConfigError(f"calibration for {calib.gpu} has no collective measurements; data-parallel "
+                                      "ranks price the MoE layers' exchange with them") from None
+                self._dispatch = LinkParams(ar.nccl_latency_s, ar.large_bandwidth or ar.bandwidth)
         self.emb = embedding_op(model)
         self.vocab = -(-model.vocab_size // tp)
         # FP8 KV halves the reads; MLA's latent is read whole by every rank
@@ -338,7 +360,7 @@ class PerOpModel(LatencyModel):
         for n, ops, experts in self.classes:
             layer = sum(op.seconds(calib, gpu, tokens, d) for op in ops)
             if experts is not None:
-                layer += experts.seconds(calib, gpu, tokens, d)
+                layer += experts.seconds(calib, gpu, tokens * self.dp, d)
             t += n * layer
         for part in self._head_parts(tokens, sampled):
             t += part
@@ -437,17 +459,35 @@ class PerOpModel(LatencyModel):
         return t
 
     def communication_s(self, tokens: int, sampled: int) -> float:
-        """Two all-reduces per layer and one for the embedding (tokens x hidden), the logits gather."""
-        link = self._links
-        if link is None or tokens <= 0:
+        """Two all-reduces per layer and one for the embedding (tokens x hidden), the logits gather; with
+        data-parallel ranks, each MoE layer's exchange with the other ranks in place of its FFN all-reduce."""
+        if tokens <= 0 or (self._links is None and self._dispatch is None):
             return 0.0
         key = (tokens, sampled)
         t = self._comm_cache.get(key)
         if t is None:
             act, logits = self._comm_parts(tokens, sampled)
-            t = (2 * self.layers + 1) * act + logits
+            t = (2 * self.layers + 1 - self.moe_layers) * act + logits
+            if self.moe_layers:
+                t += self.moe_layers * self.dispatch_s(tokens)
             if len(self._comm_cache) < 65536:
                 self._comm_cache[key] = t
+        return t
+
+    def dispatch_s(self, tokens: int) -> float:
+        """One MoE layer's exchange among dp ranks that each schedule ``tokens`` tokens: an all-gather of every
+        rank's hidden states and a reduce-scatter of the experts' outputs, NCCL over the dp GPUs that hold the
+        same tensor-parallel shard, priced on the calibration's measured all-gather + reduce-scatter (within a
+        node; without them, its NCCL all-reduce line: a ring all-reduce moves the same bytes). A group beyond
+        one node runs its rings at most at one NIC's bandwidth per GPU."""
+        link = self._dispatch
+        if link is None or tokens <= 0:
+            return 0.0
+        size = self.dp * tokens * self.hidden_bytes
+        t = link.seconds(size)
+        if self.dp * self.tp > GPUS_PER_NODE:
+            n = self.dp
+            t = max(t, link.latency_s + size * 2 * (n - 1) / n / NIC_BYTES_S)
         return t
 
     def _comm_parts(self, tokens: int, sampled: int) -> tuple[float, float]:

@@ -27,6 +27,7 @@ class Layout:
     router: str
     prefill_tp: int = 0  # GPUs per prefill replica (0: as ``tp``)
     pp: int = 1  # pipeline stages of every replica (each stage ``tp`` GPUs)
+    dp: int = 1  # data-parallel ranks of every replica (each rank ``tp`` x ``pp`` GPUs)
 
     @property
     def ptp(self) -> int:
@@ -38,7 +39,7 @@ class Layout:
 
     @property
     def gpus(self) -> int:
-        return (self.prefill * self.ptp + self.decode * self.tp) * self.pp
+        return (self.prefill * self.ptp + self.decode * self.tp) * self.pp * self.dp
 
     @property
     def name(self) -> str:
@@ -49,7 +50,7 @@ class Layout:
             name = f"{self.prefill}P{self.decode}D {self.gpu}{tp}"
         else:
             name = f"{self.prefill}P(tp{self.ptp}){self.decode}D(tp{self.tp}) {self.gpu}"
-        return name + (f" pp{self.pp}" if self.pp > 1 else "")
+        return name + (f" pp{self.pp}" if self.pp > 1 else "") + (f" dp{self.dp}" if self.dp > 1 else "")
 
 
 @dataclass(frozen=True)
@@ -85,12 +86,12 @@ def evaluate(job: FleetJob) -> dict:
     from kvsim.trace import load_trace
 
     L = job.layout
-    cfg = config_from_options({**job.values, "gpu": L.gpu, "tensor_parallel_size": L.tp, "pipeline_parallel_size": L.pp})
+    shape = {"gpu": L.gpu, "pipeline_parallel_size": L.pp, "data_parallel_size": L.dp}
+    cfg = config_from_options({**job.values, **shape, "tensor_parallel_size": L.tp})
     spec = resolve_allocator(job.allocator, cfg)
     reqs = rescaled(load_trace(job.trace).requests, job.rate)
     if L.prefill:
-        pcfg = cfg if L.ptp == L.tp else config_from_options({**job.values, "gpu": L.gpu, "tensor_parallel_size": L.ptp,
-                                                              "pipeline_parallel_size": L.pp})
+        pcfg = cfg if L.ptp == L.tp else config_from_options({**job.values, **shape, "tensor_parallel_size": L.ptp})
         f = simulate_disagg(reqs, [ReplicaGroup(L.gpu, pcfg, spec, L.prefill)],
                             [ReplicaGroup(L.gpu, cfg, spec, L.decode)], L.router, "least-requests",
                             link=parse_link(job.link))
@@ -104,6 +105,7 @@ def evaluate(job: FleetJob) -> dict:
     duration = max(s["duration_s"], 1e-12)
     row = {"gpu": L.gpu, "layout": L.name, "mode": "disaggregated" if L.prefill else "aggregated",
            "prefill": L.prefill, "decode": L.decode, "tp": L.tp, "prefill_tp": L.ptp if L.prefill else 0, "pp": L.pp,
+           "dp": L.dp,
            "router": L.router, "gpus": L.gpus,
            "meets_slo": not bad, "violations": "; ".join(bad), "slo_attainment": float(ok.mean()) if len(req) else 0.0,
            "finished": s["finished"], "ttft_p99_s": s["ttft_p99_s"], "tpot_p99_s": s["tpot_p99_s"],
@@ -119,17 +121,19 @@ def evaluate(job: FleetJob) -> dict:
 
 
 def layouts_of(gpu: str, tps: int | list[int], gpus: int, routers: list[str], by_gpus: bool = False,
-               pp: int = 1) -> list[Layout]:
+               pp: int = 1, dp: int = 1) -> list[Layout]:
     """The layouts of a fleet: aggregated behind each router; disaggregated behind the first router, every
     split up to 8 replicas and 1:3, 1:1, 3:1 of the GPUs (rounded) beyond, for every pair of TP sizes.
-    With one TP size and ``by_gpus`` False, ``gpus`` counts replicas (the fleet of ``gpus`` x tp x pp GPUs).
-    Every replica has ``pp`` pipeline stages: the splits are made in units of stages (``gpus`` / pp)."""
+    With one TP size and ``by_gpus`` False, ``gpus`` counts replicas (the fleet of ``gpus`` x tp x pp x dp GPUs).
+    Every replica has ``pp`` pipeline stages and ``dp`` data-parallel ranks: the splits are made in units of
+    pp x dp (``gpus`` / (pp x dp))."""
     tps = [tps] if isinstance(tps, int) else sorted(set(tps))
+    unit = pp * dp
     if not by_gpus:
-        gpus *= tps[0] * pp
-    if gpus % pp:
+        gpus *= tps[0] * unit
+    if gpus % unit:
         return []
-    return [replace(L, pp=pp) for L in _layouts_of_stages(gpu, tps, gpus // pp, routers)]
+    return [replace(L, pp=pp, dp=dp) for L in _layouts_of_stages(gpu, tps, gpus // unit, routers)]
 
 
 def _layouts_of_stages(gpu: str, tps: list[int], gpus: int, routers: list[str]) -> list[Layout]:
@@ -170,6 +174,8 @@ def plan_fleet(trace: str, values: dict, gpus: list[tuple[str, float | None]], s
     from kvsim.planning.parallel import run_jobs
 
     pp = int(values.get("pipeline_parallel_size") or 1)  # every replica's stages (the search sizes the rest)
+    dp = int(values.get("data_parallel_size") or 1)  # and its data-parallel ranks
+    unit = pp * dp
     tps = sorted(set(tps or [int(values.get("tensor_parallel_size") or 1)]))
     rows: list[dict] = []
     for gpu, cost in gpus:
@@ -179,15 +185,15 @@ def plan_fleet(trace: str, values: dict, gpus: list[tuple[str, float | None]], s
                          "and a KV pool do not fit, or the heads do not split)")
         if not ok:
             continue
-        step = math.gcd(*ok) * pp
-        if max_gpus < min(ok) * pp:
-            raise ConfigError(f"--fleet-max-gpus {max_gpus} is less than one replica of {min(ok) * pp} GPUs")
+        step = math.gcd(*ok) * unit
+        if max_gpus < min(ok) * unit:
+            raise ConfigError(f"--fleet-max-gpus {max_gpus} is less than one replica of {min(ok) * unit} GPUs")
         probes = []
 
         def run(units: int) -> bool:
             probes.append(units)
             jobs = [FleetJob(trace, values, L, rate, tuple(slos), link, cost, allocator)
-                    for L in layouts_of(gpu, ok, units * step, routers, by_gpus=True, pp=pp)]
+                    for L in layouts_of(gpu, ok, units * step, routers, by_gpus=True, pp=pp, dp=dp)]
             got = run_jobs(evaluate, jobs, workers, backend, address, label=f"{gpu} {units * step} GPUs")
             for r in got:
                 r["probe"] = len(probes)
@@ -195,7 +201,7 @@ def plan_fleet(trace: str, values: dict, gpus: list[tuple[str, float | None]], s
             return any(r["meets_slo"] for r in got)
 
         top = max_gpus // step
-        lo, hi, n = 0, None, max(1, min(ok) * pp // step)
+        lo, hi, n = 0, None, max(1, min(ok) * unit // step)
         while n <= top:
             if run(n):
                 hi = n
@@ -243,6 +249,8 @@ def vllm_commands(row: dict, model: str, values: dict) -> list[str]:
         flags.append("--enable-expert-parallel")
     if row.get("pp", 1) > 1:
         flags.append(f"--pipeline-parallel-size {row['pp']}")
+    if row.get("dp", 1) > 1:
+        flags.append(f"--data-parallel-size {row['dp']}")
 
     def serve(tp: int) -> str:
         return f"vllm serve {model} " + " ".join([f"--tensor-parallel-size {tp}", *flags]) + " --enable-prefix-caching"
