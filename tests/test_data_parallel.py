@@ -121,6 +121,9 @@ def test_what_data_parallel_ranks_refuse(tmp_path, capsys):
         _cfg(data_parallel_size=2, pipeline_parallel_size=2)
     rc = main(["run", "--trace", "traces/chat.jsonl", "-dp", "2", "--no-plots", "--out", str(tmp_path / "r")])
     assert rc != 0 and "kvsim cluster --replicas 1 --data-parallel-size 2" in capsys.readouterr().err
+    rc = main(["cluster", "--trace", "traces/chat.jsonl", "--model", "deepseek-v3", "--gpu", "h200", "-dp", "8",
+               "--replicas", "600", "--out", str(tmp_path / "c")])
+    assert rc == 2 and "4,800 engines" in capsys.readouterr().err
     with pytest.raises(ConfigError, match="roofline"):
         from kvsim.latency import build_latency
 

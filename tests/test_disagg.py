@@ -168,3 +168,18 @@ def test_cluster_command_compares_disaggregated_and_aggregated(tmp_path):
                      (["--prefill", "a100-80gb:1", "--decode", "a100-80gb:1", "--kv-link", "warp"], "--kv-link")):
         r = subprocess.run(cmd[:6] + bad + ["--out", str(tmp_path / "x")], capture_output=True, text=True, timeout=120)
         assert r.returncode != 0 and msg in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+def test_a_shared_link_carries_one_transfer_at_a_time():
+    """Two 1,000-token prompts prefilled together on one engine (one iteration) go to one decode engine over
+    a slow link (1 GB/s, 1 ms): with lanes of their own both transfers take 1 ms + 999 x 524,288 B / 1 GB/s;
+    sharing the engines' NICs, the second waits for the first, so it ends one transfer later."""
+    reqs = [Request("a", 0.0, 1000, 4), Request("b", 0.0, 1000, 4)]
+    slow = KVLink(1e9, 1e-3, "slow")
+    one = 1e-3 + 999 * 524288 / 1e9
+    alone = simulate_disagg(reqs, *_pools(), "round-robin", link=slow).requests
+    shared = simulate_disagg(reqs, *_pools(), "round-robin", link=slow, shared_link=True).requests
+    assert alone.kv_transfer_s.tolist() == pytest.approx([one, one], rel=1e-9)
+    ends = sorted((shared.handoff_s + shared.decode_wait_s + shared.kv_transfer_s).tolist())
+    assert ends[1] - ends[0] == pytest.approx(one, rel=1e-9)
+    assert sorted(shared.kv_transfer_s.tolist()) == pytest.approx([one, 2 * one], rel=1e-9)

@@ -120,3 +120,18 @@ def test_fleet_plan_command(small_trace, tmp_path):
                            "--request-rate", "5", "--target-rate", "5", "--out", str(tmp_path / "y")],
                           capture_output=True, text=True)
     assert both.returncode != 0 and "give one" in both.stderr and "Traceback" not in both.stderr
+
+
+def test_the_search_tries_pipeline_stage_counts_each_on_its_own(small_trace):
+    """--fleet-pp 1,2: fleets of one-stage and of two-stage replicas, searched separately; Llama-2-70B's
+    weights need two H100s either way (TP2 or two stages)."""
+    slos = parse_slos("ttft_p99=2s")
+    notes = []
+    rows = plan_fleet(small_trace, {"model": "llama-2-70b"}, [("h100-80gb", None)], slos, 8, ["least-requests"], 10.0,
+                      tps=[1, 2], notes=notes, pps=[1, 2])
+    assert {r["pp"] for r in rows} == {1, 2}
+    staged = [r for r in rows if r["pp"] == 2]
+    assert all(r["layout"].endswith(" pp2") and r["gpus"] % 2 == 0 for r in staged)
+    assert {r["tp"] for r in rows if r["pp"] == 1} == {2}  # one GPU cannot hold 70B; two stages of one can
+    assert any("skipped tensor parallel 1 with 1 pipeline stages" in n for n in notes)
+    assert {r["tp"] for r in staged} == {1, 2}

@@ -23,7 +23,7 @@ def _groups(a: argparse.Namespace, cfg, allocator, text: str | None = None, flag
     from kvsim.options import config_from_options, values_from_namespace
 
     if not text:
-        return [ReplicaGroup(_group_name(cfg), cfg, allocator, a.replicas)]
+        return _bounded([ReplicaGroup(_group_name(cfg), cfg, allocator, a.replicas)], "--replicas")
     out = []
     keys = {"tp": "tensor_parallel_size", "pp": "pipeline_parallel_size", "dp": "data_parallel_size"}
     for part in text.split(","):
@@ -45,7 +45,16 @@ def _groups(a: argparse.Namespace, cfg, allocator, text: str | None = None, flag
         except ConfigError as e:
             raise ConfigError(f"{flag} {part.strip()}: {e}") from None
         out.append(ReplicaGroup(_group_name(g_cfg), g_cfg, allocator, int(fields[1])))
-    return out
+    return _bounded(out, flag)
+
+
+def _bounded(groups, flag: str):
+    """``groups``, unless one runs more engines (replicas x data-parallel ranks) than MAX_REPLICAS."""
+    for g in groups:
+        if g.engines > MAX_REPLICAS:
+            raise ConfigError(f"{flag}: {g.count} replicas of {g.cfg.dp} data-parallel ranks are {g.engines:,} engines; "
+                              f"at most {MAX_REPLICAS} per group")
+    return groups
 
 
 def _group_name(cfg) -> str:
@@ -173,7 +182,7 @@ def cmd_cluster(a: argparse.Namespace) -> int:
                     f = simulate_fleet(loaded.requests, groups, r, options, progress=bar.update, store=store)
                 else:
                     f = simulate_disagg(loaded.requests, *groups, r, a.decode_router, options, link, bar.update,
-                                        store=store)
+                                        store=store, shared_link=a.kv_link_shared)
             f.summary["layout"] = _layout_name(groups)
             _with_slo(f.summary, f.requests, slos, _gpus(groups if kind == "agg" else groups[0] + groups[1]))
             check_accounted(label, f.summary)
@@ -331,6 +340,9 @@ def register(sub) -> None:
     d.add_argument("--kv-link", default="rdma", metavar="nvlink|rdma|tcp|GB_S[:LATENCY_MS]",
                    help="link from a prefill GPU to a decode GPU: nvlink 450 GB/s, rdma 50 GB/s (400 Gb/s NIC), "
                         "tcp 12.5 GB/s, or bandwidth and fixed latency [default: rdma]")
+    d.add_argument("--kv-link-shared", action="store_true",
+                   help="each engine's links carry one KV transfer at a time (transfers to or from a busy engine "
+                        "queue, first come first served) [default: every transfer has its GPU pairs' lanes to itself]")
     d.add_argument("--also-aggregated", action="store_true",
                    help="also run the same GPUs as aggregated replicas (each serving prefill and decode)")
     c.set_defaults(func=cmd_cluster)

@@ -115,7 +115,7 @@ def cmd_fleet_plan(a: argparse.Namespace, cfg, slos) -> int:
     values.pop("gpu", None)
     notes: list[str] = []
     rows = plan_fleet(a.trace, values, gpus, slos, a.fleet_max_gpus, routers, a.target_rate, a.kv_link, a.workers,
-                      a.backend, a.address, allocator, a.fleet_tp, notes)
+                      a.backend, a.address, allocator, a.fleet_tp, notes, a.fleet_pp)
     for note in notes:
         print(note, file=sys.stderr)
     best = cheapest(rows)
@@ -338,6 +338,9 @@ def register(sub) -> None:
     fl.add_argument("--fleet-tp", metavar="LIST", type=int_list(),
                     help="tensor-parallel sizes the fleet plan tries for each pool, e.g. 1,2,4: aggregated replicas "
                          "of each size, and prefill and decode pools of any two [default: --tensor-parallel-size]")
+    fl.add_argument("--fleet-pp", metavar="LIST", type=int_list(),
+                    help="pipeline stage counts the fleet plan tries, e.g. 1,2: each searched on its own, every "
+                         "replica of a layout with as many stages [default: --pipeline-parallel-size]")
     fl.add_argument("--kv-link", default="rdma", help="fleet plan: the P/D KV link (kvsim cluster --kv-link) "
                                                      "[default: rdma]")
     pl.set_defaults(func=cmd_plan)

@@ -92,9 +92,11 @@ def prefill_request(r: Request) -> Request:
 def simulate_disagg(requests: list[Request], prefill: list[ReplicaGroup], decode: list[ReplicaGroup],
                     router: str, decode_router: str = "least-requests", options: RouterOptions = RouterOptions(),
                     link: KVLink = LINKS["rdma"], progress: Callable[[int], None] | None = None,
-                    store: TierSpec | None = None) -> FleetOutput:
+                    store: TierSpec | None = None, shared_link: bool = False) -> FleetOutput:
     """Serve ``requests`` with a prefill pool behind ``router`` and a decode pool behind ``decode_router``
-    (``store``: a KV store shared by every engine of both pools)."""
+    (``store``: a KV store shared by every engine of both pools). ``shared_link``: an engine's links carry
+    one transfer at a time (a transfer waits for both its engines' NICs to be free, first come first
+    served); otherwise every transfer has its GPU pairs' lanes to itself."""
     if not prefill or not decode:
         raise ConfigError("disaggregated serving needs at least one prefill and one decode replica")
     models = {g.cfg.model.name for g in prefill + decode}
@@ -133,7 +135,10 @@ def simulate_disagg(requests: list[Request], prefill: list[ReplicaGroup], decode
         def load(ds: Sequence, tokens: int, now: float) -> float:
             i = int(prefill_of[ds.sid])
             nbytes = tokens * token_bytes[i]
-            ready = now + link.seconds(nbytes, min(P.gpus[i], D.gpus[j]))
+            start = max(now, nic_free[i], nic_free[np_ + j]) if shared_link else now
+            ready = start + link.seconds(nbytes, min(P.gpus[i], D.gpus[j]))
+            if shared_link and nbytes > 0:
+                nic_free[i] = nic_free[np_ + j] = ready
             load_start[ds.sid], load_end[ds.sid], load_bytes[ds.sid] = now, ready, nbytes
             P.engines[i].release(ds.sid, ready)
             touched.append(i)
@@ -145,6 +150,7 @@ def simulate_disagg(requests: list[Request], prefill: list[ReplicaGroup], decode
     P = build_replicas(prefill, trace, horizon, done, "prefill:", hooks=lambda i: {"handoff": make_handoff(i)},
                        store=store)
     np_ = len(P.engines)
+    nic_free = [0.0] * (np_ + sum(g.engines for g in decode))  # per engine: when its links are next free
     D = build_replicas(decode, trace, horizon, done, "decode:", hooks=lambda j: {"kv_loader": make_loader(j)},
                        store=P.store)
     # bytes of one token's KV on all of a prefill engine's GPUs
@@ -187,7 +193,7 @@ def simulate_disagg(requests: list[Request], prefill: list[ReplicaGroup], decode
     req.insert(1, "decode_replica", decode_of)
     req["handoff_s"] = handoff_t + t0
     req["decode_wait_s"] = load_start - handoff_t  # handed off until the decode engine had memory for it
-    req["kv_transfer_s"] = load_end - load_start
+    req["kv_transfer_s"] = load_end - load_start  # with a shared link: its wait for the NICs too
     req["kv_transfer_bytes"] = load_bytes
     names = P.names + D.names
     table = replica_table(outs, names)

@@ -164,60 +164,84 @@ def fits(gpu: str, tp: int, values: dict) -> bool:
 def plan_fleet(trace: str, values: dict, gpus: list[tuple[str, float | None]], slos: list[Slo], max_gpus: int,
                routers: list[str], rate: float | None, link: str = "rdma", workers: int = 1, backend: str = "local",
                address: str | None = None, allocator: str = "paged+prefix", tps: list[int] | None = None,
-               notes: list[str] | None = None) -> list[dict]:
+               notes: list[str] | None = None, pps: list[int] | None = None) -> list[dict]:
     """Every layout simulated, each row with ``probe`` (the search step that simulated its fleet size); the
     cheapest that meets every SLO is the first row of :func:`cheapest`. ``tps``: the tensor-parallel sizes
-    tried for each pool (default: the configured one); sizes a replica cannot hold the model at are skipped
-    and said in ``notes``."""
+    tried for each pool (default: the configured one); ``pps``: the pipeline stage counts tried (default: the
+    configured one; each is searched on its own, every replica of a layout having as many stages); sizes a
+    replica cannot hold the model at are skipped and said in ``notes``."""
     import math
 
     from kvsim.planning.parallel import run_jobs
 
-    pp = int(values.get("pipeline_parallel_size") or 1)  # every replica's stages (the search sizes the rest)
-    dp = int(values.get("data_parallel_size") or 1)  # and its data-parallel ranks
-    unit = pp * dp
+    pps = sorted(set(pps or [int(values.get("pipeline_parallel_size") or 1)]))
+    dp = int(values.get("data_parallel_size") or 1)  # every replica's data-parallel ranks
     tps = sorted(set(tps or [int(values.get("tensor_parallel_size") or 1)]))
     rows: list[dict] = []
+    too_big, searched = [], False
     for gpu, cost in gpus:
-        ok = [tp for tp in tps if fits(gpu, tp, values)]
-        if notes is not None and len(ok) < len(tps):
-            notes.append(f"{gpu}: skipped tensor parallel {', '.join(str(t) for t in tps if t not in ok)} (the model "
-                         "and a KV pool do not fit, or the heads do not split)")
-        if not ok:
-            continue
-        step = math.gcd(*ok) * unit
-        if max_gpus < min(ok) * unit:
-            raise ConfigError(f"--fleet-max-gpus {max_gpus} is less than one replica of {min(ok) * unit} GPUs")
-        probes = []
+        for pp in pps:
+            vals = {**values, "pipeline_parallel_size": pp}
+            unit = pp * dp  # the search sizes fleets in steps of whole replicas' stages and ranks
+            ok = [tp for tp in tps if fits(gpu, tp, vals)]
+            stages = f" with {pp} pipeline stages" if len(pps) > 1 else ""
+            if notes is not None and len(ok) < len(tps):
+                notes.append(f"{gpu}: skipped tensor parallel {', '.join(str(t) for t in tps if t not in ok)}{stages} "
+                             "(the model and a KV pool do not fit, or the heads or layers do not split)")
+            if not ok:
+                continue
+            step = math.gcd(*ok) * unit
+            if max_gpus < min(ok) * unit:
+                if len(pps) == 1:
+                    raise ConfigError(f"--fleet-max-gpus {max_gpus} is less than one replica of {min(ok) * unit} GPUs")
+                too_big.append(min(ok) * unit)
+                if notes is not None:
+                    notes.append(f"{gpu}: skipped {pp} pipeline stages (a replica spans {min(ok) * unit} GPUs, more "
+                                 f"than --fleet-max-gpus {max_gpus})")
+                continue
+            searched = True
+            rows.extend(_search(gpu, cost, ok, pp, dp, step, max_gpus, trace, vals, rate, slos, link, allocator,
+                                routers, lambda jobs, label: run_jobs(evaluate, jobs, workers, backend, address,
+                                                                      label=label)))
+    if too_big and not searched:
+        raise ConfigError(f"--fleet-max-gpus {max_gpus} is less than one replica of {min(too_big)} GPUs")
+    return rows
 
-        def run(units: int) -> bool:
-            probes.append(units)
-            jobs = [FleetJob(trace, values, L, rate, tuple(slos), link, cost, allocator)
-                    for L in layouts_of(gpu, ok, units * step, routers, by_gpus=True, pp=pp, dp=dp)]
-            got = run_jobs(evaluate, jobs, workers, backend, address, label=f"{gpu} {units * step} GPUs")
-            for r in got:
-                r["probe"] = len(probes)
-            rows.extend(got)
-            return any(r["meets_slo"] for r in got)
 
-        top = max_gpus // step
-        lo, hi, n = 0, None, max(1, min(ok) * unit // step)
-        while n <= top:
-            if run(n):
-                hi = n
-                break
-            lo = n
-            if n == top:
-                break
-            n = min(2 * n, top)
-        if hi is None:
-            continue
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            if run(mid):
-                hi = mid
-            else:
-                lo = mid
+def _search(gpu, cost, ok, pp, dp, step, max_gpus, trace, values, rate, slos, link, allocator, routers, run_jobs):
+    """Fleets of one GPU type and stage count: doubling from one replica until a layout meets every SLO, then
+    bisection down to the smallest that does; every layout simulated is a row."""
+    rows: list[dict] = []
+    probes = []
+
+    def run(units: int) -> bool:
+        probes.append(units)
+        jobs = [FleetJob(trace, values, L, rate, tuple(slos), link, cost, allocator)
+                for L in layouts_of(gpu, ok, units * step, routers, by_gpus=True, pp=pp, dp=dp)]
+        got = run_jobs(jobs, f"{gpu} {units * step} GPUs")
+        for r in got:
+            r["probe"] = len(probes)
+        rows.extend(got)
+        return any(r["meets_slo"] for r in got)
+
+    top = max_gpus // step
+    lo, hi, n = 0, None, max(1, min(ok) * pp * dp // step)
+    while n <= top:
+        if run(n):
+            hi = n
+            break
+        lo = n
+        if n == top:
+            break
+        n = min(2 * n, top)
+    if hi is None:
+        return rows
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if run(mid):
+            hi = mid
+        else:
+            lo = mid
     return rows
 
 
