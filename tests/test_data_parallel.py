@@ -60,10 +60,14 @@ def test_a_rank_prices_every_ranks_tokens_through_its_experts_and_the_exchange()
     link = calib.exchange_link(4, "nvswitch")
     assert link is not None
     assert rank.communication_s(32, 32) == pytest.approx(58 * link.seconds(4 * 32 * 7168 * 2), rel=1e-12)
+    # a prefill chunk: the other ranks decode as many sequences as this rank samples (here 2), not 3 chunks more
+    assert rank.communication_s(2048, 2) == pytest.approx(58 * link.seconds((2048 + 3 * 2) * 7168 * 2), rel=1e-12)
+    assert rank.dense_s(2048, 2) - one.dense_s(2048, 2) == pytest.approx(
+        sum(k * e.seconds(calib, g, 2054, 2) for k, _, e in rank.classes if e is not None) - moe(one, 2048), rel=1e-9)
     # beyond one node (16 ranks) the rings run at most at one NIC's 50 GB/s per GPU
     wide = PerOpModel(m, g, calib, get_cpu_overhead("none"), 1, expert_parallel=True, dp=16)
     size = 16 * 512 * 7168 * 2
-    assert wide.dispatch_s(512) == pytest.approx(max(calib.exchange_link(16, "nvswitch").seconds(size),
+    assert wide.dispatch_s(16 * 512) == pytest.approx(max(calib.exchange_link(16, "nvswitch").seconds(size),
                                                      calib.exchange_link(16, "nvswitch").latency_s
                                                      + size * 2 * 15 / 16 / 50e9))
 

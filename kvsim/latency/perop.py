@@ -290,8 +290,9 @@ class PerOpModel(LatencyModel):
         # data-parallel attention (a MoE model's dp ranks, each an engine of its own): every MoE layer gathers
         # the tokens of all ranks, runs its experts on them and scatters the results back (vLLM's default
         # allgather_reducescatter all2all backend, NCCL, within the rank's peers on the other ranks). This rank
-        # prices the experts and the exchange as if every rank ran a batch like its own (ranks kept level by
-        # the load balancer; the wait for a busier rank is not modelled).
+        # prices the experts and the exchange with each other rank decoding as many sequences as it samples
+        # itself (ranks kept level by the load balancer, prefills rarer than decodes); the other ranks'
+        # prefill chunks and the lockstep wait for the busiest rank are not modelled.
         self.dp = dp if model.is_moe else 1
         self.moe_layers = sum(model.moe_mask) if self.dp > 1 else 0
         self._dispatch = None
@@ -360,7 +361,7 @@ class PerOpModel(LatencyModel):
         for n, ops, experts in self.classes:
             layer = sum(op.seconds(calib, gpu, tokens, d) for op in ops)
             if experts is not None:
-                layer += experts.seconds(calib, gpu, tokens * self.dp, d)
+                layer += experts.seconds(calib, gpu, tokens + (self.dp - 1) * sampled, d)
             t += n * layer
         for part in self._head_parts(tokens, sampled):
             t += part
@@ -469,21 +470,21 @@ class PerOpModel(LatencyModel):
             act, logits = self._comm_parts(tokens, sampled)
             t = (2 * self.layers + 1 - self.moe_layers) * act + logits
             if self.moe_layers:
-                t += self.moe_layers * self.dispatch_s(tokens)
+                t += self.moe_layers * self.dispatch_s(tokens + (self.dp - 1) * sampled)
             if len(self._comm_cache) < 65536:
                 self._comm_cache[key] = t
         return t
 
     def dispatch_s(self, tokens: int) -> float:
-        """One MoE layer's exchange among dp ranks that each schedule ``tokens`` tokens: an all-gather of every
-        rank's hidden states and a reduce-scatter of the experts' outputs, NCCL over the dp GPUs that hold the
-        same tensor-parallel shard, priced on the calibration's measured all-gather + reduce-scatter (within a
-        node; without them, its NCCL all-reduce line: a ring all-reduce moves the same bytes). A group beyond
+        """One MoE layer's exchange among dp ranks that schedule ``tokens`` tokens together: an all-gather of
+        every rank's hidden states and a reduce-scatter of the experts' outputs, NCCL over the dp GPUs that hold
+        the same tensor-parallel shard, priced on the calibration's measured all-gather + reduce-scatter (within
+        a node; without them, its NCCL all-reduce line: a ring all-reduce moves the same bytes). A group beyond
         one node runs its rings at most at one NIC's bandwidth per GPU."""
         link = self._dispatch
         if link is None or tokens <= 0:
             return 0.0
-        size = self.dp * tokens * self.hidden_bytes
+        size = tokens * self.hidden_bytes
         t = link.seconds(size)
         if self.dp * self.tp > GPUS_PER_NODE:
             n = self.dp
