@@ -135,3 +135,15 @@ def test_the_search_tries_pipeline_stage_counts_each_on_its_own(small_trace):
     assert {r["tp"] for r in rows if r["pp"] == 1} == {2}  # one GPU cannot hold 70B; two stages of one can
     assert any("skipped tensor parallel 1 with 1 pipeline stages" in n for n in notes)
     assert {r["tp"] for r in staged} == {1, 2}
+
+
+def test_the_plan_can_share_each_engines_links(small_trace):
+    """Three prefill engines feeding one decode engine over a 1 GB/s link: queued on the decode engine's NIC,
+    transfers wait for each other, so TTFT grows."""
+    from kvsim.planning.fleet_plan import FleetJob, Layout, evaluate
+
+    L = Layout("h100-80gb", 1, 3, 1, "least-requests")
+    slos = tuple(parse_slos("ttft_p99=60s"))
+    own, shared = (evaluate(FleetJob(small_trace, {"model": "llama-3-8b"}, L, 4.0, slos, "1", None,
+                                     shared_link=s)) for s in (False, True))
+    assert shared["ttft_p99_s"] > own["ttft_p99_s"] and shared["finished"] == own["finished"] == 400

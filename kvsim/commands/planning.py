@@ -115,7 +115,7 @@ def cmd_fleet_plan(a: argparse.Namespace, cfg, slos) -> int:
     values.pop("gpu", None)
     notes: list[str] = []
     rows = plan_fleet(a.trace, values, gpus, slos, a.fleet_max_gpus, routers, a.target_rate, a.kv_link, a.workers,
-                      a.backend, a.address, allocator, a.fleet_tp, notes, a.fleet_pp)
+                      a.backend, a.address, allocator, a.fleet_tp, notes, a.fleet_pp, a.kv_link_shared)
     for note in notes:
         print(note, file=sys.stderr)
     best = cheapest(rows)
@@ -343,6 +343,9 @@ def register(sub) -> None:
                          "replica of a layout with as many stages [default: --pipeline-parallel-size]")
     fl.add_argument("--kv-link", default="rdma", help="fleet plan: the P/D KV link (kvsim cluster --kv-link) "
                                                      "[default: rdma]")
+    fl.add_argument("--kv-link-shared", action="store_true",
+                    help="fleet plan: each engine's links carry one KV transfer at a time (kvsim cluster "
+                         "--kv-link-shared)")
     pl.set_defaults(func=cmd_plan)
     sw = sub.add_parser("sweep", help="run a grid of simulations (local processes or Ray), resumable")
     sw.add_argument("grid", help="YAML file with base / grid / points (docs/planning.md)")

@@ -63,6 +63,7 @@ class FleetJob:
     link: str
     cost_per_gpu_hour: float | None
     allocator: str = "paged+prefix"
+    shared_link: bool = False  # each engine's links carry one KV transfer at a time (kvsim cluster --kv-link-shared)
 
 
 def rescaled(requests: list, rate: float | None) -> list:
@@ -94,7 +95,7 @@ def evaluate(job: FleetJob) -> dict:
         pcfg = cfg if L.ptp == L.tp else config_from_options({**job.values, **shape, "tensor_parallel_size": L.ptp})
         f = simulate_disagg(reqs, [ReplicaGroup(L.gpu, pcfg, spec, L.prefill)],
                             [ReplicaGroup(L.gpu, cfg, spec, L.decode)], L.router, "least-requests",
-                            link=parse_link(job.link))
+                            link=parse_link(job.link), shared_link=job.shared_link)
     else:
         f = simulate_fleet(reqs, [ReplicaGroup(L.gpu, cfg, spec, L.decode)], L.router)
     s, req = f.summary, f.requests
@@ -164,7 +165,7 @@ def fits(gpu: str, tp: int, values: dict) -> bool:
 def plan_fleet(trace: str, values: dict, gpus: list[tuple[str, float | None]], slos: list[Slo], max_gpus: int,
                routers: list[str], rate: float | None, link: str = "rdma", workers: int = 1, backend: str = "local",
                address: str | None = None, allocator: str = "paged+prefix", tps: list[int] | None = None,
-               notes: list[str] | None = None, pps: list[int] | None = None) -> list[dict]:
+               notes: list[str] | None = None, pps: list[int] | None = None, shared_link: bool = False) -> list[dict]:
     """Every layout simulated, each row with ``probe`` (the search step that simulated its fleet size); the
     cheapest that meets every SLO is the first row of :func:`cheapest`. ``tps``: the tensor-parallel sizes
     tried for each pool (default: the configured one); ``pps``: the pipeline stage counts tried (default: the
@@ -200,7 +201,7 @@ def plan_fleet(trace: str, values: dict, gpus: list[tuple[str, float | None]], s
                                  f"than --fleet-max-gpus {max_gpus})")
                 continue
             searched = True
-            rows.extend(_search(gpu, cost, ok, pp, dp, step, max_gpus, trace, vals, rate, slos, link, allocator,
+            rows.extend(_search(gpu, cost, ok, pp, dp, step, max_gpus, trace, vals, rate, slos, (link, shared_link), allocator,
                                 routers, lambda jobs, label: run_jobs(evaluate, jobs, workers, backend, address,
                                                                       label=label)))
     if too_big and not searched:
@@ -210,13 +211,13 @@ def plan_fleet(trace: str, values: dict, gpus: list[tuple[str, float | None]], s
 
 def _search(gpu, cost, ok, pp, dp, step, max_gpus, trace, values, rate, slos, link, allocator, routers, run_jobs):
     """Fleets of one GPU type and stage count: doubling from one replica until a layout meets every SLO, then
-    bisection down to the smallest that does; every layout simulated is a row."""
+    bisection down to the smallest that does; every layout simulated is a row. ``link``: (--kv-link, shared)."""
     rows: list[dict] = []
     probes = []
 
     def run(units: int) -> bool:
         probes.append(units)
-        jobs = [FleetJob(trace, values, L, rate, tuple(slos), link, cost, allocator)
+        jobs = [FleetJob(trace, values, L, rate, tuple(slos), link[0], cost, allocator, link[1])
                 for L in layouts_of(gpu, ok, units * step, routers, by_gpus=True, pp=pp, dp=dp)]
         got = run_jobs(jobs, f"{gpu} {units * step} GPUs")
         for r in got:
