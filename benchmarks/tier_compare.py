@@ -6,7 +6,8 @@ The Mooncake excerpt replicated to fleet scale (as benchmarks/fleet_compare.py: 
 population, 1,572 requests with 22k-token prompts for K = 4) on 16 A100-40GB replicas of Qwen2.5-7B, whose
 KV pools (about 19 GiB each) hold a few dozen of those prompts. Tiers: none; a 128 GiB CPU tier per GPU
 (PCIe 4.0, the GPU preset's host bandwidth); a 2 TiB store shared by all replicas (20 GB/s into a GPU,
-1 ms per load, as an RDMA-attached store such as Mooncake's); both. Routers: round-robin and prefix.
+1 ms per load, as an RDMA-attached store such as Mooncake's); both; both with loads overlapping the prefill
+layer by layer (--kv-load-layerwise). Routers: round-robin and prefix.
 """
 
 from __future__ import annotations
@@ -37,7 +38,8 @@ def main() -> int:
     base = ["--model", "qwen2.5-7b", "--gpu", "a100-40gb", "--max-model-len", "131072"]
     store = TierSpec("store", 2048 * (1 << 30), 20e9, 1e-3, shared=True)
     setups = [("GPU only", [], None), ("+ CPU 128 GiB", ["--kv-offloading-size", "128"], None),
-              ("+ shared store 2 TiB", [], store), ("+ both", ["--kv-offloading-size", "128"], store)]
+              ("+ shared store 2 TiB", [], store), ("+ both", ["--kv-offloading-size", "128"], store),
+              ("+ both, loaded layer by layer", ["--kv-offloading-size", "128", "--kv-load-layerwise"], store)]
     rows = []
     for name, extra, st in setups:
         cfg = config_from_args(base + extra)

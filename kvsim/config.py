@@ -44,6 +44,8 @@ class SchedulerConfig:
     partial_preemption: bool = option_default("partial_preemption")  # preempt only a victim's tail blocks
     # False: a prompt is computed in one iteration (waits until the budget allows)
     enable_chunked_prefill: bool = option_default("enable_chunked_prefill")
+    # > 0: lower-tier loads proceed layer by layer over this many layers alongside the prefill (0: whole first)
+    kv_load_layers: int = 0
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -167,6 +169,7 @@ class SimConfig:
     cache_eviction: str = option_default("cache_eviction")  # which cached block a prefix cache drops first
     kv_offloading_size: float = option_default("kv_offloading_size")  # GiB per GPU of a CPU tier (0: none)
     kv_offloading_bandwidth: float | None = None  # GB/s from the CPU tier into one GPU (None: the GPU's PCIe)
+    kv_load_layerwise: bool = option_default("kv_load_layerwise")  # lower-tier loads overlap the prefill by layer
     max_concurrency: int | None = None  # clients keep at most this many requests in flight (None: open loop)
     request_rate: float | None = None  # re-time the trace: Poisson at this rate (requests/s), inf: all at once
 
@@ -207,7 +210,9 @@ class SimConfig:
         """The scheduler as the engine runs it: with pipeline stages, one simulated iteration is a rotation of
         as many micro-batches, each with its own token budget (vLLM V1 schedules each within
         max_num_batched_tokens), so the iteration's budget is stages x the budget."""
+        s = self.scheduler
+        if self.kv_load_layerwise:
+            s = replace(s, kv_load_layers=self.memory_model.layers)
         if self.pipeline_parallel_size == 1:
-            return self.scheduler
-        return replace(self.scheduler, max_num_batched_tokens=self.scheduler.max_num_batched_tokens
-                       * self.pipeline_parallel_size)
+            return s
+        return replace(s, max_num_batched_tokens=s.max_num_batched_tokens * self.pipeline_parallel_size)

@@ -102,6 +102,10 @@ OPTIONS: list[Option] = [
     Option("kv_offloading_bandwidth", ("--kv-offloading-bandwidth",),
            "GB/s from the CPU tier into one GPU", "KV pool", None, float, Number(min=0, min_open=True, max=1e9),
            default_text="the GPU's PCIe bandwidth"),
+    Option("kv_load_layerwise", ("--kv-load-layerwise",),
+           "load prefix blocks found in a lower tier (--kv-offloading-size, a shared store) layer by layer "
+           "alongside the prefill (LMCache's layerwise mode): the request starts once its first layer is in, and "
+           "the iteration computing it ends no earlier than its last layer", "KV pool", False, bool),
     # --- scheduler
     Option("max_model_len", ("--max-model-len", "--max-seq-len"),
            "longest request (prompt + output tokens; 32k = 32,000, 32K = 32,768 as in vLLM); also what `max` "

@@ -220,7 +220,7 @@ def config_from_options(values: Mapping[str, Any], naming: str = "flag"):
                      enable_prefix_caching=v["enable_prefix_caching"], cache_eviction=v["cache_eviction"],
                      kv_offloading_size=v["kv_offloading_size"], max_concurrency=v["max_concurrency"],
                      request_rate=v["request_rate"],
-                     kv_offloading_bandwidth=v["kv_offloading_bandwidth"])
+                     kv_offloading_bandwidth=v["kv_offloading_bandwidth"], kv_load_layerwise=v["kv_load_layerwise"])
 
 
 def config_from_args(args: list[str]):

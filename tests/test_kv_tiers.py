@@ -54,6 +54,23 @@ def test_a_cpu_tier_hit_by_hand(spec):
     assert plain.sequences[2].last_cached_tokens == 16 and plain.sequences[2].first_token_s - 20 == pytest.approx(0.1)
 
 
+@pytest.mark.parametrize("layers, load_s", [(4, 0.05), (32, 0.5)])
+def test_a_layer_by_layer_load_overlaps_the_prefill(layers, load_s):
+    """C's two CPU-tier blocks again, loaded layer by layer over ``layers`` layers: C starts its prefill once
+    the first layer is in (load / layers) and that iteration (0.1 s) ends no earlier than the last layer. A
+    fast load hides behind the prefill (TTFT 0.1 s + load / layers); a slow one holds it back to the load's
+    end (TTFT = the load)."""
+    bw = 2 * BLOCK_BYTES / (load_s - 0.001)  # 1 ms + 2 blocks at this bandwidth = load_s
+    times = {}
+    for n in (0, layers):
+        alloc = make_allocator("paged:16+prefix", 96, 4096)
+        alloc.attach_tier(KVTier(TierSpec("cpu", 100 * BLOCK_BYTES, bw, 0.001), BLOCK_BYTES))
+        res = Simulation(_abc(), alloc, FixedLatency(prefill_s=0.1, decode_s=0.01), sched(kv_load_layers=n)).run()
+        times[n] = res.sequences[2].first_token_s - 20
+    assert times[0] == pytest.approx(load_s + 0.1, rel=1e-9)
+    assert times[layers] == pytest.approx(max(load_s / layers + 0.1, load_s), rel=1e-9)
+
+
 request = st.tuples(st.floats(0, 4), st.integers(1, 200), st.integers(1, 40), st.integers(0, 3))
 
 

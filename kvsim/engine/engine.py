@@ -271,6 +271,10 @@ class Engine:
             plan.steps = k
             return lat.decode_run_time(plan.lazy_n, plan.shape.kv_tokens, k, *plan.context_args)
         dt = lat.step_time(plan.shape)
+        if self.sched.cfg.kv_load_layers:  # a layer-by-layer load still arriving holds its prefill back
+            for seq, _ in plan.entries:
+                if seq.loaded_s > now + dt:
+                    dt = seq.loaded_s - now
         if self.swap_timing is not None and (plan.swap_out_blocks or plan.swap_in_blocks):
             # Swaps are synchronous copies before the forward pass (vLLM V0): they stall it.
             unit = self.alloc.copy_unit

@@ -327,7 +327,14 @@ class Scheduler:
             if not self._reclaim_waiting(keep=seq):
                 return False
             hit = None  # memory was freed: look again
-        ready = now + alloc.tier_load_seconds(hit) if hit.tier_hits else now
+        ready = now
+        if hit.tier_hits:
+            load = alloc.tier_load_seconds(hit)
+            layers = self.cfg.kv_load_layers
+            if layers:  # layer by layer: it may start once the first layer is in
+                seq.loaded_s = now + load
+                load /= layers
+            ready = now + load
         if self.kv_loader is not None:
             counts = self.counts
             counts["kv_load_tokens"] = counts.get("kv_load_tokens", 0) + target - hit.tokens

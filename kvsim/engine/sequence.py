@@ -28,7 +28,7 @@ class Sequence:
 
     __slots__ = ("sid", "req", "prompt", "target", "generated", "computed", "status", "reason",
                  "admitted_s", "first_token_s", "finish_s", "preemptions", "last_scheduled_s", "cached_tokens", "last_cached_tokens",
-                 "swapped", "seats", "parent", "samples", "forked", "remote", "key")
+                 "swapped", "seats", "parent", "samples", "forked", "remote", "key", "loaded_s")
 
     def __init__(self, sid: int, req: Request):
         self.sid = sid
@@ -55,6 +55,7 @@ class Sequence:
         # disaggregated decode: leading prompt tokens whose KV another engine computed and this one loads
         # over a link before the sequence runs (0: none)
         self.remote = 0
+        self.loaded_s = 0.0  # a layer-by-layer load: when its last layer is in (the first prefill ends no earlier)
         self.key = -1  # position in the running batch: admission order, new at every admission
 
     @property

@@ -63,7 +63,8 @@ def _describe_per_op(cfg) -> str:
         (f", expert parallel over {cfg.tp * cfg.dp} GPUs" if cfg.enable_expert_parallel and cfg.model.is_moe
          and cfg.tp * cfg.dp > 1 else "") + \
         (f", {cfg.pp} pipeline stages" if cfg.pp > 1 else "") + \
-        (f", one of {cfg.dp} data-parallel ranks (experts over {cfg.dp * cfg.tp} GPUs)"
+        (f", one of {cfg.dp} data-parallel ranks" + ("" if cfg.enable_expert_parallel else
+                                                      f" (experts split over {cfg.dp * cfg.tp} GPUs)")
          if cfg.dp > 1 and cfg.model.is_moe else "")
 
 
