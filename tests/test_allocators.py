@@ -200,3 +200,33 @@ def test_allocator_names_take_the_runs_block_size_and_prefix_switch():
 def test_bad_allocator_names(text, msg):
     with pytest.raises(ConfigError, match=msg):
         parse_allocator_list(text)
+
+
+def test_grow_decodes_is_allocate_one_by_one_or_nothing():
+    """A run of decodes crossing block boundaries: the same blocks in the same order as allocate() one by one;
+    with one block too few, nothing at all (the scheduler then goes one by one and preempts)."""
+    from kvsim.allocators import make_allocator
+    from kvsim.engine.sequence import Sequence
+    from kvsim.trace.request import Request
+
+    def setup(blocks):
+        a = make_allocator("paged:16", blocks * 16, 4096)
+        seqs = []
+        for i, p in enumerate((32, 16, 40, 48)):  # 2, 1, 3, 3 blocks; the 3rd is mid-block
+            s = Sequence(i, Request(str(i), 0.0, p, 10))
+            assert a.allocate(i, s.req, p)
+            s.computed = p
+            seqs.append(s)
+        return a, seqs
+
+    bulk, seqs = setup(12)
+    one, ref = setup(12)
+    assert bulk.grow_decodes(seqs)
+    for s in ref:
+        assert one.allocate(s.sid, s.req, s.computed + 1)
+    assert [bulk.block_table(s.sid) for s in seqs] == [one.block_table(s.sid) for s in ref]
+    assert bulk.counters() == one.counters() and bulk.used_slots == one.used_slots
+    short, seqs = setup(11)  # 9 held, 2 free, 3 needed
+    before = [list(short.block_table(s.sid)) for s in seqs]
+    assert not short.grow_decodes(seqs)
+    assert [short.block_table(s.sid) for s in seqs] == before and short.pool.num_free == 2

@@ -110,6 +110,8 @@ class KVAllocator(ABC):
     token_slots: int = 1
     #: Bytes of one slot when the allocator decides it (hybrid layouts); None: the model's KV bytes per token.
     slot_bytes: int | None = None
+    #: :meth:`grow_decodes` can serve a run of decoding sequences at once.
+    grows_in_bulk: bool = False
 
     def __init__(self, pool_tokens: int):
         self.pool_tokens = pool_tokens
@@ -119,6 +121,12 @@ class KVAllocator(ABC):
         self._overhang_total = 0
         self.copies: list[tuple[str, int, int]] = []  # (kind, src unit, dst unit) since the last drain
         self._chains: dict = {}  # per sequence: the prompt block hashes its lookups computed (prefix caches)
+
+    def grow_decodes(self, seqs: list) -> bool:
+        """Each of ``seqs`` (decoding sequences, each one token further than it holds) gets that token's
+        memory, in order, exactly as :meth:`allocate` would one by one; all or none: False (nothing done) where
+        that would not succeed for every one or is not a plain growth. Allocators with ``grows_in_bulk``."""
+        return False
 
     def _set_overhang(self, seq_id: int, held: int, final_tokens: int) -> None:
         new = max(0, held - final_tokens)

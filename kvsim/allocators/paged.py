@@ -28,6 +28,7 @@ def blocks_for(tokens: int, block_size: int) -> int:
 class PagedAllocator(KVAllocator):
     shares_kv = True
     forks = True
+    grows_in_bulk = True
 
     def __init__(self, pool_tokens: int, block_size: int = 16, cpu_swap_tokens: int = 0,
                  pool: BlockPool | None = None, name: str | None = None):
@@ -166,6 +167,37 @@ class PagedAllocator(KVAllocator):
                                len(hits) + len(below), request)
         self.stats["lookup_blocks"] += request.prompt_tokens // self.block_size
         self.stats["hit_blocks"] += len(hits)
+        return True
+
+    def grow_decodes(self, seqs: list) -> bool:
+        """The decode branch of :meth:`_grow` for a run of sequences at once (the block boundaries of an
+        iteration's decodes): each that crosses a boundary takes one block, in order. All or none: a
+        fork-shared last block, a growth of more than one block, or fewer free blocks than needed leave
+        everything as it was (the caller then allocates one by one)."""
+        tables, B, core = self._tables, self.block_size, self.core
+        shared = core.partial_fill
+        need = []
+        for s in seqs:
+            table = tables.get(s.sid)
+            if not table or (shared and table[-1] in shared):
+                return False
+            held = len(table) * B
+            n = s.computed + 1
+            if n > held:
+                if n > held + B:
+                    return False
+                need.append((s, table))
+        pool = self.pool
+        if len(need) > pool.num_free:
+            return False
+        take = pool.take_one_if_free
+        for s, table in need:
+            table.append(take())  # cannot fail: as many blocks are free
+            r = s.req
+            final = r.prompt_tokens + r.output_tokens
+            if len(table) * B > final:
+                self._set_overhang(s.sid, len(table) * B, final)
+        core.in_use += len(need)
         return True
 
     def _grow(self, seq_id: int, request: Request, num_tokens: int) -> bool:

@@ -511,7 +511,33 @@ class Scheduler:
         alloc = self.alloc
         lazy_between = self._lazy_between  # bound once: this loop is the hot path
         done_key = -1  # lazy decoders with keys up to here have been counted
-        for s in todo:
+        bulk = lazy_of is not None and alloc.grows_in_bulk
+        i, end = 0, len(todo)
+        single_until = 0  # a run that could not be served at once goes one by one up to here
+        while i < end:
+            s = todo[i]
+            i += 1
+            if bulk and i > single_until and s.key in lazy_of:
+                # A run of lazy decoders crossing a block boundary between two explicit sequences: when the budget
+                # and the pool cover the whole run, serve it at once (the same blocks in the same order as one by
+                # one, which remains the way when they do not)
+                j = i
+                while j < end and todo[j].key in lazy_of:
+                    j += 1
+                run = [x for x in todo[i - 1:j] if x.status == Status.RUNNING]
+                if len(run) > 1 and lazy_between(done_key, run[-1].key) + 1 <= budget and alloc.grow_decodes(run):
+                    grew = self._grew
+                    for x in run:
+                        grew(lazy_of[x.key])
+                    budget -= lazy_between(done_key, run[-1].key) + 1
+                    done_key = run[-1].key
+                    i = j
+                    if budget == 0:
+                        self._starve_after(done_key, 0)
+                        stopped = True
+                        break
+                    continue
+                single_until = j
             if s.status != Status.RUNNING:
                 continue  # preempted earlier in this pass
             c = lazy_between(done_key, s.key)
