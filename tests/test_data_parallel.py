@@ -132,3 +132,39 @@ def test_what_data_parallel_ranks_refuse(tmp_path, capsys):
         from kvsim.latency import build_latency
 
         build_latency(_cfg(data_parallel_size=2, latency="roofline"))
+
+
+def _lockstep_run(lockstep: bool):
+    """Two ranks: a (100-token prompt, 3 tokens) reaches rank 0 at 0, b the same at 0.005 to rank 1."""
+    import sys
+
+    sys.path.insert(0, "tests")
+    from helpers import FixedLatency, req, sched
+
+    from kvsim.allocators import make_allocator
+    from kvsim.engine.clock import drive
+    from kvsim.engine.engine import Engine
+    from kvsim.engine.lockstep import Lockstep
+    from kvsim.engine.sequence import Sequence
+
+    touched: list[int] = []
+    engines = [Engine(make_allocator("paged:16", 4096, 4096), FixedLatency(0.1, 0.01), sched(),
+                      first_sample_id=2, resolution_s=0.0) for _ in range(2)]
+    if lockstep:
+        group = Lockstep(touched)
+        for i, e in enumerate(engines):
+            group.add(e, i)
+    seqs = [Sequence(0, req("a", 0.0, 100, 3)), Sequence(1, req("b", 0.005, 100, 3))]
+    drive(engines, [0.0, 0.005], seqs, lambda s, t: s.sid, None, touched=touched)
+    return [t for s in seqs for t in (s.first_token_s, s.finish_s)]
+
+
+def test_data_parallel_ranks_step_in_lockstep():
+    """Alone, each rank prefills (0.1 s) then decodes (0.01 s a token). In lockstep, b's rank was idle when b
+    arrived inside a's prefill step, so b starts at that step's end (0.1); its prefill then stretches a's
+    first decode step to 0.2 (a rank's TPOT includes the other ranks' prefills); from there both decode
+    together."""
+    alone = _lockstep_run(False)
+    assert alone == pytest.approx([0.1, 0.12, 0.105, 0.125])
+    together = _lockstep_run(True)
+    assert together == pytest.approx([0.1, 0.21, 0.2, 0.22])

@@ -105,6 +105,7 @@ class Engine:
         self._idle_observed = False  # the start of the current idle spell is in the memory timeline
         self._outstanding = 0  # requests received and not yet finished or rejected
         self._stalls = 0
+        self.lockstep = None  # the data-parallel ranks this engine steps with (kvsim.engine.lockstep), if any
 
     # --- what a router sees ---------------------------------------------------------------------
     @property
@@ -161,7 +162,15 @@ class Engine:
         """Steps of the decode run (at most k) up to the first boundary at or after ``budget_s`` seconds."""
         return self.latency.decode_steps_until(plan.lazy_n, plan.shape.kv_tokens, budget_s, k, *plan.context_args)
 
+    def stretch_to(self, end: float) -> None:
+        """A data-parallel rank in lockstep: the iteration in flight (or the wake-up) now ends at ``end``."""
+        if self._plan is not None:
+            self._dt = end - self.now
+        self.next_time = end
+
     def _wake_for(self, t: float) -> None:
+        if self.lockstep is not None:
+            t = self.lockstep.wake_time(self, t)
         if self.horizon is not None and t > self.horizon:
             return  # it would arrive after the end
         if not self._idle_observed:
@@ -239,6 +248,8 @@ class Engine:
                                    f"({len(sched.running)} running, {len(sched.waiting)} waiting)")
         self._stalls = 0
         dt = self._duration(plan, now, next_arrival)
+        if self.lockstep is not None:
+            dt = self.lockstep.step(self, now, dt) - now
         self._observe(now)
         self._filled0 = sched.filled_tokens
         self._plan = plan

@@ -98,11 +98,15 @@ class Replicas:
 
 def build_replicas(groups: list[ReplicaGroup], trace: TraceArrivals, horizon: float | None,
                    on_complete: Callable[[int], None] | None, prefix: str = "",
-                   hooks: Callable[[int], dict] | None = None, store: TierSpec | KVTier | None = None) -> Replicas:
-    """One engine per replica of ``groups`` on the trace's clock. ``hooks(i)``: extra Engine arguments of
-    replica ``i`` (a role in disaggregated serving); ``prefix`` goes before each group's name; ``store``:
-    a KV store every replica's prefix cache spills into and loads from (a spec: sized in the first
-    replica's blocks; a tier: one that other replicas share too)."""
+                   hooks: Callable[[int], dict] | None = None, store: TierSpec | KVTier | None = None,
+                   touched: list[int] | None = None, offset: int = 0) -> Replicas:
+    """One engine per replica of ``groups`` on the trace's clock (per data-parallel rank). ``hooks(i)``: extra
+    Engine arguments of replica ``i`` (a role in disaggregated serving); ``prefix`` goes before each group's
+    name; ``store``: a KV store every replica's prefix cache spills into and loads from (a spec: sized in
+    the first replica's blocks; a tier: one that other replicas share too). The data-parallel ranks of a MoE
+    model's replica step in lockstep, reporting moved events in ``touched`` (the driver's list; these
+    engines start at index ``offset`` of the driver's)."""
+    from kvsim.engine.lockstep import Lockstep
     from kvsim.latency import build_latency
 
     out = Replicas([], [], [], [], [])
@@ -121,10 +125,18 @@ def build_replicas(groups: list[ReplicaGroup], trace: TraceArrivals, horizon: fl
                                       f"store the same blocks (model, TP, block size)")
                 attach_tier(alloc, store)
             extra = hooks(len(out.engines)) if hooks is not None else {}
-            out.engines.append(Engine(alloc, latency, g.cfg.engine_scheduler(), get_victim_policy(g.cfg.victim_policy),
-                                      first_sample_id=len(trace.seqs), resolution_s=trace.resolution_s,
-                                      horizon=horizon, swap_timing=swap_timing(g.cfg, alloc, pool),
-                                      on_complete=on_complete, **extra))
+            engine = Engine(alloc, latency, g.cfg.engine_scheduler(), get_victim_policy(g.cfg.victim_policy),
+                            first_sample_id=len(trace.seqs), resolution_s=trace.resolution_s,
+                            horizon=horizon, swap_timing=swap_timing(g.cfg, alloc, pool),
+                            on_complete=on_complete, **extra)
+            if g.cfg.dp > 1 and g.cfg.model.is_moe:
+                if touched is None:
+                    raise ValueError("data-parallel MoE ranks need the driver's touched list")
+                rank = (len(out.engines) - out.members[-1][0]) % g.cfg.dp
+                if rank == 0:
+                    group = Lockstep(touched)
+                group.add(engine, offset + len(out.engines))
+            out.engines.append(engine)
             out.pools.append(pool)
             out.gpus.append(g.cfg.gpus)
             out.names.append(prefix + g.name)
@@ -186,12 +198,13 @@ def simulate_fleet(requests: list[Request], groups: list[ReplicaGroup], router: 
     seqs = trace.seqs
     horizon = common_horizon(groups, trace)
     clients = ClientLimit(trace.times, limit)
-    reps = build_replicas(groups, trace, horizon, Completions(progress, clients), store=store)
+    touched: list[int] = []
+    reps = build_replicas(groups, trace, horizon, Completions(progress, clients), store=store, touched=touched)
     engines = reps.engines
     rt = make_router(router, engines, options)
     replica_of = np.full(len(seqs), -1, dtype=np.int64)
 
-    arrived = drive(engines, clients.times, seqs, routing(rt, reps, replica_of), horizon)
+    arrived = drive(engines, clients.times, seqs, routing(rt, reps, replica_of), horizon, touched=touched)
     mark_unfinished(seqs, close_engines(engines), arrived)
     clients.stamp(seqs, trace.t0)
     end = max((e.now for e in engines), default=0.0)
