@@ -168,3 +168,22 @@ def test_data_parallel_ranks_step_in_lockstep():
     assert alone == pytest.approx([0.1, 0.12, 0.105, 0.125])
     together = _lockstep_run(True)
     assert together == pytest.approx([0.1, 0.21, 0.2, 0.22])
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_every_request_finishes_once_on_lockstep_ranks(seed):
+    """Random arrivals and lengths on two data-parallel replicas of 4 gpt-oss-20b ranks (sliding-window and
+    full layers, MoE), under each router: every request finishes exactly once, on one rank."""
+    import random
+
+    from kvsim.trace.request import Request
+
+    rng = random.Random(seed)
+    reqs = [Request(str(i), rng.uniform(0, 2), rng.randint(1, 3000), rng.randint(1, 300)) for i in range(120)]
+    cfg = config_from_options({"model": "gpt-oss-20b", "gpu": "h100", "data_parallel_size": 4,
+                               "enable_expert_parallel": True, "max_num_batched_tokens": 1024})
+    for router in ("dp-lb", "round-robin", "least-kv"):
+        f = simulate_fleet(reqs, [ReplicaGroup("dp", cfg, "hybrid+prefix", 2)], router)
+        assert f.summary["finished"] == 120 and len(f.replicas) == 8
+        assert f.requests.replica.between(0, 7).all()
+        assert sum(o.summary["finished"] for o in f.replicas) == 120
