@@ -147,3 +147,16 @@ def test_the_plan_can_share_each_engines_links(small_trace):
     own, shared = (evaluate(FleetJob(small_trace, {"model": "llama-3-8b"}, L, 4.0, slos, "1", None,
                                      shared_link=s)) for s in (False, True))
     assert shared["ttft_p99_s"] > own["ttft_p99_s"] and shared["finished"] == own["finished"] == 400
+
+
+def test_the_search_tries_data_parallel_rank_counts(small_trace):
+    """--fleet-dp 1,8 for DeepSeek-V3 on H200s: one GPU cannot hold it (TP1, DP1), eight ranks of one GPU can;
+    TP8 replicas are searched too. Layouts say their ranks and count every rank's GPU."""
+    slos = parse_slos("ttft_p99=30s")
+    notes = []
+    rows = plan_fleet(small_trace, {"model": "deepseek-v3", "enable_expert_parallel": True}, [("h200", None)], slos,
+                      8, ["dp-lb"], 4.0, tps=[1, 8], notes=notes, dps=[1, 8])
+    assert {(r["tp"], r["dp"]) for r in rows} == {(8, 1), (1, 8)}
+    assert all(r["gpus"] == 8 for r in rows)
+    assert any(r["layout"] == "1x h200 dp8" for r in rows)
+    assert any("skipped tensor parallel 1 with 1 data-parallel ranks" in n for n in notes)

@@ -115,7 +115,7 @@ def cmd_fleet_plan(a: argparse.Namespace, cfg, slos) -> int:
     values.pop("gpu", None)
     notes: list[str] = []
     rows = plan_fleet(a.trace, values, gpus, slos, a.fleet_max_gpus, routers, a.target_rate, a.kv_link, a.workers,
-                      a.backend, a.address, allocator, a.fleet_tp, notes, a.fleet_pp, a.kv_link_shared)
+                      a.backend, a.address, allocator, a.fleet_tp, notes, a.fleet_pp, a.kv_link_shared, a.fleet_dp)
     for note in notes:
         print(note, file=sys.stderr)
     best = cheapest(rows)
@@ -343,6 +343,10 @@ def register(sub) -> None:
                          "replica of a layout with as many stages [default: --pipeline-parallel-size]")
     fl.add_argument("--kv-link", default="rdma", help="fleet plan: the P/D KV link (kvsim cluster --kv-link) "
                                                      "[default: rdma]")
+    fl.add_argument("--fleet-dp", metavar="LIST", type=int_list(),
+                    help="data-parallel rank counts the fleet plan tries, e.g. 1,8 (MoE models: DeepSeek-style "
+                         "serving): each searched on its own, every replica of a layout with as many ranks "
+                         "[default: --data-parallel-size]")
     fl.add_argument("--kv-link-shared", action="store_true",
                     help="fleet plan: each engine's links carry one KV transfer at a time (kvsim cluster "
                          "--kv-link-shared)")

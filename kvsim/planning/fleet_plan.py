@@ -165,45 +165,50 @@ def fits(gpu: str, tp: int, values: dict) -> bool:
 def plan_fleet(trace: str, values: dict, gpus: list[tuple[str, float | None]], slos: list[Slo], max_gpus: int,
                routers: list[str], rate: float | None, link: str = "rdma", workers: int = 1, backend: str = "local",
                address: str | None = None, allocator: str = "paged+prefix", tps: list[int] | None = None,
-               notes: list[str] | None = None, pps: list[int] | None = None, shared_link: bool = False) -> list[dict]:
+               notes: list[str] | None = None, pps: list[int] | None = None, shared_link: bool = False,
+               dps: list[int] | None = None) -> list[dict]:
     """Every layout simulated, each row with ``probe`` (the search step that simulated its fleet size); the
     cheapest that meets every SLO is the first row of :func:`cheapest`. ``tps``: the tensor-parallel sizes
-    tried for each pool (default: the configured one); ``pps``: the pipeline stage counts tried (default: the
-    configured one; each is searched on its own, every replica of a layout having as many stages); sizes a
-    replica cannot hold the model at are skipped and said in ``notes``."""
+    tried for each pool (default: the configured one); ``pps`` and ``dps``: the pipeline stage counts and
+    data-parallel rank counts tried (default: the configured ones; each pair is searched on its own, every
+    replica of a layout having as many stages and ranks); sizes a replica cannot hold the model at are
+    skipped and said in ``notes``."""
     import math
 
     from kvsim.planning.parallel import run_jobs
 
     pps = sorted(set(pps or [int(values.get("pipeline_parallel_size") or 1)]))
-    dp = int(values.get("data_parallel_size") or 1)  # every replica's data-parallel ranks
+    dps = sorted(set(dps or [int(values.get("data_parallel_size") or 1)]))
     tps = sorted(set(tps or [int(values.get("tensor_parallel_size") or 1)]))
+    shapes = [(pp, dp) for dp in dps for pp in pps]
     rows: list[dict] = []
     too_big, searched = [], False
     for gpu, cost in gpus:
-        for pp in pps:
-            vals = {**values, "pipeline_parallel_size": pp}
+        for pp, dp in shapes:
+            vals = {**values, "pipeline_parallel_size": pp, "data_parallel_size": dp}
             unit = pp * dp  # the search sizes fleets in steps of whole replicas' stages and ranks
+            what = ", ".join(w for w in (f"{pp} pipeline stages" if len(pps) > 1 else "",
+                                         f"{dp} data-parallel ranks" if len(dps) > 1 else "") if w)
             ok = [tp for tp in tps if fits(gpu, tp, vals)]
-            stages = f" with {pp} pipeline stages" if len(pps) > 1 else ""
             if notes is not None and len(ok) < len(tps):
-                notes.append(f"{gpu}: skipped tensor parallel {', '.join(str(t) for t in tps if t not in ok)}{stages} "
-                             "(the model and a KV pool do not fit, or the heads or layers do not split)")
+                notes.append(f"{gpu}: skipped tensor parallel {', '.join(str(t) for t in tps if t not in ok)}"
+                             f"{' with ' + what if what else ''} (the model and a KV pool do not fit, or the "
+                             "heads, layers or experts do not split)")
             if not ok:
                 continue
             step = math.gcd(*ok) * unit
             if max_gpus < min(ok) * unit:
-                if len(pps) == 1:
+                if len(shapes) == 1:
                     raise ConfigError(f"--fleet-max-gpus {max_gpus} is less than one replica of {min(ok) * unit} GPUs")
                 too_big.append(min(ok) * unit)
                 if notes is not None:
-                    notes.append(f"{gpu}: skipped {pp} pipeline stages (a replica spans {min(ok) * unit} GPUs, more "
-                                 f"than --fleet-max-gpus {max_gpus})")
+                    notes.append(f"{gpu}: skipped {what} (a replica spans {min(ok) * unit} GPUs, more than "
+                                 f"--fleet-max-gpus {max_gpus})")
                 continue
             searched = True
-            rows.extend(_search(gpu, cost, ok, pp, dp, step, max_gpus, trace, vals, rate, slos, (link, shared_link), allocator,
-                                routers, lambda jobs, label: run_jobs(evaluate, jobs, workers, backend, address,
-                                                                      label=label)))
+            rows.extend(_search(gpu, cost, ok, pp, dp, step, max_gpus, trace, vals, rate, slos, (link, shared_link),
+                                allocator, routers, lambda jobs, label: run_jobs(evaluate, jobs, workers, backend,
+                                                                                 address, label=label)))
     if too_big and not searched:
         raise ConfigError(f"--fleet-max-gpus {max_gpus} is less than one replica of {min(too_big)} GPUs")
     return rows
