@@ -160,3 +160,14 @@ def test_the_search_tries_data_parallel_rank_counts(small_trace):
     assert all(r["gpus"] == 8 for r in rows)
     assert any(r["layout"] == "1x h200 dp8" for r in rows)
     assert any("skipped tensor parallel 1 with 1 data-parallel ranks" in n for n in notes)
+
+
+def test_the_search_tries_layouts_with_and_without_expert_parallelism(small_trace):
+    slos = parse_slos("ttft_p99=30s")
+    rows = plan_fleet(small_trace, {"model": "deepseek-v3"}, [("h200", None)], slos, 8, ["least-requests"], 4.0,
+                      tps=[8], eps=[False, True])
+    assert {r["layout"] for r in rows} == {"1x h200 tp8", "1x h200 tp8 ep"}
+    by = {r["ep"]: r for r in rows}
+    assert by[True]["tpot_p99_s"] != by[False]["tpot_p99_s"]  # whole experts per GPU, not width slices
+    cmds = vllm_commands(by[True], "deepseek-v3", {})
+    assert "--enable-expert-parallel" in cmds[1] and "--enable-expert-parallel" not in vllm_commands(by[False], "d", {})[1]

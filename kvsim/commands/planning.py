@@ -115,7 +115,8 @@ def cmd_fleet_plan(a: argparse.Namespace, cfg, slos) -> int:
     values.pop("gpu", None)
     notes: list[str] = []
     rows = plan_fleet(a.trace, values, gpus, slos, a.fleet_max_gpus, routers, a.target_rate, a.kv_link, a.workers,
-                      a.backend, a.address, allocator, a.fleet_tp, notes, a.fleet_pp, a.kv_link_shared, a.fleet_dp)
+                      a.backend, a.address, allocator, a.fleet_tp, notes, a.fleet_pp, a.kv_link_shared, a.fleet_dp,
+                      [False, True] if a.fleet_ep else None)
     for note in notes:
         print(note, file=sys.stderr)
     best = cheapest(rows)
@@ -347,6 +348,9 @@ def register(sub) -> None:
                     help="data-parallel rank counts the fleet plan tries, e.g. 1,8 (MoE models: DeepSeek-style "
                          "serving): each searched on its own, every replica of a layout with as many ranks "
                          "[default: --data-parallel-size]")
+    fl.add_argument("--fleet-ep", action="store_true",
+                    help="MoE models: the fleet plan tries every layout with and without expert parallelism "
+                         "(--enable-expert-parallel) [default: as --enable-expert-parallel says]")
     fl.add_argument("--kv-link-shared", action="store_true",
                     help="fleet plan: each engine's links carry one KV transfer at a time (kvsim cluster "
                          "--kv-link-shared)")

@@ -28,6 +28,7 @@ class Layout:
     prefill_tp: int = 0  # GPUs per prefill replica (0: as ``tp``)
     pp: int = 1  # pipeline stages of every replica (each stage ``tp`` GPUs)
     dp: int = 1  # data-parallel ranks of every replica (each rank ``tp`` x ``pp`` GPUs)
+    ep: bool | None = None  # expert parallelism (MoE) for every replica; None: as the simulation options say
 
     @property
     def ptp(self) -> int:
@@ -50,7 +51,8 @@ class Layout:
             name = f"{self.prefill}P{self.decode}D {self.gpu}{tp}"
         else:
             name = f"{self.prefill}P(tp{self.ptp}){self.decode}D(tp{self.tp}) {self.gpu}"
-        return name + (f" pp{self.pp}" if self.pp > 1 else "") + (f" dp{self.dp}" if self.dp > 1 else "")
+        return name + (f" pp{self.pp}" if self.pp > 1 else "") + (f" dp{self.dp}" if self.dp > 1 else "") + \
+            (" ep" if self.ep else "")
 
 
 @dataclass(frozen=True)
@@ -87,7 +89,8 @@ def evaluate(job: FleetJob) -> dict:
     from kvsim.trace import load_trace
 
     L = job.layout
-    shape = {"gpu": L.gpu, "pipeline_parallel_size": L.pp, "data_parallel_size": L.dp}
+    shape = {"gpu": L.gpu, "pipeline_parallel_size": L.pp, "data_parallel_size": L.dp,
+             **({} if L.ep is None else {"enable_expert_parallel": L.ep})}
     cfg = config_from_options({**job.values, **shape, "tensor_parallel_size": L.tp})
     spec = resolve_allocator(job.allocator, cfg)
     reqs = rescaled(load_trace(job.trace).requests, job.rate)
@@ -106,7 +109,7 @@ def evaluate(job: FleetJob) -> dict:
     duration = max(s["duration_s"], 1e-12)
     row = {"gpu": L.gpu, "layout": L.name, "mode": "disaggregated" if L.prefill else "aggregated",
            "prefill": L.prefill, "decode": L.decode, "tp": L.tp, "prefill_tp": L.ptp if L.prefill else 0, "pp": L.pp,
-           "dp": L.dp,
+           "dp": L.dp, "ep": bool(job.values.get("enable_expert_parallel")) if L.ep is None else L.ep,
            "router": L.router, "gpus": L.gpus,
            "meets_slo": not bad, "violations": "; ".join(bad), "slo_attainment": float(ok.mean()) if len(req) else 0.0,
            "finished": s["finished"], "ttft_p99_s": s["ttft_p99_s"], "tpot_p99_s": s["tpot_p99_s"],
@@ -122,7 +125,7 @@ def evaluate(job: FleetJob) -> dict:
 
 
 def layouts_of(gpu: str, tps: int | list[int], gpus: int, routers: list[str], by_gpus: bool = False,
-               pp: int = 1, dp: int = 1) -> list[Layout]:
+               pp: int = 1, dp: int = 1, ep: bool | None = None) -> list[Layout]:
     """The layouts of a fleet: aggregated behind each router; disaggregated behind the first router, every
     split up to 8 replicas and 1:3, 1:1, 3:1 of the GPUs (rounded) beyond, for every pair of TP sizes.
     With one TP size and ``by_gpus`` False, ``gpus`` counts replicas (the fleet of ``gpus`` x tp x pp x dp GPUs).
@@ -134,7 +137,7 @@ def layouts_of(gpu: str, tps: int | list[int], gpus: int, routers: list[str], by
         gpus *= tps[0] * unit
     if gpus % unit:
         return []
-    return [replace(L, pp=pp, dp=dp) for L in _layouts_of_stages(gpu, tps, gpus // unit, routers)]
+    return [replace(L, pp=pp, dp=dp, ep=ep) for L in _layouts_of_stages(gpu, tps, gpus // unit, routers)]
 
 
 def _layouts_of_stages(gpu: str, tps: list[int], gpus: int, routers: list[str]) -> list[Layout]:
@@ -166,13 +169,13 @@ def plan_fleet(trace: str, values: dict, gpus: list[tuple[str, float | None]], s
                routers: list[str], rate: float | None, link: str = "rdma", workers: int = 1, backend: str = "local",
                address: str | None = None, allocator: str = "paged+prefix", tps: list[int] | None = None,
                notes: list[str] | None = None, pps: list[int] | None = None, shared_link: bool = False,
-               dps: list[int] | None = None) -> list[dict]:
+               dps: list[int] | None = None, eps: list[bool] | None = None) -> list[dict]:
     """Every layout simulated, each row with ``probe`` (the search step that simulated its fleet size); the
     cheapest that meets every SLO is the first row of :func:`cheapest`. ``tps``: the tensor-parallel sizes
     tried for each pool (default: the configured one); ``pps`` and ``dps``: the pipeline stage counts and
-    data-parallel rank counts tried (default: the configured ones; each pair is searched on its own, every
-    replica of a layout having as many stages and ranks); sizes a replica cannot hold the model at are
-    skipped and said in ``notes``."""
+    data-parallel rank counts tried, ``eps``: with and/or without expert parallelism (default: the configured
+    ones; each combination is searched on its own, every replica of a layout alike); sizes a replica cannot
+    hold the model at are skipped and said in ``notes``."""
     import math
 
     from kvsim.planning.parallel import run_jobs
@@ -180,15 +183,17 @@ def plan_fleet(trace: str, values: dict, gpus: list[tuple[str, float | None]], s
     pps = sorted(set(pps or [int(values.get("pipeline_parallel_size") or 1)]))
     dps = sorted(set(dps or [int(values.get("data_parallel_size") or 1)]))
     tps = sorted(set(tps or [int(values.get("tensor_parallel_size") or 1)]))
-    shapes = [(pp, dp) for dp in dps for pp in pps]
+    eps = sorted(set(eps or [bool(values.get("enable_expert_parallel"))]))
+    shapes = [(pp, dp, ep) for ep in eps for dp in dps for pp in pps]
     rows: list[dict] = []
     too_big, searched = [], False
     for gpu, cost in gpus:
-        for pp, dp in shapes:
-            vals = {**values, "pipeline_parallel_size": pp, "data_parallel_size": dp}
+        for pp, dp, ep in shapes:
+            vals = {**values, "pipeline_parallel_size": pp, "data_parallel_size": dp, "enable_expert_parallel": ep}
             unit = pp * dp  # the search sizes fleets in steps of whole replicas' stages and ranks
             what = ", ".join(w for w in (f"{pp} pipeline stages" if len(pps) > 1 else "",
-                                         f"{dp} data-parallel ranks" if len(dps) > 1 else "") if w)
+                                         f"{dp} data-parallel ranks" if len(dps) > 1 else "",
+                                         ("" if ep else "no ") + "expert parallelism" if len(eps) > 1 else "") if w)
             ok = [tp for tp in tps if fits(gpu, tp, vals)]
             if notes is not None and len(ok) < len(tps):
                 notes.append(f"{gpu}: skipped tensor parallel {', '.join(str(t) for t in tps if t not in ok)}"
@@ -206,7 +211,7 @@ def plan_fleet(trace: str, values: dict, gpus: list[tuple[str, float | None]], s
                                  f"--fleet-max-gpus {max_gpus})")
                 continue
             searched = True
-            rows.extend(_search(gpu, cost, ok, pp, dp, step, max_gpus, trace, vals, rate, slos, (link, shared_link),
+            rows.extend(_search(gpu, cost, ok, (pp, dp, ep if len(eps) > 1 else None), step, max_gpus, trace, vals, rate, slos, (link, shared_link),
                                 allocator, routers, lambda jobs, label: run_jobs(evaluate, jobs, workers, backend,
                                                                                  address, label=label)))
     if too_big and not searched:
@@ -214,16 +219,18 @@ def plan_fleet(trace: str, values: dict, gpus: list[tuple[str, float | None]], s
     return rows
 
 
-def _search(gpu, cost, ok, pp, dp, step, max_gpus, trace, values, rate, slos, link, allocator, routers, run_jobs):
-    """Fleets of one GPU type and stage count: doubling from one replica until a layout meets every SLO, then
-    bisection down to the smallest that does; every layout simulated is a row. ``link``: (--kv-link, shared)."""
+def _search(gpu, cost, ok, shape, step, max_gpus, trace, values, rate, slos, link, allocator, routers, run_jobs):
+    """Fleets of one GPU type and replica shape (stages, data-parallel ranks, expert parallelism): doubling from
+    one replica until a layout meets every SLO, then bisection down to the smallest that does; every layout
+    simulated is a row. ``link``: (--kv-link, shared)."""
+    pp, dp, ep = shape
     rows: list[dict] = []
     probes = []
 
     def run(units: int) -> bool:
         probes.append(units)
         jobs = [FleetJob(trace, values, L, rate, tuple(slos), link[0], cost, allocator, link[1])
-                for L in layouts_of(gpu, ok, units * step, routers, by_gpus=True, pp=pp, dp=dp)]
+                for L in layouts_of(gpu, ok, units * step, routers, by_gpus=True, pp=pp, dp=dp, ep=ep)]
         got = run_jobs(jobs, f"{gpu} {units * step} GPUs")
         for r in got:
             r["probe"] = len(probes)
@@ -275,7 +282,7 @@ def vllm_commands(row: dict, model: str, values: dict) -> list[str]:
                       ("block_size", "--block-size"), ("kv_cache_dtype", "--kv-cache-dtype")):
         if values.get(key) is not None:
             flags.append(f"{flag} {values[key]}")
-    if values.get("enable_expert_parallel"):
+    if row.get("ep", values.get("enable_expert_parallel")):
         flags.append("--enable-expert-parallel")
     if row.get("pp", 1) > 1:
         flags.append(f"--pipeline-parallel-size {row['pp']}")
