@@ -93,6 +93,11 @@ def set_pool(mem: MemoryConfig, kv_bytes_per_token: int) -> PoolPlan | None:
     return None
 
 
+def _parallel(tp: int, dp: int) -> str:
+    """'tensor parallel 2', with the data-parallel ranks when there are several (messages)."""
+    return f"tensor parallel {tp}" + (f" and {dp} data-parallel ranks" if dp > 1 else "")
+
+
 def set_pool_problem(plan: PoolPlan, model: ModelSpec, gpu: GpuSpec, tp: int, ignore_gpu_memory: bool,
                      dp: int = 1) -> str | None:
     """Why a pool set directly (not derived) cannot be, or None. It must hold at least one block's worth of
@@ -105,7 +110,7 @@ def set_pool_problem(plan: PoolPlan, model: ModelSpec, gpu: GpuSpec, tp: int, ig
     room = gpu.memory_bytes - weights
     if plan.pool_bytes > room and not ignore_gpu_memory:
         return (f"a {plan.pool_bytes / GiB:,.1f} GiB pool does not fit on {gpu.name} ({gpu.memory_bytes / GiB:.1f} GiB,"
-                f" {weights / GiB:.1f} GiB of it weights at tensor parallel {tp}); use a bigger"
+                f" {weights / GiB:.1f} GiB of it weights at {_parallel(tp, dp)}); use a bigger"
                 " --gpu, more --tensor-parallel-size, a smaller pool, or --ignore-gpu-memory for a what-if pool")
     return None
 
@@ -131,8 +136,7 @@ def plan_pool(model: ModelSpec, gpu: GpuSpec, mem: MemoryConfig, tp: int = 1, dp
     pool = int(usable - weights - reserve)
     if pool < per_token * 16:
         raise ConfigError(
-            f"{model.name} does not fit on {gpu.name} with tp={tp}" + (f" and {dp} data-parallel ranks" if dp > 1
-                                                                         else "") + f": {usable / GiB:.1f} GiB usable,"
+            f"{model.name} does not fit on {gpu.name} at {_parallel(tp, dp)}: {usable / GiB:.1f} GiB usable,"
             f" weights {weights / GiB:.1f} GiB, reserve {reserve / GiB:.1f} GiB leave no KV pool"
             " (try --tensor-parallel-size, a bigger GPU, or --kv-pool-gb)"
         )

@@ -242,6 +242,20 @@ def test_quantized_experts_are_priced_from_their_own_kernels():
     assert Calibration.from_json(shipped.to_json()).moe_quant == shipped.moe_quant
 
 
+def _mla_layers(c, g, rows, tokens, attention) -> list[float]:
+    """Per row (heads per GPU, sequences, context): one DeepSeek-V3 MLA layer as PerOpModel prices it, its
+    projections on ``tokens(b, ctx)`` tokens plus ``attention(model, b, ctx)``."""
+    from kvsim.latency.perop import mla_ops
+
+    m = get_model("deepseek-v3")
+    out = []
+    for h, b, ctx in zip(rows.heads, rows.tokens, rows.context):
+        tp = 128 // h
+        pm = PerOpModel(m, g, c, get_cpu_overhead("none"), tp)
+        out.append(sum(op.seconds(c, g, tokens(b, ctx), 2) for op in mla_ops(m, tp)) + attention(pm, b, ctx))
+    return out
+
+
 def test_mla_decode_is_priced_as_the_fit_prices_it():
     """The MLA module fit's vectorised pricing equals PerOpModel's for a DeepSeek-V3 layer: the module's
     projection kernels plus decode attention with the calibration's mla_decode (and, without one, the generic
@@ -249,20 +263,14 @@ def test_mla_decode_is_priced_as_the_fit_prices_it():
     import numpy as np
 
     from kvsim.latency.aic import mla_seconds
-    from kvsim.latency.perop import mla_ops
 
     g = get_gpu("h100-80gb")
     calib, _ = shipped_calibration(g)
     assert calib.mla_decode is not None and "mla_generation_module_perf" in calib.sources["mla_decode"]
     rows = pd.DataFrame({"model": "deepseek-v3", "heads": [128, 16, 16], "tokens": [1, 32, 256],
                          "context": [1000, 8000, 300], "seconds": 1.0})
-    m = get_model("deepseek-v3")
     for c in (calib, replace(calib, mla_decode=None)):
-        want = []
-        for h, b, ctx in zip(rows.heads, rows.tokens, rows.context):
-            tp = 128 // h
-            pm = PerOpModel(m, g, c, get_cpu_overhead("none"), tp)
-            want.append(sum(op.seconds(c, g, b, 2) for op in mla_ops(m, tp)) + pm.decode_attention_layer_s(b, b * ctx))
+        want = _mla_layers(c, g, rows, lambda b, ctx: b, lambda pm, b, ctx: pm.decode_attention_layer_s(b, b * ctx))
         assert mla_seconds(c.mla_decode, c, g, rows) == pytest.approx(np.array(want), rel=1e-12)
     # the generic pricing left MLA layers about 40% short on H100 (reports/latency-validation/aic.md)
     assert calib.fit["aic"]["mla_decode"]["held_out"]["all"]["median"] == pytest.approx(1.0, abs=0.1)
@@ -273,19 +281,13 @@ def test_mla_prefill_is_priced_as_the_fit_prices_it():
     import numpy as np
 
     from kvsim.latency.aic import mla_prefill_seconds
-    from kvsim.latency.perop import mla_ops
 
     g = get_gpu("b200")
     calib, _ = shipped_calibration(g)
     assert calib.mla_prefill is not None
     rows = pd.DataFrame({"model": "deepseek-v3", "heads": [128, 16, 32], "tokens": [1, 4, 2],
                          "context": [4096, 256, 1000], "seconds": 1.0})
-    m = get_model("deepseek-v3")
     for c in (calib, replace(calib, mla_prefill=None)):
-        want = []
-        for h, b, new in zip(rows.heads, rows.tokens, rows.context):
-            tp = 128 // h
-            pm = PerOpModel(m, g, c, get_cpu_overhead("none"), tp)
-            want.append(sum(op.seconds(c, g, b * new, 2) for op in mla_ops(m, tp))
-                        + pm.prefill_attention_layer_s([(new, 0)] * b))
+        want = _mla_layers(c, g, rows, lambda b, new: b * new,
+                           lambda pm, b, new: pm.prefill_attention_layer_s([(new, 0)] * b))
         assert mla_prefill_seconds(c.mla_prefill, c, g, rows) == pytest.approx(np.array(want), rel=1e-12)

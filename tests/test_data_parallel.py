@@ -136,9 +136,6 @@ def test_what_data_parallel_ranks_refuse(tmp_path, capsys):
 
 def _lockstep_run(lockstep: bool):
     """Two ranks: a (100-token prompt, 3 tokens) reaches rank 0 at 0, b the same at 0.005 to rank 1."""
-    import sys
-
-    sys.path.insert(0, "tests")
     from helpers import FixedLatency, req, sched
 
     from kvsim.allocators import make_allocator

@@ -89,10 +89,9 @@ def test_hf_configs_read_as_vllm_serves_them(tmp_path):
     (vLLM's dtype auto)."""
     import json
 
-    gemma = {"model_type": "gemma2", "num_hidden_layers": 42, "hidden_size": 3584, "num_attention_heads": 16,
-             "num_key_value_heads": 8, "head_dim": 256, "intermediate_size": 14336, "vocab_size": 256000,
-             "max_position_embeddings": 8192, "torch_dtype": "float32", "sliding_window": 4096,
-             "hidden_act": "gelu_pytorch_tanh", "tie_word_embeddings": True}
+    from helpers import gemma2_config
+
+    gemma = gemma2_config(torch_dtype="float32", hidden_act="gelu_pytorch_tanh")
     p = tmp_path / "config.json"
     p.write_text(json.dumps(gemma))
     m = get_model(str(p))

@@ -181,10 +181,9 @@ def test_a_model_with_mamba_layers_needs_a_layer_group_allocator():
 def test_hf_configs_of_hybrid_models_read_like_the_presets(tmp_path):
     import json
 
-    cfg = {"model_type": "gemma2", "num_hidden_layers": 42, "hidden_size": 3584, "num_attention_heads": 16,
-           "num_key_value_heads": 8, "head_dim": 256, "intermediate_size": 14336, "vocab_size": 256000,
-           "max_position_embeddings": 8192, "torch_dtype": "bfloat16", "sliding_window": 4096,
-           "hidden_activation": "gelu_pytorch_tanh", "tie_word_embeddings": True}
+    from helpers import gemma2_config
+
+    cfg = gemma2_config(hidden_activation="gelu_pytorch_tanh")
     p = tmp_path / "config.json"
     p.write_text(json.dumps(cfg))
     m = get_model(str(p))

@@ -187,18 +187,20 @@ class PagedAllocator(KVAllocator):
                 if n > held + B:
                     return False
                 need.append((s, table))
-        pool = self.pool
-        if len(need) > pool.num_free:
+        if len(need) > self.pool.num_free:
             return False
-        take = pool.take_one_if_free
+        take, add = self.pool.take_one_if_free, self._add_decode_block
         for s, table in need:
-            table.append(take())  # cannot fail: as many blocks are free
-            r = s.req
-            final = r.prompt_tokens + r.output_tokens
-            if len(table) * B > final:
-                self._set_overhang(s.sid, len(table) * B, final)
-        core.in_use += len(need)
+            add(s.sid, table, s.req, take())  # cannot fail: as many blocks are free
         return True
+
+    def _add_decode_block(self, seq_id: int, table: list[int], request: Request, block: int) -> None:
+        """A decode's next block joins its table (what lies past the request's final length is its waste)."""
+        table.append(block)
+        self.core.in_use += 1
+        held, final = len(table) * self.block_size, request.prompt_tokens + request.output_tokens
+        if held > final:
+            self._set_overhang(seq_id, held, final)
 
     def _grow(self, seq_id: int, request: Request, num_tokens: int) -> bool:
         table = self._tables.get(seq_id)
@@ -215,14 +217,10 @@ class PagedAllocator(KVAllocator):
         if table is not None and num_tokens <= (len(table) + 1) * B:  # a decode's growth: at most one block
             if num_tokens <= len(table) * B:
                 return True
-            b = self.pool.take_one_if_free()  # BlockTables.take_one, inlined: every decode's block boundary is here
+            b = self.pool.take_one_if_free()  # one call, not two: every decode's block boundary is here
             if b < 0:
                 return False
-            table.append(b)
-            core.in_use += 1
-            held, final = len(table) * B, request.prompt_tokens + request.output_tokens
-            if held > final:
-                self._set_overhang(seq_id, held, final)
+            self._add_decode_block(seq_id, table, request, b)
             return True
         need = blocks_for(num_tokens, B) - (len(table) if table is not None else 0)
         if need <= 0:

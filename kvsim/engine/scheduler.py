@@ -525,11 +525,12 @@ class Scheduler:
                 while j < end and todo[j].key in lazy_of:
                     j += 1
                 run = [x for x in todo[i - 1:j] if x.status == Status.RUNNING]
-                if len(run) > 1 and lazy_between(done_key, run[-1].key) + 1 <= budget and alloc.grow_decodes(run):
+                c = lazy_between(done_key, run[-1].key) + 1 if len(run) > 1 else 0  # lazy decoders to the run's end
+                if 0 < c <= budget and alloc.grow_decodes(run):
                     grew = self._grew
                     for x in run:
                         grew(lazy_of[x.key])
-                    budget -= lazy_between(done_key, run[-1].key) + 1
+                    budget -= c
                     done_key = run[-1].key
                     i = j
                     if budget == 0:

@@ -113,33 +113,33 @@ def build_replicas(groups: list[ReplicaGroup], trace: TraceArrivals, horizon: fl
     for g in groups:
         pool = g.plan()
         latency = build_latency(g.cfg)  # stateless: one per group
+        sched, victim = g.cfg.engine_scheduler(), get_victim_policy(g.cfg.victim_policy)
+        coupled = g.cfg.dp > 1 and g.cfg.model.is_moe  # a MoE replica's ranks step together
+        if coupled and touched is None:
+            raise ValueError("data-parallel MoE ranks need the driver's touched list")
         out.members.append(list(range(len(out.engines), len(out.engines) + g.engines)))
-        for _ in range(g.engines):
-            alloc = build_allocator(g.cfg, g.allocator, pool)
-            if isinstance(store, TierSpec):
-                store = KVTier(store, block_bytes(alloc, pool))
-            if store is not None:
-                if block_bytes(alloc, pool) != store.block_bytes:
-                    raise ConfigError(f"--shared-kv-store: group {g.name} has blocks of {block_bytes(alloc, pool):,} "
-                                      f"bytes, the store {store.block_bytes:,}; replicas sharing a store must "
-                                      f"store the same blocks (model, TP, block size)")
-                attach_tier(alloc, store)
-            extra = hooks(len(out.engines)) if hooks is not None else {}
-            engine = Engine(alloc, latency, g.cfg.engine_scheduler(), get_victim_policy(g.cfg.victim_policy),
-                            first_sample_id=len(trace.seqs), resolution_s=trace.resolution_s,
-                            horizon=horizon, swap_timing=swap_timing(g.cfg, alloc, pool),
-                            on_complete=on_complete, **extra)
-            if g.cfg.dp > 1 and g.cfg.model.is_moe:
-                if touched is None:
-                    raise ValueError("data-parallel MoE ranks need the driver's touched list")
-                rank = (len(out.engines) - out.members[-1][0]) % g.cfg.dp
-                if rank == 0:
-                    group = Lockstep(touched)
-                group.add(engine, offset + len(out.engines))
-            out.engines.append(engine)
-            out.pools.append(pool)
-            out.gpus.append(g.cfg.gpus)
-            out.names.append(prefix + g.name)
+        for _ in range(g.count):
+            lockstep = Lockstep(touched) if coupled else None
+            for _ in range(g.cfg.dp):
+                alloc = build_allocator(g.cfg, g.allocator, pool)
+                if isinstance(store, TierSpec):
+                    store = KVTier(store, block_bytes(alloc, pool))
+                if store is not None:
+                    if block_bytes(alloc, pool) != store.block_bytes:
+                        raise ConfigError(f"--shared-kv-store: group {g.name} has blocks of "
+                                          f"{block_bytes(alloc, pool):,} bytes, the store {store.block_bytes:,}; "
+                                          "replicas sharing a store must store the same blocks (model, TP, block size)")
+                    attach_tier(alloc, store)
+                extra = hooks(len(out.engines)) if hooks is not None else {}
+                engine = Engine(alloc, latency, sched, victim, first_sample_id=len(trace.seqs),
+                                resolution_s=trace.resolution_s, horizon=horizon,
+                                swap_timing=swap_timing(g.cfg, alloc, pool), on_complete=on_complete, **extra)
+                if lockstep is not None:
+                    lockstep.add(engine, offset + len(out.engines))
+                out.engines.append(engine)
+                out.pools.append(pool)
+                out.gpus.append(g.cfg.gpus)
+                out.names.append(prefix + g.name)
     out.every = list(range(len(out.engines)))
     out.store = store
     return out

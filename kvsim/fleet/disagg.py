@@ -150,9 +150,9 @@ def simulate_disagg(requests: list[Request], prefill: list[ReplicaGroup], decode
     P = build_replicas(prefill, trace, horizon, done, "prefill:", hooks=lambda i: {"handoff": make_handoff(i)},
                        store=store, touched=touched)
     np_ = len(P.engines)
-    nic_free = [0.0] * (np_ + sum(g.engines for g in decode))  # per engine: when its links are next free
     D = build_replicas(decode, trace, horizon, done, "decode:", hooks=lambda j: {"kv_loader": make_loader(j)},
                        store=P.store, touched=touched, offset=np_)
+    nic_free = [0.0] * (np_ + len(D.engines))  # per engine (prefill, then decode): when its links are next free
     # bytes of one token's KV on all of a prefill engine's GPUs
     token_bytes = [slot_bytes(e.alloc, pool) * e.alloc.token_slots * t for e, pool, t in zip(P.engines, P.pools, P.gpus)]
     to_decode = routing(make_router(decode_router, D.engines, options), D, decode_of, np_)

@@ -107,7 +107,7 @@ class DataParallelBalancer(Router):
 
     def pick(self, request, candidates, now):
         eng = self.engines
-        return min(candidates, key=lambda i: 3 * eng[i].queue_len + eng[i].outstanding)
+        return min(candidates, key=lambda i: 3 * eng[i].queue_len + eng[i].outstanding)  # outstanding = waiting + running
 
 
 class LeastKV(Router):

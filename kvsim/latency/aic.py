@@ -331,11 +331,19 @@ def _elem_bytes(series, path) -> np.ndarray:
     return s.map(_KV_BYTES).to_numpy(int)
 
 
-def read_all_reduce(custom: Path | None, nccl: Path | None, backend: str = "vllm"):
+def nccl_half_rows(nccl: Path):
+    """An NCCL table's half-precision rows (nccl-tests' sizes are element counts), ``op_name`` stripped."""
+    n = read_table(nccl, ("num_gpus", "message_size", "latency", "op_name"))
+    if "nccl_dtype" in n.columns:
+        n = n[n["nccl_dtype"].astype(str).str.strip().str.lower().isin(["half", "bfloat16", "float16"])]
+    return n.assign(op_name=n["op_name"].astype(str).str.strip())
+
+
+def read_all_reduce(custom: Path | None, nccl: Path | None, backend: str = "vllm", nccl_rows=None):
     """All-reduce rows (num_gpus, message_bytes, seconds, backend, graph_s, nccl_s, eager_s) from vLLM's
     custom_allreduce table and/or NCCL's all_reduce rows; ``backend``: "vllm" (the CUDA-graph time where
     measured and no slower than NCCL, else NCCL), "vllm_graph" (the CUDA-graph time as measured, NCCL only
-    where it is missing) or "nccl"."""
+    where it is missing) or "nccl". ``nccl_rows``: :func:`nccl_half_rows` of ``nccl``, if already read."""
     import pandas as pd
 
     if backend not in ("vllm", "vllm_graph", "nccl"):
@@ -348,10 +356,8 @@ def read_all_reduce(custom: Path | None, nccl: Path | None, backend: str = "vllm
                      which=c["backend"].astype(str).str.strip().map({"vllm_graph": "graph_s", "vllm_eager": "eager_s"}))
         parts.append(c.dropna(subset=["which"]))
     if nccl is not None:
-        n = read_table(nccl, ("num_gpus", "message_size", "latency", "op_name"))
-        n = n[n["op_name"].astype(str).str.strip() == "all_reduce"]
-        if "nccl_dtype" in n.columns:
-            n = n[n["nccl_dtype"].astype(str).str.strip().str.lower().isin(["half", "bfloat16", "float16"])]
+        n = nccl_half_rows(nccl) if nccl_rows is None else nccl_rows
+        n = n[n["op_name"] == "all_reduce"]
         if n.empty:
             raise ConfigError(f"{nccl}: no half-precision all_reduce rows")
         parts.append(n.assign(message_bytes=n["message_size"].to_numpy(np.int64) * 2, which="nccl_s"))
@@ -379,20 +385,16 @@ def read_all_reduce(custom: Path | None, nccl: Path | None, backend: str = "vllm
     return out[np.isfinite(out["seconds"])].sort_values(["num_gpus", "message_bytes"]).reset_index(drop=True)
 
 
-def read_exchange(nccl: Path):
+def read_exchange(rows):
     """A MoE layer's exchange among data-parallel ranks as NCCL measures its two halves: per (num_gpus, buffer
-    bytes), the all-gather's plus the reduce-scatter's median seconds (half precision; nccl-tests' sizes are
-    the whole buffer's elements). None where the table has not both."""
-    n = read_table(nccl, ("num_gpus", "message_size", "latency", "op_name"))
-    if "nccl_dtype" in n.columns:
-        n = n[n["nccl_dtype"].astype(str).str.strip().str.lower().isin(["half", "bfloat16", "float16"])]
-    op = n["op_name"].astype(str).str.strip()
-    n = n[op.isin(["all_gather", "reduce_scatter"]) & np.isfinite(n["latency"].to_numpy(float))
-          & (n["latency"].to_numpy(float) > 0)]
+    bytes), the all-gather's plus the reduce-scatter's median seconds, from :func:`nccl_half_rows` (the sizes
+    are the whole buffer's elements). None where the table has not both."""
+    lat = rows["latency"].to_numpy(float)
+    n = rows[rows["op_name"].isin(["all_gather", "reduce_scatter"]) & np.isfinite(lat) & (lat > 0)]
     if n.empty:
         return None
-    wide = n.assign(op=op).pivot_table(index=["num_gpus", "message_size"], columns="op", values="latency",
-                                       aggfunc="median").dropna()
+    wide = n.pivot_table(index=["num_gpus", "message_size"], columns="op_name", values="latency",
+                         aggfunc="median").dropna()
     if wide.empty or len(wide.columns) < 2:
         return None
     wide = wide.reset_index()
@@ -441,9 +443,11 @@ def read_aic(root: str | Path, system: str | None = None, version: str | None = 
                               "comm/nccl/<version>/nccl_perf with all_reduce rows)")
         if all_reduce_backend == "nccl" and nccl is None:
             raise ConfigError(f"{sysdir / 'comm' / 'nccl'}: no nccl_perf table with all_reduce rows")
-        got["all_reduce"] = read_all_reduce(custom if all_reduce_backend != "nccl" else None, nccl, all_reduce_backend)
-        if nccl is not None:
-            got["exchange"] = read_exchange(nccl)
+        rows = nccl_half_rows(nccl) if nccl is not None else None  # read once: all-reduce and exchange rows
+        got["all_reduce"] = read_all_reduce(custom if all_reduce_backend != "nccl" else None, nccl, all_reduce_backend,
+                                            rows)
+        if rows is not None:
+            got["exchange"] = read_exchange(rows)
             if got["exchange"] is None:
                 notes.append(f"{nccl}: no all_gather + reduce_scatter rows; the data-parallel MoE exchange is "
                              "priced on the NCCL all-reduce line")

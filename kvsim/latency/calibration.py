@@ -169,10 +169,18 @@ class LinkParams:
             t = min(t, self.large_latency_s + message_bytes / self.large_bandwidth)
         return t
 
-    @property
-    def nccl_latency_s(self) -> float:
-        """The NCCL line's fixed cost (the only line's where there is one)."""
-        return self.large_latency_s if self.large_bandwidth > 0 else self.latency_s
+    def nccl_line(self) -> "LinkParams":
+        """The NCCL line alone (the only line where there is one): collectives other than vLLM's custom
+        all-reduce run through NCCL."""
+        if self.large_bandwidth > 0:
+            return LinkParams(self.large_latency_s, self.large_bandwidth)
+        return LinkParams(self.latency_s, self.bandwidth)
+
+
+def _link_tables(d: dict, key: str) -> dict:
+    """A calibration's ``key`` table of collectives: interconnect -> group size -> LinkParams."""
+    return {ic: {_group_size(n): _build(LinkParams, p) for n, p in _object(table, ic).items()}
+            for ic, table in _object(d.get(key, {}), key).items()}
 
 
 def _nearest_group(table: dict, n: int) -> "LinkParams":
@@ -236,10 +244,7 @@ class Calibration:
                 elementwise=_elementwise(d["elementwise"]),
                 decode_attention=_build(DecodeAttentionParams, d["decode_attention"]),
                 prefill_attention=_build(PrefillAttentionParams, d["prefill_attention"]),
-                all_reduce={ic: {_group_size(n): _build(LinkParams, p) for n, p in _object(table, ic).items()}
-                            for ic, table in _object(d.get("all_reduce", {}), "all_reduce").items()},
-                exchange={ic: {_group_size(n): _build(LinkParams, p) for n, p in _object(table, ic).items()}
-                          for ic, table in _object(d.get("exchange", {}), "exchange").items()},
+                all_reduce=_link_tables(d, "all_reduce"), exchange=_link_tables(d, "exchange"),
                 sources=dict(d.get("sources", {})), fit=dict(d.get("fit", {})),
                 derived_from=str(d.get("derived_from", "")),
                 moe=_optional(MoeParams, d, "moe"),

@@ -42,8 +42,7 @@ from kvsim.hardware import GpuSpec, ModelSpec
 from kvsim.hardware.gpus import GPUS_PER_NODE, NIC_BYTES_S
 from kvsim.hardware.models import DTYPE_BYTES, first_attended
 from kvsim.latency.base import BREAKDOWN_COLUMNS, LatencyModel, StepShape, sum_max_of_two_affine
-from kvsim.latency.calibration import (MOE_QUANT, Calibration, DecodeAttentionParams, ElementwiseParams, GemmParams,
-                                      LinkParams)
+from kvsim.latency.calibration import MOE_QUANT, Calibration, DecodeAttentionParams, ElementwiseParams, GemmParams
 from kvsim.latency.cpu import CpuOverhead
 
 SAMPLER_BYTES_PER_VOCAB = 4 * 3  # fp32 logits, about three passes (temperature/softmax, top-p, sample)
@@ -300,11 +299,10 @@ class PerOpModel(LatencyModel):
             self._dispatch = calib.exchange_link(self.dp, interconnect)
             if self._dispatch is None:  # no all-gather/reduce-scatter measured: the NCCL all-reduce line
                 try:
-                    ar = calib.link(self.dp, interconnect)
+                    self._dispatch = calib.link(self.dp, interconnect).nccl_line()
                 except ConfigError:
                     raise ConfigError(f"calibration for {calib.gpu} has no collective measurements; data-parallel "
                                       "ranks price the MoE layers' exchange with them") from None
-                self._dispatch = LinkParams(ar.nccl_latency_s, ar.large_bandwidth or ar.bandwidth)
         self.emb = embedding_op(model)
         self.vocab = -(-model.vocab_size // tp)
         # FP8 KV halves the reads; MLA's latent is read whole by every rank
@@ -361,7 +359,7 @@ class PerOpModel(LatencyModel):
         for n, ops, experts in self.classes:
             layer = sum(op.seconds(calib, gpu, tokens, d) for op in ops)
             if experts is not None:
-                layer += experts.seconds(calib, gpu, tokens + (self.dp - 1) * sampled, d)
+                layer += experts.seconds(calib, gpu, self._moe_tokens(tokens, sampled), d)
             t += n * layer
         for part in self._head_parts(tokens, sampled):
             t += part
@@ -470,10 +468,15 @@ class PerOpModel(LatencyModel):
             act, logits = self._comm_parts(tokens, sampled)
             t = (2 * self.layers + 1 - self.moe_layers) * act + logits
             if self.moe_layers:
-                t += self.moe_layers * self.dispatch_s(tokens + (self.dp - 1) * sampled)
+                t += self.moe_layers * self.dispatch_s(self._moe_tokens(tokens, sampled))
             if len(self._comm_cache) < 65536:
                 self._comm_cache[key] = t
         return t
+
+    def _moe_tokens(self, tokens: int, sampled: int) -> int:
+        """Tokens the MoE layers take when this rank schedules ``tokens``: with data-parallel ranks, also each
+        other rank's, priced as decoding as many sequences as this one samples."""
+        return tokens + (self.dp - 1) * sampled
 
     def dispatch_s(self, tokens: int) -> float:
         """One MoE layer's exchange among dp ranks that schedule ``tokens`` tokens together: an all-gather of

@@ -109,7 +109,7 @@ def evaluate(job: FleetJob) -> dict:
     duration = max(s["duration_s"], 1e-12)
     row = {"gpu": L.gpu, "layout": L.name, "mode": "disaggregated" if L.prefill else "aggregated",
            "prefill": L.prefill, "decode": L.decode, "tp": L.tp, "prefill_tp": L.ptp if L.prefill else 0, "pp": L.pp,
-           "dp": L.dp, "ep": bool(job.values.get("enable_expert_parallel")) if L.ep is None else L.ep,
+           "dp": L.dp, "ep": cfg.enable_expert_parallel,
            "router": L.router, "gpus": L.gpus,
            "meets_slo": not bad, "violations": "; ".join(bad), "slo_attainment": float(ok.mean()) if len(req) else 0.0,
            "finished": s["finished"], "ttft_p99_s": s["ttft_p99_s"], "tpot_p99_s": s["tpot_p99_s"],
@@ -201,44 +201,46 @@ def plan_fleet(trace: str, values: dict, gpus: list[tuple[str, float | None]], s
                              "heads, layers or experts do not split)")
             if not ok:
                 continue
-            step = math.gcd(*ok) * unit
-            if max_gpus < min(ok) * unit:
+            smallest = min(ok) * unit  # GPUs of the smallest replica
+            if max_gpus < smallest:
                 if len(shapes) == 1:
-                    raise ConfigError(f"--fleet-max-gpus {max_gpus} is less than one replica of {min(ok) * unit} GPUs")
-                too_big.append(min(ok) * unit)
+                    raise ConfigError(f"--fleet-max-gpus {max_gpus} is less than one replica of {smallest} GPUs")
+                too_big.append(smallest)
                 if notes is not None:
-                    notes.append(f"{gpu}: skipped {what} (a replica spans {min(ok) * unit} GPUs, more than "
+                    notes.append(f"{gpu}: skipped {what} (a replica spans {smallest} GPUs, more than "
                                  f"--fleet-max-gpus {max_gpus})")
                 continue
             searched = True
-            rows.extend(_search(gpu, cost, ok, (pp, dp, ep if len(eps) > 1 else None), step, max_gpus, trace, vals, rate, slos, (link, shared_link),
-                                allocator, routers, lambda jobs, label: run_jobs(evaluate, jobs, workers, backend,
-                                                                                 address, label=label)))
+            named_ep = ep if len(eps) > 1 else None  # layouts name EP only when the search varies it
+
+            def simulate(n: int) -> list[dict]:  # every layout of a fleet of n GPUs (called before the loop moves on)
+                jobs = [FleetJob(trace, vals, L, rate, tuple(slos), link, cost, allocator, shared_link)
+                        for L in layouts_of(gpu, ok, n, routers, by_gpus=True, pp=pp, dp=dp, ep=named_ep)]
+                return run_jobs(evaluate, jobs, workers, backend, address, label=f"{gpu} {n} GPUs")
+
+            rows.extend(_search(simulate, math.gcd(*ok) * unit, smallest, max_gpus))
     if too_big and not searched:
         raise ConfigError(f"--fleet-max-gpus {max_gpus} is less than one replica of {min(too_big)} GPUs")
     return rows
 
 
-def _search(gpu, cost, ok, shape, step, max_gpus, trace, values, rate, slos, link, allocator, routers, run_jobs):
-    """Fleets of one GPU type and replica shape (stages, data-parallel ranks, expert parallelism): doubling from
-    one replica until a layout meets every SLO, then bisection down to the smallest that does; every layout
-    simulated is a row. ``link``: (--kv-link, shared)."""
-    pp, dp, ep = shape
+def _search(simulate, step: int, smallest: int, max_gpus: int) -> list[dict]:
+    """Fleets of one GPU type and replica shape, sized in steps of ``step`` GPUs from the ``smallest`` replica:
+    doubling until a layout meets every SLO, then bisection down to the smallest fleet that does; every layout
+    simulated (``simulate(gpus)``: the rows of a fleet of that many GPUs) is a row."""
     rows: list[dict] = []
     probes = []
 
     def run(units: int) -> bool:
         probes.append(units)
-        jobs = [FleetJob(trace, values, L, rate, tuple(slos), link[0], cost, allocator, link[1])
-                for L in layouts_of(gpu, ok, units * step, routers, by_gpus=True, pp=pp, dp=dp, ep=ep)]
-        got = run_jobs(jobs, f"{gpu} {units * step} GPUs")
+        got = simulate(units * step)
         for r in got:
             r["probe"] = len(probes)
         rows.extend(got)
         return any(r["meets_slo"] for r in got)
 
     top = max_gpus // step
-    lo, hi, n = 0, None, max(1, min(ok) * pp * dp // step)
+    lo, hi, n = 0, None, max(1, smallest // step)
     while n <= top:
         if run(n):
             hi = n
