@@ -139,3 +139,14 @@ def test_tier_options_fail_cleanly(args, msg, tmp_path):
                         "--routers", "round-robin", "--out", str(tmp_path), *args],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode != 0 and msg in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+def test_layerwise_loads_without_a_lower_tier_are_said_to_change_nothing(tmp_path, capsys):
+    from kvsim.cli import main
+
+    assert main(["run", "--trace", "traces/chat.jsonl", "--kv-load-layerwise", "--no-plots", "--out",
+                 str(tmp_path / "r")]) == 0
+    assert "--kv-load-layerwise changes nothing" in capsys.readouterr().err
+    assert main(["run", "--trace", "traces/chat.jsonl", "--kv-load-layerwise", "--kv-offloading-size", "1",
+                 "--allocator", "paged+prefix", "--no-plots", "--out", str(tmp_path / "s")]) == 0
+    assert "changes nothing" not in capsys.readouterr().err

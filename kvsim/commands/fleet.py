@@ -149,6 +149,10 @@ def cmd_cluster(a: argparse.Namespace) -> int:
 
     link = parse_link(a.kv_link)
     store = _store(a.shared_kv_store)
+    from kvsim.commands.simulate import setting_warnings
+
+    for warning in setting_warnings(cfg, [], [], shared_store=store is not None):
+        print(warning, file=sys.stderr)
     slos = parse_slos(a.slo) if a.slo is not None else []
     layouts = []  # (label, groups or (prefill groups, decode groups))
     if a.prefill:

@@ -44,9 +44,12 @@ def build_config(a: argparse.Namespace):
     return config_from_options(values_from_namespace(a))
 
 
-def setting_warnings(cfg, requests, allocators) -> list[str]:
-    """Legal but suspicious settings."""
+def setting_warnings(cfg, requests, allocators, shared_store: bool = False) -> list[str]:
+    """Legal but suspicious settings (``shared_store``: the fleet shares a KV store)."""
     out = []
+    if cfg.kv_load_layerwise and not cfg.kv_offloading_size and not shared_store:
+        out.append("warning: --kv-load-layerwise changes nothing without a lower cache tier (--kv-offloading-size, "
+                   "or --shared-kv-store in kvsim cluster)")
     if cfg.scheduler.max_model_len > cfg.model.max_context:
         out.append(f"warning: --max-model-len {cfg.scheduler.max_model_len} is beyond {cfg.model.name}'s context "
                    f"({cfg.model.max_context} tokens)")
