@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from kvsim.engine.frontend import NO_FRONTEND, FrontEnd, get_frontend
 from kvsim.errors import ConfigError
 from kvsim.hardware import GpuSpec, ModelSpec
 from kvsim.hardware.gpus import GiB
@@ -46,6 +47,7 @@ class SchedulerConfig:
     enable_chunked_prefill: bool = option_default("enable_chunked_prefill")
     # > 0: lower-tier loads proceed layer by layer over this many layers alongside the prefill (0: whole first)
     kv_load_layers: int = 0
+    api_server: FrontEnd = NO_FRONTEND  # the API server's intake and delivery (engine/frontend.py)
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -164,6 +166,8 @@ class SimConfig:
     swap_block_latency_s: float = 10e-6  # fixed cost of one block copy (one cudaMemcpyAsync)
     latency: str = option_default("latency")  # "per-op", "roofline", or a path to a calibration JSON
     cpu_overhead: str = option_default("cpu_overhead")  # the serving engine's CPU time per iteration (latency/cpu.py)
+    frontend: str = option_default("frontend")  # the API server in front of the engine (engine/frontend.py)
+    api_server_count: int = option_default("api_server_count")  # API server processes
     interconnect: str = option_default("interconnect")  # how tensor-parallel GPUs are linked
     victim_policy: str = option_default("victim_policy")  # preemption victim policy (engine/preemption.py)
     block_size: int = option_default("block_size")  # tokens per block of allocators named without one
@@ -210,11 +214,17 @@ class SimConfig:
         """The KV pool of one GPU of this configuration (of its largest pipeline stage)."""
         return plan_pool(self.memory_model, self.gpu, self.memory, self.tp, self.dp)
 
+    def serving_frontend(self) -> FrontEnd:
+        """The API server in front of each engine; ``auto`` follows the latency model (none where it prices
+        the GPU alone: roofline, or no CPU overhead)."""
+        return get_frontend(self.frontend, self.api_server_count,
+                            engine_only=self.latency == "roofline" or self.cpu_overhead == "none")
+
     def engine_scheduler(self) -> SchedulerConfig:
         """The scheduler as the engine runs it: with pipeline stages, one simulated iteration is a rotation of
         as many micro-batches, each with its own token budget (vLLM V1 schedules each within
         max_num_batched_tokens), so the iteration's budget is stages x the budget."""
-        s = self.scheduler
+        s = replace(self.scheduler, api_server=self.serving_frontend())
         if self.kv_load_layerwise:
             s = replace(s, kv_load_layers=self.memory_model.layers)
         if self.pipeline_parallel_size == 1:

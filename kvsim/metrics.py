@@ -11,7 +11,7 @@ from kvsim.engine.simulator import SimResult
 
 REQUEST_COLUMNS = ["id", "arrival_s", "prompt_tokens", "output_tokens", "status", "reason", "admitted_s",
                    "first_token_s", "finish_s", "ttft_s", "tpot_s", "e2e_s", "queue_s", "generated_tokens",
-                   "preemptions", "cached_prompt_tokens", "cache_hit_tokens_all_starts"]
+                   "preemptions", "cached_prompt_tokens", "cache_hit_tokens_all_starts", "frontend_s"]
 
 
 def requests_frame(res: SimResult) -> pd.DataFrame:
@@ -63,7 +63,9 @@ def sequences_frame(seqs, t0: float) -> pd.DataFrame:
         # prompt tokens the cache served at the latest (re)start (<= prompt), and summed over every restart
         # and sample (what the run's hit rate counts)
         "cached_prompt_tokens": np.asarray(cached, dtype=np.int64),
-        "cache_hit_tokens_all_starts": np.asarray(cached_all, dtype=np.int64)}, columns=REQUEST_COLUMNS)
+        "cache_hit_tokens_all_starts": np.asarray(cached_all, dtype=np.int64),
+        # of the TTFT, what the API server added: intake (queueing, tokenization) and delivery
+        "frontend_s": np.fromiter((s.frontend_s for s in seqs), float, len(seqs))}, columns=REQUEST_COLUMNS)
 
 
 def percentile(values, q: float) -> float:

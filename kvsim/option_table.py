@@ -13,6 +13,7 @@ from typing import Any, Callable
 from kvsim.allocators.cache_eviction import CACHE_EVICTION_POLICIES
 from kvsim.engine.preemption import VICTIM_ALIASES, VICTIM_POLICIES
 from kvsim.hardware.models import KV_CACHE_DTYPES
+from kvsim.engine.frontend import FRONTEND_CHOICES
 from kvsim.latency.cpu import CPU_PRESETS
 from kvsim.errors import ConfigError
 from kvsim.validation import (EFFICIENCY, FRACTION, GIB, GIB_OR_ZERO, MAX_TP, POSITIVE, POSITIVE_INT, Number, request_rate,
@@ -150,6 +151,12 @@ OPTIONS: list[Option] = [
     Option("cpu_overhead", ("--cpu-overhead",), "the serving engine's CPU time per iteration: vllm-v1 (current "
            "vLLM), vllm-v0 (the vLLM paper's generation), vllm-v1-async, none (GPU only); sources in docs/latency.md",
            "latency", "vllm-v1", choices=tuple(CPU_PRESETS)),
+    Option("frontend", ("--frontend",), "the API server between clients and the engine (kvsim/engine/frontend.py): "
+           "vllm (HTTP, chat template and tokenization before the engine sees a request, streaming after; counted "
+           "in TTFT as a benchmark client measures it), none (the engine alone), auto (vllm with the per-operation "
+           "model, none with roofline or --cpu-overhead none)", "latency", "auto", choices=FRONTEND_CHOICES),
+    Option("api_server_count", ("--api-server-count",), "API server processes that take requests in parallel "
+           "(vLLM's --api-server-count)", "latency", 1, int, POSITIVE_INT),
     Option("interconnect", ("--interconnect",), "how tensor-parallel GPUs are linked (all-reduce times)", "latency",
            "nvswitch", choices=("nvswitch", "pairwise")),
     Option("flops_efficiency", ("--flops-efficiency",), "roofline: achievable fraction of peak FLOP/s", "latency",

@@ -21,9 +21,10 @@ def _pools(args=(), p=1, d=1, spec="paged:16", p_args=(), d_args=()):
 
 
 def test_one_request_by_hand():
-    """TTFT = the prefill step (1,000 tokens) + the link (999 tokens of llama-2-7b KV (the default model), 524,288 bytes each,
-    at 50 GB/s after 200 us) + the decode engine's step that computes the last prompt token. Then four
-    decode steps."""
+    """TTFT = the API server's intake (1.5 ms + 1,000 prompt tokens x 1 us) + the prefill step (1,000 tokens)
+    + the link (999 tokens of llama-2-7b KV (the default model), 524,288 bytes each, at 50 GB/s after
+    200 us) + the decode engine's step that computes the last prompt token + the delivery (0.5 ms). Then
+    four decode steps."""
     pre, dec = _pools()
     cfg = pre[0].cfg
     lat = build_latency(cfg)
@@ -32,13 +33,15 @@ def test_one_request_by_hand():
     prefill = lat.step_time(StepShape.of([(1000, 0)]))
     link = 200e-6 + 999 * 524288 / 50e9
     first = lat.step_time(StepShape.of([(1, 999)]))
+    intake, deliver = 1.5e-3 + 1000 * 1e-6, 0.5e-3
     assert r.kv_transfer_bytes == 999 * 524288
-    assert r.handoff_s == pytest.approx(prefill, rel=1e-12)
+    assert r.handoff_s == pytest.approx(intake + prefill, rel=1e-12)
     assert r.kv_transfer_s == pytest.approx(link, rel=1e-12)
     assert r.decode_wait_s == 0.0
-    assert r.ttft_s == pytest.approx(prefill + link + first, rel=1e-12)
+    assert r.frontend_s == pytest.approx(intake + deliver, rel=1e-12)
+    assert r.ttft_s == pytest.approx(intake + prefill + link + first + deliver, rel=1e-12)
     steps = sum(lat.step_time(StepShape.of([(1, 1000 + k)])) for k in range(4))
-    assert r.e2e_s == pytest.approx(prefill + link + first + steps, rel=1e-9)
+    assert r.e2e_s == pytest.approx(intake + prefill + link + first + steps + deliver, rel=1e-9)
     assert (r.status, r.generated_tokens, r.prefill_replica, r.decode_replica) == ("finished", 5, 0, 1)
     assert f.summary["mode"] == "disaggregated" and f.summary["kv_transfer_gb"] == pytest.approx(999 * 524288 / 1e9)
 
@@ -173,12 +176,14 @@ def test_cluster_command_compares_disaggregated_and_aggregated(tmp_path):
 def test_a_shared_link_carries_one_transfer_at_a_time():
     """Two 1,000-token prompts prefilled together on one engine (one iteration) go to one decode engine over
     a slow link (1 GB/s, 1 ms): with lanes of their own both transfers take 1 ms + 999 x 524,288 B / 1 GB/s;
-    sharing the engines' NICs, the second waits for the first, so it ends one transfer later."""
+    sharing the engines' NICs, the second waits for the first, so it ends one transfer later. (No API
+    server: one would hand the engine the second prompt after the first.)"""
     reqs = [Request("a", 0.0, 1000, 4), Request("b", 0.0, 1000, 4)]
     slow = KVLink(1e9, 1e-3, "slow")
     one = 1e-3 + 999 * 524288 / 1e9
-    alone = simulate_disagg(reqs, *_pools(), "round-robin", link=slow).requests
-    shared = simulate_disagg(reqs, *_pools(), "round-robin", link=slow, shared_link=True).requests
+    pools = _pools(["--frontend", "none"])
+    alone = simulate_disagg(reqs, *pools, "round-robin", link=slow).requests
+    shared = simulate_disagg(reqs, *pools, "round-robin", link=slow, shared_link=True).requests
     assert alone.kv_transfer_s.tolist() == pytest.approx([one, one], rel=1e-9)
     ends = sorted((shared.handoff_s + shared.decode_wait_s + shared.kv_transfer_s).tolist())
     assert ends[1] - ends[0] == pytest.approx(one, rel=1e-9)

@@ -30,6 +30,7 @@ from typing import Callable, Protocol
 
 from kvsim.allocators.base import KVAllocator
 from kvsim.config import SchedulerConfig
+from kvsim.engine.frontend import Intake
 from kvsim.engine.incremental import IncrementalScheduler
 from kvsim.engine.memory_tracker import MemoryTracker
 from kvsim.engine.preemption import VictimPolicy, lifo
@@ -106,6 +107,11 @@ class Engine:
         self._outstanding = 0  # requests received and not yet finished or rejected
         self._stalls = 0
         self.lockstep = None  # the data-parallel ranks this engine steps with (kvsim.engine.lockstep), if any
+        # requests from clients pass the API server first (a decode engine's come from a prefill engine); the
+        # client hears of a finish (and sends its next request) a delivery later
+        fe = cfg.api_server
+        self._intake = Intake(fe) if fe.active and kv_loader is None else None
+        self._deliver_s = fe.deliver_s
 
     # --- what a router sees ---------------------------------------------------------------------
     @property
@@ -133,8 +139,13 @@ class Engine:
 
     # --- driving -------------------------------------------------------------------------------
     def receive(self, seq: Sequence, t: float) -> None:
-        """``seq`` arrives at ``t`` (not before the engine's last event). An idle engine wakes at ``t``; a decode
-        run planned without knowing of this arrival ends at the first iteration boundary after it."""
+        """``seq`` arrives at ``t`` (not before the engine's last event) and reaches the scheduler once the API
+        server has taken it in (at once without one). An idle engine wakes then; a decode run planned without
+        knowing of this arrival ends at the first iteration boundary after it."""
+        if self._intake is not None:
+            ready = self._intake.ready(seq.req.prompt_tokens, t)
+            seq.frontend_s = ready - t + self._deliver_s
+            t = ready
         self._inbox.append((t, seq))
         self.received.append(seq)
         self._outstanding += 1
@@ -216,7 +227,7 @@ class Engine:
         if n:
             self._outstanding -= n
             if final and self.on_complete is not None:
-                self.on_complete(n, self.now)
+                self.on_complete(n, self.now + self._deliver_s)  # when the clients hear of it
 
     def _observe(self, t: float) -> None:
         self.memory.observe(t, self.sched.memory_breakdown(), self.alloc.shared_slots)
@@ -268,10 +279,12 @@ class Engine:
         lat = self.latency
         if plan.decode_run:
             k = plan.max_steps
+            if self._inbox_head < len(self._inbox):  # taken in by the API server, not yet here
+                k = self._steps_within(plan, self._inbox[self._inbox_head][0] - now, k)
             if not self.sched.waiting:
-                if next_arrival is not None:
+                if next_arrival is not None and self._intake is None:
                     k = self._steps_within(plan, next_arrival - now, k)
-                else:
+                else:  # (behind an API server the driver's hint is when the request was sent, not when it comes)
                     self._cuttable = True
             if self.sched.transfers_pending:  # a load or release that ends may let a request in
                 t = self.sched.next_transfer

@@ -90,6 +90,8 @@ class Scheduler:
                  first_sample_id: int = 0, windows: tuple[tuple[str, int], ...] = ()):
         self.cfg = cfg
         self.alloc = allocator
+        # first tokens and finishes are stamped when the client gets them: the API server's delivery later
+        self.deliver_s = cfg.api_server.deliver_s
         # windowed kinds of layer whose decode reads the latency model wants counted (LatencyModel.windows)
         self.windows = windows
         self.pick_victim = victim_policy
@@ -264,7 +266,7 @@ class Scheduler:
                 self.filled_tokens -= seq.computed
                 self.alloc.free(seq.sid)
             self.admission_blocked = False  # freed memory and a seat: the queue head may fit now
-            seq.status, seq.finish_s = Status.FINISHED, t
+            seq.status, seq.finish_s = Status.FINISHED, t + self.deliver_s
             head = seq.parent or seq
             if head.status == Status.FINISHED and all(c.status == Status.FINISHED for c in head.samples):
                 complete += 1
@@ -357,10 +359,10 @@ class Scheduler:
             self._next_sample_id += 1
             self.samples.append(child)
             child.parent, child.seats, child.forked = parent, 1, True
-            child.generated, child.first_token_s, child.admitted_s = 1, t, t
+            child.generated, child.first_token_s, child.admitted_s = 1, t + self.deliver_s, t
             parent.samples.append(child)
             if child.generated == child.target:  # a one-token answer: the prefill's sampling was all of it
-                child.status, child.finish_s = Status.FINISHED, t
+                child.status, child.finish_s = Status.FINISHED, t + self.deliver_s
             elif self.alloc.fork(parent.sid, child.sid, parent.computed, parent.req):
                 child.computed = parent.computed
                 child.status = Status.RUNNING
@@ -478,7 +480,7 @@ class Scheduler:
             if s.computed == s.prompt + s.generated:
                 s.generated += 1
                 if s.first_token_s is None:
-                    s.first_token_s = t_end
+                    s.first_token_s = t_end + self.deliver_s
                 if s.generated == s.target:
                     done.append(s)
                 if not s.forked:

@@ -28,7 +28,8 @@ class Sequence:
 
     __slots__ = ("sid", "req", "prompt", "target", "generated", "computed", "status", "reason",
                  "admitted_s", "first_token_s", "finish_s", "preemptions", "last_scheduled_s", "cached_tokens", "last_cached_tokens",
-                 "swapped", "seats", "parent", "samples", "forked", "remote", "key", "loaded_s")
+                 "swapped", "seats", "parent", "samples", "forked", "remote", "key", "loaded_s",
+                 "frontend_s")
 
     def __init__(self, sid: int, req: Request):
         self.sid = sid
@@ -43,6 +44,7 @@ class Sequence:
         self.admitted_s: float | None = None
         self.first_token_s: float | None = None
         self.finish_s: float | None = None
+        self.frontend_s = 0.0  # seconds the API server added to its TTFT: intake (queue, tokenization) + delivery
         self.preemptions = 0
         self.last_scheduled_s = 0.0
         self.cached_tokens = 0  # prompt tokens served from a prefix cache (summed over restarts)

@@ -121,6 +121,7 @@ def simulate_disagg(requests: list[Request], prefill: list[ReplicaGroup], decode
             ds = seqs[ps.sid]
             ds.admitted_s, ds.preemptions = ps.admitted_s, ps.preemptions
             ds.cached_tokens, ds.last_cached_tokens = ps.cached_tokens, ps.last_cached_tokens
+            ds.frontend_s = ps.frontend_s  # it came in through the prefill side's API server
             ds.remote = ps.prompt - 1  # the decode engine computes the last prompt token itself
             if not ds.remote:  # nothing to move: the prefill engine's KV is free now
                 P.engines[i].release(ps.sid, t)

@@ -1,0 +1,102 @@
+"""The serving front end: what happens to a request outside the engine, between the client and the scheduler.
+
+A benchmark client (``vllm bench serve``, GenAI-Perf) times a request from sending it over HTTP to
+receiving each streamed token, so its TTFT includes work the engine never sees:
+
+- **intake** (client -> engine): the API server parses the HTTP request, renders the chat template,
+  tokenizes the prompt and hands the request to the engine core (V1: over ZMQ to another process). One
+  API server process works on one request at a time (Python, one event loop); ``--api-server-count``
+  runs several. Requests reach the engine in the order they were sent.
+- **delivery** (engine -> client): each output leaves the engine core, is detokenized, serialized as an
+  SSE chunk and sent; the client sees a token this long after the iteration that made it.
+
+So a request sent at ``t`` reaches the scheduler at ``max(t, a free API server) + request_s +
+prompt_tokens x token_s`` and its first token reaches the client ``deliver_s`` after the engine made it.
+TPOT is unchanged (every token is delayed alike); TTFT and end-to-end latency grow; a closed-loop client
+sends its next request only once it has the last token.
+
+Presets (``--frontend``):
+
+- ``vllm``: vLLM's OpenAI-compatible API server. 1.5 ms per request (HTTP, request validation, chat
+  template, engine hand-off), 1 us per prompt token (Hugging Face fast tokenizer, one request at a
+  time), 0.5 ms delivery. Estimates, not a fit: a C++ server's chat template + encode of 131 tokens took
+  1.3-2.8 ms (tenstorrent/tt-inference-server#2173, 2026-02); vLLM's own profile of v0.5 on Llama-3-8B /
+  H100 found the HTTP API server 33% of the time (vLLM blog, 2024-09-05), which moved it out of the
+  engine's process in V1 (vLLM blog, 2025-01-27); vLLM PR #43469 (2026) pushed 807 requests/s of 32 in
+  / 512 out tokens through the Python front end of a 4-rank data-parallel server with no GPU work at all
+  (1.2 ms per request if one process took them all, 5 ms if four did). Under heavy streaming load the API server's per-token work (detokenizing, serializing) can
+  fall behind the engine (vLLM's ``--api-server-count`` and ``--stream-interval`` exist for that); that
+  queue is not modelled: delivery is a fixed delay.
+- ``none``: the engine alone, as kernel-level measurements and offline runs (``LLM.generate``) see it.
+- ``auto`` (default): ``vllm`` with the per-operation latency model (a vLLM engine's times), ``none``
+  with the uncalibrated roofline or ``--cpu-overhead none`` (GPU time only).
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+
+from kvsim.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class FrontEnd:
+    """An API server's costs (seconds), and how many server processes share the intake."""
+
+    name: str = "none"
+    request_s: float = 0.0  # per request: HTTP, validation, chat template, hand-off to the engine
+    token_s: float = 0.0  # per prompt token: tokenization
+    deliver_s: float = 0.0  # from the engine's output to the client, per streamed token
+    servers: int = 1  # API server processes (vLLM's --api-server-count)
+
+    @property
+    def active(self) -> bool:
+        return self.request_s > 0 or self.token_s > 0 or self.deliver_s > 0
+
+    def intake_s(self, prompt_tokens: int) -> float:
+        """Seconds one API server works on a request of ``prompt_tokens`` before the engine has it."""
+        return self.request_s + prompt_tokens * self.token_s
+
+
+NO_FRONTEND = FrontEnd()
+FRONTEND_PRESETS: dict[str, FrontEnd] = {f.name: f for f in [
+    NO_FRONTEND,
+    FrontEnd("vllm", request_s=1.5e-3, token_s=1.0e-6, deliver_s=0.5e-3),
+]}
+FRONTEND_CHOICES = ("auto", *FRONTEND_PRESETS)
+
+
+def get_frontend(name: str, servers: int = 1, engine_only: bool = False) -> FrontEnd:
+    """The preset ``name`` with ``servers`` API server processes; ``auto`` is ``none`` when the latency model
+    prices the GPU alone (``engine_only``), else ``vllm``."""
+    if name == "auto":
+        name = "none" if engine_only else "vllm"
+    try:
+        base = FRONTEND_PRESETS[name]
+    except KeyError:
+        raise ConfigError(f"unknown front end '{name}' (known: {', '.join(FRONTEND_CHOICES)})") from None
+    if servers < 1:
+        raise ConfigError(f"api_server_count must be at least 1, got {servers}")
+    return FrontEnd(base.name, base.request_s, base.token_s, base.deliver_s, servers)
+
+
+class Intake:
+    """One engine's API servers taking requests in the order they were sent: each request goes to the server
+    free first, and reaches the engine once that server is done with it and no earlier request is still
+    on its way (the engine core reads its input queue in order)."""
+
+    def __init__(self, frontend: FrontEnd):
+        self.frontend = frontend
+        self._free = [0.0] * frontend.servers  # when each server is next free (a heap), seconds
+        self._last = 0.0  # when the latest request reached the engine
+
+    def ready(self, prompt_tokens: int, sent_s: float) -> float:
+        """When a request of ``prompt_tokens`` sent at ``sent_s`` reaches the engine (never before one sent
+        earlier)."""
+        start = max(sent_s, self._free[0])
+        done = start + self.frontend.intake_s(prompt_tokens)
+        heapq.heapreplace(self._free, done)
+        if done > self._last:
+            self._last = done
+        return self._last

@@ -1,0 +1,97 @@
+"""The API server in front of an engine (kvsim/engine/frontend.py): a request reaches the scheduler after the
+server has taken it in (1.5 ms + 1 us per prompt token with the vllm preset, one request at a time per
+server, in the order sent), and the client hears of each token 0.5 ms after the engine made it. Hand-computed
+single requests, a queue of two, parallel servers, a closed-loop client, and what ``auto`` picks."""
+
+import pytest
+
+from kvsim.engine.frontend import FrontEnd, Intake, get_frontend
+from kvsim.errors import ConfigError
+from kvsim.fleet.cluster import ReplicaGroup, simulate_fleet
+from kvsim.latency import build_latency
+from kvsim.latency.base import StepShape
+from kvsim.options import config_from_args
+from kvsim.runner import simulate
+from kvsim.trace.request import Request
+
+BASE = ["--gpu", "a100-80gb", "--max-model-len", "4096"]
+INTAKE_1000 = 1.5e-3 + 1000 * 1e-6
+DELIVER = 0.5e-3
+
+
+def _run(reqs, *args):
+    cfg = config_from_args([*BASE, *args])
+    return cfg, simulate(reqs, cfg, "paged:16").requests
+
+
+def test_one_request_by_hand():
+    """TTFT = intake + the prefill step + delivery; the finish comes a delivery after the last step, so TPOT is
+    the engine's."""
+    cfg, r = _run([Request("a", 0.0, 1000, 3)])
+    lat = build_latency(cfg)
+    prefill = lat.step_time(StepShape.of([(1000, 0)]))
+    steps = [lat.step_time(StepShape.of([(1, 1000 + k)])) for k in range(2)]
+    row = r.iloc[0]
+    assert row.frontend_s == pytest.approx(INTAKE_1000 + DELIVER, rel=1e-12)
+    assert row.queue_s == pytest.approx(INTAKE_1000, rel=1e-12)  # admitted the moment the engine has it
+    assert row.ttft_s == pytest.approx(INTAKE_1000 + prefill + DELIVER, rel=1e-12)
+    assert row.e2e_s == pytest.approx(INTAKE_1000 + prefill + sum(steps) + DELIVER, rel=1e-12)
+    assert row.tpot_s == pytest.approx(sum(steps) / 2, rel=1e-12)
+    _, none = _run([Request("a", 0.0, 1000, 3)], "--frontend", "none")
+    assert none.iloc[0].frontend_s == 0.0
+    assert none.iloc[0].ttft_s == pytest.approx(prefill, rel=1e-12)
+    assert none.iloc[0].tpot_s == pytest.approx(row.tpot_s, rel=1e-12)
+
+
+def test_one_server_takes_requests_one_at_a_time_and_two_in_parallel():
+    """Two 1,000-token prompts sent together: with one API server the second is taken in after the first (it
+    reaches the engine 2 x 2.5 ms after sending); with two, both reach it at 2.5 ms and share a prefill."""
+    reqs = [Request("a", 0.0, 1000, 2), Request("b", 0.0, 1000, 2)]
+    _, one = _run(reqs)
+    assert one.queue_s.min() == pytest.approx(INTAKE_1000, rel=1e-12)
+    assert (one.frontend_s - DELIVER).tolist() == pytest.approx([INTAKE_1000, 2 * INTAKE_1000], rel=1e-12)
+    _, two = _run(reqs, "--api-server-count", "2")
+    assert (two.frontend_s - DELIVER).tolist() == pytest.approx([INTAKE_1000] * 2, rel=1e-12)
+    assert two.first_token_s.nunique() == 1  # one prefill iteration for both
+
+
+def test_requests_reach_the_engine_in_the_order_sent():
+    """Two servers: a long prompt sent first is still being tokenized when a short one is done; the short one
+    reaches the engine with it, not before."""
+    fe = FrontEnd("t", request_s=1e-3, token_s=1e-6, servers=2)
+    intake = Intake(fe)
+    first = intake.ready(100_000, 0.0)
+    assert first == pytest.approx(0.101)
+    assert intake.ready(10, 0.001) == first
+    assert intake.ready(10, 0.2) == pytest.approx(0.2 + 1e-3 + 10e-6)  # both servers free again
+
+
+def test_a_closed_loop_client_sends_when_it_has_the_last_token():
+    """One client: the second request is sent when the client receives the first's last token (its finish,
+    delivery included), and its latencies count from then."""
+    reqs = [Request("a", 0.0, 200, 4), Request("b", 0.0, 200, 4)]
+    _, r = _run(reqs, "--max-concurrency", "1")
+    a, b = r.iloc[0], r.iloc[1]
+    assert b.arrival_s == pytest.approx(a.finish_s, rel=1e-12)
+    assert b.frontend_s == pytest.approx(1.5e-3 + 200e-6 + DELIVER, rel=1e-12)  # no queue: the server was free
+
+
+def test_auto_follows_the_latency_model_and_names_are_checked():
+    assert config_from_args(BASE).serving_frontend().name == "vllm"
+    assert config_from_args([*BASE, "--latency", "roofline"]).serving_frontend().name == "none"
+    assert config_from_args([*BASE, "--cpu-overhead", "none"]).serving_frontend().name == "none"
+    assert config_from_args([*BASE, "--latency", "roofline", "--frontend", "vllm"]).serving_frontend().name == "vllm"
+    assert get_frontend("vllm", 3).servers == 3
+    with pytest.raises(ConfigError, match="unknown front end"):
+        get_frontend("tgi")
+    with pytest.raises(ConfigError, match="--api-server-count: must be >= 1"):
+        config_from_args([*BASE, "--api-server-count", "0"])
+
+
+def test_a_fleet_of_one_is_the_single_engine_behind_its_api_server():
+    """Every replica has its own API server; a fleet of one gives the single engine's numbers bit for bit."""
+    reqs = [Request(str(i), 0.002 * i, 300 + 50 * (i % 7), 20 + i % 5) for i in range(60)]
+    cfg, single = _run(reqs, "--api-server-count", "2")
+    fleet = simulate_fleet(reqs, [ReplicaGroup("g", cfg, "paged:16", 1)], "round-robin")
+    cols = ["arrival_s", "first_token_s", "finish_s", "ttft_s", "frontend_s"]
+    assert fleet.requests[cols].equals(single[cols])
