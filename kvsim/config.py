@@ -168,6 +168,7 @@ class SimConfig:
     cpu_overhead: str = option_default("cpu_overhead")  # the serving engine's CPU time per iteration (latency/cpu.py)
     frontend: str = option_default("frontend")  # the API server in front of the engine (engine/frontend.py)
     api_server_count: int = option_default("api_server_count")  # API server processes
+    cudagraph_capture_sizes: str = option_default("cudagraph_capture_sizes")  # per-op: CUDA-graph padding
     interconnect: str = option_default("interconnect")  # how tensor-parallel GPUs are linked
     victim_policy: str = option_default("victim_policy")  # preemption victim policy (engine/preemption.py)
     block_size: int = option_default("block_size")  # tokens per block of allocators named without one

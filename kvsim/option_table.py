@@ -15,6 +15,7 @@ from kvsim.engine.preemption import VICTIM_ALIASES, VICTIM_POLICIES
 from kvsim.hardware.models import KV_CACHE_DTYPES
 from kvsim.engine.frontend import FRONTEND_CHOICES
 from kvsim.latency.cpu import CPU_PRESETS
+from kvsim.latency.cuda_graphs import capture_sizes_rule
 from kvsim.errors import ConfigError
 from kvsim.validation import (EFFICIENCY, FRACTION, GIB, GIB_OR_ZERO, MAX_TP, POSITIVE, POSITIVE_INT, Number, request_rate,
                               require)
@@ -157,6 +158,10 @@ OPTIONS: list[Option] = [
            "model, none with roofline or --cpu-overhead none)", "latency", "auto", choices=FRONTEND_CHOICES),
     Option("api_server_count", ("--api-server-count",), "API server processes that take requests in parallel "
            "(vLLM's --api-server-count)", "latency", 1, int, POSITIVE_INT),
+    Option("cudagraph_capture_sizes", ("--cudagraph-capture-sizes",), "per-op: token counts with captured CUDA "
+           "graphs; a step of at most the largest runs its dense layers and all-reduces padded to the next one: "
+           "vllm (its default: 1, 2, 4, every 8 to 255, every 16 to min(2 x max-num-seqs, 512)), none (eager), or a "
+           "list such as 1,2,4,8,16", "latency", "vllm", rule=capture_sizes_rule),
     Option("interconnect", ("--interconnect",), "how tensor-parallel GPUs are linked (all-reduce times)", "latency",
            "nvswitch", choices=("nvswitch", "pairwise")),
     Option("flops_efficiency", ("--flops-efficiency",), "roofline: achievable fraction of peak FLOP/s", "latency",

@@ -232,7 +232,7 @@ def test_latency_command_single_shape_and_csv(tmp_path, capsys):
                  "--shapes", str(shapes), "--out", str(res)]) == 0
     df = pd.read_csv(res)
     assert list(df.columns) == ["batch", "context", "new_tokens", "total_s", "dense_s", "attention_s",
-                                "communication_s", "cpu_s"]
+                                "communication_s", "graph_padding_s", "cpu_s"]
     assert list(df.batch) == [1, 64, 1, 2] and list(df.new_tokens) == [1, 1, 512, 128]
     parts = df.dense_s + df.attention_s + df.communication_s + df.cpu_s
     assert ((df.total_s - parts).abs() <= 1e-12 * df.total_s).all()

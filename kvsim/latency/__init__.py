@@ -51,9 +51,13 @@ class LatencyKind:
 def _per_op(cfg) -> LatencyModel:
     from kvsim.latency.perop import PerOpModel
 
+    from kvsim.latency.cuda_graphs import parse_capture_sizes
+
     calib, _ = _calibration(cfg)
+    s = cfg.scheduler
     return PerOpModel(cfg.model, cfg.gpu, calib, get_cpu_overhead(cfg.cpu_overhead), cfg.tp, cfg.interconnect,
-                      cfg.enable_expert_parallel, cfg.pp, cfg.dp)
+                      cfg.enable_expert_parallel, cfg.pp, cfg.dp,
+                      parse_capture_sizes(cfg.cudagraph_capture_sizes, s.max_num_seqs, s.max_num_batched_tokens))
 
 
 def _describe_per_op(cfg) -> str:

@@ -120,8 +120,9 @@ def sum_max_of_two_affine(a1: float, b1: float, a2: float, b2: float, k: int) ->
 
 
 #: the parts of an iteration's time (:meth:`LatencyModel.breakdown`, `kvsim latency` columns), seconds each;
-#: they add up to ``total_s``
-PARTS = ("dense_s", "attention_s", "communication_s", "cpu_s")
+#: they add up to ``total_s``. ``graph_padding_s``: the dense layers and all-reduces run on the padding tokens
+#: of a CUDA graph captured for a larger batch
+PARTS = ("dense_s", "attention_s", "communication_s", "graph_padding_s", "cpu_s")
 BREAKDOWN_COLUMNS = ("total_s", *PARTS)
 
 
@@ -140,7 +141,7 @@ class LatencyModel(ABC):
         """Seconds of the iteration by part; the parts add up to ``total_s``. Models without parts report
         everything as dense compute."""
         t = self.step_time(shape)
-        return dict(zip(BREAKDOWN_COLUMNS, (t, t, 0.0, 0.0, 0.0)))
+        return dict(zip(BREAKDOWN_COLUMNS, (t, t, 0.0, 0.0, 0.0, 0.0)))
 
     def decode_run_time(self, n: int, s0: int, k: int, contexts=None) -> float:
         """Total seconds of k decode steps of n sequences; step i reads s0 + n*i KV tokens. ``contexts``

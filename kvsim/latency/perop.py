@@ -34,6 +34,8 @@ Times are seconds; shapes are tokens; bytes are per GPU. The total is the sum of
 
 from __future__ import annotations
 
+from bisect import bisect_left
+
 from collections import Counter
 from dataclasses import dataclass
 
@@ -274,8 +276,12 @@ class PerOpModel(LatencyModel):
     name = "per-op"
 
     def __init__(self, model: ModelSpec, gpu: GpuSpec, calib: Calibration, cpu: CpuOverhead, tp: int = 1,
-                 interconnect: str = "nvswitch", expert_parallel: bool = False, pp: int = 1, dp: int = 1):
+                 interconnect: str = "nvswitch", expert_parallel: bool = False, pp: int = 1, dp: int = 1,
+                 graph_sizes: tuple[int, ...] = ()):
         self.model, self.gpu, self.calib, self.cpu, self.tp, self.pp = model, gpu, calib, cpu, tp, pp
+        # token counts CUDA graphs were captured for (ascending; empty: eager): a step of at most the largest
+        # runs its dense layers and all-reduces padded up to the next one (one pipeline stage only)
+        self.graph_sizes = tuple(sorted(set(graph_sizes))) if pp == 1 else ()
         d = self.dtype_bytes = model.dtype_bytes
         h, hd = model.hidden_size, model.head_dim
         self.layers = model.layers
@@ -512,13 +518,32 @@ class PerOpModel(LatencyModel):
         return gpu_s + exposed, exposed
 
     # --- composition: every term's per-step and decode-run forms meet here --------------------------
-    def _gpu_parts(self, shape: StepShape) -> tuple[float, float, float]:
-        """(dense, attention, communication) seconds of one iteration: the GPU parts of PARTS. With pipeline
-        stages an iteration is a rotation of micro-batches (:meth:`_rotation`)."""
+    def graph_tokens(self, tokens: int) -> int:
+        """Tokens a step of ``tokens`` runs its dense layers on: the next captured CUDA-graph size, or itself
+        above the largest (vLLM runs those eagerly)."""
+        sizes = self.graph_sizes
+        if not sizes or tokens > sizes[-1]:
+            return tokens
+        return sizes[bisect_left(sizes, tokens)]
+
+    def _padding_s(self, tokens: int, sampled: int) -> float:
+        """Extra dense and all-reduce seconds of running ``tokens`` padded to their CUDA graph's size (the LM
+        head and the sampler take the sampled rows only)."""
+        padded = self.graph_tokens(tokens)
+        if padded == tokens:
+            return 0.0
+        # (never negative: a fitted table's noise between neighbouring sizes is not a gain)
+        return max(0.0, self.dense_s(padded, sampled) - self.dense_s(tokens, sampled)
+                   + self.communication_s(padded, sampled) - self.communication_s(tokens, sampled))
+
+    def _gpu_parts(self, shape: StepShape) -> tuple[float, float, float, float]:
+        """(dense, attention, communication, graph padding) seconds of one iteration: the GPU parts of PARTS.
+        With pipeline stages an iteration is a rotation of micro-batches (:meth:`_rotation`)."""
         if self.pp > 1:
-            return self._rotation([self._stage_parts(mb) for mb in micro_batches(shape, self.pp)])
+            return (*self._rotation([self._stage_parts(mb) for mb in micro_batches(shape, self.pp)]), 0.0)
         tokens, seqs = shape.new_tokens, shape.num_seqs
-        return self.dense_s(tokens, seqs), self.attention_s(shape), self.communication_s(tokens, seqs)
+        return (self.dense_s(tokens, seqs), self.attention_s(shape), self.communication_s(tokens, seqs),
+                self._padding_s(tokens, seqs))
 
     def _stage_parts(self, mb: StepShape) -> tuple[float, float, float]:
         """(dense, attention, communication) of one micro-batch on the slowest pipeline stage: its share of the
@@ -547,17 +572,17 @@ class PerOpModel(LatencyModel):
         """Seconds of each step of a decode run of n sequences that do not grow with the context: the dense
         part, communication and (recurrent layers) state traffic. Attention grows with it: see the run forms
         in :meth:`_decode_run_terms` (one attention span) and :meth:`_mixed_step_times`."""
-        return self.dense_s(n, n) + self.communication_s(n, n) + self.recurrent_state_s(n)
+        return self.dense_s(n, n) + self.communication_s(n, n) + self._padding_s(n, n) + self.recurrent_state_s(n)
 
     # --- the interface ------------------------------------------------------------------------
     def breakdown(self, shape: StepShape) -> dict[str, float]:
-        dense, attn, comm = self._gpu_parts(shape)
-        total, cpu = self._combine(dense + attn + comm, shape.num_seqs)
-        return dict(zip(BREAKDOWN_COLUMNS, (total, dense, attn, comm, cpu)))
+        dense, attn, comm, pad = self._gpu_parts(shape)
+        total, cpu = self._combine(dense + attn + comm + pad, shape.num_seqs)
+        return dict(zip(BREAKDOWN_COLUMNS, (total, dense, attn, comm, pad, cpu)))
 
     def step_time(self, shape: StepShape) -> float:
-        dense, attn, comm = self._gpu_parts(shape)
-        return self._combine(dense + attn + comm, shape.num_seqs)[0]
+        dense, attn, comm, pad = self._gpu_parts(shape)
+        return self._combine(dense + attn + comm + pad, shape.num_seqs)[0]
 
     def _decode_run_terms(self, n: int, s0: int) -> tuple[float, float, float, float, float]:
         """Per step i of a decode run: base + max(floor, a + b*i) (serialized CPU) or, overlapped,

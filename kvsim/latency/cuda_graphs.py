@@ -1,0 +1,49 @@
+"""CUDA-graph capture sizes: the token counts vLLM captures graphs for at start-up, whose padding every
+step of at most the largest pays (``--cudagraph-capture-sizes``).
+
+vLLM V1 rounds a step's scheduled tokens up to the next captured size (``GPUModelRunner`` pads the input
+batch; a pure-decode step replays a full graph, a mixed one piecewise graphs with attention outside them)
+and runs larger steps eagerly. The default list (``VllmConfig._set_cudagraph_sizes``, vLLM 0.11.1 and later,
+PR #26016): ``[1, 2, 4]``, every 8 up to 255, every 16 from 256, up to ``min(2 x max_num_seqs, 512)`` capped
+at ``max_num_batched_tokens``. (0.10: every 8 up to the same maximum; up to 0.9: every 8 up to 512.) The
+padding tokens go through the dense layers and all-reduces; attention skips them.
+"""
+
+from __future__ import annotations
+
+from kvsim.errors import ConfigError
+
+
+def vllm_capture_sizes(max_num_seqs: int, max_num_batched_tokens: int) -> tuple[int, ...]:
+    """vLLM's default capture sizes (tokens) for an engine with these limits."""
+    top = min(2 * max_num_seqs, 512, max_num_batched_tokens)
+    sizes = [s for s in (1, 2, 4) if s <= top]
+    sizes += range(8, min(top + 1, 256), 8)
+    sizes += range(256, top + 1, 16)
+    return tuple(sizes)
+
+
+def parse_capture_sizes(value: str, max_num_seqs: int, max_num_batched_tokens: int) -> tuple[int, ...]:
+    """``vllm`` (its default list), ``none`` (eager: no padding) or a comma-separated list of token counts."""
+    v = value.strip().lower()
+    if v == "vllm":
+        return vllm_capture_sizes(max_num_seqs, max_num_batched_tokens)
+    if v in ("none", "eager", ""):
+        return ()
+    try:
+        sizes = tuple(sorted({int(x) for x in v.split(",") if x.strip()}))
+    except ValueError:
+        raise ConfigError(f"--cudagraph-capture-sizes: '{value}' is not vllm, none or a list of token counts "
+                          "such as 1,2,4,8,16") from None
+    if not sizes or sizes[0] < 1:
+        raise ConfigError(f"--cudagraph-capture-sizes: sizes must be positive token counts, got '{value}'")
+    return sizes
+
+
+def capture_sizes_rule(value) -> str | None:
+    """The options table's check of ``--cudagraph-capture-sizes``."""
+    try:
+        parse_capture_sizes(str(value), 1, 1)
+    except ConfigError as e:
+        return str(e).split(": ", 1)[1]
+    return None
