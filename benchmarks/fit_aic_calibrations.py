@@ -35,11 +35,11 @@ import glob  # noqa: E402
 
 import pandas as pd  # noqa: E402
 
-from kvsim.latency.aic import (MHA, _by_regime, evaluate_calibration, evaluate_moe, fit_aic, gemm_regimes,  # noqa: E402
+from kvsim.latency.aic import (MHA, QUANT_MIN_DIM, _by_regime, evaluate_calibration, evaluate_moe, fit_aic, gemm_regimes,  # noqa: E402
                                gemm_seconds_table, read_aic, validate_aic, validate_gemm, validate_mla_decode,
                                validate_mla_prefill, validate_moe)
 from kvsim.latency.fit import dense_rows, summarize_dense  # noqa: E402
-from kvsim.latency.calibration import MOE_QUANT, SHIPPED, Calibration, load_calibration, save_calibration  # noqa: E402
+from kvsim.latency.calibration import GEMM_QUANT, MOE_QUANT, SHIPPED, Calibration, load_calibration, save_calibration  # noqa: E402
 
 SYSTEMS = {"a100_sxm": "a100-80gb", "h100_sxm": "h100-80gb", "b200_sxm": "b200"}
 AIC_DATA = "NVIDIA AIConfigurator tables (Apache-2.0), via ../shared/profiles/aic"
@@ -122,6 +122,8 @@ def main() -> None:
             fit["aic"]["moe"] = validate_moe(data.moe, gpu)
         for q, rows in data.moe_quant.items():
             fit["aic"].setdefault("moe_quant", {})[q] = validate_moe(rows, gpu, quant=q)
+        for q, rows in data.gemm_quant.items():
+            fit["aic"].setdefault("gemm_quant", {})[q] = validate_gemm(rows, gpu, quant=q)
         if data.mla_decode is not None:
             fit["aic"]["mla_decode"] = validate_mla_decode(data.mla_decode, calib, gpu)
         if data.mla_prefill is not None:
@@ -170,6 +172,16 @@ def main() -> None:
                                  bf16 if before else None)
             report += ["", f"MoE with {q} experts ({mv['shapes']} model shapes, {mv['held_out_shapes']} held out; the "
                        "last column: the bf16 fit with the quantized weights' bytes, as kvsim priced them before)."]
+        for q, g in fit["aic"].get("gemm_quant", {}).items():
+            # before: the bf16 GEMM fit on the same shapes (kvsim priced a quantized checkpoint's GEMMs as bf16)
+            rows = data.gemm_quant[q]
+            as_bf16 = _by_regime(gemm_seconds_table(calib.gemm, gpu, rows) / rows["seconds"].to_numpy(),
+                                 gemm_regimes(rows))
+            report += table_rows(f"gemm {q} weights ({GEMM_QUANT[q][0]})", ROWS["gemm"], g["in_sample"],
+                                 g["held_out"], as_bf16 if before else None)
+            report += ["", f"GEMMs of {q} weights ({len(rows)} measured shapes with n, k >= {QUANT_MIN_DIM}, vLLM "
+                       f"{data.versions[f'gemm_perf:{q}']}; the last column: the bf16 fit on the same shapes, as kvsim "
+                       "priced a quantized checkpoint's GEMMs before)."]
         for key, label, regimes in (("mla_decode", "MLA decode layer", ROWS["mla"]),
                                     ("mla_prefill", "MLA prefill layer", ROWS["mla_prefill"])):
             if key in fit["aic"]:

@@ -291,3 +291,67 @@ def test_mla_prefill_is_priced_as_the_fit_prices_it():
         want = _mla_layers(c, g, rows, lambda b, new: b * new,
                            lambda pm, b, new: pm.prefill_attention_layer_s([(new, 0)] * b))
         assert mla_prefill_seconds(c.mla_prefill, c, g, rows) == pytest.approx(np.array(want), rel=1e-12)
+
+
+def test_quantized_gemms_come_from_the_newest_plausible_table():
+    """The excerpt's vLLM 0.24 fp8_block rows take several times bf16's time on small GEMMs (a floor no kernel
+    in a CUDA graph has): fp8_block comes from 0.19, per-tensor fp8 from 0.24; both fits predict their rows."""
+    from kvsim.latency.aic import gemm_seconds_table, quant_gemm_excess
+
+    d = read_aic(AIC, "h100_sxm")
+    assert d.versions["gemm_perf:fp8"] == "0.24.0" and d.versions["gemm_perf:fp8_block"] == "0.19.0"
+    assert quant_gemm_excess(d.files["gemm_perf"], "fp8_block") > 2
+    assert any("fp8_block GEMMs from vLLM 0.19.0" in n for n in d.notes)
+    calib, _ = shipped_calibration(d.gpu)
+    f = fit_aic(d, calib)
+    assert set(f.gemm_quant) == {"fp8", "fp8_block"} and "0.19.0" in f.sources["gemm_quant"]
+    for q, rows in d.gemm_quant.items():
+        for c in (f.calibration(calib), calib):  # the excerpt's own fit, and the shipped one (full tables)
+            r = gemm_seconds_table(c.gemm_quant[q], d.gpu, rows, q) / rows["seconds"].to_numpy()
+            assert 0.75 <= np.median(r) <= 1.3, (q, np.median(r))
+
+
+def test_quantized_checkpoints_price_their_gemms_on_their_own_kernels():
+    """DeepSeek-V3 (FP8, 128x128 block scales): on H100 its projections and dense MLPs run on the fp8_block fit
+    (the router, embedding and LM head stay bf16); on A100, which has no FP8 GEMM measurements, as bf16."""
+    from kvsim.latency.perop import gemm_seconds, quant_gemm_seconds
+
+    ds = get_model("deepseek-v3")
+    assert ds.weight_quant == "fp8_block"
+    h100 = get_gpu("h100-80gb")
+    calib, _ = shipped_calibration(h100)
+    assert set(calib.gemm_quant) >= {"fp8", "fp8_block"}
+    assert "nvfp4" in shipped_calibration(get_gpu("b200"))[0].gemm_quant
+    model = PerOpModel(ds, h100, calib, get_cpu_overhead("none"), tp=8)
+    _, ops, _ = model.classes[-1]
+    gemms = [op for op in ops if not op.kind]
+    assert {op.quant for op in gemms if op.name != "moe_router"} == {"fp8_block"}
+    assert next(op for op in gemms if op.name == "moe_router").quant is None
+    op = next(op for op in gemms if op.name == "attn_post_proj")
+    assert op.seconds(calib, h100, 64, 2) == quant_gemm_seconds(calib.gemm_quant["fp8_block"], h100, 64, op.k, op.n,
+                                                                "fp8_block")
+    bf16 = PerOpModel(replace(ds, weight_quant=None), h100, calib, get_cpu_overhead("none"), tp=8)
+    assert model.dense_s(64, 64) != bf16.dense_s(64, 64)
+    a100 = get_gpu("a100-80gb")
+    ac, _ = shipped_calibration(a100)
+    assert ac.gemm_quant == {}
+    assert op.seconds(ac, a100, 64, 2) == gemm_seconds(ac.gemm, a100, 64, op.k, op.n, 2)
+
+
+def test_the_fp8_scheme_follows_the_checkpoint_config(tmp_path):
+    from kvsim.hardware import get_model as load
+
+    cfg = json.load(open("tests/data/llama-3.1-8b-config.json"))
+    for quant, scheme in (({"quant_method": "fp8", "weight_block_size": [128, 128]}, "fp8_block"),
+                          ({"quant_method": "fp8", "activation_scheme": "dynamic"}, "fp8")):
+        p = tmp_path / f"{scheme}.json"
+        p.write_text(json.dumps({**cfg, "quantization_config": quant}))
+        m = load(str(p))
+        assert (m.weight_dtype, m.weight_quant) == ("fp8", scheme)
+
+
+def test_a_calibration_with_an_unknown_gemm_scheme_is_refused():
+    d = Calibration(gpu="h100-80gb").to_json()
+    d["gemm_quant"] = {"int3": {"t0_s": 1e-6, "flops_eff": 0.5, "bw_eff": 0.5, "knee": 2.0}}
+    with pytest.raises(ConfigError, match="gemm_quant has parameters for 'int3'"):
+        Calibration.from_json(d)

@@ -28,6 +28,7 @@ from kvsim.validation import is_finite, shown
 DTYPE_BYTES = {"fp32": 4, "float32": 4, "fp16": 2, "float16": 2, "bf16": 2, "bfloat16": 2, "fp8": 1, "fp8_e4m3": 1,
                "fp8_e5m2": 1, "int8": 1}
 DTYPE_BYTES["mxfp4"] = 0.53125  # 4-bit values + one 8-bit scale per 32 (gpt-oss experts): 4.25 bits
+WEIGHT_QUANT = ("fp8", "fp8_block", "nvfp4")  # GEMM schemes of quantized weights (latency.calibration.GEMM_QUANT)
 KV_CACHE_DTYPES = ("auto", "fp16", "bf16", "fp8", "fp8_e4m3", "fp8_e5m2")  # vLLM's --kv-cache-dtype (auto: the model's)
 HF_DTYPES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "float8_e4m3fn": "fp8"}
 
@@ -69,6 +70,9 @@ class ModelSpec:
     moe_layers: tuple[bool, ...] = ()  # per layer: FFN is MoE; () with num_experts: every layer
     expert_dtype: str | None = None  # dtype of the expert weights (gpt-oss: mxfp4); None: as the other weights
     weight_dtype: str | None = None  # dtype of the checkpoint's weights if quantized (DeepSeek-V3: fp8); None: dtype
+    # how a quantized checkpoint's dense GEMMs run (WEIGHT_QUANT): fp8 (per-tensor/channel scales), fp8_block
+    # (128x128 block scales: DeepSeek-V3), nvfp4; None: in the model's dtype
+    weight_quant: str | None = None
 
     def __post_init__(self) -> None:
         if self.hidden_size <= 0 and self.q_heads > 0 and self.head_dim > 0:
@@ -325,6 +329,9 @@ class ModelSpec:
             v = getattr(self, f)
             if (v is not None or f == "dtype") and v not in DTYPE_BYTES:
                 raise ConfigError(f"model '{self.name}': unknown {f} '{v}' (known: {', '.join(DTYPE_BYTES)})")
+        if self.weight_quant is not None and self.weight_quant not in WEIGHT_QUANT:
+            raise ConfigError(f"model '{self.name}': unknown weight_quant '{self.weight_quant}' (known: "
+                              f"{', '.join(WEIGHT_QUANT)})")
         self._validate_structure()
         return self
 
@@ -422,7 +429,7 @@ MODEL_PRESETS: dict[str, ModelSpec] = {
         # v_head_dim 128, q_lora_rank 1536); first_k_dense_replace 3, then 256 routed experts top-8 + 1 shared;
         # FP8 weights (671 B params without the MTP module); torch_dtype bfloat16, so the KV cache is BF16.
         _m("deepseek-v3", 61, 7168, 128, 128, 18432, 129280, 163840, 671e9, "bf16", head_dim=192,
-           kv_lora_rank=512, qk_rope_head_dim=64, q_lora_rank=1536, v_head_dim=128, weight_dtype="fp8",
+           kv_lora_rank=512, qk_rope_head_dim=64, q_lora_rank=1536, v_head_dim=128, weight_dtype="fp8", weight_quant="fp8_block",
            num_experts=256, experts_per_token=8, moe_intermediate_size=2048, shared_experts=1,
            moe_layers=(False,) * 3 + (True,) * 58),
         # --- models served now (config.json of each Hugging Face repository; architecture numbers also in
@@ -444,13 +451,13 @@ MODEL_PRESETS: dict[str, ModelSpec] = {
            num_experts=128, experts_per_token=4, moe_intermediate_size=2880, expert_dtype="mxfp4"),
         # deepseek-ai/DeepSeek-R1: DeepSeek-V3's architecture and FP8 weights.
         _m("deepseek-r1", 61, 7168, 128, 128, 18432, 129280, 163840, 671e9, "bf16", head_dim=192,
-           kv_lora_rank=512, qk_rope_head_dim=64, q_lora_rank=1536, v_head_dim=128, weight_dtype="fp8",
+           kv_lora_rank=512, qk_rope_head_dim=64, q_lora_rank=1536, v_head_dim=128, weight_dtype="fp8", weight_quant="fp8_block",
            num_experts=256, experts_per_token=8, moe_intermediate_size=2048, shared_experts=1,
            moe_layers=(False,) * 3 + (True,) * 58),
         # moonshotai/Kimi-K2-Instruct: DeepSeek-V3's MLA with 64 heads; first_k_dense_replace 1, then 384 experts
         # top-8 + 1 shared; FP8 weights; 163,840 vocabulary, 131,072 positions.
         _m("kimi-k2", 61, 7168, 64, 64, 18432, 163840, 131072, 1.027e12, "bf16", head_dim=192,
-           kv_lora_rank=512, qk_rope_head_dim=64, q_lora_rank=1536, v_head_dim=128, weight_dtype="fp8",
+           kv_lora_rank=512, qk_rope_head_dim=64, q_lora_rank=1536, v_head_dim=128, weight_dtype="fp8", weight_quant="fp8_block",
            num_experts=384, experts_per_token=8, moe_intermediate_size=2048, shared_experts=1,
            moe_layers=(False,) + (True,) * 60),
         # ai21labs/AI21-Jamba-1.5-Mini: attention every 8th layer from 4 (attn_layer_period 8, offset 4),
@@ -675,6 +682,7 @@ def _structure_from_hf(cfg: dict, path: str, layers: int, hidden: int, need) -> 
         more["expert_dtype"] = "mxfp4"
     elif method == "fp8":  # DeepSeek-V3: FP8 weights, activations and KV in torch_dtype
         more["weight_dtype"] = "fp8"
+        more["weight_quant"] = "fp8_block" if quant.get("weight_block_size") else "fp8"
     return more
 
 

@@ -47,7 +47,7 @@ from kvsim.errors import ConfigError
 from kvsim.hardware import GpuSpec
 from kvsim.hardware.gpus import GPU_PRESETS
 from kvsim.hardware.models import DTYPE_BYTES
-from kvsim.latency.calibration import (MOE_QUANT, Calibration, DecodeAttentionParams, GemmParams, LinkParams, MoeParams,
+from kvsim.latency.calibration import (GEMM_QUANT, MOE_QUANT, Calibration, DecodeAttentionParams, GemmParams, LinkParams, MoeParams,
                                        PrefillAttentionParams)
 
 # AIConfigurator system names -> kvsim GPU presets
@@ -254,6 +254,7 @@ class AicData:
     mla_decode: object = None  # model (preset), heads (per GPU), tokens, context, seconds: one MLA layer's decode
     mla_prefill: object = None  # the same for prefill: ``tokens`` sequences of ``context`` new tokens each
     exchange: object = None  # num_gpus, message_bytes (the gathered buffer), seconds: NCCL all-gather + reduce-scatter
+    gemm_quant: dict = field(default_factory=dict)  # weight scheme (GEMM_QUANT) -> rows as ``gemm``, of its kernels
 
     def describe(self) -> str:
         return "; ".join(f"{_rel(self, t)} ({v})" for t, v in self.versions.items())
@@ -465,6 +466,13 @@ def read_aic(root: str | Path, system: str | None = None, version: str | None = 
             got[kind], skipped = reader(f)
             files[TABLES[kind][1]], versions[TABLES[kind][1]] = str(f), v
             notes += [n for n in (note, skipped) if n]
+            if kind == "gemm":  # quantized GEMMs: of this version, or the newest earlier one that is plausible
+                for quant in GEMM_QUANT:
+                    rows, used, note = read_quant_gemm(sysdir, quant, v)
+                    if rows is not None:
+                        got[f"gemm:{quant}"] = rows
+                        files[f"gemm_perf:{quant}"], versions[f"gemm_perf:{quant}"] = str(used), used.parent.name
+                    notes += [note] if note else []
             if kind == "moe":  # the same table's quantized experts, where it has them
                 for quant, (table_dtype, _) in MOE_QUANT.items():
                     try:
@@ -474,22 +482,68 @@ def read_aic(root: str | Path, system: str | None = None, version: str | None = 
                     notes += [skipped] if skipped else []
     return AicData(name, gpu, str(sysdir), got.get("decode"), got.get("prefill"), got.get("all_reduce"),
                    got.get("gemm"), got.get("moe"), {q: got[f"moe:{q}"] for q in MOE_QUANT if f"moe:{q}" in got},
-                   files, versions, notes, got.get("mla_decode"), got.get("mla_prefill"), got.get("exchange"))
+                   files, versions, notes, got.get("mla_decode"), got.get("mla_prefill"), got.get("exchange"),
+                   {q: got[f"gemm:{q}"] for q in GEMM_QUANT if f"gemm:{q}" in got})
 
 
-def read_gemm(path: Path):
-    """(bf16 GEMM rows: m, n, k, seconds; a note on rows skipped or '') of a gemm_perf table."""
+def read_gemm(path: Path, gemm_dtypes=("bfloat16", "float16")):
+    """(GEMM rows of ``gemm_dtypes`` (default bf16): m, n, k, seconds; a note on rows skipped or '') of a
+    gemm_perf table."""
     import pandas as pd
 
+    what = "bf16" if "bfloat16" in gemm_dtypes else "/".join(gemm_dtypes)
     df = read_table(path, ("m", "n", "k", "latency", "gemm_dtype"))
-    df = df[df["gemm_dtype"].astype(str).str.strip().str.lower().isin(["bfloat16", "float16"])]
+    df = df[df["gemm_dtype"].astype(str).str.strip().str.lower().isin(list(gemm_dtypes))]
     t = df["latency"].to_numpy(float) * 1e-3
     ok = np.isfinite(t) & (t > 0)
     if not ok.any():
-        raise ConfigError(f"{path}: no bf16 GEMM rows with a positive latency")
-    note = f"{path}: skipped {int((~ok).sum())} bf16 row(s) whose latency is not positive" if not ok.all() else ""
+        raise ConfigError(f"{path}: no {what} GEMM rows with a positive latency")
+    note = f"{path}: skipped {int((~ok).sum())} {what} row(s) whose latency is not positive" if not ok.all() else ""
     return pd.DataFrame({"m": df["m"].to_numpy(np.int64)[ok], "n": df["n"].to_numpy(np.int64)[ok],
                          "k": df["k"].to_numpy(np.int64)[ok], "seconds": t[ok]}), note
+
+
+# A quantized GEMM table whose small GEMMs (m <= 16, n and k >= 1024: weight-bound, where FP8 or FP4 weights
+# halve the bytes or better) take more than this many times the same version's bf16 ones measured something
+# besides the kernel (vLLM 0.22-0.24's fp8_block rows: flat 60-200 us floors up to thousands of rows)
+QUANT_PLAUSIBLE_X = 2.0
+QUANT_MIN_DIM = 256  # quantized GEMMs are fitted on weights of at least this many rows and columns
+
+
+def quant_gemm_excess(path: Path, quant: str) -> float:
+    """Median time of a table's small ``quant`` GEMMs over its bf16 ones of the same shapes (NaN: none to compare)."""
+    q, _ = read_gemm(path, (GEMM_QUANT[quant][0],))
+    b, _ = read_gemm(path)
+    keys = ["m", "n", "k"]
+    small = lambda g: g[(g["m"] <= 16) & (g["n"] >= 1024) & (g["k"] >= 1024)].groupby(keys)["seconds"].median()  # noqa: E731
+    both = small(q).to_frame("q").join(small(b).to_frame("b"), how="inner")
+    return float(np.median(both["q"] / both["b"])) if len(both) else float("nan")
+
+
+def read_quant_gemm(sysdir: Path, quant: str, version: str):
+    """(rows as :func:`read_gemm`'s, the file read, a note) of ``quant`` GEMMs from the gemm table of ``version``,
+    or, where its rows are implausible (QUANT_PLAUSIBLE_X), of the newest earlier version whose rows are not;
+    (None, None, note) where no version serves."""
+    tried = []
+    for v in reversed([p for p in versions_present(sysdir, "gemm") if _version_key(p) <= _version_key(version)]):
+        f, _, _ = locate_table(sysdir, "gemm", v)
+        try:
+            excess = quant_gemm_excess(f, quant)
+        except ConfigError:
+            continue  # no such rows in this version
+        if excess > QUANT_PLAUSIBLE_X:
+            tried.append(f"{v} ({excess:.1f}x bf16)")
+            continue
+        rows, skipped = read_gemm(f, (GEMM_QUANT[quant][0],))
+        # the projections of real models: the grid's 32-128-wide weights would pull a fit that prices none of them
+        rows = rows[(rows["n"] >= QUANT_MIN_DIM) & (rows["k"] >= QUANT_MIN_DIM)].reset_index(drop=True)
+        note = (f"{quant} GEMMs from vLLM {v}: the newer table(s) {', '.join(tried)} take more than "
+                f"{QUANT_PLAUSIBLE_X:g}x bf16's time on small GEMMs" if tried else "")
+        return rows, f, "; ".join(n for n in (note, skipped) if n)
+    if tried:
+        return None, None, (f"{quant} GEMMs not fitted: every table ({', '.join(tried)}) takes more than "
+                            f"{QUANT_PLAUSIBLE_X:g}x bf16's time on small GEMMs")
+    return None, None, ""
 
 
 def read_moe(path: Path, moe_dtypes=("bfloat16", "float16")):
@@ -1030,14 +1084,17 @@ def fit_all_reduce(a) -> dict[str, LinkParams]:
     return out
 
 
-def gemm_seconds_table(p: GemmParams, gpu: GpuSpec, g):
-    from kvsim.latency.perop import gemm_formula
+def gemm_seconds_table(p: GemmParams, gpu: GpuSpec, g, quant: str | None = None):
+    """Predicted seconds of the rows of ``g`` (bf16 GEMMs, or ``quant`` weights: calibration.GEMM_QUANT)."""
+    from kvsim.latency.perop import gemm_formula, quant_gemm_formula
 
-    return gemm_formula(p, gpu, g["m"].to_numpy(float), g["k"].to_numpy(float), g["n"].to_numpy(float), 2)
+    m, k, n = g["m"].to_numpy(float), g["k"].to_numpy(float), g["n"].to_numpy(float)
+    return gemm_formula(p, gpu, m, k, n, 2) if quant is None else quant_gemm_formula(p, gpu, m, k, n, quant)
 
 
-def fit_gemm_table(g, gpu: GpuSpec) -> GemmParams:
-    """The soft-roofline GEMM parameters (kvsim.latency.fit.fit_gemm's form) from measured (m, n, k) GEMMs."""
+def fit_gemm_table(g, gpu: GpuSpec, quant: str | None = None) -> GemmParams:
+    """The soft-roofline GEMM parameters (kvsim.latency.fit.fit_gemm's form) from measured (m, n, k) GEMMs of
+    bf16 or ``quant`` weights."""
     from kvsim.latency.fit import _fit
 
     if len(g) < 8:
@@ -1047,7 +1104,7 @@ def fit_gemm_table(g, gpu: GpuSpec) -> GemmParams:
     def params(x):
         return GemmParams(x[0] * 1e-6, x[1], x[2], x[3])
 
-    return params([float(v) for v in _fit(lambda x: np.log(gemm_seconds_table(params(x), gpu, g) / T),
+    return params([float(v) for v in _fit(lambda x: np.log(gemm_seconds_table(params(x), gpu, g, quant) / T),
                                           [5.0, 0.7, 0.8, 1.5], [0.0, 0.05, 0.05, 1.0], [200.0, 1.0, 1.0, 20.0])])
 
 
@@ -1056,17 +1113,17 @@ def gemm_regimes(g) -> np.ndarray:
     return np.select([m <= 16, m <= 128, m <= 1024], ["m 1-16", "m 17-128", "m 129-1024"], "m >=1025")
 
 
-def validate_gemm(g, gpu: GpuSpec, every: int = 5) -> dict:
-    """predicted / measured of GEMMs fitted on all shapes (in sample) and without every ``every``-th (n, k)
-    weight shape, predicted on those (held out), by activation rows m."""
-    fitted = fit_gemm_table(g, gpu)
-    ins = gemm_seconds_table(fitted, gpu, g) / g["seconds"].to_numpy()
+def validate_gemm(g, gpu: GpuSpec, every: int = 5, quant: str | None = None) -> dict:
+    """predicted / measured of GEMMs (bf16, or ``quant`` weights) fitted on all shapes (in sample) and without
+    every ``every``-th (n, k) weight shape, predicted on those (held out), by activation rows m."""
+    fitted = fit_gemm_table(g, gpu, quant)
+    ins = gemm_seconds_table(fitted, gpu, g, quant) / g["seconds"].to_numpy()
     shapes = sorted(set(zip(g["n"], g["k"])))
     test_shapes = {s for i, s in enumerate(shapes) if i % every == every // 2}
     test = np.array([s in test_shapes for s in zip(g["n"], g["k"])])
     held = np.full(len(g), np.nan)
-    p = fit_gemm_table(g[~test], gpu)
-    held[test] = gemm_seconds_table(p, gpu, g[test]) / g["seconds"].to_numpy()[test]
+    p = fit_gemm_table(g[~test], gpu, quant)
+    held[test] = gemm_seconds_table(p, gpu, g[test], quant) / g["seconds"].to_numpy()[test]
     reg = gemm_regimes(g)
     return {"in_sample": _by_regime(ins, reg), "held_out": _by_regime(held, reg)}
 
@@ -1088,6 +1145,7 @@ class AicFit:
     mla_decode: DecodeAttentionParams | None = None
     mla_prefill: PrefillAttentionParams | None = None
     exchange: dict = field(default_factory=dict)  # as all_reduce, for all-gather + reduce-scatter
+    gemm_quant: dict = field(default_factory=dict)  # weight scheme -> GemmParams
 
     def calibration(self, base: Calibration | None = None) -> Calibration:
         """``base`` (default: a calibration of kvsim's defaults) with the fitted groups replaced. New GEMMs
@@ -1107,6 +1165,8 @@ class AicFit:
             c = replace(c, moe=self.moe)
         if self.moe_quant:
             c = replace(c, moe_quant={**c.moe_quant, **self.moe_quant})
+        if self.gemm_quant:
+            c = replace(c, gemm_quant={**c.gemm_quant, **self.gemm_quant})
         if self.mla_decode:
             c = replace(c, mla_decode=self.mla_decode)
         if self.mla_prefill:
@@ -1159,6 +1219,11 @@ def fit_aic(data: AicData, base: Calibration | None = None, kv_dtype_bytes=(2,),
     if data.gemm is not None:
         gemm = fit_gemm_table(data.gemm, data.gpu)
         src["gemm"] = tag.format(_rel(data, "gemm_perf"), data.versions["gemm_perf"], ", bf16")
+    gemm_quant = {q: fit_gemm_table(rows, data.gpu, q) for q, rows in data.gemm_quant.items() if len(rows) >= 8}
+    if gemm_quant:
+        src["gemm_quant"] = "fitted: NVIDIA AIConfigurator (Apache-2.0) " + "; ".join(
+            f"{q} weights from {_rel(data, f'gemm_perf:{q}')} (vLLM {data.versions[f'gemm_perf:{q}']}, "
+            f"{GEMM_QUANT[q][0]} rows)" for q in gemm_quant)
     moe = None
     if data.moe is not None:
         moe = fit_moe_table(data.moe, data.gpu)
@@ -1181,7 +1246,7 @@ def fit_aic(data: AicData, base: Calibration | None = None, kv_dtype_bytes=(2,),
         mla_pre = fit_mla_prefill(data.mla_prefill, priced, data.gpu)
         src["mla_prefill"] = tag.format(_rel(data, "mla_context_module_perf"),
                                         data.versions["mla_context_module_perf"], ", bf16, whole MLA layers")
-    return AicFit(data.gpu, dec, pre, ar, src, gemm, moe, moe_quant, mla, mla_pre, exchange)
+    return AicFit(data.gpu, dec, pre, ar, src, gemm, moe, moe_quant, mla, mla_pre, exchange, gemm_quant)
 
 
 def _rel(data: AicData, table: str) -> str:

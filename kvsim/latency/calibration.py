@@ -151,6 +151,14 @@ class MoeParams:
 # block scales; gpt-oss's MXFP4 experts run as 4-bit weights with bf16 activations on Hopper.
 MOE_QUANT = {"fp8": ("fp8_block", True), "mxfp4": ("w4a16_mxfp4", False)}
 
+# Quantized dense GEMMs (projections and dense MLPs of a quantized checkpoint; the embedding, LM head and MoE
+# router stay bf16, as vLLM loads them), priced from their own measured kernels: the scheme (ModelSpec.
+# weight_quant) -> (gemm_dtype of AIConfigurator's tables, weight bytes per element with their scales, tensor-
+# core peak over bf16). ``fp8``: per-tensor or per-channel scales (vLLM's CUTLASS scaled_mm); ``fp8_block``:
+# 128x128 block scales (DeepSeek-V3, Qwen3-FP8: DeepGEMM / FlashInfer block kernels); ``nvfp4``: 4-bit values,
+# one 8-bit scale per 16 (Blackwell FP4 tensor cores).
+GEMM_QUANT = {"fp8": ("fp8", 1.0, 2.0), "fp8_block": ("fp8_block", 1.0, 2.0), "nvfp4": ("nvfp4", 0.5625, 4.0)}
+
 
 @dataclass(frozen=True)
 class LinkParams:
@@ -213,6 +221,8 @@ class Calibration:
     # projection GEMMs (None: priced as decode_attention prices any attention)
     mla_decode: DecodeAttentionParams | None = None
     mla_prefill: PrefillAttentionParams | None = None  # the same for MLA prefill (None: as prefill_attention)
+    # dense GEMMs of quantized weights, by scheme (GEMM_QUANT); one missing: ``gemm``, as bf16
+    gemm_quant: dict = field(default_factory=dict)
 
     def link(self, n: int, interconnect: str) -> LinkParams:
         """All-reduce parameters for n GPUs (the nearest measured group size if n itself was not)."""
@@ -251,7 +261,9 @@ class Calibration:
                 moe_quant={_moe_quant_key(k): _build(MoeParams, v)
                            for k, v in _object(d.get("moe_quant", {}), "moe_quant").items()},
                 mla_decode=_optional(DecodeAttentionParams, d, "mla_decode"),
-                mla_prefill=_optional(PrefillAttentionParams, d, "mla_prefill"))
+                mla_prefill=_optional(PrefillAttentionParams, d, "mla_prefill"),
+                gemm_quant={_quant_key(k, GEMM_QUANT, "gemm_quant"): _build(GemmParams, v)
+                            for k, v in _object(d.get("gemm_quant", {}), "gemm_quant").items()})
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise ConfigError(f"{where}: not a usable latency calibration ({type(e).__name__}: {e})") from None
 
@@ -280,8 +292,14 @@ def _optional(cls, d: dict, key: str):
 
 def _moe_quant_key(key) -> str:
     """A moe_quant entry's expert dtype: one kvsim prices (an unknown one would be silently unused)."""
-    if key not in MOE_QUANT:
-        raise ValueError(f"moe_quant has parameters for {key!r:.40}; kvsim prices experts of {', '.join(MOE_QUANT)}")
+    return _quant_key(key, MOE_QUANT, "moe_quant")
+
+
+def _quant_key(key, known: dict, table: str) -> str:
+    """An entry of a calibration's ``table`` of quantized kernels: a scheme kvsim prices (an unknown one would be
+    silently unused)."""
+    if key not in known:
+        raise ValueError(f"{table} has parameters for {key!r:.40}; kvsim prices {', '.join(known)}")
     return key
 
 

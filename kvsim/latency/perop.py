@@ -37,14 +37,14 @@ from __future__ import annotations
 from bisect import bisect_left
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from kvsim.errors import ConfigError
 from kvsim.hardware import GpuSpec, ModelSpec
 from kvsim.hardware.gpus import GPUS_PER_NODE, NIC_BYTES_S
 from kvsim.hardware.models import DTYPE_BYTES, first_attended
 from kvsim.latency.base import BREAKDOWN_COLUMNS, LatencyModel, StepShape, sum_max_of_two_affine
-from kvsim.latency.calibration import MOE_QUANT, Calibration, DecodeAttentionParams, ElementwiseParams, GemmParams
+from kvsim.latency.calibration import GEMM_QUANT, MOE_QUANT, Calibration, DecodeAttentionParams, ElementwiseParams, GemmParams
 from kvsim.latency.cpu import CpuOverhead
 
 SAMPLER_BYTES_PER_VOCAB = 4 * 3  # fp32 logits, about three passes (temperature/softmax, top-p, sample)
@@ -61,17 +61,29 @@ class Op:
     kind: str = ""  # element-wise kind (calibration.ELEMENTWISE_KINDS); "" for GEMMs
     row: int = 0
     bytes_per_token: float = 0.0
+    quant: str | None = None  # a GEMM of quantized weights: its scheme (calibration.GEMM_QUANT)
 
     def seconds(self, calib: Calibration, gpu: GpuSpec, tokens: int, dtype_bytes: int) -> float:
         if not self.kind:
+            if self.quant is not None and self.quant in calib.gemm_quant:
+                return quant_gemm_seconds(calib.gemm_quant[self.quant], gpu, tokens, self.k, self.n, self.quant) \
+                    if tokens > 0 else 0.0
             return gemm_seconds(calib.gemm, gpu, tokens, self.k, self.n, dtype_bytes)
         return elementwise_seconds(calib.elementwise[self.kind], gpu, tokens, self.row, self.bytes_per_token)
+
+
+def quantized(ops: list[Op], quant: str | None) -> list[Op]:
+    """``ops`` with their GEMMs marked as running on ``quant`` weights (the MoE router's stays bf16, as vLLM
+    loads it); unchanged for None."""
+    if quant is None:
+        return ops
+    return [replace(op, quant=quant) if not op.kind and op.name != "moe_router" else op for op in ops]
 
 
 def layer_ops(model: ModelSpec, tp: int) -> list[Op]:
     """The kernels of one decoder layer on one tensor-parallel rank (attention itself excluded)."""
     norm, attn, norm2, add = input_norm(model), attention_ops(model, tp), post_norm(model), residual_add(model)
-    return [norm, *attn, norm2, *ffn_ops(model, tp, model.intermediate_size), add]
+    return quantized([norm, *attn, norm2, *ffn_ops(model, tp, model.intermediate_size), add], model.weight_quant)
 
 
 def input_norm(model: ModelSpec) -> Op:
@@ -238,7 +250,7 @@ def layer_classes(model: ModelSpec, tp: int, expert_parallel: bool = False,
                             dtype if dtype in MOE_QUANT else None)
         else:
             ffn, experts = ffn_ops(model, tp, model.intermediate_size), None
-        out.append((n, [norm, *mix, norm2, *ffn, add], experts))
+        out.append((n, quantized([norm, *mix, norm2, *ffn, add], model.weight_quant), experts))
     return out
 
 
@@ -261,6 +273,20 @@ def elementwise_formula(p: ElementwiseParams, gpu: GpuSpec, m, row_elems, bytes_
     serial = p.serial_s * row_elems
     return p.t0_s + (serial if serial > stream else stream) if not hasattr(stream, "shape") else \
         p.t0_s + (serial * (serial > stream) + stream * (serial <= stream))
+
+
+def quant_gemm_formula(p: GemmParams, gpu: GpuSpec, m, k, n, quant: str):
+    """Seconds of GEMMs of (m x k) bf16 activations by (k x n) ``quant`` weights (calibration.GEMM_QUANT: the
+    weights' bytes with their scales, the tensor cores' peak over bf16); works on numpy arrays too."""
+    _, weight_bytes, speed = GEMM_QUANT[quant]
+    tf = 2.0 * m * k * n / (gpu.bf16_flops * speed * p.flops_eff)
+    tb = (weight_bytes * k * n + 2 * (m * k + m * n)) / (gpu.hbm_bandwidth * p.bw_eff)
+    q = p.knee
+    return p.t0_s + (tf ** q + tb ** q) ** (1.0 / q)
+
+
+def quant_gemm_seconds(p: GemmParams, gpu: GpuSpec, m: int, k: int, n: int, quant: str) -> float:
+    return quant_gemm_formula(p, gpu, m, k, n, quant)
 
 
 def gemm_seconds(p: GemmParams, gpu: GpuSpec, m: int, k: int, n: int, dtype_bytes: int) -> float:
