@@ -77,6 +77,10 @@ OPTIONS: list[Option] = [
     Option("kv_cache_dtype", ("--kv-cache-dtype",), "data type of the KV cache: auto (the model's) or fp8 (1 byte:"
            " twice the tokens per GiB, half the bytes decode attention reads)", "model and hardware", "auto",
            choices=KV_CACHE_DTYPES),
+    Option("quantization", ("--quantization", "-q"), "weights as vLLM's --quantization loads them: fp8 (an FP8 "
+           "checkpoint's own scheme; a bf16 one quantized on loading, per-tensor scales; embedding and LM head stay "
+           "bf16): FP8 weights in memory, their GEMMs priced on measured FP8 kernels where the calibration has them",
+           "model and hardware", None, choices=("fp8",), default_text="as the checkpoint is"),
     # --- KV pool
     Option("gpu_memory_utilization", ("--gpu-memory-utilization",),
            "fraction of each GPU's memory the engine may use (weights, activations, KV)", "KV pool", 0.90, float,

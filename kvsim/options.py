@@ -145,7 +145,7 @@ def config_from_options(values: Mapping[str, Any], naming: str = "flag"):
     def name(key: str) -> str:
         return BY_KEY[key].flag if naming == "flag" else f"'{written.get(key, key)}'"
 
-    model = get_model(v["model"]).with_kv_cache_dtype(v["kv_cache_dtype"]).validate()
+    model = get_model(v["model"]).with_kv_cache_dtype(v["kv_cache_dtype"]).with_quantization(v["quantization"]).validate()
     gpu = get_gpu(v["gpu"])
     tp = v["tensor_parallel_size"]
     problem = model.tp_problem(tp)

@@ -355,3 +355,26 @@ def test_a_calibration_with_an_unknown_gemm_scheme_is_refused():
     d["gemm_quant"] = {"int3": {"t0_s": 1e-6, "flops_eff": 0.5, "bw_eff": 0.5, "knee": 2.0}}
     with pytest.raises(ConfigError, match="gemm_quant has parameters for 'int3'"):
         Calibration.from_json(d)
+
+
+def test_quantization_fp8_loads_a_bf16_checkpoint_in_fp8_as_vllm_does():
+    """`--quantization fp8`: FP8 weights (embedding and LM head bf16), per-tensor FP8 GEMMs; an FP8 checkpoint
+    keeps its own scheme; a model quantized otherwise is refused."""
+    from kvsim.options import config_from_args
+
+    base = ["--model", "qwen3-32b", "--gpu", "h100-80gb"]
+    bf16, fp8 = config_from_args(base), config_from_args([*base, "--quantization", "fp8"])
+    m = fp8.model
+    assert (m.weight_dtype, m.weight_quant) == ("fp8", "fp8")
+    embed = m.vocab_size * m.hidden_size * (1 if m.tie_word_embeddings else 2)
+    assert m.weight_bytes == pytest.approx((m.params - embed) * 1 + embed * 2)
+    assert fp8.pool_plan().pool_bytes > bf16.pool_plan().pool_bytes
+    from kvsim.latency import build_latency
+    from kvsim.latency.base import StepShape
+
+    shape = StepShape.decode(32, 32 * 1000)
+    assert build_latency(fp8).breakdown(shape)["dense_s"] < build_latency(bf16).breakdown(shape)["dense_s"]
+    assert config_from_args(["--model", "deepseek-v3", "-q", "fp8", "--gpu", "h200", "-tp", "8"]).model.weight_quant \
+        == "fp8_block"
+    with pytest.raises(ConfigError, match="already quantized"):
+        config_from_args(["--model", "gpt-oss-120b", "--quantization", "fp8"])

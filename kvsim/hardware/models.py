@@ -228,6 +228,19 @@ class ModelSpec:
             raise ConfigError(f"--kv-cache-dtype '{kv_cache_dtype}': not one of {', '.join(KV_CACHE_DTYPES)}")
         return replace(self, kv_dtype=None if kv_cache_dtype == "auto" else kv_cache_dtype)
 
+    def with_quantization(self, quantization: str | None) -> "ModelSpec":
+        """This model as vLLM's ``--quantization`` loads it: ``fp8`` keeps an FP8 checkpoint's own scheme and
+        quantizes a bf16 one on loading (per-tensor scales: weights, experts included, in FP8; the embedding and
+        LM head stay bf16); None: as the checkpoint is."""
+        if quantization is None or self.weight_quant in ("fp8", "fp8_block"):
+            return self
+        if quantization != "fp8":
+            raise ConfigError(f"--quantization '{quantization}': kvsim prices fp8 only")
+        if self.weight_quant is not None or self.expert_dtype is not None:
+            raise ConfigError(f"--quantization fp8: {self.name} is already quantized "
+                              f"({self.weight_quant or self.expert_dtype})")
+        return replace(self, weight_dtype="fp8", weight_quant="fp8")
+
     def expert_params(self) -> float:
         """Parameters of the routed experts (all of them, all MoE layers)."""
         width = 3 if self.gated_mlp else 2

@@ -281,7 +281,8 @@ def vllm_commands(row: dict, model: str, values: dict) -> list[str]:
     flags = []
     for key, flag in (("max_num_seqs", "--max-num-seqs"), ("max_num_batched_tokens", "--max-num-batched-tokens"),
                       ("max_model_len", "--max-model-len"), ("gpu_memory_utilization", "--gpu-memory-utilization"),
-                      ("block_size", "--block-size"), ("kv_cache_dtype", "--kv-cache-dtype")):
+                      ("block_size", "--block-size"), ("kv_cache_dtype", "--kv-cache-dtype"),
+                      ("quantization", "--quantization"), ("api_server_count", "--api-server-count")):
         if values.get(key) is not None:
             flags.append(f"{flag} {values[key]}")
     if row.get("ep", values.get("enable_expert_parallel")):
