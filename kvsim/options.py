@@ -106,6 +106,9 @@ def _coerce(o: Option, v, name: str):
         close = difflib.get_close_matches(v, allowed, n=1)
         raise ConfigError(f"{name}: '{v}' is not one of {', '.join(allowed)}"
                           + (f"; did you mean '{close[0]}'?" if close else ""))
+    problem = o.rule(v) if o.rule else None
+    if problem:
+        raise ConfigError(f"{name}: {problem}")
     return v
 
 

@@ -18,6 +18,7 @@ def test_vllm_default_sizes():
     assert vllm_capture_sizes(256, 64)[-1] == 64  # never above the token budget
     assert parse_capture_sizes("none", 256, 8192) == ()
     assert parse_capture_sizes("8, 1,4", 256, 8192) == (1, 4, 8)
+    assert parse_capture_sizes("8,1,4,100000", 256, 8192) == (1, 4, 8)  # no step reaches a size past the budget
     for bad in ("1,x", "0,4"):
         with pytest.raises(ConfigError, match="--cudagraph-capture-sizes"):
             parse_capture_sizes(bad, 256, 8192)

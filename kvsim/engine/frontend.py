@@ -35,7 +35,7 @@ Presets (``--frontend``):
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from kvsim.errors import ConfigError
 
@@ -78,7 +78,7 @@ def get_frontend(name: str, servers: int = 1, engine_only: bool = False) -> Fron
         raise ConfigError(f"unknown front end '{name}' (known: {', '.join(FRONTEND_CHOICES)})") from None
     if servers < 1:
         raise ConfigError(f"api_server_count must be at least 1, got {servers}")
-    return FrontEnd(base.name, base.request_s, base.token_s, base.deliver_s, servers)
+    return replace(base, servers=servers)
 
 
 class Intake:

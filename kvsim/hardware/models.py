@@ -232,10 +232,12 @@ class ModelSpec:
         """This model as vLLM's ``--quantization`` loads it: ``fp8`` keeps an FP8 checkpoint's own scheme and
         quantizes a bf16 one on loading (per-tensor scales: weights, experts included, in FP8; the embedding and
         LM head stay bf16); None: as the checkpoint is."""
-        if quantization is None or self.weight_quant in ("fp8", "fp8_block"):
+        if quantization is None:
             return self
         if quantization != "fp8":
             raise ConfigError(f"--quantization '{quantization}': kvsim prices fp8 only")
+        if self.weight_quant in ("fp8", "fp8_block"):
+            return self
         if self.weight_quant is not None or self.expert_dtype is not None:
             raise ConfigError(f"--quantization fp8: {self.name} is already quantized "
                               f"({self.weight_quant or self.expert_dtype})")
@@ -442,7 +444,8 @@ MODEL_PRESETS: dict[str, ModelSpec] = {
         # v_head_dim 128, q_lora_rank 1536); first_k_dense_replace 3, then 256 routed experts top-8 + 1 shared;
         # FP8 weights (671 B params without the MTP module); torch_dtype bfloat16, so the KV cache is BF16.
         _m("deepseek-v3", 61, 7168, 128, 128, 18432, 129280, 163840, 671e9, "bf16", head_dim=192,
-           kv_lora_rank=512, qk_rope_head_dim=64, q_lora_rank=1536, v_head_dim=128, weight_dtype="fp8", weight_quant="fp8_block",
+           kv_lora_rank=512, qk_rope_head_dim=64, q_lora_rank=1536, v_head_dim=128, weight_dtype="fp8",
+           weight_quant="fp8_block",
            num_experts=256, experts_per_token=8, moe_intermediate_size=2048, shared_experts=1,
            moe_layers=(False,) * 3 + (True,) * 58),
         # --- models served now (config.json of each Hugging Face repository; architecture numbers also in
@@ -464,13 +467,15 @@ MODEL_PRESETS: dict[str, ModelSpec] = {
            num_experts=128, experts_per_token=4, moe_intermediate_size=2880, expert_dtype="mxfp4"),
         # deepseek-ai/DeepSeek-R1: DeepSeek-V3's architecture and FP8 weights.
         _m("deepseek-r1", 61, 7168, 128, 128, 18432, 129280, 163840, 671e9, "bf16", head_dim=192,
-           kv_lora_rank=512, qk_rope_head_dim=64, q_lora_rank=1536, v_head_dim=128, weight_dtype="fp8", weight_quant="fp8_block",
+           kv_lora_rank=512, qk_rope_head_dim=64, q_lora_rank=1536, v_head_dim=128, weight_dtype="fp8",
+           weight_quant="fp8_block",
            num_experts=256, experts_per_token=8, moe_intermediate_size=2048, shared_experts=1,
            moe_layers=(False,) * 3 + (True,) * 58),
         # moonshotai/Kimi-K2-Instruct: DeepSeek-V3's MLA with 64 heads; first_k_dense_replace 1, then 384 experts
         # top-8 + 1 shared; FP8 weights; 163,840 vocabulary, 131,072 positions.
         _m("kimi-k2", 61, 7168, 64, 64, 18432, 163840, 131072, 1.027e12, "bf16", head_dim=192,
-           kv_lora_rank=512, qk_rope_head_dim=64, q_lora_rank=1536, v_head_dim=128, weight_dtype="fp8", weight_quant="fp8_block",
+           kv_lora_rank=512, qk_rope_head_dim=64, q_lora_rank=1536, v_head_dim=128, weight_dtype="fp8",
+           weight_quant="fp8_block",
            num_experts=384, experts_per_token=8, moe_intermediate_size=2048, shared_experts=1,
            moe_layers=(False,) + (True,) * 60),
         # ai21labs/AI21-Jamba-1.5-Mini: attention every 8th layer from 4 (attn_layer_period 8, offset 4),

@@ -467,12 +467,12 @@ def read_aic(root: str | Path, system: str | None = None, version: str | None = 
             files[TABLES[kind][1]], versions[TABLES[kind][1]] = str(f), v
             notes += [n for n in (note, skipped) if n]
             if kind == "gemm":  # quantized GEMMs: of this version, or the newest earlier one that is plausible
-                for quant in GEMM_QUANT:
-                    rows, used, note = read_quant_gemm(sysdir, quant, v)
-                    if rows is not None:
-                        got[f"gemm:{quant}"] = rows
-                        files[f"gemm_perf:{quant}"], versions[f"gemm_perf:{quant}"] = str(used), used.parent.name
-                    notes += [note] if note else []
+                quant, quant_notes = read_quant_gemms(sysdir, v)
+                for q in (q for q in GEMM_QUANT if q in quant):  # in the table's order, whichever version served
+                    rows, used, used_v = quant[q]
+                    got[f"gemm:{q}"] = rows
+                    files[f"gemm_perf:{q}"], versions[f"gemm_perf:{q}"] = str(used), used_v
+                notes += quant_notes
             if kind == "moe":  # the same table's quantized experts, where it has them
                 for quant, (table_dtype, _) in MOE_QUANT.items():
                     try:
@@ -486,13 +486,13 @@ def read_aic(root: str | Path, system: str | None = None, version: str | None = 
                    {q: got[f"gemm:{q}"] for q in GEMM_QUANT if f"gemm:{q}" in got})
 
 
-def read_gemm(path: Path, gemm_dtypes=("bfloat16", "float16")):
+def read_gemm(path: Path, gemm_dtypes=("bfloat16", "float16"), table=None):
     """(GEMM rows of ``gemm_dtypes`` (default bf16): m, n, k, seconds; a note on rows skipped or '') of a
-    gemm_perf table."""
+    gemm_perf table (``table``: the file as :func:`read_table` gave it, where the caller has read it)."""
     import pandas as pd
 
     what = "bf16" if "bfloat16" in gemm_dtypes else "/".join(gemm_dtypes)
-    df = read_table(path, ("m", "n", "k", "latency", "gemm_dtype"))
+    df = read_table(path, GEMM_COLUMNS) if table is None else table
     df = df[df["gemm_dtype"].astype(str).str.strip().str.lower().isin(list(gemm_dtypes))]
     t = df["latency"].to_numpy(float) * 1e-3
     ok = np.isfinite(t) & (t > 0)
@@ -503,6 +503,7 @@ def read_gemm(path: Path, gemm_dtypes=("bfloat16", "float16")):
                          "k": df["k"].to_numpy(np.int64)[ok], "seconds": t[ok]}), note
 
 
+GEMM_COLUMNS = ("m", "n", "k", "latency", "gemm_dtype")
 # A quantized GEMM table whose small GEMMs (m <= 16, n and k >= 1024: weight-bound, where FP8 or FP4 weights
 # halve the bytes or better) take more than this many times the same version's bf16 ones measured something
 # besides the kernel (vLLM 0.22-0.24's fp8_block rows: flat 60-200 us floors up to thousands of rows)
@@ -510,40 +511,50 @@ QUANT_PLAUSIBLE_X = 2.0
 QUANT_MIN_DIM = 256  # quantized GEMMs are fitted on weights of at least this many rows and columns
 
 
-def quant_gemm_excess(path: Path, quant: str) -> float:
-    """Median time of a table's small ``quant`` GEMMs over its bf16 ones of the same shapes (NaN: none to compare)."""
-    q, _ = read_gemm(path, (GEMM_QUANT[quant][0],))
-    b, _ = read_gemm(path)
-    keys = ["m", "n", "k"]
-    small = lambda g: g[(g["m"] <= 16) & (g["n"] >= 1024) & (g["k"] >= 1024)].groupby(keys)["seconds"].median()  # noqa: E731
-    both = small(q).to_frame("q").join(small(b).to_frame("b"), how="inner")
+def quant_gemm_excess(quant_rows, bf16_rows) -> float:
+    """Median time of small quantized GEMMs over the bf16 ones of the same shapes, both :func:`read_gemm` rows
+    of one table (NaN: none to compare)."""
+    def small(g):
+        return g[(g["m"] <= 16) & (g["n"] >= 1024) & (g["k"] >= 1024)].groupby(["m", "n", "k"])["seconds"].median()
+
+    both = small(quant_rows).to_frame("q").join(small(bf16_rows).to_frame("b"), how="inner")
     return float(np.median(both["q"] / both["b"])) if len(both) else float("nan")
 
 
-def read_quant_gemm(sysdir: Path, quant: str, version: str):
-    """(rows as :func:`read_gemm`'s, the file read, a note) of ``quant`` GEMMs from the gemm table of ``version``,
-    or, where its rows are implausible (QUANT_PLAUSIBLE_X), of the newest earlier version whose rows are not;
-    (None, None, note) where no version serves."""
-    tried = []
+def read_quant_gemms(sysdir: Path, version: str) -> tuple[dict, list[str]]:
+    """({scheme: (rows as :func:`read_gemm`'s, of weights at least QUANT_MIN_DIM wide, the file, its version)},
+    notes) of every GEMM_QUANT scheme: from the gemm table of ``version``, or, where its rows are implausible
+    (QUANT_PLAUSIBLE_X), of the newest earlier version whose rows are not. Each table is read once."""
+    got, notes = {}, []
+    tried: dict[str, list[str]] = {q: [] for q in GEMM_QUANT}
     for v in reversed([p for p in versions_present(sysdir, "gemm") if _version_key(p) <= _version_key(version)]):
+        todo = [q for q in GEMM_QUANT if q not in got]
+        if not todo:
+            break
         f, _, _ = locate_table(sysdir, "gemm", v)
+        table = read_table(f, GEMM_COLUMNS)
         try:
-            excess = quant_gemm_excess(f, quant)
+            bf16, _ = read_gemm(f, table=table)
         except ConfigError:
-            continue  # no such rows in this version
-        if excess > QUANT_PLAUSIBLE_X:
-            tried.append(f"{v} ({excess:.1f}x bf16)")
-            continue
-        rows, skipped = read_gemm(f, (GEMM_QUANT[quant][0],))
-        # the projections of real models: the grid's 32-128-wide weights would pull a fit that prices none of them
-        rows = rows[(rows["n"] >= QUANT_MIN_DIM) & (rows["k"] >= QUANT_MIN_DIM)].reset_index(drop=True)
-        note = (f"{quant} GEMMs from vLLM {v}: the newer table(s) {', '.join(tried)} take more than "
-                f"{QUANT_PLAUSIBLE_X:g}x bf16's time on small GEMMs" if tried else "")
-        return rows, f, "; ".join(n for n in (note, skipped) if n)
-    if tried:
-        return None, None, (f"{quant} GEMMs not fitted: every table ({', '.join(tried)}) takes more than "
-                            f"{QUANT_PLAUSIBLE_X:g}x bf16's time on small GEMMs")
-    return None, None, ""
+            bf16 = None
+        for q in todo:
+            try:
+                rows, skipped = read_gemm(f, (GEMM_QUANT[q][0],), table)
+            except ConfigError:
+                continue  # no such rows in this version
+            excess = quant_gemm_excess(rows, bf16) if bf16 is not None else float("nan")
+            if excess > QUANT_PLAUSIBLE_X:
+                tried[q].append(f"{v} ({excess:.1f}x bf16)")
+                continue
+            # the projections of real models: the grid's 32-128-wide weights would pull a fit that prices none
+            got[q] = (rows[(rows["n"] >= QUANT_MIN_DIM) & (rows["k"] >= QUANT_MIN_DIM)].reset_index(drop=True), f, v)
+            if tried[q]:
+                notes.append(f"{q} GEMMs from vLLM {v}: the newer table(s) {', '.join(tried[q])} take more than "
+                             f"{QUANT_PLAUSIBLE_X:g}x bf16's time on small GEMMs")
+            notes += [skipped] if skipped else []
+    notes += [f"{q} GEMMs not fitted: every table ({', '.join(t)}) takes more than {QUANT_PLAUSIBLE_X:g}x bf16's "
+              "time on small GEMMs" for q, t in tried.items() if t and q not in got]
+    return got, notes
 
 
 def read_moe(path: Path, moe_dtypes=("bfloat16", "float16")):

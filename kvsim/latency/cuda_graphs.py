@@ -24,26 +24,31 @@ def vllm_capture_sizes(max_num_seqs: int, max_num_batched_tokens: int) -> tuple[
 
 
 def parse_capture_sizes(value: str, max_num_seqs: int, max_num_batched_tokens: int) -> tuple[int, ...]:
-    """``vllm`` (its default list), ``none`` (eager: no padding) or a comma-separated list of token counts."""
+    """``vllm`` (its default list), ``none`` (eager: no padding) or a comma-separated list of token counts (those
+    above the token budget dropped: no step reaches them, and vLLM caps its sizes there too)."""
     v = value.strip().lower()
     if v == "vllm":
         return vllm_capture_sizes(max_num_seqs, max_num_batched_tokens)
-    if v in ("none", "eager", ""):
-        return ()
-    try:
-        sizes = tuple(sorted({int(x) for x in v.split(",") if x.strip()}))
-    except ValueError:
-        raise ConfigError(f"--cudagraph-capture-sizes: '{value}' is not vllm, none or a list of token counts "
-                          "such as 1,2,4,8,16") from None
-    if not sizes or sizes[0] < 1:
-        raise ConfigError(f"--cudagraph-capture-sizes: sizes must be positive token counts, got '{value}'")
-    return sizes
+    problem = capture_sizes_rule(value)
+    if problem:
+        raise ConfigError(f"--cudagraph-capture-sizes: {problem}")
+    return tuple(s for s in _listed(v) if s <= max_num_batched_tokens)
+
+
+def _listed(v: str) -> tuple[int, ...]:
+    """The sizes of a comma-separated list, ascending, each once (none for ``none`` / ``eager``)."""
+    return () if v in ("none", "eager", "") else tuple(sorted({int(x) for x in v.split(",") if x.strip()}))
 
 
 def capture_sizes_rule(value) -> str | None:
-    """The options table's check of ``--cudagraph-capture-sizes``."""
+    """What is wrong with a ``--cudagraph-capture-sizes`` value, or None (the options table's check)."""
+    v = str(value).strip().lower()
+    if v == "vllm":
+        return None
     try:
-        parse_capture_sizes(str(value), 1, 1)
-    except ConfigError as e:
-        return str(e).split(": ", 1)[1]
+        sizes = _listed(v)
+    except ValueError:
+        return f"'{value}' is not vllm, none or a list of token counts such as 1,2,4,8,16"
+    if v not in ("none", "eager", "") and (not sizes or sizes[0] < 1):
+        return f"sizes must be positive token counts, got '{value}'"
     return None

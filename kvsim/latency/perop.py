@@ -35,7 +35,6 @@ Times are seconds; shapes are tokens; bytes are per GPU. The total is the sum of
 from __future__ import annotations
 
 from bisect import bisect_left
-
 from collections import Counter
 from dataclasses import dataclass, replace
 
@@ -65,9 +64,8 @@ class Op:
 
     def seconds(self, calib: Calibration, gpu: GpuSpec, tokens: int, dtype_bytes: int) -> float:
         if not self.kind:
-            if self.quant is not None and self.quant in calib.gemm_quant:
-                return quant_gemm_seconds(calib.gemm_quant[self.quant], gpu, tokens, self.k, self.n, self.quant) \
-                    if tokens > 0 else 0.0
+            if self.quant in calib.gemm_quant:
+                return quant_gemm_seconds(calib.gemm_quant[self.quant], gpu, tokens, self.k, self.n, self.quant)
             return gemm_seconds(calib.gemm, gpu, tokens, self.k, self.n, dtype_bytes)
         return elementwise_seconds(calib.elementwise[self.kind], gpu, tokens, self.row, self.bytes_per_token)
 
@@ -263,6 +261,12 @@ def gemm_formula(p: GemmParams, gpu: GpuSpec, m, k, n, dtype_bytes):
     """Seconds of GEMMs of (m x k) activations by (k x n) weights; works on numpy arrays too."""
     tf = 2.0 * m * k * n / (gpu.bf16_flops * p.flops_eff)
     tb = dtype_bytes * (k * n + m * k + m * n) / (gpu.hbm_bandwidth * p.bw_eff)
+    return _soft_roofline(p, tf, tb)
+
+
+def _soft_roofline(p: GemmParams, tf, tb):
+    """A GEMM's seconds from its compute and memory times at the fitted efficiencies: near the ridge they add
+    up (``knee``)."""
     q = p.knee
     return p.t0_s + (tf ** q + tb ** q) ** (1.0 / q)
 
@@ -281,12 +285,12 @@ def quant_gemm_formula(p: GemmParams, gpu: GpuSpec, m, k, n, quant: str):
     _, weight_bytes, speed = GEMM_QUANT[quant]
     tf = 2.0 * m * k * n / (gpu.bf16_flops * speed * p.flops_eff)
     tb = (weight_bytes * k * n + 2 * (m * k + m * n)) / (gpu.hbm_bandwidth * p.bw_eff)
-    q = p.knee
-    return p.t0_s + (tf ** q + tb ** q) ** (1.0 / q)
+    return _soft_roofline(p, tf, tb)
 
 
 def quant_gemm_seconds(p: GemmParams, gpu: GpuSpec, m: int, k: int, n: int, quant: str) -> float:
-    return quant_gemm_formula(p, gpu, m, k, n, quant)
+    """One GEMM of an (m x k) activation by a (k x n) ``quant`` weight."""
+    return quant_gemm_formula(p, gpu, m, k, n, quant) if m > 0 else 0.0
 
 
 def gemm_seconds(p: GemmParams, gpu: GpuSpec, m: int, k: int, n: int, dtype_bytes: int) -> float:
@@ -373,6 +377,7 @@ class PerOpModel(LatencyModel):
         self._links = calib.link(tp, interconnect) if tp > 1 else None
         self._dense_cache: dict[tuple[int, int], float] = {}
         self._comm_cache: dict[tuple[int, int], float] = {}
+        self._pad_cache: dict[tuple[int, int], float] = {}
         pa = calib.prefill_attention
         if model.is_mla and calib.mla_prefill is not None:  # measured on MLA modules
             pa = calib.mla_prefill
@@ -558,9 +563,15 @@ class PerOpModel(LatencyModel):
         padded = self.graph_tokens(tokens)
         if padded == tokens:
             return 0.0
-        # (never negative: a fitted table's noise between neighbouring sizes is not a gain)
-        return max(0.0, self.dense_s(padded, sampled) - self.dense_s(tokens, sampled)
-                   + self.communication_s(padded, sampled) - self.communication_s(tokens, sampled))
+        key = (tokens, sampled)
+        t = self._pad_cache.get(key)
+        if t is None:  # once per shape: every step prices it
+            # (never negative: a fitted table's noise between neighbouring sizes is not a gain)
+            t = max(0.0, self.dense_s(padded, sampled) - self.dense_s(tokens, sampled)
+                    + self.communication_s(padded, sampled) - self.communication_s(tokens, sampled))
+            if len(self._pad_cache) < 65536:
+                self._pad_cache[key] = t
+        return t
 
     def _gpu_parts(self, shape: StepShape) -> tuple[float, float, float, float]:
         """(dense, attention, communication, graph padding) seconds of one iteration: the GPU parts of PARTS.
