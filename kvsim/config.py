@@ -108,7 +108,7 @@ def set_pool_problem(plan: PoolPlan, model: ModelSpec, gpu: GpuSpec, tp: int, ig
         return f"a pool of {plan.pool_bytes} bytes holds no token of {model.name} ({plan.kv_bytes_per_token} bytes each)"
     if plan.pool_tokens > MAX_POOL_TOKENS:
         return f"{plan.pool_tokens:,} token slots is beyond the {MAX_POOL_TOKENS:,} kvsim can account exactly"
-    weights = model.gpu_weight_bytes(tp, dp)
+    weights = model.gpu_weight_bytes(tp, dp, gpu)
     room = gpu.memory_bytes - weights
     if plan.pool_bytes > room and not ignore_gpu_memory:
         return (f"a {plan.pool_bytes / GiB:,.1f} GiB pool does not fit on {gpu.name} ({gpu.memory_bytes / GiB:.1f} GiB,"
@@ -133,7 +133,7 @@ def plan_pool(model: ModelSpec, gpu: GpuSpec, mem: MemoryConfig, tp: int = 1, dp
             raise ConfigError(f"{plan.source}: {problem}")
         return plan
     usable = gpu.memory_bytes * mem.gpu_memory_utilization
-    weights = model.gpu_weight_bytes(tp, dp)
+    weights = model.gpu_weight_bytes(tp, dp, gpu)
     reserve = mem.activation_reserve_gb * GiB
     pool = int(usable - weights - reserve)
     if pool < per_token * 16:

@@ -43,6 +43,8 @@ class MemoryBudget:
     model_layers: int = 0
     dp: int = 1  # data-parallel ranks (each its own KV pool and sequences)
     expert_bytes: float = 0.0  # of weight_bytes: the routed experts' share on this GPU (dp > 1)
+    quant_detail: str = ""  # ModelSpec.quant_detail ('' unless quantized)
+    dtype: str = ""  # the model's own dtype (a quantized model's embedding and LM head)
 
     @property
     def pool_tokens(self) -> int:
@@ -107,11 +109,11 @@ def memory_budget(cfg: SimConfig) -> MemoryBudget:
                         for k in KINDS.values() if k.layer_groups)
     return MemoryBudget(
         model=m.name, gpu=gpu.name, tp=tp, gpu_bytes=gpu.memory_bytes,
-        usable_bytes=gpu.memory_bytes * cfg.memory.gpu_memory_utilization, weight_bytes=stage.gpu_weight_bytes(tp, cfg.dp),
+        usable_bytes=gpu.memory_bytes * cfg.memory.gpu_memory_utilization, weight_bytes=stage.gpu_weight_bytes(tp, cfg.dp, gpu),
         reserve_bytes=cfg.memory.activation_reserve_gb * GiB, pool_bytes=pool.pool_bytes, pool_source=pool.source,
         kv_bytes_per_token_model=m.kv_bytes_per_token, kv_bytes_per_token_gpu=pool.kv_bytes_per_token,
         kv_formula=formula, block_size=cfg.block_size, max_model_len=cfg.scheduler.max_model_len, params=m.params,
-        weight_dtype=m.weight_dtype or m.dtype, kv_dtype=kv_dtype, layer_mix=mix,
+        weight_dtype=m.weight_dtype or m.dtype, quant_detail=m.quant_detail, dtype=m.dtype, kv_dtype=kv_dtype, layer_mix=mix,
         state_bytes_per_seq=m.count("mamba") * m.state_bytes_per_layer(tp), layouts=layouts,
         prefill_chunk=cfg.scheduler.prefill_chunk, pp=cfg.pp, stage_layers=stage.layers, model_layers=m.layers, kv_heads=m.kv_heads,
         dp=cfg.dp, expert_bytes=stage.expert_weight_bytes() / (tp * cfg.dp) if cfg.dp > 1 else 0.0)
@@ -149,6 +151,7 @@ def describe(b: MemoryBudget) -> list[tuple[str, str]]:
         ("GPU memory", f"{_size(b.gpu_bytes)} per GPU"),
         ("usable (x utilization)", f"{_size(b.usable_bytes)}"),
         ("weights", f"{_size(b.weight_bytes)} per GPU ({b.params / 1e9:.2f} B params, {b.weight_dtype}{tp})"),
+        *([("", f"as {b.quant_detail}"), ("", f"embedding and LM head in {b.dtype}")] if b.quant_detail else []),
         ("activation reserve", f"{_size(b.reserve_bytes)}"),
         ("KV pool", f"{_size(b.pool_bytes)} per GPU" + (f" (set: {b.pool_source})" if is_set else "")
          + (f", each of {b.dp} data-parallel ranks caching only its own sequences" if b.dp > 1 else "")),

@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 from kvsim.allocators.cache_eviction import CACHE_EVICTION_POLICIES
 from kvsim.engine.preemption import VICTIM_ALIASES, VICTIM_POLICIES
-from kvsim.hardware.models import KV_CACHE_DTYPES
+from kvsim.hardware.models import KV_CACHE_DTYPES, QUANTIZATION_FLAGS
 from kvsim.engine.frontend import FRONTEND_CHOICES
 from kvsim.latency.cpu import CPU_PRESETS
 from kvsim.latency.cuda_graphs import capture_sizes_rule
@@ -79,8 +79,10 @@ OPTIONS: list[Option] = [
            choices=KV_CACHE_DTYPES),
     Option("quantization", ("--quantization", "-q"), "weights as vLLM's --quantization loads them: fp8 (an FP8 "
            "checkpoint's own scheme; a bf16 one quantized on loading, per-tensor scales; embedding and LM head stay "
-           "bf16): FP8 weights in memory, their GEMMs priced on measured FP8 kernels where the calibration has them",
-           "model and hardware", None, choices=("fp8",), default_text="as the checkpoint is"),
+           "bf16): FP8 weights in memory, their GEMMs priced on measured FP8 kernels where the calibration has them; "
+           "the other names must name the checkpoint's own method (its config.json quantization_config), as vLLM "
+           "checks", "model and hardware", None, choices=("fp8", *QUANTIZATION_FLAGS),
+           default_text="as the checkpoint is"),
     # --- KV pool
     Option("gpu_memory_utilization", ("--gpu-memory-utilization",),
            "fraction of each GPU's memory the engine may use (weights, activations, KV)", "KV pool", 0.90, float,

@@ -31,6 +31,16 @@ class GpuSpec:
         weight-only kernels that compute in bf16 (Ampere)."""
         return self.arch in ("ada", "hopper", "blackwell")
 
+    def tensor_core_speedup(self, operands: str) -> float:
+        """Dense tensor-core peak of GEMMs on ``operands`` ("bf16", "fp8", "fp4", "int8") over bf16's: FP8 twice
+        on Ada, Hopper and Blackwell, FP4 four times on Blackwell, int8 twice on every preset (Ampere on); 1 where
+        the GPU lacks them (vLLM then runs weight-only kernels that multiply in bf16)."""
+        if operands == "fp8":
+            return 2.0 if self.fp8_tensor_cores else 1.0
+        if operands == "fp4":
+            return 4.0 if self.arch == "blackwell" else 1.0
+        return 2.0 if operands == "int8" else 1.0
+
 
 GPU_PRESETS: dict[str, GpuSpec] = {
     g.name: g

@@ -28,7 +28,11 @@ from kvsim.validation import is_finite, shown
 DTYPE_BYTES = {"fp32": 4, "float32": 4, "fp16": 2, "float16": 2, "bf16": 2, "bfloat16": 2, "fp8": 1, "fp8_e4m3": 1,
                "fp8_e5m2": 1, "int8": 1}
 DTYPE_BYTES["mxfp4"] = 0.53125  # 4-bit values + one 8-bit scale per 32 (gpt-oss experts): 4.25 bits
-WEIGHT_QUANT = ("fp8", "fp8_block", "nvfp4")  # GEMM schemes of quantized weights (latency.calibration.GEMM_QUANT)
+DTYPE_BYTES["nvfp4"] = 0.5625  # 4-bit values + one FP8 scale per 16 (NVIDIA ModelOpt / compressed-tensors NVFP4)
+DTYPE_BYTES["int4"] = 0.5  # 4-bit integers; their group scales (and zero points) per ModelSpec.weight_group_size
+# GEMM schemes of quantized weights (latency.calibration.GEMM_QUANT): fp8 and fp8_block on FP8 tensor cores, nvfp4
+# on FP4 ones, w4a16 / w8a16 weight-only (Marlin: 4- or 8-bit weights, bf16 compute), w8a8_int8 on int8 tensor cores
+WEIGHT_QUANT = ("fp8", "fp8_block", "nvfp4", "w4a16", "w8a16", "w8a8_int8")
 KV_CACHE_DTYPES = ("auto", "fp16", "bf16", "fp8", "fp8_e4m3", "fp8_e5m2")  # vLLM's --kv-cache-dtype (auto: the model's)
 HF_DTYPES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "float8_e4m3fn": "fp8"}
 
@@ -73,6 +77,11 @@ class ModelSpec:
     # how a quantized checkpoint's dense GEMMs run (WEIGHT_QUANT): fp8 (per-tensor/channel scales), fp8_block
     # (128x128 block scales: DeepSeek-V3), nvfp4; None: in the model's dtype
     weight_quant: str | None = None
+    # integer weights (int4, int8) carry one fp16 scale per this many weights along the input dimension, and with
+    # ``weight_zero_points`` one zero point of the weights' width too (AWQ); 0: per output channel (negligible)
+    weight_group_size: int = 0
+    weight_zero_points: bool = False
+    quant_method: str | None = None  # the checkpoint's quantization_config quant_method (vLLM's --quantization name)
 
     def __post_init__(self) -> None:
         if self.hidden_size <= 0 and self.q_heads > 0 and self.head_dim > 0:
@@ -231,17 +240,25 @@ class ModelSpec:
     def with_quantization(self, quantization: str | None) -> "ModelSpec":
         """This model as vLLM's ``--quantization`` loads it: ``fp8`` keeps an FP8 checkpoint's own scheme and
         quantizes a bf16 one on loading (per-tensor scales: weights, experts included, in FP8; the embedding and
-        LM head stay bf16); None: as the checkpoint is."""
+        LM head stay bf16); a pre-quantized method's name (awq, gptq, compressed-tensors, modelopt, ...) must name
+        the checkpoint's own method, as vLLM checks; None: as the checkpoint is."""
         if quantization is None:
             return self
-        if quantization != "fp8":
-            raise ConfigError(f"--quantization '{quantization}': kvsim prices fp8 only")
-        if self.weight_quant in ("fp8", "fp8_block"):
-            return self
-        if self.weight_quant is not None or self.expert_dtype is not None:
-            raise ConfigError(f"--quantization fp8: {self.name} is already quantized "
-                              f"({self.weight_quant or self.expert_dtype})")
-        return replace(self, weight_dtype="fp8", weight_quant="fp8")
+        if quantization == "fp8":
+            if self.weight_quant in ("fp8", "fp8_block"):
+                return self
+            if self.weight_quant is not None or self.expert_dtype is not None:
+                raise ConfigError(f"--quantization fp8: {self.name} is already quantized "
+                                  f"({self.weight_quant or self.expert_dtype})")
+            return replace(self, weight_dtype="fp8", weight_quant="fp8")
+        family = QUANTIZATION_FLAGS.get(quantization)
+        if family is None:
+            raise ConfigError(f"--quantization '{quantization}': not one kvsim prices ({', '.join(QUANTIZATION_FLAGS)})")
+        if self.quant_method != family:
+            have = f"its config's quantization is {self.quant_method}" if self.quant_method else "it is not quantized"
+            raise ConfigError(f"--quantization {quantization}: {self.name} is not a {family} checkpoint ({have}); "
+                              "vLLM loads these methods only from checkpoints quantized that way")
+        return self
 
     def expert_params(self) -> float:
         """Parameters of the routed experts (all of them, all MoE layers)."""
@@ -269,14 +286,27 @@ class ModelSpec:
         """Bytes of the routed experts (all of them, all MoE layers), in the experts' dtype; 0 for a dense model."""
         if not self.is_moe:
             return 0.0
-        return self.expert_params() * DTYPE_BYTES[self.expert_dtype or self.weight_dtype or self.dtype]
+        return self.expert_params() * (DTYPE_BYTES[self.expert_dtype] if self.expert_dtype else self.weight_dtype_bytes)
 
-    def gpu_weight_bytes(self, tp: int = 1, dp: int = 1) -> float:
+    def gpu_weight_bytes(self, tp: int = 1, dp: int = 1, gpu=None) -> float:
         """Bytes of weights one GPU holds when each of ``dp`` data-parallel ranks spans ``tp`` GPUs: every weight
         split over the rank's tp GPUs, except the routed experts, which vLLM spreads over all dp x tp GPUs (a
-        dense model's ranks are whole copies)."""
+        dense model's ranks are whole copies). ``gpu`` (a GpuSpec): as vLLM's kernels for it hold them
+        (:meth:`zero_point_extra_bytes`)."""
         experts = self.expert_weight_bytes() if dp > 1 else 0.0
-        return (self.weight_bytes - experts) / tp + experts / (tp * dp)
+        return (self.weight_bytes + self.zero_point_extra_bytes(gpu) - experts) / tp + experts / (tp * dp)
+
+    def zero_point_extra_bytes(self, gpu=None) -> float:
+        """Bytes the zero points of integer weights take on ``gpu`` beyond their packed width: on Hopper vLLM runs
+        the dense layers' AWQ-style weights through Machete, which holds each group's zero point pre-multiplied
+        by its scale in 16 bits (Marlin elsewhere, and the fused-MoE kernels, keep them packed); 0 otherwise."""
+        dtype = self.weight_dtype or self.dtype
+        if gpu is None or gpu.arch != "hopper" or not self.weight_zero_points or dtype not in ("int4", "int8") \
+                or not self.weight_group_size:
+            return 0.0
+        experts = self.expert_params() if self.is_moe else 0.0
+        embed = self.vocab_size * self.hidden_size * (1 if self.tie_word_embeddings else 2)
+        return (self.params - experts - embed) * (2 - DTYPE_BYTES[dtype]) / self.weight_group_size
 
     def dp_problem(self, dp: int, pp: int = 1) -> str | None:
         """Why ``dp`` data-parallel ranks cannot be modelled for this model here, or None."""
@@ -287,8 +317,27 @@ class ModelSpec:
         return None
 
     @property
+    def quant_detail(self) -> str:
+        """How quantized weights are held, for tables ('' when they are not): 'fp8_block', 'awq w4a16, groups
+        of 128 + zero points'."""
+        if not self.weight_quant:
+            return ""
+        dtype = self.weight_dtype or self.dtype
+        detail = " ".join(d for d in (self.quant_method, self.weight_quant) if d and d != dtype)
+        if dtype in ("int4", "int8"):
+            detail += f", groups of {self.weight_group_size}" if self.weight_group_size else ", per channel"
+            detail += " + zero points" if self.weight_zero_points else ""
+        return detail
+
+    @property
     def weight_dtype_bytes(self) -> float:
-        return DTYPE_BYTES[self.weight_dtype or self.dtype]
+        """Bytes per weight of the quantized layers with their scales: an integer weight's bits / 8 plus, per
+        group of ``weight_group_size``, an fp16 scale and (``weight_zero_points``) a zero point of its width."""
+        dtype = self.weight_dtype or self.dtype
+        b = DTYPE_BYTES[dtype]
+        if dtype in ("int4", "int8") and self.weight_group_size:
+            b += (2 + (b if self.weight_zero_points else 0)) / self.weight_group_size
+        return b
 
     @property
     def attn_flops_per_pair(self) -> int:
@@ -344,6 +393,9 @@ class ModelSpec:
             v = getattr(self, f)
             if (v is not None or f == "dtype") and v not in DTYPE_BYTES:
                 raise ConfigError(f"model '{self.name}': unknown {f} '{v}' (known: {', '.join(DTYPE_BYTES)})")
+        g = self.weight_group_size
+        if isinstance(g, bool) or not isinstance(g, int) or g < 0 or g > MAX_DIM:
+            raise ConfigError(f"model '{self.name}': weight_group_size must be a whole number >= 0, got {shown(g)}")
         if self.weight_quant is not None and self.weight_quant not in WEIGHT_QUANT:
             raise ConfigError(f"model '{self.name}': unknown weight_quant '{self.weight_quant}' (known: "
                               f"{', '.join(WEIGHT_QUANT)})")
@@ -694,14 +746,116 @@ def _structure_from_hf(cfg: dict, path: str, layers: int, hidden: int, need) -> 
             more.update(moe_intermediate_size=need("intermediate_size"), shared_experts=1)
             step = need("interleave_moe_layer_step", default=1)
             more["moe_layers"] = tuple((i + 1) % step == 0 for i in range(layers))
-    quant = cfg.get("quantization_config")
-    method = str(quant.get("quant_method", "")).lower() if isinstance(quant, dict) else ""
-    if method == "mxfp4" and experts:  # gpt-oss: experts in MXFP4, the rest in the model's dtype
-        more["expert_dtype"] = "mxfp4"
-    elif method == "fp8":  # DeepSeek-V3: FP8 weights, activations and KV in torch_dtype
-        more["weight_dtype"] = "fp8"
-        more["weight_quant"] = "fp8_block" if quant.get("weight_block_size") else "fp8"
+    if cfg.get("quantization_config") is not None:
+        more.update(quantization_from_hf(cfg["quantization_config"], path, bool(experts)))
     return more
+
+
+# vLLM's --quantization names kvsim takes besides fp8 -> the checkpoint quant_method each requires (vLLM picks
+# the Marlin kernels for AWQ and GPTQ on its own; its *_marlin names name the same checkpoints)
+QUANTIZATION_FLAGS = {"awq": "awq", "awq_marlin": "awq", "gptq": "gptq", "gptq_marlin": "gptq",
+                      "compressed-tensors": "compressed-tensors", "modelopt": "modelopt", "modelopt_fp4": "modelopt",
+                      "mxfp4": "mxfp4"}
+
+
+def quantization_from_hf(quant, path: str, has_experts: bool) -> dict:
+    """ModelSpec's weight fields from a config.json's ``quantization_config``, as vLLM loads each method:
+
+    - ``fp8`` (DeepSeek-V3, Qwen3-FP8): FP8 weights, 128x128 block scales where ``weight_block_size`` says so;
+    - ``mxfp4`` (gpt-oss): the routed experts in MXFP4, everything else in the model's dtype;
+    - ``awq`` (4-bit, group scales and zero points) and ``gptq`` (4- or 8-bit, group scales; zero points only when
+      not symmetric): integer weights run by the Marlin kernels (weight-only: bf16 compute);
+    - ``compressed-tensors`` (llm-compressor): the scheme of its Linear config group: FP8 (per tensor/channel, or
+      block), NVFP4, W4A16 / W8A16 integers, W8A8 int8;
+    - ``modelopt`` (NVIDIA ModelOpt): FP8 (per tensor) or NVFP4.
+
+    The embedding and LM head stay in the model's dtype (ModelSpec.weight_bytes). A method kvsim does not price
+    is refused, never read as bf16."""
+    where = f"{path}: quantization_config"
+    if not isinstance(quant, dict):
+        raise ConfigError(f"{where} must be an object, got {type(quant).__name__}")
+    if not quant:
+        return {}
+    method = str(quant.get("quant_method", "")).strip().lower()
+
+    def number(d: dict, keys: tuple[str, ...], default=None, allowed=None) -> int:
+        for k in keys:
+            if d.get(k) is not None:
+                v = d[k]
+                if isinstance(v, bool) or not isinstance(v, int) or (allowed is not None and v not in allowed) \
+                        or (allowed is None and not (v == -1 or 0 < v <= MAX_DIM)):
+                    raise ConfigError(f"{where}: field '{k}' must be " + (
+                        f"one of {', '.join(map(str, allowed))}" if allowed else "a positive whole number or -1")
+                        + f", got {shown(v)}")
+                return v
+        if default is None:
+            raise ConfigError(f"{where}: field '{keys[0]}' missing")
+        return default
+
+    def integer(bits: int, group: int, zero_points: bool, weight_only: bool = True) -> dict:
+        return {"weight_dtype": f"int{bits}", "weight_quant": ("w4a16" if bits == 4 else "w8a16") if weight_only
+                else "w8a8_int8", "weight_group_size": max(0, group), "weight_zero_points": zero_points}
+
+    if method == "mxfp4":
+        if not has_experts:
+            raise ConfigError(f"{where}: mxfp4 quantizes the experts of a mixture-of-experts model; this one has none")
+        return {"expert_dtype": "mxfp4", "quant_method": method}
+    if method == "fp8":
+        block = quant.get("weight_block_size")
+        return {"weight_dtype": "fp8", "weight_quant": "fp8_block" if block else "fp8", "quant_method": method}
+    if method == "awq":
+        bits = number(quant, ("bits", "w_bit"), 4, (4,))
+        group = number(quant, ("group_size", "q_group_size"), 128)
+        zp = quant.get("zero_point", True)
+        return {**integer(bits, group, zp is not False), "quant_method": method}
+    if method == "gptq":
+        bits = number(quant, ("bits",), 4, (4, 8))
+        group = number(quant, ("group_size",), 128)
+        return {**integer(bits, group, quant.get("sym", True) is False), "quant_method": method}
+    if method == "compressed-tensors":
+        return {**_compressed_tensors(quant, where, integer, number), "quant_method": method}
+    if method in ("modelopt", "modelopt_fp4"):
+        inner = quant.get("quantization") if isinstance(quant.get("quantization"), dict) else quant
+        algo = str(inner.get("quant_algo", "")).strip().upper()
+        if algo == "FP8":
+            return {"weight_dtype": "fp8", "weight_quant": "fp8", "quant_method": "modelopt"}
+        if algo == "NVFP4":
+            return {"weight_dtype": "nvfp4", "weight_quant": "nvfp4", "quant_method": "modelopt"}
+        raise ConfigError(f"{where}: ModelOpt quant_algo '{algo}' is not priced (kvsim prices FP8 and NVFP4)")
+    raise ConfigError(f"{where}: quant_method '{method}' is not priced by kvsim (it prices fp8, mxfp4, awq, gptq, "
+                      "compressed-tensors and modelopt checkpoints); its weights would be misread as unquantized")
+
+
+def _compressed_tensors(quant: dict, where: str, integer, number) -> dict:
+    """The weight fields of a compressed-tensors checkpoint: the scheme of its config group that targets Linear
+    layers (llm-compressor writes one per scheme)."""
+    groups = quant.get("config_groups")
+    if not isinstance(groups, dict) or not groups:
+        raise ConfigError(f"{where}: compressed-tensors needs a non-empty 'config_groups' object")
+    linear = [g for g in groups.values() if isinstance(g, dict) and "Linear" in (g.get("targets") or [])]
+    if len(linear) != 1:
+        raise ConfigError(f"{where}: kvsim prices a compressed-tensors checkpoint with one scheme for its Linear "
+                          f"layers; {len(linear)} config groups target Linear")
+    w, acts = linear[0].get("weights"), linear[0].get("input_activations")
+    if not isinstance(w, dict):
+        raise ConfigError(f"{where}: the Linear config group has no 'weights' object")
+    bits = number(w, ("num_bits",), None, (4, 8))
+    kind = str(w.get("type", "int")).lower()
+    strategy = str(w.get("strategy", "tensor")).lower()
+    act_bits = number(acts, ("num_bits",), None, (4, 8, 16)) if isinstance(acts, dict) else 16
+    if kind == "float" and bits == 8:
+        if act_bits == 16:  # FP8 weights, bf16 activations: vLLM's FP8 Marlin
+            return {"weight_dtype": "fp8", "weight_quant": "w8a16"}
+        return {"weight_dtype": "fp8", "weight_quant": "fp8_block" if strategy == "block" else "fp8"}
+    if kind == "float" and bits == 4 and strategy in ("tensor_group", "group"):
+        return {"weight_dtype": "nvfp4", "weight_quant": "nvfp4" if act_bits == 4 else "w4a16"}
+    if kind == "int" and act_bits == 16:
+        group = number(w, ("group_size",), 0) if strategy == "group" else 0
+        return integer(bits, group, w.get("symmetric", True) is False)
+    if kind == "int" and bits == 8 and act_bits == 8:
+        return integer(8, 0, w.get("symmetric", True) is False, weight_only=False)
+    raise ConfigError(f"{where}: compressed-tensors scheme of {kind} {bits}-bit weights ({strategy}) with "
+                      f"{act_bits}-bit activations is not priced (kvsim prices FP8, NVFP4, W4A16, W8A16 and W8A8 int8)")
 
 
 # Hugging Face repository ids (as `vllm serve` takes them) of the presets' models: base and instruct/chat

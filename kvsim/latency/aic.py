@@ -46,7 +46,6 @@ import numpy as np
 from kvsim.errors import ConfigError
 from kvsim.hardware import GpuSpec
 from kvsim.hardware.gpus import GPU_PRESETS
-from kvsim.hardware.models import DTYPE_BYTES
 from kvsim.latency.calibration import (GEMM_QUANT, MOE_QUANT, Calibration, DecodeAttentionParams, GemmParams, LinkParams, MoeParams,
                                        PrefillAttentionParams)
 
@@ -474,7 +473,7 @@ def read_aic(root: str | Path, system: str | None = None, version: str | None = 
                     files[f"gemm_perf:{q}"], versions[f"gemm_perf:{q}"] = str(used), used_v
                 notes += quant_notes
             if kind == "moe":  # the same table's quantized experts, where it has them
-                for quant, (table_dtype, _) in MOE_QUANT.items():
+                for quant, (table_dtype, *_) in MOE_QUANT.items():
                     try:
                         got[f"moe:{quant}"], skipped = read_moe(f, (table_dtype,))
                     except ConfigError:
@@ -526,9 +525,9 @@ def read_quant_gemms(sysdir: Path, version: str) -> tuple[dict, list[str]]:
     notes) of every GEMM_QUANT scheme: from the gemm table of ``version``, or, where its rows are implausible
     (QUANT_PLAUSIBLE_X), of the newest earlier version whose rows are not. Each table is read once."""
     got, notes = {}, []
-    tried: dict[str, list[str]] = {q: [] for q in GEMM_QUANT}
+    tried: dict[str, list[str]] = {q: [] for q in GEMM_QUANT if GEMM_QUANT[q][0]}
     for v in reversed([p for p in versions_present(sysdir, "gemm") if _version_key(p) <= _version_key(version)]):
-        todo = [q for q in GEMM_QUANT if q not in got]
+        todo = [q for q in tried if q not in got]
         if not todo:
             break
         f, _, _ = locate_table(sysdir, "gemm", v)
@@ -797,7 +796,7 @@ def _moe_table_seconds(calib: Calibration, gpu: GpuSpec, m, quant: str | None = 
     from kvsim.latency.perop import moe_formula
 
     f = {k: m[k].to_numpy(float) for k in ("tokens", "hidden", "inter", "experts", "topk", "ep")}
-    wb = DTYPE_BYTES[quant] if quant else 2
+    wb = MOE_QUANT[quant][2] if quant else 2
     return moe_formula(calib, gpu, f["tokens"], f["hidden"], f["inter"], f["experts"], f["topk"], f["ep"], wb, 2,
                        quant=quant)
 

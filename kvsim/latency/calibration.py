@@ -145,19 +145,29 @@ class MoeParams:
     knee: float = 1.4
 
 
-# Quantized experts kvsim prices from their own measured MoE kernels: the expert dtype (ModelSpec) -> the
-# moe_dtype of NVIDIA AIConfigurator's tables that serves it in vLLM, and whether its GEMMs run on FP8 tensor
-# cores (twice the bf16 peak where the GPU has them). FP8 checkpoints (DeepSeek-V3, Qwen3-FP8) carry 128x128
-# block scales; gpt-oss's MXFP4 experts run as 4-bit weights with bf16 activations on Hopper.
-MOE_QUANT = {"fp8": ("fp8_block", True), "mxfp4": ("w4a16_mxfp4", False)}
+# Quantized experts kvsim prices from their own measured MoE kernels: the expert dtype (ModelSpec) -> (the
+# moe_dtype of NVIDIA AIConfigurator's tables that serves it in vLLM, the operands its GEMMs run on
+# (GpuSpec.tensor_core_speedup: FP8 and FP4 tensor cores where the GPU has them), the weight bytes per element
+# with their scales of those kernels). FP8 checkpoints (DeepSeek-V3, Qwen3-FP8) carry 128x128 block scales;
+# gpt-oss's MXFP4 experts run as 4-bit weights with bf16 activations on Hopper; int4 experts (AWQ, GPTQ,
+# compressed-tensors W4A16) as 4-bit weights with a 16-bit scale per 128, bf16 compute; NVFP4 on FP4 tensor cores.
+MOE_QUANT = {"fp8": ("fp8_block", "fp8", 1.0), "mxfp4": ("w4a16_mxfp4", "bf16", 0.53125),
+             "int4": ("int4_wo", "bf16", 0.515625), "nvfp4": ("nvfp4", "fp4", 0.5625)}
 
 # Quantized dense GEMMs (projections and dense MLPs of a quantized checkpoint; the embedding, LM head and MoE
-# router stay bf16, as vLLM loads them), priced from their own measured kernels: the scheme (ModelSpec.
-# weight_quant) -> (gemm_dtype of AIConfigurator's tables, weight bytes per element with their scales, tensor-
-# core peak over bf16). ``fp8``: per-tensor or per-channel scales (vLLM's CUTLASS scaled_mm); ``fp8_block``:
-# 128x128 block scales (DeepSeek-V3, Qwen3-FP8: DeepGEMM / FlashInfer block kernels); ``nvfp4``: 4-bit values,
-# one 8-bit scale per 16 (Blackwell FP4 tensor cores).
-GEMM_QUANT = {"fp8": ("fp8", 1.0, 2.0), "fp8_block": ("fp8_block", 1.0, 2.0), "nvfp4": ("nvfp4", 0.5625, 4.0)}
+# router stay bf16, as vLLM loads them), priced from their own measured kernels where a calibration has them:
+# the scheme (ModelSpec.weight_quant) -> (gemm_dtype of AIConfigurator's tables, or None where they have none;
+# weight bytes per element with their scales; the operands the tensor cores multiply). ``fp8``: per-tensor or
+# per-channel scales (vLLM's CUTLASS scaled_mm); ``fp8_block``: 128x128 block scales (DeepSeek-V3, Qwen3-FP8:
+# DeepGEMM / FlashInfer block kernels); ``nvfp4``: 4-bit values, one 8-bit scale per 16 (FP4 tensor cores);
+# ``w4a16`` / ``w8a16``: 4- or 8-bit weights with a 16-bit scale per 128, dequantized in the kernel and
+# multiplied in bf16 (Marlin: AWQ, GPTQ, compressed-tensors); ``w8a8_int8``: int8 weights and activations
+# (per-channel / per-token scales) on int8 tensor cores. A scheme the calibration has no fit for, or whose tensor
+# cores the GPU lacks (FP8 on Ampere, NVFP4 before Blackwell: vLLM's weight-only Marlin kernels), is priced with
+# the bf16 GEMM parameters reading the scheme's weight bytes.
+GEMM_QUANT = {"fp8": ("fp8", 1.0, "fp8"), "fp8_block": ("fp8_block", 1.0, "fp8"), "nvfp4": ("nvfp4", 0.5625, "fp4"),
+              "w4a16": (None, 0.515625, "bf16"), "w8a16": (None, 1.015625, "bf16"),
+              "w8a8_int8": (None, 1.0, "int8")}
 
 
 @dataclass(frozen=True)

@@ -64,10 +64,20 @@ class Op:
 
     def seconds(self, calib: Calibration, gpu: GpuSpec, tokens: int, dtype_bytes: int) -> float:
         if not self.kind:
-            if self.quant in calib.gemm_quant:
-                return quant_gemm_seconds(calib.gemm_quant[self.quant], gpu, tokens, self.k, self.n, self.quant)
+            if self.quant is not None:
+                return quant_gemm_seconds(quant_gemm_params(calib, gpu, self.quant), gpu, tokens, self.k, self.n,
+                                          self.quant)
             return gemm_seconds(calib.gemm, gpu, tokens, self.k, self.n, dtype_bytes)
         return elementwise_seconds(calib.elementwise[self.kind], gpu, tokens, self.row, self.bytes_per_token)
+
+
+def quant_gemm_params(calib: Calibration, gpu: GpuSpec, quant: str) -> GemmParams:
+    """The GEMM parameters that price ``quant`` weights: the scheme's own fit where the calibration has one and
+    the GPU has the tensor cores it ran on; otherwise the bf16 fit (weight-only kernels; calibration.GEMM_QUANT)."""
+    p, operands = calib.gemm_quant.get(quant), GEMM_QUANT[quant][2]
+    if p is None or (operands != "bf16" and gpu.tensor_core_speedup(operands) == 1.0):
+        return calib.gemm
+    return p
 
 
 def quantized(ops: list[Op], quant: str | None) -> list[Op]:
@@ -205,7 +215,7 @@ def moe_formula(calib: Calibration, gpu: GpuSpec, tokens, hidden, width, experts
     p, peak = calib.moe, gpu.bf16_flops
     if quant in calib.moe_quant:
         p = calib.moe_quant[quant]
-        peak *= 2 if MOE_QUANT[quant][1] and gpu.fp8_tensor_cores else 1
+        peak *= gpu.tensor_core_speedup(MOE_QUANT[quant][1])
     if p is not None:
         tf = flops / (peak * p.flops_eff)
         tb = (weights + acts) / (gpu.hbm_bandwidth * p.bw_eff)
@@ -243,8 +253,9 @@ def layer_classes(model: ModelSpec, tp: int, expert_parallel: bool = False,
             ranks = tp * dp
             ep = ranks if expert_parallel else 1
             dtype = model.expert_dtype or model.weight_dtype or model.dtype
+            wb = DTYPE_BYTES[model.expert_dtype] if model.expert_dtype else model.weight_dtype_bytes
             experts = MoeOp(h, -(-model.moe_intermediate_size // (ranks // ep)), model.num_experts,
-                            model.experts_per_token, DTYPE_BYTES[dtype], model.gated_mlp, ep,
+                            model.experts_per_token, wb, model.gated_mlp, ep,
                             dtype if dtype in MOE_QUANT else None)
         else:
             ffn, experts = ffn_ops(model, tp, model.intermediate_size), None
@@ -282,7 +293,8 @@ def elementwise_formula(p: ElementwiseParams, gpu: GpuSpec, m, row_elems, bytes_
 def quant_gemm_formula(p: GemmParams, gpu: GpuSpec, m, k, n, quant: str):
     """Seconds of GEMMs of (m x k) bf16 activations by (k x n) ``quant`` weights (calibration.GEMM_QUANT: the
     weights' bytes with their scales, the tensor cores' peak over bf16); works on numpy arrays too."""
-    _, weight_bytes, speed = GEMM_QUANT[quant]
+    _, weight_bytes, operands = GEMM_QUANT[quant]
+    speed = gpu.tensor_core_speedup(operands)
     tf = 2.0 * m * k * n / (gpu.bf16_flops * speed * p.flops_eff)
     tb = (weight_bytes * k * n + 2 * (m * k + m * n)) / (gpu.hbm_bandwidth * p.bw_eff)
     return _soft_roofline(p, tf, tb)
