@@ -181,6 +181,7 @@ class SimConfig:
     kv_load_layerwise: bool = option_default("kv_load_layerwise")  # lower-tier loads overlap the prefill by layer
     max_concurrency: int | None = None  # clients keep at most this many requests in flight (None: open loop)
     request_rate: float | None = None  # re-time the trace: Poisson at this rate (requests/s), inf: all at once
+    speculative: object = None  # kvsim.speculative.SpeculativeConfig, or None: no speculative decoding
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -228,6 +229,9 @@ class SimConfig:
         s = replace(self.scheduler, api_server=self.serving_frontend())
         if self.kv_load_layerwise:
             s = replace(s, kv_load_layers=self.memory_model.layers)
+        if self.speculative is not None:  # an iteration is 1/tau of a verify step (kvsim.speculative)
+            s = replace(s, max_num_batched_tokens=max(s.max_num_seqs,
+                                                      int(s.max_num_batched_tokens / self.speculative.tau)))
         if self.pipeline_parallel_size == 1:
             return s
         return replace(s, max_num_batched_tokens=s.max_num_batched_tokens * self.pipeline_parallel_size)

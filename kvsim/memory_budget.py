@@ -44,6 +44,7 @@ class MemoryBudget:
     dp: int = 1  # data-parallel ranks (each its own KV pool and sequences)
     expert_bytes: float = 0.0  # of weight_bytes: the routed experts' share on this GPU (dp > 1)
     quant_detail: str = ""  # ModelSpec.quant_detail ('' unless quantized)
+    draft_bytes: float = 0.0  # of weight_bytes: the speculative drafter's own weights on this GPU
     dtype: str = ""  # the model's own dtype (a quantized model's embedding and LM head)
 
     @property
@@ -92,10 +93,12 @@ def memory_budget(cfg: SimConfig) -> MemoryBudget:
     stage = cfg.memory_model  # what one GPU holds (the largest pipeline stage)
     pool = cfg.pool_plan()
     kv_dtype = m.kv_dtype or m.dtype
-    formula = f"2 x {m.layers} layers x {m.kv_heads} KV heads x {m.head_dim} dims x {m.kv_dtype_bytes} B"
+    layers = f"({m.layers} + {m.draft_layers} draft)" if m.draft_layers else f"{m.layers}"
+    formula = f"2 x {layers} layers x {m.kv_heads} KV heads x {m.head_dim} dims x {m.kv_dtype_bytes} B"
     mix, layouts = "", ()
     if m.is_mla:
-        formula = (f"{m.attention_layers} layers x ({m.kv_lora_rank} latent + {m.qk_rope_head_dim} rope) x "
+        layers = f"({m.attention_layers} + {m.draft_layers} draft)" if m.draft_layers else f"{m.attention_layers}"
+        formula = (f"{layers} layers x ({m.kv_lora_rank} latent + {m.qk_rope_head_dim} rope) x "
                    f"{m.kv_dtype_bytes} B (MLA)")
     elif m.attention_layers != m.layers:
         formula = f"2 x {m.attention_layers} attention layers x {m.kv_heads} KV heads x {m.head_dim} dims x " \
@@ -113,7 +116,7 @@ def memory_budget(cfg: SimConfig) -> MemoryBudget:
         reserve_bytes=cfg.memory.activation_reserve_gb * GiB, pool_bytes=pool.pool_bytes, pool_source=pool.source,
         kv_bytes_per_token_model=m.kv_bytes_per_token, kv_bytes_per_token_gpu=pool.kv_bytes_per_token,
         kv_formula=formula, block_size=cfg.block_size, max_model_len=cfg.scheduler.max_model_len, params=m.params,
-        weight_dtype=m.weight_dtype or m.dtype, quant_detail=m.quant_detail, dtype=m.dtype, kv_dtype=kv_dtype, layer_mix=mix,
+        weight_dtype=m.weight_dtype or m.dtype, quant_detail=m.quant_detail, dtype=m.dtype, draft_bytes=m.draft_weight_bytes / tp, kv_dtype=kv_dtype, layer_mix=mix,
         state_bytes_per_seq=m.count("mamba") * m.state_bytes_per_layer(tp), layouts=layouts,
         prefill_chunk=cfg.scheduler.prefill_chunk, pp=cfg.pp, stage_layers=stage.layers, model_layers=m.layers, kv_heads=m.kv_heads,
         dp=cfg.dp, expert_bytes=stage.expert_weight_bytes() / (tp * cfg.dp) if cfg.dp > 1 else 0.0)
@@ -152,6 +155,7 @@ def describe(b: MemoryBudget) -> list[tuple[str, str]]:
         ("usable (x utilization)", f"{_size(b.usable_bytes)}"),
         ("weights", f"{_size(b.weight_bytes)} per GPU ({b.params / 1e9:.2f} B params, {b.weight_dtype}{tp})"),
         *([("", f"as {b.quant_detail}"), ("", f"embedding and LM head in {b.dtype}")] if b.quant_detail else []),
+        *([("", f"of it {_size(b.draft_bytes)} the speculative drafter's")] if b.draft_bytes else []),
         ("activation reserve", f"{_size(b.reserve_bytes)}"),
         ("KV pool", f"{_size(b.pool_bytes)} per GPU" + (f" (set: {b.pool_source})" if is_set else "")
          + (f", each of {b.dp} data-parallel ranks caching only its own sequences" if b.dp > 1 else "")),

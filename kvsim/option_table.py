@@ -168,6 +168,15 @@ OPTIONS: list[Option] = [
            "graphs; a step of at most the largest runs its dense layers and all-reduces padded to the next one: "
            "vllm (its default: 1, 2, 4, every 8 to 255, every 16 to min(2 x max-num-seqs, 512)), none (eager), or a "
            "list such as 1,2,4,8,16", "latency", "vllm", rule=capture_sizes_rule),
+    Option("speculative_config", ("--speculative-config",), "speculative decoding as vLLM's flag takes it, a JSON "
+           "object: method (eagle, eagle3, mtp, ngram) and num_speculative_tokens (draft_vocab_size for eagle3, "
+           "default 32000; num_nextn_predict_layers for mtp, default 1); the drafter's weights and KV in memory, "
+           "verify and draft passes in time (kvsim/speculative.py); needs --acceptance-length", "latency", None,
+           default_text="off"),
+    Option("acceptance_length", ("--acceptance-length",), "with --speculative-config: tokens a decoding sequence "
+           "gains per verify step, the bonus token included (vLLM logs it as 'Mean acceptance length'), from 1 to "
+           "num_speculative_tokens + 1", "latency", None, float, default_text="none (required with "
+           "--speculative-config)"),
     Option("interconnect", ("--interconnect",), "how tensor-parallel GPUs are linked (all-reduce times)", "latency",
            "nvswitch", choices=("nvswitch", "pairwise")),
     Option("flops_efficiency", ("--flops-efficiency",), "roofline: achievable fraction of peak FLOP/s", "latency",

@@ -149,6 +149,11 @@ def config_from_options(values: Mapping[str, Any], naming: str = "flag"):
         return BY_KEY[key].flag if naming == "flag" else f"'{written.get(key, key)}'"
 
     model = get_model(v["model"]).with_kv_cache_dtype(v["kv_cache_dtype"]).with_quantization(v["quantization"]).validate()
+    from kvsim.speculative import parse_speculative
+
+    spec = parse_speculative(v["speculative_config"], v["acceptance_length"])
+    if spec is not None:
+        model = spec.with_draft(model)
     gpu = get_gpu(v["gpu"])
     tp = v["tensor_parallel_size"]
     problem = model.tp_problem(tp)
@@ -158,6 +163,12 @@ def config_from_options(values: Mapping[str, Any], naming: str = "flag"):
     problem = model.pp_problem(pp)
     if problem:
         raise ConfigError(f"{name('pipeline_parallel_size')} {pp}: {problem}")
+    if spec is not None and pp > 1:
+        raise ConfigError(f"--speculative-config with {name('pipeline_parallel_size')} {pp}: not modelled; use one "
+                          "or the other")
+    if spec is not None and v["latency"] == "roofline":
+        raise ConfigError("--speculative-config: the roofline model does not price verify and draft passes; use the "
+                          "per-operation model")
     dp = v["data_parallel_size"]
     problem = model.dp_problem(dp, pp)
     if problem:
@@ -225,7 +236,8 @@ def config_from_options(values: Mapping[str, Any], naming: str = "flag"):
                      enable_prefix_caching=v["enable_prefix_caching"], cache_eviction=v["cache_eviction"],
                      kv_offloading_size=v["kv_offloading_size"], max_concurrency=v["max_concurrency"],
                      request_rate=v["request_rate"],
-                     kv_offloading_bandwidth=v["kv_offloading_bandwidth"], kv_load_layerwise=v["kv_load_layerwise"])
+                     kv_offloading_bandwidth=v["kv_offloading_bandwidth"], kv_load_layerwise=v["kv_load_layerwise"],
+                     speculative=spec)
 
 
 def config_from_args(args: list[str]):

@@ -46,7 +46,7 @@ def register(sub) -> None:
                        description="Where one GPU's memory goes (weights, activation reserve, KV pool), the KV bytes "
                                    "per token, blocks, and how many requests of --max-model-len tokens fit at once "
                                    "(vLLM's 'maximum concurrency'). No trace needed.")
-    add_options(m, ("model and hardware", "KV pool"), keys=("max_model_len",))
+    add_options(m, ("model and hardware", "KV pool"), keys=("max_model_len", "speculative_config", "acceptance_length"))
     m.add_argument("--context", type=positive_int, nargs="+", metavar="TOKENS",
                    help="also say how many sequences of these lengths fit at once (e.g. --context 4096 32768)")
     m.set_defaults(func=cmd_memory)

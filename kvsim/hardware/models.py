@@ -82,6 +82,10 @@ class ModelSpec:
     weight_group_size: int = 0
     weight_zero_points: bool = False
     quant_method: str | None = None  # the checkpoint's quantization_config quant_method (vLLM's --quantization name)
+    # speculative decoding (kvsim.speculative): the draft's attention layers, whose KV every token also takes in
+    # the same pool (same per-layer bytes), and the bytes of the draft's own weights (embedding / LM head shared)
+    draft_layers: int = 0
+    draft_weight_bytes: float = 0.0
 
     def __post_init__(self) -> None:
         if self.hidden_size <= 0 and self.q_heads > 0 and self.head_dim > 0:
@@ -167,7 +171,7 @@ class ModelSpec:
         return self.kv_bytes_per_token_gpu(1)
 
     def kv_bytes_per_token_gpu(self, tp: int = 1) -> int:
-        return self.attention_layers * self.kv_bytes_per_token_layer(tp)
+        return (self.attention_layers + self.draft_layers) * self.kv_bytes_per_token_layer(tp)
 
     def window_of(self, mixer: str) -> int:
         """Tokens a layer of this kind can attend back over: the sliding window, the chunk, or 0 (no bound)."""
@@ -186,7 +190,8 @@ class ModelSpec:
         attention layer the tokens it holds (:meth:`tokens_held`) x per-layer bytes, plus each mamba
         layer's state."""
         per_tok, state = self.kv_bytes_per_token_layer(tp), self.state_bytes_per_layer(tp)
-        return sum(state if t == "mamba" else self.tokens_held(t, context) * per_tok for t in self.mixers)
+        return sum(state if t == "mamba" else self.tokens_held(t, context) * per_tok for t in self.mixers) + \
+            self.draft_layers * self.tokens_held("full", context) * per_tok
 
     def tp_problem(self, tp: int) -> str | None:
         """Why ``tp`` ranks cannot split this model's KV, or None (MLA's latent is held whole by every rank)."""
@@ -280,7 +285,7 @@ class ModelSpec:
         experts = self.expert_params() if self.expert_dtype and self.is_moe else 0.0
         embed = self.vocab_size * self.hidden_size * (1 if self.tie_word_embeddings else 2) if self.weight_dtype else 0
         return ((self.params - experts - embed) * self.weight_dtype_bytes + embed * self.dtype_bytes
-                + (experts * DTYPE_BYTES[self.expert_dtype] if experts else 0.0))
+                + (experts * DTYPE_BYTES[self.expert_dtype] if experts else 0.0)) + self.draft_weight_bytes
 
     def expert_weight_bytes(self) -> float:
         """Bytes of the routed experts (all of them, all MoE layers), in the experts' dtype; 0 for a dense model."""

@@ -55,9 +55,19 @@ def _per_op(cfg) -> LatencyModel:
 
     calib, _ = _calibration(cfg)
     s = cfg.scheduler
-    return PerOpModel(cfg.model, cfg.gpu, calib, get_cpu_overhead(cfg.cpu_overhead), cfg.tp, cfg.interconnect,
-                      cfg.enable_expert_parallel, cfg.pp, cfg.dp,
-                      parse_capture_sizes(cfg.cudagraph_capture_sizes, s.max_num_seqs, s.max_num_batched_tokens))
+    graphs = parse_capture_sizes(cfg.cudagraph_capture_sizes, s.max_num_seqs, s.max_num_batched_tokens)
+    target = PerOpModel(cfg.model, cfg.gpu, calib, get_cpu_overhead(cfg.cpu_overhead), cfg.tp, cfg.interconnect,
+                        cfg.enable_expert_parallel, cfg.pp, cfg.dp, graphs)
+    spec = cfg.speculative
+    if spec is None:
+        return target
+    from kvsim.latency.speculative import SpeculativeModel
+
+    draft = spec.draft_model(cfg.model)
+    if draft is not None:  # its passes run inside the step: no CPU of their own, captured in graphs as the target
+        draft = PerOpModel(draft, cfg.gpu, calib, get_cpu_overhead("none"), cfg.tp, cfg.interconnect,
+                           cfg.enable_expert_parallel, 1, cfg.dp, graphs)
+    return SpeculativeModel(target, draft, spec.num_speculative_tokens, spec.tau)
 
 
 def _describe_per_op(cfg) -> str:
@@ -69,7 +79,8 @@ def _describe_per_op(cfg) -> str:
         (f", {cfg.pp} pipeline stages" if cfg.pp > 1 else "") + \
         (f", one of {cfg.dp} data-parallel ranks" + ("" if cfg.enable_expert_parallel else
                                                       f" (experts split over {cfg.dp * cfg.tp} GPUs)")
-         if cfg.dp > 1 and cfg.model.is_moe else "")
+         if cfg.dp > 1 and cfg.model.is_moe else "") + \
+        (f", {cfg.speculative.describe()}" if cfg.speculative is not None else "")
 
 
 def _roofline(cfg) -> LatencyModel:

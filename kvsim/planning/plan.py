@@ -130,7 +130,7 @@ def _why_never(point: dict, slos, reason: str) -> str:
 
     cfg, reqs, _ = build(point)
     lat = build_latency(cfg)
-    budget = cfg.scheduler.max_num_batched_tokens
+    budget = cfg.engine_scheduler().max_num_batched_tokens  # as the engine chunks (speculative: / tau)
     notes = [reason]
     for s in slos:
         if s.metric == "ttft":
