@@ -94,6 +94,8 @@ def test_vllm_commands_of_a_disaggregated_layout():
     assert "--enable-expert-parallel" in vllm_commands(row, "deepseek-v3", {"enable_expert_parallel": True})[1]
     mixed = vllm_commands(dict(row, prefill_tp=4), "llama-3-70b", {})
     assert "--tensor-parallel-size 4" in mixed[1] and "--tensor-parallel-size 2" in mixed[2]
+    spec = '{"method": "eagle3", "num_speculative_tokens": 3}'
+    assert f"--speculative-config '{spec}'" in vllm_commands(row, "llama-3-70b", {"speculative_config": spec})[2]
 
 
 def test_fleet_plan_command(small_trace, tmp_path):

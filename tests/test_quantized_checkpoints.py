@@ -184,3 +184,14 @@ def test_hopper_holds_awq_zero_points_in_16_bits_as_machete_does(tmp_path):
     assert m.zero_point_extra_bytes(get_gpu("a100-80gb")) == m.zero_point_extra_bytes(get_gpu("b200")) == 0.0
     assert m.gpu_weight_bytes(2, 1, get_gpu("h200")) == pytest.approx((m.weight_bytes + extra) / 2, rel=1e-12)
     assert load(tmp_path, GPTQ, LLAMA_70B).zero_point_extra_bytes(get_gpu("h200")) == 0.0  # symmetric: none
+
+
+def test_qwen3_fp8_presets_are_the_block_scaled_checkpoints():
+    for hf, base in (("Qwen/Qwen3-32B-FP8", "qwen3-32b"), ("Qwen/Qwen3-235B-A22B-FP8", "qwen3-235b-a22b")):
+        m, b = get_model(hf), get_model(base)
+        assert (m.weight_dtype, m.weight_quant, m.quant_method) == ("fp8", "fp8_block", "fp8")
+        assert (m.layers, m.hidden_size, m.params) == (b.layers, b.hidden_size, b.params)
+        e = embed_params(m)
+        assert m.weight_bytes == pytest.approx((m.params - e) + 2 * e, rel=1e-12)
+        assert m.with_quantization("fp8") is m
+

@@ -544,6 +544,12 @@ MODEL_PRESETS: dict[str, ModelSpec] = {
            moe_layers=tuple(i % 2 == 1 for i in range(32))),
     ]
 }
+# Qwen/Qwen3-8B-FP8, -32B-FP8, -235B-A22B-FP8: the bf16 models' shapes, quantization_config fp8 with
+# weight_block_size [128, 128] (block-scaled FP8 weights; the embedding and LM head stay bf16)
+for _name in ("qwen3-8b", "qwen3-32b", "qwen3-235b-a22b"):
+    MODEL_PRESETS[f"{_name}-fp8"] = replace(MODEL_PRESETS[_name], name=f"{_name}-fp8", weight_dtype="fp8",
+                                            weight_quant="fp8_block", quant_method="fp8")
+del _name
 
 
 def parse_custom_model(text: str) -> ModelSpec:
@@ -888,6 +894,8 @@ HF_IDS = {
     "ai21labs/AI21-Jamba-1.5-Mini": "jamba-1.5-mini",
     "Qwen/Qwen3-8B": "qwen3-8b", "Qwen/Qwen3-32B": "qwen3-32b", "Qwen/Qwen3-235B-A22B": "qwen3-235b-a22b",
     "Qwen/Qwen3-235B-A22B-Instruct-2507": "qwen3-235b-a22b",
+    "Qwen/Qwen3-8B-FP8": "qwen3-8b-fp8", "Qwen/Qwen3-32B-FP8": "qwen3-32b-fp8",
+    "Qwen/Qwen3-235B-A22B-FP8": "qwen3-235b-a22b-fp8", "Qwen/Qwen3-235B-A22B-Instruct-2507-FP8": "qwen3-235b-a22b-fp8",
     "moonshotai/Kimi-K2-Instruct": "kimi-k2", "moonshotai/Kimi-K2-Base": "kimi-k2",
 }
 _HF_INDEX = {k.lower(): v for k, v in HF_IDS.items()}

@@ -285,6 +285,10 @@ def vllm_commands(row: dict, model: str, values: dict) -> list[str]:
                       ("quantization", "--quantization"), ("api_server_count", "--api-server-count")):
         if values.get(key) is not None:
             flags.append(f"{flag} {values[key]}")
+    if values.get("speculative_config"):  # JSON: one shell word
+        import shlex
+
+        flags.append(f"--speculative-config {shlex.quote(values['speculative_config'])}")
     if row.get("ep", values.get("enable_expert_parallel")):
         flags.append("--enable-expert-parallel")
     if row.get("pp", 1) > 1:
