@@ -39,6 +39,7 @@ class Option:
     negatable: bool = False  # bool: --x / --no-x
     default_text: str | None = None  # how --help describes a None default
     sizes: bool = False  # int: vLLM's human-readable sizes, 32k = 32,000 and 32K = 32,768 (also m/M, g/G)
+    metavar: str | None = None  # how --help names the value (None: from the type or the choices)
 
     @property
     def flag(self) -> str:
@@ -172,7 +173,7 @@ OPTIONS: list[Option] = [
            "object: method (eagle, eagle3, mtp, ngram) and num_speculative_tokens (draft_vocab_size for eagle3, "
            "default 32000; num_nextn_predict_layers for mtp, default 1); the drafter's weights and KV in memory, "
            "verify and draft passes in time (kvsim/speculative.py); needs --acceptance-length", "latency", None,
-           default_text="off"),
+           default_text="off", metavar="JSON"),
     Option("acceptance_length", ("--acceptance-length",), "with --speculative-config: tokens a decoding sequence "
            "gains per verify step, the bonus token included (vLLM logs it as 'Mean acceptance length'), from 1 to "
            "num_speculative_tokens + 1", "latency", None, float, default_text="none (required with "

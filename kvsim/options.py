@@ -51,7 +51,8 @@ def add_options(parser: argparse.ArgumentParser, groups_wanted: tuple[str, ...] 
             action = argparse.BooleanOptionalAction if o.negatable else "store_true"
             g.add_argument(*o.flags, dest=o.key, action=action, default=None, help=_help(o))
         else:
-            metavar = o.type.__name__.upper() if o.type is not str else ("NAME" if not o.choices else "{" + ",".join(o.allowed()) + "}")
+            metavar = o.metavar or (o.type.__name__.upper() if o.type is not str else
+                                    ("NAME" if not o.choices else "{" + ",".join(o.allowed()) + "}"))
             g.add_argument(*o.flags, dest=o.key, default=None, metavar=metavar, help=_help(o))
 
 
@@ -166,6 +167,9 @@ def config_from_options(values: Mapping[str, Any], naming: str = "flag"):
     if spec is not None and pp > 1:
         raise ConfigError(f"--speculative-config with {name('pipeline_parallel_size')} {pp}: not modelled; use one "
                           "or the other")
+    if spec is not None and (not v["enable_chunked_prefill"] or v["batching"] != "continuous"):
+        raise ConfigError("--speculative-config: modelled with chunked prefill and continuous batching (vLLM V1's "
+                          f"way); drop {name('enable_chunked_prefill') if not v['enable_chunked_prefill'] else name('batching')}")
     if spec is not None and v["latency"] == "roofline":
         raise ConfigError("--speculative-config: the roofline model does not price verify and draft passes; use the "
                           "per-operation model")

@@ -195,3 +195,20 @@ def test_qwen3_fp8_presets_are_the_block_scaled_checkpoints():
         assert m.weight_bytes == pytest.approx((m.params - e) + 2 * e, rel=1e-12)
         assert m.with_quantization("fp8") is m
 
+
+
+def test_a_checkpoint_that_leaves_attention_unquantized_holds_and_runs_it_in_bf16(tmp_path):
+    """ModelOpt's exclude_modules (and compressed-tensors' ignore) naming the attention projections: those stay
+    bf16 in memory and in GEMM time; an exclusion list of only the LM head changes nothing."""
+    nvfp4 = {"quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 16}
+    plain = load(tmp_path, {**nvfp4, "exclude_modules": ["lm_head"]}, name="a.json")
+    kept = load(tmp_path, {**nvfp4, "exclude_modules": ["lm_head", "model.layers.*.self_attn*"]}, name="b.json")
+    assert not plain.attention_unquantized and kept.attention_unquantized
+    attn = 32 * (4096 * (32 + 16) * 128 + 32 * 128 * 4096)  # q, k, v and o of every layer
+    assert kept.weight_bytes - plain.weight_bytes == pytest.approx(attn * (2 - 0.5625), rel=1e-12)
+    b200 = get_gpu("b200")
+    c, _ = shipped_calibration(b200)
+    ops = {op.name: op.quant for op in PerOpModel(kept, b200, c, get_cpu_overhead("none")).ops if not op.kind}
+    assert ops["attn_pre_proj"] is None and ops["mlp_down_proj"] == "nvfp4"
+    with pytest.raises(ConfigError, match="field 'ignore' must be a list"):
+        load(tmp_path, {**_ct({"num_bits": 8, "type": "float"}, {"num_bits": 8, "type": "float"}), "ignore": "x"})

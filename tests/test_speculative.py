@@ -108,6 +108,8 @@ def test_the_engine_budget_is_the_steps_over_tau_and_decoding_speeds_up():
     (["--acceptance-length", "2"], "needs --speculative-config"),
     ([*EAGLE3, "--acceptance-length", "2", "--latency", "roofline"], "roofline"),
     ([*EAGLE3, "--acceptance-length", "2", "-pp", "2"], "pipeline"),
+    ([*EAGLE3, "--acceptance-length", "2", "--no-enable-chunked-prefill"], "chunked prefill"),
+    ([*EAGLE3, "--acceptance-length", "2", "--batching", "static"], "continuous batching"),
 ])
 def test_bad_speculative_settings_are_refused_naming_the_flag(args, match):
     with pytest.raises(ConfigError, match=match):

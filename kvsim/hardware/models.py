@@ -82,6 +82,9 @@ class ModelSpec:
     weight_group_size: int = 0
     weight_zero_points: bool = False
     quant_method: str | None = None  # the checkpoint's quantization_config quant_method (vLLM's --quantization name)
+    # the checkpoint leaves its attention projections unquantized (its exclusion list names them): they stay in
+    # the model's dtype, in memory and in GEMM time
+    attention_unquantized: bool = False
     # speculative decoding (kvsim.speculative): the draft's attention layers, whose KV every token also takes in
     # the same pool (same per-layer bytes), and the bytes of the draft's own weights (embedding / LM head shared)
     draft_layers: int = 0
@@ -284,8 +287,11 @@ class ModelSpec:
         its embedding and LM head in the model's dtype, as vLLM loads them."""
         experts = self.expert_params() if self.expert_dtype and self.is_moe else 0.0
         embed = self.vocab_size * self.hidden_size * (1 if self.tie_word_embeddings else 2) if self.weight_dtype else 0
-        return ((self.params - experts - embed) * self.weight_dtype_bytes + embed * self.dtype_bytes
-                + (experts * DTYPE_BYTES[self.expert_dtype] if experts else 0.0)) + self.draft_weight_bytes
+        total = ((self.params - experts - embed) * self.weight_dtype_bytes + embed * self.dtype_bytes
+                 + (experts * DTYPE_BYTES[self.expert_dtype] if experts else 0.0)) + self.draft_weight_bytes
+        if self.attention_unquantized and self.weight_dtype:
+            total += self.attention_layers * self.attention_params() * (self.dtype_bytes - self.weight_dtype_bytes)
+        return total
 
     def expert_weight_bytes(self) -> float:
         """Bytes of the routed experts (all of them, all MoE layers), in the experts' dtype; 0 for a dense model."""
@@ -332,6 +338,8 @@ class ModelSpec:
         if dtype in ("int4", "int8"):
             detail += f", groups of {self.weight_group_size}" if self.weight_group_size else ", per channel"
             detail += " + zero points" if self.weight_zero_points else ""
+        if self.attention_unquantized:
+            detail += f", attention in {self.dtype}"
         return detail
 
     @property
@@ -788,6 +796,30 @@ def quantization_from_hf(quant, path: str, has_experts: bool) -> dict:
     if not quant:
         return {}
     method = str(quant.get("quant_method", "")).strip().lower()
+    return {**_quant_scheme(quant, where, method, has_experts), **_exclusions(quant, where)}
+
+
+ATTENTION_MODULES = ("self_attn", ".attn", "attention")  # names of attention projections in exclusion patterns
+
+
+def _exclusions(quant: dict, where: str) -> dict:
+    """{'attention_unquantized': True} when the checkpoint's list of modules it left unquantized (ModelOpt
+    ``exclude_modules``, compressed-tensors ``ignore``, AWQ/GPTQ ``modules_to_not_convert``) names the attention
+    projections; {} otherwise (the embedding, LM head and MoE router stay unquantized anyway)."""
+    inner = quant.get("quantization") if isinstance(quant.get("quantization"), dict) else quant
+    for key in ("exclude_modules", "ignore", "modules_to_not_convert"):
+        names = inner.get(key)
+        if names is None:
+            continue
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            raise ConfigError(f"{where}: field '{key}' must be a list of module names")
+        if any(a in n for n in names for a in ATTENTION_MODULES):
+            return {"attention_unquantized": True}
+    return {}
+
+
+def _quant_scheme(quant: dict, where: str, method: str, has_experts: bool) -> dict:
+    """The weight fields of one quantization method (:func:`quantization_from_hf`)."""
 
     def number(d: dict, keys: tuple[str, ...], default=None, allowed=None) -> int:
         for k in keys:

@@ -91,7 +91,10 @@ def quantized(ops: list[Op], quant: str | None) -> list[Op]:
 def layer_ops(model: ModelSpec, tp: int) -> list[Op]:
     """The kernels of one decoder layer on one tensor-parallel rank (attention itself excluded)."""
     norm, attn, norm2, add = input_norm(model), attention_ops(model, tp), post_norm(model), residual_add(model)
-    return quantized([norm, *attn, norm2, *ffn_ops(model, tp, model.intermediate_size), add], model.weight_quant)
+    ffn = ffn_ops(model, tp, model.intermediate_size)
+    if model.attention_unquantized:  # the checkpoint keeps its attention projections in the model's dtype
+        return [norm, *attn, norm2, *quantized(ffn, model.weight_quant), add]
+    return quantized([norm, *attn, norm2, *ffn, add], model.weight_quant)
 
 
 def input_norm(model: ModelSpec) -> Op:
@@ -259,7 +262,10 @@ def layer_classes(model: ModelSpec, tp: int, expert_parallel: bool = False,
                             dtype if dtype in MOE_QUANT else None)
         else:
             ffn, experts = ffn_ops(model, tp, model.intermediate_size), None
-        out.append((n, quantized([norm, *mix, norm2, *ffn, add], model.weight_quant), experts))
+        if model.attention_unquantized:
+            out.append((n, [norm, *mix, norm2, *quantized(ffn, model.weight_quant), add], experts))
+        else:
+            out.append((n, quantized([norm, *mix, norm2, *ffn, add], model.weight_quant), experts))
     return out
 
 
