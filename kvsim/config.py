@@ -24,6 +24,7 @@ class MemoryConfig:
 
     gpu_memory_utilization: float = option_default("gpu_memory_utilization")  # fraction of GPU memory the engine may use
     activation_reserve_gb: float = option_default("activation_reserve_gb")  # GiB kept for activations, CUDA graphs
+    activation_reserve: str = option_default("activation_reserve")  # fixed (the GiB above) or vllm (its profile)
     kv_pool_gb: float | None = None  # GiB of KV pool per GPU, set directly
     num_blocks: int | None = None  # pool of this many blocks of `num_blocks_size` tokens
     num_blocks_size: int = option_default("block_size")
@@ -117,10 +118,24 @@ def set_pool_problem(plan: PoolPlan, model: ModelSpec, gpu: GpuSpec, tp: int, ig
     return None
 
 
-def plan_pool(model: ModelSpec, gpu: GpuSpec, mem: MemoryConfig, tp: int = 1, dp: int = 1) -> PoolPlan:
+def reserve_bytes(model: ModelSpec, gpu: GpuSpec, mem: MemoryConfig, tp: int = 1,
+                  sched: "SchedulerConfig | None" = None) -> float:
+    """Bytes kept from one GPU's KV pool besides the weights: --activation-reserve-gb, or (``vllm``) as vLLM's
+    start-up profile finds it for the scheduler's limits (kvsim/activation_reserve.py)."""
+    if mem.activation_reserve != "vllm":
+        return mem.activation_reserve_gb * GiB
+    from kvsim.activation_reserve import vllm_reserve_bytes
+
+    seqs = sched.max_num_seqs if sched is not None else option_default("max_num_seqs")
+    tokens = sched.max_num_batched_tokens if sched is not None else option_default("max_num_batched_tokens")
+    return vllm_reserve_bytes(model, gpu, tp, seqs, tokens)
+
+
+def plan_pool(model: ModelSpec, gpu: GpuSpec, mem: MemoryConfig, tp: int = 1, dp: int = 1,
+              sched: "SchedulerConfig | None" = None) -> PoolPlan:
     """Size the KV pool of one GPU (of one of ``dp`` data-parallel ranks of ``tp`` GPUs each).
 
-    Derived size = gpu_memory x gpu_memory_utilization - weights per GPU - activation reserve.
+    Derived size = gpu_memory x gpu_memory_utilization - weights per GPU - activation reserve (:func:`reserve_bytes`).
     """
     model.check_tp(tp)
     # bytes of one token in every attention layer: the slot of the token-slot allocators (a model without
@@ -134,7 +149,7 @@ def plan_pool(model: ModelSpec, gpu: GpuSpec, mem: MemoryConfig, tp: int = 1, dp
         return plan
     usable = gpu.memory_bytes * mem.gpu_memory_utilization
     weights = model.gpu_weight_bytes(tp, dp, gpu)
-    reserve = mem.activation_reserve_gb * GiB
+    reserve = reserve_bytes(model, gpu, mem, tp, sched)
     pool = int(usable - weights - reserve)
     if pool < per_token * 16:
         raise ConfigError(
@@ -214,7 +229,7 @@ class SimConfig:
 
     def pool_plan(self) -> PoolPlan:
         """The KV pool of one GPU of this configuration (of its largest pipeline stage)."""
-        return plan_pool(self.memory_model, self.gpu, self.memory, self.tp, self.dp)
+        return plan_pool(self.memory_model, self.gpu, self.memory, self.tp, self.dp, self.scheduler)
 
     def serving_frontend(self) -> FrontEnd:
         """The API server in front of each engine; ``auto`` follows the latency model (none where it prices

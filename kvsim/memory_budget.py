@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from kvsim.config import GiB, SimConfig
+from kvsim.config import GiB, SimConfig, reserve_bytes
 
 
 @dataclass(frozen=True)
@@ -45,6 +45,7 @@ class MemoryBudget:
     expert_bytes: float = 0.0  # of weight_bytes: the routed experts' share on this GPU (dp > 1)
     quant_detail: str = ""  # ModelSpec.quant_detail ('' unless quantized)
     draft_bytes: float = 0.0  # of weight_bytes: the speculative drafter's own weights on this GPU
+    reserve_how: str = ""  # how the activation reserve was sized ('' : --activation-reserve-gb)
     dtype: str = ""  # the model's own dtype (a quantized model's embedding and LM head)
 
     @property
@@ -113,13 +114,25 @@ def memory_budget(cfg: SimConfig) -> MemoryBudget:
     return MemoryBudget(
         model=m.name, gpu=gpu.name, tp=tp, gpu_bytes=gpu.memory_bytes,
         usable_bytes=gpu.memory_bytes * cfg.memory.gpu_memory_utilization, weight_bytes=stage.gpu_weight_bytes(tp, cfg.dp, gpu),
-        reserve_bytes=cfg.memory.activation_reserve_gb * GiB, pool_bytes=pool.pool_bytes, pool_source=pool.source,
+        reserve_bytes=reserve_bytes(stage, gpu, cfg.memory, tp, cfg.scheduler), pool_bytes=pool.pool_bytes, pool_source=pool.source,
         kv_bytes_per_token_model=m.kv_bytes_per_token, kv_bytes_per_token_gpu=pool.kv_bytes_per_token,
         kv_formula=formula, block_size=cfg.block_size, max_model_len=cfg.scheduler.max_model_len, params=m.params,
-        weight_dtype=m.weight_dtype or m.dtype, quant_detail=m.quant_detail, dtype=m.dtype, draft_bytes=m.draft_weight_bytes / tp, kv_dtype=kv_dtype, layer_mix=mix,
+        weight_dtype=m.weight_dtype or m.dtype, quant_detail=m.quant_detail, dtype=m.dtype, draft_bytes=m.draft_weight_bytes / tp, reserve_how=_reserve_how(cfg), kv_dtype=kv_dtype, layer_mix=mix,
         state_bytes_per_seq=m.count("mamba") * m.state_bytes_per_layer(tp), layouts=layouts,
         prefill_chunk=cfg.scheduler.prefill_chunk, pp=cfg.pp, stage_layers=stage.layers, model_layers=m.layers, kv_heads=m.kv_heads,
         dp=cfg.dp, expert_bytes=stage.expert_weight_bytes() / (tp * cfg.dp) if cfg.dp > 1 else 0.0)
+
+
+def _reserve_how(cfg: SimConfig) -> str:
+    """What the vLLM-profile reserve is made of ('' for a fixed one)."""
+    if cfg.memory.activation_reserve != "vllm":
+        return ""
+    from kvsim.activation_reserve import forward_peak_bytes, non_torch_bytes, sampler_peak_bytes
+
+    m, s = cfg.memory_model, cfg.scheduler
+    sampler, forward = sampler_peak_bytes(m, s.max_num_seqs), forward_peak_bytes(m, cfg.tp, s.max_num_batched_tokens)
+    peak = f"sampler {_size(sampler)}" if sampler >= forward else f"forward {_size(forward)}"
+    return f"vLLM profile: {peak} + non-torch {_size(non_torch_bytes(cfg.gpu, cfg.tp))}"
 
 
 def layer_mix(m) -> str:
@@ -156,7 +169,7 @@ def describe(b: MemoryBudget) -> list[tuple[str, str]]:
         ("weights", f"{_size(b.weight_bytes)} per GPU ({b.params / 1e9:.2f} B params, {b.weight_dtype}{tp})"),
         *([("", f"as {b.quant_detail}"), ("", f"embedding and LM head in {b.dtype}")] if b.quant_detail else []),
         *([("", f"of it {_size(b.draft_bytes)} the speculative drafter's")] if b.draft_bytes else []),
-        ("activation reserve", f"{_size(b.reserve_bytes)}"),
+        ("activation reserve", f"{_size(b.reserve_bytes)}" + (f" ({b.reserve_how})" if b.reserve_how else "")),
         ("KV pool", f"{_size(b.pool_bytes)} per GPU" + (f" (set: {b.pool_source})" if is_set else "")
          + (f", each of {b.dp} data-parallel ranks caching only its own sequences" if b.dp > 1 else "")),
         ("KV per token", f"{_size(b.kv_bytes_per_token_model)} for the whole model ({b.kv_dtype})"),

@@ -18,7 +18,9 @@ GiB = 1 << 30
 @dataclass(frozen=True)
 class GpuSpec:
     name: str
-    memory_bytes: int  # as nvidia-smi reports the total
+    # the total CUDA reports (cudaMemGetInfo), which vLLM multiplies by --gpu-memory-utilization: 0.5-0.7 GiB
+    # less than nvidia-smi's total (the driver's reservation)
+    memory_bytes: int
     hbm_bandwidth: float  # bytes/s, datasheet peak
     bf16_flops: float  # FLOP/s, dense tensor-core peak (fp16/bf16)
     pcie_bandwidth: float  # bytes/s, host<->device per direction, nominal
@@ -45,15 +47,18 @@ class GpuSpec:
 GPU_PRESETS: dict[str, GpuSpec] = {
     g.name: g
     for g in [
-        GpuSpec("a100-40gb", 40960 * MiB, 1.555e12, 312e12, 32e9, 108, "ampere-a100"),
-        GpuSpec("a100-80gb", 81920 * MiB, 2.039e12, 312e12, 32e9, 108, "ampere-a100"),
-        GpuSpec("h100-80gb", 81559 * MiB, 3.35e12, 989e12, 64e9, 132, "hopper"),
-        GpuSpec("h200-141gb", 143771 * MiB, 4.8e12, 989e12, 64e9, 132, "hopper"),
-        # B200 (HGX): nvidia-smi reports 183,359 MiB; a 7,680-bit bus at 3,996 MHz gives 7.67 TB/s (pytorch/ao
+        # memory: "total_gpu_memory" / "GPU memory" of vLLM start-up logs (docs/memory.md): A100-40GB 39.49 GiB,
+        # A100-80GB 79.25, H100 79.18 (logs of other drivers 79.11-79.19), H200 139.81, B200 178.36, L40S 44.42;
+        # A40 and RTX 4090: nvidia-smi's totals (no log found)
+        GpuSpec("a100-40gb", 40438 * MiB, 1.555e12, 312e12, 32e9, 108, "ampere-a100"),
+        GpuSpec("a100-80gb", 81152 * MiB, 2.039e12, 312e12, 32e9, 108, "ampere-a100"),
+        GpuSpec("h100-80gb", 81080 * MiB, 3.35e12, 989e12, 64e9, 132, "hopper"),
+        GpuSpec("h200-141gb", 143165 * MiB, 4.8e12, 989e12, 64e9, 132, "hopper"),
+        # B200 (HGX): nvidia-smi reports 183,359 MiB, CUDA 182,641; a 7,680-bit bus at 3,996 MHz gives 7.67 TB/s (pytorch/ao
         # PR #4002); dense bf16 2.25 PFLOP/s; hosts on PCIe Gen5
-        GpuSpec("b200", 183359 * MiB, 7.67e12, 2.25e15, 64e9, 148, "blackwell"),
+        GpuSpec("b200", 182641 * MiB, 7.67e12, 2.25e15, 64e9, 148, "blackwell"),
         GpuSpec("a40", 46068 * MiB, 696e9, 149.7e12, 32e9, 84, "ampere-ga102"),
-        GpuSpec("l40s", 46068 * MiB, 864e9, 362e12, 32e9, 142, "ada"),
+        GpuSpec("l40s", 45486 * MiB, 864e9, 362e12, 32e9, 142, "ada"),
         GpuSpec("rtx-4090", 24564 * MiB, 1.008e12, 165e12, 32e9, 128, "ada"),
     ]
 }
