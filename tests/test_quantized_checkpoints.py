@@ -204,6 +204,8 @@ def test_a_checkpoint_that_leaves_attention_unquantized_holds_and_runs_it_in_bf1
     plain = load(tmp_path, {**nvfp4, "exclude_modules": ["lm_head"]}, name="a.json")
     kept = load(tmp_path, {**nvfp4, "exclude_modules": ["lm_head", "model.layers.*.self_attn*"]}, name="b.json")
     assert not plain.attention_unquantized and kept.attention_unquantized
+    tower = load(tmp_path, {**nvfp4, "exclude_modules": ["lm_head", "vision_model.*self_attn*"]}, name="c.json")
+    assert not tower.attention_unquantized  # a vision tower's attention is not the language model's
     attn = 32 * (4096 * (32 + 16) * 128 + 32 * 128 * 4096)  # q, k, v and o of every layer
     assert kept.weight_bytes - plain.weight_bytes == pytest.approx(attn * (2 - 0.5625), rel=1e-12)
     b200 = get_gpu("b200")

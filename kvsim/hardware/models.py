@@ -800,6 +800,7 @@ def quantization_from_hf(quant, path: str, has_experts: bool) -> dict:
 
 
 ATTENTION_MODULES = ("self_attn", ".attn", "attention")  # names of attention projections in exclusion patterns
+TOWER_MODULES = ("vision", "visual", "audio", "mm_projector", "multi_modal")  # encoders beside the language model
 
 
 def _exclusions(quant: dict, where: str) -> dict:
@@ -813,7 +814,8 @@ def _exclusions(quant: dict, where: str) -> dict:
             continue
         if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
             raise ConfigError(f"{where}: field '{key}' must be a list of module names")
-        if any(a in n for n in names for a in ATTENTION_MODULES):
+        # the language model's attention (a vision or audio tower's own attention is not modelled)
+        if any(a in n for n in names if not any(t in n for t in TOWER_MODULES) for a in ATTENTION_MODULES):
             return {"attention_unquantized": True}
     return {}
 
