@@ -27,8 +27,46 @@ def write_table(df: pd.DataFrame, path: Path, fmt: str) -> Path:
             except ImportError:
                 raise ConfigError("--format parquet needs pyarrow (pip install 'kvsim[parquet]')") from None
         else:
-            df.to_csv(tmp, index=False)
+            write_csv(df, tmp)
     return target
+
+
+def write_csv(df: pd.DataFrame, path: Path, rows_per_chunk: int = 65536) -> None:
+    """``df.to_csv(path, index=False)``, byte for byte, about twice as fast on result tables: pandas formats every
+    float through numpy before its csv writer; the csv module formats Python floats the same way (shortest
+    round-trip repr), so columns go to it directly, ``rows_per_chunk`` rows at a time (missing values as empty
+    fields, as pandas writes them). A column of any other kind (dates, categories, nullable numbers) sends the
+    table to pandas."""
+    import csv
+
+    kinds = []
+    for name in df.columns:
+        dt = df[name].dtype
+        if dt.kind in "iub":
+            kinds.append("plain")
+        elif dt == "float64":
+            kinds.append("float")
+        elif dt.kind == "O" or isinstance(dt, pd.StringDtype):
+            kinds.append("object")
+        else:
+            df.to_csv(path, index=False)
+            return
+
+    def column(s: pd.Series, kind: str) -> list:
+        if kind == "plain":
+            return s.tolist()
+        if kind == "float":
+            v = s.tolist()
+            return [None if x != x else x for x in v] if s.hasnans else v
+        return [None if x is None or x is pd.NA or (isinstance(x, float) and x != x) else x
+                for x in s.astype(object).tolist()]
+
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        w = csv.writer(fh, lineterminator="\n")
+        w.writerow(list(df.columns))
+        for start in range(0, len(df), rows_per_chunk):
+            part = df.iloc[start:start + rows_per_chunk]
+            w.writerows(zip(*(column(part[c], k) for c, k in zip(df.columns, kinds))))
 
 
 def is_result_file(name: str) -> bool:
