@@ -38,8 +38,8 @@ class MemoryConfig:
 @dataclass(frozen=True)
 class SchedulerConfig:
     max_model_len: int  # tokens: the longest request (vLLM's max_model_len), and the reservation size of `max`
-    max_num_seqs: int = option_default("max_num_seqs")
-    max_num_batched_tokens: int = option_default("max_num_batched_tokens")  # token budget of one iteration
+    max_num_seqs: int = 256  # (the options give vLLM's per-GPU defaults: hardware.gpus.vllm_serve_defaults)
+    max_num_batched_tokens: int = 8192  # token budget of one iteration
     batching: str = option_default("batching")  # "continuous" or "static"
     horizon_s: float | None = None  # stop the simulation at this time (seconds); later work is "unfinished"
     preemption_mode: str = option_default("preemption_mode")  # or "swap" (to the CPU pool; recompute when full)
@@ -126,8 +126,10 @@ def reserve_bytes(model: ModelSpec, gpu: GpuSpec, mem: MemoryConfig, tp: int = 1
         return mem.activation_reserve_gb * GiB
     from kvsim.activation_reserve import vllm_reserve_bytes
 
-    seqs = sched.max_num_seqs if sched is not None else option_default("max_num_seqs")
-    tokens = sched.max_num_batched_tokens if sched is not None else option_default("max_num_batched_tokens")
+    from kvsim.hardware.gpus import vllm_serve_defaults
+
+    seqs, tokens = (sched.max_num_seqs, sched.max_num_batched_tokens) if sched is not None else \
+        vllm_serve_defaults(gpu)
     return vllm_reserve_bytes(model, gpu, tp, seqs, tokens)
 
 

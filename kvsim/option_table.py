@@ -125,12 +125,14 @@ OPTIONS: list[Option] = [
            "longest request (prompt + output tokens; 32k = 32,000, 32K = 32,768 as in vLLM); also what `max` "
            "reserves per request", "scheduler", None, int, POSITIVE_INT, default_text="the model's context length",
            sizes=True),
-    Option("max_num_seqs", ("--max-num-seqs",), "most sequences in the running batch", "scheduler", 256, int,
-           POSITIVE_INT),
+    Option("max_num_seqs", ("--max-num-seqs",), "most sequences in the running batch", "scheduler", None, int,
+           POSITIVE_INT, default_text="as `vllm serve` picks it for the GPU: 1,024 on GPUs of 70 GiB or more "
+           "other than A100s (H100, H200, B200), else 256"),
     Option("max_num_batched_tokens", ("--max-num-batched-tokens", "--max-batched-tokens"),
            "token budget of one iteration, tokens (prefill chunks + decodes; without chunked prefill at least "
-           "--max-model-len, and raised to it when not given; 8k = 8,000, 8K = 8,192)", "scheduler", 8192, int,
-           POSITIVE_INT, sizes=True),
+           "--max-model-len, and raised to it when not given; 8k = 8,000, 8K = 8,192)", "scheduler", None, int,
+           POSITIVE_INT, sizes=True, default_text="as `vllm serve` picks it for the GPU: 8,192 on GPUs of 70 GiB "
+           "or more other than A100s, else 2,048"),
     Option("enable_chunked_prefill", ("--enable-chunked-prefill",),
            "split long prompts into chunks that share iterations with decodes (vLLM V1's default); with "
            "--no-enable-chunked-prefill a prompt is prefilled in one iteration or waits", "scheduler", True, bool,

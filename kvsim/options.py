@@ -177,6 +177,13 @@ def config_from_options(values: Mapping[str, Any], naming: str = "flag"):
     problem = model.dp_problem(dp, pp)
     if problem:
         raise ConfigError(f"{name('data_parallel_size')} {dp}: {problem}")
+    from kvsim.hardware.gpus import vllm_serve_defaults
+
+    seqs, tokens = vllm_serve_defaults(gpu)  # what `vllm serve` picks for this GPU when not told
+    if v["max_num_seqs"] is None:
+        v["max_num_seqs"] = seqs
+    if v["max_num_batched_tokens"] is None:
+        v["max_num_batched_tokens"] = max(tokens, v["max_num_seqs"])
     if v["max_num_batched_tokens"] < v["max_num_seqs"]:
         raise ConfigError(f"{name('max_num_batched_tokens')} ({v['max_num_batched_tokens']}) must be >= "
                           f"{name('max_num_seqs')} ({v['max_num_seqs']}), or a full batch of decodes would not fit "

@@ -64,7 +64,8 @@ def test_layouts_pair_every_tensor_parallel_size_per_pool():
 def test_the_search_tries_tensor_parallel_sizes_per_pool_and_skips_those_that_do_not_fit(small_trace):
     slos = parse_slos("ttft_p99=1s")
     notes = []
-    rows = plan_fleet(small_trace, {"model": "llama-2-70b"}, [("h100-80gb", None)], slos, 16, ["least-requests"], 40.0,
+    rows = plan_fleet(small_trace, {"model": "llama-2-70b", "max_num_seqs": 256, "max_num_batched_tokens": 8192},
+                      [("h100-80gb", None)], slos, 16, ["least-requests"], 40.0,
                       tps=[1, 2, 4], notes=notes)
     assert notes and "skipped tensor parallel 1" in notes[0]  # 70B of weights do not fit one 80 GB GPU
     assert {r["tp"] for r in rows} == {2, 4} and all(r["gpus"] % 2 == 0 for r in rows)

@@ -117,3 +117,18 @@ def test_policies_registered_at_run_time_are_accepted_when_parsing(tmp_path):
         assert config_from_args(["--cache-eviction", "newest-first"]).cache_eviction == "newest-first"
     finally:
         del CACHE_EVICTION_POLICIES["newest-first"], CACHE_EVICTION_HELP["newest-first"]
+
+
+def test_scheduler_limits_default_to_what_vllm_serve_picks_for_the_gpu():
+    """vLLM V1's EngineArgs: 1,024 sequences and 8,192 tokens on GPUs of at least 70 GiB other than A100s, else 256
+    and 2,048; what the user gives stands."""
+    from kvsim.options import config_from_args
+
+    for gpu, limits in (("h100-80gb", (1024, 8192)), ("h200", (1024, 8192)), ("b200", (1024, 8192)),
+                        ("a100-80gb", (256, 2048)), ("a100-40gb", (256, 2048)), ("l40s", (256, 2048))):
+        s = config_from_args(["--gpu", gpu]).scheduler
+        assert (s.max_num_seqs, s.max_num_batched_tokens) == limits, gpu
+    s = config_from_args(["--gpu", "h100-80gb", "--max-num-seqs", "64"]).scheduler
+    assert (s.max_num_seqs, s.max_num_batched_tokens) == (64, 8192)
+    s = config_from_args(["--gpu", "a100-40gb", "--max-num-seqs", "4096"]).scheduler
+    assert s.max_num_batched_tokens == 4096  # a full batch of decodes fits one iteration

@@ -80,8 +80,8 @@ def test_decode_runs_add_up_to_their_steps(model, gpu, tp, spec):
 def test_the_engine_budget_is_the_steps_over_tau_and_decoding_speeds_up():
     spec = cfg(*EAGLE3, "--acceptance-length", "2.5", "--max-num-batched-tokens", "8192")
     assert spec.engine_scheduler().max_num_batched_tokens == int(8192 / 2.5)
-    assert cfg(*EAGLE3, "--acceptance-length", "4", "--max-num-batched-tokens", "512").engine_scheduler() \
-        .max_num_batched_tokens == 256  # never below max_num_seqs
+    assert cfg(*EAGLE3, "--acceptance-length", "4", "--max-num-batched-tokens", "512", "--max-num-seqs", "256") \
+        .engine_scheduler().max_num_batched_tokens == 256  # never below max_num_seqs
     from kvsim.runner import simulate
     from kvsim.trace import Request
 

@@ -64,6 +64,14 @@ GPU_PRESETS: dict[str, GpuSpec] = {
 }
 
 
+def vllm_serve_defaults(gpu: GpuSpec) -> tuple[int, int]:
+    """(max_num_seqs, max_num_batched_tokens) `vllm serve` (V1) picks when not told: 1,024 and 8,192 on GPUs with
+    at least 70 GiB that are not A100s (H100, H200, B200), else 256 and 2,048 (EngineArgs' batch defaults)."""
+    if gpu.memory_bytes >= 70 * GiB and not gpu.name.startswith("a100"):
+        return 1024, 8192
+    return 256, 2048
+
+
 def get_gpu(name: str) -> GpuSpec:
     """A preset by name, case-insensitive; a leading "NVIDIA" and spaces are ignored, and a name that starts
     exactly one preset's name up to a dash stands for it ("H100" is h100-80gb; "A100" names two presets and is
