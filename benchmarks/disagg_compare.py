@@ -5,8 +5,8 @@
 Llama-2-13B on four A100-80GB GPUs (the size class of DistServe's OPT-13B chatbot set-up), two workloads
 (ShareGPT conversations as Vidur processed them, `traces/sharegpt_lengths_excerpt.csv`: 2,180 prompt and
 480 output tokens on average, clipped to 4,096 in all; long prompts, lognormal 2,500 in / 150 out),
-Poisson arrivals at a sweep of rates. Layouts: four aggregated replicas (vLLM V1: chunked prefill, 8,192
-tokens per iteration), four with 512-token chunks (Sarathi-Serve's remedy for prefill-decode interference),
+Poisson arrivals at a sweep of rates. Layouts: four aggregated replicas (vLLM V1: chunked prefill, 2,048
+tokens per iteration, `vllm serve`'s default on A100s), four with 512-token chunks (Sarathi-Serve's remedy for prefill-decode interference),
 and 1P3D, 2P2D, 3P1D pools over RDMA
 (least-requests routers on both sides). A request attains its SLO when it finishes with TTFT and TPOT
 within the limits; goodput is the highest rate at which at least 90 % of requests do, per GPU (DistServe's
