@@ -121,3 +121,12 @@ def test_drafters_that_do_not_fit_the_model_are_refused():
         cfg(*EAGLE3, "--acceptance-length", "2", "-tp", "8", model="deepseek-v3", gpu="h200")
     with pytest.raises(ConfigError, match="not full attention"):
         cfg(*EAGLE3, "--acceptance-length", "2", model="gemma-2-9b")
+
+
+def test_kvsim_latency_says_what_an_iteration_is_under_speculation(capsys):
+    from kvsim.cli import main
+
+    assert main(["latency", "--model", "llama-3.1-8b", "--gpu", "h100-80gb", *EAGLE3, "--acceptance-length", "2.5",
+                 "--batch", "8", "--context", "1000"]) == 0
+    out = capsys.readouterr().out
+    assert "an iteration is 1/2.5 of a verify step of 4 tokens per decoding sequence and 3 draft passes" in out

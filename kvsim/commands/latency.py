@@ -144,6 +144,11 @@ def cmd_latency(a: argparse.Namespace) -> int:
     if cfg.pp > 1:
         print(f"(pipeline stages: one iteration is a rotation of {cfg.pp} micro-batches of these sequences; its time is"
               " how long each sequence waits for its next token)")
+    if cfg.speculative is not None:
+        sp = cfg.speculative
+        print(f"(speculative decoding: an iteration is 1/{sp.tau:g} of a verify step of {sp.num_speculative_tokens + 1}"
+              f" tokens per decoding sequence and {sp.num_speculative_tokens} draft passes; its time is the step's "
+              f"/ {sp.tau:g}, each sequence's time per token)")
     print(f"one {kind} iteration: {a.batch} sequence(s) x {a.new_tokens} new token(s) after {a.context} cached")
     total = bd["total_s"]
     for k in BREAKDOWN_COLUMNS:
