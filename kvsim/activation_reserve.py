@@ -52,8 +52,14 @@ def non_torch_bytes(gpu, tp: int) -> float:
     return NON_TORCH_BYTES + (tp - 1) * (NVLINK_RANK_BYTES if gpu.arch in NVLINK_ARCHS else PCIE_RANK_BYTES)
 
 
+def vllm_reserve_parts(model, gpu, tp: int, max_num_seqs: int, max_num_batched_tokens: int) -> tuple[float, ...]:
+    """(sampler peak, forward peak, non-torch) bytes of vLLM's start-up profile on one GPU (module docstring)."""
+    return (sampler_peak_bytes(model, max_num_seqs), forward_peak_bytes(model, tp, max_num_batched_tokens),
+            non_torch_bytes(gpu, tp))
+
+
 def vllm_reserve_bytes(model, gpu, tp: int, max_num_seqs: int, max_num_batched_tokens: int) -> float:
     """Bytes vLLM's start-up profile keeps from the KV cache on one GPU: the larger of the sampler's and the
-    forward pass's peaks, plus non-torch memory (module docstring)."""
-    return max(sampler_peak_bytes(model, max_num_seqs), forward_peak_bytes(model, tp, max_num_batched_tokens)) + \
-        non_torch_bytes(gpu, tp)
+    forward pass's peaks, plus non-torch memory."""
+    sampler, forward, non_torch = vllm_reserve_parts(model, gpu, tp, max_num_seqs, max_num_batched_tokens)
+    return max(sampler, forward) + non_torch

@@ -125,7 +125,6 @@ def reserve_bytes(model: ModelSpec, gpu: GpuSpec, mem: MemoryConfig, tp: int = 1
     if mem.activation_reserve != "vllm":
         return mem.activation_reserve_gb * GiB
     from kvsim.activation_reserve import vllm_reserve_bytes
-
     from kvsim.hardware.gpus import vllm_serve_defaults
 
     seqs, tokens = (sched.max_num_seqs, sched.max_num_batched_tokens) if sched is not None else \

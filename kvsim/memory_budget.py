@@ -127,12 +127,13 @@ def _reserve_how(cfg: SimConfig) -> str:
     """What the vLLM-profile reserve is made of ('' for a fixed one)."""
     if cfg.memory.activation_reserve != "vllm":
         return ""
-    from kvsim.activation_reserve import forward_peak_bytes, non_torch_bytes, sampler_peak_bytes
+    from kvsim.activation_reserve import vllm_reserve_parts
 
-    m, s = cfg.memory_model, cfg.scheduler
-    sampler, forward = sampler_peak_bytes(m, s.max_num_seqs), forward_peak_bytes(m, cfg.tp, s.max_num_batched_tokens)
+    s = cfg.scheduler
+    sampler, forward, non_torch = vllm_reserve_parts(cfg.memory_model, cfg.gpu, cfg.tp, s.max_num_seqs,
+                                                     s.max_num_batched_tokens)
     peak = f"sampler {_size(sampler)}" if sampler >= forward else f"forward {_size(forward)}"
-    return f"vLLM profile: {peak} + non-torch {_size(non_torch_bytes(cfg.gpu, cfg.tp))}"
+    return f"vLLM profile: {peak} + non-torch {_size(non_torch)}"
 
 
 def layer_mix(m) -> str:

@@ -96,10 +96,15 @@ class ModelSpec:
         if self.intermediate_size <= 0 and self.hidden_size > 0 and self.layers > 0:
             object.__setattr__(self, "intermediate_size", self._ffn_from_params())
 
+    @property
+    def embedding_params(self) -> int:
+        """Parameters of the embedding and the LM head (one matrix when they are tied)."""
+        return self.vocab_size * self.hidden_size * (1 if self.tie_word_embeddings else 2)
+
     def _ffn_from_params(self) -> int:
         """The FFN width that makes the parameter count add up (for specs that give only ``params``)."""
         h = self.hidden_size
-        embed = self.vocab_size * h * (1 if self.tie_word_embeddings else 2)
+        embed = self.embedding_params
         attn = h * (self.q_heads + 2 * self.kv_heads) * self.head_dim + self.q_heads * self.head_dim * h
         mlp_per_layer = (self.params - embed) / self.layers - attn - 2 * h
         return max(1, int(round(mlp_per_layer / ((3 if self.gated_mlp else 2) * h))))
@@ -229,7 +234,7 @@ class ModelSpec:
         attn, mamba = self.attention_params(), self.mamba_params()
         per_layer = [(mamba if m == "mamba" else attn) + self.ffn_params(moe) + 2 * h
                      for m, moe in zip(self.mixers, self.moe_mask)]
-        embed = self.vocab_size * h * (1 if self.tie_word_embeddings else 2)
+        embed = self.embedding_params
         scale = max(0.0, self.params - embed - h) / sum(per_layer)  # presets' counts need not match the shapes
         return replace(self, layers=n, params=self.vocab_size * h + scale * sum(per_layer[-n:]),
                        layer_types=self.layer_types[-n:], moe_layers=self.moe_layers[-n:])
@@ -286,7 +291,7 @@ class ModelSpec:
         """Bytes of all weights (every expert is held, whichever a batch routes to). A quantized checkpoint keeps
         its embedding and LM head in the model's dtype, as vLLM loads them."""
         experts = self.expert_params() if self.expert_dtype and self.is_moe else 0.0
-        embed = self.vocab_size * self.hidden_size * (1 if self.tie_word_embeddings else 2) if self.weight_dtype else 0
+        embed = self.embedding_params if self.weight_dtype else 0
         total = ((self.params - experts - embed) * self.weight_dtype_bytes + embed * self.dtype_bytes
                  + (experts * DTYPE_BYTES[self.expert_dtype] if experts else 0.0)) + self.draft_weight_bytes
         if self.attention_unquantized and self.weight_dtype:
@@ -316,7 +321,7 @@ class ModelSpec:
                 or not self.weight_group_size:
             return 0.0
         experts = self.expert_params() if self.is_moe else 0.0
-        embed = self.vocab_size * self.hidden_size * (1 if self.tie_word_embeddings else 2)
+        embed = self.embedding_params
         return (self.params - experts - embed) * (2 - DTYPE_BYTES[dtype]) / self.weight_group_size
 
     def dp_problem(self, dp: int, pp: int = 1) -> str | None:
@@ -383,7 +388,7 @@ class ModelSpec:
     def shape_params(self) -> float:
         """Parameters implied by the shapes (embeddings, mixers, FFNs or experts, norms)."""
         h = self.hidden_size
-        embed = self.vocab_size * h * (1 if self.tie_word_embeddings else 2)
+        embed = self.embedding_params
         attn, mamba = self.attention_params(), self.mamba_params()
         total = embed + h
         for mixer, moe in zip(self.mixers, self.moe_mask):
@@ -796,20 +801,21 @@ def quantization_from_hf(quant, path: str, has_experts: bool) -> dict:
     if not quant:
         return {}
     method = str(quant.get("quant_method", "")).strip().lower()
-    return {**_quant_scheme(quant, where, method, has_experts), **_exclusions(quant, where)}
+    # ModelOpt's older layout nests its fields in a "quantization" object
+    inner = quant["quantization"] if isinstance(quant.get("quantization"), dict) else quant
+    return {**_quant_scheme(quant, inner, where, method, has_experts), **_exclusions(inner, where)}
 
 
 ATTENTION_MODULES = ("self_attn", ".attn", "attention")  # names of attention projections in exclusion patterns
 TOWER_MODULES = ("vision", "visual", "audio", "mm_projector", "multi_modal")  # encoders beside the language model
 
 
-def _exclusions(quant: dict, where: str) -> dict:
+def _exclusions(fields: dict, where: str) -> dict:
     """{'attention_unquantized': True} when the checkpoint's list of modules it left unquantized (ModelOpt
     ``exclude_modules``, compressed-tensors ``ignore``, AWQ/GPTQ ``modules_to_not_convert``) names the attention
     projections; {} otherwise (the embedding, LM head and MoE router stay unquantized anyway)."""
-    inner = quant.get("quantization") if isinstance(quant.get("quantization"), dict) else quant
     for key in ("exclude_modules", "ignore", "modules_to_not_convert"):
-        names = inner.get(key)
+        names = fields.get(key)
         if names is None:
             continue
         if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
@@ -820,27 +826,31 @@ def _exclusions(quant: dict, where: str) -> dict:
     return {}
 
 
-def _quant_scheme(quant: dict, where: str, method: str, has_experts: bool) -> dict:
-    """The weight fields of one quantization method (:func:`quantization_from_hf`)."""
+def _quant_field(d: dict, keys: tuple[str, ...], where: str, default=None, allowed=None) -> int:
+    """The first of ``keys`` present in ``d``: one of ``allowed``, or (none given) a positive whole number or -1;
+    ``default`` when absent (None: the field is required)."""
+    for k in keys:
+        if d.get(k) is not None:
+            v = d[k]
+            if isinstance(v, bool) or not isinstance(v, int) or (allowed is not None and v not in allowed) \
+                    or (allowed is None and not (v == -1 or 0 < v <= MAX_DIM)):
+                raise ConfigError(f"{where}: field '{k}' must be " + (
+                    f"one of {', '.join(map(str, allowed))}" if allowed else "a positive whole number or -1")
+                    + f", got {shown(v)}")
+            return v
+    if default is None:
+        raise ConfigError(f"{where}: field '{keys[0]}' missing")
+    return default
 
-    def number(d: dict, keys: tuple[str, ...], default=None, allowed=None) -> int:
-        for k in keys:
-            if d.get(k) is not None:
-                v = d[k]
-                if isinstance(v, bool) or not isinstance(v, int) or (allowed is not None and v not in allowed) \
-                        or (allowed is None and not (v == -1 or 0 < v <= MAX_DIM)):
-                    raise ConfigError(f"{where}: field '{k}' must be " + (
-                        f"one of {', '.join(map(str, allowed))}" if allowed else "a positive whole number or -1")
-                        + f", got {shown(v)}")
-                return v
-        if default is None:
-            raise ConfigError(f"{where}: field '{keys[0]}' missing")
-        return default
 
-    def integer(bits: int, group: int, zero_points: bool, weight_only: bool = True) -> dict:
-        return {"weight_dtype": f"int{bits}", "weight_quant": ("w4a16" if bits == 4 else "w8a16") if weight_only
-                else "w8a8_int8", "weight_group_size": max(0, group), "weight_zero_points": zero_points}
+def _integer_weights(bits: int, group: int, zero_points: bool, weight_only: bool = True) -> dict:
+    """The fields of ``bits``-bit integer weights with a scale per ``group`` (-1 or 0: per channel)."""
+    return {"weight_dtype": f"int{bits}", "weight_quant": ("w4a16" if bits == 4 else "w8a16") if weight_only
+            else "w8a8_int8", "weight_group_size": max(0, group), "weight_zero_points": zero_points}
 
+
+def _quant_scheme(quant: dict, inner: dict, where: str, method: str, has_experts: bool) -> dict:
+    """The weight fields of one quantization method (:func:`quantization_from_hf`; ``inner``: ModelOpt's fields)."""
     if method == "mxfp4":
         if not has_experts:
             raise ConfigError(f"{where}: mxfp4 quantizes the experts of a mixture-of-experts model; this one has none")
@@ -849,18 +859,16 @@ def _quant_scheme(quant: dict, where: str, method: str, has_experts: bool) -> di
         block = quant.get("weight_block_size")
         return {"weight_dtype": "fp8", "weight_quant": "fp8_block" if block else "fp8", "quant_method": method}
     if method == "awq":
-        bits = number(quant, ("bits", "w_bit"), 4, (4,))
-        group = number(quant, ("group_size", "q_group_size"), 128)
-        zp = quant.get("zero_point", True)
-        return {**integer(bits, group, zp is not False), "quant_method": method}
+        bits = _quant_field(quant, ("bits", "w_bit"), where, 4, (4,))
+        group = _quant_field(quant, ("group_size", "q_group_size"), where, 128)
+        return {**_integer_weights(bits, group, quant.get("zero_point", True) is not False), "quant_method": method}
     if method == "gptq":
-        bits = number(quant, ("bits",), 4, (4, 8))
-        group = number(quant, ("group_size",), 128)
-        return {**integer(bits, group, quant.get("sym", True) is False), "quant_method": method}
+        bits = _quant_field(quant, ("bits",), where, 4, (4, 8))
+        group = _quant_field(quant, ("group_size",), where, 128)
+        return {**_integer_weights(bits, group, quant.get("sym", True) is False), "quant_method": method}
     if method == "compressed-tensors":
-        return {**_compressed_tensors(quant, where, integer, number), "quant_method": method}
+        return {**_compressed_tensors(quant, where), "quant_method": method}
     if method in ("modelopt", "modelopt_fp4"):
-        inner = quant.get("quantization") if isinstance(quant.get("quantization"), dict) else quant
         algo = str(inner.get("quant_algo", "")).strip().upper()
         if algo == "FP8":
             return {"weight_dtype": "fp8", "weight_quant": "fp8", "quant_method": "modelopt"}
@@ -871,7 +879,7 @@ def _quant_scheme(quant: dict, where: str, method: str, has_experts: bool) -> di
                       "compressed-tensors and modelopt checkpoints); its weights would be misread as unquantized")
 
 
-def _compressed_tensors(quant: dict, where: str, integer, number) -> dict:
+def _compressed_tensors(quant: dict, where: str) -> dict:
     """The weight fields of a compressed-tensors checkpoint: the scheme of its config group that targets Linear
     layers (llm-compressor writes one per scheme)."""
     groups = quant.get("config_groups")
@@ -884,10 +892,11 @@ def _compressed_tensors(quant: dict, where: str, integer, number) -> dict:
     w, acts = linear[0].get("weights"), linear[0].get("input_activations")
     if not isinstance(w, dict):
         raise ConfigError(f"{where}: the Linear config group has no 'weights' object")
-    bits = number(w, ("num_bits",), None, (4, 8))
+    bits = _quant_field(w, ("num_bits",), where, None, (4, 8))
     kind = str(w.get("type", "int")).lower()
     strategy = str(w.get("strategy", "tensor")).lower()
-    act_bits = number(acts, ("num_bits",), None, (4, 8, 16)) if isinstance(acts, dict) else 16
+    act_bits = _quant_field(acts, ("num_bits",), where, None, (4, 8, 16)) if isinstance(acts, dict) else 16
+    symmetric = w.get("symmetric", True) is not False
     if kind == "float" and bits == 8:
         if act_bits == 16:  # FP8 weights, bf16 activations: vLLM's FP8 Marlin
             return {"weight_dtype": "fp8", "weight_quant": "w8a16"}
@@ -895,10 +904,10 @@ def _compressed_tensors(quant: dict, where: str, integer, number) -> dict:
     if kind == "float" and bits == 4 and strategy in ("tensor_group", "group"):
         return {"weight_dtype": "nvfp4", "weight_quant": "nvfp4" if act_bits == 4 else "w4a16"}
     if kind == "int" and act_bits == 16:
-        group = number(w, ("group_size",), 0) if strategy == "group" else 0
-        return integer(bits, group, w.get("symmetric", True) is False)
+        group = _quant_field(w, ("group_size",), where, 0) if strategy == "group" else 0
+        return _integer_weights(bits, group, not symmetric)
     if kind == "int" and bits == 8 and act_bits == 8:
-        return integer(8, 0, w.get("symmetric", True) is False, weight_only=False)
+        return _integer_weights(8, 0, not symmetric, weight_only=False)
     raise ConfigError(f"{where}: compressed-tensors scheme of {kind} {bits}-bit weights ({strategy}) with "
                       f"{act_bits}-bit activations is not priced (kvsim prices FP8, NVFP4, W4A16, W8A16 and W8A8 int8)")
 

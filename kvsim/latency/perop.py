@@ -657,12 +657,17 @@ class PerOpModel(LatencyModel):
         """Step times of a decode run of a model with several attention spans (numpy, vectorised). Windowed
         layers read each sequence's window (``contexts``: the n contexts at the first step), or, without
         them, at most sequences x window; with pipeline stages, rotations of micro-batches."""
-        import numpy as np
-
         if self.pp > 1:
             gpu = self._pipeline_run_gpu(n, s0, k)
         else:
             gpu = self._run_gpu(n, s0, k, contexts)
+        return self._combine_run(gpu, n)
+
+    def _combine_run(self, gpu, n: int):
+        """Seconds of decode steps of n sequences whose GPU parts take ``gpu`` (a numpy vector): the CPU's part
+        added as :meth:`_combine` adds it to one step."""
+        import numpy as np
+
         c = self.cpu
         cpu = c.seconds(n)
         return c.sync_s + np.maximum(cpu, gpu) if c.overlapped else gpu + cpu

@@ -73,10 +73,7 @@ class SpeculativeModel(LatencyModel):
             first = max(n, round(n * tau))
             gpu = gpu + K * g._run_gpu(n, s0, k) + (g.dense_s(first, n) - g.dense_s(n, n)) + (
                 g.communication_s(first, n) - g.communication_s(n, n)) + (g._padding_s(first, n) - g._padding_s(n, n))
-        c = t.cpu
-        cpu = c.seconds(n)
-        step = c.sync_s + np.maximum(cpu, gpu) if c.overlapped else gpu + cpu
-        return step / tau
+        return t._combine_run(gpu, n) / tau
 
     def decode_step_times(self, n: int, s0: int, k: int, contexts=None) -> list[float]:
         return self._run(n, s0, k, contexts).tolist()
