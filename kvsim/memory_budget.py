@@ -133,7 +133,7 @@ def _reserve_how(cfg: SimConfig) -> str:
     sampler, forward, non_torch = vllm_reserve_parts(cfg.memory_model, cfg.gpu, cfg.tp, s.max_num_seqs,
                                                      s.max_num_batched_tokens)
     peak = f"sampler {_size(sampler)}" if sampler >= forward else f"forward {_size(forward)}"
-    return f"vLLM profile: {peak} + non-torch {_size(non_torch)}"
+    return f"{peak} peak + non-torch {_size(non_torch)}"
 
 
 def layer_mix(m) -> str:
@@ -170,7 +170,9 @@ def describe(b: MemoryBudget) -> list[tuple[str, str]]:
         ("weights", f"{_size(b.weight_bytes)} per GPU ({b.params / 1e9:.2f} B params, {b.weight_dtype}{tp})"),
         *([("", f"as {b.quant_detail}"), ("", f"embedding and LM head in {b.dtype}")] if b.quant_detail else []),
         *([("", f"of it {_size(b.draft_bytes)} the speculative drafter's")] if b.draft_bytes else []),
-        ("activation reserve", f"{_size(b.reserve_bytes)}" + (f" ({b.reserve_how})" if b.reserve_how else "")),
+        ("activation reserve", f"{_size(b.reserve_bytes)}" + (" (vLLM's start-up profile)" if b.reserve_how else
+                                                              " (--activation-reserve-gb)")),
+        *([("", f"= {b.reserve_how}")] if b.reserve_how else []),
         ("KV pool", f"{_size(b.pool_bytes)} per GPU" + (f" (set: {b.pool_source})" if is_set else "")
          + (f", each of {b.dp} data-parallel ranks caching only its own sequences" if b.dp > 1 else "")),
         ("KV per token", f"{_size(b.kv_bytes_per_token_model)} for the whole model ({b.kv_dtype})"),
@@ -183,7 +185,7 @@ def describe(b: MemoryBudget) -> list[tuple[str, str]]:
         split += [f"{b.stage_layers} of {b.model_layers} layers per pipeline stage"] if b.pp > 1 else []
         lines.append(("KV per token per GPU", f"{_size(b.kv_bytes_per_token_gpu)} ({'; '.join(split)})"))
     if b.layer_mix:
-        lines.insert(5, ("layers", b.layer_mix))
+        lines.insert(next(i for i, (k, _) in enumerate(lines) if k == "KV pool") + 1, ("layers", b.layer_mix))
         lines.append(("", "(every attention layer keeping every token)"))
     if b.state_bytes_per_seq:
         lines.append(("recurrent state", f"{_size(b.state_bytes_per_seq)} per sequence per GPU (mamba layers)"))

@@ -89,12 +89,13 @@ OPTIONS: list[Option] = [
            "fraction of each GPU's memory the engine may use (weights, activations, KV)", "KV pool", 0.90, float,
            FRACTION),
     Option("activation_reserve_gb", ("--activation-reserve-gb",),
-           "GiB per GPU kept for activations, CUDA graphs and workspace", "KV pool", 2.0, float, GIB_OR_ZERO),
+           "GiB per GPU kept for activations, CUDA graphs and workspace with --activation-reserve fixed (giving it "
+           "alone picks fixed)", "KV pool", 2.0, float, GIB_OR_ZERO),
     Option("activation_reserve", ("--activation-reserve",), "how the memory kept from the KV pool besides the "
            "weights is sized: fixed (--activation-reserve-gb) or vllm (as vLLM's start-up profile finds it: the "
            "larger of its sampler run over --max-num-seqs full-vocabulary rows and a forward pass of "
            "--max-num-batched-tokens tokens, plus non-torch memory; kvsim/activation_reserve.py)", "KV pool",
-           "fixed", choices=("fixed", "vllm")),
+           "vllm", choices=("fixed", "vllm")),
     Option("kv_pool_gb", ("--kv-pool-gb",), "KV pool per GPU in GiB, instead of the derived size", "KV pool",
            None, float, GIB, default_text="derived from GPU memory"),
     Option("num_blocks", ("--num-blocks", "--num-gpu-blocks-override"),

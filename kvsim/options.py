@@ -217,7 +217,10 @@ def config_from_options(values: Mapping[str, Any], naming: str = "flag"):
         preemption_mode=v["preemption_mode"],
         partial_preemption=v["partial_preemption"],
     )
-    mem = MemoryConfig(v["gpu_memory_utilization"], v["activation_reserve_gb"], v["activation_reserve"],
+    reserve = v["activation_reserve"]
+    if "activation_reserve" not in given and "activation_reserve_gb" in given:
+        reserve = "fixed"  # a reserve given in GiB is meant to be used
+    mem = MemoryConfig(v["gpu_memory_utilization"], v["activation_reserve_gb"], reserve,
                        v["kv_pool_gb"], v["num_blocks"], v["num_blocks_size"] or v["block_size"],
                        v["ignore_gpu_memory"])
     from kvsim.config import set_pool, set_pool_problem

@@ -32,11 +32,26 @@ def test_the_sampler_run_dominates_and_does_not_shrink_with_tp():
 ])
 def test_the_kv_pool_matches_vllm_logs_on_h100(args, logged_kv_gib):
     """'Available KV cache memory' of vLLM 0.11 on H100 at its defaults there (1,024 sequences, 8,192 tokens,
-    utilization 0.9): within 0.5%. The fixed 2 GiB reserve was 6% high for the 8B model."""
-    cfg = config_from_args([*args, "--gpu", "h100-80gb", "--activation-reserve", "vllm", "--max-num-seqs", "1024",
-                            "--max-num-batched-tokens", "8192"])
+    utilization 0.9): within 0.5%, by default (the scheduler's limits are vllm serve's for an H100). The fixed 2 GiB
+    reserve, picked by giving --activation-reserve-gb, was 6% high for the 8B model."""
+    cfg = config_from_args([*args, "--gpu", "h100-80gb"])
+    assert cfg.memory.activation_reserve == "vllm"
+    assert (cfg.scheduler.max_num_seqs, cfg.scheduler.max_num_batched_tokens) == (1024, 8192)
     assert cfg.pool_plan().pool_bytes / GiB == pytest.approx(logged_kv_gib, rel=0.005)
-    fixed = config_from_args([*args, "--gpu", "h100-80gb"])
+    fixed = config_from_args([*args, "--gpu", "h100-80gb", "--activation-reserve-gb", "2"])
     assert fixed.memory.activation_reserve == "fixed"
     assert fixed.pool_plan().pool_bytes == int(fixed.gpu.memory_bytes * 0.9 - fixed.model.gpu_weight_bytes(
         fixed.tp, 1, fixed.gpu) - 2 * GiB)
+    named = config_from_args([*args, "--gpu", "h100-80gb", "--activation-reserve-gb", "3", "--activation-reserve",
+                              "vllm"])  # the mode, when named, decides
+    assert named.pool_plan().pool_bytes == cfg.pool_plan().pool_bytes
+
+
+def test_non_torch_memory_grows_with_nvlink_peers_within_a_node_only():
+    from kvsim.activation_reserve import non_torch_bytes
+
+    h200, l40s = get_gpu("h200-141gb"), get_gpu("l40s")
+    assert non_torch_bytes(h200, 1) == pytest.approx(0.13 * GiB)
+    assert non_torch_bytes(h200, 8) == pytest.approx((0.13 + 7 * 0.6) * GiB)
+    assert non_torch_bytes(h200, 16) == pytest.approx((0.13 + 7 * 0.6 + 8 * 0.05) * GiB)  # 8 more over the network
+    assert non_torch_bytes(l40s, 4) == pytest.approx((0.13 + 3 * 0.05) * GiB)  # PCIe peers
