@@ -32,15 +32,17 @@ def test_ranks_hold_their_own_attention_and_a_share_of_the_experts():
     experts = 58 * 256 * 3 * 7168 * 2048 * 1.0
     assert m.expert_weight_bytes() == pytest.approx(experts)
     dp8, tp8 = _cfg(data_parallel_size=8), _cfg(tensor_parallel_size=8)
-    assert memory_budget(dp8).weight_bytes == pytest.approx(m.weight_bytes - experts + experts / 8)
-    assert memory_budget(tp8).weight_bytes == pytest.approx(m.weight_bytes / 8)
+    rope = 163840 * 64 * 2  # the rotary cos/sin table, whole on every GPU
+    assert m.rope_cache_bytes == rope
+    assert memory_budget(dp8).weight_bytes == pytest.approx(m.weight_bytes - experts + experts / 8 + rope)
+    assert memory_budget(tp8).weight_bytes == pytest.approx(m.weight_bytes / 8 + rope)
     # the MLA latent is whole on every GPU either way, but a rank caches only its own sequences: 8 pools of
     # distinct sequences against one pool replicated 8 times
     assert dp8.pool_plan().kv_bytes_per_token == tp8.pool_plan().kv_bytes_per_token == 61 * 576 * 2
     assert 8 * dp8.pool_plan().pool_tokens > 5 * tp8.pool_plan().pool_tokens
     # a dense model's ranks are whole copies: the same weights per GPU as one engine
     llama = config_from_options({"model": "llama-3-8b", "gpu": "h100", "data_parallel_size": 4})
-    assert memory_budget(llama).weight_bytes == get_model("llama-3-8b").weight_bytes
+    assert memory_budget(llama).weight_bytes == get_model("llama-3-8b").gpu_weight_bytes(1)
 
 
 def test_a_rank_prices_every_ranks_tokens_through_its_experts_and_the_exchange():

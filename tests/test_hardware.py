@@ -74,11 +74,12 @@ def test_pool_plan_derived_and_overrides():
     # tokens): the sampler's 256 rows x 32,000 vocabulary entries x 38.9 B outweigh the forward pass's 2,048 x
     # (3 x 11,008 + 4 x 4,096) x 2 B; plus 0.13 GiB outside PyTorch
     assert 256 * 32000 * 38.9 > 2048 * (3 * 11008 + 4 * 4096) * 2
-    expected = int(40438 * 2**20 * 0.9 - 6.74e9 * 2 - (256 * 32000 * 38.9 + 0.13 * GiB))
+    rope = 4096 * 128 * 2  # vLLM's rotary cos/sin table: 4,096 positions x 128 dims in fp16
+    expected = int(40438 * 2**20 * 0.9 - (6.74e9 * 2 + rope) - (256 * 32000 * 38.9 + 0.13 * GiB))
     assert plan.pool_bytes == expected
     assert plan.pool_tokens == expected // (512 * 1024)
     fixed = plan_pool(m, g, MemoryConfig(activation_reserve="fixed"))
-    assert fixed.pool_bytes == int(40438 * 2**20 * 0.9 - 6.74e9 * 2 - 2 * GiB)  # --activation-reserve-gb 2
+    assert fixed.pool_bytes == int(40438 * 2**20 * 0.9 - (6.74e9 * 2 + rope) - 2 * GiB)  # --activation-reserve-gb 2
     assert plan_pool(m, g, MemoryConfig(kv_pool_gb=12)).pool_bytes == 12 * GiB
     assert plan_pool(m, g, MemoryConfig(num_blocks=100)).pool_tokens == 1600
     with pytest.raises(ConfigError, match="does not fit"):
@@ -107,3 +108,25 @@ def test_hf_configs_read_as_vllm_serves_them(tmp_path):
                              "torch_dtype": "float16", "activation_function": "relu", "tie_word_embeddings": True}))
     m = get_model(str(p))
     assert not m.gated_mlp and m.params == pytest.approx(MODEL_PRESETS["opt-13b"].params, rel=0.01)
+
+
+def test_rotary_cache_is_read_from_hf_configs(tmp_path):
+    """vLLM's rotary cos/sin table (max positions x rotary dims in the model's dtype) is part of each GPU's
+    weights: the whole head by default, a part with partial_rotary_factor, none for families without RoPE."""
+    import json
+
+    base = {"num_hidden_layers": 2, "hidden_size": 256, "num_attention_heads": 4, "intermediate_size": 512,
+            "vocab_size": 1000, "max_position_embeddings": 1024, "torch_dtype": "bfloat16", "model_type": "llama"}
+
+    def rope(**more):
+        p = tmp_path / "config.json"
+        p.write_text(json.dumps({**base, **more}))
+        return get_model(str(p)).rope_cache_bytes
+
+    assert rope() == 1024 * 64 * 2
+    assert rope(partial_rotary_factor=0.5) == 1024 * 32 * 2
+    assert rope(model_type="opt") == 0 == rope(model_type="falcon", alibi=True)
+    with pytest.raises(ConfigError, match="partial_rotary_factor"):
+        rope(partial_rotary_factor=1.5)
+    m = get_model("llama-3.1-8b")
+    assert m.gpu_weight_bytes(4) == pytest.approx(m.weight_bytes / 4 + 131072 * 128 * 2)  # whole on every GPU

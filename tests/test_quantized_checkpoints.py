@@ -80,8 +80,9 @@ def test_awq_llama_3_1_8b_weights_and_pool_by_hand(tmp_path, capsys):
     out = capsys.readouterr().out
     assert m.weight_bytes / 2**30 == pytest.approx(5.33, abs=0.005) and bf16.weight_bytes / 2**30 == pytest.approx(
         14.96, abs=0.005)
-    assert "5.33 GiB per GPU (8.03 B params, int4)" in out and "as awq w4a16, groups of 128 + zero points" in out
-    assert "14.96 GiB per GPU (8.03 B params, bf16)" in out
+    # per GPU, with vLLM's 32 MiB rotary cos/sin table (131,072 positions x 128 x 2 B)
+    assert "5.37 GiB per GPU (8.03 B params, int4)" in out and "as awq w4a16, groups of 128 + zero points" in out
+    assert "14.99 GiB per GPU (8.03 B params, bf16)" in out
 
 
 @pytest.mark.parametrize("quant, match", [
@@ -169,11 +170,12 @@ LLAMA_70B = {"model_type": "llama", "hidden_size": 8192, "intermediate_size": 28
          {"num_bits": 8, "type": "float", "strategy": "token", "dynamic": True}), "h200", 67.7),  # RedHatAI ...-FP8
 ])
 def test_weights_per_gpu_match_vllm_start_up_logs(tmp_path, quant, gpu, logged):
-    """'Model loading took X GiB' of public vLLM logs (docs/memory.md): within 1%, kvsim below (it does not count
-    the rotary cache)."""
+    """'Model loading took X GiB' of public vLLM logs (docs/memory.md): within 1% (the rotary cos/sin cache
+    counted: 131,072 positions x 128 x 2 B = 32 MiB)."""
     m = load(tmp_path, quant, LLAMA_70B)
+    assert m.rope_cache_bytes == 131072 * 128 * 2
     got = m.gpu_weight_bytes(1, 1, get_gpu(gpu)) / 2**30
-    assert 0.99 * logged < got <= logged
+    assert got == pytest.approx(logged, rel=0.01)
 
 
 def test_hopper_holds_awq_zero_points_in_16_bits_as_machete_does(tmp_path):
@@ -182,7 +184,8 @@ def test_hopper_holds_awq_zero_points_in_16_bits_as_machete_does(tmp_path):
     extra = (m.params - e) * (2 - 0.5) / 128
     assert m.zero_point_extra_bytes(get_gpu("h100")) == pytest.approx(extra, rel=1e-12)
     assert m.zero_point_extra_bytes(get_gpu("a100-80gb")) == m.zero_point_extra_bytes(get_gpu("b200")) == 0.0
-    assert m.gpu_weight_bytes(2, 1, get_gpu("h200")) == pytest.approx((m.weight_bytes + extra) / 2, rel=1e-12)
+    assert m.gpu_weight_bytes(2, 1, get_gpu("h200")) == pytest.approx((m.weight_bytes + extra) / 2
+                                                                      + m.rope_cache_bytes, rel=1e-12)
     assert load(tmp_path, GPTQ, LLAMA_70B).zero_point_extra_bytes(get_gpu("h200")) == 0.0  # symmetric: none
 
 

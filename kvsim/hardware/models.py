@@ -89,6 +89,8 @@ class ModelSpec:
     # the same pool (same per-layer bytes), and the bytes of the draft's own weights (embedding / LM head shared)
     draft_layers: int = 0
     draft_weight_bytes: float = 0.0
+    # channels per head that rotary position embeddings turn (None: the whole head, MLA's rope part; 0: no RoPE)
+    rotary_dim: int | None = None
 
     def __post_init__(self) -> None:
         if self.hidden_size <= 0 and self.q_heads > 0 and self.head_dim > 0:
@@ -310,7 +312,19 @@ class ModelSpec:
         dense model's ranks are whole copies). ``gpu`` (a GpuSpec): as vLLM's kernels for it hold them
         (:meth:`zero_point_extra_bytes`)."""
         experts = self.expert_weight_bytes() if dp > 1 else 0.0
-        return (self.weight_bytes + self.zero_point_extra_bytes(gpu) - experts) / tp + experts / (tp * dp)
+        return (self.weight_bytes + self.zero_point_extra_bytes(gpu) - experts) / tp + experts / (tp * dp) \
+            + self.rope_cache_bytes
+
+    @property
+    def rope_cache_bytes(self) -> float:
+        """Bytes of vLLM's rotary cos/sin cache: one table of max_position_embeddings x rotary_dim values in the
+        model's dtype, shared by the layers (get_rope hands out one instance per shape) and held whole on every
+        GPU (32 MiB for Llama-3.1's 131,072 positions; public logs: the bf16 8B model loads 14.989 GiB, its
+        parameters 14.958)."""
+        dim = self.rotary_dim
+        if dim is None:
+            dim = self.qk_rope_head_dim or self.head_dim
+        return float(self.max_context * dim * DTYPE_BYTES[self.dtype])
 
     def zero_point_extra_bytes(self, gpu=None) -> float:
         """Bytes the zero points of integer weights take on ``gpu`` beyond their packed width: on Hopper vLLM runs
@@ -486,8 +500,8 @@ MODEL_PRESETS: dict[str, ModelSpec] = {
         _m("qwen2.5-7b", 28, 3584, 28, 4, 18944, 152064, 32768, 7.62e9, "bf16", head_dim=128),
         _m("qwen-72b", 80, 8192, 64, 64, 24576, 152064, 32768, 72.3e9, "bf16"),
         _m("internlm-20b", 60, 5120, 40, 40, 13824, 103168, 4096, 20.0e9, "bf16"),
-        _m("phi-2", 32, 2560, 32, 32, 10240, 51200, 2048, 2.78e9, gated=False),
-        _m("opt-13b", 40, 5120, 40, 40, 20480, 50272, 2048, 12.9e9, gated=False, tied=True),
+        _m("phi-2", 32, 2560, 32, 32, 10240, 51200, 2048, 2.78e9, gated=False, rotary_dim=32),  # partial 0.4
+        _m("opt-13b", 40, 5120, 40, 40, 20480, 50272, 2048, 12.9e9, gated=False, tied=True, rotary_dim=0),
         # --- today's layer mixes; numbers from each repository's config.json on Hugging Face ---
         # mistralai/Mistral-7B-v0.1: every layer a 4096-token sliding window.
         _m("mistral-7b-v0.1", 32, 4096, 32, 8, 14336, 32000, 32768, 7.24e9, "bf16",
@@ -550,7 +564,7 @@ MODEL_PRESETS: dict[str, ModelSpec] = {
            moe_layers=(False,) + (True,) * 60),
         # ai21labs/AI21-Jamba-1.5-Mini: attention every 8th layer from 4 (attn_layer_period 8, offset 4),
         # Mamba-1 elsewhere (d_state 16, d_conv 4, expand 2); MoE every 2nd layer from 1, 16 experts top-2.
-        _m("jamba-1.5-mini", 32, 4096, 32, 8, 14336, 65536, 262144, 51.6e9, "bf16", head_dim=128,
+        _m("jamba-1.5-mini", 32, 4096, 32, 8, 14336, 65536, 262144, 51.6e9, "bf16", head_dim=128, rotary_dim=0,
            layer_types=_pattern(32, lambda i: "full" if i % 8 == 4 else "mamba"),
            mamba_d_inner=8192, mamba_d_state=16, mamba_d_conv=4, mamba_conv_channels=8192,
            num_experts=16, experts_per_token=2, moe_intermediate_size=14336,
@@ -682,9 +696,35 @@ def model_from_hf_config(path: str) -> ModelSpec:
         kv = heads
     if more.get("num_experts") and "moe_intermediate_size" not in more:
         more["moe_intermediate_size"] = ffn
+    more["rotary_dim"] = _rotary_dim_from_hf(cfg, path, model_type, head_dim)
     spec = ModelSpec(name, layers, heads, kv, head_dim, 0.0, ctx, dtype, hidden, ffn, vocab, gated, tied, **more)
     spec = replace(spec, params=spec.shape_params())
     return spec.validate()
+
+
+NO_ROPE = {"opt", "gpt2", "bloom", "mpt", "gpt_bigcode", "jamba", "mamba", "mamba2", "falcon_mamba"}
+
+
+def _rotary_dim_from_hf(cfg: dict, path: str, model_type: str, head_dim: int) -> int | None:
+    """Channels per head a config's rotary embedding turns: 0 for families without RoPE (learned positions,
+    ALiBi, none), a part of the head with ``partial_rotary_factor`` / ``rotary_pct`` / ``rotary_dim``, else None
+    (the whole head; MLA: its rope part)."""
+    if model_type in NO_ROPE or cfg.get("alibi") is True:
+        return 0
+    for key in ("partial_rotary_factor", "rotary_pct"):
+        f = cfg.get(key)
+        if f is None:
+            continue
+        if isinstance(f, bool) or not isinstance(f, (int, float)) or not is_finite(f) or not 0 < f <= 1:
+            raise ConfigError(f"{path}: field '{key}' must be a fraction in (0, 1], got {shown(f)}")
+        return int(head_dim * f)
+    d = cfg.get("rotary_dim")
+    if d is not None:
+        if isinstance(d, bool) or not isinstance(d, int) or not 0 < d <= head_dim:
+            raise ConfigError(f"{path}: field 'rotary_dim' must be a whole number from 1 to the head size "
+                              f"({head_dim}), got {shown(d)}")
+        return d
+    return None
 
 
 NON_GATED_MLP = {"opt", "gpt2", "gpt_neox", "gptj", "phi", "falcon", "bloom", "gpt_bigcode", "starcoder2", "mpt"}
