@@ -217,3 +217,28 @@ def test_a_checkpoint_that_leaves_attention_unquantized_holds_and_runs_it_in_bf1
     assert ops["attn_pre_proj"] is None and ops["mlp_down_proj"] == "nvfp4"
     with pytest.raises(ConfigError, match="field 'ignore' must be a list"):
         load(tmp_path, {**_ct({"num_bits": 8, "type": "float"}, {"num_bits": 8, "type": "float"}), "ignore": "x"})
+
+
+def test_a_checkpoint_that_declares_an_fp8_kv_cache_gets_one_under_auto(tmp_path):
+    """vLLM's --kv-cache-dtype auto follows the checkpoint: ModelOpt kv_cache_quant_algo FP8 or a
+    compressed-tensors kv_cache_scheme of 8-bit floats store KV in one byte (Llama-3.1-8B: 64 KiB per token
+    instead of 128); a dtype given on the command line stands; other declared formats are refused."""
+    from kvsim.options import config_from_args
+
+    fp8 = {"num_bits": 8, "type": "float", "strategy": "tensor"}
+    declared = [{"quant_method": "modelopt", "quant_algo": "FP8", "kv_cache_quant_algo": "FP8"},
+                {"quant_method": "modelopt", "quantization": {"quant_algo": "NVFP4", "kv_cache_quant_algo": "FP8"}},
+                {**_ct(fp8, fp8), "kv_cache_scheme": {"num_bits": 8, "type": "float", "strategy": "tensor"}}]
+    for quant in declared:
+        m = load(tmp_path, quant)
+        assert m.kv_dtype == m.checkpoint_kv_dtype == "fp8" and m.kv_bytes_per_token == 64 * 1024
+        cfg = config_from_args(["--model", str(tmp_path / "config.json"), "--gpu", "h100"])
+        assert cfg.model.kv_bytes_per_token == 64 * 1024
+        cfg = config_from_args(["--model", str(tmp_path / "config.json"), "--gpu", "h100", "--kv-cache-dtype", "bf16"])
+        assert cfg.model.kv_bytes_per_token == 128 * 1024
+    for quant in ({"quant_method": "modelopt", "quant_algo": "FP8"}, {**_ct(fp8, fp8), "kv_cache_scheme": None}, AWQ):
+        assert load(tmp_path, quant).kv_bytes_per_token == 128 * 1024
+    with pytest.raises(ConfigError, match="kv_cache_quant_algo 'NVFP4' is not priced"):
+        load(tmp_path, {"quant_method": "modelopt", "quant_algo": "FP8", "kv_cache_quant_algo": "NVFP4"})
+    with pytest.raises(ConfigError, match="kv_cache_scheme of 'int' 8-bit values is not priced"):
+        load(tmp_path, {**_ct(fp8, fp8), "kv_cache_scheme": {"num_bits": 8, "type": "int"}})

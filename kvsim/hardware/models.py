@@ -91,6 +91,9 @@ class ModelSpec:
     draft_weight_bytes: float = 0.0
     # channels per head that rotary position embeddings turn (None: the whole head, MLA's rope part; 0: no RoPE)
     rotary_dim: int | None = None
+    # the KV cache dtype the checkpoint declares (ModelOpt kv_cache_quant_algo, compressed-tensors
+    # kv_cache_scheme): what vLLM's --kv-cache-dtype auto stores; None: the model's dtype
+    checkpoint_kv_dtype: str | None = None
 
     def __post_init__(self) -> None:
         if self.hidden_size <= 0 and self.q_heads > 0 and self.head_dim > 0:
@@ -247,10 +250,11 @@ class ModelSpec:
             raise ConfigError(f"--tensor-parallel-size {tp!r}: {problem}")
 
     def with_kv_cache_dtype(self, kv_cache_dtype: str) -> "ModelSpec":
-        """This model with its KV cache stored as ``kv_cache_dtype`` ('auto': as the weights)."""
+        """This model with its KV cache stored as ``kv_cache_dtype`` ('auto': as the checkpoint declares, else as
+        the weights, as vLLM resolves it)."""
         if kv_cache_dtype not in KV_CACHE_DTYPES:
             raise ConfigError(f"--kv-cache-dtype '{kv_cache_dtype}': not one of {', '.join(KV_CACHE_DTYPES)}")
-        return replace(self, kv_dtype=None if kv_cache_dtype == "auto" else kv_cache_dtype)
+        return replace(self, kv_dtype=self.checkpoint_kv_dtype if kv_cache_dtype == "auto" else kv_cache_dtype)
 
     def with_quantization(self, quantization: str | None) -> "ModelSpec":
         """This model as vLLM's ``--quantization`` loads it: ``fp8`` keeps an FP8 checkpoint's own scheme and
@@ -843,7 +847,33 @@ def quantization_from_hf(quant, path: str, has_experts: bool) -> dict:
     method = str(quant.get("quant_method", "")).strip().lower()
     # ModelOpt's older layout nests its fields in a "quantization" object
     inner = quant["quantization"] if isinstance(quant.get("quantization"), dict) else quant
-    return {**_quant_scheme(quant, inner, where, method, has_experts), **_exclusions(inner, where)}
+    return {**_quant_scheme(quant, inner, where, method, has_experts), **_exclusions(inner, where),
+            **_checkpoint_kv_cache(quant, inner, where, method)}
+
+
+def _checkpoint_kv_cache(quant: dict, inner: dict, where: str, method: str) -> dict:
+    """{'checkpoint_kv_dtype': 'fp8', 'kv_dtype': 'fp8'} for a checkpoint that declares an FP8 KV cache (ModelOpt
+    ``kv_cache_quant_algo`` FP8, compressed-tensors ``kv_cache_scheme`` of 8-bit floats), which vLLM's
+    ``--kv-cache-dtype auto`` follows (vLLM PR #29980, Dec 2025); {} when none is declared. Another declared
+    KV format is refused (kvsim prices bf16/fp16 and FP8 caches)."""
+    if method in ("modelopt", "modelopt_fp4"):
+        algo = inner.get("kv_cache_quant_algo")
+        if algo is None:
+            return {}
+        if str(algo).strip().upper() != "FP8":
+            raise ConfigError(f"{where}: kv_cache_quant_algo {shown(algo)} is not priced (kvsim prices FP8 KV "
+                              "caches); a copy of the config without the field models a cache in the model's dtype")
+        return {"checkpoint_kv_dtype": "fp8", "kv_dtype": "fp8"}
+    scheme = quant.get("kv_cache_scheme") if method == "compressed-tensors" else None
+    if scheme is None:
+        return {}
+    if not isinstance(scheme, dict):
+        raise ConfigError(f"{where}: field 'kv_cache_scheme' must be an object, got {type(scheme).__name__}")
+    bits, kind = scheme.get("num_bits"), str(scheme.get("type", "")).lower()
+    if bits != 8 or kind != "float":
+        raise ConfigError(f"{where}: kv_cache_scheme of {shown(kind)} {shown(bits)}-bit values is not priced (kvsim "
+                          "prices FP8 KV caches)")
+    return {"checkpoint_kv_dtype": "fp8", "kv_dtype": "fp8"}
 
 
 ATTENTION_MODULES = ("self_attn", ".attn", "attention")  # names of attention projections in exclusion patterns
