@@ -6,7 +6,8 @@ import sys
 
 import pytest
 
-from kvsim.planning.fleet_plan import cheapest, layouts_of, pareto, plan_fleet, rescaled, vllm_commands
+from kvsim.planning.fleet_plan import (busiest_window, cheapest, layouts_of, pareto, plan_fleet, plan_window, rescaled,
+                                      vllm_commands)
 from kvsim.planning.slo import parse_slos
 from kvsim.trace.request import Request
 
@@ -174,3 +175,39 @@ def test_the_search_tries_layouts_with_and_without_expert_parallelism(small_trac
     assert by[True]["tpot_p99_s"] != by[False]["tpot_p99_s"]  # whole experts per GPU, not width slices
     cmds = vllm_commands(by[True], "deepseek-v3", {})
     assert "--enable-expert-parallel" in cmds[1] and "--enable-expert-parallel" not in vllm_commands(by[False], "d", {})[1]
+
+
+def test_the_busiest_window_is_the_stretch_of_n_arrivals_with_the_shortest_span(tmp_path):
+    reqs = [Request(str(i), t, 10, 5) for i, t in enumerate([0.0, 1.0, 2.0, 2.1, 2.2, 5.0, 5.1, 5.2])]
+    assert [r.id for r in busiest_window(reqs, 3)] == ["2", "3", "4"]  # 0.2 s; 5.0-5.2 ties later
+    assert busiest_window(reqs, 8) is reqs and busiest_window(reqs, 20) is reqs
+    from kvsim.trace.jsonl import load_trace, write_trace
+
+    path = tmp_path / "t.jsonl"
+    write_trace(reqs, path)
+    assert plan_window(str(path), 2.0, 8, False, tmp_path) == (str(path), 2.0, "")  # short enough: unchanged
+    w, rate, note = plan_window(str(path), None, 3, False, tmp_path)
+    assert rate is None and "busiest 3" in note and "of the trace's 8 requests" in note
+    assert [r.id for r in load_trace(w).requests] == ["2", "3", "4"]
+    w, rate, note = plan_window(str(path), 7.0, 3, True, tmp_path)  # clients / --request-rate set the load
+    assert rate == 7.0 and "the first 3" in note and [r.id for r in load_trace(w).requests] == ["0", "1", "2"]
+
+
+def test_a_long_trace_is_searched_on_a_window_and_the_choice_checked_on_the_whole(small_trace, tmp_path):
+    """--plan-requests 150 of a 400-request trace: every searched layout ran 150 requests; the cheapest that met
+    the SLOs ran all 400 too, and the choice is one that meets them there."""
+    import pandas as pd
+
+    out = tmp_path / "fp"
+    r = subprocess.run([sys.executable, "-m", "kvsim", "plan", "--trace", small_trace, "--model", "llama-3-8b",
+                        "--gpus", "h100-80gb", "--slo", "ttft_p99=1s,tpot_p99=30ms", "--fleet-max-gpus", "4",
+                        "--target-rate", "20", "--fleet-routers", "least-requests", "--plan-requests", "150",
+                        "--out", str(out)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "busiest 150" in r.stderr and "of the trace's 400 requests" in r.stderr
+    t = pd.read_csv(out / "fleet_plan.csv")
+    searched, whole = t[t.probe != "whole trace"], t[t.probe == "whole trace"]
+    assert (searched.requests == 150).all() and len(whole) >= 1 and (whole.requests == 400).all()
+    chosen = whole[whole.meets_slo]
+    assert len(chosen) == 1 and f"cheapest layout meeting the SLOs: {chosen.layout.iloc[0]}" in r.stdout
+    assert "on the whole trace" in (out / "summary.md").read_text() and (out / "plan_window.jsonl").exists()

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from kvsim.commands.args import DEFAULT_OUT, fraction_open, int_list, positive, positive_int
+from kvsim.commands.args import DEFAULT_OUT, fraction_open, int_list, non_negative_int, positive, positive_int
 from kvsim.option_table import text_option_columns
 
 
@@ -100,7 +100,7 @@ def cmd_fleet_plan(a: argparse.Namespace, cfg, slos) -> int:
     from kvsim.options import DEFAULT_GPU, values_from_namespace
     from kvsim.output.table import Column, markdown_table, print_rows
     from kvsim.output.writer import write_table
-    from kvsim.planning.fleet_plan import cheapest, pareto, plan_fleet, vllm_commands
+    from kvsim.planning.fleet_plan import cheapest, pareto, plan_fleet, plan_window, verify_on_whole_trace, vllm_commands
     from kvsim.planning.plan import parse_gpus
 
     routers = parse_routers(a.fleet_routers, "--fleet-routers")
@@ -114,14 +114,24 @@ def cmd_fleet_plan(a: argparse.Namespace, cfg, slos) -> int:
     values = values_from_namespace(a)
     values.pop("gpu", None)
     notes: list[str] = []
-    rows = plan_fleet(a.trace, values, gpus, slos, a.fleet_max_gpus, routers, a.target_rate, a.kv_link, a.workers,
+    retimed = cfg.max_concurrency is not None or cfg.request_rate is not None
+    trace, rate, window = plan_window(a.trace, a.target_rate, a.plan_requests, retimed, out)
+    if window:
+        print(window, file=sys.stderr)
+    jobs: dict = {}
+    rows = plan_fleet(trace, values, gpus, slos, a.fleet_max_gpus, routers, rate, a.kv_link, a.workers,
                       a.backend, a.address, allocator, a.fleet_tp, notes, a.fleet_pp, a.kv_link_shared, a.fleet_dp,
-                      [False, True] if a.fleet_ep else None)
+                      [False, True] if a.fleet_ep else None, jobs)
     for note in notes:
         print(note, file=sys.stderr)
     best = cheapest(rows)
     front = pareto(rows)
-    table = pd.DataFrame(rows)
+    whole = verify_on_whole_trace(rows, jobs, a.trace, a.target_rate, a.workers, a.backend, a.address) \
+        if window else []
+    if window:
+        notes.insert(0, window)
+        best = [r for r in whole if r["meets_slo"]]
+    table = pd.DataFrame(rows + whole)
     write_table(table, out / "fleet_plan", "csv")
     key = lambda k: lambda r: r.get(k)  # noqa: E731
     cols = [Column("layout", "layout", "", "text", "", key("layout")),
@@ -138,6 +148,9 @@ def cmd_fleet_plan(a: argparse.Namespace, cfg, slos) -> int:
     print_rows(front, cols, title + " · Pareto front (throughput per GPU vs TTFT p99)")
     lines = [f"# {title}", "", f"{len(rows)} layouts simulated (up to {a.fleet_max_gpus} GPUs per type).", "",
              *[f"- {n}" for n in notes], *([""] if notes else [])]
+    if whole:
+        print_rows(whole, cols, "the window's cheapest layouts on the whole trace")
+        lines += ["## The window's cheapest layouts on the whole trace", "", markdown_table(whole, cols), ""]
     if best:
         b = best[0]
         cmds = vllm_commands(b, cfg.model.name, values)
@@ -147,6 +160,11 @@ def cmd_fleet_plan(a: argparse.Namespace, cfg, slos) -> int:
         print("\n".join(cmds))
         lines += [f"**Cheapest layout meeting the SLOs:** {b['layout']} behind {b['router']} ({size}).", "",
                   "```bash", *cmds, "```", ""]
+    elif whole:
+        print(f"\nnone of the {len(whole)} cheapest layouts meeting the SLOs on the window meets them on the whole "
+              "trace (see above); raise --plan-requests (0: search on the whole trace) or --fleet-max-gpus")
+        lines += [f"None of the {len(whole)} cheapest layouts meeting the SLOs on the window meets them on the whole"
+                  " trace.", ""]
     else:
         print(f"\nno layout of up to {a.fleet_max_gpus} GPUs meets the SLOs; raise --fleet-max-gpus or relax --slo")
         lines += [f"No layout of up to {a.fleet_max_gpus} GPUs meets the SLOs.", ""]
@@ -351,6 +369,13 @@ def register(sub) -> None:
     fl.add_argument("--fleet-ep", action="store_true",
                     help="MoE models: the fleet plan tries every layout with and without expert parallelism "
                          "(--enable-expert-parallel) [default: as --enable-expert-parallel says]")
+    from kvsim.planning.fleet_plan import PLAN_REQUESTS
+
+    fl.add_argument("--plan-requests", type=non_negative_int, default=PLAN_REQUESTS, metavar="N",
+                    help="fleet plan: a longer trace is searched on its busiest N consecutive requests (the first N "
+                         "under --max-concurrency / --request-rate), and the cheapest layouts found are then run on "
+                         f"the whole trace until one meets the SLOs there; 0: search on the whole trace [default: "
+                         f"{PLAN_REQUESTS:,}]")
     fl.add_argument("--kv-link-shared", action="store_true",
                     help="fleet plan: each engine's links carry one KV transfer at a time (kvsim cluster "
                          "--kv-link-shared)")

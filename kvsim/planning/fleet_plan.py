@@ -8,6 +8,11 @@ doubles G until some layout meets every SLO, then bisects between the last size 
 first where one did, so it simulates O(log N) fleet sizes rather than assuming n replicas carry n times one
 replica's rate. Sizes step by the gcd of the TP sizes. Every layout of a probed size runs as an
 independent job (local processes or Ray, as sweeps).
+
+A trace longer than ``--plan-requests`` (20,000) is searched on a window of it: the busiest stretch of that
+many consecutive arrivals (at the planned rate; the first ones when clients or --request-rate set the load),
+and the cheapest layouts found are then simulated on the whole trace, cheapest first, until one meets the
+SLOs there (:func:`verify_on_whole_trace`): a 1M-request trace is planned in minutes, sized for its peak.
 """
 
 from __future__ import annotations
@@ -68,6 +73,71 @@ class FleetJob:
     shared_link: bool = False  # each engine's links carry one KV transfer at a time (kvsim cluster --kv-link-shared)
 
 
+PLAN_REQUESTS = 20_000  # requests of the window a longer trace is searched on (--plan-requests)
+VERIFY_TRIES = 3  # cheapest layouts of the window re-run on the whole trace, at most
+
+
+def busiest_window(requests: list, n: int) -> list:
+    """The ``n`` consecutive requests (arrival order) that arrive within the shortest time: the trace's busiest
+    stretch of ``n`` requests (the earliest on ties); all of them when there are no more than ``n``."""
+    if n >= len(requests):
+        return requests
+    import numpy as np
+
+    t = np.fromiter((r.arrival_s for r in requests), float, len(requests))
+    i = int(np.argmin(t[n - 1:] - t[:len(t) - n + 1]))
+    return requests[i:i + n]
+
+
+def plan_window(trace: str, rate: float | None, n: int, retimed: bool, folder) -> tuple[str, float | None, str]:
+    """The trace the search simulates when ``trace`` has more than ``n`` requests: its busiest window of ``n``
+    (rescaled to ``rate`` first; ``retimed``: clients or --request-rate set the load, so the first ``n``),
+    written to ``folder``/plan_window.jsonl with the rate applied; (path, rate for the jobs, note). Shorter
+    traces: (trace, rate, '')."""
+    from pathlib import Path
+
+    from kvsim.trace import load_trace
+    from kvsim.trace.jsonl import write_trace
+
+    reqs = load_trace(trace).requests
+    if n <= 0 or len(reqs) <= n:
+        return trace, rate, ""
+    if retimed:
+        window, how = reqs[:n], f"the first {n:,}"
+    else:
+        reqs = rescaled(reqs, rate)
+        window = busiest_window(reqs, n)
+        span = window[-1].arrival_s - window[0].arrival_s
+        how = (f"the busiest {n:,} (arriving from {window[0].arrival_s:,.1f} s to {window[-1].arrival_s:,.1f} s"
+               + (f", {(n - 1) / span:,.2f} req/s" if span > 0 else "") + ")")
+    path = Path(folder) / "plan_window.jsonl"
+    write_trace(window, path)
+    return str(path), (rate if retimed else None), (
+        f"searched on {how} of the trace's {len(reqs):,} requests (--plan-requests {n:,}); the cheapest layouts "
+        "found then ran on the whole trace")
+
+
+def verify_on_whole_trace(rows: list[dict], jobs: dict, trace: str, rate: float | None, workers: int = 1,
+                          backend: str = "local", address: str | None = None) -> list[dict]:
+    """The cheapest layouts that met the SLOs on the window (:func:`cheapest` of ``rows``), simulated on the
+    whole ``trace``, cheapest first, ``workers`` at a time, until one meets them there (VERIFY_TRIES at most);
+    their rows (``probe`` 'whole trace'), cheapest first. ``jobs``: each row's job, by (gpu, layout, router)."""
+    from kvsim.planning.parallel import run_jobs
+
+    todo, out = cheapest(rows)[:VERIFY_TRIES], []
+    step = max(1, workers)
+    for i in range(0, len(todo), step):
+        batch = todo[i:i + step]
+        got = run_jobs(evaluate, [replace(jobs[(r["gpu"], r["layout"], r["router"])], trace=trace, rate=rate)
+                                  for r in batch], workers, backend, address, label="on the whole trace")
+        for r, g in zip(batch, got):
+            g["layout"], g["probe"] = r["layout"], "whole trace"
+        out += got
+        if any(g["meets_slo"] for g in got):
+            break
+    return out
+
+
 def rescaled(requests: list, rate: float | None) -> list:
     """The requests with inter-arrival times scaled so that they arrive at ``rate`` req/s on average."""
     if rate is None or len(requests) < 2:
@@ -115,7 +185,7 @@ def evaluate(job: FleetJob) -> dict:
            "finished": s["finished"], "ttft_p99_s": s["ttft_p99_s"], "tpot_p99_s": s["tpot_p99_s"],
            "ttft_p50_s": s["ttft_p50_s"], "throughput_tok_s": s["throughput_tok_s"],
            "tok_s_per_gpu": s["throughput_tok_s"] / L.gpus, "req_s_per_gpu": s["throughput_req_s"] / L.gpus,
-           "prefix_hit_rate_tokens": s["prefix_hit_rate_tokens"], "sim_wall_s": s["wall_s"]}
+           "prefix_hit_rate_tokens": s["prefix_hit_rate_tokens"], "requests": len(reqs), "sim_wall_s": s["wall_s"]}
     if job.cost_per_gpu_hour is not None:
         row["cost_per_hour"] = L.gpus * job.cost_per_gpu_hour
         out_tokens = float(req.generated_tokens.sum())
@@ -169,13 +239,14 @@ def plan_fleet(trace: str, values: dict, gpus: list[tuple[str, float | None]], s
                routers: list[str], rate: float | None, link: str = "rdma", workers: int = 1, backend: str = "local",
                address: str | None = None, allocator: str = "paged+prefix", tps: list[int] | None = None,
                notes: list[str] | None = None, pps: list[int] | None = None, shared_link: bool = False,
-               dps: list[int] | None = None, eps: list[bool] | None = None) -> list[dict]:
+               dps: list[int] | None = None, eps: list[bool] | None = None, jobs: dict | None = None) -> list[dict]:
     """Every layout simulated, each row with ``probe`` (the search step that simulated its fleet size); the
     cheapest that meets every SLO is the first row of :func:`cheapest`. ``tps``: the tensor-parallel sizes
     tried for each pool (default: the configured one); ``pps`` and ``dps``: the pipeline stage counts and
     data-parallel rank counts tried, ``eps``: with and/or without expert parallelism (default: the configured
     ones; each combination is searched on its own, every replica of a layout alike); sizes a replica cannot
-    hold the model at are skipped and said in ``notes``."""
+    hold the model at are skipped and said in ``notes``; ``jobs`` (given) collects each row's job by (gpu,
+    layout, router)."""
     import math
 
     from kvsim.planning.parallel import run_jobs
@@ -214,9 +285,12 @@ def plan_fleet(trace: str, values: dict, gpus: list[tuple[str, float | None]], s
             named_ep = ep if len(eps) > 1 else None  # layouts name EP only when the search varies it
 
             def simulate(n: int) -> list[dict]:  # every layout of a fleet of n GPUs (called before the loop moves on)
-                jobs = [FleetJob(trace, vals, L, rate, tuple(slos), link, cost, allocator, shared_link)
+                todo = [FleetJob(trace, vals, L, rate, tuple(slos), link, cost, allocator, shared_link)
                         for L in layouts_of(gpu, ok, n, routers, by_gpus=True, pp=pp, dp=dp, ep=named_ep)]
-                return run_jobs(evaluate, jobs, workers, backend, address, label=f"{gpu} {n} GPUs")
+                got = run_jobs(evaluate, todo, workers, backend, address, label=f"{gpu} {n} GPUs")
+                if jobs is not None:
+                    jobs.update({(j.layout.gpu, r["layout"], r["router"]): j for j, r in zip(todo, got)})
+                return got
 
             rows.extend(_search(simulate, math.gcd(*ok) * unit, smallest, max_gpus))
     if too_big and not searched:
