@@ -242,3 +242,31 @@ def test_a_checkpoint_that_declares_an_fp8_kv_cache_gets_one_under_auto(tmp_path
         load(tmp_path, {"quant_method": "modelopt", "quant_algo": "FP8", "kv_cache_quant_algo": "NVFP4"})
     with pytest.raises(ConfigError, match="kv_cache_scheme of 'int' 8-bit values is not priced"):
         load(tmp_path, {**_ct(fp8, fp8), "kv_cache_scheme": {"num_bits": 8, "type": "int"}})
+
+
+def test_exclusions_of_single_layers_keep_only_those_in_the_model_dtype(tmp_path):
+    """An exclusion list that names some layers (the first layer's attention, the last layer's MLP) keeps just
+    those in bf16, matched as each tool matches names (ModelOpt * patterns, compressed-tensors re: and exact
+    names, AWQ's dotted components); the MoE router and a vision tower are not the language model's layers."""
+    fp8 = {"quant_method": "modelopt", "quant_algo": "FP8"}
+    plain = load(tmp_path, {**fp8, "exclude_modules": ["lm_head"]}, name="a.json")
+    some = load(tmp_path, {**fp8, "exclude_modules": ["lm_head", "model.layers.0.self_attn*", "model.layers.31.mlp*"]},
+                name="b.json")
+    assert (some.unquantized_attention_layers, some.unquantized_mlp_layers) == ((0,), (31,))
+    assert not some.attention_unquantized
+    attn, mlp = 4096 * (32 + 16) * 128 + 32 * 128 * 4096, 3 * 4096 * 14336
+    assert some.weight_bytes - plain.weight_bytes == pytest.approx((attn + mlp) * (2 - 1), rel=1e-12)
+    assert "1 layers' attention and 1 layers' MLP in bf16" in some.quant_detail
+    every = [f"model.layers.{i}.self_attn.{p}" for i in range(32) for p in ("q_proj", "k_proj", "v_proj", "o_proj")]
+    w8 = {"num_bits": 8, "type": "float", "strategy": "channel"}
+    ct = load(tmp_path, {**_ct(w8, w8), "ignore": ["lm_head", *every]}, name="c.json")
+    assert ct.attention_unquantized and ct.unquantized_attention_layers == ()  # every layer: GEMMs in bf16 too
+    router = load(tmp_path, {**_ct(w8, w8), "ignore": ["lm_head", "re:.*mlp.gate$", "re:vision_tower.*"]},
+                  name="d.json")
+    assert router.weight_bytes == load(tmp_path, _ct(w8, w8), name="e.json").weight_bytes
+    awq = load(tmp_path, {**AWQ, "modules_to_not_convert": ["model.layers.0"]}, name="f.json")
+    assert (awq.unquantized_attention_layers, awq.unquantized_mlp_layers) == ((0,), (0,))
+    assert some.pipeline_stage(2).unquantized_mlp_layers == (15,)  # the last 16 layers' own numbering
+    assert some.pipeline_stage(2).unquantized_attention_layers == ()
+    with pytest.raises(ConfigError, match="not a regular expression"):
+        load(tmp_path, {**_ct(w8, w8), "ignore": ["re:(unclosed"]}, name="g.json")

@@ -85,6 +85,10 @@ class ModelSpec:
     # the checkpoint leaves its attention projections unquantized (its exclusion list names them): they stay in
     # the model's dtype, in memory and in GEMM time
     attention_unquantized: bool = False
+    # layers (0-based) whose attention projections / dense MLP the exclusion list keeps in the model's dtype when
+    # it names only some layers (memory; their GEMMs are priced as the quantized ones)
+    unquantized_attention_layers: tuple[int, ...] = ()
+    unquantized_mlp_layers: tuple[int, ...] = ()
     # speculative decoding (kvsim.speculative): the draft's attention layers, whose KV every token also takes in
     # the same pool (same per-layer bytes), and the bytes of the draft's own weights (embedding / LM head shared)
     draft_layers: int = 0
@@ -241,8 +245,12 @@ class ModelSpec:
                      for m, moe in zip(self.mixers, self.moe_mask)]
         embed = self.embedding_params
         scale = max(0.0, self.params - embed - h) / sum(per_layer)  # presets' counts need not match the shapes
+        first = self.layers - n
         return replace(self, layers=n, params=self.vocab_size * h + scale * sum(per_layer[-n:]),
-                       layer_types=self.layer_types[-n:], moe_layers=self.moe_layers[-n:])
+                       layer_types=self.layer_types[-n:], moe_layers=self.moe_layers[-n:],
+                       unquantized_attention_layers=tuple(i - first for i in self.unquantized_attention_layers
+                                                          if i >= first),
+                       unquantized_mlp_layers=tuple(i - first for i in self.unquantized_mlp_layers if i >= first))
 
     def check_tp(self, tp: int) -> None:
         problem = self.tp_problem(tp)
@@ -300,8 +308,13 @@ class ModelSpec:
         embed = self.embedding_params if self.weight_dtype else 0
         total = ((self.params - experts - embed) * self.weight_dtype_bytes + embed * self.dtype_bytes
                  + (experts * DTYPE_BYTES[self.expert_dtype] if experts else 0.0)) + self.draft_weight_bytes
-        if self.attention_unquantized and self.weight_dtype:
-            total += self.attention_layers * self.attention_params() * (self.dtype_bytes - self.weight_dtype_bytes)
+        if self.weight_dtype:
+            mixers, moe = self.mixers, self.moe_mask
+            attn = self.attention_layers if self.attention_unquantized else \
+                sum(1 for i in self.unquantized_attention_layers if mixers[i] != "mamba")
+            mlp = sum(1 for i in self.unquantized_mlp_layers if not moe[i])
+            total += (attn * self.attention_params() + mlp * self.ffn_params(False)) * (
+                self.dtype_bytes - self.weight_dtype_bytes)
         return total
 
     def expert_weight_bytes(self) -> float:
@@ -363,6 +376,10 @@ class ModelSpec:
             detail += " + zero points" if self.weight_zero_points else ""
         if self.attention_unquantized:
             detail += f", attention in {self.dtype}"
+        kept = [f"{len(t)} {what}" for t, what in ((self.unquantized_attention_layers, "layers' attention"),
+                                                   (self.unquantized_mlp_layers, "layers' MLP")) if t]
+        if kept:
+            detail += f", {' and '.join(kept)} in {self.dtype}"
         return detail
 
     @property
@@ -815,7 +832,13 @@ def _structure_from_hf(cfg: dict, path: str, layers: int, hidden: int, need) -> 
             step = need("interleave_moe_layer_step", default=1)
             more["moe_layers"] = tuple((i + 1) % step == 0 for i in range(layers))
     if cfg.get("quantization_config") is not None:
-        more.update(quantization_from_hf(cfg["quantization_config"], path, bool(experts)))
+        more.update(quantization_from_hf(cfg["quantization_config"], path, bool(experts), layers))
+        kept = more.pop("unquantized_attention_layers", ())
+        mixers = more.get("layer_types") or ("full",) * layers
+        if kept and set(kept) >= {i for i, t in enumerate(mixers) if t != "mamba"}:
+            more["attention_unquantized"] = True  # every attention layer: in memory and in GEMM time
+        elif kept:
+            more["unquantized_attention_layers"] = kept
     return more
 
 
@@ -826,7 +849,7 @@ QUANTIZATION_FLAGS = {"awq": "awq", "awq_marlin": "awq", "gptq": "gptq", "gptq_m
                       "mxfp4": "mxfp4"}
 
 
-def quantization_from_hf(quant, path: str, has_experts: bool) -> dict:
+def quantization_from_hf(quant, path: str, has_experts: bool, layers: int = 0) -> dict:
     """ModelSpec's weight fields from a config.json's ``quantization_config``, as vLLM loads each method:
 
     - ``fp8`` (DeepSeek-V3, Qwen3-FP8): FP8 weights, 128x128 block scales where ``weight_block_size`` says so;
@@ -847,7 +870,7 @@ def quantization_from_hf(quant, path: str, has_experts: bool) -> dict:
     method = str(quant.get("quant_method", "")).strip().lower()
     # ModelOpt's older layout nests its fields in a "quantization" object
     inner = quant["quantization"] if isinstance(quant.get("quantization"), dict) else quant
-    return {**_quant_scheme(quant, inner, where, method, has_experts), **_exclusions(inner, where),
+    return {**_quant_scheme(quant, inner, where, method, has_experts), **_exclusions(inner, where, layers),
             **_checkpoint_kv_cache(quant, inner, where, method)}
 
 
@@ -876,24 +899,59 @@ def _checkpoint_kv_cache(quant: dict, inner: dict, where: str, method: str) -> d
     return {"checkpoint_kv_dtype": "fp8", "kv_dtype": "fp8"}
 
 
-ATTENTION_MODULES = ("self_attn", ".attn", "attention")  # names of attention projections in exclusion patterns
 TOWER_MODULES = ("vision", "visual", "audio", "mm_projector", "multi_modal")  # encoders beside the language model
 
 
-def _exclusions(fields: dict, where: str) -> dict:
-    """{'attention_unquantized': True} when the checkpoint's list of modules it left unquantized (ModelOpt
-    ``exclude_modules``, compressed-tensors ``ignore``, AWQ/GPTQ ``modules_to_not_convert``) names the attention
-    projections; {} otherwise (the embedding, LM head and MoE router stay unquantized anyway)."""
+def _exclusions(fields: dict, where: str, layers: int) -> dict:
+    """The layers (of ``layers``) whose attention projections and dense MLP the checkpoint's list of modules it
+    left unquantized (ModelOpt ``exclude_modules``, compressed-tensors ``ignore``, AWQ/GPTQ
+    ``modules_to_not_convert``) keeps in the model's dtype: {'unquantized_attention_layers': (...),
+    'unquantized_mlp_layers': (...)}, each present when not empty. Entries are matched against the language
+    model's module names (model.layers.N.self_attn.q_proj, ...mlp.gate_proj) as each tool matches them: ``re:``
+    regular expressions, ``*`` patterns, or whole dotted components ('self_attn', 'model.layers.3'). The
+    embedding, LM head and MoE router stay unquantized anyway; a vision or audio tower's modules are not the
+    language model's."""
+    import fnmatch
+    import re
+
     for key in ("exclude_modules", "ignore", "modules_to_not_convert"):
         names = fields.get(key)
         if names is None:
             continue
         if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
             raise ConfigError(f"{where}: field '{key}' must be a list of module names")
-        # the language model's attention (a vision or audio tower's own attention is not modelled)
-        if any(a in n for n in names if not any(t in n for t in TOWER_MODULES) for a in ATTENTION_MODULES):
-            return {"attention_unquantized": True}
+        pats = []
+        for n in names:
+            if any(t in n for t in TOWER_MODULES):
+                continue
+            n = n.replace("model.language_model.", "model.").replace("language_model.model.", "model.")
+            n = n.replace("feed_forward", "mlp").replace("self_attention", "self_attn")
+            n = re.sub(r"(?<![a-z_])(attn|attention)(?![a-z_])", "self_attn", n)
+            pats.append(n)
+
+        def hit(name: str) -> bool:
+            for p in pats:
+                if p.startswith("re:"):
+                    try:
+                        if re.match(p[3:], name):
+                            return True
+                    except re.error:
+                        raise ConfigError(f"{where}: field '{key}': {p!r} is not a regular expression") from None
+                elif any(c in p for c in "*?["):
+                    if fnmatch.fnmatchcase(name, p) or fnmatch.fnmatchcase(name, p + ".*"):
+                        return True
+                elif f".{p}." in f".{name}.":
+                    return True
+            return False
+
+        attn = tuple(i for i in range(layers) if any(hit(f"model.layers.{i}.self_attn.{m}") for m in ATTENTION_PROJ))
+        mlp = tuple(i for i in range(layers) if any(hit(f"model.layers.{i}.mlp.{m}") for m in MLP_PROJ))
+        return {k: v for k, v in (("unquantized_attention_layers", attn), ("unquantized_mlp_layers", mlp)) if v}
     return {}
+
+
+ATTENTION_PROJ = ("q_proj", "k_proj", "v_proj", "o_proj")
+MLP_PROJ = ("gate_proj", "up_proj", "down_proj")
 
 
 def _quant_field(d: dict, keys: tuple[str, ...], where: str, default=None, allowed=None) -> int:
