@@ -258,3 +258,35 @@ def test_an_overloaded_run_never_counts_as_sustained(rate, n):
     out = simulate(reqs, config_from_args(["--gpu", "a100-40gb"]), "max")
     verdict, why = sustained(out.requests)
     assert verdict != "ok", why
+
+
+def test_a_long_trace_is_planned_on_its_busiest_window_and_checked_whole(small_trace, tmp_path):
+    """--plan-requests 100 of the 250-request trace: the window is the 100 consecutive arrivals with the shortest
+    span; capacities are found on it and given as the whole trace's mean rate at the same scaling of the gaps
+    (the window's rate x whole / window), then each is run on the whole trace."""
+    import pandas as pd
+
+    from kvsim.planning.fleet_plan import busiest_window
+    from kvsim.planning.plan import window_trace
+    from kvsim.planning.point import trace_rate
+    from kvsim.trace import load_trace
+
+    reqs = load_trace(str(small_trace)).requests
+    path, ratio, note = window_trace(str(small_trace), 100, tmp_path)
+    window = load_trace(path).requests
+    assert [r.id for r in window] == [r.id for r in busiest_window(reqs, 100)]
+    spans = [reqs[i + 99].arrival_s - reqs[i].arrival_s for i in range(len(reqs) - 99)]
+    assert window[-1].arrival_s - window[0].arrival_s == min(spans)
+    assert ratio == pytest.approx(trace_rate(reqs) / trace_rate(window)) and ratio <= 1
+    assert "busiest 100 of the trace's 250" in note
+    assert window_trace(str(small_trace), 250, tmp_path) is None and window_trace(str(small_trace), 0, tmp_path) is None
+
+    args = ["plan", "--trace", str(small_trace), "--allocators", "paged:16", "--slo", "ttft_p99=2s", "--no-report"]
+    assert main([*args, "--plan-requests", "100", "--out", str(tmp_path / "w")]) == 0
+    assert main(["plan", "--trace", path, "--allocators", "paged:16", "--slo", "ttft_p99=2s", "--no-report",
+                 "--out", str(tmp_path / "direct")]) == 0
+    w, direct = pd.read_csv(tmp_path / "w" / "plan.csv"), pd.read_csv(tmp_path / "direct" / "plan.csv")
+    assert w.max_rate_req_s[0] == pytest.approx(direct.max_rate_req_s[0] * ratio, rel=1e-12)
+    assert w.whole_trace[0] == "met"
+    assert main([*args, "--plan-requests", "0", "--out", str(tmp_path / "all")]) == 0
+    assert "whole_trace" not in pd.read_csv(tmp_path / "all" / "plan.csv")

@@ -19,7 +19,7 @@ def cmd_plan(a: argparse.Namespace) -> int:
     from kvsim.files import atomic_path, prepare_output_dir
     from kvsim.options import DEFAULT_GPU, values_from_namespace
     from kvsim.planning.parallel import run_jobs
-    from kvsim.planning.plan import add_costs, make_jobs, parse_gpus, run_job
+    from kvsim.planning.plan import add_costs, make_jobs, on_whole_trace, parse_gpus, run_job, window_trace
     from kvsim.planning.slo import parse_slos
     from kvsim.planning.sweep import validate_points
     from kvsim.report.builder import build_report
@@ -40,6 +40,10 @@ def cmd_plan(a: argparse.Namespace) -> int:
     out, out_note = results_dir(a, Path(DEFAULT_OUT) / f"plan-{Path(a.trace).stem}")
     out = prepare_output_dir(out, "--out")
     base = {"trace": a.trace, **values_from_namespace(a)}
+    window = window_trace(a.trace, a.plan_requests, out)
+    if window:
+        base["trace"] = window[0]
+        print(window[2], file=sys.stderr)
     gpus = parse_gpus(a.gpus) if a.gpus is not None else [(a.gpu or DEFAULT_GPU, None)]
     from kvsim.runner import prefix_caching
 
@@ -50,6 +54,8 @@ def cmd_plan(a: argparse.Namespace) -> int:
     results = run_jobs(run_job, jobs, a.workers, a.backend, a.address, label="plan")
     rows = [r for r, _ in results]
     points = [p for _, pts in results for p in pts]
+    if window:
+        on_whole_trace(rows, points, jobs, a.trace, window[1], a.workers, a.backend, a.address)
     add_costs(rows, a.target_rate)
     cap = pd.DataFrame(rows)
     pts = pd.DataFrame(points)
@@ -63,6 +69,8 @@ def cmd_plan(a: argparse.Namespace) -> int:
         notes = [f"trace {a.trace}, model {cfg.model.name}; capacity = highest rate (scaling the trace's inter-arrival"
                  f" times) meeting every SLO with a stable queue, bisection to {100 * a.tol:g}% (at most {a.max_steps} "
                  "simulations)"]
+        if window:
+            notes.append(window[2])
         if a.target_rate:
             notes.append(f"replicas and cost for a target of {a.target_rate:g} req/s")
         notes.append("command: kvsim " + " ".join(sys.argv[1:]))
@@ -346,6 +354,14 @@ def register(sub) -> None:
     pl.add_argument("--backend", choices=["local", "ray"], default="local", help="[default: local processes]")
     pl.add_argument("--address", help="Ray cluster address HOST:PORT [default: start a local instance]")
     pl.add_argument("--no-report", action="store_true", help="skip report.html / report.md")
+    from kvsim.planning.fleet_plan import PLAN_REQUESTS
+
+    pl.add_argument("--plan-requests", type=non_negative_int, default=PLAN_REQUESTS, metavar="N",
+                    help="a longer trace is searched on its busiest N consecutive requests (the fleet plan: the first "
+                         "N under --max-concurrency / --request-rate) and the answer then run on the whole trace (the "
+                         "capacity plan: each configuration's capacity, in the whole trace's rate; the fleet plan: "
+                         f"the cheapest layouts until one meets the SLOs); 0: search on the whole trace [default: "
+                         f"{PLAN_REQUESTS:,}]")
     fl = pl.add_argument_group("fleet plan")
     fl.add_argument("--fleet-max-gpus", type=positive_int, metavar="N",
                     help="plan a fleet instead of one replica: search fleets of up to N GPUs per GPU type, "
@@ -369,13 +385,6 @@ def register(sub) -> None:
     fl.add_argument("--fleet-ep", action="store_true",
                     help="MoE models: the fleet plan tries every layout with and without expert parallelism "
                          "(--enable-expert-parallel) [default: as --enable-expert-parallel says]")
-    from kvsim.planning.fleet_plan import PLAN_REQUESTS
-
-    fl.add_argument("--plan-requests", type=non_negative_int, default=PLAN_REQUESTS, metavar="N",
-                    help="fleet plan: a longer trace is searched on its busiest N consecutive requests (the first N "
-                         "under --max-concurrency / --request-rate), and the cheapest layouts found are then run on "
-                         f"the whole trace until one meets the SLOs there; 0: search on the whole trace [default: "
-                         f"{PLAN_REQUESTS:,}]")
     fl.add_argument("--kv-link-shared", action="store_true",
                     help="fleet plan: each engine's links carry one KV transfer at a time (kvsim cluster "
                          "--kv-link-shared)")

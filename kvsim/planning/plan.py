@@ -187,6 +187,63 @@ def run_job(job: PlanJob) -> tuple[dict, list[dict]]:
     return row, points
 
 
+def window_trace(trace: str, n: int, folder) -> tuple[str, float, str] | None:
+    """For a trace of more than ``n`` requests: its busiest ``n`` consecutive arrivals (fleet_plan.busiest_window;
+    which window is busiest does not change when the search scales the gaps) written to
+    ``folder``/plan_window.jsonl; (path, the whole trace's mean rate over the window's, note). None for shorter
+    traces, or one without arrival gaps (the search refuses it with its own message)."""
+    from pathlib import Path
+
+    from kvsim.planning.fleet_plan import busiest_window
+    from kvsim.planning.point import trace_rate
+    from kvsim.trace import load_trace
+    from kvsim.trace.jsonl import write_trace
+
+    reqs = load_trace(trace).requests
+    if n <= 0 or len(reqs) <= n:
+        return None
+    window = busiest_window(reqs, n)
+    whole, busiest = trace_rate(reqs), trace_rate(window)
+    if not (math.isfinite(whole) and math.isfinite(busiest)):
+        return None
+    path = Path(folder) / "plan_window.jsonl"
+    write_trace(window, path)
+    return str(path), whole / busiest, (
+        f"searched on the busiest {n:,} of the trace's {len(reqs):,} requests (--plan-requests {n:,}; they arrive "
+        f"{busiest / whole:.2f}x as fast as the whole trace); rates are the whole trace's mean rate at the same "
+        "scaling, and each configuration's capacity was then run on the whole trace")
+
+
+def _whole_trace_check(args: tuple) -> Evaluation:
+    point, slos, rate = args
+    return _evaluate(point, slos, rate)
+
+
+def on_whole_trace(rows: list[dict], points: list[dict], jobs: list[PlanJob], trace: str, ratio: float,
+                   workers: int = 1, backend: str = "local", address: str | None = None) -> None:
+    """Turn a window's capacity search (:func:`window_trace`) into the whole trace's terms, in place: every rate
+    times ``ratio`` (the same scaling of the gaps), then each capacity simulated on the whole ``trace``
+    (``whole_trace``: met, or what it missed; the at_max_* figures become the whole trace's when met)."""
+    from kvsim.planning.parallel import run_jobs
+
+    for r in rows:
+        for k in ("max_rate_req_s", "bracket_lo", "bracket_hi"):
+            if r.get(k) is not None and math.isfinite(r[k]):
+                r[k] *= ratio
+    for p in points:
+        p["rate"] *= ratio
+    todo = [(r, j) for r, j in zip(rows, jobs) if r.get("max_rate_req_s")]
+    checks = run_jobs(_whole_trace_check, [({**j.point, "trace": trace}, j.slos, r["max_rate_req_s"])
+                                           for r, j in todo], workers, backend, address, label="whole trace")
+    for (r, _), e in zip(todo, checks):
+        r["whole_trace"] = "met" if e.ok else "missed: " + "; ".join(e.why)
+        if e.ok:
+            r.update({f"at_max_{k}": e.summary.get(k) for k in REPORT_METRICS})
+        else:
+            note = f"on the whole trace at that rate it missed: {'; '.join(e.why)}"
+            r["reason"] = f"{r['reason']}; {note}" if r.get("reason") else note
+
+
 def _mean_blocks(reqs, block: int) -> float:
     return sum(-(-r.total_tokens // block) for r in reqs) / len(reqs)
 
