@@ -40,7 +40,7 @@ def cmd_plan(a: argparse.Namespace) -> int:
     out, out_note = results_dir(a, Path(DEFAULT_OUT) / f"plan-{Path(a.trace).stem}")
     out = prepare_output_dir(out, "--out")
     base = {"trace": a.trace, **values_from_namespace(a)}
-    window = window_trace(a.trace, a.plan_requests, out)
+    window = window_trace(a.trace, a.plan_requests, out, bool(base.get("skip_invalid")))
     if window:
         base["trace"] = window[0]
         print(window[2], file=sys.stderr)

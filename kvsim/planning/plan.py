@@ -187,7 +187,7 @@ def run_job(job: PlanJob) -> tuple[dict, list[dict]]:
     return row, points
 
 
-def window_trace(trace: str, n: int, folder) -> tuple[str, float, str] | None:
+def window_trace(trace: str, n: int, folder, skip_invalid: bool = False) -> tuple[str, float, str] | None:
     """For a trace of more than ``n`` requests: its busiest ``n`` consecutive arrivals (fleet_plan.busiest_window;
     which window is busiest does not change when the search scales the gaps) written to
     ``folder``/plan_window.jsonl; (path, the whole trace's mean rate over the window's, note). None for shorter
@@ -199,7 +199,7 @@ def window_trace(trace: str, n: int, folder) -> tuple[str, float, str] | None:
     from kvsim.trace import load_trace
     from kvsim.trace.jsonl import write_trace
 
-    reqs = load_trace(trace).requests
+    reqs = load_trace(trace, skip_invalid=skip_invalid).requests  # (bad lines skipped are said by each run)
     if n <= 0 or len(reqs) <= n:
         return None
     window = busiest_window(reqs, n)
