@@ -59,6 +59,9 @@ class Router:
     def _least_loaded(self, candidates: list[int]) -> int:
         """Fewest outstanding requests; ties to the lowest index."""
         eng = self.engines
+        if len(candidates) == len(eng):  # every replica, in index order: one scan in C (asked for every request)
+            loads = [e.outstanding for e in eng]
+            return loads.index(min(loads))
         return min(candidates, key=lambda i: eng[i].outstanding)
 
 
