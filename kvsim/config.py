@@ -118,18 +118,29 @@ def set_pool_problem(plan: PoolPlan, model: ModelSpec, gpu: GpuSpec, tp: int, ig
     return None
 
 
-def reserve_bytes(model: ModelSpec, gpu: GpuSpec, mem: MemoryConfig, tp: int = 1,
-                  sched: "SchedulerConfig | None" = None) -> float:
-    """Bytes kept from one GPU's KV pool besides the weights: --activation-reserve-gb, or (``vllm``) as vLLM's
-    start-up profile finds it for the scheduler's limits (kvsim/activation_reserve.py)."""
+def reserve_parts(model: ModelSpec, gpu: GpuSpec, mem: MemoryConfig, tp: int = 1,
+                  sched: "SchedulerConfig | None" = None) -> tuple[float, float, float] | None:
+    """(sampler peak, forward peak, non-torch) bytes of vLLM's start-up profile on one GPU for the scheduler's
+    limits (``sched``; None: what `vllm serve` picks for the GPU), or None with a fixed reserve
+    (kvsim/activation_reserve.py)."""
     if mem.activation_reserve != "vllm":
-        return mem.activation_reserve_gb * GiB
-    from kvsim.activation_reserve import vllm_reserve_bytes
+        return None
+    from kvsim.activation_reserve import vllm_reserve_parts
     from kvsim.hardware.gpus import vllm_serve_defaults
 
     seqs, tokens = (sched.max_num_seqs, sched.max_num_batched_tokens) if sched is not None else \
         vllm_serve_defaults(gpu)
-    return vllm_reserve_bytes(model, gpu, tp, seqs, tokens)
+    return vllm_reserve_parts(model, gpu, tp, seqs, tokens)
+
+
+def reserve_bytes(model: ModelSpec, gpu: GpuSpec, mem: MemoryConfig, tp: int = 1,
+                  sched: "SchedulerConfig | None" = None, parts: tuple[float, float, float] | None = None) -> float:
+    """Bytes kept from one GPU's KV pool besides the weights: --activation-reserve-gb, or (``vllm``) the larger
+    of the profile's two peaks plus non-torch memory (``parts``: :func:`reserve_parts`, if already at hand)."""
+    if mem.activation_reserve != "vllm":
+        return mem.activation_reserve_gb * GiB
+    sampler, forward, non_torch = parts or reserve_parts(model, gpu, mem, tp, sched)
+    return max(sampler, forward) + non_torch
 
 
 def plan_pool(model: ModelSpec, gpu: GpuSpec, mem: MemoryConfig, tp: int = 1, dp: int = 1,

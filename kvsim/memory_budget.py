@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from kvsim.config import GiB, SimConfig, reserve_bytes
+from kvsim.config import GiB, SimConfig, reserve_bytes, reserve_parts
 
 
 @dataclass(frozen=True)
@@ -111,27 +111,24 @@ def memory_budget(cfg: SimConfig) -> MemoryBudget:
         memory = ModelMemory(m, tp, pool.pool_bytes, cfg.scheduler.prefill_chunk)
         layouts = tuple((k.name, kind_layout(k.name, memory, cfg.block_size, cfg.scheduler.max_model_len), k.layout[1])
                         for k in KINDS.values() if k.layer_groups)
+    parts = reserve_parts(stage, gpu, cfg.memory, tp, cfg.scheduler)
     return MemoryBudget(
         model=m.name, gpu=gpu.name, tp=tp, gpu_bytes=gpu.memory_bytes,
         usable_bytes=gpu.memory_bytes * cfg.memory.gpu_memory_utilization, weight_bytes=stage.gpu_weight_bytes(tp, cfg.dp, gpu),
-        reserve_bytes=reserve_bytes(stage, gpu, cfg.memory, tp, cfg.scheduler), pool_bytes=pool.pool_bytes, pool_source=pool.source,
+        reserve_bytes=reserve_bytes(stage, gpu, cfg.memory, tp, parts=parts), pool_bytes=pool.pool_bytes, pool_source=pool.source,
         kv_bytes_per_token_model=m.kv_bytes_per_token, kv_bytes_per_token_gpu=pool.kv_bytes_per_token,
         kv_formula=formula, block_size=cfg.block_size, max_model_len=cfg.scheduler.max_model_len, params=m.params,
-        weight_dtype=m.weight_dtype or m.dtype, quant_detail=m.quant_detail, dtype=m.dtype, draft_bytes=m.draft_weight_bytes / tp, reserve_how=_reserve_how(cfg), kv_dtype=kv_dtype, layer_mix=mix,
+        weight_dtype=m.weight_dtype or m.dtype, quant_detail=m.quant_detail, dtype=m.dtype, draft_bytes=m.draft_weight_bytes / tp, reserve_how=_reserve_how(parts), kv_dtype=kv_dtype, layer_mix=mix,
         state_bytes_per_seq=m.count("mamba") * m.state_bytes_per_layer(tp), layouts=layouts,
         prefill_chunk=cfg.scheduler.prefill_chunk, pp=cfg.pp, stage_layers=stage.layers, model_layers=m.layers, kv_heads=m.kv_heads,
         dp=cfg.dp, expert_bytes=stage.expert_weight_bytes() / (tp * cfg.dp) if cfg.dp > 1 else 0.0)
 
 
-def _reserve_how(cfg: SimConfig) -> str:
-    """What the vLLM-profile reserve is made of ('' for a fixed one)."""
-    if cfg.memory.activation_reserve != "vllm":
+def _reserve_how(parts: tuple[float, float, float] | None) -> str:
+    """What the vLLM-profile reserve is made of (config.reserve_parts; '' for a fixed one)."""
+    if parts is None:
         return ""
-    from kvsim.activation_reserve import vllm_reserve_parts
-
-    s = cfg.scheduler
-    sampler, forward, non_torch = vllm_reserve_parts(cfg.memory_model, cfg.gpu, cfg.tp, s.max_num_seqs,
-                                                     s.max_num_batched_tokens)
+    sampler, forward, non_torch = parts
     peak = f"sampler {_size(sampler)}" if sampler >= forward else f"forward {_size(forward)}"
     return f"{peak} peak + non-torch {_size(non_torch)}"
 

@@ -35,6 +35,16 @@ class _LruQueue:
     def pop(self) -> int:
         return self._q.popitem(last=False)[0]
 
+    def pop_many(self, n: int) -> list[int]:
+        popitem = self._q.popitem
+        return [popitem(False)[0] for _ in range(n)]
+
+    def extend(self, blocks: list[int]) -> None:
+        """Free ``blocks`` in this order (the queue needs no cached flag)."""
+        q = self._q
+        for b in blocks:
+            q[b] = None
+
     def remove(self, block: int) -> None:
         del self._q[block]
 
@@ -72,6 +82,9 @@ class _KeyedQueue:
                 del self._live[block]
                 return block
 
+    def pop_many(self, n: int) -> list[int]:
+        return [self.pop() for _ in range(n)]
+
     def remove(self, block: int) -> None:
         if self._live.pop(block, None) is None:
             self._empty.remove(block)
@@ -91,12 +104,8 @@ class HashedBlockPool(BlockPool):
         self._registered: dict[int, int] = {}  # seq_id -> leading blocks already offered to the cache
         # V1's own queue needs no use records; the other policies sort cached blocks by them.
         self._uses: dict[int, BlockUse] | None = None
-        # V1's queue (``lru``) is also used directly as ``_lru``: taking and freeing blocks are the pool's hot
-        # paths (every block boundary and every finished request), and a method call per block doubled them
-        self._lru: OrderedDict[int, None] | None = None
         if eviction == "lru":
             self._queue: _LruQueue | _KeyedQueue = _LruQueue()
-            self._lru = self._queue._q
         else:
             self._uses = {}
             self._queue = _KeyedQueue(get_eviction_key(eviction), self._uses)
@@ -105,27 +114,24 @@ class HashedBlockPool(BlockPool):
     # --- supply ------------------------------------------------------------------------------
     @property
     def num_free(self) -> int:
-        return len(self._queue if self._lru is None else self._lru) + self.num_blocks - len(self.ref)
+        return len(self._queue) + self.num_blocks - len(self.ref)
 
     def take(self, n: int) -> list[int]:
         # Never-used blocks sit at the head of vLLM's queue (and are empty for the other policies).
         fresh = min(n, self.num_fresh)
         out = self._take_fresh(fresh) if fresh else []
-        hash_of, ref, lru = self._hash_of, self.ref, self._lru
-        if lru is not None and not hash_of:  # nothing cached to evict: the queue's head, as it stands
-            popitem = lru.popitem
-            got = [popitem(False)[0] for _ in range(n - fresh)]
+        # taking and freeing are the pool's hot paths (every block boundary, every finished request): whole
+        # runs of blocks go through the queue at once, not a method call per block
+        got = self._queue.pop_many(n - fresh)
+        hash_of = self._hash_of
+        if hash_of:
             for b in got:
-                ref[b] = 1
-            out += got
-            return out
-        pop = self._queue.pop if lru is None else self._pop_lru
-        for _ in range(n - fresh):
-            b = pop()
-            if b in hash_of:  # lazy eviction of a cached block
-                self._evict(b)
+                if b in hash_of:  # lazy eviction of a cached block
+                    self._evict(b)
+        ref = self.ref
+        for b in got:
             ref[b] = 1
-            out.append(b)
+        out += got
         return out
 
     def take_one_if_free(self) -> int:
@@ -133,19 +139,14 @@ class HashedBlockPool(BlockPool):
         if len(ref) < self.num_blocks:  # never-used blocks first, in ascending ids (as take)
             ref.append(1)
             return len(ref) - 1
-        lru = self._lru
-        if lru is None:
-            return self.take(1)[0] if len(self._queue) else -1
-        if not lru:
+        q = self._queue
+        if not len(q):
             return -1
-        b = lru.popitem(last=False)[0]
+        b = q.pop()
         if b in self._hash_of:
             self._evict(b)
         ref[b] = 1
         return b
-
-    def _pop_lru(self) -> int:
-        return self._lru.popitem(last=False)[0]
 
     def _evict(self, block: int) -> None:
         """``block`` is being reused: the content it caches is dropped (lazily, as vLLM V1 evicts)."""
@@ -158,9 +159,6 @@ class HashedBlockPool(BlockPool):
             del self._uses[block]
 
     def on_unreferenced(self, block: int) -> None:
-        if self._lru is not None:
-            self._lru[block] = None
-            return
         cached = block in self._hash_of
         if cached and self._uses is not None:
             self._tick += 1
@@ -168,13 +166,11 @@ class HashedBlockPool(BlockPool):
         self._queue.push(block, cached)
 
     def on_unreferenced_many(self, blocks: list[int]) -> None:
-        lru = self._lru
-        if lru is None:
-            for b in blocks:
-                self.on_unreferenced(b)
+        if self._uses is None:  # vLLM's queue: appended in the order freed, cached or not
+            self._queue.extend(blocks)
             return
-        for b in blocks:  # vLLM's queue: appended in the order freed, cached or not
-            lru[b] = None
+        for b in blocks:
+            self.on_unreferenced(b)
 
     def free_order(self) -> list[int]:
         return self._fresh_order() + self._queue.order()

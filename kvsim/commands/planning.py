@@ -41,6 +41,7 @@ def cmd_plan(a: argparse.Namespace) -> int:
     out = prepare_output_dir(out, "--out")
     base = {"trace": a.trace, **values_from_namespace(a)}
     window = window_trace(a.trace, a.plan_requests, out, bool(base.get("skip_invalid")))
+    _drop_stale_window(out, window)
     if window:
         base["trace"] = window[0]
         print(window[2], file=sys.stderr)
@@ -80,6 +81,14 @@ def cmd_plan(a: argparse.Namespace) -> int:
     if out_note:
         print(out_note, file=sys.stderr)
     return 0
+
+
+def _drop_stale_window(out: Path, window) -> None:
+    """A plan that searched the whole trace leaves no window of an earlier run in its folder."""
+    if not window:
+        from kvsim.planning.window import WINDOW_FILE
+
+        (out / WINDOW_FILE).unlink(missing_ok=True)
 
 
 def load_text(cfg, target_rate: float | None) -> str:
@@ -124,6 +133,7 @@ def cmd_fleet_plan(a: argparse.Namespace, cfg, slos) -> int:
     notes: list[str] = []
     retimed = cfg.max_concurrency is not None or cfg.request_rate is not None
     trace, rate, window = plan_window(a.trace, a.target_rate, a.plan_requests, retimed, out)
+    _drop_stale_window(out, window)
     if window:
         print(window, file=sys.stderr)
     jobs: dict = {}
@@ -354,7 +364,7 @@ def register(sub) -> None:
     pl.add_argument("--backend", choices=["local", "ray"], default="local", help="[default: local processes]")
     pl.add_argument("--address", help="Ray cluster address HOST:PORT [default: start a local instance]")
     pl.add_argument("--no-report", action="store_true", help="skip report.html / report.md")
-    from kvsim.planning.fleet_plan import PLAN_REQUESTS
+    from kvsim.planning.window import PLAN_REQUESTS
 
     pl.add_argument("--plan-requests", type=non_negative_int, default=PLAN_REQUESTS, metavar="N",
                     help="a longer trace is searched on its busiest N consecutive requests (the fleet plan: the first "

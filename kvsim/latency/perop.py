@@ -90,11 +90,15 @@ def quantized(ops: list[Op], quant: str | None) -> list[Op]:
 
 def layer_ops(model: ModelSpec, tp: int) -> list[Op]:
     """The kernels of one decoder layer on one tensor-parallel rank (attention itself excluded)."""
-    norm, attn, norm2, add = input_norm(model), attention_ops(model, tp), post_norm(model), residual_add(model)
-    ffn = ffn_ops(model, tp, model.intermediate_size)
-    if model.attention_unquantized:  # the checkpoint keeps its attention projections in the model's dtype
-        return [norm, *attn, norm2, *quantized(ffn, model.weight_quant), add]
-    return quantized([norm, *attn, norm2, *ffn, add], model.weight_quant)
+    return decoder_layer(model, attention_ops(model, tp), ffn_ops(model, tp, model.intermediate_size))
+
+
+def decoder_layer(model: ModelSpec, mix: list[Op], ffn: list[Op]) -> list[Op]:
+    """A layer's kernels around its token mixer ``mix`` and FFN ``ffn``, GEMMs on the checkpoint's weights
+    (the mixer's projections in the model's dtype when the checkpoint keeps its attention so)."""
+    q = model.weight_quant
+    return [input_norm(model), *(mix if model.attention_unquantized else quantized(mix, q)), post_norm(model),
+            *quantized(ffn, q), residual_add(model)]
 
 
 def input_norm(model: ModelSpec) -> Op:
@@ -243,7 +247,6 @@ def layer_classes(model: ModelSpec, tp: int, expert_parallel: bool = False,
     if not model.is_hybrid and not model.is_mla and not model.is_moe:
         return [(model.layers, layer_ops(model, tp), None)]
     h = model.hidden_size
-    norm, norm2, add = input_norm(model), post_norm(model), residual_add(model)
     attn = mla_ops(model, tp) if model.is_mla else attention_ops(model, tp)
     out = []
     for (mixer, moe), n in sorted(Counter(("mamba" if t == "mamba" else "attn", m)
@@ -262,10 +265,7 @@ def layer_classes(model: ModelSpec, tp: int, expert_parallel: bool = False,
                             dtype if dtype in MOE_QUANT else None)
         else:
             ffn, experts = ffn_ops(model, tp, model.intermediate_size), None
-        if model.attention_unquantized:
-            out.append((n, [norm, *mix, norm2, *quantized(ffn, model.weight_quant), add], experts))
-        else:
-            out.append((n, quantized([norm, *mix, norm2, *ffn, add], model.weight_quant), experts))
+        out.append((n, decoder_layer(model, mix, ffn), experts))
     return out
 
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 
 from kvsim.errors import ConfigError
 from kvsim.planning.slo import Slo, check_slos, within_slos
+from kvsim.planning.window import busiest_window, trace_window  # noqa: F401 (busiest_window: re-exported)
 
 
 @dataclass(frozen=True)
@@ -73,48 +74,25 @@ class FleetJob:
     shared_link: bool = False  # each engine's links carry one KV transfer at a time (kvsim cluster --kv-link-shared)
 
 
-PLAN_REQUESTS = 20_000  # requests of the window a longer trace is searched on (--plan-requests)
 VERIFY_TRIES = 3  # cheapest layouts of the window re-run on the whole trace, at most
 
 
-def busiest_window(requests: list, n: int) -> list:
-    """The ``n`` consecutive requests (arrival order) that arrive within the shortest time: the trace's busiest
-    stretch of ``n`` requests (the earliest on ties); all of them when there are no more than ``n``."""
-    if n >= len(requests):
-        return requests
-    import numpy as np
-
-    t = np.fromiter((r.arrival_s for r in requests), float, len(requests))
-    i = int(np.argmin(t[n - 1:] - t[:len(t) - n + 1]))
-    return requests[i:i + n]
-
-
 def plan_window(trace: str, rate: float | None, n: int, retimed: bool, folder) -> tuple[str, float | None, str]:
-    """The trace the search simulates when ``trace`` has more than ``n`` requests: its busiest window of ``n``
-    (rescaled to ``rate`` first; ``retimed``: clients or --request-rate set the load, so the first ``n``),
-    written to ``folder``/plan_window.jsonl with the rate applied; (path, rate for the jobs, note). Shorter
-    traces: (trace, rate, '')."""
-    from pathlib import Path
-
-    from kvsim.trace import load_trace
-    from kvsim.trace.jsonl import write_trace
-
-    reqs = load_trace(trace).requests
-    if n <= 0 or len(reqs) <= n:
+    """The trace the search simulates when ``trace`` has more than ``n`` requests (window.trace_window: its
+    busiest ``n``, or with ``retimed``, when clients or --request-rate set the load, its first ``n``) and the
+    rate its jobs scale it to: ``rate`` x the window's rate / the whole trace's, the same scaling of the gaps
+    as ``rate`` gives the whole trace; (path, rate for the jobs, note). Shorter traces: (trace, rate, '')."""
+    w = trace_window(trace, n, folder, first=retimed)
+    if w is None:
         return trace, rate, ""
     if retimed:
-        window, how = reqs[:n], f"the first {n:,}"
+        how = f"the first {n:,}"
     else:
-        reqs = rescaled(reqs, rate)
-        window = busiest_window(reqs, n)
-        span = window[-1].arrival_s - window[0].arrival_s
-        how = (f"the busiest {n:,} (arriving from {window[0].arrival_s:,.1f} s to {window[-1].arrival_s:,.1f} s"
-               + (f", {(n - 1) / span:,.2f} req/s" if span > 0 else "") + ")")
-    path = Path(folder) / "plan_window.jsonl"
-    write_trace(window, path)
-    return str(path), (rate if retimed else None), (
-        f"searched on {how} of the trace's {len(reqs):,} requests (--plan-requests {n:,}); the cheapest layouts "
-        "found then ran on the whole trace")
+        rate = None if rate is None else rate / w.rate_ratio
+        how = (f"the busiest {n:,} ({1 / w.rate_ratio:.2f}x the whole trace's rate: "
+               f"{w.rate if rate is None else rate:,.2f} req/s at the planned one)")
+    return w.path, rate, (f"searched on {how} of the trace's {w.total:,} requests (--plan-requests {n:,}); the "
+                          "cheapest layouts found then ran on the whole trace")
 
 
 def verify_on_whole_trace(rows: list[dict], jobs: dict, trace: str, rate: float | None, workers: int = 1,

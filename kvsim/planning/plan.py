@@ -188,29 +188,17 @@ def run_job(job: PlanJob) -> tuple[dict, list[dict]]:
 
 
 def window_trace(trace: str, n: int, folder, skip_invalid: bool = False) -> tuple[str, float, str] | None:
-    """For a trace of more than ``n`` requests: its busiest ``n`` consecutive arrivals (fleet_plan.busiest_window;
-    which window is busiest does not change when the search scales the gaps) written to
-    ``folder``/plan_window.jsonl; (path, the whole trace's mean rate over the window's, note). None for shorter
-    traces, or one without arrival gaps (the search refuses it with its own message)."""
-    from pathlib import Path
+    """For a trace of more than ``n`` requests: its busiest ``n`` consecutive arrivals (window.trace_window);
+    (path, the whole trace's mean rate over the window's, note). None for shorter traces, or one without arrival
+    gaps (the search refuses it with its own message)."""
+    from kvsim.planning.window import trace_window
 
-    from kvsim.planning.fleet_plan import busiest_window
-    from kvsim.planning.point import trace_rate
-    from kvsim.trace import load_trace
-    from kvsim.trace.jsonl import write_trace
-
-    reqs = load_trace(trace, skip_invalid=skip_invalid).requests  # (bad lines skipped are said by each run)
-    if n <= 0 or len(reqs) <= n:
+    w = trace_window(trace, n, folder, skip_invalid=skip_invalid)
+    if w is None:
         return None
-    window = busiest_window(reqs, n)
-    whole, busiest = trace_rate(reqs), trace_rate(window)
-    if not (math.isfinite(whole) and math.isfinite(busiest)):
-        return None
-    path = Path(folder) / "plan_window.jsonl"
-    write_trace(window, path)
-    return str(path), whole / busiest, (
-        f"searched on the busiest {n:,} of the trace's {len(reqs):,} requests (--plan-requests {n:,}; they arrive "
-        f"{busiest / whole:.2f}x as fast as the whole trace); rates are the whole trace's mean rate at the same "
+    return w.path, w.rate_ratio, (
+        f"searched on the busiest {n:,} of the trace's {w.total:,} requests (--plan-requests {n:,}; they arrive "
+        f"{1 / w.rate_ratio:.2f}x as fast as the whole trace); rates are the whole trace's mean rate at the same "
         "scaling, and each configuration's capacity was then run on the whole trace")
 
 
