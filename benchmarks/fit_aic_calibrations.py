@@ -35,11 +35,12 @@ import glob  # noqa: E402
 
 import pandas as pd  # noqa: E402
 
-from kvsim.latency.aic import (MHA, QUANT_MIN_DIM, _by_regime, evaluate_calibration, evaluate_moe, fit_aic, gemm_regimes,  # noqa: E402
+from kvsim.latency.aic import (MHA, QUANT_MIN_DIM, _by_regime, release_key, system_dir, evaluate_calibration, evaluate_moe, fit_aic, gemm_regimes,  # noqa: E402
                                gemm_seconds_table, read_aic, validate_aic, validate_gemm, validate_mla_decode,
                                validate_mla_prefill, validate_moe)
 from kvsim.latency.fit import dense_rows, summarize_dense  # noqa: E402
-from kvsim.latency.calibration import GEMM_QUANT, MOE_QUANT, SHIPPED, Calibration, load_calibration, save_calibration  # noqa: E402
+from kvsim.latency.calibration import (GEMM_QUANT, MOE_QUANT, RELEASES_DIR, RELEASES_INDEX, SHIPPED,  # noqa: E402
+                                      Calibration, load_calibration, save_calibration)
 
 SYSTEMS = {"a100_sxm": "a100-80gb", "h100_sxm": "h100-80gb", "b200_sxm": "b200"}
 AIC_DATA = "NVIDIA AIConfigurator tables (Apache-2.0), via ../shared/profiles/aic"
@@ -88,12 +89,59 @@ def evaluate_gemm(data, calib: Calibration) -> dict:
     return _by_regime(ratio, gemm_regimes(data.gemm))
 
 
+def releases(aic: str, system: str) -> list[str]:
+    """The vLLM releases the data covers for ``system``: its attention version folders (measured, or a
+    reuse note naming the release whose kernels it runs), oldest first."""
+    base = system_dir(aic, system) / "attention" / "vllm"
+    return sorted((p.name for p in base.iterdir() if p.is_dir()), key=release_key)
+
+
+def fit_releases(aic: str) -> None:
+    """A calibration per earlier vLLM release (``--vllm-version``): each release's own tables (or the newest
+    earlier measured one's, as the data's reuse notes and gaps say) fitted over the newest calibration, whose
+    values stay where the release has no table (element-wise kernels, pairwise NVLink; MLA before 0.19)."""
+    index: dict[str, dict[str, str]] = {}
+    RELEASES_DIR.mkdir(exist_ok=True)
+    for old in RELEASES_DIR.glob("*.json"):
+        old.unlink()
+    for system, gname in SYSTEMS.items():
+        newest = load_calibration(SHIPPED / f"{gname}.json")
+        newest_versions = newest.fit["aic"]["versions"]
+        index[gname] = {}
+        for rel in releases(aic, system):
+            data = read_aic(aic, system, rel)
+            if data.versions == newest_versions:  # the release runs the newest measured kernels
+                index[gname][rel] = f"{gname}.json"
+                continue
+            fitted = fit_aic(data, newest)
+            calib = fitted.calibration(newest)
+            fit = {"aic": {"release": rel, "versions": data.versions, "notes": data.notes,
+                           **validate_aic(data, fitted, newest), "gemm": validate_gemm(data.gemm, GPU_PRESETS[gname])}}
+            # groups without a table of this release keep the newest calibration's values and their sources
+            sources = {**calib.sources, "release": f"vLLM {rel}: its own tables where measured, else the newest "
+                       "earlier release's (the data's reuse notes); groups named with another version are the newest "
+                       "calibration's"}
+            calib = replace(calib, sources=sources, fit=fit, derived_from="")
+            name = f"{gname}-{rel}.json"
+            save_calibration(calib, RELEASES_DIR / name)
+            index[gname][rel] = f"{RELEASES_DIR.name}/{name}"
+            print(f"{gname} vLLM {rel}: wrote {RELEASES_DIR / name} ({', '.join(f'{t} {v}' for t, v in data.versions.items())})")
+    doc = {"format": "kvsim-vllm-releases", "data": AIC_DATA, "releases": index}
+    (SHIPPED / RELEASES_INDEX).write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+    print(f"wrote {SHIPPED / RELEASES_INDEX}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("aic", nargs="?", default=str(ROOT.parent / "shared" / "profiles" / "aic"))
     ap.add_argument("--vidur", help="Vidur profiles folder, for the dense-layer cross-check")
     ap.add_argument("--before-commit", help="git revision whose shipped calibrations to compare with")
+    ap.add_argument("--releases-only", action="store_true",
+                    help="only (re)fit the calibrations of earlier vLLM releases over the shipped newest ones")
     a = ap.parse_args()
+    if a.releases_only:
+        fit_releases(a.aic)
+        return
     out_dir = ROOT / "reports" / "latency-validation"
     report = ["# Attention, all-reduce, GEMM and MoE calibrations from measured vLLM kernels", "",
               "Data: NVIDIA AIConfigurator performance tables (github.com/ai-dynamo/aiconfigurator, Apache-2.0), "
@@ -216,6 +264,7 @@ def main() -> None:
     (out_dir / "aic.md").write_text("\n".join(report) + "\n", encoding="utf-8")
     (out_dir / "aic.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
     print(f"wrote {out_dir}/aic.md")
+    fit_releases(a.aic)
 
 
 if __name__ == "__main__":

@@ -192,6 +192,7 @@ class SimConfig:
     swap_space: float = 0.0  # GiB of host memory for swapped-out KV (with preemption_mode swap)
     swap_block_latency_s: float = 10e-6  # fixed cost of one block copy (one cudaMemcpyAsync)
     latency: str = option_default("latency")  # "per-op", "roofline", or a path to a calibration JSON
+    vllm_version: str | None = option_default("vllm_version")  # per-op: whose kernel tables (None: the newest)
     cpu_overhead: str = option_default("cpu_overhead")  # the serving engine's CPU time per iteration (latency/cpu.py)
     frontend: str = option_default("frontend")  # the API server in front of the engine (engine/frontend.py)
     api_server_count: int = option_default("api_server_count")  # API server processes

@@ -16,6 +16,7 @@ from kvsim.hardware.models import KV_CACHE_DTYPES, QUANTIZATION_FLAGS
 from kvsim.engine.frontend import FRONTEND_CHOICES
 from kvsim.latency.cpu import CPU_PRESETS
 from kvsim.latency.cuda_graphs import capture_sizes_rule
+from kvsim.latency.releases import vllm_version_rule
 from kvsim.errors import ConfigError
 from kvsim.validation import (EFFICIENCY, FRACTION, GIB, GIB_OR_ZERO, MAX_TP, POSITIVE, POSITIVE_INT, Number, request_rate,
                               require)
@@ -164,6 +165,10 @@ OPTIONS: list[Option] = [
            "measured vLLM kernels and Vidur's GPU profiles, shipped for a100-80gb, h100-80gb, b200 and a40 and "
            "derived for the same chips; see docs/latency.md), "
            "'roofline' (uncalibrated), or a calibration JSON from `kvsim calibrate`", "latency", "per-op"),
+    Option("vllm_version", ("--vllm-version",), "per-op: the vLLM release whose measured kernels time the run, such "
+           "as 0.14 or 0.19.1 (A100: 0.14; H100: 0.14, 0.19, 0.22, 0.24; B200: 0.19, 0.22, 0.24; a release between "
+           "them runs the kernels of the newest measured before it; docs/latency.md)", "latency", None,
+           rule=vllm_version_rule, default_text="the newest measured", metavar="RELEASE"),
     Option("cpu_overhead", ("--cpu-overhead",), "the serving engine's CPU time per iteration: vllm-v1 (current "
            "vLLM), vllm-v0 (the vLLM paper's generation), vllm-v1-async, none (GPU only); sources in docs/latency.md",
            "latency", "vllm-v1", choices=tuple(CPU_PRESETS)),

@@ -236,6 +236,9 @@ def config_from_options(values: Mapping[str, Any], naming: str = "flag"):
         from kvsim.latency.calibration import load_calibration
 
         load_calibration(latency)  # a bad file fails here, before any simulation
+    if v["vllm_version"] is not None and latency != "per-op":
+        raise ConfigError(f"{name('vllm_version')} picks the kernel tables of the shipped per-op calibrations; "
+                          f"{name('latency')} {latency} decides the times itself (drop one of the two)")
     if v["enable_expert_parallel"] and model.is_moe and model.num_experts % (tp * dp):
         ranks = f"{tp * dp} GPUs ({name('data_parallel_size')} x {name('tensor_parallel_size')})" if dp > 1 else \
             f"{tp} GPUs ({name('tensor_parallel_size')})"
@@ -244,6 +247,7 @@ def config_from_options(values: Mapping[str, Any], naming: str = "flag"):
     return SimConfig(model, gpu, sched, mem, roof, tensor_parallel_size=tp, pipeline_parallel_size=pp, swap_space=swap,
                      data_parallel_size=dp,
                      enable_expert_parallel=v["enable_expert_parallel"], latency=latency,
+                     vllm_version=v["vllm_version"],
                      cpu_overhead=v["cpu_overhead"], interconnect=v["interconnect"],
                      frontend=v["frontend"], api_server_count=v["api_server_count"],
                      cudagraph_capture_sizes=v["cudagraph_capture_sizes"],

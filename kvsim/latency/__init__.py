@@ -13,6 +13,7 @@ from typing import Callable
 from kvsim.errors import ConfigError
 from kvsim.latency.base import LatencyModel, StepShape, chunk_shape_terms, sum_affine, sum_max_of_two_affine
 from kvsim.latency.cpu import CPU_PRESETS, DEFAULT_CPU, CpuOverhead, get_cpu_overhead
+from kvsim.latency.releases import release_key
 
 __all__ = ["LatencyModel", "StepShape", "chunk_shape_terms", "sum_affine", "sum_max_of_two_affine", "CPU_PRESETS",
            "DEFAULT_CPU", "CpuOverhead", "get_cpu_overhead", "build_latency", "latency_notes", "describe_latency",
@@ -24,7 +25,7 @@ def _calibration(cfg):
     from kvsim.latency.calibration import load_calibration, shipped_calibration
 
     if cfg.latency == "per-op":
-        calib, note = shipped_calibration(cfg.gpu)
+        calib, note = shipped_calibration(cfg.gpu, cfg.vllm_version)
         return calib, [note] if note else []
     calib = load_calibration(cfg.latency)
     notes = []
@@ -71,7 +72,13 @@ def _per_op(cfg) -> LatencyModel:
 
 
 def _describe_per_op(cfg) -> str:
-    src = "shipped calibration" if cfg.latency == "per-op" else cfg.latency
+    src = cfg.latency if cfg.latency != "per-op" else "shipped calibration"
+    if cfg.vllm_version:
+        aic = _calibration(cfg)[0].fit.get("aic", {})
+        used = aic.get("release") or aic.get("versions", {}).get("generation_attention_perf")
+        src += f", no per-release kernel tables (asked: vLLM {cfg.vllm_version})" if not used else \
+            f", kernels of vLLM {used}" + ("" if release_key(used) == release_key(cfg.vllm_version)
+                                           else f" (asked: {cfg.vllm_version})")
     return f"per-operation model ({src} for {cfg.gpu.name}), CPU overhead {cfg.cpu_overhead}" + \
         (f", {cfg.interconnect} all-reduce" if cfg.tp > 1 else "") + \
         (f", expert parallel over {cfg.tp * cfg.dp} GPUs" if cfg.enable_expert_parallel and cfg.model.is_moe

@@ -46,6 +46,7 @@ import numpy as np
 from kvsim.errors import ConfigError
 from kvsim.hardware import GpuSpec
 from kvsim.hardware.gpus import GPU_PRESETS
+from kvsim.latency.releases import release_key
 from kvsim.latency.calibration import (GEMM_QUANT, MOE_QUANT, Calibration, DecodeAttentionParams, GemmParams, LinkParams, MoeParams,
                                        PrefillAttentionParams)
 
@@ -77,7 +78,7 @@ SIZE_BIN_NAMES = ("<64KiB", "64KiB-1MiB", "1-16MiB", ">=16MiB")
 
 # --- locating and reading tables ------------------------------------------------------------------
 def _version_key(v: str):
-    return tuple(int(x) for x in re.findall(r"\d+", v)), v
+    return release_key(v), v
 
 
 def system_dir(root: str | Path, system: str | None = None) -> Path:
@@ -121,8 +122,9 @@ def versions_present(sysdir: Path, kind: str) -> list[str]:
 
 
 def locate_table(sysdir: Path, kind: str, version: str | None = None) -> tuple[Path, str, str]:
-    """(file, version, note) of the table of ``kind``: the newest version that has it, or ``version``; a
-    version folder that only has a ``reuse.yaml`` naming another version's table is followed to it."""
+    """(file, version, note) of the table of ``kind``: the newest version that has it, or ``version``'s; a
+    version folder that only has a ``reuse.yaml`` naming another version's table is followed to it, and a
+    version without the table (or without a folder) takes the newest earlier version's."""
     sub, table = TABLES[kind]
     base = Path(sysdir) / sub
     present = versions_present(sysdir, kind)
@@ -131,6 +133,10 @@ def locate_table(sysdir: Path, kind: str, version: str | None = None) -> tuple[P
             raise ConfigError(f"{base}: no {table} table (.parquet/.csv/.txt) in any version folder")
         v = present[-1]
         return _table_file(base / v, table), v, ""
+    same = [p.name for p in base.iterdir() if p.is_dir() and release_key(p.name) == release_key(version)] \
+        if base.is_dir() else []
+    if same:  # 0.19 names the folder 0.19.0
+        version = sorted(same, key=_version_key)[-1]
     folder = base / version
     f = _table_file(folder, table)
     if f:
@@ -138,8 +144,13 @@ def locate_table(sysdir: Path, kind: str, version: str | None = None) -> tuple[P
     donor = _reuse_donor(folder / "reuse.yaml", table)
     if donor and _table_file(base / donor, table):
         return _table_file(base / donor, table), donor, f"{table} {version}: reuses {donor}'s table ({folder / 'reuse.yaml'})"
-    raise ConfigError(f"{folder}: no {table} table (.parquet/.csv/.txt); versions that have one: "
-                      f"{', '.join(present) or 'none'}")
+    # a release that was not measured again runs the kernels of the newest one before it that was
+    earlier = [v for v in present if release_key(v) <= release_key(version)]
+    if earlier:
+        v = earlier[-1]
+        return _table_file(base / v, table), v, f"{table} {version}: not measured; {v}'s table, the newest before it"
+    raise ConfigError(f"{folder}: no {table} table (.parquet/.csv/.txt) at or before {version}; versions that have "
+                      f"one: {', '.join(present) or 'none'}")
 
 
 def _reuse_donor(path: Path, table: str) -> str | None:
@@ -526,7 +537,7 @@ def read_quant_gemms(sysdir: Path, version: str) -> tuple[dict, list[str]]:
     (QUANT_PLAUSIBLE_X), of the newest earlier version whose rows are not. Each table is read once."""
     got, notes = {}, []
     tried: dict[str, list[str]] = {q: [] for q in GEMM_QUANT if GEMM_QUANT[q][0]}
-    for v in reversed([p for p in versions_present(sysdir, "gemm") if _version_key(p) <= _version_key(version)]):
+    for v in reversed([p for p in versions_present(sysdir, "gemm") if release_key(p) <= release_key(version)]):
         todo = [q for q in tried if q not in got]
         if not todo:
             break

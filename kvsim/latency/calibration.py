@@ -18,10 +18,10 @@ from kvsim.errors import ConfigError
 from kvsim.files import read_json_object, write_text_atomically
 from kvsim.hardware import GpuSpec
 from kvsim.hardware.gpus import GPU_PRESETS
+from kvsim.latency.releases import RELEASES_DIR, RELEASES_INDEX, SHIPPED, release_calibration  # noqa: F401 (re-exported)
 
 FORMAT = "kvsim-latency-calibration"
 VERSION = 2
-SHIPPED = Path(__file__).parent / "calibrations"
 ELEMENTWISE_KINDS = ("norm", "rope", "act", "add", "emb")
 
 
@@ -362,23 +362,25 @@ def load_calibration(path: str | Path) -> Calibration:
     return Calibration.from_json(read_json_object(path, f"--latency {path}"), f"--latency {path}")
 
 
-def shipped_calibration(gpu: GpuSpec) -> tuple[Calibration, str]:
+def shipped_calibration(gpu: GpuSpec, vllm_version: str | None = None) -> tuple[Calibration, str]:
     """The packaged calibration for ``gpu``, and a note on where it comes from. A GPU without one borrows a
     calibration of the same architecture (efficiencies carry over; peaks are the GPU's own); a GPU of an
-    architecture nothing was measured on borrows the nearest and the note says so as a warning."""
+    architecture nothing was measured on borrows the nearest and the note says so as a warning.
+    ``vllm_version``: the kernels of that vLLM release (:func:`release_calibration`); None: the newest."""
     own = SHIPPED / f"{gpu.name}.json"
+    measured = {p.stem: p for p in SHIPPED.glob("*.json") if p.name != RELEASES_INDEX}
     if own.exists():
-        c = load_calibration(own)
-        note = "" if not c.derived_from else f"{gpu.name}: calibration derived from {c.derived_from} measurements (same chip)"
-        return c, note
-    measured = {p.stem: p for p in SHIPPED.glob("*.json")}
-    same = [n for n in measured if n in GPU_PRESETS and GPU_PRESETS[n].arch == gpu.arch]
-    if same:
-        c = load_calibration(measured[same[0]])
-        return replace(c, gpu=gpu.name, derived_from=same[0]), \
-            f"{gpu.name}: calibration derived from {same[0]} (same architecture, {gpu.name}'s own peaks)"
-    fallback = "a40" if "a40" in measured else sorted(measured)[0]
-    c = load_calibration(measured[fallback])
-    return replace(c, gpu=gpu.name, derived_from=fallback), \
-        (f"warning: no latency calibration for {gpu.name} ({gpu.arch}); using {fallback}'s kernel efficiencies "
-         f"with {gpu.name}'s peaks, unvalidated (calibrate one with `kvsim calibrate`)")
+        chip, note = gpu.name, ""
+    else:
+        same = [n for n in measured if n in GPU_PRESETS and GPU_PRESETS[n].arch == gpu.arch]
+        chip = same[0] if same else ("a40" if "a40" in measured else sorted(measured)[0])
+        note = f"{gpu.name}: calibration derived from {chip} (same architecture, {gpu.name}'s own peaks)" if same else \
+            (f"warning: no latency calibration for {gpu.name} ({gpu.arch}); using {chip}'s kernel efficiencies "
+             f"with {gpu.name}'s peaks, unvalidated (calibrate one with `kvsim calibrate`)")
+    path, release_note = release_calibration(chip, vllm_version)
+    c = load_calibration(path or measured[chip])
+    if chip != gpu.name:
+        c = replace(c, gpu=gpu.name, derived_from=chip)
+    elif c.derived_from and not note:
+        note = f"{gpu.name}: calibration derived from {c.derived_from} measurements (same chip)"
+    return c, "; ".join(n for n in (note, release_note) if n)

@@ -1,0 +1,131 @@
+"""--vllm-version: the kernel tables of one vLLM release time the per-op model (kvsim/latency/releases.py)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from kvsim.errors import ConfigError
+from kvsim.hardware import get_gpu
+from kvsim.latency import build_latency
+from kvsim.latency.aic import locate_table, read_aic
+from kvsim.latency.base import StepShape
+from kvsim.latency.calibration import load_calibration, shipped_calibration
+from kvsim.latency.releases import (RELEASES_INDEX, SHIPPED, release_calibration, release_key, vllm_releases,
+                                    vllm_version_rule)
+from kvsim.options import config_from_args
+
+AIC = "tests/data/aic"
+
+
+def test_release_names_order_as_releases():
+    assert release_key("0.19") == release_key("0.19.0") == release_key("v0.19.0") == (0, 19, 0)
+    assert release_key("0.19.1rc1") == (0, 19, 1) and release_key("0.1.dev19262") == (0, 1, 0)
+    assert sorted(["0.24.0", "0.9.2", "0.14.0", "0.10.1.1", "0.19"], key=release_key) == \
+        ["0.9.2", "0.10.1.1", "0.14.0", "0.19", "0.24.0"]
+    for good in ("0.19", "0.19.1", "v0.10.1.1", "0.19.1rc1", "0.11.0+cu128", "0.6.1.post1"):
+        assert vllm_version_rule(good) is None, good
+    for bad in ("banana", "", "0.x", "latest", "1..2", "19"):
+        assert "expected a vLLM release" in vllm_version_rule(bad), bad
+
+
+def test_the_index_names_shipped_files_fitted_on_that_release_or_the_newest_before_it():
+    """Every release maps to a calibration whose attention tables are of that release or of one it reuses
+    (the data's reuse notes map H100 0.22 to 0.24's kernels); the newest release is the chip's default file."""
+    index = vllm_releases()
+    assert {"a100-80gb", "h100-80gb", "b200"} <= set(index)
+    assert set(index["h100-80gb"]) == {"0.14.0", "0.19.0", "0.22.0", "0.24.0"}
+    for chip, rels in index.items():
+        newest = max(rels, key=release_key)
+        assert rels[newest] == f"{chip}.json"
+        for rel, file in rels.items():
+            c = load_calibration(SHIPPED / file)
+            attention = c.fit["aic"]["versions"]["generation_attention_perf"]
+            assert c.gpu == chip and c.measured_on == "gpu"
+            if file != f"{chip}.json":
+                assert c.fit["aic"]["release"] == rel and attention in rels  # its own, or a reuse note's
+    assert load_calibration(SHIPPED / index["h100-80gb"]["0.22.0"]).fit["aic"]["versions"][
+        "generation_attention_perf"] == "0.24.0"
+
+
+def test_a_release_between_measurements_runs_the_kernels_of_the_one_before_it():
+    path, note = release_calibration("h100-80gb", "0.20.2")
+    assert path.name == "h100-80gb-0.19.0.json" and "0.19.0" in note and not note.startswith("warning")
+    path, note = release_calibration("h100-80gb", "0.19")
+    assert path.name == "h100-80gb-0.19.0.json" and note == ""
+    path, note = release_calibration("h100-80gb", "0.30")  # newer than measured: the newest
+    assert path.name == "h100-80gb.json"
+    path, note = release_calibration("b200", "0.11")  # older than measured: the oldest, with a warning
+    assert path.name == "b200-0.19.0.json" and note.startswith("warning") and "oldest" in note
+    path, note = release_calibration("a40", "0.19")  # nothing per release on the A40
+    assert path is None and note.startswith("warning")
+    assert release_calibration("h100-80gb", None) == (None, "")
+
+
+def test_derived_gpus_take_their_chips_release():
+    c, note = shipped_calibration(get_gpu("h200-141gb"), "0.14")
+    assert c.gpu == "h200-141gb" and c.derived_from == "h100-80gb" and c.fit["aic"]["release"] == "0.14.0"
+    assert "derived from h100-80gb" in note
+    newest, _ = shipped_calibration(get_gpu("h200-141gb"))
+    assert newest.decode_attention != c.decode_attention
+
+
+def _step_s(args: list[str], shape: StepShape) -> float:
+    return build_latency(config_from_args(args)).step_time(shape)
+
+
+def test_the_option_changes_only_the_kernel_tables():
+    """The same configuration on the 0.14 tables of an H100 against the newest (0.24): an FP8 70B model's long
+    prefill is slower on 0.14's measured FP8 GEMMs (1.31x the 0.24 time when written), and the run equals a
+    per-op model built on the 0.14 calibration file given as --latency."""
+    base = ["--model", "llama-3.3-70b", "--quantization", "fp8", "--gpu", "h100-80gb", "-tp", "2",
+            "--cpu-overhead", "none", "--frontend", "none"]
+    cfg_new = config_from_args(base)
+    cfg_old = config_from_args(base + ["--vllm-version", "0.14"])
+    assert cfg_old.vllm_version == "0.14" and cfg_new.vllm_version is None
+    old, new = build_latency(cfg_old), build_latency(cfg_new)
+    direct = build_latency(config_from_args(base + ["--latency", str(SHIPPED / "vllm" / "h100-80gb-0.14.0.json")]))
+    decode, prefill = StepShape.decode(64, 64 * 2049), StepShape.of([(4096, 0)])
+    for s in (decode, prefill):
+        assert old.step_time(s) == direct.step_time(s)
+        assert old.step_time(s) != new.step_time(s)
+    assert old.step_time(prefill) > 1.2 * new.step_time(prefill)
+
+
+def test_the_option_is_refused_where_it_cannot_act():
+    with pytest.raises(ConfigError, match="--vllm-version picks the kernel tables"):
+        config_from_args(["--latency", "roofline", "--vllm-version", "0.19"])
+    with pytest.raises(ConfigError, match="expected a vLLM release"):
+        config_from_args(["--vllm-version", "newest-please"])
+
+
+def test_a_table_missing_from_a_release_comes_from_the_newest_before_it(tmp_path):
+    """locate_table: the release's own table, then the one its reuse note names, then the newest earlier one;
+    an error (naming what exists) only when nothing at or before the release has it."""
+    sysdir = tmp_path / "h100_sxm"
+    shutil.copytree(f"{AIC}/h100_sxm", sysdir)
+    f, v, note = locate_table(sysdir, "gemm", "0.20")
+    assert v == "0.19.0" and "not measured" in note and f.parent.name == "0.19.0"
+    f, v, note = locate_table(sysdir, "gemm", "0.19")
+    assert v == "0.19.0" and note == ""
+    f, v, note = locate_table(sysdir, "custom_allreduce", "0.30.1")
+    assert v == "0.24.0"
+    (sysdir / "gemm" / "vllm" / "0.22.0").mkdir()
+    (sysdir / "gemm" / "vllm" / "0.22.0" / "reuse.yaml").write_text(
+        "reuse:\n- table: gemm_perf\n  from_version: 0.24.0\n", encoding="utf-8")
+    f, v, note = locate_table(sysdir, "gemm", "0.22.0")
+    assert v == "0.24.0" and "reuses" in note
+    with pytest.raises(ConfigError, match="at or before 0.14"):
+        locate_table(sysdir, "gemm", "0.14")
+    with pytest.raises(ConfigError, match="generation_attention_perf table .* at or before 0.20"):
+        read_aic(sysdir, version="0.20")  # the excerpt's attention was measured on 0.24 only
+
+
+def test_the_index_is_json_of_files_that_exist():
+    doc = json.loads((SHIPPED / RELEASES_INDEX).read_text(encoding="utf-8"))
+    assert doc["format"] == "kvsim-vllm-releases"
+    for rels in doc["releases"].values():
+        for file in rels.values():
+            assert (SHIPPED / file).is_file(), file
