@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from kvsim.trace.request import Request
 
@@ -16,8 +17,7 @@ MEMORY_CATEGORIES = ("token_states", "reserved", "internal_frag", "external_frag
                      "page_padding")
 
 
-@dataclass(frozen=True, slots=True)
-class Breakdown:
+class Breakdown(NamedTuple):  # a tuple: built several times per iteration, and integrated as one
     """Pool slots by category (vLLM paper, Fig. 2). The fields sum to the pool size.
 
     token_states: slots holding a computed KV. reserved: held for future tokens of the same request.
@@ -41,8 +41,8 @@ class Breakdown:
         return self.token_states + self.reserved + self.internal_frag + self.recurrent_state + self.page_padding
 
     def as_tuple(self) -> tuple[int, ...]:
-        return (self.token_states, self.reserved, self.internal_frag, self.external_frag, self.free,
-                self.recurrent_state, self.page_padding)
+        """The categories in MEMORY_CATEGORIES order."""
+        return self
 
 
 @dataclass(frozen=True, slots=True)

@@ -187,11 +187,18 @@ class PagedAllocator(KVAllocator):
                 if n > held + B:
                     return False
                 need.append((s, table))
+        if not need:
+            return True
         if len(need) > self.pool.num_free:
             return False
-        take, add = self.pool.take_one_if_free, self._add_decode_block
-        for s, table in need:
-            add(s.sid, table, s.req, take())  # cannot fail: as many blocks are free
+        # one take for the run: the same blocks in the same order as one take per sequence
+        core.in_use += len(need)
+        for (s, table), block in zip(need, self.pool.take(len(need))):
+            table.append(block)  # _add_decode_block, inlined: every decode's block boundary comes here
+            req = s.req
+            held, final = len(table) * B, req.prompt_tokens + req.output_tokens
+            if held > final:
+                self._set_overhang(s.sid, held, final)
         return True
 
     def _add_decode_block(self, seq_id: int, table: list[int], request: Request, block: int) -> None:

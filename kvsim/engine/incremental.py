@@ -31,7 +31,7 @@ from bisect import bisect_left, bisect_right, insort
 from kvsim.allocators.base import KVAllocator
 from kvsim.config import SchedulerConfig
 from kvsim.engine.preemption import VictimPolicy
-from kvsim.engine.scheduler import IterationPlan, Scheduler, StepResult
+from kvsim.engine.scheduler import IterationPlan, Scheduler, StepResult, seq_key
 from kvsim.engine.sequence import Sequence, Status
 from kvsim.latency.base import StepShape
 
@@ -64,10 +64,6 @@ def _bucket_add(buckets: dict[int, list[LazyDecoder]], heap: list[int], it: int,
 
 def _by_key(d: LazyDecoder) -> int:
     return d.key
-
-
-def _seq_key(s: Sequence) -> int:
-    return s.key
 
 
 class IncrementalScheduler(Scheduler):
@@ -233,7 +229,7 @@ class IncrementalScheduler(Scheduler):
                 s.last_scheduled_s = start
             woken[d.key] = d
         todo = [d.seq for d in events] + self._explicit
-        todo.sort(key=_seq_key)
+        todo.sort(key=seq_key)
         return todo, woken
 
     def _lazy_between(self, lo: int, hi: int) -> int:
@@ -246,12 +242,34 @@ class IncrementalScheduler(Scheduler):
         for k in self._keys[i:]:
             s = self._lazy[k].seq
             self._detach(s)
-            insort(self._explicit, s, key=_seq_key)
+            insort(self._explicit, s, key=seq_key)
 
     def _is_lazy(self, s: Sequence) -> bool:
         return s.key in self._lazy
 
     _grew = _regrow
+
+    def _grew_run(self, lazies: list[LazyDecoder]) -> None:
+        """:meth:`_regrow` of each, in order, with the periodic ones' next event (all at the same
+        iteration) filed into one bucket looked up once: every decode's block boundary comes here."""
+        e = self.it + self._period
+        grow_at = self._grow_at
+        bucket = None
+        for d in lazies:
+            if not d.grow_periodic:
+                self._materialize(d)
+                self._schedule_growth(d)  # may file into iteration e too: the same bucket, in order
+                continue
+            if e > d.finish_iter:
+                d.grow_iter = -1
+                continue
+            d.grow_iter = e
+            if bucket is None:
+                bucket = grow_at.get(e)
+                if bucket is None:
+                    bucket = grow_at[e] = []
+                    heapq.heappush(self._grow_heap, e)
+            bucket.append(d)
 
     def _victim(self) -> Sequence:
         if self._reads_state:
@@ -266,7 +284,7 @@ class IncrementalScheduler(Scheduler):
         self._pop_stale(self._finish_heap, self._finish_at, it + 1)
         if fin:
             done.extend(fin)
-            done.sort(key=_seq_key)
+            done.sort(key=seq_key)
         self._settle()
 
     @staticmethod

@@ -44,8 +44,7 @@ class MemoryTracker:
         elif self._last is not None:
             dt = t - self.t_last
             if dt > 0:
-                for i, (v0, v1) in enumerate(zip(self._last, vals)):
-                    self.integral[i] += (v0 + v1) * 0.5 * dt
+                self.integral = [acc + (v0 + v1) * 0.5 * dt for acc, v0, v1 in zip(self.integral, self._last, vals)]
         self._last, self.t_last = vals, t
         held = b.held
         if held > self.peak_held:

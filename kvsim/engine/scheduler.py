@@ -26,6 +26,7 @@ identical-shape iterations when nothing else can happen; property tests hold the
 from __future__ import annotations
 
 import heapq
+from bisect import bisect_left
 from collections import deque
 from dataclasses import dataclass, field, replace
 from typing import Callable
@@ -41,6 +42,11 @@ from kvsim.trace.request import Request
 WAIT_FOR_BUDGET = -1  # _try_place: the head fits memory but not this iteration's token budget
 LOADING = -2  # _try_place: the head's prefix hit lies partly in a lower cache tier, which loads first
 _NO_KEY = 1 << 62  # larger than every admission key
+
+
+def seq_key(seq: Sequence) -> int:
+    """A running sequence's admission key (sort key of the running batch)."""
+    return seq.key
 
 
 @dataclass
@@ -166,6 +172,11 @@ class Scheduler:
     def _grew(self, lazy: object) -> None:
         """A lazy decoder (its state from :meth:`_to_visit`'s map) got memory for its next token."""
 
+    def _grew_run(self, lazies: list) -> None:
+        """:meth:`_grew` of each of a run of lazy decoders that got memory together, in order."""
+        for lazy in lazies:
+            self._grew(lazy)
+
     def _victim(self) -> Sequence:
         """The running sequence the victim policy gives up (fields it reads up to date)."""
         return self.pick_victim(self.running)
@@ -206,10 +217,18 @@ class Scheduler:
         self.seats += seq.seats
         self._joined(seq)
 
+    def _leave_running(self, seq: Sequence) -> None:
+        """Take ``seq`` out of the running batch, found by its key: the batch is in key order (list.remove
+        would compare it with every sequence before it)."""
+        running = self.running
+        i = bisect_left(running, seq.key, key=seq_key)
+        assert running[i] is seq, "the running batch is out of admission order"
+        del running[i]
+
     def preempt(self, seq: Sequence, slots_needed: int) -> None:
         """Take ``seq`` out of the running batch to free memory (``slots_needed`` is the shortfall)."""
         self._detach(seq)
-        self.running.remove(seq)
+        self._leave_running(seq)
         self.seats -= seq.seats
         self.counts["preemptions"] += 1
         seq.preemptions += 1
@@ -258,7 +277,7 @@ class Scheduler:
         complete = 0
         for seq in finished:
             self._detach(seq)
-            self.running.remove(seq)
+            self._leave_running(seq)
             self.seats -= seq.seats
             if self.park_finished:  # its KV waits for the decode engine to read it
                 self.parked[seq.sid] = seq
@@ -529,9 +548,7 @@ class Scheduler:
                 run = [x for x in todo[i - 1:j] if x.status == Status.RUNNING]
                 c = lazy_between(done_key, run[-1].key) + 1 if len(run) > 1 else 0  # lazy decoders to the run's end
                 if 0 < c <= budget and alloc.grow_decodes(run):
-                    grew = self._grew
-                    for x in run:
-                        grew(lazy_of[x.key])
+                    self._grew_run([lazy_of[x.key] for x in run])
                     budget -= c
                     done_key = run[-1].key
                     i = j
