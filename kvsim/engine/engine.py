@@ -13,8 +13,8 @@ iterations as one event) is cut at the first iteration boundary after an arrival
 ``next_arrival`` hint when it knows that the next request comes here (a single engine), or when the
 arrival is received (a fleet, whose router decides at arrival time). Both give the same cut.
 
-What a router may see is read-only: :attr:`outstanding`, :attr:`queue_len`, :attr:`kv_usage` and
-:meth:`cached_prefix_tokens` (the exact index that vLLM's KV-cache events give a router).
+What a router may see it only reads (the engine alone writes them): :attr:`outstanding`, :attr:`queue_len`,
+:attr:`kv_usage` and :meth:`cached_prefix_tokens` (the exact index that vLLM's KV-cache events give a router).
 
 Disaggregated serving adds two roles. A *prefill* engine (``handoff`` set) hands every finished sequence
 to its driver and keeps its KV until :meth:`release` (the decode side has read it). A *decode* engine
@@ -104,7 +104,9 @@ class Engine:
         self._filled0 = 0
         self._cuttable = False  # the decode run in flight ends at the next arrival (not known when planned)
         self._idle_observed = False  # the start of the current idle spell is in the memory timeline
-        self._outstanding = 0  # requests received and not yet finished or rejected
+        # requests received and not yet finished or rejected (vLLM's running + waiting requests): what a router
+        # sees; only the engine writes it (a plain attribute: routers read every replica's for every request)
+        self.outstanding = 0
         self._stalls = 0
         self.lockstep = None  # the data-parallel ranks this engine steps with (kvsim.engine.lockstep), if any
         # requests from clients pass the API server first (a decode engine's come from a prefill engine); the
@@ -114,11 +116,6 @@ class Engine:
         self._deliver_s = fe.deliver_s
 
     # --- what a router sees ---------------------------------------------------------------------
-    @property
-    def outstanding(self) -> int:
-        """Requests received and not yet finished or rejected (vLLM's running + waiting requests)."""
-        return self._outstanding
-
     @property
     def queue_len(self) -> int:
         """Requests waiting to be scheduled (arrived, not running)."""
@@ -148,7 +145,7 @@ class Engine:
             t = ready
         self._inbox.append((t, seq))
         self.received.append(seq)
-        self._outstanding += 1
+        self.outstanding += 1
         if self.done or not self._started:
             return
         if self.next_time is None:
@@ -225,7 +222,7 @@ class Engine:
     def _completed(self, n: int, final: bool = True) -> None:
         """``n`` requests left this engine at :attr:`now`; ``final``: they are done (not handed on)."""
         if n:
-            self._outstanding -= n
+            self.outstanding -= n
             if final and self.on_complete is not None:
                 self.on_complete(n, self.now + self._deliver_s)  # when the clients hear of it
 
