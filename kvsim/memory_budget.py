@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass
 
 from kvsim.config import GiB, SimConfig, reserve_bytes, reserve_parts
+from kvsim.releases import hybrid_manager_on, kv_size_from_concurrency
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,8 @@ class MemoryBudget:
     draft_bytes: float = 0.0  # of weight_bytes: the speculative drafter's own weights on this GPU
     reserve_how: str = ""  # how the activation reserve was sized ('' : --activation-reserve-gb)
     dtype: str = ""  # the model's own dtype (a quantized model's embedding and LM head)
+    vllm_layout: str = "hybrid"  # layers that differ: the layout vLLM serves them in (hybrid, or naive: kvsim.releases)
+    vllm_version: str | None = None  # --vllm-version, when given
 
     @property
     def pool_tokens(self) -> int:
@@ -80,6 +83,17 @@ class MemoryBudget:
         from kvsim.allocators.kv_groups import max_concurrency
 
         return {name: max_concurrency(lay, self.max_model_len, self.prefill_chunk) for name, lay, _ in self.layouts}
+
+    def vllm_kv_size_tokens(self, conc: dict[str, float]) -> int:
+        """What vLLM's log calls "GPU KV cache size" for a model whose layers differ, in the layout and by the
+        formula of the release (kvsim.releases): concurrency x max_model_len, or, up to 0.19, the pool's blocks
+        // KV cache groups x block size (without the hybrid manager: one group of every layer)."""
+        if kv_size_from_concurrency(self.vllm_version):
+            return int(conc[self.vllm_layout] * self.max_model_len)
+        if self.vllm_layout != "hybrid":
+            return self.num_blocks * self.block_size
+        lay = next(lay for name, lay, _ in self.layouts if name == "hybrid")
+        return lay.pool_blocks[0] // len(lay.groups) * lay.block_size
 
     def sequences_by_layout(self, tokens: int) -> dict[str, int]:
         """Models whose layers differ: sequences of ``tokens`` tokens that fit at once under each layer-group
@@ -121,7 +135,8 @@ def memory_budget(cfg: SimConfig) -> MemoryBudget:
         weight_dtype=m.weight_dtype or m.dtype, quant_detail=m.quant_detail, dtype=m.dtype, draft_bytes=m.draft_weight_bytes / tp, reserve_how=_reserve_how(parts), kv_dtype=kv_dtype, layer_mix=mix,
         state_bytes_per_seq=m.count("mamba") * m.state_bytes_per_layer(tp), layouts=layouts,
         prefill_chunk=cfg.scheduler.prefill_chunk, pp=cfg.pp, stage_layers=stage.layers, model_layers=m.layers, kv_heads=m.kv_heads,
-        dp=cfg.dp, expert_bytes=stage.expert_weight_bytes() / (tp * cfg.dp) if cfg.dp > 1 else 0.0)
+        dp=cfg.dp, expert_bytes=stage.expert_weight_bytes() / (tp * cfg.dp) if cfg.dp > 1 else 0.0,
+        vllm_layout="hybrid" if hybrid_manager_on(m, cfg.vllm_version) else "naive", vllm_version=cfg.vllm_version)
 
 
 def _reserve_how(parts: tuple[float, float, float] | None) -> str:
@@ -196,9 +211,9 @@ def describe(b: MemoryBudget) -> list[tuple[str, str]]:
         conc = b.concurrency_by_layout()
         lines[-1] = ("maximum concurrency", ", ".join(f"{n} {c:,.1f}x" for n, c in conc.items()))
         lines.append(("", "(as vLLM: a max-length request at its peak)"))
-        # what vLLM's log calls "GPU KV cache size" for a hybrid model: concurrency x max_model_len
-        lines.append(("vLLM's KV cache size", f"{int(conc['hybrid'] * b.max_model_len):,} tokens (hybrid, as its log"
-                                              " says)"))
+        lines.append(("vLLM's KV cache size", f"{b.vllm_kv_size_tokens(conc):,} tokens (" + (
+            "hybrid" if b.vllm_layout == "hybrid" else
+            f"naive: vLLM {b.vllm_version} serves this model without its hybrid manager") + ", as its log says)"))
         fits = b.sequences_by_layout(b.max_model_len)
         lines.append(("max-length sequences", "fit: " + ", ".join(f"{n} {k:,}" for n, k in fits.items())))
         lines.append(("", "(decoding, windows freed)"))

@@ -16,7 +16,7 @@ from kvsim.hardware.models import KV_CACHE_DTYPES, QUANTIZATION_FLAGS
 from kvsim.engine.frontend import FRONTEND_CHOICES
 from kvsim.latency.cpu import CPU_PRESETS
 from kvsim.latency.cuda_graphs import capture_sizes_rule
-from kvsim.latency.releases import vllm_version_rule
+from kvsim.releases import vllm_version_rule
 from kvsim.errors import ConfigError
 from kvsim.validation import (EFFICIENCY, FRACTION, GIB, GIB_OR_ZERO, MAX_TP, POSITIVE, POSITIVE_INT, Number, request_rate,
                               require)
@@ -76,6 +76,11 @@ OPTIONS: list[Option] = [
            "MoE models: spread whole routed experts over the tensor-parallel GPUs (expert parallelism, EP = TP) "
            "instead of splitting every expert's width, as vLLM's flag; attention stays tensor-parallel",
            "model and hardware", False, bool),
+    Option("vllm_version", ("--vllm-version",), "the vLLM release you serve with, such as 0.14 or 0.19.1: per-op "
+           "times come from its measured kernels (A100: 0.14; H100: 0.14, 0.19, 0.22, 0.24; B200: 0.19, 0.22, 0.24; "
+           "a release between them runs the kernels of the newest measured before it; docs/latency.md), and models "
+           "with chunked attention get its KV layout (0.10-0.12: no hybrid manager; docs/hybrid-models.md)",
+           "model and hardware", None, rule=vllm_version_rule, default_text="the newest measured", metavar="RELEASE"),
     Option("kv_cache_dtype", ("--kv-cache-dtype",), "data type of the KV cache: auto (the model's) or fp8 (1 byte:"
            " twice the tokens per GiB, half the bytes decode attention reads)", "model and hardware", "auto",
            choices=KV_CACHE_DTYPES),
@@ -165,10 +170,6 @@ OPTIONS: list[Option] = [
            "measured vLLM kernels and Vidur's GPU profiles, shipped for a100-80gb, h100-80gb, b200 and a40 and "
            "derived for the same chips; see docs/latency.md), "
            "'roofline' (uncalibrated), or a calibration JSON from `kvsim calibrate`", "latency", "per-op"),
-    Option("vllm_version", ("--vllm-version",), "per-op: the vLLM release whose measured kernels time the run, such "
-           "as 0.14 or 0.19.1 (A100: 0.14; H100: 0.14, 0.19, 0.22, 0.24; B200: 0.19, 0.22, 0.24; a release between "
-           "them runs the kernels of the newest measured before it; docs/latency.md)", "latency", None,
-           rule=vllm_version_rule, default_text="the newest measured", metavar="RELEASE"),
     Option("cpu_overhead", ("--cpu-overhead",), "the serving engine's CPU time per iteration: vllm-v1 (current "
            "vLLM), vllm-v0 (the vLLM paper's generation), vllm-v1-async, none (GPU only); sources in docs/latency.md",
            "latency", "vllm-v1", choices=tuple(CPU_PRESETS)),

@@ -13,7 +13,7 @@ from kvsim.latency import build_latency
 from kvsim.latency.aic import locate_table, read_aic
 from kvsim.latency.base import StepShape
 from kvsim.latency.calibration import load_calibration, shipped_calibration
-from kvsim.latency.releases import (RELEASES_INDEX, SHIPPED, release_calibration, release_key, vllm_releases,
+from kvsim.releases import (RELEASES_INDEX, SHIPPED, release_calibration, release_key, vllm_releases,
                                     vllm_version_rule)
 from kvsim.options import config_from_args
 
@@ -129,3 +129,39 @@ def test_the_index_is_json_of_files_that_exist():
     for rels in doc["releases"].values():
         for file in rels.values():
             assert (SHIPPED / file).is_file(), file
+
+
+def test_chunked_attention_ran_without_the_hybrid_manager_in_0_10_to_0_12():
+    from kvsim.hardware import get_model
+    from kvsim.releases import hybrid_manager_on
+
+    scout, gemma, llama = get_model("llama-4-scout"), get_model("gemma-2-9b"), get_model("llama-3-8b")
+    assert [hybrid_manager_on(scout, v) for v in (None, "0.9.2", "0.10.0", "0.11", "0.12.0", "0.13", "0.24")] == \
+        [True, True, False, False, False, True, True]
+    assert hybrid_manager_on(gemma, "0.11") and not hybrid_manager_on(llama, "0.11") and not hybrid_manager_on(llama, None)
+
+
+def test_a_fleet_of_llama_4_on_those_releases_lays_every_layer_out_in_full():
+    from kvsim.fleet.cluster import default_allocator
+
+    assert default_allocator(config_from_args(["--model", "llama-4-scout", "--vllm-version", "0.11"])) == "naive+prefix"
+    assert default_allocator(config_from_args(["--model", "llama-4-scout"])) == "hybrid+prefix"
+    assert default_allocator(config_from_args(["--model", "gemma-2-9b", "--vllm-version", "0.11"])) == "hybrid+prefix"
+    assert default_allocator(config_from_args(["--model", "llama-3-8b", "--vllm-version", "0.11"])) == "paged+prefix"
+
+
+def test_the_logged_kv_cache_size_follows_the_release():
+    """Llama-4-Scout at TP8 in a 10 GiB pool, by hand: 512 B per layer and token per GPU; the hybrid manager's
+    4 groups of 12 layers take pages of 12 x 16 x 512 B, 109,226 of them; up to 0.19 vLLM logs 109,226 // 4
+    x 16 = 436,896 tokens (the same as one group of all 48 layers: 27,306 blocks x 16); later releases log
+    concurrency x max_model_len: 109,226 / (8,192 full + 3 x 1,024 chunked blocks) x 131,072 = 1,270,993."""
+    from kvsim.memory_budget import memory_budget
+
+    def logged(*extra):
+        b = memory_budget(config_from_args(["--model", "llama-4-scout", "--gpu", "h200-141gb", "-tp", "8",
+                                            "--kv-pool-gb", "10", "--max-model-len", "131072", *extra]))
+        return b.vllm_kv_size_tokens(b.concurrency_by_layout())
+
+    assert logged("--vllm-version", "0.11") == 27_306 * 16 == 436_896  # no hybrid manager: one group
+    assert logged("--vllm-version", "0.13") == 109_226 // 4 * 16
+    assert logged() == int(109_226 / (8_192 + 3 * 1_024) * 131_072) == 1_270_993

@@ -131,7 +131,7 @@ def cmd_cluster(a: argparse.Namespace) -> int:
 
     routers = parse_routers(a.routers, "--routers")
     cfg = build_config(a)
-    spec = resolve_allocator(a.allocator or default_allocator(cfg.model), cfg, named=a.allocator is not None)
+    spec = resolve_allocator(a.allocator or default_allocator(cfg), cfg, named=a.allocator is not None)
     problem = model_problem(spec, cfg.model)
     if problem:
         raise ConfigError(problem)

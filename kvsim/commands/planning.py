@@ -127,7 +127,7 @@ def cmd_fleet_plan(a: argparse.Namespace, cfg, slos) -> int:
     gpus = parse_gpus(a.gpus) if a.gpus is not None else [(a.gpu or DEFAULT_GPU, None)]
     from kvsim.runner import resolve_allocator
 
-    allocator = str(resolve_allocator(default_allocator(cfg.model), cfg, named=False))
+    allocator = str(resolve_allocator(default_allocator(cfg), cfg, named=False))
     values = values_from_namespace(a)
     values.pop("gpu", None)
     notes: list[str] = []

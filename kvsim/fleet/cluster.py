@@ -56,9 +56,13 @@ class ReplicaGroup:
         return self.engines * self.cfg.gpus
 
 
-def default_allocator(model) -> str:
-    """A fleet replica's allocator unless one is named: vLLM V1 caches prefixes by default."""
-    return ("hybrid" if model.is_hybrid else "paged") + "+prefix"
+def default_allocator(cfg) -> str:
+    """A fleet replica's allocator unless one is named: vLLM V1 caches prefixes by default, and lays out a model
+    whose layers differ with its hybrid manager, except where the release served it without (kvsim.releases)."""
+    from kvsim.releases import hybrid_manager_on
+
+    m = cfg.model
+    return ("paged" if not m.is_hybrid else "hybrid" if hybrid_manager_on(m, cfg.vllm_version) else "naive") + "+prefix"
 
 
 @dataclass

@@ -13,7 +13,7 @@ from typing import Callable
 from kvsim.errors import ConfigError
 from kvsim.latency.base import LatencyModel, StepShape, chunk_shape_terms, sum_affine, sum_max_of_two_affine
 from kvsim.latency.cpu import CPU_PRESETS, DEFAULT_CPU, CpuOverhead, get_cpu_overhead
-from kvsim.latency.releases import release_key
+from kvsim.releases import release_key
 
 __all__ = ["LatencyModel", "StepShape", "chunk_shape_terms", "sum_affine", "sum_max_of_two_affine", "CPU_PRESETS",
            "DEFAULT_CPU", "CpuOverhead", "get_cpu_overhead", "build_latency", "latency_notes", "describe_latency",

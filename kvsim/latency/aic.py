@@ -46,7 +46,7 @@ import numpy as np
 from kvsim.errors import ConfigError
 from kvsim.hardware import GpuSpec
 from kvsim.hardware.gpus import GPU_PRESETS
-from kvsim.latency.releases import release_key
+from kvsim.releases import release_key
 from kvsim.latency.calibration import (GEMM_QUANT, MOE_QUANT, Calibration, DecodeAttentionParams, GemmParams, LinkParams, MoeParams,
                                        PrefillAttentionParams)
 

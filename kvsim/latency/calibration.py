@@ -18,7 +18,7 @@ from kvsim.errors import ConfigError
 from kvsim.files import read_json_object, write_text_atomically
 from kvsim.hardware import GpuSpec
 from kvsim.hardware.gpus import GPU_PRESETS
-from kvsim.latency.releases import RELEASES_DIR, RELEASES_INDEX, SHIPPED, release_calibration  # noqa: F401 (re-exported)
+from kvsim.releases import RELEASES_DIR, RELEASES_INDEX, SHIPPED, release_calibration  # noqa: F401 (re-exported)
 
 FORMAT = "kvsim-latency-calibration"
 VERSION = 2

@@ -1,5 +1,7 @@
-"""Which vLLM release's kernels time a run (``--vllm-version``).
+"""What the vLLM release a user serves with (``--vllm-version``) changes: the kernels that time a run, and
+the KV layout vLLM picks by default for models with chunked local attention.
 
+**Kernels.**
 The shipped calibrations are fitted on kernel tables measured with several vLLM releases (NVIDIA
 AIConfigurator's: vLLM 0.14-0.24 on A100, H100 and B200). ``<chip>.json`` holds the newest release's fit;
 ``vllm/<chip>-<release>.json`` the earlier ones, each fitted on that release's tables over the newest
@@ -9,6 +11,21 @@ data's own reuse notes) maps to that release's fit.
 
 A release asked for that was not measured runs the kernels of the newest measured release before it
 (kernels change when a release changes them; between measurements they are assumed not to).
+
+**The hybrid KV cache manager and chunked attention.** vLLM turned its hybrid manager off by default for
+models with chunked local attention (Llama 4) in PR #21761 (merged 2025-07-28: a 2 ms per-step latency
+regression from building the chunked groups' attention metadata three times), so every attention layer
+kept every token, until PR #29627 (merged 2025-12-16) cached that metadata and turned it back on
+(``VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE`` now defaults to 1). Releases 0.10 to 0.12 ran
+those models without it (the edges, 0.10.0 released days before the first PR and 0.13.0 days after the
+second, are the least certain). kvsim's default allocator for a fleet follows (:func:`hybrid_manager_on`).
+Sliding-window and mamba models are not affected.
+
+**The "GPU KV cache size" line** of vLLM's start-up log: up to 0.19 it is the pool's blocks divided by
+the number of KV cache groups times the smallest block size (vLLM issue #40691, on 0.19.0: for hybrid
+models it does not match the logged concurrency); later releases print concurrency x max_model_len
+(PRs #38364 / #40694, 2026; :func:`kv_size_from_concurrency`). The first release with the new line is
+assumed to be 0.20.
 """
 
 from __future__ import annotations
@@ -16,7 +33,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-SHIPPED = Path(__file__).parent / "calibrations"
+SHIPPED = Path(__file__).parent / "latency" / "calibrations"
 RELEASES_DIR = SHIPPED / "vllm"  # calibrations of earlier vLLM releases
 RELEASES_INDEX = "vllm-releases.json"  # in SHIPPED: {"releases": {chip: {release: file relative to SHIPPED}}}
 # major.minor[.patch[.post]] and a tag: 0.19, 0.10.1.1, 0.19.1rc1, 0.6.1.post1, 0.11.0+cu128
@@ -71,3 +88,27 @@ def release_calibration(chip: str, vllm_version: str | None) -> tuple[Path | Non
         note = (f"warning: --vllm-version {vllm_version}: no kernel tables of a release that old for {chip}; "
                 f"vLLM {rel}'s, the oldest measured, are used")
     return SHIPPED / known[rel], note
+
+
+# [first, last) releases that ran models with chunked local attention without the hybrid KV cache manager
+CHUNKED_WITHOUT_HYBRID_MANAGER = ("0.10.0", "0.13.0")
+
+
+def hybrid_manager_on(model, vllm_version: str | None) -> bool:
+    """Whether vLLM ``vllm_version`` (None: a current release) serves ``model`` with its hybrid KV cache manager
+    by default, each kind of layer keeping only what it attends to; off, every attention layer keeps every
+    token (kvsim's ``naive`` layout). Only models whose layers differ have a choice."""
+    if not model.is_hybrid or vllm_version is None:
+        return model.is_hybrid
+    lo, hi = (release_key(v) for v in CHUNKED_WITHOUT_HYBRID_MANAGER)
+    chunked = "chunked" in model.layer_types
+    return not (chunked and lo <= release_key(vllm_version) < hi)
+
+
+KV_SIZE_FROM_CONCURRENCY = "0.20.0"  # the first release whose "GPU KV cache size" is concurrency x max_model_len
+
+
+def kv_size_from_concurrency(vllm_version: str | None) -> bool:
+    """Whether vLLM ``vllm_version`` (None: a current release) logs its KV cache size as maximum concurrency x
+    max_model_len (else: blocks // KV cache groups x the smallest block size)."""
+    return vllm_version is None or release_key(vllm_version) >= release_key(KV_SIZE_FROM_CONCURRENCY)
