@@ -536,3 +536,73 @@ def test_vllm_maximum_concurrency_of_the_hybrid_layout_by_hand():
     # a max-length request: 8,192 full blocks + cdiv(128 - 1 + 8,192, 16) + 1 = 521 sliding blocks (vLLM)
     assert b.concurrency_by_layout()["hybrid"] == pytest.approx(pages / (8192 + 521))
     assert b.concurrency_by_layout()["naive"] == pytest.approx((40 << 30) // (24 * 16 * 2048) / 8192)
+
+
+def _config(tmp_path, cfg, name="config.json"):
+    import json
+
+    p = tmp_path / name
+    p.write_text(json.dumps(cfg))
+    return str(p)
+
+
+GDN = {"num_hidden_layers": 8, "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2,
+       "head_dim": 32, "intermediate_size": 128, "vocab_size": 1000, "max_position_embeddings": 4096,
+       "linear_num_key_heads": 2, "linear_num_value_heads": 4, "linear_key_head_dim": 16,
+       "linear_value_head_dim": 16, "linear_conv_kernel_dim": 4}
+
+
+def test_gated_deltanet_layers_hold_their_state_as_vllm_sizes_it(tmp_path):
+    """Qwen3-Next's convention (every 4th layer full, the others Gated DeltaNet): by hand, the conv state
+    covers q, k and v: (2 x 2 x 16 + 4 x 16) x (4 - 1) = 384 values; the recurrent state is 16 x 16 per value
+    head: 4 x 256 = 1,024; bf16: 2,816 bytes per layer; with Qwen3.5's mamba_ssm_dtype float32 the recurrent
+    part takes 4 bytes: 384 x 2 + 1,024 x 4 = 4,864; split over 2 ranks: half each."""
+    m = get_model(_config(tmp_path, {"model_type": "qwen3_next", "torch_dtype": "bfloat16",
+                                     "full_attention_interval": 4, **GDN}))
+    assert m.mixers == ("mamba", "mamba", "mamba", "full") * 2
+    assert m.state_bytes_per_layer() == (384 + 1024) * 2 == 2816
+    assert m.state_bytes_per_layer(2) == 2816 // 2
+    assert m.kv_bytes_per_token == 2 * 2 * 2 * 32 * 2  # 2 attention layers only
+    q35 = get_model(_config(tmp_path, {"model_type": "qwen3_5_moe", "text_config": {
+        "model_type": "qwen3_5_moe_text", "dtype": "bfloat16", "mamba_ssm_dtype": "float32",
+        "layer_types": ["linear_attention"] * 3 + ["full_attention"] + ["linear_attention"] * 3 + ["full_attention"],
+        **GDN}}, "q35.json"))
+    assert q35.dtype == "bf16" and q35.state_dtype == "fp32"
+    assert q35.state_bytes_per_layer() == 384 * 2 + 1024 * 4 == 4864
+    # in/out projections: q, k (2 x 32) and v, z (2 x 64) and 2 gates per value head in; conv; 64 -> 64 out
+    assert q35.mamba_params() == 64 * (2 * 32 + 2 * 64 + 2 * 4) + 128 * 4 + 64 * 64
+
+
+def test_hybrid_families_kvsim_does_not_model_are_refused_not_priced_as_attention(tmp_path):
+    from kvsim.errors import ConfigError
+
+    base = {k: v for k, v in GDN.items() if not k.startswith("linear_")}
+    for field, value in (("hybrid_override_pattern", "M-M*-M-M-"), ("attn_type_list", [0, 1] * 4),
+                         ("linear_attn_config", {"kda_layers": [1, 2]})):
+        with pytest.raises(ConfigError, match=f"field '{field}'"):
+            get_model(_config(tmp_path, {"model_type": "x", **base, field: value}))
+
+
+def test_gemma_3s_published_config_leaves_vocabulary_context_and_pattern_to_transformers(tmp_path):
+    """google/gemma-3-27b-it's config.json has no vocab_size, max_position_embeddings, sliding_window_pattern
+    or tie_word_embeddings in its text_config: transformers' Gemma3TextConfig defaults (262,208; 131,072; every
+    6th layer global; tied) apply, and the top-level torch_dtype is the language model's."""
+    text = {"head_dim": 128, "hidden_size": 5376, "intermediate_size": 21504, "model_type": "gemma3_text",
+            "num_attention_heads": 32, "num_hidden_layers": 62, "num_key_value_heads": 16,
+            "query_pre_attn_scalar": 168, "rope_scaling": {"factor": 8.0, "rope_type": "linear"}, "sliding_window": 1024}
+    m = get_model(_config(tmp_path, {"architectures": ["Gemma3ForConditionalGeneration"], "model_type": "gemma3",
+                                     "torch_dtype": "bfloat16", "text_config": text}))
+    assert (m.vocab_size, m.max_context, m.tie_word_embeddings, m.dtype) == (262_208, 131_072, True, "bf16")
+    assert m.count("full") == 10 and m.mixers[5] == "full" and m.mixers[4] == "sliding"
+    assert abs(m.params / 1e9 - 27.0) < 0.1  # the published 27B
+
+
+def test_a_multimodal_checkpoints_quantization_applies_to_its_language_model(tmp_path):
+    text = {"model_type": "ministral3", "num_hidden_layers": 4, "hidden_size": 256, "num_attention_heads": 4,
+            "num_key_value_heads": 2, "head_dim": 64, "intermediate_size": 512, "vocab_size": 1000,
+            "max_position_embeddings": 4096}
+    m = get_model(_config(tmp_path, {"model_type": "mistral3", "dtype": "bfloat16", "text_config": text,
+                                     "quantization_config": {"quant_method": "fp8", "activation_scheme": "static",
+                                                             "modules_to_not_convert": ["model.vision_tower",
+                                                                                        "lm_head"]}}))
+    assert m.dtype == "bf16" and m.weight_quant == "fp8"

@@ -67,6 +67,11 @@ class ModelSpec:
     mamba_d_state: int = 0  # recurrent layers: SSM state per inner channel
     mamba_d_conv: int = 0  # recurrent layers: causal conv kernel width
     mamba_conv_channels: int = 0  # channels of the conv state (Mamba-1: d_inner; Mamba-2: d_inner + 2 groups x d_state)
+    # recurrent layers that are Gated DeltaNet linear attention (Qwen3-Next, Qwen3.5) instead of Mamba: d_inner is
+    # value heads x value dims, d_state the key dims (the state is a key x value matrix per value head), and
+    # gdn_key_width = key heads x key dims; 0: Mamba
+    gdn_key_width: int = 0
+    state_dtype: str | None = None  # dtype of the recurrent (SSM) state; None: the model's (vLLM's "auto")
     num_experts: int = 0  # routed experts per MoE layer (0: dense FFN everywhere)
     experts_per_token: int = 0  # top-k routing
     moe_intermediate_size: int = 0  # FFN width of one expert
@@ -173,12 +178,15 @@ class ModelSpec:
         return max(1, self.kv_heads // tp)
 
     def state_bytes_per_layer(self, tp: int = 1) -> int:
-        """Bytes of one sequence's recurrent state in one mamba layer on one GPU (conv state
-        channels x (d_conv - 1) + SSM state d_inner x d_state, in the weights' dtype, as vLLM's
-        default mamba cache dtype), channels split over tensor-parallel ranks."""
+        """Bytes of one sequence's recurrent state in one mamba (or Gated DeltaNet) layer on one GPU (conv state
+        channels x (d_conv - 1) + SSM state d_inner x d_state, in the weights' dtype, as vLLM's default mamba
+        cache dtype, the SSM state in ``state_dtype`` where the checkpoint names one), channels split over
+        tensor-parallel ranks."""
         conv = self.mamba_conv_channels * max(0, self.mamba_d_conv - 1)
         ssm = self.mamba_d_inner * self.mamba_d_state
-        return int((conv + ssm) // tp * self.dtype_bytes)
+        if self.state_dtype is None or DTYPE_BYTES[self.state_dtype] == self.dtype_bytes:
+            return int((conv + ssm) // tp * self.dtype_bytes)
+        return int(conv // tp * self.dtype_bytes + ssm // tp * DTYPE_BYTES[self.state_dtype])
 
     @property
     def kv_bytes_per_token(self) -> int:
@@ -408,8 +416,13 @@ class ModelSpec:
         return h * (q + 2 * self.kv_heads) * hd + q * hd * h
 
     def mamba_params(self) -> float:
-        """Parameters of one recurrent layer (in/out projections, conv, dt/B/C projections, A and D)."""
+        """Parameters of one recurrent layer (in/out projections, conv, dt/B/C projections, A and D; Gated
+        DeltaNet: q, k, v, z and the beta/alpha gates in, conv, out)."""
         h, di, ds = self.hidden_size, self.mamba_d_inner, self.mamba_d_state
+        if self.gdn_key_width:
+            heads = di // ds if ds else 0  # value heads (key and value heads are equally wide in released models)
+            return h * (2 * self.gdn_key_width + 2 * di + 2 * heads) + self.mamba_conv_channels * self.mamba_d_conv \
+                + di * h
         return 2 * h * di + di * h + self.mamba_conv_channels * self.mamba_d_conv + 4 * di * ds
 
     def ffn_params(self, moe: bool) -> float:
@@ -664,10 +677,14 @@ def model_from_hf_config(path: str) -> ModelSpec:
 
     cfg = read_json_object(path, f"--model {path}")
     if "num_hidden_layers" not in cfg and "text_config" in cfg:
-        cfg = cfg["text_config"]
-        if not isinstance(cfg, dict):
+        text = cfg["text_config"]
+        if not isinstance(text, dict):
             raise ConfigError(f"{path}: field 'text_config' must be an object (the language model's config), got "
-                              f"{type(cfg).__name__}")
+                              f"{type(text).__name__}")
+        # a multimodal checkpoint keeps its dtype and quantization beside the language model's config
+        cfg = {**{k: cfg[k] for k in OUTER_FIELDS if k in cfg}, **text}
+    # fields a family's published configs leave to transformers' defaults
+    cfg = {**HF_FAMILY_DEFAULTS.get(str(cfg.get("model_type", "")), {}), **cfg}
 
     def need(*keys, default=None):
         for k in keys:
@@ -692,7 +709,7 @@ def model_from_hf_config(path: str) -> ModelSpec:
     ffn = need("intermediate_size_mlp", "intermediate_size", "ffn_dim", "n_inner", default=4 * hidden)
     vocab = need("vocab_size")
     ctx = need("max_position_embeddings", "n_positions", "max_seq_len", default=4096)
-    dtype = HF_DTYPES.get(str(cfg.get("torch_dtype", "float16")), "fp16")
+    dtype = HF_DTYPES.get(str(cfg.get("torch_dtype", cfg.get("dtype", "float16"))), "fp16")  # dtype: transformers 5
     if dtype == "fp32":  # vLLM's dtype "auto" serves a float32 checkpoint in bf16 (it says so at start-up)
         dtype = "bf16"
     tied = cfg.get("tie_word_embeddings", False)
@@ -724,6 +741,16 @@ def model_from_hf_config(path: str) -> ModelSpec:
 
 
 NO_ROPE = {"opt", "gpt2", "bloom", "mpt", "gpt_bigcode", "jamba", "mamba", "mamba2", "falcon_mamba"}
+# a multimodal config's top-level fields that describe its language model too
+OUTER_FIELDS = ("torch_dtype", "dtype", "quantization_config", "tie_word_embeddings")
+# transformers' defaults for fields that a family's published config.json files omit (Gemma 3's omit its
+# vocabulary, context, tying and local/global pattern: transformers' Gemma3TextConfig defaults, which vLLM reads)
+HF_FAMILY_DEFAULTS = {
+    "gemma3_text": {"vocab_size": 262_208, "max_position_embeddings": 131_072, "sliding_window_pattern": 6,
+                    "tie_word_embeddings": True, "hidden_activation": "gelu_pytorch_tanh"},
+    "gemma2": {"tie_word_embeddings": True},
+    "gemma": {"tie_word_embeddings": True},
+}
 
 
 def _rotary_dim_from_hf(cfg: dict, path: str, model_type: str, head_dim: int) -> int | None:
@@ -732,8 +759,9 @@ def _rotary_dim_from_hf(cfg: dict, path: str, model_type: str, head_dim: int) ->
     (the whole head; MLA: its rope part)."""
     if model_type in NO_ROPE or cfg.get("alibi") is True:
         return 0
+    rope = cfg.get("rope_parameters") if isinstance(cfg.get("rope_parameters"), dict) else {}
     for key in ("partial_rotary_factor", "rotary_pct"):
-        f = cfg.get(key)
+        f = cfg.get(key, rope.get(key))  # transformers 5 keeps RoPE's settings in rope_parameters
         if f is None:
             continue
         if isinstance(f, bool) or not isinstance(f, (int, float)) or not is_finite(f) or not 0 < f <= 1:
@@ -748,9 +776,28 @@ def _rotary_dim_from_hf(cfg: dict, path: str, model_type: str, head_dim: int) ->
     return None
 
 
+def _state_dtype(cfg: dict, path: str) -> dict:
+    """The recurrent state's dtype a checkpoint names (``mamba_ssm_dtype`` / ``mamba_ssm_cache_dtype``, e.g.
+    Qwen3.5's float32), which vLLM's mamba_ssm_cache_dtype 'auto' takes from the model config; {} if none."""
+    for key in ("mamba_ssm_cache_dtype", "mamba_ssm_dtype"):
+        v = cfg.get(key)
+        if v is None or v == "auto":
+            continue
+        if str(v) not in HF_DTYPES:
+            raise ConfigError(f"{path}: field '{key}' must be one of {', '.join(HF_DTYPES)} or auto, got {shown(v)}")
+        return {"state_dtype": HF_DTYPES[str(v)]}
+    return {}
+
+
 NON_GATED_MLP = {"opt", "gpt2", "gpt_neox", "gptj", "phi", "falcon", "bloom", "gpt_bigcode", "starcoder2", "mpt"}
 HF_LAYER_TYPES = {"full_attention": "full", "attention": "full", "sliding_attention": "sliding",
-                  "chunked_attention": "chunked", "mamba": "mamba"}
+                  "chunked_attention": "chunked", "mamba": "mamba", "linear_attention": "mamba"}
+# config.json fields of hybrid families whose layers kvsim does not model: refused rather than priced as attention
+UNMODELLED_LAYER_FIELDS = {
+    "hybrid_override_pattern": "Nemotron-H's blocks (mamba, attention, MLP and MoE as separate layers)",
+    "attn_type_list": "MiniMax-01's lightning (linear) attention layers",
+    "linear_attn_config": "Kimi-Linear's KDA layers",
+}
 
 
 def _structure_from_hf(cfg: dict, path: str, layers: int, hidden: int, need) -> dict:
@@ -771,6 +818,10 @@ def _structure_from_hf(cfg: dict, path: str, layers: int, hidden: int, need) -> 
         return int(v)
 
     model_type = str(cfg.get("model_type", ""))
+    for f, what in UNMODELLED_LAYER_FIELDS.items():
+        if cfg.get(f) is not None:
+            raise ConfigError(f"{path}: field '{f}': {what} are not modelled; kvsim would price every layer as "
+                              "attention (describe the model with a config whose layer_types kvsim knows, or custom:)")
     window = cfg.get("sliding_window")
     key = "layer_types" if cfg.get("layer_types") is not None else "layers_block_type"
     types = cfg.get(key)
@@ -782,6 +833,9 @@ def _structure_from_hf(cfg: dict, path: str, layers: int, hidden: int, need) -> 
             raise ConfigError(f"{path}: field '{key}' must list one of {', '.join(HF_LAYER_TYPES)} per layer"
                               f" ({layers}); got {len(types)} entries" + (f", unknown '{bad[0]}'" if bad else ""))
         more["layer_types"] = tuple(HF_LAYER_TYPES[t] for t in types)
+    elif cfg.get("full_attention_interval") and "linear_num_value_heads" in cfg:  # Qwen3-Next: GDN, every k-th full
+        k = need("full_attention_interval")
+        more["layer_types"] = tuple("full" if (i + 1) % k == 0 else "mamba" for i in range(layers))
     elif "attn_layer_period" in cfg:  # Jamba
         period, offset = need("attn_layer_period"), count("attn_layer_offset")
         more["layer_types"] = tuple("full" if i % period == offset else "mamba" for i in range(layers))
@@ -805,7 +859,14 @@ def _structure_from_hf(cfg: dict, path: str, layers: int, hidden: int, need) -> 
         more["sliding_window"] = need("sliding_window")
     if "chunked" in mixers:
         more["attention_chunk"] = need("attention_chunk_size")
-    if "mamba" in mixers:
+    if "mamba" in mixers and "linear_num_value_heads" in cfg:  # Gated DeltaNet (Qwen3-Next, Qwen3.5), as vLLM's
+        # gated_delta_net_state_shape: conv over q, k and v channels; a key x value state per value head
+        nk, nv = need("linear_num_key_heads"), need("linear_num_value_heads")
+        dk, dv = need("linear_key_head_dim"), need("linear_value_head_dim")
+        more.update(mamba_d_inner=nv * dv, mamba_d_state=dk, mamba_d_conv=need("linear_conv_kernel_dim", default=4),
+                    mamba_conv_channels=2 * nk * dk + nv * dv, gdn_key_width=nk * dk)
+        more.update(_state_dtype(cfg, path))
+    elif "mamba" in mixers:
         d_state, d_conv = need("mamba_d_state"), need("mamba_d_conv")
         d_inner = need("mamba_expand") * hidden
         groups = count("mamba_n_groups")  # Mamba-2: B and C are convolved too
@@ -821,6 +882,9 @@ def _structure_from_hf(cfg: dict, path: str, layers: int, hidden: int, need) -> 
         if cfg.get("moe_intermediate_size"):
             more["moe_intermediate_size"] = need("moe_intermediate_size")
         more["shared_experts"] = count("n_shared_experts")
+        shared_width = count("shared_expert_intermediate_size")  # Qwen-MoE: one shared expert of its own width
+        if shared_width and not more["shared_experts"]:
+            more["shared_experts"] = max(1, round(shared_width / more.get("moe_intermediate_size", shared_width)))
         if "expert_layer_period" in cfg:  # Jamba
             period, offset = need("expert_layer_period"), count("expert_layer_offset")
             more["moe_layers"] = tuple(i % period == offset for i in range(layers))

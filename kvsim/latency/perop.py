@@ -154,10 +154,21 @@ def mla_decode_token_flops(model: ModelSpec, q_heads: int, tile_extra_dims: floa
 def mamba_ops(model: ModelSpec, tp: int) -> list[Op]:
     """A Mamba layer's per-token kernels on one rank (inner channels split over ranks): the in-projection
     (x and gate), the causal conv, the dt/B/C projection and dt's up-projection, the selective scan as an
-    element-wise pass over inner channels x state, and the out-projection."""
+    element-wise pass over inner channels x state, and the out-projection. A Gated DeltaNet layer (Qwen3-Next,
+    Qwen3.5): its projections, conv and recurrence; the state each sequence reads and writes once per step is
+    priced with every recurrent layer's state (:meth:`PerOpModel.recurrent_state_s`)."""
     h, d = model.hidden_size, model.dtype_bytes
     di = -(-model.mamba_d_inner // tp)
     ds = model.mamba_d_state
+    if model.gdn_key_width:  # Gated DeltaNet: q, k, v, z and the gates in; the delta-rule recurrence; out
+        kw, heads = -(-model.gdn_key_width // tp), -(-model.mamba_d_inner // max(1, ds) // tp)
+        conv = -(-model.mamba_conv_channels // tp)
+        return [
+            Op("gdn_in_proj", h, 2 * kw + 2 * di + 2 * heads),
+            Op("gdn_conv", kind="act", row=conv, bytes_per_token=2 * conv * d),
+            Op("gdn_recurrence", kind="act", row=di, bytes_per_token=(2 * kw + 3 * di) * d),
+            Op("gdn_out_proj", di, h),
+        ]
     dt_rank = -(-h // 16)
     return [
         Op("mamba_in_proj", h, 2 * di),
