@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kvsim.latency import build_latency  # noqa: E402
 from kvsim.latency.base import StepShape  # noqa: E402
-from kvsim.latency.releases import release_key, vllm_releases  # noqa: E402
+from kvsim.releases import release_key, vllm_releases  # noqa: E402
 from kvsim.options import config_from_args  # noqa: E402
 
 MODELS = [("Llama-3.1-8B", ["--model", "llama-3.1-8b"]),
