@@ -2,6 +2,7 @@
 the hybrid allocator's bookkeeping under random operations (a hypothesis state machine)."""
 
 import pytest
+from dataclasses import replace
 from hypothesis import assume, settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
@@ -577,10 +578,38 @@ def test_hybrid_families_kvsim_does_not_model_are_refused_not_priced_as_attentio
     from kvsim.errors import ConfigError
 
     base = {k: v for k, v in GDN.items() if not k.startswith("linear_")}
-    for field, value in (("hybrid_override_pattern", "M-M*-M-M-"), ("attn_type_list", [0, 1] * 4),
-                         ("linear_attn_config", {"kda_layers": [1, 2]})):
+    for field, value in (("attn_type_list", [0, 1] * 4), ("linear_attn_config", {"kda_layers": [1, 2]}),
+                         ("hybrid_override_pattern", "M--M*-M-"), ("hybrid_override_pattern", "-M*-M-M-"),
+                         ("hybrid_override_pattern", "MX*-M-M-"), ("hybrid_override_pattern", "M-M-")):
         with pytest.raises(ConfigError, match=f"field '{field}'"):
             get_model(_config(tmp_path, {"model_type": "x", **base, field: value}))
+
+
+def test_nemotron_h_blocks_become_layers_with_or_without_an_ffn(tmp_path):
+    """'MEM*EM-' is 7 blocks: mamba+MoE, mamba alone, attention+MoE, mamba+MLP = 4 kvsim layers; by hand the
+    Mamba-2 state: 4 heads x 8 dims = 32 inner channels, conv over x, B and C ((32 + 2 x 2 x 16) x 3 = 288)
+    and 32 x 16 = 512 state values in float32 (mamba_ssm_cache_dtype): 288 x 2 + 512 x 4 = 2,624 bytes; the
+    MLP-less layer adds no FFN parameters and one all-reduce instead of two."""
+    from kvsim.latency import build_latency
+    from kvsim.options import config_from_args
+
+    cfg = {"model_type": "nemotron_h", "num_hidden_layers": 7, "hybrid_override_pattern": "MEM*EM-",
+           "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+           "intermediate_size": 128, "vocab_size": 1000, "max_position_embeddings": 4096, "torch_dtype": "bfloat16",
+           "mamba_num_heads": 4, "mamba_head_dim": 8, "ssm_state_size": 16, "n_groups": 2, "conv_kernel": 4,
+           "mamba_ssm_cache_dtype": "float32", "n_routed_experts": 4, "num_experts_per_tok": 2,
+           "moe_intermediate_size": 32, "moe_shared_expert_intermediate_size": 64, "n_shared_experts": 1}
+    m = get_model(_config(tmp_path, cfg))
+    assert m.layers == 4 and m.mixers == ("mamba", "mamba", "full", "mamba")
+    assert m.ffn_mask == (True, False, True, True) and m.moe_mask == (True, False, True, False)
+    assert not m.gated_mlp and m.shared_experts == 2 and m.kv_bytes_per_token == 2 * 1 * 2 * 16 * 2
+    assert m.state_bytes_per_layer() == 288 * 2 + 512 * 4 == 2624
+    full = replace(m, ffn_layers=())  # the same layers, each with an FFN
+    assert full.shape_params() - m.shape_params() == full.ffn_params(False)  # layer 2's would-be MLP
+    p = tmp_path / "m.json"
+    p.write_text(__import__("json").dumps(cfg))
+    lat = build_latency(config_from_args(["--model", str(p), "-tp", "2", "--cpu-overhead", "none"]))
+    assert lat.layer_reduces == 4 + 3
 
 
 def test_gemma_3s_published_config_leaves_vocabulary_context_and_pattern_to_transformers(tmp_path):

@@ -77,6 +77,9 @@ class ModelSpec:
     moe_intermediate_size: int = 0  # FFN width of one expert
     shared_experts: int = 0  # always-active experts per MoE layer, each moe_intermediate_size wide
     moe_layers: tuple[bool, ...] = ()  # per layer: FFN is MoE; () with num_experts: every layer
+    # per layer: it has an FFN; (): every layer (Nemotron-H's mixers and MLPs are separate blocks: a mixer
+    # block followed by another mixer has none)
+    ffn_layers: tuple[bool, ...] = ()
     expert_dtype: str | None = None  # dtype of the expert weights (gpt-oss: mxfp4); None: as the other weights
     weight_dtype: str | None = None  # dtype of the checkpoint's weights if quantized (DeepSeek-V3: fp8); None: dtype
     # how a quantized checkpoint's dense GEMMs run (WEIGHT_QUANT): fp8 (per-tensor/channel scales), fp8_block
@@ -158,6 +161,14 @@ class ModelSpec:
         if not self.is_moe:
             return (False,) * self.layers
         return self.moe_layers or (True,) * self.layers
+
+    @property
+    def ffn_mask(self) -> tuple[bool, ...]:
+        """Per layer: it has an FFN (dense or experts)."""
+        return self.ffn_layers or (True,) * self.layers
+
+    def _ffn_of(self, moe: bool, has_ffn: bool) -> float:
+        return self.ffn_params(moe) if has_ffn else 0.0
 
     @property
     def is_hybrid(self) -> bool:
@@ -249,13 +260,14 @@ class ModelSpec:
         n = -(-self.layers // pp)
         h = self.hidden_size
         attn, mamba = self.attention_params(), self.mamba_params()
-        per_layer = [(mamba if m == "mamba" else attn) + self.ffn_params(moe) + 2 * h
-                     for m, moe in zip(self.mixers, self.moe_mask)]
+        per_layer = [(mamba if m == "mamba" else attn) + self._ffn_of(moe, f) + 2 * h
+                     for m, moe, f in zip(self.mixers, self.moe_mask, self.ffn_mask)]
         embed = self.embedding_params
         scale = max(0.0, self.params - embed - h) / sum(per_layer)  # presets' counts need not match the shapes
         first = self.layers - n
         return replace(self, layers=n, params=self.vocab_size * h + scale * sum(per_layer[-n:]),
                        layer_types=self.layer_types[-n:], moe_layers=self.moe_layers[-n:],
+                       ffn_layers=self.ffn_layers[-n:],
                        unquantized_attention_layers=tuple(i - first for i in self.unquantized_attention_layers
                                                           if i >= first),
                        unquantized_mlp_layers=tuple(i - first for i in self.unquantized_mlp_layers if i >= first))
@@ -439,8 +451,8 @@ class ModelSpec:
         embed = self.embedding_params
         attn, mamba = self.attention_params(), self.mamba_params()
         total = embed + h
-        for mixer, moe in zip(self.mixers, self.moe_mask):
-            total += (mamba if mixer == "mamba" else attn) + self.ffn_params(moe) + 2 * h
+        for mixer, moe, has_ffn in zip(self.mixers, self.moe_mask, self.ffn_mask):
+            total += (mamba if mixer == "mamba" else attn) + self._ffn_of(moe, has_ffn) + 2 * h
         return total
 
     def validate(self) -> "ModelSpec":
@@ -476,6 +488,10 @@ class ModelSpec:
             unknown = sorted(set(self.layer_types) - set(MIXERS))
             if unknown:
                 raise ConfigError(f"{where}: unknown layer type(s) {', '.join(unknown)} (known: {', '.join(MIXERS)})")
+        for f in ("moe_layers", "ffn_layers"):
+            v = getattr(self, f)
+            if v and len(v) != self.layers:
+                raise ConfigError(f"{where}: {len(v)} {f} entries for {self.layers} layers")
         need = {"sliding": ("sliding_window",), "chunked": ("attention_chunk",),
                 "mamba": ("mamba_d_inner", "mamba_d_state", "mamba_d_conv")}
         for mixer, fields in need.items():
@@ -699,13 +715,14 @@ def model_from_hf_config(path: str) -> ModelSpec:
             return default
         raise ConfigError(f"{path}: field '{keys[0]}' missing (a Hugging Face config.json is expected)")
 
-    layers = need("num_hidden_layers", "n_layer", "num_layers")
+    blocks = _nemotron_h_blocks(cfg, path)
+    layers = blocks["layers"] if blocks else need("num_hidden_layers", "n_layer", "num_layers")
     if layers > MAX_LAYERS:
         raise ConfigError(f"{path}: {layers:,} layers is beyond the {MAX_LAYERS:,} kvsim models layer by layer")
     hidden = need("hidden_size", "n_embd", "d_model")
     heads = need("num_attention_heads", "n_head")
     kv = need("num_key_value_heads", "num_kv_heads", default=heads)
-    head_dim = need("head_dim", default=hidden // heads)
+    head_dim = need("head_dim", "attention_head_dim", default=hidden // heads)
     ffn = need("intermediate_size_mlp", "intermediate_size", "ffn_dim", "n_inner", default=4 * hidden)
     vocab = need("vocab_size")
     ctx = need("max_position_embeddings", "n_positions", "max_seq_len", default=4096)
@@ -728,7 +745,7 @@ def model_from_hf_config(path: str) -> ModelSpec:
     name = str(cfg.get("_name_or_path") or (file.parent.name if file.stem == "config" else file.stem) or "hf-model")
     if len(name) > MAX_NAME:  # it titles tables and plots
         name = name[:MAX_NAME - 3] + "..."
-    more = _structure_from_hf(cfg, path, layers, hidden, need)
+    more = _structure_from_hf(cfg, path, layers, hidden, need, blocks)
     if more.get("kv_lora_rank"):
         head_dim = need("qk_nope_head_dim") + more["qk_rope_head_dim"]
         kv = heads
@@ -789,18 +806,48 @@ def _state_dtype(cfg: dict, path: str) -> dict:
     return {}
 
 
-NON_GATED_MLP = {"opt", "gpt2", "gpt_neox", "gptj", "phi", "falcon", "bloom", "gpt_bigcode", "starcoder2", "mpt"}
+NON_GATED_MLP = {"opt", "gpt2", "gpt_neox", "gptj", "phi", "falcon", "bloom", "gpt_bigcode", "starcoder2", "mpt",
+                 "nemotron_h"}  # Nemotron-H: squared-ReLU MLPs and experts
 HF_LAYER_TYPES = {"full_attention": "full", "attention": "full", "sliding_attention": "sliding",
                   "chunked_attention": "chunked", "mamba": "mamba", "linear_attention": "mamba"}
 # config.json fields of hybrid families whose layers kvsim does not model: refused rather than priced as attention
 UNMODELLED_LAYER_FIELDS = {
-    "hybrid_override_pattern": "Nemotron-H's blocks (mamba, attention, MLP and MoE as separate layers)",
     "attn_type_list": "MiniMax-01's lightning (linear) attention layers",
     "linear_attn_config": "Kimi-Linear's KDA layers",
 }
 
 
-def _structure_from_hf(cfg: dict, path: str, layers: int, hidden: int, need) -> dict:
+def _nemotron_h_blocks(cfg: dict, path: str) -> dict | None:
+    """Nemotron-H's ``hybrid_override_pattern`` (one character per block: M mamba, * attention, - MLP, E MoE) as
+    kvsim layers: each mixer block is a layer, and the MLP or MoE block after it is that layer's FFN (a mixer
+    followed by another mixer has none). None when the config has no pattern."""
+    pattern = cfg.get("hybrid_override_pattern")
+    if pattern is None:
+        return None
+    if not isinstance(pattern, str) or not pattern or set(pattern) - set("M*-E"):
+        raise ConfigError(f"{path}: field 'hybrid_override_pattern' must be a string of M (mamba), * (attention), "
+                          f"- (MLP) and E (MoE) blocks, got {shown(pattern)}")
+    blocks = cfg.get("num_hidden_layers")
+    if blocks is not None and blocks != len(pattern):
+        raise ConfigError(f"{path}: field 'hybrid_override_pattern' has {len(pattern)} blocks, num_hidden_layers "
+                          f"says {shown(blocks)}")
+    mixers: list[str] = []
+    ffn: list[bool] = []
+    moe: list[bool] = []
+    for i, b in enumerate(pattern):
+        if b in "M*":
+            mixers.append("mamba" if b == "M" else "full")
+            ffn.append(False)
+            moe.append(False)
+        elif not mixers or ffn[-1]:
+            raise ConfigError(f"{path}: field 'hybrid_override_pattern': block {i} ('{b}') follows no mixer block "
+                              "without an FFN; kvsim pairs each MLP or MoE block with the mixer before it")
+        else:
+            ffn[-1], moe[-1] = True, b == "E"
+    return {"layers": len(mixers), "layer_types": tuple(mixers), "ffn_layers": tuple(ffn), "moe_layers": tuple(moe)}
+
+
+def _structure_from_hf(cfg: dict, path: str, layers: int, hidden: int, need, blocks: dict | None = None) -> dict:
     """ModelSpec's per-layer fields from the config.json conventions of the model families that use them:
     ``layer_types`` (gpt-oss, Gemma 3 in recent transformers), ``layers_block_type`` (Bamba),
     Gemma 2's alternation, Gemma 3's ``sliding_window_pattern``, Mistral's ``sliding_window``, Llama 4's
@@ -827,7 +874,9 @@ def _structure_from_hf(cfg: dict, path: str, layers: int, hidden: int, need) -> 
     types = cfg.get(key)
     if types is not None and not isinstance(types, list):
         raise ConfigError(f"{path}: field '{key}' must be a list of layer types, got {type(types).__name__}")
-    if types:
+    if blocks:  # Nemotron-H
+        more.update({k: v for k, v in blocks.items() if k != "layers"})
+    elif types:
         bad = [t for t in types if not isinstance(t, str) or t not in HF_LAYER_TYPES]
         if bad or len(types) != layers:
             raise ConfigError(f"{path}: field '{key}' must list one of {', '.join(HF_LAYER_TYPES)} per layer"
@@ -866,6 +915,12 @@ def _structure_from_hf(cfg: dict, path: str, layers: int, hidden: int, need) -> 
         more.update(mamba_d_inner=nv * dv, mamba_d_state=dk, mamba_d_conv=need("linear_conv_kernel_dim", default=4),
                     mamba_conv_channels=2 * nk * dk + nv * dv, gdn_key_width=nk * dk)
         more.update(_state_dtype(cfg, path))
+    elif "mamba" in mixers and "mamba_num_heads" in cfg:  # Nemotron-H's Mamba-2: heads x head dims inner channels
+        d_state, d_inner, groups = need("ssm_state_size"), need("mamba_num_heads") * need("mamba_head_dim"), \
+            count("n_groups")
+        more.update(mamba_d_inner=d_inner, mamba_d_state=d_state, mamba_d_conv=need("conv_kernel", default=4),
+                    mamba_conv_channels=d_inner + 2 * groups * d_state)
+        more.update(_state_dtype(cfg, path))
     elif "mamba" in mixers:
         d_state, d_conv = need("mamba_d_state"), need("mamba_d_conv")
         d_inner = need("mamba_expand") * hidden
@@ -882,8 +937,9 @@ def _structure_from_hf(cfg: dict, path: str, layers: int, hidden: int, need) -> 
         if cfg.get("moe_intermediate_size"):
             more["moe_intermediate_size"] = need("moe_intermediate_size")
         more["shared_experts"] = count("n_shared_experts")
-        shared_width = count("shared_expert_intermediate_size")  # Qwen-MoE: one shared expert of its own width
-        if shared_width and not more["shared_experts"]:
+        # Qwen-MoE: a shared expert of its own width; Nemotron-H: n_shared_experts of a wider one
+        shared_width = count("shared_expert_intermediate_size") or count("moe_shared_expert_intermediate_size")
+        if shared_width and (not more["shared_experts"] or "moe_shared_expert_intermediate_size" in cfg):
             more["shared_experts"] = max(1, round(shared_width / more.get("moe_intermediate_size", shared_width)))
         if "expert_layer_period" in cfg:  # Jamba
             period, offset = need("expert_layer_period"), count("expert_layer_offset")

@@ -260,10 +260,12 @@ def layer_classes(model: ModelSpec, tp: int, expert_parallel: bool = False,
     h = model.hidden_size
     attn = mla_ops(model, tp) if model.is_mla else attention_ops(model, tp)
     out = []
-    for (mixer, moe), n in sorted(Counter(("mamba" if t == "mamba" else "attn", m)
-                                          for t, m in zip(model.mixers, model.moe_mask)).items()):
+    for (mixer, moe, has_ffn), n in sorted(Counter(("mamba" if t == "mamba" else "attn", m, f) for t, m, f in
+                                                   zip(model.mixers, model.moe_mask, model.ffn_mask)).items()):
         mix = mamba_ops(model, tp) if mixer == "mamba" else attn
-        if moe:
+        if not has_ffn:  # a mixer block alone (Nemotron-H)
+            ffn, experts = [], None
+        elif moe:
             ffn = [Op("moe_router", h, model.num_experts)]
             if model.shared_experts:
                 ffn += ffn_ops(model, tp, model.shared_experts * model.moe_intermediate_size)
@@ -344,6 +346,7 @@ class PerOpModel(LatencyModel):
         d = self.dtype_bytes = model.dtype_bytes
         h, hd = model.hidden_size, model.head_dim
         self.layers = model.layers
+        self.layer_reduces = model.layers + sum(model.ffn_mask)  # one after each mixer, one after each FFN
         self.qh = max(1, model.q_heads // tp)
         self.kvh = model.kv_heads_per_gpu(tp)
         self.hd = hd
@@ -524,7 +527,8 @@ class PerOpModel(LatencyModel):
         return t
 
     def communication_s(self, tokens: int, sampled: int) -> float:
-        """Two all-reduces per layer and one for the embedding (tokens x hidden), the logits gather; with
+        """Two all-reduces per layer (one for a layer without an FFN) and one for the embedding (tokens x hidden),
+        the logits gather; with
         data-parallel ranks, each MoE layer's exchange with the other ranks in place of its FFN all-reduce."""
         if tokens <= 0 or (self._links is None and self._dispatch is None):
             return 0.0
@@ -532,7 +536,7 @@ class PerOpModel(LatencyModel):
         t = self._comm_cache.get(key)
         if t is None:
             act, logits = self._comm_parts(tokens, sampled)
-            t = (2 * self.layers + 1 - self.moe_layers) * act + logits
+            t = (self.layer_reduces + 1 - self.moe_layers) * act + logits
             if self.moe_layers:
                 t += self.moe_layers * self.dispatch_s(self._moe_tokens(tokens, sampled))
             if len(self._comm_cache) < 65536:
@@ -623,7 +627,7 @@ class PerOpModel(LatencyModel):
         """Communication of one micro-batch on the slowest stage: its layers' all-reduces, the embedding's and the
         logits gather, and the send of its hidden states to the next stage."""
         act, logits = self._comm_parts(tokens, sampled)
-        return self._stage_frac * 2 * self.layers * act + act + logits + self._send.seconds(tokens * self.hidden_bytes)
+        return self._stage_frac * self.layer_reduces * act + act + logits + self._send.seconds(tokens * self.hidden_bytes)
 
     def _rotation(self, stages: list) -> tuple:
         """Parts of a rotation of micro-batches, from each one's parts on the slowest stage: that stage works
