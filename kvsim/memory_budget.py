@@ -50,6 +50,7 @@ class MemoryBudget:
     dtype: str = ""  # the model's own dtype (a quantized model's embedding and LM head)
     vllm_layout: str = "hybrid"  # layers that differ: the layout vLLM serves them in (hybrid, or naive: kvsim.releases)
     vllm_version: str | None = None  # --vllm-version, when given
+    recurrent: str = "mamba"  # what its recurrent layers are (recurrent_kind)
 
     @property
     def pool_tokens(self) -> int:
@@ -136,7 +137,8 @@ def memory_budget(cfg: SimConfig) -> MemoryBudget:
         state_bytes_per_seq=m.count("mamba") * m.state_bytes_per_layer(tp), layouts=layouts,
         prefill_chunk=cfg.scheduler.prefill_chunk, pp=cfg.pp, stage_layers=stage.layers, model_layers=m.layers, kv_heads=m.kv_heads,
         dp=cfg.dp, expert_bytes=stage.expert_weight_bytes() / (tp * cfg.dp) if cfg.dp > 1 else 0.0,
-        vllm_layout="hybrid" if hybrid_manager_on(m, cfg.vllm_version) else "naive", vllm_version=cfg.vllm_version)
+        vllm_layout="hybrid" if hybrid_manager_on(m, cfg.vllm_version) else "naive", vllm_version=cfg.vllm_version,
+        recurrent=recurrent_kind(m))
 
 
 def _reserve_how(parts: tuple[float, float, float] | None) -> str:
@@ -148,6 +150,11 @@ def _reserve_how(parts: tuple[float, float, float] | None) -> str:
     return f"{peak} peak + non-torch {_size(non_torch)}"
 
 
+def recurrent_kind(m) -> str:
+    """What the model's recurrent layers are, as people call them."""
+    return "Gated DeltaNet" if m.gdn_key_width else "mamba"
+
+
 def layer_mix(m) -> str:
     """'21 sliding (4,096) + 21 full': the model's layers by kind."""
     parts = []
@@ -155,7 +162,7 @@ def layer_mix(m) -> str:
         n = m.count(kind)
         if n:
             w = m.window_of(kind)
-            parts.append(f"{n} {kind}" + (f" ({w:,})" if w else ""))
+            parts.append(f"{n} {recurrent_kind(m) if kind == 'mamba' else kind}" + (f" ({w:,})" if w else ""))
     return " + ".join(parts)
 
 
@@ -200,7 +207,7 @@ def describe(b: MemoryBudget) -> list[tuple[str, str]]:
         lines.insert(next(i for i, (k, _) in enumerate(lines) if k == "KV pool") + 1, ("layers", b.layer_mix))
         lines.append(("", "(every attention layer keeping every token)"))
     if b.state_bytes_per_seq:
-        lines.append(("recurrent state", f"{_size(b.state_bytes_per_seq)} per sequence per GPU (mamba layers)"))
+        lines.append(("recurrent state", f"{_size(b.state_bytes_per_seq)} per sequence per GPU ({b.recurrent} layers)"))
     lines += [
         ("token slots", f"{b.pool_tokens:,} per GPU"),
         ("blocks", f"{b.num_blocks:,} of {b.block_size} tokens"),
