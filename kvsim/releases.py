@@ -31,6 +31,7 @@ assumed to be 0.20.
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from pathlib import Path
 
 SHIPPED = Path(__file__).parent / "latency" / "calibrations"
@@ -56,6 +57,7 @@ def vllm_version_rule(value) -> str | None:
     return None
 
 
+@lru_cache(maxsize=1)
 def vllm_releases() -> dict[str, dict[str, str]]:
     """{chip: {vLLM release: calibration file relative to the shipped folder}}: the releases whose kernel
     tables the shipped calibrations were fitted on."""

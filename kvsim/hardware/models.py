@@ -427,14 +427,19 @@ class ModelSpec:
             return qp + kv + q * v * h
         return h * (q + 2 * self.kv_heads) * hd + q * hd * h
 
+    @property
+    def gdn_value_heads(self) -> int:
+        """Gated DeltaNet layers: value heads (d_inner / key dims: key and value heads are equally wide in every
+        released model); 0 for Mamba."""
+        return self.mamba_d_inner // self.mamba_d_state if self.gdn_key_width and self.mamba_d_state else 0
+
     def mamba_params(self) -> float:
         """Parameters of one recurrent layer (in/out projections, conv, dt/B/C projections, A and D; Gated
         DeltaNet: q, k, v, z and the beta/alpha gates in, conv, out)."""
         h, di, ds = self.hidden_size, self.mamba_d_inner, self.mamba_d_state
         if self.gdn_key_width:
-            heads = di // ds if ds else 0  # value heads (key and value heads are equally wide in released models)
-            return h * (2 * self.gdn_key_width + 2 * di + 2 * heads) + self.mamba_conv_channels * self.mamba_d_conv \
-                + di * h
+            return h * (2 * self.gdn_key_width + 2 * di + 2 * self.gdn_value_heads) \
+                + self.mamba_conv_channels * self.mamba_d_conv + di * h
         return 2 * h * di + di * h + self.mamba_conv_channels * self.mamba_d_conv + 4 * di * ds
 
     def ffn_params(self, moe: bool) -> float:
@@ -716,7 +721,7 @@ def model_from_hf_config(path: str) -> ModelSpec:
         raise ConfigError(f"{path}: field '{keys[0]}' missing (a Hugging Face config.json is expected)")
 
     blocks = _nemotron_h_blocks(cfg, path)
-    layers = blocks["layers"] if blocks else need("num_hidden_layers", "n_layer", "num_layers")
+    layers = len(blocks["layer_types"]) if blocks else need("num_hidden_layers", "n_layer", "num_layers")
     if layers > MAX_LAYERS:
         raise ConfigError(f"{path}: {layers:,} layers is beyond the {MAX_LAYERS:,} kvsim models layer by layer")
     hidden = need("hidden_size", "n_embd", "d_model")
@@ -819,8 +824,9 @@ UNMODELLED_LAYER_FIELDS = {
 
 def _nemotron_h_blocks(cfg: dict, path: str) -> dict | None:
     """Nemotron-H's ``hybrid_override_pattern`` (one character per block: M mamba, * attention, - MLP, E MoE) as
-    kvsim layers: each mixer block is a layer, and the MLP or MoE block after it is that layer's FFN (a mixer
-    followed by another mixer has none). None when the config has no pattern."""
+    kvsim layers' ModelSpec fields (layer_types, ffn_layers, moe_layers): each mixer block is a layer, and the MLP
+    or MoE block after it is that layer's FFN (a mixer followed by another mixer has none). None when the config
+    has no pattern."""
     pattern = cfg.get("hybrid_override_pattern")
     if pattern is None:
         return None
@@ -844,7 +850,7 @@ def _nemotron_h_blocks(cfg: dict, path: str) -> dict | None:
                               "without an FFN; kvsim pairs each MLP or MoE block with the mixer before it")
         else:
             ffn[-1], moe[-1] = True, b == "E"
-    return {"layers": len(mixers), "layer_types": tuple(mixers), "ffn_layers": tuple(ffn), "moe_layers": tuple(moe)}
+    return {"layer_types": tuple(mixers), "ffn_layers": tuple(ffn), "moe_layers": tuple(moe)}
 
 
 def _structure_from_hf(cfg: dict, path: str, layers: int, hidden: int, need, blocks: dict | None = None) -> dict:
@@ -875,7 +881,7 @@ def _structure_from_hf(cfg: dict, path: str, layers: int, hidden: int, need, blo
     if types is not None and not isinstance(types, list):
         raise ConfigError(f"{path}: field '{key}' must be a list of layer types, got {type(types).__name__}")
     if blocks:  # Nemotron-H
-        more.update({k: v for k, v in blocks.items() if k != "layers"})
+        more.update(blocks)
     elif types:
         bad = [t for t in types if not isinstance(t, str) or t not in HF_LAYER_TYPES]
         if bad or len(types) != layers:
@@ -914,19 +920,19 @@ def _structure_from_hf(cfg: dict, path: str, layers: int, hidden: int, need, blo
         dk, dv = need("linear_key_head_dim"), need("linear_value_head_dim")
         more.update(mamba_d_inner=nv * dv, mamba_d_state=dk, mamba_d_conv=need("linear_conv_kernel_dim", default=4),
                     mamba_conv_channels=2 * nk * dk + nv * dv, gdn_key_width=nk * dk)
-        more.update(_state_dtype(cfg, path))
     elif "mamba" in mixers and "mamba_num_heads" in cfg:  # Nemotron-H's Mamba-2: heads x head dims inner channels
         d_state, d_inner, groups = need("ssm_state_size"), need("mamba_num_heads") * need("mamba_head_dim"), \
             count("n_groups")
         more.update(mamba_d_inner=d_inner, mamba_d_state=d_state, mamba_d_conv=need("conv_kernel", default=4),
                     mamba_conv_channels=d_inner + 2 * groups * d_state)
-        more.update(_state_dtype(cfg, path))
     elif "mamba" in mixers:
         d_state, d_conv = need("mamba_d_state"), need("mamba_d_conv")
         d_inner = need("mamba_expand") * hidden
         groups = count("mamba_n_groups")  # Mamba-2: B and C are convolved too
         more.update(mamba_d_inner=d_inner, mamba_d_state=d_state, mamba_d_conv=d_conv,
                     mamba_conv_channels=d_inner + 2 * groups * d_state)
+    if "mamba" in mixers:
+        more.update(_state_dtype(cfg, path))
     if cfg.get("kv_lora_rank"):
         more.update(kv_lora_rank=need("kv_lora_rank"), qk_rope_head_dim=need("qk_rope_head_dim"),
                     v_head_dim=need("v_head_dim"), q_lora_rank=count("q_lora_rank"))

@@ -367,18 +367,17 @@ def shipped_calibration(gpu: GpuSpec, vllm_version: str | None = None) -> tuple[
     calibration of the same architecture (efficiencies carry over; peaks are the GPU's own); a GPU of an
     architecture nothing was measured on borrows the nearest and the note says so as a warning.
     ``vllm_version``: the kernels of that vLLM release (:func:`release_calibration`); None: the newest."""
-    own = SHIPPED / f"{gpu.name}.json"
-    measured = {p.stem: p for p in SHIPPED.glob("*.json") if p.name != RELEASES_INDEX}
-    if own.exists():
+    if (SHIPPED / f"{gpu.name}.json").exists():
         chip, note = gpu.name, ""
     else:
+        measured = [p.stem for p in SHIPPED.glob("*.json") if p.name != RELEASES_INDEX]
         same = [n for n in measured if n in GPU_PRESETS and GPU_PRESETS[n].arch == gpu.arch]
         chip = same[0] if same else ("a40" if "a40" in measured else sorted(measured)[0])
         note = f"{gpu.name}: calibration derived from {chip} (same architecture, {gpu.name}'s own peaks)" if same else \
             (f"warning: no latency calibration for {gpu.name} ({gpu.arch}); using {chip}'s kernel efficiencies "
              f"with {gpu.name}'s peaks, unvalidated (calibrate one with `kvsim calibrate`)")
     path, release_note = release_calibration(chip, vllm_version)
-    c = load_calibration(path or measured[chip])
+    c = load_calibration(path or SHIPPED / f"{chip}.json")
     if chip != gpu.name:
         c = replace(c, gpu=gpu.name, derived_from=chip)
     elif c.derived_from and not note:

@@ -161,7 +161,7 @@ def mamba_ops(model: ModelSpec, tp: int) -> list[Op]:
     di = -(-model.mamba_d_inner // tp)
     ds = model.mamba_d_state
     if model.gdn_key_width:  # Gated DeltaNet: q, k, v, z and the gates in; the delta-rule recurrence; out
-        kw, heads = -(-model.gdn_key_width // tp), -(-model.mamba_d_inner // max(1, ds) // tp)
+        kw, heads = -(-model.gdn_key_width // tp), -(-model.gdn_value_heads // tp)
         conv = -(-model.mamba_conv_channels // tp)
         return [
             Op("gdn_in_proj", h, 2 * kw + 2 * di + 2 * heads),
@@ -528,8 +528,8 @@ class PerOpModel(LatencyModel):
 
     def communication_s(self, tokens: int, sampled: int) -> float:
         """Two all-reduces per layer (one for a layer without an FFN) and one for the embedding (tokens x hidden),
-        the logits gather; with
-        data-parallel ranks, each MoE layer's exchange with the other ranks in place of its FFN all-reduce."""
+        the logits gather; with data-parallel ranks, each MoE layer's exchange with the other ranks in place of
+        its FFN all-reduce."""
         if tokens <= 0 or (self._links is None and self._dispatch is None):
             return 0.0
         key = (tokens, sampled)
