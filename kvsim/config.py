@@ -48,6 +48,9 @@ class SchedulerConfig:
     enable_chunked_prefill: bool = option_default("enable_chunked_prefill")
     # > 0: lower-tier loads proceed layer by layer over this many layers alongside the prefill (0: whole first)
     kv_load_layers: int = 0
+    # multi-step scheduling (vLLM V0's --num-scheduler-steps): decode steps run in windows of this many, the
+    # scheduler consulted and tokens delivered once per window (kvsim.engine.engine); 1: every step
+    num_scheduler_steps: int = option_default("num_scheduler_steps")
     api_server: FrontEnd = NO_FRONTEND  # the API server's intake and delivery (engine/frontend.py)
 
     def __post_init__(self) -> None:

@@ -163,6 +163,11 @@ OPTIONS: list[Option] = [
            "scheduler", None, bool, negatable=True),
     Option("cache_eviction", ("--cache-eviction",), "which cached prefix block a prefix cache drops first",
            "scheduler", "lru", choices=lambda: tuple(CACHE_EVICTION_POLICIES)),
+    Option("num_scheduler_steps", ("--num-scheduler-steps",),
+           "multi-step scheduling of vLLM V0 (0.6-0.10): decode steps run in windows of this many, back to back; "
+           "the scheduler admits requests and tokens reach clients only between windows, and a sequence finishing "
+           "inside one is delivered at its end; decode steps pay 1/N of the CPU overhead (docs/latency.md)",
+           "scheduler", 1, int, Number(min=1, max=1024, integer=True)),
     Option("horizon_s", ("--horizon-s",), "stop at this simulated time (seconds); later work is reported unfinished",
            "scheduler", None, float, POSITIVE, default_text="run until every request is done"),
     # --- latency

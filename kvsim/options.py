@@ -173,6 +173,15 @@ def config_from_options(values: Mapping[str, Any], naming: str = "flag"):
     if spec is not None and v["latency"] == "roofline":
         raise ConfigError("--speculative-config: the roofline model does not price verify and draft passes; use the "
                           "per-operation model")
+    steps = v["num_scheduler_steps"]
+    if steps > 1:
+        other = ("speculative_config" if spec is not None else "pipeline_parallel_size" if pp > 1 else
+                 "data_parallel_size" if v["data_parallel_size"] > 1 else
+                 "batching" if v["batching"] != "continuous" else None)
+        if other:
+            raise ConfigError(f"{name('num_scheduler_steps')} {steps}: multi-step scheduling is modelled for one "
+                              "engine of tensor-parallel GPUs, continuous batching and no speculative decoding; "
+                              f"drop {name(other)} or the multi-step")
     dp = v["data_parallel_size"]
     problem = model.dp_problem(dp, pp)
     if problem:
@@ -216,6 +225,7 @@ def config_from_options(values: Mapping[str, Any], naming: str = "flag"):
         horizon_s=v["horizon_s"],
         preemption_mode=v["preemption_mode"],
         partial_preemption=v["partial_preemption"],
+        num_scheduler_steps=steps,
     )
     reserve = v["activation_reserve"]
     if "activation_reserve" not in given and "activation_reserve_gb" in given:

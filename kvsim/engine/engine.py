@@ -16,6 +16,14 @@ arrival is received (a fleet, whose router decides at arrival time). Both give t
 What a router may see it only reads (the engine alone writes them): :attr:`outstanding`, :attr:`queue_len`,
 :attr:`kv_usage` and :meth:`cached_prefix_tokens` (the exact index that vLLM's KV-cache events give a router).
 
+Multi-step scheduling (vLLM V0's ``--num-scheduler-steps N``, ``cfg.num_scheduler_steps``): once the batch is
+all decodes, the engine commits to a *window* of N decode steps run back to back. Nothing is admitted and no
+arrival is seen until the window ends; tokens reach clients only then, so a sequence that emits its last token
+inside the window is delivered (``finish_s``, its client told) at the window's end. A sequence finishing inside
+a window leaves the batch and frees its memory at once (vLLM keeps computing discarded tokens for it until the
+window ends: that GPU work is not priced, except when every sequence has finished, where the window's
+remaining steps still take their time). Steps with a prompt chunk are single steps, as in vLLM 0.6.
+
 Disaggregated serving adds two roles. A *prefill* engine (``handoff`` set) hands every finished sequence
 to its driver and keeps its KV until :meth:`release` (the decode side has read it). A *decode* engine
 (``kv_loader`` set) receives sequences whose ``remote`` prompt tokens it loads before running them (see
@@ -36,6 +44,7 @@ from kvsim.engine.memory_tracker import MemoryTracker
 from kvsim.engine.preemption import VictimPolicy, lifo
 from kvsim.engine.scheduler import IterationPlan, SteppingScheduler
 from kvsim.engine.sequence import Sequence
+from kvsim.errors import ConfigError
 from kvsim.latency.base import LatencyModel
 from kvsim.trace.request import Request
 
@@ -114,6 +123,16 @@ class Engine:
         fe = cfg.api_server
         self._intake = Intake(fe) if fe.active and kv_loader is None else None
         self._deliver_s = fe.deliver_s
+        # multi-step scheduling: decode steps left in the window in flight (0: none), the seconds of its last
+        # step, and the sequences finished in it, delivered at its end with their completed requests' count
+        self._window = cfg.num_scheduler_steps
+        if self._window > 1 and (handoff is not None or kv_loader is not None):
+            raise ConfigError("--num-scheduler-steps: multi-step scheduling is not modelled for disaggregated "
+                              "prefill and decode engines")
+        self._window_left = 0
+        self._window_step_s = 0.0
+        self._undelivered: list[Sequence] = []
+        self._undelivered_n = 0
 
     # --- what a router sees ---------------------------------------------------------------------
     @property
@@ -226,6 +245,18 @@ class Engine:
             if final and self.on_complete is not None:
                 self.on_complete(n, self.now + self._deliver_s)  # when the clients hear of it
 
+    def _deliver_window(self, t: float) -> None:
+        """The multi-step window ends at ``t`` (not before :attr:`now`): its finished sequences reach their clients."""
+        self._window_left = 0
+        for seq in self._undelivered:
+            seq.finish_s = t + self._deliver_s
+        self._undelivered = []
+        n, self._undelivered_n = self._undelivered_n, 0
+        if n:
+            self.outstanding -= n
+            if self.on_complete is not None:
+                self.on_complete(n, t + self._deliver_s)
+
     def _observe(self, t: float) -> None:
         self.memory.observe(t, self.sched.memory_breakdown(), self.alloc.shared_slots)
 
@@ -237,7 +268,14 @@ class Engine:
         self._plan = None
         self._cuttable = False
         while True:
-            self._release_arrivals()
+            if self._window_left and not sched.running:
+                if self._undelivered:  # all finished inside the window: its remaining steps still run
+                    self._finish_window_alone()
+                    return
+                self._window_left = 0  # (a window emptied by preemption ends here)
+            sched.hold_admission = self._window_left > 0
+            if not sched.hold_admission:  # a multi-step window sees no arrival before it ends
+                self._release_arrivals()
             if self.horizon is not None and now >= self.horizon:
                 self.done = True
                 return
@@ -255,7 +293,13 @@ class Engine:
                 raise RuntimeError(f"engine stalled at t={now}: nothing can run "
                                    f"({len(sched.running)} running, {len(sched.waiting)} waiting)")
         self._stalls = 0
+        if self._window > 1 and not self._window_left and (plan.decode_run or all(
+                n == 1 and seq.computed >= seq.prompt for seq, n in plan.entries)):
+            self._window_left = self._window  # all decodes: a multi-step window begins
         dt = self._duration(plan, now, next_arrival)
+        if self._window_left:  # the length of its last step, which a window whose sequences all finish repeats
+            self._window_step_s = dt if plan.steps == 1 else dt - self.latency.decode_run_time(
+                plan.lazy_n, plan.shape.kv_tokens, plan.steps - 1, *plan.context_args)
         if self.lockstep is not None:
             dt = self.lockstep.step(self, now, dt) - now
         self._observe(now)
@@ -276,13 +320,16 @@ class Engine:
         lat = self.latency
         if plan.decode_run:
             k = plan.max_steps
-            if self._inbox_head < len(self._inbox):  # taken in by the API server, not yet here
-                k = self._steps_within(plan, self._inbox[self._inbox_head][0] - now, k)
-            if not self.sched.waiting:
-                if next_arrival is not None and self._intake is None:
-                    k = self._steps_within(plan, next_arrival - now, k)
-                else:  # (behind an API server the driver's hint is when the request was sent, not when it comes)
-                    self._cuttable = True
+            if self._window_left:  # arrivals wait for the window's end
+                k = min(k, self._window_left)
+            else:
+                if self._inbox_head < len(self._inbox):  # taken in by the API server, not yet here
+                    k = self._steps_within(plan, self._inbox[self._inbox_head][0] - now, k)
+                if not self.sched.waiting:
+                    if next_arrival is not None and self._intake is None:
+                        k = self._steps_within(plan, next_arrival - now, k)
+                    else:  # (behind an API server the driver's hint is when the request was sent, not when it comes)
+                        self._cuttable = True
             if self.sched.transfers_pending:  # a load or release that ends may let a request in
                 t = self.sched.next_transfer
                 if t is not None:
@@ -324,15 +371,32 @@ class Engine:
         self.events += 1
         self.now = t1
         self._observe(t1)
-        self._completed(sched.retire(result.finished, t1), final=self.handoff is None)
+        complete = sched.retire(result.finished, t1)
+        if self._window_left:  # multi-step: what finished is delivered when the window ends
+            self._undelivered += result.finished
+            self._undelivered_n += complete
+            self._window_left -= plan.steps
+            if not self._window_left:
+                self._deliver_window(t1)
+        else:
+            self._completed(complete, final=self.handoff is None)
         if result.finished:
             self._observe(t1)
             if self.handoff is not None:
                 for seq in result.finished:
                     self.handoff(seq, t1)
 
+    def _finish_window_alone(self) -> None:
+        """Every sequence of the multi-step window has finished: its remaining steps compute only discarded
+        tokens, each as long as its last step; the engine is busy until then (an arrival waits) and delivers."""
+        end = self.now + self._window_left * self._window_step_s
+        self._deliver_window(end)
+        self.next_time = end if self.horizon is None or end <= self.horizon else None
+
     def close(self) -> None:
         """The run ended: close the memory timeline and bring every sequence's fields up to date."""
+        if self._undelivered:  # the horizon fell inside a multi-step window
+            self._deliver_window(self.now)
         self.memory.finish()
         self.sched.finalize()
 

@@ -335,7 +335,8 @@ class IncrementalScheduler(Scheduler):
         return sum(cnt * (1 + (k - 1 - o) // p) for o, cnt in events if o < k)
 
     def _plan_decode_run(self, now: float) -> IterationPlan | None:
-        if not self.decode_runs or not self.running or self._explicit or (self.waiting and not self.admission_blocked):
+        if not self.decode_runs or not self.running or self._explicit or (
+                self.waiting and not self.admission_blocked and not self.hold_admission):
             return None
         it = self.it
         self._pop_stale(self._finish_heap, self._finish_at, it)

@@ -119,6 +119,8 @@ class Scheduler:
         # True when the last schedule() left the queue head unadmitted for lack of seats or memory.
         # Neither loosens during a pure-decode run, so a decode run may be planned.
         self.admission_blocked = False
+        # Set by the engine inside a multi-step window: only the running batch is served, nothing is admitted.
+        self.hold_admission = False
         # KV that moves between engines or cache tiers. A prefill engine parks finished sequences: their KV
         # stays until a decode engine has read it (``releases``: (time, sid) when it may be freed). A sequence
         # whose prompt KV arrives from elsewhere (a prefill engine: ``kv_loader(seq, tokens, now)`` starts the
@@ -516,7 +518,7 @@ class Scheduler:
         scheduled: dict[int, tuple[Sequence, int]] = {}
         budget, preempted = self._serve_running(*self._to_visit(), scheduled)
         self.admission_blocked = False
-        if not preempted:
+        if not preempted and not self.hold_admission:
             self._admit(budget, scheduled, now)
         return self._plan(scheduled, now)
 

@@ -58,7 +58,7 @@ def _per_op(cfg) -> LatencyModel:
     s = cfg.scheduler
     graphs = parse_capture_sizes(cfg.cudagraph_capture_sizes, s.max_num_seqs, s.max_num_batched_tokens)
     target = PerOpModel(cfg.model, cfg.gpu, calib, get_cpu_overhead(cfg.cpu_overhead), cfg.tp, cfg.interconnect,
-                        cfg.enable_expert_parallel, cfg.pp, cfg.dp, graphs)
+                        cfg.enable_expert_parallel, cfg.pp, cfg.dp, graphs, s.num_scheduler_steps)
     spec = cfg.speculative
     if spec is None:
         return target

@@ -338,8 +338,10 @@ class PerOpModel(LatencyModel):
 
     def __init__(self, model: ModelSpec, gpu: GpuSpec, calib: Calibration, cpu: CpuOverhead, tp: int = 1,
                  interconnect: str = "nvswitch", expert_parallel: bool = False, pp: int = 1, dp: int = 1,
-                 graph_sizes: tuple[int, ...] = ()):
+                 graph_sizes: tuple[int, ...] = (), steps_per_schedule: int = 1):
         self.model, self.gpu, self.calib, self.cpu, self.tp, self.pp = model, gpu, calib, cpu, tp, pp
+        # a decode step's CPU: the whole of it, or with multi-step scheduling its share of a schedule's (cpu.py)
+        self.decode_cpu = cpu.spread(steps_per_schedule)
         # token counts CUDA graphs were captured for (ascending; empty: eager): a step of at most the largest
         # runs its dense layers and all-reduces padded up to the next one (one pipeline stage only)
         self.graph_sizes = tuple(sorted(set(graph_sizes))) if pp == 1 else ()
@@ -571,9 +573,10 @@ class PerOpModel(LatencyModel):
             return 0.0, 0.0
         return link.seconds(tokens * self.hidden_bytes), link.seconds(sampled * self.vocab * self.dtype_bytes)
 
-    def _combine(self, gpu_s: float, num_seqs: int) -> tuple[float, float]:
-        """(total, exposed CPU seconds) of an iteration whose GPU part takes ``gpu_s``."""
-        c = self.cpu
+    def _combine(self, gpu_s: float, num_seqs: int, decode: bool = False) -> tuple[float, float]:
+        """(total, exposed CPU seconds) of an iteration whose GPU part takes ``gpu_s`` (``decode``: all its
+        sequences decode, which multi-step scheduling schedules together)."""
+        c = self.decode_cpu if decode else self.cpu
         cpu = c.seconds(num_seqs)
         if c.overlapped:
             exposed = max(0.0, cpu - gpu_s) + c.sync_s
@@ -647,12 +650,16 @@ class PerOpModel(LatencyModel):
     # --- the interface ------------------------------------------------------------------------
     def breakdown(self, shape: StepShape) -> dict[str, float]:
         dense, attn, comm, pad = self._gpu_parts(shape)
-        total, cpu = self._combine(dense + attn + comm + pad, shape.num_seqs)
+        total, cpu = self._combine(dense + attn + comm + pad, shape.num_seqs, self._all_decode(shape))
         return dict(zip(BREAKDOWN_COLUMNS, (total, dense, attn, comm, pad, cpu)))
 
     def step_time(self, shape: StepShape) -> float:
         dense, attn, comm, pad = self._gpu_parts(shape)
-        return self._combine(dense + attn + comm + pad, shape.num_seqs)[0]
+        return self._combine(dense + attn + comm + pad, shape.num_seqs, self._all_decode(shape))[0]
+
+    def _all_decode(self, shape: StepShape) -> bool:
+        """Does the step pay a decode step's CPU share (only differs from a prefill's with multi-step)?"""
+        return self.decode_cpu is not self.cpu and shape.new_tokens == shape.num_seqs
 
     def _decode_run_terms(self, n: int, s0: int) -> tuple[float, float, float, float, float]:
         """Per step i of a decode run: base + max(floor, a + b*i) (serialized CPU) or, overlapped,
@@ -663,7 +670,7 @@ class PerOpModel(LatencyModel):
         floor = base + L * p.floor_s
         a = base + L * p.stream_s(n, s0, per_token, self._kv8)
         b = L * n * per_token
-        c = self.cpu
+        c = self.decode_cpu
         if c.overlapped:
             return max(floor, c.seconds(n)), a, b, c.sync_s, 1.0
         return floor, a, b, c.seconds(n), 0.0
@@ -683,7 +690,7 @@ class PerOpModel(LatencyModel):
         added as :meth:`_combine` adds it to one step."""
         import numpy as np
 
-        c = self.cpu
+        c = self.decode_cpu
         cpu = c.seconds(n)
         return c.sync_s + np.maximum(cpu, gpu) if c.overlapped else gpu + cpu
 

@@ -4,8 +4,10 @@
 Fields read: ``input_lens``, ``output_lens``, ``ttfts`` (seconds), ``itls`` (seconds between streamed
 chunks, per request), ``errors`` (a failed request has a message; it is skipped and counted),
 ``request_rate`` (``"inf"`` or requests/s), ``max_concurrency`` (absent or null: unlimited),
-``duration`` (seconds), ``model_id``, ``date`` (as written, e.g. "20240812-101530"). The file does not record arrival times: at a finite rate the replay
-draws its own Poisson arrivals at that rate (the benchmark's own draw is not in the file).
+``duration`` (seconds), ``model_id``, ``date`` (as written, e.g. "20240812-101530"). The file does not record
+arrival times: at a finite rate the replay draws its own Poisson arrivals at that rate (the benchmark's own draw is
+not in the file). The streamed chunks per request show how many tokens the server delivered at a time
+(:attr:`MeasuredRun.tokens_per_chunk`: about N under vLLM V0's multi-step scheduling of N steps).
 """
 
 from __future__ import annotations
@@ -31,6 +33,9 @@ class MeasuredRun:
     model_id: str
     skipped: int  # failed requests (an error message, or nothing generated)
     date: str = ""  # when the benchmark ran, as the file writes it
+    # output tokens after the first per streamed chunk (over requests with more than one token): 1 when every
+    # token was streamed alone; about N when vLLM V0's multi-step scheduling (N steps) delivered them
+    tokens_per_chunk: float = 1.0
 
     @property
     def output_tokens(self) -> int:
@@ -76,7 +81,7 @@ def read_bench_result(path: str) -> MeasuredRun:
     duration = d.get("duration")
     duration = None if duration is None else _number(duration, f"{path}: field 'duration'")
     reqs, ttft, e2e, itl = [], [], [], []
-    skipped = 0
+    skipped = later_tokens = 0
     for i in range(n):
         where = f"{path}: request {i}"
         p = _number(lists["input_lens"][i], f"{where}: field 'input_lens'")
@@ -93,7 +98,9 @@ def read_bench_result(path: str) -> MeasuredRun:
         ttft.append(t)
         e2e.append(t + sum(gaps))
         itl += gaps
+        if gaps:
+            later_tokens += int(o) - 1
     if not reqs:
         raise ConfigError(f"{path}: no successful request to replay ({skipped} failed)")
     return MeasuredRun(str(path), reqs, ttft, e2e, itl, rate, conc, duration, str(d.get("model_id", "")), skipped,
-                       str(d.get("date") or ""))
+                       str(d.get("date") or ""), later_tokens / len(itl) if itl else 1.0)

@@ -1,0 +1,119 @@
+"""Multi-step scheduling (vLLM V0's --num-scheduler-steps): decode windows that admit nothing and deliver at
+their end, the CPU share of a decode step, the options' rules, and what a result file's streaming shows."""
+
+import json
+
+import pytest
+
+from helpers import FixedLatency, req, sched
+from kvsim.allocators import make_allocator
+from kvsim.engine.simulator import Simulation
+from kvsim.errors import ConfigError
+from kvsim.latency import build_latency
+from kvsim.latency.base import StepShape
+from kvsim.latency.cpu import CPU_PRESETS
+from kvsim.metrics import requests_frame
+from kvsim.options import config_from_options
+from kvsim.trace.bench_result import read_bench_result
+
+
+def run(reqs, steps, **kw):
+    cfg = sched(num_scheduler_steps=steps, **kw)
+    return Simulation(reqs, make_allocator("paged:16", 10_000, cfg.max_model_len), FixedLatency(), cfg).run()
+
+
+def test_a_sequence_finishing_inside_a_window_is_delivered_at_its_end():
+    # Prefill 0.1 s emits token 1; decode steps of 0.01 s in windows of 4: tokens 2-5 by 0.14, 6-9 by 0.18; token
+    # 10 comes in the third window's first step (0.19), whose three other steps still run: delivered at 0.22.
+    one, four = run([req(0, 0, 100, 10)], 1), run([req(0, 0, 100, 10)], 4)
+    assert one.sequences[0].finish_s == pytest.approx(0.19)
+    s = four.sequences[0]
+    assert s.first_token_s == pytest.approx(0.1) and s.finish_s == pytest.approx(0.22)
+    assert s.generated == 10 and four.steps == one.steps == 10  # the discarded steps are not iterations
+
+
+def test_a_window_ends_on_a_boundary_without_waiting():
+    # 1 + 8 tokens: two full windows of 4, the last token at 0.18 is the window's end
+    s = run([req(0, 0, 100, 9)], 4).sequences[0]
+    assert s.finish_s == pytest.approx(0.18)
+
+
+def test_an_arrival_waits_for_the_window_to_end():
+    # A's decode window runs 0.10-0.14; B arrives at 0.115. One step at a time B's prompt is scheduled at 0.12
+    # (a 0.1 s step: first token 0.22); with windows of 4 it waits for 0.14 (first token 0.24).
+    reqs = [req("a", 0, 100, 20), req("b", 0.115, 50, 3)]
+    one = {s.req.id: s for s in run(reqs, 1).sequences}
+    four = {s.req.id: s for s in run(reqs, 4).sequences}
+    assert one["b"].first_token_s == pytest.approx(0.22)
+    assert four["b"].admitted_s == pytest.approx(0.14) and four["b"].first_token_s == pytest.approx(0.24)
+    # B's two more tokens come in the window of 0.24-0.28 (with A's): both are delivered at its end
+    assert four["b"].finish_s == pytest.approx(0.28)
+
+
+def test_every_request_is_accounted_for_with_windows_and_a_horizon():
+    reqs = [req(i, i * 0.03, 64, 40 + i % 7) for i in range(60)]
+    res = run(reqs, 8, horizon_s=1.0, max_num_seqs=16)
+    df = requests_frame(res)
+    assert len(df) == 60 and set(df.status) <= {"finished", "unfinished"}
+    fin = df[df.status == "finished"]
+    assert (fin.finish_s >= fin.first_token_s).all()
+
+
+def _cfg(**kw):
+    return config_from_options({"model": "llama-3-8b", "gpu": "a100-80gb", **kw})
+
+
+def test_a_decode_step_pays_its_share_of_the_cpu_time():
+    one, ten = build_latency(_cfg()), build_latency(_cfg(num_scheduler_steps=10))
+    cpu = CPU_PRESETS["vllm-v1"].seconds(8)
+    decode, prefill = StepShape.decode(8, 8 * 500), StepShape.of([(500, 0)])
+    assert one.breakdown(decode)["cpu_s"] == pytest.approx(cpu)
+    assert ten.breakdown(decode)["cpu_s"] == pytest.approx(cpu / 10)
+    assert ten.step_time(decode) == pytest.approx(one.step_time(decode) - 0.9 * cpu)
+    assert ten.breakdown(prefill)["cpu_s"] == pytest.approx(CPU_PRESETS["vllm-v1"].seconds(1))
+    # a decode run is its steps, each with the same share
+    run_s = ten.decode_run_time(8, 8 * 500, 5)
+    assert run_s == pytest.approx(sum(ten.step_time(StepShape.decode(8, 8 * 500 + 8 * i)) for i in range(5)))
+
+
+@pytest.mark.parametrize("other, flag", [({"speculative_config": '{"method": "ngram", "num_speculative_tokens": 2}',
+                                           "acceptance_length": 1.5}, "--speculative-config"),
+                                         ({"pipeline_parallel_size": 2}, "--pipeline-parallel-size"),
+                                         ({"batching": "static"}, "--batching")])
+def test_multi_step_is_refused_with_what_it_is_not_modelled_with(other, flag):
+    with pytest.raises(ConfigError, match=f"--num-scheduler-steps 4: .*drop {flag}"):
+        _cfg(num_scheduler_steps=4, **other)
+
+
+def test_bad_step_counts_are_refused():
+    for bad in (0, -2, 1.5):
+        with pytest.raises(ConfigError, match="--num-scheduler-steps"):
+            _cfg(num_scheduler_steps=bad)
+
+
+def test_a_result_file_shows_how_many_tokens_each_chunk_carried(tmp_path):
+    # benchmark_serving.py files: one ITL per streamed chunk after the first token
+    d = {"input_lens": [10, 20, 30], "output_lens": [21, 3, 1], "ttfts": [0.1, 0.1, 0.1],
+         "itls": [[0.1, 0.1], [0.05], []], "request_rate": "inf"}
+    p = tmp_path / "r.json"
+    p.write_text(json.dumps(d))
+    run = read_bench_result(str(p))
+    assert run.tokens_per_chunk == pytest.approx((20 + 2) / 3)  # 22 later tokens in 3 chunks
+    d["itls"] = [[0.01] * 20, [0.01] * 2, []]
+    p.write_text(json.dumps(d))
+    assert read_bench_result(str(p)).tokens_per_chunk == 1.0
+
+
+def test_validate_says_when_a_file_streamed_several_tokens_at_a_time(tmp_path, capsys):
+    from kvsim.cli import main
+
+    d = {"input_lens": [100, 50], "output_lens": [21, 11], "ttfts": [0.05, 0.05],
+         "itls": [[0.1, 0.1], [0.1]], "request_rate": "inf", "duration": 0.5}
+    p = tmp_path / "r.json"
+    p.write_text(json.dumps(d))
+    args = ["validate", str(p), "--model", "llama-3-8b", "--gpu", "a100-80gb", "--no-plots"]
+    assert main(args + ["--out", str(tmp_path / "a")]) == 0
+    err = capsys.readouterr().err
+    assert "10.0 at a time" in err and "--num-scheduler-steps 10" in err  # (20 + 10) later tokens in 3 chunks
+    assert main(args + ["--out", str(tmp_path / "b"), "--num-scheduler-steps", "10"]) == 0
+    assert "at a time" not in capsys.readouterr().err
