@@ -117,3 +117,13 @@ def test_validate_says_when_a_file_streamed_several_tokens_at_a_time(tmp_path, c
     assert "10.0 at a time" in err and "--num-scheduler-steps 10" in err  # (20 + 10) later tokens in 3 chunks
     assert main(args + ["--out", str(tmp_path / "b"), "--num-scheduler-steps", "10"]) == 0
     assert "at a time" not in capsys.readouterr().err
+
+
+def test_multi_step_is_refused_where_engines_hand_off_kv(tmp_path, capsys):
+    from kvsim.cli import main
+
+    common = ["--trace", "traces/chat.jsonl", "--num-scheduler-steps", "4"]
+    assert main(["cluster", *common, "--prefill", "h100:1", "--decode", "h100:1", "--out", str(tmp_path / "c")]) != 0
+    assert "not modelled for disaggregated" in capsys.readouterr().err
+    assert main(["plan", *common, "--fleet-max-gpus", "2", "--slo", "ttft_p99=2", "--out", str(tmp_path / "p")]) != 0
+    assert "--fleet-max-gpus" in capsys.readouterr().err

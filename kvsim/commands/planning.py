@@ -120,6 +120,12 @@ def cmd_fleet_plan(a: argparse.Namespace, cfg, slos) -> int:
     from kvsim.planning.fleet_plan import cheapest, pareto, plan_fleet, plan_window, verify_on_whole_trace, vllm_commands
     from kvsim.planning.plan import parse_gpus
 
+    from kvsim.errors import ConfigError
+
+    if cfg.scheduler.num_scheduler_steps > 1:
+        raise ConfigError("--num-scheduler-steps with --fleet-max-gpus: the fleet plan tries disaggregated layouts, "
+                          "for which multi-step scheduling is not modelled; plan one replica (without "
+                          "--fleet-max-gpus) or drop --num-scheduler-steps")
     routers = parse_routers(a.fleet_routers, "--fleet-routers")
     parse_link(a.kv_link)
     out, out_note = results_dir(a, Path(DEFAULT_OUT) / f"fleet-plan-{Path(a.trace).stem}")
