@@ -53,12 +53,12 @@ def main() -> None:
     a = ap.parse_args()
     rows = []
     for path, run, preset, tp, length in runs(Path(a.folder)):
-        # The server as the file shows it: vLLM 0.6's V0 engine (chunked prefill off below 32K tokens), served
-        # with --max-model-len as the file is named, streaming tokens once per multi-step window
+        # The server as the file shows it: vLLM 0.6's V0 engine with its defaults (chunked prefill off up to 32K
+        # tokens, prompts in steps of their own), --max-model-len as the file is named, streaming tokens once per
+        # multi-step window
         steps = a.num_scheduler_steps or max(1, round(run.tokens_per_chunk))
         cfg = config_from_options({"model": preset, "gpu": "a100-80gb", "tensor_parallel_size": tp,
-                                   "max_model_len": length, "enable_chunked_prefill": False,
-                                   "num_scheduler_steps": steps,
+                                   "max_model_len": length, "vllm_engine": "v0", "num_scheduler_steps": steps,
                                    "max_concurrency": run.max_concurrency, "request_rate": run.request_rate})
         row, _ = compare_run(run, cfg)
         rows.append({**row, "file": path.relative_to(a.folder).as_posix(), "preset": preset, "tp": tp, "len": length,
@@ -91,8 +91,9 @@ def main() -> None:
         "These files were made by vLLM 0.6.0 with `--num-scheduler-steps 10`: the repository's report "
         "(benchmark_v0.md, \"vLLM v0.5.4 v.s. v0.6.0\") names that setting, although its scripts name the v0.5.4 "
         "image, and every request's first token reached the client alone and the rest about ten at a time (the "
-        "tokens per chunk above). Each file is replayed with the scheduler steps its streaming shows, chunked "
-        "prefill off (vLLM V0's default below 32K tokens) and --max-model-len as the file is named; "
+        "tokens per chunk above). Each file is replayed on the V0 engine (`--vllm-engine v0`: its defaults, "
+        "prompts in steps of their own) with the scheduler steps its streaming shows and --max-model-len as the "
+        "file is named; "
         "`--num-scheduler-steps 1` replays them one step at a time. A first token comes alone, so the windows do "
         "not explain the TTFT gap: kvsim's API server and prefill come to 0.49-0.70 of the measured first token, "
         "reported, not tuned away."]

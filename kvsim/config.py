@@ -51,6 +51,8 @@ class SchedulerConfig:
     # multi-step scheduling (vLLM V0's --num-scheduler-steps): decode steps run in windows of this many, the
     # scheduler consulted and tokens delivered once per window (kvsim.engine.engine); 1: every step
     num_scheduler_steps: int = option_default("num_scheduler_steps")
+    # vLLM V0 without chunked prefill: a step that admits prompts runs them alone (the running batch waits)
+    prompts_alone: bool = False
     api_server: FrontEnd = NO_FRONTEND  # the API server's intake and delivery (engine/frontend.py)
 
     def __post_init__(self) -> None:

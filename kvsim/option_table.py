@@ -163,11 +163,17 @@ OPTIONS: list[Option] = [
            "scheduler", None, bool, negatable=True),
     Option("cache_eviction", ("--cache-eviction",), "which cached prefix block a prefix cache drops first",
            "scheduler", "lru", choices=lambda: tuple(CACHE_EVICTION_POLICIES)),
+    Option("vllm_engine", ("--vllm-engine",),
+           "which vLLM engine schedules: v1 (the default engine since 0.8, the only one since 0.11) or v0 (the "
+           "engine before it, VLLM_USE_V1=0): without chunked prefill a step that admits prompts runs them alone "
+           "(its scheduler puts prompts first), and its defaults apply where not given: chunked prefill only above "
+           "32K-token contexts, 256 sequences, max(--max-model-len, 2048) tokens per step (512 with chunked "
+           "prefill)", "scheduler", "v1", choices=("v1", "v0")),
     Option("num_scheduler_steps", ("--num-scheduler-steps",),
-           "multi-step scheduling of vLLM V0 (0.6-0.10): decode steps run in windows of this many, back to back; "
-           "the scheduler admits requests and tokens reach clients only between windows, and a sequence finishing "
-           "inside one is delivered at its end; decode steps pay 1/N of the CPU overhead (docs/latency.md)",
-           "scheduler", 1, int, Number(min=1, max=1024, integer=True)),
+           "multi-step scheduling of the V0 engine (vLLM 0.6-0.10; needs --vllm-engine v0): decode steps run in "
+           "windows of this many, back to back; the scheduler admits requests and tokens reach clients only "
+           "between windows, and a sequence finishing inside one is delivered at its end; decode steps pay 1/N of "
+           "the CPU overhead (docs/latency.md)", "scheduler", 1, int, Number(min=1, max=1024, integer=True)),
     Option("horizon_s", ("--horizon-s",), "stop at this simulated time (seconds); later work is reported unfinished",
            "scheduler", None, float, POSITIVE, default_text="run until every request is done"),
     # --- latency

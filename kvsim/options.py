@@ -174,6 +174,10 @@ def config_from_options(values: Mapping[str, Any], naming: str = "flag"):
         raise ConfigError("--speculative-config: the roofline model does not price verify and draft passes; use the "
                           "per-operation model")
     steps = v["num_scheduler_steps"]
+    v0 = v["vllm_engine"] == "v0"
+    if steps > 1 and not v0:
+        raise ConfigError(f"{name('num_scheduler_steps')} {steps}: multi-step scheduling is the V0 engine's (vLLM "
+                          f"0.6-0.10); add {name('vllm_engine')} v0")
     if steps > 1:
         other = ("speculative_config" if spec is not None else "pipeline_parallel_size" if pp > 1 else
                  "data_parallel_size" if v["data_parallel_size"] > 1 else
@@ -189,6 +193,12 @@ def config_from_options(values: Mapping[str, Any], naming: str = "flag"):
     from kvsim.hardware.gpus import vllm_serve_defaults
 
     seqs, tokens = vllm_serve_defaults(gpu)  # what `vllm serve` picks for this GPU when not told
+    max_len = v["max_model_len"] or model.max_context
+    if v0:  # the V0 engine's defaults (vLLM 0.6's EngineArgs and SchedulerConfig)
+        if "enable_chunked_prefill" not in given:
+            v["enable_chunked_prefill"] = max_len > 32768
+        seqs = 256
+        tokens = 512 if v["enable_chunked_prefill"] else max(max_len, 2048)
     if v["max_num_seqs"] is None:
         v["max_num_seqs"] = seqs
     if v["max_num_batched_tokens"] is None:
@@ -206,7 +216,6 @@ def config_from_options(values: Mapping[str, Any], naming: str = "flag"):
         swap = 0.0 if swap is None else swap
     get_victim_policy(v["victim_policy"])
     get_eviction_key(v["cache_eviction"])
-    max_len = v["max_model_len"] or model.max_context
     budget = v["max_num_batched_tokens"]
     if not v["enable_chunked_prefill"]:
         # as vLLM: without chunking every prompt must fit one iteration's budget
@@ -226,6 +235,7 @@ def config_from_options(values: Mapping[str, Any], naming: str = "flag"):
         preemption_mode=v["preemption_mode"],
         partial_preemption=v["partial_preemption"],
         num_scheduler_steps=steps,
+        prompts_alone=v0 and not v["enable_chunked_prefill"] and v["batching"] == "continuous",
     )
     reserve = v["activation_reserve"]
     if "activation_reserve" not in given and "activation_reserve_gb" in given:

@@ -64,7 +64,7 @@ def _cfg(**kw):
 
 
 def test_a_decode_step_pays_its_share_of_the_cpu_time():
-    one, ten = build_latency(_cfg()), build_latency(_cfg(num_scheduler_steps=10))
+    one, ten = build_latency(_cfg(vllm_engine="v0")), build_latency(_cfg(vllm_engine="v0", num_scheduler_steps=10))
     cpu = CPU_PRESETS["vllm-v1"].seconds(8)
     decode, prefill = StepShape.decode(8, 8 * 500), StepShape.of([(500, 0)])
     assert one.breakdown(decode)["cpu_s"] == pytest.approx(cpu)
@@ -82,13 +82,18 @@ def test_a_decode_step_pays_its_share_of_the_cpu_time():
                                          ({"batching": "static"}, "--batching")])
 def test_multi_step_is_refused_with_what_it_is_not_modelled_with(other, flag):
     with pytest.raises(ConfigError, match=f"--num-scheduler-steps 4: .*drop {flag}"):
-        _cfg(num_scheduler_steps=4, **other)
+        _cfg(num_scheduler_steps=4, vllm_engine="v0", **other)
+
+
+def test_multi_step_needs_the_v0_engine():
+    with pytest.raises(ConfigError, match="--num-scheduler-steps 4: .*V0 engine.*add --vllm-engine v0"):
+        _cfg(num_scheduler_steps=4)
 
 
 def test_bad_step_counts_are_refused():
     for bad in (0, -2, 1.5):
         with pytest.raises(ConfigError, match="--num-scheduler-steps"):
-            _cfg(num_scheduler_steps=bad)
+            _cfg(num_scheduler_steps=bad, vllm_engine="v0")
 
 
 def test_a_result_file_shows_how_many_tokens_each_chunk_carried(tmp_path):
@@ -115,15 +120,40 @@ def test_validate_says_when_a_file_streamed_several_tokens_at_a_time(tmp_path, c
     assert main(args + ["--out", str(tmp_path / "a")]) == 0
     err = capsys.readouterr().err
     assert "10.0 at a time" in err and "--num-scheduler-steps 10" in err  # (20 + 10) later tokens in 3 chunks
-    assert main(args + ["--out", str(tmp_path / "b"), "--num-scheduler-steps", "10"]) == 0
+    assert main(args + ["--out", str(tmp_path / "b"), "--vllm-engine", "v0", "--num-scheduler-steps", "10"]) == 0
     assert "at a time" not in capsys.readouterr().err
 
 
 def test_multi_step_is_refused_where_engines_hand_off_kv(tmp_path, capsys):
     from kvsim.cli import main
 
-    common = ["--trace", "traces/chat.jsonl", "--num-scheduler-steps", "4"]
+    common = ["--trace", "traces/chat.jsonl", "--vllm-engine", "v0", "--num-scheduler-steps", "4"]
     assert main(["cluster", *common, "--prefill", "h100:1", "--decode", "h100:1", "--out", str(tmp_path / "c")]) != 0
     assert "not modelled for disaggregated" in capsys.readouterr().err
     assert main(["plan", *common, "--fleet-max-gpus", "2", "--slo", "ttft_p99=2", "--out", str(tmp_path / "p")]) != 0
     assert "--fleet-max-gpus" in capsys.readouterr().err
+
+
+def test_the_v0_engine_runs_prompts_in_steps_of_their_own():
+    # A decodes from 0.1 (steps of 0.01 s: tokens 2-4 by 0.13). B arrives at 0.125: V1 schedules B's prompt with
+    # A's decode at 0.13 (a 0.1 s step: A's token 5 and B's first token at 0.23; A's last token at 0.28). V0 runs
+    # B's prompt alone in that step: A gets no token from it, so its 10 tokens end a step later, at 0.29.
+    reqs = [req("a", 0, 100, 10), req("b", 0.125, 50, 2)]
+    v1 = {s.req.id: s for s in run(reqs, 1, max_num_batched_tokens=4096).sequences}
+    v0 = {s.req.id: s for s in run(reqs, 1, max_num_batched_tokens=4096, prompts_alone=True).sequences}
+    assert v1["b"].first_token_s == v0["b"].first_token_s == pytest.approx(0.23)
+    assert v1["a"].finish_s == pytest.approx(0.28) and v0["a"].finish_s == pytest.approx(0.29)
+    assert v0["b"].finish_s == pytest.approx(0.24) and v1["b"].finish_s == pytest.approx(0.24)
+
+
+def test_the_v0_engine_takes_its_own_defaults():
+    cfg = _cfg(vllm_engine="v0")  # Llama-3-8B: 8,192-token context
+    s = cfg.scheduler
+    assert (s.enable_chunked_prefill, s.max_num_seqs, s.max_num_batched_tokens, s.prompts_alone) == (False, 256, 8192,
+                                                                                                     True)
+    s = _cfg(vllm_engine="v0", max_model_len=1024).scheduler
+    assert s.max_num_batched_tokens == 2048
+    s = config_from_options({"model": "llama-3.1-8b", "gpu": "h100", "vllm_engine": "v0"}).scheduler  # 131,072
+    assert (s.enable_chunked_prefill, s.max_num_batched_tokens, s.prompts_alone) == (True, 512, False)
+    s = _cfg(vllm_engine="v0", max_num_seqs=64, enable_chunked_prefill=True).scheduler
+    assert (s.max_num_seqs, s.max_num_batched_tokens, s.prompts_alone) == (64, 512, False)

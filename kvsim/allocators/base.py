@@ -278,6 +278,12 @@ class KVAllocator(ABC):
         """How many one-unit growths (see :meth:`next_growth`) can succeed now without preempting anyone."""
         return 1 << 62
 
+    @property
+    def freed_while_growing(self) -> int:
+        """Pages freed so far by allocations themselves (windowed layers dropping what no later token reads):
+        a change tells a scheduler that memory may have loosened while only running sequences grew."""
+        return 0
+
     # --- accounting ---------------------------------------------------------------------
     def external_fragmentation(self, next_request: Request | None) -> int:
         """Free slots that cannot serve the next allocation (the waiting queue's head, if any)."""

@@ -387,6 +387,10 @@ class HybridAllocator(KVAllocator):
             event = min(event, m.next_free(seq_id, computed))
         return Growth(event, 1 if event == grow_at else 0, False, 0)
 
+    @property
+    def freed_while_growing(self) -> int:
+        return self.stats["window_freed_blocks"]
+
     def growth_capacity(self) -> int:
         caps = [p.num_free // n for p, n in zip(self.pools, self._attn_per_pool) if n]
         return min(caps) if caps else 1 << 62

@@ -77,8 +77,8 @@ def cmd_validate(a: argparse.Namespace) -> int:
             print(f"{run.path}: skipped {run.skipped} failed request(s)", file=sys.stderr)
         if run.tokens_per_chunk >= 1.5 and "num_scheduler_steps" not in values:
             print(f"{run.path}: its tokens reached the client {run.tokens_per_chunk:.1f} at a time (vLLM V0's "
-                  f"multi-step scheduling streams once per window): replay it with --num-scheduler-steps "
-                  f"{round(run.tokens_per_chunk)} if the server ran so", file=sys.stderr)
+                  f"multi-step scheduling streams once per window): replay it with --vllm-engine v0 "
+                  f"--num-scheduler-steps {round(run.tokens_per_chunk)} if the server ran so", file=sys.stderr)
         row, req = compare_run(run, cfg)
         if row["not_finished"]:  # still in the tables, with its status; the medians leave it out
             print(f"{run.path}: {row['not_finished']} of {row['requests']} requests did not finish in kvsim "

@@ -89,6 +89,7 @@ class IncrementalScheduler(Scheduler):
         self._plans = 0  # plans scheduled so far
         self._last_plan_start = 0.0
         self._reads_state = victim_policy.reads_schedule_state
+        self._prompts_step = False  # the plan in flight holds prompts alone: the lazy decoders do not advance
 
     # --- lazy decoders -------------------------------------------------------------------------
     def _materialize(self, d: LazyDecoder) -> None:
@@ -278,6 +279,10 @@ class IncrementalScheduler(Scheduler):
         return self.pick_victim(self.running)
 
     def _iteration_done(self, done: list[Sequence]) -> None:
+        if self._prompts_step:  # the lazy decoders sat it out: the iteration count (their clock) stays
+            self._prompts_step = False
+            self._settle()
+            return
         it = self.it
         self.it = it + 1
         fin = self._finishing(it)
@@ -298,7 +303,7 @@ class IncrementalScheduler(Scheduler):
 
     def batch(self, plan: IterationPlan) -> list[tuple[Sequence, int]]:
         lazy = []
-        for d in self._lazy.values():
+        for d in self._lazy.values() if plan.lazy_n else ():
             if d.lazy_from < self._plans:  # lazy during the plan (not made lazy after it)
                 self._materialize(d)
                 lazy.append((d.seq, 1))
@@ -318,6 +323,11 @@ class IncrementalScheduler(Scheduler):
         self._last_plan_start = now
         self._plans += 1
         return plan
+
+    def _plan_prompts(self, scheduled: dict[int, tuple[Sequence, int]], now: float) -> IterationPlan:
+        # Without the lazy decoders, and not counted as a plan they ran in (their last_scheduled_s stays)
+        self._prompts_step = True
+        return Scheduler._plan(self, scheduled, now)
 
     def _lazy_contexts(self):
         """The lazy decoders' contexts in the current iteration (numpy)."""

@@ -516,6 +516,17 @@ class Scheduler:
         call again at the same instant."""
         self._swap_out = self._swap_in = self._swap_out_calls = self._swap_in_calls = 0
         scheduled: dict[int, tuple[Sequence, int]] = {}
+        if self.cfg.prompts_alone and self.waiting and not self.hold_admission:
+            # vLLM V0 without chunked prefill: prompts first, in a step of their own (the running batch waits);
+            # decodes run only in a step that admits none
+            self._admit(self.cfg.max_num_batched_tokens, scheduled, now)
+            if scheduled:
+                return self._plan_prompts(scheduled, now)
+            blocked, freed = self.admission_blocked, self._freed_marks()
+            _, preempted = self._serve_running(*self._to_visit(), scheduled)
+            # still blocked unless the pass freed memory (a preemption, a reclaimed head, a window left behind)
+            self.admission_blocked = blocked and not preempted and self._freed_marks() == freed
+            return self._plan(scheduled, now)
         budget, preempted = self._serve_running(*self._to_visit(), scheduled)
         self.admission_blocked = False
         if not preempted and not self.hold_admission:
@@ -615,6 +626,14 @@ class Scheduler:
         return IterationPlan(entries, shape, lazy_n=lazy_n, swap_out_blocks=self._swap_out,
                              swap_in_blocks=self._swap_in, swap_out_calls=self._swap_out_calls,
                              swap_in_calls=self._swap_in_calls, copies=self.alloc.drain_copies())
+
+    def _freed_marks(self) -> tuple[int, int]:
+        """Counters that move when the running-batch pass frees memory other than by preempting."""
+        return self.counts["reclaimed_partial"], self.alloc.freed_while_growing
+
+    def _plan_prompts(self, scheduled: dict[int, tuple[Sequence, int]], now: float) -> IterationPlan:
+        """A step of the ``scheduled`` prompts alone: the running batch does not advance in it."""
+        return self._plan(scheduled, now)
 
     def update_after_step(self, plan: IterationPlan, t_end: float) -> StepResult:
         """The plan's iteration ran and ended at ``t_end``: advance every scheduled sequence. Finished
