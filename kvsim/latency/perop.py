@@ -650,16 +650,15 @@ class PerOpModel(LatencyModel):
     # --- the interface ------------------------------------------------------------------------
     def breakdown(self, shape: StepShape) -> dict[str, float]:
         dense, attn, comm, pad = self._gpu_parts(shape)
-        total, cpu = self._combine(dense + attn + comm + pad, shape.num_seqs, self._all_decode(shape))
+        decode = self.decode_cpu is not self.cpu and shape.new_tokens == shape.num_seqs  # (multi-step only)
+        total, cpu = self._combine(dense + attn + comm + pad, shape.num_seqs, decode)
         return dict(zip(BREAKDOWN_COLUMNS, (total, dense, attn, comm, pad, cpu)))
 
     def step_time(self, shape: StepShape) -> float:
         dense, attn, comm, pad = self._gpu_parts(shape)
-        return self._combine(dense + attn + comm + pad, shape.num_seqs, self._all_decode(shape))[0]
-
-    def _all_decode(self, shape: StepShape) -> bool:
-        """Does the step pay a decode step's CPU share (only differs from a prefill's with multi-step)?"""
-        return self.decode_cpu is not self.cpu and shape.new_tokens == shape.num_seqs
+        # an all-decode step pays a decode step's CPU share (which differs only with multi-step scheduling)
+        decode = self.decode_cpu is not self.cpu and shape.new_tokens == shape.num_seqs
+        return self._combine(dense + attn + comm + pad, shape.num_seqs, decode)[0]
 
     def _decode_run_terms(self, n: int, s0: int) -> tuple[float, float, float, float, float]:
         """Per step i of a decode run: base + max(floor, a + b*i) (serialized CPU) or, overlapped,
