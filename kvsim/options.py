@@ -256,9 +256,6 @@ def config_from_options(values: Mapping[str, Any], naming: str = "flag"):
         from kvsim.latency.calibration import load_calibration
 
         load_calibration(latency)  # a bad file fails here, before any simulation
-    if v["vllm_version"] is not None and latency != "per-op":
-        raise ConfigError(f"{name('vllm_version')} picks the kernel tables of the shipped per-op calibrations; "
-                          f"{name('latency')} {latency} decides the times itself (drop one of the two)")
     if v["enable_expert_parallel"] and model.is_moe and model.num_experts % (tp * dp):
         ranks = f"{tp * dp} GPUs ({name('data_parallel_size')} x {name('tensor_parallel_size')})" if dp > 1 else \
             f"{tp} GPUs ({name('tensor_parallel_size')})"

@@ -94,9 +94,21 @@ def test_the_option_changes_only_the_kernel_tables():
     assert old.step_time(prefill) > 1.2 * new.step_time(prefill)
 
 
+def test_with_another_latency_model_the_release_decides_the_layout_only():
+    from kvsim.fleet.cluster import default_allocator
+    from kvsim.latency import latency_notes
+
+    cfg = config_from_args(["--model", "llama-4-scout", "--gpu", "h200", "-tp", "8", "--latency", "roofline",
+                            "--vllm-version", "0.11"])
+    assert default_allocator(cfg) == "naive+prefix"  # no hybrid manager in 0.11, whatever prices the steps
+    roof = build_latency(config_from_args(["--model", "llama-4-scout", "--gpu", "h200", "-tp", "8", "--latency",
+                                           "roofline"]))
+    s = StepShape.decode(8, 8000)
+    assert build_latency(cfg).step_time(s) == roof.step_time(s)
+    assert "the times come from --latency roofline" in latency_notes(cfg)[0]
+
+
 def test_the_option_is_refused_where_it_cannot_act():
-    with pytest.raises(ConfigError, match="--vllm-version picks the kernel tables"):
-        config_from_args(["--latency", "roofline", "--vllm-version", "0.19"])
     with pytest.raises(ConfigError, match="expected a vLLM release"):
         config_from_args(["--vllm-version", "newest-please"])
 
