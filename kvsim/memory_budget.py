@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from kvsim.config import GiB, SimConfig, reserve_bytes, reserve_parts
 from kvsim.releases import hybrid_manager_on, kv_size_from_concurrency
+from kvsim.runner import prefix_caching
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,8 @@ class MemoryBudget:
     vllm_layout: str = "hybrid"  # layers that differ: the layout vLLM serves them in (hybrid, or naive: kvsim.releases)
     vllm_version: str | None = None  # --vllm-version, when given
     recurrent: str = "mamba"  # what its recurrent layers are (recurrent_kind)
+    # recurrent-state pages a request holds per group at its peak: 2 with prefix caching (vLLM's align mode)
+    state_pages: int = 1
 
     @property
     def pool_tokens(self) -> int:
@@ -83,7 +86,8 @@ class MemoryBudget:
         """vLLM's maximum concurrency under each layer-group layout (peak blocks of a max-length request)."""
         from kvsim.allocators.kv_groups import max_concurrency
 
-        return {name: max_concurrency(lay, self.max_model_len, self.prefill_chunk) for name, lay, _ in self.layouts}
+        return {name: max_concurrency(lay, self.max_model_len, self.prefill_chunk, self.state_pages)
+                for name, lay, _ in self.layouts}
 
     def vllm_kv_size_tokens(self, conc: dict[str, float]) -> int:
         """What vLLM's log calls "GPU KV cache size" for a model whose layers differ, in the layout and by the
@@ -138,7 +142,7 @@ def memory_budget(cfg: SimConfig) -> MemoryBudget:
         prefill_chunk=cfg.scheduler.prefill_chunk, pp=cfg.pp, stage_layers=stage.layers, model_layers=m.layers, kv_heads=m.kv_heads,
         dp=cfg.dp, expert_bytes=stage.expert_weight_bytes() / (tp * cfg.dp) if cfg.dp > 1 else 0.0,
         vllm_layout="hybrid" if hybrid_manager_on(m, cfg.vllm_version) else "naive", vllm_version=cfg.vllm_version,
-        recurrent=recurrent_kind(m))
+        recurrent=recurrent_kind(m), state_pages=2 if m.count("mamba") and prefix_caching(cfg, named=False) else 1)
 
 
 def _reserve_how(parts: tuple[float, float, float] | None) -> str:
@@ -217,7 +221,9 @@ def describe(b: MemoryBudget) -> list[tuple[str, str]]:
     if b.layouts:
         conc = b.concurrency_by_layout()
         lines[-1] = ("maximum concurrency", ", ".join(f"{n} {c:,.1f}x" for n, c in conc.items()))
-        lines.append(("", "(as vLLM: a max-length request at its peak)"))
+        lines.append(("", "(as vLLM: a max-length request at its peak" + (
+            f"; with prefix caching two state pages per {b.recurrent} group, vLLM's align mode)"
+            if b.state_pages == 2 else ")")))
         lines.append(("vLLM's KV cache size", f"{b.vllm_kv_size_tokens(conc):,} tokens (" + (
             "hybrid" if b.vllm_layout == "hybrid" else
             f"naive: vLLM {b.vllm_version} serves this model without its hybrid manager") + ", as its log says)"))

@@ -635,3 +635,23 @@ def test_a_multimodal_checkpoints_quantization_applies_to_its_language_model(tmp
                                                              "modules_to_not_convert": ["model.vision_tower",
                                                                                         "lm_head"]}}))
     assert m.dtype == "bf16" and m.weight_quant == "fp8"
+
+
+def test_prefix_caching_counts_two_state_pages_per_recurrent_group():
+    """vLLM's align mode (prefix caching of recurrent states) keeps two state pages per group and request at its
+    peak (MambaSpec.max_memory_usage_bytes): 'maximum concurrency' divides by one more page per mamba group."""
+    from kvsim.allocators.kv_groups import max_blocks_per_request
+    from kvsim.memory_budget import memory_budget
+    from kvsim.options import config_from_args
+
+    assert max_blocks_per_request("mamba", 0, 16, 4096, 0) == 1
+    assert max_blocks_per_request("mamba", 0, 16, 4096, 0, 2) == 2
+    assert max_blocks_per_request("full", 0, 16, 4096, 0, 2) == 256
+    base = ["--model", "jamba-1.5-mini", "--gpu", "h200", "--max-model-len", "65536"]
+    one, two = (memory_budget(config_from_args(base + extra)) for extra in ([], ["--enable-prefix-caching"]))
+    assert (one.state_pages, two.state_pages) == (1, 2)
+    lay = next(lay for name, lay, _ in one.layouts if name == "hybrid")
+    mamba_groups = sum(g.kind == "mamba" for g in lay.groups)
+    need1 = lay.pool_blocks[0] / one.concurrency_by_layout()["hybrid"]
+    need2 = lay.pool_blocks[0] / two.concurrency_by_layout()["hybrid"]
+    assert mamba_groups > 0 and need2 - need1 == pytest.approx(mamba_groups)

@@ -90,27 +90,29 @@ class KVLayout:
         return sum(b * p for b, p in zip(self.pool_blocks, self.pool_page_units))
 
 
-def max_blocks_per_request(kind: str, window: int, block_size: int, max_model_len: int, chunk: int) -> int:
+def max_blocks_per_request(kind: str, window: int, block_size: int, max_model_len: int, chunk: int,
+                           state_pages: int = 1) -> int:
     """Blocks one group holds for a request of ``max_model_len`` tokens at its peak, computed in prefill
     chunks of ``chunk`` tokens (0: whole), as vLLM's ``max_memory_usage_bytes``: every token (full); the
     last W - 1 computed tokens plus the chunk, one more block because the window need not start at a block
-    boundary (sliding); the chunk's tokens plus the prefill chunk (chunked); one page (mamba)."""
+    boundary (sliding); the chunk's tokens plus the prefill chunk (chunked); ``state_pages`` pages (mamba: one,
+    or two with prefix caching, whose ``align`` mode keeps the last block-aligned state beside the running one)."""
     T = chunk or max_model_len
     if kind == "sliding":
         return -(-min(window - 1 + T, max_model_len) // block_size) + 1
     if kind == "chunked":
         return -(-min(window + T, max_model_len) // block_size)
     if kind == "mamba":
-        return 1
+        return state_pages
     return -(-max_model_len // block_size)
 
 
-def max_concurrency(layout: KVLayout, max_model_len: int, chunk: int) -> float:
+def max_concurrency(layout: KVLayout, max_model_len: int, chunk: int, state_pages: int = 1) -> float:
     """vLLM's 'maximum concurrency' of a layout: the pool's blocks over the blocks one max-length request
     needs at its peak, summed over groups (for split pools, the tightest pool)."""
     need = [0] * len(layout.pool_blocks)
     for g in layout.groups:
-        need[g.pool] += max_blocks_per_request(g.kind, g.window, layout.block_size, max_model_len, chunk)
+        need[g.pool] += max_blocks_per_request(g.kind, g.window, layout.block_size, max_model_len, chunk, state_pages)
     return min(b / n for b, n in zip(layout.pool_blocks, need) if n)
 
 

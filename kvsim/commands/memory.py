@@ -47,7 +47,8 @@ def register(sub) -> None:
                                    "per token, blocks, and how many requests of --max-model-len tokens fit at once "
                                    "(vLLM's 'maximum concurrency'). No trace needed.")
     add_options(m, ("model and hardware", "KV pool"), keys=("max_model_len", "max_num_seqs", "max_num_batched_tokens",
-                                                          "speculative_config", "acceptance_length"))
+                                                          "speculative_config", "acceptance_length",
+                                                          "enable_prefix_caching"))
     m.add_argument("--context", type=positive_int, nargs="+", metavar="TOKENS",
                    help="also say how many sequences of these lengths fit at once (e.g. --context 4096 32768)")
     m.set_defaults(func=cmd_memory)
