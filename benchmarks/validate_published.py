@@ -19,7 +19,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from kvsim.commands.validate import METRICS, compare_run  # noqa: E402
+from kvsim.commands.validate import METRICS, compare_run, server_implied  # noqa: E402
 from kvsim.errors import ConfigError  # noqa: E402
 from kvsim.hardware import get_model  # noqa: E402
 from kvsim.options import config_from_options  # noqa: E402
@@ -53,13 +53,14 @@ def main() -> None:
     a = ap.parse_args()
     rows = []
     for path, run, preset, tp, length in runs(Path(a.folder)):
-        # The server as the file shows it: vLLM 0.6's V0 engine with its defaults (chunked prefill off up to 32K
-        # tokens, prompts in steps of their own), --max-model-len as the file is named, streaming tokens once per
-        # multi-step window
-        steps = a.num_scheduler_steps or max(1, round(run.tokens_per_chunk))
-        cfg = config_from_options({"model": preset, "gpu": "a100-80gb", "tensor_parallel_size": tp,
-                                   "max_model_len": length, "vllm_engine": "v0", "num_scheduler_steps": steps,
-                                   "max_concurrency": run.max_concurrency, "request_rate": run.request_rate})
+        # The server as the file shows it (kvsim validate's rule: dated before vLLM 0.8, the V0 engine with its
+        # defaults; tokens streamed ~10 at a time, 10 scheduler steps), --max-model-len as the file is named
+        values = {"model": preset, "gpu": "a100-80gb", "tensor_parallel_size": tp, "max_model_len": length}
+        if a.num_scheduler_steps:
+            values["num_scheduler_steps"] = a.num_scheduler_steps
+        values.update(server_implied(run, values))
+        steps = values.get("num_scheduler_steps", 1)
+        cfg = config_from_options({**values, "max_concurrency": run.max_concurrency, "request_rate": run.request_rate})
         row, _ = compare_run(run, cfg)
         rows.append({**row, "file": path.relative_to(a.folder).as_posix(), "preset": preset, "tp": tp, "len": length,
                      "date": run.date[:8], "tokens_per_chunk": run.tokens_per_chunk, "num_scheduler_steps": steps})

@@ -168,7 +168,7 @@ OPTIONS: list[Option] = [
            "engine before it, VLLM_USE_V1=0): without chunked prefill a step that admits prompts runs them alone "
            "(its scheduler puts prompts first), and its defaults apply where not given: chunked prefill only above "
            "32K-token contexts, 256 sequences, max(--max-model-len, 2048) tokens per step (512 with chunked "
-           "prefill)", "scheduler", "v1", choices=("v1", "v0")),
+           "prefill), --cpu-overhead vllm-v0", "scheduler", "v1", choices=("v1", "v0")),
     Option("num_scheduler_steps", ("--num-scheduler-steps",),
            "multi-step scheduling of the V0 engine (vLLM 0.6-0.10; needs --vllm-engine v0): decode steps run in "
            "windows of this many, back to back; the scheduler admits requests and tokens reach clients only "

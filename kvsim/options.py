@@ -194,9 +194,11 @@ def config_from_options(values: Mapping[str, Any], naming: str = "flag"):
 
     seqs, tokens = vllm_serve_defaults(gpu)  # what `vllm serve` picks for this GPU when not told
     max_len = v["max_model_len"] or model.max_context
-    if v0:  # the V0 engine's defaults (vLLM 0.6's EngineArgs and SchedulerConfig)
+    if v0:  # the V0 engine's defaults (vLLM 0.6's EngineArgs and SchedulerConfig) and its CPU time
         if "enable_chunked_prefill" not in given:
             v["enable_chunked_prefill"] = max_len > 32768
+        if "cpu_overhead" not in given:
+            v["cpu_overhead"] = "vllm-v0"
         seqs = 256
         tokens = 512 if v["enable_chunked_prefill"] else max(max_len, 2048)
     if v["max_num_seqs"] is None:

@@ -65,12 +65,12 @@ def _cfg(**kw):
 
 def test_a_decode_step_pays_its_share_of_the_cpu_time():
     one, ten = build_latency(_cfg(vllm_engine="v0")), build_latency(_cfg(vllm_engine="v0", num_scheduler_steps=10))
-    cpu = CPU_PRESETS["vllm-v1"].seconds(8)
+    cpu = CPU_PRESETS["vllm-v0"].seconds(8)  # the V0 engine's
     decode, prefill = StepShape.decode(8, 8 * 500), StepShape.of([(500, 0)])
     assert one.breakdown(decode)["cpu_s"] == pytest.approx(cpu)
     assert ten.breakdown(decode)["cpu_s"] == pytest.approx(cpu / 10)
     assert ten.step_time(decode) == pytest.approx(one.step_time(decode) - 0.9 * cpu)
-    assert ten.breakdown(prefill)["cpu_s"] == pytest.approx(CPU_PRESETS["vllm-v1"].seconds(1))
+    assert ten.breakdown(prefill)["cpu_s"] == pytest.approx(CPU_PRESETS["vllm-v0"].seconds(1))
     # a decode run is its steps, each with the same share
     run_s = ten.decode_run_time(8, 8 * 500, 5)
     assert run_s == pytest.approx(sum(ten.step_time(StepShape.decode(8, 8 * 500 + 8 * i)) for i in range(5)))
@@ -151,9 +151,52 @@ def test_the_v0_engine_takes_its_own_defaults():
     s = cfg.scheduler
     assert (s.enable_chunked_prefill, s.max_num_seqs, s.max_num_batched_tokens, s.prompts_alone) == (False, 256, 8192,
                                                                                                      True)
+    assert cfg.cpu_overhead == "vllm-v0" and _cfg(vllm_engine="v0", cpu_overhead="none").cpu_overhead == "none"
     s = _cfg(vllm_engine="v0", max_model_len=1024).scheduler
     assert s.max_num_batched_tokens == 2048
     s = config_from_options({"model": "llama-3.1-8b", "gpu": "h100", "vllm_engine": "v0"}).scheduler  # 131,072
     assert (s.enable_chunked_prefill, s.max_num_batched_tokens, s.prompts_alone) == (True, 512, False)
     s = _cfg(vllm_engine="v0", max_num_seqs=64, enable_chunked_prefill=True).scheduler
     assert (s.max_num_seqs, s.max_num_batched_tokens, s.prompts_alone) == (64, 512, False)
+
+
+def test_validate_replays_the_engine_a_result_file_shows(tmp_path, capsys):
+    """A run dated before vLLM 0.8 replays on the V0 engine, with multi-step scheduling where its tokens came four
+    or more at a time; options given win."""
+    from kvsim.cli import main
+    from kvsim.commands.validate import server_implied
+
+    d = {"date": "20240907-071536", "input_lens": [100, 50], "output_lens": [21, 11], "ttfts": [0.05, 0.05],
+         "itls": [[0.1, 0.1], [0.1]], "request_rate": "inf", "duration": 0.5}
+    p = tmp_path / "r.json"
+    p.write_text(json.dumps(d))
+    run = read_bench_result(str(p))
+    assert server_implied(run, {}) == {"vllm_engine": "v0", "num_scheduler_steps": 10}
+    assert server_implied(run, {"vllm_engine": "v1"}) == {}
+    assert server_implied(run, {"num_scheduler_steps": 4}) == {"vllm_engine": "v0"}
+    d["itls"] = [[0.01] * 20, [0.01] * 10]
+    p.write_text(json.dumps(d))
+    assert server_implied(read_bench_result(str(p)), {}) == {"vllm_engine": "v0"}
+    d["date"] = "20250901-000000"
+    p.write_text(json.dumps(d))
+    assert server_implied(read_bench_result(str(p)), {}) == {}
+    d["date"], d["itls"] = "20240907-071536", [[0.1, 0.1], [0.1]]
+    p.write_text(json.dumps(d))
+    assert main(["validate", str(p), "--model", "llama-3-8b", "--gpu", "a100-80gb", "--no-plots",
+                 "--out", str(tmp_path / "a")]) == 0
+    assert "replayed --vllm-engine v0 --num-scheduler-steps 10 as the file shows" in capsys.readouterr().err
+
+
+def test_a_request_without_text_is_replayed_but_not_compared(tmp_path):
+    d = {"input_lens": [100, 300], "output_lens": [21, 0], "ttfts": [0.05, 0.0], "itls": [[0.01] * 20, []],
+         "request_rate": "inf"}
+    p = tmp_path / "r.json"
+    p.write_text(json.dumps(d))
+    run = read_bench_result(str(p))
+    assert run.silent == 1 and run.skipped == 0
+    assert [(r.prompt_tokens, r.output_tokens) for r in run.requests] == [(100, 21), (300, 1)]
+    from kvsim.commands.validate import compare_run
+
+    row, req = compare_run(run, _cfg())
+    assert row["without_text"] == 1 and req.ttft_predicted_s.isna().tolist() == [False, True]
+    assert row["ttft_p50_measured_s"] == pytest.approx(0.05)

@@ -89,3 +89,31 @@ def test_the_published_runs_benchmark_reads_a_results_tree(tmp_path):
     assert list(table.file) == ["results/prompt_10/1xA100-80GB-SXM/Meta-Llama-3-8B-Instruct_tp1_len2048.json"]
     assert table.preset[0] == "llama-3-8b" and 0.5 < table.tpot_p50_ratio[0] < 2
     assert "Over 1 files" in (out / "summary.md").read_text()
+
+
+def test_the_load_sweep_benchmark_reads_summaries(tmp_path):
+    """benchmarks/validate_load_sweep.py on runs given by their summary fields and per-request lengths: A100 runs of
+    models with a preset are replayed (10 scheduler steps where the median ITL is ~10 TPOTs), failed runs left out."""
+    import runpy
+    import sys
+
+    run = {"date": "20240907-071536", "num_prompts": 4, "completed": 4, "duration": 2.0, "total_output_tokens": 90,
+           "median_ttft_ms": 120.0, "mean_ttft_ms": 110.0, "p99_ttft_ms": 130.0, "median_tpot_ms": 12.0,
+           "mean_tpot_ms": 12.5, "p99_tpot_ms": 20.0, "median_itl_ms": 118.0, "input_lens": [100, 200, 50, 30],
+           "output_lens": [40, 30, 0, 20]}
+    folder = tmp_path / "results" / "prompt_4" / "1xA100-80GB-SXM"
+    folder.mkdir(parents=True)
+    (folder / "Meta-Llama-3-8B-Instruct_tp1_len2048.json").write_text(json.dumps(run))
+    (folder / "Mistral-7B-Instruct-v0.3_tp1_len2048.json").write_text(json.dumps({**run, "completed": 2}))
+    (folder / "Unknown-Model_tp1_len2048.json").write_text(json.dumps(run))
+    out = tmp_path / "out"
+    argv = sys.argv
+    sys.argv = ["validate_load_sweep.py", str(tmp_path), "--out", str(out)]
+    try:
+        runpy.run_path("benchmarks/validate_load_sweep.py", run_name="__main__")
+    finally:
+        sys.argv = argv
+    table = pd.read_csv(out / "validate.csv")
+    assert list(table.file) == ["results/prompt_4/1xA100-80GB-SXM/Meta-Llama-3-8B-Instruct_tp1_len2048.json"]
+    assert table.scheduler_steps[0] == 10 and table.requests[0] == 4  # the one without output replayed too
+    assert 0.3 < table.tpot_p50_ratio[0] < 3 and "| all | 1 |" in (out / "summary.md").read_text()

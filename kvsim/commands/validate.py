@@ -23,16 +23,17 @@ def compare_run(run, cfg) -> tuple[dict, object]:
     pred = out.requests.set_index("id").loc[[r.id for r in run.requests]]
     outputs = np.array([r.output_tokens for r in run.requests], dtype=float)
     m_ttft, m_e2e = np.array(run.ttft_s), np.array(run.e2e_s)
+    timed = np.isfinite(m_ttft)  # requests that streamed no text are replayed but not compared
     with np.errstate(invalid="ignore", divide="ignore"):
         m_tpot = np.where(outputs > 1, (m_e2e - m_ttft) / (outputs - 1), np.nan)
     req = pd.DataFrame({"file": Path(run.path).name, "id": [r.id for r in run.requests],
                         "prompt_tokens": [r.prompt_tokens for r in run.requests], "output_tokens": outputs.astype(int),
                         "status": pred["status"].to_numpy(),
-                        "ttft_measured_s": m_ttft, "ttft_predicted_s": pred["ttft_s"].to_numpy(),
-                        "tpot_measured_s": m_tpot, "tpot_predicted_s": pred["tpot_s"].to_numpy(),
-                        "e2e_measured_s": m_e2e, "e2e_predicted_s": pred["e2e_s"].to_numpy()})
+                        "ttft_measured_s": m_ttft, "ttft_predicted_s": np.where(timed, pred["ttft_s"], np.nan),
+                        "tpot_measured_s": m_tpot, "tpot_predicted_s": np.where(timed, pred["tpot_s"], np.nan),
+                        "e2e_measured_s": m_e2e, "e2e_predicted_s": np.where(timed, pred["e2e_s"], np.nan)})
     row = {"file": Path(run.path).name, "model_id": run.model_id, "requests": len(run.requests),
-           "skipped": run.skipped, "not_finished": int((req.status != "finished").sum()),
+           "skipped": run.skipped, "without_text": run.silent, "not_finished": int((req.status != "finished").sum()),
            "request_rate": run.request_rate, "max_concurrency": run.max_concurrency}
     for m in METRICS:
         meas, prd = req[f"{m}_measured_s"].to_numpy(), req[f"{m}_predicted_s"].to_numpy()
@@ -47,6 +48,21 @@ def compare_run(run, cfg) -> tuple[dict, object]:
         row["output_tok_s_predicted"] = out.summary["throughput_tok_s"]
         row["output_tok_s_ratio"] = row["output_tok_s_predicted"] / row["output_tok_s_measured"]
     return row, req
+
+
+V1_DEFAULT_FROM = "20250318"  # vLLM 0.8.0: the V1 engine became the default
+
+
+def server_implied(run, values: dict) -> dict:
+    """Engine options the result file shows its server ran with, where the user gave none: a run dated before
+    vLLM 0.8 ran the V0 engine, and one whose tokens arrived four or more at a time multi-step scheduling."""
+    implied = {}
+    engine = values.get("vllm_engine")
+    if engine is None and run.date[:8].isdigit() and run.date[:8] < V1_DEFAULT_FROM:
+        engine = implied["vllm_engine"] = "v0"
+    if engine == "v0" and "num_scheduler_steps" not in values and run.tokens_per_chunk >= 4:
+        implied["num_scheduler_steps"] = round(run.tokens_per_chunk)
+    return implied
 
 
 def cmd_validate(a: argparse.Namespace) -> int:
@@ -69,13 +85,25 @@ def cmd_validate(a: argparse.Namespace) -> int:
     out = prepare_output_dir(out, "--out")
     rows, frames = [], []
     for run in runs:
-        cfg = config_from_options({**values, "max_concurrency": run.max_concurrency, "request_rate": run.request_rate})
+        implied = server_implied(run, values)
+        cfg = config_from_options({**values, **implied, "max_concurrency": run.max_concurrency,
+                                   "request_rate": run.request_rate})
+        if implied:
+            print(f"{run.path}: replayed " + " ".join(f"--{k.replace('_', '-')} {v}" for k, v in implied.items()) +
+                  " as the file shows the server ran (" + ("dated before vLLM 0.8 made V1 the default engine"
+                  if "vllm_engine" in implied else "") + ("; " if len(implied) > 1 else "") +
+                  (f"tokens streamed {run.tokens_per_chunk:.1f} at a time: multi-step scheduling"
+                   if "num_scheduler_steps" in implied else "") + "); give the options to replay otherwise",
+                  file=sys.stderr)
         if not frames:
             for note in latency_notes(cfg):
                 print(note, file=sys.stderr)
         if run.skipped:
             print(f"{run.path}: skipped {run.skipped} failed request(s)", file=sys.stderr)
-        if run.tokens_per_chunk >= 1.5 and "num_scheduler_steps" not in values:
+        if run.silent:
+            print(f"{run.path}: {run.silent} request(s) succeeded without streaming text (replayed as one token: "
+                  "their prompts were computed; not compared, the client timed nothing)", file=sys.stderr)
+        if run.tokens_per_chunk >= 1.5 and "num_scheduler_steps" not in values and "num_scheduler_steps" not in implied:
             print(f"{run.path}: its tokens reached the client {run.tokens_per_chunk:.1f} at a time (vLLM V0's "
                   f"multi-step scheduling streams once per window): replay it with --vllm-engine v0 "
                   f"--num-scheduler-steps {round(run.tokens_per_chunk)} if the server ran so", file=sys.stderr)

@@ -24,18 +24,21 @@ from kvsim.validation import is_finite, shown
 class MeasuredRun:
     path: str
     requests: list[Request]  # the successful requests, in file order, all arriving at 0
-    ttft_s: list[float]  # measured per request
-    e2e_s: list[float]  # TTFT + the sum of its inter-token latencies
+    ttft_s: list[float]  # measured per request (NaN: it streamed no text, so the client timed nothing)
+    e2e_s: list[float]  # TTFT + the sum of its inter-token latencies (NaN likewise)
     itl_s: list[float]  # every inter-token latency of every request
     request_rate: float  # requests/s, inf: all at once
     max_concurrency: int | None
     duration_s: float | None
     model_id: str
-    skipped: int  # failed requests (an error message, or nothing generated)
+    skipped: int  # failed requests (an error message)
     date: str = ""  # when the benchmark ran, as the file writes it
     # output tokens after the first per streamed chunk (over requests with more than one token): 1 when every
     # token was streamed alone; about N when vLLM V0's multi-step scheduling (N steps) delivered them
     tokens_per_chunk: float = 1.0
+    # successful requests that streamed no text (output 0: the model ended at once): their prompt was computed
+    # and one token sampled, so they are replayed as one-token requests, but nothing of theirs was timed
+    silent: int = 0
 
     @property
     def output_tokens(self) -> int:
@@ -81,13 +84,19 @@ def read_bench_result(path: str) -> MeasuredRun:
     duration = d.get("duration")
     duration = None if duration is None else _number(duration, f"{path}: field 'duration'")
     reqs, ttft, e2e, itl = [], [], [], []
-    skipped = later_tokens = 0
+    skipped = later_tokens = silent = 0
     for i in range(n):
         where = f"{path}: request {i}"
         p = _number(lists["input_lens"][i], f"{where}: field 'input_lens'")
         o = _number(lists["output_lens"][i], f"{where}: field 'output_lens'")
-        if errors[i] or o < 1 or p < 1:
+        if errors[i] or p < 1:
             skipped += 1
+            continue
+        if o < 1:  # it succeeded without text: prefilled, one token sampled (an end of text), nothing timed
+            silent += 1
+            reqs.append(Request(str(i), 0.0, int(p), 1, line=i + 1))
+            ttft.append(math.nan)
+            e2e.append(math.nan)
             continue
         t = _number(lists["ttfts"][i], f"{where}: field 'ttfts'")
         gaps = lists["itls"][i]
@@ -100,7 +109,8 @@ def read_bench_result(path: str) -> MeasuredRun:
         itl += gaps
         if gaps:
             later_tokens += int(o) - 1
-    if not reqs:
-        raise ConfigError(f"{path}: no successful request to replay ({skipped} failed)")
+    if len(reqs) == silent:
+        raise ConfigError(f"{path}: no successful request with output to compare ({skipped} failed, {silent} "
+                          "without text)")
     return MeasuredRun(str(path), reqs, ttft, e2e, itl, rate, conc, duration, str(d.get("model_id", "")), skipped,
-                       str(d.get("date") or ""), later_tokens / len(itl) if itl else 1.0)
+                       str(d.get("date") or ""), later_tokens / len(itl) if itl else 1.0, silent)
