@@ -11,7 +11,7 @@ are held out for checking and never read here.
 
 How each run is replayed, from what the file shows: the V0 engine with its defaults (`--vllm-engine v0`: every
 file predates V1) and `--max-model-len` as the file is named (V0's defaults include its CPU time, `--cpu-overhead vllm-v0`);
-multi-step scheduling where the file's median inter-token gap is several times its median TPOT (tokens streamed
+multi-step scheduling where the file's median inter-token gap is over twice its median TPOT (4-10x: tokens streamed
 about ten at a time: vLLM 0.6.0 with `--num-scheduler-steps 10`, the files of 2024-09-07/08), one step at a time
 otherwise (2024-08 files, vLLM 0.5.x). A request with no output (the model ended at once) is replayed as a
 one-token request with a TTFT of 0, as the client's statistics count it; runs where more than 5% of the requests
@@ -101,7 +101,7 @@ def main() -> None:
         if a.only and not re.search(a.only, rel):
             continue
         ratio = d["median_itl_ms"] / d["median_tpot_ms"] if d.get("median_itl_ms") else 1.0
-        steps = 10 if ratio > 5 else 1  # tokens streamed ~10 at a time: vLLM 0.6.0 with 10 scheduler steps
+        steps = 10 if ratio > 2 else 1  # chunks of ~10 tokens (vLLM 0.6.0, 10 scheduler steps): gaps 4-10x TPOT
         p = replay(d, preset, quant, tp, max_len, steps, extra)
         meas = {"ttft_p50": d["median_ttft_ms"] / 1e3, "ttft_mean": d["mean_ttft_ms"] / 1e3,
                 "ttft_p99": d["p99_ttft_ms"] / 1e3, "tpot_p50": d["median_tpot_ms"] / 1e3,
