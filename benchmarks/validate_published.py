@@ -92,12 +92,11 @@ def main() -> None:
         "These files were made by vLLM 0.6.0 with `--num-scheduler-steps 10`: the repository's report "
         "(benchmark_v0.md, \"vLLM v0.5.4 v.s. v0.6.0\") names that setting, although its scripts name the v0.5.4 "
         "image, and every request's first token reached the client alone and the rest about ten at a time (the "
-        "tokens per chunk above). Each file is replayed on the V0 engine (`--vllm-engine v0`: its defaults, "
-        "prompts in steps of their own) with the scheduler steps its streaming shows and --max-model-len as the "
-        "file is named; "
-        "`--num-scheduler-steps 1` replays them one step at a time. A first token comes alone, so the windows do "
-        "not explain the TTFT gap: kvsim's API server and prefill come to 0.49-0.70 of the measured first token, "
-        "reported, not tuned away."]
+        "tokens per chunk above). Each file is replayed as kvsim validate replays it: the server the file shows "
+        "(dated before vLLM 0.8: the V0 engine with its defaults; tokens ~10 per chunk: 10 scheduler steps), "
+        "--max-model-len as the file is named, and the requests that streamed no text prefilled with the others but "
+        "not compared; `--num-scheduler-steps 1` replays them one step at a time. The TTFT gap left (7-8B models: "
+        "the first token 40-50 ms after kvsim's prefill ends) is reported, not tuned away."]
     (out / "summary.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
     print(f"wrote {out}/validate.csv and summary.md")
 
