@@ -200,6 +200,7 @@ class SimConfig:
     vllm_version: str | None = option_default("vllm_version")  # per-op: whose kernel tables (None: the newest)
     cpu_overhead: str = option_default("cpu_overhead")  # the serving engine's CPU time per iteration (latency/cpu.py)
     frontend: str = option_default("frontend")  # the API server in front of the engine (engine/frontend.py)
+    vllm_engine: str = option_default("vllm_engine")  # v1, or v0 (its scheduler, defaults and API server)
     api_server_count: int = option_default("api_server_count")  # API server processes
     cudagraph_capture_sizes: str = option_default("cudagraph_capture_sizes")  # per-op: CUDA-graph padding
     interconnect: str = option_default("interconnect")  # how tensor-parallel GPUs are linked
@@ -253,7 +254,8 @@ class SimConfig:
         """The API server in front of each engine; ``auto`` follows the latency model (none where it prices
         the GPU alone: roofline, or no CPU overhead)."""
         return get_frontend(self.frontend, self.api_server_count,
-                            engine_only=self.latency == "roofline" or self.cpu_overhead == "none")
+                            engine_only=self.latency == "roofline" or self.cpu_overhead == "none",
+                            v0=self.vllm_engine == "v0")
 
     def engine_scheduler(self) -> SchedulerConfig:
         """The scheduler as the engine runs it: with pipeline stages, one simulated iteration is a rotation of

@@ -95,3 +95,31 @@ def test_a_fleet_of_one_is_the_single_engine_behind_its_api_server():
     fleet = simulate_fleet(reqs, [ReplicaGroup("g", cfg, "paged:16", 1)], "round-robin")
     cols = ["arrival_s", "first_token_s", "finish_s", "ttft_s", "frontend_s"]
     assert fleet.requests[cols].equals(single[cols])
+
+
+def test_the_v0_api_server_hands_a_burst_to_the_engine_together():
+    """V0's API server (4.5 ms + 1 us per prompt token per request, one at a time): three 1,000-token prompts sent
+    at once reach the engine together when the last is in (3 x 5.5 ms), and one prefill computes all three; a
+    request sent after the server has gone idle is handed over on its own."""
+    from kvsim.engine.frontend import V0_REQUEST_S
+
+    each = V0_REQUEST_S + 1000 * 1e-6
+    reqs = [Request(x, 0.0, 1000, 2) for x in "abc"] + [Request("d", 5.0, 1000, 2)]
+    cfg, r = _run(reqs, "--vllm-engine", "v0")
+    assert cfg.serving_frontend().name == "vllm-v0" and cfg.serving_frontend().batched
+    burst = r[r.id != "d"]
+    # all sent at 0 reach the engine at 3 x each (one at a time they would at 1, 2 and 3 x each)
+    assert (burst.frontend_s - DELIVER).tolist() == pytest.approx([3 * each] * 3, rel=1e-12)
+    assert burst.queue_s.tolist() == pytest.approx([3 * each] * 3, rel=1e-12)
+    assert burst.first_token_s.nunique() == 1
+    assert r[r.id == "d"].frontend_s.iloc[0] - DELIVER == pytest.approx(each, rel=1e-12)
+    _, v1 = _run(reqs)  # V1's API server hands each request on as soon as it is in
+    assert (v1[v1.id != "d"].frontend_s - DELIVER).tolist() == pytest.approx([INTAKE_1000 * k for k in (1, 2, 3)],
+                                                                             rel=1e-12)
+
+
+def test_intake_batches_only_requests_that_queue_behind_another():
+    i = Intake(FrontEnd("x", request_s=1.0, batched=True))
+    assert not i.busy_at(0.0)
+    assert i.ready(0, 0.0) == 1.0
+    assert i.busy_at(0.5) and not i.busy_at(1.0)

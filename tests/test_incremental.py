@@ -11,6 +11,7 @@ from helpers import sched
 from kvsim.allocators import make_allocator
 from kvsim.allocators.registry import KINDS, ModelMemory, parse_allocator
 from kvsim.errors import ConfigError
+from kvsim.engine.frontend import FRONTEND_PRESETS
 from kvsim.engine.preemption import get_victim_policy
 from kvsim.engine.simulator import Simulation, SwapTiming
 from kvsim.hardware import get_gpu, get_model
@@ -90,6 +91,7 @@ setup = st.fixed_dictionaries({
     "chunked": st.sampled_from([True, True, False]),
     "multi_step": st.sampled_from([1, 1, 1, 3, 8]),  # vLLM V0's --num-scheduler-steps
     "v0": st.booleans(),  # vLLM V0: without chunked prefill, prompts run in steps of their own
+    "frontend": st.sampled_from(["none", "none", "vllm", "vllm-v0"]),  # vllm-v0 hands bursts over together
 })
 
 
@@ -99,7 +101,8 @@ def _run(reqs, s, fast, observer=None):
     cfg = sched(max_model_len=max_len, max_num_seqs=s["max_seqs"], max_num_batched_tokens=budget, enable_chunked_prefill=s["chunked"],
                 batching="static" if s["static"] else "continuous", horizon_s=s["horizon"],
                 preemption_mode="swap" if s["mode"] == "swap" else "recompute", partial_preemption=s["mode"] == "partial",
-                num_scheduler_steps=s.get("multi_step", 1), prompts_alone=s.get("v0", False) and not s["chunked"])
+                num_scheduler_steps=s.get("multi_step", 1), prompts_alone=s.get("v0", False) and not s["chunked"],
+                api_server=FRONTEND_PRESETS[s.get("frontend", "none")])
     swap = s["mode"] == "swap"
     memory = None
     if KINDS[parse_allocator(s["spec"]).kind].layer_groups:  # a small model whose layers keep different caches

@@ -159,8 +159,18 @@ class Engine:
         server has taken it in (at once without one). An idle engine wakes then; a decode run planned without
         knowing of this arrival ends at the first iteration boundary after it."""
         if self._intake is not None:
-            ready = self._intake.ready(seq.req.prompt_tokens, t)
+            intake = self._intake
+            joins = intake.frontend.batched and intake.busy_at(t)
+            ready = intake.ready(seq.req.prompt_tokens, t)
             seq.frontend_s = ready - t + self._deliver_s
+            if joins:  # it extends the burst in progress: the burst's earlier requests now come with it
+                inbox = self._inbox
+                for i in range(len(inbox) - 1, self._inbox_head - 1, -1):
+                    r, s0 = inbox[i]
+                    if r < t:
+                        break  # reached the engine before this request was sent
+                    s0.frontend_s += ready - r
+                    inbox[i] = (ready, s0)
             t = ready
         self._inbox.append((t, seq))
         self.received.append(seq)

@@ -49,6 +49,9 @@ class FrontEnd:
     token_s: float = 0.0  # per prompt token: tokenization
     deliver_s: float = 0.0  # from the engine's output to the client, per streamed token
     servers: int = 1  # API server processes (vLLM's --api-server-count)
+    # requests taken in back to back reach the engine together, when the last is in (the engine's loop shares
+    # the API server's event loop and runs only once the burst is handled)
+    batched: bool = False
 
     @property
     def active(self) -> bool:
@@ -60,18 +63,23 @@ class FrontEnd:
 
 
 NO_FRONTEND = FrontEnd()
+V0_REQUEST_S = 4.5e-3  # seconds per request (benchmarks/fit_v0_intake.py: 4.0-6.0 fit about as well)
 FRONTEND_PRESETS: dict[str, FrontEnd] = {f.name: f for f in [
     NO_FRONTEND,
     FrontEnd("vllm", request_s=1.5e-3, token_s=1.0e-6, deliver_s=0.5e-3),
+    # the V0 engine's API server (vLLM <= 0.10): the engine loop shares its event loop, so a burst of requests
+    # reaches the engine together once the last is in; per-request time fitted on LambdaLabsML/vllm-benchmark's
+    # A100 load sweep (benchmarks/fit_v0_intake.py: half the runs fitted, the other half held out)
+    FrontEnd("vllm-v0", request_s=V0_REQUEST_S, token_s=1.0e-6, deliver_s=0.5e-3, batched=True),
 ]}
 FRONTEND_CHOICES = ("auto", *FRONTEND_PRESETS)
 
 
-def get_frontend(name: str, servers: int = 1, engine_only: bool = False) -> FrontEnd:
+def get_frontend(name: str, servers: int = 1, engine_only: bool = False, v0: bool = False) -> FrontEnd:
     """The preset ``name`` with ``servers`` API server processes; ``auto`` is ``none`` when the latency model
-    prices the GPU alone (``engine_only``), else ``vllm``."""
+    prices the GPU alone (``engine_only``), else ``vllm`` (``vllm-v0`` in front of the V0 engine)."""
     if name == "auto":
-        name = "none" if engine_only else "vllm"
+        name = "none" if engine_only else "vllm-v0" if v0 else "vllm"
     try:
         base = FRONTEND_PRESETS[name]
     except KeyError:
@@ -90,6 +98,10 @@ class Intake:
         self.frontend = frontend
         self._free = [0.0] * frontend.servers  # when each server is next free (a heap), seconds
         self._last = 0.0  # when the latest request reached the engine
+
+    def busy_at(self, sent_s: float) -> bool:
+        """Is every API server still taking in earlier requests when one is sent at ``sent_s``?"""
+        return self._free[0] > sent_s
 
     def ready(self, prompt_tokens: int, sent_s: float) -> float:
         """When a request of ``prompt_tokens`` sent at ``sent_s`` reaches the engine (never before one sent
