@@ -43,7 +43,7 @@ def main() -> None:
         out = []
         for _, d, preset, quant, tp, max_len, _ in subset:
             ratio = d["median_itl_ms"] / d["median_tpot_ms"] if d.get("median_itl_ms") else 1.0
-            p = sweep["replay"](d, preset, quant, tp, max_len, 10 if ratio > 2 else 1, {})
+            p = sweep["replay"](d, preset, quant, tp, max_len, 10 if ratio > 2 else 1, sweep["SERVED"])
             out.append(p["ttft_p50"] / (d["median_ttft_ms"] / 1e3))
         frontend.FRONTEND_PRESETS["vllm-v0"] = base
         return np.array(out)
