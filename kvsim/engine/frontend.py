@@ -63,13 +63,13 @@ class FrontEnd:
 
 
 NO_FRONTEND = FrontEnd()
-V0_REQUEST_S = 4.5e-3  # seconds per request (benchmarks/fit_v0_intake.py: 4.0-5.0 fit about as well)
+V0_REQUEST_S = 4.5e-3  # seconds per request (benchmarks/fit_v0_engine.py: 4.0-5.0 fit about as well)
 FRONTEND_PRESETS: dict[str, FrontEnd] = {f.name: f for f in [
     NO_FRONTEND,
     FrontEnd("vllm", request_s=1.5e-3, token_s=1.0e-6, deliver_s=0.5e-3),
     # the V0 engine's API server (vLLM <= 0.10): the engine loop shares its event loop, so a burst of requests
     # reaches the engine together once the last is in; per-request time fitted on LambdaLabsML/vllm-benchmark's
-    # A100 load sweep (benchmarks/fit_v0_intake.py: half the runs fitted, the other half held out)
+    # A100 load sweep (benchmarks/fit_v0_engine.py: half the runs fitted, the other half held out)
     FrontEnd("vllm-v0", request_s=V0_REQUEST_S, token_s=1.0e-6, deliver_s=0.5e-3, batched=True),
 ]}
 FRONTEND_CHOICES = ("auto", *FRONTEND_PRESETS)

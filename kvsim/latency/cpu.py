@@ -8,12 +8,15 @@ Synchronous engines add it to the GPU time of every iteration; an engine that sc
 
 Presets (per iteration, measured on server CPUs by the sources named):
 
-- ``vllm-v0``: vLLM v0.1-v0.5, the synchronous V0 engine of the vLLM paper's generation. 2 ms + 0.1 ms per
-  sequence. Sources: vLLM RFC #6854 (multi-step scheduling, 2024-07): "5-13 ms of GPU bubble" per decode
-  step, ~4 ms in the traced Llama-3-8B run; RFC #6913 (async output processor, 2024-07):
-  `_process_model_outputs` takes 3.4 ms at batch 32 (Llama-3-70B, 4xH100), ~0.1 ms per sequence;
-  the vLLM v0.6.0 blog (2024-09-05): on Llama-3-8B / 1xH100, v0.5.3 spent 29% of the time scheduling
-  and preparing inputs against 38% on the GPU.
+- ``vllm-v0``: the synchronous V0 engine (vLLM v0.1-v0.6; ``--vllm-engine v0``'s default). 3 ms + 0.25 ms per
+  sequence, fitted on LambdaLabsML/vllm-benchmark's A100 load sweep (vLLM 0.5 and 0.6.0, 10 to 1,280 prompts
+  at once; ``benchmarks/fit_v0_engine.py``: half the runs fitted, the other half held out: median TPOT 0.96 of
+  measured, median |error| 10%, against 0.81 and 23% with the 2 ms + 0.1 ms this preset had from the sources
+  below, whose 0.1 ms per sequence is output processing alone). Sources: vLLM RFC #6854 (multi-step
+  scheduling, 2024-07): "5-13 ms of GPU bubble" per decode step, ~4 ms in the traced Llama-3-8B run; RFC #6913
+  (async output processor, 2024-07): `_process_model_outputs` takes 3.4 ms at batch 32 (Llama-3-70B, 4xH100),
+  ~0.1 ms per sequence; the vLLM v0.6.0 blog (2024-09-05): on Llama-3-8B / 1xH100, v0.5.3 spent 29% of the
+  time scheduling and preparing inputs against 38% on the GPU.
 - ``vllm-v1`` (default): the V1 engine (2025-): engine core in its own process, persistent batch,
   scheduler still synchronous with the forward pass. 0.5 ms + 10 us per sequence. Sources: vLLM issue
   #10634 (2024-11): an asynchronous loop would bring the 5-6 ms inter-step gap at batch 256 down to
@@ -60,7 +63,7 @@ class CpuOverhead:
 
 CPU_PRESETS: dict[str, CpuOverhead] = {p.name: p for p in [
     CpuOverhead("none", 0.0, 0.0),
-    CpuOverhead("vllm-v0", 2.0e-3, 0.10e-3),
+    CpuOverhead("vllm-v0", 3.0e-3, 0.25e-3),  # fitted: benchmarks/fit_v0_engine.py
     CpuOverhead("vllm-v1", 0.5e-3, 10e-6),
     CpuOverhead("vllm-v1-async", 0.5e-3, 10e-6, overlapped=True, sync_s=50e-6),
 ]}
