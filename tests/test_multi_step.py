@@ -171,12 +171,12 @@ def test_validate_replays_the_engine_a_result_file_shows(tmp_path, capsys):
     p = tmp_path / "r.json"
     p.write_text(json.dumps(d))
     run = read_bench_result(str(p))
-    assert server_implied(run, {}) == {"vllm_engine": "v0", "num_scheduler_steps": 10}
-    assert server_implied(run, {"vllm_engine": "v1"}) == {}
-    assert server_implied(run, {"num_scheduler_steps": 4}) == {"vllm_engine": "v0"}
+    assert server_implied(run, {}) == {"vllm_engine": "v0", "vllm_version": "0.7", "num_scheduler_steps": 10}
+    assert server_implied(run, {"vllm_engine": "v1", "vllm_version": "0.22"}) == {}
+    assert server_implied(run, {"num_scheduler_steps": 4, "latency": "roofline"}) == {"vllm_engine": "v0"}
     d["itls"] = [[0.01] * 20, [0.01] * 10]
     p.write_text(json.dumps(d))
-    assert server_implied(read_bench_result(str(p)), {}) == {"vllm_engine": "v0"}
+    assert server_implied(read_bench_result(str(p)), {}) == {"vllm_engine": "v0", "vllm_version": "0.7"}
     d["date"] = "20250901-000000"
     p.write_text(json.dumps(d))
     assert server_implied(read_bench_result(str(p)), {}) == {}
@@ -184,7 +184,8 @@ def test_validate_replays_the_engine_a_result_file_shows(tmp_path, capsys):
     p.write_text(json.dumps(d))
     assert main(["validate", str(p), "--model", "llama-3-8b", "--gpu", "a100-80gb", "--no-plots",
                  "--out", str(tmp_path / "a")]) == 0
-    assert "replayed --vllm-engine v0 --num-scheduler-steps 10 as the file shows" in capsys.readouterr().err
+    assert "replayed --vllm-engine v0 --vllm-version 0.7 --num-scheduler-steps 10 as the file shows" in \
+        capsys.readouterr().err
 
 
 def test_a_request_without_text_is_replayed_but_not_compared(tmp_path):

@@ -55,11 +55,15 @@ V1_DEFAULT_FROM = "20250318"  # vLLM 0.8.0: the V1 engine became the default
 
 def server_implied(run, values: dict) -> dict:
     """Engine options the result file shows its server ran with, where the user gave none: a run dated before
-    vLLM 0.8 ran the V0 engine, and one whose tokens arrived four or more at a time multi-step scheduling."""
+    vLLM 0.8 ran the V0 engine on a release older than any whose kernels are measured (0.7 stands for it: the
+    oldest tables are used), and one whose tokens arrived four or more at a time multi-step scheduling."""
     implied = {}
     engine = values.get("vllm_engine")
-    if engine is None and run.date[:8].isdigit() and run.date[:8] < V1_DEFAULT_FROM:
+    old = run.date[:8].isdigit() and run.date[:8] < V1_DEFAULT_FROM
+    if engine is None and old:
         engine = implied["vllm_engine"] = "v0"
+    if old and "vllm_version" not in values and values.get("latency", "per-op") == "per-op":
+        implied["vllm_version"] = "0.7"  # a release before 0.8: the oldest measured kernels (said at the start)
     if engine == "v0" and "num_scheduler_steps" not in values and run.tokens_per_chunk >= 4:
         implied["num_scheduler_steps"] = round(run.tokens_per_chunk)
     return implied
