@@ -15,6 +15,19 @@ from kvsim.trace.bench_result import read_bench_result
 RESULT = "tests/data/vllm_bench_result.json"
 
 
+def run_script(path: str, *args: str) -> None:
+    """Run a benchmarks/ script as its command line would, with ``args``."""
+    import runpy
+    import sys
+
+    argv = sys.argv
+    sys.argv = [path, *args]
+    try:
+        runpy.run_path(path, run_name="__main__")
+    finally:
+        sys.argv = argv
+
+
 def test_the_result_file_becomes_requests_and_measured_latencies():
     run = read_bench_result(RESULT)
     assert [r.prompt_tokens for r in run.requests] == [100, 200, 50, 30]  # the failed one skipped
@@ -67,9 +80,7 @@ def test_validate_needs_the_model_and_keeps_the_recorded_load(tmp_path, capsys):
 def test_the_published_runs_benchmark_reads_a_results_tree(tmp_path):
     """benchmarks/validate_published.py on a results/ tree laid out as LambdaLabsML/vllm-benchmark's: A100 files of
     models with a preset are replayed, others left out."""
-    import runpy
     import shutil
-    import sys
 
     import pandas as pd
 
@@ -79,12 +90,7 @@ def test_the_published_runs_benchmark_reads_a_results_tree(tmp_path):
         shutil.copy("tests/data/vllm_bench_result.json", tree / gpu / "Meta-Llama-3-8B-Instruct_tp1_len2048.json")
     shutil.copy("tests/data/vllm_bench_result.json", tree / "1xA100-80GB-SXM" / "Meta-Llama-3.1-8B-FP8_tp1_len2048.json")
     out = tmp_path / "out"
-    argv = sys.argv
-    sys.argv = ["validate_published.py", str(tmp_path), "--out", str(out)]
-    try:
-        runpy.run_path("benchmarks/validate_published.py", run_name="__main__")
-    finally:
-        sys.argv = argv
+    run_script("benchmarks/validate_published.py", str(tmp_path), "--out", str(out))
     table = pd.read_csv(out / "validate.csv")
     assert list(table.file) == ["results/prompt_10/1xA100-80GB-SXM/Meta-Llama-3-8B-Instruct_tp1_len2048.json"]
     assert table.preset[0] == "llama-3-8b" and 0.5 < table.tpot_p50_ratio[0] < 2
@@ -94,8 +100,6 @@ def test_the_published_runs_benchmark_reads_a_results_tree(tmp_path):
 def test_the_load_sweep_benchmark_reads_summaries(tmp_path):
     """benchmarks/validate_load_sweep.py on runs given by their summary fields and per-request lengths: A100 runs of
     models with a preset are replayed (10 scheduler steps where the median ITL is ~10 TPOTs), failed runs left out."""
-    import runpy
-    import sys
 
     run = {"date": "20240907-071536", "num_prompts": 4, "completed": 4, "duration": 2.0, "total_output_tokens": 90,
            "median_ttft_ms": 120.0, "mean_ttft_ms": 110.0, "p99_ttft_ms": 130.0, "median_tpot_ms": 12.0,
@@ -107,12 +111,7 @@ def test_the_load_sweep_benchmark_reads_summaries(tmp_path):
     (folder / "Mistral-7B-Instruct-v0.3_tp1_len2048.json").write_text(json.dumps({**run, "completed": 2}))
     (folder / "Unknown-Model_tp1_len2048.json").write_text(json.dumps(run))
     out = tmp_path / "out"
-    argv = sys.argv
-    sys.argv = ["validate_load_sweep.py", str(tmp_path), "--out", str(out)]
-    try:
-        runpy.run_path("benchmarks/validate_load_sweep.py", run_name="__main__")
-    finally:
-        sys.argv = argv
+    run_script("benchmarks/validate_load_sweep.py", str(tmp_path), "--out", str(out))
     table = pd.read_csv(out / "validate.csv")
     assert list(table.file) == ["results/prompt_4/1xA100-80GB-SXM/Meta-Llama-3-8B-Instruct_tp1_len2048.json"]
     assert table.scheduler_steps[0] == 10 and table.requests[0] == 4  # the one without output replayed too

@@ -37,7 +37,6 @@ the same ratios for any calibration (a shipped one, say).
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
