@@ -6,9 +6,10 @@ sweep, and check both on the runs left out of the fit.
 
 FOLDER as for benchmarks/validate_load_sweep.py. The runs (sorted by path) are split alternately: the even ones
 fit, the odd ones are held out. Every candidate replays the fit runs as validate_load_sweep.py does. First the
-CPU time per step (base + per scheduled sequence; a multi-step window pays it once): the pair with the smallest
+CPU time per step (base + per scheduled sequence + per tensor-parallel GPU beyond the first; a multi-step window
+pays it once): the triple with the smallest
 median |log(predicted / measured median TPOT)|. Then, with it, the API server's time per request (a burst handed
-to the engine together): the smallest median |log| of the median TTFT. Three numbers are fitted in all.
+to the engine together): the smallest median |log| of the median TTFT. Four numbers are fitted in all.
 """
 
 from __future__ import annotations
@@ -23,8 +24,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-CPU_BASE_MS = (1.0, 2.0, 3.0, 4.0)
-CPU_PER_SEQ_MS = (0.1, 0.15, 0.2, 0.25, 0.3, 0.35)
+CPU_BASE_MS = (1.0, 2.0, 3.0)
+CPU_PER_SEQ_MS = (0.2, 0.25, 0.3)
+CPU_PER_RANK_MS = (0.0, 0.5, 1.0, 1.5, 2.0)
 INTAKE_MS = (1.5, 2.5, 3.5, 4.0, 4.5, 5.0, 6.0)
 
 
@@ -42,9 +44,9 @@ def main() -> None:
     fit, held = runs[0::2], runs[1::2]
     cpu0, fe0 = cpu.CPU_PRESETS["vllm-v0"], frontend.FRONTEND_PRESETS["vllm-v0"]
 
-    def ratios(subset, base_s: float, per_seq_s: float, request_s: float) -> tuple:
+    def ratios(subset, base_s: float, per_seq_s: float, per_rank_s: float, request_s: float) -> tuple:
         """(TPOT, TTFT) predicted / measured medians of every run of ``subset`` with these constants."""
-        cpu.CPU_PRESETS["vllm-v0"] = replace(cpu0, base_s=base_s, per_seq_s=per_seq_s)
+        cpu.CPU_PRESETS["vllm-v0"] = replace(cpu0, base_s=base_s, per_seq_s=per_seq_s, per_rank_s=per_rank_s)
         frontend.FRONTEND_PRESETS["vllm-v0"] = replace(fe0, request_s=request_s)
         try:
             tpot, ttft = [], []
@@ -68,19 +70,21 @@ def main() -> None:
     scores = {}
     for b in CPU_BASE_MS:
         for s in CPU_PER_SEQ_MS:
-            scores[b, s] = err(ratios(fit, b / 1e3, s / 1e3, request_s)[0])
-            print(f"CPU {b:.1f} ms + {s:.2f} ms per sequence: fit runs' TPOT median |log ratio| {scores[b, s]:.3f}",
-                  flush=True)
-    b, s = min(scores, key=scores.get)
-    base_s, per_seq_s = b / 1e3, s / 1e3
+            for r in CPU_PER_RANK_MS:
+                scores[b, s, r] = err(ratios(fit, b / 1e3, s / 1e3, r / 1e3, request_s)[0])
+                print(f"CPU {b:.1f} ms + {s:.2f} ms per sequence + {r:.1f} ms per extra GPU: fit runs' TPOT median "
+                      f"|log ratio| {scores[b, s, r]:.3f}", flush=True)
+    b, s, r = min(scores, key=scores.get)
+    cpu_s = (b / 1e3, s / 1e3, r / 1e3)
     scores = {}
     for ms in INTAKE_MS:
-        scores[ms] = err(ratios(fit, base_s, per_seq_s, ms / 1e3)[1])
+        scores[ms] = err(ratios(fit, *cpu_s, ms / 1e3)[1])
         print(f"API server {ms:.1f} ms per request: fit runs' TTFT median |log ratio| {scores[ms]:.3f}", flush=True)
     intake = min(scores, key=scores.get)
-    tpot, ttft = ratios(held, base_s, per_seq_s, intake / 1e3)
-    tpot0, ttft0 = ratios(held, 2e-3, 0.1e-3, 1.5e-3)
-    print(f"fitted on {len(fit)} runs: CPU {b} ms + {s} ms per sequence per step, API server {intake} ms per request")
+    tpot, ttft = ratios(held, *cpu_s, intake / 1e3)
+    tpot0, ttft0 = ratios(held, 2e-3, 0.1e-3, 0.0, 1.5e-3)
+    print(f"fitted on {len(fit)} runs: CPU {b} ms + {s} ms per sequence + {r} ms per extra tensor-parallel GPU per "
+          f"step, API server {intake} ms per request")
     print(f"held out ({len(held)} runs), predicted / measured median: TPOT {q(tpot)}; TTFT {q(ttft)}")
     print(f"  with the RFC-sourced CPU (2 ms + 0.1 ms per sequence) and V1's 1.5 ms per request: TPOT {q(tpot0)}; "
           f"TTFT {q(ttft0)}")

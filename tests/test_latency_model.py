@@ -278,7 +278,7 @@ def test_cpu_presets_change_the_time_as_documented():
     t = {cpu: PerOpModel(get_model("opt-13b"), g, c, get_cpu_overhead(cpu)).breakdown(shape) for cpu in
          ("none", "vllm-v0", "vllm-v1", "vllm-v1-async")}
     assert t["none"]["cpu_s"] == 0
-    assert t["vllm-v0"]["cpu_s"] == pytest.approx(3e-3 + 32 * 0.25e-3)
+    assert t["vllm-v0"]["cpu_s"] == pytest.approx(2e-3 + 32 * 0.25e-3)
     assert t["vllm-v1"]["cpu_s"] == pytest.approx(0.5e-3 + 32 * 10e-6)
     assert t["vllm-v1-async"]["cpu_s"] == pytest.approx(50e-6)  # hidden behind a GPU step of ~30 ms
     assert t["vllm-v0"]["total_s"] > t["vllm-v1"]["total_s"] > t["vllm-v1-async"]["total_s"] > t["none"]["total_s"]
@@ -311,3 +311,20 @@ def test_windowed_tiles_in_closed_form_equal_the_tile_by_tile_walk(kind, window,
     walked = windowed_tiles(new, cached, kind, window, tq, tkv, ovh, explicit_limit=10 ** 9)
     closed = windowed_tiles(new, cached, kind, window, tq, tkv, ovh, explicit_limit=1)
     assert closed[0] == pytest.approx(walked[0], rel=1e-12) and closed[1] == walked[1]
+
+
+def test_v0_cpu_time_grows_with_tensor_parallel_workers():
+    """vllm-v0: 2 ms + 0.25 ms per sequence + 1.5 ms per tensor-parallel GPU beyond the first; the other presets
+    do not depend on the GPU count."""
+    from kvsim.latency.calibration import shipped_calibration
+    from kvsim.latency.cpu import get_cpu_overhead
+    from kvsim.latency.perop import PerOpModel
+
+    g = get_gpu("a100-80gb")
+    c, _ = shipped_calibration(g)
+    shape = StepShape.decode(32, 32 * 500)
+    for tp, cpu_s in ((1, 2e-3 + 8e-3), (4, 2e-3 + 3 * 1.5e-3 + 8e-3)):
+        m = PerOpModel(get_model("llama-2-70b"), g, c, get_cpu_overhead("vllm-v0"), tp)
+        assert m.breakdown(shape)["cpu_s"] == pytest.approx(cpu_s)
+    v1 = get_cpu_overhead("vllm-v1")
+    assert v1.for_ranks(8) is v1

@@ -63,7 +63,7 @@ class FrontEnd:
 
 
 NO_FRONTEND = FrontEnd()
-V0_REQUEST_S = 4.5e-3  # seconds per request (benchmarks/fit_v0_engine.py: 4.0-5.0 fit about as well)
+V0_REQUEST_S = 4.0e-3  # seconds per request (benchmarks/fit_v0_engine.py: 3.5-5.0 fit about as well)
 FRONTEND_PRESETS: dict[str, FrontEnd] = {f.name: f for f in [
     NO_FRONTEND,
     FrontEnd("vllm", request_s=1.5e-3, token_s=1.0e-6, deliver_s=0.5e-3),

@@ -8,11 +8,13 @@ Synchronous engines add it to the GPU time of every iteration; an engine that sc
 
 Presets (per iteration, measured on server CPUs by the sources named):
 
-- ``vllm-v0``: the synchronous V0 engine (vLLM v0.1-v0.6; ``--vllm-engine v0``'s default). 3 ms + 0.25 ms per
-  sequence, fitted on LambdaLabsML/vllm-benchmark's A100 load sweep (vLLM 0.5 and 0.6.0, 10 to 1,280 prompts
-  at once; ``benchmarks/fit_v0_engine.py``: half the runs fitted, the other half held out: median TPOT 0.96 of
-  measured, median |error| 10%, against 0.81 and 23% with the 2 ms + 0.1 ms this preset had from the sources
-  below, whose 0.1 ms per sequence is output processing alone). Sources: vLLM RFC #6854 (multi-step
+- ``vllm-v0``: the synchronous V0 engine (vLLM v0.1-v0.6; ``--vllm-engine v0``'s default). 2 ms + 0.25 ms per
+  sequence, plus 1.5 ms for each tensor-parallel GPU beyond the first (V0's driver sends every step's inputs to
+  each worker process), fitted on LambdaLabsML/vllm-benchmark's A100 load sweep (vLLM 0.5 and 0.6.0, 10 to
+  1,280 prompts at once on 1-8 GPUs; ``benchmarks/fit_v0_engine.py``: half the runs fitted, the other half held
+  out: median TPOT 1.01 of measured, median |error| 7%, against 0.81 and 23% with the 2 ms + 0.1 ms this preset
+  had from the sources below, whose 0.1 ms per sequence is output processing alone; 1.0-2.0 ms per GPU fit
+  about as well). Sources: vLLM RFC #6854 (multi-step
   scheduling, 2024-07): "5-13 ms of GPU bubble" per decode step, ~4 ms in the traced Llama-3-8B run; RFC #6913
   (async output processor, 2024-07): `_process_model_outputs` takes 3.4 ms at batch 32 (Llama-3-70B, 4xH100),
   ~0.1 ms per sequence; the vLLM v0.6.0 blog (2024-09-05): on Llama-3-8B / 1xH100, v0.5.3 spent 29% of the
@@ -37,7 +39,7 @@ vllm-benchmark's report (2024-09): vLLM 0.6.0 with 10 scheduler steps against 1,
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from kvsim.errors import ConfigError
 
@@ -49,9 +51,17 @@ class CpuOverhead:
     per_seq_s: float  # seconds per scheduled sequence
     overlapped: bool = False  # runs alongside the GPU step (the iteration takes the longer of the two)
     sync_s: float = 0.0  # seconds exposed per iteration even when overlapped
+    per_rank_s: float = 0.0  # seconds per iteration for each tensor-parallel GPU beyond the first (see for_ranks)
 
     def seconds(self, num_seqs: int) -> float:
         return self.base_s + self.per_seq_s * num_seqs
+
+    def for_ranks(self, tp: int) -> "CpuOverhead":
+        """The overhead of an engine of ``tp`` tensor-parallel GPUs: V0's driver sends every step's inputs to each
+        other GPU's worker process, so each adds ``per_rank_s`` to the base."""
+        if not self.per_rank_s or tp == 1:
+            return self
+        return replace(self, base_s=self.base_s + self.per_rank_s * (tp - 1), per_rank_s=0.0)
 
     def spread(self, steps: int) -> "CpuOverhead":
         """The share of one of ``steps`` steps scheduled together (multi-step scheduling): every part / steps."""
@@ -63,7 +73,7 @@ class CpuOverhead:
 
 CPU_PRESETS: dict[str, CpuOverhead] = {p.name: p for p in [
     CpuOverhead("none", 0.0, 0.0),
-    CpuOverhead("vllm-v0", 3.0e-3, 0.25e-3),  # fitted: benchmarks/fit_v0_engine.py
+    CpuOverhead("vllm-v0", 2.0e-3, 0.25e-3, per_rank_s=1.5e-3),  # fitted: benchmarks/fit_v0_engine.py
     CpuOverhead("vllm-v1", 0.5e-3, 10e-6),
     CpuOverhead("vllm-v1-async", 0.5e-3, 10e-6, overlapped=True, sync_s=50e-6),
 ]}

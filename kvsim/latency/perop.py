@@ -339,6 +339,7 @@ class PerOpModel(LatencyModel):
     def __init__(self, model: ModelSpec, gpu: GpuSpec, calib: Calibration, cpu: CpuOverhead, tp: int = 1,
                  interconnect: str = "nvswitch", expert_parallel: bool = False, pp: int = 1, dp: int = 1,
                  graph_sizes: tuple[int, ...] = (), steps_per_schedule: int = 1):
+        cpu = cpu.for_ranks(tp)
         self.model, self.gpu, self.calib, self.cpu, self.tp, self.pp = model, gpu, calib, cpu, tp, pp
         # a decode step's CPU: the whole of it, or with multi-step scheduling its share of a schedule's (cpu.py)
         self.decode_cpu = cpu.spread(steps_per_schedule)
