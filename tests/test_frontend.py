@@ -98,8 +98,8 @@ def test_a_fleet_of_one_is_the_single_engine_behind_its_api_server():
 
 
 def test_the_v0_api_server_hands_a_burst_to_the_engine_together():
-    """V0's API server (4.5 ms + 1 us per prompt token per request, one at a time): three 1,000-token prompts sent
-    at once reach the engine together when the last is in (3 x 5.5 ms), and one prefill computes all three; a
+    """V0's API server (V0_REQUEST_S + 1 us per prompt token per request, one at a time): three 1,000-token prompts sent
+    at once reach the engine together when the last is in (3 x each), and one prefill computes all three; a
     request sent after the server has gone idle is handed over on its own."""
     from kvsim.engine.frontend import V0_REQUEST_S
 
