@@ -248,12 +248,12 @@ class Engine:
             i = 0
         self._inbox_head = i
 
-    def _completed(self, n: int, final: bool = True) -> None:
-        """``n`` requests left this engine at :attr:`now`; ``final``: they are done (not handed on)."""
+    def _completed(self, n: int, final: bool = True, t: float | None = None) -> None:
+        """``n`` requests left this engine at ``t`` (default :attr:`now`); ``final``: they are done (not handed on)."""
         if n:
             self.outstanding -= n
             if final and self.on_complete is not None:
-                self.on_complete(n, self.now + self._deliver_s)  # when the clients hear of it
+                self.on_complete(n, (self.now if t is None else t) + self._deliver_s)  # when the clients hear of it
 
     def _deliver_window(self, t: float) -> None:
         """The multi-step window ends at ``t`` (not before :attr:`now`): its finished sequences reach their clients."""
@@ -262,10 +262,7 @@ class Engine:
             seq.finish_s = t + self._deliver_s
         self._undelivered = []
         n, self._undelivered_n = self._undelivered_n, 0
-        if n:
-            self.outstanding -= n
-            if self.on_complete is not None:
-                self.on_complete(n, t + self._deliver_s)
+        self._completed(n, t=t)
 
     def _observe(self, t: float) -> None:
         self.memory.observe(t, self.sched.memory_breakdown(), self.alloc.shared_slots)
