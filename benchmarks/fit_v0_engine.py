@@ -51,8 +51,7 @@ def main() -> None:
         try:
             tpot, ttft = [], []
             for _, d, preset, quant, tp, max_len, _ in subset:
-                ratio = d["median_itl_ms"] / d["median_tpot_ms"] if d.get("median_itl_ms") else 1.0
-                p = sweep["replay"](d, preset, quant, tp, max_len, 10 if ratio > 2 else 1, sweep["SERVED"])
+                p = sweep["replay"](d, preset, quant, tp, max_len, sweep["scheduler_steps"](d)[1], sweep["SERVED"])
                 tpot.append(p["tpot_p50"] / (d["median_tpot_ms"] / 1e3))
                 ttft.append(p["ttft_p50"] / (d["median_ttft_ms"] / 1e3))
             return np.array(tpot), np.array(ttft)

@@ -58,6 +58,13 @@ def runs(folder: Path):
         yield path, d, *PRESETS[m["model"]], int(m["tp"]), int(m["len"]), int(m["n"])
 
 
+def scheduler_steps(d: dict) -> tuple[float, int]:
+    """(median ITL / median TPOT, scheduler steps) of a run: 10 where its gaps are over twice its TPOT (chunks of
+    about ten tokens, vLLM 0.6.0 with 10 scheduler steps: 4-10x as the queue grows), else 1."""
+    ratio = d["median_itl_ms"] / d["median_tpot_ms"] if d.get("median_itl_ms") else 1.0
+    return ratio, 10 if ratio > 2 else 1
+
+
 def replay(d: dict, preset: str, quant: str | None, tp: int, max_len: int, steps: int, extra: dict) -> dict:
     """kvsim's medians (TTFT, TPOT), means and p99s and output throughput for the run's requests."""
     import numpy as np
@@ -90,7 +97,7 @@ def replay(d: dict, preset: str, quant: str | None, tp: int, max_len: int, steps
 
 
 def main() -> None:
-    import pandas as pd
+    from kvsim.commands.validate import save_table
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("folder")
@@ -108,8 +115,7 @@ def main() -> None:
         rel = path.relative_to(folder).as_posix()
         if a.only and not re.search(a.only, rel):
             continue
-        ratio = d["median_itl_ms"] / d["median_tpot_ms"] if d.get("median_itl_ms") else 1.0
-        steps = 10 if ratio > 2 else 1  # chunks of ~10 tokens (vLLM 0.6.0, 10 scheduler steps): gaps 4-10x TPOT
+        ratio, steps = scheduler_steps(d)
         p = replay(d, preset, quant, tp, max_len, steps, extra)
         meas = {"ttft_p50": d["median_ttft_ms"] / 1e3, "ttft_mean": d["mean_ttft_ms"] / 1e3,
                 "ttft_p99": d["p99_ttft_ms"] / 1e3, "tpot_p50": d["median_tpot_ms"] / 1e3,
@@ -127,10 +133,7 @@ def main() -> None:
     if not rows:
         raise SystemExit(f"{folder}: no usable A100 run of a model with a preset")
     out = Path(a.out)
-    out.mkdir(parents=True, exist_ok=True)
-    t = pd.DataFrame(rows)
-    t.to_csv(out / "validate.csv", index=False)
-    write_summary(t, out / "summary.md")
+    write_summary(save_table(rows, out), out / "summary.md")
     print(f"wrote {out}/validate.csv and summary.md")
 
 

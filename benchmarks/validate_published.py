@@ -19,7 +19,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from kvsim.commands.validate import METRICS, compare_run, server_implied  # noqa: E402
+from kvsim.commands.validate import METRICS, compare_run, save_table, server_implied  # noqa: E402
 from kvsim.errors import ConfigError  # noqa: E402
 from kvsim.hardware import get_model  # noqa: E402
 from kvsim.options import config_from_options  # noqa: E402
@@ -43,8 +43,6 @@ def runs(folder: Path):
 
 
 def main() -> None:
-    import pandas as pd
-
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("folder")
     ap.add_argument("--out", default=str(ROOT / "reports" / "validation-published"))
@@ -69,9 +67,7 @@ def main() -> None:
     if not rows:
         raise SystemExit(f"{a.folder}: no A100 result files of models with a kvsim preset")
     out = Path(a.out)
-    out.mkdir(parents=True, exist_ok=True)
-    table = pd.DataFrame(rows)
-    table.to_csv(out / "validate.csv", index=False)
+    table = save_table(rows, out)
     lines = ["# kvsim against published vLLM benchmark results (LambdaLabsML/vllm-benchmark, A100)", "",
              "Each file: 10 prompts sent at once to vLLM (files dated " +
              f"{table.date.min()}-{table.date.max()}), replayed by kvsim under the same load with the shipped A100 "

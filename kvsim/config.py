@@ -75,6 +75,15 @@ class SchedulerConfig:
         return self  # checked on construction; kept for callers of the earlier API
 
 
+def prefix_caching(cfg: "SimConfig", named: bool) -> bool:
+    """Whether allocators that can cache prefixes do: as ``--enable-prefix-caching`` says when given; else
+    the default allocators do, as vLLM V1's (not for models with mamba layers, whose state vLLM did not cache
+    by default), and allocators the user named run as named."""
+    if cfg.enable_prefix_caching is not None:
+        return cfg.enable_prefix_caching
+    return not named and not cfg.model.count("mamba")
+
+
 @dataclass(frozen=True)
 class PoolPlan:
     """The KV pool one GPU holds, in bytes and in token slots."""

@@ -11,9 +11,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from kvsim.config import GiB, SimConfig, reserve_bytes, reserve_parts
+from kvsim.config import GiB, SimConfig, prefix_caching, reserve_bytes, reserve_parts
 from kvsim.releases import hybrid_manager_on, kv_size_from_concurrency
-from kvsim.runner import prefix_caching
 
 
 @dataclass(frozen=True)

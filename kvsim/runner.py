@@ -10,7 +10,7 @@ import pandas as pd
 from kvsim.allocators import AllocatorSpec, make_allocator, parse_allocator
 from kvsim.allocators.base import KVAllocator
 from kvsim.allocators.registry import ModelMemory
-from kvsim.config import PoolPlan, SimConfig
+from kvsim.config import PoolPlan, SimConfig, prefix_caching  # noqa: F401 (prefix_caching: re-exported)
 from kvsim.errors import ConfigError
 from kvsim.latency import LatencyModel, build_latency
 from kvsim.engine.preemption import get_victim_policy
@@ -25,15 +25,6 @@ class RunOutput:
     requests: pd.DataFrame
     summary: dict
     timeline: pd.DataFrame
-
-
-def prefix_caching(cfg: SimConfig, named: bool) -> bool:
-    """Whether allocators that can cache prefixes do: as ``--enable-prefix-caching`` says when given; else
-    the default allocators do, as vLLM V1's (not for models with mamba layers, whose state vLLM did not cache
-    by default), and allocators the user named run as named."""
-    if cfg.enable_prefix_caching is not None:
-        return cfg.enable_prefix_caching
-    return not named and not cfg.model.count("mamba")
 
 
 def resolve_allocator(allocator: AllocatorSpec | str, cfg: SimConfig, named: bool = True) -> AllocatorSpec:

@@ -50,6 +50,16 @@ def compare_run(run, cfg) -> tuple[dict, object]:
     return row, req
 
 
+def save_table(rows: list[dict], out: Path):
+    """``rows`` (one per result file) as a frame, written to ``out``/validate.csv (the folder made if needed)."""
+    import pandas as pd
+
+    out.mkdir(parents=True, exist_ok=True)
+    table = pd.DataFrame(rows)
+    table.to_csv(out / "validate.csv", index=False)
+    return table
+
+
 V1_DEFAULT_FROM = "20250318"  # vLLM 0.8.0: the V1 engine became the default
 
 
@@ -93,12 +103,13 @@ def cmd_validate(a: argparse.Namespace) -> int:
         cfg = config_from_options({**values, **implied, "max_concurrency": run.max_concurrency,
                                    "request_rate": run.request_rate})
         if implied:
-            print(f"{run.path}: replayed " + " ".join(f"--{k.replace('_', '-')} {v}" for k, v in implied.items()) +
-                  " as the file shows the server ran (" + ("dated before vLLM 0.8 made V1 the default engine"
-                  if "vllm_engine" in implied else "") + ("; " if len(implied) > 1 else "") +
-                  (f"tokens streamed {run.tokens_per_chunk:.1f} at a time: multi-step scheduling"
-                   if "num_scheduler_steps" in implied else "") + "); give the options to replay otherwise",
-                  file=sys.stderr)
+            dated = implied.keys() & {"vllm_engine", "vllm_version"}
+            why = (["dated before vLLM 0.8 made V1 the default engine"] if dated else []) + \
+                  ([f"tokens streamed {run.tokens_per_chunk:.1f} at a time: multi-step scheduling"]
+                   if "num_scheduler_steps" in implied else [])
+            flags = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in implied.items())
+            print(f"{run.path}: replayed {flags} as the file shows the server ran ({'; '.join(why)}); give the "
+                  "options to replay otherwise", file=sys.stderr)
         if not frames:
             for note in latency_notes(cfg):
                 print(note, file=sys.stderr)
@@ -117,9 +128,8 @@ def cmd_validate(a: argparse.Namespace) -> int:
                   "(rejected or unfinished: see the status column of requests.csv)", file=sys.stderr)
         rows.append(row)
         frames.append(req)
-    table = pd.DataFrame(rows)
+    table = save_table(rows, out)
     requests = pd.concat(frames, ignore_index=True)
-    table.to_csv(out / "validate.csv", index=False)
     requests.to_csv(out / "requests.csv", index=False)
     lines = [f"# kvsim validate: {a.model} on {a.gpu or 'the default GPU'}", "",
              "predicted / measured (medians, p90) and mean absolute percentage error per request", "",

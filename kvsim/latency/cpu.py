@@ -67,8 +67,8 @@ class CpuOverhead:
         """The share of one of ``steps`` steps scheduled together (multi-step scheduling): every part / steps."""
         if steps == 1:
             return self
-        return CpuOverhead(f"{self.name}, 1/{steps} per decode step", self.base_s / steps, self.per_seq_s / steps,
-                           self.overlapped, self.sync_s / steps)
+        return replace(self, name=f"{self.name}, 1/{steps} per decode step", base_s=self.base_s / steps,
+                       per_seq_s=self.per_seq_s / steps, sync_s=self.sync_s / steps, per_rank_s=self.per_rank_s / steps)
 
 
 CPU_PRESETS: dict[str, CpuOverhead] = {p.name: p for p in [
