@@ -53,6 +53,9 @@ class SchedulerConfig:
     num_scheduler_steps: int = option_default("num_scheduler_steps")
     # vLLM V0 without chunked prefill: a step that admits prompts runs them alone (the running batch waits)
     prompts_alone: bool = False
+    # each step is scheduled while the one before it runs (vLLM V1's async scheduling): an arrival joins the
+    # step after the one that starts next (kvsim.engine.engine)
+    async_scheduling: bool = False
     api_server: FrontEnd = NO_FRONTEND  # the API server's intake and delivery (engine/frontend.py)
 
     def __post_init__(self) -> None:
@@ -208,6 +211,8 @@ class SimConfig:
     latency: str = option_default("latency")  # "per-op", "roofline", or a path to a calibration JSON
     vllm_version: str | None = option_default("vllm_version")  # per-op: whose kernel tables (None: the newest)
     cpu_overhead: str = option_default("cpu_overhead")  # the serving engine's CPU time per iteration (latency/cpu.py)
+    # schedule each step while the previous one runs (None: as the vLLM release does; see runs_async)
+    async_scheduling: bool | None = option_default("async_scheduling")
     frontend: str = option_default("frontend")  # the API server in front of the engine (engine/frontend.py)
     vllm_engine: str = option_default("vllm_engine")  # v1, or v0 (its scheduler, defaults and API server)
     api_server_count: int = option_default("api_server_count")  # API server processes
@@ -229,6 +234,28 @@ class SimConfig:
     def __post_init__(self) -> None:
         check_fields(self)
         require(self.swap_block_latency_s, NON_NEGATIVE, "swap_block_latency_s")
+        if self.async_scheduling and self.vllm_engine == "v0":
+            raise ConfigError("--async-scheduling: the V0 engine schedules in step with the GPU (async scheduling "
+                              "is V1's, vLLM 0.10 and later); drop one")
+        if self.async_scheduling is False and self.cpu_overhead == "vllm-v1-async":
+            raise ConfigError("--cpu-overhead vllm-v1-async is the V1 engine with async scheduling: drop "
+                              "--no-async-scheduling, or use --cpu-overhead vllm-v1")
+
+    @property
+    def runs_async(self) -> bool:
+        """Whether the engine schedules each step while the previous one runs (vLLM's ``--async-scheduling``):
+        as told; else on with ``--cpu-overhead vllm-v1-async``, off for the V0 engine and static batching, and
+        otherwise as the vLLM release does (kvsim.releases.async_scheduling_default)."""
+        if self.async_scheduling is not None:
+            return self.async_scheduling
+        if self.cpu_overhead == "vllm-v1-async":
+            return True
+        if self.vllm_engine == "v0" or self.scheduler.batching != "continuous":
+            return False
+        from kvsim.releases import async_scheduling_default
+
+        drafter = self.speculative.method if self.speculative is not None else None
+        return async_scheduling_default(self.vllm_version, self.pipeline_parallel_size, drafter)
 
     @property
     def tp(self) -> int:
@@ -270,7 +297,7 @@ class SimConfig:
         """The scheduler as the engine runs it: with pipeline stages, one simulated iteration is a rotation of
         as many micro-batches, each with its own token budget (vLLM V1 schedules each within
         max_num_batched_tokens), so the iteration's budget is stages x the budget."""
-        s = replace(self.scheduler, api_server=self.serving_frontend())
+        s = replace(self.scheduler, api_server=self.serving_frontend(), async_scheduling=self.runs_async)
         if self.kv_load_layerwise:
             s = replace(s, kv_load_layers=self.memory_model.layers)
         if self.speculative is not None:  # an iteration is 1/tau of a verify step (kvsim.speculative)

@@ -182,8 +182,14 @@ OPTIONS: list[Option] = [
            "derived for the same chips; see docs/latency.md), "
            "'roofline' (uncalibrated), or a calibration JSON from `kvsim calibrate`", "latency", "per-op"),
     Option("cpu_overhead", ("--cpu-overhead",), "the serving engine's CPU time per iteration: vllm-v1 (current "
-           "vLLM), vllm-v0 (the vLLM paper's generation), vllm-v1-async, none (GPU only); sources in docs/latency.md",
+           "vLLM; hidden behind the GPU with async scheduling), vllm-v0 (the vLLM paper's generation), vllm-v1-async "
+           "(vllm-v1 with --async-scheduling), none (GPU only); sources in docs/latency.md",
            "latency", "vllm-v1", choices=tuple(CPU_PRESETS)),
+    Option("async_scheduling", ("--async-scheduling",), "the V1 engine schedules the next step while the GPU runs "
+           "this one (vLLM's --async-scheduling): its CPU time is hidden behind the GPU, and a request that arrives "
+           "while a step runs joins the step after the next one", "latency", None, bool, negatable=True,
+           default_text="as the vLLM release does: on from 0.14 (with pipeline stages from 0.15; not with ngram "
+           "drafts), off before it and for the V0 engine"),
     Option("frontend", ("--frontend",), "the API server between clients and the engine (kvsim/engine/frontend.py): "
            "vllm (HTTP, chat template and tokenization before the engine sees a request, streaming after; counted "
            "in TTFT as a benchmark client measures it), none (the engine alone), auto (vllm with the per-operation "

@@ -26,6 +26,12 @@ the number of KV cache groups times the smallest block size (vLLM issue #40691, 
 models it does not match the logged concurrency); later releases print concurrency x max_model_len
 (PRs #38364 / #40694, 2026; :func:`kv_size_from_concurrency`). The first release with the new line is
 assumed to be 0.20.
+
+**Async scheduling** (the engine schedules step N+1 while step N runs on the GPU, vLLM PR #19970) became the
+default in vLLM 0.14.0 (PR #27614; release notes, January 2026: "Async scheduling is now enabled by default",
+except pipeline parallelism and drafters other than EAGLE/MTP). Pipeline parallelism runs with it from 0.15
+(PR #32359, merged 2026-01, after 0.14 was cut; vLLM advisory GHSA-v97p-wpxp-px84 describes 0.16-0.20 running
+async scheduling with pipeline stages unless told ``--no-async-scheduling``). :func:`async_scheduling_default`.
 """
 
 from __future__ import annotations
@@ -114,3 +120,20 @@ def kv_size_from_concurrency(vllm_version: str | None) -> bool:
     """Whether vLLM ``vllm_version`` (None: a current release) logs its KV cache size as maximum concurrency x
     max_model_len (else: blocks // KV cache groups x the smallest block size)."""
     return vllm_version is None or release_key(vllm_version) >= release_key(KV_SIZE_FROM_CONCURRENCY)
+
+
+ASYNC_SCHEDULING_FROM = "0.14.0"  # the first release that schedules one step ahead by default (PR #27614)
+ASYNC_WITH_PIPELINE_FROM = "0.15.0"  # ... and with pipeline stages (PR #32359)
+ASYNC_DRAFTERS = ("eagle", "eagle3", "mtp")  # drafters async scheduling runs with (PR #31998; others turn it off)
+
+
+def async_scheduling_default(vllm_version: str | None, pipeline_stages: int = 1,
+                             drafter: str | None = None) -> bool:
+    """Whether a V1 engine of vLLM ``vllm_version`` (None: a current release) schedules one step ahead when not
+    told (``--async-scheduling``), with these pipeline stages and this speculative drafter (None: none)."""
+    v = release_key(vllm_version) if vllm_version is not None else None
+    if v is not None and v < release_key(ASYNC_SCHEDULING_FROM):
+        return False
+    if pipeline_stages > 1 and v is not None and v < release_key(ASYNC_WITH_PIPELINE_FROM):
+        return False
+    return drafter is None or drafter in ASYNC_DRAFTERS

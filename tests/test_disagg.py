@@ -57,7 +57,8 @@ def test_a_full_decode_pool_pushes_back_on_prefill():
                             "round-robin")
     for f in (roomy, tight):
         assert f.summary["finished"] == 40
-    assert roomy.summary["decode_wait_p99_s"] < 0.05
+    # at most the step in flight and, with async scheduling (vLLM 0.14+), the one scheduled while it came
+    assert roomy.summary["decode_wait_p99_s"] < 0.1
     assert tight.summary["decode_wait_p99_s"] > 1.0
     # the prefill engine ran out of memory for new prompts: its queue grew
     assert tight.summary["queue_p99_s"] > 10 * max(roomy.summary["queue_p99_s"], 0.01)

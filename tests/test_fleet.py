@@ -218,7 +218,9 @@ def test_prefix_and_load_beats_cache_blind_and_prefix_only_routing_on_hot_prefix
     cfg = config_from_args(["--model", "llama-3-8b", "--gpu", "h100-80gb"])
     p99 = {r: simulate_fleet(reqs, [ReplicaGroup("g", cfg, "paged:16+prefix", 4)], r).summary["ttft_p99_s"]
            for r in ("round-robin", "least-requests", "prefix", "prefix+load")}
-    assert p99["prefix+load"] < 0.7 * min(p99["round-robin"], p99["least-requests"], p99["prefix"]), p99
+    # (0.58 of the next best in step with the GPU, 0.80 with async scheduling, whose faster steps help prefix-only
+    # routing's hot replica most)
+    assert p99["prefix+load"] < 0.85 * min(p99["round-robin"], p99["least-requests"], p99["prefix"]), p99
 
 
 def test_cluster_command(tmp_path):

@@ -92,6 +92,7 @@ setup = st.fixed_dictionaries({
     "multi_step": st.sampled_from([1, 1, 1, 3, 8]),  # vLLM V0's --num-scheduler-steps
     "v0": st.booleans(),  # vLLM V0: without chunked prefill, prompts run in steps of their own
     "frontend": st.sampled_from(["none", "none", "vllm", "vllm-v0"]),  # vllm-v0 hands bursts over together
+    "async": st.booleans(),  # V1's async scheduling: arrivals join a step later (V1 only: no multi-step, no v0)
 })
 
 
@@ -102,7 +103,8 @@ def _run(reqs, s, fast, observer=None):
                 batching="static" if s["static"] else "continuous", horizon_s=s["horizon"],
                 preemption_mode="swap" if s["mode"] == "swap" else "recompute", partial_preemption=s["mode"] == "partial",
                 num_scheduler_steps=s.get("multi_step", 1), prompts_alone=s.get("v0", False) and not s["chunked"],
-                api_server=FRONTEND_PRESETS[s.get("frontend", "none")])
+                api_server=FRONTEND_PRESETS[s.get("frontend", "none")],
+                async_scheduling=s.get("async", False) and s.get("multi_step", 1) == 1 and not s.get("v0", False))
     swap = s["mode"] == "swap"
     memory = None
     if KINDS[parse_allocator(s["spec"]).kind].layer_groups:  # a small model whose layers keep different caches

@@ -177,7 +177,11 @@ def test_validate_replays_the_engine_a_result_file_shows(tmp_path, capsys):
     d["itls"] = [[0.01] * 20, [0.01] * 10]
     p.write_text(json.dumps(d))
     assert server_implied(read_bench_result(str(p)), {}) == {"vllm_engine": "v0", "vllm_version": "0.7"}
-    d["date"] = "20250901-000000"
+    d["date"] = "20250901-000000"  # V1, before 0.14 made async scheduling the default
+    p.write_text(json.dumps(d))
+    assert server_implied(read_bench_result(str(p)), {}) == {"async_scheduling": False}
+    assert server_implied(read_bench_result(str(p)), {"vllm_version": "0.11"}) == {}  # the release decides
+    d["date"] = "20260301-000000"
     p.write_text(json.dumps(d))
     assert server_implied(read_bench_result(str(p)), {}) == {}
     d["date"], d["itls"] = "20240907-071536", [[0.1, 0.1], [0.1]]

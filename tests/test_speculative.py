@@ -40,7 +40,7 @@ def test_mtp_adds_deepseeks_own_layer_in_fp8():
 
 
 def test_a_verify_step_is_priced_on_k_plus_one_tokens_and_an_iteration_is_its_1_over_tau_share():
-    plain = build_latency(cfg())
+    plain = build_latency(cfg("--no-async-scheduling"))  # vLLM runs n-gram drafts in step with the GPU
     k = 3
     ngram = lambda tau: build_latency(cfg("--speculative-config", f'{{"method": "ngram", "num_speculative_tokens": '
                                           f'{k}}}', "--acceptance-length", str(tau)))
@@ -130,3 +130,12 @@ def test_kvsim_latency_says_what_an_iteration_is_under_speculation(capsys):
                  "--batch", "8", "--context", "1000"]) == 0
     out = capsys.readouterr().out
     assert "an iteration is 1/2.5 of a verify step of 4 tokens per decoding sequence and 3 draft passes" in out
+
+
+def test_async_scheduling_follows_the_drafter_and_the_release():
+    """vLLM 0.14+ schedules one step ahead by default, also with EAGLE/MTP drafts (PR #31998), not with n-gram
+    ones; 0.13 never does unless told."""
+    ngram = '{"method": "ngram", "num_speculative_tokens": 3}'
+    assert cfg().runs_async and cfg(*EAGLE3, "--acceptance-length", "2.5").runs_async
+    assert not cfg("--speculative-config", ngram, "--acceptance-length", "2").runs_async
+    assert not cfg("--vllm-version", "0.13").runs_async and cfg("--vllm-version", "0.13", "--async-scheduling").runs_async

@@ -61,17 +61,23 @@ def save_table(rows: list[dict], out: Path):
 
 
 V1_DEFAULT_FROM = "20250318"  # vLLM 0.8.0: the V1 engine became the default
+ASYNC_DEFAULT_FROM = "20260120"  # vLLM 0.14.0: async scheduling became the default (kvsim.releases)
 
 
 def server_implied(run, values: dict) -> dict:
     """Engine options the result file shows its server ran with, where the user gave none: a run dated before
     vLLM 0.8 ran the V0 engine on a release older than any whose kernels are measured (0.7 stands for it: the
-    oldest tables are used), and one whose tokens arrived four or more at a time multi-step scheduling."""
+    oldest tables are used), one dated before vLLM 0.14 scheduled in step with the GPU (V1 without async
+    scheduling), and one whose tokens arrived four or more at a time multi-step scheduling."""
     implied = {}
     engine = values.get("vllm_engine")
-    old = run.date[:8].isdigit() and run.date[:8] < V1_DEFAULT_FROM
+    dated = run.date[:8] if run.date[:8].isdigit() else None
+    old = dated is not None and dated < V1_DEFAULT_FROM
     if engine is None and old:
         engine = implied["vllm_engine"] = "v0"
+    if engine in (None, "v1") and dated is not None and dated < ASYNC_DEFAULT_FROM and "vllm_version" not in values \
+            and "async_scheduling" not in values and values.get("cpu_overhead") != "vllm-v1-async":
+        implied["async_scheduling"] = False
     if old and "vllm_version" not in values and values.get("latency", "per-op") == "per-op":
         implied["vllm_version"] = "0.7"  # a release before 0.8: the oldest measured kernels (said at the start)
     if engine == "v0" and "num_scheduler_steps" not in values and run.tokens_per_chunk >= 4:
@@ -105,9 +111,12 @@ def cmd_validate(a: argparse.Namespace) -> int:
         if implied:
             dated = implied.keys() & {"vllm_engine", "vllm_version"}
             why = (["dated before vLLM 0.8 made V1 the default engine"] if dated else []) + \
+                  (["dated before vLLM 0.14 made async scheduling the default"] if "async_scheduling" in implied
+                   else []) + \
                   ([f"tokens streamed {run.tokens_per_chunk:.1f} at a time: multi-step scheduling"]
                    if "num_scheduler_steps" in implied else [])
-            flags = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in implied.items())
+            flags = " ".join(f"--{k.replace('_', '-')} {v}" if not isinstance(v, bool) else
+                             f"--{'' if v else 'no-'}{k.replace('_', '-')}" for k, v in implied.items())
             print(f"{run.path}: replayed {flags} as the file shows the server ran ({'; '.join(why)}); give the "
                   "options to replay otherwise", file=sys.stderr)
         if not frames:

@@ -24,6 +24,12 @@ a window leaves the batch and frees its memory at once (vLLM keeps computing dis
 window ends: that GPU work is not priced, except when every sequence has finished, where the window's
 remaining steps still take their time). Steps with a prompt chunk are single steps, as in vLLM 0.6.
 
+Async scheduling (vLLM V1's ``--async-scheduling``, ``cfg.async_scheduling``): the engine schedules each step while
+the one before it runs on the GPU, so the scheduler takes in a request that arrives during a step only when that
+step ends, for the step after the next (vLLM's ``EngineCore.step_with_batch_queue``: the queue holds two steps).
+An arrival is therefore seen at the end of the first step that *starts* at or after it; with nothing running (the
+engine idle, or its last sequences just finished) it is seen at once.
+
 Disaggregated serving adds two roles. A *prefill* engine (``handoff`` set) hands every finished sequence
 to its driver and keeps its KV until :meth:`release` (the decode side has read it). A *decode* engine
 (``kv_loader`` set) receives sequences whose ``remote`` prompt tokens it loads before running them (see
@@ -133,6 +139,10 @@ class Engine:
         self._window_step_s = 0.0
         self._undelivered: list[Sequence] = []
         self._undelivered_n = 0
+        # async scheduling: arrivals up to this instant are seen at the current boundary (the start of the step
+        # that just ended; the boundary itself after idling)
+        self._async = cfg.async_scheduling
+        self._seen_until = 0.0
 
     # --- what a router sees ---------------------------------------------------------------------
     @property
@@ -182,7 +192,7 @@ class Engine:
         elif self._cuttable:
             self._cuttable = False
             plan = self._plan
-            k = self._steps_within(plan, t - self.now, plan.steps)
+            k = self._steps_to_see(plan, t, plan.steps)
             if k < plan.steps:
                 plan.steps = k
                 self._dt = self.latency.decode_run_time(plan.lazy_n, plan.shape.kv_tokens, k, *plan.context_args)
@@ -198,6 +208,16 @@ class Engine:
     def _steps_within(self, plan: IterationPlan, budget_s: float, k: int) -> int:
         """Steps of the decode run (at most k) up to the first boundary at or after ``budget_s`` seconds."""
         return self.latency.decode_steps_until(plan.lazy_n, plan.shape.kv_tokens, budget_s, k, *plan.context_args)
+
+    def _steps_to_see(self, plan: IterationPlan, arrival: float, k: int) -> int:
+        """Steps of the decode run (at most k) after which the scheduler sees a request arriving at ``arrival``:
+        up to the first boundary at or after it, or with async scheduling one step more (the step scheduled
+        while the arrival came in runs first)."""
+        if not self._async:
+            return self._steps_within(plan, arrival - self.now, k)
+        if arrival <= self.now:
+            return 1
+        return min(k, self._steps_within(plan, arrival - self.now, k) + 1)
 
     def stretch_to(self, end: float) -> None:
         """A data-parallel rank in lockstep: the iteration in flight (or the wake-up) now ends at ``end``."""
@@ -218,7 +238,7 @@ class Engine:
     def start(self, now: float, next_arrival: float | None = None) -> None:
         """Begin at ``now``: see the arrivals up to now and plan the first iteration. ``next_arrival``: the
         time of the next request that will come to this engine, when the driver knows it."""
-        self.now = now
+        self.now = self._seen_until = now
         self._started = True
         self._begin(next_arrival)
 
@@ -228,7 +248,7 @@ class Engine:
         if self._plan is not None:
             self._finish(t)
         else:  # waking up after idling
-            self.now = t
+            self.now = self._seen_until = t
             self._idle_observed = False
             self._observe(t)
         self._begin(next_arrival)
@@ -238,7 +258,9 @@ class Engine:
         sched = self.sched
         if (sched.releases or sched.loading) and sched.settle_transfers(now):
             self._observe(now)
-        while i < len(inbox) and inbox[i][0] <= now:
+        # async scheduling: while sequences run, the step starting now was scheduled when the last one began
+        seen = self._seen_until if self._async and sched.running else now
+        while i < len(inbox) and inbox[i][0] <= seen:
             seq = inbox[i][1]
             i += 1
             if not sched.add_arrival(seq):
@@ -320,7 +342,7 @@ class Engine:
         times = [t for t in (self._inbox[self._inbox_head][0] if self._inbox_head < len(self._inbox) else None,
                              self.sched.next_transfer) if t is not None]
         if times:
-            self._wake_for(min(times))
+            self._wake_for(max(min(times), self.now))
 
     def _duration(self, plan: IterationPlan, now: float, next_arrival: float | None) -> float:
         """Seconds the plan takes; a decode run is first cut at the next arrival (when known) and the horizon."""
@@ -330,11 +352,11 @@ class Engine:
             if self._window_left:  # arrivals wait for the window's end
                 k = min(k, self._window_left)
             else:
-                if self._inbox_head < len(self._inbox):  # taken in by the API server, not yet here
-                    k = self._steps_within(plan, self._inbox[self._inbox_head][0] - now, k)
+                if self._inbox_head < len(self._inbox):  # taken in by the API server (or async), not yet seen
+                    k = self._steps_to_see(plan, self._inbox[self._inbox_head][0], k)
                 if not self.sched.waiting:
                     if next_arrival is not None and self._intake is None:
-                        k = self._steps_within(plan, next_arrival - now, k)
+                        k = self._steps_to_see(plan, next_arrival, k)
                     else:  # (behind an API server the driver's hint is when the request was sent, not when it comes)
                         self._cuttable = True
             if self.sched.transfers_pending:  # a load or release that ends may let a request in
@@ -365,6 +387,11 @@ class Engine:
         self._plan = None
         self._cuttable = False
         dt = self._dt
+        if self._async:  # the start of the group's last step: when the step after this one was scheduled
+            self._seen_until = now if plan.steps == 1 else t1 - (
+                self.latency.decode_run_time(plan.lazy_n, plan.shape.kv_tokens, plan.steps, *plan.context_args)
+                - self.latency.decode_run_time(plan.lazy_n, plan.shape.kv_tokens, plan.steps - 1,
+                                               *plan.context_args))
         result = sched.update_after_step(plan, t1)
         if self.observer is not None:
             self.observer(now, dt, sched.batch(plan), plan.steps, plan.copies, self.alloc)

@@ -57,7 +57,10 @@ def _per_op(cfg) -> LatencyModel:
     calib, _ = _calibration(cfg)
     s = cfg.scheduler
     graphs = parse_capture_sizes(cfg.cudagraph_capture_sizes, s.max_num_seqs, s.max_num_batched_tokens)
-    target = PerOpModel(cfg.model, cfg.gpu, calib, get_cpu_overhead(cfg.cpu_overhead), cfg.tp, cfg.interconnect,
+    cpu = get_cpu_overhead(cfg.cpu_overhead)
+    if cfg.runs_async:  # scheduled while the GPU runs the step before
+        cpu = cpu.overlapping()
+    target = PerOpModel(cfg.model, cfg.gpu, calib, cpu, cfg.tp, cfg.interconnect,
                         cfg.enable_expert_parallel, cfg.pp, cfg.dp, graphs, s.num_scheduler_steps)
     spec = cfg.speculative
     if spec is None:
@@ -79,7 +82,9 @@ def _describe_per_op(cfg) -> str:
         src += f", no per-release kernel tables (asked: vLLM {cfg.vllm_version})" if not used else \
             f", kernels of vLLM {used}" + ("" if release_key(used) == release_key(cfg.vllm_version)
                                            else f" (asked: {cfg.vllm_version})")
-    return f"per-operation model ({src} for {cfg.gpu.name}), CPU overhead {cfg.cpu_overhead}" + \
+    overlap = ", overlapped: async scheduling" if cfg.runs_async and cfg.cpu_overhead not in ("none", "vllm-v1-async") \
+        else ""
+    return f"per-operation model ({src} for {cfg.gpu.name}), CPU overhead {cfg.cpu_overhead}{overlap}" + \
         (f", {cfg.interconnect} all-reduce" if cfg.tp > 1 else "") + \
         (f", expert parallel over {cfg.tp * cfg.dp} GPUs" if cfg.enable_expert_parallel and cfg.model.is_moe
          and cfg.tp * cfg.dp > 1 else "") + \

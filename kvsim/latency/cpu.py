@@ -19,14 +19,18 @@ Presets (per iteration, measured on server CPUs by the sources named):
   (async output processor, 2024-07): `_process_model_outputs` takes 3.4 ms at batch 32 (Llama-3-70B, 4xH100),
   ~0.1 ms per sequence; the vLLM v0.6.0 blog (2024-09-05): on Llama-3-8B / 1xH100, v0.5.3 spent 29% of the
   time scheduling and preparing inputs against 38% on the GPU.
-- ``vllm-v1`` (default): the V1 engine (2025-): engine core in its own process, persistent batch,
-  scheduler still synchronous with the forward pass. 0.5 ms + 10 us per sequence. Sources: vLLM issue
+- ``vllm-v1`` (default): the V1 engine (2025-): engine core in its own process, persistent batch.
+  0.5 ms + 10 us per sequence, added to the GPU time when the scheduler runs in step with the forward pass
+  (releases before 0.14, ``--no-async-scheduling``) and overlapped with it under async scheduling (the default
+  from vLLM 0.14: kvsim.releases.async_scheduling_default, :meth:`CpuOverhead.overlapping`). Sources: vLLM issue
   #10634 (2024-11): an asynchronous loop would bring the 5-6 ms inter-step gap at batch 256 down to
   200-300 us; the simllm step-loop study of vLLM 0.27.1 (openfabric-systems/simllm PR #204, 2026-09):
   541 us per engine step amortized over a 128-request workload, the all-decode scheduler step costing
   12.7 us per running request.
 - ``vllm-v1-async``: V1 with ``--async-scheduling`` (vLLM PR #19970, 2025-06): the same CPU work,
-  overlapped with the forward pass; 50 us of synchronisation remains exposed per iteration.
+  overlapped with the forward pass; 50 us of synchronisation remains exposed per iteration. The engine then
+  schedules a step while the one before it runs, so a request that arrives during a step joins the step after
+  the next (kvsim.engine.engine).
 - ``none``: GPU time only (what kernel-level profilers and Vidur's defaults report).
 
 Multi-step scheduling (vLLM V0's ``--num-scheduler-steps N``, releases 0.6-0.10; kvsim.engine.engine) schedules,
@@ -63,6 +67,13 @@ class CpuOverhead:
             return self
         return replace(self, base_s=self.base_s + self.per_rank_s * (tp - 1), per_rank_s=0.0)
 
+    def overlapping(self, sync_s: float | None = None) -> "CpuOverhead":
+        """The same CPU work run while the GPU computes the step before (async scheduling): ``sync_s`` seconds
+        (default :data:`ASYNC_SYNC_S`) stay exposed per iteration."""
+        if self.overlapped or (not self.base_s and not self.per_seq_s and not self.per_rank_s):
+            return self
+        return replace(self, overlapped=True, sync_s=ASYNC_SYNC_S if sync_s is None else sync_s)
+
     def spread(self, steps: int) -> "CpuOverhead":
         """The share of one of ``steps`` steps scheduled together (multi-step scheduling): every part / steps."""
         if steps == 1:
@@ -71,11 +82,13 @@ class CpuOverhead:
                        per_seq_s=self.per_seq_s / steps, sync_s=self.sync_s / steps, per_rank_s=self.per_rank_s / steps)
 
 
+ASYNC_SYNC_S = 50e-6  # seconds exposed per iteration when the CPU work overlaps the GPU's
+_V1 = CpuOverhead("vllm-v1", 0.5e-3, 10e-6)
 CPU_PRESETS: dict[str, CpuOverhead] = {p.name: p for p in [
     CpuOverhead("none", 0.0, 0.0),
     CpuOverhead("vllm-v0", 2.0e-3, 0.25e-3, per_rank_s=1.5e-3),  # fitted: benchmarks/fit_v0_engine.py
-    CpuOverhead("vllm-v1", 0.5e-3, 10e-6),
-    CpuOverhead("vllm-v1-async", 0.5e-3, 10e-6, overlapped=True, sync_s=50e-6),
+    _V1,
+    replace(_V1, name="vllm-v1-async", overlapped=True, sync_s=ASYNC_SYNC_S),
 ]}
 DEFAULT_CPU = "vllm-v1"
 
