@@ -14,6 +14,7 @@ from kvsim.allocators.cache_eviction import CACHE_EVICTION_POLICIES
 from kvsim.engine.preemption import VICTIM_ALIASES, VICTIM_POLICIES
 from kvsim.hardware.models import KV_CACHE_DTYPES, QUANTIZATION_FLAGS
 from kvsim.engine.frontend import FRONTEND_CHOICES
+from kvsim.latency.calibration import MOE_BACKENDS
 from kvsim.latency.cpu import CPU_PRESETS
 from kvsim.latency.cuda_graphs import capture_sizes_rule
 from kvsim.releases import vllm_version_rule
@@ -190,6 +191,11 @@ OPTIONS: list[Option] = [
            "while a step runs joins the step after the next one", "latency", None, bool, negatable=True,
            default_text="as the vLLM release does: on from 0.14 (with pipeline stages from 0.15; not with ngram "
            "drafts), off before it and for the V0 engine"),
+    Option("moe_backend", ("--moe-backend",), "per-op: the fused-MoE kernels that run the experts (vLLM's "
+           "--moe-backend, or the environment variables before it: VLLM_MXFP4_USE_MARLIN=1 is marlin, "
+           "VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1 flashinfer-trtllm-mxfp8), priced from that kernel's own measured "
+           "tables; auto: a fit over every kernel the tables timed for the experts' dtype", "latency", "auto",
+           choices=("auto", *MOE_BACKENDS)),
     Option("frontend", ("--frontend",), "the API server between clients and the engine (kvsim/engine/frontend.py): "
            "vllm (HTTP, chat template and tokenization before the engine sees a request, streaming after; counted "
            "in TTFT as a benchmark client measures it), none (the engine alone), auto (vllm with the per-operation "

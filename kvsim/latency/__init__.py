@@ -55,6 +55,13 @@ def _per_op(cfg) -> LatencyModel:
     from kvsim.latency.cuda_graphs import parse_capture_sizes
 
     calib, _ = _calibration(cfg)
+    if cfg.moe_backend != "auto":
+        from kvsim.latency.calibration import MOE_QUANT, with_moe_backend
+
+        if not cfg.model.is_moe:
+            raise ConfigError(f"--moe-backend {cfg.moe_backend}: {cfg.model.name} has no MoE layers")
+        dtype = cfg.model.expert_dtype or cfg.model.weight_dtype or cfg.model.dtype
+        calib = with_moe_backend(calib, cfg.moe_backend, dtype if dtype in MOE_QUANT else None)
     s = cfg.scheduler
     graphs = parse_capture_sizes(cfg.cudagraph_capture_sizes, s.max_num_seqs, s.max_num_batched_tokens)
     cpu = get_cpu_overhead(cfg.cpu_overhead)
@@ -88,6 +95,7 @@ def _describe_per_op(cfg) -> str:
         (f", {cfg.interconnect} all-reduce" if cfg.tp > 1 else "") + \
         (f", expert parallel over {cfg.tp * cfg.dp} GPUs" if cfg.enable_expert_parallel and cfg.model.is_moe
          and cfg.tp * cfg.dp > 1 else "") + \
+        (f", {cfg.moe_backend} MoE kernels" if cfg.moe_backend != "auto" else "") + \
         (f", {cfg.pp} pipeline stages" if cfg.pp > 1 else "") + \
         (f", one of {cfg.dp} data-parallel ranks" + ("" if cfg.enable_expert_parallel else
                                                       f" (experts split over {cfg.dp * cfg.tp} GPUs)")

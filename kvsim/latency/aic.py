@@ -576,12 +576,14 @@ def read_moe(path: Path, moe_dtypes=("bfloat16", "float16")):
             "latency", "moe_dtype", "distribution")
     label = "bf16" if "bfloat16" in moe_dtypes else "/".join(moe_dtypes)
     df = read_table(path, cols)
-    df = df[df["moe_dtype"].astype(str).str.strip().str.lower().isin(moe_dtypes)]
+    kernel = df["kernel_source"].astype(str) if "kernel_source" in df.columns else pd.Series("", index=df.index)
+    keep = df["moe_dtype"].astype(str).str.strip().str.lower().isin(moe_dtypes)
+    df, kernel = df[keep], kernel[keep]
     dist = df["distribution"].astype(str).str.strip()
     # balanced routing is what the formula assumes; a table without it (A100's) falls back to the mildest power
     # law, which on H100 (both measured) is 0.99 of balanced at the median [0.82, 1.20 at p10/p90]
     chosen = "balanced" if (dist == "balanced").any() else "power_law_1.01"
-    df = df[dist == chosen]
+    df, kernel = df[dist == chosen], kernel[dist == chosen]
     num = {c: df[c].to_numpy(float) for c in cols[:8]}  # read_table checked they are numbers
     t = num["latency"] * 1e-3
     ok = np.isfinite(t) & (t > 0)
@@ -597,7 +599,8 @@ def read_moe(path: Path, moe_dtypes=("bfloat16", "float16")):
     g = {c: num[c][ok].astype(np.int64) for c in cols[:7]}
     return pd.DataFrame({"tokens": g["num_tokens"], "hidden": g["hidden_size"],
                          "inter": -(-g["inter_size"] // g["moe_tp_size"]), "experts": g["num_experts"],
-                         "topk": g["topk"], "tp": g["moe_tp_size"], "ep": g["moe_ep_size"], "seconds": t[ok]}), note
+                         "topk": g["topk"], "tp": g["moe_tp_size"], "ep": g["moe_ep_size"], "seconds": t[ok],
+                         "kernel": kernel.to_numpy()[ok]}), note
 
 
 def read_mla_modules(path: Path):

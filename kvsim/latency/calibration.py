@@ -154,6 +154,45 @@ class MoeParams:
 MOE_QUANT = {"fp8": ("fp8_block", "fp8", 1.0), "mxfp4": ("w4a16_mxfp4", "bf16", 0.53125),
              "int4": ("int4_wo", "bf16", 0.515625), "nvfp4": ("nvfp4", "fp4", 0.5625)}
 
+# The fused-MoE kernels vLLM can run (its --moe-backend; before it, environment variables such as
+# VLLM_MXFP4_USE_MARLIN or VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8), as AIConfigurator's kernel_source names them.
+# ``flashinfer-trtllm-mxfp8``: MXFP4 experts with activations quantized to MXFP8 (Blackwell), the
+# w4a8_mxfp4_mxfp8 rows of the tables.
+MOE_BACKENDS = {"triton": "Triton fused MoE (vLLM's own, or OpenAI's triton_kernels for MXFP4)",
+                "marlin": "Marlin weight-only kernels (4-bit weights, bf16 math)",
+                "flashinfer-cutlass": "FlashInfer's CUTLASS fused MoE",
+                "flashinfer-trtllm": "FlashInfer's TensorRT-LLM-gen fused MoE",
+                "flashinfer-trtllm-mxfp8": "FlashInfer's TensorRT-LLM-gen MXFP4 MoE with MXFP8 activations"}
+
+
+def moe_backend_of(kernel_source: str, moe_dtype: str) -> str | None:
+    """The MOE_BACKENDS family of a MoE table row's ``kernel_source`` (None: a name that does not say, such as
+    the older tables' ``vllm_fused_moe``)."""
+    k = kernel_source.lower()
+    if moe_dtype == "w4a8_mxfp4_mxfp8":
+        return "flashinfer-trtllm-mxfp8" if "trtllm" in k else None
+    for key, backend in (("marlin", "marlin"), ("trtllm", "flashinfer-trtllm"), ("flashinfer_cutlass", "flashinfer-cutlass"),
+                         ("triton", "triton")):
+        if key in k:
+            return backend
+    return "triton" if k == "vllm_fused_moe" else None  # vLLM's fused_moe kernels are Triton kernels
+
+
+def with_moe_backend(calib: "Calibration", backend: str, quant: str | None) -> "Calibration":
+    """``calib`` pricing MoE layers of ``quant`` experts (None: bf16) with the ``backend`` kernels' own fit
+    ('auto': as it is, fitted on every kernel the tables timed for the dtype)."""
+    if backend == "auto":
+        return calib
+    dtype = quant or "bf16"
+    fits = calib.moe_backends.get(dtype, {})
+    if backend not in fits:
+        have = ", ".join(sorted(fits)) or "none"
+        raise ConfigError(f"--moe-backend {backend}: no measured {dtype} MoE kernels of that backend for "
+                          f"{calib.gpu} in this calibration (measured: {have}); use auto")
+    p = fits[backend]
+    return replace(calib, moe_quant={**calib.moe_quant, quant: p}) if quant else replace(calib, moe=p)
+
+
 # Quantized dense GEMMs (projections and dense MLPs of a quantized checkpoint; the embedding, LM head and MoE
 # router stay bf16, as vLLM loads them), priced from their own measured kernels where a calibration has them:
 # the scheme (ModelSpec.weight_quant) -> (gemm_dtype of AIConfigurator's tables, or None where they have none;
@@ -233,6 +272,10 @@ class Calibration:
     mla_prefill: PrefillAttentionParams | None = None  # the same for MLA prefill (None: as prefill_attention)
     # dense GEMMs of quantized weights, by scheme (GEMM_QUANT); one missing: ``gemm``, as bf16
     gemm_quant: dict = field(default_factory=dict)
+    # fused MoE layers by the kernels that ran them (vLLM's --moe-backend): experts' dtype ("bf16" or MOE_QUANT)
+    # -> backend (MOE_BACKENDS) -> MoeParams fitted on that kernel's rows alone (``moe``/``moe_quant`` are
+    # fitted on every row of the dtype, whichever kernel a table timed)
+    moe_backends: dict = field(default_factory=dict)
 
     def link(self, n: int, interconnect: str) -> LinkParams:
         """All-reduce parameters for n GPUs (the nearest measured group size if n itself was not)."""
@@ -273,7 +316,11 @@ class Calibration:
                 mla_decode=_optional(DecodeAttentionParams, d, "mla_decode"),
                 mla_prefill=_optional(PrefillAttentionParams, d, "mla_prefill"),
                 gemm_quant={_quant_key(k, GEMM_QUANT, "gemm_quant"): _build(GemmParams, v)
-                            for k, v in _object(d.get("gemm_quant", {}), "gemm_quant").items()})
+                            for k, v in _object(d.get("gemm_quant", {}), "gemm_quant").items()},
+                moe_backends={_quant_key(q, {"bf16": 0, **MOE_QUANT}, "moe_backends"): {
+                    _quant_key(b, MOE_BACKENDS, f"moe_backends {q}"): _build(MoeParams, v)
+                    for b, v in _object(t, f"moe_backends {q}").items()}
+                    for q, t in _object(d.get("moe_backends", {}), "moe_backends").items()})
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise ConfigError(f"{where}: not a usable latency calibration ({type(e).__name__}: {e})") from None
 

@@ -1,0 +1,127 @@
+"""Fit the fused-MoE layer of every shipped calibration once per kernel family (vLLM's --moe-backend), from the
+same AIConfigurator tables the calibration's MoE was fitted on, and validate each on model shapes it never saw.
+
+    python benchmarks/fit_moe_backends.py [../shared/profiles/aic]
+
+A calibration's ``moe`` / ``moe_quant`` are fitted on every balanced-routing row of the experts' dtype, whichever
+kernel the table timed; a table can hold several (the 0.24.0 H100 table times gpt-oss's MXFP4 experts with
+OpenAI's Triton kernels and Kimi-K3's with Marlin, about 3x apart at thousands of tokens). A server that picks a
+kernel (``--moe-backend marlin``, or before that flag ``VLLM_MXFP4_USE_MARLIN=1``) runs at that kernel's speed,
+so each family (``kvsim.latency.calibration.moe_backend_of``) with at least 8 rows gets its own fit, written to the
+calibration's ``moe_backends`` with its in-sample and held-out error (every 5th model shape held out when the
+family has five or more) under ``fit.aic.moe_backends``; an earlier release's calibration keeps the newest's
+fits of the kernels its own tables did not time (as its other parameters do). Nothing else changes.
+Writes the shipped calibrations in place and reports/latency-validation/moe-backends.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import asdict
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from kvsim.hardware.gpus import GPU_PRESETS  # noqa: E402
+from kvsim.latency.aic import (fit_moe_table, locate_table, moe_seconds_table, moe_shapes, read_moe,  # noqa: E402
+                               system_dir, validate_moe, _by_regime, moe_regimes)
+from kvsim.latency.calibration import MOE_QUANT, SHIPPED, moe_backend_of  # noqa: E402
+
+SYSTEMS = {"a100-80gb": "a100_sxm", "h100-80gb": "h100_sxm", "b200": "b200_sxm"}
+# the experts' dtype kvsim prices (bf16 or MOE_QUANT) -> the tables' moe_dtype rows that serve it
+DTYPES = {"bf16": ("bfloat16",), **{q: (t,) for q, (t, *_) in MOE_QUANT.items()}}
+EXTRA = {"mxfp4": ("w4a8_mxfp4_mxfp8",)}  # MXFP4 experts with MXFP8 activations: their own backend
+
+
+def calibration_files() -> list[tuple[str, Path]]:
+    """(chip, file) of every shipped calibration fitted on AIConfigurator's MoE tables."""
+    out = []
+    for chip in SYSTEMS:
+        out.append((chip, SHIPPED / f"{chip}.json"))
+        out += [(chip, p) for p in sorted((SHIPPED / "vllm").glob(f"{chip}-*.json"))]
+    return out
+
+
+def fit_file(aic: Path, chip: str, path: Path) -> tuple[dict, dict]:
+    """(moe_backends, their validation) for one calibration file, from the MoE table version it was fitted on."""
+    d = json.loads(path.read_text())
+    version = d["fit"].get("aic", {}).get("versions", {}).get("moe_perf")
+    if version is None:
+        return {}, {}
+    sysdir = system_dir(aic, SYSTEMS[chip])
+    table, _, _ = locate_table(sysdir, "moe", version)
+    gpu = GPU_PRESETS[chip]
+    params, stats = {}, {}
+    for dtype, table_dtypes in DTYPES.items():
+        frames = []
+        for td in table_dtypes + EXTRA.get(dtype, ()):
+            try:
+                rows, _ = read_moe(table, (td,))
+            except Exception:
+                continue
+            rows = rows.assign(backend=[moe_backend_of(k, td) for k in rows["kernel"]])
+            frames.append(rows)
+        for rows in frames:
+            for backend, sub in rows.groupby("backend"):
+                sub = sub.reset_index(drop=True)
+                if len(sub) < 8:
+                    continue
+                quant = None if dtype == "bf16" else dtype
+                p = fit_moe_table(sub, gpu, quant)
+                params.setdefault(dtype, {})[backend] = asdict(p)
+                shapes = len(set(moe_shapes(sub)))
+                ins = _by_regime(moe_seconds_table(p, gpu, sub, quant) / sub["seconds"].to_numpy(), moe_regimes(sub))
+                entry = {"rows": len(sub), "shapes": shapes, "table": f"{SYSTEMS[chip]}/moe/vllm/{version}",
+                         "kernels": sorted(set(sub["kernel"])), "in_sample": ins}
+                if shapes >= 5:
+                    entry["held_out"] = validate_moe(sub, gpu, quant=quant)["held_out"]
+                stats.setdefault(dtype, {})[backend] = entry
+    return params, stats
+
+
+def cell(s: dict | None) -> str:
+    return f"{s['median']:.2f} [{s['p10']:.2f}, {s['p90']:.2f}]" if s and s.get("n") else "-"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("aic", nargs="?", default=str(ROOT.parent / "shared" / "profiles" / "aic"))
+    a = ap.parse_args()
+    lines = ["# Fused-MoE kernels by backend (vLLM's --moe-backend)", "",
+             "Each kernel family's rows of AIConfigurator's MoE tables (Apache-2.0; balanced routing) fitted alone "
+             "(`benchmarks/fit_moe_backends.py`). predicted / measured, median [p10, p90], all token counts; held out: "
+             "every 5th model shape (hidden, expert width, experts, top-k) predicted by a fit without it.", "",
+             "| calibration | experts | backend | rows | shapes | in sample | held out | tokens >=2049 held out | kernels |",
+             "|---|---|---|---:|---:|---:|---:|---:|---|"]
+    newest = {}
+    for chip, path in calibration_files():  # a chip's newest calibration comes first
+        params, stats = fit_file(Path(a.aic), chip, path)
+        if path.parent == SHIPPED:
+            newest[chip] = params
+        else:  # an earlier release keeps the newest's fits where its own tables did not time the kernels
+            params = {q: {**newest[chip].get(q, {}), **params.get(q, {})} for q in {*newest[chip], *params}}
+        d = json.loads(path.read_text())
+        d["moe_backends"] = params
+        if stats:
+            d["fit"].setdefault("aic", {})["moe_backends"] = stats
+        else:
+            d["fit"].get("aic", {}).pop("moe_backends", None)
+        path.write_text(json.dumps(d, indent=1) + "\n")
+        rel = path.relative_to(SHIPPED).as_posix()
+        for dtype, by in stats.items():
+            for backend, e in by.items():
+                held = e.get("held_out", {})
+                lines.append(f"| {rel} | {dtype} | {backend} | {e['rows']} | {e['shapes']} | "
+                             f"{cell(e['in_sample'].get('all'))} | {cell(held.get('all'))} | "
+                             f"{cell(held.get('tokens >=2049'))} | {', '.join(e['kernels'])} |")
+        print(f"{rel}: " + ", ".join(f"{q}: {'/'.join(sorted(b))}" for q, b in params.items()), flush=True)
+    out = ROOT / "reports" / "latency-validation" / "moe-backends.md"
+    out.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
