@@ -21,9 +21,9 @@ def _pools(args=(), p=1, d=1, spec="paged:16", p_args=(), d_args=()):
 
 
 def test_one_request_by_hand():
-    """TTFT = the API server's intake (1.5 ms + 1,000 prompt tokens x 1 us) + the prefill step (1,000 tokens)
+    """TTFT = the API server's intake (1.5 ms + 1,000 prompt tokens x 2.5 us) + the prefill step (1,000 tokens)
     + the link (999 tokens of llama-2-7b KV (the default model), 524,288 bytes each, at 50 GB/s after
-    200 us) + the decode engine's step that computes the last prompt token + the delivery (0.5 ms). Then
+    200 us) + the decode engine's step that computes the last prompt token + the delivery (8 ms). Then
     four decode steps."""
     pre, dec = _pools()
     cfg = pre[0].cfg
@@ -33,7 +33,7 @@ def test_one_request_by_hand():
     prefill = lat.step_time(StepShape.of([(1000, 0)]))
     link = 200e-6 + 999 * 524288 / 50e9
     first = lat.step_time(StepShape.of([(1, 999)]))
-    intake, deliver = 1.5e-3 + 1000 * 1e-6, 0.5e-3
+    intake, deliver = 1.5e-3 + 1000 * 2.5e-6, 8e-3
     assert r.kv_transfer_bytes == 999 * 524288
     assert r.handoff_s == pytest.approx(intake + prefill, rel=1e-12)
     assert r.kv_transfer_s == pytest.approx(link, rel=1e-12)

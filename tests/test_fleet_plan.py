@@ -150,7 +150,8 @@ def test_the_plan_can_share_each_engines_links(small_trace):
     slos = tuple(parse_slos("ttft_p99=60s"))
     own, shared = (evaluate(FleetJob(small_trace, {"model": "llama-3-8b"}, L, 4.0, slos, "1", None,
                                      shared_link=s)) for s in (False, True))
-    assert shared["ttft_p99_s"] > own["ttft_p99_s"] and shared["finished"] == own["finished"] == 400
+    # (the median: at 4 req/s few transfers overlap, and which requests make the p99 shifts with the waits)
+    assert shared["ttft_p50_s"] > own["ttft_p50_s"] and shared["finished"] == own["finished"] == 400
 
 
 def test_the_search_tries_data_parallel_rank_counts(small_trace):

@@ -1,11 +1,11 @@
 """The API server in front of an engine (kvsim/engine/frontend.py): a request reaches the scheduler after the
-server has taken it in (1.5 ms + 1 us per prompt token with the vllm preset, one request at a time per
-server, in the order sent), and the client hears of each token 0.5 ms after the engine made it. Hand-computed
+server has taken it in (1.5 ms + 2.5 us per prompt token with the vllm preset, one request at a time per
+server, in the order sent), and the client hears of each token 8 ms after the engine made it. Hand-computed
 single requests, a queue of two, parallel servers, a closed-loop client, and what ``auto`` picks."""
 
 import pytest
 
-from kvsim.engine.frontend import FrontEnd, Intake, get_frontend
+from kvsim.engine.frontend import V1_DELIVER_S, V1_TOKEN_S, FrontEnd, Intake, get_frontend
 from kvsim.errors import ConfigError
 from kvsim.fleet.cluster import ReplicaGroup, simulate_fleet
 from kvsim.latency import build_latency
@@ -15,8 +15,9 @@ from kvsim.runner import simulate
 from kvsim.trace.request import Request
 
 BASE = ["--gpu", "a100-80gb", "--max-model-len", "4096"]
-INTAKE_1000 = 1.5e-3 + 1000 * 1e-6
-DELIVER = 0.5e-3
+INTAKE_1000 = 1.5e-3 + 1000 * V1_TOKEN_S
+DELIVER = V1_DELIVER_S
+assert (V1_TOKEN_S, V1_DELIVER_S) == (2.5e-6, 8e-3)  # the fitted constants (benchmarks/fit_v1_frontend.py)
 
 
 def _run(reqs, *args):
@@ -73,7 +74,7 @@ def test_a_closed_loop_client_sends_when_it_has_the_last_token():
     _, r = _run(reqs, "--max-concurrency", "1")
     a, b = r.iloc[0], r.iloc[1]
     assert b.arrival_s == pytest.approx(a.finish_s, rel=1e-12)
-    assert b.frontend_s == pytest.approx(1.5e-3 + 200e-6 + DELIVER, rel=1e-12)  # no queue: the server was free
+    assert b.frontend_s == pytest.approx(1.5e-3 + 200 * V1_TOKEN_S + DELIVER, rel=1e-12)  # no queue: the server was free
 
 
 def test_auto_follows_the_latency_model_and_names_are_checked():
@@ -103,16 +104,16 @@ def test_the_v0_api_server_hands_a_burst_to_the_engine_together():
     request sent after the server has gone idle is handed over on its own."""
     from kvsim.engine.frontend import V0_REQUEST_S
 
-    each = V0_REQUEST_S + 1000 * 1e-6
+    each, v0_deliver = V0_REQUEST_S + 1000 * 1e-6, 0.5e-3
     reqs = [Request(x, 0.0, 1000, 2) for x in "abc"] + [Request("d", 5.0, 1000, 2)]
     cfg, r = _run(reqs, "--vllm-engine", "v0")
     assert cfg.serving_frontend().name == "vllm-v0" and cfg.serving_frontend().batched
     burst = r[r.id != "d"]
     # all sent at 0 reach the engine at 3 x each (one at a time they would at 1, 2 and 3 x each)
-    assert (burst.frontend_s - DELIVER).tolist() == pytest.approx([3 * each] * 3, rel=1e-12)
+    assert (burst.frontend_s - v0_deliver).tolist() == pytest.approx([3 * each] * 3, rel=1e-12)
     assert burst.queue_s.tolist() == pytest.approx([3 * each] * 3, rel=1e-12)
     assert burst.first_token_s.nunique() == 1
-    assert r[r.id == "d"].frontend_s.iloc[0] - DELIVER == pytest.approx(each, rel=1e-12)
+    assert r[r.id == "d"].frontend_s.iloc[0] - v0_deliver == pytest.approx(each, rel=1e-12)
     _, v1 = _run(reqs)  # V1's API server hands each request on as soon as it is in
     assert (v1[v1.id != "d"].frontend_s - DELIVER).tolist() == pytest.approx([INTAKE_1000 * k for k in (1, 2, 3)],
                                                                              rel=1e-12)
