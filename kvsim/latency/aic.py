@@ -829,11 +829,12 @@ def fit_moe_table(m, gpu: GpuSpec, quant: str | None = None) -> MoeParams:
     T = m["seconds"].to_numpy(float)
 
     def params(x):
-        return MoeParams(x[0] * 1e-6, x[1] * 1e-6, x[2] * 1e-9, x[3] * 1e-9, x[4], x[5], x[6])
+        return MoeParams(x[0] * 1e-6, x[1] * 1e-6, x[2] * 1e-9, x[3] * 1e-9, x[4], x[5], x[6], x[7] * 1e-6)
 
     return params([float(v) for v in _fit(lambda x: np.log(moe_seconds_table(params(x), gpu, m, quant) / T),
-                                          [20.0, 0.5, 1.0, 1.0, 0.5, 0.7, 1.5], [0.0, 0.0, 0.0, 0.0, 0.02, 0.02, 1.0],
-                                          [500.0, 50.0, 1000.0, 1000.0, 1.0, 1.0, 20.0])])
+                                          [20.0, 0.5, 1.0, 1.0, 0.5, 0.7, 1.5, 0.0],
+                                          [0.0, 0.0, 0.0, 0.0, 0.02, 0.02, 1.0, 0.0],
+                                          [500.0, 50.0, 1000.0, 1000.0, 1.0, 1.0, 20.0, 500.0])])
 
 
 def evaluate_moe(m, calib: Calibration, gpu: GpuSpec, quant: str | None = None):

@@ -143,6 +143,9 @@ class MoeParams:
     flops_eff: float = 0.6
     bw_eff: float = 0.7
     knee: float = 1.4
+    # fixed time added under expert parallelism (the expert map, masking the other ranks' copies): the measured
+    # tables' expert-parallel rows sit about 25 us above the tensor-parallel ones at a few tokens
+    t0_ep_s: float = 0.0
 
 
 # Quantized experts kvsim prices from their own measured MoE kernels: the expert dtype (ModelSpec) -> (the

@@ -240,7 +240,7 @@ def moe_formula(calib: Calibration, gpu: GpuSpec, tokens, hidden, width, experts
         q = p.knee
         # every routed copy of every token, on each rank
         route = (p.per_route_s + p.per_route_ep_s * (ep > 1)) * tokens * top_k * hidden / 4096
-        return p.t0_s + p.per_expert_s * active + route + (tf ** q + tb ** q) ** (1.0 / q)
+        return p.t0_s + p.t0_ep_s * (ep > 1) + p.per_expert_s * active + route + (tf ** q + tb ** q) ** (1.0 / q)
     g = calib.gemm
     tf = flops / (gpu.bf16_flops * g.flops_eff)
     tb = (weights + acts) / (gpu.hbm_bandwidth * g.bw_eff)
