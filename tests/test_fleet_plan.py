@@ -98,6 +98,8 @@ def test_vllm_commands_of_a_disaggregated_layout():
     assert "--tensor-parallel-size 4" in mixed[1] and "--tensor-parallel-size 2" in mixed[2]
     spec = '{"method": "eagle3", "num_speculative_tokens": 3}'
     assert f"--speculative-config '{spec}'" in vllm_commands(row, "llama-3-70b", {"speculative_config": spec})[2]
+    assert "--no-async-scheduling" in vllm_commands(row, "llama-3-70b", {"async_scheduling": False})[1]
+    assert "async" not in " ".join(cmds)  # unset: the release's own default, nothing to say
 
 
 def test_fleet_plan_command(small_trace, tmp_path):

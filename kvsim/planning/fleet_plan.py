@@ -347,6 +347,8 @@ def vllm_commands(row: dict, model: str, values: dict) -> list[str]:
         flags.append(f"--pipeline-parallel-size {row['pp']}")
     if row.get("dp", 1) > 1:
         flags.append(f"--data-parallel-size {row['dp']}")
+    if values.get("async_scheduling") is not None:  # as planned (vLLM's own default follows its release)
+        flags.append("--async-scheduling" if values["async_scheduling"] else "--no-async-scheduling")
 
     def serve(tp: int) -> str:
         return f"vllm serve {model} " + " ".join([f"--tensor-parallel-size {tp}", *flags]) + " --enable-prefix-caching"
