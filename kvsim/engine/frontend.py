@@ -22,8 +22,8 @@ Presets (``--frontend``):
   request at a time), and 8 ms from the engine's output to the client. The last two are fitted
   (``benchmarks/fit_v1_frontend.py``) on half of SemiAnalysis InferenceMAX's 300 vLLM V1 runs of gpt-oss-120b
   on H100/H200/B200 (4-128 clients, 1k-8k-token prompts; every other configuration), with the engine priced
-  from measured kernels: without them kvsim's median TTFT was 0.78 of measured on the other half (|error|
-  22%), with them 0.96 (5%); the gap is about 10-20 ms at 4 clients on every GPU and tensor parallelism and
+  from measured kernels: without them kvsim's median TTFT was 0.74 of measured on the other half (|error|
+  26%), with them 0.94 (6%); the gap is about 10-20 ms at 4 clients on every GPU and tensor parallelism and
   grows with prompt length. What takes that time is not identified (the API server, its inter-process hops
   to the engine core, the client); it is modelled as a delay, not as API server work, so it caps no
   throughput. NVIDIA AIConfigurator's estimator, fitted on its own vLLM serving runs, likewise adds tens of
