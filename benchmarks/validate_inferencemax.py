@@ -126,6 +126,8 @@ def _med(s) -> str:
 
 def write_summary(t, path: Path, kernels: str) -> None:
     """Median [p10, p90] (median |error|) of each ratio by group of runs, then every run."""
+    from kvsim.commands.validate import ratio_table
+
     lines = ["# kvsim against InferenceMAX's vLLM runs of gpt-oss-120b (H100, H200, B200)", "",
              "300 closed-loop serving runs of vLLM V1 (0.11.2 and 0.13.0 images, async scheduling) from SemiAnalysis "
              "InferenceMAX (Apache-2.0), replayed by kvsim with the server's settings and "
@@ -136,23 +138,13 @@ def write_summary(t, path: Path, kernels: str) -> None:
              "runs. Predicted / measured, median [p10, p90] over runs (median |error|). Command: "
              f"`python benchmarks/validate_inferencemax.py --kernels {kernels}` (its docstring has the set-up). Run "
              "to run, the 161 configurations InferenceMAX ran twice differ by 1.5% in median TTFT and 0.4% in median "
-             "TPOT (median |second / first - 1|).", "",
-             "| runs | n | " + " | ".join(METRICS) + " |", "|---|---:|" + "---:|" * len(METRICS)]
-
-    def add(name, sub):
-        if len(sub):
-            lines.append(f"| {name} | {len(sub)} | " + " | ".join(_med(sub[f'{m}_ratio']) for m in METRICS) + " |")
-
-    add("all", t)
-    for half, sub in t.groupby("half"):
-        add(f"{half} half", sub)
-    for key in ("gpu", "vllm", "tp"):
-        for v, sub in t.groupby(key):
-            add(f"{key} {v}", sub)
-    for (i, o), sub in t.groupby(["isl", "osl"]):
-        add(f"{i}/{o} tokens", sub)
-    for lo, hi in ((4, 8), (16, 32), (64, 128)):
-        add(f"{lo}-{hi} clients", t[(t.concurrency >= lo) & (t.concurrency <= hi)])
+             "TPOT (median |second / first - 1|).", ""]
+    groups = [("all", t), *((f"{half} half", sub) for half, sub in t.groupby("half"))]
+    groups += [(f"{key} {v}", sub) for key in ("gpu", "vllm", "tp") for v, sub in t.groupby(key)]
+    groups += [(f"{i}/{o} tokens", sub) for (i, o), sub in t.groupby(["isl", "osl"])]
+    groups += [(f"{lo}-{hi} clients", t[(t.concurrency >= lo) & (t.concurrency <= hi)])
+               for lo, hi in ((4, 8), (16, 32), (64, 128))]
+    lines += ratio_table(groups, METRICS, _med)
     lines += ["", "| gpu | vLLM | in/out | TP | clients | TTFT p50 ms measured | ratio | TPOT p50 ms measured | ratio | "
               "out tok/s ratio |", "|---|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in t.itertuples():

@@ -143,25 +143,19 @@ def _med(s) -> str:
 
 def write_summary(t, path: Path) -> None:
     """Median [p10, p90] of each ratio by group of runs, then every run."""
+    from kvsim.commands.validate import ratio_table
+
     metrics = ["ttft_p50", "ttft_mean", "tpot_p50", "tpot_mean", "tpot_p99", "out_tok_s"]
     lines = ["# kvsim against LambdaLabsML/vllm-benchmark's A100 load sweep", "",
              "10 to 1,280 ShareGPT prompts sent at once to vLLM on 1-8 A100-80GB (files of 2024-08 and 2024-09), "
              "replayed by kvsim on the V0 engine with its defaults and CPU time, with 10 scheduler steps where the file "
              "streamed tokens about ten at a time. Predicted / measured, median [p10, p90] over runs. Command: "
-             "`python benchmarks/validate_load_sweep.py FOLDER` (see its docstring for the set-up).", "",
-             "| runs | n | " + " | ".join(metrics) + " |", "|---|---:|" + "---:|" * len(metrics)]
-
-    def add(name, sub):
-        if len(sub):
-            lines.append(f"| {name} | {len(sub)} | " + " | ".join(_med(sub[f'{m}_ratio']) for m in metrics) + " |")
-
-    add("all", t)
-    for steps, sub in t.groupby("scheduler_steps"):
-        add(f"{steps} scheduler step{'s' if steps > 1 else ''}", sub)
-    for preset, sub in t.groupby("preset"):
-        add(preset, sub)
-    for lo, hi in ((10, 40), (80, 320), (640, 1280)):
-        add(f"{lo}-{hi} prompts", t[(t.prompts >= lo) & (t.prompts <= hi)])
+             "`python benchmarks/validate_load_sweep.py FOLDER` (see its docstring for the set-up).", ""]
+    groups = [("all", t), *((f"{steps} scheduler step{'s' if steps > 1 else ''}", sub)
+                            for steps, sub in t.groupby("scheduler_steps"))]
+    groups += [(preset, sub) for preset, sub in t.groupby("preset")]
+    groups += [(f"{lo}-{hi} prompts", t[(t.prompts >= lo) & (t.prompts <= hi)]) for lo, hi in ((10, 40), (80, 320), (640, 1280))]
+    lines += ratio_table(groups, metrics, _med)
     lines += ["", "| file | steps | TTFT p50 ms measured | ratio | TPOT p50 ms measured | ratio | TPOT p99 ratio | "
               "out tok/s ratio |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in t.itertuples():

@@ -60,6 +60,16 @@ def save_table(rows: list[dict], out: Path):
     return table
 
 
+def ratio_table(groups, metrics, cell) -> list[str]:
+    """Markdown lines of a table of predicted / measured ratios by group of runs: a header, then per (name,
+    frame) of ``groups`` with rows its run count and ``cell`` of each metric's ``<metric>_ratio`` column
+    (empty groups left out)."""
+    lines = ["| runs | n | " + " | ".join(metrics) + " |", "|---|---:|" + "---:|" * len(metrics)]
+    lines += [f"| {name} | {len(sub)} | " + " | ".join(cell(sub[f"{m}_ratio"]) for m in metrics) + " |"
+              for name, sub in groups if len(sub)]
+    return lines
+
+
 V1_DEFAULT_FROM = "20250318"  # vLLM 0.8.0: the V1 engine became the default
 ASYNC_DEFAULT_FROM = "20260120"  # vLLM 0.14.0: async scheduling became the default (kvsim.releases)
 
