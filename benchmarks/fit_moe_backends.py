@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import asdict
+from functools import lru_cache
 import json
 import sys
 from pathlib import Path
@@ -25,6 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from kvsim.errors import ConfigError  # noqa: E402
 from kvsim.hardware.gpus import GPU_PRESETS  # noqa: E402
 from kvsim.latency.aic import (fit_moe_table, locate_table, moe_seconds_table, moe_shapes, read_moe,  # noqa: E402
                                system_dir, validate_moe, _by_regime, moe_regimes)
@@ -45,31 +47,24 @@ def calibration_files() -> list[tuple[str, Path]]:
     return out
 
 
-def fit_file(aic: Path, chip: str, path: Path) -> tuple[dict, dict]:
-    """(moe_backends, their validation) for one calibration file, from the MoE table version it was fitted on."""
-    d = json.loads(path.read_text())
-    version = d["fit"].get("aic", {}).get("versions", {}).get("moe_perf")
-    if version is None:
-        return {}, {}
-    sysdir = system_dir(aic, SYSTEMS[chip])
-    table, _, _ = locate_table(sysdir, "moe", version)
+@lru_cache(maxsize=None)  # calibrations of several releases can share one table: fitted once
+def fit_table(chip: str, table: str, version: str) -> tuple[dict, dict]:
+    """(moe_backends, their validation) fitted on one MoE table: each kernel family of each experts' dtype with
+    at least 8 rows."""
     gpu = GPU_PRESETS[chip]
     params, stats = {}, {}
     for dtype, table_dtypes in DTYPES.items():
-        frames = []
+        quant = None if dtype == "bf16" else dtype
         for td in table_dtypes + EXTRA.get(dtype, ()):
             try:
-                rows, _ = read_moe(table, (td,))
-            except Exception:
+                rows, _ = read_moe(Path(table), (td,))
+            except ConfigError:  # the table has no usable rows of that dtype
                 continue
             rows = rows.assign(backend=[moe_backend_of(k, td) for k in rows["kernel"]])
-            frames.append(rows)
-        for rows in frames:
-            for backend, sub in rows.groupby("backend"):
+            for backend, sub in rows.groupby("backend"):  # (rows of unnamed kernels, backend None, left out)
                 sub = sub.reset_index(drop=True)
                 if len(sub) < 8:
                     continue
-                quant = None if dtype == "bf16" else dtype
                 p = fit_moe_table(sub, gpu, quant)
                 params.setdefault(dtype, {})[backend] = asdict(p)
                 shapes = len(set(moe_shapes(sub)))
@@ -98,12 +93,14 @@ def main() -> None:
              "|---|---|---|---:|---:|---:|---:|---:|---|"]
     newest = {}
     for chip, path in calibration_files():  # a chip's newest calibration comes first
-        params, stats = fit_file(Path(a.aic), chip, path)
+        d = json.loads(path.read_text())
+        version = d["fit"].get("aic", {}).get("versions", {}).get("moe_perf")  # the MoE table it was fitted on
+        params, stats = ({}, {}) if version is None else \
+            fit_table(chip, str(locate_table(system_dir(Path(a.aic), SYSTEMS[chip]), "moe", version)[0]), version)
         if path.parent == SHIPPED:
             newest[chip] = params
         else:  # an earlier release keeps the newest's fits where its own tables did not time the kernels
-            params = {q: {**newest[chip].get(q, {}), **params.get(q, {})} for q in {*newest[chip], *params}}
-        d = json.loads(path.read_text())
+            params = {q: {**newest[chip].get(q, {}), **params.get(q, {})} for q in dict.fromkeys([*newest[chip], *params])}
         d["moe_backends"] = params
         if stats:
             d["fit"].setdefault("aic", {})["moe_backends"] = stats

@@ -238,6 +238,10 @@ class SimConfig:
         if self.async_scheduling and self.vllm_engine == "v0":
             raise ConfigError("--async-scheduling: the V0 engine schedules in step with the GPU (async scheduling "
                               "is V1's, vLLM 0.10 and later); drop one")
+        if self.moe_backend != "auto" and (not self.model.is_moe or self.latency == "roofline"):
+            raise ConfigError(f"--moe-backend {self.moe_backend}: " + (
+                f"{self.model.name} has no MoE layers" if not self.model.is_moe else
+                "--latency roofline prices no measured kernels; use the per-operation model"))
         if self.async_scheduling is False and self.cpu_overhead == "vllm-v1-async":
             raise ConfigError("--cpu-overhead vllm-v1-async is the V1 engine with async scheduling: drop "
                               "--no-async-scheduling, or use --cpu-overhead vllm-v1")

@@ -53,3 +53,6 @@ def test_a_backend_without_measurements_is_refused():
                                         "--moe-backend", "flashinfer-trtllm-mxfp8"]))
     with pytest.raises(ConfigError, match="has no MoE layers"):
         build_latency(config_from_args(["--moe-backend", "triton"]))
+    with pytest.raises(ConfigError, match="roofline prices no measured kernels"):
+        config_from_args(["--model", "gpt-oss-120b", "--gpu", "h100-80gb", "--tp", "2", "--moe-backend", "marlin",
+                          "--latency", "roofline"])

@@ -387,11 +387,11 @@ class Engine:
         self._plan = None
         self._cuttable = False
         dt = self._dt
-        if self._async:  # the start of the group's last step: when the step after this one was scheduled
-            self._seen_until = now if plan.steps == 1 else t1 - (
-                self.latency.decode_run_time(plan.lazy_n, plan.shape.kv_tokens, plan.steps, *plan.context_args)
-                - self.latency.decode_run_time(plan.lazy_n, plan.shape.kv_tokens, plan.steps - 1,
-                                               *plan.context_args))
+        if self._async and self._inbox_head < len(self._inbox):
+            # the start of the group's last step, when the step after it was scheduled (only read while an
+            # arrival waits: nothing is received between a step's end and the next plan)
+            self._seen_until = now if plan.steps == 1 else now + self.latency.decode_run_time(
+                plan.lazy_n, plan.shape.kv_tokens, plan.steps - 1, *plan.context_args)
         result = sched.update_after_step(plan, t1)
         if self.observer is not None:
             self.observer(now, dt, sched.batch(plan), plan.steps, plan.copies, self.alloc)

@@ -55,13 +55,11 @@ def _per_op(cfg) -> LatencyModel:
     from kvsim.latency.cuda_graphs import parse_capture_sizes
 
     calib, _ = _calibration(cfg)
-    if cfg.moe_backend != "auto":
-        from kvsim.latency.calibration import MOE_QUANT, with_moe_backend
+    if cfg.moe_backend != "auto":  # (a model without MoE layers was refused with the configuration)
+        from kvsim.latency.calibration import with_moe_backend
+        from kvsim.latency.perop import expert_quant
 
-        if not cfg.model.is_moe:
-            raise ConfigError(f"--moe-backend {cfg.moe_backend}: {cfg.model.name} has no MoE layers")
-        dtype = cfg.model.expert_dtype or cfg.model.weight_dtype or cfg.model.dtype
-        calib = with_moe_backend(calib, cfg.moe_backend, dtype if dtype in MOE_QUANT else None)
+        calib = with_moe_backend(calib, cfg.moe_backend, expert_quant(cfg.model))
     s = cfg.scheduler
     graphs = parse_capture_sizes(cfg.cudagraph_capture_sizes, s.max_num_seqs, s.max_num_batched_tokens)
     cpu = get_cpu_overhead(cfg.cpu_overhead)

@@ -67,12 +67,12 @@ class CpuOverhead:
             return self
         return replace(self, base_s=self.base_s + self.per_rank_s * (tp - 1), per_rank_s=0.0)
 
-    def overlapping(self, sync_s: float | None = None) -> "CpuOverhead":
-        """The same CPU work run while the GPU computes the step before (async scheduling): ``sync_s`` seconds
-        (default :data:`ASYNC_SYNC_S`) stay exposed per iteration."""
+    def overlapping(self) -> "CpuOverhead":
+        """The same CPU work run while the GPU computes the step before (async scheduling): :data:`ASYNC_SYNC_S`
+        stays exposed per iteration."""
         if self.overlapped or (not self.base_s and not self.per_seq_s and not self.per_rank_s):
             return self
-        return replace(self, overlapped=True, sync_s=ASYNC_SYNC_S if sync_s is None else sync_s)
+        return replace(self, overlapped=True, sync_s=ASYNC_SYNC_S)
 
     def spread(self, steps: int) -> "CpuOverhead":
         """The share of one of ``steps`` steps scheduled together (multi-step scheduling): every part / steps."""
@@ -88,7 +88,7 @@ CPU_PRESETS: dict[str, CpuOverhead] = {p.name: p for p in [
     CpuOverhead("none", 0.0, 0.0),
     CpuOverhead("vllm-v0", 2.0e-3, 0.25e-3, per_rank_s=1.5e-3),  # fitted: benchmarks/fit_v0_engine.py
     _V1,
-    replace(_V1, name="vllm-v1-async", overlapped=True, sync_s=ASYNC_SYNC_S),
+    replace(_V1.overlapping(), name="vllm-v1-async"),
 ]}
 DEFAULT_CPU = "vllm-v1"
 

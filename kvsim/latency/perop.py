@@ -249,6 +249,13 @@ def moe_formula(calib: Calibration, gpu: GpuSpec, tokens, hidden, width, experts
     return 2 * g.t0_s + (tf ** q + tb ** q) ** (1.0 / q) + act
 
 
+def expert_quant(model: ModelSpec) -> str | None:
+    """The quantized dtype whose measured MoE kernels price ``model``'s routed experts (calibration.MOE_QUANT), or
+    None: bf16 experts (or a dtype kvsim has no MoE kernels of, priced with the bf16 fit and its own bytes)."""
+    dtype = model.expert_dtype or model.weight_dtype or model.dtype
+    return dtype if dtype in MOE_QUANT else None
+
+
 def layer_classes(model: ModelSpec, tp: int, expert_parallel: bool = False,
                   dp: int = 1) -> list[tuple[int, list[Op], MoeOp | None]]:
     """(layers, kernels, routed experts or None) per class of identical layers; a plain model has one class
@@ -271,11 +278,9 @@ def layer_classes(model: ModelSpec, tp: int, expert_parallel: bool = False,
                 ffn += ffn_ops(model, tp, model.shared_experts * model.moe_intermediate_size)
             ranks = tp * dp
             ep = ranks if expert_parallel else 1
-            dtype = model.expert_dtype or model.weight_dtype or model.dtype
             wb = DTYPE_BYTES[model.expert_dtype] if model.expert_dtype else model.weight_dtype_bytes
             experts = MoeOp(h, -(-model.moe_intermediate_size // (ranks // ep)), model.num_experts,
-                            model.experts_per_token, wb, model.gated_mlp, ep,
-                            dtype if dtype in MOE_QUANT else None)
+                            model.experts_per_token, wb, model.gated_mlp, ep, expert_quant(model))
         else:
             ffn, experts = ffn_ops(model, tp, model.intermediate_size), None
         out.append((n, decoder_layer(model, mix, ffn), experts))
