@@ -211,8 +211,8 @@ def main() -> None:
                        "out by parallelism " + "; ".join(f"{k}: {cell(v)}" for k, v in mv["held_out_parallel"].items()
                                                         if k != "all") +
                        ". The last column for MoE is the same layers priced without an MoE fit (GEMM and "
-                       "element-wise parameters, as kvsim did before)." + (" " + data.notes[0] if any(
-                           "power_law" in n for n in data.notes) else "")]
+                       "element-wise parameters, as kvsim did before). Rows of balanced and power-law routing, "
+                       "each priced with its routing's distinct experts (kvsim.latency.routing)."]
         for q, mv in fit["aic"].get("moe_quant", {}).items():
             # before: the bf16 MoE parameters with the quantized weights' bytes (kvsim without a quantized fit)
             bf16 = evaluate_moe(data.moe_quant[q], replace(calib, moe_quant={}), gpu, q)

@@ -3,7 +3,8 @@ same AIConfigurator tables the calibration's MoE was fitted on, and validate eac
 
     python benchmarks/fit_moe_backends.py [../shared/profiles/aic]
 
-A calibration's ``moe`` / ``moe_quant`` are fitted on every balanced-routing row of the experts' dtype, whichever
+A calibration's ``moe`` / ``moe_quant`` are fitted on every row of the experts' dtype (balanced and power-law
+routing, each row priced with its own routing's distinct experts: kvsim.latency.routing), whichever
 kernel the table timed; a table can hold several (the 0.24.0 H100 table times gpt-oss's MXFP4 experts with
 OpenAI's Triton kernels and Kimi-K3's with Marlin, about 3x apart at thousands of tokens). A server that picks a
 kernel (``--moe-backend marlin``, or before that flag ``VLLM_MXFP4_USE_MARLIN=1``) runs at that kernel's speed,
@@ -86,7 +87,7 @@ def main() -> None:
     ap.add_argument("aic", nargs="?", default=str(ROOT.parent / "shared" / "profiles" / "aic"))
     a = ap.parse_args()
     lines = ["# Fused-MoE kernels by backend (vLLM's --moe-backend)", "",
-             "Each kernel family's rows of AIConfigurator's MoE tables (Apache-2.0; balanced routing) fitted alone "
+             "Each kernel family's rows of AIConfigurator's MoE tables (Apache-2.0; balanced and power-law routing, each row with its routing's distinct experts) fitted alone "
              "(`benchmarks/fit_moe_backends.py`). predicted / measured, median [p10, p90], all token counts; held out: "
              "every 5th model shape (hidden, expert width, experts, top-k) predicted by a fit without it.", "",
              "| calibration | experts | backend | rows | shapes | in sample | held out | tokens >=2049 held out | kernels |",

@@ -47,8 +47,9 @@ def lengths(isl: int, osl: int, n: int, seed: int = 0):
     return rng.integers(int(isl * 0.8), isl + 1, n), rng.integers(int(osl * 0.8), osl + 1, n)
 
 
-def server(r, kernels: str) -> dict:
-    """kvsim options for the server of run ``r`` (a row of the data table)."""
+def server(r, kernels: str, routing: str | None = None) -> dict:
+    """kvsim options for the server of run ``r`` (a row of the data table); ``routing``: --moe-routing (None:
+    kvsim's default)."""
     hw, isl, osl = r.gpu, int(r.isl), int(r.osl)
     max_len = 2068 if (isl, osl) == (1024, 1024) else 10240 if hw == "h100" else isl + osl + 200
     v = {"model": "gpt-oss-120b", "gpu": GPUS[hw], "tensor_parallel_size": int(r.tp), "max_model_len": max_len,
@@ -61,10 +62,12 @@ def server(r, kernels: str) -> dict:
         v["moe_backend"] = SERVED_KERNELS[hw]
     if hw != "b200" or kernels != "served":
         v["vllm_version"] = str(r.vllm)
+    if routing is not None:
+        v["moe_routing"] = routing
     return v
 
 
-def replay(r, kernels: str) -> dict:
+def replay(r, kernels: str, routing: str | None = None) -> dict:
     """kvsim's median and mean TTFT and TPOT (seconds) and output tokens/s for run ``r``."""
     import numpy as np
 
@@ -76,7 +79,7 @@ def replay(r, kernels: str) -> dict:
     n = 10 * int(r.conc)
     ins, outs = lengths(int(r.isl), int(r.osl), n)
     reqs = [Request(str(i), 0.0, int(p), int(o), line=i + 1) for i, (p, o) in enumerate(zip(ins, outs))]
-    cfg = config_from_options(server(r, kernels))
+    cfg = config_from_options(server(r, kernels, routing))
     out = simulate(reqs, cfg, resolve_allocator("paged", cfg, named=False))
     df = out.requests
     done = df[df.status == "finished"]
@@ -95,6 +98,7 @@ def main() -> None:
     ap.add_argument("--out", default=str(ROOT / "reports" / "validation-inferencemax"))
     ap.add_argument("--kernels", choices=("served", "auto"), default="served",
                     help="MoE kernels: those the server's environment picked, or kvsim's default fit [served]")
+    ap.add_argument("--moe-routing", help="kvsim's --moe-routing for every replay [kvsim's default]")
     ap.add_argument("--only", help="a pandas query the runs must match (e.g. \"gpu == 'h200'\")")
     a = ap.parse_args()
     runs = pd.read_csv(a.data, dtype={"vllm": str})
@@ -102,7 +106,7 @@ def main() -> None:
         runs = runs.query(a.only)
     rows = []
     for r in runs.itertuples():
-        p = replay(r, a.kernels)
+        p = replay(r, a.kernels, a.moe_routing)
         meas = {"ttft_p50": r.median_ttft_s, "ttft_mean": r.mean_ttft_s, "tpot_p50": r.median_tpot_s,
                 "tpot_mean": r.mean_tpot_s, "out_tok_s": r.output_tok_s}
         row = {"gpu": r.gpu, "vllm": r.vllm, "isl": r.isl, "osl": r.osl, "tp": r.tp, "concurrency": r.conc,
@@ -134,7 +138,8 @@ def write_summary(t, path: Path, kernels: str) -> None:
              + ("the MoE kernels its environment picked (Marlin on Hopper, FlashInfer MXFP4 x MXFP8 on B200)"
                 if kernels == "served" else "kvsim's default MoE fit (`--moe-backend auto`)")
              + ". Every other configuration (the fit half) fitted V1's API server per-prompt-token time and delivery "
-             "delay (`benchmarks/fit_v1_frontend.py`), which move TTFT and E2E only; nothing else was fitted to these "
+             "delay (`benchmarks/fit_v1_frontend.py`), which move TTFT and E2E only, and chose `--moe-routing`'s "
+             "default (power-law-1.2: TPOT 0.99 on the fit half, uniform 1.11); nothing else was fitted to these "
              "runs. Predicted / measured, median [p10, p90] over runs (median |error|). Command: "
              f"`python benchmarks/validate_inferencemax.py --kernels {kernels}` (its docstring has the set-up). Run "
              "to run, the 161 configurations InferenceMAX ran twice differ by 1.5% in median TTFT and 0.4% in median "

@@ -215,6 +215,7 @@ class SimConfig:
     async_scheduling: bool | None = option_default("async_scheduling")
     frontend: str = option_default("frontend")  # the API server in front of the engine (engine/frontend.py)
     moe_backend: str = option_default("moe_backend")  # per-op: whose fused-MoE kernels price the experts
+    moe_routing: str = option_default("moe_routing")  # per-op: how tokens spread over experts (latency/routing.py)
     vllm_engine: str = option_default("vllm_engine")  # v1, or v0 (its scheduler, defaults and API server)
     api_server_count: int = option_default("api_server_count")  # API server processes
     cudagraph_capture_sizes: str = option_default("cudagraph_capture_sizes")  # per-op: CUDA-graph padding

@@ -15,6 +15,7 @@ from kvsim.engine.preemption import VICTIM_ALIASES, VICTIM_POLICIES
 from kvsim.hardware.models import KV_CACHE_DTYPES, QUANTIZATION_FLAGS
 from kvsim.engine.frontend import FRONTEND_CHOICES
 from kvsim.latency.calibration import MOE_BACKENDS
+from kvsim.latency.routing import DEFAULT_ROUTING, ROUTINGS
 from kvsim.latency.cpu import CPU_PRESETS
 from kvsim.latency.cuda_graphs import capture_sizes_rule
 from kvsim.releases import vllm_version_rule
@@ -196,6 +197,12 @@ OPTIONS: list[Option] = [
            "VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1 flashinfer-trtllm-mxfp8), priced from that kernel's own measured "
            "tables; auto: a fit over every kernel the tables timed for the experts' dtype", "latency", "auto",
            choices=("auto", *MOE_BACKENDS)),
+    Option("moe_routing", ("--moe-routing",), "per-op: how the router spreads a step's tokens over the experts, "
+           "which sets how many distinct experts' weights a MoE layer reads (kvsim/latency/routing.py): uniform "
+           "(each token's top-k drawn at random), balanced (as evenly as possible: the most experts), "
+           "power-law-1.01 / power-law-1.2 (a few hot experts take many tokens: the fewest; AIConfigurator's "
+           "skewed workloads, the default: on InferenceMAX's gpt-oss-120b runs it predicts TPOT at 0.99 of "
+           "measured where uniform gives 1.11; docs/latency.md)", "latency", DEFAULT_ROUTING, choices=tuple(ROUTINGS)),
     Option("frontend", ("--frontend",), "the API server between clients and the engine (kvsim/engine/frontend.py): "
            "vllm (HTTP, chat template and tokenization before the engine sees a request, streaming after; counted "
            "in TTFT as a benchmark client measures it), none (the engine alone), auto (vllm with the per-operation "

@@ -268,7 +268,7 @@ def config_from_options(values: Mapping[str, Any], naming: str = "flag"):
                      enable_expert_parallel=v["enable_expert_parallel"], latency=latency,
                      vllm_version=v["vllm_version"],
                      cpu_overhead=v["cpu_overhead"], async_scheduling=v["async_scheduling"],
-                     moe_backend=v["moe_backend"],
+                     moe_backend=v["moe_backend"], moe_routing=v["moe_routing"],
                      interconnect=v["interconnect"],
                      frontend=v["frontend"], api_server_count=v["api_server_count"], vllm_engine=v["vllm_engine"],
                      cudagraph_capture_sizes=v["cudagraph_capture_sizes"],

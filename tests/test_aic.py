@@ -156,17 +156,19 @@ def test_moe_rows_are_read_in_seconds_per_rank_and_priced_as_the_model_prices_th
     d = read_aic(AIC, "h100_sxm", kinds=("moe",))
     m = d.moe
     raw = pd.read_parquet(f"{AIC}/h100_sxm/moe/vllm/0.24.0/moe_perf.parquet")
-    raw = raw[raw.distribution == "balanced"]  # balanced routing when the table has it
-    assert len(m) == len(raw)
-    r = raw[(raw.moe_tp_size == 4) & (raw.num_tokens == 64) & (raw.hidden_size == 4096)].iloc[0]
-    row = m[(m.tp == 4) & (m.tokens == 64) & (m.hidden == 4096)].iloc[0]
+    # every routing kvsim models, each row with its own (kvsim.latency.routing)
+    raw = raw[raw.distribution.isin(["balanced", "power_law_1.01", "power_law_1.2"])]
+    assert len(m) == len(raw) and set(m.routing) <= {"balanced", "power-law-1.01", "power-law-1.2"}
+    r = raw[(raw.moe_tp_size == 4) & (raw.num_tokens == 64) & (raw.hidden_size == 4096)
+            & (raw.distribution == "power_law_1.01")].iloc[0]
+    row = m[(m.tp == 4) & (m.tokens == 64) & (m.hidden == 4096) & (m.routing == "power-law-1.01")].iloc[0]
     assert row.seconds == pytest.approx(r.latency * 1e-3) and row.inter == 14336 // 4
     calib, _ = shipped_calibration(d.gpu)
     assert calib.moe is not None and "moe_perf" in calib.sources["moe"]
     table = moe_seconds_table(calib.moe, d.gpu, m)
     for i in range(0, len(m), 17):
         x = m.iloc[i]
-        op = MoeOp(int(x.hidden), int(x.inter), int(x.experts), int(x.topk), 2, True, int(x.ep))
+        op = MoeOp(int(x.hidden), int(x.inter), int(x.experts), int(x.topk), 2, True, int(x.ep), routing=x.routing)
         assert op.seconds(calib, d.gpu, int(x.tokens), 2) == pytest.approx(table[i], rel=1e-12)
 
 
@@ -219,7 +221,7 @@ def test_quantized_experts_are_priced_from_their_own_kernels():
     h100, a100 = get_gpu("h100-80gb"), get_gpu("a100-80gb")
     fp8 = MoeParams(30e-6, 2e-7, 2e-9, 0.0, 0.3, 0.8, 1.6)
     calib = Calibration("h100-80gb", moe=MoeParams(), moe_quant={"fp8": fp8})
-    op = MoeOp(7168, 2048, 256, 8, 1.0, True, 8, "fp8")
+    op = MoeOp(7168, 2048, 256, 8, 1.0, True, 8, "fp8", "uniform")  # moe_formula's own expert count
     t = op.seconds(calib, h100, 512, 2)
     assert t == pytest.approx(moe_formula(Calibration("x", moe=replace(fp8, flops_eff=0.6)), h100, 512, 7168, 2048,
                                           256, 8, 8, 1.0, 2), rel=1e-12)  # twice the rate = half the FLOP time

@@ -436,7 +436,7 @@ def test_decode_runs_of_mixed_models_sum_their_steps():
 def test_moe_reads_the_experts_a_batch_activates():
     from kvsim.latency.perop import MoeOp
 
-    op = MoeOp(2880, 2880, 32, 4, 0.53125)
+    op = MoeOp(2880, 2880, 32, 4, 0.53125, routing="uniform")
     assert op.distinct(1) == pytest.approx(4)
     assert op.distinct(1000) == pytest.approx(32)
     assert op.distinct(8) == pytest.approx(32 * (1 - (1 - 4 / 32) ** 8))

@@ -66,7 +66,7 @@ def _per_op(cfg) -> LatencyModel:
     if cfg.runs_async:  # scheduled while the GPU runs the step before
         cpu = cpu.overlapping()
     target = PerOpModel(cfg.model, cfg.gpu, calib, cpu, cfg.tp, cfg.interconnect,
-                        cfg.enable_expert_parallel, cfg.pp, cfg.dp, graphs, s.num_scheduler_steps)
+                        cfg.enable_expert_parallel, cfg.pp, cfg.dp, graphs, s.num_scheduler_steps, cfg.moe_routing)
     spec = cfg.speculative
     if spec is None:
         return target
@@ -75,7 +75,7 @@ def _per_op(cfg) -> LatencyModel:
     draft = spec.draft_model(cfg.model)
     if draft is not None:  # its passes run inside the step: no CPU of their own, captured in graphs as the target
         draft = PerOpModel(draft, cfg.gpu, calib, get_cpu_overhead("none"), cfg.tp, cfg.interconnect,
-                           cfg.enable_expert_parallel, 1, cfg.dp, graphs)
+                           cfg.enable_expert_parallel, 1, cfg.dp, graphs, routing=cfg.moe_routing)
     return SpeculativeModel(target, draft, spec.num_speculative_tokens, spec.tau)
 
 
@@ -94,6 +94,7 @@ def _describe_per_op(cfg) -> str:
         (f", expert parallel over {cfg.tp * cfg.dp} GPUs" if cfg.enable_expert_parallel and cfg.model.is_moe
          and cfg.tp * cfg.dp > 1 else "") + \
         (f", {cfg.moe_backend} MoE kernels" if cfg.moe_backend != "auto" else "") + \
+        (f", {cfg.moe_routing} MoE routing" if cfg.model.is_moe else "") + \
         (f", {cfg.pp} pipeline stages" if cfg.pp > 1 else "") + \
         (f", one of {cfg.dp} data-parallel ranks" + ("" if cfg.enable_expert_parallel else
                                                       f" (experts split over {cfg.dp * cfg.tp} GPUs)")

@@ -255,7 +255,7 @@ class AicData:
     prefill: object = None
     all_reduce: object = None
     gemm: object = None  # m, n, k (bf16 GEMMs of m x k activations by k x n weights), seconds
-    moe: object = None  # tokens, hidden, inter (per rank), experts, topk, tp, ep, seconds (bf16, balanced routing)
+    moe: object = None  # tokens, hidden, inter (per rank), experts, topk, tp, ep, routing, seconds (bf16; every routing kvsim models)
     moe_quant: dict = field(default_factory=dict)  # expert dtype (MOE_QUANT) -> rows as ``moe``, of its kernels
     files: dict = field(default_factory=dict)  # table -> path read
     versions: dict = field(default_factory=dict)  # table -> version read
@@ -567,10 +567,13 @@ def read_quant_gemms(sysdir: Path, version: str) -> tuple[dict, list[str]]:
 
 
 def read_moe(path: Path, moe_dtypes=("bfloat16", "float16")):
-    """(fused-MoE rows of ``moe_dtypes`` (default bf16) under balanced routing (else power_law_1.01): tokens,
-    hidden, inter (one expert's width on a rank), experts, topk, tp, ep, seconds; a note on the routing used and
-    rows skipped, or '') of a moe_perf table."""
+    """(fused-MoE rows of ``moe_dtypes`` (default bf16) under every routing the table timed that kvsim models
+    (balanced, power_law_1.01, power_law_1.2; kvsim.latency.routing): tokens, hidden, inter (one expert's width
+    on a rank), experts, topk, tp, ep, routing (kvsim's name), seconds, kernel; a note on rows skipped, or '')
+    of a moe_perf table."""
     import pandas as pd
+
+    from kvsim.latency.routing import TABLE_ROUTINGS
 
     cols = ("num_tokens", "hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size", "moe_ep_size",
             "latency", "moe_dtype", "distribution")
@@ -579,11 +582,11 @@ def read_moe(path: Path, moe_dtypes=("bfloat16", "float16")):
     kernel = df["kernel_source"].astype(str) if "kernel_source" in df.columns else pd.Series("", index=df.index)
     keep = df["moe_dtype"].astype(str).str.strip().str.lower().isin(moe_dtypes)
     df, kernel = df[keep], kernel[keep]
-    dist = df["distribution"].astype(str).str.strip()
-    # balanced routing is what the formula assumes; a table without it (A100's) falls back to the mildest power
-    # law, which on H100 (both measured) is 0.99 of balanced at the median [0.82, 1.20 at p10/p90]
-    chosen = "balanced" if (dist == "balanced").any() else "power_law_1.01"
-    df, kernel = df[dist == chosen], kernel[dist == chosen]
+    # each row priced with its own routing's distinct experts (the formula's only routing-dependent term)
+    routing = df["distribution"].astype(str).str.strip().map(TABLE_ROUTINGS)
+    known = routing.notna()
+    other = int((~known).sum())
+    df, kernel, routing = df[known], kernel[known], routing[known]
     num = {c: df[c].to_numpy(float) for c in cols[:8]}  # read_table checked they are numbers
     t = num["latency"] * 1e-3
     ok = np.isfinite(t) & (t > 0)
@@ -591,16 +594,16 @@ def read_moe(path: Path, moe_dtypes=("bfloat16", "float16")):
         ok &= np.isfinite(num[c]) & (num[c] >= 1)
     ok &= num["topk"] <= num["num_experts"]
     if not ok.any():
-        raise ConfigError(f"{path}: no usable {label} MoE rows with {chosen} routing (positive sizes and latency)")
-    notes = [f"{path}: no balanced-routing rows; fitted on power_law_1.01"] if chosen != "balanced" else []
+        raise ConfigError(f"{path}: no usable {label} MoE rows (a routing kvsim models, positive sizes and latency)")
+    notes = [f"{path}: skipped {other} {label} row(s) of another routing"] if other else []
     if not ok.all():
-        notes.append(f"{path}: skipped {int((~ok).sum())} {label} {chosen} row(s) with a bad size or latency")
+        notes.append(f"{path}: skipped {int((~ok).sum())} {label} row(s) with a bad size or latency")
     note = "; ".join(notes)
     g = {c: num[c][ok].astype(np.int64) for c in cols[:7]}
     return pd.DataFrame({"tokens": g["num_tokens"], "hidden": g["hidden_size"],
                          "inter": -(-g["inter_size"] // g["moe_tp_size"]), "experts": g["num_experts"],
-                         "topk": g["topk"], "tp": g["moe_tp_size"], "ep": g["moe_ep_size"], "seconds": t[ok],
-                         "kernel": kernel.to_numpy()[ok]}), note
+                         "topk": g["topk"], "tp": g["moe_tp_size"], "ep": g["moe_ep_size"],
+                         "routing": routing.to_numpy()[ok], "seconds": t[ok], "kernel": kernel.to_numpy()[ok]}), note
 
 
 def read_mla_modules(path: Path):
@@ -811,7 +814,23 @@ def _moe_table_seconds(calib: Calibration, gpu: GpuSpec, m, quant: str | None = 
     f = {k: m[k].to_numpy(float) for k in ("tokens", "hidden", "inter", "experts", "topk", "ep")}
     wb = MOE_QUANT[quant][2] if quant else 2
     return moe_formula(calib, gpu, f["tokens"], f["hidden"], f["inter"], f["experts"], f["topk"], f["ep"], wb, 2,
-                       quant=quant)
+                       quant=quant, distinct=_distinct(m))
+
+
+def _distinct(m):
+    """The distinct experts (all ranks) the tokens of each row of a MoE table activate under the row's routing
+    (uniform for a table without a routing column)."""
+    from kvsim.latency.routing import active_experts
+
+    if "routing" not in m:
+        return None
+    out = np.empty(len(m))
+    routing = m["routing"].to_numpy()
+    cols = [m[k].to_numpy(float) for k in ("tokens", "experts", "topk")]
+    for r in np.unique(routing):
+        sel = routing == r
+        out[sel] = active_experts(str(r), *(c[sel] for c in cols))
+    return out
 
 
 def moe_seconds_table(p: MoeParams, gpu: GpuSpec, m, quant: str | None = None):
@@ -1251,14 +1270,14 @@ def fit_aic(data: AicData, base: Calibration | None = None, kv_dtype_bytes=(2,),
     moe = None
     if data.moe is not None:
         moe = fit_moe_table(data.moe, data.gpu)
-        src["moe"] = tag.format(_rel(data, "moe_perf"), data.versions["moe_perf"], ", bf16, balanced routing")
+        src["moe"] = tag.format(_rel(data, "moe_perf"), data.versions["moe_perf"], ", bf16, balanced and power-law routing")
     moe_quant = {}
     for quant, rows in data.moe_quant.items():
         if len(rows) >= 8:
             moe_quant[quant] = fit_moe_table(rows, data.gpu, quant)
     if moe_quant:
         src["moe_quant"] = tag.format(_rel(data, "moe_perf"), data.versions["moe_perf"], ", " + ", ".join(
-            f"{q} experts from its {MOE_QUANT[q][0]} rows" for q in moe_quant) + ", balanced routing")
+            f"{q} experts from its {MOE_QUANT[q][0]} rows" for q in moe_quant) + ", balanced and power-law routing")
     mla = mla_pre = None
     # projections priced by the GEMMs fitted above, as the model will price them
     priced = replace(base, gemm=gemm or base.gemm, prefill_attention=pre or base.prefill_attention)

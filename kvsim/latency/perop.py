@@ -25,8 +25,8 @@ Models whose layers differ (ModelSpec.layer_types, MLA, MoE) are priced layer cl
 - mamba layers cost per token (in/x/dt/out projections, the conv and scan as element-wise passes) plus,
   per scheduled sequence, reading and writing its recurrent state; never per context token;
 - mixture-of-experts FFNs hold every expert, but an iteration of N tokens with top-k routing over E
-  experts reads the expected number of distinct experts, E x (1 - (1 - k/E)^N) (uniform routing), and
-  does 2 x N x k x expert FLOPs: one grouped GEMM in the soft roofline; shared experts and the router are
+  experts reads the expected number of distinct experts (E x (1 - (1 - k/E)^N) with uniform routing; other
+  routings in routing.py, `--moe-routing`), and does 2 x N x k x expert FLOPs: one grouped GEMM in the soft roofline; shared experts and the router are
   plain GEMMs.
 
 Times are seconds; shapes are tokens; bytes are per GPU. The total is the sum of the four parts.
@@ -45,6 +45,7 @@ from kvsim.hardware.models import DTYPE_BYTES, first_attended
 from kvsim.latency.base import BREAKDOWN_COLUMNS, LatencyModel, StepShape, sum_max_of_two_affine
 from kvsim.latency.calibration import GEMM_QUANT, MOE_QUANT, Calibration, DecodeAttentionParams, ElementwiseParams, GemmParams
 from kvsim.latency.cpu import CpuOverhead
+from kvsim.latency.routing import DEFAULT_ROUTING, active_experts
 
 SAMPLER_BYTES_PER_VOCAB = 4 * 3  # fp32 logits, about three passes (temperature/softmax, top-p, sample)
 
@@ -204,29 +205,33 @@ class MoeOp:
     gated: bool = True
     ep: int = 1  # expert-parallel ranks the experts are spread over
     quant: str | None = None  # the experts' quantized dtype (calibration.MOE_QUANT), None: bf16
+    routing: str = DEFAULT_ROUTING  # how the router spreads tokens over experts (kvsim.latency.routing)
 
     def distinct(self, tokens: int) -> float:
-        """Expected experts that ``tokens`` tokens activate with uniform top-k routing."""
-        return self.experts * (1.0 - (1.0 - self.top_k / self.experts) ** tokens)
+        """Expected experts (of all ranks) that ``tokens`` tokens activate under the layer's routing."""
+        return float(active_experts(self.routing, tokens, self.experts, self.top_k))
 
     def seconds(self, calib: Calibration, gpu: GpuSpec, tokens: int, dtype_bytes: int) -> float:
         if tokens <= 0:
             return 0.0
         return moe_formula(calib, gpu, tokens, self.hidden, self.width, self.experts, self.top_k, self.ep,
-                           self.weight_bytes, dtype_bytes, self.gated, self.quant)
+                           self.weight_bytes, dtype_bytes, self.gated, self.quant, self.distinct(tokens))
 
 
 def moe_formula(calib: Calibration, gpu: GpuSpec, tokens, hidden, width, experts, top_k, ep, weight_bytes,
-                dtype_bytes, gated=True, quant: str | None = None):
+                dtype_bytes, gated=True, quant: str | None = None, distinct=None):
     """Seconds of a fused MoE layer on one rank (works on numpy arrays too): ``tokens`` tokens each routed to
-    ``top_k`` of ``experts`` experts (uniformly, so a rank of ``ep`` holds 1/ep of the routed copies and of the
-    activated experts), experts ``width`` wide on this rank. With the calibration's MoE parameters (those of
-    the ``quant`` experts where it has them, their FLOPs at the FP8 rate where they run on FP8 tensor cores),
-    their fixed and per-active-expert times plus a soft roofline; without, the GEMM parameters' (twice the
-    fixed time) plus the activation as an element-wise kernel."""
+    ``top_k`` of ``experts`` experts, activating ``distinct`` of them (all ranks; default: uniform routing),
+    a rank of ``ep`` holding 1/ep of the routed copies and of the activated experts, experts ``width`` wide on
+    this rank. With the calibration's MoE parameters (those of the ``quant`` experts where it has them, their
+    FLOPs at the FP8 rate where they run on FP8 tensor cores), their fixed and per-active-expert times plus a
+    soft roofline; without, the GEMM parameters' (twice the fixed time) plus the activation as an element-wise
+    kernel."""
     mats = 3 if gated else 2
     routed = tokens * top_k / ep
-    active = experts / ep * (1.0 - (1.0 - top_k / experts) ** tokens)
+    if distinct is None:
+        distinct = active_experts("uniform", tokens, experts, top_k)
+    active = distinct / ep
     flops = 2.0 * routed * mats * hidden * width
     weights = active * mats * hidden * width * weight_bytes
     acts = dtype_bytes * routed * (2 * hidden + (mats - 1) * width)
@@ -256,12 +261,13 @@ def expert_quant(model: ModelSpec) -> str | None:
     return dtype if dtype in MOE_QUANT else None
 
 
-def layer_classes(model: ModelSpec, tp: int, expert_parallel: bool = False,
-                  dp: int = 1) -> list[tuple[int, list[Op], MoeOp | None]]:
+def layer_classes(model: ModelSpec, tp: int, expert_parallel: bool = False, dp: int = 1,
+                  routing: str = DEFAULT_ROUTING) -> list[tuple[int, list[Op], MoeOp | None]]:
     """(layers, kernels, routed experts or None) per class of identical layers; a plain model has one class
     whose kernels are :func:`layer_ops`. The routed experts span all ``dp`` x ``tp`` GPUs of a replica (``dp``
     data-parallel ranks of ``tp`` GPUs): each expert split in width over them, or, with ``expert_parallel``
-    (vLLM's --enable-expert-parallel), spread whole; shared experts stay tensor-parallel within a rank."""
+    (vLLM's --enable-expert-parallel), spread whole; shared experts stay tensor-parallel within a rank.
+    ``routing``: how the router spreads tokens over the experts (routing.py)."""
     if not model.is_hybrid and not model.is_mla and not model.is_moe:
         return [(model.layers, layer_ops(model, tp), None)]
     h = model.hidden_size
@@ -280,7 +286,7 @@ def layer_classes(model: ModelSpec, tp: int, expert_parallel: bool = False,
             ep = ranks if expert_parallel else 1
             wb = DTYPE_BYTES[model.expert_dtype] if model.expert_dtype else model.weight_dtype_bytes
             experts = MoeOp(h, -(-model.moe_intermediate_size // (ranks // ep)), model.num_experts,
-                            model.experts_per_token, wb, model.gated_mlp, ep, expert_quant(model))
+                            model.experts_per_token, wb, model.gated_mlp, ep, expert_quant(model), routing)
         else:
             ffn, experts = ffn_ops(model, tp, model.intermediate_size), None
         out.append((n, decoder_layer(model, mix, ffn), experts))
@@ -343,7 +349,8 @@ class PerOpModel(LatencyModel):
 
     def __init__(self, model: ModelSpec, gpu: GpuSpec, calib: Calibration, cpu: CpuOverhead, tp: int = 1,
                  interconnect: str = "nvswitch", expert_parallel: bool = False, pp: int = 1, dp: int = 1,
-                 graph_sizes: tuple[int, ...] = (), steps_per_schedule: int = 1):
+                 graph_sizes: tuple[int, ...] = (), steps_per_schedule: int = 1,
+                 routing: str = DEFAULT_ROUTING):
         cpu = cpu.for_ranks(tp)
         self.model, self.gpu, self.calib, self.cpu, self.tp, self.pp = model, gpu, calib, cpu, tp, pp
         # a decode step's CPU: the whole of it, or with multi-step scheduling its share of a schedule's (cpu.py)
@@ -361,7 +368,7 @@ class PerOpModel(LatencyModel):
         self.ops = layer_ops(model, tp)
         # expert parallelism changes only the routed experts' kernels: every rank still has every token (the
         # attention is tensor-parallel), so the layer's output is still combined by one all-reduce
-        self.classes = layer_classes(model, tp, expert_parallel, dp)
+        self.classes = layer_classes(model, tp, expert_parallel, dp, routing)
         # data-parallel attention (a MoE model's dp ranks, each an engine of its own): every MoE layer gathers
         # the tokens of all ranks, runs its experts on them and scatters the results back (vLLM's default
         # allgather_reducescatter all2all backend, NCCL, within the rank's peers on the other ranks). This rank
