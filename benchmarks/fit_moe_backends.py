@@ -87,7 +87,8 @@ def main() -> None:
     ap.add_argument("aic", nargs="?", default=str(ROOT.parent / "shared" / "profiles" / "aic"))
     a = ap.parse_args()
     lines = ["# Fused-MoE kernels by backend (vLLM's --moe-backend)", "",
-             "Each kernel family's rows of AIConfigurator's MoE tables (Apache-2.0; balanced and power-law routing, each row with its routing's distinct experts) fitted alone "
+             "Each kernel family's rows of AIConfigurator's MoE tables (Apache-2.0; balanced and power-law routing, "
+             "each row with its routing's distinct experts) fitted alone "
              "(`benchmarks/fit_moe_backends.py`). predicted / measured, median [p10, p90], all token counts; held out: "
              "every 5th model shape (hidden, expert width, experts, top-k) predicted by a fit without it.", "",
              "| calibration | experts | backend | rows | shapes | in sample | held out | tokens >=2049 held out | kernels |",

@@ -92,13 +92,15 @@ def main() -> None:
     import pandas as pd
 
     from kvsim.commands.validate import save_table
+    from kvsim.latency.routing import ROUTINGS
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", default=str(ROOT / "benchmarks" / "data" / "inferencemax_gpt_oss_120b.csv"))
     ap.add_argument("--out", default=str(ROOT / "reports" / "validation-inferencemax"))
     ap.add_argument("--kernels", choices=("served", "auto"), default="served",
                     help="MoE kernels: those the server's environment picked, or kvsim's default fit [served]")
-    ap.add_argument("--moe-routing", help="kvsim's --moe-routing for every replay [kvsim's default]")
+    ap.add_argument("--moe-routing", choices=tuple(ROUTINGS),
+                    help="kvsim's --moe-routing for every replay [kvsim's default]")
     ap.add_argument("--only", help="a pandas query the runs must match (e.g. \"gpu == 'h200'\")")
     a = ap.parse_args()
     runs = pd.read_csv(a.data, dtype={"vllm": str})

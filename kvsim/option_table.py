@@ -201,8 +201,8 @@ OPTIONS: list[Option] = [
            "which sets how many distinct experts' weights a MoE layer reads (kvsim/latency/routing.py): uniform "
            "(each token's top-k drawn at random), balanced (as evenly as possible: the most experts), "
            "power-law-1.01 / power-law-1.2 (a few hot experts take many tokens: the fewest; AIConfigurator's "
-           "skewed workloads, the default: on InferenceMAX's gpt-oss-120b runs it predicts TPOT at 0.99 of "
-           "measured where uniform gives 1.11; docs/latency.md)", "latency", DEFAULT_ROUTING, choices=tuple(ROUTINGS)),
+           "skewed workloads; power-law-1.2 fits measured vLLM serving best, docs/latency.md)", "latency",
+           DEFAULT_ROUTING, choices=tuple(ROUTINGS)),
     Option("frontend", ("--frontend",), "the API server between clients and the engine (kvsim/engine/frontend.py): "
            "vllm (HTTP, chat template and tokenization before the engine sees a request, streaming after; counted "
            "in TTFT as a benchmark client measures it), none (the engine alone), auto (vllm with the per-operation "

@@ -255,7 +255,8 @@ class AicData:
     prefill: object = None
     all_reduce: object = None
     gemm: object = None  # m, n, k (bf16 GEMMs of m x k activations by k x n weights), seconds
-    moe: object = None  # tokens, hidden, inter (per rank), experts, topk, tp, ep, routing, seconds (bf16; every routing kvsim models)
+    # tokens, hidden, inter (per rank), experts, topk, tp, ep, routing, seconds (bf16; every routing kvsim models)
+    moe: object = None
     moe_quant: dict = field(default_factory=dict)  # expert dtype (MOE_QUANT) -> rows as ``moe``, of its kernels
     files: dict = field(default_factory=dict)  # table -> path read
     versions: dict = field(default_factory=dict)  # table -> version read
@@ -1270,7 +1271,8 @@ def fit_aic(data: AicData, base: Calibration | None = None, kv_dtype_bytes=(2,),
     moe = None
     if data.moe is not None:
         moe = fit_moe_table(data.moe, data.gpu)
-        src["moe"] = tag.format(_rel(data, "moe_perf"), data.versions["moe_perf"], ", bf16, balanced and power-law routing")
+        src["moe"] = tag.format(_rel(data, "moe_perf"), data.versions["moe_perf"],
+                                ", bf16, balanced and power-law routing")
     moe_quant = {}
     for quant, rows in data.moe_quant.items():
         if len(rows) >= 8:

@@ -26,8 +26,8 @@ Models whose layers differ (ModelSpec.layer_types, MLA, MoE) are priced layer cl
   per scheduled sequence, reading and writing its recurrent state; never per context token;
 - mixture-of-experts FFNs hold every expert, but an iteration of N tokens with top-k routing over E
   experts reads the expected number of distinct experts (E x (1 - (1 - k/E)^N) with uniform routing; other
-  routings in routing.py, `--moe-routing`), and does 2 x N x k x expert FLOPs: one grouped GEMM in the soft roofline; shared experts and the router are
-  plain GEMMs.
+  routings in routing.py, `--moe-routing`), and does 2 x N x k x expert FLOPs: one grouped GEMM in the soft
+  roofline; shared experts and the router are plain GEMMs.
 
 Times are seconds; shapes are tokens; bytes are per GPU. The total is the sum of the four parts.
 """

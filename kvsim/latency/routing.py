@@ -23,6 +23,7 @@ within 6% for T >= 2 (E = 32 to 896 experts, top-2 to 16; 10% at 3-4 tokens of 1
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 
 # routing name -> power-law exponent (None: not a power law)
 ROUTINGS: dict[str, float | None] = {"uniform": None, "balanced": None, "power-law-1.01": 1.01,
@@ -45,24 +46,17 @@ def active_experts(routing: str, tokens, experts, top_k):
     if np.ndim(tokens) == 0 and np.ndim(experts) == 0 and np.ndim(top_k) == 0:
         return _power_law_active(float(tokens), float(experts), float(top_k), alpha)
     t, e, k = np.broadcast_arrays(np.asarray(tokens, float), np.asarray(experts, float), np.asarray(top_k, float))
-    cache: dict = {}
-    out = np.empty(t.shape)
-    for i, key in enumerate(zip(t.ravel(), e.ravel(), k.ravel())):
-        v = cache.get(key)
-        if v is None:
-            v = cache[key] = _power_law_active(*key, alpha)
-        out.flat[i] = v
-    return out
+    return np.array([_power_law_active(*key, alpha) for key in zip(t.ravel(), e.ravel(), k.ravel())]).reshape(t.shape)
 
 
+@lru_cache(maxsize=1 << 16)  # shared by every layer, replica and table row asking for the same step size
 def _power_law_active(tokens: float, experts: float, top_k: float, alpha: float) -> float:
-    """Expected distinct experts of AIConfigurator's power-law generator (module docstring)."""
+    """Expected distinct experts of AIConfigurator's power-law generator (module docstring); top_k <= experts."""
     if tokens <= 0:
         return 0.0
     routed = tokens * top_k
+    # (routed > experts needs tokens >= 2, as top_k <= experts: the range below is never empty)
     lo, hi = (1.0, 0.8 * tokens) if routed > experts else (0.01, 2.0)
-    if hi <= lo:  # one token per expert at most: every routed copy its own expert
-        return min(experts, routed)
     g = 1.0 - alpha
     span = hi ** g - lo ** g
     mean = (hi ** (2.0 - alpha) - lo ** (2.0 - alpha)) / (2.0 - alpha) / (span / g)
