@@ -2,13 +2,16 @@
 (NVIDIA AIConfigurator's tables, Apache-2.0), add B200, and validate on held-out data.
 
     python benchmarks/fit_calibrations.py ../shared/profiles/vidur          # dense ops (Vidur), first
-    python benchmarks/fit_aic_calibrations.py ../shared/profiles/aic [--vidur ../shared/profiles/vidur]
+    pip install aiconfigurator-core==0.12.0        # H200's tables (not in ../shared)
+    python benchmarks/fit_aic_calibrations.py ../shared/profiles/aic installed [--vidur ../shared/profiles/vidur]
         [--before-commit REV]
 
-- a100-80gb: the A100 tables (vLLM 0.14.0, the only version there); h100-80gb and b200: the tables of the
-  newest vLLM. Attention, NVSwitch all-reduce and GEMMs come from them; element-wise kernels and the
-  pairwise-NVLink all-reduce stay the Vidur fits (AIConfigurator has neither); b200 borrows h100-80gb's
-  element-wise kernels (no B200 measurements of them).
+Each system's tables come from the first folder that has them (``installed``: the pip package's systems/data).
+
+- a100-80gb: the A100 tables (vLLM 0.14.0, the only version there); h100-80gb, h200-141gb and b200: the tables
+  of the newest vLLM. Attention, NVSwitch all-reduce and GEMMs come from them; element-wise kernels and the
+  pairwise-NVLink all-reduce stay the Vidur fits (AIConfigurator has neither); b200 and h200-141gb borrow
+  h100-80gb's element-wise kernels (no measurements of them on either).
 - Cross-check (--vidur): the new GEMMs with the element-wise fits predict Vidur's measured whole dense layers
   (another team, an older PyTorch and cuBLAS), by token regime.
 
@@ -35,15 +38,31 @@ import glob  # noqa: E402
 
 import pandas as pd  # noqa: E402
 
-from kvsim.latency.aic import (MHA, QUANT_MIN_DIM, _by_regime, release_key, system_dir, evaluate_calibration, evaluate_moe, fit_aic, gemm_regimes,  # noqa: E402
+from kvsim.latency.aic import (MHA, QUANT_MIN_DIM, _by_regime, installed_tables, release_key, system_dir, system_root, evaluate_calibration, evaluate_moe, fit_aic, gemm_regimes,  # noqa: E402
                                gemm_seconds_table, read_aic, validate_aic, validate_gemm, validate_mla_decode,
                                validate_mla_prefill, validate_moe)
 from kvsim.latency.fit import dense_rows, summarize_dense  # noqa: E402
 from kvsim.latency.calibration import (GEMM_QUANT, MOE_QUANT, RELEASES_DIR, RELEASES_INDEX, SHIPPED,  # noqa: E402
                                       Calibration, load_calibration, save_calibration)
 
-SYSTEMS = {"a100_sxm": "a100-80gb", "h100_sxm": "h100-80gb", "b200_sxm": "b200"}
-AIC_DATA = "NVIDIA AIConfigurator tables (Apache-2.0), via ../shared/profiles/aic"
+SYSTEMS = {"a100_sxm": "a100-80gb", "h100_sxm": "h100-80gb", "h200_sxm": "h200-141gb", "b200_sxm": "b200"}
+# chips without element-wise measurements: they borrow h100-80gb's (Vidur profiles)
+BORROWS_ELEMENTWISE = ("b200", "h200-141gb")
+AIC_DATA = "NVIDIA AIConfigurator tables (Apache-2.0)"
+
+
+def data_source(root: Path) -> str:
+    """How a calibration names the tables it was fitted on (``root``: a folder system_root returned)."""
+    if root.resolve() == (ROOT.parent / "shared" / "profiles" / "aic").resolve():
+        return f"{AIC_DATA}, via ../shared/profiles/aic"
+    try:
+        from importlib.metadata import version
+
+        if root.resolve() == installed_tables().resolve():
+            return f"{AIC_DATA}, via the pip package aiconfigurator-core {version('aiconfigurator-core')}"
+    except Exception:  # no package installed: name the folder
+        pass
+    return f"{AIC_DATA}, via {root}"
 ROWS = {"decode": ["batch<8 ctx<1024", "batch<8 ctx>=1024", "batch>=8 ctx<1024", "batch>=8 ctx>=1024"],
         "prefill": ["chunk<512", "chunk>=512"],
         "all_reduce": [f"x{n} {s}" for n in (2, 4, 8) for s in ("<64KiB", "64KiB-1MiB", "1-16MiB", ">=16MiB")],
@@ -89,14 +108,14 @@ def evaluate_gemm(data, calib: Calibration) -> dict:
     return _by_regime(ratio, gemm_regimes(data.gemm))
 
 
-def releases(aic: str, system: str) -> list[str]:
+def releases(aic, system: str) -> list[str]:
     """The vLLM releases the data covers for ``system``: its attention version folders (measured, or a
     reuse note naming the release whose kernels it runs), oldest first."""
     base = system_dir(aic, system) / "attention" / "vllm"
     return sorted((p.name for p in base.iterdir() if p.is_dir()), key=release_key)
 
 
-def fit_releases(aic: str) -> None:
+def fit_releases(roots: list[str]) -> None:
     """A calibration per earlier vLLM release (``--vllm-version``): each release's own tables (or the newest
     earlier measured one's, as the data's reuse notes and gaps say) fitted over the newest calibration, whose
     values stay where the release has no table (element-wise kernels, pairwise NVLink; MLA before 0.19)."""
@@ -105,6 +124,7 @@ def fit_releases(aic: str) -> None:
     for old in RELEASES_DIR.glob("*.json"):
         old.unlink()
     for system, gname in SYSTEMS.items():
+        aic = system_root(roots, system)
         newest = load_calibration(SHIPPED / f"{gname}.json")
         newest_versions = newest.fit["aic"]["versions"]
         index[gname] = {}
@@ -126,14 +146,16 @@ def fit_releases(aic: str) -> None:
             save_calibration(calib, RELEASES_DIR / name)
             index[gname][rel] = f"{RELEASES_DIR.name}/{name}"
             print(f"{gname} vLLM {rel}: wrote {RELEASES_DIR / name} ({', '.join(f'{t} {v}' for t, v in data.versions.items())})")
-    doc = {"format": "kvsim-vllm-releases", "data": AIC_DATA, "releases": index}
+    doc = {"format": "kvsim-vllm-releases", "data": "; ".join(
+        f"{s}: {data_source(system_root(roots, s))}" for s in SYSTEMS), "releases": index}
     (SHIPPED / RELEASES_INDEX).write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
     print(f"wrote {SHIPPED / RELEASES_INDEX}")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("aic", nargs="?", default=str(ROOT.parent / "shared" / "profiles" / "aic"))
+    ap.add_argument("aic", nargs="*", default=[str(ROOT.parent / "shared" / "profiles" / "aic"), "installed"],
+                    help="folders of AIConfigurator tables (or 'installed'); each system from the first that has it")
     ap.add_argument("--vidur", help="Vidur profiles folder, for the dense-layer cross-check")
     ap.add_argument("--before-commit", help="git revision whose shipped calibrations to compare with")
     ap.add_argument("--releases-only", action="store_true",
@@ -152,17 +174,26 @@ def main() -> None:
     summary = {}
     for system, gname in SYSTEMS.items():
         gpu = GPU_PRESETS[gname]
-        base = load_calibration(SHIPPED / f"{gname}.json") if (SHIPPED / f"{gname}.json").exists() and gname != "b200" \
+        base = load_calibration(SHIPPED / f"{gname}.json") if gname not in BORROWS_ELEMENTWISE \
             else replace(load_calibration(SHIPPED / "h100-80gb.json"), gpu=gname)
-        data = read_aic(a.aic, system)
+        root = system_root(a.aic, system)
+        data = read_aic(root, system)
         fitted = fit_aic(data, base)
         calib = fitted.calibration(base)  # drops the dense statistics of the base's GEMMs
         sources = dict(calib.sources)
-        if gname == "b200":
-            sources["elementwise"] = "borrowed: h100-80gb's fit on Vidur profiles (no B200 element-wise measurements)"
-            sources["data"] = AIC_DATA
+        kept = [q for q in calib.gemm_quant if f"{q} weights" not in sources.get("gemm_quant", "")]
+        if kept and gname in BORROWS_ELEMENTWISE:  # the base's fit stays where no table of this GPU is usable
+            sources["gemm_quant"] = "; ".join([s for s in [sources.get("gemm_quant")] if s] + [
+                f"{q} weights: h100-80gb's fit ({gname} has no usable {q} table)" for q in kept])
+        if gname in BORROWS_ELEMENTWISE:
+            sources["elementwise"] = (f"borrowed: h100-80gb's fit on Vidur profiles (no {gname.split('-')[0].upper()} element-wise "
+                                      "measurements)")
+            sources["data"] = data_source(root)
         elif AIC_DATA not in sources["data"]:  # the base may be this script's own earlier output
-            sources["data"] += "; attention, NVSwitch all-reduce and GEMMs: " + AIC_DATA
+            sources["data"] += "; attention, NVSwitch all-reduce and GEMMs: " + data_source(root)
+        else:
+            sources["data"] = sources["data"].split("; attention, NVSwitch")[0] + \
+                "; attention, NVSwitch all-reduce and GEMMs: " + data_source(root)
         val = validate_aic(data, fitted, base)
         fit = dict(calib.fit)
         fit["aic"] = {"versions": data.versions, **val, "gemm": validate_gemm(data.gemm, gpu)}
@@ -184,6 +215,9 @@ def main() -> None:
         calib = replace(calib, sources=sources, fit=fit, derived_from="")
         save_calibration(calib, SHIPPED / f"{gname}.json")
         before = calibration_at(a.before_commit, gname) if a.before_commit else None
+        if a.before_commit and before is None and gname in BORROWS_ELEMENTWISE:  # derived from H100's then
+            before = calibration_at(a.before_commit, "h100-80gb")
+            before = before and replace(before, gpu=gname, derived_from="h100-80gb")
         prev = evaluate_calibration(data, before) if before else {}
         summary[gname] = {"versions": data.versions, **val, "before": prev}
         report += [f"## {gname} ({system}: " + ", ".join(f"{t} {v}" for t, v in data.versions.items()) + ")", "",

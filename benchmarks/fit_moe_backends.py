@@ -1,7 +1,7 @@
 """Fit the fused-MoE layer of every shipped calibration once per kernel family (vLLM's --moe-backend), from the
 same AIConfigurator tables the calibration's MoE was fitted on, and validate each on model shapes it never saw.
 
-    python benchmarks/fit_moe_backends.py [../shared/profiles/aic]
+    python benchmarks/fit_moe_backends.py [../shared/profiles/aic installed]
 
 A calibration's ``moe`` / ``moe_quant`` are fitted on every row of the experts' dtype (balanced and power-law
 routing, each row priced with its own routing's distinct experts: kvsim.latency.routing), whichever
@@ -30,10 +30,10 @@ sys.path.insert(0, str(ROOT))
 from kvsim.errors import ConfigError  # noqa: E402
 from kvsim.hardware.gpus import GPU_PRESETS  # noqa: E402
 from kvsim.latency.aic import (fit_moe_table, locate_table, moe_seconds_table, moe_shapes, read_moe,  # noqa: E402
-                               system_dir, validate_moe, _by_regime, moe_regimes)
+                               system_dir, system_root, validate_moe, _by_regime, moe_regimes)
 from kvsim.latency.calibration import MOE_QUANT, SHIPPED, moe_backend_of  # noqa: E402
 
-SYSTEMS = {"a100-80gb": "a100_sxm", "h100-80gb": "h100_sxm", "b200": "b200_sxm"}
+SYSTEMS = {"a100-80gb": "a100_sxm", "h100-80gb": "h100_sxm", "h200-141gb": "h200_sxm", "b200": "b200_sxm"}
 # the experts' dtype kvsim prices (bf16 or MOE_QUANT) -> the tables' moe_dtype rows that serve it
 DTYPES = {"bf16": ("bfloat16",), **{q: (t,) for q, (t, *_) in MOE_QUANT.items()}}
 EXTRA = {"mxfp4": ("w4a8_mxfp4_mxfp8",)}  # MXFP4 experts with MXFP8 activations: their own backend
@@ -84,7 +84,8 @@ def cell(s: dict | None) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("aic", nargs="?", default=str(ROOT.parent / "shared" / "profiles" / "aic"))
+    ap.add_argument("aic", nargs="*", default=[str(ROOT.parent / "shared" / "profiles" / "aic"), "installed"],
+                    help="folders of AIConfigurator tables (or 'installed'); each system from the first that has it")
     a = ap.parse_args()
     lines = ["# Fused-MoE kernels by backend (vLLM's --moe-backend)", "",
              "Each kernel family's rows of AIConfigurator's MoE tables (Apache-2.0; balanced and power-law routing, "
@@ -98,7 +99,8 @@ def main() -> None:
         d = json.loads(path.read_text())
         version = d["fit"].get("aic", {}).get("versions", {}).get("moe_perf")  # the MoE table it was fitted on
         params, stats = ({}, {}) if version is None else \
-            fit_table(chip, str(locate_table(system_dir(Path(a.aic), SYSTEMS[chip]), "moe", version)[0]), version)
+            fit_table(chip, str(locate_table(system_dir(system_root(a.aic, SYSTEMS[chip]), SYSTEMS[chip]), "moe",
+                                             version)[0]), version)
         if path.parent == SHIPPED:
             newest[chip] = params
         else:  # an earlier release keeps the newest's fits where its own tables did not time the kernels

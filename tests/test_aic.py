@@ -8,6 +8,7 @@ import json
 import math
 import shutil
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -125,6 +126,54 @@ def test_calibrate_refuses_bad_aic_input_cleanly(tmp_path, capsys, args, msg):
 
     assert main(["calibrate", *args, "-o", str(tmp_path / "c.json")]) != 0
     assert msg in capsys.readouterr().err
+
+
+def _package_layout(tmp_path, system="h100_sxm", as_system=None):
+    """A fake pip package ``aiconfigurator_core`` laid out as the real one: systems/data/<system>/ with
+    systems/<system>.yaml one level above the tables (the shared folder keeps the yaml beside them)."""
+    pkg = tmp_path / "site" / "aiconfigurator_core"
+    (pkg / "systems" / "data").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("raise ImportError('kvsim must find the tables without importing')\n")
+    shutil.copytree(f"{AIC}/{system}", pkg / "systems" / "data" / (as_system or system))
+    return pkg
+
+
+def test_tables_of_the_installed_package_are_found_without_importing_it(tmp_path, monkeypatch, capsys):
+    from kvsim.cli import main
+    from kvsim.latency.aic import installed_tables, system_root
+
+    pkg = _package_layout(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    assert installed_tables() == pkg / "systems" / "data"
+    # each system from the first folder that has it
+    assert system_root([str(tmp_path / "empty"), "installed", AIC], "h100_sxm") == pkg / "systems" / "data"
+    assert system_root(["installed", AIC], "a100_sxm") == Path(AIC)
+    with pytest.raises(ConfigError, match="no b200_sxm folder"):
+        system_root(["installed", AIC], "b200_sxm")
+    out = tmp_path / "c.json"
+    assert main(["calibrate", "--aic", "--system", "h100_sxm", "-o", str(out)]) == 0
+    c = json.loads(out.read_text())
+    assert c["gpu"] == "h100-80gb" and "h100_sxm/attention/vllm/0.24.0" in c["sources"]["decode_attention"]
+
+
+def test_a_system_without_a_preset_takes_its_peaks_from_the_package_yaml(tmp_path, monkeypatch):
+    pkg = _package_layout(tmp_path, as_system="x9_sxm")
+    (pkg / "systems" / "x9_sxm.yaml").write_text(
+        "gpu:\n  mem_bw: 5000000000000\n  mem_capacity: 100000000000\n  bfloat16_tc_flops: 1.0e+15\n"
+        "  sm_version: 90\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    d = read_aic("installed", "x9_sxm", kinds=("decode",))
+    assert d.gpu.name == "x9-sxm" and d.gpu.hbm_bandwidth == 5e12 and d.gpu.sms == 132
+
+
+def test_no_installed_package_is_a_clear_error(monkeypatch, tmp_path, capsys):
+    import importlib.util
+
+    from kvsim.cli import main
+
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None)
+    assert main(["calibrate", "--aic", "--system", "h100_sxm", "-o", str(tmp_path / "c.json")]) != 0
+    assert "pip install aiconfigurator-core" in capsys.readouterr().err
 
 
 def _write_text_cell(path, column, row, text):

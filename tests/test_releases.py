@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import replace
 
 import pytest
 
@@ -65,11 +66,27 @@ def test_a_release_between_measurements_runs_the_kernels_of_the_one_before_it():
 
 
 def test_derived_gpus_take_their_chips_release():
-    c, note = shipped_calibration(get_gpu("h200-141gb"), "0.14")
-    assert c.gpu == "h200-141gb" and c.derived_from == "h100-80gb" and c.fit["aic"]["release"] == "0.14.0"
+    """A Hopper GPU without a calibration of its own (a PCIe H100, say) borrows the first measured Hopper's
+    (h100-80gb, by name), at the release asked for."""
+    pcie = replace(get_gpu("h100-80gb"), name="h100-pcie", hbm_bandwidth=2.0e12)
+    c, note = shipped_calibration(pcie, "0.14")
+    assert c.gpu == "h100-pcie" and c.derived_from == "h100-80gb" and c.fit["aic"]["release"] == "0.14.0"
     assert "derived from h100-80gb" in note
-    newest, _ = shipped_calibration(get_gpu("h200-141gb"))
+    newest, _ = shipped_calibration(pcie)
     assert newest.decode_attention != c.decode_attention
+
+
+def test_h200_has_its_own_measured_calibration():
+    """H200's kernels come from its own tables (the pip package aiconfigurator-core), not H100's efficiencies
+    at H200's peaks: its GEMMs run only 2-4% faster than H100's in those tables."""
+    c, note = shipped_calibration(get_gpu("h200-141gb"))
+    assert note == "" and c.derived_from == "" and "h200_sxm" in c.sources["gemm"]
+    assert "h200_sxm" in c.sources["decode_attention"] and "aiconfigurator-core" in c.sources["data"]
+    assert "borrowed" in c.sources["elementwise"]
+    h100, _ = shipped_calibration(get_gpu("h100-80gb"))
+    assert c.decode_attention != h100.decode_attention and "marlin" in c.moe_backends["mxfp4"]
+    _, old = shipped_calibration(get_gpu("h200-141gb"), "0.11")  # older than its tables: the oldest, warned
+    assert old.startswith("warning") and "0.24.0" in old
 
 
 def _step_s(args: list[str], shape: StepShape) -> float:

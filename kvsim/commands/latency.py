@@ -17,7 +17,7 @@ def cmd_calibrate(a: argparse.Namespace) -> int:
 
     if not a.measurements and not a.aic:
         raise ConfigError("give measurement files, an AIConfigurator folder (--aic DIR), or both")
-    check_output_file(a.output, "-o", a.measurements + ([a.aic] if a.aic else []))
+    check_output_file(a.output, "-o", a.measurements + ([a.aic] if a.aic and a.aic != "installed" else []))
     measured = read_measurements(a.measurements)
     if a.aic:
         from kvsim.hardware import get_gpu
@@ -176,9 +176,11 @@ def register(sub) -> None:
     cal = sub.add_parser("calibrate", help="fit a latency calibration from measured GPU profiles")
     cal.add_argument("measurements", nargs="*", help="Vidur-format mlp.csv / attention.csv / all_reduce.csv / "
                      "send_recv.csv, and `kvsim kernels bench` / `replay` CSVs")
-    cal.add_argument("--aic", metavar="DIR", help="NVIDIA AIConfigurator performance tables (its systems/data "
-                     "layout: <system>/attention/vllm/<version>/..., comm/..., gemm/...): decode and prefill "
-                     "attention, all-reduce and, without mlp.csv files, GEMMs are fitted from them")
+    cal.add_argument("--aic", metavar="DIR", nargs="?", const="installed",
+                     help="NVIDIA AIConfigurator performance tables (its systems/data layout: "
+                     "<system>/attention/vllm/<version>/..., comm/..., gemm/...; without DIR: those of the installed "
+                     "pip package aiconfigurator-core): decode and prefill attention, all-reduce, MoE and, without "
+                     "mlp.csv files, GEMMs are fitted from them")
     cal.add_argument("--system", help="with --aic: the system folder, e.g. h100_sxm [default: the only one]")
     cal.add_argument("--vllm-version", help="with --aic: the vLLM version's tables [default: the newest of each]")
     cal.add_argument("--gpu", help="GPU preset the measurements are from [default: named in the Vidur paths, or "

@@ -10,7 +10,8 @@ serving frameworks' own kernels. This module reads the vLLM ones from a folder i
     <root>/<system>/gemm/vllm/<version>/gemm_perf.{parquet,csv,txt}
     <root>/<system>.yaml                      (optional: the system's datasheet numbers)
 
-(``root`` may also be the ``<system>`` folder itself), and returns them per layer and per GPU in SI units:
+(``root`` may also be the ``<system>`` folder itself, or ``"installed"``: the ``systems/data`` folder of the
+installed pip package ``aiconfigurator-core``), and returns them per layer and per GPU in SI units:
 
 - decode attention: one attention layer's decode of ``batch_size`` sequences, each attending to
   ``isl + step`` cached tokens (the generation table's ``isl`` is the prompt, ``step`` the tokens decoded
@@ -80,10 +81,44 @@ def _version_key(v: str):
     return release_key(v), v
 
 
+# pip packages that carry the tables under <package>/systems/data (newest first: aiconfigurator-core is the
+# home of the data from 0.11 on)
+TABLE_PACKAGES = ("aiconfigurator_core", "aiconfigurator")
+INSTALLED = "installed"  # ``--aic`` without a folder: the tables of the installed package
+
+
+def installed_tables() -> Path:
+    """The ``systems/data`` folder of an installed AIConfigurator package, found without importing it."""
+    from importlib.util import find_spec
+
+    for name in TABLE_PACKAGES:
+        try:
+            spec = find_spec(name)
+        except (ImportError, ValueError):
+            spec = None
+        for loc in (spec.submodule_search_locations or []) if spec else []:
+            d = Path(loc) / "systems" / "data"
+            if d.is_dir():
+                return d
+    raise ConfigError("no AIConfigurator tables installed: `pip install aiconfigurator-core` (its systems/data "
+                      "folder holds them), or pass a folder in its layout with --aic DIR")
+
+
+def system_root(roots, system: str) -> Path:
+    """The first of ``roots`` (folders in AIConfigurator's layout, or INSTALLED) that has ``system``."""
+    tried = []
+    for r in roots:
+        r = installed_tables() if str(r) == INSTALLED else Path(r)
+        if (r / system).is_dir():
+            return r
+        tried.append(str(r))
+    raise ConfigError(f"no {system} folder of AIConfigurator tables in {', '.join(tried) or 'no folder'}")
+
+
 def system_dir(root: str | Path, system: str | None = None) -> Path:
     """The ``<system>`` folder: ``root`` itself if it holds attention/ or comm/, else ``root/system`` (or the
     only system folder under root)."""
-    root = Path(root)
+    root = installed_tables() if str(root) == INSTALLED else Path(root)
     if not root.is_dir():
         raise ConfigError(f"{root}: not a folder of AIConfigurator tables")
     if system is None and ((root / "attention").is_dir() or (root / "comm").is_dir()):
@@ -222,7 +257,8 @@ def gpu_for_system(system: str, sysdir: Path | None = None) -> GpuSpec:
 
 
 def _system_yaml(sysdir: Path, system: str) -> dict:
-    for p in (sysdir.parent / f"{system}.yaml", sysdir / f"{system}.yaml"):
+    # the shared folder keeps <system>.yaml beside <system>/, the pip package in systems/ above data/<system>/
+    for p in (sysdir.parent / f"{system}.yaml", sysdir / f"{system}.yaml", sysdir.parent.parent / f"{system}.yaml"):
         if p.is_file():
             try:
                 import yaml

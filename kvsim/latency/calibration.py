@@ -420,7 +420,7 @@ def shipped_calibration(gpu: GpuSpec, vllm_version: str | None = None) -> tuple[
     if (SHIPPED / f"{gpu.name}.json").exists():
         chip, note = gpu.name, ""
     else:
-        measured = [p.stem for p in SHIPPED.glob("*.json") if p.name != RELEASES_INDEX]
+        measured = sorted(p.stem for p in SHIPPED.glob("*.json") if p.name != RELEASES_INDEX)  # same on every disk
         same = [n for n in measured if n in GPU_PRESETS and GPU_PRESETS[n].arch == gpu.arch]
         chip = same[0] if same else ("a40" if "a40" in measured else sorted(measured)[0])
         note = f"{gpu.name}: calibration derived from {chip} (same architecture, {gpu.name}'s own peaks)" if same else \
