@@ -141,7 +141,8 @@ def write_summary(t, path: Path, kernels: str) -> None:
                 if kernels == "served" else "kvsim's default MoE fit (`--moe-backend auto`)")
              + ". Every other configuration (the fit half) fitted V1's API server per-prompt-token time and delivery "
              "delay (`benchmarks/fit_v1_frontend.py`), which move TTFT and E2E only, and chose `--moe-routing`'s "
-             "default (power-law-1.2: TPOT 0.99 on the fit half, uniform 1.11); nothing else was fitted to these "
+             "default (power-law-1.2: TPOT 1.03 on the fit half, power-law-1.01 1.06, uniform 1.15); nothing else was "
+             "fitted to these "
              "runs. Predicted / measured, median [p10, p90] over runs (median |error|). Command: "
              f"`python benchmarks/validate_inferencemax.py --kernels {kernels}` (its docstring has the set-up). Run "
              "to run, the 161 configurations InferenceMAX ran twice differ by 1.5% in median TTFT and 0.4% in median "
