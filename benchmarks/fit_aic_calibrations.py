@@ -8,10 +8,11 @@
 
 Each system's tables come from the first folder that has them (``installed``: the pip package's systems/data).
 
-- a100-80gb: the A100 tables (vLLM 0.14.0, the only version there); h100-80gb, h200-141gb and b200: the tables
-  of the newest vLLM. Attention, NVSwitch all-reduce and GEMMs come from them; element-wise kernels and the
-  pairwise-NVLink all-reduce stay the Vidur fits (AIConfigurator has neither); b200 and h200-141gb borrow
-  h100-80gb's element-wise kernels (no measurements of them on either).
+- a100-80gb: the A100 tables (vLLM 0.14.0, the only version there); the others (h100-80gb, h200-141gb, b200,
+  gb200, b300, gb300, l40s): the tables of the newest vLLM. Attention, NVSwitch all-reduce and GEMMs come from
+  them; element-wise kernels and the pairwise-NVLink all-reduce stay the Vidur fits (AIConfigurator has
+  neither); a chip Vidur did not measure borrows its family's (DONORS: H100's for H200 and B200, B200's for
+  the other Blackwells, A40's for L40S), and whatever its own tables cannot refit.
 - Cross-check (--vidur): the new GEMMs with the element-wise fits predict Vidur's measured whole dense layers
   (another team, an older PyTorch and cuBLAS), by token regime.
 
@@ -33,7 +34,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from kvsim.hardware.gpus import GPU_PRESETS  # noqa: E402
+from kvsim.hardware.gpus import GPU_PRESETS, NVLINK_ARCHS  # noqa: E402
 import glob  # noqa: E402
 
 import pandas as pd  # noqa: E402
@@ -45,9 +46,14 @@ from kvsim.latency.fit import dense_rows, summarize_dense  # noqa: E402
 from kvsim.latency.calibration import (GEMM_QUANT, MOE_QUANT, RELEASES_DIR, RELEASES_INDEX, SHIPPED,  # noqa: E402
                                       Calibration, load_calibration, save_calibration)
 
-SYSTEMS = {"a100_sxm": "a100-80gb", "h100_sxm": "h100-80gb", "h200_sxm": "h200-141gb", "b200_sxm": "b200"}
-# chips without element-wise measurements: they borrow h100-80gb's (Vidur profiles)
-BORROWS_ELEMENTWISE = ("b200", "h200-141gb")
+SYSTEMS = {"a100_sxm": "a100-80gb", "h100_sxm": "h100-80gb", "h200_sxm": "h200-141gb", "b200_sxm": "b200",
+           "gb200": "gb200", "b300_sxm": "b300", "gb300": "gb300", "l40s": "l40s"}  # donors before borrowers
+# chips without element-wise measurements -> the calibration they start from, whose element-wise kernels (and
+# whatever their own tables cannot refit) they keep: the nearest measured chip of their family
+DONORS = {"b200": "h100-80gb", "h200-141gb": "h100-80gb", "gb200": "b200", "b300": "b200", "gb300": "b200",
+          "l40s": "a40"}
+# the calibration kvsim priced a chip with before it had its own (same architecture, the chip's own peaks)
+DERIVED_BEFORE = {"h200-141gb": "h100-80gb", "l40s": "a40"}
 AIC_DATA = "NVIDIA AIConfigurator tables (Apache-2.0)"
 
 
@@ -128,9 +134,12 @@ def fit_releases(roots: list[str]) -> None:
         newest = load_calibration(SHIPPED / f"{gname}.json")
         newest_versions = newest.fit["aic"]["versions"]
         index[gname] = {}
-        for rel in releases(aic, system):
+        rels = releases(aic, system)
+        for rel in rels:
             data = read_aic(aic, system, rel)
-            if data.versions == newest_versions:  # the release runs the newest measured kernels
+            # the release runs the newest measured kernels, or is the newest measured (its other tables may be
+            # newer: GB300's all-reduce of vLLM 0.27 beside attention of 0.24; the newest calibration has them)
+            if data.versions == newest_versions or rel == rels[-1]:
                 index[gname][rel] = f"{gname}.json"
                 continue
             fitted = fit_aic(data, newest)
@@ -174,20 +183,27 @@ def main() -> None:
     summary = {}
     for system, gname in SYSTEMS.items():
         gpu = GPU_PRESETS[gname]
-        base = load_calibration(SHIPPED / f"{gname}.json") if gname not in BORROWS_ELEMENTWISE \
-            else replace(load_calibration(SHIPPED / "h100-80gb.json"), gpu=gname)
+        donor = DONORS.get(gname)
+        base = load_calibration(SHIPPED / f"{gname}.json") if donor is None \
+            else replace(load_calibration(SHIPPED / f"{donor}.json"), gpu=gname)
         root = system_root(a.aic, system)
         data = read_aic(root, system)
         fitted = fit_aic(data, base)
         calib = fitted.calibration(base)  # drops the dense statistics of the base's GEMMs
         sources = dict(calib.sources)
+        if gpu.arch not in NVLINK_ARCHS:  # a PCIe card: its tables' all-reduce is the only one (no NVLink pairs)
+            calib = replace(calib, all_reduce={"nvswitch": calib.all_reduce["nvswitch"]})
+            sources["all_reduce"] += f" (over PCIe: {gname} has no NVLink; every --interconnect takes it)"
         kept = [q for q in calib.gemm_quant if f"{q} weights" not in sources.get("gemm_quant", "")]
-        if kept and gname in BORROWS_ELEMENTWISE:  # the base's fit stays where no table of this GPU is usable
+        if kept and donor:  # the base's fit stays where no table of this GPU is usable
             sources["gemm_quant"] = "; ".join([s for s in [sources.get("gemm_quant")] if s] + [
-                f"{q} weights: h100-80gb's fit ({gname} has no usable {q} table)" for q in kept])
-        if gname in BORROWS_ELEMENTWISE:
-            sources["elementwise"] = (f"borrowed: h100-80gb's fit on Vidur profiles (no {gname.split('-')[0].upper()} element-wise "
-                                      "measurements)")
+                f"{q} weights: {donor}'s fit ({gname} has no usable {q} table)" for q in kept])
+        if donor:
+            chip = gname.split("-")[0].upper()
+            sources["elementwise"] = (
+                f"borrowed: {donor}'s fit on Vidur profiles (no {chip} element-wise measurements)" if donor in
+                ("h100-80gb", "a40") else f"borrowed from {donor} (no {chip} element-wise measurements): "
+                + base.sources.get("elementwise", "physics defaults"))
             sources["data"] = data_source(root)
         elif AIC_DATA not in sources["data"]:  # the base may be this script's own earlier output
             sources["data"] += "; attention, NVSwitch all-reduce and GEMMs: " + data_source(root)
@@ -215,9 +231,9 @@ def main() -> None:
         calib = replace(calib, sources=sources, fit=fit, derived_from="")
         save_calibration(calib, SHIPPED / f"{gname}.json")
         before = calibration_at(a.before_commit, gname) if a.before_commit else None
-        if a.before_commit and before is None and gname in BORROWS_ELEMENTWISE:  # derived from H100's then
-            before = calibration_at(a.before_commit, "h100-80gb")
-            before = before and replace(before, gpu=gname, derived_from="h100-80gb")
+        if a.before_commit and before is None and gname in DERIVED_BEFORE:  # derived from its chip's then
+            before = calibration_at(a.before_commit, DERIVED_BEFORE[gname])
+            before = before and replace(before, gpu=gname, derived_from=DERIVED_BEFORE[gname])
         prev = evaluate_calibration(data, before) if before else {}
         summary[gname] = {"versions": data.versions, **val, "before": prev}
         report += [f"## {gname} ({system}: " + ", ".join(f"{t} {v}" for t, v in data.versions.items()) + ")", "",

@@ -33,7 +33,8 @@ from kvsim.latency.aic import (fit_moe_table, locate_table, moe_seconds_table, m
                                system_dir, system_root, validate_moe, _by_regime, moe_regimes)
 from kvsim.latency.calibration import MOE_QUANT, SHIPPED, moe_backend_of  # noqa: E402
 
-SYSTEMS = {"a100-80gb": "a100_sxm", "h100-80gb": "h100_sxm", "h200-141gb": "h200_sxm", "b200": "b200_sxm"}
+SYSTEMS = {"a100-80gb": "a100_sxm", "h100-80gb": "h100_sxm", "h200-141gb": "h200_sxm", "b200": "b200_sxm",
+           "gb200": "gb200", "b300": "b300_sxm", "gb300": "gb300", "l40s": "l40s"}
 # the experts' dtype kvsim prices (bf16 or MOE_QUANT) -> the tables' moe_dtype rows that serve it
 DTYPES = {"bf16": ("bfloat16",), **{q: (t,) for q, (t, *_) in MOE_QUANT.items()}}
 EXTRA = {"mxfp4": ("w4a8_mxfp4_mxfp8",)}  # MXFP4 experts with MXFP8 activations: their own backend

@@ -27,14 +27,13 @@ of a modified build, Llama-3.2-1B at 256 sequences, peaked at 0.45 GiB where thi
 
 from __future__ import annotations
 
-from kvsim.hardware.gpus import GPUS_PER_NODE
+from kvsim.hardware.gpus import NVLINK_ARCHS
 
 GiB = 1 << 30
 SAMPLER_BYTES_PER_LOGIT = 38.9  # bytes per (sequence, vocabulary entry) at the sampler's peak
 NON_TORCH_BYTES = 0.13 * GiB  # one GPU: CUDA and cuBLAS workspaces outside PyTorch's allocator
 NVLINK_RANK_BYTES = 0.6 * GiB  # each further tensor-parallel rank on NVLink (NCCL and custom all-reduce buffers)
 PCIE_RANK_BYTES = 0.05 * GiB
-NVLINK_ARCHS = ("ampere-a100", "hopper", "blackwell")
 
 
 def sampler_peak_bytes(model, max_num_seqs: int) -> float:
@@ -51,11 +50,12 @@ def forward_peak_bytes(model, tp: int, tokens: int) -> float:
 
 
 def non_torch_bytes(gpu, tp: int) -> float:
-    """Bytes outside PyTorch's allocator on one of ``tp`` ranks: the buffers of each NVLink peer within a node of
-    GPUS_PER_NODE (ranks beyond it are reached over the network, priced as PCIe peers: an assumption, no log)."""
+    """Bytes outside PyTorch's allocator on one of ``tp`` ranks: the buffers of each NVLink peer within the GPU's
+    NVLink domain (``gpu.nvlink_gpus``: 8 in an HGX node; ranks beyond it are reached over the network, priced as
+    PCIe peers: an assumption, no log)."""
     if gpu.arch not in NVLINK_ARCHS:
         return NON_TORCH_BYTES + (tp - 1) * PCIE_RANK_BYTES
-    peers = min(tp, GPUS_PER_NODE) - 1
+    peers = min(tp, gpu.nvlink_gpus) - 1
     return NON_TORCH_BYTES + peers * NVLINK_RANK_BYTES + (tp - 1 - peers) * PCIE_RANK_BYTES
 
 

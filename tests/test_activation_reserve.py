@@ -47,7 +47,7 @@ def test_the_kv_pool_matches_vllm_logs_on_h100(args, logged_kv_gib):
     assert named.pool_plan().pool_bytes == cfg.pool_plan().pool_bytes
 
 
-def test_non_torch_memory_grows_with_nvlink_peers_within_a_node_only():
+def test_non_torch_memory_grows_with_nvlink_peers_within_an_nvlink_domain_only():
     from kvsim.activation_reserve import non_torch_bytes
 
     h200, l40s = get_gpu("h200-141gb"), get_gpu("l40s")
@@ -55,3 +55,5 @@ def test_non_torch_memory_grows_with_nvlink_peers_within_a_node_only():
     assert non_torch_bytes(h200, 8) == pytest.approx((0.13 + 7 * 0.6) * GiB)
     assert non_torch_bytes(h200, 16) == pytest.approx((0.13 + 7 * 0.6 + 8 * 0.05) * GiB)  # 8 more over the network
     assert non_torch_bytes(l40s, 4) == pytest.approx((0.13 + 3 * 0.05) * GiB)  # PCIe peers
+    # an NVL72 rack is one NVLink domain: 16 ranks are all NVLink peers
+    assert non_torch_bytes(get_gpu("gb200"), 16) == pytest.approx((0.13 + 15 * 0.6) * GiB)

@@ -99,6 +99,46 @@ def test_b200_has_a_preset_and_a_measured_calibration():
     assert "borrowed" in calib.sources["elementwise"]
 
 
+@pytest.mark.parametrize("name,sms,mib,nvlink", [("gb200", 152, 188733, 72), ("b300", 148, 274113, 8),
+                                                 ("gb300", 152, 283136, 72)])
+def test_grace_blackwell_and_b300_presets_with_measured_calibrations(name, sms, mib, nvlink):
+    """Memory as CUDA reports it (vLLM's and PyTorch's totals, see kvsim/hardware/gpus.py), CUDA's SM count,
+    the NVLink domain; kernels fitted on the GPU's own AIConfigurator tables, element-wise kernels borrowed
+    through B200's."""
+    g = get_gpu(name.upper())
+    assert g.name == name and g.sms == sms and g.memory_bytes == mib << 20 and g.nvlink_gpus == nvlink
+    assert g.arch == "blackwell" and g.tensor_core_speedup("fp4") == 4.0
+    calib, note = shipped_calibration(g)
+    system = "b300_sxm" if name == "b300" else name
+    assert note == "" and calib.derived_from == "" and f" {system}/attention/vllm" in calib.sources["decode_attention"]
+    assert calib.sources["elementwise"].startswith("borrowed from b200")
+    assert "flashinfer-trtllm" in calib.moe_backends["mxfp4"]
+    assert 0.9 <= calib.fit["aic"]["held_out"]["decode"]["all"]["median"] <= 1.1
+
+
+def test_l40s_is_measured_and_its_all_reduce_is_the_pcie_one():
+    calib, note = shipped_calibration(get_gpu("l40s"))
+    assert note == "" and "l40s/attention/vllm" in calib.sources["decode_attention"]
+    assert set(calib.all_reduce) == {"nvswitch"} and "PCIe" in calib.sources["all_reduce"]
+    assert calib.sources["elementwise"].startswith("borrowed: a40's")
+
+
+def test_data_parallel_exchange_stays_on_nvlink_within_an_nvl72_rack():
+    """DP16 of a MoE model: on HGX B200s the exchange crosses nodes and runs at one NIC per GPU; on GB200 the
+    16 GPUs share one NVLink domain and keep the measured NCCL line."""
+    model = get_model("deepseek-v3")
+    times = {}
+    for name in ("b200", "gb200"):
+        g = get_gpu(name)
+        m = PerOpModel(model, g, shipped_calibration(g)[0], get_cpu_overhead("none"), 1, dp=16,
+                       expert_parallel=True)
+        link = m._dispatch
+        size = 4096 * m.hidden_bytes
+        times[name] = (m.dispatch_s(4096), link.seconds(size))
+    assert times["gb200"][0] == pytest.approx(times["gb200"][1])
+    assert times["b200"][0] > times["b200"][1]
+
+
 def test_calibrate_from_an_aic_folder(tmp_path, capsys):
     from kvsim.cli import main
 

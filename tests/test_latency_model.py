@@ -215,7 +215,10 @@ def test_calibrate_from_vidur_files_names_the_gpu_from_the_path(tmp_path):
 def test_derived_and_foreign_calibrations_say_so():
     c, note = shipped_calibration(get_gpu("a100-40gb"))
     assert c.derived_from == "a100-80gb" and "same architecture" in note and not note.startswith("warning")
-    c, note = shipped_calibration(get_gpu("l40s"))
+    c, note = shipped_calibration(get_gpu("rtx-4090"))  # the L40S's die (AD102), measured
+    assert c.derived_from == "l40s" and "same architecture" in note and not note.startswith("warning")
+    volta = replace(get_gpu("a100-80gb"), name="v100", arch="volta")  # an architecture nothing measured
+    c, note = shipped_calibration(volta)
     assert note.startswith("warning") and "unvalidated" in note
 
 

@@ -11,6 +11,9 @@ from kvsim.errors import ConfigError
 GPUS_PER_NODE = 8
 NIC_BYTES_S = 50e9  # bytes/s each way through one GPU's NIC
 
+# architectures whose data-centre parts link their GPUs by NVLink (the others here are PCIe cards)
+NVLINK_ARCHS = ("ampere-a100", "hopper", "blackwell")
+
 MiB = 1 << 20
 GiB = 1 << 30
 
@@ -26,6 +29,9 @@ class GpuSpec:
     pcie_bandwidth: float  # bytes/s, host<->device per direction, nominal
     sms: int = 108  # streaming multiprocessors (work-distribution granularity of kernels)
     arch: str = ""  # architecture family: calibrations carry over within one
+    # GPUs one NVLink switch domain joins: an HGX/DGX node's 8, a GB200/GB300 NVL72 rack's 72; collectives
+    # among more cross the network (one NIC per GPU)
+    nvlink_gpus: int = GPUS_PER_NODE
 
     @property
     def fp8_tensor_cores(self) -> bool:
@@ -57,6 +63,16 @@ GPU_PRESETS: dict[str, GpuSpec] = {
         # B200 (HGX): nvidia-smi reports 183,359 MiB, CUDA 182,641; a 7,680-bit bus at 3,996 MHz gives 7.67 TB/s (pytorch/ao
         # PR #4002); dense bf16 2.25 PFLOP/s; hosts on PCIe Gen5
         GpuSpec("b200", 182641 * MiB, 7.67e12, 2.25e15, 64e9, 148, "blackwell"),
+        # Grace-Blackwell racks (NVL72: one NVLink domain of 72 GPUs) and HGX B300. Memory as CUDA reports it: vLLM's
+        # "Free memory on device (181.84/184.31 GiB)" on GB200 and "(267.08/267.69 GiB)" on B300 (287,428,771,840
+        # bytes in a trainer's log), PyTorch's "total capacity of 276.50 GiB" on GB300 (nvidia-smi: 189,471,
+        # 275,040 and 284,208 MiB). SMs as CUDA counts them (152, 148, 152; NVIDIA's 160 is the full die).
+        # HBM 7.7 / 7.7 / 8 TB/s and dense bf16 2.5 / 2.25 / 2.5 PFLOP/s (NVIDIA's GB200 NVL72, HGX B300 and
+        # Blackwell Ultra figures). Host link: NVLink-C2C's 900 GB/s both ways per Grace CPU, shared by its two
+        # GPUs (GB300 measured 211 GB/s host to GPU, NVIDIA/Megatron-LM#6491); B300 on a PCIe Gen5 host.
+        GpuSpec("gb200", 188733 * MiB, 7.7e12, 2.5e15, 225e9, 152, "blackwell", nvlink_gpus=72),
+        GpuSpec("b300", 274113 * MiB, 7.7e12, 2.25e15, 64e9, 148, "blackwell"),
+        GpuSpec("gb300", 283136 * MiB, 8.0e12, 2.5e15, 225e9, 152, "blackwell", nvlink_gpus=72),
         GpuSpec("a40", 46068 * MiB, 696e9, 149.7e12, 32e9, 84, "ampere-ga102"),
         GpuSpec("l40s", 45486 * MiB, 864e9, 362e12, 32e9, 142, "ada"),
         GpuSpec("rtx-4090", 24564 * MiB, 1.008e12, 165e12, 32e9, 128, "ada"),

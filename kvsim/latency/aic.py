@@ -52,10 +52,10 @@ from kvsim.latency.calibration import (GEMM_QUANT, MOE_QUANT, Calibration, Decod
 
 # AIConfigurator system names -> kvsim GPU presets
 SYSTEM_GPUS = {"a100_sxm": "a100-80gb", "h100_sxm": "h100-80gb", "h200_sxm": "h200-141gb", "b200_sxm": "b200",
-               "l40s": "l40s", "a40": "a40"}
+               "gb200": "gb200", "b300_sxm": "b300", "gb300": "gb300", "l40s": "l40s", "a40": "a40"}
 # a system kvsim has no preset for is described by the yaml next to its tables (mem_capacity, mem_bw,
 # bfloat16_tc_flops, pcie_bw)
-SMS_BY_SM_VERSION = {80: 108, 86: 84, 89: 142, 90: 132, 100: 148}
+SMS_BY_SM_VERSION = {80: 108, 86: 84, 89: 142, 90: 132, 100: 148, 103: 148, 120: 188}
 
 TABLES = {  # kind -> (framework folder, table name)
     "decode": ("attention/vllm", "generation_attention_perf"),

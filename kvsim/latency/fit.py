@@ -201,6 +201,9 @@ def dense_rows(df, model_name: str = "") -> list[tuple[str, str, Op, int, float,
 # --- fitting -------------------------------------------------------------------------------------
 def _fit(residual, x0, lo, hi):
     least_squares = _scipy()
+    # a starting point taken from the data (say 5x the fastest all-reduce of a 16-GPU NVLink domain) may lie
+    # past a bound; the bounds hold
+    x0 = np.clip(np.asarray(x0, dtype=float), lo, hi)
     with np.errstate(all="ignore"):  # the residual's own overflow is what the check below reports
         start = np.asarray(residual(np.asarray(x0, dtype=float)), dtype=float)
     if not np.isfinite(start).all():

@@ -40,7 +40,7 @@ from dataclasses import dataclass, replace
 
 from kvsim.errors import ConfigError
 from kvsim.hardware import GpuSpec, ModelSpec
-from kvsim.hardware.gpus import GPUS_PER_NODE, NIC_BYTES_S
+from kvsim.hardware.gpus import NIC_BYTES_S
 from kvsim.hardware.models import DTYPE_BYTES, first_attended
 from kvsim.latency.base import BREAKDOWN_COLUMNS, LatencyModel, StepShape, sum_max_of_two_affine
 from kvsim.latency.calibration import GEMM_QUANT, MOE_QUANT, Calibration, DecodeAttentionParams, ElementwiseParams, GemmParams
@@ -567,14 +567,15 @@ class PerOpModel(LatencyModel):
         """One MoE layer's exchange among dp ranks that schedule ``tokens`` tokens together: an all-gather of
         every rank's hidden states and a reduce-scatter of the experts' outputs, NCCL over the dp GPUs that hold
         the same tensor-parallel shard, priced on the calibration's measured all-gather + reduce-scatter (within
-        a node; without them, its NCCL all-reduce line: a ring all-reduce moves the same bytes). A group beyond
-        one node runs its rings at most at one NIC's bandwidth per GPU."""
+        a node; without them, its NCCL all-reduce line: a ring all-reduce moves the same bytes). A group beyond one
+        NVLink domain (an HGX node's 8 GPUs, an NVL72 rack's 72) runs its rings at most at one NIC's bandwidth per
+        GPU."""
         link = self._dispatch
         if link is None or tokens <= 0:
             return 0.0
         size = tokens * self.hidden_bytes
         t = link.seconds(size)
-        if self.dp * self.tp > GPUS_PER_NODE:
+        if self.dp * self.tp > self.gpu.nvlink_gpus:
             n = self.dp
             t = max(t, link.latency_s + size * 2 * (n - 1) / n / NIC_BYTES_S)
         return t
