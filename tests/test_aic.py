@@ -79,6 +79,19 @@ def test_fit_on_the_excerpt_predicts_it():
         assert 0.85 <= ev[table]["all"]["median"] <= 1.15, (table, ev[table]["all"])
 
 
+def test_a_slow_all_reduce_group_is_fitted_not_refused():
+    """GB300's 16-GPU all-reduce starts at 46 us: the fit's start (5x the fastest time for NCCL's latency) lay
+    past its 200 us bound and kvsim calibrate crashed. The start is clipped into the bounds."""
+    from kvsim.latency.aic import fit_all_reduce
+
+    sizes = np.array([2.0 ** k for k in range(10, 30)])
+    secs = np.minimum(46e-6 + sizes / 40e9, 120e-6 + sizes / 300e9)
+    links = fit_all_reduce(pd.DataFrame({"num_gpus": 16, "message_bytes": sizes, "seconds": secs}))
+    link = links["16"]
+    assert link.seconds(1024) == pytest.approx(46e-6 + 1024 / 40e9, rel=0.05)
+    assert link.seconds(2.0 ** 29) == pytest.approx(120e-6 + 2.0 ** 29 / 300e9, rel=0.05)
+
+
 def test_all_reduce_takes_the_faster_of_custom_and_nccl_lines():
     link = LinkParams(5e-6, 50e9, 30e-6, 200e9)
     assert link.seconds(1e3) == pytest.approx(5e-6 + 1e3 / 50e9)  # custom all-reduce
