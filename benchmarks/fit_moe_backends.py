@@ -18,7 +18,6 @@ Writes the shipped calibrations in place and reports/latency-validation/moe-back
 from __future__ import annotations
 
 import argparse
-from dataclasses import asdict
 from functools import lru_cache
 import json
 import sys
@@ -27,17 +26,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from kvsim.errors import ConfigError  # noqa: E402
 from kvsim.hardware.gpus import GPU_PRESETS  # noqa: E402
-from kvsim.latency.aic import (fit_moe_table, locate_table, moe_seconds_table, moe_shapes, read_moe,  # noqa: E402
-                               system_dir, system_root, validate_moe, _by_regime, moe_regimes)
-from kvsim.latency.calibration import MOE_QUANT, SHIPPED, moe_backend_of  # noqa: E402
+from kvsim.latency.aic import fit_moe_families, locate_table, system_dir, system_root  # noqa: E402
+from kvsim.latency.calibration import SHIPPED  # noqa: E402
 
 SYSTEMS = {"a100-80gb": "a100_sxm", "h100-80gb": "h100_sxm", "h200-141gb": "h200_sxm", "b200": "b200_sxm",
            "gb200": "gb200", "b300": "b300_sxm", "gb300": "gb300", "l40s": "l40s"}
-# the experts' dtype kvsim prices (bf16 or MOE_QUANT) -> the tables' moe_dtype rows that serve it
-DTYPES = {"bf16": ("bfloat16",), **{q: (t,) for q, (t, *_) in MOE_QUANT.items()}}
-EXTRA = {"mxfp4": ("w4a8_mxfp4_mxfp8",)}  # MXFP4 experts with MXFP8 activations: their own backend
 
 
 def calibration_files() -> list[tuple[str, Path]]:
@@ -51,31 +45,13 @@ def calibration_files() -> list[tuple[str, Path]]:
 
 @lru_cache(maxsize=None)  # calibrations of several releases can share one table: fitted once
 def fit_table(chip: str, table: str, version: str) -> tuple[dict, dict]:
-    """(moe_backends, their validation) fitted on one MoE table: each kernel family of each experts' dtype with
-    at least 8 rows."""
-    gpu = GPU_PRESETS[chip]
-    params, stats = {}, {}
-    for dtype, table_dtypes in DTYPES.items():
-        quant = None if dtype == "bf16" else dtype
-        for td in table_dtypes + EXTRA.get(dtype, ()):
-            try:
-                rows, _ = read_moe(Path(table), (td,))
-            except ConfigError:  # the table has no usable rows of that dtype
-                continue
-            rows = rows.assign(backend=[moe_backend_of(k, td) for k in rows["kernel"]])
-            for backend, sub in rows.groupby("backend"):  # (rows of unnamed kernels, backend None, left out)
-                sub = sub.reset_index(drop=True)
-                if len(sub) < 8:
-                    continue
-                p = fit_moe_table(sub, gpu, quant)
-                params.setdefault(dtype, {})[backend] = asdict(p)
-                shapes = len(set(moe_shapes(sub)))
-                ins = _by_regime(moe_seconds_table(p, gpu, sub, quant) / sub["seconds"].to_numpy(), moe_regimes(sub))
-                entry = {"rows": len(sub), "shapes": shapes, "table": f"{SYSTEMS[chip]}/moe/vllm/{version}",
-                         "kernels": sorted(set(sub["kernel"])), "in_sample": ins}
-                if shapes >= 5:
-                    entry["held_out"] = validate_moe(sub, gpu, quant=quant)["held_out"]
-                stats.setdefault(dtype, {})[backend] = entry
+    """(moe_backends, their validation) fitted on one MoE table (kvsim.latency.aic.fit_moe_families)."""
+    params, stats = fit_moe_families(Path(table), GPU_PRESETS[chip], validate=True)
+    where = f"{SYSTEMS[chip]}/moe/vllm/{version}"
+    for by in stats.values():
+        for backend, e in by.items():  # the table after rows and shapes, as the calibrations record it
+            by[backend] = {"rows": e["rows"], "shapes": e["shapes"], "table": where,
+                           **{k: v for k, v in e.items() if k not in ("rows", "shapes")}}
     return params, stats
 
 

@@ -161,6 +161,9 @@ def test_calibrate_from_an_aic_folder(tmp_path, capsys):
     assert c["gpu"] == "h100-80gb" and "vLLM 0.24.0" in c["sources"]["decode_attention"]
     assert "gemm_perf" in c["sources"]["gemm"] and "kept from" in c["sources"]["elementwise"]
     assert "moe_perf" in c["sources"]["moe"] and c["moe"]["t0_s"] > 0
+    # every kernel family of the table gets its own fit (--moe-backend), from this table, none kept from another
+    assert set(c["moe_backends"]) == {"bf16"} and set(c["moe_backends"]["bf16"]) == {"triton"}
+    assert "moe_perf" in c["sources"]["moe_backends"]
     assert c["sources"]["elementwise"].count("kept from") == 1  # a refit of a refit names one origin
     assert math.isfinite(c["decode_attention"]["per_seq_tokens"])
     # the A100 excerpt has no GEMM table: GEMMs stay the base calibration's, and it says so

@@ -25,18 +25,30 @@ def cmd_calibrate(a: argparse.Namespace) -> int:
         from kvsim.latency.calibration import shipped_calibration
 
         # GEMMs from the tables unless dense-layer profiles (mlp.csv) were given
-        kinds = ("decode", "prefill", "all_reduce", "moe") + (() if "mlp" in measured else ("gemm",))
+        kinds = ("decode", "prefill", "all_reduce", "moe", "mla_decode", "mla_prefill") + \
+            (() if "mlp" in measured else ("gemm",))
         data = read_aic(a.aic, a.system, a.vllm_version, kinds=kinds, gpu=get_gpu(a.gpu) if a.gpu else None)
         for note in data.notes:
             print(f"note: {note}", file=sys.stderr)
         base = fit_calibration(a.measurements, data.gpu.name, data=measured) if a.measurements \
             else shipped_calibration(data.gpu)[0]
         c = fit_aic(data, base).calibration(base)
+        if "moe_perf" in data.files:  # each kernel family (--moe-backend) from this GPU's table, none borrowed
+            from dataclasses import replace
+
+            from kvsim.latency.aic import fit_moe_families
+            from kvsim.latency.calibration import Calibration
+
+            families, _ = fit_moe_families(data.files["moe_perf"], data.gpu)
+            c = Calibration.from_json({**c.to_json(), "moe_backends": families}, "the fitted calibration")
+            c = replace(c, sources={**c.sources, "moe_backends": "fitted per kernel family on " +
+                                    data.files["moe_perf"]})
     else:
         c = fit_calibration(a.measurements, a.gpu, data=measured)
     save_calibration(c, a.output)
     print(f"calibration for {c.gpu} (measured on: {c.measured_on})")
-    for group in ("gemm", "elementwise", "decode_attention", "prefill_attention", "all_reduce", "moe"):
+    for group in ("gemm", "elementwise", "decode_attention", "prefill_attention", "all_reduce", "moe",
+                  "moe_backends", "mla_decode"):
         print(f"  {group:18s} {c.sources.get(group, 'from the shipped calibration / physics defaults')}")
     stats = c.fit.get("dense_in_sample", {}).get("layer", {})
     if stats:
@@ -44,7 +56,13 @@ def cmd_calibrate(a: argparse.Namespace) -> int:
             f"{k}: {v['median']:.3f} [{v['p10']:.2f}, {v['p90']:.2f}]" for k, v in stats.items()))
     if c.measured_on != "gpu":
         print("  note: measured in the CPU interpreter: a pipeline check, not GPU times")
-    print(f"wrote {a.output}; use it with: kvsim compare --latency {a.output} --gpu {c.gpu} ...")
+    from kvsim.hardware.gpus import GPU_PRESETS
+
+    if c.gpu in GPU_PRESETS:
+        print(f"wrote {a.output}; use it with: kvsim compare --latency {a.output} --gpu {c.gpu} ...")
+    else:
+        print(f"wrote {a.output}; {c.gpu} is not a kvsim GPU preset (`kvsim list gpus`), so no run can use it yet: "
+              "its peaks came from the system's yaml")
     return 0
 
 

@@ -929,6 +929,48 @@ def validate_moe(m, gpu: GpuSpec, every: int = 5, quant: str | None = None) -> d
             "held_out_parallel": _by_regime(held, par), "shapes": len(kinds), "held_out_shapes": len(test_shapes)}
 
 
+# the experts' dtype kvsim prices (bf16 or MOE_QUANT) -> the moe_perf rows that serve it; MXFP4 experts with
+# MXFP8 activations are a backend of their own (flashinfer-trtllm-mxfp8)
+MOE_FAMILY_DTYPES = {"bf16": ("bfloat16",), **{q: (t,) for q, (t, *_) in MOE_QUANT.items()}}
+MOE_FAMILY_EXTRA = {"mxfp4": ("w4a8_mxfp4_mxfp8",)}
+MOE_FAMILY_MIN_ROWS = 8
+
+
+def fit_moe_families(table: Path, gpu: GpuSpec, validate: bool = False) -> tuple[dict, dict]:
+    """(params, stats) of a moe_perf table fitted once per kernel family (vLLM's ``--moe-backend``;
+    calibration.moe_backend_of) of each experts' dtype with at least MOE_FAMILY_MIN_ROWS rows: params as a
+    calibration's ``moe_backends`` ({dtype: {backend: MoeParams fields}}); with ``validate``, stats per family
+    (rows, shapes, kernels, in-sample ratios by tokens and, with five shapes or more, every 5th held out)."""
+    from dataclasses import asdict
+
+    from kvsim.latency.calibration import moe_backend_of
+
+    params, stats = {}, {}
+    for dtype, table_dtypes in MOE_FAMILY_DTYPES.items():
+        quant = None if dtype == "bf16" else dtype
+        for td in table_dtypes + MOE_FAMILY_EXTRA.get(dtype, ()):
+            try:
+                rows, _ = read_moe(Path(table), (td,))
+            except ConfigError:  # the table has no usable rows of that dtype
+                continue
+            rows = rows.assign(backend=[moe_backend_of(k, td) for k in rows["kernel"]])
+            for backend, sub in rows.groupby("backend"):  # rows of unnamed kernels (backend None) are left out
+                sub = sub.reset_index(drop=True)
+                if len(sub) < MOE_FAMILY_MIN_ROWS:
+                    continue
+                p = fit_moe_table(sub, gpu, quant)
+                params.setdefault(dtype, {})[backend] = asdict(p)
+                if not validate:
+                    continue
+                shapes = len(set(moe_shapes(sub)))
+                ins = _by_regime(moe_seconds_table(p, gpu, sub, quant) / sub["seconds"].to_numpy(), moe_regimes(sub))
+                entry = {"rows": len(sub), "shapes": shapes, "kernels": sorted(set(sub["kernel"])), "in_sample": ins}
+                if shapes >= 5:
+                    entry["held_out"] = validate_moe(sub, gpu, quant=quant)["held_out"]
+                stats.setdefault(dtype, {})[backend] = entry
+    return params, stats
+
+
 def _nccl_table(sysdir: Path, version: str | None):
     """The NCCL table to use: ``version``'s, or the newest version folder whose table has all_reduce rows."""
     if version is not None:
@@ -1252,9 +1294,11 @@ class AicFit:
         if self.mla_prefill:
             c = replace(c, mla_prefill=self.mla_prefill)
         if self.gemm:
-            was = base.sources.get("elementwise", "").replace("the same files", base.sources.get("gemm", ""))
+            gemm_src = base.sources.get("gemm", "")
+            was = base.sources.get("elementwise", "").replace("fitted: the same files", gemm_src) \
+                .replace("the same files", gemm_src)
             if not was.startswith(("kept from the ", "borrowed")):  # a refit of a refit keeps one origin
-                was = f"kept from the {base.gpu} calibration ({was})"
+                was = f"kept from the {base.derived_from or base.gpu} calibration ({was})"
             c = replace(c, gemm=self.gemm, fit={k: v for k, v in c.fit.items() if k not in DENSE_STATS},
                         sources={**c.sources, "elementwise": was})
         return c
