@@ -180,8 +180,8 @@ OPTIONS: list[Option] = [
            "scheduler", None, float, POSITIVE, default_text="run until every request is done"),
     # --- latency
     Option("latency", ("--latency",), "iteration-time model: 'per-op' (operation by operation, calibrated on "
-           "measured vLLM kernels and Vidur's GPU profiles, shipped for a100-80gb, h100-80gb, b200 and a40 and "
-           "derived for the same chips; see docs/latency.md), "
+           "measured vLLM kernels and Vidur's GPU profiles, shipped for every GPU preset (a100-40gb and rtx-4090 "
+           "derived from the same chips); see docs/latency.md), "
            "'roofline' (uncalibrated), or a calibration JSON from `kvsim calibrate`", "latency", "per-op"),
     Option("cpu_overhead", ("--cpu-overhead",), "the serving engine's CPU time per iteration: vllm-v1 (current "
            "vLLM; hidden behind the GPU with async scheduling), vllm-v0 (the vLLM paper's generation), vllm-v1-async "
