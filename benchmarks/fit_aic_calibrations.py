@@ -9,10 +9,11 @@
 Each system's tables come from the first folder that has them (``installed``: the pip package's systems/data).
 
 - a100-80gb: the A100 tables (vLLM 0.14.0, the only version there); the others (h100-80gb, h200-141gb, b200,
-  gb200, b300, gb300, l40s): the tables of the newest vLLM. Attention, NVSwitch all-reduce and GEMMs come from
+  gb200, b300, gb300, l40s, rtx-pro-6000): the tables of the newest vLLM. Attention, NVSwitch all-reduce and GEMMs come from
   them; element-wise kernels and the pairwise-NVLink all-reduce stay the Vidur fits (AIConfigurator has
   neither); a chip Vidur did not measure borrows its family's (DONORS: H100's for H200 and B200, B200's for
-  the other Blackwells, A40's for L40S), and whatever its own tables cannot refit.
+  the other Blackwells, A40's for L40S, the L40S's for the RTX PRO 6000), and whatever its own tables cannot
+  refit.
 - Cross-check (--vidur): the new GEMMs with the element-wise fits predict Vidur's measured whole dense layers
   (another team, an older PyTorch and cuBLAS), by token regime.
 
@@ -34,7 +35,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from kvsim.hardware.gpus import GPU_PRESETS, NVLINK_ARCHS  # noqa: E402
+from kvsim.hardware.gpus import GPU_PRESETS  # noqa: E402
 import glob  # noqa: E402
 
 import pandas as pd  # noqa: E402
@@ -47,11 +48,12 @@ from kvsim.latency.calibration import (GEMM_QUANT, MOE_QUANT, RELEASES_DIR, RELE
                                       Calibration, load_calibration, save_calibration)
 
 SYSTEMS = {"a100_sxm": "a100-80gb", "h100_sxm": "h100-80gb", "h200_sxm": "h200-141gb", "b200_sxm": "b200",
-           "gb200": "gb200", "b300_sxm": "b300", "gb300": "gb300", "l40s": "l40s"}  # donors before borrowers
+           "gb200": "gb200", "b300_sxm": "b300", "gb300": "gb300", "l40s": "l40s",
+           "rtx_pro_6000_server": "rtx-pro-6000"}  # donors before borrowers
 # chips without element-wise measurements -> the calibration they start from, whose element-wise kernels (and
 # whatever their own tables cannot refit) they keep: the nearest measured chip of their family
 DONORS = {"b200": "h100-80gb", "h200-141gb": "h100-80gb", "gb200": "b200", "b300": "b200", "gb300": "b200",
-          "l40s": "a40"}
+          "l40s": "a40", "rtx-pro-6000": "l40s"}  # the RTX PRO 6000: a graphics-class die on GDDR, as Ada's
 # the calibration kvsim priced a chip with before it had its own (same architecture, the chip's own peaks)
 DERIVED_BEFORE = {"h200-141gb": "h100-80gb", "l40s": "a40"}
 AIC_DATA = "NVIDIA AIConfigurator tables (Apache-2.0)"
@@ -191,7 +193,7 @@ def main() -> None:
         fitted = fit_aic(data, base)
         calib = fitted.calibration(base)  # drops the dense statistics of the base's GEMMs
         sources = dict(calib.sources)
-        if gpu.arch not in NVLINK_ARCHS:  # a PCIe card: its tables' all-reduce is the only one (no NVLink pairs)
+        if not gpu.nvlink:  # a PCIe card: its tables' all-reduce is the only one (no NVLink pairs)
             calib = replace(calib, all_reduce={"nvswitch": calib.all_reduce["nvswitch"]})
             sources["all_reduce"] += f" (over PCIe: {gname} has no NVLink; every --interconnect takes it)"
         kept = [q for q in calib.gemm_quant if f"{q} weights" not in sources.get("gemm_quant", "")]
@@ -199,7 +201,7 @@ def main() -> None:
             sources["gemm_quant"] = "; ".join([s for s in [sources.get("gemm_quant")] if s] + [
                 f"{q} weights: {donor}'s fit ({gname} has no usable {q} table)" for q in kept])
         if donor:
-            chip = gname.split("-")[0].upper()
+            chip = "RTX PRO 6000" if gname == "rtx-pro-6000" else gname.split("-")[0].upper()
             sources["elementwise"] = (
                 f"borrowed: {donor}'s fit on Vidur profiles (no {chip} element-wise measurements)" if donor in
                 ("h100-80gb", "a40") else f"borrowed from {donor} (no {chip} element-wise measurements): "

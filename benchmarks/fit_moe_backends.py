@@ -31,7 +31,7 @@ from kvsim.latency.aic import fit_moe_families, locate_table, system_dir, system
 from kvsim.latency.calibration import SHIPPED  # noqa: E402
 
 SYSTEMS = {"a100-80gb": "a100_sxm", "h100-80gb": "h100_sxm", "h200-141gb": "h200_sxm", "b200": "b200_sxm",
-           "gb200": "gb200", "b300": "b300_sxm", "gb300": "gb300", "l40s": "l40s"}
+           "gb200": "gb200", "b300": "b300_sxm", "gb300": "gb300", "l40s": "l40s", "rtx-pro-6000": "rtx_pro_6000_server"}
 
 
 def calibration_files() -> list[tuple[str, Path]]:

@@ -27,8 +27,6 @@ of a modified build, Llama-3.2-1B at 256 sequences, peaked at 0.45 GiB where thi
 
 from __future__ import annotations
 
-from kvsim.hardware.gpus import NVLINK_ARCHS
-
 GiB = 1 << 30
 SAMPLER_BYTES_PER_LOGIT = 38.9  # bytes per (sequence, vocabulary entry) at the sampler's peak
 NON_TORCH_BYTES = 0.13 * GiB  # one GPU: CUDA and cuBLAS workspaces outside PyTorch's allocator
@@ -53,7 +51,7 @@ def non_torch_bytes(gpu, tp: int) -> float:
     """Bytes outside PyTorch's allocator on one of ``tp`` ranks: the buffers of each NVLink peer within the GPU's
     NVLink domain (``gpu.nvlink_gpus``: 8 in an HGX node; ranks beyond it are reached over the network, priced as
     PCIe peers: an assumption, no log)."""
-    if gpu.arch not in NVLINK_ARCHS:
+    if not gpu.nvlink:
         return NON_TORCH_BYTES + (tp - 1) * PCIE_RANK_BYTES
     peers = min(tp, gpu.nvlink_gpus) - 1
     return NON_TORCH_BYTES + peers * NVLINK_RANK_BYTES + (tp - 1 - peers) * PCIE_RANK_BYTES

@@ -129,6 +129,19 @@ def test_grace_blackwell_and_b300_presets_with_measured_calibrations(name, sms, 
     assert 0.9 <= calib.fit["aic"]["held_out"]["decode"]["all"]["median"] <= 1.1
 
 
+def test_rtx_pro_6000_is_a_pcie_blackwell_card_with_its_own_calibration():
+    from kvsim.activation_reserve import non_torch_bytes
+
+    g = get_gpu("NVIDIA RTX PRO 6000")
+    assert g.name == "rtx-pro-6000" and g.sms == 188 and g.memory_bytes == 97250 << 20 and not g.nvlink
+    assert g.tensor_core_speedup("fp8") == 2.0  # sm_120 has FP8 (and FP4) tensor cores
+    assert non_torch_bytes(g, 4) == pytest.approx((0.13 + 3 * 0.05) * (1 << 30))  # PCIe peers, no NVLink buffers
+    calib, note = shipped_calibration(g)
+    assert note == "" and "rtx_pro_6000_server/attention/vllm" in calib.sources["decode_attention"]
+    assert set(calib.all_reduce) == {"nvswitch"} and "PCIe" in calib.sources["all_reduce"]
+    assert calib.sources["elementwise"].startswith("borrowed from l40s")
+
+
 def test_l40s_is_measured_and_its_all_reduce_is_the_pcie_one():
     calib, note = shipped_calibration(get_gpu("l40s"))
     assert note == "" and "l40s/attention/vllm" in calib.sources["decode_attention"]

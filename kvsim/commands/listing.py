@@ -32,13 +32,12 @@ def _models() -> list[str]:
 
 def _gpus() -> list[str]:
     from kvsim.hardware import GPU_PRESETS
-    from kvsim.hardware.gpus import NVLINK_ARCHS
 
     rows = [("gpu", "memory", "HBM TB/s", "bf16 TFLOP/s", "host link GB/s", "NVLink GPUs", "arch")]
     for name, g in GPU_PRESETS.items():
         rows.append((name, f"{g.memory_bytes / (1 << 30):.1f} GiB", f"{g.hbm_bandwidth / 1e12:.2f}",
                      f"{g.bf16_flops / 1e12:.0f}", f"{g.pcie_bandwidth / 1e9:.0f}",
-                     str(g.nvlink_gpus) if g.arch in NVLINK_ARCHS else "-", g.arch))
+                     str(g.nvlink_gpus) if g.nvlink else "-", g.arch))
     return _table(rows)
 
 

@@ -30,8 +30,13 @@ class GpuSpec:
     sms: int = 108  # streaming multiprocessors (work-distribution granularity of kernels)
     arch: str = ""  # architecture family: calibrations carry over within one
     # GPUs one NVLink switch domain joins: an HGX/DGX node's 8, a GB200/GB300 NVL72 rack's 72; collectives
-    # among more cross the network (one NIC per GPU)
+    # among more cross the network (one NIC per GPU). 1: a PCIe card of an NVLink architecture (RTX PRO 6000)
     nvlink_gpus: int = GPUS_PER_NODE
+
+    @property
+    def nvlink(self) -> bool:
+        """Whether tensor-parallel peers talk over NVLink (else PCIe)."""
+        return self.arch in NVLINK_ARCHS and self.nvlink_gpus > 1
 
     @property
     def fp8_tensor_cores(self) -> bool:
@@ -73,6 +78,11 @@ GPU_PRESETS: dict[str, GpuSpec] = {
         GpuSpec("gb200", 188733 * MiB, 7.7e12, 2.5e15, 225e9, 152, "blackwell", nvlink_gpus=72),
         GpuSpec("b300", 274113 * MiB, 7.7e12, 2.25e15, 64e9, 148, "blackwell"),
         GpuSpec("gb300", 283136 * MiB, 8.0e12, 2.5e15, 225e9, 152, "blackwell", nvlink_gpus=72),
+        # RTX PRO 6000 Blackwell Server Edition (GB202, PCIe Gen5 x16, no NVLink): PyTorch's total_memory=97250MB
+        # with multi_processor_count=188 (nvidia-smi: 97,887 MiB); 1,597 GB/s of GDDR7 (the Server Edition's
+        # datasheet; the Workstation's is 1,792); dense bf16 467.8 TFLOP/s (NVIDIA's Workstation 503.8 at 2,617
+        # MHz, at the Server Edition's 2,430 MHz boost, as AIConfigurator scales it)
+        GpuSpec("rtx-pro-6000", 97250 * MiB, 1.597e12, 467.8e12, 64e9, 188, "blackwell", nvlink_gpus=1),
         GpuSpec("a40", 46068 * MiB, 696e9, 149.7e12, 32e9, 84, "ampere-ga102"),
         GpuSpec("l40s", 45486 * MiB, 864e9, 362e12, 32e9, 142, "ada"),
         GpuSpec("rtx-4090", 24564 * MiB, 1.008e12, 165e12, 32e9, 128, "ada"),

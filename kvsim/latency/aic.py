@@ -52,7 +52,8 @@ from kvsim.latency.calibration import (GEMM_QUANT, MOE_QUANT, Calibration, Decod
 
 # AIConfigurator system names -> kvsim GPU presets
 SYSTEM_GPUS = {"a100_sxm": "a100-80gb", "h100_sxm": "h100-80gb", "h200_sxm": "h200-141gb", "b200_sxm": "b200",
-               "gb200": "gb200", "b300_sxm": "b300", "gb300": "gb300", "l40s": "l40s", "a40": "a40"}
+               "gb200": "gb200", "b300_sxm": "b300", "gb300": "gb300", "l40s": "l40s", "a40": "a40",
+               "rtx_pro_6000_server": "rtx-pro-6000"}
 # a system kvsim has no preset for is described by the yaml next to its tables (mem_capacity, mem_bw,
 # bfloat16_tc_flops, pcie_bw)
 SMS_BY_SM_VERSION = {80: 108, 86: 84, 89: 142, 90: 132, 100: 148, 103: 148, 120: 188}
@@ -593,14 +594,21 @@ def read_quant_gemms(sysdir: Path, version: str) -> tuple[dict, list[str]]:
                 tried[q].append(f"{v} ({excess:.1f}x bf16)")
                 continue
             # the projections of real models: the grid's 32-128-wide weights would pull a fit that prices none
-            got[q] = (rows[(rows["n"] >= QUANT_MIN_DIM) & (rows["k"] >= QUANT_MIN_DIM)].reset_index(drop=True), f, v)
+            wide = rows[(rows["n"] >= QUANT_MIN_DIM) & (rows["k"] >= QUANT_MIN_DIM)].reset_index(drop=True)
+            if len(wide) < 8:  # too few to fit (the RTX PRO 6000's fp8_block rows are all narrow): none
+                notes.append(f"{q} GEMMs of vLLM {v}: {len(wide)} rows of weights at least {QUANT_MIN_DIM} wide; "
+                             "not fitted")
+                tried[q] = []
+                got[q] = None
+                continue
+            got[q] = (wide, f, v)
             if tried[q]:
                 notes.append(f"{q} GEMMs from vLLM {v}: the newer table(s) {', '.join(tried[q])} take more than "
                              f"{QUANT_PLAUSIBLE_X:g}x bf16's time on small GEMMs")
             notes += [skipped] if skipped else []
     notes += [f"{q} GEMMs not fitted: every table ({', '.join(t)}) takes more than {QUANT_PLAUSIBLE_X:g}x bf16's "
               "time on small GEMMs" for q, t in tried.items() if t and q not in got]
-    return got, notes
+    return {q: g for q, g in got.items() if g is not None}, notes
 
 
 def read_moe(path: Path, moe_dtypes=("bfloat16", "float16")):
