@@ -89,6 +89,9 @@ def test_list_shows_every_preset_and_name(capsys):
     assert main(["list", "gpus"]) == 0
     out = capsys.readouterr().out
     assert "h200-141gb" in out and "llama-2-7b" not in out
+    rows = {line.split()[0]: line.split() for line in out.splitlines() if line.strip()}
+    assert rows["gb200"][-1] == "measured" and rows["gb200"][-3] == "72"  # an NVL72 rack's NVLink domain
+    assert rows["rtx-4090"][-1] == "derived" and rows["rtx-pro-6000"][-3] == "-"  # PCIe cards
 
 
 def test_default_output_folder_never_takes_another_configurations_results(tmp_path, monkeypatch, capsys):

@@ -33,12 +33,16 @@ def _models() -> list[str]:
 def _gpus() -> list[str]:
     from kvsim.hardware import GPU_PRESETS
 
-    rows = [("gpu", "memory", "HBM TB/s", "bf16 TFLOP/s", "host link GB/s", "NVLink GPUs", "arch")]
+    from kvsim.latency.calibration import SHIPPED
+
+    rows = [("gpu", "memory", "HBM TB/s", "bf16 TFLOP/s", "host link GB/s", "NVLink GPUs", "arch", "kernels")]
     for name, g in GPU_PRESETS.items():
         rows.append((name, f"{g.memory_bytes / (1 << 30):.1f} GiB", f"{g.hbm_bandwidth / 1e12:.2f}",
                      f"{g.bf16_flops / 1e12:.0f}", f"{g.pcie_bandwidth / 1e9:.0f}",
-                     str(g.nvlink_gpus) if g.nvlink else "-", g.arch))
-    return _table(rows)
+                     str(g.nvlink_gpus) if g.nvlink else "-", g.arch,
+                     "measured" if (SHIPPED / f"{name}.json").exists() else "derived"))
+    return _table(rows) + ["", "kernels: measured = a calibration fitted on this GPU's own timings; derived = a "
+                           "measured GPU's efficiencies of the same architecture at this one's peaks (docs/latency.md)"]
 
 
 def _allocators() -> list[str]:
