@@ -94,6 +94,7 @@ def test_pools_must_serve_one_model():
 
 def test_link_option():
     assert parse_link("NVLink") == LINKS["nvlink"]
+    assert parse_link("nvlink5").bandwidth == 900e9  # NVLink 5: 1.8 TB/s per GPU both ways
     link = parse_link("100:0.05")
     assert (link.bandwidth, link.latency_s) == (100e9, 5e-5)
     assert KVLink(1e9, 1e-3).seconds(0, 1) == 0.0  # nothing to move costs nothing

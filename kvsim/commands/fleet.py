@@ -341,9 +341,10 @@ def register(sub) -> None:
                    help="a decode pool (with --prefill): its engines load the KV and generate")
     d.add_argument("--decode-router", default="least-requests",
                    help="router of the decode pool [default: least-requests]")
-    d.add_argument("--kv-link", default="rdma", metavar="nvlink|rdma|tcp|GB_S[:LATENCY_MS]",
-                   help="link from a prefill GPU to a decode GPU: nvlink 450 GB/s, rdma 50 GB/s (400 Gb/s NIC), "
-                        "tcp 12.5 GB/s, or bandwidth and fixed latency [default: rdma]")
+    d.add_argument("--kv-link", default="rdma", metavar="nvlink|nvlink5|rdma|tcp|GB_S[:LATENCY_MS]",
+                   help="link from a prefill GPU to a decode GPU: nvlink 450 GB/s (Hopper), nvlink5 900 GB/s "
+                        "(Blackwell; a GB200/GB300 NVL72 rack), rdma 50 GB/s (400 Gb/s NIC), tcp 12.5 GB/s, or "
+                        "bandwidth and fixed latency [default: rdma]")
     d.add_argument("--kv-link-shared", action="store_true",
                    help="each engine's links carry one KV transfer at a time (transfers to or from a busy engine "
                         "queue, first come first served) [default: every transfer has its GPU pairs' lanes to itself]")

@@ -57,17 +57,20 @@ class KVLink:
         return self.latency_s + nbytes / (self.bandwidth * max(1, lanes))
 
 
-# NVLink 4 (H100/H200 in one node): 900 GB/s per GPU both ways, 450 GB/s each way; RDMA: one 400 Gb/s
-# ConnectX-7 NIC per GPU (GPUDirect), 50 GB/s; the fixed costs are orders of magnitude, not measurements.
+# NVLink 4 (H100/H200 in one node): 900 GB/s per GPU both ways, 450 GB/s each way; NVLink 5 (Blackwell: an
+# HGX B200/B300 node, or a whole GB200/GB300 NVL72 rack, where prefill and decode trays talk over NVLink): 1.8
+# TB/s both ways, 900 GB/s each way; RDMA: one 400 Gb/s ConnectX-7 NIC per GPU (GPUDirect), 50 GB/s; the
+# fixed costs are orders of magnitude, not measurements.
 LINKS = {
     "nvlink": KVLink(450e9, 20e-6, "nvlink"),
+    "nvlink5": KVLink(900e9, 20e-6, "nvlink5"),
     "rdma": KVLink(NIC_BYTES_S, 200e-6, "rdma"),
     "tcp": KVLink(12.5e9, 1e-3, "tcp"),
 }
 
 
 def parse_link(text: str) -> KVLink:
-    """``nvlink``, ``rdma``, ``tcp``, or ``GB_S[:LATENCY_MS]`` (GB/s per GPU pair, milliseconds)."""
+    """``nvlink``, ``nvlink5``, ``rdma``, ``tcp``, or ``GB_S[:LATENCY_MS]`` (GB/s per GPU pair, milliseconds)."""
     t = text.strip().lower()
     if t in LINKS:
         return LINKS[t]
