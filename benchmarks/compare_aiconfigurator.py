@@ -38,7 +38,6 @@ OUT = ROOT / "reports" / "validation-inferencemax"
 SYSTEMS = {"h100": "h100_sxm", "h200": "h200_sxm", "b200": "b200_sxm"}
 SETUP = ("gpu", "vllm", "isl", "osl", "tp", "conc")  # all the estimator is given
 AIC_VERSION = "0.24.0"
-KEY = ["gpu", "vllm", "isl", "osl", "tp", "conc"]
 
 
 def estimate(run: dict) -> dict:
@@ -86,40 +85,33 @@ def run_estimates(path: Path, workers: int) -> None:
     print(f"{len(rows)} configurations estimated in {time.time() - t0:.0f} s ({ok} ok); wrote {path}", file=sys.stderr)
 
 
-def _cell(ratio) -> str:
-    ratio = ratio.dropna()
-    if not len(ratio):
-        return "-"
-    err = (ratio - 1).abs().median() * 100
-    return f"{ratio.median():.2f} [{ratio.quantile(0.1):.2f}, {ratio.quantile(0.9):.2f}] ({err:.0f}%)"
-
-
 def write_table(estimates: Path, kvsim_csv: Path, out: Path) -> str:
     import pandas as pd
 
+    sys.path.insert(0, str(ROOT))  # kvsim itself need not be installed where AIConfigurator is
+    from kvsim.commands.validate import ratio_table
+
     aic = pd.read_csv(estimates, comment="#", dtype={"vllm": str})
     kv = pd.read_csv(kvsim_csv, dtype={"vllm": str}).rename(columns={"concurrency": "conc"})
-    both = kv.merge(aic, on=KEY, how="left", validate="one_to_one")
+    both = kv.merge(aic, on=list(SETUP), how="left", validate="one_to_one")
     missing = int((both["status"] != "ok").sum())
-    both["aic_ttft_ratio"] = both["aic_ttft_s"] / both["ttft_p50_measured"]
-    both["aic_tpot_ratio"] = both["aic_tpot_s"] / both["tpot_p50_measured"]
-    both["aic_tok_ratio"] = both["aic_out_tok_s"] / both["out_tok_s_measured"]
+    for metric, est, measured in (("ttft_p50", "aic_ttft_s", "ttft_p50_measured"),
+                                  ("tpot_p50", "aic_tpot_s", "tpot_p50_measured"),
+                                  ("out_tok_s", "aic_out_tok_s", "out_tok_s_measured")):
+        both[f"aic_{metric}_ratio"] = both[est] / both[measured]
     groups = [("all", both), ("kvsim's held-out half", both[both["half"] == "held out"])]
     groups += [(f"{g.upper()}", sub) for g, sub in both.groupby("gpu")]
     lines = ["# kvsim and AIConfigurator's own estimator on the same measured runs", "",
              f"InferenceMAX's {len(both)} vLLM serving runs of gpt-oss-120b (H100, H200, B200; vLLM 0.11.2 and 0.13.0; "
              "1-8 GPUs; 4-128 closed-loop clients; 1k/1k, 1k/8k, 8k/1k tokens). kvsim: "
-             "`benchmarks/validate_inferencemax.py` (validate.csv); AIConfigurator: its `cli estimate --estimate-mode "
-             "agg` per configuration (`benchmarks/compare_aiconfigurator.py`, whose docstring has the mapping; "
-             "aiconfigurator.csv). Predicted / measured of the client's median TTFT and TPOT and of the output "
-             "tokens/s, median [p10, p90] over runs (median |error|)."
+             "`benchmarks/validate_inferencemax.py` (validate.csv); AIConfigurator (`aic_` columns): its `cli estimate "
+             "--estimate-mode agg` per configuration (`benchmarks/compare_aiconfigurator.py`, whose docstring has the "
+             "mapping; aiconfigurator.csv). Predicted / measured of the client's median TTFT and TPOT and of the "
+             "output tokens/s, median [p10, p90] over runs (median |error|)."
              + (f" {missing} runs AIConfigurator gave no estimate for are left out of its columns." if missing else ""),
-             "", "| runs | n | TTFT: kvsim | TTFT: AIConfigurator | TPOT: kvsim | TPOT: AIConfigurator | "
-             "tokens/s: kvsim | tokens/s: AIConfigurator |", "|---|---:|---|---|---|---|---|---|"]
-    for name, sub in groups:
-        lines.append(f"| {name} | {len(sub)} | {_cell(sub['ttft_p50_ratio'])} | {_cell(sub['aic_ttft_ratio'])} | "
-                     f"{_cell(sub['tpot_p50_ratio'])} | {_cell(sub['aic_tpot_ratio'])} | "
-                     f"{_cell(sub['out_tok_s_ratio'])} | {_cell(sub['aic_tok_ratio'])} |")
+             ""]
+    lines += ratio_table(groups, ["ttft_p50", "aic_ttft_p50", "tpot_p50", "aic_tpot_p50", "out_tok_s",
+                                  "aic_out_tok_s"])
     text = "\n".join(lines) + "\n"
     out.write_text(text, encoding="utf-8")
     return text

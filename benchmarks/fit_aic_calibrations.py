@@ -207,9 +207,7 @@ def main() -> None:
                 ("h100-80gb", "a40") else f"borrowed from {donor} (no {chip} element-wise measurements): "
                 + base.sources.get("elementwise", "physics defaults"))
             sources["data"] = data_source(root)
-        elif AIC_DATA not in sources["data"]:  # the base may be this script's own earlier output
-            sources["data"] += "; attention, NVSwitch all-reduce and GEMMs: " + data_source(root)
-        else:
+        else:  # the Vidur fit's sources, then this one's (the base may be this script's own earlier output)
             sources["data"] = sources["data"].split("; attention, NVSwitch")[0] + \
                 "; attention, NVSwitch all-reduce and GEMMs: " + data_source(root)
         val = validate_aic(data, fitted, base)

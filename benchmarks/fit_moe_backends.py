@@ -18,6 +18,7 @@ Writes the shipped calibrations in place and reports/latency-validation/moe-back
 from __future__ import annotations
 
 import argparse
+from dataclasses import asdict
 from functools import lru_cache
 import json
 import sys
@@ -46,7 +47,8 @@ def calibration_files() -> list[tuple[str, Path]]:
 @lru_cache(maxsize=None)  # calibrations of several releases can share one table: fitted once
 def fit_table(chip: str, table: str, version: str) -> tuple[dict, dict]:
     """(moe_backends, their validation) fitted on one MoE table (kvsim.latency.aic.fit_moe_families)."""
-    params, stats = fit_moe_families(Path(table), GPU_PRESETS[chip], validate=True)
+    fitted, stats = fit_moe_families(Path(table), GPU_PRESETS[chip], validate=True)
+    params = {q: {b: asdict(p) for b, p in by.items()} for q, by in fitted.items()}
     where = f"{SYSTEMS[chip]}/moe/vllm/{version}"
     for by in stats.values():
         for backend, e in by.items():  # the table after rows and shapes, as the calibrations record it

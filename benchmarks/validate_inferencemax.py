@@ -124,12 +124,6 @@ def main() -> None:
     print(f"wrote {out}/validate.csv and summary.md")
 
 
-def _med(s) -> str:
-    import numpy as np
-
-    return f"{s.median():.2f} [{s.quantile(0.1):.2f}, {s.quantile(0.9):.2f}] ({100 * np.median(abs(s - 1)):.0f}%)"
-
-
 def write_summary(t, path: Path, kernels: str) -> None:
     """Median [p10, p90] (median |error|) of each ratio by group of runs, then every run."""
     from kvsim.commands.validate import ratio_table
@@ -152,7 +146,7 @@ def write_summary(t, path: Path, kernels: str) -> None:
     groups += [(f"{i}/{o} tokens", sub) for (i, o), sub in t.groupby(["isl", "osl"])]
     groups += [(f"{lo}-{hi} clients", t[(t.concurrency >= lo) & (t.concurrency <= hi)])
                for lo, hi in ((4, 8), (16, 32), (64, 128))]
-    lines += ratio_table(groups, METRICS, _med)
+    lines += ratio_table(groups, METRICS)
     lines += ["", "| gpu | vLLM | in/out | TP | clients | TTFT p50 ms measured | ratio | TPOT p50 ms measured | ratio | "
               "out tok/s ratio |", "|---|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in t.itertuples():

@@ -37,12 +37,10 @@ def cmd_calibrate(a: argparse.Namespace) -> int:
             from dataclasses import replace
 
             from kvsim.latency.aic import fit_moe_families
-            from kvsim.latency.calibration import Calibration
 
             families, _ = fit_moe_families(data.files["moe_perf"], data.gpu)
-            c = Calibration.from_json({**c.to_json(), "moe_backends": families}, "the fitted calibration")
-            c = replace(c, sources={**c.sources, "moe_backends": "fitted per kernel family on " +
-                                    data.files["moe_perf"]})
+            c = replace(c, moe_backends=families, sources={**c.sources, "moe_backends": "fitted per kernel family on "
+                                                           + data.files["moe_perf"]})
     else:
         c = fit_calibration(a.measurements, a.gpu, data=measured)
     save_calibration(c, a.output)

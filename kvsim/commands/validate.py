@@ -60,7 +60,19 @@ def save_table(rows: list[dict], out: Path):
     return table
 
 
-def ratio_table(groups, metrics, cell) -> list[str]:
+def ratio_cell(ratio) -> str:
+    """One table cell of predicted / measured ratios (a pandas Series; missing values left out): median [p10, p90]
+    (median |error| in percent), or '-' without any."""
+    import numpy as np
+
+    ratio = ratio.dropna()
+    if not len(ratio):
+        return "-"
+    return (f"{ratio.median():.2f} [{ratio.quantile(0.1):.2f}, {ratio.quantile(0.9):.2f}] "
+            f"({100 * np.median(abs(ratio - 1)):.0f}%)")
+
+
+def ratio_table(groups, metrics, cell=ratio_cell) -> list[str]:
     """Markdown lines of a table of predicted / measured ratios by group of runs: a header, then per (name,
     frame) of ``groups`` with rows its run count and ``cell`` of each metric's ``<metric>_ratio`` column
     (empty groups left out)."""

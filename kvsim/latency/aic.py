@@ -510,7 +510,8 @@ def read_aic(root: str | Path, system: str | None = None, version: str | None = 
         except ConfigError as e:
             notes.append(f"{e}; {what} not fitted")
         else:
-            got[kind], skipped = reader(f)
+            table = read_table(f, MOE_COLUMNS) if kind == "moe" else None  # read once for every experts' dtype
+            got[kind], skipped = reader(f) if table is None else reader(f, table=table)
             files[TABLES[kind][1]], versions[TABLES[kind][1]] = str(f), v
             notes += [n for n in (note, skipped) if n]
             if kind == "gemm":  # quantized GEMMs: of this version, or the newest earlier one that is plausible
@@ -523,7 +524,7 @@ def read_aic(root: str | Path, system: str | None = None, version: str | None = 
             if kind == "moe":  # the same table's quantized experts, where it has them
                 for quant, (table_dtype, *_) in MOE_QUANT.items():
                     try:
-                        got[f"moe:{quant}"], skipped = read_moe(f, (table_dtype,))
+                        got[f"moe:{quant}"], skipped = read_moe(f, (table_dtype,), table)
                     except ConfigError:
                         continue
                     notes += [skipped] if skipped else []
@@ -598,8 +599,7 @@ def read_quant_gemms(sysdir: Path, version: str) -> tuple[dict, list[str]]:
             if len(wide) < 8:  # too few to fit (the RTX PRO 6000's fp8_block rows are all narrow): none
                 notes.append(f"{q} GEMMs of vLLM {v}: {len(wide)} rows of weights at least {QUANT_MIN_DIM} wide; "
                              "not fitted")
-                tried[q] = []
-                got[q] = None
+                del tried[q]  # an older table is not looked for either
                 continue
             got[q] = (wide, f, v)
             if tried[q]:
@@ -608,22 +608,25 @@ def read_quant_gemms(sysdir: Path, version: str) -> tuple[dict, list[str]]:
             notes += [skipped] if skipped else []
     notes += [f"{q} GEMMs not fitted: every table ({', '.join(t)}) takes more than {QUANT_PLAUSIBLE_X:g}x bf16's "
               "time on small GEMMs" for q, t in tried.items() if t and q not in got]
-    return {q: g for q, g in got.items() if g is not None}, notes
+    return got, notes
 
 
-def read_moe(path: Path, moe_dtypes=("bfloat16", "float16")):
+MOE_COLUMNS = ("num_tokens", "hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size", "moe_ep_size",
+               "latency", "moe_dtype", "distribution")
+
+
+def read_moe(path: Path, moe_dtypes=("bfloat16", "float16"), table=None):
     """(fused-MoE rows of ``moe_dtypes`` (default bf16) under every routing the table timed that kvsim models
     (balanced, power_law_1.01, power_law_1.2; kvsim.latency.routing): tokens, hidden, inter (one expert's width
     on a rank), experts, topk, tp, ep, routing (kvsim's name), seconds, kernel; a note on rows skipped, or '')
-    of a moe_perf table."""
+    of a moe_perf table (``table``: the file as :func:`read_table` gave it, where the caller has read it)."""
     import pandas as pd
 
     from kvsim.latency.routing import TABLE_ROUTINGS
 
-    cols = ("num_tokens", "hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size", "moe_ep_size",
-            "latency", "moe_dtype", "distribution")
+    cols = MOE_COLUMNS
     label = "bf16" if "bfloat16" in moe_dtypes else "/".join(moe_dtypes)
-    df = read_table(path, cols)
+    df = read_table(path, cols) if table is None else table
     kernel = df["kernel_source"].astype(str) if "kernel_source" in df.columns else pd.Series("", index=df.index)
     keep = df["moe_dtype"].astype(str).str.strip().str.lower().isin(moe_dtypes)
     df, kernel = df[keep], kernel[keep]
@@ -944,21 +947,20 @@ MOE_FAMILY_EXTRA = {"mxfp4": ("w4a8_mxfp4_mxfp8",)}
 MOE_FAMILY_MIN_ROWS = 8
 
 
-def fit_moe_families(table: Path, gpu: GpuSpec, validate: bool = False) -> tuple[dict, dict]:
+def fit_moe_families(path: Path, gpu: GpuSpec, validate: bool = False) -> tuple[dict, dict]:
     """(params, stats) of a moe_perf table fitted once per kernel family (vLLM's ``--moe-backend``;
     calibration.moe_backend_of) of each experts' dtype with at least MOE_FAMILY_MIN_ROWS rows: params as a
-    calibration's ``moe_backends`` ({dtype: {backend: MoeParams fields}}); with ``validate``, stats per family
-    (rows, shapes, kernels, in-sample ratios by tokens and, with five shapes or more, every 5th held out)."""
-    from dataclasses import asdict
-
+    calibration's ``moe_backends`` ({dtype: {backend: MoeParams}}); with ``validate``, stats per family (rows,
+    shapes, kernels, in-sample ratios by tokens and, with five shapes or more, every 5th held out)."""
     from kvsim.latency.calibration import moe_backend_of
 
+    table = read_table(path, MOE_COLUMNS)
     params, stats = {}, {}
     for dtype, table_dtypes in MOE_FAMILY_DTYPES.items():
         quant = None if dtype == "bf16" else dtype
         for td in table_dtypes + MOE_FAMILY_EXTRA.get(dtype, ()):
             try:
-                rows, _ = read_moe(Path(table), (td,))
+                rows, _ = read_moe(Path(path), (td,), table)
             except ConfigError:  # the table has no usable rows of that dtype
                 continue
             rows = rows.assign(backend=[moe_backend_of(k, td) for k in rows["kernel"]])
@@ -967,7 +969,7 @@ def fit_moe_families(table: Path, gpu: GpuSpec, validate: bool = False) -> tuple
                 if len(sub) < MOE_FAMILY_MIN_ROWS:
                     continue
                 p = fit_moe_table(sub, gpu, quant)
-                params.setdefault(dtype, {})[backend] = asdict(p)
+                params.setdefault(dtype, {})[backend] = p
                 if not validate:
                     continue
                 shapes = len(set(moe_shapes(sub)))
