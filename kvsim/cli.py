@@ -29,7 +29,7 @@ class Parser(argparse.ArgumentParser):
         known = [o for a in self._actions for o in a.option_strings]
         hints = []
         for u in unknown:
-            close = difflib.get_close_matches(u.split("=")[0], known, n=1) if u.startswith("-") else []
+            close = difflib.get_close_matches(u.split("=")[0], known, n=1, cutoff=0.75) if u.startswith("-") else []
             if close:
                 hints.append(f"{u} -> {close[0]}")
         return f" (did you mean: {'; '.join(hints)}?)" if hints else ""
@@ -67,6 +67,34 @@ def _chosen_parser(parser: Parser, ns: argparse.Namespace) -> Parser:
     return chosen
 
 
+def _take_vllm_flags(chosen: Parser, ns: argparse.Namespace, unknown: list[str]) -> list[str]:
+    """Take the `vllm serve` flags among ``unknown`` (kvsim/vllm_flags.py): apply those kvsim applies where the
+    command has the option, list the rest once as not modelled; return what is still unknown."""
+    from kvsim.option_table import OPTIONS
+    from kvsim.vllm_flags import APPLIED, take_vllm_flags
+
+    own = {f for o in OPTIONS for f in o.flags if f.startswith("--")}
+    own |= {f"--no-{f[2:]}" for o in OPTIONS if o.negatable for f in o.flags if f.startswith("--")}
+    rest, taken = take_vllm_flags(unknown, own)
+    ignored = []
+    for flag, value in taken:
+        key, convert = APPLIED.get(flag, (None, None))
+        if key is not None and hasattr(ns, key):
+            if getattr(ns, key) is None:
+                try:
+                    setattr(ns, key, convert(value))
+                except (TypeError, ValueError):
+                    chosen.error(f"{flag}: {value!r} is not a size in bytes (e.g. 8589934592 or 8G)")
+                print(f"note: {flag}{'' if value is None else ' ' + value}: applied as kvsim's "
+                      f"--{key.replace('_', '-')}", file=sys.stderr)
+            continue
+        ignored.append(flag if value is None else f"{flag} {value}")
+    if ignored:
+        print(f"note: vLLM flags kvsim does not model for this command, accepted with no effect: {', '.join(ignored)}",
+              file=sys.stderr)
+    return rest
+
+
 def _report_crash(exc: BaseException) -> int:
     """An unexpected error: one line, the traceback saved to a file to report."""
     import tempfile
@@ -94,7 +122,9 @@ def main(argv: list[str] | None = None) -> int:
     ns, unknown = parser.parse_known_args(args_in)
     if unknown:
         chosen = _chosen_parser(parser, ns)
-        chosen.error(f"unrecognized arguments: {' '.join(unknown)}{chosen.suggest(unknown)}")
+        unknown = _take_vllm_flags(chosen, ns, unknown)
+        if unknown:
+            chosen.error(f"unrecognized arguments: {' '.join(unknown)}{chosen.suggest(unknown)}")
     if not getattr(ns, "func", None):  # a command group without its subcommand
         _chosen_parser(parser, ns).print_help()
         return 2

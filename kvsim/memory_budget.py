@@ -45,6 +45,8 @@ class MemoryBudget:
     dp: int = 1  # data-parallel ranks (each its own KV pool and sequences)
     expert_bytes: float = 0.0  # of weight_bytes: the routed experts' share on this GPU (dp > 1)
     quant_detail: str = ""  # ModelSpec.quant_detail ('' unless quantized)
+    expert_dtype: str = ""  # the routed experts' own dtype ('' : as the other weights)
+    expert_padding_bytes: float = 0.0  # of weight_bytes: MXFP4 experts' padding in vLLM's kernel layout
     draft_bytes: float = 0.0  # of weight_bytes: the speculative drafter's own weights on this GPU
     reserve_how: str = ""  # how the activation reserve was sized ('' : --activation-reserve-gb)
     dtype: str = ""  # the model's own dtype (a quantized model's embedding and LM head)
@@ -136,7 +138,8 @@ def memory_budget(cfg: SimConfig) -> MemoryBudget:
         reserve_bytes=reserve_bytes(stage, gpu, cfg.memory, tp, parts=parts), pool_bytes=pool.pool_bytes, pool_source=pool.source,
         kv_bytes_per_token_model=m.kv_bytes_per_token, kv_bytes_per_token_gpu=pool.kv_bytes_per_token,
         kv_formula=formula, block_size=cfg.block_size, max_model_len=cfg.scheduler.max_model_len, params=m.params,
-        weight_dtype=m.weight_dtype or m.dtype, quant_detail=m.quant_detail, dtype=m.dtype, draft_bytes=m.draft_weight_bytes / tp, reserve_how=_reserve_how(parts), kv_dtype=kv_dtype, layer_mix=mix,
+        weight_dtype=m.weight_dtype or m.dtype, quant_detail=m.quant_detail, expert_dtype=m.expert_dtype or "",
+        expert_padding_bytes=stage.expert_padding_bytes(gpu, tp * cfg.dp), dtype=m.dtype, draft_bytes=m.draft_weight_bytes / tp, reserve_how=_reserve_how(parts), kv_dtype=kv_dtype, layer_mix=mix,
         state_bytes_per_seq=m.count("mamba") * m.state_bytes_per_layer(tp), layouts=layouts,
         prefill_chunk=cfg.scheduler.prefill_chunk, pp=cfg.pp, stage_layers=stage.layers, model_layers=m.layers, kv_heads=m.kv_heads,
         dp=cfg.dp, expert_bytes=stage.expert_weight_bytes() / (tp * cfg.dp) if cfg.dp > 1 else 0.0,
@@ -191,6 +194,9 @@ def describe(b: MemoryBudget) -> list[tuple[str, str]]:
         ("usable (x utilization)", f"{_size(b.usable_bytes)}"),
         ("weights", f"{_size(b.weight_bytes)} per GPU ({b.params / 1e9:.2f} B params, {b.weight_dtype}{tp})"),
         *([("", f"as {b.quant_detail}"), ("", f"embedding and LM head in {b.dtype}")] if b.quant_detail else []),
+        *([("", f"routed experts in {b.expert_dtype}")] if b.expert_dtype else []),
+        *([("", f"{_size(b.expert_padding_bytes)} of them padding (vLLM's MXFP4 layout)")]
+          if b.expert_padding_bytes else []),
         *([("", f"of it {_size(b.draft_bytes)} the speculative drafter's")] if b.draft_bytes else []),
         ("activation reserve", f"{_size(b.reserve_bytes)}" + (" (vLLM's start-up profile)" if b.reserve_how else
                                                               " (--activation-reserve-gb)")),

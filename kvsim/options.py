@@ -149,7 +149,8 @@ def config_from_options(values: Mapping[str, Any], naming: str = "flag"):
     def name(key: str) -> str:
         return BY_KEY[key].flag if naming == "flag" else f"'{written.get(key, key)}'"
 
-    model = get_model(v["model"]).with_kv_cache_dtype(v["kv_cache_dtype"]).with_quantization(v["quantization"]).validate()
+    model = get_model(v["model"]).with_quantization(v["quantization"])  # before the KV dtype: formats declare one
+    model = model.with_kv_cache_dtype(v["kv_cache_dtype"]).validate()
     from kvsim.speculative import parse_speculative
 
     spec = parse_speculative(v["speculative_config"], v["acceptance_length"])

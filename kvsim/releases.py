@@ -37,6 +37,7 @@ async scheduling with pipeline stages unless told ``--no-async-scheduling``). :f
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
@@ -96,6 +97,48 @@ def release_calibration(chip: str, vllm_version: str | None) -> tuple[Path | Non
         note = (f"warning: --vllm-version {vllm_version}: no kernel tables of a release that old for {chip}; "
                 f"vLLM {rel}'s, the oldest measured, are used")
     return SHIPPED / known[rel], note
+
+
+def chosen_release(chip: str, vllm_version: str | None) -> str | None:
+    """The measured release whose kernels price ``vllm_version`` on ``chip`` (:func:`release_calibration`), or
+    None when none is asked or nothing per release was measured on the chip."""
+    known = vllm_releases().get(chip)
+    if vllm_version is None or not known:
+        return None
+    order = sorted(known, key=release_key)
+    before = [r for r in order if release_key(r) <= release_key(vllm_version)]
+    return before[-1] if before else order[0]
+
+
+@dataclass(frozen=True)
+class KernelMismatch:
+    """A measured release's table that times another kernel than the one vLLM's default path runs for an op (so
+    the release must not price that op with it)."""
+
+    chip: str
+    release: str  # the measured release whose table is the wrong kernel
+    group: tuple[str, str]  # calibration attribute and key it fills
+    op: str  # what it prices, for notes
+    why: str  # what the table times instead, completing "<release>'s table ..."
+
+
+# Known cases, from the tables' kernel_source column: B200's vLLM 0.19 MoE table times MXFP4 experts with
+# vllm_mxfp4_moe, whereas gpt-oss's MXFP4 experts run on FlashInfer's TRT-LLM MXFP4 kernels on Blackwell (vLLM's
+# default there since 0.10.2; 0.24's table times them: vllm_gptossmxfp4moe_flashinfer_trtllm_mxfp4_bf16); priced
+# with 0.19's rows, gpt-oss-120b's TPOT on B200 came out 2x and its TTFT 12.8x a vLLM 0.15 run's.
+KERNEL_MISMATCHES = (
+    KernelMismatch("b200", "0.19.0", ("moe_quant", "mxfp4"), "MXFP4 MoE",
+                   "times vllm_mxfp4_moe, not the FlashInfer TRT-LLM MXFP4 kernels vLLM runs gpt-oss's "
+                   "experts with on Blackwell"),
+    KernelMismatch("b200", "0.19.0", ("moe_backends", "mxfp4"), "MXFP4 MoE by --moe-backend", "as above"),
+)
+
+
+def kernel_mismatches(chip: str, release: str | None) -> list[KernelMismatch]:
+    """The ops whose ``release`` table on ``chip`` times another kernel than vLLM runs (:data:`KERNEL_MISMATCHES`)."""
+    if release is None:
+        return []
+    return [m for m in KERNEL_MISMATCHES if m.chip == chip and release_key(m.release) == release_key(release)]
 
 
 # [first, last) releases that ran models with chunked local attention without the hybrid KV cache manager

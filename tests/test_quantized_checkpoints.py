@@ -110,7 +110,10 @@ def test_the_quantization_flag_names_the_checkpoint_method_as_vllm_checks(tmp_pa
     with pytest.raises(ConfigError, match="already quantized"):
         m.with_quantization("fp8")
     with pytest.raises(ConfigError, match="is not a awq checkpoint .*not quantized"):
-        get_model("llama-3.1-8b").with_quantization("awq")
+        get_model("tests/data/llama-3.1-8b-config.json").with_quantization("awq")  # a config.json is the truth
+    preset = get_model("llama-3.1-8b").with_quantization("awq")  # a preset: as AWQ checkpoints hold it, said so
+    assert (preset.weight_dtype, preset.weight_group_size, preset.weight_zero_points) == ("int4", 128, True)
+    assert preset.name == "llama-3.1-8b-awq" and "priced as its awq checkpoint" in preset.format_note
     from kvsim.options import config_from_args
 
     cfg = config_from_args(["--model", str(tmp_path / "config.json"), "-q", "awq_marlin", "--gpu", "a100-80gb"])

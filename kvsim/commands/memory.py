@@ -13,6 +13,8 @@ def cmd_memory(a: argparse.Namespace) -> int:
 
     cfg = config_from_options(values_from_namespace(a))
     b = memory_budget(cfg)
+    if cfg.model.format_note:
+        print(cfg.model.format_note, file=sys.stderr)
     if cfg.scheduler.max_model_len > cfg.model.max_context:
         print(f"warning: --max-model-len {cfg.scheduler.max_model_len:,} is beyond {cfg.model.name}'s context "
               f"({cfg.model.max_context:,} tokens)", file=sys.stderr)

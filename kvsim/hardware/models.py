@@ -19,6 +19,7 @@ per-layer cache kinds allocators work with.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -106,6 +107,10 @@ class ModelSpec:
     # the KV cache dtype the checkpoint declares (ModelOpt kv_cache_quant_algo, compressed-tensors
     # kv_cache_scheme): what vLLM's --kv-cache-dtype auto stores; None: the model's dtype
     checkpoint_kv_dtype: str | None = None
+    # read from a user's config.json (the checkpoint's own quantization is then the truth; presets can be priced
+    # in another published format: checkpoints.py)
+    from_config: bool = False
+    format_note: str = ""  # how kvsim chose this weight format, for the user (checkpoints.py); "" if as given
 
     def __post_init__(self) -> None:
         if self.hidden_size <= 0 and self.q_heads > 0 and self.head_dim > 0:
@@ -285,27 +290,14 @@ class ModelSpec:
         return replace(self, kv_dtype=self.checkpoint_kv_dtype if kv_cache_dtype == "auto" else kv_cache_dtype)
 
     def with_quantization(self, quantization: str | None) -> "ModelSpec":
-        """This model as vLLM's ``--quantization`` loads it: ``fp8`` keeps an FP8 checkpoint's own scheme and
-        quantizes a bf16 one on loading (per-tensor scales: weights, experts included, in FP8; the embedding and
-        LM head stay bf16); a pre-quantized method's name (awq, gptq, compressed-tensors, modelopt, ...) must name
-        the checkpoint's own method, as vLLM checks; None: as the checkpoint is."""
-        if quantization is None:
-            return self
-        if quantization == "fp8":
-            if self.weight_quant in ("fp8", "fp8_block"):
-                return self
-            if self.weight_quant is not None or self.expert_dtype is not None:
-                raise ConfigError(f"--quantization fp8: {self.name} is already quantized "
-                                  f"({self.weight_quant or self.expert_dtype})")
-            return replace(self, weight_dtype="fp8", weight_quant="fp8")
-        family = QUANTIZATION_FLAGS.get(quantization)
-        if family is None:
-            raise ConfigError(f"--quantization '{quantization}': not one kvsim prices ({', '.join(QUANTIZATION_FLAGS)})")
-        if self.quant_method != family:
-            have = f"its config's quantization is {self.quant_method}" if self.quant_method else "it is not quantized"
-            raise ConfigError(f"--quantization {quantization}: {self.name} is not a {family} checkpoint ({have}); "
-                              "vLLM loads these methods only from checkpoints quantized that way")
-        return self
+        """This model as vLLM's ``--quantization`` serves it (kvsim/hardware/checkpoints.py): ``fp8`` keeps an FP8
+        checkpoint's own scheme and quantizes a bf16 one on loading; another method's name keeps a checkpoint of
+        that method as it is, prices a preset as that method's published checkpoints hold it, and is refused for
+        a config.json of another method, as vLLM refuses it; None: as the checkpoint is."""
+        from kvsim.hardware.checkpoints import quantize
+
+        spec, note = quantize(self, quantization, self.from_config)
+        return replace(spec, format_note=note) if note else spec
 
     def expert_params(self) -> float:
         """Parameters of the routed experts (all of them, all MoE layers)."""
@@ -327,7 +319,7 @@ class ModelSpec:
         experts = self.expert_params() if self.expert_dtype and self.is_moe else 0.0
         embed = self.embedding_params if self.weight_dtype else 0
         total = ((self.params - experts - embed) * self.weight_dtype_bytes + embed * self.dtype_bytes
-                 + (experts * DTYPE_BYTES[self.expert_dtype] if experts else 0.0)) + self.draft_weight_bytes
+                 + (experts * self.expert_dtype_bytes if experts else 0.0)) + self.draft_weight_bytes
         if self.weight_dtype:
             mixers, moe = self.mixers, self.moe_mask
             attn = self.attention_layers if self.attention_unquantized else \
@@ -341,7 +333,16 @@ class ModelSpec:
         """Bytes of the routed experts (all of them, all MoE layers), in the experts' dtype; 0 for a dense model."""
         if not self.is_moe:
             return 0.0
-        return self.expert_params() * (DTYPE_BYTES[self.expert_dtype] if self.expert_dtype else self.weight_dtype_bytes)
+        return self.expert_params() * (self.expert_dtype_bytes if self.expert_dtype else self.weight_dtype_bytes)
+
+    @property
+    def expert_dtype_bytes(self) -> float:
+        """Bytes per routed-expert weight held in ``expert_dtype``, with its group scales: 4-bit integer experts
+        (Kimi-K2.5's W4A16) carry a bf16 scale per ``weight_group_size`` weights."""
+        b = DTYPE_BYTES[self.expert_dtype]
+        if self.expert_dtype in ("int4", "int8") and self.weight_group_size:
+            b += 2 / self.weight_group_size
+        return b
 
     def gpu_weight_bytes(self, tp: int = 1, dp: int = 1, gpu=None) -> float:
         """Bytes of weights one GPU holds when each of ``dp`` data-parallel ranks spans ``tp`` GPUs: every weight
@@ -350,7 +351,22 @@ class ModelSpec:
         (:meth:`zero_point_extra_bytes`)."""
         experts = self.expert_weight_bytes() if dp > 1 else 0.0
         return (self.weight_bytes + self.zero_point_extra_bytes(gpu) - experts) / tp + experts / (tp * dp) \
-            + self.rope_cache_bytes
+            + self.rope_cache_bytes + self.expert_padding_bytes(gpu, tp * dp)
+
+    def expert_padding_bytes(self, gpu=None, ranks: int = 1) -> float:
+        """Bytes one GPU's MXFP4 experts take beyond their checkpoint size on ``gpu``, the routed experts split in
+        width over ``ranks`` GPUs: vLLM's MXFP4 MoE kernels pad each expert (vllm/model_executor/layers/
+        quantization/mxfp4.py, ``create_weights``): Marlin (Ampere, Ada, Hopper, RTX Blackwell) the rank's
+        intermediate width to a multiple of 128 and the hidden size to 256; FlashInfer's TRT-LLM kernels
+        (B200/B300 class) both to 256. gpt-oss-120b on one H100: 2,880 x 2,880 experts held as 2,944 x 3,072,
+        5.0 GiB more (public logs: 64.4-66.0 GiB loaded against 60.8 GiB of checkpoint)."""
+        if gpu is None or self.expert_dtype != "mxfp4" or not self.is_moe:
+            return 0.0
+        i_align, h_align = (256, 256) if gpu.name in MXFP4_TRTLLM_GPUS else (128, 256)
+        width = self.moe_intermediate_size / ranks
+        padded = -(-width // i_align) * i_align * (-(-self.hidden_size // h_align) * h_align)
+        per_expert = (3 if self.gated_mlp else 2) * (padded - width * self.hidden_size) * DTYPE_BYTES["mxfp4"]
+        return sum(self.moe_mask) * self.num_experts * per_expert
 
     @property
     def rope_cache_bytes(self) -> float:
@@ -514,6 +530,8 @@ class ModelSpec:
                 raise ConfigError(f"{where}: {len(self.moe_layers)} MoE layer flags for {self.layers} layers")
 
 
+# GPUs whose MXFP4 experts vLLM runs on FlashInfer's TRT-LLM kernels by default (SM100 class); others: Marlin
+MXFP4_TRTLLM_GPUS = ("b200", "gb200", "b300", "gb300")
 MAX_DIM = 1 << 40  # any model dimension or context length beyond this is a typo, not a model
 MAX_NAME = 120  # characters of a model name taken from a config
 MAX_LAYERS = 100_000  # kvsim keeps per-layer structure (mixers, MoE flags): a bound on the work a config asks for
@@ -572,7 +590,8 @@ MODEL_PRESETS: dict[str, ModelSpec] = {
         # top-4, experts in MXFP4.
         _m("gpt-oss-20b", 24, 2880, 64, 8, 2880, 201088, 131072, 20.9e9, "bf16", head_dim=64,
            layer_types=_pattern(24, lambda i: "sliding" if i % 2 == 0 else "full"), sliding_window=128,
-           num_experts=32, experts_per_token=4, moe_intermediate_size=2880, expert_dtype="mxfp4"),
+           num_experts=32, experts_per_token=4, moe_intermediate_size=2880, expert_dtype="mxfp4",
+           quant_method="mxfp4"),
         # meta-llama/Llama-4-Scout-17B-16E (text_config): attention_chunk_size 8192 on RoPE layers, every 4th
         # layer global NoPE attention (no_rope_layer_interval 4); 16 experts top-1 + a shared expert;
         # 109 B params with the vision tower.
@@ -584,7 +603,7 @@ MODEL_PRESETS: dict[str, ModelSpec] = {
         # FP8 weights (671 B params without the MTP module); torch_dtype bfloat16, so the KV cache is BF16.
         _m("deepseek-v3", 61, 7168, 128, 128, 18432, 129280, 163840, 671e9, "bf16", head_dim=192,
            kv_lora_rank=512, qk_rope_head_dim=64, q_lora_rank=1536, v_head_dim=128, weight_dtype="fp8",
-           weight_quant="fp8_block",
+           weight_quant="fp8_block", quant_method="fp8",
            num_experts=256, experts_per_token=8, moe_intermediate_size=2048, shared_experts=1,
            moe_layers=(False,) * 3 + (True,) * 58),
         # --- models served now (config.json of each Hugging Face repository; architecture numbers also in
@@ -603,20 +622,36 @@ MODEL_PRESETS: dict[str, ModelSpec] = {
         # openai/gpt-oss-120b: gpt-oss-20b's layer mix over 36 layers, 128 experts top-4 in MXFP4.
         _m("gpt-oss-120b", 36, 2880, 64, 8, 2880, 201088, 131072, 116.8e9, "bf16", head_dim=64,
            layer_types=_pattern(36, lambda i: "sliding" if i % 2 == 0 else "full"), sliding_window=128,
-           num_experts=128, experts_per_token=4, moe_intermediate_size=2880, expert_dtype="mxfp4"),
+           num_experts=128, experts_per_token=4, moe_intermediate_size=2880, expert_dtype="mxfp4",
+           quant_method="mxfp4"),
         # deepseek-ai/DeepSeek-R1: DeepSeek-V3's architecture and FP8 weights.
         _m("deepseek-r1", 61, 7168, 128, 128, 18432, 129280, 163840, 671e9, "bf16", head_dim=192,
            kv_lora_rank=512, qk_rope_head_dim=64, q_lora_rank=1536, v_head_dim=128, weight_dtype="fp8",
-           weight_quant="fp8_block",
+           weight_quant="fp8_block", quant_method="fp8",
            num_experts=256, experts_per_token=8, moe_intermediate_size=2048, shared_experts=1,
            moe_layers=(False,) * 3 + (True,) * 58),
         # moonshotai/Kimi-K2-Instruct: DeepSeek-V3's MLA with 64 heads; first_k_dense_replace 1, then 384 experts
         # top-8 + 1 shared; FP8 weights; 163,840 vocabulary, 131,072 positions.
         _m("kimi-k2", 61, 7168, 64, 64, 18432, 163840, 131072, 1.027e12, "bf16", head_dim=192,
            kv_lora_rank=512, qk_rope_head_dim=64, q_lora_rank=1536, v_head_dim=128, weight_dtype="fp8",
-           weight_quant="fp8_block",
+           weight_quant="fp8_block", quant_method="fp8",
            num_experts=384, experts_per_token=8, moe_intermediate_size=2048, shared_experts=1,
            moe_layers=(False,) + (True,) * 60),
+        # moonshotai/Kimi-K2.5 (text_config; a 27-layer MoonViT vision tower of ~0.46 B params beside it, in the
+        # count): Kimi-K2's shapes with 262,144 positions; compressed-tensors W4A16 routed experts (symmetric INT4,
+        # a bf16 scale per 32), everything else (MLA attention, shared experts, layer 0's dense MLP) in bf16.
+        _m("kimi-k2.5", 61, 7168, 64, 64, 18432, 163840, 262144, 1.0275e12, "bf16", head_dim=192,
+           kv_lora_rank=512, qk_rope_head_dim=64, q_lora_rank=1536, v_head_dim=128, expert_dtype="int4",
+           weight_group_size=32, quant_method="compressed-tensors",
+           num_experts=384, experts_per_token=8, moe_intermediate_size=2048, shared_experts=1,
+           moe_layers=(False,) + (True,) * 60),
+        # MiniMaxAI/MiniMax-M2 (M2.1 and M2.5 share it): 62 layers of ordinary GQA attention (attn_type_list all
+        # 1), 48 heads x 128 over a 3,072 hidden size, 8 KV heads, half of each head rotary; 256 experts top-8 of
+        # width 1,536, no shared expert, no dense layer; FP8 128x128 block weights (the router and LM head not);
+        # 229 B params as published.
+        _m("minimax-m2", 62, 3072, 48, 8, 1536, 200064, 196608, 229e9, "bf16", head_dim=128, rotary_dim=64,
+           num_experts=256, experts_per_token=8, moe_intermediate_size=1536, weight_dtype="fp8",
+           weight_quant="fp8_block", quant_method="fp8"),
         # ai21labs/AI21-Jamba-1.5-Mini: attention every 8th layer from 4 (attn_layer_period 8, offset 4),
         # Mamba-1 elsewhere (d_state 16, d_conv 4, expand 2); MoE every 2nd layer from 1, 16 experts top-2.
         _m("jamba-1.5-mini", 32, 4096, 32, 8, 14336, 65536, 262144, 51.6e9, "bf16", head_dim=128, rotary_dim=0,
@@ -758,7 +793,7 @@ def model_from_hf_config(path: str) -> ModelSpec:
         more["moe_intermediate_size"] = ffn
     more["rotary_dim"] = _rotary_dim_from_hf(cfg, path, model_type, head_dim)
     spec = ModelSpec(name, layers, heads, kv, head_dim, 0.0, ctx, dtype, hidden, ffn, vocab, gated, tied, **more)
-    spec = replace(spec, params=spec.shape_params())
+    spec = replace(spec, params=spec.shape_params(), from_config=True)
     return spec.validate()
 
 
@@ -817,7 +852,7 @@ HF_LAYER_TYPES = {"full_attention": "full", "attention": "full", "sliding_attent
                   "chunked_attention": "chunked", "mamba": "mamba", "linear_attention": "mamba"}
 # config.json fields of hybrid families whose layers kvsim does not model: refused rather than priced as attention
 UNMODELLED_LAYER_FIELDS = {
-    "attn_type_list": "MiniMax-01's lightning (linear) attention layers",
+    "attn_type_list": "MiniMax-01's lightning (linear) attention layers (attn_type_list entries 0)",
     "linear_attn_config": "Kimi-Linear's KDA layers",
 }
 
@@ -872,6 +907,9 @@ def _structure_from_hf(cfg: dict, path: str, layers: int, hidden: int, need, blo
 
     model_type = str(cfg.get("model_type", ""))
     for f, what in UNMODELLED_LAYER_FIELDS.items():
+        if f == "attn_type_list" and isinstance(cfg.get(f), list) and all(
+                t == 1 and not isinstance(t, bool) for t in cfg[f]):
+            continue  # every layer ordinary softmax attention (1; 0 is lightning attention): MiniMax-M2's
         if cfg.get(f) is not None:
             raise ConfigError(f"{path}: field '{f}': {what} are not modelled; kvsim would price every layer as "
                               "attention (describe the model with a config whose layer_types kvsim knows, or custom:)")
@@ -968,11 +1006,8 @@ def _structure_from_hf(cfg: dict, path: str, layers: int, hidden: int, need, blo
     return more
 
 
-# vLLM's --quantization names kvsim takes besides fp8 -> the checkpoint quant_method each requires (vLLM picks
-# the Marlin kernels for AWQ and GPTQ on its own; its *_marlin names name the same checkpoints)
-QUANTIZATION_FLAGS = {"awq": "awq", "awq_marlin": "awq", "gptq": "gptq", "gptq_marlin": "gptq",
-                      "compressed-tensors": "compressed-tensors", "modelopt": "modelopt", "modelopt_fp4": "modelopt",
-                      "mxfp4": "mxfp4"}
+# vLLM's --quantization names kvsim takes (checkpoints.py: the format each names)
+from kvsim.hardware.checkpoints import QUANTIZATION_FLAGS  # noqa: E402
 
 
 def quantization_from_hf(quant, path: str, has_experts: bool, layers: int = 0) -> dict:
@@ -1046,8 +1081,15 @@ def _exclusions(fields: dict, where: str, layers: int) -> dict:
             continue
         if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
             raise ConfigError(f"{where}: field '{key}' must be a list of module names")
+        if len(names) > MAX_EXCLUSIONS:
+            raise ConfigError(f"{where}: field '{key}' lists {len(names):,} modules; kvsim matches at most "
+                              f"{MAX_EXCLUSIONS:,}")
         pats = []
         for n in names:
+            if n.startswith("re:") and (len(n) > MAX_PATTERN or NESTED_QUANTIFIER.search(n)):
+                raise ConfigError(f"{where}: field '{key}': {n[:60]!r} is a regular expression kvsim will not run "
+                                  f"(longer than {MAX_PATTERN} characters, or a repeated group that itself repeats, "
+                                  "which can take exponential time)")
             if any(t in n for t in TOWER_MODULES):
                 continue
             n = n.replace("model.language_model.", "model.").replace("language_model.model.", "model.")
@@ -1055,14 +1097,22 @@ def _exclusions(fields: dict, where: str, layers: int) -> dict:
             n = re.sub(r"(?<![a-z_])(attn|attention)(?![a-z_])", "self_attn", n)
             pats.append(n)
 
+        compiled = {}
+        for p in pats:
+            if p.startswith("re:"):
+                try:
+                    compiled[p] = re.compile(p[3:])
+                except (re.error, RecursionError, OverflowError):
+                    raise ConfigError(f"{where}: field '{key}': {p[:60]!r} is not a regular expression") from None
+        if layers * len(pats) > MAX_EXCLUSION_WORK:
+            raise ConfigError(f"{where}: field '{key}': {len(pats):,} modules over {layers:,} layers is more matching "
+                              "than kvsim does for a config")
+
         def hit(name: str) -> bool:
             for p in pats:
                 if p.startswith("re:"):
-                    try:
-                        if re.match(p[3:], name):
-                            return True
-                    except re.error:
-                        raise ConfigError(f"{where}: field '{key}': {p!r} is not a regular expression") from None
+                    if compiled[p].match(name):
+                        return True
                 elif any(c in p for c in "*?["):
                     if fnmatch.fnmatchcase(name, p) or fnmatch.fnmatchcase(name, p + ".*"):
                         return True
@@ -1076,6 +1126,12 @@ def _exclusions(fields: dict, where: str, layers: int) -> dict:
     return {}
 
 
+# bounds on the work a checkpoint's exclusion list asks for: entries, a regular expression's length, layers x
+# entries; a group that repeats and holds a repetition ((a+)+, (a|aa)*) can backtrack exponentially
+MAX_EXCLUSIONS = 100_000
+MAX_PATTERN = 500
+MAX_EXCLUSION_WORK = 5_000_000
+NESTED_QUANTIFIER = re.compile(r"\((?:[^()\\]|\\.)*(?:[+*]|\{\d*,\d*\})(?:[^()\\]|\\.)*\)(?:[+*]|\{\d*,?\d*\})")
 ATTENTION_PROJ = ("q_proj", "k_proj", "v_proj", "o_proj")
 MLP_PROJ = ("gate_proj", "up_proj", "down_proj")
 
@@ -1194,8 +1250,37 @@ HF_IDS = {
     "Qwen/Qwen3-8B-FP8": "qwen3-8b-fp8", "Qwen/Qwen3-32B-FP8": "qwen3-32b-fp8",
     "Qwen/Qwen3-235B-A22B-FP8": "qwen3-235b-a22b-fp8", "Qwen/Qwen3-235B-A22B-Instruct-2507-FP8": "qwen3-235b-a22b-fp8",
     "moonshotai/Kimi-K2-Instruct": "kimi-k2", "moonshotai/Kimi-K2-Base": "kimi-k2",
+    "moonshotai/Kimi-K2-Instruct-0905": "kimi-k2", "moonshotai/Kimi-K2.5": "kimi-k2.5",
+    **{f"MiniMaxAI/MiniMax-M2{v}": "minimax-m2" for v in ("", ".1", ".5")},
 }
 _HF_INDEX = {k.lower(): v for k, v in HF_IDS.items()}
+
+
+def serve_name(given: str) -> str:
+    """What `vllm serve` takes for the model a user named to kvsim (``--model``): a Hugging Face id as given, a
+    preset's own id (its first listed: the base repository), a config.json's folder (what vLLM loads a local
+    checkpoint from), or the config's ``_name_or_path`` when that is a hub id; a ``custom:`` model has none, so a
+    placeholder a user must replace."""
+    text = str(given)
+    if text.lower().startswith("custom"):
+        return "<your-model>"
+    if text.lower().endswith(".json") or _is_path(text):
+        try:
+            import json
+
+            named = json.loads(Path(text).read_text(encoding="utf-8")).get("_name_or_path")
+        except (OSError, ValueError, AttributeError):
+            named = None
+        if isinstance(named, str) and named.count("/") == 1 and not named.startswith((".", "/")) and \
+                len(named) <= MAX_NAME:
+            return named
+        return str(Path(text).parent if Path(text).name.lower().endswith(".json") else Path(text))
+    if "/" in text:
+        return text
+    for hf, preset in HF_IDS.items():
+        if preset == text.lower():
+            return hf
+    return text
 
 
 def _is_path(name: str, test: str = "is_file") -> bool:
@@ -1216,6 +1301,11 @@ def get_model(name: str) -> ModelSpec:
         return model_from_hf_config(name)
     if name.lower() in _HF_INDEX:
         return MODEL_PRESETS[_HF_INDEX[name.lower()]]
+    from kvsim.hardware.checkpoints import checkpoint_from_id
+
+    quantized = checkpoint_from_id(name, MODEL_PRESETS, _HF_INDEX)
+    if quantized is not None:
+        return quantized
     if "/" in name:
         if _is_path(name, "exists"):
             raise ConfigError(f"--model {name}: not a config.json file")

@@ -132,6 +132,8 @@ def build_latency(cfg) -> LatencyModel:
 def latency_notes(cfg) -> list[str]:
     """What a user should know about the latency model chosen (derived or foreign calibrations)."""
     notes = _kind(cfg).notes(cfg)
+    if cfg.model.format_note:
+        notes.insert(0, cfg.model.format_note)
     if cfg.vllm_version is not None and cfg.latency != "per-op":  # the release still decides the KV layout
         notes.insert(0, f"--vllm-version {cfg.vllm_version}: the release decides the KV cache layout; the times come "
                         f"from --latency {cfg.latency}, not from that release's kernel tables")

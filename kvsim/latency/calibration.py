@@ -19,6 +19,7 @@ from kvsim.files import read_json_object, write_text_atomically
 from kvsim.hardware import GpuSpec
 from kvsim.hardware.gpus import GPU_PRESETS
 from kvsim.releases import RELEASES_DIR, RELEASES_INDEX, SHIPPED, release_calibration  # noqa: F401 (re-exported)
+from kvsim.releases import chosen_release, kernel_mismatches, release_key, vllm_releases
 
 FORMAT = "kvsim-latency-calibration"
 VERSION = 2
@@ -428,6 +429,22 @@ def shipped_calibration(gpu: GpuSpec, vllm_version: str | None = None) -> tuple[
              f"with {gpu.name}'s peaks, unvalidated (calibrate one with `kvsim calibrate`)")
     path, release_note = release_calibration(chip, vllm_version)
     c = load_calibration(path or SHIPPED / f"{chip}.json")
+    wrong = kernel_mismatches(chip, chosen_release(chip, vllm_version)) if path is not None else []
+    if wrong:  # never price an op with a table of another kernel: the newest measured one prices it
+        newest = load_calibration(SHIPPED / f"{chip}.json")
+        for m in wrong:
+            attr, key = m.group
+            have = dict(getattr(c, attr))
+            if key in getattr(newest, attr):
+                have[key] = getattr(newest, attr)[key]
+            else:
+                have.pop(key, None)
+            c = replace(c, **{attr: have})
+        rel, top = chosen_release(chip, vllm_version), max(vllm_releases()[chip], key=release_key)
+        ops = sorted({m.op.split(" by ")[0] for m in wrong})
+        release_note = "; ".join(n for n in (release_note, (
+            f"warning: --vllm-version {vllm_version} on {chip}: {', '.join(ops)} priced by vLLM {top}'s kernels (the "
+            f"newest measured), every other op by {rel}'s ({rel}'s table {wrong[0].why})")) if n)
     if chip != gpu.name:
         c = replace(c, gpu=gpu.name, derived_from=chip)
     elif c.derived_from and not note:

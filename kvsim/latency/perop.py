@@ -284,7 +284,7 @@ def layer_classes(model: ModelSpec, tp: int, expert_parallel: bool = False, dp: 
                 ffn += ffn_ops(model, tp, model.shared_experts * model.moe_intermediate_size)
             ranks = tp * dp
             ep = ranks if expert_parallel else 1
-            wb = DTYPE_BYTES[model.expert_dtype] if model.expert_dtype else model.weight_dtype_bytes
+            wb = model.expert_dtype_bytes if model.expert_dtype else model.weight_dtype_bytes
             experts = MoeOp(h, -(-model.moe_intermediate_size // (ranks // ep)), model.num_experts,
                             model.experts_per_token, wb, model.gated_mlp, ep, expert_quant(model), routing)
         else:

@@ -1,0 +1,118 @@
+"""`vllm serve` flags on kvsim's command lines: a user pastes their serving command's flags, and every command takes
+them. Flags kvsim models are options of its own (kvsim/option_table.py); the ones here change nothing kvsim models
+(where the server listens, logging, tokenizer, tool parsing, LoRA, ...), or change it in one way kvsim applies
+(:data:`APPLIED`). Each is accepted with its value and listed once on the terminal as not modelled, so that a
+pasted command line runs and the user sees what it did not change.
+
+Flag names and value kinds from vLLM's `vllm serve --help` (0.10-0.2x: EngineArgs, the OpenAI-compatible server's
+FrontendArgs and the CLI's own).
+"""
+
+from __future__ import annotations
+
+# flag -> how its value is given: "switch" (none), "bool" (--x / --no-x, no value), "value" (one), "values" (any
+# number up to the next flag)
+_SWITCH = """trust-remote-code disable-log-stats disable-log-requests enable-log-requests enable-log-outputs
+skip-tokenizer-init enable-prompt-embeds disable-sliding-window disable-cascade-attn disable-custom-all-reduce
+enable-lora enable-lora-bias fully-sharded-loras enable-auto-tool-choice enable-prompt-tokens-details
+enable-server-load-tracking enable-force-include-usage disable-fastapi-docs headless enable-eplb enable-dbo
+ray-workers-use-nsight enable-sleep-mode calculate-kv-scales return-tokens-as-token-ids
+disable-frontend-multiprocessing enable-request-id-headers enable-tokenizer-info-endpoint
+disable-mm-preprocessor-cache use-tqdm-on-load kv-sharing-fast-prefill data-parallel-hybrid-lb
+data-parallel-external-lb enable-multimodal-encoder-data-parallel disable-uvicorn-access-log enable-ssl-refresh
+enable-mfu-metrics disable-chunked-mm-input enable-return-routed-experts""".split()
+_VALUE = """host port api-key uvicorn-log-level served-model-name-single tokenizer tokenizer-mode tokenizer-revision
+revision code-revision download-dir load-format config-format dtype seed chat-template chat-template-content-format
+tool-call-parser tool-parser-plugin reasoning-parser generation-config override-generation-config max-logprobs
+distributed-executor-backend compilation-config kv-transfer-config kv-events-config limit-mm-per-prompt
+mm-processor-kwargs allowed-local-media-path allowed-media-domains hf-overrides hf-config-path hf-token root-path
+ssl-keyfile ssl-certfile ssl-ca-certs ssl-cert-reqs max-loras max-lora-rank max-cpu-loras lora-dtype
+data-parallel-address data-parallel-rpc-port data-parallel-size-local data-parallel-start-rank
+data-parallel-backend eplb-config num-redundant-experts all2all-backend max-parallel-loading-workers worker-cls
+worker-extension-cls model-impl logits-processor-pattern guided-decoding-backend structured-outputs-config
+cpu-offload-gb num-lookahead-slots scheduler-delay-factor scheduling-policy scheduler-cls
+long-prefill-token-threshold max-num-partial-prefills max-long-partial-prefills max-seq-len-to-capture
+max-cudagraph-capture-size mamba-ssm-cache-dtype mamba-cache-dtype prefix-caching-hash-algo otlp-traces-endpoint
+collect-detailed-traces show-hidden-metrics-for-version pt-load-map-location model-loader-extra-config
+safetensors-load-strategy override-attention-dtype response-role tool-server log-config-file max-log-len
+attention-backend stream-interval expert-placement-strategy decode-context-parallel-size
+prefill-context-parallel-size ubatch-size kv-offloading-backend cpu-offload-params runner convert task
+kv-cache-memory-bytes kv-cache-memory rope-scaling rope-theta max-num-batched-encoder-tokens
+middleware-config dbo-decode-token-threshold dbo-prefill-token-threshold quantization-param-path
+enforce-eager-placeholder""".split()
+_VALUES = """served-model-name lora-modules allowed-origins allowed-methods allowed-headers middleware ignore-patterns
+logits-processors cuda-graph-sizes tool-parsers""".split()
+_BOOL = """enforce-eager enable-chunked-prefill async-scheduling enable-prefix-caching enable-expert-parallel""".split()
+
+VLLM_FLAGS: dict[str, str] = {**{f"--{n}": "switch" for n in _SWITCH}, **{f"--{n}": "value" for n in _VALUE},
+                              **{f"--{n}": "values" for n in _VALUES}, **{f"--{n}": "bool" for n in _BOOL}}
+for _f in ("--served-model-name-single", "--enforce-eager-placeholder"):
+    del VLLM_FLAGS[_f]
+del _f
+
+# flags kvsim applies through one of its own options, when the command has it: flag -> (option key, value function)
+APPLIED = {
+    "--enforce-eager": ("cudagraph_capture_sizes", lambda v: "none"),  # no CUDA graphs: every step runs eager
+    "--kv-cache-memory-bytes": ("kv_pool_gb", lambda v: _bytes(v) / (1 << 30)),  # a KV pool of this many bytes
+    "--kv-cache-memory": ("kv_pool_gb", lambda v: _bytes(v) / (1 << 30)),
+}
+
+
+def _bytes(text: str) -> float:
+    """vLLM's byte sizes: a number, or one with a k/m/g (1000s) or K/M/G (1024s) suffix."""
+    units = {"k": 1e3, "m": 1e6, "g": 1e9, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    t = text.strip()
+    scale = units.get(t[-1:], 1)
+    value = float(t[:-1] if t[-1:] in units else t)
+    if not value > 0 or value == float("inf"):
+        raise ValueError(text)
+    return value * scale
+
+
+def take_vllm_flags(unknown: list[str], own: set[str]) -> tuple[list[str], list[tuple[str, str | None]]]:
+    """Split the arguments a command did not know into (still unknown, vLLM flags taken as (flag, value)).
+    ``own``: kvsim option flags (any command's) also taken when this command lacks them: a `vllm serve` flag
+    kvsim models elsewhere (``--enable-chunked-prefill`` on ``kvsim memory``) changes nothing here."""
+    rest: list[str] = []
+    taken: list[tuple[str, str | None]] = []
+    i = 0
+    while i < len(unknown):
+        tok = unknown[i]
+        flag, eq, inline = tok.partition("=")
+        base = "--" + flag[5:] if flag.startswith("--no-") else flag  # --no-x -> --x
+        kind = VLLM_FLAGS.get(flag) or ("switch" if VLLM_FLAGS.get(base) in ("bool", "switch") else None)
+        if kind is None and flag in own:
+            kind = "own"
+        if kind is None or not tok.startswith("--"):
+            rest.append(tok)
+            i += 1
+            continue
+        i += 1
+        if eq:
+            taken.append((flag, inline))
+            continue
+        if kind in ("value", "own") and i < len(unknown) and not _is_flag(unknown[i]):
+            taken.append((flag, unknown[i]))
+            i += 1
+        elif kind == "values":
+            vals = []
+            while i < len(unknown) and not _is_flag(unknown[i]):
+                vals.append(unknown[i])
+                i += 1
+            taken.append((flag, " ".join(vals)))
+        elif kind == "value":
+            rest.append(tok)  # a value flag without its value: left for the parser's error
+        else:
+            taken.append((flag, None))
+    return rest, taken
+
+
+def _is_flag(tok: str) -> bool:
+    """An argument that starts another option (a negative number does not)."""
+    if not tok.startswith("-") or tok == "-":
+        return False
+    try:
+        float(tok)
+        return False
+    except ValueError:
+        return True

@@ -1,0 +1,204 @@
+"""Checkpoints as they are served: quantized checkpoints by their Hugging Face ids and by vLLM's --quantization
+names on the presets (kvsim/hardware/checkpoints.py), the models of the measured data (MiniMax-M2, Kimi-K2.5), MXFP4
+experts as vLLM's kernels lay them out, and releases whose tables time another kernel (kvsim/releases.py).
+Bytes are hand-computed."""
+
+import json
+
+import pytest
+
+from kvsim.errors import ConfigError
+from kvsim.hardware import get_gpu, get_model
+from kvsim.hardware.checkpoints import QUANTIZATION_FLAGS, SCHEMES
+from kvsim.options import config_from_args
+
+GIB = 1 << 30
+
+
+@pytest.mark.parametrize("hf_id, name, fields", [
+    # NVIDIA ModelOpt: -FP8 per-tensor, -FP4 NVFP4; its MoE exports keep attention in bf16
+    ("nvidia/Llama-3.1-8B-Instruct-FP8", "llama-3.1-8b-fp8", ("fp8", "fp8", "modelopt", False)),
+    ("nvidia/Llama-3.3-70B-Instruct-FP4", "llama-3.3-70b-nvfp4", ("nvfp4", "nvfp4", "modelopt", False)),
+    ("nvidia/Llama-3.1-70B-Instruct-NVFP4", "llama-3.1-70b-nvfp4", ("nvfp4", "nvfp4", "modelopt", False)),
+    ("nvidia/DeepSeek-R1-FP4", "deepseek-r1-nvfp4", ("nvfp4", "nvfp4", "modelopt", True)),
+    # Red Hat (llm-compressor): FP8 dynamic per channel, W4A16 groups of 128, W8A8 int8
+    ("RedHatAI/Meta-Llama-3.1-8B-Instruct-FP8-dynamic", "llama-3.1-8b-fp8", ("fp8", "fp8", "compressed-tensors", False)),
+    ("RedHatAI/Llama-3.3-70B-Instruct-FP8-dynamic", "llama-3.3-70b-fp8", ("fp8", "fp8", "compressed-tensors", False)),
+    ("neuralmagic/Meta-Llama-3.1-70B-Instruct-FP8", "llama-3.1-70b-fp8", ("fp8", "fp8", "compressed-tensors", False)),
+    ("RedHatAI/Meta-Llama-3.1-8B-Instruct-quantized.w4a16", "llama-3.1-8b-int4",
+     ("int4", "w4a16", "compressed-tensors", False)),
+    ("RedHatAI/Meta-Llama-3.1-8B-Instruct-quantized.w8a8", "llama-3.1-8b-int8-w8a8",
+     ("int8", "w8a8_int8", "compressed-tensors", False)),
+    # AWQ / GPTQ and Qwen's own
+    ("hugging-quants/Meta-Llama-3.1-70B-Instruct-AWQ-INT4", "llama-3.1-70b-awq", ("int4", "w4a16", "awq", False)),
+    ("Qwen/Qwen3-32B-AWQ", "qwen3-32b-awq", ("int4", "w4a16", "awq", False)),
+    ("Qwen/Qwen2.5-7B-Instruct-GPTQ-Int8", "qwen2.5-7b-gptq", ("int8", "w8a16", "gptq", False)),
+    ("Qwen/Qwen3-32B-FP8", "qwen3-32b-fp8", ("fp8", "fp8_block", "fp8", False)),  # a preset of its own
+    ("Qwen/Qwen3-8B-FP8", "qwen3-8b-fp8", ("fp8", "fp8_block", "fp8", False)),
+])
+def test_a_quantized_checkpoint_id_resolves_to_its_base_model_in_its_format(hf_id, name, fields):
+    m = get_model(hf_id).validate()
+    assert m.name == name
+    assert (m.weight_dtype, m.weight_quant, m.quant_method, m.attention_unquantized) == fields
+    base = get_model(name.split("-fp8")[0].split("-nvfp4")[0].split("-awq")[0].split("-int")[0].split("-gptq")[0])
+    assert (m.layers, m.hidden_size, m.kv_heads, m.params) == (base.layers, base.hidden_size, base.kv_heads, base.params)
+
+
+def test_an_nvfp4_llama_holds_its_weights_in_4_and_a_half_bits():
+    """NVFP4: 4-bit values and one FP8 scale per 16 = 4.5 bits; embedding and LM head in bf16."""
+    m = get_model("nvidia/Llama-3.3-70B-Instruct-FP4")
+    embed = 2 * 128256 * 8192
+    assert m.weight_bytes == pytest.approx((70.6e9 - embed) * 0.5625 + embed * 2, rel=1e-12)
+
+
+def test_gpt_oss_is_served_with_or_without_its_mxfp4_flag():
+    for name in ("gpt-oss-120b", "openai/gpt-oss-120b", "gpt-oss-20b"):
+        plain = config_from_args(["--model", name, "--gpu", "h100-80gb", "-tp", "2"]).model
+        flagged = config_from_args(["--model", name, "--gpu", "h100-80gb", "-tp", "2", "-q", "mxfp4"]).model
+        assert plain == flagged and plain.expert_dtype == "mxfp4" and not flagged.format_note
+
+
+def test_a_preset_takes_every_quantization_its_model_is_published_in_and_says_how_it_priced_it():
+    m = get_model("llama-3.1-70b").with_quantization("modelopt_fp4")
+    assert (m.weight_dtype, m.weight_quant, m.quant_method) == ("nvfp4", "nvfp4", "modelopt")
+    assert "priced as its modelopt checkpoint" in m.format_note
+    kimi = get_model("kimi-k2.5")
+    assert kimi.with_quantization("compressed-tensors") is kimi  # its own format: as it is, nothing to say
+    nv = kimi.with_quantization("modelopt_fp4")
+    assert (nv.weight_dtype, nv.expert_dtype, nv.attention_unquantized) == ("nvfp4", None, True)
+    for flag in QUANTIZATION_FLAGS:  # every name on every preset: a format, or a refusal that is true
+        for preset in ("llama-3.1-8b", "qwen3-235b-a22b", "deepseek-v3", "gpt-oss-20b"):
+            try:
+                q = get_model(preset).with_quantization(flag).validate()
+            except ConfigError as e:
+                assert ("has no experts" in str(e) and not get_model(preset).is_moe) or \
+                    ("already quantized" in str(e) and flag == "fp8"), str(e)
+                continue
+            assert q.weight_quant or q.expert_dtype
+
+
+def test_refusals_are_true():
+    with pytest.raises(ConfigError, match="llama-3.1-8b has no experts"):
+        get_model("llama-3.1-8b").with_quantization("mxfp4")
+    with pytest.raises(ConfigError, match="already quantized .*mxfp4"):
+        get_model("gpt-oss-120b").with_quantization("fp8")
+    with pytest.raises(ConfigError, match="not a modelopt checkpoint .*not quantized"):
+        get_model("tests/data/llama-3.1-8b-config.json").with_quantization("modelopt_fp4")
+
+
+def test_a_preset_quantized_by_flag_prints_how_it_was_priced(capsys):
+    from kvsim.cli import main
+
+    assert main(["memory", "--model", "llama-3.1-70b", "--gpu", "b200", "-q", "modelopt_fp4"]) == 0
+    captured = capsys.readouterr()
+    assert "priced as its modelopt checkpoint" in captured.err and "nvfp4" in captured.out
+
+
+def test_minimax_m2_preset_and_its_config_with_an_all_attention_layer_list(tmp_path):
+    m = get_model("MiniMaxAI/MiniMax-M2.5")
+    assert m.name == "minimax-m2" and not m.is_hybrid and m.weight_quant == "fp8_block"
+    per_layer_attn = 3072 * (48 + 2 * 8) * 128 + 48 * 128 * 3072
+    experts = 62 * 256 * 3 * 3072 * 1536
+    assert m.shape_params() == pytest.approx(experts + 62 * (per_layer_attn + 256 * 3072 + 2 * 3072)
+                                             + 2 * 200064 * 3072 + 3072, rel=1e-6)
+    assert m.kv_bytes_per_token == 2 * 62 * 8 * 128 * 2
+    cfg = {"architectures": ["MiniMaxM2ForCausalLM"], "model_type": "minimax_m2", "num_hidden_layers": 62,
+           "hidden_size": 3072, "num_attention_heads": 48, "num_key_value_heads": 8, "head_dim": 128,
+           "intermediate_size": 1536, "num_local_experts": 256, "num_experts_per_tok": 8, "vocab_size": 200064,
+           "max_position_embeddings": 196608, "rotary_dim": 64, "torch_dtype": "bfloat16",
+           "attn_type_list": [1] * 62, "quantization_config": {
+               "quant_method": "fp8", "activation_scheme": "dynamic", "weight_block_size": [128, 128],
+               "modules_to_not_convert": ["gate", "e_score_correction_bias", "lm_head"]}}
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(cfg))
+    c = get_model(str(p))
+    assert (c.layers, c.num_experts, c.moe_intermediate_size, c.weight_quant, c.rotary_dim) == \
+        (62, 256, 1536, "fp8_block", 64)
+    assert c.kv_bytes_per_token == m.kv_bytes_per_token
+    assert c.params == pytest.approx(m.shape_params(), rel=1e-3)
+    p.write_text(json.dumps({**cfg, "attn_type_list": [0] + [1] * 61}))  # a lightning-attention layer
+    with pytest.raises(ConfigError, match="attn_type_list"):
+        get_model(str(p))
+
+
+def test_kimi_k2_5_holds_int4_experts_with_a_bf16_scale_per_32():
+    m = get_model("moonshotai/Kimi-K2.5")
+    experts = 60 * 384 * 3 * 7168 * 2048
+    assert m.expert_weight_bytes() == pytest.approx(experts * (0.5 + 2 / 32), rel=1e-12)
+    assert m.weight_bytes == pytest.approx(experts * (0.5 + 2 / 32) + (m.params - experts) * 2, rel=1e-12)
+    assert m.weight_bytes / GIB == pytest.approx(554.3, rel=0.01)  # the checkpoint's 64 files, vision tower included
+
+
+@pytest.mark.parametrize("gpu, tp, inter, hidden", [
+    ("h100-80gb", 1, 2944, 3072),  # Marlin: intermediate to 128, hidden to 256
+    ("h100-80gb", 2, 1536, 3072),
+    ("a100-80gb", 4, 768, 3072),
+    ("b200", 1, 3072, 3072),  # FlashInfer TRT-LLM: both to 256
+    ("b200", 8, 512, 3072),
+])
+def test_mxfp4_experts_are_held_padded_as_vllms_kernels_lay_them_out(gpu, tp, inter, hidden):
+    m = get_model("gpt-oss-120b")
+    width = 2880 / tp
+    extra = 36 * 128 * 3 * (inter * hidden - width * 2880) * 0.53125
+    assert m.expert_padding_bytes(get_gpu(gpu), tp) == pytest.approx(extra, rel=1e-12)
+    bare = m.gpu_weight_bytes(tp)
+    assert m.gpu_weight_bytes(tp, 1, get_gpu(gpu)) == pytest.approx(bare + extra, rel=1e-12)
+    assert get_model("llama-3.1-8b").expert_padding_bytes(get_gpu(gpu), tp) == 0.0
+
+
+def test_gpt_oss_120b_on_one_h100_loads_as_vllm_logs_it_and_fails_at_its_defaults(capsys):
+    """Public logs: 'Model loading took' 64.4-66.0 GiB on one H100; at 0.90 utilisation vLLM fails to start."""
+    from kvsim.memory_budget import memory_budget
+
+    b = memory_budget(config_from_args(["--model", "openai/gpt-oss-120b", "--gpu", "h100-80gb",
+                                        "--gpu-memory-utilization", "0.95"]))
+    assert 64.4 <= b.weight_bytes / GIB <= 66.1
+    with pytest.raises(ConfigError, match="does not fit"):
+        config_from_args(["--model", "openai/gpt-oss-120b", "--gpu", "h100-80gb"]).pool_plan()
+
+
+def test_a_release_whose_table_times_another_kernel_prices_that_op_with_the_newest():
+    """B200's vLLM 0.19 MoE table times MXFP4 experts with vllm_mxfp4_moe, not the FlashInfer TRT-LLM kernels gpt-oss
+    runs on Blackwell: a 0.15 or 0.19 run takes the newest release's MXFP4 MoE, every other op its own release's."""
+    from kvsim.latency import build_latency, latency_notes
+    from kvsim.latency.base import StepShape
+    from kvsim.latency.calibration import load_calibration, shipped_calibration
+    from kvsim.releases import SHIPPED
+
+    newest = load_calibration(SHIPPED / "b200.json")
+    own = load_calibration(SHIPPED / "vllm" / "b200-0.19.0.json")
+    for v in ("0.15", "0.19"):
+        c, note = shipped_calibration(get_gpu("b200"), v)
+        assert c.moe_quant["mxfp4"] == newest.moe_quant["mxfp4"] != own.moe_quant["mxfp4"]
+        assert c.moe_backends["mxfp4"] == newest.moe_backends["mxfp4"]
+        assert c.gemm == own.gemm and c.moe_quant["nvfp4"] == own.moe_quant["nvfp4"]
+        assert "MXFP4 MoE priced by vLLM 0.24.0's kernels" in note and "vllm_mxfp4_moe" in note
+    cfgs = {v: config_from_args(["--model", "gpt-oss-120b", "--gpu", "b200", *(["--vllm-version", v] if v else [])])
+            for v in (None, "0.15")}
+    steps = {v: build_latency(c).step_time(StepShape.decode(32, 32 * 1500)) for v, c in cfgs.items()}
+    assert steps["0.15"] == pytest.approx(steps[None], rel=0.05)  # was 2x: the other kernel's MoE
+    assert any("MXFP4 MoE" in n for n in latency_notes(cfgs["0.15"]))
+    _, note = shipped_calibration(get_gpu("h100-80gb"), "0.19")
+    assert "priced by" not in note  # no known mismatch there
+
+
+def test_every_scheme_names_a_method_vllm_checks():
+    assert set(SCHEMES) >= {"fp8", "modelopt", "modelopt_fp4", "awq", "awq_marlin", "gptq", "gptq_marlin",
+                            "compressed-tensors", "mxfp4"}
+
+
+@pytest.mark.parametrize("ignore, match", [
+    (["re:(a+)+$"], "will not run"),
+    (["re:" + "a" * 600], "will not run"),
+    (["re:(unclosed"], "is not a regular expression"),
+    (["lm_head"] * 100_001, "at most 100,000"),
+])
+def test_an_exclusion_list_that_asks_for_unbounded_work_is_refused(tmp_path, ignore, match):
+    cfg = json.load(open("tests/data/llama-3.1-8b-config.json"))
+    cfg["quantization_config"] = {"quant_method": "compressed-tensors", "ignore": ignore, "config_groups": {
+        "g": {"targets": ["Linear"], "weights": {"num_bits": 8, "type": "float", "strategy": "channel"},
+              "input_activations": {"num_bits": 8, "type": "float", "strategy": "token", "dynamic": True}}}}
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(cfg))
+    with pytest.raises(ConfigError, match=match):
+        get_model(str(p))
