@@ -19,9 +19,10 @@ from kvsim.latency.routing import DEFAULT_ROUTING, ROUTINGS
 from kvsim.latency.cpu import CPU_PRESETS
 from kvsim.latency.cuda_graphs import capture_sizes_rule
 from kvsim.releases import vllm_version_rule
+from kvsim.trace.bench_load import (DATASETS, HARNESSES, MAX_LEN, MAX_PROMPTS, RANGE_RATIO_MODES, burstiness_rule)
 from kvsim.errors import ConfigError
-from kvsim.validation import (EFFICIENCY, FRACTION, GIB, GIB_OR_ZERO, MAX_TP, POSITIVE, POSITIVE_INT, Number, request_rate,
-                              require)
+from kvsim.validation import (BANDWIDTH_GBS, EFFICIENCY, FRACTION, GIB, GIB_OR_ZERO, MAX_TP, POSITIVE, POSITIVE_INT,
+                              SEED, Number, request_rate, require)
 
 DEFAULT_MODEL = "llama-2-7b"
 DEFAULT_GPU = "a100-40gb"
@@ -61,8 +62,10 @@ OPTIONS: list[Option] = [
     Option("model", ("--model",), "model preset or its Hugging Face id (`kvsim list models`), a Hugging Face "
            "config.json path, or custom:layers=..,kv_heads=..,head_dim=..,params=..", "model and hardware",
            DEFAULT_MODEL),
-    Option("gpu", ("--gpu",), "GPU preset (`kvsim list gpus`; case and a leading NVIDIA do not matter, and H100 "
-           "stands for h100-80gb)", "model and hardware", DEFAULT_GPU),
+    Option("gpu", ("--gpu",), "GPU preset or nvidia-smi's name for it (`kvsim list gpus`; case and a leading "
+           "NVIDIA do not matter, and H100 stands for h100-80gb), your own GPU as custom:memory_gb=..,"
+           "bandwidth_gbs=..,bf16_tflops=..[,arch=..,sms=..] or a GPU YAML file with those keys (docs/gpus.md)",
+           "model and hardware", DEFAULT_GPU),
     Option("tensor_parallel_size", ("--tensor-parallel-size", "-tp", "--tp"),
            "GPUs one replica spans with tensor parallelism (weights, heads and KV split across them)",
            "model and hardware", 1, int, Number(integer=True, min=1, max=MAX_TP)),
@@ -86,12 +89,14 @@ OPTIONS: list[Option] = [
     Option("kv_cache_dtype", ("--kv-cache-dtype",), "data type of the KV cache: auto (the model's) or fp8 (1 byte:"
            " twice the tokens per GiB, half the bytes decode attention reads)", "model and hardware", "auto",
            choices=KV_CACHE_DTYPES),
-    Option("quantization", ("--quantization", "-q"), "weights as vLLM's --quantization loads them: fp8 (an FP8 "
-           "checkpoint's own scheme; a bf16 one quantized on loading, per-tensor scales; embedding and LM head stay "
-           "bf16): FP8 weights in memory, their GEMMs priced on measured FP8 kernels where the calibration has them; "
-           "the other names must name the checkpoint's own method (its config.json quantization_config), as vLLM "
-           "checks", "model and hardware", None, choices=("fp8", *QUANTIZATION_FLAGS),
-           default_text="as the checkpoint is"),
+    Option("quantization", ("--quantization", "-q"), "weights as vLLM's --quantization serves them, in memory and "
+           "in GEMM/MoE time (measured kernels of the format where the GPU's tables have them): fp8 keeps an FP8 "
+           "checkpoint's own scheme and quantizes a bf16 one on loading (per-tensor scales; embedding and LM head "
+           "stay bf16); another method keeps a checkpoint of that method as it is, prices a preset as that method's "
+           "published checkpoints hold it (modelopt_fp4: NVFP4 + FP8 KV cache; awq: 4-bit groups of 128; "
+           "compressed-tensors: FP8 dynamic; mxfp4: MXFP4 experts; said on the terminal), and must match a "
+           "config.json's own method, as vLLM checks (kvsim/hardware/checkpoints.py)", "model and hardware", None,
+           choices=QUANTIZATION_FLAGS, default_text="as the checkpoint is"),
     # --- KV pool
     Option("gpu_memory_utilization", ("--gpu-memory-utilization",),
            "fraction of each GPU's memory the engine may use (weights, activations, KV)", "KV pool", 0.90, float,
@@ -123,7 +128,7 @@ OPTIONS: list[Option] = [
            "GiB of host memory per GPU for a CPU tier of the prefix cache: cached blocks evicted from the GPU "
            "move there and load back on a hit (vLLM's KV offloading, LMCache)", "KV pool", 0.0, float, GIB_OR_ZERO),
     Option("kv_offloading_bandwidth", ("--kv-offloading-bandwidth",),
-           "GB/s from the CPU tier into one GPU", "KV pool", None, float, Number(min=0, min_open=True, max=1e9),
+           "GB/s from the CPU tier into one GPU", "KV pool", None, float, BANDWIDTH_GBS,
            default_text="the GPU's PCIe bandwidth"),
     Option("kv_load_layerwise", ("--kv-load-layerwise",),
            "load prefix blocks found in a lower tier (--kv-offloading-size, a shared store) layer by layer "
@@ -238,7 +243,51 @@ OPTIONS: list[Option] = [
     Option("request_rate", ("--request-rate",),
            "re-time the trace's requests (in trace order) as `vllm bench serve --request-rate`: Poisson arrivals at "
            "this many requests/s (seed 0), or inf: all at once (with --max-concurrency N: N clients in a closed "
-           "loop)", "load", None, float, request_rate, default_text="the trace's own times"),
+           "loop); with a generated workload (--dataset-name random) its send times, as the --bench client spaces "
+           "them (--burstiness)", "load", None, float, request_rate,
+           default_text="the trace's own times; inf for a generated workload"),
+    # --- load: a generated benchmark workload instead of --trace (kvsim/trace/bench_load.py, docs/traces.md)
+    Option("dataset_name", ("--dataset-name",), "generate the benchmark client's workload instead of reading "
+           "--trace, as `vllm bench serve --dataset-name`: random (synthetic prompts of --random-input-len tokens)",
+           "load", None, choices=DATASETS, default_text="none: read --trace"),
+    Option("bench", ("--bench",), "which benchmark client the generated workload follows (docs/traces.md): "
+           "vllm-random (current `vllm bench serve`), inferencemax (SemiAnalysis InferenceMAX's client: range ratio "
+           "0.8 as [0.8 L, L], 10 x --max-concurrency prompts, --ignore-eos), genai-perf (GenAI-Perf's synthetic "
+           "prompts, normal lengths; its --concurrency is --max-concurrency)", "load", None, choices=HARNESSES,
+           default_text="vllm-random"),
+    Option("num_prompts", ("--num-prompts",), "requests the generated workload sends", "load", None, int,
+           Number(integer=True, min=1, max=MAX_PROMPTS),
+           default_text="1000 (vLLM); 10 x --max-concurrency (inferencemax); 100 (genai-perf)"),
+    Option("random_input_len", ("--random-input-len",), "prompt tokens of the generated workload, before "
+           "--random-prefix-len (genai-perf: the mean, its --synthetic-input-tokens-mean)", "load", None, int,
+           Number(integer=True, min=1, max=MAX_LEN), default_text="1024 (genai-perf: 550)"),
+    Option("random_output_len", ("--random-output-len",), "output tokens of the generated workload (genai-perf: "
+           "the mean, its --output-tokens-mean); kvsim generates each drawn length", "load", None, int,
+           Number(integer=True, min=1, max=MAX_LEN), default_text="128"),
+    Option("random_range_ratio", ("--random-range-ratio",), "spread of the generated lengths: uniform integers in "
+           "[floor(L (1 - r)), ceil(L (1 + r))], r < 1 (vLLM since April 2025, pull request 16126), or with "
+           "--random-range-ratio-mode lower-bound in [int(L r), L] (older vLLM, InferenceMAX's client)", "load",
+           None, float, Number(min=0, max=1), default_text="0 (inferencemax: 0.8)"),
+    Option("random_range_ratio_mode", ("--random-range-ratio-mode",), "how --random-range-ratio spreads lengths: "
+           "symmetric [L (1 - r), L (1 + r)] or lower-bound [L r, L]", "load", None, choices=RANGE_RATIO_MODES,
+           default_text="the --bench client's (symmetric; inferencemax: lower-bound)"),
+    Option("random_prefix_len", ("--random-prefix-len",), "tokens of one shared prefix before every generated "
+           "prompt (the same tokens: prefix-cache hits)", "load", None, int, Number(integer=True, min=0, max=MAX_LEN),
+           default_text="0"),
+    Option("synthetic_input_tokens_stddev", ("--synthetic-input-tokens-stddev",), "genai-perf: standard deviation "
+           "of the prompt tokens", "load", None, float, Number(min=0, max=MAX_LEN), default_text="0"),
+    Option("output_tokens_stddev", ("--output-tokens-stddev",), "genai-perf: standard deviation of the output "
+           "tokens", "load", None, float, Number(min=0, max=MAX_LEN), default_text="0"),
+    Option("burstiness", ("--burstiness",), "with a finite --request-rate, the gamma shape of the gaps between "
+           "generated requests, as `vllm bench serve --burstiness`: 1 Poisson, < 1 burstier, > 1 more even, inf "
+           "constant gaps (mean gap 1 / rate seconds either way)", "load", None, float, burstiness_rule,
+           default_text="1"),
+    Option("random_seed", ("--random-seed",), "seed of the generated workload's draws (numpy; the same seed gives "
+           "the same requests, not vLLM's own draws; `kvsim run`/`compare` take --seed too)", "load", None, int,
+           SEED, default_text="0"),
+    Option("ignore_eos", ("--ignore-eos",), "the client sends --ignore-eos: every output runs to its drawn length "
+           "(kvsim always generates the drawn length; without this flag it says a real model may stop earlier)",
+           "load", None, bool, default_text="off (inferencemax: on)"),
     # --- trace
     Option("skip_invalid", ("--skip-invalid",), "skip bad trace lines (and report how many) instead of stopping",
            "trace", False, bool),

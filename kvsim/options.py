@@ -20,7 +20,7 @@ from kvsim.engine.preemption import get_victim_policy
 from kvsim.errors import ConfigError
 from kvsim.option_table import (ALIASES, BY_KEY, DEFAULT_GPU, DEFAULT_MODEL, OPTIONS, Option, check_fields,
                                 option_default)
-from kvsim.validation import Number
+from kvsim.validation import Number, shown
 
 __all__ = ["ALIASES", "BY_KEY", "DEFAULT_GPU", "DEFAULT_MODEL", "OPTIONS", "Option", "add_options", "check_fields",
            "config_from_args", "config_from_options", "normalize", "option_default", "values_from_namespace"]
@@ -91,11 +91,15 @@ def _coerce(o: Option, v, name: str):
             try:
                 v = float(v) if any(c in v.lower() for c in ".en") else int(v)
             except ValueError:
-                raise ConfigError(f"{name}: must be {'an integer' if o.type is int else 'a number'}, got {v!r}") from None
+                raise ConfigError(f"{name}: must be {'an integer' if o.type is int else 'a number'}, got "
+                                  f"{shown(v)}") from None
         if o.type is int and isinstance(v, float) and v.is_integer():
             v = int(v)
         if o.type is float and isinstance(v, int) and not isinstance(v, bool):
-            v = float(v)
+            try:
+                v = float(v)
+            except OverflowError:
+                raise ConfigError(f"{name}: {shown(v)} is beyond any number kvsim can use") from None
         problem = o.rule(v) if o.rule else None
         if problem:
             raise ConfigError(f"{name}: {problem}")

@@ -32,11 +32,15 @@ reserves per running sequence (at most one more block each) are not counted.
 from __future__ import annotations
 
 import json
+import reprlib
 from dataclasses import dataclass, replace
 
 from kvsim.errors import ConfigError
+from kvsim.validation import shown
 
 METHODS = ("eagle", "eagle3", "mtp", "ngram")
+MAX_CONFIG_CHARS = 4096  # --speculative-config: vLLM's object is a few keys; anything longer is not one
+MAX_CONFIG_DEPTH = 8  # nesting of [ and { in --speculative-config: the object itself is flat
 MAX_SPECULATIVE_TOKENS = 16
 EAGLE3_DRAFT_VOCAB = 32000  # draft_vocab_size of the published EAGLE-3 heads (Llama-3.1, Qwen3)
 
@@ -101,6 +105,29 @@ class SpeculativeConfig:
                 f"length {self.acceptance_length:g}")
 
 
+def _nesting(text: str) -> int:
+    """The deepest nesting of [ and { in JSON text (brackets inside strings skipped), counted before parsing so
+    that deep input cannot exhaust the parser's recursion."""
+    depth = top = 0
+    in_string = escaped = False
+    for c in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif c == "\\":
+                escaped = True
+            elif c == '"':
+                in_string = False
+        elif c == '"':
+            in_string = True
+        elif c in "[{":
+            depth += 1
+            top = max(top, depth)
+        elif c in "]}":
+            depth -= 1
+    return top
+
+
 def parse_speculative(text: str | None, acceptance: float | None) -> SpeculativeConfig | None:
     """``--speculative-config`` (vLLM's JSON: method, num_speculative_tokens; kvsim also reads draft_vocab_size
     and num_nextn_predict_layers) with ``--acceptance-length``; None when speculative decoding is off."""
@@ -108,20 +135,32 @@ def parse_speculative(text: str | None, acceptance: float | None) -> Speculative
         if acceptance is not None:
             raise ConfigError("--acceptance-length: needs --speculative-config (it says what each verify step gains)")
         return None
+    text = str(text)
+    if len(text) > MAX_CONFIG_CHARS:
+        raise ConfigError(f"--speculative-config: {len(text):,} characters; a JSON object of at most "
+                          f"{MAX_CONFIG_CHARS:,} is expected")
+    depth = _nesting(text)
+    if depth > MAX_CONFIG_DEPTH:
+        raise ConfigError(f"--speculative-config: nested {depth} levels deep; at most {MAX_CONFIG_DEPTH} are read")
     try:
         d = json.loads(text)
     except json.JSONDecodeError as e:
-        raise ConfigError(f"--speculative-config: not JSON ({e.msg} at character {e.pos}): {text!r}") from None
+        raise ConfigError(f"--speculative-config: not JSON ({e.msg} at character {e.pos}): "
+                          f"{reprlib.repr(text)}") from None
+    except (ValueError, RecursionError) as e:  # an integer of over 4,300 digits
+        raise ConfigError(f"--speculative-config: not readable JSON ({e})") from None
     if not isinstance(d, dict):
-        raise ConfigError(f"--speculative-config: must be a JSON object, got {text!r}")
+        raise ConfigError(f"--speculative-config: must be a JSON object, got {reprlib.repr(text)}")
     method = d.get("method")
     if method not in METHODS:
-        raise ConfigError(f"--speculative-config: method must be one of {', '.join(METHODS)}, got {method!r}")
+        raise ConfigError(f"--speculative-config: method must be one of {', '.join(METHODS)}, got "
+                          f"{reprlib.repr(method)}")
 
     def whole(key: str, default, top: int) -> int:
         v = d.get(key, default)
         if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= top:
-            raise ConfigError(f"--speculative-config: {key} must be a whole number from 1 to {top:,}, got {v!r}")
+            raise ConfigError(f"--speculative-config: {key} must be a whole number from 1 to {top:,}, got "
+                              f"{shown(v) if isinstance(v, int) else reprlib.repr(v)}")
         return v
 
     k = whole("num_speculative_tokens", None, MAX_SPECULATIVE_TOKENS)
@@ -130,7 +169,8 @@ def parse_speculative(text: str | None, acceptance: float | None) -> Speculative
     unknown = sorted(set(d) - {"method", "num_speculative_tokens", "draft_vocab_size", "num_nextn_predict_layers",
                                "model", "draft_tensor_parallel_size", "prompt_lookup_max", "prompt_lookup_min"})
     if unknown:
-        raise ConfigError(f"--speculative-config: kvsim does not model {', '.join(unknown)}")
+        names = ", ".join(k.encode("unicode_escape").decode() for k in unknown)  # a newline in a key stays one line
+        raise ConfigError(f"--speculative-config: kvsim does not model {names}")
     if acceptance is None:
         raise ConfigError("--speculative-config needs --acceptance-length: the tokens a sequence gains per verify "
                           "step, bonus included (vLLM logs it as 'Mean acceptance length'; it depends on the "

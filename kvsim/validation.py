@@ -66,6 +66,9 @@ NON_NEGATIVE = Number(min=0)
 FRACTION = Number(min=0, min_open=True, max=1)  # (0, 1]
 EFFICIENCY = Number(min=1e-6, max=1)  # a fraction of a peak that keeps times finite
 MIN_RATE = 1e-6  # requests/s: one every 11.6 days; slower rates push arrivals where seconds lose their precision
+MIN_GBS = 1e-3  # GB/s: 1 MB/s; a slower link or bus is a typo, and below ~1e-300 a transfer's seconds overflow to inf
+MAX_GBS = 1e9  # GB/s: a million times any real link
+BANDWIDTH_GBS = Number(min=MIN_GBS, max=MAX_GBS)  # a bandwidth option in GB/s
 MAX_GIB = float(1 << 30)  # an exbibyte: any memory size beyond it is a typo, and byte counts stay exact
 GIB = Number(min=0, min_open=True, max=MAX_GIB)  # sizes in GiB
 GIB_OR_ZERO = Number(min=0, max=MAX_GIB)

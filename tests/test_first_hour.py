@@ -88,3 +88,94 @@ def test_a_config_json_is_served_from_its_folder_or_its_hub_id(tmp_path):
     assert serve_name(str(d / "config.json")) == str(d)  # not a hub id: the local folder vLLM loads
     (d / "config.json").write_text(json.dumps({**cfg, "_name_or_path": "acme/llama-ft"}))
     assert serve_name(str(d / "config.json")) == "acme/llama-ft"
+
+
+def test_trace_generate_caps_nothing_unless_asked_and_says_what_a_cap_changed(tmp_path, capsys):
+    from kvsim.trace import load_trace
+
+    out = tmp_path / "t.jsonl"
+    assert main(["trace", "generate", "-o", str(out), "-n", "200", "--prompt-mean", "8000", "--output-mean", "1000",
+                 "--prompt-sigma", "0.1", "--output-sigma", "0.1"]) == 0
+    reqs = load_trace(str(out)).requests
+    assert min(r.prompt_tokens for r in reqs) > 5000 and min(r.output_tokens for r in reqs) > 600
+    assert "shortened" not in capsys.readouterr().err
+    assert main(["trace", "generate", "-o", str(out), "-n", "200", "--prompt-mean", "8000", "--output-mean", "1000",
+                 "--prompt-sigma", "0.1", "--output-sigma", "0.1", "--max-total", "4096"]) == 0
+    assert "--max-total 4,096 shortened 200 prompts and 200 outputs of 200 requests" in capsys.readouterr().err
+
+
+def test_multi_turn_rate_says_what_it_means_and_a_turn_rate_is_steady(tmp_path, capsys):
+    import numpy as np
+
+    from kvsim.trace import load_trace
+
+    rates = {}
+    for flag in ("--rate", "--turns-per-s"):
+        for r in (8, 40):
+            out = tmp_path / f"m{flag}{r}.jsonl"
+            assert main(["trace", "generate", "-o", str(out), "--scenario", "multi-turn", flag, str(r), "-n",
+                         "2000"]) == 0
+            t = np.array([q.arrival_s for q in load_trace(str(out)).requests])
+            rates[flag, r] = len(t) / (t[-1] - t[0])
+            tenth = len(t) // 10
+            if flag == "--turns-per-s":  # steady: the first and last tenths at the asked rate
+                for part in (t[:tenth], t[-tenth:]):
+                    assert len(part) / (part[-1] - part[0]) == pytest.approx(r, rel=0.25)
+    err = capsys.readouterr().err
+    assert "8 conversations/s (--rate)" in err and "--turns-per-s R asks for R requests/s" in err
+    assert rates["--turns-per-s", 8] == pytest.approx(8, rel=0.1)
+    assert rates["--turns-per-s", 40] == pytest.approx(40, rel=0.1)
+
+
+@pytest.mark.parametrize("header, row, scale", [
+    ("timestamp,input_tokens,output_tokens", "{t},{p},{o}", 1.0),
+    ("Time,Prompt Tokens,Completion Tokens", "{t},{p},{o}", 1.0),
+    ("timestamp_ms,prompt_len,output_len", "{t_ms},{p},{o}", 1.0),
+    ("arrival_time,isl,osl", "2024-05-10T10:00:{ss},{p},{o}", 1.0),
+])
+def test_a_plain_csv_of_times_and_lengths_imports_without_renaming(tmp_path, header, row, scale, capsys):
+    from kvsim.trace import load_trace
+
+    p = tmp_path / "mine.csv"
+    lines = [header] + [row.format(t=5 + 0.5 * i, t_ms=5000 + 500 * i, ss=f"{10 + 0.5 * i:06.3f}", p=100 + i, o=10 + i)
+                        for i in range(6)]
+    p.write_text("\n".join(lines) + "\n")
+    reqs = load_trace(str(p)).requests
+    assert [r.arrival_s for r in reqs] == pytest.approx([0.5 * i for i in range(6)])
+    assert [(r.prompt_tokens, r.output_tokens) for r in reqs] == [(100 + i, 10 + i) for i in range(6)]
+    assert main(["run", "--trace", str(p), "--no-plots", "--out", str(tmp_path / "o")]) == 0
+
+
+def test_a_jsonl_with_other_field_names_imports_and_an_unknown_layout_says_what_was_looked_for(tmp_path, capsys):
+    from kvsim.errors import TraceError
+    from kvsim.trace import load_trace
+
+    p = tmp_path / "mine.jsonl"
+    p.write_text("".join(json.dumps({"time": i, "input_tokens": 50, "output_tokens": 5}) + "\n" for i in range(3)))
+    assert [r.arrival_s for r in load_trace(str(p)).requests] == [0, 1, 2]
+    bad = tmp_path / "bad.csv"
+    bad.write_text("when,a,b\n1,2,3\n")
+    with pytest.raises(TraceError, match="no time column: looked for arrival_s, .*timestamp.*the file has when, a, b"):
+        load_trace(str(bad))
+    bad.write_text("timestamp,input_tokens,output_tokens\n1,2,3\nx,2,3\n")
+    with pytest.raises(TraceError, match=r"bad.csv:3: field 'timestamp': not a number of seconds or a date-time"):
+        load_trace(str(bad))
+    assert len(load_trace(str(bad), skip_invalid=True).requests) == 1
+
+
+def test_validate_names_the_flags_that_make_a_usable_result_file(tmp_path):
+    from kvsim.errors import ConfigError
+    from kvsim.trace.bench_result import read_bench_result
+
+    p = tmp_path / "r.json"
+    p.write_text(json.dumps({"duration": 10, "completed": 5, "request_throughput": 0.5, "mean_ttft_ms": 20}))
+    with pytest.raises(ConfigError, match="no per-request fields input_lens, output_lens, ttfts, itls: .*"
+                                          "--save-result --save-detailed.*duration, completed"):
+        read_bench_result(str(p))
+    detail = {"input_lens": [10 ** 300], "output_lens": [5], "ttfts": [0.1], "itls": [[0.01] * 4]}
+    p.write_text(json.dumps(detail))
+    with pytest.raises(ConfigError, match="request 0: field 'input_lens': must be a finite number >= 0 and <="):
+        read_bench_result(str(p))
+    p.write_text(json.dumps({**detail, "input_lens": [10], "request_rate": 1e-300}))
+    with pytest.raises(ConfigError, match="field 'request_rate' must be >= 1e-06"):
+        read_bench_result(str(p))

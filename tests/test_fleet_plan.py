@@ -109,7 +109,7 @@ def test_fleet_plan_command(small_trace, tmp_path):
                         "--target-rate", "5", "--fleet-routers", "round-robin", "--out", str(out)],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
-    assert "cheapest layout meeting the SLOs: 1x h100-80gb" in r.stdout and "vllm serve llama-3-8b" in r.stdout
+    assert "cheapest layout meeting the SLOs: 1x h100-80gb" in r.stdout and "vllm serve meta-llama/Meta-Llama-3-8B " in r.stdout
     assert (out / "fleet_plan.csv").exists() and "Pareto front" in (out / "summary.md").read_text()
     bad = subprocess.run([sys.executable, "-m", "kvsim", "plan", "--trace", small_trace, "--slo", "ttft_p99=1s",
                           "--fleet-max-gpus", "4", "--fleet-routers", "nope", "--out", str(tmp_path / "x")],
@@ -184,7 +184,7 @@ def test_the_busiest_window_is_the_stretch_of_n_arrivals_with_the_shortest_span(
     reqs = [Request(str(i), t, 10, 5) for i, t in enumerate([0.0, 1.0, 2.0, 2.1, 2.2, 5.0, 5.1, 5.2])]
     assert [r.id for r in busiest_window(reqs, 3)] == ["2", "3", "4"]  # 0.2 s; 5.0-5.2 ties later
     assert busiest_window(reqs, 8) is reqs and busiest_window(reqs, 20) is reqs
-    from kvsim.trace.jsonl import load_trace, write_trace
+    from kvsim.trace import load_trace, write_trace
 
     path = tmp_path / "t.jsonl"
     write_trace(reqs, path)

@@ -7,6 +7,7 @@ Runs in-process on tiny inputs so the whole module stays within a few seconds of
 from __future__ import annotations
 
 import json
+import shutil
 
 import pandas as pd
 import pytest
@@ -605,3 +606,86 @@ def test_a_shapes_csv_saved_with_a_byte_order_mark(tmp_path, capsys):
     f.write_bytes(b"\xef\xbb\xbfbatch,context,new_tokens\r\n1,512,1\r\n")
     assert kvsim(capsys, "latency", "--shapes", f, "--out", tmp_path / "o.csv")[0] == 0
     assert len(pd.read_csv(tmp_path / "o.csv")) == 1
+
+
+# --- the third hardening pass (issue 37): every option kind and every file kind under one fuzzer ---------------
+# Examples per test follow the hypothesis profile: the default (ci) profile keeps these short; `--hypothesis-profile
+# fuzz` searches thousands of them.
+HOSTILE_TEXT = ["nan", "inf", "-inf", "-0", "0", "-1", "1e400", "1" + "0" * 400, "9" * 5000, "", " ", "\u0663",
+                "\u00b2", "x" * 5000, "1e-310", "5e-324", "a\nb", "[/]", "$(true)", "/tmp", "/nonexistent/x", "1.5",
+                "2", "\x00"]
+OPTION_KINDS = {  # flag -> the command that takes it, for one flag of each kind and every GB/s and count spec
+    **{o.flag: "run" for o in OPTIONS},
+    "--groups": "cluster", "--prefill": "cluster", "--decode": "cluster", "--kv-link": "cluster",
+    "--shared-kv-store": "cluster", "--routers": "cluster", "--router-weights": "cluster", "--replicas": "cluster",
+    "--slo": "plan", "--gpus": "plan", "--fleet-max-gpus": "plan", "--fleet-tp": "plan", "--target-rate": "plan",
+}
+
+
+def test_fuzzed_option_values_of_every_kind(tiny, tmp_path, capsys):
+    """Any hostile text in any option (numbers, counts, specs, names, GB/s): a result or one error line."""
+    from hypothesis import HealthCheck, example, given, settings, strategies as st
+
+    @settings(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+    @given(st.sampled_from(sorted(OPTION_KINDS)),
+           st.one_of(st.sampled_from(HOSTILE_TEXT), st.text(max_size=12),
+                     st.from_regex(r"\A[a-z0-9-]{1,12}(:[0-9a-z\u0660-\u0669]{0,6}){1,3}\Z")))
+    @example("--groups", "h100-80gb:\u00b2")  # crashed: int('²')
+    @example("--kv-link", "1e-310:0")  # times of inf seconds
+    @example("--kv-offloading-bandwidth", "5e-324")
+    def check(flag, value):
+        cmd = OPTION_KINDS[flag]
+        extra = {"run": ["--no-plots", "--horizon-s", "5"], "cluster": ["--replicas", "1", "--routers", "round-robin"],
+                 "plan": ["--no-report", "--max-steps", "1", "--fleet-max-gpus", "1"]}[cmd]
+        if flag in ("--fleet-max-gpus", "--replicas", "--routers"):
+            extra = [e for i, e in enumerate(extra) if flag not in extra[max(0, i - 1):i + 1]]
+        if cmd == "plan" and flag != "--slo":
+            extra += ["--slo", "ttft_p99=5s"]
+        if flag in ("--prefill", "--decode"):
+            extra += ["--decode" if flag == "--prefill" else "--prefill", "h100-80gb:1"]
+        kvsim(capsys, cmd, "--trace", tiny, "--out", tmp_path / "o", *extra, flag, value)
+
+    check()
+
+
+FILE_KINDS = {
+    "trace": lambda p, t: ["trace", "stats", p],
+    "model": lambda p, t: ["memory", "--model", p],
+    "latency": lambda p, t: ["latency", "--latency", p, "--batch", "1", "--context", "10"],
+    "grid": lambda p, t: ["sweep", p, "--out", p.parent / "s.csv"],
+    "shapes": lambda p, t: ["latency", "--shapes", p, "--out", p.parent / "o.csv"],
+    "table": lambda p, t: ["report", p, "-o", p.parent / "r"],
+    "bench result": lambda p, t: ["validate", p, "--model", "llama-2-7b"],
+    "calibration csv": lambda p, t: ["calibrate", p, "--gpu", "a100-80gb", "-o", p.parent / "c.json"],
+    "record": lambda p, t: ["kernels", "replay", p, "--device", "cpu", "-o", p.parent / "k.csv"],
+    "system yaml": lambda p, t: ["calibrate", "--aic", p.parent, "--system", "x9_sxm", "-o", p.parent / "c.json"],
+}
+FILE_BODIES = [b"", b"\n", b"\x00\xff" * 50, b"[" * 5000, b"{}", b"[]", b"null", b'{"a": 1e400}',
+               b'{"a": ' + b"1" * 5000 + b"}", b"a,b\n1,2\n", b"gpu: {mem_bw: abc}\n", b"base: {trace: x}\ngrid: {a: [1]}\n",
+               b"grid: {" + b", ".join(b"k%d: [1,2,3,4,5,6,7,8,9,10]" % i for i in range(7)) + b"}\n",
+               "\u0663\u00b2\n".encode(), b"x" * 100_000]
+
+
+def test_fuzzed_files_of_every_kind(tiny, tmp_path, capsys):
+    """Hostile bytes (empty, binary, deep, huge integers, huge grids) or a directory or a missing path in place
+    of every file kind a command reads: a result or one error line, never a traceback or a hang."""
+    from hypothesis import HealthCheck, given, settings, strategies as st
+
+    @settings(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+    @given(st.sampled_from(sorted(FILE_KINDS)),
+           st.one_of(st.sampled_from(FILE_BODIES), st.binary(max_size=64), st.sampled_from(["dir", "missing"])))
+    def check(kind, body):
+        d = tmp_path / "case"
+        shutil.rmtree(d, ignore_errors=True)
+        d.mkdir()
+        name = {"system yaml": "x9_sxm.yaml", "record": "r.jsonl", "calibration csv": "kernel.csv"}.get(kind, "f.json")
+        p = d / name
+        if body == "dir":
+            p.mkdir()
+        elif body != "missing":
+            p.write_bytes(body)
+        if kind == "system yaml":
+            (d / "x9_sxm").mkdir()
+        kvsim(capsys, *FILE_KINDS[kind](p, tiny))
+
+    check()

@@ -54,7 +54,7 @@ def test_validate_replays_under_the_recorded_load_and_reports_ratios(tmp_path):
 
 
 @pytest.mark.parametrize("change,msg", [
-    ({"ttfts": None}, "field 'ttfts' must be a list"),
+    ({"ttfts": None}, "no per-request field ttfts: .*--save-detailed"),
     ({"ttfts": [0.1]}, "field 'ttfts' has 1 entries"),
     ({"request_rate": -2}, "field 'request_rate'"),
     ({"request_rate": 0}, "must be > 0"),

@@ -7,6 +7,7 @@ import argparse
 from pathlib import Path
 from typing import Callable
 
+from kvsim.files import CONFIG_MARK  # noqa: F401 (in a results folder: the configuration its results describe)
 from kvsim.validation import NON_NEGATIVE, POSITIVE, POSITIVE_INT, Number
 
 DEFAULT_OUT = "kvsim-out"  # where commands write unless told otherwise
@@ -57,11 +58,11 @@ any_int = number(int)
 
 OUTPUT_ONLY = {"func", "out", "format", "no_plots", "columns", "wide", "command", "workers", "backend", "address",
                "no_report"}  # flags that change where or how results are shown, not what they are
-CONFIG_MARK = ".kvsim-config"  # in a default results folder: the configuration its results describe
 
 
 def results_dir(a: argparse.Namespace, default: Path) -> tuple[Path, str | None]:
-    """Where a command writes: ``--out`` when given (the user's choice, replaced whole), else ``default``
+    """Where a command writes: ``--out`` when given (the user's choice: kvsim's own files there are replaced,
+    files.results_folder), else ``default``
     unless that holds results of another configuration, then ``default-2``, ``-3``, ... (the first that is
     empty or holds this configuration's). Returns (folder, note for the user or None)."""
     if a.out:
@@ -89,9 +90,3 @@ def result_marker(a: argparse.Namespace) -> tuple[str, str]:
     """(file name, text) recording which configuration a results folder describes (:func:`results_dir`)."""
     return CONFIG_MARK, run_fingerprint(a)
 
-
-def mark_results(folder: Path, a: argparse.Namespace) -> None:
-    """Record which configuration ``folder``'s results describe (for :func:`results_dir`)."""
-    from kvsim.files import write_text_atomically
-
-    write_text_atomically(folder / CONFIG_MARK, run_fingerprint(a))

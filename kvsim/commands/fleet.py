@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import argparse
 import math
+import reprlib
 import sys
 from pathlib import Path
 
 from kvsim.commands.args import DEFAULT_OUT, non_negative, number
 from kvsim.errors import ConfigError
-from kvsim.validation import Number
+from kvsim.validation import MIN_GBS, Number
 
 MAX_REPLICAS = 4096  # per group: a fleet of more engines than this is a typo, and its set-up alone would take minutes
+MAX_GROUPS = 64  # groups of one --groups / --prefill / --decode: each is a configuration checked and set up on its own
 
 DEFAULT_ROUTERS = "round-robin,least-requests,prefix,prefix+load"
 
@@ -26,16 +28,19 @@ def _groups(a: argparse.Namespace, cfg, allocator, text: str | None = None, flag
         return _bounded([ReplicaGroup(_group_name(cfg), cfg, allocator, a.replicas)], "--replicas")
     out = []
     keys = {"tp": "tensor_parallel_size", "pp": "pipeline_parallel_size", "dp": "data_parallel_size"}
-    for part in text.split(","):
+    parts = text.split(",")
+    if len(parts) > MAX_GROUPS:
+        raise ConfigError(f"{flag}: {len(parts):,} groups; at most {MAX_GROUPS} (a group per GPU type and shape)")
+    for part in parts:
         fields = part.strip().split(":")
         sizes = {f[:2]: f[2:] for f in fields[2:]}
-        if len(fields) < 2 or not fields[0] or not fields[1].isdigit() or int(fields[1]) < 1 \
-                or len(sizes) != len(fields) - 2 or any(k not in keys or not v.isdigit() or int(v) < 1
+        if len(fields) < 2 or not fields[0] or not _whole(fields[1]) or int(fields[1]) < 1 \
+                or len(sizes) != len(fields) - 2 or any(k not in keys or not _whole(v) or int(v) < 1
                                                         for k, v in sizes.items()):
-            raise ConfigError(f"{flag} {text!r}: each group is GPU:COUNT, optionally with :tpN, :ppN and :dpN (e.g. "
-                              f"h100-80gb:4, a100-80gb:2:tp2:pp2 or h200:1:dp8), got {part!r}")
+            raise ConfigError(f"{flag} {reprlib.repr(text)}: each group is GPU:COUNT, optionally with :tpN, :ppN and "
+                              f":dpN (e.g. h100-80gb:4, a100-80gb:2:tp2:pp2 or h200:1:dp8), got {reprlib.repr(part)}")
         if int(fields[1]) > MAX_REPLICAS:
-            raise ConfigError(f"{flag} {part.strip()}: at most {MAX_REPLICAS} replicas per group")
+            raise ConfigError(f"{flag} {reprlib.repr(part.strip())}: at most {MAX_REPLICAS} replicas per group")
         values = values_from_namespace(a)
         values["gpu"] = fields[0]
         for k, v in sizes.items():
@@ -43,9 +48,15 @@ def _groups(a: argparse.Namespace, cfg, allocator, text: str | None = None, flag
         try:
             g_cfg = config_from_options(values)
         except ConfigError as e:
-            raise ConfigError(f"{flag} {part.strip()}: {e}") from None
+            raise ConfigError(f"{flag} {reprlib.repr(part.strip())}: {e}") from None
         out.append(ReplicaGroup(_group_name(g_cfg), g_cfg, allocator, int(fields[1])))
     return _bounded(out, flag)
+
+
+def _whole(text: str) -> bool:
+    """A count written in ASCII digits, short enough to read (str.isdigit also takes '²' and other scripts' digits,
+    which int() then refuses or reads)."""
+    return text.isascii() and text.isdigit() and len(text) <= 9
 
 
 def _bounded(groups, flag: str):
@@ -71,13 +82,14 @@ def _store(text: str | None):
 
     parts = text.split(":")
     defaults = ["", "10", "1"]  # GiB (required), GB/s, ms
-    try:
-        gib, gbs, ms = (float(x) for x in parts + defaults[len(parts):]) if len(parts) <= 3 else (math.nan,) * 3
+    try:  # ASCII only: float() also reads other scripts' digits
+        gib, gbs, ms = (float(x) for x in parts + defaults[len(parts):]) if len(parts) <= 3 and text.isascii() \
+            else (math.nan,) * 3
     except ValueError:
         gib = gbs = ms = math.nan
-    if not (0 < gib <= 1 << 30 and 0 < gbs <= 1e6 and 0 <= ms <= 1e6):  # NaN fails every comparison
-        raise ConfigError(f"--shared-kv-store {text!r}: expected GIB[:GB_S[:LATENCY_MS]] with GiB in (0, 2^30], "
-                          f"GB/s in (0, 1e6] and ms in [0, 1e6], e.g. 1024:10:1")
+    if not (0 < gib <= 1 << 30 and MIN_GBS <= gbs <= 1e6 and 0 <= ms <= 1e6):  # NaN fails every comparison
+        raise ConfigError(f"--shared-kv-store {reprlib.repr(text)}: expected GIB[:GB_S[:LATENCY_MS]] with GiB in "
+                          f"(0, 2^30], GB/s in [{MIN_GBS:g}, 1e6] and ms in [0, 1e6], e.g. 1024:10:1")
     return TierSpec("store", gib * (1 << 30), gbs * 1e9, ms / 1e3, shared=True)
 
 
@@ -122,9 +134,9 @@ def _weights(text: str | None) -> dict[str, float]:
 def cmd_cluster(a: argparse.Namespace) -> int:
     from kvsim.allocators.registry import model_problem
     from kvsim.commands.simulate import build_config, check_accounted, warn_if_mostly_rejected
-    from kvsim.files import prepare_output_dir
+    from kvsim.files import prepare_results_dir
     from kvsim.fleet.cluster import default_allocator, simulate_fleet
-    from kvsim.fleet.routers import RouterOptions, parse_routers
+    from kvsim.fleet.routers import PREFIX_ROUTERS, RouterOptions, parse_router_params, parse_routers
     from kvsim.runner import resolve_allocator
     from kvsim.output.progress import Progress
     from kvsim.trace import load_trace
@@ -135,7 +147,8 @@ def cmd_cluster(a: argparse.Namespace) -> int:
     problem = model_problem(spec, cfg.model)
     if problem:
         raise ConfigError(problem)
-    options = RouterOptions(seed=a.seed, approx_ttl_s=a.router_ttl, **_weights(a.router_weights)).validate()
+    options = RouterOptions(seed=a.seed, approx_ttl_s=a.router_ttl, **_weights(a.router_weights),
+                            **parse_router_params(a.router_params)).validate()
     for flag, v in (("--groups", a.groups), ("--prefill", a.prefill), ("--decode", a.decode)):
         if v is not None and not v.strip():
             raise ConfigError(f"{flag} is empty: name at least one group (GPU:COUNT)")
@@ -167,14 +180,19 @@ def cmd_cluster(a: argparse.Namespace) -> int:
     from kvsim.commands.args import result_marker, results_dir
 
     out, out_note = results_dir(a, Path(DEFAULT_OUT) / f"cluster-{trace_name}")
-    out = prepare_output_dir(out, "--out")
+    ext = "parquet" if a.format == "parquet" else "csv"
+    out = prepare_results_dir(out, "--out", [a.trace, getattr(a, "model", None), getattr(a, "latency", None)],
+                              [f"{n}.{ext}" for n in ("fleet", "replicas", "requests")] + ["summary.md"])
     for note in loaded.notes():
         print(note, file=sys.stderr)
     if "session" in routers and not any(r.session for r in loaded.requests):
         print("warning: the session router needs a session field in the trace; without one it routes by load",
               file=sys.stderr)
-    if any(r.startswith("prefix") for r in routers) and not any(r.hash_ids for r in loaded.requests):
+    if any(r in PREFIX_ROUTERS for r in routers) and not any(r.hash_ids for r in loaded.requests):
         print("warning: the trace has no hash_ids, so prefix-aware routers see no prefixes", file=sys.stderr)
+    elif any(r.startswith("prefix") for r in routers) and not (spec.prefix or spec.kind == "radix"):
+        print(f"warning: the replicas' allocator {spec} caches no prefixes, so routing by prefix saves no prefill "
+              "(prefix and prefix+load find nothing cached and route by load)", file=sys.stderr)
     from kvsim.fleet.disagg import simulate_disagg
 
     fleets = []
@@ -260,15 +278,13 @@ def fleet_columns(fleets=(), slos=()):
 
 
 def write_fleet_results(out: Path, fleets, title: str, fmt: str, columns=None, marker=None) -> list[Path]:
-    """fleet, replicas and requests tables and summary.md; the folder is replaced whole."""
-    from kvsim.files import replaced_folder, write_text_atomically
-    from kvsim.output.writer import is_result_file
+    """fleet, replicas and requests tables and summary.md; kvsim's files in the folder are replaced as a set
+    (files.results_folder)."""
+    from kvsim.files import results_folder
 
-    with replaced_folder(out, is_result_file) as stage:
+    with results_folder(out, "--out", marker) as stage:
         written = _write_fleet_results(stage, fleets, title, fmt, columns)
-        if marker:
-            write_text_atomically(stage / marker[0], marker[1])
-    return [out / p.name for p in written]
+    return [Path(out) / p.name for p in written]
 
 
 def _write_fleet_results(out: Path, fleets, title: str, fmt: str, columns=None) -> list[Path]:
@@ -325,7 +341,14 @@ def register(sub) -> None:
     g.add_argument("--router-weights", metavar="prefix=W,queue=W,kv=W",
                    help="prefix+load: weights of the cached prompt fraction, a short queue and free KV "
                         "[default: prefix=2,queue=1,kv=1]")
-    g.add_argument("--seed", type=int, default=0, help="seed of the random router [default: 0]")
+    g.add_argument("--router-params", metavar="KEY=VALUE,...",
+                   help="settings of sglang-cache-aware (and prefix-approx's balance guard) and llm-d, as the real "
+                        "routers ship them unless set: cache_threshold=0.3, balance_abs_threshold=64, "
+                        "balance_rel_threshold=1.5, eviction_interval_s=120, max_tree_size=67108864 (characters, 4 "
+                        "a token), cache_miss=least-load (or smallest-tree, as sgl-router before the gateway); "
+                        "llmd_prefix_weight=3, llmd_queue_weight=2, llmd_kv_weight=2, llmd_max_prefix_blocks=256, "
+                        "llmd_lru_blocks=0 (0: each replica's KV pool in blocks)")
+    g.add_argument("--seed", type=int, default=0, help="seed of the random and llm-d routers [default: 0]")
     g.add_argument("--slo", metavar="ttft_p99=2s,...",
                    help="SLOs to report: whether each run meets them, the share of requests within every limit "
                         "(attainment) and those requests per second per GPU (goodput)")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import reprlib
 
 from kvsim.commands.args import DEFAULT_OUT, any_int, int_list, positive, positive_int
 
@@ -38,17 +39,21 @@ def cmd_replay(a: argparse.Namespace) -> int:
     return 0 if not bad else 1
 
 
+MAX_PAIR_TOKENS = 1 << 24  # --prefill: tokens of a chunk or of its cached context (16M: beyond any model's context)
+
+
 def _prefill_pairs(text: str | None) -> list[tuple[int, int]]:
     """``512:0,512:2048`` -> [(512, 0), (512, 2048)]"""
     out = []
     for part in filter(None, (p.strip() for p in (text or "").split(","))):
         chunk, _, cached = part.partition(":")
-        try:
-            c, k = int(chunk), int(cached or 0)
+        try:  # ASCII digits only (int() also reads other scripts'), and short enough for a float
+            c, k = (int(chunk), int(cached or 0)) if part.isascii() and len(part) <= 24 else (-1, -1)
         except ValueError:
             c = k = -1
-        if c < 1 or k < 0:
-            raise argparse.ArgumentTypeError(f"expected CHUNK:CACHED pairs of integers (CHUNK >= 1), got {part!r}")
+        if not (1 <= c <= MAX_PAIR_TOKENS and 0 <= k <= MAX_PAIR_TOKENS):
+            raise argparse.ArgumentTypeError(f"expected CHUNK:CACHED pairs of integers (1 <= CHUNK, 0 <= CACHED, "
+                                             f"each at most {MAX_PAIR_TOKENS:,}), got {reprlib.repr(part)}")
         out.append((c, k))
     return out
 

@@ -57,7 +57,10 @@ def cmd_calibrate(a: argparse.Namespace) -> int:
     from kvsim.hardware.gpus import GPU_PRESETS
 
     if c.gpu in GPU_PRESETS:
-        print(f"wrote {a.output}; use it with: kvsim compare --latency {a.output} --gpu {c.gpu} ...")
+        from kvsim.output.table import printable, shell_line
+
+        use = shell_line(["kvsim", "compare", "--latency", a.output, "--gpu", c.gpu])
+        print(f"wrote {printable(a.output)}; use it with: {use} ...")
     else:
         print(f"wrote {a.output}; {c.gpu} is not a kvsim GPU preset (`kvsim list gpus`), so no run can use it yet: "
               "its peaks came from the system's yaml")

@@ -32,17 +32,30 @@ def _models() -> list[str]:
 
 def _gpus() -> list[str]:
     from kvsim.hardware import GPU_PRESETS
+    from kvsim.hardware.gpus import PRESET_SOURCES
+    from kvsim.latency.calibration import calibration_source
 
-    from kvsim.latency.calibration import SHIPPED
-
-    rows = [("gpu", "memory", "HBM TB/s", "bf16 TFLOP/s", "host link GB/s", "NVLink GPUs", "arch", "kernels")]
+    rows = [("gpu", "memory", "memory from", "mem TB/s", "bf16 TFLOP/s", "peaks", "host link GB/s", "kernels of",
+             "NVLink GPUs", "arch", "kernels")]
     for name, g in GPU_PRESETS.items():
-        rows.append((name, f"{g.memory_bytes / (1 << 30):.1f} GiB", f"{g.hbm_bandwidth / 1e12:.2f}",
-                     f"{g.bf16_flops / 1e12:.0f}", f"{g.pcie_bandwidth / 1e9:.0f}",
+        memory_from, peaks = PRESET_SOURCES.get(name, ("?", "?"))
+        chip, note = calibration_source(g)
+        rows.append((name, f"{g.memory_bytes / (1 << 30):.1f} GiB", memory_from, f"{g.hbm_bandwidth / 1e12:.2f}",
+                     f"{g.bf16_flops / 1e12:.0f}", peaks, f"{g.pcie_bandwidth / 1e9:.0f}", chip,
                      str(g.nvlink_gpus) if g.nvlink else "-", g.arch,
-                     "measured" if (SHIPPED / f"{name}.json").exists() else "derived"))
-    return _table(rows) + ["", "kernels: measured = a calibration fitted on this GPU's own timings; derived = a "
-                           "measured GPU's efficiencies of the same architecture at this one's peaks (docs/latency.md)"]
+                     "measured" if chip == name else "borrowed" if note.startswith("warning") else "derived"))
+    return _table(rows) + [
+        "",
+        "memory from: measured = the total CUDA (ROCm) reports, from a vLLM start-up log or a PyTorch message of this "
+        "GPU; sibling = a measured GPU's with the same memory; derived = nvidia-smi's total less a measured sibling's "
+        "driver reservation; nvidia-smi = nvidia-smi's total (0.3-0.7 GiB high)",
+        "peaks (bandwidth, dense bf16, host link): datasheet = the vendor's datasheet or whitepaper; derived = worked "
+        "from SMs, clocks and bus width where no datasheet gives it",
+        "kernels: measured = a calibration fitted on this GPU's own timings; derived = the efficiencies of the \"kernels of\" GPU, "
+        "same architecture, at this one's peaks; borrowed = another architecture's efficiencies, unvalidated "
+        "(a warning says so)",
+        "Sources: docs/gpus.md. A GPU of your own: --gpu custom:memory_gb=..,bandwidth_gbs=..,bf16_tflops=..[,arch=..]"
+        " or --gpu gpu.yaml."]
 
 
 def _allocators() -> list[str]:

@@ -11,22 +11,17 @@ from kvsim.option_table import text_option_columns
 
 
 def cmd_plan(a: argparse.Namespace) -> int:
-    import pandas as pd
-
-    from kvsim.allocators import parse_allocator_list
     from kvsim.commands.simulate import build_config
     from kvsim.errors import ConfigError
-    from kvsim.files import atomic_path, prepare_output_dir
-    from kvsim.options import DEFAULT_GPU, values_from_namespace
-    from kvsim.planning.parallel import run_jobs
-    from kvsim.planning.plan import add_costs, make_jobs, on_whole_trace, parse_gpus, run_job, window_trace
     from kvsim.planning.slo import parse_slos
-    from kvsim.planning.sweep import validate_points
-    from kvsim.report.builder import build_report
 
     slos = parse_slos(a.slo)
     cfg = build_config(a)  # validate the shared options once
     if a.fleet_max_gpus:  # the load is given (a rate, or clients); the search sizes the fleet
+        from kvsim.planning.fleet_plan import MAX_FLEET_GPUS
+
+        if a.fleet_max_gpus > MAX_FLEET_GPUS:
+            raise ConfigError(f"--fleet-max-gpus {a.fleet_max_gpus:,}: at most {MAX_FLEET_GPUS:,} GPUs per GPU type")
         if cfg.request_rate is not None and a.target_rate:
             raise ConfigError("--target-rate rescales the trace's own times and --request-rate replaces them: give one")
         return cmd_fleet_plan(a, cfg, slos)
@@ -35,10 +30,33 @@ def cmd_plan(a: argparse.Namespace) -> int:
                           "--max-concurrency and --request-rate set the load instead (size a fleet for them with "
                           "--fleet-max-gpus, compare clients with `kvsim sweep` over max_concurrency, or "
                           "`kvsim run --max-concurrency N`)")
-    from kvsim.commands.args import mark_results, results_dir
+    from kvsim.commands.args import result_marker, results_dir
+    from kvsim.files import prepare_results_dir, results_folder
 
     out, out_note = results_dir(a, Path(DEFAULT_OUT) / f"plan-{Path(a.trace).stem}")
-    out = prepare_output_dir(out, "--out")
+    out = prepare_results_dir(out, "--out", [a.trace, *(getattr(a, k, None) for k in ("kernel_bench", "model",
+                                                                                       "latency"))],
+                              ["plan.csv", "plan_points.csv"] + ([] if a.no_report else ["report.html", "report.md"]))
+    with results_folder(out, "--out", result_marker(a)) as stage:
+        _plan(a, cfg, slos, stage)
+    print(f"wrote {out}/plan.csv, plan_points.csv" + ("" if a.no_report else ", report.html, report.md"))
+    if out_note:
+        print(out_note, file=sys.stderr)
+    return 0
+
+
+def _plan(a: argparse.Namespace, cfg, slos, out: Path) -> None:
+    """cmd_plan's search, its tables and report written to ``out`` (files.results_folder's staging folder)."""
+    import pandas as pd
+
+    from kvsim.allocators import parse_allocator_list
+    from kvsim.files import atomic_path
+    from kvsim.options import DEFAULT_GPU, values_from_namespace
+    from kvsim.planning.parallel import run_jobs
+    from kvsim.planning.plan import add_costs, make_jobs, on_whole_trace, parse_gpus, run_job, window_trace
+    from kvsim.planning.sweep import validate_points
+    from kvsim.report.builder import build_report
+
     base = {"trace": a.trace, **values_from_namespace(a)}
     window = window_trace(a.trace, a.plan_requests, out, bool(base.get("skip_invalid")))
     _drop_stale_window(out, window)
@@ -67,20 +85,17 @@ def cmd_plan(a: argparse.Namespace) -> int:
     print_plan(cap, slos, a.target_rate, heading=f"{cfg.model.name}" + (f" tp{cfg.tp}" if cfg.tp > 1 else "")
                + f" on {priced}")
     if not a.no_report:
-        notes = [f"trace {a.trace}, model {cfg.model.name}; capacity = highest rate (scaling the trace's inter-arrival"
+        from kvsim.output.table import printable, shell_line
+
+        notes = [f"trace {printable(a.trace)}, model {printable(cfg.model.name)}; capacity = highest rate (scaling the trace's inter-arrival"
                  f" times) meeting every SLO with a stable queue, bisection to {100 * a.tol:g}% (at most {a.max_steps} "
                  "simulations)"]
         if window:
             notes.append(window[2])
         if a.target_rate:
             notes.append(f"replicas and cost for a target of {a.target_rate:g} req/s")
-        notes.append("command: kvsim " + " ".join(sys.argv[1:]))
+        notes.append("command: " + shell_line(["kvsim", *sys.argv[1:]]))
         build_report(out, cap, pts, slos, f"Capacity plan: {Path(a.trace).name}", notes)
-    mark_results(out, a)
-    print(f"wrote {out}/plan.csv, plan_points.csv" + ("" if a.no_report else ", report.html, report.md"))
-    if out_note:
-        print(out_note, file=sys.stderr)
-    return 0
 
 
 def _drop_stale_window(out: Path, window) -> None:
@@ -107,18 +122,10 @@ def load_text(cfg, target_rate: float | None) -> str:
 def cmd_fleet_plan(a: argparse.Namespace, cfg, slos) -> int:
     """The fleet search (planning/fleet_plan.py): every layout simulated, the cheapest meeting the SLOs,
     the Pareto front of throughput per GPU vs TTFT p99, and the vLLM command lines of the choice."""
-    import pandas as pd
-
-    from kvsim.commands.args import mark_results, results_dir
-    from kvsim.files import prepare_output_dir, write_text_atomically
+    from kvsim.commands.args import result_marker, results_dir
+    from kvsim.files import prepare_results_dir, results_folder
     from kvsim.fleet.disagg import parse_link
-    from kvsim.fleet.cluster import default_allocator
     from kvsim.fleet.routers import parse_routers
-    from kvsim.options import DEFAULT_GPU, values_from_namespace
-    from kvsim.output.table import Column, markdown_table, print_rows
-    from kvsim.output.writer import write_table
-    from kvsim.planning.fleet_plan import cheapest, pareto, plan_fleet, plan_window, verify_on_whole_trace, vllm_commands
-    from kvsim.planning.plan import parse_gpus
 
     from kvsim.errors import ConfigError
 
@@ -129,7 +136,28 @@ def cmd_fleet_plan(a: argparse.Namespace, cfg, slos) -> int:
     routers = parse_routers(a.fleet_routers, "--fleet-routers")
     parse_link(a.kv_link)
     out, out_note = results_dir(a, Path(DEFAULT_OUT) / f"fleet-plan-{Path(a.trace).stem}")
-    out = prepare_output_dir(out, "--out")
+    out = prepare_results_dir(out, "--out", [a.trace, getattr(a, "model", None), getattr(a, "latency", None)],
+                              ["fleet_plan.csv", "summary.md"])
+    with results_folder(out, "--out", result_marker(a)) as stage:
+        _fleet_plan(a, cfg, slos, routers, stage)
+    print(f"wrote {out}/fleet_plan.csv, summary.md")
+    if out_note:
+        print(out_note, file=sys.stderr)
+    return 0
+
+
+def _fleet_plan(a: argparse.Namespace, cfg, slos, routers, out: Path) -> None:
+    """cmd_fleet_plan's search, its table and summary written to ``out`` (files.results_folder's staging folder)."""
+    import pandas as pd
+
+    from kvsim.files import write_text_atomically
+    from kvsim.fleet.cluster import default_allocator
+    from kvsim.options import DEFAULT_GPU, values_from_namespace
+    from kvsim.output.table import Column, markdown_table, print_rows
+    from kvsim.output.writer import write_table
+    from kvsim.planning.fleet_plan import cheapest, pareto, plan_fleet, plan_window, verify_on_whole_trace, vllm_commands
+    from kvsim.planning.plan import parse_gpus
+
     gpus = parse_gpus(a.gpus) if a.gpus is not None else [(a.gpu or DEFAULT_GPU, None)]
     from kvsim.runner import resolve_allocator
 
@@ -137,8 +165,15 @@ def cmd_fleet_plan(a: argparse.Namespace, cfg, slos) -> int:
     values = values_from_namespace(a)
     values.pop("gpu", None)
     notes: list[str] = []
+    from kvsim.trace import load_trace
+
+    skip_invalid = bool(values.get("skip_invalid"))
+    loaded = load_trace(a.trace, skip_invalid=skip_invalid)  # a bad line fails here, or is skipped and counted
+    for note in loaded.notes():
+        print(note, file=sys.stderr)
+    skipped = [f"{a.trace}: skipped {len(loaded.skipped):,} invalid line(s) (--skip-invalid)"] if loaded.skipped else []
     retimed = cfg.max_concurrency is not None or cfg.request_rate is not None
-    trace, rate, window = plan_window(a.trace, a.target_rate, a.plan_requests, retimed, out)
+    trace, rate, window = plan_window(a.trace, a.target_rate, a.plan_requests, retimed, out, skip_invalid)
     _drop_stale_window(out, window)
     if window:
         print(window, file=sys.stderr)
@@ -148,6 +183,7 @@ def cmd_fleet_plan(a: argparse.Namespace, cfg, slos) -> int:
                       [False, True] if a.fleet_ep else None, jobs)
     for note in notes:
         print(note, file=sys.stderr)
+    notes[:0] = skipped  # printed above, said in summary.md too
     best = cheapest(rows)
     front = pareto(rows)
     whole = verify_on_whole_trace(rows, jobs, a.trace, a.target_rate, a.workers, a.backend, a.address) \
@@ -177,7 +213,13 @@ def cmd_fleet_plan(a: argparse.Namespace, cfg, slos) -> int:
         lines += ["## The window's cheapest layouts on the whole trace", "", markdown_table(whole, cols), ""]
     if best:
         b = best[0]
-        cmds = vllm_commands(b, cfg.model.name, values)
+        from kvsim.allocators import parse_allocator
+
+        from kvsim.hardware.models import serve_name
+        from kvsim.option_table import DEFAULT_MODEL
+
+        cmds = vllm_commands(b, serve_name(values.get("model") or DEFAULT_MODEL), values,
+                             parse_allocator(allocator).prefix)
         size = f"{b['gpus']} GPU" + ("s" if b["gpus"] > 1 else "")
         print(f"\ncheapest layout meeting the SLOs: {b['layout']} behind {b['router']} ({size}"
               + (f", ${b['cost_per_hour']:.2f}/h" if b.get("cost_per_hour") is not None else "") + ")")
@@ -189,17 +231,15 @@ def cmd_fleet_plan(a: argparse.Namespace, cfg, slos) -> int:
               "trace (see above); raise --plan-requests (0: search on the whole trace) or --fleet-max-gpus")
         lines += [f"None of the {len(whole)} cheapest layouts meeting the SLOs on the window meets them on the whole"
                   " trace.", ""]
+    elif any(": stopped at " in n for n in notes):  # planning/fleet_plan.py's early stop: more GPUs do not help
+        print("\nno layout meets the SLOs, and larger fleets brought them no closer (see above); relax --slo")
+        lines += ["No layout meets the SLOs, and larger fleets brought them no closer.", ""]
     else:
         print(f"\nno layout of up to {a.fleet_max_gpus} GPUs meets the SLOs; raise --fleet-max-gpus or relax --slo")
         lines += [f"No layout of up to {a.fleet_max_gpus} GPUs meets the SLOs.", ""]
     lines += ["## Pareto front", "", markdown_table(front, cols), "", "## Every layout simulated", "",
               markdown_table(sorted(rows, key=lambda r: (r["gpus"], r["layout"], r["router"])), cols)]
     write_text_atomically(out / "summary.md", "\n".join(lines) + "\n")
-    mark_results(out, a)
-    print(f"wrote {out}/fleet_plan.csv, summary.md")
-    if out_note:
-        print(out_note, file=sys.stderr)
-    return 0
 
 
 def print_plan(cap, slos, target, console=None, heading: str = "") -> None:
@@ -279,12 +319,12 @@ def cmd_report(a: argparse.Namespace) -> int:
     import pandas as pd
 
     from kvsim.errors import ConfigError
-    from kvsim.files import prepare_output_dir
+    from kvsim.files import prepare_results_dir, results_folder
     from kvsim.planning.slo import parse_slos
     from kvsim.planning.sweep import read_table
     from kvsim.report.builder import build_report
 
-    prepare_output_dir(a.output, "-o")
+    out = prepare_results_dir(a.output, "-o", a.results, ["report.html", "report.md"])
     caps, pts = [], []
     for path in _result_tables(a.results):
         df = _numeric_metrics(read_table(path), path)
@@ -295,8 +335,9 @@ def cmd_report(a: argparse.Namespace) -> int:
     cap = pd.concat(caps, ignore_index=True) if caps else None
     points = pd.concat(pts, ignore_index=True) if pts else None
     slos = parse_slos(a.slo) if a.slo is not None else []
-    files = build_report(a.output, cap, points, slos, a.title, [f"from {', '.join(a.results)}"])
-    print(f"wrote {files['html']} and {files['md']}")
+    with results_folder(out, "-o") as stage:
+        build_report(stage, cap, points, slos, a.title, [f"from {', '.join(a.results)}"])
+    print(f"wrote {out / 'report.html'} and {out / 'report.md'}")
     return 0
 
 
@@ -383,7 +424,8 @@ def register(sub) -> None:
                     help="plan a fleet instead of one replica: search fleets of up to N GPUs per GPU type, "
                          "aggregated and disaggregated (every P:D split), serving the trace at --target-rate (or "
                          "its own rate, or as --request-rate / --max-concurrency clients send it), and report the "
-                         "cheapest layout meeting --slo")
+                         "cheapest layout meeting --slo (N at most 4,096; the search stops early when a fleet "
+                         "twice as large brings the SLOs no closer)")
     fl.add_argument("--fleet-routers", default="least-requests,prefix+load",
                     help="routers the fleet plan tries [default: least-requests,prefix+load]")
     fl.add_argument("--fleet-tp", metavar="LIST", type=int_list(),

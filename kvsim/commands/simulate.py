@@ -13,13 +13,23 @@ DEFAULT_ALLOCATORS = "max,pow2,oracle,paged"  # paged takes --block-size
 HYBRID_DEFAULT_ALLOCATORS = "naive,static-split,hybrid"  # models whose layers keep different caches
 
 
-def add_sim_args(p: argparse.ArgumentParser, command: str, fleet: bool = False) -> None:
-    """--trace, every simulation option (kvsim/options.py), and the output flags (``fleet``: folder and format)."""
+def add_sim_args(p: argparse.ArgumentParser, command: str, fleet: bool = False, workload: bool = False) -> None:
+    """--trace, every simulation option (kvsim/options.py), and the output flags (``fleet``: folder and format).
+    ``workload``: the command also takes a generated benchmark workload (--dataset-name random, ...) instead of
+    --trace (kvsim/trace/bench_load.py); other commands keep --trace required and refuse the workload flags."""
     from kvsim.options import add_options
 
-    p.add_argument("--trace", required=True, help="request trace, kvsim JSONL (docs/traces.md; other formats: "
-                   "`kvsim trace convert`)")
+    if workload:
+        p.add_argument("--trace", help="request trace, kvsim JSONL (docs/traces.md; other formats: `kvsim trace "
+                       "convert`); or, instead, a benchmark client's generated workload: --dataset-name random, "
+                       "--random-input-len, ... (group 'load')")
+    else:
+        p.add_argument("--trace", required=True, help="request trace, kvsim JSONL (docs/traces.md; other formats: "
+                       "`kvsim trace convert`)")
     add_options(p)
+    if workload:  # vLLM's spelling; not in the options table, where `kvsim cluster` has a --seed of its own
+        p.add_argument("--seed", dest="random_seed", metavar="INT", default=None,
+                       help="the same as --random-seed (`vllm bench serve --seed`) [default: 0]")
     g = p.add_argument_group("output")
     g.add_argument("--out", help=f"output folder [default: {DEFAULT_OUT}/{command}-<trace name>]")
     g.add_argument("--format", choices=["csv", "parquet"], default="csv", help="table format [default: csv]")
@@ -38,10 +48,35 @@ def add_sim_args(p: argparse.ArgumentParser, command: str, fleet: bool = False) 
 
 
 def build_config(a: argparse.Namespace):
-    """The SimConfig of a parsed command line (through the options table)."""
-    from kvsim.options import config_from_options, values_from_namespace
+    """The SimConfig of a parsed command line (through the options table). With a generated benchmark workload
+    (:func:`bench_workload`) --request-rate spaces that workload's send times, so the configuration does not
+    re-time it again."""
+    from kvsim.options import config_from_options, normalize, values_from_namespace
+    from kvsim.option_table import BY_KEY
+    from kvsim.trace.bench_load import DATASET_KEYS
 
-    return config_from_options(values_from_namespace(a))
+    values = values_from_namespace(a)
+    given = [k for k in DATASET_KEYS if k in values]
+    if given:
+        normalize(values)  # a bad value is named first
+        flag = BY_KEY[given[0]].flag
+        if getattr(a, "trace", None) is not None:
+            raise ConfigError(f"{flag} describes a generated benchmark workload and --trace a recorded one: give one "
+                              "(write the workload as a trace with `kvsim trace generate --bench ...`)")
+        values = {k: v for k, v in values.items() if k != "request_rate"}
+    elif getattr(a, "trace", "") is None:
+        raise ConfigError("--trace is required, or a benchmark client's workload instead: --dataset-name random "
+                          "(with --random-input-len, --random-output-len, --num-prompts, ...; docs/traces.md)")
+    return config_from_options(values)
+
+
+def bench_workload(a: argparse.Namespace):
+    """The generated benchmark workload (kvsim.trace.bench_load.BenchLoad) the command line asks for, or None
+    when it reads --trace."""
+    from kvsim.options import normalize, values_from_namespace
+    from kvsim.trace.bench_load import from_options
+
+    return from_options(normalize(values_from_namespace(a)))
 
 
 def setting_warnings(cfg, requests, allocators, shared_store: bool = False) -> list[str]:
@@ -62,10 +97,10 @@ def setting_warnings(cfg, requests, allocators, shared_store: bool = False) -> l
 
 def simulate_all(a: argparse.Namespace, allocator_names: str, command: str) -> int:
     from kvsim.allocators import parse_allocator_list
-    from kvsim.files import check_output_file, prepare_output_dir
+    from kvsim.files import check_output_file, prepare_results_dir
     from kvsim.latency import describe_latency, latency_notes
     from kvsim.output.progress import Progress
-    from kvsim.output.table import print_table
+    from kvsim.output.table import print_table, printable, shell_line
     from kvsim.output.writer import write_results
     from kvsim.runner import simulate
     from kvsim.trace import load_trace
@@ -91,27 +126,40 @@ def simulate_all(a: argparse.Namespace, allocator_names: str, command: str) -> i
             raise ConfigError(problem)
     if a.record_batches and len(allocators) != 1:
         raise ConfigError("--record-batches records one allocator's run; pass a single allocator")
-    trace_name = Path(a.trace).stem
+    bench = bench_workload(a)
     pool = cfg.pool_plan()
-    loaded = load_trace(a.trace, skip_invalid=bool(a.skip_invalid))
+    if bench is not None:
+        from kvsim.trace.jsonl import LoadedTrace
+
+        trace_name = bench.name
+        loaded = LoadedTrace(bench.requests(), bench.name)
+        trace_text = f"{bench.describe()} (generated: {len(loaded.requests)} requests)"
+    else:
+        trace_name = Path(a.trace).stem
+        loaded = load_trace(a.trace, skip_invalid=bool(a.skip_invalid))
+        trace_text = f"{a.trace} ({len(loaded.requests)} requests)"
     # outputs are checked after the inputs (a bad trace leaves no empty folder) and before simulating
     from kvsim.commands.args import result_marker, results_dir
 
     out, out_note = results_dir(a, Path(DEFAULT_OUT) / f"{command}-{trace_name}")
-    out = prepare_output_dir(out, "--out")
+    from kvsim.output.writer import result_names
+
+    out = prepare_results_dir(out, "--out", [a.trace, a.model, a.latency], result_names(a.format, not a.no_plots))
     if a.record_batches:
         check_output_file(a.record_batches, "--record-batches", [a.trace, a.model, a.latency])
         if Path(a.record_batches).resolve().parent == out.resolve():
             raise ConfigError(f"--record-batches {a.record_batches}: is inside the results folder {out}, whose files "
                               "each run replaces; give a path outside it")
-    notes = loaded.notes() + latency_notes(cfg) + setting_warnings(cfg, loaded.requests, allocators if named else [])
+    notes = loaded.notes() + (bench.notes() if bench is not None else []) + latency_notes(cfg) + setting_warnings(cfg, loaded.requests, allocators if named else [])
     for note in notes:
         print(note, file=sys.stderr)
     recorder = None
     if a.record_batches:
         from kvsim.replay.record import BatchRecorder
 
-        recorder = BatchRecorder(a.record_batches, cfg, pool)
+        import os  # a symlink is written through: the link stays, its target gets the record
+
+        recorder = BatchRecorder(os.path.realpath(a.record_batches), cfg, pool)
     outputs = []
     ok = False
     try:
@@ -127,8 +175,9 @@ def simulate_all(a: argparse.Namespace, allocator_names: str, command: str) -> i
     for o in outputs:
         warn_if_mostly_rejected(o.summary["allocator"], o.requests)
     context = {
-        "command": "`kvsim " + " ".join(sys.argv[1:]) + "`" if sys.argv and sys.argv[0].endswith("kvsim") else "",
-        "trace": f"{a.trace} ({len(loaded.requests)} requests)",
+        "command": "`" + shell_line(["kvsim", *sys.argv[1:]]) + "`"
+                   if sys.argv and sys.argv[0].endswith("kvsim") else "",
+        "trace": trace_text,
         "model": f"{cfg.model.name} (KV {cfg.model.kv_bytes_per_token / 1024:g} KiB/token for the whole model, "
                  f"{pool.kv_bytes_per_token / 1024:g} KiB per GPU), tensor parallel {cfg.tp}"
                  + (f", {cfg.pp} pipeline stages (the scheduler's token budget per micro-batch)" if cfg.pp > 1 else ""),
@@ -142,7 +191,7 @@ def simulate_all(a: argparse.Namespace, allocator_names: str, command: str) -> i
     if cfg.scheduler.preemption_mode == "swap" or cfg.scheduler.partial_preemption:
         context["preemption"] = (f"{cfg.scheduler.preemption_mode}, CPU pool {cfg.swap_space:g} GiB"
                                  + (", partial preemption" if cfg.scheduler.partial_preemption else ""))
-    context = {k: v for k, v in context.items() if v}
+    context = {k: printable(v) for k, v in context.items() if v}  # one line each: names from files escaped
     print_table([o.summary for o in outputs],
                 title=f"{trace_name} · {cfg.model.name} · {cfg.gpu.name}" + (f" x{cfg.tp}" if cfg.tp > 1 else "")
                       + (f" pp{cfg.pp}" if cfg.pp > 1 else "") + f" · KV pool {pool.pool_bytes / (1 << 30):.1f} GiB = {_tokens(pool.pool_tokens)} tokens",
@@ -192,14 +241,14 @@ def register(sub) -> None:
     c = sub.add_parser("compare", help="simulate a trace with several allocators and compare them",
                        description="Simulate a trace with several KV-cache allocators on the same GPU and compare "
                                    "throughput, latency and where the KV memory went.")
-    add_sim_args(c, "compare")
+    add_sim_args(c, "compare", workload=True)
     c.add_argument("--allocators", default=None,
                    help=f"comma-separated allocator names ({names}) [default: {DEFAULT_ALLOCATORS}; for models whose"
                         f" layers differ (sliding, chunked, mamba): {HYBRID_DEFAULT_ALLOCATORS}]")
     c.set_defaults(func=cmd_compare)
     r = sub.add_parser("run", help="simulate a trace with one allocator",
                        description="Simulate a trace with one KV-cache allocator.")
-    add_sim_args(r, "run")
+    add_sim_args(r, "run", workload=True)
     r.add_argument("--allocator", default=None,
                    help=f"allocator name ({names}) [default: paged; hybrid for models whose layers differ]")
     r.set_defaults(func=cmd_run)

@@ -110,9 +110,9 @@ def server_implied(run, values: dict) -> dict:
 def cmd_validate(a: argparse.Namespace) -> int:
     import pandas as pd
 
-    from kvsim.commands.args import DEFAULT_OUT, mark_results, results_dir
+    from kvsim.commands.args import DEFAULT_OUT, result_marker, results_dir
     from kvsim.errors import ConfigError
-    from kvsim.files import prepare_output_dir
+    from kvsim.files import prepare_results_dir, results_folder
     from kvsim.latency import latency_notes
     from kvsim.options import config_from_options, values_from_namespace
     from kvsim.trace.bench_result import read_bench_result
@@ -124,7 +124,9 @@ def cmd_validate(a: argparse.Namespace) -> int:
         raise ConfigError("say which model served the run: --model PRESET or a config.json"
                           + (f" (the results name {', '.join(ids)})" if ids else ""))
     out, out_note = results_dir(a, Path(DEFAULT_OUT) / "validate")  # never over another configuration's results
-    out = prepare_output_dir(out, "--out")
+    out = prepare_results_dir(out, "--out", [*a.results, values.get("model"), values.get("latency")],
+                              ["validate.csv", "requests.csv", "summary.md"]
+                              + ([] if a.no_plots else ["predicted_vs_measured.png"]))
     rows, frames = [], []
     for run in runs:
         implied = server_implied(run, values)
@@ -159,33 +161,34 @@ def cmd_validate(a: argparse.Namespace) -> int:
                   "(rejected or unfinished: see the status column of requests.csv)", file=sys.stderr)
         rows.append(row)
         frames.append(req)
-    table = save_table(rows, out)
-    requests = pd.concat(frames, ignore_index=True)
-    requests.to_csv(out / "requests.csv", index=False)
-    lines = [f"# kvsim validate: {a.model} on {a.gpu or 'the default GPU'}", "",
-             "predicted / measured (medians, p90) and mean absolute percentage error per request", "",
-             "| file | requests | load | TTFT p50 | TTFT p90 | TPOT p50 | TPOT p90 | E2E p50 | E2E p90 | out tok/s | "
-             "MAPE TTFT | MAPE TPOT | MAPE E2E |", "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    print(f"{'file':36s} {'reqs':>5s} {'TTFT p50':>9s} {'TPOT p50':>9s} {'E2E p50':>8s} {'tok/s':>6s}  "
-          "(predicted / measured)")
-    for r in rows:
-        load = ("all at once" if r["request_rate"] == float("inf") else f"{r['request_rate']:g} req/s") + \
-               (f", {r['max_concurrency']} clients" if r["max_concurrency"] else "")
-        tok = r.get("output_tok_s_ratio", float("nan"))
-        lines.append(f"| {r['file']} | {r['requests']} | {load} | " + " | ".join(
-            f"{r[f'{m}_{q}_ratio']:.2f}" for m in METRICS for q in ("p50", "p90")) + f" | {tok:.2f} | " +
-            " | ".join(f"{100 * r[f'{m}_mape']:.0f}%" for m in METRICS) + " |")
-        print(f"{r['file'][:36]:36s} {r['requests']:5d} {r['ttft_p50_ratio']:9.2f} {r['tpot_p50_ratio']:9.2f} "
-              f"{r['e2e_p50_ratio']:8.2f} {tok:6.2f}")
-    if len(rows) > 1:
-        for m in METRICS:
-            print(f"median over files of {m.upper()} p50 ratio: {table[f'{m}_p50_ratio'].median():.2f}")
-    (out / "summary.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    written = ["validate.csv", "requests.csv", "summary.md"]
-    if not a.no_plots:
-        _plot(requests, out / "predicted_vs_measured.png")
-        written.append("predicted_vs_measured.png")
-    mark_results(out, a)
+    with results_folder(out, "--out", result_marker(a)) as stage:
+        table = save_table(rows, stage)
+        requests = pd.concat(frames, ignore_index=True)
+        requests.to_csv(stage / "requests.csv", index=False)
+        lines = [f"# kvsim validate: {a.model} on {a.gpu or 'the default GPU'}", "",
+                 "predicted / measured (medians, p90) and mean absolute percentage error per request", "",
+                 "| file | requests | load | TTFT p50 | TTFT p90 | TPOT p50 | TPOT p90 | E2E p50 | E2E p90 | "
+                 "out tok/s | MAPE TTFT | MAPE TPOT | MAPE E2E |",
+                 "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        print(f"{'file':36s} {'reqs':>5s} {'TTFT p50':>9s} {'TPOT p50':>9s} {'E2E p50':>8s} {'tok/s':>6s}  "
+              "(predicted / measured)")
+        for r in rows:
+            load = ("all at once" if r["request_rate"] == float("inf") else f"{r['request_rate']:g} req/s") + \
+                   (f", {r['max_concurrency']} clients" if r["max_concurrency"] else "")
+            tok = r.get("output_tok_s_ratio", float("nan"))
+            lines.append(f"| {r['file']} | {r['requests']} | {load} | " + " | ".join(
+                f"{r[f'{m}_{q}_ratio']:.2f}" for m in METRICS for q in ("p50", "p90")) + f" | {tok:.2f} | " +
+                " | ".join(f"{100 * r[f'{m}_mape']:.0f}%" for m in METRICS) + " |")
+            print(f"{r['file'][:36]:36s} {r['requests']:5d} {r['ttft_p50_ratio']:9.2f} {r['tpot_p50_ratio']:9.2f} "
+                  f"{r['e2e_p50_ratio']:8.2f} {tok:6.2f}")
+        if len(rows) > 1:
+            for m in METRICS:
+                print(f"median over files of {m.upper()} p50 ratio: {table[f'{m}_p50_ratio'].median():.2f}")
+        (stage / "summary.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+        written = ["validate.csv", "requests.csv", "summary.md"]
+        if not a.no_plots:
+            _plot(requests, stage / "predicted_vs_measured.png")
+            written.append("predicted_vs_measured.png")
     if out_note:
         print(out_note, file=sys.stderr)
     print(f"wrote {', '.join(written)} to {out}/")

@@ -57,12 +57,16 @@ class ReplicaGroup:
 
 
 def default_allocator(cfg) -> str:
-    """A fleet replica's allocator unless one is named: vLLM V1 caches prefixes by default, and lays out a model
-    whose layers differ with its hybrid manager, except where the release served it without (kvsim.releases)."""
+    """A fleet replica's allocator unless one is named: vLLM V1 lays out a model whose layers differ with its
+    hybrid manager, except where the release served it without (kvsim.releases), and caches prefixes as a
+    single engine's default allocator does (:func:`kvsim.config.prefix_caching`: by default, not for models with
+    mamba layers, and as ``--enable-prefix-caching`` / ``--no-enable-prefix-caching`` say when given)."""
+    from kvsim.config import prefix_caching
     from kvsim.releases import hybrid_manager_on
 
     m = cfg.model
-    return ("paged" if not m.is_hybrid else "hybrid" if hybrid_manager_on(m, cfg.vllm_version) else "naive") + "+prefix"
+    kind = "paged" if not m.is_hybrid else "hybrid" if hybrid_manager_on(m, cfg.vllm_version) else "naive"
+    return kind + ("+prefix" if prefix_caching(cfg, named=False) else "")
 
 
 @dataclass
@@ -87,6 +91,7 @@ class Replicas:
     members: list[list[int]]  # per group: the indices of its replicas in ``engines``
     every: list[int] = field(default_factory=list)  # 0 .. len(engines) - 1
     store: KVTier | None = None  # the KV store the replicas share, if any
+    cfgs: list[SimConfig] = field(default_factory=list)  # each engine's configuration (its group's)
 
     def holders(self, request: Request) -> list[int]:
         """The replicas of the groups that could ever hold ``request`` (each group answers once)."""
@@ -143,6 +148,7 @@ def build_replicas(groups: list[ReplicaGroup], trace: TraceArrivals, horizon: fl
                 out.engines.append(engine)
                 out.pools.append(pool)
                 out.gpus.append(g.cfg.gpus)
+                out.cfgs.append(g.cfg)
                 out.names.append(prefix + g.name)
     out.every = list(range(len(out.engines)))
     out.store = store

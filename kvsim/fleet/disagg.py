@@ -21,6 +21,7 @@ first decode iteration.
 from __future__ import annotations
 
 import math
+import reprlib
 import time
 from dataclasses import dataclass, replace
 from typing import Callable
@@ -38,6 +39,7 @@ from kvsim.fleet.routers import RouterOptions, make_router
 from kvsim.hardware.gpus import NIC_BYTES_S
 from kvsim.metrics import sequences_frame
 from kvsim.runner import slot_bytes
+from kvsim.validation import MIN_GBS
 from kvsim.trace.request import Request
 
 
@@ -76,13 +78,16 @@ def parse_link(text: str) -> KVLink:
         return LINKS[t]
     bw, _, lat = t.partition(":")
     try:
+        if not t.isascii():  # float() also reads other scripts' digits
+            raise ValueError
         gbs = float(bw)
         ms = float(lat) if lat else 0.0
     except ValueError:
-        raise ConfigError(f"--kv-link {text!r}: expected {', '.join(LINKS)} or GB_S[:LATENCY_MS], "
+        raise ConfigError(f"--kv-link {reprlib.repr(text)}: expected {', '.join(LINKS)} or GB_S[:LATENCY_MS], "
                           f"e.g. 100:0.05") from None
-    if not (math.isfinite(gbs) and 0 < gbs <= 1e6) or not (math.isfinite(ms) and 0 <= ms <= 1e6):
-        raise ConfigError(f"--kv-link {text!r}: bandwidth must be in (0, 1e6] GB/s and latency in [0, 1e6] ms")
+    if not (math.isfinite(gbs) and MIN_GBS <= gbs <= 1e6) or not (math.isfinite(ms) and 0 <= ms <= 1e6):
+        raise ConfigError(f"--kv-link {reprlib.repr(text)}: bandwidth must be in [{MIN_GBS:g}, 1e6] GB/s and latency "
+                          "in [0, 1e6] ms")
     return KVLink(gbs * 1e9, ms / 1e3, f"{gbs:g}GB/s")
 
 
@@ -138,7 +143,7 @@ def simulate_disagg(requests: list[Request], prefill: list[ReplicaGroup], decode
     def make_loader(j: int):
         def load(ds: Sequence, tokens: int, now: float) -> float:
             i = int(prefill_of[ds.sid])
-            nbytes = tokens * token_bytes[i]
+            nbytes = transfer_bytes[i](ds.prompt, tokens)
             start = max(now, nic_free[i], nic_free[np_ + j]) if shared_link else now
             ready = start + link.seconds(nbytes, min(P.gpus[i], D.gpus[j]))
             if shared_link and nbytes > 0:
@@ -157,8 +162,8 @@ def simulate_disagg(requests: list[Request], prefill: list[ReplicaGroup], decode
     D = build_replicas(decode, trace, horizon, done, "decode:", hooks=lambda j: {"kv_loader": make_loader(j)},
                        store=P.store, touched=touched, offset=np_)
     nic_free = [0.0] * (np_ + len(D.engines))  # per engine (prefill, then decode): when its links are next free
-    # bytes of one token's KV on all of a prefill engine's GPUs
-    token_bytes = [slot_bytes(e.alloc, pool) * e.alloc.token_slots * t for e, pool, t in zip(P.engines, P.pools, P.gpus)]
+    # per prefill engine: bytes of a request's KV it hands over, on all its GPUs
+    transfer_bytes = [handoff_bytes(e.alloc, pool, c, t) for e, pool, c, t in zip(P.engines, P.pools, P.cfgs, P.gpus)]
     to_decode = routing(make_router(decode_router, D.engines, options), D, decode_of, np_)
     kept = []
     for s in seqs:
@@ -207,6 +212,43 @@ def simulate_disagg(requests: list[Request], prefill: list[ReplicaGroup], decode
     if P.store is not None:
         summary.update(P.store.counters())
     return FleetOutput(router, outs, names, req, summary, table, wall)
+
+
+def handoff_bytes(alloc, pool, cfg, gpus: int) -> Callable[[int, int], int]:
+    """``f(prompt, tokens)``: bytes a prefill engine (allocator ``alloc`` over ``pool``, configuration ``cfg``,
+    spanning ``gpus`` GPUs) sends for a request of ``prompt`` tokens whose decode engine loads its last
+    ``tokens`` of the first ``prompt`` - 1 (it holds the ones before in its own prefix cache, and computes the
+    last prompt token itself): what the prefill engine holds of those tokens at hand-off, on every GPU.
+
+    Every attention layer of an allocator that keeps every token (paged, radix, contiguous, naive) holds all of
+    them: ``tokens`` x the bytes of one token's KV. An allocator that frees what a layer no longer attends to
+    (hybrid, static-split) holds, in a sliding-window layer, the window's last tokens only, and in a chunked
+    layer those of the current chunk (:meth:`ModelSpec.tokens_held`); a mamba layer holds one fixed state, moved
+    whole. Per GPU as the engine holds it (its tensor-parallel share of the KV heads), times its GPUs."""
+    model = cfg.memory_model
+    mamba = model.count("mamba")
+    if not getattr(alloc, "windows", False) and not mamba:  # every layer keeps every token
+        token = slot_bytes(alloc, pool) * alloc.token_slots * gpus
+        return lambda prompt, tokens: tokens * token
+    tp, windows = cfg.tp, getattr(alloc, "windows", False)
+    per_token = model.kv_bytes_per_token_layer(tp)
+    state = mamba * model.state_bytes_per_layer(tp)
+    kinds: dict[str, int] = {}  # attention layers by what they hold (all of them full without windows)
+    for mixer in model.mixers:
+        if mixer != "mamba":
+            kind = mixer if windows else "full"
+            kinds[kind] = kinds.get(kind, 0) + 1
+    if model.draft_layers:  # a drafter's layers attend to everything
+        kinds["full"] = kinds.get("full", 0) + model.draft_layers
+
+    def nbytes(prompt: int, tokens: int) -> int:
+        if tokens <= 0:
+            return 0
+        end = prompt - 1  # the decode engine computes the last prompt token
+        start = end - tokens
+        held = sum(n * max(0, end - max(start, prompt - model.tokens_held(kind, prompt))) for kind, n in kinds.items())
+        return (held * per_token + state) * gpus
+    return nbytes
 
 
 def disagg_summary(req, table, link: KVLink) -> dict:

@@ -197,6 +197,8 @@ def checkpoint_from_id(name: str, presets: dict, ids: dict[str, str]):
         return None
     publisher, repo = name.lower().split("/")
     by_repo = {k.split("/")[1]: v for k, v in ids.items()}
+    by_repo.update({k[len("meta-"):]: v for k, v in list(by_repo.items()) if k.startswith("meta-")})
+    repo = re.sub(r"-v\d+$", "", repo)  # a publisher's re-release of the same checkpoint (-FP4-v2)
     for pattern, key in SUFFIXES:
         m = re.fullmatch(rf"(.+?){pattern}", repo)
         if not m:

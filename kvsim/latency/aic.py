@@ -38,6 +38,7 @@ the same ratios for any calibration (a shipped one, say).
 
 from __future__ import annotations
 
+import reprlib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -47,6 +48,7 @@ from kvsim.errors import ConfigError
 from kvsim.hardware import GpuSpec
 from kvsim.hardware.gpus import GPU_PRESETS
 from kvsim.releases import release_key
+from kvsim.validation import MAX_GBS, MAX_GIB, MIN_GBS, Number, require
 from kvsim.latency.calibration import (GEMM_QUANT, MOE_QUANT, Calibration, DecodeAttentionParams, GemmParams, LinkParams, MoeParams,
                                        PrefillAttentionParams)
 
@@ -243,21 +245,46 @@ def gpu_for_system(system: str, sysdir: Path | None = None) -> GpuSpec:
     name = system.lower()
     if name in SYSTEM_GPUS:
         return GPU_PRESETS[SYSTEM_GPUS[name]]
-    yaml_gpu = _system_yaml(sysdir, name) if sysdir is not None else {}
+    yaml_gpu, path = _system_yaml(sysdir, name) if sysdir is not None else ({}, None)
     if not {"mem_bw", "bfloat16_tc_flops", "mem_capacity"} <= set(yaml_gpu):
         raise ConfigError(f"AIConfigurator system '{system}' has no kvsim GPU preset (known: "
                           f"{', '.join(sorted(SYSTEM_GPUS))}) and no {system}.yaml with its peaks")
-    g = GpuSpec(name.replace("_", "-"), 0, 0.0, 0.0, 32e9, SMS_BY_SM_VERSION.get(int(yaml_gpu.get("sm_version", 0)), 108),
-                f"sm{yaml_gpu.get('sm_version', '?')}")
+    peaks = {key: _peak(yaml_gpu[key], rule, f"{path}: {where}") for key, (where, rule) in SYSTEM_PEAKS.items()
+             if key in yaml_gpu}
+    sm = int(peaks.get("sm_version", 0))
+    g = GpuSpec(name.replace("_", "-"), 0, 0.0, 0.0, 32e9, SMS_BY_SM_VERSION.get(sm, 108), f"sm{sm or '?'}")
     over = {}
     for key, fld in (("mem_capacity", "memory_bytes"), ("mem_bw", "hbm_bandwidth"),
                      ("bfloat16_tc_flops", "bf16_flops"), ("pcie_bw", "pcie_bandwidth")):
-        if key in yaml_gpu:
-            over[fld] = type(getattr(g, fld))(yaml_gpu[key])
+        if key in peaks:
+            over[fld] = type(getattr(g, fld))(peaks[key])
     return replace(g, **over)
 
 
-def _system_yaml(sysdir: Path, system: str) -> dict:
+# a system yaml's peaks: (where in the file, the rule); bounds that keep every time kvsim derives finite
+SYSTEM_PEAKS = {"mem_capacity": ("gpu.mem_capacity", Number(min=1 << 20, max=MAX_GIB * (1 << 30))),  # bytes
+                "mem_bw": ("gpu.mem_bw", Number(min=MIN_GBS * 1e9, max=MAX_GBS * 1e9)),  # bytes/s
+                "bfloat16_tc_flops": ("gpu.bfloat16_tc_flops", Number(min=1e9, max=1e20)),  # FLOP/s
+                "pcie_bw": ("node.pcie_bw", Number(min=MIN_GBS * 1e9, max=MAX_GBS * 1e9)),
+                "sm_version": ("gpu.sm_version", Number(integer=True, min=0, max=10_000))}
+
+
+def _peak(v, rule, name: str):
+    """A system yaml's number (a numeric string too: YAML reads 1e12, without a dot, as text), or ConfigError naming
+    the file and field."""
+    if isinstance(v, str) and v.strip().isascii():
+        try:
+            v = float(v) if not v.strip().lstrip("+-").isdigit() else int(v)
+        except ValueError:
+            pass
+    if isinstance(v, float) and rule.integer and v.is_integer():
+        v = int(v)
+    require(v, rule, name)
+    return v
+
+
+def _system_yaml(sysdir: Path, system: str) -> tuple[dict, Path | None]:
+    """The system yaml's gpu section (with node.pcie_bw as pcie_bw), and the file ({} and None: none)."""
     # the shared folder keeps <system>.yaml beside <system>/, the pip package in systems/ above data/<system>/
     for p in (sysdir.parent / f"{system}.yaml", sysdir / f"{system}.yaml", sysdir.parent.parent / f"{system}.yaml"):
         if p.is_file():
@@ -265,11 +292,19 @@ def _system_yaml(sysdir: Path, system: str) -> dict:
                 import yaml
 
                 doc = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
-                return {**(doc.get("gpu") or {}), **{"pcie_bw": (doc.get("node") or {}).get("pcie_bw")}} \
-                    if (doc.get("node") or {}).get("pcie_bw") else dict(doc.get("gpu") or {})
             except Exception as e:
-                raise ConfigError(f"{p}: unreadable system yaml ({type(e).__name__}: {e})") from None
-    return {}
+                raise ConfigError(f"{p}: unreadable system yaml ({type(e).__name__}: {reprlib.repr(str(e))})") from None
+            if not isinstance(doc, dict):
+                raise ConfigError(f"{p}: expected a mapping with the system's gpu: (and node:) numbers")
+            gpu, node = doc.get("gpu"), doc.get("node")
+            for key, v in (("gpu", gpu), ("node", node)):
+                if v is not None and not isinstance(v, dict):
+                    raise ConfigError(f"{p}: '{key}' must be a mapping of the system's numbers")
+            out = dict(gpu or {})
+            if (node or {}).get("pcie_bw"):
+                out["pcie_bw"] = node["pcie_bw"]
+            return out, p
+    return {}, None
 
 
 @dataclass(frozen=True)

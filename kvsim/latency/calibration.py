@@ -413,20 +413,51 @@ def load_calibration(path: str | Path) -> Calibration:
     return Calibration.from_json(read_json_object(path, f"--latency {path}"), f"--latency {path}")
 
 
+# architectures nothing was measured on, and the measured one whose efficiencies stand in for theirs
+# (MI300X/MI325X: HBM accelerators of H100's class; vLLM runs other kernels on them, ROCm's, none of them measured)
+STAND_IN_ARCH = {"cdna3": ("hopper", "NVIDIA Hopper efficiencies: no AMD kernel was measured")}
+
+
+def calibration_source(gpu: GpuSpec) -> tuple[str, str]:
+    """The measured GPU whose calibration prices ``gpu`` and a note on it ("" for its own): its own; else a
+    measured GPU of the same architecture, of the same die first (RTX 5090 -> rtx-pro-6000, both GB202); else,
+    with a warning, the stand-in of its architecture (:data:`STAND_IN_ARCH`) or, for an architecture nothing
+    stands in for (a custom GPU without arch=), the measured GPU nearest in the roofline sense (the ratio of
+    FLOP/s to bandwidth, and bandwidth)."""
+    import math
+
+    if f"{gpu.name}.json" != RELEASES_INDEX and (SHIPPED / f"{gpu.name}.json").exists():
+        return gpu.name, ""
+    measured = sorted(p.stem for p in SHIPPED.glob("*.json") if p.name != RELEASES_INDEX)  # same on every disk
+    known = [n for n in measured if n in GPU_PRESETS]
+    same = [n for n in known if gpu.arch and GPU_PRESETS[n].arch == gpu.arch]
+    same.sort(key=lambda n: not (gpu.chip and GPU_PRESETS[n].chip == gpu.chip))  # stable: by name within
+    if same:
+        return same[0], f"{gpu.name}: calibration derived from {same[0]} (same architecture, {gpu.name}'s own peaks)"
+    arch, said = STAND_IN_ARCH.get(gpu.arch, ("", ""))
+    stand_in = [n for n in known if arch and GPU_PRESETS[n].arch == arch]
+    if stand_in:
+        chip = stand_in[0]
+        why = f"{chip}'s kernel efficiencies ({said})"
+    else:
+        def distance(n: str) -> float:
+            g = GPU_PRESETS[n]
+            ridge = math.log((gpu.bf16_flops / gpu.hbm_bandwidth) / (g.bf16_flops / g.hbm_bandwidth))
+            return abs(ridge) + abs(math.log(gpu.hbm_bandwidth / g.hbm_bandwidth))
+
+        chip = min(known, key=distance) if known else measured[0]
+        why = (f"the kernel efficiencies of {chip}, the measured GPU nearest in FLOP/s per byte and bandwidth"
+               + ("" if gpu.arch else " (name its arch= to borrow its architecture's)"))
+    return chip, (f"warning: no latency calibration for {gpu.name} ({gpu.arch or 'architecture not given'}); using "
+                  f"{why} with {gpu.name}'s own peaks, unvalidated (calibrate one with `kvsim calibrate`)")
+
+
 def shipped_calibration(gpu: GpuSpec, vllm_version: str | None = None) -> tuple[Calibration, str]:
     """The packaged calibration for ``gpu``, and a note on where it comes from. A GPU without one borrows a
     calibration of the same architecture (efficiencies carry over; peaks are the GPU's own); a GPU of an
     architecture nothing was measured on borrows the nearest and the note says so as a warning.
     ``vllm_version``: the kernels of that vLLM release (:func:`release_calibration`); None: the newest."""
-    if (SHIPPED / f"{gpu.name}.json").exists():
-        chip, note = gpu.name, ""
-    else:
-        measured = sorted(p.stem for p in SHIPPED.glob("*.json") if p.name != RELEASES_INDEX)  # same on every disk
-        same = [n for n in measured if n in GPU_PRESETS and GPU_PRESETS[n].arch == gpu.arch]
-        chip = same[0] if same else ("a40" if "a40" in measured else sorted(measured)[0])
-        note = f"{gpu.name}: calibration derived from {chip} (same architecture, {gpu.name}'s own peaks)" if same else \
-            (f"warning: no latency calibration for {gpu.name} ({gpu.arch}); using {chip}'s kernel efficiencies "
-             f"with {gpu.name}'s peaks, unvalidated (calibrate one with `kvsim calibrate`)")
+    chip, note = calibration_source(gpu)
     path, release_note = release_calibration(chip, vllm_version)
     c = load_calibration(path or SHIPPED / f"{chip}.json")
     wrong = kernel_mismatches(chip, chosen_release(chip, vllm_version)) if path is not None else []

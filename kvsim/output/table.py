@@ -131,11 +131,28 @@ def latency_unit(values: list) -> tuple[str, float, int]:
 NUMBER_FORMATS = {"int": "{:,.0f}", "pct": "{:.1f}", "float1": "{:.1f}", "float2": "{:.2f}", "money": "{:,.3f}"}
 
 
+def printable(text: str) -> str:
+    """``text`` with newlines, tabs and other control characters escaped (\\n, \\x1b, ...), so that a name read
+    from a file (a config.json's ``_name_or_path``, a trace's path) stays on its line and cannot drive the terminal."""
+    text = str(text)
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+
+
+def shell_line(words) -> str:
+    """A command line to show or paste: every word shell-quoted (a model named `a b` or `$(...)` stays one inert
+    word), control characters escaped."""
+    import shlex
+
+    return printable(" ".join(shlex.quote(str(w)) for w in words))
+
+
 def format_value(v, kind: str, scale: float = 1.0, decimals: int = 1) -> str:
     if kind == "text":
         if v is None or (isinstance(v, float) and math.isnan(v)):
             return "-"
-        return f"{v:g}" if isinstance(v, float) else str(v)
+        return f"{v:g}" if isinstance(v, float) else printable(v)
     x = _number(v)
     if x is None:
         return "-"
@@ -182,12 +199,13 @@ def markdown_table(summaries: list[dict], columns: list[Column] | None = None) -
 def _rich_table(headers, rows):
     from rich import box
     from rich.table import Table
+    from rich.text import Text
 
     t = Table(box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1))
     for i, (h1, h2) in enumerate(headers):
         t.add_column(f"{h1}\n{h2}" if h2 else h1, justify="left" if i == 0 else "right", no_wrap=True)
     for r in rows:
-        t.add_row(*r)
+        t.add_row(*(Text(c) for c in r))  # as written: a name with [brackets] is not rich markup
     return t
 
 
@@ -215,7 +233,7 @@ def print_table(summaries: list[dict], title: str | None = None, columns: list[C
         table = _rich_table(*render(summaries, cols))
         width = _width(console, table)
     if title:
-        console.print(title, overflow="fold", soft_wrap=False)
+        console.print(printable(title), overflow="fold", soft_wrap=False, markup=False, highlight=False)
     console.print(table)
     if dropped:
         console.print(f"(hidden to fit {console.width} columns: {', '.join(reversed(dropped))}; {hint})",

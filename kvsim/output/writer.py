@@ -8,7 +8,7 @@ import pandas as pd
 
 from kvsim.engine.sequence import Status
 from kvsim.errors import ConfigError
-from kvsim.files import atomic_path, prepare_output_dir, replaced_folder, write_text_atomically
+from kvsim.files import atomic_path, results_folder, write_text_atomically
 from kvsim.output.table import markdown_table
 
 
@@ -69,25 +69,21 @@ def write_csv(df: pd.DataFrame, path: Path, rows_per_chunk: int = 65536) -> None
             w.writerows(zip(*(column(part[c], k) for c, k in zip(df.columns, kinds))))
 
 
-def is_result_file(name: str) -> bool:
-    """A file kvsim writes in a results folder (compare, run, cluster) or leaves there briefly."""
-    stem = name.rsplit(".", 1)[0]
-    return (name in PLOT_FILES or name in ("summary.md", ".kvsim-config", ".complete") or name.startswith(".kvsim-")
-            or (stem in RESULT_FILES + FLEET_FILES and name.endswith((".csv", ".parquet")))
-            or name.endswith(".tmp"))
-
-
 def write_results(out_dir: str | Path, outputs: list, context: dict[str, str], notes: list[str],
                   plots: bool = True, fmt: str = "csv", marker: tuple[str, str] | None = None) -> list[Path]:
-    """``outputs`` are runner.RunOutput objects, one per allocator. The folder is replaced whole
-    (files.replaced_folder), so it holds one consistent result; ``marker``: (file name, text) written
+    """``outputs`` are runner.RunOutput objects, one per allocator. kvsim's files in the folder are replaced
+    as a set (files.results_folder), so it holds one consistent result; ``marker``: (file name, text) written
     with the results (the configuration they describe)."""
-    out = prepare_output_dir(out_dir, "--out")
-    with replaced_folder(out, is_result_file) as stage:
+    out = Path(out_dir)
+    with results_folder(out, "--out", marker) as stage:
         written = _write_results(stage, outputs, context, notes, plots, fmt)
-        if marker:
-            write_text_atomically(stage / marker[0], marker[1])
     return [out / p.name for p in written]
+
+
+def result_names(fmt: str, plots: bool = True) -> list[str]:
+    """The files `kvsim run` and `compare` write in their folder."""
+    ext = "parquet" if fmt == "parquet" else "csv"
+    return [f"{n}.{ext}" for n in RESULT_FILES] + (list(PLOT_FILES) if plots else []) + ["summary.md"]
 
 
 def _write_results(out: Path, outputs: list, context: dict[str, str], notes: list[str], plots: bool,

@@ -13,6 +13,11 @@ A trace longer than ``--plan-requests`` (20,000) is searched on a window of it: 
 many consecutive arrivals (at the planned rate; the first ones when clients or --request-rate set the load),
 and the cheapest layouts found are then simulated on the whole trace, cheapest first, until one meets the
 SLOs there (:func:`verify_on_whole_trace`): a 1M-request trace is planned in minutes, sized for its peak.
+
+Bounds: ``--fleet-max-gpus`` is at most MAX_FLEET_GPUS (4,096) per GPU type. The doubling stops early when a
+fleet twice as large (every tensor-parallel size already in both) brings no SLO metric closer to its limit (by
+under NO_GAIN, 2%): the SLOs are then beyond what one request takes however few share a replica, and more GPUs
+cannot meet them; the plan says so rather than simulate fleets up to the maximum.
 """
 
 from __future__ import annotations
@@ -75,14 +80,18 @@ class FleetJob:
 
 
 VERIFY_TRIES = 3  # cheapest layouts of the window re-run on the whole trace, at most
+MAX_FLEET_GPUS = 4096  # --fleet-max-gpus: GPUs of one type a fleet plan may size (as `kvsim cluster`'s replicas)
+NO_GAIN = 0.02  # a fleet twice as large that brings the SLO metrics less than 2% closer ends the doubling
 
 
-def plan_window(trace: str, rate: float | None, n: int, retimed: bool, folder) -> tuple[str, float | None, str]:
+def plan_window(trace: str, rate: float | None, n: int, retimed: bool, folder,
+                skip_invalid: bool = False) -> tuple[str, float | None, str]:
     """The trace the search simulates when ``trace`` has more than ``n`` requests (window.trace_window: its
     busiest ``n``, or with ``retimed``, when clients or --request-rate set the load, its first ``n``) and the
     rate its jobs scale it to: ``rate`` x the window's rate / the whole trace's, the same scaling of the gaps
-    as ``rate`` gives the whole trace; (path, rate for the jobs, note). Shorter traces: (trace, rate, '')."""
-    w = trace_window(trace, n, folder, first=retimed)
+    as ``rate`` gives the whole trace; (path, rate for the jobs, note). Shorter traces: (trace, rate, '').
+    ``skip_invalid``: the trace's bad lines are left out (--skip-invalid)."""
+    w = trace_window(trace, n, folder, first=retimed, skip_invalid=skip_invalid)
     if w is None:
         return trace, rate, ""
     if retimed:
@@ -141,7 +150,7 @@ def evaluate(job: FleetJob) -> dict:
              **({} if L.ep is None else {"enable_expert_parallel": L.ep})}
     cfg = config_from_options({**job.values, **shape, "tensor_parallel_size": L.tp})
     spec = resolve_allocator(job.allocator, cfg)
-    reqs = rescaled(load_trace(job.trace).requests, job.rate)
+    reqs = rescaled(load_trace(job.trace, skip_invalid=bool(job.values.get("skip_invalid"))).requests, job.rate)
     if L.prefill:
         pcfg = cfg if L.ptp == L.tp else config_from_options({**job.values, **shape, "tensor_parallel_size": L.ptp})
         f = simulate_disagg(reqs, [ReplicaGroup(L.gpu, pcfg, spec, L.prefill)],
@@ -163,13 +172,26 @@ def evaluate(job: FleetJob) -> dict:
            "finished": s["finished"], "ttft_p99_s": s["ttft_p99_s"], "tpot_p99_s": s["tpot_p99_s"],
            "ttft_p50_s": s["ttft_p50_s"], "throughput_tok_s": s["throughput_tok_s"],
            "tok_s_per_gpu": s["throughput_tok_s"] / L.gpus, "req_s_per_gpu": s["throughput_req_s"] / L.gpus,
-           "prefix_hit_rate_tokens": s["prefix_hit_rate_tokens"], "requests": len(reqs), "sim_wall_s": s["wall_s"]}
+           "prefix_hit_rate_tokens": s["prefix_hit_rate_tokens"], "requests": len(reqs), "sim_wall_s": s["wall_s"],
+           "slo_ratio": slo_ratio(s, job.slos)}
     if job.cost_per_gpu_hour is not None:
         row["cost_per_hour"] = L.gpus * job.cost_per_gpu_hour
         out_tokens = float(req.generated_tokens.sum())
         row["cost_per_m_output_tokens"] = (row["cost_per_hour"] * duration / 3600 / out_tokens * 1e6
                                            if out_tokens else float("nan"))
     return row
+
+
+def slo_ratio(summary: dict, slos) -> float:
+    """The worst SLO metric over its limit (at most 1: every SLO holds; inf: a metric without finished requests),
+    what the search watches to tell that more GPUs no longer help."""
+    worst = 0.0
+    for slo in slos:
+        v = summary.get(slo.key)
+        if v is None or v != v:
+            return float("inf")
+        worst = max(worst, v / slo.limit_s if slo.limit_s > 0 else (float("inf") if v > 0 else 0.0))
+    return worst
 
 
 def layouts_of(gpu: str, tps: int | list[int], gpus: int, routers: list[str], by_gpus: bool = False,
@@ -229,6 +251,8 @@ def plan_fleet(trace: str, values: dict, gpus: list[tuple[str, float | None]], s
 
     from kvsim.planning.parallel import run_jobs
 
+    if not 1 <= max_gpus <= MAX_FLEET_GPUS:
+        raise ConfigError(f"--fleet-max-gpus {max_gpus}: must be from 1 to {MAX_FLEET_GPUS:,} (GPUs of one type)")
     pps = sorted(set(pps or [int(values.get("pipeline_parallel_size") or 1)]))
     dps = sorted(set(dps or [int(values.get("data_parallel_size") or 1)]))
     tps = sorted(set(tps or [int(values.get("tensor_parallel_size") or 1)]))
@@ -270,18 +294,30 @@ def plan_fleet(trace: str, values: dict, gpus: list[tuple[str, float | None]], s
                     jobs.update({(j.layout.gpu, r["layout"], r["router"]): j for j, r in zip(todo, got)})
                 return got
 
-            rows.extend(_search(simulate, math.gcd(*ok) * unit, smallest, max_gpus))
+            def stopped(n: int, gpu=gpu, what=what) -> None:
+                if notes is not None:
+                    notes.append(f"{gpu}{' with ' + what if what else ''}: stopped at {n} GPUs: doubling the fleet "
+                                 "brought no SLO metric closer to its limit, so no larger fleet meets the SLOs (they "
+                                 "are below what a request takes on a replica of its own)")
+
+            rows.extend(_search(simulate, math.gcd(*ok) * unit, smallest, max_gpus, max(ok) * unit, stopped))
     if too_big and not searched:
         raise ConfigError(f"--fleet-max-gpus {max_gpus} is less than one replica of {min(too_big)} GPUs")
     return rows
 
 
-def _search(simulate, step: int, smallest: int, max_gpus: int) -> list[dict]:
+def _search(simulate, step: int, smallest: int, max_gpus: int, largest: int | None = None,
+            stopped=None) -> list[dict]:
     """Fleets of one GPU type and replica shape, sized in steps of ``step`` GPUs from the ``smallest`` replica:
     doubling until a layout meets every SLO, then bisection down to the smallest fleet that does; every layout
-    simulated (``simulate(gpus)``: the rows of a fleet of that many GPUs) is a row."""
+    simulated (``simulate(gpus)``: the rows of a fleet of that many GPUs) is a row. The doubling ends early when
+    a fleet of at least two of the ``largest`` replicas, doubled, brings the best layout's worst SLO metric
+    (``slo_ratio``) less than NO_GAIN closer: ``stopped(gpus)`` is then told the size it stopped at."""
+    import math
+
     rows: list[dict] = []
     probes = []
+    best: dict[int, float] = {}  # per probed size (in steps), its best layout's slo_ratio
 
     def run(units: int) -> bool:
         probes.append(units)
@@ -289,6 +325,7 @@ def _search(simulate, step: int, smallest: int, max_gpus: int) -> list[dict]:
         for r in got:
             r["probe"] = len(probes)
         rows.extend(got)
+        best[units] = min((r.get("slo_ratio", math.inf) for r in got), default=math.inf)
         return any(r["meets_slo"] for r in got)
 
     top = max_gpus // step
@@ -297,6 +334,11 @@ def _search(simulate, step: int, smallest: int, max_gpus: int) -> list[dict]:
         if run(n):
             hi = n
             break
+        if lo and lo * step >= 2 * (largest or smallest) and best[lo] < math.inf \
+                and best[n] >= (1 - NO_GAIN) * best[lo]:
+            if stopped is not None:
+                stopped(n * step)
+            return rows
         lo = n
         if n == top:
             break
@@ -328,18 +370,21 @@ def pareto(rows: list[dict]) -> list[dict]:
     return sorted(out, key=lambda r: -r["tok_s_per_gpu"])
 
 
-def vllm_commands(row: dict, model: str, values: dict) -> list[str]:
-    """The `vllm serve` command lines of a layout (one per replica kind), with the scheduler options set."""
+def vllm_commands(row: dict, model: str, values: dict, prefix_caching: bool = True) -> list[str]:
+    """The `vllm serve` command lines of a layout (one per replica kind), with the scheduler options set
+    (``prefix_caching``: whether the planned replicas cached prefixes)."""
+    import shlex
+
+    from kvsim.output.table import printable
+
     flags = []
     for key, flag in (("max_num_seqs", "--max-num-seqs"), ("max_num_batched_tokens", "--max-num-batched-tokens"),
                       ("max_model_len", "--max-model-len"), ("gpu_memory_utilization", "--gpu-memory-utilization"),
                       ("block_size", "--block-size"), ("kv_cache_dtype", "--kv-cache-dtype"),
                       ("quantization", "--quantization"), ("api_server_count", "--api-server-count")):
         if values.get(key) is not None:
-            flags.append(f"{flag} {values[key]}")
+            flags.append(f"{flag} {shlex.quote(str(values[key]))}")
     if values.get("speculative_config"):  # JSON: one shell word
-        import shlex
-
         flags.append(f"--speculative-config {shlex.quote(values['speculative_config'])}")
     if row.get("ep", values.get("enable_expert_parallel")):
         flags.append("--enable-expert-parallel")
@@ -351,7 +396,9 @@ def vllm_commands(row: dict, model: str, values: dict) -> list[str]:
         flags.append("--async-scheduling" if values["async_scheduling"] else "--no-async-scheduling")
 
     def serve(tp: int) -> str:
-        return f"vllm serve {model} " + " ".join([f"--tensor-parallel-size {tp}", *flags]) + " --enable-prefix-caching"
+        # the model (a config.json's _name_or_path or folder: any text) one inert shell word, on one line
+        return printable(f"vllm serve {shlex.quote(str(model))} " + " ".join([f"--tensor-parallel-size {tp}", *flags])
+                         + (" --enable-prefix-caching" if prefix_caching else " --no-enable-prefix-caching"))
 
     if row["mode"] == "aggregated":
         n = row["decode"]

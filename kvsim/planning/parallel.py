@@ -70,7 +70,7 @@ def check_ray_address(address: str, timeout_s: float = 5.0) -> None:
         return
     hostport = address.split("://", 1)[-1].rstrip("/")
     host, sep, port = hostport.rpartition(":")
-    if not sep or not port.isdigit() or not host:
+    if not sep or not (port.isascii() and port.isdigit() and len(port) <= 5 and int(port) <= 65535) or not host:
         raise ConfigError(f"--address '{address}': expected HOST:PORT (or ray://HOST:PORT, or auto)")
     try:
         socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()

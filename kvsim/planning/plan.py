@@ -9,6 +9,7 @@ Configurations are GPU types x allocators, or the variants of a built-in study:
 from __future__ import annotations
 
 import math
+import reprlib
 from dataclasses import dataclass, field
 
 from kvsim.errors import ConfigError
@@ -33,20 +34,25 @@ class PlanJob:
     extra: dict = field(default_factory=dict)  # study columns
 
 
+MAX_GPU_TYPES = 64  # --gpus: each type is planned on its own
+
+
 def parse_gpus(text: str) -> list[tuple[str, float | None]]:
     """``h100-80gb:4.5,a100-80gb`` -> [('h100-80gb', 4.5), ('a100-80gb', None)]."""
     out = []
     for part in filter(None, (p.strip() for p in text.split(","))):
         name, _, cost = part.partition(":")
-        try:
-            c = float(cost) if cost else None
+        try:  # ASCII only: float() also reads other scripts' digits ('٣' is 3.0)
+            c = (float(cost) if cost.isascii() else float("nan")) if cost else None
         except ValueError:
             c = float("nan")
         if c is not None and not (math.isfinite(c) and c >= 0):
-            raise ConfigError(f"--gpus '{part}': cost must be a finite number >= 0 of $ per GPU-hour")
+            raise ConfigError(f"--gpus {reprlib.repr(part)}: cost must be a finite number >= 0 of $ per GPU-hour")
         out.append((name, c))
     if not out:
         raise ConfigError("--gpus is empty")
+    if len(out) > MAX_GPU_TYPES:
+        raise ConfigError(f"--gpus: {len(out):,} GPU types; at most {MAX_GPU_TYPES}")
     from kvsim.hardware import get_gpu
 
     named = [get_gpu(name).name for name, _ in out]

@@ -14,7 +14,8 @@ GRID.yaml:
 Each finished point is saved at once under ``OUT.parts/<key>.json``; a rerun skips points whose
 part exists, so an interrupted sweep resumes without redoing finished work. The key covers the point's
 options, the bytes of its trace file and the kvsim version: editing a trace (or upgrading kvsim)
-recomputes the points that used it. The table is assembled in
+recomputes the points that used it. A sweep has at most MAX_POINTS (100,000) points, counted before the grid
+is expanded. The table is assembled in
 the points' order, so local and Ray runs of the same grid give the same table.
 """
 
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import reprlib
 from pathlib import Path
 
@@ -30,6 +32,8 @@ import pandas as pd
 from kvsim.errors import ConfigError
 from kvsim.files import write_text_atomically
 from kvsim.planning.point import point_id
+
+MAX_POINTS = 100_000  # points of one sweep (grid product + explicit points), counted before expanding the grid
 
 
 def load_grid(path: str) -> list[dict]:
@@ -55,12 +59,20 @@ def load_grid(path: str) -> list[dict]:
     for k, v in grid.items():
         if not isinstance(v, list) or not v:
             raise ConfigError(f"{path}: grid '{k}' must be a non-empty list")
+    extra = spec.get("points") or []
+    n = math.prod(len(v) for v in grid.values()) if grid else 0
+    n += len(extra) if isinstance(extra, list) else 0
+    if n > MAX_POINTS:
+        raise ConfigError(f"{path}: the grid has {n:,} points; a sweep runs at most {MAX_POINTS:,} (split it into "
+                          f"several sweeps)")
     points = []
     if grid:
         keys = list(grid)
         for combo in itertools.product(*(grid[k] for k in keys)):
             points.append({**base, **dict(zip(keys, combo))})
-    for i, p in enumerate(spec.get("points") or []):
+    if not isinstance(extra, list):
+        raise ConfigError(f"{path}: 'points' must be a list of mappings")
+    for i, p in enumerate(extra):
         if not isinstance(p, dict):
             raise ConfigError(f"{path}: points[{i}] must be a mapping")
         points.append({**base, **p})
@@ -68,7 +80,7 @@ def load_grid(path: str) -> list[dict]:
         raise ConfigError(f"{path}: no points (give a grid or points)")
     for p in points:
         if "trace" not in p:
-            raise ConfigError(f"{path}: point {p} has no trace")
+            raise ConfigError(f"{path}: point {reprlib.repr(p)} has no trace")
     return points
 
 

@@ -31,12 +31,11 @@ class ReplayOptions:
 
 
 def replay(path: str, opts: ReplayOptions) -> "list[dict]":
-    import torch
-
     from kvsim.output.progress import Progress
     from kvsim.replay.measure import load_kernels as load
 
-    K = load(opts.device)
+    K = load(opts.device)  # first: without PyTorch or Triton, one line that says how to install them
+    import torch
     gpu = K.device == "cuda"
     header, groups = read_record(path)
     all_groups = list(groups)

@@ -45,9 +45,14 @@ class MeasuredRun:
         return sum(r.output_tokens for r in self.requests)
 
 
-def _number(v, where: str, lo: float = 0.0) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not is_finite(v) or v < lo:
-        raise ConfigError(f"{where}: must be a finite number >= {lo:g}, got {shown(v)}")
+PER_REQUEST = ("input_lens", "output_lens", "ttfts", "itls")  # what --save-detailed adds to a result file
+MAX_TOKENS = 1 << 31  # tokens of one request: beyond any model's context, a corrupt file rather than a run
+
+
+def _number(v, where: str, lo: float = 0.0, hi: float = math.inf) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not is_finite(v) or v < lo or v > hi:
+        bound = f" and <= {hi:,.0f}" if hi != math.inf else ""
+        raise ConfigError(f"{where}: must be a finite number >= {lo:g}{bound}, got {shown(v)}")
     return float(v)
 
 
@@ -56,13 +61,14 @@ def read_bench_result(path: str) -> MeasuredRun:
     from kvsim.files import read_json_object
 
     d = read_json_object(path, path)
-    lists = {}
-    for key in ("input_lens", "output_lens", "ttfts", "itls"):
-        v = d.get(key)
-        if not isinstance(v, list):
-            raise ConfigError(f"{path}: field '{key}' must be a list (save the run with --save-result; "
-                              f"per-request fields are needed)")
-        lists[key] = v
+    missing = [k for k in PER_REQUEST if not isinstance(d.get(k), list)]
+    if missing:
+        have = [k for k in d if not isinstance(d[k], (list, dict))][:8]
+        raise ConfigError(f"{path}: no per-request field{'s' if len(missing) > 1 else ''} {', '.join(missing)}: "
+                          "kvsim compares request by request; save the run with `vllm bench serve ... --save-result "
+                          "--save-detailed` (--save-result alone writes only the summary"
+                          + (f": {', '.join(have)}, ...)" if have else ")"))
+    lists = {k: d[k] for k in PER_REQUEST}
     n = len(lists["input_lens"])
     for key, v in lists.items():
         if len(v) != n:
@@ -75,8 +81,11 @@ def read_bench_result(path: str) -> MeasuredRun:
         rate = math.inf
     else:
         rate = _number(rate, f"{path}: field 'request_rate'")
-        if rate <= 0:
-            raise ConfigError(f"{path}: field 'request_rate' must be > 0 or \"inf\", got {rate:g}")
+        from kvsim.validation import request_rate
+
+        problem = request_rate(rate) if rate > 0 else "must be > 0"
+        if problem:  # the file's value, not a flag the user gave
+            raise ConfigError(f"{path}: field 'request_rate' {problem}")
     conc = d.get("max_concurrency")
     if conc is not None:
         if isinstance(conc, bool) or not isinstance(conc, int) or conc < 1:
@@ -87,8 +96,8 @@ def read_bench_result(path: str) -> MeasuredRun:
     skipped = later_tokens = silent = 0
     for i in range(n):
         where = f"{path}: request {i}"
-        p = _number(lists["input_lens"][i], f"{where}: field 'input_lens'")
-        o = _number(lists["output_lens"][i], f"{where}: field 'output_lens'")
+        p = _number(lists["input_lens"][i], f"{where}: field 'input_lens'", hi=MAX_TOKENS)
+        o = _number(lists["output_lens"][i], f"{where}: field 'output_lens'", hi=MAX_TOKENS)
         if errors[i] or p < 1:
             skipped += 1
             continue

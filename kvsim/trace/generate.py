@@ -74,11 +74,14 @@ def _lognormal(rng: np.random.Generator, mean: float, sigma: float, n: int, cap:
     """n lognormal token counts with this mean, in [1, cap] (clipped as floats, before the integer cast)."""
     mu = np.log(mean) - sigma**2 / 2
     with np.errstate(over="ignore"):
-        x = rng.lognormal(mu, sigma, size=n)
+        x = rng.lognormal(mu, sigma + 0.0, size=n)  # + 0.0: a sigma of -0 (allowed: >= 0) is numpy's "sigma < 0"
     return np.clip(np.round(x), 1, cap).astype(np.int64)
 
 
-def sample_lengths(spec: LengthSpec, n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+def sample_lengths(spec: LengthSpec, n: int, rng: np.random.Generator,
+                   notes: list[str] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """n (prompt, output) token counts; prompt + output never exceed ``spec.max_total`` (prompts to max_total - 1,
+    then outputs to what is left). ``notes``: gets a line saying how many requests the cap shortened, if any."""
     if spec.lengths_csv:
         table = read_lengths_csv(spec.lengths_csv)
         pick = table[rng.integers(0, len(table), size=n)]
@@ -86,16 +89,34 @@ def sample_lengths(spec: LengthSpec, n: int, rng: np.random.Generator) -> tuple[
     else:
         prompt = _lognormal(rng, spec.prompt_mean, spec.prompt_sigma, n, spec.max_total)
         output = _lognormal(rng, spec.output_mean, spec.output_sigma, n, spec.max_total)
+    asked_prompt, asked_output = prompt.copy(), output.copy()
     prompt = np.minimum(prompt, spec.max_total - 1)
     output = np.clip(output, 1, spec.max_total - prompt)
+    if notes is not None:
+        note = cap_note(spec.max_total, int((prompt < asked_prompt).sum()), int((output < asked_output).sum()), n)
+        if note:
+            notes.append(note)
     return prompt, output
 
 
-def generate(n: int, arrivals: ArrivalSpec, lengths: LengthSpec, seed: int = 0) -> list[Request]:
-    """A trace of n requests; the same arguments and seed give the same trace."""
+def cap_note(max_total: int, prompts: int, outputs: int, n: int) -> str:
+    """The line that says what a length cap changed ('' when it changed nothing)."""
+    if not prompts and not outputs:
+        return ""
+    return (f"note: --max-total {max_total:,} shortened {prompts:,} prompts and {outputs:,} outputs of {n:,} requests "
+            "(prompt + output never exceed it; a larger --max-total, or none, keeps the lengths drawn)")
+
+
+def generate(n: int, arrivals: ArrivalSpec, lengths: LengthSpec, seed: int = 0,
+             notes: list[str] | None = None) -> list[Request]:
+    """A trace of n requests; the same arguments and seed give the same trace. ``notes``: gets what a length cap
+    changed."""
     if n <= 0:
         raise ConfigError("--num-requests must be > 0")
     rng = np.random.default_rng(seed)
     t = arrival_times(arrivals, n, rng)
-    prompt, output = sample_lengths(lengths, n, rng)
+    prompt, output = sample_lengths(lengths, n, rng, notes)
     return [Request(str(i), float(t[i]), int(prompt[i]), int(output[i])) for i in range(n)]
+
+
+NO_CAP = 1 << 40  # LengthSpec.max_total that caps nothing (the command line's default)

@@ -101,8 +101,9 @@ def parse_request(obj: object, path: str, line: int, index: int) -> Request:
     return Request(str(rid), float(t), prompt, output, priority, hash_ids, hbt, n, line, session)
 
 
-def load_trace(path: str | Path, skip_invalid: bool = False) -> LoadedTrace:
-    """Load a JSONL trace. Raises TraceError on the first bad line unless ``skip_invalid``."""
+def load_jsonl(path: str | Path, skip_invalid: bool = False) -> LoadedTrace:
+    """Load a kvsim JSONL trace. Raises TraceError on the first bad line unless ``skip_invalid``
+    (kvsim/trace/loading.py: any trace file)."""
     path = str(path)
     try:
         fh = open(path, encoding="utf-8")

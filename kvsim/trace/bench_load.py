@@ -1,0 +1,287 @@
+"""Benchmark clients' workloads: the requests and send times of `vllm bench serve --dataset-name random`,
+GenAI-Perf's synthetic concurrency mode and SemiAnalysis InferenceMAX's client, generated as kvsim requests.
+
+What each harness does (the sources are named in docs/traces.md, "Benchmark clients"):
+
+- ``vllm-random``: current `vllm bench serve` (vllm/benchmarks/datasets.py ``RandomDataset``,
+  vllm/benchmarks/serve.py ``get_request``). Prompt and output lengths are uniform integers in
+  [floor(L (1 - r)), ceil(L (1 + r))] (r = ``--random-range-ratio`` in [0, 1), default 0: every request L
+  tokens; outputs at least 1); ``--random-prefix-len`` tokens of one random prefix go before every prompt.
+  Send times: ``--request-rate`` inf sends every request at 0; a finite rate draws N gamma gaps of shape
+  ``--burstiness`` (1: Poisson) and mean 1/rate, sums them (the first request waits one gap too) and scales
+  the sums so that the last request goes at N / rate. ``--burstiness`` inf: constant gaps of 1/rate.
+- ``inferencemax``: InferenceMAX's benchmarks/benchmark_lib.sh runs its own copy of vLLM's older
+  benchmark_serving.py (utils/bench_serving/) with ``--dataset-name random --random-range-ratio R
+  --num-prompts 10 x C --max-concurrency C --request-rate inf --ignore-eos``. That copy (as vLLM before its
+  pull request 16126, April 2025) draws lengths uniform in [int(L r), L] (R = 0.8 in its runs), and at a
+  finite rate sends the first request at 0 and each next one a gamma gap later (no rescaling).
+- ``genai-perf``: GenAI-Perf's synthetic prompts: lengths int(N(mean, stddev)), drawn again until positive
+  (``--synthetic-input-tokens-mean`` default 550, stddev 0; ``--output-tokens-mean`` as kvsim's
+  --random-output-len), 100 prompts by default; ``--concurrency N`` is N clients from t = 0 (here
+  --max-concurrency); a request rate sends at constant gaps of 1/rate (perf_analyzer's default request
+  distribution), the first at 0.
+
+Draws use numpy's ``default_rng(seed)`` (vLLM's RandomDataset does too, but consumes the stream differently
+and its send-time gaps come from numpy's global generator): the same arguments give the same requests bit for
+bit, not vLLM's own draws. kvsim always generates each request's drawn output length, which is what a client
+with ``--ignore-eos`` sees; without it a real model may stop earlier (:meth:`BenchLoad.notes` says so).
+Prompts that share the prefix carry ``hash_ids`` (one id per ``hash_block_tokens`` tokens) so prefix caching
+finds the shared blocks; the rest of each prompt gets ids of its own (vLLM's random prompts differ per request).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from kvsim.errors import ConfigError
+from kvsim.trace.request import Request
+from kvsim.validation import POSITIVE_INT, SEED, Number, request_rate, require
+
+HARNESSES = ("vllm-random", "genai-perf", "inferencemax")
+RANGE_RATIO_MODES = ("symmetric", "lower-bound")  # [L(1-r), L(1+r)] (vLLM since PR 16126); [int(L r), L] (before)
+DATASETS = ("random",)
+MAX_PROMPTS = 10_000_000  # as `kvsim trace generate`: beyond this, memory runs out first
+MAX_LEN = 1 << 30  # tokens per prompt or output: far beyond any model's context, and sums stay exact
+HASH_BLOCK_TOKENS = 16  # tokens per hash id (vLLM's default KV block)
+
+# the options table keys that describe a generated benchmark workload (kvsim/option_table.py, group "load")
+DATASET_KEYS = ("dataset_name", "bench", "num_prompts", "random_input_len", "random_output_len", "random_range_ratio",
+                "random_range_ratio_mode", "random_prefix_len", "synthetic_input_tokens_stddev",
+                "output_tokens_stddev", "burstiness", "random_seed", "ignore_eos")
+
+# each harness's own defaults (None: not this harness's flag; "10x": 10 x --max-concurrency)
+_DEFAULTS: dict[str, dict[str, Any]] = {
+    "vllm-random": {"num_prompts": 1000, "input_len": 1024, "output_len": 128, "range_ratio": 0.0,
+                    "range_ratio_mode": "symmetric", "ignore_eos": False},
+    "inferencemax": {"num_prompts": "10x", "input_len": 1024, "output_len": 128, "range_ratio": 0.8,
+                     "range_ratio_mode": "lower-bound", "ignore_eos": True},
+    "genai-perf": {"num_prompts": 100, "input_len": 550, "output_len": 128, "range_ratio": 0.0,
+                   "range_ratio_mode": "symmetric", "ignore_eos": False},
+}
+
+
+@dataclass(frozen=True)
+class BenchLoad:
+    """One benchmark client's workload. Lengths in tokens, ``request_rate`` in requests/s (inf: all at once),
+    ``max_concurrency`` in requests in flight (None: no limit; the simulator's client loop applies it)."""
+
+    harness: str = "vllm-random"
+    num_prompts: int = 1000
+    input_len: int = 1024  # vllm-random, inferencemax: --random-input-len; genai-perf: the mean
+    output_len: int = 128
+    range_ratio: float = 0.0  # vllm-random, inferencemax
+    range_ratio_mode: str = "symmetric"  # "symmetric": [L(1-r), L(1+r)]; "lower-bound": [int(L r), L]
+    prefix_len: int = 0  # tokens of one shared prefix before every prompt
+    input_stddev: float = 0.0  # genai-perf: tokens
+    output_stddev: float = 0.0  # genai-perf: tokens
+    request_rate: float = math.inf
+    burstiness: float = 1.0  # gamma shape of the gaps (1: Poisson; inf: constant gaps)
+    max_concurrency: int | None = None
+    seed: int = 0
+    ignore_eos: bool = False
+    hash_block_tokens: int = HASH_BLOCK_TOKENS
+
+    def __post_init__(self) -> None:
+        if self.harness not in HARNESSES:
+            raise ConfigError(f"--bench: '{self.harness}' is not one of {', '.join(HARNESSES)}")
+        if self.range_ratio_mode not in RANGE_RATIO_MODES:
+            raise ConfigError(f"--random-range-ratio-mode: '{self.range_ratio_mode}' is not one of "
+                              f"{', '.join(RANGE_RATIO_MODES)}")
+        require(self.num_prompts, Number(integer=True, min=1, max=MAX_PROMPTS), "--num-prompts")
+        require(self.input_len, Number(integer=True, min=1, max=MAX_LEN), "--random-input-len")
+        require(self.output_len, Number(integer=True, min=1, max=MAX_LEN), "--random-output-len")
+        require(self.prefix_len, Number(integer=True, min=0, max=MAX_LEN), "--random-prefix-len")
+        # vLLM's symmetric window needs r < 1 (as its own check); the older window [int(L r), L] takes r = 1
+        require(self.range_ratio, Number(min=0, max=1, max_open=self.range_ratio_mode == "symmetric"),
+                "--random-range-ratio")
+        require(self.input_stddev, Number(min=0, max=MAX_LEN), "--synthetic-input-tokens-stddev")
+        require(self.output_stddev, Number(min=0, max=MAX_LEN), "--output-tokens-stddev")
+        require(self.request_rate, request_rate, "--request-rate")
+        require(self.burstiness, burstiness_rule, "--burstiness")
+        if self.max_concurrency is not None:
+            require(self.max_concurrency, POSITIVE_INT, "--max-concurrency")
+        require(self.seed, SEED, "--random-seed")
+        require(self.hash_block_tokens, POSITIVE_INT, "hash_block_tokens")
+        if self.harness == "genai-perf" and (self.range_ratio or self.range_ratio_mode != "symmetric"):
+            raise ConfigError("--random-range-ratio: GenAI-Perf draws lengths from normal distributions; give "
+                              "--synthetic-input-tokens-stddev / --output-tokens-stddev instead")
+        if self.harness != "genai-perf" and self.prefix_len + _low(self.input_len, self.range_ratio,
+                                                                   self.range_ratio_mode, 0) < 1:
+            raise ConfigError(f"--random-input-len {self.input_len}: with --random-range-ratio {self.range_ratio:g} "
+                              "the shortest prompt would have 0 tokens; raise it or --random-prefix-len, or "
+                              "change the ratio (vLLM refuses the same)")
+        if self.harness != "genai-perf" and (self.input_stddev or self.output_stddev):
+            raise ConfigError(f"--synthetic-input-tokens-stddev / --output-tokens-stddev: GenAI-Perf's; "
+                              f"{self.harness} draws lengths with --random-range-ratio")
+
+    @property
+    def name(self) -> str:
+        """A short name for output folders: ``random-1024-128`` (inferencemax / genai-perf name themselves)."""
+        head = "random" if self.harness == "vllm-random" else self.harness
+        return f"{head}-{self.input_len}-{self.output_len}"
+
+    def length_bounds(self) -> tuple[tuple[int, int], tuple[int, int]] | None:
+        """((prompt low, high), (output low, high)) in tokens, both inclusive, the prefix included in the prompt;
+        None for GenAI-Perf's normal draws (unbounded above)."""
+        if self.harness == "genai-perf":
+            return None
+        return ((self.prefix_len + _low(self.input_len, self.range_ratio, self.range_ratio_mode, 0),
+                 self.prefix_len + _high(self.input_len, self.range_ratio, self.range_ratio_mode)),
+                (_low(self.output_len, self.range_ratio, self.range_ratio_mode, 1),
+                 _high(self.output_len, self.range_ratio, self.range_ratio_mode)))
+
+    def describe(self) -> str:
+        """The client command this workload stands for, for reports."""
+        rate = "inf" if self.request_rate == math.inf else f"{self.request_rate:g}"
+        conc = f" --max-concurrency {self.max_concurrency}" if self.max_concurrency is not None else ""
+        eos = " --ignore-eos" if self.ignore_eos else ""
+        if self.harness == "genai-perf":
+            return (f"genai-perf --synthetic-input-tokens-mean {self.input_len} --synthetic-input-tokens-stddev "
+                    f"{self.input_stddev:g} --output-tokens-mean {self.output_len} --output-tokens-stddev "
+                    f"{self.output_stddev:g} --num-prompts {self.num_prompts}"
+                    + (f" --concurrency {self.max_concurrency}" if self.max_concurrency is not None else "")
+                    + (f" --request-rate {rate}" if self.request_rate != math.inf else "")
+                    + f" --random-seed {self.seed}")
+        client = "vllm bench serve" if self.harness == "vllm-random" else "InferenceMAX benchmark_serving.py"
+        return (f"{client} --dataset-name random --random-input-len {self.input_len} --random-output-len "
+                f"{self.output_len} --random-range-ratio {self.range_ratio:g} --random-prefix-len {self.prefix_len} "
+                f"--num-prompts {self.num_prompts} --request-rate {rate} --burstiness {self.burstiness:g}{conc}"
+                f"{eos} --seed {self.seed}")
+
+    def notes(self) -> list[str]:
+        """What the user should know about how kvsim reads this workload."""
+        out = []
+        bounds = self.length_bounds()
+        if bounds is not None:
+            (pl, ph), (ol, oh) = bounds
+            mode = ("[L(1-r), L(1+r)]" if self.range_ratio_mode == "symmetric" else "[int(L r), L]")
+            out.append(f"{self.name}: {self.num_prompts} requests, prompts uniform in [{pl}, {ph}] tokens, outputs "
+                       f"in [{ol}, {oh}] tokens (range ratio {self.range_ratio:g} as {mode}"
+                       + (f", {self.prefix_len} shared prefix tokens" if self.prefix_len else "") + ")")
+        if not self.ignore_eos:
+            out.append(f"note: {self.name}: without --ignore-eos a real model may stop before the drawn output "
+                       "length; kvsim generates every drawn length (as the client's --ignore-eos)")
+        return out
+
+    def requests(self) -> list[Request]:
+        """The workload's requests in send order, with their send times in seconds from 0 (before any
+        --max-concurrency wait). Deterministic in the fields, bit for bit."""
+        import numpy as np
+
+        rng = np.random.default_rng(self.seed)
+        n = self.num_prompts
+        if self.harness == "genai-perf":
+            prompt = _positive_normal(rng, self.input_len, self.input_stddev, n)
+            output = _positive_normal(rng, self.output_len, self.output_stddev, n)
+        else:
+            prompt = _uniform(rng, self.input_len, self.range_ratio, self.range_ratio_mode, 0, n)
+            output = _uniform(rng, self.output_len, self.range_ratio, self.range_ratio_mode, 1, n)
+        prompt = prompt + self.prefix_len
+        times = self.send_times(rng)
+        H = self.hash_block_tokens
+        out: list[Request] = []
+        if self.prefix_len:
+            shared = self.prefix_len // H  # a block that mixes prefix and own tokens is the request's own
+            next_id = shared
+            for i in range(n):
+                blocks = -(-int(prompt[i]) // H)
+                ids = tuple(range(min(shared, blocks))) + tuple(range(next_id, next_id + blocks - min(shared, blocks)))
+                next_id += blocks - min(shared, blocks)
+                out.append(Request(str(i), float(times[i]), int(prompt[i]), int(output[i]), hash_ids=ids,
+                                   hash_block_tokens=H, line=i + 1))
+        else:
+            out = [Request(str(i), float(times[i]), int(prompt[i]), int(output[i]), line=i + 1) for i in range(n)]
+        return out
+
+    def send_times(self, rng) -> "np.ndarray":  # noqa: F821 (numpy is imported late)
+        """Each request's send time in seconds, as the harness schedules it."""
+        import numpy as np
+
+        n, rate = self.num_prompts, self.request_rate
+        if rate == math.inf:
+            return np.zeros(n)
+        if self.harness == "genai-perf" or self.burstiness == math.inf:
+            gaps = np.full(n, 1.0 / rate)
+        else:
+            gaps = rng.gamma(self.burstiness, 1.0 / (rate * self.burstiness), size=n)
+        if self.harness == "vllm-random":  # every request after a gap; the last at n / rate
+            t = np.cumsum(gaps)
+            return t * ((n / rate) / t[-1]) if t[-1] > 0 else t
+        return np.concatenate(([0.0], np.cumsum(gaps[:-1])))  # the first at 0, each next a gap later
+
+
+def burstiness_rule(v) -> str | None:
+    """The gamma shape of a client's gaps: 0.001 to 1000 (beyond, gaps under- or overflow), or inf (constant)."""
+    if isinstance(v, float) and v == math.inf:
+        return None
+    problem = Number(min=1e-3, max=1e3)(v)
+    return f"{problem} (or inf: constant gaps)" if problem else None
+
+
+def _low(L: int, r: float, mode: str, at_least: int) -> int:
+    lo = math.floor(L * (1 - r)) if mode == "symmetric" else int(L * r)
+    return max(lo, at_least)
+
+
+def _high(L: int, r: float, mode: str) -> int:
+    return max(math.ceil(L * (1 + r)) if mode == "symmetric" else L, 1)
+
+
+def _uniform(rng, L: int, r: float, mode: str, at_least: int, n: int):
+    """n integers uniform in the harness's window around L (both ends included)."""
+    import numpy as np
+
+    lo, hi = _low(L, r, mode, at_least), _high(L, r, mode)
+    if hi < lo:  # a prompt window [0, 0] (no prefix) cannot happen: L >= 1 keeps hi >= 1
+        hi = lo
+    return rng.integers(lo, hi + 1, size=n, dtype=np.int64)
+
+
+def _positive_normal(rng, mean: float, sd: float, n: int):
+    """n integers int(N(mean, sd)), each drawn again until positive (GenAI-Perf's sampling)."""
+    import numpy as np
+
+    x = np.trunc(rng.normal(mean, sd, size=n)) if sd else np.full(n, float(int(mean)))
+    for _ in range(10_000):
+        bad = x <= 0
+        if not bad.any():
+            break
+        x[bad] = np.trunc(rng.normal(mean, sd, size=int(bad.sum())))
+    else:  # a mean far below 0 in stddevs: practically never positive
+        raise ConfigError(f"lengths of mean {mean:g} and stddev {sd:g} tokens are almost never positive")
+    return np.minimum(x, MAX_LEN).astype(np.int64)
+
+
+def from_options(values: Mapping[str, Any]) -> BenchLoad | None:
+    """The workload that checked option values describe (keys of kvsim/option_table.py; ``request_rate`` and
+    ``max_concurrency`` included), or None when no dataset option is given (the run reads a --trace)."""
+    if not any(values.get(k) is not None for k in DATASET_KEYS):
+        return None
+    harness = values.get("bench") or "vllm-random"
+    d = _DEFAULTS[harness]
+    conc = values.get("max_concurrency")
+    num = values.get("num_prompts")
+    if num is None:
+        num = d["num_prompts"]
+        if num == "10x":
+            if conc is None:
+                raise ConfigError("--bench inferencemax: needs --max-concurrency (its client sends 10 x concurrency "
+                                  "prompts), or give --num-prompts")
+            num = 10 * conc
+
+    def get(key: str, default):
+        v = values.get(key)
+        return default if v is None else v
+
+    rate = values.get("request_rate")
+    return BenchLoad(harness=harness, num_prompts=num, input_len=get("random_input_len", d["input_len"]),
+                     output_len=get("random_output_len", d["output_len"]),
+                     range_ratio=get("random_range_ratio", d["range_ratio"]),
+                     range_ratio_mode=get("random_range_ratio_mode", d["range_ratio_mode"]),
+                     prefix_len=get("random_prefix_len", 0),
+                     input_stddev=get("synthetic_input_tokens_stddev", 0.0),
+                     output_stddev=get("output_tokens_stddev", 0.0),
+                     request_rate=math.inf if rate is None else rate, burstiness=get("burstiness", 1.0),
+                     max_concurrency=conc, seed=get("random_seed", 0), ignore_eos=get("ignore_eos", d["ignore_eos"]))

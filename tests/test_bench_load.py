@@ -1,0 +1,266 @@
+"""Benchmark clients' workloads (kvsim/trace/bench_load.py): `vllm bench serve --dataset-name random`, InferenceMAX's
+client and GenAI-Perf, as kvsim requests and send times; `kvsim run` / `compare` with only the client's flags, and
+`kvsim trace generate --bench`. Golden values are worked out by hand from the harnesses' rules (docs/traces.md)."""
+
+import json
+import math
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from helpers import FixedLatency, sched
+from kvsim.allocators import make_allocator
+from kvsim.cli import main
+from kvsim.engine.preemption import get_victim_policy
+from kvsim.engine.simulator import Simulation
+from kvsim.errors import ConfigError
+from kvsim.metrics import requests_frame
+from kvsim.options import normalize
+from kvsim.trace import load_trace
+from kvsim.trace.bench_load import BenchLoad, from_options
+
+
+def lengths(load: BenchLoad):
+    reqs = load.requests()
+    return np.array([r.prompt_tokens for r in reqs]), np.array([r.output_tokens for r in reqs])
+
+
+# --- lengths
+
+def test_range_ratio_zero_gives_every_request_the_same_lengths():
+    p, o = lengths(BenchLoad(num_prompts=50, input_len=1000, output_len=1000))
+    assert (p == 1000).all() and (o == 1000).all()
+
+
+def test_vllm_range_ratio_is_symmetric_around_the_length():
+    """[floor(100 x 0.5), ceil(100 x 1.5)] = [50, 150] and [floor(7 x 0.5), ceil(7 x 1.5)] = [3, 11]; 3,000 draws
+    reach both ends."""
+    p, o = lengths(BenchLoad(num_prompts=3000, input_len=100, output_len=7, range_ratio=0.5))
+    assert p.min() == 50 and p.max() == 150 and o.min() == 3 and o.max() == 11
+    assert abs(p.mean() - 100) < 2
+    assert BenchLoad(input_len=100, output_len=7, range_ratio=0.5).length_bounds() == ((50, 150), (3, 11))
+
+
+def test_inferencemax_draws_lengths_below_the_length_only():
+    """InferenceMAX's client (vLLM's older rule): [int(1024 x 0.8), 1024] = [819, 1024], for 10 x 8 prompts."""
+    load = from_options({"bench": "inferencemax", "max_concurrency": 8, "random_input_len": 1024,
+                         "random_output_len": 1024})
+    assert load.num_prompts == 80 and load.ignore_eos and load.range_ratio == 0.8
+    assert load.length_bounds() == ((819, 1024), (819, 1024))
+    p, o = lengths(load)
+    assert p.min() >= 819 and p.max() <= 1024 and o.min() >= 819 and o.max() <= 1024
+
+
+def test_outputs_are_never_shorter_than_one_token():
+    """floor(1 x 0.25) = 0 is raised to 1, as vLLM does; prompts [floor(20 x 0.25), ceil(20 x 1.75)] = [5, 35]."""
+    p, o = lengths(BenchLoad(num_prompts=400, input_len=20, output_len=1, range_ratio=0.75))
+    assert o.min() == 1 and o.max() == 2 and p.min() == 5 and p.max() == 35
+
+
+def test_genai_perf_lengths_are_normal_and_positive():
+    p, o = lengths(BenchLoad("genai-perf", num_prompts=4000, input_len=550, output_len=5, input_stddev=50,
+                             output_stddev=10))
+    assert abs(p.mean() - 550) < 5 and abs(p.std() - 50) < 5
+    assert o.min() >= 1  # N(5, 10) is often negative: drawn again
+    assert (lengths(BenchLoad("genai-perf", num_prompts=3, input_len=550, output_len=9))[0] == 550).all()
+
+
+# --- shared prefix
+
+def test_a_shared_prefix_is_the_same_hash_ids_in_every_prompt():
+    """40 prefix tokens in blocks of 16: two whole blocks (ids 0, 1) shared; the third block mixes prefix and own
+    tokens, so it, like everything after it, is the request's own."""
+    reqs = BenchLoad(num_prompts=5, input_len=100, output_len=3, prefix_len=40).requests()
+    seen: set[int] = set()
+    for r in reqs:
+        assert r.prompt_tokens == 140 and r.hash_block_tokens == 16
+        assert len(r.hash_ids) == math.ceil(140 / 16) and r.hash_ids[:2] == (0, 1)
+        own = set(r.hash_ids[2:])
+        assert not own & seen and not own & {0, 1}
+        seen |= own
+    assert all(r.hash_ids is None for r in BenchLoad(num_prompts=3).requests())  # nothing shared: no ids
+
+
+def test_the_shared_prefix_hits_the_prefix_cache():
+    from kvsim.trace.stats import ideal_prefix_reuse
+
+    reqs = BenchLoad(num_prompts=10, input_len=64, output_len=2, prefix_len=64).requests()
+    assert ideal_prefix_reuse(reqs) == pytest.approx(9 * 64 / (10 * 128))
+
+
+# --- send times
+
+def test_inf_rate_sends_everything_at_once():
+    assert {r.arrival_s for r in BenchLoad(num_prompts=20, request_rate=math.inf).requests()} == {0.0}
+
+
+def test_vllm_gaps_are_scaled_so_the_last_request_goes_at_n_over_rate():
+    """vLLM's get_request: N gamma gaps (the first request waits one too), scaled so the sum is N / rate."""
+    t = [r.arrival_s for r in BenchLoad(num_prompts=400, request_rate=8.0, burstiness=0.5).requests()]
+    assert t[0] > 0 and t[-1] == pytest.approx(400 / 8.0) and (np.diff(t) >= 0).all()
+    assert np.mean(np.diff([0.0, *t])) == pytest.approx(1 / 8.0)
+
+
+@pytest.mark.parametrize("burstiness", [0.5, 1.0, 4.0])
+def test_older_clients_gamma_gaps_have_mean_one_over_rate(burstiness):
+    """InferenceMAX's (older vLLM's) client: the first request at 0, then gamma gaps of shape b, scale 1/(rate b);
+    the CV is 1/sqrt(b), so 20,000 gaps pin the mean to within 1.5% (>= 5 sigma)."""
+    t = np.array([r.arrival_s for r in BenchLoad("inferencemax", num_prompts=20001, request_rate=4.0,
+                                                 burstiness=burstiness).requests()])
+    gaps = np.diff(t)
+    assert t[0] == 0.0 and gaps.mean() == pytest.approx(0.25, rel=0.015)
+    assert gaps.std() / gaps.mean() == pytest.approx(1 / math.sqrt(burstiness), rel=0.05)
+
+
+def test_infinite_burstiness_and_genai_perf_rates_are_constant_gaps():
+    t = [r.arrival_s for r in BenchLoad(num_prompts=5, request_rate=2.0, burstiness=math.inf).requests()]
+    assert t == pytest.approx([0.5, 1.0, 1.5, 2.0, 2.5])
+    t = [r.arrival_s for r in BenchLoad("genai-perf", num_prompts=4, request_rate=4.0).requests()]
+    assert t == pytest.approx([0.0, 0.25, 0.5, 0.75])
+
+
+# --- determinism and counts
+
+def test_the_same_seed_gives_the_same_requests_bit_for_bit():
+    a = BenchLoad(num_prompts=300, range_ratio=0.3, prefix_len=20, request_rate=3.0, burstiness=0.7, seed=11)
+    assert a.requests() == BenchLoad(**a.__dict__).requests()
+    assert a.requests() != BenchLoad(**{**a.__dict__, "seed": 12}).requests()
+
+
+def test_defaults_are_vllms():
+    """`vllm bench serve --dataset-name random` with nothing else: 1000 prompts of 1024 tokens, 128 out, at once."""
+    load = from_options({"dataset_name": "random"})
+    assert (load.harness, load.num_prompts, load.input_len, load.output_len, load.range_ratio, load.prefix_len,
+            load.request_rate, load.seed, load.ignore_eos) == ("vllm-random", 1000, 1024, 128, 0.0, 0, math.inf, 0,
+                                                               False)
+    assert from_options({"max_concurrency": 4}) is None  # no dataset flag: the run reads a trace
+    assert from_options(normalize({"bench": "genai-perf"})).num_prompts == 100
+
+
+@pytest.mark.parametrize("values,msg", [
+    ({"random_range_ratio": 1.0}, "--random-range-ratio: must be < 1"),
+    ({"bench": "inferencemax"}, "needs --max-concurrency"),
+    ({"bench": "genai-perf", "random_range_ratio": 0.2}, "normal distributions"),
+    ({"synthetic_input_tokens_stddev": 3.0}, "GenAI-Perf's"),
+    ({"random_input_len": 1, "random_range_ratio": 0.5, "random_range_ratio_mode": "lower-bound"}, "0 tokens"),
+])
+def test_bad_workloads_name_the_flag(values, msg):
+    with pytest.raises(ConfigError, match=msg):
+        from_options(values)
+
+
+# --- the client limit
+
+def test_inf_rate_and_max_concurrency_is_a_closed_loop_of_c_clients():
+    """All 12 at t = 0 with 3 clients: 3 in flight from the start, never more, and each later request goes when
+    one finishes."""
+    reqs = BenchLoad(num_prompts=12, input_len=32, output_len=4, range_ratio=0.5).requests()
+    sim = Simulation(reqs, make_allocator("paged:16", 4096, 4096), FixedLatency(0.1, 0.01), sched(),
+                     get_victim_policy("lifo"), max_concurrency=3)
+    df = requests_frame(sim.run())
+    assert (df.status == "finished").all() and len(df) == 12
+    events = sorted([(t, 1) for t in df.arrival_s] + [(t, -1) for t in df.finish_s])
+    assert int(max(np.cumsum([d for _, d in events]))) == 3
+    assert sorted(df.arrival_s)[:3] == [0.0, 0.0, 0.0]
+    finishes = sorted(df.finish_s)
+    assert sorted(df.arrival_s)[3:] == pytest.approx(finishes[:9])
+
+
+# --- property
+
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from(["vllm-random", "inferencemax", "genai-perf"]), st.integers(1, 60), st.integers(1, 3000),
+       st.integers(1, 500), st.floats(0, 0.99), st.integers(0, 300), st.sampled_from([math.inf, 0.5, 20.0]),
+       st.sampled_from([0.25, 1.0, math.inf]), st.integers(0, 2**32))
+def test_every_request_is_accounted_for_within_its_bounds(harness, n, ilen, olen, ratio, prefix, rate, burst, seed):
+    genai = harness == "genai-perf"
+    try:
+        load = BenchLoad(harness, n, ilen, olen, 0.0 if genai else ratio, "lower-bound" if harness == "inferencemax"
+                         else "symmetric", prefix, 30.0 if genai else 0.0, 5.0 if genai else 0.0, rate, burst, None,
+                         seed)
+    except ConfigError as e:  # a window whose shortest prompt has 0 tokens, refused as vLLM refuses it
+        assert "0 tokens" in str(e) and prefix == 0
+        return
+    reqs = load.requests()
+    assert len(reqs) == n and [r.id for r in reqs] == [str(i) for i in range(n)]
+    t = [r.arrival_s for r in reqs]
+    assert all(math.isfinite(x) and x >= 0 for x in t) and t == sorted(t)
+    bounds = load.length_bounds()
+    for r in reqs:
+        assert r.prompt_tokens >= max(1, prefix) and r.output_tokens >= 1
+        if bounds:
+            (pl, ph), (ol, oh) = bounds
+            assert pl <= r.prompt_tokens <= ph and ol <= r.output_tokens <= oh
+        if prefix:
+            assert len(r.hash_ids) == -(-r.prompt_tokens // 16)
+    if rate != math.inf and harness == "vllm-random":
+        assert t[-1] == pytest.approx(n / rate)
+    assert reqs == load.requests()
+
+
+# --- command line
+
+RUN = ["--latency", "roofline", "--model", "llama-3-8b", "--gpu", "h100", "--no-plots"]
+
+
+def test_run_with_only_the_clients_flags(tmp_path, capsys, monkeypatch):
+    """`kvsim run --max-concurrency C --random-input-len I --random-output-len O` means the vLLM benchmark of those
+    numbers; the results folder is named after the workload."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", "--max-concurrency", "4", "--random-input-len", "64", "--random-output-len", "8",
+                 "--num-prompts", "24", *RUN]) == 0
+    cap = capsys.readouterr()
+    assert "random-64-8" in cap.out and "without --ignore-eos" in cap.err
+    folders = list((tmp_path / "kvsim-out").glob("run-random-64-8*"))
+    assert len(folders) == 1
+    df = pd.read_csv(folders[0] / "requests.csv")
+    assert len(df) == 24 and (df.prompt_tokens == 64).all() and (df.status == "finished").all()
+    events = sorted([(t, 1) for t in df.arrival_s] + [(t, -1) for t in df.finish_s])
+    assert int(max(np.cumsum([d for _, d in events]))) == 4
+    assert "vllm bench serve --dataset-name random --random-input-len 64" in (folders[0] / "summary.md").read_text()
+
+
+def test_compare_takes_a_workload_and_seed_is_random_seed(tmp_path, capsys):
+    out1, out2 = tmp_path / "a", tmp_path / "b"
+    common = ["--dataset-name", "random", "--random-input-len", "40", "--random-output-len", "6", "--random-range-ratio",
+              "0.5", "--num-prompts", "10", "--request-rate", "50", *RUN]
+    assert main(["compare", *common, "--allocators", "max,paged:16", "--seed", "5", "--out", str(out1)]) == 0
+    assert main(["compare", *common, "--allocators", "max,paged:16", "--random-seed", "5", "--out", str(out2)]) == 0
+    a, b = pd.read_csv(out1 / "requests.csv"), pd.read_csv(out2 / "requests.csv")
+    assert len(a) == 20 and a.prompt_tokens.tolist() == b.prompt_tokens.tolist()
+    assert sorted(a.prompt_tokens.unique()) != [40]
+
+
+def test_generated_trace_is_the_same_workload(tmp_path, capsys):
+    p = tmp_path / "w.jsonl"
+    assert main(["trace", "generate", "--bench", "vllm-random", "--random-input-len", "50", "--random-output-len", "9",
+                 "--random-range-ratio", "0.4", "--random-prefix-len", "20", "--num-prompts", "30", "--request-rate",
+                 "5", "--burstiness", "2", "--seed", "3", "-o", str(p)]) == 0
+    assert "wrote 30 requests" in capsys.readouterr().out
+    got = load_trace(p).requests
+    want = BenchLoad(num_prompts=30, input_len=50, output_len=9, range_ratio=0.4, prefix_len=20, request_rate=5.0,
+                     burstiness=2.0, seed=3).requests()
+    assert [(r.prompt_tokens, r.output_tokens, r.hash_ids) for r in got] == \
+        [(r.prompt_tokens, r.output_tokens, r.hash_ids) for r in want]
+    assert [r.arrival_s for r in got] == pytest.approx([r.arrival_s for r in want], abs=1e-6)
+    assert json.loads(p.read_text().splitlines()[0])["hash_block_tokens"] == 16
+
+
+@pytest.mark.parametrize("args,msg", [
+    (["run", "--trace", "traces/chat.jsonl", "--random-input-len", "10"], "--random-input-len describes a generated"),
+    (["run", "--max-concurrency", "2"], "--trace is required, or a benchmark client's workload"),
+    (["run", "--dataset-name", "random", "--random-range-ratio", "1.5"], "--random-range-ratio: must be <= 1"),
+    (["trace", "generate", "-o", "x.jsonl", "--bench", "genai-perf", "--rate", "2"], "--rate: the lognormal"),
+])
+def test_bad_command_lines_are_one_line(args, msg, tmp_path):
+    import pathlib
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    args = [str(root / a) if a.startswith("traces/") else a for a in args]
+    r = subprocess.run([sys.executable, "-m", "kvsim.cli", *args], capture_output=True, text=True, cwd=tmp_path)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert msg in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
