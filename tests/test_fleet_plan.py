@@ -110,6 +110,16 @@ def test_fleet_plan_command(small_trace, tmp_path):
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     assert "cheapest layout meeting the SLOs: 1x h100-80gb" in r.stdout and "vllm serve meta-llama/Meta-Llama-3-8B " in r.stdout
+    # the printed table always holds the answer, marked
+    picked = [ln for ln in r.stdout.splitlines() if ln.strip().startswith("->")]
+    assert len(picked) == 1 and "1x h100-80gb" in picked[0]
+    # kvsim report on the plan: its layouts (the answer marked), routers, SLOs and plots
+    rep = subprocess.run([sys.executable, "-m", "kvsim", "report", str(out), "-o", str(tmp_path / "rep")],
+                         capture_output=True, text=True, timeout=300)
+    assert rep.returncode == 0, rep.stderr
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert "SLOs: ttft_p99<=1s" in md and "| -> 1x h100-80gb | round-robin |" in md and "## Routers" in md
+    assert (tmp_path / "rep" / "fleet_layouts.png").stat().st_size > 0 and "fleet_routers.png" in md
     assert (out / "fleet_plan.csv").exists() and "Pareto front" in (out / "summary.md").read_text()
     bad = subprocess.run([sys.executable, "-m", "kvsim", "plan", "--trace", small_trace, "--slo", "ttft_p99=1s",
                           "--fleet-max-gpus", "4", "--fleet-routers", "nope", "--out", str(tmp_path / "x")],

@@ -205,7 +205,11 @@ def _fleet_plan(a: argparse.Namespace, cfg, slos, routers, out: Path) -> None:
             Column("cost", "$ per M", "out tok", "money", "", key("cost_per_m_output_tokens"), optional=True)]
     title = (f"fleet plan · {Path(a.trace).name} at {load_text(cfg, a.target_rate)} · {cfg.model.name} · "
              f"{', '.join(g for g, _ in gpus)} · SLO {', '.join(map(str, slos))}")
-    print_rows(front, cols, title + " · Pareto front (throughput per GPU vs TTFT p99)")
+    chosen = best[0] if best else None
+    cols.insert(0, Column("pick", "", "", "text", "", lambda r: "->" if r is chosen else ""))
+    shown = front + ([chosen] if chosen is not None and chosen not in front else [])  # the answer, always
+    print_rows(shown, cols, title + " · Pareto front (throughput per GPU vs TTFT p99)"
+               + (" and the cheapest layout meeting the SLOs (->)" if chosen is not None else ""))
     lines = [f"# {title}", "", f"{len(rows)} layouts simulated (up to {a.fleet_max_gpus} GPUs per type).", "",
              *[f"- {n}" for n in notes], *([""] if notes else [])]
     if whole:
@@ -325,23 +329,51 @@ def cmd_report(a: argparse.Namespace) -> int:
     from kvsim.report.builder import build_report
 
     out = prepare_results_dir(a.output, "-o", a.results, ["report.html", "report.md"])
-    caps, pts = [], []
+    caps, pts, fleets = [], [], []
+    notes = [f"from {', '.join(a.results)}"]
+    fleet_slos: list[str] = []
     for path in _result_tables(a.results):
         df = _numeric_metrics(read_table(path), path)
         if not RESULT_MARKERS & set(df.columns):
             raise ConfigError(f"{path}: not a results table of plan, sweep, compare or run (it has none of the columns "
                               f"{', '.join(sorted(RESULT_MARKERS))})")
+        if FLEET_MARKERS <= set(df.columns):  # a fleet plan: its layouts, and the SLOs its summary names
+            fleets.append(df)
+            title_line = _fleet_title(Path(path).with_name("summary.md"))
+            if title_line:
+                notes.append(title_line)
+                fleet_slos += [t.strip() for t in title_line.split(" · SLO ", 1)[1].split(",")] \
+                    if " · SLO " in title_line else []
+            continue
         (caps if "max_rate_req_s" in df.columns else pts).append(df)
     cap = pd.concat(caps, ignore_index=True) if caps else None
     points = pd.concat(pts, ignore_index=True) if pts else None
-    slos = parse_slos(a.slo) if a.slo is not None else []
+    fleet = pd.concat(fleets, ignore_index=True) if fleets else None
+    if a.slo is not None:
+        slos = parse_slos(a.slo)
+    else:
+        try:  # the summary writes them as ttft_p99<=1s
+            slos = parse_slos(",".join(t.replace("<=", "=") for t in fleet_slos)) if fleet_slos else []
+        except ConfigError:
+            slos = []
     with results_folder(out, "-o") as stage:
-        build_report(stage, cap, points, slos, a.title, [f"from {', '.join(a.results)}"])
+        build_report(stage, cap, points, slos, a.title, notes, fleet)
     print(f"wrote {out / 'report.html'} and {out / 'report.md'}")
     return 0
 
 
-RESULT_TABLES = ("plan.csv", "plan_points.csv", "runs.csv", "runs.parquet")  # in a results folder, what a report reads
+RESULT_TABLES = ("plan.csv", "plan_points.csv", "fleet_plan.csv", "runs.csv",
+                 "runs.parquet")  # in a results folder, what a report reads
+FLEET_MARKERS = {"layout", "router", "meets_slo", "tok_s_per_gpu"}  # a fleet plan's table (fleet_plan.csv)
+
+
+def _fleet_title(summary: Path) -> str:
+    """The first line of a fleet plan's summary.md (model, GPUs, load and SLOs), '' when there is none."""
+    try:
+        first = summary.read_text(encoding="utf-8").splitlines()[0]
+    except (OSError, IndexError, UnicodeDecodeError):
+        return ""
+    return first.lstrip("# ").strip() if first.startswith("# fleet plan") else ""
 RESULT_MARKERS = {"max_rate_req_s", "throughput_tok_s"}  # a plan table has the first, every run summary the second
 
 

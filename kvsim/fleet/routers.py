@@ -302,13 +302,7 @@ class ApproxPrefix(Router):
                 del self._seen[r][h]
 
     def _matched(self, replica: int, ids: tuple[int, ...]) -> int:
-        seen = self._seen[replica]
-        n = 0
-        for h in ids:
-            if h not in seen:
-                break
-            n += 1
-        return n
+        return leading_in(ids, self._seen[replica])
 
     def pick(self, request, candidates, now):
         o, eng = self.options, self.engines
@@ -397,13 +391,7 @@ class SGLangCacheAware(Router):
         return Balance("outstanding", self.options.balance_abs_threshold, self.options.balance_rel_threshold)
 
     def _matched(self, replica: int, ids) -> int:
-        tree = self._tree[replica]
-        n = 0
-        for h in ids:
-            if h not in tree:
-                break
-            n += 1
-        return n
+        return leading_in(ids, self._tree[replica])
 
     def _matched_tokens(self, request: Request, blocks: int) -> int:
         return min(blocks * (request.hash_block_tokens or 1), request.prompt_tokens)
@@ -587,3 +575,13 @@ def make_router(name: str, engines: list[Engine], options: RouterOptions) -> Rou
     if cls is None:
         raise ConfigError(f"unknown router {name!r}; choose from {', '.join(ROUTERS)}")
     return cls(engines, options)
+
+
+def leading_in(ids, held) -> int:
+    """How many of ``ids``, from the first, ``held`` holds (a prefix match: the first miss ends it)."""
+    n = 0
+    for h in ids:
+        if h not in held:
+            break
+        n += 1
+    return n

@@ -231,7 +231,7 @@ def results_table(points: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
 def _fmt(v) -> str:
     if v is None or (isinstance(v, float) and v != v) or (isinstance(v, str) and v in ("nan", "None")):
         return "-"
-    if isinstance(v, bool):
+    if isinstance(v, bool) or type(v).__name__ in ("bool_", "bool"):  # numpy's too (np.bool_, np.bool)
         return "yes" if v else "no"
     if isinstance(v, float):
         return f"{v:,.4g}" if abs(v) < 1e5 else f"{v:,.0f}"
@@ -268,11 +268,102 @@ def capacity_table(cap: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     return [h for _, h in cols], rows
 
 
+FLEET_COLUMNS = [("layout", "layout"), ("router", "router"), ("gpus", "GPUs"), ("mode", "mode"),
+                 ("meets_slo", "meets SLO"), ("violations", "misses"), ("slo_attainment", "SLO attainment"),
+                 ("tok_s_per_gpu", "out tok/s per GPU"), ("ttft_p99_s", "TTFT p99 s"), ("tpot_p99_s", "TPOT p99 s"),
+                 ("prefix_hit_rate_tokens", "prefix hit"), ("cost_per_m_output_tokens", "$ per M output tokens")]
+
+
+def fleet_chosen(fleet: pd.DataFrame) -> pd.Series | None:
+    """The fleet plan's answer: the cheapest layout meeting every SLO (cost per hour when known, else GPUs; then
+    TTFT p99), as `kvsim plan` picks it; None when none meets them."""
+    ok = fleet[fleet["meets_slo"].astype(str).str.lower().isin(("true", "1"))]
+    if not len(ok):
+        return None
+    cost = ok["cost_per_hour"] if "cost_per_hour" in ok.columns and ok["cost_per_hour"].notna().all() else ok["gpus"]
+    return ok.assign(_c=cost).sort_values(["_c", "gpus", "ttft_p99_s"], kind="stable").iloc[0]
+
+
+def fleet_tables(fleet: pd.DataFrame) -> list[tuple[str, list[str], list[list[str]]]]:
+    """The layouts simulated (the chosen one first, marked) and, per router, its best layout."""
+    cols = [(k, h) for k, h in FLEET_COLUMNS if k in fleet.columns]
+    chosen = fleet_chosen(fleet)
+
+    def row(r, mark="") -> list[str]:
+        return [mark + _fmt(r[k]) if i == 0 else _fmt(r[k]) for i, (k, _) in enumerate(cols)]
+
+    order = fleet.sort_values(["gpus", "layout", "router"], kind="stable")
+    layouts = ([row(chosen, "-> ")] if chosen is not None else []) + [row(r) for _, r in order.iterrows()]
+    routers = []
+    for router, g in fleet.groupby("router", sort=True):
+        met = g[g["meets_slo"].astype(str).str.lower().isin(("true", "1"))]
+        pick = met.sort_values(["gpus", "ttft_p99_s"]).iloc[0] if len(met) else g.sort_values("slo_attainment").iloc[-1]
+        routers.append([str(router), _fmt(pick["layout"]), _fmt(pick["gpus"]), "yes" if len(met) else "no",
+                        _fmt(pick["ttft_p99_s"]), _fmt(pick["tok_s_per_gpu"])])
+    return [("Layouts (-> the cheapest meeting the SLOs)", [h for _, h in cols], layouts),
+            ("Routers: the smallest layout each meets the SLOs with", ["router", "layout", "GPUs", "meets SLO",
+                                                                       "TTFT p99 s", "out tok/s per GPU"], routers)]
+
+
+def plot_fleet(fleet: pd.DataFrame, path: Path) -> Path:
+    """Output tokens/s per GPU against TTFT p99 of every layout (aggregated and disaggregated apart, those that miss
+    an SLO hollow), the Pareto front and the chosen layout."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7.5, 4.6))
+    met = fleet["meets_slo"].astype(str).str.lower().isin(("true", "1"))
+    for mode, marker in (("aggregated", "o"), ("disaggregated", "s")):
+        m = fleet["mode"] == mode if "mode" in fleet.columns else pd.Series(mode == "aggregated", fleet.index)
+        for ok, face in ((True, None), (False, "none")):
+            g = fleet[m & (met == ok)]
+            if len(g):
+                ax.plot(g["ttft_p99_s"], g["tok_s_per_gpu"], marker, ms=6, mfc=face, ls="none",
+                        label=f"{mode}{'' if ok else ' (misses an SLO)'}")
+    front = fleet.sort_values("ttft_p99_s")
+    front = front[front["tok_s_per_gpu"] >= front["tok_s_per_gpu"].cummax()]
+    ax.plot(front["ttft_p99_s"], front["tok_s_per_gpu"], "-", color="0.5", lw=1, label="Pareto front")
+    chosen = fleet_chosen(fleet)
+    if chosen is not None:
+        ax.plot([chosen["ttft_p99_s"]], [chosen["tok_s_per_gpu"]], "*", ms=16, color="C3",
+                label=f"chosen: {chosen['layout']} ({chosen['router']})")
+    ax.set_xscale("log")
+    ax.set_xlabel("TTFT p99 (s)")
+    ax.set_ylabel("output tokens/s per GPU")
+    ax.set_ylim(bottom=0)
+    ax.set_title("Fleet layouts: throughput per GPU vs TTFT p99")
+    ax.grid(alpha=0.3)
+    fig.tight_layout(rect=(0, 0.12, 1, 1))
+    _legend_below(fig, ax, 3)
+    return _save(fig, path)
+
+
+def plot_fleet_routers(fleet: pd.DataFrame, path: Path) -> Path:
+    """TTFT p99 and TPOT p99 per router at the chosen layout's fleet size (else the largest simulated)."""
+    plt = _plt()
+    chosen = fleet_chosen(fleet)
+    size = chosen["gpus"] if chosen is not None else fleet["gpus"].max()
+    g = fleet[fleet["gpus"] == size].sort_values(["router", "layout"])
+    labels = [f"{r}\n{lay}" for r, lay in zip(g["router"], g["layout"])]
+    fig, axes = plt.subplots(1, 2, figsize=(9, 4.2))
+    for ax, col, name in ((axes[0], "ttft_p99_s", "TTFT p99 (s)"), (axes[1], "tpot_p99_s", "TPOT p99 (s)")):
+        ax.bar(range(len(g)), g[col], color="C0")
+        ax.set_xticks(range(len(g)), labels, rotation=60, ha="right", fontsize=7)
+        ax.set_title(f"{name}, fleets of {size} GPUs")
+        ax.grid(alpha=0.3, axis="y")
+    fig.tight_layout()
+    return _save(fig, path)
+
+
 def build_report(out_dir: str | Path, capacity: pd.DataFrame | None, points: pd.DataFrame | None,
-                 slos: list[Slo], title: str, notes: list[str] | None = None) -> dict[str, Path]:
+                 slos: list[Slo], title: str, notes: list[str] | None = None,
+                 fleet: pd.DataFrame | None = None) -> dict[str, Path]:
+    """The report's page and Markdown (and plots): a capacity table and its points, and/or a fleet plan's layouts
+    (``fleet``: fleet_plan.csv)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     figs: list[tuple[str, Path]] = []
+    if fleet is not None and len(fleet):
+        figs.append(("Fleet layouts: throughput per GPU vs TTFT p99", plot_fleet(fleet, out / "fleet_layouts.png")))
+        figs.append(("Routers at the chosen fleet size", plot_fleet_routers(fleet, out / "fleet_routers.png")))
     if points is not None and len(points):
         points = label_points(points)
         if "throughput_tok_s" in points.columns and _has_rate(points):
@@ -290,6 +381,8 @@ def build_report(out_dir: str | Path, capacity: pd.DataFrame | None, points: pd.
     slo_text = ", ".join(str(s) for s in slos) if slos else "none"
     headers, rows = capacity_table(capacity) if capacity is not None and len(capacity) else ([], [])
     tables = [("Capacity", headers, rows)] if headers else []
+    if fleet is not None and len(fleet):
+        tables += fleet_tables(fleet)
     if points is not None and len(points) and "throughput_tok_s" in points.columns and not headers:
         tables.append(("Results", *results_table(points)))
 
