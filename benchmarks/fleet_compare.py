@@ -21,7 +21,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-ROUTERS = ["round-robin", "random", "least-requests", "least-kv", "session", "prefix-approx", "prefix", "prefix+load"]
+ROUTERS = ["round-robin", "random", "least-requests", "least-kv", "session", "prefix-approx", "prefix", "prefix+load",
+           "sglang-cache-aware", "llm-d"]
 
 
 def tiled_mooncake(copies: int):

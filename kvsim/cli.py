@@ -104,7 +104,9 @@ def _report_crash(exc: BaseException) -> int:
     path = os.path.join(tempfile.gettempdir(), f"kvsim-crash-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.txt")
     try:
         with open(path, "w", encoding="utf-8") as fh:
-            fh.write(f"kvsim {__version__}\ncommand: kvsim {' '.join(sys.argv[1:])}\n\n")
+            import shlex
+
+            fh.write(f"kvsim {__version__}\ncommand: kvsim {shlex.join(sys.argv[1:])}\n\n")
             traceback.print_exception(exc, file=fh)
         where = f"; the traceback is in {path}"
     except OSError:

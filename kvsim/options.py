@@ -70,7 +70,7 @@ def _size(text: str, name: str) -> int:
         x = float(text[:-1]) * _SIZE_UNITS[text[-1]]
     except ValueError:
         raise ConfigError(f"{name}: must be an integer or a size such as 32k (32,000) or 32K (32,768), "
-                          f"got {text!r}") from None
+                          f"got {shown(text)}") from None
     if not x.is_integer():
         raise ConfigError(f"{name}: {text!r} is not a whole number of tokens")
     return int(x)
@@ -83,7 +83,7 @@ def _coerce(o: Option, v, name: str):
             return v
         if isinstance(v, str) and v.lower() in ("true", "false", "yes", "no", "1", "0"):
             return v.lower() in ("true", "yes", "1")
-        raise ConfigError(f"{name}: must be true or false, got {v!r}")
+        raise ConfigError(f"{name}: must be true or false, got {shown(v)}")
     if o.type in (int, float):
         if o.sizes and isinstance(v, str) and v.strip()[-1:] in _SIZE_UNITS:
             v = _size(v.strip(), name)
@@ -105,11 +105,11 @@ def _coerce(o: Option, v, name: str):
             raise ConfigError(f"{name}: {problem}")
         return v
     if not isinstance(v, str):
-        raise ConfigError(f"{name}: must be text, got {v!r}")
+        raise ConfigError(f"{name}: must be text, got {shown(v)}")
     allowed = o.allowed()
     if allowed and v not in allowed:
         close = difflib.get_close_matches(v, allowed, n=1)
-        raise ConfigError(f"{name}: '{v}' is not one of {', '.join(allowed)}"
+        raise ConfigError(f"{name}: {shown(v)} is not one of {', '.join(allowed)}"
                           + (f"; did you mean '{close[0]}'?" if close else ""))
     problem = o.rule(v) if o.rule else None
     if problem:
@@ -247,7 +247,12 @@ def config_from_options(values: Mapping[str, Any], naming: str = "flag"):
     reserve = v["activation_reserve"]
     if "activation_reserve" not in given and "activation_reserve_gb" in given:
         reserve = "fixed"  # a reserve given in GiB is meant to be used
-    mem = MemoryConfig(v["gpu_memory_utilization"], v["activation_reserve_gb"], reserve,
+    utilization = v["gpu_memory_utilization"]
+    if "gpu_memory_utilization" not in given:
+        from kvsim.releases import default_gpu_memory_utilization
+
+        utilization = default_gpu_memory_utilization(v["vllm_version"], utilization)
+    mem = MemoryConfig(utilization, v["activation_reserve_gb"], reserve,
                        v["kv_pool_gb"], v["num_blocks"], v["num_blocks_size"] or v["block_size"],
                        v["ignore_gpu_memory"])
     from kvsim.config import set_pool, set_pool_problem

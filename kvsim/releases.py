@@ -141,6 +141,20 @@ def kernel_mismatches(chip: str, release: str | None) -> list[KernelMismatch]:
     return [m for m in KERNEL_MISMATCHES if m.chip == chip and release_key(m.release) == release_key(release)]
 
 
+UTILIZATION_092_FROM = "0.21.0"  # vLLM PR #38284: default --gpu-memory-utilization 0.90 -> 0.92
+
+
+def default_gpu_memory_utilization(vllm_version: str | None, default: float) -> float:
+    """vLLM's default --gpu-memory-utilization for ``vllm_version``: 0.92 from 0.21 (PR #38284, which also made its
+    start-up profile subtract an estimate of the CUDA graphs' memory: not modelled, so the KV pool of those
+    releases comes out that much large, 0.2-0.7 GiB for 7-8B models and up to 5 GiB for large MoE models at TP4
+    in public logs), else ``default`` (0.90; also when no release is given: the start-up logs kvsim's pool sizing
+    was checked against are of 0.10-0.11)."""
+    if vllm_version is not None and release_key(vllm_version) >= release_key(UTILIZATION_092_FROM):
+        return 0.92
+    return default
+
+
 # [first, last) releases that ran models with chunked local attention without the hybrid KV cache manager
 CHUNKED_WITHOUT_HYBRID_MANAGER = ("0.10.0", "0.13.0")
 

@@ -22,10 +22,16 @@ def is_finite(v) -> bool:
 
 
 def shown(v) -> str:
-    """A value for an error message: as written, or the size of an integer too long to print whole."""
+    """A value for an error message: as written, or the size of an integer too long to print whole, or the start
+    of a text too long to print whole."""
     if isinstance(v, int) and not isinstance(v, bool) and not -10**20 < v < 10**20:
         return f"a {len(str(abs(v))) if abs(v) < 10**4000 else 'over 4000'}-digit integer"
+    if isinstance(v, str) and len(v) > MAX_SHOWN:
+        return f"{v[:MAX_SHOWN]!r}... ({len(v):,} characters)"
     return repr(v)
+
+
+MAX_SHOWN = 80  # characters of a text an error message repeats
 
 
 @dataclass(frozen=True)

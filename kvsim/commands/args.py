@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Callable
 
 from kvsim.files import CONFIG_MARK  # noqa: F401 (in a results folder: the configuration its results describe)
-from kvsim.validation import NON_NEGATIVE, POSITIVE, POSITIVE_INT, Number
+from kvsim.validation import NON_NEGATIVE, POSITIVE, POSITIVE_INT, Number, shown
 
 DEFAULT_OUT = "kvsim-out"  # where commands write unless told otherwise
 
@@ -19,10 +19,11 @@ def number(kind: type, rule: Number | None = None) -> Callable[[str], int | floa
         try:
             v = float(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"must be {'an integer' if kind is int else 'a number'}, got {text!r}") from None
+            raise argparse.ArgumentTypeError(f"must be {'an integer' if kind is int else 'a number'}, "
+                                             f"got {shown(text)}") from None
         if kind is int:
             if not v.is_integer():
-                raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}")
+                raise argparse.ArgumentTypeError(f"must be an integer, got {shown(text)}")
             v = int(v)
         problem = rule(v) if rule else None
         if problem:
