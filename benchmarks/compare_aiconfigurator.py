@@ -35,7 +35,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "benchmarks" / "data" / "inferencemax_gpt_oss_120b.csv"
 OUT = ROOT / "reports" / "validation-inferencemax"
-SYSTEMS = {"h100": "h100_sxm", "h200": "h200_sxm", "b200": "b200_sxm"}
+sys.path.insert(0, str(ROOT))  # kvsim itself need not be installed where AIConfigurator is
+from kvsim.hardware.gpus import GPU_PRESETS  # noqa: E402
+
+# the runs' GPUs (as benchmarks/validate_inferencemax.py names their presets) -> AIConfigurator systems
+SYSTEMS = {hw: GPU_PRESETS[g].aic_system for hw, g in {"h100": "h100-80gb", "h200": "h200-141gb", "b200": "b200"}.items()}
 SETUP = ("gpu", "vllm", "isl", "osl", "tp", "conc")  # all the estimator is given
 AIC_VERSION = "0.24.0"
 
@@ -88,7 +92,6 @@ def run_estimates(path: Path, workers: int) -> None:
 def write_table(estimates: Path, kvsim_csv: Path, out: Path) -> str:
     import pandas as pd
 
-    sys.path.insert(0, str(ROOT))  # kvsim itself need not be installed where AIConfigurator is
     from kvsim.commands.validate import ratio_table
 
     aic = pd.read_csv(estimates, comment="#", dtype={"vllm": str})

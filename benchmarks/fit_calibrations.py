@@ -3,7 +3,7 @@
     python benchmarks/fit_calibrations.py ../shared/profiles/vidur
 
 For each GPU with profiles (A100-80GB, H100-80GB, A40) it fits the dense-op and all-reduce parameters
-(kvsim/latency/fit.py), sets the attention constants from physics anchored on the same measurements (see
+(kvsim/calibrate/fits.py), sets the attention constants from physics anchored on the same measurements (see
 below), writes ``kvsim/latency/calibrations/<gpu>.json``, and writes the validation to
 ``reports/latency-validation/``: leave-one-model-out predicted/measured of the dense ops by token regime,
 and held-out all-reduce sizes by message-size regime.
@@ -34,8 +34,8 @@ sys.path.insert(0, str(ROOT))
 from kvsim.hardware.gpus import GPU_PRESETS  # noqa: E402
 from kvsim.latency.calibration import (SHIPPED, Calibration, DecodeAttentionParams, PrefillAttentionParams,  # noqa: E402
                                        save_calibration)
-from kvsim.latency.fit import (dense_rows, fit_elementwise, fit_gemm, fit_links, holdout_links,  # noqa: E402
-                               leave_one_model_out, summarize_dense, tp_layers_with_all_reduce)
+from kvsim.calibrate.fits import (dense_rows, fit_elementwise, fit_gemm, fit_links, holdout_links,  # noqa: E402
+                                  leave_one_model_out, summarize_dense, tp_layers_with_all_reduce)
 
 SKUS = {"a100": "a100-80gb", "h100": "h100-80gb", "a40": "a40"}
 PREFILL_FLOPS_EFF = 0.6

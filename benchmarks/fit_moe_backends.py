@@ -28,11 +28,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from kvsim.hardware.gpus import GPU_PRESETS  # noqa: E402
-from kvsim.latency.aic import fit_moe_families, locate_table, system_dir, system_root  # noqa: E402
+from kvsim.calibrate.aic import fit_moe_families, locate_table, system_dir, system_root  # noqa: E402
+from kvsim.calibrate.ship import shipped_systems  # noqa: E402
 from kvsim.latency.calibration import SHIPPED  # noqa: E402
 
-SYSTEMS = {"a100-80gb": "a100_sxm", "h100-80gb": "h100_sxm", "h200-141gb": "h200_sxm", "b200": "b200_sxm",
-           "gb200": "gb200", "b300": "b300_sxm", "gb300": "gb300", "l40s": "l40s", "rtx-pro-6000": "rtx_pro_6000_server"}
+# chip -> its AIConfigurator system, for every shipped calibration fitted on AIConfigurator's tables
+SYSTEMS = {gpu: system for system, gpu in shipped_systems().items()}
 
 
 def calibration_files() -> list[tuple[str, Path]]:
@@ -46,7 +47,7 @@ def calibration_files() -> list[tuple[str, Path]]:
 
 @lru_cache(maxsize=None)  # calibrations of several releases can share one table: fitted once
 def fit_table(chip: str, table: str, version: str) -> tuple[dict, dict]:
-    """(moe_backends, their validation) fitted on one MoE table (kvsim.latency.aic.fit_moe_families)."""
+    """(moe_backends, their validation) fitted on one MoE table (kvsim.calibrate.aic.fit_moe_families)."""
     fitted, stats = fit_moe_families(Path(table), GPU_PRESETS[chip], validate=True)
     params = {q: {b: asdict(p) for b, p in by.items()} for q, by in fitted.items()}
     where = f"{SYSTEMS[chip]}/moe/vllm/{version}"

@@ -84,7 +84,7 @@ def prefix_caching(cfg: "SimConfig", named: bool) -> bool:
     by default), and allocators the user named run as named."""
     if cfg.enable_prefix_caching is not None:
         return cfg.enable_prefix_caching
-    return not named and not cfg.model.count("mamba")
+    return not named and not cfg.model.state_layers
 
 
 @dataclass(frozen=True)

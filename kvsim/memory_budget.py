@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass
 
 from kvsim.config import GiB, SimConfig, prefix_caching, reserve_bytes, reserve_parts
+from kvsim.hardware.layer_kinds import KINDS as LAYER_KINDS
 from kvsim.releases import hybrid_manager_on, kv_size_from_concurrency
 
 
@@ -140,11 +141,11 @@ def memory_budget(cfg: SimConfig) -> MemoryBudget:
         kv_formula=formula, block_size=cfg.block_size, max_model_len=cfg.scheduler.max_model_len, params=m.params,
         weight_dtype=m.weight_dtype or m.dtype, quant_detail=m.quant_detail, expert_dtype=m.expert_dtype or "",
         expert_padding_bytes=stage.expert_padding_bytes(gpu, tp * cfg.dp), dtype=m.dtype, draft_bytes=m.draft_weight_bytes / tp, reserve_how=_reserve_how(parts), kv_dtype=kv_dtype, layer_mix=mix,
-        state_bytes_per_seq=m.count("mamba") * m.state_bytes_per_layer(tp), layouts=layouts,
+        state_bytes_per_seq=m.state_layers * m.state_bytes_per_layer(tp), layouts=layouts,
         prefill_chunk=cfg.scheduler.prefill_chunk, pp=cfg.pp, stage_layers=stage.layers, model_layers=m.layers, kv_heads=m.kv_heads,
         dp=cfg.dp, expert_bytes=stage.expert_weight_bytes() / (tp * cfg.dp) if cfg.dp > 1 else 0.0,
         vllm_layout="hybrid" if hybrid_manager_on(m, cfg.vllm_version) else "naive", vllm_version=cfg.vllm_version,
-        recurrent=recurrent_kind(m), state_pages=2 if m.count("mamba") and prefix_caching(cfg, named=False) else 1)
+        recurrent=recurrent_kind(m), state_pages=2 if m.state_layers and prefix_caching(cfg, named=False) else 1)
 
 
 def _reserve_how(parts: tuple[float, float, float] | None) -> str:
@@ -158,17 +159,17 @@ def _reserve_how(parts: tuple[float, float, float] | None) -> str:
 
 def recurrent_kind(m) -> str:
     """What the model's recurrent layers are, as people call them."""
-    return "Gated DeltaNet" if m.gdn_key_width else "mamba"
+    return LAYER_KINDS["mamba"].label(m)
 
 
 def layer_mix(m) -> str:
     """'21 sliding (4,096) + 21 full': the model's layers by kind."""
     parts = []
-    for kind in ("full", "sliding", "chunked", "mamba"):
-        n = m.count(kind)
+    for name, kind in LAYER_KINDS.items():
+        n = m.count(name)
         if n:
-            w = m.window_of(kind)
-            parts.append(f"{n} {recurrent_kind(m) if kind == 'mamba' else kind}" + (f" ({w:,})" if w else ""))
+            w = kind.window(m)
+            parts.append(f"{n} {kind.label(m)}" + (f" ({w:,})" if w else ""))
     return " + ".join(parts)
 
 

@@ -16,7 +16,7 @@ import pytest
 
 from kvsim.errors import ConfigError
 from kvsim.hardware import get_gpu, get_model
-from kvsim.latency.aic import check_against_perop, evaluate_calibration, fit_aic, read_aic
+from kvsim.calibrate.aic import check_against_perop, evaluate_calibration, fit_aic, read_aic
 from kvsim.latency.calibration import Calibration, LinkParams, shipped_calibration
 from kvsim.latency.cpu import get_cpu_overhead
 from kvsim.latency.perop import PerOpModel
@@ -82,7 +82,7 @@ def test_fit_on_the_excerpt_predicts_it():
 def test_a_slow_all_reduce_group_is_fitted_not_refused():
     """GB300's 16-GPU all-reduce starts at 46 us: the fit's start (5x the fastest time for NCCL's latency) lay
     past its 200 us bound and kvsim calibrate crashed. The start is clipped into the bounds."""
-    from kvsim.latency.aic import fit_all_reduce
+    from kvsim.calibrate.aic import fit_all_reduce
 
     sizes = np.array([2.0 ** k for k in range(10, 30)])
     secs = np.minimum(46e-6 + sizes / 40e9, 120e-6 + sizes / 300e9)
@@ -209,7 +209,7 @@ def _package_layout(tmp_path, system="h100_sxm", as_system=None):
 
 def test_tables_of_the_installed_package_are_found_without_importing_it(tmp_path, monkeypatch, capsys):
     from kvsim.cli import main
-    from kvsim.latency.aic import installed_tables, system_root
+    from kvsim.calibrate.aic import installed_tables, system_root
 
     pkg = _package_layout(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path / "site"))
@@ -268,7 +268,7 @@ def test_a_table_with_a_bad_cell_is_named(tmp_path):
 def test_moe_rows_are_read_in_seconds_per_rank_and_priced_as_the_model_prices_them():
     """The fused-MoE table: milliseconds -> seconds, one expert's width on a rank; the fitting formula is the
     one PerOpModel's MoE layers use, expert parallelism included."""
-    from kvsim.latency.aic import moe_seconds_table
+    from kvsim.calibrate.aic import moe_seconds_table
     from kvsim.latency.perop import MoeOp
 
     d = read_aic(AIC, "h100_sxm", kinds=("moe",))
@@ -291,7 +291,7 @@ def test_moe_rows_are_read_in_seconds_per_rank_and_priced_as_the_model_prices_th
 
 
 def test_shipped_moe_fit_holds_on_the_excerpt_and_a_fit_on_it_predicts_it():
-    from kvsim.latency.aic import evaluate_moe, fit_moe_table
+    from kvsim.calibrate.aic import evaluate_moe, fit_moe_table
 
     d = read_aic(AIC, "h100_sxm", kinds=("moe",))
     calib, _ = shipped_calibration(d.gpu)
@@ -331,7 +331,7 @@ def test_quantized_experts_are_priced_from_their_own_kernels():
     bf16 FLOP rate where the GPU has FP8 tensor cores (H100), at the bf16 rate where it has not (A100, whose
     vLLM runs FP8 weights through weight-only kernels); a calibration without them prices the quantized weights'
     bytes with the bf16 parameters, as before. A fit on rows made by known parameters recovers them."""
-    from kvsim.latency.aic import fit_moe_table, moe_seconds_table
+    from kvsim.calibrate.aic import fit_moe_table, moe_seconds_table
     from kvsim.latency.calibration import MoeParams
     from kvsim.latency.perop import MoeOp, PerOpModel, moe_formula
     from kvsim.latency.cpu import get_cpu_overhead
@@ -382,7 +382,7 @@ def test_mla_decode_is_priced_as_the_fit_prices_it():
     decode attention, as before)."""
     import numpy as np
 
-    from kvsim.latency.aic import mla_seconds
+    from kvsim.calibrate.aic import mla_seconds
 
     g = get_gpu("h100-80gb")
     calib, _ = shipped_calibration(g)
@@ -400,7 +400,7 @@ def test_mla_decode_is_priced_as_the_fit_prices_it():
 def test_mla_prefill_is_priced_as_the_fit_prices_it():
     import numpy as np
 
-    from kvsim.latency.aic import mla_prefill_seconds
+    from kvsim.calibrate.aic import mla_prefill_seconds
 
     g = get_gpu("b200")
     calib, _ = shipped_calibration(g)
@@ -416,7 +416,7 @@ def test_mla_prefill_is_priced_as_the_fit_prices_it():
 def test_quantized_gemms_come_from_the_newest_plausible_table():
     """The excerpt's vLLM 0.24 fp8_block rows take several times bf16's time on small GEMMs (a floor no kernel
     in a CUDA graph has): fp8_block comes from 0.19, per-tensor fp8 from 0.24; both fits predict their rows."""
-    from kvsim.latency.aic import gemm_seconds_table, quant_gemm_excess, read_gemm
+    from kvsim.calibrate.aic import gemm_seconds_table, quant_gemm_excess, read_gemm
 
     d = read_aic(AIC, "h100_sxm")
     assert d.versions["gemm_perf:fp8"] == "0.24.0" and d.versions["gemm_perf:fp8_block"] == "0.19.0"

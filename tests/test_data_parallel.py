@@ -10,7 +10,7 @@ from kvsim.fleet.cluster import ReplicaGroup, simulate_fleet
 from kvsim.fleet.routers import RouterOptions, make_router
 from kvsim.hardware import get_gpu, get_model
 from kvsim.latency import get_cpu_overhead
-from kvsim.latency.aic import fit_aic, read_aic, validate_aic
+from kvsim.calibrate.aic import fit_aic, read_aic, validate_aic
 from kvsim.latency.calibration import shipped_calibration
 from kvsim.latency.perop import MoeOp, PerOpModel
 from kvsim.memory_budget import memory_budget

@@ -162,7 +162,7 @@ def test_a_system_yaml_with_bad_peaks_names_file_and_field(yaml_text, field, tmp
 
 
 def test_a_system_yaml_peak_written_without_a_dot_is_read_as_a_number(tmp_path):
-    from kvsim.latency.aic import gpu_for_system
+    from kvsim.calibrate.aic import gpu_for_system
 
     (tmp_path / "x9_sxm").mkdir()
     (tmp_path / "x9_sxm.yaml").write_text("gpu: {mem_bw: 5e12, mem_capacity: 1e11, bfloat16_tc_flops: 1e15, "

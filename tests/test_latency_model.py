@@ -13,7 +13,7 @@ from kvsim.cli import main
 from kvsim.hardware import get_gpu, get_model
 from kvsim.latency import StepShape, get_cpu_overhead
 from kvsim.latency.calibration import Calibration, DecodeAttentionParams, GemmParams, LinkParams, shipped_calibration
-from kvsim.latency.fit import dense_rows, fit_links, leave_one_model_out, summarize_dense
+from kvsim.calibrate.fits import dense_rows, fit_links, leave_one_model_out, summarize_dense
 from kvsim.latency.perop import PerOpModel, gemm_seconds
 from kvsim.options import config_from_args
 
@@ -82,7 +82,7 @@ def test_fit_finds_an_unsplit_kernel_only_where_the_table_shows_one():
     """Rows made by known parameters: grouped layouts from the split model, one-head-per-KV-head layouts
     from an unsplit walk (22 GB/s per CTA), the fit recovers the walk; rows where those layouts follow the
     split model keep one set of parameters."""
-    from kvsim.latency.aic import _decode_df, fit_decode
+    from kvsim.calibrate.aic import _decode_df, fit_decode
 
     gpu = get_gpu("a100-80gb")
     truth = DecodeAttentionParams(12e-6, 15e-6, 0.75, 0.0, 90.0, unsplit_cta_bw=22e9, unsplit_floor_s=11e-6,

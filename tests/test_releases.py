@@ -11,7 +11,7 @@ import pytest
 from kvsim.errors import ConfigError
 from kvsim.hardware import get_gpu
 from kvsim.latency import build_latency
-from kvsim.latency.aic import locate_table, read_aic
+from kvsim.calibrate.aic import locate_table, read_aic
 from kvsim.latency.base import StepShape
 from kvsim.latency.calibration import load_calibration, shipped_calibration
 from kvsim.releases import (RELEASES_INDEX, SHIPPED, release_calibration, release_key, vllm_releases,

@@ -35,7 +35,7 @@ from kvsim.allocators.block_keys import prompt_block_hashes
 from kvsim.allocators.block_pool import BlockPool, FreeStackPool
 from kvsim.allocators.block_tables import NULL
 from kvsim.allocators.kv_groups import KVGroup, KVLayout
-from kvsim.allocators.kv_managers import MANAGERS, FullAttention, GroupManager
+from kvsim.allocators.kv_managers import FullAttention, GroupManager, manager_for
 from kvsim.allocators.swap import SwapSpace
 from kvsim.trace.request import Request
 
@@ -64,7 +64,7 @@ class HybridAllocator(KVAllocator):
         self.caches_prefixes = prefix
         # windows off (the naive baseline): every attention group is kept as full attention
         self.managers: list[GroupManager] = [
-            (MANAGERS[g.kind] if self.windows or not g.windowed else FullAttention)(g, self.pools[g.pool], self.B, i)
+            (manager_for(g.spec) if self.windows or not g.windowed else FullAttention)(g, self.pools[g.pool], self.B, i)
             for i, g in enumerate(self.groups)]
         self._attn = [m for m in self.managers if m.attention]
         self._windowed = [m for m in self._attn if m.windowed]

@@ -27,10 +27,10 @@ Two layouts:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from kvsim.errors import ConfigError
-from kvsim.hardware.models import first_attended
+from kvsim.hardware.layer_kinds import KINDS, LayerKind
 
 KERNEL_BLOCK_ALIGNMENT = 16  # tokens: attention block sizes stay multiples of this (vLLM's alignment for mamba hybrids)
 
@@ -39,40 +39,38 @@ KERNEL_BLOCK_ALIGNMENT = 16  # tokens: attention block sizes stay multiples of t
 class KVGroup:
     """Layers that share one block table per sequence."""
 
-    kind: str  # "full", "sliding", "chunked" or "mamba"
+    kind: str  # a layer kind's name (layer_kinds.KINDS): "full", "sliding", "chunked" or "mamba"
     layers: int  # real layers (a padded group spans more in its pages)
     window: int  # sliding: window tokens; chunked: chunk tokens; 0 otherwise
     token_units: int  # units one token's cache takes in this group (0 for mamba)
     state_units: int  # units of one sequence's recurrent state in this group (0 unless mamba)
     page_units: int  # units of one page (block) of this group
     pool: int  # index of the pool its pages come from
+    # the kind's object, resolved once here (not compared, not shown)
+    spec: LayerKind = field(init=False, repr=False, compare=False)
+    attention: bool = field(init=False, repr=False, compare=False)  # per-token KV (else one state per sequence)
+    windowed: bool = field(init=False, repr=False, compare=False)  # frees what no later token attends to
 
-    @property
-    def attention(self) -> bool:
-        return self.kind != "mamba"
-
-    @property
-    def windowed(self) -> bool:
-        return self.kind in ("sliding", "chunked")
+    def __post_init__(self) -> None:
+        spec = KINDS[self.kind]
+        object.__setattr__(self, "spec", spec)
+        object.__setattr__(self, "attention", spec.attention)
+        object.__setattr__(self, "windowed", spec.windowed)
 
     def skipped_tokens(self, computed: int) -> int:
         """Leading tokens no later token attends to, once ``computed`` tokens have KV (vLLM's
         sliding-window / chunked-local managers free the blocks wholly inside them)."""
-        return first_attended(self.kind, self.window, computed) if self.windowed else 0
+        return self.spec.first_attended(self.window, computed) if self.windowed else 0
 
     def computed_skipping(self, tokens: int) -> int:
         """The fewest computed tokens at which the first ``tokens`` tokens are skipped (inverse of
         :meth:`skipped_tokens`): when the block ending there is freed."""
-        return tokens + self.window - 1 if self.kind == "sliding" else -(-tokens // self.window) * self.window
+        return self.spec.computed_skipping(self.window, tokens)
 
     def needed_hit_blocks(self, hit_blocks: int, block_size: int) -> int:
         """A prefix hit of ``hit_blocks`` blocks needs this group's last this-many of them cached (all of them
         for full attention; the window's for sliding (cdiv(W - 1, B), as vLLM); the current chunk's for chunked)."""
-        if self.kind == "sliding":
-            return min(hit_blocks, -(-(self.window - 1) // block_size))
-        if self.kind == "chunked":
-            return hit_blocks - (hit_blocks * block_size) // self.window * self.window // block_size
-        return hit_blocks
+        return self.spec.needed_hit_blocks(self.window, hit_blocks, block_size)
 
 
 @dataclass(frozen=True)
@@ -96,15 +94,9 @@ def max_blocks_per_request(kind: str, window: int, block_size: int, max_model_le
     chunks of ``chunk`` tokens (0: whole), as vLLM's ``max_memory_usage_bytes``: every token (full); the
     last W - 1 computed tokens plus the chunk, one more block because the window need not start at a block
     boundary (sliding); the chunk's tokens plus the prefill chunk (chunked); ``state_pages`` pages (mamba: one,
-    or two with prefix caching, whose ``align`` mode keeps the last block-aligned state beside the running one)."""
-    T = chunk or max_model_len
-    if kind == "sliding":
-        return -(-min(window - 1 + T, max_model_len) // block_size) + 1
-    if kind == "chunked":
-        return -(-min(window + T, max_model_len) // block_size)
-    if kind == "mamba":
-        return state_pages
-    return -(-max_model_len // block_size)
+    or two with prefix caching, whose ``align`` mode keeps the last block-aligned state beside the running one):
+    :meth:`LayerKind.max_blocks` of the kind named ``kind``."""
+    return KINDS[kind].max_blocks(window, block_size, max_model_len, chunk, state_pages)
 
 
 def max_concurrency(layout: KVLayout, max_model_len: int, chunk: int, state_pages: int = 1) -> float:
@@ -117,15 +109,15 @@ def max_concurrency(layout: KVLayout, max_model_len: int, chunk: int, state_page
 
 
 def _kinds(model, windows: bool) -> list[tuple[str, int, int]]:
-    """(kind, window, layers) of each kind of layer the model has, in a fixed order."""
+    """(kind, window, layers) of each kind of layer the model has, in the registry's order (layer_kinds.KINDS)."""
     out = []
-    for kind in ("full", "sliding", "chunked", "mamba"):
+    for kind, spec in KINDS.items():
         n = model.count(kind)
         if n:
-            out.append((kind, model.window_of(kind), n))
+            out.append((kind, spec.window(model), n))
     if not windows:  # the naive baseline: every attention layer is a full one
-        attn = sum(n for k, _, n in out if k != "mamba")
-        out = ([("full", 0, attn)] if attn else []) + [t for t in out if t[0] == "mamba"]
+        attn = sum(n for k, _, n in out if KINDS[k].attention)
+        out = ([("full", 0, attn)] if attn else []) + [t for t in out if not KINDS[t[0]].attention]
     return out
 
 
@@ -136,10 +128,10 @@ def build_layout(model, tp: int, pool_bytes: int, block_size: int, max_model_len
         raise ValueError(f"layout mode '{mode}'")
     kinds = _kinds(model, windows)
     tb = model.kv_bytes_per_token_layer(tp) if model.attention_layers else 0
-    sb = model.state_bytes_per_layer(tp) if model.count("mamba") else 0
+    sb = model.state_bytes_per_layer(tp) if model.state_layers else 0
     unit = math.gcd(tb, sb) or 1
     tu, su = tb // unit, sb // unit
-    has_attn = any(k != "mamba" for k, _, _ in kinds)
+    has_attn = any(KINDS[k].attention for k, _, _ in kinds)
     B = block_size
     groups: list[KVGroup] = []
     if mode == "shared":
@@ -153,14 +145,15 @@ def build_layout(model, tp: int, pool_bytes: int, block_size: int, max_model_len
         for kind, window, n in kinds:
             for start in range(0, n, size):
                 real = min(size, n - start)
-                groups.append(KVGroup(kind, real, window, real * tu if kind != "mamba" else 0,
-                                      real * su if kind == "mamba" else 0, page, 0))
+                attention = KINDS[kind].attention
+                groups.append(KVGroup(kind, real, window, real * tu if attention else 0,
+                                      0 if attention else real * su, page, 0))
         pool_bytes_per = [pool_bytes]
         pages = (page,)
     else:
         need = []  # units one max-length sequence needs in each pool: the split's weights
         for i, (kind, window, n) in enumerate(kinds):
-            if kind == "mamba":
+            if not KINDS[kind].attention:
                 groups.append(KVGroup(kind, n, 0, 0, n * su, n * su, i))
                 need.append(n * su)
             else:

@@ -2,11 +2,12 @@
 (hybrid.py) coordinates, each over the paged core (block_tables.py).
 
 As vLLM V1 maps a layer's cache spec to a manager (full attention, sliding window, chunked local
-attention, mamba), :data:`MANAGERS` maps a group's kind to a class here:
+attention, mamba), :func:`manager_for` maps a group's kind (layer_kinds.py) to a class here, by what the kind
+keeps; the kind's own rules (window, what a prefix hit keeps, peaks) come from its object:
 
 - :class:`FullAttention`: a block every ``block_size`` tokens, kept to the end; a prefix hit needs every
   block of it cached.
-- :class:`WindowedAttention` (sliding window; :class:`ChunkedLocal`): the same growth, but blocks wholly before the
+- :class:`WindowedAttention` (sliding window, chunked local): the same growth, but blocks wholly before the
   first token a later token attends to are freed when the sequence next allocates (vLLM's
   ``remove_skipped_blocks``), leaving NULL entries; a hit needs only the blocks its window (or chunk)
   reads, so the longest acceptable hit is searched from the right.
@@ -21,6 +22,7 @@ from __future__ import annotations
 from kvsim.allocators.block_pool import BlockPool
 from kvsim.allocators.block_tables import NULL, BlockTables
 from kvsim.allocators.kv_groups import KVGroup
+from kvsim.hardware.layer_kinds import LayerKind
 
 
 class GroupManager(BlockTables):
@@ -112,7 +114,7 @@ class WindowedAttention(GroupManager):
         return self.first.get(seq_id, 0) <= self.group.skipped_tokens(tokens) // self.B
 
     def peak_points(self, prompt: int, total: int) -> set[int]:
-        return {self.group.window - 1}  # the window fills, then frees as fast as it grows
+        return self.group.spec.peak_points(self.group.window, prompt, total)
 
     def needed_hit_blocks(self, hit_blocks: int) -> int:
         return self.group.needed_hit_blocks(hit_blocks, self.B)
@@ -132,15 +134,6 @@ class WindowedAttention(GroupManager):
             if run >= self.needed_hit_blocks(right):
                 return right
         return 0
-
-
-class ChunkedLocal(WindowedAttention):
-    """Chunked local attention: a token attends to its own chunk only, so a decode's holding drops at each
-    chunk boundary."""
-
-    def peak_points(self, prompt: int, total: int) -> set[int]:
-        w = self.group.window
-        return {w - 1, -(-(prompt + 1) // w) * w - 1, (total - 1) // w * w - 1}
 
 
 class MambaState(GroupManager):
@@ -167,10 +160,9 @@ class MambaState(GroupManager):
         return self.tables[parent][0], table[0]
 
 
-#: a KV cache group's kind -> its manager (vLLM V1: the cache spec -> manager map)
-MANAGERS: dict[str, type[GroupManager]] = {
-    "full": FullAttention,
-    "sliding": WindowedAttention,
-    "chunked": ChunkedLocal,
-    "mamba": MambaState,
-}
+def manager_for(kind: LayerKind) -> type[GroupManager]:
+    """The manager of a KV cache group of ``kind`` (vLLM V1: the cache spec -> manager map): a recurrent state,
+    a window that frees what it skips, or full attention."""
+    if not kind.attention:
+        return MambaState
+    return WindowedAttention if kind.windowed else FullAttention

@@ -159,7 +159,7 @@ KINDS: dict[str, AllocatorKind] = {k.name: k for k in [
 
 def model_problem(spec: AllocatorSpec, model) -> str | None:
     """Why this allocator cannot serve ``model`` (a ModelSpec), or None."""
-    if model.count("mamba") and not KINDS[spec.kind].layer_groups:
+    if model.state_layers and not KINDS[spec.kind].layer_groups:
         return (f"allocator '{spec}': {model.name} has mamba layers, whose per-sequence state only the layer-group"
                 " allocators hold; use hybrid, static-split or naive")
     return None

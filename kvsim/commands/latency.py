@@ -13,7 +13,7 @@ from kvsim.errors import ConfigError, TraceError
 def cmd_calibrate(a: argparse.Namespace) -> int:
     from kvsim.files import check_output_file
     from kvsim.latency.calibration import save_calibration
-    from kvsim.latency.fit import fit_calibration, read_measurements
+    from kvsim.calibrate.fits import fit_calibration, read_measurements
 
     if not a.measurements and not a.aic:
         raise ConfigError("give measurement files, an AIConfigurator folder (--aic DIR), or both")
@@ -21,7 +21,7 @@ def cmd_calibrate(a: argparse.Namespace) -> int:
     measured = read_measurements(a.measurements)
     if a.aic:
         from kvsim.hardware import get_gpu
-        from kvsim.latency.aic import fit_aic, read_aic
+        from kvsim.calibrate.aic import fit_aic, read_aic
         from kvsim.latency.calibration import shipped_calibration
 
         # GEMMs from the tables unless dense-layer profiles (mlp.csv) were given
@@ -36,7 +36,7 @@ def cmd_calibrate(a: argparse.Namespace) -> int:
         if "moe_perf" in data.files:  # each kernel family (--moe-backend) from this GPU's table, none borrowed
             from dataclasses import replace
 
-            from kvsim.latency.aic import fit_moe_families
+            from kvsim.calibrate.aic import fit_moe_families
 
             families, _ = fit_moe_families(data.files["moe_perf"], data.gpu)
             c = replace(c, moe_backends=families, sources={**c.sources, "moe_backends": "fitted per kernel family on "

@@ -37,6 +37,7 @@ from kvsim.fleet.cluster import (FleetOutput, ReplicaGroup, build_replicas, clie
                                  replica_outputs, replica_table, routing)
 from kvsim.fleet.routers import RouterOptions, make_router
 from kvsim.hardware.gpus import NIC_BYTES_S
+from kvsim.hardware.layer_kinds import KINDS as LAYER_KINDS
 from kvsim.metrics import sequences_frame
 from kvsim.runner import slot_bytes
 from kvsim.validation import MIN_GBS
@@ -226,7 +227,7 @@ def handoff_bytes(alloc, pool, cfg, gpus: int) -> Callable[[int, int], int]:
     layer those of the current chunk (:meth:`ModelSpec.tokens_held`); a mamba layer holds one fixed state, moved
     whole. Per GPU as the engine holds it (its tensor-parallel share of the KV heads), times its GPUs."""
     model = cfg.memory_model
-    mamba = model.count("mamba")
+    mamba = model.state_layers
     if not getattr(alloc, "windows", False) and not mamba:  # every layer keeps every token
         token = slot_bytes(alloc, pool) * alloc.token_slots * gpus
         return lambda prompt, tokens: tokens * token
@@ -235,7 +236,7 @@ def handoff_bytes(alloc, pool, cfg, gpus: int) -> Callable[[int, int], int]:
     state = mamba * model.state_bytes_per_layer(tp)
     kinds: dict[str, int] = {}  # attention layers by what they hold (all of them full without windows)
     for mixer in model.mixers:
-        if mixer != "mamba":
+        if LAYER_KINDS[mixer].attention:
             kind = mixer if windows else "full"
             kinds[kind] = kinds.get(kind, 0) + 1
     if model.draft_layers:  # a drafter's layers attend to everything

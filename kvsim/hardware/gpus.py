@@ -40,6 +40,9 @@ class GpuSpec:
     # the die (ga100, ga102, ad102, ad104, gh100, gb100, gb202, ...): within an architecture a GPU borrows the
     # calibration of a measured GPU of its own die first (RTX 5090 -> RTX PRO 6000, both GB202); "" where unknown
     chip: str = ""
+    # NVIDIA AIConfigurator's name for this GPU's system (its tables' folder, `kvsim calibrate --aic --system`):
+    # h100_sxm, gb200, rtx_pro_6000_server, ...; "" where AIConfigurator measured none
+    aic_system: str = ""
 
     @property
     def nvlink(self) -> bool:
@@ -70,12 +73,12 @@ GPU_PRESETS: dict[str, GpuSpec] = {
         # A100-80GB 79.25, H100 79.18 (logs of other drivers 79.11-79.19), H200 139.81, B200 178.36, L40S 44.42;
         # A40 and RTX 4090: nvidia-smi's totals (no log found)
         GpuSpec("a100-40gb", 40438 * MiB, 1.555e12, 312e12, 32e9, 108, "ampere-a100", chip="ga100"),
-        GpuSpec("a100-80gb", 81152 * MiB, 2.039e12, 312e12, 32e9, 108, "ampere-a100", chip="ga100"),
-        GpuSpec("h100-80gb", 81080 * MiB, 3.35e12, 989e12, 64e9, 132, "hopper", chip="gh100"),
-        GpuSpec("h200-141gb", 143165 * MiB, 4.8e12, 989e12, 64e9, 132, "hopper", chip="gh100"),
+        GpuSpec("a100-80gb", 81152 * MiB, 2.039e12, 312e12, 32e9, 108, "ampere-a100", chip="ga100", aic_system="a100_sxm"),
+        GpuSpec("h100-80gb", 81080 * MiB, 3.35e12, 989e12, 64e9, 132, "hopper", chip="gh100", aic_system="h100_sxm"),
+        GpuSpec("h200-141gb", 143165 * MiB, 4.8e12, 989e12, 64e9, 132, "hopper", chip="gh100", aic_system="h200_sxm"),
         # B200 (HGX): nvidia-smi reports 183,359 MiB, CUDA 182,641; a 7,680-bit bus at 3,996 MHz gives 7.67 TB/s (pytorch/ao
         # PR #4002); dense bf16 2.25 PFLOP/s; hosts on PCIe Gen5
-        GpuSpec("b200", 182641 * MiB, 7.67e12, 2.25e15, 64e9, 148, "blackwell", chip="gb100"),
+        GpuSpec("b200", 182641 * MiB, 7.67e12, 2.25e15, 64e9, 148, "blackwell", chip="gb100", aic_system="b200_sxm"),
         # Grace-Blackwell racks (NVL72: one NVLink domain of 72 GPUs) and HGX B300. Memory as CUDA reports it: vLLM's
         # "Free memory on device (181.84/184.31 GiB)" on GB200 and "(267.08/267.69 GiB)" on B300 (287,428,771,840
         # bytes in a trainer's log), PyTorch's "total capacity of 276.50 GiB" on GB300 (nvidia-smi: 189,471,
@@ -83,16 +86,16 @@ GPU_PRESETS: dict[str, GpuSpec] = {
         # HBM 7.7 / 7.7 / 8 TB/s and dense bf16 2.5 / 2.25 / 2.5 PFLOP/s (NVIDIA's GB200 NVL72, HGX B300 and
         # Blackwell Ultra figures). Host link: NVLink-C2C's 900 GB/s both ways per Grace CPU, shared by its two
         # GPUs (GB300 measured 211 GB/s host to GPU, NVIDIA/Megatron-LM#6491); B300 on a PCIe Gen5 host.
-        GpuSpec("gb200", 188733 * MiB, 7.7e12, 2.5e15, 225e9, 152, "blackwell", nvlink_gpus=72, chip="gb100"),
-        GpuSpec("b300", 274113 * MiB, 7.7e12, 2.25e15, 64e9, 148, "blackwell"),
-        GpuSpec("gb300", 283136 * MiB, 8.0e12, 2.5e15, 225e9, 152, "blackwell", nvlink_gpus=72),
+        GpuSpec("gb200", 188733 * MiB, 7.7e12, 2.5e15, 225e9, 152, "blackwell", nvlink_gpus=72, chip="gb100", aic_system="gb200"),
+        GpuSpec("b300", 274113 * MiB, 7.7e12, 2.25e15, 64e9, 148, "blackwell", aic_system="b300_sxm"),
+        GpuSpec("gb300", 283136 * MiB, 8.0e12, 2.5e15, 225e9, 152, "blackwell", nvlink_gpus=72, aic_system="gb300"),
         # RTX PRO 6000 Blackwell Server Edition (GB202, PCIe Gen5 x16, no NVLink): PyTorch's total_memory=97250MB
         # with multi_processor_count=188 (nvidia-smi: 97,887 MiB); 1,597 GB/s of GDDR7 (the Server Edition's
         # datasheet; the Workstation's is 1,792); dense bf16 467.8 TFLOP/s (NVIDIA's Workstation 503.8 at 2,617
         # MHz, at the Server Edition's 2,430 MHz boost, as AIConfigurator scales it)
-        GpuSpec("rtx-pro-6000", 97250 * MiB, 1.597e12, 467.8e12, 64e9, 188, "blackwell", nvlink_gpus=1, chip="gb202"),
-        GpuSpec("a40", 46068 * MiB, 696e9, 149.7e12, 32e9, 84, "ampere-ga102", chip="ga102"),
-        GpuSpec("l40s", 45486 * MiB, 864e9, 362e12, 32e9, 142, "ada", chip="ad102"),
+        GpuSpec("rtx-pro-6000", 97250 * MiB, 1.597e12, 467.8e12, 64e9, 188, "blackwell", nvlink_gpus=1, chip="gb202", aic_system="rtx_pro_6000_server"),
+        GpuSpec("a40", 46068 * MiB, 696e9, 149.7e12, 32e9, 84, "ampere-ga102", chip="ga102", aic_system="a40"),
+        GpuSpec("l40s", 45486 * MiB, 864e9, 362e12, 32e9, 142, "ada", chip="ad102", aic_system="l40s"),
         GpuSpec("rtx-4090", 24564 * MiB, 1.008e12, 165e12, 32e9, 128, "ada", chip="ad102"),
         # --- GPUs people rent and own (docs/gpus.md has every number's source). Memory as CUDA reports it: a
         # PyTorch message of that GPU where one was found (H100 NVL 93.10 GiB, RTX 5090 31.36, MI300X 191.98 under

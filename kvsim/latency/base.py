@@ -78,10 +78,12 @@ class StepShape:
 
 def window_reads(kind: str, window: int, contexts):
     """KV tokens decodes at ``contexts`` (a numpy array of context lengths, each token itself included) read
-    in a windowed layer, summed along the last axis: the last ``window`` (sliding) or their own chunk's."""
-    from kvsim.hardware.models import first_attended
+    in a windowed layer of ``kind`` (a layer kind or its name, layer_kinds.py), summed along the last axis: the last
+    ``window`` (sliding) or their own chunk's."""
+    from kvsim.hardware.layer_kinds import KINDS
 
-    return (contexts - first_attended(kind, window, contexts - 1)).sum(axis=-1)
+    spec = KINDS[kind] if isinstance(kind, str) else kind
+    return (contexts - spec.first_attended(window, contexts - 1)).sum(axis=-1)
 
 
 def decode_window_reads(windows: tuple[tuple[str, int], ...], contexts) -> tuple[int, ...]:

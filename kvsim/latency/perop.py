@@ -41,7 +41,7 @@ from dataclasses import dataclass, replace
 from kvsim.errors import ConfigError
 from kvsim.hardware import GpuSpec, ModelSpec
 from kvsim.hardware.gpus import NIC_BYTES_S
-from kvsim.hardware.models import DTYPE_BYTES, first_attended
+from kvsim.hardware.layer_kinds import KINDS, ChunkedLocal, SlidingWindow
 from kvsim.latency.base import BREAKDOWN_COLUMNS, LatencyModel, StepShape, sum_max_of_two_affine
 from kvsim.latency.calibration import GEMM_QUANT, MOE_QUANT, Calibration, DecodeAttentionParams, ElementwiseParams, GemmParams
 from kvsim.latency.cpu import CpuOverhead
@@ -273,7 +273,7 @@ def layer_classes(model: ModelSpec, tp: int, expert_parallel: bool = False, dp: 
     h = model.hidden_size
     attn = mla_ops(model, tp) if model.is_mla else attention_ops(model, tp)
     out = []
-    for (mixer, moe, has_ffn), n in sorted(Counter(("mamba" if t == "mamba" else "attn", m, f) for t, m, f in
+    for (mixer, moe, has_ffn), n in sorted(Counter(("attn" if KINDS[t].attention else "mamba", m, f) for t, m, f in
                                                    zip(model.mixers, model.moe_mask, model.ffn_mask)).items()):
         mix = mamba_ops(model, tp) if mixer == "mamba" else attn
         if not has_ffn:  # a mixer block alone (Nemotron-H)
@@ -403,12 +403,12 @@ class PerOpModel(LatencyModel):
         # one query head per KV head: kernels that split the KV only for grouped queries walk it unsplit
         self._unsplit = pd.unsplit() if self.qh == self.kvh and not model.is_mla else None
         # attention layers by the span they attend to: (layers, kind, window tokens; 0 = everything)
-        spans = Counter((t, model.window_of(t)) for t in model.mixers if t != "mamba")
+        spans = Counter((t, model.window_of(t)) for t in model.mixers if KINDS[t].attention)
         self.attn_kinds = [(n, kind, w) for (kind, w), n in sorted(spans.items())]
         self.windows = tuple((kind, w) for _, kind, w in self.attn_kinds if w)
-        self.mamba_layers = model.count("mamba")
+        self.mamba_layers = model.state_layers  # recurrent layers: their state's traffic
         self.state_bytes = model.state_bytes_per_layer(tp) if self.mamba_layers else 0
-        self.plain = len(self.attn_kinds) == 1 and self.attn_kinds[0][1] == "full" and not self.mamba_layers \
+        self.plain = len(self.attn_kinds) == 1 and not self.attn_kinds[0][2] and not self.mamba_layers \
             and pp == 1
         # pipeline stages: the slowest holds ceil(layers / pp) layers and the LM head (ModelSpec.pipeline_stage)
         # and sends each micro-batch's hidden states on, one GPU to one GPU (priced as a 2-GPU exchange)
@@ -774,21 +774,23 @@ def windowed_tiles(new: int, cached: int, kind: str, window: int, tq: int, tkv: 
     """KV tiles summed over a windowed prefill chunk's query tiles (``new`` queries after ``cached``), and
     the most any query tile walks. Beyond ``explicit_limit`` query tiles, in closed form: a sliding layer's
     tiles grow until the window fills and are constant after; a chunked layer's grow within each chunk and
-    repeat every lcm(chunk, tile) positions, so a huge chunk costs a few sums, not one step per tile."""
+    repeat every lcm(chunk, tile) positions, so a huge chunk costs a few sums, not one step per tile. ``kind``: a
+    layer kind or its name (layer_kinds.py); a kind of neither rule is walked tile by tile."""
     end = cached + new
+    spec = KINDS[kind] if isinstance(kind, str) else kind
+    first_attended = spec.first_attended
 
     def tiles_at(lo: int) -> int:
         hi = min(lo + tq, end) - 1  # last query position of the tile
-        return -(-(hi - first_attended(kind, window, lo) + 1) // tkv) + ovh
+        return -(-(hi - first_attended(window, lo) + 1) // tkv) + ovh
 
-    if -(-new // tq) <= explicit_limit:
+    closed = _sliding_full_tiles if isinstance(spec, SlidingWindow) else \
+        _chunked_full_tiles if isinstance(spec, ChunkedLocal) else None
+    if -(-new // tq) <= explicit_limit or closed is None:
         t = [tiles_at(lo) for lo in range(cached, end, tq)]
         return float(sum(t)), float(max(t, default=0))
     full = new // tq  # whole query tiles: j = 0 .. full - 1 start at cached + j * tq
-    if kind == "sliding":
-        total, most = _sliding_full_tiles(full, cached, window, tq, tkv)
-    else:
-        total, most = _chunked_full_tiles(full, cached, window, tq, tkv)
+    total, most = closed(full, cached, window, tq, tkv)
     total, most = total + full * ovh, most + ovh
     if new % tq:  # the last, partial tile
         last = tiles_at(cached + full * tq)

@@ -199,7 +199,9 @@ def dense_rows(df, model_name: str = "") -> list[tuple[str, str, Op, int, float,
 
 
 # --- fitting -------------------------------------------------------------------------------------
-def _fit(residual, x0, lo, hi):
+def fit_bounded(residual, x0, lo, hi):
+    """The parameters (from ``x0``, within ``lo``..``hi``) that minimise ``residual`` (log predicted/measured per
+    row) by least squares with a soft-L1 loss: the one fitter every parameter group of a calibration uses."""
     least_squares = _scipy()
     # a starting point taken from the data (say 5x the fastest all-reduce of a 16-GPU NVLink domain) may lie
     # past a bound; the bounds hold
@@ -227,7 +229,7 @@ def fit_gemm(rows, gpu: GpuSpec) -> GemmParams:
     def res(x):
         return np.log(gemm_formula(params(x), gpu, M, K, N, 2) / T)
 
-    return params([float(v) for v in _fit(res, [5.0, 0.7, 0.8, 1.5], [0.0, 0.05, 0.05, 1.0], [200.0, 1.0, 1.0, 20.0])])
+    return params([float(v) for v in fit_bounded(res, [5.0, 0.7, 0.8, 1.5], [0.0, 0.05, 0.05, 1.0], [200.0, 1.0, 1.0, 20.0])])
 
 
 def fit_elementwise(rows, gpu: GpuSpec) -> dict[str, ElementwiseParams]:
@@ -246,7 +248,7 @@ def fit_elementwise(rows, gpu: GpuSpec) -> dict[str, ElementwiseParams]:
         def res(x):
             return np.log(elementwise_formula(params(x), gpu, M, R, B) / T)
 
-        out[kind] = params([float(v) for v in _fit(res, [3.0, 0.5, 100.0], [0.0, 0.01, 0.0], [100.0, 1.0, 1e4])])
+        out[kind] = params([float(v) for v in fit_bounded(res, [3.0, 0.5, 100.0], [0.0, 0.01, 0.0], [100.0, 1.0, 1e4])])
     return out
 
 
@@ -268,7 +270,7 @@ def fit_links(frames) -> dict[str, dict[str, LinkParams]]:
             def res(x):  # microseconds and GB/s
                 return np.log((x[0] * 1e-6 + S / (x[1] * 1e9)) / T)
 
-            x = _fit(res, [30.0, 100.0], [0.0, 0.1], [1e4, 1e4])
+            x = fit_bounded(res, [30.0, 100.0], [0.0, 0.1], [1e4, 1e4])
             out.setdefault(ic, {})[str(int(n))] = LinkParams(float(x[0]) * 1e-6, float(x[1]) * 1e9)
     return out
 
@@ -285,10 +287,10 @@ def fit_decode_attention_kernel(frames, gpu: GpuSpec) -> DecodeAttentionParams |
     b = df["kv_bytes"].to_numpy(float)
     T = df["time_s"].to_numpy(float)
 
-    return _fit_decode(n, b, T, gpu)
+    return fit_decode_params(n, b, T, gpu)
 
 
-def _fit_decode(n, b, T, gpu: GpuSpec, token_bytes=None) -> DecodeAttentionParams:
+def fit_decode_params(n, b, T, gpu: GpuSpec, token_bytes=None) -> DecodeAttentionParams:
     """floor, ramp, bandwidth and per-sequence cost of decode attention from (sequences, KV bytes, seconds).
     With ``token_bytes`` (one token's KV bytes per row, for rows of several head layouts) the per-sequence
     cost is fitted in tokens of the sequence's KV (``per_seq_tokens``), else in seconds (``per_seq_s``)."""
@@ -304,7 +306,7 @@ def _fit_decode(n, b, T, gpu: GpuSpec, token_bytes=None) -> DecodeAttentionParam
         stream = p.ramp_s + p.per_seq_s * n + (b + p.per_seq_tokens * extra) / (gpu.hbm_bandwidth * p.bw_eff)
         return np.log(np.maximum(p.floor_s, stream) / T)
 
-    return params([float(v) for v in _fit(res, [10.0, 2.0, 0.7, 10.0], [0.0, 0.0, 0.01, 0.0], [1e4, 1e4, 1.0, 1e5])])
+    return params([float(v) for v in fit_bounded(res, [10.0, 2.0, 0.7, 10.0], [0.0, 0.0, 0.01, 0.0], [1e4, 1e4, 1.0, 1e5])])
 
 
 def fit_prefill_attention_kernel(frames, gpu: GpuSpec, base: Calibration) -> PrefillAttentionParams | None:
@@ -337,7 +339,7 @@ def _fit_prefill(rows, gpu: GpuSpec, base: Calibration) -> PrefillAttentionParam
                 for m, tp, chunk, cached, _ in rows]
         return np.log(np.array(pred) / T)
 
-    return params([float(v) for v in _fit(res, [10.0, 0.5, 2.0], [0.0, 0.001, 0.0], [1e5, 1.0, 64.0])])
+    return params([float(v) for v in fit_bounded(res, [10.0, 0.5, 2.0], [0.0, 0.001, 0.0], [1e5, 1.0, 64.0])])
 
 
 def fit_attention_csv(frames, gpu: GpuSpec, base: Calibration) -> tuple[DecodeAttentionParams | None,
@@ -356,7 +358,7 @@ def fit_attention_csv(frames, gpu: GpuSpec, base: Calibration) -> tuple[DecodeAt
         n = dec["batch_size"].to_numpy(float)
         b = (dec["batch_size"] * dec["kv_cache_size"] * bytes_per_token[dec.index]).to_numpy(float)
         T = ((dec["time_stats.attn_decode.median"] + save[dec.index]) * 1e-3).to_numpy(float)
-        decode = _fit_decode(n, b, T, gpu)
+        decode = fit_decode_params(n, b, T, gpu)
     pre = df[df["prefill_chunk_size"] > 0]
     prefill = None
     if len(pre) >= 5:

@@ -44,6 +44,7 @@ from pathlib import Path
 
 import numpy as np
 
+from kvsim.calibrate.fits import fit_bounded, fit_decode_params
 from kvsim.errors import ConfigError
 from kvsim.hardware import GpuSpec
 from kvsim.hardware.gpus import GPU_PRESETS
@@ -52,10 +53,8 @@ from kvsim.validation import MAX_GBS, MAX_GIB, MIN_GBS, Number, require
 from kvsim.latency.calibration import (GEMM_QUANT, MOE_QUANT, Calibration, DecodeAttentionParams, GemmParams, LinkParams, MoeParams,
                                        PrefillAttentionParams)
 
-# AIConfigurator system names -> kvsim GPU presets
-SYSTEM_GPUS = {"a100_sxm": "a100-80gb", "h100_sxm": "h100-80gb", "h200_sxm": "h200-141gb", "b200_sxm": "b200",
-               "gb200": "gb200", "b300_sxm": "b300", "gb300": "gb300", "l40s": "l40s", "a40": "a40",
-               "rtx_pro_6000_server": "rtx-pro-6000"}
+# AIConfigurator system names -> kvsim GPU presets (each preset's aic_system)
+SYSTEM_GPUS = {g.aic_system: g.name for g in GPU_PRESETS.values() if g.aic_system}
 # a system kvsim has no preset for is described by the yaml next to its tables (mem_capacity, mem_bw,
 # bfloat16_tc_flops, pcie_bw)
 SMS_BY_SM_VERSION = {80: 108, 86: 84, 89: 142, 90: 132, 100: 148, 103: 148, 120: 188}
@@ -780,7 +779,6 @@ def fit_mla_decode(rows, calib: Calibration, gpu: GpuSpec, parts=None) -> Decode
     whole MLA layers with their projections priced by ``calib`` (bf16 KV rows), and an FP8 cache's own bandwidth
     efficiency and extra time on the FP8 rows, the rest kept (as fit_kv8 does for other attention). ``parts``:
     the rows' :func:`_mla_parts`, where the caller has them."""
-    from kvsim.latency.fit import _fit
 
     kv16 = (rows["kv_dtype_bytes"] == 2).to_numpy() if "kv_dtype_bytes" in rows else np.ones(len(rows), bool)
     if kv16.sum() < 8:
@@ -792,7 +790,7 @@ def fit_mla_decode(rows, calib: Calibration, gpu: GpuSpec, parts=None) -> Decode
     def params(x):  # microseconds, fractions, tokens
         return DecodeAttentionParams(x[0] * 1e-6, x[1] * 1e-6, x[2], 0.0, x[3], flops_eff=x[4])
 
-    p = params([float(v) for v in _fit(lambda x: np.log(mla_seconds(params(x), calib, gpu, r16, p16) / T16),
+    p = params([float(v) for v in fit_bounded(lambda x: np.log(mla_seconds(params(x), calib, gpu, r16, p16) / T16),
                                        [20.0, 10.0, 0.7, 50.0, 0.3], [0.0, 0.0, 0.02, 0.0, 0.01],
                                        [1e4, 1e4, 1.0, 1e5, 1.0])])
     if (~kv16).sum() < 8:
@@ -802,7 +800,7 @@ def fit_mla_decode(rows, calib: Calibration, gpu: GpuSpec, parts=None) -> Decode
     def with_kv8(x):
         return replace(p, kv8_bw_eff=x[0], kv8_ramp_s=x[1] * 1e-6)
 
-    return with_kv8([float(v) for v in _fit(lambda x: np.log(mla_seconds(with_kv8(x), calib, gpu, r8, p8) / T8),
+    return with_kv8([float(v) for v in fit_bounded(lambda x: np.log(mla_seconds(with_kv8(x), calib, gpu, r8, p8) / T8),
                                             [p.bw_eff, 1.0], [0.02, 0.0], [1.0, 1000.0])])
 
 
@@ -828,7 +826,6 @@ def fit_mla_prefill(rows, calib: Calibration, gpu: GpuSpec, parts=None) -> Prefi
     """MLA prefill attention's floor, tile efficiency and start-up tiles (tile sizes, the head-independent share and
     the KV bandwidth kept from ``calib``'s prefill attention), fitted on whole MLA layers (``parts``: the rows'
     :func:`_mla_prefill_parts`, where the caller has them)."""
-    from kvsim.latency.fit import _fit
 
     if len(rows) < 8:
         raise ConfigError(f"need at least 8 MLA module rows to fit, have {len(rows)}")
@@ -839,7 +836,7 @@ def fit_mla_prefill(rows, calib: Calibration, gpu: GpuSpec, parts=None) -> Prefi
     def params(x):
         return replace(base, floor_s=x[0] * 1e-6, flops_eff=x[1], cta_overhead_tiles=x[2])
 
-    return params([float(v) for v in _fit(lambda x: np.log(mla_prefill_seconds(params(x), calib, gpu, rows, parts) / T),
+    return params([float(v) for v in fit_bounded(lambda x: np.log(mla_prefill_seconds(params(x), calib, gpu, rows, parts) / T),
                                           [50.0, 0.5, 2.0], [0.0, 0.01, 0.0], [1e5, 1.0, 64.0])])
 
 
@@ -924,7 +921,6 @@ def moe_seconds_table(p: MoeParams, gpu: GpuSpec, m, quant: str | None = None):
 
 def fit_moe_table(m, gpu: GpuSpec, quant: str | None = None) -> MoeParams:
     """The fused-MoE parameters (:class:`MoeParams`) from measured MoE layers (of ``quant`` experts)."""
-    from kvsim.latency.fit import _fit
 
     if len(m) < 8:
         raise ConfigError(f"need at least 8 MoE rows to fit, have {len(m)}")
@@ -933,7 +929,7 @@ def fit_moe_table(m, gpu: GpuSpec, quant: str | None = None) -> MoeParams:
     def params(x):
         return MoeParams(x[0] * 1e-6, x[1] * 1e-6, x[2] * 1e-9, x[3] * 1e-9, x[4], x[5], x[6], x[7] * 1e-6)
 
-    return params([float(v) for v in _fit(lambda x: np.log(moe_seconds_table(params(x), gpu, m, quant) / T),
+    return params([float(v) for v in fit_bounded(lambda x: np.log(moe_seconds_table(params(x), gpu, m, quant) / T),
                                           [20.0, 0.5, 1.0, 1.0, 0.5, 0.7, 1.5, 0.0],
                                           [0.0, 0.0, 0.0, 0.0, 0.02, 0.02, 1.0, 0.0],
                                           [500.0, 50.0, 1000.0, 1000.0, 1.0, 1.0, 20.0, 500.0])])
@@ -1137,14 +1133,13 @@ def _kv_filter(d, kv_dtype_bytes):
 
 
 def fit_decode(d, gpu: GpuSpec) -> DecodeAttentionParams:
-    """floor, ramp, bandwidth efficiency and per-sequence cost (kvsim.latency.fit's decode fitter), and, where
+    """floor, ramp, bandwidth efficiency and per-sequence cost (kvsim.calibrate.fits's decode fitter), and, where
     the table shows a kernel that does not split the KV of layouts with one query head per KV head (their
     small batches at long contexts take over UNSPLIT_SLOWDOWN times what the grouped layouts' fit predicts),
     those layouts' unsplit walk, fitted on their rows."""
-    from kvsim.latency.fit import _fit_decode
 
     def fit(rows):
-        return _fit_decode(rows["num_seqs"].to_numpy(float), rows["kv_bytes"].to_numpy(float),
+        return fit_decode_params(rows["num_seqs"].to_numpy(float), rows["kv_bytes"].to_numpy(float),
                            rows["seconds"].to_numpy(float), gpu, _token_bytes(rows))
 
     if len(d) < 5:
@@ -1164,7 +1159,6 @@ UNSPLIT_SLOWDOWN = 2.0
 def fit_unsplit(rows, gpu: GpuSpec, p: DecodeAttentionParams) -> DecodeAttentionParams:
     """``p`` with the unsplit walk (floor, ramp, per-sequence tokens, one CTA's bandwidth) fitted on ``rows``,
     all with one query head per KV head."""
-    from kvsim.latency.fit import _fit
 
     T = rows["seconds"].to_numpy(float)
 
@@ -1172,14 +1166,13 @@ def fit_unsplit(rows, gpu: GpuSpec, p: DecodeAttentionParams) -> DecodeAttention
         return replace(p, unsplit_floor_s=x[0] * 1e-6, unsplit_ramp_s=x[1] * 1e-6, unsplit_per_seq_tokens=x[2],
                        unsplit_cta_bw=x[3] * 1e9)
 
-    return params([float(v) for v in _fit(lambda x: np.log(_decode_df(params(x), gpu, rows) / T),
+    return params([float(v) for v in fit_bounded(lambda x: np.log(_decode_df(params(x), gpu, rows) / T),
                                           [10.0, 2.0, 10.0, 20.0], [0.0, 0.0, 0.0, 0.1], [1e4, 1e4, 1e5, 1e4])])
 
 
 def fit_kv8(d, gpu: GpuSpec, p: DecodeAttentionParams) -> DecodeAttentionParams:
     """``p`` with an FP8 KV cache's bandwidth efficiency and extra time fitted on the 1-byte rows of ``d`` (the rest
     kept)."""
-    from kvsim.latency.fit import _fit
 
     rows = d[d["kv_dtype_bytes"] == 1]
     if len(rows) < 5:
@@ -1189,15 +1182,14 @@ def fit_kv8(d, gpu: GpuSpec, p: DecodeAttentionParams) -> DecodeAttentionParams:
     def params(x):
         return replace(p, kv8_bw_eff=x[0], kv8_ramp_s=x[1] * 1e-6)
 
-    return params([float(v) for v in _fit(lambda x: np.log(_decode_df(params(x), gpu, rows) / T), [p.bw_eff, 1.0],
+    return params([float(v) for v in fit_bounded(lambda x: np.log(_decode_df(params(x), gpu, rows) / T), [p.bw_eff, 1.0],
                                           [0.02, 0.0], [1.0, 1000.0])])
 
 
 def fit_prefill(d, gpu: GpuSpec, base: PrefillAttentionParams) -> PrefillAttentionParams:
     """floor, tile efficiency, start-up tiles and the head-independent share of a tile iteration of the prefill
-    tile model (as kvsim.latency.fit._fit_prefill, over batches of identical chunks, vectorised); tile sizes and
+    tile model (as kvsim.calibrate.fits's prefill fitter, over batches of identical chunks, vectorised); tile sizes and
     bandwidth stay ``base``'s. The head-independent share is fitted only when the rows span head dims."""
-    from kvsim.latency.fit import _fit
 
     if len(d) < 4:
         raise ConfigError(f"need at least 4 prefill attention rows to fit, have {len(d)}")
@@ -1215,15 +1207,14 @@ def fit_prefill(d, gpu: GpuSpec, base: PrefillAttentionParams) -> PrefillAttenti
     x0, lo, hi = [10.0, 0.5, 2.0], [0.0, 0.001, 0.0], [1e5, 1.0, 64.0]
     if span:
         x0, lo, hi = x0 + [32.0], lo + [0.0], hi + [1024.0]
-    return params([float(v) for v in _fit(res, x0, lo, hi)])
+    return params([float(v) for v in fit_bounded(res, x0, lo, hi)])
 
 
 def fit_all_reduce(a) -> dict[str, LinkParams]:
     """Per group size, the faster of two lines (latency + bytes / bandwidth): vLLM's custom all-reduce for
     small messages, NCCL for large ones (for NCCL alone, as the exchange: its low-latency and its bandwidth
     protocols); both fitted at once on the time at each size, by least squares on log(predicted / measured)
-    as kvsim.latency.fit does. Fewer than 8 sizes: one line."""
-    from kvsim.latency.fit import _fit
+    as kvsim.calibrate.fits does. Fewer than 8 sizes: one line."""
 
     out = {}
     for n, g in a.groupby("num_gpus"):
@@ -1235,12 +1226,12 @@ def fit_all_reduce(a) -> dict[str, LinkParams]:
             return lat_us * 1e-6 + S / (gb_s * 1e9)
 
         if len(S) < 8:
-            x = _fit(lambda x: np.log(line(x[0], x[1]) / T), [10.0, 100.0], [0.0, 0.1], [1e4, 1e4])
+            x = fit_bounded(lambda x: np.log(line(x[0], x[1]) / T), [10.0, 100.0], [0.0, 0.1], [1e4, 1e4])
             out[str(int(n))] = LinkParams(float(x[0]) * 1e-6, float(x[1]) * 1e9)
             continue
         # start from the two ends: the smallest sizes set the custom all-reduce's latency, the largest NCCL's
         # bandwidth; the second line's latency starts 5x the first so the two stay apart
-        x = _fit(lambda x: np.log(np.minimum(line(x[0], x[1]), line(x[2], x[3])) / T),
+        x = fit_bounded(lambda x: np.log(np.minimum(line(x[0], x[1]), line(x[2], x[3])) / T),
                  [float(T.min()) * 1e6, 50.0, 5 * float(T.min()) * 1e6, 200.0], [0.0, 0.1, 0.0, 0.1],
                  [1e4, 1e4, 200.0, 1e4])  # NCCL's latency is tens of microseconds, not milliseconds
         small, large = (x[0], x[1]), (x[2], x[3])
@@ -1260,9 +1251,8 @@ def gemm_seconds_table(p: GemmParams, gpu: GpuSpec, g, quant: str | None = None)
 
 
 def fit_gemm_table(g, gpu: GpuSpec, quant: str | None = None) -> GemmParams:
-    """The soft-roofline GEMM parameters (kvsim.latency.fit.fit_gemm's form) from measured (m, n, k) GEMMs of
+    """The soft-roofline GEMM parameters (kvsim.calibrate.fits.fit_gemm's form) from measured (m, n, k) GEMMs of
     bf16 or ``quant`` weights."""
-    from kvsim.latency.fit import _fit
 
     if len(g) < 8:
         raise ConfigError(f"need at least 8 GEMM rows to fit, have {len(g)}")
@@ -1271,7 +1261,7 @@ def fit_gemm_table(g, gpu: GpuSpec, quant: str | None = None) -> GemmParams:
     def params(x):
         return GemmParams(x[0] * 1e-6, x[1], x[2], x[3])
 
-    return params([float(v) for v in _fit(lambda x: np.log(gemm_seconds_table(params(x), gpu, g, quant) / T),
+    return params([float(v) for v in fit_bounded(lambda x: np.log(gemm_seconds_table(params(x), gpu, g, quant) / T),
                                           [5.0, 0.7, 0.8, 1.5], [0.0, 0.05, 0.05, 1.0], [200.0, 1.0, 1.0, 20.0])])
 
 
@@ -1295,7 +1285,7 @@ def validate_gemm(g, gpu: GpuSpec, every: int = 5, quant: str | None = None) -> 
     return {"in_sample": _by_regime(ins, reg), "held_out": _by_regime(held, reg)}
 
 
-# a calibration's statistics of its dense layers (kvsim.latency.fit, benchmarks/fit_*calibrations.py)
+# a calibration's statistics of its dense layers (kvsim.calibrate.fits, kvsim.calibrate.ship, benchmarks/fit_calibrations.py)
 DENSE_STATS = ("dense_in_sample", "dense_leave_one_model_out", "tp_layer_with_all_reduce", "vidur_dense_layers")
 
 

@@ -1,0 +1,163 @@
+"""Model presets (shapes from each model's public Hugging Face ``config.json``, parameter counts as published)
+and the Hugging Face ids that name them."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from kvsim.hardware.model_spec import ModelSpec
+
+
+def _m(name, layers, hidden, q, kv, ffn, vocab, ctx, params, dtype="fp16", head_dim=0, gated=True, tied=False, **more):
+    return ModelSpec(name, layers, q, kv, head_dim or hidden // q, params, ctx, dtype, hidden, ffn, vocab, gated, tied,
+                     **more)
+
+
+
+def _pattern(layers: int, mixer) -> tuple[str, ...]:
+    """Layer types from a rule: ``mixer(i)`` gives layer i's type."""
+    return tuple(mixer(i) for i in range(layers))
+
+
+# Shapes from each model's Hugging Face config.json; params as published (model cards).
+MODEL_PRESETS: dict[str, ModelSpec] = {
+    m.name: m
+    for m in [
+        _m("llama-2-7b", 32, 4096, 32, 32, 11008, 32000, 4096, 6.74e9),
+        _m("llama-2-13b", 40, 5120, 40, 40, 13824, 32000, 4096, 13.0e9),
+        _m("llama-2-70b", 80, 8192, 64, 8, 28672, 32000, 4096, 69.0e9),
+        _m("llama-3-8b", 32, 4096, 32, 8, 14336, 128256, 8192, 8.03e9, "bf16"),
+        _m("llama-3-70b", 80, 8192, 64, 8, 28672, 128256, 8192, 70.6e9, "bf16"),
+        _m("codellama-34b", 48, 8192, 64, 8, 22016, 32000, 16384, 33.7e9, "bf16"),
+        _m("mistral-7b", 32, 4096, 32, 8, 14336, 32000, 32768, 7.24e9, "bf16"),
+        _m("qwen2.5-7b", 28, 3584, 28, 4, 18944, 152064, 32768, 7.62e9, "bf16", head_dim=128),
+        _m("qwen-72b", 80, 8192, 64, 64, 24576, 152064, 32768, 72.3e9, "bf16"),
+        _m("internlm-20b", 60, 5120, 40, 40, 13824, 103168, 4096, 20.0e9, "bf16"),
+        _m("phi-2", 32, 2560, 32, 32, 10240, 51200, 2048, 2.78e9, gated=False, rotary_dim=32),  # partial 0.4
+        _m("opt-13b", 40, 5120, 40, 40, 20480, 50272, 2048, 12.9e9, gated=False, tied=True, rotary_dim=0),
+        # --- today's layer mixes; numbers from each repository's config.json on Hugging Face ---
+        # mistralai/Mistral-7B-v0.1: every layer a 4096-token sliding window.
+        _m("mistral-7b-v0.1", 32, 4096, 32, 8, 14336, 32000, 32768, 7.24e9, "bf16",
+           layer_types=("sliding",) * 32, sliding_window=4096),
+        # google/gemma-2-9b: head_dim 256, sliding_window 4096 on even layers (0, 2, ...), full on odd ones.
+        _m("gemma-2-9b", 42, 3584, 16, 8, 14336, 256000, 8192, 9.24e9, "bf16", head_dim=256, tied=True,
+           layer_types=_pattern(42, lambda i: "sliding" if i % 2 == 0 else "full"), sliding_window=4096),
+        # google/gemma-3-12b-it (text_config): sliding_window 1024, every 6th layer full
+        # (sliding_window_pattern 6); params include the vision tower vLLM loads.
+        _m("gemma-3-12b", 48, 3840, 16, 8, 15360, 262208, 131072, 12.2e9, "bf16", head_dim=256, tied=True,
+           layer_types=_pattern(48, lambda i: "full" if (i + 1) % 6 == 0 else "sliding"), sliding_window=1024),
+        # openai/gpt-oss-20b: layer_types alternate sliding_attention (128) / full_attention; 32 experts,
+        # top-4, experts in MXFP4.
+        _m("gpt-oss-20b", 24, 2880, 64, 8, 2880, 201088, 131072, 20.9e9, "bf16", head_dim=64,
+           layer_types=_pattern(24, lambda i: "sliding" if i % 2 == 0 else "full"), sliding_window=128,
+           num_experts=32, experts_per_token=4, moe_intermediate_size=2880, expert_dtype="mxfp4",
+           quant_method="mxfp4"),
+        # meta-llama/Llama-4-Scout-17B-16E (text_config): attention_chunk_size 8192 on RoPE layers, every 4th
+        # layer global NoPE attention (no_rope_layer_interval 4); 16 experts top-1 + a shared expert;
+        # 109 B params with the vision tower.
+        _m("llama-4-scout", 48, 5120, 40, 8, 16384, 202048, 10485760, 109e9, "bf16", head_dim=128,
+           layer_types=_pattern(48, lambda i: "full" if (i + 1) % 4 == 0 else "chunked"), attention_chunk=8192,
+           num_experts=16, experts_per_token=1, moe_intermediate_size=8192, shared_experts=1),
+        # deepseek-ai/DeepSeek-V3: MLA (kv_lora_rank 512, qk_rope_head_dim 64, qk_nope 128 -> head_dim 192,
+        # v_head_dim 128, q_lora_rank 1536); first_k_dense_replace 3, then 256 routed experts top-8 + 1 shared;
+        # FP8 weights (671 B params without the MTP module); torch_dtype bfloat16, so the KV cache is BF16.
+        _m("deepseek-v3", 61, 7168, 128, 128, 18432, 129280, 163840, 671e9, "bf16", head_dim=192,
+           kv_lora_rank=512, qk_rope_head_dim=64, q_lora_rank=1536, v_head_dim=128, weight_dtype="fp8",
+           weight_quant="fp8_block", quant_method="fp8",
+           num_experts=256, experts_per_token=8, moe_intermediate_size=2048, shared_experts=1,
+           moe_layers=(False,) * 3 + (True,) * 58),
+        # --- models served now (config.json of each Hugging Face repository; architecture numbers also in
+        # THUDM/slime's scripts/models/*.sh) ---
+        # meta-llama/Llama-3.1-8B: Llama-3-8B's shapes, 131,072 positions (rope_scaling llama3, factor 8).
+        _m("llama-3.1-8b", 32, 4096, 32, 8, 14336, 128256, 131072, 8.03e9, "bf16"),
+        # meta-llama/Llama-3.1-70B and Llama-3.3-70B-Instruct: Llama-3-70B's shapes, 131,072 positions.
+        _m("llama-3.1-70b", 80, 8192, 64, 8, 28672, 128256, 131072, 70.6e9, "bf16"),
+        _m("llama-3.3-70b", 80, 8192, 64, 8, 28672, 128256, 131072, 70.6e9, "bf16"),
+        # Qwen/Qwen3-8B, Qwen3-32B: head_dim 128 (not hidden / heads for 32B), 40,960 positions, untied.
+        _m("qwen3-8b", 36, 4096, 32, 8, 12288, 151936, 40960, 8.19e9, "bf16", head_dim=128),
+        _m("qwen3-32b", 64, 5120, 64, 8, 25600, 151936, 40960, 32.8e9, "bf16", head_dim=128),
+        # Qwen/Qwen3-235B-A22B: 94 layers, all MoE: 128 experts top-8 of width 1536, no shared expert.
+        _m("qwen3-235b-a22b", 94, 4096, 64, 4, 12288, 151936, 40960, 235.1e9, "bf16", head_dim=128,
+           num_experts=128, experts_per_token=8, moe_intermediate_size=1536),
+        # openai/gpt-oss-120b: gpt-oss-20b's layer mix over 36 layers, 128 experts top-4 in MXFP4.
+        _m("gpt-oss-120b", 36, 2880, 64, 8, 2880, 201088, 131072, 116.8e9, "bf16", head_dim=64,
+           layer_types=_pattern(36, lambda i: "sliding" if i % 2 == 0 else "full"), sliding_window=128,
+           num_experts=128, experts_per_token=4, moe_intermediate_size=2880, expert_dtype="mxfp4",
+           quant_method="mxfp4"),
+        # deepseek-ai/DeepSeek-R1: DeepSeek-V3's architecture and FP8 weights.
+        _m("deepseek-r1", 61, 7168, 128, 128, 18432, 129280, 163840, 671e9, "bf16", head_dim=192,
+           kv_lora_rank=512, qk_rope_head_dim=64, q_lora_rank=1536, v_head_dim=128, weight_dtype="fp8",
+           weight_quant="fp8_block", quant_method="fp8",
+           num_experts=256, experts_per_token=8, moe_intermediate_size=2048, shared_experts=1,
+           moe_layers=(False,) * 3 + (True,) * 58),
+        # moonshotai/Kimi-K2-Instruct: DeepSeek-V3's MLA with 64 heads; first_k_dense_replace 1, then 384 experts
+        # top-8 + 1 shared; FP8 weights; 163,840 vocabulary, 131,072 positions.
+        _m("kimi-k2", 61, 7168, 64, 64, 18432, 163840, 131072, 1.027e12, "bf16", head_dim=192,
+           kv_lora_rank=512, qk_rope_head_dim=64, q_lora_rank=1536, v_head_dim=128, weight_dtype="fp8",
+           weight_quant="fp8_block", quant_method="fp8",
+           num_experts=384, experts_per_token=8, moe_intermediate_size=2048, shared_experts=1,
+           moe_layers=(False,) + (True,) * 60),
+        # moonshotai/Kimi-K2.5 (text_config; a 27-layer MoonViT vision tower of ~0.46 B params beside it, in the
+        # count): Kimi-K2's shapes with 262,144 positions; compressed-tensors W4A16 routed experts (symmetric INT4,
+        # a bf16 scale per 32), everything else (MLA attention, shared experts, layer 0's dense MLP) in bf16.
+        _m("kimi-k2.5", 61, 7168, 64, 64, 18432, 163840, 262144, 1.0275e12, "bf16", head_dim=192,
+           kv_lora_rank=512, qk_rope_head_dim=64, q_lora_rank=1536, v_head_dim=128, expert_dtype="int4",
+           weight_group_size=32, quant_method="compressed-tensors",
+           num_experts=384, experts_per_token=8, moe_intermediate_size=2048, shared_experts=1,
+           moe_layers=(False,) + (True,) * 60),
+        # MiniMaxAI/MiniMax-M2 (M2.1 and M2.5 share it): 62 layers of ordinary GQA attention (attn_type_list all
+        # 1), 48 heads x 128 over a 3,072 hidden size, 8 KV heads, half of each head rotary; 256 experts top-8 of
+        # width 1,536, no shared expert, no dense layer; FP8 128x128 block weights (the router and LM head not);
+        # 229 B params as published.
+        _m("minimax-m2", 62, 3072, 48, 8, 1536, 200064, 196608, 229e9, "bf16", head_dim=128, rotary_dim=64,
+           num_experts=256, experts_per_token=8, moe_intermediate_size=1536, weight_dtype="fp8",
+           weight_quant="fp8_block", quant_method="fp8"),
+        # ai21labs/AI21-Jamba-1.5-Mini: attention every 8th layer from 4 (attn_layer_period 8, offset 4),
+        # Mamba-1 elsewhere (d_state 16, d_conv 4, expand 2); MoE every 2nd layer from 1, 16 experts top-2.
+        _m("jamba-1.5-mini", 32, 4096, 32, 8, 14336, 65536, 262144, 51.6e9, "bf16", head_dim=128, rotary_dim=0,
+           layer_types=_pattern(32, lambda i: "full" if i % 8 == 4 else "mamba"),
+           mamba_d_inner=8192, mamba_d_state=16, mamba_d_conv=4, mamba_conv_channels=8192,
+           num_experts=16, experts_per_token=2, moe_intermediate_size=14336,
+           moe_layers=tuple(i % 2 == 1 for i in range(32))),
+    ]
+}
+# Qwen/Qwen3-8B-FP8, -32B-FP8, -235B-A22B-FP8: the bf16 models' shapes, quantization_config fp8 with
+# weight_block_size [128, 128] (block-scaled FP8 weights; the embedding and LM head stay bf16)
+for _name in ("qwen3-8b", "qwen3-32b", "qwen3-235b-a22b"):
+    MODEL_PRESETS[f"{_name}-fp8"] = replace(MODEL_PRESETS[_name], name=f"{_name}-fp8", weight_dtype="fp8",
+                                            weight_quant="fp8_block", quant_method="fp8")
+del _name
+
+
+# Hugging Face repository ids (as `vllm serve` takes them) of the presets' models: base and instruct/chat
+# variants share shapes. kvsim reads no hub at run time; any other id needs its config.json.
+HF_IDS = {
+    **{f"meta-llama/Llama-2-{s}{v}-hf": f"llama-2-{s}" for s in ("7b", "13b", "70b") for v in ("", "-chat")},
+    **{f"meta-llama/Meta-Llama-3-{s}{v}": f"llama-3-{s.lower()}" for s in ("8B", "70B") for v in ("", "-Instruct")},
+    **{f"meta-llama/{p}Llama-3.1-{s}{v}": f"llama-3.1-{s.lower()}" for p in ("", "Meta-") for s in ("8B", "70B")
+       for v in ("", "-Instruct")},
+    "meta-llama/Llama-3.3-70B-Instruct": "llama-3.3-70b",
+    **{f"codellama/CodeLlama-34b{v}-hf": "codellama-34b" for v in ("", "-Instruct", "-Python")},
+    **{f"mistralai/Mistral-7B-Instruct-v0.{v}": "mistral-7b" for v in (2, 3)},
+    "mistralai/Mistral-7B-v0.3": "mistral-7b", "mistralai/Mistral-7B-v0.1": "mistral-7b-v0.1",
+    "mistralai/Mistral-7B-Instruct-v0.1": "mistral-7b-v0.1",
+    "Qwen/Qwen2.5-7B": "qwen2.5-7b", "Qwen/Qwen2.5-7B-Instruct": "qwen2.5-7b",
+    "Qwen/Qwen-72B": "qwen-72b", "Qwen/Qwen-72B-Chat": "qwen-72b",
+    "internlm/internlm-20b": "internlm-20b", "internlm/internlm-chat-20b": "internlm-20b",
+    "microsoft/phi-2": "phi-2", "facebook/opt-13b": "opt-13b",
+    "google/gemma-2-9b": "gemma-2-9b", "google/gemma-2-9b-it": "gemma-2-9b",
+    "google/gemma-3-12b-it": "gemma-3-12b", "google/gemma-3-12b-pt": "gemma-3-12b",
+    "openai/gpt-oss-20b": "gpt-oss-20b", "openai/gpt-oss-120b": "gpt-oss-120b",
+    "meta-llama/Llama-4-Scout-17B-16E": "llama-4-scout", "meta-llama/Llama-4-Scout-17B-16E-Instruct": "llama-4-scout",
+    "deepseek-ai/DeepSeek-V3": "deepseek-v3", "deepseek-ai/DeepSeek-V3-0324": "deepseek-v3",
+    "deepseek-ai/DeepSeek-R1": "deepseek-r1", "deepseek-ai/DeepSeek-R1-0528": "deepseek-r1",
+    "ai21labs/AI21-Jamba-1.5-Mini": "jamba-1.5-mini",
+    "Qwen/Qwen3-8B": "qwen3-8b", "Qwen/Qwen3-32B": "qwen3-32b", "Qwen/Qwen3-235B-A22B": "qwen3-235b-a22b",
+    "Qwen/Qwen3-235B-A22B-Instruct-2507": "qwen3-235b-a22b",
+    "Qwen/Qwen3-8B-FP8": "qwen3-8b-fp8", "Qwen/Qwen3-32B-FP8": "qwen3-32b-fp8",
+    "Qwen/Qwen3-235B-A22B-FP8": "qwen3-235b-a22b-fp8", "Qwen/Qwen3-235B-A22B-Instruct-2507-FP8": "qwen3-235b-a22b-fp8",
+    "moonshotai/Kimi-K2-Instruct": "kimi-k2", "moonshotai/Kimi-K2-Base": "kimi-k2",
+    "moonshotai/Kimi-K2-Instruct-0905": "kimi-k2", "moonshotai/Kimi-K2.5": "kimi-k2.5",
+    **{f"MiniMaxAI/MiniMax-M2{v}": "minimax-m2" for v in ("", ".1", ".5")},
+}
+_HF_INDEX = {k.lower(): v for k, v in HF_IDS.items()}
