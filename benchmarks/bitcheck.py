@@ -20,11 +20,24 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 SETUPS = [
     ("chat", "traces/chat.jsonl", [], ["max", "pow2", "oracle", "paged:16"]),
-    ("prefix", "traces/mooncake_excerpt.jsonl", ["--model", "llama-3-8b", "--gpu", "h100-80gb", "--kv-pool-gb", "4"],
-     ["paged:16+prefix", "radix:16"]),
-    ("hybrid", "traces/chat.jsonl", ["--model", "gemma-2-9b", "--gpu", "h100-80gb", "--kv-pool-gb", "3"],
-     ["hybrid:16", "static-split:16", "naive:16"]),
-    ("swap", "traces/chat.jsonl", ["--preemption-mode", "swap", "--swap-space", "4", "--kv-pool-gb", "4"], ["paged:16"]),
+    (
+        "prefix",
+        "traces/mooncake_excerpt.jsonl",
+        ["--model", "llama-3-8b", "--gpu", "h100-80gb", "--kv-pool-gb", "4"],
+        ["paged:16+prefix", "radix:16"],
+    ),
+    (
+        "hybrid",
+        "traces/chat.jsonl",
+        ["--model", "gemma-2-9b", "--gpu", "h100-80gb", "--kv-pool-gb", "3"],
+        ["hybrid:16", "static-split:16", "naive:16"],
+    ),
+    (
+        "swap",
+        "traces/chat.jsonl",
+        ["--preemption-mode", "swap", "--swap-space", "4", "--kv-pool-gb", "4"],
+        ["paged:16"],
+    ),
     ("horizon", "traces/chat.jsonl", ["--horizon-s", "200", "--kv-pool-gb", "3"], ["paged:16", "max"]),
 ]
 
@@ -52,7 +65,9 @@ def main() -> int:
         a, b = (json.loads(Path(p).read_text()) for p in sys.argv[2:4])
         bad = [k for k in a if a[k] != b.get(k)]
         for k in bad:
-            print(f"differs: {k} ({', '.join(n for n, x, y in zip(('requests', 'summary', 'timeline'), a[k], b[k]) if x != y)})")
+            print(
+                f"differs: {k} ({', '.join(n for n, x, y in zip(('requests', 'summary', 'timeline'), a[k], b[k]) if x != y)})"
+            )
         print("identical" if not bad else f"{len(bad)} of {len(a)} set-ups differ")
         return 1 if bad else 0
     Path(sys.argv[1]).write_text(json.dumps(fingerprints(), indent=1))

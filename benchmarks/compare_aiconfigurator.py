@@ -39,7 +39,9 @@ sys.path.insert(0, str(ROOT))  # kvsim itself need not be installed where AIConf
 from kvsim.hardware.gpus import GPU_PRESETS  # noqa: E402
 
 # the runs' GPUs (as benchmarks/validate_inferencemax.py names their presets) -> AIConfigurator systems
-SYSTEMS = {hw: GPU_PRESETS[g].aic_system for hw, g in {"h100": "h100-80gb", "h200": "h200-141gb", "b200": "b200"}.items()}
+SYSTEMS = {
+    hw: GPU_PRESETS[g].aic_system for hw, g in {"h100": "h100-80gb", "h200": "h200-141gb", "b200": "b200"}.items()
+}
 SETUP = ("gpu", "vllm", "isl", "osl", "tp", "conc")  # all the estimator is given
 AIC_VERSION = "0.24.0"
 
@@ -56,16 +58,31 @@ def estimate(run: dict) -> dict:
     gpu, tp = run["gpu"], int(run["tp"])
     out = dict(run)
     try:
-        r = cli_estimate("openai/gpt-oss-120b", SYSTEMS[gpu], mode="agg", backend_name="vllm",
-                         backend_version=AIC_VERSION, isl=int(run["isl"]), osl=int(run["osl"]),
-                         batch_size=int(run["conc"]), tp_size=tp, pp_size=1, attention_dp_size=1,
-                         moe_tp_size=tp, moe_ep_size=1,
-                         kvcache_quant_mode="fp8" if gpu == "b200" else "bfloat16", free_gpu_memory_fraction=0.9)
-        out.update(aic_ttft_s=r.ttft / 1e3, aic_tpot_s=r.tpot / 1e3, aic_out_tok_s=r.tokens_per_second,
-                   status="ok")
+        r = cli_estimate(
+            "openai/gpt-oss-120b",
+            SYSTEMS[gpu],
+            mode="agg",
+            backend_name="vllm",
+            backend_version=AIC_VERSION,
+            isl=int(run["isl"]),
+            osl=int(run["osl"]),
+            batch_size=int(run["conc"]),
+            tp_size=tp,
+            pp_size=1,
+            attention_dp_size=1,
+            moe_tp_size=tp,
+            moe_ep_size=1,
+            kvcache_quant_mode="fp8" if gpu == "b200" else "bfloat16",
+            free_gpu_memory_fraction=0.9,
+        )
+        out.update(aic_ttft_s=r.ttft / 1e3, aic_tpot_s=r.tpot / 1e3, aic_out_tok_s=r.tokens_per_second, status="ok")
     except Exception as e:  # noqa: BLE001 (the estimator's own refusal, recorded per run)
-        out.update(aic_ttft_s="", aic_tpot_s="", aic_out_tok_s="",
-                   status=f"error: {type(e).__name__}: {e}"[:300].replace("\n", " "))
+        out.update(
+            aic_ttft_s="",
+            aic_tpot_s="",
+            aic_out_tok_s="",
+            status=f"error: {type(e).__name__}: {e}"[:300].replace("\n", " "),
+        )
     return out
 
 
@@ -80,8 +97,10 @@ def run_estimates(path: Path, workers: int) -> None:
     cols = [*SETUP, "aic_ttft_s", "aic_tpot_s", "aic_out_tok_s", "status"]
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w", newline="") as f:
-        f.write(f"# aiconfigurator {version('aiconfigurator')}, vLLM tables {AIC_VERSION}, "
-                "benchmarks/compare_aiconfigurator.py\n")
+        f.write(
+            f"# aiconfigurator {version('aiconfigurator')}, vLLM tables {AIC_VERSION}, "
+            "benchmarks/compare_aiconfigurator.py\n"
+        )
         w = csv.DictWriter(f, cols, extrasaction="ignore")
         w.writeheader()
         w.writerows(rows)
@@ -98,23 +117,27 @@ def write_table(estimates: Path, kvsim_csv: Path, out: Path) -> str:
     kv = pd.read_csv(kvsim_csv, dtype={"vllm": str}).rename(columns={"concurrency": "conc"})
     both = kv.merge(aic, on=list(SETUP), how="left", validate="one_to_one")
     missing = int((both["status"] != "ok").sum())
-    for metric, est, measured in (("ttft_p50", "aic_ttft_s", "ttft_p50_measured"),
-                                  ("tpot_p50", "aic_tpot_s", "tpot_p50_measured"),
-                                  ("out_tok_s", "aic_out_tok_s", "out_tok_s_measured")):
+    for metric, est, measured in (
+        ("ttft_p50", "aic_ttft_s", "ttft_p50_measured"),
+        ("tpot_p50", "aic_tpot_s", "tpot_p50_measured"),
+        ("out_tok_s", "aic_out_tok_s", "out_tok_s_measured"),
+    ):
         both[f"aic_{metric}_ratio"] = both[est] / both[measured]
     groups = [("all", both), ("kvsim's held-out half", both[both["half"] == "held out"])]
     groups += [(f"{g.upper()}", sub) for g, sub in both.groupby("gpu")]
-    lines = ["# kvsim and AIConfigurator's own estimator on the same measured runs", "",
-             f"InferenceMAX's {len(both)} vLLM serving runs of gpt-oss-120b (H100, H200, B200; vLLM 0.11.2 and 0.13.0; "
-             "1-8 GPUs; 4-128 closed-loop clients; 1k/1k, 1k/8k, 8k/1k tokens). kvsim: "
-             "`benchmarks/validate_inferencemax.py` (validate.csv); AIConfigurator (`aic_` columns): its `cli estimate "
-             "--estimate-mode agg` per configuration (`benchmarks/compare_aiconfigurator.py`, whose docstring has the "
-             "mapping; aiconfigurator.csv). Predicted / measured of the client's median TTFT and TPOT and of the "
-             "output tokens/s, median [p10, p90] over runs (median |error|)."
-             + (f" {missing} runs AIConfigurator gave no estimate for are left out of its columns." if missing else ""),
-             ""]
-    lines += ratio_table(groups, ["ttft_p50", "aic_ttft_p50", "tpot_p50", "aic_tpot_p50", "out_tok_s",
-                                  "aic_out_tok_s"])
+    lines = [
+        "# kvsim and AIConfigurator's own estimator on the same measured runs",
+        "",
+        f"InferenceMAX's {len(both)} vLLM serving runs of gpt-oss-120b (H100, H200, B200; vLLM 0.11.2 and 0.13.0; "
+        "1-8 GPUs; 4-128 closed-loop clients; 1k/1k, 1k/8k, 8k/1k tokens). kvsim: "
+        "`benchmarks/validate_inferencemax.py` (validate.csv); AIConfigurator (`aic_` columns): its `cli estimate "
+        "--estimate-mode agg` per configuration (`benchmarks/compare_aiconfigurator.py`, whose docstring has the "
+        "mapping; aiconfigurator.csv). Predicted / measured of the client's median TTFT and TPOT and of the "
+        "output tokens/s, median [p10, p90] over runs (median |error|)."
+        + (f" {missing} runs AIConfigurator gave no estimate for are left out of its columns." if missing else ""),
+        "",
+    ]
+    lines += ratio_table(groups, ["ttft_p50", "aic_ttft_p50", "tpot_p50", "aic_tpot_p50", "out_tok_s", "aic_out_tok_s"])
     text = "\n".join(lines) + "\n"
     out.write_text(text, encoding="utf-8")
     return text

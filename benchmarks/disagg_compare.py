@@ -47,15 +47,28 @@ def run_point(workload: str, rate: float, layout: str, n_prefill: int, n: int) -
         f = simulate_fleet(reqs, [ReplicaGroup("a100", cfg, "paged:16", GPUS)], "least-requests")
     else:
         cfg = config_from_args(base)
-        f = simulate_disagg(reqs, [ReplicaGroup("a100", cfg, "paged:16", n_prefill)],
-                            [ReplicaGroup("a100", cfg, "paged:16", GPUS - n_prefill)], "least-requests")
+        f = simulate_disagg(
+            reqs,
+            [ReplicaGroup("a100", cfg, "paged:16", n_prefill)],
+            [ReplicaGroup("a100", cfg, "paged:16", GPUS - n_prefill)],
+            "least-requests",
+        )
     ttft_max, tpot_max = SLO[workload]
     ok = within_slos(f.requests, [Slo("ttft", 99, ttft_max), Slo("tpot", 99, tpot_max)])
     s = f.summary
-    return {"workload": workload, "rate": rate, "layout": layout, "attainment": float(ok.mean()),
-            "ttft_p90_s": s["ttft_p90_s"], "tpot_p90_s": s["tpot_p90_s"], "throughput_tok_s": s["throughput_tok_s"],
-            "finished": s["finished"], "decode_wait_p99_s": s.get("decode_wait_p99_s", float("nan")),
-            "kv_transfer_p99_s": s.get("kv_transfer_p99_s", float("nan")), "wall_s": time.perf_counter() - t}
+    return {
+        "workload": workload,
+        "rate": rate,
+        "layout": layout,
+        "attainment": float(ok.mean()),
+        "ttft_p90_s": s["ttft_p90_s"],
+        "tpot_p90_s": s["tpot_p90_s"],
+        "throughput_tok_s": s["throughput_tok_s"],
+        "finished": s["finished"],
+        "decode_wait_p99_s": s.get("decode_wait_p99_s", float("nan")),
+        "kv_transfer_p99_s": s.get("kv_transfer_p99_s", float("nan")),
+        "wall_s": time.perf_counter() - t,
+    }
 
 
 def goodput(rows, workload: str, layout: str) -> float:
@@ -81,18 +94,27 @@ def main() -> None:
             for layout, n_prefill in LAYOUTS:
                 r = run_point(w, rate, layout, n_prefill, a.requests)
                 rows.append(r)
-                print(f"{w:12s} {rate:5.1f} req/s {layout:13s} attain {100 * r['attainment']:5.1f}%  "
-                      f"TTFT p90 {r['ttft_p90_s']:.3f}  TPOT p90 {1e3 * r['tpot_p90_s']:.1f} ms  "
-                      f"D wait p99 {r['decode_wait_p99_s']:.3f}  ({r['wall_s']:.1f} s)", flush=True)
+                print(
+                    f"{w:12s} {rate:5.1f} req/s {layout:13s} attain {100 * r['attainment']:5.1f}%  "
+                    f"TTFT p90 {r['ttft_p90_s']:.3f}  TPOT p90 {1e3 * r['tpot_p90_s']:.1f} ms  "
+                    f"D wait p99 {r['decode_wait_p99_s']:.3f}  ({r['wall_s']:.1f} s)",
+                    flush=True,
+                )
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     df = pd.DataFrame(rows)
     df.to_csv(out / "points.csv", index=False)
-    lines = ["# Aggregated vs disaggregated: goodput per GPU (req/s at >= 90 % SLO attainment)", "",
-             f"Llama-2-13B, {GPUS} x A100-80GB, least-requests routers, KV over RDMA (50 GB/s per GPU pair), "
-             f"{a.requests} requests per point, Poisson arrivals. SLOs (TTFT, TPOT): "
-             + "; ".join(f"{w} {t:g} s, {1e3 * p:g} ms" for w, (t, p) in SLO.items()) + ".", "",
-             "| layout | " + " | ".join(WORKLOADS) + " |", "|---|" + "---:|" * len(WORKLOADS)]
+    lines = [
+        "# Aggregated vs disaggregated: goodput per GPU (req/s at >= 90 % SLO attainment)",
+        "",
+        f"Llama-2-13B, {GPUS} x A100-80GB, least-requests routers, KV over RDMA (50 GB/s per GPU pair), "
+        f"{a.requests} requests per point, Poisson arrivals. SLOs (TTFT, TPOT): "
+        + "; ".join(f"{w} {t:g} s, {1e3 * p:g} ms" for w, (t, p) in SLO.items())
+        + ".",
+        "",
+        "| layout | " + " | ".join(WORKLOADS) + " |",
+        "|---|" + "---:|" * len(WORKLOADS),
+    ]
     for layout, _ in LAYOUTS:
         lines.append(f"| {layout} | " + " | ".join(f"{goodput(rows, w, layout):.2f}" for w in WORKLOADS) + " |")
     lines += ["", "Attainment (%) by rate:", ""]

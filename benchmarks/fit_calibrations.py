@@ -32,10 +32,23 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from kvsim.hardware.gpus import GPU_PRESETS  # noqa: E402
-from kvsim.latency.calibration import (SHIPPED, Calibration, DecodeAttentionParams, PrefillAttentionParams,  # noqa: E402
-                                       save_calibration)
-from kvsim.calibrate.fits import (dense_rows, fit_elementwise, fit_gemm, fit_links, holdout_links,  # noqa: E402
-                                  leave_one_model_out, summarize_dense, tp_layers_with_all_reduce)
+from kvsim.latency.calibration import (
+    SHIPPED,
+    Calibration,
+    DecodeAttentionParams,
+    PrefillAttentionParams,  # noqa: E402
+    save_calibration,
+)
+from kvsim.calibrate.fits import (
+    dense_rows,
+    fit_elementwise,
+    fit_gemm,
+    fit_links,
+    holdout_links,  # noqa: E402
+    leave_one_model_out,
+    summarize_dense,
+    tp_layers_with_all_reduce,
+)
 
 SKUS = {"a100": "a100-80gb", "h100": "h100-80gb", "a40": "a40"}
 PREFILL_FLOPS_EFF = 0.6
@@ -49,10 +62,14 @@ def kernel_floor(rows) -> float:
 def main(src: str) -> None:
     out_dir = ROOT / "reports" / "latency-validation"
     out_dir.mkdir(parents=True, exist_ok=True)
-    report = ["# Latency model validation on Vidur's public profiles", "",
-              "predicted / measured; median [p10, p90]. Dense: each model held out of the fit in turn "
-              "(leave-one-model-out), pooled over models, tensor-parallel degrees and ops. All-reduce: every "
-              "fifth message size held out.", ""]
+    report = [
+        "# Latency model validation on Vidur's public profiles",
+        "",
+        "predicted / measured; median [p10, p90]. Dense: each model held out of the fit in turn "
+        "(leave-one-model-out), pooled over models, tensor-parallel degrees and ops. All-reduce: every "
+        "fifth message size held out.",
+        "",
+    ]
     summary = {}
     for sku, gname in SKUS.items():
         gpu = GPU_PRESETS[gname]
@@ -63,14 +80,22 @@ def main(src: str) -> None:
         tk = kernel_floor(rows)
         calib = replace(
             calib,
-            decode_attention=DecodeAttentionParams(floor_s=3 * tk, ramp_s=2 * tk,
-                                                   bw_eff=min(0.8, 0.9 * calib.gemm.bw_eff), per_seq_s=0.0),
-            prefill_attention=PrefillAttentionParams(floor_s=2 * tk, flops_eff=PREFILL_FLOPS_EFF, cta_overhead_tiles=2.0,
-                                                     bw_eff=min(0.8, 0.9 * calib.gemm.bw_eff)))
+            decode_attention=DecodeAttentionParams(
+                floor_s=3 * tk, ramp_s=2 * tk, bw_eff=min(0.8, 0.9 * calib.gemm.bw_eff), per_seq_s=0.0
+            ),
+            prefill_attention=PrefillAttentionParams(
+                floor_s=2 * tk,
+                flops_eff=PREFILL_FLOPS_EFF,
+                cta_overhead_tiles=2.0,
+                bw_eff=min(0.8, 0.9 * calib.gemm.bw_eff),
+            ),
+        )
         net = [(f, pd.read_csv(f)) for f in sorted(glob.glob(f"{src}/network__{sku}_*__all_reduce.csv"))]
         links = fit_links(net) if net else {}
         if not links:  # no all-reduce profiles for this GPU: borrow A100's pairwise NVLink fit, and say so
-            links = fit_links([(f, pd.read_csv(f)) for f in glob.glob(f"{src}/network__a100_pairwise_nvlink__all_reduce.csv")])
+            links = fit_links(
+                [(f, pd.read_csv(f)) for f in glob.glob(f"{src}/network__a100_pairwise_nvlink__all_reduce.csv")]
+            )
             links = {"nvswitch": links.get("pairwise", {}), **links}
             link_src = "borrowed: A100 pairwise-NVLink all_reduce.csv (no all-reduce profile for this GPU)"
         else:
@@ -81,43 +106,76 @@ def main(src: str) -> None:
         lomo = leave_one_model_out(rows, gpu, base)
         held = holdout_links(net) if net else {}
         tp_layers = tp_layers_with_all_reduce(lomo["layers"], links, net) if net else {}
-        calib = replace(calib, sources={
-            "gemm": "fitted: " + ", ".join(Path(f).name for f in files),
-            "elementwise": "fitted: the same files",
-            "decode_attention": f"physics: floor 3 t_k, ramp 2 t_k (t_k = {tk * 1e6:.1f} us, median element-wise "
-                                "kernel at <= 8 tokens), KV streamed at 0.9 x the GEMM weight-streaming efficiency",
-            "prefill_attention": f"physics: floor 2 t_k, tiles at {PREFILL_FLOPS_EFF:.0%} of peak (FlashAttention-2/3 "
-                                 "published forward throughput), 2 tiles of start-up per query tile",
-            "all_reduce": link_src,
-            "data": "Vidur profiles (microsoft/vidur, MIT, data/profiling at 7d47513), via ../shared/profiles/vidur",
-        }, fit={"dense_in_sample": summarize_dense(rows, calib, gpu), "dense_leave_one_model_out": lomo["pooled"],
-                "all_reduce_holdout": held, "tp_layer_with_all_reduce": tp_layers, "kernel_floor_s": tk})
+        calib = replace(
+            calib,
+            sources={
+                "gemm": "fitted: " + ", ".join(Path(f).name for f in files),
+                "elementwise": "fitted: the same files",
+                "decode_attention": f"physics: floor 3 t_k, ramp 2 t_k (t_k = {tk * 1e6:.1f} us, median element-wise "
+                "kernel at <= 8 tokens), KV streamed at 0.9 x the GEMM weight-streaming efficiency",
+                "prefill_attention": f"physics: floor 2 t_k, tiles at {PREFILL_FLOPS_EFF:.0%} of peak (FlashAttention-2/3 "
+                "published forward throughput), 2 tiles of start-up per query tile",
+                "all_reduce": link_src,
+                "data": "Vidur profiles (microsoft/vidur, MIT, data/profiling at 7d47513), via ../shared/profiles/vidur",
+            },
+            fit={
+                "dense_in_sample": summarize_dense(rows, calib, gpu),
+                "dense_leave_one_model_out": lomo["pooled"],
+                "all_reduce_holdout": held,
+                "tp_layer_with_all_reduce": tp_layers,
+                "kernel_floor_s": tk,
+            },
+        )
         save_calibration(calib, SHIPPED / f"{gname}.json")
-        summary[gname] = {"lomo": {k: v for k, v in lomo.items() if k != "layers"}, "links": held,
-                          "tp_layers": tp_layers}
+        summary[gname] = {
+            "lomo": {k: v for k, v in lomo.items() if k != "layers"},
+            "links": held,
+            "tp_layers": tp_layers,
+        }
         report += [f"## {gname}", "", "| ops | tokens 1-16 | 17-128 | 129-1024 | >=1025 |", "|---|---|---|---|---|"]
         for group in ("layer", "gemm", "elementwise"):
             d = lomo["pooled"][group]
-            cells = [f"{d[k]['median']:.3f} [{d[k]['p10']:.2f}, {d[k]['p90']:.2f}]" if k in d else "-"
-                     for k in ("1-16", "17-128", "129-1024", ">=1025")]
+            cells = [
+                f"{d[k]['median']:.3f} [{d[k]['p10']:.2f}, {d[k]['p90']:.2f}]" if k in d else "-"
+                for k in ("1-16", "17-128", "129-1024", ">=1025")
+            ]
             label = {"layer": "whole dense layer", "gemm": "GEMMs", "elementwise": "element-wise"}[group]
             report.append(f"| {label} | " + " | ".join(cells) + " |")
         if tp_layers:
-            cells = [f"{tp_layers[k]['median']:.3f} [{tp_layers[k]['p10']:.2f}, {tp_layers[k]['p90']:.2f}]"
-                     if k in tp_layers else "-" for k in ("1-16", "17-128", "129-1024", ">=1025")]
+            cells = [
+                f"{tp_layers[k]['median']:.3f} [{tp_layers[k]['p10']:.2f}, {tp_layers[k]['p90']:.2f}]"
+                if k in tp_layers
+                else "-"
+                for k in ("1-16", "17-128", "129-1024", ">=1025")
+            ]
             report.append("| dense layer + 2 all-reduces (TP 2-8) | " + " | ".join(cells) + " |")
-        report += ["", "Per held-out model, whole dense layer (median):", "",
-                   "| model | 1-16 | 17-128 | 129-1024 | >=1025 |", "|---|---|---|---|---|"]
+        report += [
+            "",
+            "Per held-out model, whole dense layer (median):",
+            "",
+            "| model | 1-16 | 17-128 | 129-1024 | >=1025 |",
+            "|---|---|---|---|---|",
+        ]
         for m, d in lomo["per_model_median"].items():
             lay = d.get("layer", {})
-            report.append(f"| {m} | " + " | ".join(f"{lay[k]:.3f}" if k in lay else "-"
-                                                    for k in ("1-16", "17-128", "129-1024", ">=1025")) + " |")
+            report.append(
+                f"| {m} | "
+                + " | ".join(f"{lay[k]:.3f}" if k in lay else "-" for k in ("1-16", "17-128", "129-1024", ">=1025"))
+                + " |"
+            )
         if held:
-            report += ["", "All-reduce, held-out sizes:", "", "| group | < 64 KiB | 64 KiB-1 MiB | 1-16 MiB | >= 16 MiB |",
-                       "|---|---|---|---|---|"]
+            report += [
+                "",
+                "All-reduce, held-out sizes:",
+                "",
+                "| group | < 64 KiB | 64 KiB-1 MiB | 1-16 MiB | >= 16 MiB |",
+                "|---|---|---|---|---|",
+            ]
             for k, d in held.items():
-                cells = [f"{d[r]['median']:.2f} [{d[r]['p10']:.2f}, {d[r]['p90']:.2f}]" if r in d else "-"
-                         for r in ("0-65536", "65536-1048576", "1048576-16777216", ">=16777216")]
+                cells = [
+                    f"{d[r]['median']:.2f} [{d[r]['p10']:.2f}, {d[r]['p90']:.2f}]" if r in d else "-"
+                    for r in ("0-65536", "65536-1048576", "1048576-16777216", ">=16777216")
+                ]
                 report.append(f"| {k} | " + " | ".join(cells) + " |")
         report.append("")
         print(f"{gname}: wrote {SHIPPED / (gname + '.json')}")

@@ -53,8 +53,12 @@ def fit_table(chip: str, table: str, version: str) -> tuple[dict, dict]:
     where = f"{SYSTEMS[chip]}/moe/vllm/{version}"
     for by in stats.values():
         for backend, e in by.items():  # the table after rows and shapes, as the calibrations record it
-            by[backend] = {"rows": e["rows"], "shapes": e["shapes"], "table": where,
-                           **{k: v for k, v in e.items() if k not in ("rows", "shapes")}}
+            by[backend] = {
+                "rows": e["rows"],
+                "shapes": e["shapes"],
+                "table": where,
+                **{k: v for k, v in e.items() if k not in ("rows", "shapes")},
+            }
     return params, stats
 
 
@@ -64,27 +68,43 @@ def cell(s: dict | None) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("aic", nargs="*", default=[str(ROOT.parent / "shared" / "profiles" / "aic"), "installed"],
-                    help="folders of AIConfigurator tables (or 'installed'); each system from the first that has it")
+    ap.add_argument(
+        "aic",
+        nargs="*",
+        default=[str(ROOT.parent / "shared" / "profiles" / "aic"), "installed"],
+        help="folders of AIConfigurator tables (or 'installed'); each system from the first that has it",
+    )
     a = ap.parse_args()
-    lines = ["# Fused-MoE kernels by backend (vLLM's --moe-backend)", "",
-             "Each kernel family's rows of AIConfigurator's MoE tables (Apache-2.0; balanced and power-law routing, "
-             "each row with its routing's distinct experts) fitted alone "
-             "(`benchmarks/fit_moe_backends.py`). predicted / measured, median [p10, p90], all token counts; held out: "
-             "every 5th model shape (hidden, expert width, experts, top-k) predicted by a fit without it.", "",
-             "| calibration | experts | backend | rows | shapes | in sample | held out | tokens >=2049 held out | kernels |",
-             "|---|---|---|---:|---:|---:|---:|---:|---|"]
+    lines = [
+        "# Fused-MoE kernels by backend (vLLM's --moe-backend)",
+        "",
+        "Each kernel family's rows of AIConfigurator's MoE tables (Apache-2.0; balanced and power-law routing, "
+        "each row with its routing's distinct experts) fitted alone "
+        "(`benchmarks/fit_moe_backends.py`). predicted / measured, median [p10, p90], all token counts; held out: "
+        "every 5th model shape (hidden, expert width, experts, top-k) predicted by a fit without it.",
+        "",
+        "| calibration | experts | backend | rows | shapes | in sample | held out | tokens >=2049 held out | kernels |",
+        "|---|---|---|---:|---:|---:|---:|---:|---|",
+    ]
     newest = {}
     for chip, path in calibration_files():  # a chip's newest calibration comes first
         d = json.loads(path.read_text())
         version = d["fit"].get("aic", {}).get("versions", {}).get("moe_perf")  # the MoE table it was fitted on
-        params, stats = ({}, {}) if version is None else \
-            fit_table(chip, str(locate_table(system_dir(system_root(a.aic, SYSTEMS[chip]), SYSTEMS[chip]), "moe",
-                                             version)[0]), version)
+        params, stats = (
+            ({}, {})
+            if version is None
+            else fit_table(
+                chip,
+                str(locate_table(system_dir(system_root(a.aic, SYSTEMS[chip]), SYSTEMS[chip]), "moe", version)[0]),
+                version,
+            )
+        )
         if path.parent == SHIPPED:
             newest[chip] = params
         else:  # an earlier release keeps the newest's fits where its own tables did not time the kernels
-            params = {q: {**newest[chip].get(q, {}), **params.get(q, {})} for q in dict.fromkeys([*newest[chip], *params])}
+            params = {
+                q: {**newest[chip].get(q, {}), **params.get(q, {})} for q in dict.fromkeys([*newest[chip], *params])
+            }
         d["moe_backends"] = params
         if stats:
             d["fit"].setdefault("aic", {})["moe_backends"] = stats
@@ -95,9 +115,11 @@ def main() -> None:
         for dtype, by in stats.items():
             for backend, e in by.items():
                 held = e.get("held_out", {})
-                lines.append(f"| {rel} | {dtype} | {backend} | {e['rows']} | {e['shapes']} | "
-                             f"{cell(e['in_sample'].get('all'))} | {cell(held.get('all'))} | "
-                             f"{cell(held.get('tokens >=2049'))} | {', '.join(e['kernels'])} |")
+                lines.append(
+                    f"| {rel} | {dtype} | {backend} | {e['rows']} | {e['shapes']} | "
+                    f"{cell(e['in_sample'].get('all'))} | {cell(held.get('all'))} | "
+                    f"{cell(held.get('tokens >=2049'))} | {', '.join(e['kernels'])} |"
+                )
         print(f"{rel}: " + ", ".join(f"{q}: {'/'.join(sorted(b))}" for q, b in params.items()), flush=True)
     out = ROOT / "reports" / "latency-validation" / "moe-backends.md"
     out.write_text("\n".join(lines) + "\n", encoding="utf-8")

@@ -62,8 +62,10 @@ def main() -> None:
         return float(np.median(np.abs(np.log(r))))
 
     def q(r) -> str:
-        return (f"{np.median(r):.2f} [{np.quantile(r, 0.1):.2f}, {np.quantile(r, 0.9):.2f}], median |error| "
-                f"{100 * (math.exp(err(r)) - 1):.0f}%")
+        return (
+            f"{np.median(r):.2f} [{np.quantile(r, 0.1):.2f}, {np.quantile(r, 0.9):.2f}], median |error| "
+            f"{100 * (math.exp(err(r)) - 1):.0f}%"
+        )
 
     request_s = fe0.request_s
     scores = {}
@@ -71,8 +73,11 @@ def main() -> None:
         for s in CPU_PER_SEQ_MS:
             for r in CPU_PER_RANK_MS:
                 scores[b, s, r] = err(ratios(fit, b / 1e3, s / 1e3, r / 1e3, request_s)[0])
-                print(f"CPU {b:.1f} ms + {s:.2f} ms per sequence + {r:.1f} ms per extra GPU: fit runs' TPOT median "
-                      f"|log ratio| {scores[b, s, r]:.3f}", flush=True)
+                print(
+                    f"CPU {b:.1f} ms + {s:.2f} ms per sequence + {r:.1f} ms per extra GPU: fit runs' TPOT median "
+                    f"|log ratio| {scores[b, s, r]:.3f}",
+                    flush=True,
+                )
     b, s, r = min(scores, key=scores.get)
     cpu_s = (b / 1e3, s / 1e3, r / 1e3)
     scores = {}
@@ -82,11 +87,15 @@ def main() -> None:
     intake = min(scores, key=scores.get)
     tpot, ttft = ratios(held, *cpu_s, intake / 1e3)
     tpot0, ttft0 = ratios(held, 2e-3, 0.1e-3, 0.0, 1.5e-3)
-    print(f"fitted on {len(fit)} runs: CPU {b} ms + {s} ms per sequence + {r} ms per extra tensor-parallel GPU per "
-          f"step, API server {intake} ms per request")
+    print(
+        f"fitted on {len(fit)} runs: CPU {b} ms + {s} ms per sequence + {r} ms per extra tensor-parallel GPU per "
+        f"step, API server {intake} ms per request"
+    )
     print(f"held out ({len(held)} runs), predicted / measured median: TPOT {q(tpot)}; TTFT {q(ttft)}")
-    print(f"  with the RFC-sourced CPU (2 ms + 0.1 ms per sequence) and V1's 1.5 ms per request: TPOT {q(tpot0)}; "
-          f"TTFT {q(ttft0)}")
+    print(
+        f"  with the RFC-sourced CPU (2 ms + 0.1 ms per sequence) and V1's 1.5 ms per request: TPOT {q(tpot0)}; "
+        f"TTFT {q(ttft0)}"
+    )
 
 
 if __name__ == "__main__":

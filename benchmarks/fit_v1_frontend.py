@@ -41,8 +41,12 @@ def score(runs, deliver_ms: float, token_us: float) -> dict:
         r = np.array([V.replay(row, "served")["ttft_p50"] / row.median_ttft_s for row in runs.itertuples()])
     finally:
         fe.FRONTEND_PRESETS["vllm"] = saved
-    return {"median": float(np.median(r)), "p10": float(np.quantile(r, 0.1)), "p90": float(np.quantile(r, 0.9)),
-            "abs_err": float(np.median(abs(r - 1)))}
+    return {
+        "median": float(np.median(r)),
+        "p10": float(np.quantile(r, 0.1)),
+        "p90": float(np.quantile(r, 0.9)),
+        "abs_err": float(np.median(abs(r - 1))),
+    }
 
 
 def main() -> None:
@@ -56,14 +60,20 @@ def main() -> None:
     best = None
     for d, t in itertools.product(DELIVER_MS, TOKEN_US):
         s = score(fit, d, t)
-        print(f"fit half, delivery {d} ms, {t} us/token: TTFT {s['median']:.3f} [{s['p10']:.2f}, {s['p90']:.2f}], "
-              f"median |error| {100 * s['abs_err']:.1f}%", flush=True)
+        print(
+            f"fit half, delivery {d} ms, {t} us/token: TTFT {s['median']:.3f} [{s['p10']:.2f}, {s['p90']:.2f}], "
+            f"median |error| {100 * s['abs_err']:.1f}%",
+            flush=True,
+        )
         if best is None or s["abs_err"] < best[2]["abs_err"]:
             best = (d, t, s)
     for d, t in ((best[0], best[1]), BEFORE):
         s = score(held, d, t)
-        print(f"held-out half, delivery {d} ms, {t} us/token: TTFT {s['median']:.3f} [{s['p10']:.2f}, {s['p90']:.2f}], "
-              f"median |error| {100 * s['abs_err']:.1f}%", flush=True)
+        print(
+            f"held-out half, delivery {d} ms, {t} us/token: TTFT {s['median']:.3f} [{s['p10']:.2f}, {s['p90']:.2f}], "
+            f"median |error| {100 * s['abs_err']:.1f}%",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

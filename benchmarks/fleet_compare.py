@@ -21,8 +21,18 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-ROUTERS = ["round-robin", "random", "least-requests", "least-kv", "session", "prefix-approx", "prefix", "prefix+load",
-           "sglang-cache-aware", "llm-d"]
+ROUTERS = [
+    "round-robin",
+    "random",
+    "least-requests",
+    "least-kv",
+    "session",
+    "prefix-approx",
+    "prefix",
+    "prefix+load",
+    "sglang-cache-aware",
+    "llm-d",
+]
 
 
 def tiled_mooncake(copies: int):
@@ -33,8 +43,9 @@ def tiled_mooncake(copies: int):
     for c in range(copies):
         for r in base:
             ids = tuple(h + c * 10**7 for h in r.hash_ids) if r.hash_ids else None
-            out.append(replace(r, id=f"{c}-{r.id}", arrival_s=r.arrival_s + 0.05 * c, hash_ids=ids,
-                               session=f"{c}-{r.id}"))
+            out.append(
+                replace(r, id=f"{c}-{r.id}", arrival_s=r.arrival_s + 0.05 * c, hash_ids=ids, session=f"{c}-{r.id}")
+            )
     return out
 
 
@@ -47,9 +58,12 @@ def run(requests, cfg, replicas: int, routers, label: str):
         f = simulate_fleet(requests, [ReplicaGroup("g", cfg, "paged:16+prefix", replicas)], r)
         s = dict(f.summary, trace=label, wall_s=time.perf_counter() - t)
         rows.append(s)
-        print(f"{label:22s} {r:15s} hit {100 * s['prefix_hit_rate_tokens']:5.1f}%  TTFT p50 {s['ttft_p50_s']:.3f} "
-              f"p99 {s['ttft_p99_s']:.3f}  tok/s {s['throughput_tok_s']:.0f}  imbalance {s['imbalance_busy']:.2f}  "
-              f"({s['wall_s']:.1f} s)", flush=True)
+        print(
+            f"{label:22s} {r:15s} hit {100 * s['prefix_hit_rate_tokens']:5.1f}%  TTFT p50 {s['ttft_p50_s']:.3f} "
+            f"p99 {s['ttft_p99_s']:.3f}  tok/s {s['throughput_tok_s']:.0f}  imbalance {s['imbalance_busy']:.2f}  "
+            f"({s['wall_s']:.1f} s)",
+            flush=True,
+        )
     return rows
 
 
@@ -78,16 +92,28 @@ def main() -> int:
     for clients in (64, 512):  # closed loop, as benchmark clients (vllm bench serve --max-concurrency) load it
         closed = config_from_args(mc_args + ["--max-concurrency", str(clients), "--request-rate", "inf"])
         rows += run(mc, closed, n, ["round-robin", "prefix"], f"mooncake x{a.copies}, {clients} clients")
-    mt = generate_scenario(ScenarioSpec("multi-turn", think_s=20.0), 4000, ArrivalSpec(rate=8.0),
-                           LengthSpec(max_total=8192), seed=1)
-    rows += run(mt, config_from_args(["--model", "llama-3-8b", "--gpu", "h100-80gb"]), 8, ROUTERS,
-                "multi-turn, 8 replicas")
+    mt = generate_scenario(
+        ScenarioSpec("multi-turn", think_s=20.0), 4000, ArrivalSpec(rate=8.0), LengthSpec(max_total=8192), seed=1
+    )
+    rows += run(
+        mt, config_from_args(["--model", "llama-3-8b", "--gpu", "h100-80gb"]), 8, ROUTERS, "multi-turn, 8 replicas"
+    )
     write_results(rows, out, "# Routers on a fleet (benchmarks/fleet_compare.py)\n\n")
     return 0
 
 
-COLUMNS = ["trace", "router", "finished", "prefix_hit_rate_tokens", "ttft_p50_s", "ttft_p99_s", "tpot_p50_s",
-           "throughput_tok_s", "imbalance_requests", "imbalance_busy"]
+COLUMNS = [
+    "trace",
+    "router",
+    "finished",
+    "prefix_hit_rate_tokens",
+    "ttft_p50_s",
+    "ttft_p99_s",
+    "tpot_p50_s",
+    "throughput_tok_s",
+    "imbalance_requests",
+    "imbalance_busy",
+]
 
 
 def write_results(rows: list[dict], out: Path, head: str) -> None:

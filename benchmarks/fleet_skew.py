@@ -46,8 +46,17 @@ def skewed_trace(n: int, rate: float, families: int, hot: float, seed: int = 0):
     for i in range(n):
         f = int(fam[i])
         ids = tuple(f * 1000 + j for j in range(SHARED_IDS)) + (10**9 + i,)  # the own part: a fresh id
-        out.append(Request(str(i), float(times[i]), SHARED_IDS * ID_TOKENS + OWN_TOKENS, OUTPUT_TOKENS,
-                           hash_ids=ids, hash_block_tokens=ID_TOKENS, session=f"f{f}"))
+        out.append(
+            Request(
+                str(i),
+                float(times[i]),
+                SHARED_IDS * ID_TOKENS + OWN_TOKENS,
+                OUTPUT_TOKENS,
+                hash_ids=ids,
+                hash_block_tokens=ID_TOKENS,
+                session=f"f{f}",
+            )
+        )
     return out
 
 
@@ -68,11 +77,14 @@ def main() -> int:
     reqs = skewed_trace(a.requests, a.rate, a.families, a.hot)
     label = f"skewed, {a.replicas} replicas"
     rows = run(reqs, cfg, a.replicas, a.routers.split(","), label)
-    head = (f"# Routers under skewed load (benchmarks/fleet_skew.py)\n\n{a.requests} requests at {a.rate:g} req/s, "
-            f"{a.families} prefix families (the hot one {100 * a.hot:g}%, the rest Zipf 1.1), {a.replicas} x "
-            f"Llama-3-8B on H100-80GB, paged:16+prefix\n\n")
+    head = (
+        f"# Routers under skewed load (benchmarks/fleet_skew.py)\n\n{a.requests} requests at {a.rate:g} req/s, "
+        f"{a.families} prefix families (the hot one {100 * a.hot:g}%, the rest Zipf 1.1), {a.replicas} x "
+        f"Llama-3-8B on H100-80GB, paged:16+prefix\n\n"
+    )
     write_results(rows, Path(a.out), head)
     return 0
+
 
 if __name__ == "__main__":
     raise SystemExit(main())

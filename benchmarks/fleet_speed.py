@@ -20,8 +20,20 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-ARGS = ["--model", "codellama-34b", "--gpu", "a100-80gb", "--tensor-parallel-size", "2",
-        "--max-num-batched-tokens", "4096", "--max-num-seqs", "256", "--allocator", "paged:16"]
+ARGS = [
+    "--model",
+    "codellama-34b",
+    "--gpu",
+    "a100-80gb",
+    "--tensor-parallel-size",
+    "2",
+    "--max-num-batched-tokens",
+    "4096",
+    "--max-num-seqs",
+    "256",
+    "--allocator",
+    "paged:16",
+]
 
 
 def main() -> None:
@@ -33,21 +45,58 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for n in (int(x) for x in a.sizes.split(",")):
             trace = Path(tmp) / f"fleet-{n}.jsonl"
-            subprocess.run([sys.executable, "-m", "kvsim", "trace", "generate", "-o", str(trace), "-n", str(n),
-                            "--rate", str(6.5 * a.replicas), "--seed", "0", "--lengths-csv",
-                            str(ROOT / "traces" / "azure_conv_lengths.csv"), "--max-total", "16384"],
-                           check=True, stdout=subprocess.DEVNULL)
+            subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "kvsim",
+                    "trace",
+                    "generate",
+                    "-o",
+                    str(trace),
+                    "-n",
+                    str(n),
+                    "--rate",
+                    str(6.5 * a.replicas),
+                    "--seed",
+                    "0",
+                    "--lengths-csv",
+                    str(ROOT / "traces" / "azure_conv_lengths.csv"),
+                    "--max-total",
+                    "16384",
+                ],
+                check=True,
+                stdout=subprocess.DEVNULL,
+            )
             before = resource.getrusage(resource.RUSAGE_CHILDREN)
             t0 = time.perf_counter()
-            p = subprocess.run([sys.executable, "-m", "kvsim", "cluster", "--trace", str(trace), "--out",
-                                str(Path(tmp) / f"out-{n}"), "--replicas", str(a.replicas), "--routers", a.router, *ARGS],
-                               capture_output=True, text=True)
+            p = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "kvsim",
+                    "cluster",
+                    "--trace",
+                    str(trace),
+                    "--out",
+                    str(Path(tmp) / f"out-{n}"),
+                    "--replicas",
+                    str(a.replicas),
+                    "--routers",
+                    a.router,
+                    *ARGS,
+                ],
+                capture_output=True,
+                text=True,
+            )
             wall = time.perf_counter() - t0
             if p.returncode != 0:
                 raise SystemExit(p.stderr)
             rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
-            print(f"{n:>9,} requests, {a.replicas} replicas, {a.router}: {wall:.1f} s wall, peak RSS {rss:.0f} MiB "
-                  f"(cpu {resource.getrusage(resource.RUSAGE_CHILDREN).ru_utime - before.ru_utime:.1f} s)")
+            print(
+                f"{n:>9,} requests, {a.replicas} replicas, {a.router}: {wall:.1f} s wall, peak RSS {rss:.0f} MiB "
+                f"(cpu {resource.getrusage(resource.RUSAGE_CHILDREN).ru_utime - before.ru_utime:.1f} s)"
+            )
             print(next(ln for ln in p.stdout.splitlines() if ln.strip().startswith(a.router)))
 
 

@@ -17,13 +17,14 @@ from pathlib import Path
 def main(out: str = "traces/long_docs.jsonl", n: int = 200, rate: float = 1.0, seed: int = 0) -> None:
     rng = random.Random(seed)
     t = 0.0
-    mu = math.log(400) - 0.6 ** 2 / 2
+    mu = math.log(400) - 0.6**2 / 2
     lines = []
     for i in range(n):
         prompt = rng.randint(32768, 126976)
         output = max(1, min(131072 - prompt, round(rng.lognormvariate(mu, 0.6))))
-        lines.append(json.dumps({"id": str(i), "arrival_s": round(t, 6), "prompt_tokens": prompt,
-                                 "output_tokens": output}))
+        lines.append(
+            json.dumps({"id": str(i), "arrival_s": round(t, 6), "prompt_tokens": prompt, "output_tokens": output})
+        )
         t += rng.expovariate(rate)
     Path(out).write_text("\n".join(lines) + "\n")
     print(f"wrote {n} requests to {out}")

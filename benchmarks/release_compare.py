@@ -21,10 +21,12 @@ from kvsim.latency.base import StepShape  # noqa: E402
 from kvsim.releases import release_key, vllm_releases  # noqa: E402
 from kvsim.options import config_from_args  # noqa: E402
 
-MODELS = [("Llama-3.1-8B", ["--model", "llama-3.1-8b"]),
-          ("Llama-3.3-70B FP8, TP2", ["--model", "llama-3.3-70b", "--quantization", "fp8", "-tp", "2"]),
-          ("Qwen3-235B-A22B, TP8", ["--model", "qwen3-235b-a22b", "-tp", "8"]),
-          ("DeepSeek-V3 (FP8 blocks, MLA), TP8", ["--model", "deepseek-v3", "-tp", "8"])]
+MODELS = [
+    ("Llama-3.1-8B", ["--model", "llama-3.1-8b"]),
+    ("Llama-3.3-70B FP8, TP2", ["--model", "llama-3.3-70b", "--quantization", "fp8", "-tp", "2"]),
+    ("Qwen3-235B-A22B, TP8", ["--model", "qwen3-235b-a22b", "-tp", "8"]),
+    ("DeepSeek-V3 (FP8 blocks, MLA), TP8", ["--model", "deepseek-v3", "-tp", "8"]),
+]
 SHAPES = [("decode 64 x 2k", StepShape.decode(64, 64 * 2049)), ("prefill 4k", StepShape.of([(4096, 0)]))]
 
 
@@ -41,8 +43,9 @@ def main() -> None:
     times = {}
     for g, r in cols:
         for m, args in MODELS:
-            cfg = config_from_args(["--gpu", g, "--cpu-overhead", "none", "--frontend", "none", *args,
-                                    "--vllm-version", r])
+            cfg = config_from_args(
+                ["--gpu", g, "--cpu-overhead", "none", "--frontend", "none", *args, "--vllm-version", r]
+            )
             lat = build_latency(cfg)
             for s, shape in SHAPES:
                 times[(g, r, m, s)] = lat.step_time(shape)

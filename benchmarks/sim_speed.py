@@ -25,10 +25,19 @@ def one_case(n: int, allocator: str, rate: float, q) -> None:
     out = simulate(reqs, cfg, allocator, pool)
     wall = time.perf_counter() - t0
     s = out.summary
-    q.put({"requests": n, "allocator": allocator, "wall_s": wall, "sim_loop_s": out.result.wall_s,
-           "out_tokens": int(out.requests.generated_tokens.sum()), "finished": s["finished"],
-           "iterations": s["sim_steps"], "events": s["sim_events"],
-           "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024})
+    q.put(
+        {
+            "requests": n,
+            "allocator": allocator,
+            "wall_s": wall,
+            "sim_loop_s": out.result.wall_s,
+            "out_tokens": int(out.requests.generated_tokens.sum()),
+            "finished": s["finished"],
+            "iterations": s["sim_steps"],
+            "events": s["sim_events"],
+            "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        }
+    )
 
 
 def main() -> None:
@@ -38,8 +47,10 @@ def main() -> None:
     ap.add_argument("--rate", type=float, default=7.0, help="requests/s of the synthetic chat trace")
     a = ap.parse_args()
     ctx = mp.get_context("spawn")
-    print(f"{'requests':>9} {'allocator':>10} {'wall s':>8} {'loop s':>8} {'sim tok/s':>12} {'sim req/s':>10} "
-          f"{'iterations':>11} {'events':>8} {'peak MiB':>9}")
+    print(
+        f"{'requests':>9} {'allocator':>10} {'wall s':>8} {'loop s':>8} {'sim tok/s':>12} {'sim req/s':>10} "
+        f"{'iterations':>11} {'events':>8} {'peak MiB':>9}"
+    )
     for n in map(int, a.sizes.split(",")):
         for alloc in a.allocators.split(","):
             q = ctx.Queue()
@@ -47,9 +58,11 @@ def main() -> None:
             p.start()
             r = q.get()
             p.join()
-            print(f"{r['requests']:>9} {alloc:>10} {r['wall_s']:8.2f} {r['sim_loop_s']:8.2f} "
-                  f"{r['out_tokens'] / r['wall_s']:12,.0f} {r['requests'] / r['wall_s']:10,.0f} "
-                  f"{r['iterations']:11,d} {r['events']:8,d} {r['peak_rss_mib']:9.0f}")
+            print(
+                f"{r['requests']:>9} {alloc:>10} {r['wall_s']:8.2f} {r['sim_loop_s']:8.2f} "
+                f"{r['out_tokens'] / r['wall_s']:12,.0f} {r['requests'] / r['wall_s']:10,.0f} "
+                f"{r['iterations']:11,d} {r['events']:8,d} {r['peak_rss_mib']:9.0f}"
+            )
 
 
 if __name__ == "__main__":

@@ -52,10 +52,20 @@ def server(r, kernels: str, routing: str | None = None) -> dict:
     kvsim's default)."""
     hw, isl, osl = r.gpu, int(r.isl), int(r.osl)
     max_len = 2068 if (isl, osl) == (1024, 1024) else 10240 if hw == "h100" else isl + osl + 200
-    v = {"model": "gpt-oss-120b", "gpu": GPUS[hw], "tensor_parallel_size": int(r.tp), "max_model_len": max_len,
-         "max_num_seqs": 512 if hw == "b200" else int(r.conc), "max_num_batched_tokens": 8192,
-         "gpu_memory_utilization": 0.9, "enable_prefix_caching": False, "async_scheduling": True,
-         "cudagraph_capture_sizes": CAPTURE, "max_concurrency": int(r.conc), "request_rate": "inf"}
+    v = {
+        "model": "gpt-oss-120b",
+        "gpu": GPUS[hw],
+        "tensor_parallel_size": int(r.tp),
+        "max_model_len": max_len,
+        "max_num_seqs": 512 if hw == "b200" else int(r.conc),
+        "max_num_batched_tokens": 8192,
+        "gpu_memory_utilization": 0.9,
+        "enable_prefix_caching": False,
+        "async_scheduling": True,
+        "cudagraph_capture_sizes": CAPTURE,
+        "max_concurrency": int(r.conc),
+        "request_rate": "inf",
+    }
     if hw == "b200":
         v["kv_cache_dtype"] = "fp8"
     if kernels == "served":
@@ -84,8 +94,14 @@ def replay(r, kernels: str, routing: str | None = None) -> dict:
     df = out.requests
     done = df[df.status == "finished"]
     ttft, tpot = done.ttft_s.to_numpy(), done.tpot_s.dropna().to_numpy()
-    return {"not_finished": int(len(df) - len(done)), "ttft_p50": percentile(ttft, 50), "ttft_mean": float(np.mean(ttft)),
-            "tpot_p50": percentile(tpot, 50), "tpot_mean": float(np.mean(tpot)), "out_tok_s": out.summary["throughput_tok_s"]}
+    return {
+        "not_finished": int(len(df) - len(done)),
+        "ttft_p50": percentile(ttft, 50),
+        "ttft_mean": float(np.mean(ttft)),
+        "tpot_p50": percentile(tpot, 50),
+        "tpot_mean": float(np.mean(tpot)),
+        "out_tok_s": out.summary["throughput_tok_s"],
+    }
 
 
 def main() -> None:
@@ -97,10 +113,15 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", default=str(ROOT / "benchmarks" / "data" / "inferencemax_gpt_oss_120b.csv"))
     ap.add_argument("--out", default=str(ROOT / "reports" / "validation-inferencemax"))
-    ap.add_argument("--kernels", choices=("served", "auto"), default="served",
-                    help="MoE kernels: those the server's environment picked, or kvsim's default fit [served]")
-    ap.add_argument("--moe-routing", choices=tuple(ROUTINGS),
-                    help="kvsim's --moe-routing for every replay [kvsim's default]")
+    ap.add_argument(
+        "--kernels",
+        choices=("served", "auto"),
+        default="served",
+        help="MoE kernels: those the server's environment picked, or kvsim's default fit [served]",
+    )
+    ap.add_argument(
+        "--moe-routing", choices=tuple(ROUTINGS), help="kvsim's --moe-routing for every replay [kvsim's default]"
+    )
     ap.add_argument("--only", help="a pandas query the runs must match (e.g. \"gpu == 'h200'\")")
     a = ap.parse_args()
     runs = pd.read_csv(a.data, dtype={"vllm": str})
@@ -109,16 +130,32 @@ def main() -> None:
     rows = []
     for r in runs.itertuples():
         p = replay(r, a.kernels, a.moe_routing)
-        meas = {"ttft_p50": r.median_ttft_s, "ttft_mean": r.mean_ttft_s, "tpot_p50": r.median_tpot_s,
-                "tpot_mean": r.mean_tpot_s, "out_tok_s": r.output_tok_s}
-        row = {"gpu": r.gpu, "vllm": r.vllm, "isl": r.isl, "osl": r.osl, "tp": r.tp, "concurrency": r.conc,
-               "half": "fit" if r.Index % 2 == 0 else "held out", "not_finished": p["not_finished"]}
+        meas = {
+            "ttft_p50": r.median_ttft_s,
+            "ttft_mean": r.mean_ttft_s,
+            "tpot_p50": r.median_tpot_s,
+            "tpot_mean": r.mean_tpot_s,
+            "out_tok_s": r.output_tok_s,
+        }
+        row = {
+            "gpu": r.gpu,
+            "vllm": r.vllm,
+            "isl": r.isl,
+            "osl": r.osl,
+            "tp": r.tp,
+            "concurrency": r.conc,
+            "half": "fit" if r.Index % 2 == 0 else "held out",
+            "not_finished": p["not_finished"],
+        }
         for k, v in meas.items():
             row[f"{k}_measured"], row[f"{k}_predicted"] = v, p[k]
             row[f"{k}_ratio"] = p[k] / v if v > 0 else float("nan")
         rows.append(row)
-        print(f"{r.gpu} {r.vllm} {r.isl}/{r.osl} tp{r.tp} c{r.conc}: TTFT {row['ttft_p50_ratio']:.2f}, "
-              f"TPOT {row['tpot_p50_ratio']:.2f}, tok/s {row['out_tok_s_ratio']:.2f}", flush=True)
+        print(
+            f"{r.gpu} {r.vllm} {r.isl}/{r.osl} tp{r.tp} c{r.conc}: TTFT {row['ttft_p50_ratio']:.2f}, "
+            f"TPOT {row['tpot_p50_ratio']:.2f}, tok/s {row['out_tok_s_ratio']:.2f}",
+            flush=True,
+        )
     out = Path(a.out)
     write_summary(save_table(rows, out), out / "summary.md", a.kernels)
     print(f"wrote {out}/validate.csv and summary.md")
@@ -128,31 +165,46 @@ def write_summary(t, path: Path, kernels: str) -> None:
     """Median [p10, p90] (median |error|) of each ratio by group of runs, then every run."""
     from kvsim.commands.validate import ratio_table
 
-    lines = ["# kvsim against InferenceMAX's vLLM runs of gpt-oss-120b (H100, H200, B200)", "",
-             "300 closed-loop serving runs of vLLM V1 (0.11.2 and 0.13.0 images, async scheduling) from SemiAnalysis "
-             "InferenceMAX (Apache-2.0), replayed by kvsim with the server's settings and "
-             + ("the MoE kernels its environment picked (Marlin on Hopper, FlashInfer MXFP4 x MXFP8 on B200)"
-                if kernels == "served" else "kvsim's default MoE fit (`--moe-backend auto`)")
-             + ". Every other configuration (the fit half) fitted V1's API server per-prompt-token time and delivery "
-             "delay (`benchmarks/fit_v1_frontend.py`), which move TTFT and E2E only, and chose `--moe-routing`'s "
-             "default (power-law-1.2: TPOT 1.03 on the fit half, power-law-1.01 1.06, uniform 1.15); nothing else was "
-             "fitted to these "
-             "runs. Predicted / measured, median [p10, p90] over runs (median |error|). Command: "
-             f"`python benchmarks/validate_inferencemax.py --kernels {kernels}` (its docstring has the set-up). Run "
-             "to run, the 161 configurations InferenceMAX ran twice differ by 1.5% in median TTFT and 0.4% in median "
-             "TPOT (median |second / first - 1|).", ""]
+    lines = [
+        "# kvsim against InferenceMAX's vLLM runs of gpt-oss-120b (H100, H200, B200)",
+        "",
+        "300 closed-loop serving runs of vLLM V1 (0.11.2 and 0.13.0 images, async scheduling) from SemiAnalysis "
+        "InferenceMAX (Apache-2.0), replayed by kvsim with the server's settings and "
+        + (
+            "the MoE kernels its environment picked (Marlin on Hopper, FlashInfer MXFP4 x MXFP8 on B200)"
+            if kernels == "served"
+            else "kvsim's default MoE fit (`--moe-backend auto`)"
+        )
+        + ". Every other configuration (the fit half) fitted V1's API server per-prompt-token time and delivery "
+        "delay (`benchmarks/fit_v1_frontend.py`), which move TTFT and E2E only, and chose `--moe-routing`'s "
+        "default (power-law-1.2: TPOT 1.03 on the fit half, power-law-1.01 1.06, uniform 1.15); nothing else was "
+        "fitted to these "
+        "runs. Predicted / measured, median [p10, p90] over runs (median |error|). Command: "
+        f"`python benchmarks/validate_inferencemax.py --kernels {kernels}` (its docstring has the set-up). Run "
+        "to run, the 161 configurations InferenceMAX ran twice differ by 1.5% in median TTFT and 0.4% in median "
+        "TPOT (median |second / first - 1|).",
+        "",
+    ]
     groups = [("all", t), *((f"{half} half", sub) for half, sub in t.groupby("half"))]
     groups += [(f"{key} {v}", sub) for key in ("gpu", "vllm", "tp") for v, sub in t.groupby(key)]
     groups += [(f"{i}/{o} tokens", sub) for (i, o), sub in t.groupby(["isl", "osl"])]
-    groups += [(f"{lo}-{hi} clients", t[(t.concurrency >= lo) & (t.concurrency <= hi)])
-               for lo, hi in ((4, 8), (16, 32), (64, 128))]
+    groups += [
+        (f"{lo}-{hi} clients", t[(t.concurrency >= lo) & (t.concurrency <= hi)])
+        for lo, hi in ((4, 8), (16, 32), (64, 128))
+    ]
     lines += ratio_table(groups, METRICS)
-    lines += ["", "| gpu | vLLM | in/out | TP | clients | TTFT p50 ms measured | ratio | TPOT p50 ms measured | ratio | "
-              "out tok/s ratio |", "|---|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    lines += [
+        "",
+        "| gpu | vLLM | in/out | TP | clients | TTFT p50 ms measured | ratio | TPOT p50 ms measured | ratio | "
+        "out tok/s ratio |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for r in t.itertuples():
-        lines.append(f"| {r.gpu} | {r.vllm} | {r.isl}/{r.osl} | {r.tp} | {r.concurrency} | "
-                     f"{1e3 * r.ttft_p50_measured:.0f} | {r.ttft_p50_ratio:.2f} | {1e3 * r.tpot_p50_measured:.2f} | "
-                     f"{r.tpot_p50_ratio:.2f} | {r.out_tok_s_ratio:.2f} |")
+        lines.append(
+            f"| {r.gpu} | {r.vllm} | {r.isl}/{r.osl} | {r.tp} | {r.concurrency} | "
+            f"{1e3 * r.ttft_p50_measured:.0f} | {r.ttft_p50_ratio:.2f} | {1e3 * r.tpot_p50_measured:.2f} | "
+            f"{r.tpot_p50_ratio:.2f} | {r.out_tok_s_ratio:.2f} |"
+        )
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 

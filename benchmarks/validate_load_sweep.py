@@ -52,8 +52,11 @@ def runs(folder: Path):
         if m is None or m["model"] not in PRESETS:
             continue
         d = json.loads(path.read_text())
-        if not d.get("output_lens") or d.get("completed", 0) < 0.95 * len(d["output_lens"]) \
-                or not d.get("median_tpot_ms"):
+        if (
+            not d.get("output_lens")
+            or d.get("completed", 0) < 0.95 * len(d["output_lens"])
+            or not d.get("median_tpot_ms")
+        ):
             continue  # a failed or partly failed run
         yield path, d, *PRESETS[m["model"]], int(m["tp"]), int(m["len"]), int(m["n"])
 
@@ -77,11 +80,20 @@ def replay(d: dict, preset: str, quant: str | None, tp: int, max_len: int, steps
     # A request that succeeded without text (output 0: the model ended at once) was prefilled and sampled one
     # token; the client counted its TTFT as 0 in the file's statistics, and so does this replay. Failed requests
     # (at most 5%) cannot be told from them in a summary and are replayed the same way.
-    reqs = [Request(str(i), 0.0, int(p), max(1, int(o)), line=i + 1)
-            for i, (p, o) in enumerate(zip(d["input_lens"], d["output_lens"]))]
+    reqs = [
+        Request(str(i), 0.0, int(p), max(1, int(o)), line=i + 1)
+        for i, (p, o) in enumerate(zip(d["input_lens"], d["output_lens"]))
+    ]
     silent = {str(i) for i, o in enumerate(d["output_lens"]) if o < 1}
-    values = {"model": preset, "gpu": "a100-80gb", "tensor_parallel_size": tp, "max_model_len": max_len,
-              "vllm_engine": "v0", "num_scheduler_steps": steps, "request_rate": "inf"}
+    values = {
+        "model": preset,
+        "gpu": "a100-80gb",
+        "tensor_parallel_size": tp,
+        "max_model_len": max_len,
+        "vllm_engine": "v0",
+        "num_scheduler_steps": steps,
+        "request_rate": "inf",
+    }
     if quant:
         values["quantization"] = quant
     cfg = config_from_options({**values, **extra})
@@ -90,10 +102,17 @@ def replay(d: dict, preset: str, quant: str | None, tp: int, max_len: int, steps
     done = df[df.status == "finished"]
     ttft = np.where(done.id.isin(silent), 0.0, done.ttft_s.to_numpy())
     tpot = done.tpot_s.dropna().to_numpy()
-    return {"requests": len(reqs), "not_finished": int(len(df) - len(done)),
-            "ttft_p50": percentile(ttft, 50), "ttft_mean": float(np.mean(ttft)), "ttft_p99": percentile(ttft, 99),
-            "tpot_p50": percentile(tpot, 50), "tpot_mean": float(np.mean(tpot)), "tpot_p99": percentile(tpot, 99),
-            "out_tok_s": out.summary["throughput_tok_s"]}
+    return {
+        "requests": len(reqs),
+        "not_finished": int(len(df) - len(done)),
+        "ttft_p50": percentile(ttft, 50),
+        "ttft_mean": float(np.mean(ttft)),
+        "ttft_p99": percentile(ttft, 99),
+        "tpot_p50": percentile(tpot, 50),
+        "tpot_mean": float(np.mean(tpot)),
+        "tpot_p99": percentile(tpot, 99),
+        "out_tok_s": out.summary["throughput_tok_s"],
+    }
 
 
 def main() -> None:
@@ -103,10 +122,18 @@ def main() -> None:
     ap.add_argument("folder")
     ap.add_argument("--out", default=str(ROOT / "reports" / "validation-load-sweep"))
     ap.add_argument("--only", help="a regular expression the file's path must match")
-    ap.add_argument("--max-num-seqs", type=int, default=SERVED["max_num_seqs"],
-                    help=f"replay with this many sequences at most [default: {SERVED['max_num_seqs']}]")
-    ap.add_argument("--gpu-memory-utilization", type=float, default=SERVED["gpu_memory_utilization"],
-                    help=f"replay with this share of GPU memory [default: {SERVED['gpu_memory_utilization']}]")
+    ap.add_argument(
+        "--max-num-seqs",
+        type=int,
+        default=SERVED["max_num_seqs"],
+        help=f"replay with this many sequences at most [default: {SERVED['max_num_seqs']}]",
+    )
+    ap.add_argument(
+        "--gpu-memory-utilization",
+        type=float,
+        default=SERVED["gpu_memory_utilization"],
+        help=f"replay with this share of GPU memory [default: {SERVED['gpu_memory_utilization']}]",
+    )
     a = ap.parse_args()
     extra = {k: getattr(a, k) for k in SERVED}
     folder = Path(a.folder)
@@ -117,19 +144,35 @@ def main() -> None:
             continue
         ratio, steps = scheduler_steps(d)
         p = replay(d, preset, quant, tp, max_len, steps, extra)
-        meas = {"ttft_p50": d["median_ttft_ms"] / 1e3, "ttft_mean": d["mean_ttft_ms"] / 1e3,
-                "ttft_p99": d["p99_ttft_ms"] / 1e3, "tpot_p50": d["median_tpot_ms"] / 1e3,
-                "tpot_mean": d["mean_tpot_ms"] / 1e3, "tpot_p99": d["p99_tpot_ms"] / 1e3,
-                "out_tok_s": d["total_output_tokens"] / d["duration"]}
-        row = {"file": rel, "date": str(d.get("date", ""))[:8], "preset": preset + (f" {quant}" if quant else ""),
-               "tp": tp, "prompts": n, "requests": p["requests"], "not_finished": p["not_finished"],
-               "itl_over_tpot": ratio, "scheduler_steps": steps}
+        meas = {
+            "ttft_p50": d["median_ttft_ms"] / 1e3,
+            "ttft_mean": d["mean_ttft_ms"] / 1e3,
+            "ttft_p99": d["p99_ttft_ms"] / 1e3,
+            "tpot_p50": d["median_tpot_ms"] / 1e3,
+            "tpot_mean": d["mean_tpot_ms"] / 1e3,
+            "tpot_p99": d["p99_tpot_ms"] / 1e3,
+            "out_tok_s": d["total_output_tokens"] / d["duration"],
+        }
+        row = {
+            "file": rel,
+            "date": str(d.get("date", ""))[:8],
+            "preset": preset + (f" {quant}" if quant else ""),
+            "tp": tp,
+            "prompts": n,
+            "requests": p["requests"],
+            "not_finished": p["not_finished"],
+            "itl_over_tpot": ratio,
+            "scheduler_steps": steps,
+        }
         for k, v in meas.items():
             row[f"{k}_measured"], row[f"{k}_predicted"] = v, p[k]
             row[f"{k}_ratio"] = p[k] / v if v > 0 else float("nan")
         rows.append(row)
-        print(f"{rel}: steps {steps}, TTFT p50 {row['ttft_p50_ratio']:.2f}, TPOT p50 {row['tpot_p50_ratio']:.2f}, "
-              f"tok/s {row['out_tok_s_ratio']:.2f}", flush=True)
+        print(
+            f"{rel}: steps {steps}, TTFT p50 {row['ttft_p50_ratio']:.2f}, TPOT p50 {row['tpot_p50_ratio']:.2f}, "
+            f"tok/s {row['out_tok_s_ratio']:.2f}",
+            flush=True,
+        )
     if not rows:
         raise SystemExit(f"{folder}: no usable A100 run of a model with a preset")
     out = Path(a.out)
@@ -146,22 +189,37 @@ def write_summary(t, path: Path) -> None:
     from kvsim.commands.validate import ratio_table
 
     metrics = ["ttft_p50", "ttft_mean", "tpot_p50", "tpot_mean", "tpot_p99", "out_tok_s"]
-    lines = ["# kvsim against LambdaLabsML/vllm-benchmark's A100 load sweep", "",
-             "10 to 1,280 ShareGPT prompts sent at once to vLLM on 1-8 A100-80GB (files of 2024-08 and 2024-09), "
-             "replayed by kvsim on the V0 engine with its defaults and CPU time, with 10 scheduler steps where the file "
-             "streamed tokens about ten at a time. Predicted / measured, median [p10, p90] over runs. Command: "
-             "`python benchmarks/validate_load_sweep.py FOLDER` (see its docstring for the set-up).", ""]
-    groups = [("all", t), *((f"{steps} scheduler step{'s' if steps > 1 else ''}", sub)
-                            for steps, sub in t.groupby("scheduler_steps"))]
+    lines = [
+        "# kvsim against LambdaLabsML/vllm-benchmark's A100 load sweep",
+        "",
+        "10 to 1,280 ShareGPT prompts sent at once to vLLM on 1-8 A100-80GB (files of 2024-08 and 2024-09), "
+        "replayed by kvsim on the V0 engine with its defaults and CPU time, with 10 scheduler steps where the file "
+        "streamed tokens about ten at a time. Predicted / measured, median [p10, p90] over runs. Command: "
+        "`python benchmarks/validate_load_sweep.py FOLDER` (see its docstring for the set-up).",
+        "",
+    ]
+    groups = [
+        ("all", t),
+        *((f"{steps} scheduler step{'s' if steps > 1 else ''}", sub) for steps, sub in t.groupby("scheduler_steps")),
+    ]
     groups += [(preset, sub) for preset, sub in t.groupby("preset")]
-    groups += [(f"{lo}-{hi} prompts", t[(t.prompts >= lo) & (t.prompts <= hi)]) for lo, hi in ((10, 40), (80, 320), (640, 1280))]
+    groups += [
+        (f"{lo}-{hi} prompts", t[(t.prompts >= lo) & (t.prompts <= hi)])
+        for lo, hi in ((10, 40), (80, 320), (640, 1280))
+    ]
     lines += ratio_table(groups, metrics, _med)
-    lines += ["", "| file | steps | TTFT p50 ms measured | ratio | TPOT p50 ms measured | ratio | TPOT p99 ratio | "
-              "out tok/s ratio |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    lines += [
+        "",
+        "| file | steps | TTFT p50 ms measured | ratio | TPOT p50 ms measured | ratio | TPOT p99 ratio | "
+        "out tok/s ratio |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for r in t.itertuples():
-        lines.append(f"| {r.file} | {r.scheduler_steps} | {1e3 * r.ttft_p50_measured:.0f} | {r.ttft_p50_ratio:.2f} | "
-                     f"{1e3 * r.tpot_p50_measured:.1f} | {r.tpot_p50_ratio:.2f} | {r.tpot_p99_ratio:.2f} | "
-                     f"{r.out_tok_s_ratio:.2f} |")
+        lines.append(
+            f"| {r.file} | {r.scheduler_steps} | {1e3 * r.ttft_p50_measured:.0f} | {r.ttft_p50_ratio:.2f} | "
+            f"{1e3 * r.tpot_p50_measured:.1f} | {r.tpot_p50_ratio:.2f} | {r.tpot_p99_ratio:.2f} | "
+            f"{r.out_tok_s_ratio:.2f} |"
+        )
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 

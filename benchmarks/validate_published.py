@@ -46,8 +46,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("folder")
     ap.add_argument("--out", default=str(ROOT / "reports" / "validation-published"))
-    ap.add_argument("--num-scheduler-steps", type=int, default=None,
-                    help="replay every file with this many scheduler steps [default: as each file's streaming shows]")
+    ap.add_argument(
+        "--num-scheduler-steps",
+        type=int,
+        default=None,
+        help="replay every file with this many scheduler steps [default: as each file's streaming shows]",
+    )
     a = ap.parse_args()
     rows = []
     for path, run, preset, tp, length in runs(Path(a.folder)):
@@ -60,39 +64,66 @@ def main() -> None:
         steps = values.get("num_scheduler_steps", 1)
         cfg = config_from_options({**values, "max_concurrency": run.max_concurrency, "request_rate": run.request_rate})
         row, _ = compare_run(run, cfg)
-        rows.append({**row, "file": path.relative_to(a.folder).as_posix(), "preset": preset, "tp": tp, "len": length,
-                     "date": run.date[:8], "tokens_per_chunk": run.tokens_per_chunk, "num_scheduler_steps": steps})
-        print(f"{rows[-1]['file']}: TTFT {row['ttft_p50_ratio']:.2f}, TPOT {row['tpot_p50_ratio']:.2f}, "
-              f"E2E {row['e2e_p50_ratio']:.2f}")
+        rows.append(
+            {
+                **row,
+                "file": path.relative_to(a.folder).as_posix(),
+                "preset": preset,
+                "tp": tp,
+                "len": length,
+                "date": run.date[:8],
+                "tokens_per_chunk": run.tokens_per_chunk,
+                "num_scheduler_steps": steps,
+            }
+        )
+        print(
+            f"{rows[-1]['file']}: TTFT {row['ttft_p50_ratio']:.2f}, TPOT {row['tpot_p50_ratio']:.2f}, "
+            f"E2E {row['e2e_p50_ratio']:.2f}"
+        )
     if not rows:
         raise SystemExit(f"{a.folder}: no A100 result files of models with a kvsim preset")
     out = Path(a.out)
     table = save_table(rows, out)
-    lines = ["# kvsim against published vLLM benchmark results (LambdaLabsML/vllm-benchmark, A100)", "",
-             "Each file: 10 prompts sent at once to vLLM (files dated " +
-             f"{table.date.min()}-{table.date.max()}), replayed by kvsim under the same load with the shipped A100 "
-             "calibration; predicted / measured of the median per request. Command: "
-             "`python benchmarks/validate_published.py FOLDER` on the repository's results/ tree.", "",
-             "| file | preset | TP | tokens per chunk | scheduler steps | TTFT ms measured | TTFT ratio | TPOT ms "
-             "measured | TPOT ratio | E2E ratio | out tok/s ratio |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        "# kvsim against published vLLM benchmark results (LambdaLabsML/vllm-benchmark, A100)",
+        "",
+        "Each file: 10 prompts sent at once to vLLM (files dated "
+        + f"{table.date.min()}-{table.date.max()}), replayed by kvsim under the same load with the shipped A100 "
+        "calibration; predicted / measured of the median per request. Command: "
+        "`python benchmarks/validate_published.py FOLDER` on the repository's results/ tree.",
+        "",
+        "| file | preset | TP | tokens per chunk | scheduler steps | TTFT ms measured | TTFT ratio | TPOT ms "
+        "measured | TPOT ratio | E2E ratio | out tok/s ratio |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for r in rows:
-        lines.append(f"| {r['file']} | {r['preset']} | {r['tp']} | {r['tokens_per_chunk']:.1f} | "
-                     f"{r['num_scheduler_steps']} | {1000 * r['ttft_p50_measured_s']:.0f} | "
-                     f"{r['ttft_p50_ratio']:.2f} | {1000 * r['tpot_p50_measured_s']:.1f} | {r['tpot_p50_ratio']:.2f} | "
-                     f"{r['e2e_p50_ratio']:.2f} | {r.get('output_tok_s_ratio', float('nan')):.2f} |")
-    lines += ["", f"Over {len(rows)} files, predicted / measured (median [min, max]): " + "; ".join(
-        f"{m.upper()} {table[f'{m}_p50_ratio'].median():.2f} [{table[f'{m}_p50_ratio'].min():.2f}, "
-        f"{table[f'{m}_p50_ratio'].max():.2f}]" for m in METRICS) + "; output tokens/s "
+        lines.append(
+            f"| {r['file']} | {r['preset']} | {r['tp']} | {r['tokens_per_chunk']:.1f} | "
+            f"{r['num_scheduler_steps']} | {1000 * r['ttft_p50_measured_s']:.0f} | "
+            f"{r['ttft_p50_ratio']:.2f} | {1000 * r['tpot_p50_measured_s']:.1f} | {r['tpot_p50_ratio']:.2f} | "
+            f"{r['e2e_p50_ratio']:.2f} | {r.get('output_tok_s_ratio', float('nan')):.2f} |"
+        )
+    lines += [
+        "",
+        f"Over {len(rows)} files, predicted / measured (median [min, max]): "
+        + "; ".join(
+            f"{m.upper()} {table[f'{m}_p50_ratio'].median():.2f} [{table[f'{m}_p50_ratio'].min():.2f}, "
+            f"{table[f'{m}_p50_ratio'].max():.2f}]"
+            for m in METRICS
+        )
+        + "; output tokens/s "
         f"{table.output_tok_s_ratio.median():.2f} [{table.output_tok_s_ratio.min():.2f}, "
-        f"{table.output_tok_s_ratio.max():.2f}].", "",
+        f"{table.output_tok_s_ratio.max():.2f}].",
+        "",
         "These files were made by vLLM 0.6.0 with `--num-scheduler-steps 10`: the repository's report "
-        "(benchmark_v0.md, \"vLLM v0.5.4 v.s. v0.6.0\") names that setting, although its scripts name the v0.5.4 "
+        '(benchmark_v0.md, "vLLM v0.5.4 v.s. v0.6.0") names that setting, although its scripts name the v0.5.4 '
         "image, and every request's first token reached the client alone and the rest about ten at a time (the "
         "tokens per chunk above). Each file is replayed as kvsim validate replays it: the server the file shows "
         "(dated before vLLM 0.8: the V0 engine with its defaults; tokens ~10 per chunk: 10 scheduler steps), "
         "--max-model-len as the file is named, and the requests that streamed no text prefilled with the others but "
         "not compared; `--num-scheduler-steps 1` replays them one step at a time. The TTFT gap left (7-8B models: "
-        "the first token 40-50 ms after kvsim's prefill ends) is reported, not tuned away."]
+        "the first token 40-50 ms after kvsim's prefill ends) is reported, not tuned away.",
+    ]
     (out / "summary.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
     print(f"wrote {out}/validate.csv and summary.md")
 

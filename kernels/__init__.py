@@ -30,10 +30,15 @@ def load(device: str | None = None) -> SimpleNamespace:
     from .paged_attention import choose_num_splits, paged_decode_attention, paged_prefill_attention
 
     return SimpleNamespace(
-        device=dev, mode=mode_label(dev),
-        paged_decode_attention=paged_decode_attention, paged_prefill_attention=paged_prefill_attention,
-        write_kv=write_kv, copy_blocks=copy_blocks, choose_num_splits=choose_num_splits,
+        device=dev,
+        mode=mode_label(dev),
+        paged_decode_attention=paged_decode_attention,
+        paged_prefill_attention=paged_prefill_attention,
+        write_kv=write_kv,
+        copy_blocks=copy_blocks,
+        choose_num_splits=choose_num_splits,
         paged_decode_attention_ref=reference.paged_decode_attention_ref,
         paged_prefill_attention_ref=reference.paged_prefill_attention_ref,
-        write_kv_ref=reference.write_kv_ref, copy_blocks_ref=reference.copy_blocks_ref,
+        write_kv_ref=reference.write_kv_ref,
+        copy_blocks_ref=reference.copy_blocks_ref,
     )

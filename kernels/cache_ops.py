@@ -9,9 +9,23 @@ import triton.language as tl
 
 
 @triton.jit
-def _write_kv_kernel(K, V, KC, VC, SLOTS, s_kt, s_kh, s_cb, s_ct, s_ch,
-                     HEADS: tl.constexpr, BLOCK_H: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
-                     BLOCK_SIZE: tl.constexpr):
+def _write_kv_kernel(
+    K,
+    V,
+    KC,
+    VC,
+    SLOTS,
+    s_kt,
+    s_kh,
+    s_cb,
+    s_ct,
+    s_ch,
+    HEADS: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr,
+):
     tok = tl.program_id(0)
     slot = tl.load(SLOTS + tok).to(tl.int64)
     if slot < 0:
@@ -29,17 +43,31 @@ def _pow2(n: int) -> int:
     return max(16, 1 << (max(n, 1) - 1).bit_length())
 
 
-def write_kv(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-             slot_mapping: torch.Tensor) -> None:
+def write_kv(
+    k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, slot_mapping: torch.Tensor
+) -> None:
     """k, v [num_tokens, num_kv_heads, head_dim] into their slots (block * block_size + offset); slot < 0 skips."""
     n, heads, dim = k.shape
     if n == 0:
         return
     k, v = k.contiguous(), v.contiguous()
-    _write_kv_kernel[(n,)](k, v, k_cache, v_cache, slot_mapping,
-                           k.stride(0), k.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
-                           HEADS=heads, BLOCK_H=_pow2(heads), HEAD_DIM=dim, BLOCK_D=_pow2(dim),
-                           BLOCK_SIZE=k_cache.shape[1])
+    _write_kv_kernel[(n,)](
+        k,
+        v,
+        k_cache,
+        v_cache,
+        slot_mapping,
+        k.stride(0),
+        k.stride(1),
+        k_cache.stride(0),
+        k_cache.stride(1),
+        k_cache.stride(2),
+        HEADS=heads,
+        BLOCK_H=_pow2(heads),
+        HEAD_DIM=dim,
+        BLOCK_D=_pow2(dim),
+        BLOCK_SIZE=k_cache.shape[1],
+    )
 
 
 @triton.jit
@@ -70,4 +98,6 @@ def copy_blocks(src_cache: torch.Tensor, dst_cache: torch.Tensor, block_mapping:
     mapping = block_mapping.to(src_cache.device, torch.int64).contiguous()
     elems = src_cache[0].numel()
     block = 1024
-    _copy_blocks_kernel[(mapping.shape[0], triton.cdiv(elems, block))](src_cache, dst_cache, mapping, elems, BLOCK=block)
+    _copy_blocks_kernel[(mapping.shape[0], triton.cdiv(elems, block))](
+        src_cache, dst_cache, mapping, elems, BLOCK=block
+    )

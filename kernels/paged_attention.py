@@ -22,8 +22,9 @@ from ._runtime import interpreting
 
 
 @triton.jit
-def _gather_kv(K, V, BT, bt_row, t, tmask, kvh, d, dmask, s_kb, s_kt, s_kh,
-               BLOCK_SIZE: tl.constexpr, DOT_F32: tl.constexpr):
+def _gather_kv(
+    K, V, BT, bt_row, t, tmask, kvh, d, dmask, s_kb, s_kt, s_kh, BLOCK_SIZE: tl.constexpr, DOT_F32: tl.constexpr
+):
     """K and V [TILE, BLOCK_D] of tokens t, each found through the block table row at BT + bt_row."""
     blk = tl.load(BT + bt_row + t // BLOCK_SIZE, mask=tmask, other=0).to(tl.int64)
     off = blk[:, None] * s_kb + (t % BLOCK_SIZE)[:, None] * s_kt + kvh * s_kh + d[None, :]
@@ -59,11 +60,33 @@ def _online_softmax_step(q, k, v, ok, m_i, l_i, acc, scale, F32: tl.constexpr):
 
 @triton.jit
 def _decode_split_kernel(
-    Q, K, V, BT, CTX, OP, LSE,
-    scale, tokens_per_split,
-    s_qs, s_qh, s_kb, s_kt, s_kh, s_bts, s_os, s_oh, s_osp, s_ls, s_lh,
-    GROUP: tl.constexpr, BLOCK_G: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
-    BLOCK_SIZE: tl.constexpr, TILE: tl.constexpr, DOT_F32: tl.constexpr,
+    Q,
+    K,
+    V,
+    BT,
+    CTX,
+    OP,
+    LSE,
+    scale,
+    tokens_per_split,
+    s_qs,
+    s_qh,
+    s_kb,
+    s_kt,
+    s_kh,
+    s_bts,
+    s_os,
+    s_oh,
+    s_osp,
+    s_ls,
+    s_lh,
+    GROUP: tl.constexpr,
+    BLOCK_G: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr,
+    TILE: tl.constexpr,
+    DOT_F32: tl.constexpr,
 ):
     seq = tl.program_id(0)
     kvh = tl.program_id(1)
@@ -100,9 +123,20 @@ def _decode_split_kernel(
 
 @triton.jit
 def _merge_splits_kernel(
-    OP, LSE, O, num_splits,
-    s_os, s_oh, s_osp, s_ls, s_lh, s_out_s, s_out_h,
-    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr,
+    OP,
+    LSE,
+    O,
+    num_splits,
+    s_os,
+    s_oh,
+    s_osp,
+    s_ls,
+    s_lh,
+    s_out_s,
+    s_out_h,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_S: tl.constexpr,
 ):
     seq = tl.program_id(0)
     h = tl.program_id(1)
@@ -114,8 +148,11 @@ def _merge_splits_kernel(
     top = tl.where(top == float("-inf"), 0.0, top)
     w = tl.exp(lse - top)
     w = tl.where(smask, w, 0.0)
-    part = tl.load(OP + seq * s_os + h * s_oh + sp[:, None] * s_osp + d[None, :],
-                   mask=smask[:, None] & (d < HEAD_DIM)[None, :], other=0.0)
+    part = tl.load(
+        OP + seq * s_os + h * s_oh + sp[:, None] * s_osp + d[None, :],
+        mask=smask[:, None] & (d < HEAD_DIM)[None, :],
+        other=0.0,
+    )
     total = tl.sum(w, 0)
     out = tl.sum(part * w[:, None], 0) / tl.where(total > 0, total, 1.0)
     tl.store(O + seq * s_out_s + h * s_out_h + d, out.to(O.dtype.element_ty), mask=d < HEAD_DIM)
@@ -135,9 +172,16 @@ def choose_num_splits(num_seqs: int, num_kv_heads: int, max_context: int, device
     return max(1, min(want, -(-max_context // 256), 64))
 
 
-def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                           block_tables: torch.Tensor, context_lens: torch.Tensor, scale: float,
-                           num_splits: int | None = None, max_context: int | None = None) -> torch.Tensor:
+def paged_decode_attention(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    context_lens: torch.Tensor,
+    scale: float,
+    num_splits: int | None = None,
+    max_context: int | None = None,
+) -> torch.Tensor:
     """Decode attention: q [num_seqs, num_q_heads, head_dim] -> same shape, q's dtype.
 
     block_tables [num_seqs, max_blocks] (int32/int64; entries past a sequence's context are never read),
@@ -160,27 +204,79 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
         return out
     f32 = interpreting() or q.dtype == torch.float32
     _decode_split_kernel[(num_seqs, hkv, splits)](
-        q, k_cache, v_cache, block_tables, context_lens, part, lse,
-        scale, per_split,
-        q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), block_tables.stride(0),
-        part.stride(0), part.stride(1), part.stride(2), lse.stride(0), lse.stride(1),
-        GROUP=group, BLOCK_G=_pow2(group, 16), HEAD_DIM=dim, BLOCK_D=_pow2(dim, 16), BLOCK_SIZE=block_size,
-        TILE=tile, DOT_F32=f32, num_warps=4,
+        q,
+        k_cache,
+        v_cache,
+        block_tables,
+        context_lens,
+        part,
+        lse,
+        scale,
+        per_split,
+        q.stride(0),
+        q.stride(1),
+        k_cache.stride(0),
+        k_cache.stride(1),
+        k_cache.stride(2),
+        block_tables.stride(0),
+        part.stride(0),
+        part.stride(1),
+        part.stride(2),
+        lse.stride(0),
+        lse.stride(1),
+        GROUP=group,
+        BLOCK_G=_pow2(group, 16),
+        HEAD_DIM=dim,
+        BLOCK_D=_pow2(dim, 16),
+        BLOCK_SIZE=block_size,
+        TILE=tile,
+        DOT_F32=f32,
+        num_warps=4,
     )
     _merge_splits_kernel[(num_seqs, hq)](
-        part, lse, out, splits,
-        part.stride(0), part.stride(1), part.stride(2), lse.stride(0), lse.stride(1), out.stride(0), out.stride(1),
-        HEAD_DIM=dim, BLOCK_D=_pow2(dim, 16), BLOCK_S=_pow2(splits, 2),
+        part,
+        lse,
+        out,
+        splits,
+        part.stride(0),
+        part.stride(1),
+        part.stride(2),
+        lse.stride(0),
+        lse.stride(1),
+        out.stride(0),
+        out.stride(1),
+        HEAD_DIM=dim,
+        BLOCK_D=_pow2(dim, 16),
+        BLOCK_S=_pow2(splits, 2),
     )
     return out
 
 
 @triton.jit
 def _prefill_kernel(
-    Q, K, V, BT, CTX, QSTART, O, scale,
-    s_qt, s_qh, s_kb, s_kt, s_kh, s_bts, s_ot, s_oh,
-    GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_SIZE: tl.constexpr,
-    BLOCK_M: tl.constexpr, TILE: tl.constexpr, DOT_F32: tl.constexpr,
+    Q,
+    K,
+    V,
+    BT,
+    CTX,
+    QSTART,
+    O,
+    scale,
+    s_qt,
+    s_qh,
+    s_kb,
+    s_kt,
+    s_kh,
+    s_bts,
+    s_ot,
+    s_oh,
+    GROUP: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    TILE: tl.constexpr,
+    DOT_F32: tl.constexpr,
 ):
     seq = tl.program_id(0)
     h = tl.program_id(1)
@@ -210,13 +306,23 @@ def _prefill_kernel(
         ok = tmask[None, :] & (t[None, :] <= pos[:, None]) & qmask[:, None]
         m_i, l_i, acc = _online_softmax_step(q, k, v, ok, m_i, l_i, acc, scale, DOT_F32)
     out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
-    tl.store(O + (q0 + i)[:, None] * s_ot + h * s_oh + d[None, :], out.to(O.dtype.element_ty),
-             mask=qmask[:, None] & dmask[None, :])
+    tl.store(
+        O + (q0 + i)[:, None] * s_ot + h * s_oh + d[None, :],
+        out.to(O.dtype.element_ty),
+        mask=qmask[:, None] & dmask[None, :],
+    )
 
 
-def paged_prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                            block_tables: torch.Tensor, context_lens: torch.Tensor,
-                            query_start_loc: torch.Tensor, scale: float, max_query_len: int | None = None) -> torch.Tensor:
+def paged_prefill_attention(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    context_lens: torch.Tensor,
+    query_start_loc: torch.Tensor,
+    scale: float,
+    max_query_len: int | None = None,
+) -> torch.Tensor:
     """Chunked-prefill / prefix-hit attention. q [total_query_tokens, num_q_heads, head_dim]; sequence s
     owns rows query_start_loc[s]:query_start_loc[s+1], which are the last tokens of its context of
     context_lens[s] tokens (their KV already written). Returns q's shape and dtype."""
@@ -232,10 +338,29 @@ def paged_prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
     tile = max(16, min(64, _pow2(block_size)))
     grid = (num_seqs, hq, max(1, math.ceil(max_query_len / block_m)))
     _prefill_kernel[grid](
-        q, k_cache, v_cache, block_tables, context_lens, query_start_loc, out, scale,
-        q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), block_tables.stride(0),
-        out.stride(0), out.stride(1),
-        GROUP=hq // hkv, HEAD_DIM=dim, BLOCK_D=_pow2(dim, 16), BLOCK_SIZE=block_size, BLOCK_M=block_m, TILE=tile,
-        DOT_F32=interpreting() or q.dtype == torch.float32, num_warps=4,
+        q,
+        k_cache,
+        v_cache,
+        block_tables,
+        context_lens,
+        query_start_loc,
+        out,
+        scale,
+        q.stride(0),
+        q.stride(1),
+        k_cache.stride(0),
+        k_cache.stride(1),
+        k_cache.stride(2),
+        block_tables.stride(0),
+        out.stride(0),
+        out.stride(1),
+        GROUP=hq // hkv,
+        HEAD_DIM=dim,
+        BLOCK_D=_pow2(dim, 16),
+        BLOCK_SIZE=block_size,
+        BLOCK_M=block_m,
+        TILE=tile,
+        DOT_F32=interpreting() or q.dtype == torch.float32,
+        num_warps=4,
     )
     return out

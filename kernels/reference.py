@@ -35,7 +35,7 @@ def paged_decode_attention_ref(q, k_cache, v_cache, block_tables, context_lens, 
         n = int(context_lens[s])
         k = gather_kv(k_cache, block_tables[s], n)
         v = gather_kv(v_cache, block_tables[s], n)
-        out[s] = _attend(q[s:s + 1], k, v, scale, None)[0]
+        out[s] = _attend(q[s : s + 1], k, v, scale, None)[0]
     return out.to(q.dtype)
 
 

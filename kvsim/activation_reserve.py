@@ -59,8 +59,11 @@ def non_torch_bytes(gpu, tp: int) -> float:
 
 def vllm_reserve_parts(model, gpu, tp: int, max_num_seqs: int, max_num_batched_tokens: int) -> tuple[float, ...]:
     """(sampler peak, forward peak, non-torch) bytes of vLLM's start-up profile on one GPU (module docstring)."""
-    return (sampler_peak_bytes(model, max_num_seqs), forward_peak_bytes(model, tp, max_num_batched_tokens),
-            non_torch_bytes(gpu, tp))
+    return (
+        sampler_peak_bytes(model, max_num_seqs),
+        forward_peak_bytes(model, tp, max_num_batched_tokens),
+        non_torch_bytes(gpu, tp),
+    )
 
 
 def vllm_reserve_bytes(model, gpu, tp: int, max_num_seqs: int, max_num_batched_tokens: int) -> float:

@@ -38,8 +38,11 @@ class Parser(argparse.ArgumentParser):
 def make_parser() -> Parser:
     from kvsim.commands import fleet, kernels, latency, listing, planning, simulate, traces, validate
 
-    p = Parser(prog="kvsim", description="kvsim: how well does a KV-cache memory manager use GPU memory, and what "
-               "does that do to throughput and latency on your traffic? (README.md; the guide: docs/)")
+    p = Parser(
+        prog="kvsim",
+        description="kvsim: how well does a KV-cache memory manager use GPU memory, and what "
+        "does that do to throughput and latency on your traffic? (README.md; the guide: docs/)",
+    )
     p.add_argument("--version", action="version", version=f"kvsim {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     for module in (simulate, fleet, traces, latency, kernels, planning, listing, validate):
@@ -85,13 +88,17 @@ def _take_vllm_flags(chosen: Parser, ns: argparse.Namespace, unknown: list[str])
                     setattr(ns, key, convert(value))
                 except (TypeError, ValueError):
                     chosen.error(f"{flag}: {value!r} is not a size in bytes (e.g. 8589934592 or 8G)")
-                print(f"note: {flag}{'' if value is None else ' ' + value}: applied as kvsim's "
-                      f"--{key.replace('_', '-')}", file=sys.stderr)
+                print(
+                    f"note: {flag}{'' if value is None else ' ' + value}: applied as kvsim's --{key.replace('_', '-')}",
+                    file=sys.stderr,
+                )
             continue
         ignored.append(flag if value is None else f"{flag} {value}")
     if ignored:
-        print(f"note: vLLM flags kvsim does not model for this command, accepted with no effect: {', '.join(ignored)}",
-              file=sys.stderr)
+        print(
+            f"note: vLLM flags kvsim does not model for this command, accepted with no effect: {', '.join(ignored)}",
+            file=sys.stderr,
+        )
     return rest
 
 
@@ -141,8 +148,10 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # output piped into a reader that stopped (e.g. `| head`)
         return 0
     except MemoryError:
-        print("kvsim: error: out of memory (a smaller trace, --horizon-s, or a larger --block-size helps)",
-              file=sys.stderr)
+        print(
+            "kvsim: error: out of memory (a smaller trace, --horizon-s, or a larger --block-size helps)",
+            file=sys.stderr,
+        )
         return 2
     except Exception as e:  # noqa: BLE001 - the top-level guard: never a bare traceback
         return _report_crash(e)

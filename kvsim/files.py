@@ -53,8 +53,9 @@ def prepare_output_dir(path: str | Path, flag: str) -> Path:
 
 def _refuse_dangling(p: Path, path, flag: str) -> None:
     if p.is_symlink() and not p.exists():
-        raise ConfigError(f"{flag} {path}: is a symlink to {os.readlink(p)}, which does not exist (create it, or "
-                          "give another name)")
+        raise ConfigError(
+            f"{flag} {path}: is a symlink to {os.readlink(p)}, which does not exist (create it, or give another name)"
+        )
 
 
 def check_output_file(path: str | Path, flag: str, inputs=()) -> Path:
@@ -62,16 +63,18 @@ def check_output_file(path: str | Path, flag: str, inputs=()) -> Path:
     is none of the command's ``inputs`` (writing there would destroy what is being read)."""
     p = Path(path)
     if str(path).startswith("~") and os.path.expanduser(str(path)) != str(path):
-        raise ConfigError(f"{flag} {path}: starts with a ~ that the shell did not expand (quoted?); give the path "
-                          "unquoted or in full")
+        raise ConfigError(
+            f"{flag} {path}: starts with a ~ that the shell did not expand (quoted?); give the path unquoted or in full"
+        )
     try:
         _refuse_dangling(p, path, flag)
         if p.is_dir():
             raise ConfigError(f"{flag} {path}: is a folder; give a file name")
         for src in inputs:
             if src is not None and _same_file(p, Path(src)):
-                raise ConfigError(f"{flag} {path}: is the input file {src}; writing there would destroy it (give "
-                                  "another name)")
+                raise ConfigError(
+                    f"{flag} {path}: is the input file {src}; writing there would destroy it (give another name)"
+                )
         real = Path(os.path.realpath(p)) if p.is_symlink() else p  # written through: its target's folder
         prepare_output_dir(real.parent if str(real.parent) else ".", flag)
         if p.exists() and not os.access(p, os.W_OK):
@@ -156,8 +159,10 @@ def recover_results_folder(out: Path) -> None:
         elif old:
             os.rename(old[-1], out)
         if done or old:  # such a folder held kvsim's results only: claimed as its own (results_folder)
-            write_text_atomically(out / MANIFEST, "".join(f"{n}\n" for n in sorted(os.listdir(out))
-                                                          if n in _LEGACY_RESULTS or n == CONFIG_MARK))
+            write_text_atomically(
+                out / MANIFEST,
+                "".join(f"{n}\n" for n in sorted(os.listdir(out)) if n in _LEGACY_RESULTS or n == CONFIG_MARK),
+            )
     for p in _siblings(out, _STAGING) + _siblings(out, _RETIRED):
         if not _alive(p):
             shutil.rmtree(p, ignore_errors=True)
@@ -176,10 +181,21 @@ def recover_results_folder(out: Path) -> None:
 CONFIG_MARK = ".kvsim-config"  # the configuration a folder's results describe (commands.args.results_dir)
 MANIFEST = ".kvsim-files"  # the names of the files kvsim wrote in a results folder, one a line
 _STAGE = ".kvsim-stage-"
-_LEGACY_RESULTS = {"summary.md", "memory_breakdown.png", "latency_cdf.png", "plan.csv", "plan_points.csv",
-                   "plan_window.jsonl", "report.html", "report.md", "throughput_vs_rate.png", "latency_vs_rate.png",
-                   "validate.csv", "predicted_vs_measured.png", "fleet_plan.csv"} | {
-    f"{n}.{ext}" for n in ("requests", "runs", "memory_timeline", "fleet", "replicas") for ext in ("csv", "parquet")}
+_LEGACY_RESULTS = {
+    "summary.md",
+    "memory_breakdown.png",
+    "latency_cdf.png",
+    "plan.csv",
+    "plan_points.csv",
+    "plan_window.jsonl",
+    "report.html",
+    "report.md",
+    "throughput_vs_rate.png",
+    "latency_vs_rate.png",
+    "validate.csv",
+    "predicted_vs_measured.png",
+    "fleet_plan.csv",
+} | {f"{n}.{ext}" for n in ("requests", "runs", "memory_timeline", "fleet", "replicas") for ext in ("csv", "parquet")}
 
 
 def own_files(folder: str | Path) -> set[str]:
@@ -194,8 +210,16 @@ def own_files(folder: str | Path) -> set[str]:
     except (OSError, UnicodeDecodeError):
         names = set()
     names |= {MANIFEST, CONFIG_MARK}
-    return {n for n in names if n and n not in (".", "..") and "/" not in n and os.sep not in n
-            and (folder / n).exists() and not (folder / n).is_symlink()}
+    return {
+        n
+        for n in names
+        if n
+        and n not in (".", "..")
+        and "/" not in n
+        and os.sep not in n
+        and (folder / n).exists()
+        and not (folder / n).is_symlink()
+    }
 
 
 def prepare_results_dir(path: str | Path, flag: str = "--out", inputs=(), writes=()) -> Path:
@@ -216,11 +240,15 @@ def prepare_results_dir(path: str | Path, flag: str = "--out", inputs=(), writes
     for src in existing:
         s = Path(os.path.realpath(os.path.expanduser(str(src))))
         if s == real:
-            raise ConfigError(f"{flag} {path}: is the input folder {src}; the results would replace what is read "
-                              "(give another folder)")
+            raise ConfigError(
+                f"{flag} {path}: is the input folder {src}; the results would replace what is read "
+                "(give another folder)"
+            )
         if s.parent == real and s.name in own:
-            raise ConfigError(f"{flag} {path}: holds the input {src}, an earlier result that this run would "
-                              "replace; copy it elsewhere or give another folder")
+            raise ConfigError(
+                f"{flag} {path}: holds the input {src}, an earlier result that this run would "
+                "replace; copy it elsewhere or give another folder"
+            )
     for name in writes:
         _refuse_foreign(folder, name, own, flag, path)
     return folder
@@ -229,8 +257,10 @@ def prepare_results_dir(path: str | Path, flag: str = "--out", inputs=(), writes
 def _refuse_foreign(folder: Path, name: str, own: set[str], flag: str, shown) -> None:
     t = folder / name
     if name not in own and (t.exists() or t.is_symlink()):
-        raise ConfigError(f"{flag} {shown}: holds {name}, which kvsim did not write and will not replace; move it "
-                          "or give another folder")
+        raise ConfigError(
+            f"{flag} {shown}: holds {name}, which kvsim did not write and will not replace; move it "
+            "or give another folder"
+        )
 
 
 def _remove(p: Path) -> None:

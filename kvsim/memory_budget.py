@@ -88,8 +88,10 @@ class MemoryBudget:
         """vLLM's maximum concurrency under each layer-group layout (peak blocks of a max-length request)."""
         from kvsim.allocators.kv_groups import max_concurrency
 
-        return {name: max_concurrency(lay, self.max_model_len, self.prefill_chunk, self.state_pages)
-                for name, lay, _ in self.layouts}
+        return {
+            name: max_concurrency(lay, self.max_model_len, self.prefill_chunk, self.state_pages)
+            for name, lay, _ in self.layouts
+        }
 
     def vllm_kv_size_tokens(self, conc: dict[str, float]) -> int:
         """What vLLM's log calls "GPU KV cache size" for a model whose layers differ, in the layout and by the
@@ -120,32 +122,64 @@ def memory_budget(cfg: SimConfig) -> MemoryBudget:
     mix, layouts = "", ()
     if m.is_mla:
         layers = f"({m.attention_layers} + {m.draft_layers} draft)" if m.draft_layers else f"{m.attention_layers}"
-        formula = (f"{layers} layers x ({m.kv_lora_rank} latent + {m.qk_rope_head_dim} rope) x "
-                   f"{m.kv_dtype_bytes} B (MLA)")
+        formula = (
+            f"{layers} layers x ({m.kv_lora_rank} latent + {m.qk_rope_head_dim} rope) x {m.kv_dtype_bytes} B (MLA)"
+        )
     elif m.attention_layers != m.layers:
-        formula = f"2 x {m.attention_layers} attention layers x {m.kv_heads} KV heads x {m.head_dim} dims x " \
-                  f"{m.kv_dtype_bytes} B"
+        formula = (
+            f"2 x {m.attention_layers} attention layers x {m.kv_heads} KV heads x {m.head_dim} dims x "
+            f"{m.kv_dtype_bytes} B"
+        )
     if m.is_hybrid:
         from kvsim.allocators.registry import KINDS, ModelMemory, kind_layout
 
         mix = layer_mix(m)
         memory = ModelMemory(m, tp, pool.pool_bytes, cfg.scheduler.prefill_chunk)
-        layouts = tuple((k.name, kind_layout(k.name, memory, cfg.block_size, cfg.scheduler.max_model_len), k.layout[1])
-                        for k in KINDS.values() if k.layer_groups)
+        layouts = tuple(
+            (k.name, kind_layout(k.name, memory, cfg.block_size, cfg.scheduler.max_model_len), k.layout[1])
+            for k in KINDS.values()
+            if k.layer_groups
+        )
     parts = reserve_parts(stage, gpu, cfg.memory, tp, cfg.scheduler)
     return MemoryBudget(
-        model=m.name, gpu=gpu.name, tp=tp, gpu_bytes=gpu.memory_bytes,
-        usable_bytes=gpu.memory_bytes * cfg.memory.gpu_memory_utilization, weight_bytes=stage.gpu_weight_bytes(tp, cfg.dp, gpu),
-        reserve_bytes=reserve_bytes(stage, gpu, cfg.memory, tp, parts=parts), pool_bytes=pool.pool_bytes, pool_source=pool.source,
-        kv_bytes_per_token_model=m.kv_bytes_per_token, kv_bytes_per_token_gpu=pool.kv_bytes_per_token,
-        kv_formula=formula, block_size=cfg.block_size, max_model_len=cfg.scheduler.max_model_len, params=m.params,
-        weight_dtype=m.weight_dtype or m.dtype, quant_detail=m.quant_detail, expert_dtype=m.expert_dtype or "",
-        expert_padding_bytes=stage.expert_padding_bytes(gpu, tp * cfg.dp), dtype=m.dtype, draft_bytes=m.draft_weight_bytes / tp, reserve_how=_reserve_how(parts), kv_dtype=kv_dtype, layer_mix=mix,
-        state_bytes_per_seq=m.state_layers * m.state_bytes_per_layer(tp), layouts=layouts,
-        prefill_chunk=cfg.scheduler.prefill_chunk, pp=cfg.pp, stage_layers=stage.layers, model_layers=m.layers, kv_heads=m.kv_heads,
-        dp=cfg.dp, expert_bytes=stage.expert_weight_bytes() / (tp * cfg.dp) if cfg.dp > 1 else 0.0,
-        vllm_layout="hybrid" if hybrid_manager_on(m, cfg.vllm_version) else "naive", vllm_version=cfg.vllm_version,
-        recurrent=recurrent_kind(m), state_pages=2 if m.state_layers and prefix_caching(cfg, named=False) else 1)
+        model=m.name,
+        gpu=gpu.name,
+        tp=tp,
+        gpu_bytes=gpu.memory_bytes,
+        usable_bytes=gpu.memory_bytes * cfg.memory.gpu_memory_utilization,
+        weight_bytes=stage.gpu_weight_bytes(tp, cfg.dp, gpu),
+        reserve_bytes=reserve_bytes(stage, gpu, cfg.memory, tp, parts=parts),
+        pool_bytes=pool.pool_bytes,
+        pool_source=pool.source,
+        kv_bytes_per_token_model=m.kv_bytes_per_token,
+        kv_bytes_per_token_gpu=pool.kv_bytes_per_token,
+        kv_formula=formula,
+        block_size=cfg.block_size,
+        max_model_len=cfg.scheduler.max_model_len,
+        params=m.params,
+        weight_dtype=m.weight_dtype or m.dtype,
+        quant_detail=m.quant_detail,
+        expert_dtype=m.expert_dtype or "",
+        expert_padding_bytes=stage.expert_padding_bytes(gpu, tp * cfg.dp),
+        dtype=m.dtype,
+        draft_bytes=m.draft_weight_bytes / tp,
+        reserve_how=_reserve_how(parts),
+        kv_dtype=kv_dtype,
+        layer_mix=mix,
+        state_bytes_per_seq=m.state_layers * m.state_bytes_per_layer(tp),
+        layouts=layouts,
+        prefill_chunk=cfg.scheduler.prefill_chunk,
+        pp=cfg.pp,
+        stage_layers=stage.layers,
+        model_layers=m.layers,
+        kv_heads=m.kv_heads,
+        dp=cfg.dp,
+        expert_bytes=stage.expert_weight_bytes() / (tp * cfg.dp) if cfg.dp > 1 else 0.0,
+        vllm_layout="hybrid" if hybrid_manager_on(m, cfg.vllm_version) else "naive",
+        vllm_version=cfg.vllm_version,
+        recurrent=recurrent_kind(m),
+        state_pages=2 if m.state_layers and prefix_caching(cfg, named=False) else 1,
+    )
 
 
 def _reserve_how(parts: tuple[float, float, float] | None) -> str:
@@ -187,8 +221,10 @@ def describe(b: MemoryBudget) -> list[tuple[str, str]]:
     if b.pp > 1:
         tp = f", a stage of {b.stage_layers} of {b.model_layers} layers" + tp
     if b.expert_bytes:
-        tp += (f"; of it {_size(b.expert_bytes)} routed experts, spread over all {b.dp} x {b.tp} GPUs, the rest "
-               f"held by each data-parallel rank")
+        tp += (
+            f"; of it {_size(b.expert_bytes)} routed experts, spread over all {b.dp} x {b.tp} GPUs, the rest "
+            f"held by each data-parallel rank"
+        )
     is_set = b.pool_source.startswith("--")  # --kv-pool-gb / --num-blocks rather than derived
     lines = [
         ("GPU memory", f"{_size(b.gpu_bytes)} per GPU"),
@@ -196,21 +232,39 @@ def describe(b: MemoryBudget) -> list[tuple[str, str]]:
         ("weights", f"{_size(b.weight_bytes)} per GPU ({b.params / 1e9:.2f} B params, {b.weight_dtype}{tp})"),
         *([("", f"as {b.quant_detail}"), ("", f"embedding and LM head in {b.dtype}")] if b.quant_detail else []),
         *([("", f"routed experts in {b.expert_dtype}")] if b.expert_dtype else []),
-        *([("", f"{_size(b.expert_padding_bytes)} of them padding (vLLM's MXFP4 layout)")]
-          if b.expert_padding_bytes else []),
+        *(
+            [("", f"{_size(b.expert_padding_bytes)} of them padding (vLLM's MXFP4 layout)")]
+            if b.expert_padding_bytes
+            else []
+        ),
         *([("", f"of it {_size(b.draft_bytes)} the speculative drafter's")] if b.draft_bytes else []),
-        ("activation reserve", f"{_size(b.reserve_bytes)}" + (" (vLLM's start-up profile)" if b.reserve_how else
-                                                              " (--activation-reserve-gb)")),
+        (
+            "activation reserve",
+            f"{_size(b.reserve_bytes)}"
+            + (" (vLLM's start-up profile)" if b.reserve_how else " (--activation-reserve-gb)"),
+        ),
         *([("", f"= {b.reserve_how}")] if b.reserve_how else []),
-        ("KV pool", f"{_size(b.pool_bytes)} per GPU" + (f" (set: {b.pool_source})" if is_set else "")
-         + (f", each of {b.dp} data-parallel ranks caching only its own sequences" if b.dp > 1 else "")),
+        (
+            "KV pool",
+            f"{_size(b.pool_bytes)} per GPU"
+            + (f" (set: {b.pool_source})" if is_set else "")
+            + (f", each of {b.dp} data-parallel ranks caching only its own sequences" if b.dp > 1 else ""),
+        ),
         ("KV per token", f"{_size(b.kv_bytes_per_token_model)} for the whole model ({b.kv_dtype})"),
         ("", f"= {b.kv_formula}"),
     ]
     if b.tp > 1 or b.pp > 1:
-        split = [] if b.tp == 1 else ["the MLA latent is not split" if b.kv_formula.endswith("(MLA)")
-                                      else f"KV heads split over {b.tp}" if b.tp <= b.kv_heads
-                                      else f"one KV head per GPU, each replicated on {b.tp // b.kv_heads}"]
+        split = (
+            []
+            if b.tp == 1
+            else [
+                "the MLA latent is not split"
+                if b.kv_formula.endswith("(MLA)")
+                else f"KV heads split over {b.tp}"
+                if b.tp <= b.kv_heads
+                else f"one KV head per GPU, each replicated on {b.tp // b.kv_heads}"
+            ]
+        )
         split += [f"{b.stage_layers} of {b.model_layers} layers per pipeline stage"] if b.pp > 1 else []
         lines.append(("KV per token per GPU", f"{_size(b.kv_bytes_per_token_gpu)} ({'; '.join(split)})"))
     if b.layer_mix:
@@ -227,12 +281,29 @@ def describe(b: MemoryBudget) -> list[tuple[str, str]]:
     if b.layouts:
         conc = b.concurrency_by_layout()
         lines[-1] = ("maximum concurrency", ", ".join(f"{n} {c:,.1f}x" for n, c in conc.items()))
-        lines.append(("", "(as vLLM: a max-length request at its peak" + (
-            f"; with prefix caching two state pages per {b.recurrent} group, vLLM's align mode)"
-            if b.state_pages == 2 else ")")))
-        lines.append(("vLLM's KV cache size", f"{b.vllm_kv_size_tokens(conc):,} tokens (" + (
-            "hybrid" if b.vllm_layout == "hybrid" else
-            f"naive: vLLM {b.vllm_version} serves this model without its hybrid manager") + ", as its log says)"))
+        lines.append(
+            (
+                "",
+                "(as vLLM: a max-length request at its peak"
+                + (
+                    f"; with prefix caching two state pages per {b.recurrent} group, vLLM's align mode)"
+                    if b.state_pages == 2
+                    else ")"
+                ),
+            )
+        )
+        lines.append(
+            (
+                "vLLM's KV cache size",
+                f"{b.vllm_kv_size_tokens(conc):,} tokens ("
+                + (
+                    "hybrid"
+                    if b.vllm_layout == "hybrid"
+                    else f"naive: vLLM {b.vllm_version} serves this model without its hybrid manager"
+                )
+                + ", as its log says)",
+            )
+        )
         fits = b.sequences_by_layout(b.max_model_len)
         lines.append(("max-length sequences", "fit: " + ", ".join(f"{n} {k:,}" for n, k in fits.items())))
         lines.append(("", "(decoding, windows freed)"))

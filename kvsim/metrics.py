@@ -9,9 +9,26 @@ from kvsim.allocators.base import MEMORY_CATEGORIES
 from kvsim.engine.sequence import Status
 from kvsim.engine.simulator import SimResult
 
-REQUEST_COLUMNS = ["id", "arrival_s", "prompt_tokens", "output_tokens", "status", "reason", "admitted_s",
-                   "first_token_s", "finish_s", "ttft_s", "tpot_s", "e2e_s", "queue_s", "generated_tokens",
-                   "preemptions", "cached_prompt_tokens", "cache_hit_tokens_all_starts", "frontend_s"]
+REQUEST_COLUMNS = [
+    "id",
+    "arrival_s",
+    "prompt_tokens",
+    "output_tokens",
+    "status",
+    "reason",
+    "admitted_s",
+    "first_token_s",
+    "finish_s",
+    "ttft_s",
+    "tpot_s",
+    "e2e_s",
+    "queue_s",
+    "generated_tokens",
+    "preemptions",
+    "cached_prompt_tokens",
+    "cache_hit_tokens_all_starts",
+    "frontend_s",
+]
 
 
 def requests_frame(res: SimResult) -> pd.DataFrame:
@@ -43,8 +60,13 @@ def sequences_frame(seqs, t0: float) -> pd.DataFrame:
             preempt.append(s.preemptions)
             cached.append(s.last_cached_tokens)
             cached_all.append(s.cached_tokens)
-        status.append(Status.REJECTED.value if s.status == Status.REJECTED else
-                      Status.FINISHED.value if done else Status.UNFINISHED.value)
+        status.append(
+            Status.REJECTED.value
+            if s.status == Status.REJECTED
+            else Status.FINISHED.value
+            if done
+            else Status.UNFINISHED.value
+        )
     arrival = np.fromiter((s.req.arrival_s for s in seqs), float, len(seqs))
     rel = arrival - t0  # the engine's clock starts at the first arrival; latencies come from its times
     output = np.fromiter((s.req.output_tokens for s in seqs), np.int64, len(seqs))
@@ -53,19 +75,32 @@ def sequences_frame(seqs, t0: float) -> pd.DataFrame:
     fin = np.asarray(finish, dtype=float)
     with np.errstate(invalid="ignore", divide="ignore"):
         tpot = np.where(output > 1, (fin - first) / np.maximum(output - 1, 1), nan)
-    return pd.DataFrame({
-        "id": [s.req.id for s in seqs], "arrival_s": arrival,
-        "prompt_tokens": np.fromiter((s.req.prompt_tokens for s in seqs), np.int64, len(seqs)),
-        "output_tokens": output, "status": status, "reason": reason, "admitted_s": admitted + t0,
-        "first_token_s": first + t0, "finish_s": fin + t0, "ttft_s": first - rel, "tpot_s": tpot, "e2e_s": fin - rel,
-        "queue_s": admitted - rel,
-        "generated_tokens": np.asarray(generated, dtype=np.int64), "preemptions": np.asarray(preempt, dtype=np.int64),
-        # prompt tokens the cache served at the latest (re)start (<= prompt), and summed over every restart
-        # and sample (what the run's hit rate counts)
-        "cached_prompt_tokens": np.asarray(cached, dtype=np.int64),
-        "cache_hit_tokens_all_starts": np.asarray(cached_all, dtype=np.int64),
-        # of the TTFT, what the API server added: intake (queueing, tokenization) and delivery
-        "frontend_s": np.fromiter((s.frontend_s for s in seqs), float, len(seqs))}, columns=REQUEST_COLUMNS)
+    return pd.DataFrame(
+        {
+            "id": [s.req.id for s in seqs],
+            "arrival_s": arrival,
+            "prompt_tokens": np.fromiter((s.req.prompt_tokens for s in seqs), np.int64, len(seqs)),
+            "output_tokens": output,
+            "status": status,
+            "reason": reason,
+            "admitted_s": admitted + t0,
+            "first_token_s": first + t0,
+            "finish_s": fin + t0,
+            "ttft_s": first - rel,
+            "tpot_s": tpot,
+            "e2e_s": fin - rel,
+            "queue_s": admitted - rel,
+            "generated_tokens": np.asarray(generated, dtype=np.int64),
+            "preemptions": np.asarray(preempt, dtype=np.int64),
+            # prompt tokens the cache served at the latest (re)start (<= prompt), and summed over every restart
+            # and sample (what the run's hit rate counts)
+            "cached_prompt_tokens": np.asarray(cached, dtype=np.int64),
+            "cache_hit_tokens_all_starts": np.asarray(cached_all, dtype=np.int64),
+            # of the TTFT, what the API server added: intake (queueing, tokenization) and delivery
+            "frontend_s": np.fromiter((s.frontend_s for s in seqs), float, len(seqs)),
+        },
+        columns=REQUEST_COLUMNS,
+    )
 
 
 def percentile(values, q: float) -> float:
@@ -102,8 +137,9 @@ def run_summary(res: SimResult, req: pd.DataFrame | None = None) -> dict:
         out[f"mem_{c}"] = shares[c]
     # Of the memory not free-and-usable, the share holding token states (vLLM paper's measure).
     # Recurrent (mamba) states are state a later token needs, like token states.
-    out["kv_efficiency"] = (shares["token_states"] + shares["recurrent_state"]) / occupied if occupied > 0 \
-        else float("nan")
+    out["kv_efficiency"] = (
+        (shares["token_states"] + shares["recurrent_state"]) / occupied if occupied > 0 else float("nan")
+    )
     out["peak_held_frac"] = mem.peak_held / res.pool_tokens
     span = mem.t_last - (mem.t_first or 0.0)
     if res.shares_kv:

@@ -83,19 +83,26 @@ def release_calibration(chip: str, vllm_version: str | None) -> tuple[Path | Non
         return None, ""
     known = vllm_releases().get(chip)
     if not known:
-        return None, (f"warning: --vllm-version {vllm_version}: no per-release kernel tables for {chip}; its one "
-                      "calibration is used")
+        return None, (
+            f"warning: --vllm-version {vllm_version}: no per-release kernel tables for {chip}; its one "
+            "calibration is used"
+        )
     order = sorted(known, key=release_key)
     asked = release_key(vllm_version)
     at_or_before = [r for r in order if release_key(r) <= asked]
     if at_or_before:
         rel = at_or_before[-1]
-        note = "" if release_key(rel) == asked else \
-            f"--vllm-version {vllm_version}: kernels of vLLM {rel} on {chip}, the newest release measured before it"
+        note = (
+            ""
+            if release_key(rel) == asked
+            else f"--vllm-version {vllm_version}: kernels of vLLM {rel} on {chip}, the newest release measured before it"
+        )
     else:
         rel = order[0]
-        note = (f"warning: --vllm-version {vllm_version}: no kernel tables of a release that old for {chip}; "
-                f"vLLM {rel}'s, the oldest measured, are used")
+        note = (
+            f"warning: --vllm-version {vllm_version}: no kernel tables of a release that old for {chip}; "
+            f"vLLM {rel}'s, the oldest measured, are used"
+        )
     return SHIPPED / known[rel], note
 
 
@@ -127,9 +134,13 @@ class KernelMismatch:
 # default there since 0.10.2; 0.24's table times them: vllm_gptossmxfp4moe_flashinfer_trtllm_mxfp4_bf16); priced
 # with 0.19's rows, gpt-oss-120b's TPOT on B200 came out 2x and its TTFT 12.8x a vLLM 0.15 run's.
 KERNEL_MISMATCHES = (
-    KernelMismatch("b200", "0.19.0", ("moe_quant", "mxfp4"), "MXFP4 MoE",
-                   "times vllm_mxfp4_moe, not the FlashInfer TRT-LLM MXFP4 kernels vLLM runs gpt-oss's "
-                   "experts with on Blackwell"),
+    KernelMismatch(
+        "b200",
+        "0.19.0",
+        ("moe_quant", "mxfp4"),
+        "MXFP4 MoE",
+        "times vllm_mxfp4_moe, not the FlashInfer TRT-LLM MXFP4 kernels vLLM runs gpt-oss's experts with on Blackwell",
+    ),
     KernelMismatch("b200", "0.19.0", ("moe_backends", "mxfp4"), "MXFP4 MoE by --moe-backend", "as above"),
 )
 
@@ -184,8 +195,7 @@ ASYNC_WITH_PIPELINE_FROM = "0.15.0"  # ... and with pipeline stages (PR #32359)
 ASYNC_DRAFTERS = ("eagle", "eagle3", "mtp")  # drafters async scheduling runs with (PR #31998; others turn it off)
 
 
-def async_scheduling_default(vllm_version: str | None, pipeline_stages: int = 1,
-                             drafter: str | None = None) -> bool:
+def async_scheduling_default(vllm_version: str | None, pipeline_stages: int = 1, drafter: str | None = None) -> bool:
     """Whether a V1 engine of vLLM ``vllm_version`` (None: a current release) schedules one step ahead when not
     told (``--async-scheduling``), with these pipeline stages and this speculative drafter (None: none)."""
     v = release_key(vllm_version) if vllm_version is not None else None

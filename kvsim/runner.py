@@ -37,15 +37,21 @@ def resolve_allocator(allocator: AllocatorSpec | str, cfg: SimConfig, named: boo
 def build_allocator(cfg: SimConfig, allocator: AllocatorSpec | str, pool: PoolPlan) -> KVAllocator:
     """One engine's allocator over the planned pool (with its CPU swap pool, if any)."""
     cpu_slots = int(cfg.swap_space * (1 << 30)) // pool.kv_bytes_per_token
-    alloc = make_allocator(resolve_allocator(allocator, cfg), pool.pool_tokens, cfg.scheduler.max_model_len, cpu_slots,
-                           cfg.cache_eviction, ModelMemory(cfg.memory_model, cfg.tp, pool.pool_bytes,
-                                                           cfg.scheduler.prefill_chunk))
+    alloc = make_allocator(
+        resolve_allocator(allocator, cfg),
+        pool.pool_tokens,
+        cfg.scheduler.max_model_len,
+        cpu_slots,
+        cfg.cache_eviction,
+        ModelMemory(cfg.memory_model, cfg.tp, pool.pool_bytes, cfg.scheduler.prefill_chunk),
+    )
     if cfg.kv_offloading_size > 0:
         from kvsim.allocators.kv_tier import KVTier, TierSpec
 
         bandwidth = cfg.gpu.pcie_bandwidth if cfg.kv_offloading_bandwidth is None else cfg.kv_offloading_bandwidth * 1e9
-        attach_tier(alloc, KVTier(TierSpec("cpu", cfg.kv_offloading_size * (1 << 30), bandwidth),
-                                  block_bytes(alloc, pool)))
+        attach_tier(
+            alloc, KVTier(TierSpec("cpu", cfg.kv_offloading_size * (1 << 30), bandwidth), block_bytes(alloc, pool))
+        )
     return alloc
 
 
@@ -69,25 +75,44 @@ def attach_tier(alloc: KVAllocator, tier) -> None:
 
 def swap_timing(cfg: SimConfig, alloc: KVAllocator, pool: PoolPlan) -> SwapTiming | None:
     """What swapping costs on this GPU, when preemption swaps."""
-    return (SwapTiming(slot_bytes(alloc, pool), cfg.gpu.pcie_bandwidth, cfg.swap_block_latency_s)
-            if cfg.scheduler.preemption_mode == "swap" else None)
+    return (
+        SwapTiming(slot_bytes(alloc, pool), cfg.gpu.pcie_bandwidth, cfg.swap_block_latency_s)
+        if cfg.scheduler.preemption_mode == "swap"
+        else None
+    )
 
 
-def simulate(requests: list[Request], cfg: SimConfig, allocator: AllocatorSpec | str, pool: PoolPlan | None = None,
-             observer: StepObserver | None = None, progress: Callable[[int], None] | None = None,
-             latency: LatencyModel | None = None) -> RunOutput:
+def simulate(
+    requests: list[Request],
+    cfg: SimConfig,
+    allocator: AllocatorSpec | str,
+    pool: PoolPlan | None = None,
+    observer: StepObserver | None = None,
+    progress: Callable[[int], None] | None = None,
+    latency: LatencyModel | None = None,
+) -> RunOutput:
     from kvsim.trace.retime import retime
 
     if cfg.dp > 1:
-        raise ConfigError(f"--data-parallel-size {cfg.dp}: a data-parallel replica is {cfg.dp} engines behind a load "
-                          f"balancer; simulate it with `kvsim cluster --replicas 1 --data-parallel-size {cfg.dp} "
-                          "--routers dp-lb` (size fleets of them with `kvsim plan --fleet-max-gpus`; `kvsim memory` "
-                          "and `kvsim latency` show one rank)")
+        raise ConfigError(
+            f"--data-parallel-size {cfg.dp}: a data-parallel replica is {cfg.dp} engines behind a load "
+            f"balancer; simulate it with `kvsim cluster --replicas 1 --data-parallel-size {cfg.dp} "
+            "--routers dp-lb` (size fleets of them with `kvsim plan --fleet-max-gpus`; `kvsim memory` "
+            "and `kvsim latency` show one rank)"
+        )
     pool = pool or cfg.pool_plan()
     alloc = build_allocator(cfg, allocator, pool)
-    sim = Simulation(retime(requests, cfg.request_rate), alloc, latency or build_latency(cfg), cfg.engine_scheduler(),
-                     get_victim_policy(cfg.victim_policy), observer=observer, progress=progress,
-                     swap_timing=swap_timing(cfg, alloc, pool), max_concurrency=cfg.max_concurrency)
+    sim = Simulation(
+        retime(requests, cfg.request_rate),
+        alloc,
+        latency or build_latency(cfg),
+        cfg.engine_scheduler(),
+        get_victim_policy(cfg.victim_policy),
+        observer=observer,
+        progress=progress,
+        swap_timing=swap_timing(cfg, alloc, pool),
+        max_concurrency=cfg.max_concurrency,
+    )
     return finish_run(sim.run(), alloc, pool)
 
 

@@ -65,14 +65,34 @@ class SpeculativeConfig:
         if self.method == "ngram":
             return None
         if self.method == "mtp":
-            return replace(target, name=f"{target.name} MTP", layers=self.mtp_layers, layer_types=(),
-                           moe_layers=(True,) * self.mtp_layers if target.is_moe else (), draft_layers=0,
-                           draft_weight_bytes=0.0)
+            return replace(
+                target,
+                name=f"{target.name} MTP",
+                layers=self.mtp_layers,
+                layer_types=(),
+                moe_layers=(True,) * self.mtp_layers if target.is_moe else (),
+                draft_layers=0,
+                draft_weight_bytes=0.0,
+            )
         vocab = (self.draft_vocab_size or EAGLE3_DRAFT_VOCAB) if self.method == "eagle3" else target.vocab_size
-        return replace(target, name=f"{target.name} {self.method} draft", layers=1, layer_types=(), moe_layers=(),
-                       num_experts=0, experts_per_token=0, moe_intermediate_size=0, shared_experts=0,
-                       expert_dtype=None, weight_dtype=None, weight_quant=None, quant_method=None,
-                       vocab_size=vocab, draft_layers=0, draft_weight_bytes=0.0)
+        return replace(
+            target,
+            name=f"{target.name} {self.method} draft",
+            layers=1,
+            layer_types=(),
+            moe_layers=(),
+            num_experts=0,
+            experts_per_token=0,
+            moe_intermediate_size=0,
+            shared_experts=0,
+            expert_dtype=None,
+            weight_dtype=None,
+            weight_quant=None,
+            quant_method=None,
+            vocab_size=vocab,
+            draft_layers=0,
+            draft_weight_bytes=0.0,
+        )
 
     def draft_weight_bytes(self, target) -> float:
         """Bytes of the drafter's own weights: its layers, EAGLE's fc (2h x h; EAGLE-3 3h x h) and EAGLE-3's LM
@@ -91,18 +111,27 @@ class SpeculativeConfig:
     def with_draft(self, target):
         """``target`` holding the drafter: its weights and its attention layers' KV per token."""
         if target.is_hybrid:
-            raise ConfigError(f"--speculative-config: {target.name} has layers that are not full attention; "
-                              "speculative decoding is modelled for models whose layers all attend to everything")
+            raise ConfigError(
+                f"--speculative-config: {target.name} has layers that are not full attention; "
+                "speculative decoding is modelled for models whose layers all attend to everything"
+            )
         if self.method in ("eagle", "eagle3") and target.is_mla:
-            raise ConfigError(f"--speculative-config: {self.method} drafts are Llama-style layers; {target.name} "
-                              "uses MLA: use method mtp (its own multi-token-prediction layer)")
+            raise ConfigError(
+                f"--speculative-config: {self.method} drafts are Llama-style layers; {target.name} "
+                "uses MLA: use method mtp (its own multi-token-prediction layer)"
+            )
         draft = self.draft_model(target)
-        return replace(target, draft_layers=draft.layers if draft is not None else 0,
-                       draft_weight_bytes=self.draft_weight_bytes(target))
+        return replace(
+            target,
+            draft_layers=draft.layers if draft is not None else 0,
+            draft_weight_bytes=self.draft_weight_bytes(target),
+        )
 
     def describe(self) -> str:
-        return (f"speculative decoding: {self.method}, {self.num_speculative_tokens} draft tokens, acceptance "
-                f"length {self.acceptance_length:g}")
+        return (
+            f"speculative decoding: {self.method}, {self.num_speculative_tokens} draft tokens, acceptance "
+            f"length {self.acceptance_length:g}"
+        )
 
 
 def _nesting(text: str) -> int:
@@ -137,44 +166,62 @@ def parse_speculative(text: str | None, acceptance: float | None) -> Speculative
         return None
     text = str(text)
     if len(text) > MAX_CONFIG_CHARS:
-        raise ConfigError(f"--speculative-config: {len(text):,} characters; a JSON object of at most "
-                          f"{MAX_CONFIG_CHARS:,} is expected")
+        raise ConfigError(
+            f"--speculative-config: {len(text):,} characters; a JSON object of at most {MAX_CONFIG_CHARS:,} is expected"
+        )
     depth = _nesting(text)
     if depth > MAX_CONFIG_DEPTH:
         raise ConfigError(f"--speculative-config: nested {depth} levels deep; at most {MAX_CONFIG_DEPTH} are read")
     try:
         d = json.loads(text)
     except json.JSONDecodeError as e:
-        raise ConfigError(f"--speculative-config: not JSON ({e.msg} at character {e.pos}): "
-                          f"{reprlib.repr(text)}") from None
+        raise ConfigError(
+            f"--speculative-config: not JSON ({e.msg} at character {e.pos}): {reprlib.repr(text)}"
+        ) from None
     except (ValueError, RecursionError) as e:  # an integer of over 4,300 digits
         raise ConfigError(f"--speculative-config: not readable JSON ({e})") from None
     if not isinstance(d, dict):
         raise ConfigError(f"--speculative-config: must be a JSON object, got {reprlib.repr(text)}")
     method = d.get("method")
     if method not in METHODS:
-        raise ConfigError(f"--speculative-config: method must be one of {', '.join(METHODS)}, got "
-                          f"{reprlib.repr(method)}")
+        raise ConfigError(
+            f"--speculative-config: method must be one of {', '.join(METHODS)}, got {reprlib.repr(method)}"
+        )
 
     def whole(key: str, default, top: int) -> int:
         v = d.get(key, default)
         if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= top:
-            raise ConfigError(f"--speculative-config: {key} must be a whole number from 1 to {top:,}, got "
-                              f"{shown(v) if isinstance(v, int) else reprlib.repr(v)}")
+            raise ConfigError(
+                f"--speculative-config: {key} must be a whole number from 1 to {top:,}, got "
+                f"{shown(v) if isinstance(v, int) else reprlib.repr(v)}"
+            )
         return v
 
     k = whole("num_speculative_tokens", None, MAX_SPECULATIVE_TOKENS)
     vocab = whole("draft_vocab_size", EAGLE3_DRAFT_VOCAB, 1 << 24) if method == "eagle3" else 0
     layers = whole("num_nextn_predict_layers", 1, 8) if method == "mtp" else 1
-    unknown = sorted(set(d) - {"method", "num_speculative_tokens", "draft_vocab_size", "num_nextn_predict_layers",
-                               "model", "draft_tensor_parallel_size", "prompt_lookup_max", "prompt_lookup_min"})
+    unknown = sorted(
+        set(d)
+        - {
+            "method",
+            "num_speculative_tokens",
+            "draft_vocab_size",
+            "num_nextn_predict_layers",
+            "model",
+            "draft_tensor_parallel_size",
+            "prompt_lookup_max",
+            "prompt_lookup_min",
+        }
+    )
     if unknown:
         names = ", ".join(k.encode("unicode_escape").decode() for k in unknown)  # a newline in a key stays one line
         raise ConfigError(f"--speculative-config: kvsim does not model {names}")
     if acceptance is None:
-        raise ConfigError("--speculative-config needs --acceptance-length: the tokens a sequence gains per verify "
-                          "step, bonus included (vLLM logs it as 'Mean acceptance length'; it depends on the "
-                          "drafter and the traffic)")
+        raise ConfigError(
+            "--speculative-config needs --acceptance-length: the tokens a sequence gains per verify "
+            "step, bonus included (vLLM logs it as 'Mean acceptance length'; it depends on the "
+            "drafter and the traffic)"
+        )
     if not 1.0 <= acceptance <= k + 1:
         raise ConfigError(f"--acceptance-length {acceptance:g}: must be from 1 to num_speculative_tokens + 1 ({k + 1})")
     return SpeculativeConfig(method, k, float(acceptance), vocab, layers)

@@ -24,7 +24,7 @@ def is_finite(v) -> bool:
 def shown(v) -> str:
     """A value for an error message: as written, or the size of an integer too long to print whole, or the start
     of a text too long to print whole."""
-    if isinstance(v, int) and not isinstance(v, bool) and not -10**20 < v < 10**20:
+    if isinstance(v, int) and not isinstance(v, bool) and not -(10**20) < v < 10**20:
         return f"a {len(str(abs(v))) if abs(v) < 10**4000 else 'over 4000'}-digit integer"
     if isinstance(v, str) and len(v) > MAX_SHOWN:
         return f"{v[:MAX_SHOWN]!r}... ({len(v):,} characters)"
@@ -80,7 +80,7 @@ GIB = Number(min=0, min_open=True, max=MAX_GIB)  # sizes in GiB
 GIB_OR_ZERO = Number(min=0, max=MAX_GIB)
 RATE = Number(min=MIN_RATE, max=1e9)  # requests/s
 ARRIVAL_CV = Number(min=1e-3, max=1e3)  # gamma arrivals' coefficient of variation: beyond, gaps under- or overflow
-SEED = Number(integer=True, min=0, max=2 ** 63 - 1)  # what numpy's generators take
+SEED = Number(integer=True, min=0, max=2**63 - 1)  # what numpy's generators take
 MAX_SIGMA = 10.0  # lognormal shape beyond which samples overflow float64 for any sensible mean
 LOGNORMAL_SIGMA = Number(min=0, max=MAX_SIGMA)
 MAX_TP = 4096  # GPUs a replica's tensor parallelism may span

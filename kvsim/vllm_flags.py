@@ -44,8 +44,12 @@ _VALUES = """served-model-name lora-modules allowed-origins allowed-methods allo
 logits-processors cuda-graph-sizes tool-parsers""".split()
 _BOOL = """enforce-eager enable-chunked-prefill async-scheduling enable-prefix-caching enable-expert-parallel""".split()
 
-VLLM_FLAGS: dict[str, str] = {**{f"--{n}": "switch" for n in _SWITCH}, **{f"--{n}": "value" for n in _VALUE},
-                              **{f"--{n}": "values" for n in _VALUES}, **{f"--{n}": "bool" for n in _BOOL}}
+VLLM_FLAGS: dict[str, str] = {
+    **{f"--{n}": "switch" for n in _SWITCH},
+    **{f"--{n}": "value" for n in _VALUE},
+    **{f"--{n}": "values" for n in _VALUES},
+    **{f"--{n}": "bool" for n in _BOOL},
+}
 for _f in ("--served-model-name-single", "--enforce-eager-placeholder"):
     del VLLM_FLAGS[_f]
 del _f

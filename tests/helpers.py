@@ -27,7 +27,18 @@ def sched(max_model_len=4096, **kw) -> SchedulerConfig:
 
 def gemma2_config(**over) -> dict:
     """Gemma-2-9B's Hugging Face config.json fields (google/gemma-2-9b), with ``over`` replacing or adding some."""
-    return {"model_type": "gemma2", "num_hidden_layers": 42, "hidden_size": 3584, "num_attention_heads": 16,
-            "num_key_value_heads": 8, "head_dim": 256, "intermediate_size": 14336, "vocab_size": 256000,
-            "max_position_embeddings": 8192, "torch_dtype": "bfloat16", "sliding_window": 4096,
-            "tie_word_embeddings": True, **over}
+    return {
+        "model_type": "gemma2",
+        "num_hidden_layers": 42,
+        "hidden_size": 3584,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 8,
+        "head_dim": 256,
+        "intermediate_size": 14336,
+        "vocab_size": 256000,
+        "max_position_embeddings": 8192,
+        "torch_dtype": "bfloat16",
+        "sliding_window": 4096,
+        "tie_word_embeddings": True,
+        **over,
+    }

@@ -16,8 +16,9 @@ def test_the_sampler_run_dominates_and_does_not_shrink_with_tp():
     assert vllm_reserve_bytes(m, h100, 1, 1024, 8192) == pytest.approx(sampler + 0.13 * GiB, rel=1e-12)
     assert sampler / GiB == pytest.approx(4.76, rel=0.02)  # logged torch peak of the profile run
     q = get_model("qwen3-32b")
-    assert vllm_reserve_bytes(q, h100, 2, 1024, 8192) - vllm_reserve_bytes(q, h100, 1, 1024, 8192) == \
-        pytest.approx(0.6 * GiB)  # only the second rank's NCCL / custom all-reduce buffers
+    assert vllm_reserve_bytes(q, h100, 2, 1024, 8192) - vllm_reserve_bytes(q, h100, 1, 1024, 8192) == pytest.approx(
+        0.6 * GiB
+    )  # only the second rank's NCCL / custom all-reduce buffers
     # a small vocabulary and a long budget: the forward pass is the peak (LLaVA-1.6-Mistral-7B logged 1.97 GiB)
     mistral = get_model("mistral-7b")
     fwd = forward_peak_bytes(mistral, 1, 16384)
@@ -25,11 +26,14 @@ def test_the_sampler_run_dominates_and_does_not_shrink_with_tp():
     assert vllm_reserve_bytes(mistral, h100, 1, 1024, 16384) == pytest.approx(fwd + 0.13 * GiB, rel=1e-12)
 
 
-@pytest.mark.parametrize("args, logged_kv_gib", [
-    (["--model", "llama-3.1-8b"], 51.38),
-    (["--model", "qwen3-32b", "-tp", "2"], 34.49),
-    (["--model", "llama-3.3-70b", "-q", "fp8", "-tp", "2"], 32.00),
-])
+@pytest.mark.parametrize(
+    "args, logged_kv_gib",
+    [
+        (["--model", "llama-3.1-8b"], 51.38),
+        (["--model", "qwen3-32b", "-tp", "2"], 34.49),
+        (["--model", "llama-3.3-70b", "-q", "fp8", "-tp", "2"], 32.00),
+    ],
+)
 def test_the_kv_pool_matches_vllm_logs_on_h100(args, logged_kv_gib):
     """'Available KV cache memory' of vLLM 0.11 on H100 at its defaults there (1,024 sequences, 8,192 tokens,
     utilization 0.9): within 0.5%, by default (the scheduler's limits are vllm serve's for an H100). The fixed 2 GiB
@@ -40,10 +44,12 @@ def test_the_kv_pool_matches_vllm_logs_on_h100(args, logged_kv_gib):
     assert cfg.pool_plan().pool_bytes / GiB == pytest.approx(logged_kv_gib, rel=0.005)
     fixed = config_from_args([*args, "--gpu", "h100-80gb", "--activation-reserve-gb", "2"])
     assert fixed.memory.activation_reserve == "fixed"
-    assert fixed.pool_plan().pool_bytes == int(fixed.gpu.memory_bytes * 0.9 - fixed.model.gpu_weight_bytes(
-        fixed.tp, 1, fixed.gpu) - 2 * GiB)
-    named = config_from_args([*args, "--gpu", "h100-80gb", "--activation-reserve-gb", "3", "--activation-reserve",
-                              "vllm"])  # the mode, when named, decides
+    assert fixed.pool_plan().pool_bytes == int(
+        fixed.gpu.memory_bytes * 0.9 - fixed.model.gpu_weight_bytes(fixed.tp, 1, fixed.gpu) - 2 * GiB
+    )
+    named = config_from_args(
+        [*args, "--gpu", "h100-80gb", "--activation-reserve-gb", "3", "--activation-reserve", "vllm"]
+    )  # the mode, when named, decides
     assert named.pool_plan().pool_bytes == cfg.pool_plan().pool_bytes
 
 

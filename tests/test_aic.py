@@ -28,8 +28,12 @@ def test_the_reader_gives_per_layer_seconds_and_bytes():
     d = read_aic(AIC, "a100_sxm")
     assert d.gpu.name == "a100-80gb"
     raw = pd.read_parquet(f"{AIC}/a100_sxm/attention/vllm/0.14.0/generation_attention_perf.parquet").iloc[0]
-    row = d.decode[(d.decode.num_seqs == raw.batch_size) & (d.decode.q_heads == raw.num_heads)
-                   & (d.decode.kv_heads == raw.num_key_value_heads) & (d.decode.context == raw.isl + raw.step)].iloc[0]
+    row = d.decode[
+        (d.decode.num_seqs == raw.batch_size)
+        & (d.decode.q_heads == raw.num_heads)
+        & (d.decode.kv_heads == raw.num_key_value_heads)
+        & (d.decode.context == raw.isl + raw.step)
+    ].iloc[0]
     assert row.seconds == pytest.approx(raw.latency * 1e-3)  # milliseconds in the table
     assert row.kv_bytes == raw.batch_size * (raw.isl + raw.step) * 2 * raw.num_key_value_heads * raw.head_dim * 2
     ar = d.all_reduce
@@ -84,12 +88,12 @@ def test_a_slow_all_reduce_group_is_fitted_not_refused():
     past its 200 us bound and kvsim calibrate crashed. The start is clipped into the bounds."""
     from kvsim.calibrate.aic import fit_all_reduce
 
-    sizes = np.array([2.0 ** k for k in range(10, 30)])
+    sizes = np.array([2.0**k for k in range(10, 30)])
     secs = np.minimum(46e-6 + sizes / 40e9, 120e-6 + sizes / 300e9)
     links = fit_all_reduce(pd.DataFrame({"num_gpus": 16, "message_bytes": sizes, "seconds": secs}))
     link = links["16"]
     assert link.seconds(1024) == pytest.approx(46e-6 + 1024 / 40e9, rel=0.05)
-    assert link.seconds(2.0 ** 29) == pytest.approx(120e-6 + 2.0 ** 29 / 300e9, rel=0.05)
+    assert link.seconds(2.0**29) == pytest.approx(120e-6 + 2.0**29 / 300e9, rel=0.05)
 
 
 def test_all_reduce_takes_the_faster_of_custom_and_nccl_lines():
@@ -97,8 +101,13 @@ def test_all_reduce_takes_the_faster_of_custom_and_nccl_lines():
     assert link.seconds(1e3) == pytest.approx(5e-6 + 1e3 / 50e9)  # custom all-reduce
     assert link.seconds(1e8) == pytest.approx(30e-6 + 1e8 / 200e9)  # NCCL
     assert LinkParams(5e-6, 50e9).seconds(1e8) == pytest.approx(5e-6 + 1e8 / 50e9)  # one line
-    m = PerOpModel(get_model("llama-2-70b"), get_gpu("h100-80gb"), shipped_calibration(get_gpu("h100-80gb"))[0],
-                   get_cpu_overhead("none"), 4)
+    m = PerOpModel(
+        get_model("llama-2-70b"),
+        get_gpu("h100-80gb"),
+        shipped_calibration(get_gpu("h100-80gb"))[0],
+        get_cpu_overhead("none"),
+        4,
+    )
     link = m._links
     act, logits = link.seconds(16 * 8192 * 2), link.seconds(16 * 8000 * 2)
     assert m.communication_s(16, 16) == pytest.approx(161 * act + logits, rel=1e-12)
@@ -112,8 +121,9 @@ def test_b200_has_a_preset_and_a_measured_calibration():
     assert "borrowed" in calib.sources["elementwise"]
 
 
-@pytest.mark.parametrize("name,sms,mib,nvlink", [("gb200", 152, 188733, 72), ("b300", 148, 274113, 8),
-                                                 ("gb300", 152, 283136, 72)])
+@pytest.mark.parametrize(
+    "name,sms,mib,nvlink", [("gb200", 152, 188733, 72), ("b300", 148, 274113, 8), ("gb300", 152, 283136, 72)]
+)
 def test_grace_blackwell_and_b300_presets_with_measured_calibrations(name, sms, mib, nvlink):
     """Memory as CUDA reports it (vLLM's and PyTorch's totals, see kvsim/hardware/gpus.py), CUDA's SM count,
     the NVLink domain; kernels fitted on the GPU's own AIConfigurator tables, element-wise kernels borrowed
@@ -156,8 +166,7 @@ def test_data_parallel_exchange_stays_on_nvlink_within_an_nvl72_rack():
     times = {}
     for name in ("b200", "gb200"):
         g = get_gpu(name)
-        m = PerOpModel(model, g, shipped_calibration(g)[0], get_cpu_overhead("none"), 1, dp=16,
-                       expert_parallel=True)
+        m = PerOpModel(model, g, shipped_calibration(g)[0], get_cpu_overhead("none"), 1, dp=16, expert_parallel=True)
         link = m._dispatch
         size = 4096 * m.hidden_bytes
         times[name] = (m.dispatch_s(4096), link.seconds(size))
@@ -184,12 +193,15 @@ def test_calibrate_from_an_aic_folder(tmp_path, capsys):
     assert "GEMMs not fitted" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("args,msg", [
-    (["--aic", "nowhere"], "not a folder"),
-    (["--aic", AIC], "say which system"),
-    (["--aic", AIC, "--system", "b300_sxm"], "no such AIConfigurator system"),
-    ([], "give measurement files"),
-])
+@pytest.mark.parametrize(
+    "args,msg",
+    [
+        (["--aic", "nowhere"], "not a folder"),
+        (["--aic", AIC], "say which system"),
+        (["--aic", AIC, "--system", "b300_sxm"], "no such AIConfigurator system"),
+        ([], "give measurement files"),
+    ],
+)
 def test_calibrate_refuses_bad_aic_input_cleanly(tmp_path, capsys, args, msg):
     from kvsim.cli import main
 
@@ -228,8 +240,8 @@ def test_tables_of_the_installed_package_are_found_without_importing_it(tmp_path
 def test_a_system_without_a_preset_takes_its_peaks_from_the_package_yaml(tmp_path, monkeypatch):
     pkg = _package_layout(tmp_path, as_system="x9_sxm")
     (pkg / "systems" / "x9_sxm.yaml").write_text(
-        "gpu:\n  mem_bw: 5000000000000\n  mem_capacity: 100000000000\n  bfloat16_tc_flops: 1.0e+15\n"
-        "  sm_version: 90\n")
+        "gpu:\n  mem_bw: 5000000000000\n  mem_capacity: 100000000000\n  bfloat16_tc_flops: 1.0e+15\n  sm_version: 90\n"
+    )
     monkeypatch.syspath_prepend(str(tmp_path / "site"))
     d = read_aic("installed", "x9_sxm", kinds=("decode",))
     assert d.gpu.name == "x9-sxm" and d.gpu.hbm_bandwidth == 5e12 and d.gpu.sms == 132
@@ -277,8 +289,12 @@ def test_moe_rows_are_read_in_seconds_per_rank_and_priced_as_the_model_prices_th
     # every routing kvsim models, each row with its own (kvsim.latency.routing)
     raw = raw[raw.distribution.isin(["balanced", "power_law_1.01", "power_law_1.2"])]
     assert len(m) == len(raw) and set(m.routing) <= {"balanced", "power-law-1.01", "power-law-1.2"}
-    r = raw[(raw.moe_tp_size == 4) & (raw.num_tokens == 64) & (raw.hidden_size == 4096)
-            & (raw.distribution == "power_law_1.01")].iloc[0]
+    r = raw[
+        (raw.moe_tp_size == 4)
+        & (raw.num_tokens == 64)
+        & (raw.hidden_size == 4096)
+        & (raw.distribution == "power_law_1.01")
+    ].iloc[0]
     row = m[(m.tp == 4) & (m.tokens == 64) & (m.hidden == 4096) & (m.routing == "power-law-1.01")].iloc[0]
     assert row.seconds == pytest.approx(r.latency * 1e-3) and row.inter == 14336 // 4
     calib, _ = shipped_calibration(d.gpu)
@@ -313,11 +329,15 @@ def test_expert_parallelism_changes_only_the_routed_experts():
     from kvsim.latency.base import StepShape
 
     shapes = [StepShape.of([(1, 1000)] * 32), StepShape.of([(2048, 0)])]
-    dense = [build_latency(config_from_args(["--model", "llama-3-70b", "--gpu", "h100-80gb", "-tp", "4", *ep]))
-             for ep in ([], ["--enable-expert-parallel"])]
+    dense = [
+        build_latency(config_from_args(["--model", "llama-3-70b", "--gpu", "h100-80gb", "-tp", "4", *ep]))
+        for ep in ([], ["--enable-expert-parallel"])
+    ]
     assert [dense[0].step_time(s) for s in shapes] == [dense[1].step_time(s) for s in shapes]  # no experts
-    tp, ep = (build_latency(config_from_args(["--model", "llama-4-scout", "--gpu", "h100-80gb", "-tp", "8", *e]))
-              for e in ([], ["--enable-expert-parallel"]))
+    tp, ep = (
+        build_latency(config_from_args(["--model", "llama-4-scout", "--gpu", "h100-80gb", "-tp", "8", *e]))
+        for e in ([], ["--enable-expert-parallel"])
+    )
     (_, _, e_tp), (_, _, e_ep) = tp.classes[-1], ep.classes[-1]
     assert (e_tp.ep, e_ep.ep) == (1, 8) and e_ep.width == 8 * e_tp.width == 8192  # whole experts, 2 per GPU
     for s in shapes:
@@ -341,15 +361,24 @@ def test_quantized_experts_are_priced_from_their_own_kernels():
     calib = Calibration("h100-80gb", moe=MoeParams(), moe_quant={"fp8": fp8})
     op = MoeOp(7168, 2048, 256, 8, 1.0, True, 8, "fp8", "uniform")  # moe_formula's own expert count
     t = op.seconds(calib, h100, 512, 2)
-    assert t == pytest.approx(moe_formula(Calibration("x", moe=replace(fp8, flops_eff=0.6)), h100, 512, 7168, 2048,
-                                          256, 8, 8, 1.0, 2), rel=1e-12)  # twice the rate = half the FLOP time
+    assert t == pytest.approx(
+        moe_formula(Calibration("x", moe=replace(fp8, flops_eff=0.6)), h100, 512, 7168, 2048, 256, 8, 8, 1.0, 2),
+        rel=1e-12,
+    )  # twice the rate = half the FLOP time
     assert op.seconds(calib, a100, 512, 2) == pytest.approx(
-        moe_formula(Calibration("x", moe=fp8), a100, 512, 7168, 2048, 256, 8, 8, 1.0, 2), rel=1e-12)
+        moe_formula(Calibration("x", moe=fp8), a100, 512, 7168, 2048, 256, 8, 8, 1.0, 2), rel=1e-12
+    )
     assert replace(op, quant=None).seconds(calib, h100, 512, 2) == pytest.approx(
-        moe_formula(Calibration("x", moe=MoeParams()), h100, 512, 7168, 2048, 256, 8, 8, 1.0, 2), rel=1e-12)
-    rows = pd.DataFrame([(tok, h, w, e, k, 1, ep) for tok in (1, 4, 16, 64, 256, 1024, 4096)
-                         for h, w, e, k, ep in ((7168, 2048, 256, 8, 8), (4096, 1536, 128, 8, 1), (2048, 768, 128, 8, 4))],
-                        columns=["tokens", "hidden", "inter", "experts", "topk", "tp", "ep"])
+        moe_formula(Calibration("x", moe=MoeParams()), h100, 512, 7168, 2048, 256, 8, 8, 1.0, 2), rel=1e-12
+    )
+    rows = pd.DataFrame(
+        [
+            (tok, h, w, e, k, 1, ep)
+            for tok in (1, 4, 16, 64, 256, 1024, 4096)
+            for h, w, e, k, ep in ((7168, 2048, 256, 8, 8), (4096, 1536, 128, 8, 1), (2048, 768, 128, 8, 4))
+        ],
+        columns=["tokens", "hidden", "inter", "experts", "topk", "tp", "ep"],
+    )
     rows["seconds"] = moe_seconds_table(fp8, h100, rows, "fp8")
     got = fit_moe_table(rows, h100, "fp8")
     assert moe_seconds_table(got, h100, rows, "fp8") == pytest.approx(rows.seconds.to_numpy(), rel=0.02)
@@ -387,8 +416,15 @@ def test_mla_decode_is_priced_as_the_fit_prices_it():
     g = get_gpu("h100-80gb")
     calib, _ = shipped_calibration(g)
     assert calib.mla_decode is not None and "mla_generation_module_perf" in calib.sources["mla_decode"]
-    rows = pd.DataFrame({"model": "deepseek-v3", "heads": [128, 16, 16], "tokens": [1, 32, 256],
-                         "context": [1000, 8000, 300], "seconds": 1.0})
+    rows = pd.DataFrame(
+        {
+            "model": "deepseek-v3",
+            "heads": [128, 16, 16],
+            "tokens": [1, 32, 256],
+            "context": [1000, 8000, 300],
+            "seconds": 1.0,
+        }
+    )
     for c in (calib, replace(calib, mla_decode=None)):
         want = _mla_layers(c, g, rows, lambda b, ctx: b, lambda pm, b, ctx: pm.decode_attention_layer_s(b, b * ctx))
         assert mla_seconds(c.mla_decode, c, g, rows) == pytest.approx(np.array(want), rel=1e-12)
@@ -405,11 +441,19 @@ def test_mla_prefill_is_priced_as_the_fit_prices_it():
     g = get_gpu("b200")
     calib, _ = shipped_calibration(g)
     assert calib.mla_prefill is not None
-    rows = pd.DataFrame({"model": "deepseek-v3", "heads": [128, 16, 32], "tokens": [1, 4, 2],
-                         "context": [4096, 256, 1000], "seconds": 1.0})
+    rows = pd.DataFrame(
+        {
+            "model": "deepseek-v3",
+            "heads": [128, 16, 32],
+            "tokens": [1, 4, 2],
+            "context": [4096, 256, 1000],
+            "seconds": 1.0,
+        }
+    )
     for c in (calib, replace(calib, mla_prefill=None)):
-        want = _mla_layers(c, g, rows, lambda b, new: b * new,
-                           lambda pm, b, new: pm.prefill_attention_layer_s([(new, 0)] * b))
+        want = _mla_layers(
+            c, g, rows, lambda b, new: b * new, lambda pm, b, new: pm.prefill_attention_layer_s([(new, 0)] * b)
+        )
         assert mla_prefill_seconds(c.mla_prefill, c, g, rows) == pytest.approx(np.array(want), rel=1e-12)
 
 
@@ -449,8 +493,9 @@ def test_quantized_checkpoints_price_their_gemms_on_their_own_kernels():
     assert {op.quant for op in gemms if op.name != "moe_router"} == {"fp8_block"}
     assert next(op for op in gemms if op.name == "moe_router").quant is None
     op = next(op for op in gemms if op.name == "attn_post_proj")
-    assert op.seconds(calib, h100, 64, 2) == quant_gemm_seconds(calib.gemm_quant["fp8_block"], h100, 64, op.k, op.n,
-                                                                "fp8_block")
+    assert op.seconds(calib, h100, 64, 2) == quant_gemm_seconds(
+        calib.gemm_quant["fp8_block"], h100, 64, op.k, op.n, "fp8_block"
+    )
     bf16 = PerOpModel(replace(ds, weight_quant=None), h100, calib, get_cpu_overhead("none"), tp=8)
     assert model.dense_s(64, 64) != bf16.dense_s(64, 64)
     a100 = get_gpu("a100-80gb")
@@ -460,15 +505,18 @@ def test_quantized_checkpoints_price_their_gemms_on_their_own_kernels():
     assert op.seconds(ac, a100, 64, 2) == quant_gemm_seconds(ac.gemm, a100, 64, op.k, op.n, "fp8_block")
     assert op.seconds(ac, a100, 64, 2) < gemm_seconds(ac.gemm, a100, 64, op.k, op.n, 2)
     assert quant_gemm_seconds(ac.gemm, a100, 1 << 14, op.k, op.n, "fp8_block") == pytest.approx(
-        gemm_seconds(ac.gemm, a100, 1 << 14, op.k, op.n, 2), rel=0.05)  # compute-bound: bf16's rate
+        gemm_seconds(ac.gemm, a100, 1 << 14, op.k, op.n, 2), rel=0.05
+    )  # compute-bound: bf16's rate
 
 
 def test_the_fp8_scheme_follows_the_checkpoint_config(tmp_path):
     from kvsim.hardware import get_model as load
 
     cfg = json.load(open("tests/data/llama-3.1-8b-config.json"))
-    for quant, scheme in (({"quant_method": "fp8", "weight_block_size": [128, 128]}, "fp8_block"),
-                          ({"quant_method": "fp8", "activation_scheme": "dynamic"}, "fp8")):
+    for quant, scheme in (
+        ({"quant_method": "fp8", "weight_block_size": [128, 128]}, "fp8_block"),
+        ({"quant_method": "fp8", "activation_scheme": "dynamic"}, "fp8"),
+    ):
         p = tmp_path / f"{scheme}.json"
         p.write_text(json.dumps({**cfg, "quantization_config": quant}))
         m = load(str(p))
@@ -499,7 +547,9 @@ def test_quantization_fp8_loads_a_bf16_checkpoint_in_fp8_as_vllm_does():
 
     shape = StepShape.decode(32, 32 * 1000)
     assert build_latency(fp8).breakdown(shape)["dense_s"] < build_latency(bf16).breakdown(shape)["dense_s"]
-    assert config_from_args(["--model", "deepseek-v3", "-q", "fp8", "--gpu", "h200", "-tp", "8"]).model.weight_quant \
+    assert (
+        config_from_args(["--model", "deepseek-v3", "-q", "fp8", "--gpu", "h200", "-tp", "8"]).model.weight_quant
         == "fp8_block"
+    )
     with pytest.raises(ConfigError, match="already quantized"):
         config_from_args(["--model", "gpt-oss-120b", "--quantization", "fp8"])

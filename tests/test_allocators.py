@@ -111,15 +111,15 @@ def test_extent_allocator_matches_bitmap(ops):
         if is_alloc or not live:
             start = ext.alloc(size)
             # first fit: the lowest start of a run of `size` free slots
-            expect = next((i for i in range(cap - size + 1) if not any(bitmap[i:i + size])), None)
+            expect = next((i for i in range(cap - size + 1) if not any(bitmap[i : i + size])), None)
             assert start == expect
             if start is not None:
-                bitmap[start:start + size] = [True] * size
+                bitmap[start : start + size] = [True] * size
                 live.append((start, size))
         else:
             s, n = live.pop(pick % len(live))
             ext.release(s, n)
-            bitmap[s:s + n] = [False] * n
+            bitmap[s : s + n] = [False] * n
         assert ext.free_total == bitmap.count(False)
         holes = ext.holes()
         assert all(a + n < b for (a, n), (b, _) in zip(holes, holes[1:]))  # coalesced: never adjacent
@@ -179,24 +179,44 @@ def test_next_growth_names_the_next_allocation_that_changes_anything():
     assert m.next_growth(0, 5).tokens == 6 and m.allocate(0, r, 5) and m.next_growth(0, 5) is None
 
 
-@pytest.mark.parametrize("text,canonical", [
-    ("max", "max"), ("paged", "paged:16"), ("PAGED:32", "paged:32"), ("paged+prefix", "paged:16+prefix"),
-    ("radix", "radix:16"), ("radix:8", "radix:8"), ("paged:8+prefix", "paged:8+prefix"),
-])
+@pytest.mark.parametrize(
+    "text,canonical",
+    [
+        ("max", "max"),
+        ("paged", "paged:16"),
+        ("PAGED:32", "paged:32"),
+        ("paged+prefix", "paged:16+prefix"),
+        ("radix", "radix:16"),
+        ("radix:8", "radix:8"),
+        ("paged:8+prefix", "paged:8+prefix"),
+    ],
+)
 def test_allocator_names_round_trip(text, canonical):
     spec = parse_allocator(text).resolve()
     assert str(spec) == canonical and parse_allocator(canonical).resolve() == spec
 
 
 def test_allocator_names_take_the_runs_block_size_and_prefix_switch():
-    assert [str(s) for s in parse_allocator_list("paged,radix,max,paged:8", 32)] == ["paged:32", "radix:32", "max", "paged:8"]
+    assert [str(s) for s in parse_allocator_list("paged,radix,max,paged:8", 32)] == [
+        "paged:32",
+        "radix:32",
+        "max",
+        "paged:8",
+    ]
     assert [str(s) for s in parse_allocator_list("paged", 16, enable_prefix_caching=True)] == ["paged:16+prefix"]
 
 
-@pytest.mark.parametrize("text,msg", [
-    ("paged16", "did you mean 'paged'"), ("max:16", "has no block size"), ("paged:x", "not an integer"),
-    ("paged:0", "must be > 0"), ("radix+prefix", "not an option"), ("paged,paged:16", "both paged:16"),
-])
+@pytest.mark.parametrize(
+    "text,msg",
+    [
+        ("paged16", "did you mean 'paged'"),
+        ("max:16", "has no block size"),
+        ("paged:x", "not an integer"),
+        ("paged:0", "must be > 0"),
+        ("radix+prefix", "not an option"),
+        ("paged,paged:16", "both paged:16"),
+    ],
+)
 def test_bad_allocator_names(text, msg):
     with pytest.raises(ConfigError, match=msg):
         parse_allocator_list(text)

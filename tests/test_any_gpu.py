@@ -62,17 +62,35 @@ def test_amd_gpus_borrow_hopper_efficiencies_with_a_warning():
     assert note.startswith("warning") and "NVIDIA Hopper" in note and "no AMD kernel was measured" in note
 
 
-@pytest.mark.parametrize("smi,preset", [
-    ("NVIDIA H100 80GB HBM3", "h100-80gb"), ("NVIDIA H100 PCIe", "h100-pcie"), ("NVIDIA H100 NVL", "h100-nvl"),
-    ("NVIDIA A100-SXM4-80GB", "a100-80gb"), ("NVIDIA A100-SXM4-40GB", "a100-40gb"),
-    ("NVIDIA A100-PCIE-40GB", "a100-40gb-pcie"), ("NVIDIA A100 80GB PCIe", "a100-80gb-pcie"),
-    ("NVIDIA H200", "h200-141gb"), ("NVIDIA B200", "b200"), ("NVIDIA L40S", "l40s"), ("NVIDIA L40", "l40"),
-    ("NVIDIA L4", "l4"), ("NVIDIA A10G", "a10g"), ("NVIDIA GeForce RTX 4090", "rtx-4090"),
-    ("NVIDIA GeForce RTX 5090", "rtx-5090"), ("NVIDIA GeForce RTX 3090", "rtx-3090"),
-    ("NVIDIA RTX PRO 6000 Blackwell Server Edition", "rtx-pro-6000"), ("NVIDIA H20", "h20"),
-    ("NVIDIA GB200", "gb200"), ("NVIDIA B300 SXM6 AC", "b300"), ("AMD Instinct MI300X", "mi300x"),
-    ("nvidia_h100_80gb_hbm3", "h100-80gb"), ("nvidia-geforce-rtx-5090", "rtx-5090"), ("H100", "h100-80gb"),
-])
+@pytest.mark.parametrize(
+    "smi,preset",
+    [
+        ("NVIDIA H100 80GB HBM3", "h100-80gb"),
+        ("NVIDIA H100 PCIe", "h100-pcie"),
+        ("NVIDIA H100 NVL", "h100-nvl"),
+        ("NVIDIA A100-SXM4-80GB", "a100-80gb"),
+        ("NVIDIA A100-SXM4-40GB", "a100-40gb"),
+        ("NVIDIA A100-PCIE-40GB", "a100-40gb-pcie"),
+        ("NVIDIA A100 80GB PCIe", "a100-80gb-pcie"),
+        ("NVIDIA H200", "h200-141gb"),
+        ("NVIDIA B200", "b200"),
+        ("NVIDIA L40S", "l40s"),
+        ("NVIDIA L40", "l40"),
+        ("NVIDIA L4", "l4"),
+        ("NVIDIA A10G", "a10g"),
+        ("NVIDIA GeForce RTX 4090", "rtx-4090"),
+        ("NVIDIA GeForce RTX 5090", "rtx-5090"),
+        ("NVIDIA GeForce RTX 3090", "rtx-3090"),
+        ("NVIDIA RTX PRO 6000 Blackwell Server Edition", "rtx-pro-6000"),
+        ("NVIDIA H20", "h20"),
+        ("NVIDIA GB200", "gb200"),
+        ("NVIDIA B300 SXM6 AC", "b300"),
+        ("AMD Instinct MI300X", "mi300x"),
+        ("nvidia_h100_80gb_hbm3", "h100-80gb"),
+        ("nvidia-geforce-rtx-5090", "rtx-5090"),
+        ("H100", "h100-80gb"),
+    ],
+)
 def test_nvidia_smi_names(smi, preset):
     assert get_gpu(smi).name == preset
 
@@ -100,8 +118,10 @@ def test_custom_gpu_through_kvsim_memory(capsys):
 
 def test_yaml_gpu_through_kvsim_memory(tmp_path, capsys):
     p = tmp_path / "gpu.yaml"
-    p.write_text("name: lab-h100\nmemory_gb: 79.18\nbandwidth_gbs: 3350\nbf16_tflops: 989\narch: hopper\n"
-                 "sms: 132\nnvlink_gpus: 8\npcie_gbs: 64\n")
+    p.write_text(
+        "name: lab-h100\nmemory_gb: 79.18\nbandwidth_gbs: 3350\nbf16_tflops: 989\narch: hopper\n"
+        "sms: 132\nnvlink_gpus: 8\npcie_gbs: 64\n"
+    )
     assert main(["memory", "--model", "llama-3.1-8b", "--gpu", str(p)]) == 0
     out = capsys.readouterr().out
     assert "lab-h100" in out and "79.18 GiB per GPU" in out
@@ -117,20 +137,23 @@ def test_gpu_without_arch_borrows_the_roofline_nearest_with_a_warning():
     assert chip == "a40" and note.startswith("warning") and "arch=" in note
 
 
-@pytest.mark.parametrize("spec,message", [
-    ("custom:memory_gb=-1,bandwidth_gbs=500,bf16_tflops=100", "memory_gb must be from 0.5 to 4096, got -1"),
-    ("custom:memory_gb=inf,bandwidth_gbs=500,bf16_tflops=100", "memory_gb must be a finite number"),
-    ("custom:memory_gb=24,bandwidth_gbs=lots,bf16_tflops=100", "bandwidth_gbs must be a number, got 'lots'"),
-    ("custom:memory_gb=24,bandwidth_gbs=5e6,bf16_tflops=100", "bandwidth_gbs must be from 1 to 100000"),
-    ("custom:memory_gb=24,bandwidth_gbs=500,bf16_tflops=0", "bf16_tflops must be from 0.1"),
-    ("custom:memory_gb=24,bandwidth_gbs=500,bf16_tflops=100,sms=1.5", "sms must be a whole number"),
-    ("custom:memory_gb=24,bandwidth_gbs=500,bf16_tflops=100,hbm=3", r"unknown key\(s\) hbm"),
-    ("custom:memory_gb=24", "missing bandwidth_gbs, bf16_tflops"),
-    ("custom:memory_gb=24,bandwidth_gbs=500,bf16_tflops=100,arch=volta", "arch 'volta' is not one of"),
-    ("custom:memory_gb=24,bandwidth_gbs=500,bf16_tflops=100,name=h100-80gb", "is a preset's"),
-    ("custom:memory_gb=24,bandwidth_gbs=500,bf16_tflops=100,name=../x", "name must be letters"),
-    ("custom:memory_gb", "is not key=value"),
-])
+@pytest.mark.parametrize(
+    "spec,message",
+    [
+        ("custom:memory_gb=-1,bandwidth_gbs=500,bf16_tflops=100", "memory_gb must be from 0.5 to 4096, got -1"),
+        ("custom:memory_gb=inf,bandwidth_gbs=500,bf16_tflops=100", "memory_gb must be a finite number"),
+        ("custom:memory_gb=24,bandwidth_gbs=lots,bf16_tflops=100", "bandwidth_gbs must be a number, got 'lots'"),
+        ("custom:memory_gb=24,bandwidth_gbs=5e6,bf16_tflops=100", "bandwidth_gbs must be from 1 to 100000"),
+        ("custom:memory_gb=24,bandwidth_gbs=500,bf16_tflops=0", "bf16_tflops must be from 0.1"),
+        ("custom:memory_gb=24,bandwidth_gbs=500,bf16_tflops=100,sms=1.5", "sms must be a whole number"),
+        ("custom:memory_gb=24,bandwidth_gbs=500,bf16_tflops=100,hbm=3", r"unknown key\(s\) hbm"),
+        ("custom:memory_gb=24", "missing bandwidth_gbs, bf16_tflops"),
+        ("custom:memory_gb=24,bandwidth_gbs=500,bf16_tflops=100,arch=volta", "arch 'volta' is not one of"),
+        ("custom:memory_gb=24,bandwidth_gbs=500,bf16_tflops=100,name=h100-80gb", "is a preset's"),
+        ("custom:memory_gb=24,bandwidth_gbs=500,bf16_tflops=100,name=../x", "name must be letters"),
+        ("custom:memory_gb", "is not key=value"),
+    ],
+)
 def test_bad_custom_values_give_one_line_errors(spec, message, capsys):
     with pytest.raises(ConfigError, match=message):
         get_gpu(spec)
@@ -157,7 +180,9 @@ def test_bad_yaml_files_name_the_problem(tmp_path):
 def test_list_gpus_shows_each_preset_and_where_its_numbers_come_from(capsys):
     assert main(["list", "gpus"]) == 0
     out = capsys.readouterr().out
-    rows = {line.split()[0]: line.split() for line in out.splitlines() if line.split() and line.split()[0] in GPU_PRESETS}
+    rows = {
+        line.split()[0]: line.split() for line in out.splitlines() if line.split() and line.split()[0] in GPU_PRESETS
+    }
     assert set(rows) == set(GPU_PRESETS)
     for name, row in rows.items():
         memory, peaks = PRESET_SOURCES[name]

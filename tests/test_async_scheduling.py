@@ -48,10 +48,12 @@ def test_the_release_decides_when_not_told():
     assert not config_from_args(["--vllm-version", "0.13.0"]).runs_async
     assert not config_from_args(["--vllm-engine", "v0"]).runs_async
     assert not config_from_args(["--no-async-scheduling"]).runs_async
-    assert not config_from_args(["--model", "llama-3-70b", "--gpu", "h100-80gb", "--pp", "2",
-                                 "--vllm-version", "0.14.1"]).runs_async
-    assert config_from_args(["--model", "llama-3-70b", "--gpu", "h100-80gb", "--pp", "2",
-                             "--vllm-version", "0.15.0"]).runs_async
+    assert not config_from_args(
+        ["--model", "llama-3-70b", "--gpu", "h100-80gb", "--pp", "2", "--vllm-version", "0.14.1"]
+    ).runs_async
+    assert config_from_args(
+        ["--model", "llama-3-70b", "--gpu", "h100-80gb", "--pp", "2", "--vllm-version", "0.15.0"]
+    ).runs_async
     assert config_from_args(["--cpu-overhead", "vllm-v1-async", "--vllm-version", "0.12"]).runs_async
     on, off = (build_latency(config_from_args(a)) for a in ([], ["--no-async-scheduling"]))
     assert on.cpu.overlapped and not off.cpu.overlapped and on.cpu.base_s == off.cpu.base_s

@@ -31,6 +31,7 @@ def lengths(load: BenchLoad):
 
 # --- lengths
 
+
 def test_range_ratio_zero_gives_every_request_the_same_lengths():
     p, o = lengths(BenchLoad(num_prompts=50, input_len=1000, output_len=1000))
     assert (p == 1000).all() and (o == 1000).all()
@@ -47,8 +48,9 @@ def test_vllm_range_ratio_is_symmetric_around_the_length():
 
 def test_inferencemax_draws_lengths_below_the_length_only():
     """InferenceMAX's client (vLLM's older rule): [int(1024 x 0.8), 1024] = [819, 1024], for 10 x 8 prompts."""
-    load = from_options({"bench": "inferencemax", "max_concurrency": 8, "random_input_len": 1024,
-                         "random_output_len": 1024})
+    load = from_options(
+        {"bench": "inferencemax", "max_concurrency": 8, "random_input_len": 1024, "random_output_len": 1024}
+    )
     assert load.num_prompts == 80 and load.ignore_eos and load.range_ratio == 0.8
     assert load.length_bounds() == ((819, 1024), (819, 1024))
     p, o = lengths(load)
@@ -62,14 +64,16 @@ def test_outputs_are_never_shorter_than_one_token():
 
 
 def test_genai_perf_lengths_are_normal_and_positive():
-    p, o = lengths(BenchLoad("genai-perf", num_prompts=4000, input_len=550, output_len=5, input_stddev=50,
-                             output_stddev=10))
+    p, o = lengths(
+        BenchLoad("genai-perf", num_prompts=4000, input_len=550, output_len=5, input_stddev=50, output_stddev=10)
+    )
     assert abs(p.mean() - 550) < 5 and abs(p.std() - 50) < 5
     assert o.min() >= 1  # N(5, 10) is often negative: drawn again
     assert (lengths(BenchLoad("genai-perf", num_prompts=3, input_len=550, output_len=9))[0] == 550).all()
 
 
 # --- shared prefix
+
 
 def test_a_shared_prefix_is_the_same_hash_ids_in_every_prompt():
     """40 prefix tokens in blocks of 16: two whole blocks (ids 0, 1) shared; the third block mixes prefix and own
@@ -94,6 +98,7 @@ def test_the_shared_prefix_hits_the_prefix_cache():
 
 # --- send times
 
+
 def test_inf_rate_sends_everything_at_once():
     assert {r.arrival_s for r in BenchLoad(num_prompts=20, request_rate=math.inf).requests()} == {0.0}
 
@@ -109,8 +114,12 @@ def test_vllm_gaps_are_scaled_so_the_last_request_goes_at_n_over_rate():
 def test_older_clients_gamma_gaps_have_mean_one_over_rate(burstiness):
     """InferenceMAX's (older vLLM's) client: the first request at 0, then gamma gaps of shape b, scale 1/(rate b);
     the CV is 1/sqrt(b), so 20,000 gaps pin the mean to within 1.5% (>= 5 sigma)."""
-    t = np.array([r.arrival_s for r in BenchLoad("inferencemax", num_prompts=20001, request_rate=4.0,
-                                                 burstiness=burstiness).requests()])
+    t = np.array(
+        [
+            r.arrival_s
+            for r in BenchLoad("inferencemax", num_prompts=20001, request_rate=4.0, burstiness=burstiness).requests()
+        ]
+    )
     gaps = np.diff(t)
     assert t[0] == 0.0 and gaps.mean() == pytest.approx(0.25, rel=0.015)
     assert gaps.std() / gaps.mean() == pytest.approx(1 / math.sqrt(burstiness), rel=0.05)
@@ -125,6 +134,7 @@ def test_infinite_burstiness_and_genai_perf_rates_are_constant_gaps():
 
 # --- determinism and counts
 
+
 def test_the_same_seed_gives_the_same_requests_bit_for_bit():
     a = BenchLoad(num_prompts=300, range_ratio=0.3, prefix_len=20, request_rate=3.0, burstiness=0.7, seed=11)
     assert a.requests() == BenchLoad(**a.__dict__).requests()
@@ -134,20 +144,31 @@ def test_the_same_seed_gives_the_same_requests_bit_for_bit():
 def test_defaults_are_vllms():
     """`vllm bench serve --dataset-name random` with nothing else: 1000 prompts of 1024 tokens, 128 out, at once."""
     load = from_options({"dataset_name": "random"})
-    assert (load.harness, load.num_prompts, load.input_len, load.output_len, load.range_ratio, load.prefix_len,
-            load.request_rate, load.seed, load.ignore_eos) == ("vllm-random", 1000, 1024, 128, 0.0, 0, math.inf, 0,
-                                                               False)
+    assert (
+        load.harness,
+        load.num_prompts,
+        load.input_len,
+        load.output_len,
+        load.range_ratio,
+        load.prefix_len,
+        load.request_rate,
+        load.seed,
+        load.ignore_eos,
+    ) == ("vllm-random", 1000, 1024, 128, 0.0, 0, math.inf, 0, False)
     assert from_options({"max_concurrency": 4}) is None  # no dataset flag: the run reads a trace
     assert from_options(normalize({"bench": "genai-perf"})).num_prompts == 100
 
 
-@pytest.mark.parametrize("values,msg", [
-    ({"random_range_ratio": 1.0}, "--random-range-ratio: must be < 1"),
-    ({"bench": "inferencemax"}, "needs --max-concurrency"),
-    ({"bench": "genai-perf", "random_range_ratio": 0.2}, "normal distributions"),
-    ({"synthetic_input_tokens_stddev": 3.0}, "GenAI-Perf's"),
-    ({"random_input_len": 1, "random_range_ratio": 0.5, "random_range_ratio_mode": "lower-bound"}, "0 tokens"),
-])
+@pytest.mark.parametrize(
+    "values,msg",
+    [
+        ({"random_range_ratio": 1.0}, "--random-range-ratio: must be < 1"),
+        ({"bench": "inferencemax"}, "needs --max-concurrency"),
+        ({"bench": "genai-perf", "random_range_ratio": 0.2}, "normal distributions"),
+        ({"synthetic_input_tokens_stddev": 3.0}, "GenAI-Perf's"),
+        ({"random_input_len": 1, "random_range_ratio": 0.5, "random_range_ratio_mode": "lower-bound"}, "0 tokens"),
+    ],
+)
 def test_bad_workloads_name_the_flag(values, msg):
     with pytest.raises(ConfigError, match=msg):
         from_options(values)
@@ -155,12 +176,19 @@ def test_bad_workloads_name_the_flag(values, msg):
 
 # --- the client limit
 
+
 def test_inf_rate_and_max_concurrency_is_a_closed_loop_of_c_clients():
     """All 12 at t = 0 with 3 clients: 3 in flight from the start, never more, and each later request goes when
     one finishes."""
     reqs = BenchLoad(num_prompts=12, input_len=32, output_len=4, range_ratio=0.5).requests()
-    sim = Simulation(reqs, make_allocator("paged:16", 4096, 4096), FixedLatency(0.1, 0.01), sched(),
-                     get_victim_policy("lifo"), max_concurrency=3)
+    sim = Simulation(
+        reqs,
+        make_allocator("paged:16", 4096, 4096),
+        FixedLatency(0.1, 0.01),
+        sched(),
+        get_victim_policy("lifo"),
+        max_concurrency=3,
+    )
     df = requests_frame(sim.run())
     assert (df.status == "finished").all() and len(df) == 12
     events = sorted([(t, 1) for t in df.arrival_s] + [(t, -1) for t in df.finish_s])
@@ -172,16 +200,37 @@ def test_inf_rate_and_max_concurrency_is_a_closed_loop_of_c_clients():
 
 # --- property
 
+
 @settings(max_examples=60, deadline=None)
-@given(st.sampled_from(["vllm-random", "inferencemax", "genai-perf"]), st.integers(1, 60), st.integers(1, 3000),
-       st.integers(1, 500), st.floats(0, 0.99), st.integers(0, 300), st.sampled_from([math.inf, 0.5, 20.0]),
-       st.sampled_from([0.25, 1.0, math.inf]), st.integers(0, 2**32))
+@given(
+    st.sampled_from(["vllm-random", "inferencemax", "genai-perf"]),
+    st.integers(1, 60),
+    st.integers(1, 3000),
+    st.integers(1, 500),
+    st.floats(0, 0.99),
+    st.integers(0, 300),
+    st.sampled_from([math.inf, 0.5, 20.0]),
+    st.sampled_from([0.25, 1.0, math.inf]),
+    st.integers(0, 2**32),
+)
 def test_every_request_is_accounted_for_within_its_bounds(harness, n, ilen, olen, ratio, prefix, rate, burst, seed):
     genai = harness == "genai-perf"
     try:
-        load = BenchLoad(harness, n, ilen, olen, 0.0 if genai else ratio, "lower-bound" if harness == "inferencemax"
-                         else "symmetric", prefix, 30.0 if genai else 0.0, 5.0 if genai else 0.0, rate, burst, None,
-                         seed)
+        load = BenchLoad(
+            harness,
+            n,
+            ilen,
+            olen,
+            0.0 if genai else ratio,
+            "lower-bound" if harness == "inferencemax" else "symmetric",
+            prefix,
+            30.0 if genai else 0.0,
+            5.0 if genai else 0.0,
+            rate,
+            burst,
+            None,
+            seed,
+        )
     except ConfigError as e:  # a window whose shortest prompt has 0 tokens, refused as vLLM refuses it
         assert "0 tokens" in str(e) and prefix == 0
         return
@@ -211,8 +260,23 @@ def test_run_with_only_the_clients_flags(tmp_path, capsys, monkeypatch):
     """`kvsim run --max-concurrency C --random-input-len I --random-output-len O` means the vLLM benchmark of those
     numbers; the results folder is named after the workload."""
     monkeypatch.chdir(tmp_path)
-    assert main(["run", "--max-concurrency", "4", "--random-input-len", "64", "--random-output-len", "8",
-                 "--num-prompts", "24", *RUN]) == 0
+    assert (
+        main(
+            [
+                "run",
+                "--max-concurrency",
+                "4",
+                "--random-input-len",
+                "64",
+                "--random-output-len",
+                "8",
+                "--num-prompts",
+                "24",
+                *RUN,
+            ]
+        )
+        == 0
+    )
     cap = capsys.readouterr()
     assert "random-64-8" in cap.out and "without --ignore-eos" in cap.err
     folders = list((tmp_path / "kvsim-out").glob("run-random-64-8*"))
@@ -226,8 +290,21 @@ def test_run_with_only_the_clients_flags(tmp_path, capsys, monkeypatch):
 
 def test_compare_takes_a_workload_and_seed_is_random_seed(tmp_path, capsys):
     out1, out2 = tmp_path / "a", tmp_path / "b"
-    common = ["--dataset-name", "random", "--random-input-len", "40", "--random-output-len", "6", "--random-range-ratio",
-              "0.5", "--num-prompts", "10", "--request-rate", "50", *RUN]
+    common = [
+        "--dataset-name",
+        "random",
+        "--random-input-len",
+        "40",
+        "--random-output-len",
+        "6",
+        "--random-range-ratio",
+        "0.5",
+        "--num-prompts",
+        "10",
+        "--request-rate",
+        "50",
+        *RUN,
+    ]
     assert main(["compare", *common, "--allocators", "max,paged:16", "--seed", "5", "--out", str(out1)]) == 0
     assert main(["compare", *common, "--allocators", "max,paged:16", "--random-seed", "5", "--out", str(out2)]) == 0
     a, b = pd.read_csv(out1 / "requests.csv"), pd.read_csv(out2 / "requests.csv")
@@ -237,25 +314,66 @@ def test_compare_takes_a_workload_and_seed_is_random_seed(tmp_path, capsys):
 
 def test_generated_trace_is_the_same_workload(tmp_path, capsys):
     p = tmp_path / "w.jsonl"
-    assert main(["trace", "generate", "--bench", "vllm-random", "--random-input-len", "50", "--random-output-len", "9",
-                 "--random-range-ratio", "0.4", "--random-prefix-len", "20", "--num-prompts", "30", "--request-rate",
-                 "5", "--burstiness", "2", "--seed", "3", "-o", str(p)]) == 0
+    assert (
+        main(
+            [
+                "trace",
+                "generate",
+                "--bench",
+                "vllm-random",
+                "--random-input-len",
+                "50",
+                "--random-output-len",
+                "9",
+                "--random-range-ratio",
+                "0.4",
+                "--random-prefix-len",
+                "20",
+                "--num-prompts",
+                "30",
+                "--request-rate",
+                "5",
+                "--burstiness",
+                "2",
+                "--seed",
+                "3",
+                "-o",
+                str(p),
+            ]
+        )
+        == 0
+    )
     assert "wrote 30 requests" in capsys.readouterr().out
     got = load_trace(p).requests
-    want = BenchLoad(num_prompts=30, input_len=50, output_len=9, range_ratio=0.4, prefix_len=20, request_rate=5.0,
-                     burstiness=2.0, seed=3).requests()
-    assert [(r.prompt_tokens, r.output_tokens, r.hash_ids) for r in got] == \
-        [(r.prompt_tokens, r.output_tokens, r.hash_ids) for r in want]
+    want = BenchLoad(
+        num_prompts=30,
+        input_len=50,
+        output_len=9,
+        range_ratio=0.4,
+        prefix_len=20,
+        request_rate=5.0,
+        burstiness=2.0,
+        seed=3,
+    ).requests()
+    assert [(r.prompt_tokens, r.output_tokens, r.hash_ids) for r in got] == [
+        (r.prompt_tokens, r.output_tokens, r.hash_ids) for r in want
+    ]
     assert [r.arrival_s for r in got] == pytest.approx([r.arrival_s for r in want], abs=1e-6)
     assert json.loads(p.read_text().splitlines()[0])["hash_block_tokens"] == 16
 
 
-@pytest.mark.parametrize("args,msg", [
-    (["run", "--trace", "traces/chat.jsonl", "--random-input-len", "10"], "--random-input-len describes a generated"),
-    (["run", "--max-concurrency", "2"], "--trace is required, or a benchmark client's workload"),
-    (["run", "--dataset-name", "random", "--random-range-ratio", "1.5"], "--random-range-ratio: must be <= 1"),
-    (["trace", "generate", "-o", "x.jsonl", "--bench", "genai-perf", "--rate", "2"], "--rate: the lognormal"),
-])
+@pytest.mark.parametrize(
+    "args,msg",
+    [
+        (
+            ["run", "--trace", "traces/chat.jsonl", "--random-input-len", "10"],
+            "--random-input-len describes a generated",
+        ),
+        (["run", "--max-concurrency", "2"], "--trace is required, or a benchmark client's workload"),
+        (["run", "--dataset-name", "random", "--random-range-ratio", "1.5"], "--random-range-ratio: must be <= 1"),
+        (["trace", "generate", "-o", "x.jsonl", "--bench", "genai-perf", "--rate", "2"], "--rate: the lognormal"),
+    ],
+)
 def test_bad_command_lines_are_one_line(args, msg, tmp_path):
     import pathlib
 

@@ -24,7 +24,14 @@ def test_compare_writes_everything(tmp_path, capsys):
     assert main(["compare", "--trace", str(trace), *SMALL, "--out", str(out)]) == 0
     text = capsys.readouterr().out
     assert "paged:16" in text and "max" in text and "token%" in text
-    for f in ("requests.csv", "runs.csv", "memory_timeline.csv", "memory_breakdown.png", "latency_cdf.png", "summary.md"):
+    for f in (
+        "requests.csv",
+        "runs.csv",
+        "memory_timeline.csv",
+        "memory_breakdown.png",
+        "latency_cdf.png",
+        "summary.md",
+    ):
         assert (out / f).exists() and (out / f).stat().st_size > 0, f
     req = pd.read_csv(out / "requests.csv")
     assert len(req) == 2 * 120 and set(req.status) <= {"finished", "rejected", "unfinished"}
@@ -36,33 +43,74 @@ def test_compare_writes_everything(tmp_path, capsys):
 def test_run_single_and_parquet(tmp_path):
     trace = small_trace(tmp_path, 40)
     out = tmp_path / "o"
-    assert main(["run", "--trace", str(trace), "--allocator", "oracle", "--out", str(out), "--no-plots",
-                 "--format", "parquet", "--model", "llama-3-8b", "--gpu", "h100-80gb"]) == 0
+    assert (
+        main(
+            [
+                "run",
+                "--trace",
+                str(trace),
+                "--allocator",
+                "oracle",
+                "--out",
+                str(out),
+                "--no-plots",
+                "--format",
+                "parquet",
+                "--model",
+                "llama-3-8b",
+                "--gpu",
+                "h100-80gb",
+            ]
+        )
+        == 0
+    )
     assert len(pd.read_parquet(out / "requests.parquet")) == 40
 
 
 def test_bad_trace_is_one_clear_line_not_a_traceback(tmp_path):
     p = tmp_path / "bad.jsonl"
-    p.write_text('{"arrival_s": 0, "prompt_tokens": 5, "output_tokens": 1}\n{"arrival_s": 1, "prompt_tokens": -3, "output_tokens": 1}\n')
-    r = subprocess.run([sys.executable, "-m", "kvsim.cli", "compare", "--trace", str(p), "--out", str(tmp_path / "o")],
-                       capture_output=True, text=True)
+    p.write_text(
+        '{"arrival_s": 0, "prompt_tokens": 5, "output_tokens": 1}\n{"arrival_s": 1, "prompt_tokens": -3, "output_tokens": 1}\n'
+    )
+    r = subprocess.run(
+        [sys.executable, "-m", "kvsim.cli", "compare", "--trace", str(p), "--out", str(tmp_path / "o")],
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 2
     assert "Traceback" not in r.stderr
     assert f"{p}:2: field 'prompt_tokens': must be >= 1, got -3" in r.stderr
-    r = subprocess.run([sys.executable, "-m", "kvsim.cli", "compare", "--trace", str(p), "--skip-invalid", "--no-plots",
-                        "--out", str(tmp_path / "o")], capture_output=True, text=True)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "kvsim.cli",
+            "compare",
+            "--trace",
+            str(p),
+            "--skip-invalid",
+            "--no-plots",
+            "--out",
+            str(tmp_path / "o"),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 0, r.stderr
     assert "skipped 1 invalid line(s)" in r.stderr and "line 2" in r.stderr
 
 
-@pytest.mark.parametrize("args,msg", [
-    (["--model", "nope"], "unknown model"),
-    (["--gpu", "tpu"], "unknown GPU"),
-    (["--allocators", "max,buddy"], "unknown allocator"),
-    (["--max-batched-tokens", "10"], "must be >= --max-num-seqs"),
-    (["--model", "llama-2-70b"], "does not fit"),
-    (["--eviction", "random"], "--victim-policy: 'random' is not one of"),
-])
+@pytest.mark.parametrize(
+    "args,msg",
+    [
+        (["--model", "nope"], "unknown model"),
+        (["--gpu", "tpu"], "unknown GPU"),
+        (["--allocators", "max,buddy"], "unknown allocator"),
+        (["--max-batched-tokens", "10"], "must be >= --max-num-seqs"),
+        (["--model", "llama-2-70b"], "does not fit"),
+        (["--eviction", "random"], "--victim-policy: 'random' is not one of"),
+    ],
+)
 def test_bad_config_messages(tmp_path, capsys, args, msg):
     trace = small_trace(tmp_path, 5)
     assert main(["compare", "--trace", str(trace), "--out", str(tmp_path / "o"), *args]) == 2

@@ -48,8 +48,14 @@ def test_one_client_sends_each_request_when_the_last_finishes():
     iteration (its first token), each further token 0.01 s."""
     outputs = [3, 1, 5, 2]
     reqs = [req(i, 0.0, 20, o) for i, o in enumerate(outputs)]
-    sim = Simulation(reqs, make_allocator("paged:16", 4096, 4096), FixedLatency(0.1, 0.01), sched(),
-                     get_victim_policy("lifo"), max_concurrency=1)
+    sim = Simulation(
+        reqs,
+        make_allocator("paged:16", 4096, 4096),
+        FixedLatency(0.1, 0.01),
+        sched(),
+        get_victim_policy("lifo"),
+        max_concurrency=1,
+    )
     df = requests_frame(sim.run())
     e2e = [0.1 + 0.01 * (o - 1) for o in outputs]
     assert df.e2e_s.tolist() == pytest.approx(e2e)
@@ -73,15 +79,33 @@ request = st.tuples(st.floats(0, 4), st.integers(1, 200), st.integers(1, 60))
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.lists(request, min_size=1, max_size=30), st.integers(1, 5), st.integers(1, 3),
-       st.sampled_from(["round-robin", "least-requests", "prefix+load"]), st.booleans())
+@given(
+    st.lists(request, min_size=1, max_size=30),
+    st.integers(1, 5),
+    st.integers(1, 3),
+    st.sampled_from(["round-robin", "least-requests", "prefix+load"]),
+    st.booleans(),
+)
 def test_send_times_follow_the_client_rule_for_an_engine_and_a_fleet(items, limit, replicas, router, at_once):
     reqs = [req(i, t, p, o) for i, (t, p, o) in enumerate(items)]
-    args = ["--latency", "roofline", "--max-model-len", "512", "--max-num-seqs", "4", "--kv-pool-gb", "1",
-            "--max-concurrency", str(limit)] + (["--request-rate", "inf"] if at_once else [])
+    args = [
+        "--latency",
+        "roofline",
+        "--max-model-len",
+        "512",
+        "--max-num-seqs",
+        "4",
+        "--kv-pool-gb",
+        "1",
+        "--max-concurrency",
+        str(limit),
+    ] + (["--request-rate", "inf"] if at_once else [])
     cfg = config_from_args(args)
-    df = (simulate(reqs, cfg, "paged:16").requests if replicas == 1 else
-          simulate_fleet(reqs, [ReplicaGroup("g", cfg, "paged:16", replicas)], router).requests)
+    df = (
+        simulate(reqs, cfg, "paged:16").requests
+        if replicas == 1
+        else simulate_fleet(reqs, [ReplicaGroup("g", cfg, "paged:16", replicas)], router).requests
+    )
     assert (df.status == "finished").all()
     order = sorted(retime(reqs, cfg.request_rate), key=lambda r: r.arrival_s)
     df = df.set_index("id").loc[[r.id for r in order]]
@@ -101,8 +125,9 @@ def test_a_limit_no_trace_reaches_changes_nothing():
 
 def test_disaggregated_clients_wait_for_the_decode_to_finish():
     cfg = config_from_args(["--gpu", "a100-80gb", "--max-concurrency", "6", "--request-rate", "inf"])
-    f = simulate_disagg(CHAT[:200], [ReplicaGroup("p", cfg, "paged:16", 1)], [ReplicaGroup("d", cfg, "paged:16", 1)],
-                        "round-robin")
+    f = simulate_disagg(
+        CHAT[:200], [ReplicaGroup("p", cfg, "paged:16", 1)], [ReplicaGroup("d", cfg, "paged:16", 1)], "round-robin"
+    )
     df = f.requests
     assert (df.status == "finished").all()
     assert _max_in_flight(df) == 6
@@ -139,12 +164,15 @@ def test_retime_sends_in_trace_order_at_a_poisson_rate():
     assert retime(reqs, None) is reqs
 
 
-@pytest.mark.parametrize("args,message", [
-    (["--max-concurrency", "0"], "--max-concurrency: must be >= 1"),
-    (["--request-rate", "0"], "--request-rate: must be >= 1e-06"),
-    (["--request-rate", "nan"], "--request-rate"),
-    (["--request-rate=-inf"], "--request-rate"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--max-concurrency", "0"], "--max-concurrency: must be >= 1"),
+        (["--request-rate", "0"], "--request-rate: must be >= 1e-06"),
+        (["--request-rate", "nan"], "--request-rate"),
+        (["--request-rate=-inf"], "--request-rate"),
+    ],
+)
 def test_bad_load_options_are_refused(args, message):
     with pytest.raises(ConfigError, match=message):
         config_from_args(args)

@@ -26,16 +26,21 @@ def test_vllm_default_sizes():
 
 def _models(*args):
     base = ["--model", "llama-2-70b", "--gpu", "h100-80gb", "-tp", "4", *args]
-    return build_latency(config_from_args(base)), build_latency(config_from_args([*base, "--cudagraph-capture-sizes",
-                                                                                  "none"]))
+    return build_latency(config_from_args(base)), build_latency(
+        config_from_args([*base, "--cudagraph-capture-sizes", "none"])
+    )
 
 
 def test_a_step_pays_for_its_padding_tokens_in_dense_layers_and_all_reduces():
     padded, eager = _models()
     shape = StepShape.decode(13, 13 * 1000)
     bd, ref = padded.breakdown(shape), eager.breakdown(shape)
-    extra = (padded.dense_s(16, 13) + padded.communication_s(16, 13)
-             - padded.dense_s(13, 13) - padded.communication_s(13, 13))
+    extra = (
+        padded.dense_s(16, 13)
+        + padded.communication_s(16, 13)
+        - padded.dense_s(13, 13)
+        - padded.communication_s(13, 13)
+    )
     assert bd["graph_padding_s"] == pytest.approx(max(extra, 0.0), rel=1e-12)
     assert bd["attention_s"] == ref["attention_s"] and bd["dense_s"] == ref["dense_s"]
     assert bd["total_s"] == pytest.approx(ref["total_s"] + bd["graph_padding_s"], rel=1e-12)

@@ -56,7 +56,8 @@ def test_a_rank_prices_every_ranks_tokens_through_its_experts_and_the_exchange()
     one = PerOpModel(m, g, calib, get_cpu_overhead("none"), 1, expert_parallel=True, dp=1)
     moe = lambda model, t: sum(k * e.seconds(calib, g, t, 2) for k, _, e in model.classes if e is not None)  # noqa: E731
     assert rank.dense_s(32, 32) - one.dense_s(32, 32) == pytest.approx(
-        sum(k * e.seconds(calib, g, 128, 2) for k, _, e in rank.classes if e is not None) - moe(one, 32), rel=1e-9)
+        sum(k * e.seconds(calib, g, 128, 2) for k, _, e in rank.classes if e is not None) - moe(one, 32), rel=1e-9
+    )
     # no tensor parallelism: the only communication is each MoE layer's all-gather + reduce-scatter of the
     # 4 ranks' hidden states (4 x 32 tokens x 7,168 x 2 B), priced on the measured exchange of 4 GPUs
     link = calib.exchange_link(4, "nvswitch")
@@ -65,13 +66,17 @@ def test_a_rank_prices_every_ranks_tokens_through_its_experts_and_the_exchange()
     # a prefill chunk: the other ranks decode as many sequences as this rank samples (here 2), not 3 chunks more
     assert rank.communication_s(2048, 2) == pytest.approx(58 * link.seconds((2048 + 3 * 2) * 7168 * 2), rel=1e-12)
     assert rank.dense_s(2048, 2) - one.dense_s(2048, 2) == pytest.approx(
-        sum(k * e.seconds(calib, g, 2054, 2) for k, _, e in rank.classes if e is not None) - moe(one, 2048), rel=1e-9)
+        sum(k * e.seconds(calib, g, 2054, 2) for k, _, e in rank.classes if e is not None) - moe(one, 2048), rel=1e-9
+    )
     # beyond one node (16 ranks) the rings run at most at one NIC's 50 GB/s per GPU
     wide = PerOpModel(m, g, calib, get_cpu_overhead("none"), 1, expert_parallel=True, dp=16)
     size = 16 * 512 * 7168 * 2
-    assert wide.dispatch_s(16 * 512) == pytest.approx(max(calib.exchange_link(16, "nvswitch").seconds(size),
-                                                     calib.exchange_link(16, "nvswitch").latency_s
-                                                     + size * 2 * 15 / 16 / 50e9))
+    assert wide.dispatch_s(16 * 512) == pytest.approx(
+        max(
+            calib.exchange_link(16, "nvswitch").seconds(size),
+            calib.exchange_link(16, "nvswitch").latency_s + size * 2 * 15 / 16 / 50e9,
+        )
+    )
 
 
 def test_the_exchange_is_fitted_on_measured_all_gather_and_reduce_scatter():
@@ -127,8 +132,23 @@ def test_what_data_parallel_ranks_refuse(tmp_path, capsys):
         _cfg(data_parallel_size=2, pipeline_parallel_size=2)
     rc = main(["run", "--trace", "traces/chat.jsonl", "-dp", "2", "--no-plots", "--out", str(tmp_path / "r")])
     assert rc != 0 and "kvsim cluster --replicas 1 --data-parallel-size 2" in capsys.readouterr().err
-    rc = main(["cluster", "--trace", "traces/chat.jsonl", "--model", "deepseek-v3", "--gpu", "h200", "-dp", "8",
-               "--replicas", "600", "--out", str(tmp_path / "c")])
+    rc = main(
+        [
+            "cluster",
+            "--trace",
+            "traces/chat.jsonl",
+            "--model",
+            "deepseek-v3",
+            "--gpu",
+            "h200",
+            "-dp",
+            "8",
+            "--replicas",
+            "600",
+            "--out",
+            str(tmp_path / "c"),
+        ]
+    )
     assert rc == 2 and "4,800 engines" in capsys.readouterr().err
     with pytest.raises(ConfigError, match="roofline"):
         from kvsim.latency import build_latency
@@ -147,8 +167,16 @@ def _lockstep_run(lockstep: bool):
     from kvsim.engine.sequence import Sequence
 
     touched: list[int] = []
-    engines = [Engine(make_allocator("paged:16", 4096, 4096), FixedLatency(0.1, 0.01), sched(),
-                      first_sample_id=2, resolution_s=0.0) for _ in range(2)]
+    engines = [
+        Engine(
+            make_allocator("paged:16", 4096, 4096),
+            FixedLatency(0.1, 0.01),
+            sched(),
+            first_sample_id=2,
+            resolution_s=0.0,
+        )
+        for _ in range(2)
+    ]
     if lockstep:
         group = Lockstep(touched)
         for i, e in enumerate(engines):
@@ -179,8 +207,15 @@ def test_every_request_finishes_once_on_lockstep_ranks(seed):
 
     rng = random.Random(seed)
     reqs = [Request(str(i), rng.uniform(0, 2), rng.randint(1, 3000), rng.randint(1, 300)) for i in range(120)]
-    cfg = config_from_options({"model": "gpt-oss-20b", "gpu": "h100", "data_parallel_size": 4,
-                               "enable_expert_parallel": True, "max_num_batched_tokens": 1024})
+    cfg = config_from_options(
+        {
+            "model": "gpt-oss-20b",
+            "gpu": "h100",
+            "data_parallel_size": 4,
+            "enable_expert_parallel": True,
+            "max_num_batched_tokens": 1024,
+        }
+    )
     for router in ("dp-lb", "round-robin", "least-kv"):
         f = simulate_fleet(reqs, [ReplicaGroup("dp", cfg, "hybrid+prefix", 2)], router)
         assert f.summary["finished"] == 120 and len(f.replicas) == 8

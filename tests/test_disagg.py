@@ -16,8 +16,10 @@ from kvsim.trace.request import Request
 
 
 def _pools(args=(), p=1, d=1, spec="paged:16", p_args=(), d_args=()):
-    return ([ReplicaGroup("p", config_from_args([*args, *p_args]), spec, p)],
-            [ReplicaGroup("d", config_from_args([*args, *d_args]), spec, d)])
+    return (
+        [ReplicaGroup("p", config_from_args([*args, *p_args]), spec, p)],
+        [ReplicaGroup("d", config_from_args([*args, *d_args]), spec, d)],
+    )
 
 
 def test_one_request_by_hand():
@@ -53,8 +55,9 @@ def test_a_full_decode_pool_pushes_back_on_prefill():
     reqs = [Request(str(i), 0.01 * i, 900, 300) for i in range(40)]
     roomy = simulate_disagg(reqs, *_pools(), "round-robin")
     # prefill pool: 8 requests' prompts; decode pool: 2 requests whole
-    tight = simulate_disagg(reqs, *_pools(p_args=["--num-blocks", "460"], d_args=["--num-blocks", "160"]),
-                            "round-robin")
+    tight = simulate_disagg(
+        reqs, *_pools(p_args=["--num-blocks", "460"], d_args=["--num-blocks", "160"]), "round-robin"
+    )
     for f in (roomy, tight):
         assert f.summary["finished"] == 40
     # at most the step in flight and, with async scheduling (vLLM 0.14+), the one scheduled while it came
@@ -104,18 +107,28 @@ def test_link_option():
             parse_link(bad)
 
 
-request = st.tuples(st.floats(0, 5), st.integers(1, 300), st.integers(1, 80), st.integers(0, 2),
-                    st.sampled_from([1, 1, 1, 2]))
+request = st.tuples(
+    st.floats(0, 5), st.integers(1, 300), st.integers(1, 80), st.integers(0, 2), st.sampled_from([1, 1, 1, 2])
+)
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.lists(request, min_size=1, max_size=25),
-       st.sampled_from(["paged:16", "paged:8+prefix", "radix:8", "max", "hybrid:8"]),
-       st.sampled_from(["recompute", "partial"]), st.integers(1, 2), st.integers(1, 2),
-       st.integers(20, 200), st.integers(20, 200), st.sampled_from([16, 128, 2048]), st.sampled_from([2, 8, 64]),
-       st.one_of(st.none(), st.floats(0.5, 6)), st.sampled_from(sorted(ROUTERS)))
+@given(
+    st.lists(request, min_size=1, max_size=25),
+    st.sampled_from(["paged:16", "paged:8+prefix", "radix:8", "max", "hybrid:8"]),
+    st.sampled_from(["recompute", "partial"]),
+    st.integers(1, 2),
+    st.integers(1, 2),
+    st.integers(20, 200),
+    st.integers(20, 200),
+    st.sampled_from([16, 128, 2048]),
+    st.sampled_from([2, 8, 64]),
+    st.one_of(st.none(), st.floats(0.5, 6)),
+    st.sampled_from(sorted(ROUTERS)),
+)
 def test_every_request_is_accounted_for_once_and_every_transfer_frees_its_memory(
-        items, spec, mode, p, d, p_blocks, d_blocks, budget, seqs, horizon, router):
+    items, spec, mode, p, d, p_blocks, d_blocks, budget, seqs, horizon, router
+):
     reqs = []
     for i, (t, pr, o, fam, n) in enumerate(items):
         nb = -(-pr // 8)
@@ -157,9 +170,25 @@ def test_cluster_command_compares_disaggregated_and_aggregated(tmp_path):
     import pandas as pd
 
     out = tmp_path / "res"
-    cmd = [sys.executable, "-m", "kvsim", "cluster", "--trace", "traces/chat.jsonl", "--prefill", "a100-80gb:1",
-           "--decode", "a100-80gb:2", "--also-aggregated", "--routers", "round-robin", "--slo", "ttft_p99=2s",
-           "--out", str(out)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "kvsim",
+        "cluster",
+        "--trace",
+        "traces/chat.jsonl",
+        "--prefill",
+        "a100-80gb:1",
+        "--decode",
+        "a100-80gb:2",
+        "--also-aggregated",
+        "--routers",
+        "round-robin",
+        "--slo",
+        "ttft_p99=2s",
+        "--out",
+        str(out),
+    ]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     fleet = pd.read_csv(out / "fleet.csv")
@@ -168,9 +197,11 @@ def test_cluster_command_compares_disaggregated_and_aggregated(tmp_path):
     assert fleet["mode"].iloc[0] == "disaggregated" and fleet.kv_transfer_gb.iloc[0] > 0
     reps = pd.read_csv(out / "replicas.csv")
     assert list(reps[reps.layout == "1P2D a100-80gb"].pool) == ["prefill", "decode", "decode"]
-    for bad, msg in ((["--prefill", "a100-80gb:1"], "both --prefill and --decode"),
-                     (["--prefill", "a100-80gb:1", "--decode", "a100-80gb:x"], "--decode"),
-                     (["--prefill", "a100-80gb:1", "--decode", "a100-80gb:1", "--kv-link", "warp"], "--kv-link")):
+    for bad, msg in (
+        (["--prefill", "a100-80gb:1"], "both --prefill and --decode"),
+        (["--prefill", "a100-80gb:1", "--decode", "a100-80gb:x"], "--decode"),
+        (["--prefill", "a100-80gb:1", "--decode", "a100-80gb:1", "--kv-link", "warp"], "--kv-link"),
+    ):
         r = subprocess.run(cmd[:6] + bad + ["--out", str(tmp_path / "x")], capture_output=True, text=True, timeout=120)
         assert r.returncode != 0 and msg in r.stderr and "Traceback" not in r.stderr, r.stderr
 

@@ -92,8 +92,12 @@ lengths = st.tuples(st.floats(0, 5), st.integers(1, 300), st.integers(1, 120))
 
 
 @settings(max_examples=25, deadline=None)
-@given(st.lists(lengths, min_size=1, max_size=25), st.sampled_from(["paged:16", "paged:8", "max", "pow2"]),
-       st.integers(500, 3000), st.sampled_from(["lifo", "fifo", "lru"]))
+@given(
+    st.lists(lengths, min_size=1, max_size=25),
+    st.sampled_from(["paged:16", "paged:8", "max", "pow2"]),
+    st.integers(500, 3000),
+    st.sampled_from(["lifo", "fifo", "lru"]),
+)
 def test_fast_forward_matches_stepping(items, spec, pool, policy):
     """Decode runs are an optimisation: the result must equal stepping one iteration at a time."""
     from kvsim.engine.preemption import get_victim_policy
@@ -132,7 +136,9 @@ def test_summary_memory_shares_sum_to_one():
     for spec in ("max", "paged:16", "oracle"):
         res = simulate(t, spec=spec, pool=9000)
         s = run_summary(res)
-        total = sum(s[k] for k in ("mem_token_states", "mem_reserved", "mem_internal_frag", "mem_external_frag", "mem_free"))
+        total = sum(
+            s[k] for k in ("mem_token_states", "mem_reserved", "mem_internal_frag", "mem_external_frag", "mem_free")
+        )
         assert total == pytest.approx(1.0)
 
 
@@ -157,7 +163,9 @@ def test_without_chunked_prefill_a_prompt_waits_for_a_whole_budget():
     iteration; without it the second waits and is prefilled whole in the next iteration (vLLM V1)."""
     reqs = [req(0, 0.0, 100, 3), req(1, 0.0, 100, 3)]
     chunked = simulate(reqs, cfg=sched(max_model_len=128, max_num_batched_tokens=128, max_num_seqs=8))
-    whole = simulate(reqs, cfg=sched(max_model_len=128, max_num_batched_tokens=128, max_num_seqs=8, enable_chunked_prefill=False))
+    whole = simulate(
+        reqs, cfg=sched(max_model_len=128, max_num_batched_tokens=128, max_num_seqs=8, enable_chunked_prefill=False)
+    )
     # chunked: step 1 = 100 + 28 tokens, step 2 = decode of 0 + the last 72 of 1 -> 1's first token at 0.2
     assert chunked.sequences[1].first_token_s == pytest.approx(0.2)
     # whole: step 1 = prompt 0 only, step 2 = decode of 0 + all of prompt 1 -> also 0.2, but admitted at 0.1

@@ -21,8 +21,15 @@ from kvsim.trace.request import Request
 def run(reqs, spec, pool, cfg=None, policy="lifo", cpu=0, swap=False, latency=None, ff=True):
     cfg = cfg or sched(max_model_len=1 << 20)
     alloc = make_allocator(spec, pool, cfg.max_model_len, cpu)
-    sim = Simulation(reqs, alloc, latency or FixedLatency(), cfg, get_victim_policy(policy), fast_forward=ff,
-                     swap_timing=SwapTiming(1000, 1e6, 1e-3) if swap else None)
+    sim = Simulation(
+        reqs,
+        alloc,
+        latency or FixedLatency(),
+        cfg,
+        get_victim_policy(policy),
+        fast_forward=ff,
+        swap_timing=SwapTiming(1000, 1e6, 1e-3) if swap else None,
+    )
     return sim.run()
 
 
@@ -33,10 +40,13 @@ def ideal_hit_tokens(requests, block=16):
     seen, out = set(), []
     for r in requests:
         H = r.hash_block_tokens
-        keys = [(tuple(r.hash_ids[:(end - 1) // H + 1]), end)
-                for end in range(block, r.prompt_tokens + 1, block) if (end - 1) // H < len(r.hash_ids)]
+        keys = [
+            (tuple(r.hash_ids[: (end - 1) // H + 1]), end)
+            for end in range(block, r.prompt_tokens + 1, block)
+            if (end - 1) // H < len(r.hash_ids)
+        ]
         run = 0
-        for k in keys[:(r.prompt_tokens - 1) // block]:
+        for k in keys[: (r.prompt_tokens - 1) // block]:
             if k not in seen:
                 break
             run += 1
@@ -47,8 +57,10 @@ def ideal_hit_tokens(requests, block=16):
 
 def test_hit_rate_equals_ideal_with_a_pool_that_never_evicts():
     trace = load_trace("traces/mooncake_excerpt.jsonl").requests[:80]
-    spaced = [Request(r.id, 1000.0 * i, r.prompt_tokens, 4, hash_ids=r.hash_ids,
-                      hash_block_tokens=r.hash_block_tokens) for i, r in enumerate(trace)]
+    spaced = [
+        Request(r.id, 1000.0 * i, r.prompt_tokens, 4, hash_ids=r.hash_ids, hash_block_tokens=r.hash_block_tokens)
+        for i, r in enumerate(trace)
+    ]
     want = ideal_hit_tokens(spaced)
     assert sum(want) > 0.25 * sum(r.prompt_tokens for r in spaced)  # a real-trace case with lots of sharing
     for spec in ("paged:16+prefix", "radix:16"):
@@ -156,8 +168,11 @@ def _seq(i, generated, last):
 
 
 def test_priority_policy_evicts_least_important():
-    reqs = [Request("hi", 0.0, 32, 80, priority=0), Request("lo", 0.0, 32, 80, priority=5),
-            Request("mid", 0.0, 32, 80, priority=1)]
+    reqs = [
+        Request("hi", 0.0, 32, 80, priority=0),
+        Request("lo", 0.0, 32, 80, priority=5),
+        Request("mid", 0.0, 32, 80, priority=1),
+    ]
     res = run(reqs, "paged:16", pool=16 * 14, policy="priority")
     pre = {s.req.id: s.preemptions for s in res.sequences}
     assert pre["lo"] >= 1 and pre["hi"] == 0
@@ -168,18 +183,28 @@ lens = st.tuples(st.floats(0, 5), st.integers(1, 200), st.integers(1, 80), st.in
 
 
 @settings(max_examples=25, deadline=None)
-@given(st.lists(lens, min_size=1, max_size=20), st.sampled_from(["paged:16+prefix", "radix:8", "paged:8"]),
-       st.integers(300, 2000), st.sampled_from(["lifo", "lru", "hybrid"]), st.sampled_from(["recompute", "swap", "partial"]))
+@given(
+    st.lists(lens, min_size=1, max_size=20),
+    st.sampled_from(["paged:16+prefix", "radix:8", "paged:8"]),
+    st.integers(300, 2000),
+    st.sampled_from(["lifo", "lru", "hybrid"]),
+    st.sampled_from(["recompute", "swap", "partial"]),
+)
 def test_fast_forward_matches_stepping_with_sharing(items, spec, pool, policy, mode):
     fam = [[7000 + 100 * f + i for i in range(20)] for f in range(3)]
     reqs = []
     for i, (t, p, o, f, n) in enumerate(items):
         nb = -(-p // 16)
-        ids = tuple(fam[f][:nb // 2] + [10**6 + 100 * i + j for j in range(nb - nb // 2)])
+        ids = tuple(fam[f][: nb // 2] + [10**6 + 100 * i + j for j in range(nb - nb // 2)])
         reqs.append(Request(str(i), t, p, o, hash_ids=ids, hash_block_tokens=16, n=n))
     lat = RooflineModel(get_model("llama-2-7b"), get_gpu("a100-40gb"), RooflineParams())
-    cfg = sched(max_model_len=512, max_num_seqs=8, max_num_batched_tokens=128,
-                preemption_mode="swap" if mode == "swap" else "recompute", partial_preemption=mode == "partial")
+    cfg = sched(
+        max_model_len=512,
+        max_num_seqs=8,
+        max_num_batched_tokens=128,
+        preemption_mode="swap" if mode == "swap" else "recompute",
+        partial_preemption=mode == "partial",
+    )
     cpu = 16 * 40 if mode == "swap" else 0
     fast = run(reqs, spec, pool, cfg, policy, cpu, mode == "swap", lat, ff=True)
     slow = run(reqs, spec, pool, cfg, policy, cpu, mode == "swap", lat, ff=False)

@@ -10,17 +10,26 @@ import pytest
 from kvsim.cli import main, make_parser
 from kvsim.hardware.models import serve_name
 
-SERVE = ("--trust-remote-code --dtype bfloat16 --host 0.0.0.0 --port 8000 --served-model-name a b "
-         "--enable-chunked-prefill --no-enable-prefix-caching --async-scheduling --disable-log-requests "
-         "--max-cudagraph-capture-size 512 --tool-call-parser hermes --enable-auto-tool-choice")
+SERVE = (
+    "--trust-remote-code --dtype bfloat16 --host 0.0.0.0 --port 8000 --served-model-name a b "
+    "--enable-chunked-prefill --no-enable-prefix-caching --async-scheduling --disable-log-requests "
+    "--max-cudagraph-capture-size 512 --tool-call-parser hermes --enable-auto-tool-choice"
+)
 
 
 def test_kvsim_memory_takes_a_pasted_vllm_serve_command_line(capsys):
     assert main(["memory", "--model", "llama-3.1-8b", "--gpu", "h100-80gb", *shlex.split(SERVE)]) == 0
     err = capsys.readouterr().err
     assert err.count("accepted with no effect") == 1  # listed once
-    for flag in ("--trust-remote-code", "--dtype bfloat16", "--host 0.0.0.0", "--served-model-name a b",
-                 "--enable-chunked-prefill", "--async-scheduling", "--tool-call-parser hermes"):
+    for flag in (
+        "--trust-remote-code",
+        "--dtype bfloat16",
+        "--host 0.0.0.0",
+        "--served-model-name a b",
+        "--enable-chunked-prefill",
+        "--async-scheduling",
+        "--tool-call-parser hermes",
+    ):
         assert flag in err
 
 
@@ -29,13 +38,30 @@ def test_flags_kvsim_models_are_applied(tmp_path, capsys):
     out = capsys.readouterr()
     assert "8.00 GiB per GPU (set: --kv-pool-gb 8)" in out.out and "applied as kvsim's --kv-pool-gb" in out.err
     trace = tmp_path / "t.jsonl"
-    trace.write_text("".join(json.dumps({"arrival_s": i * 0.1, "prompt_tokens": 300, "output_tokens": 20}) + "\n"
-                             for i in range(10)))
+    trace.write_text(
+        "".join(json.dumps({"arrival_s": i * 0.1, "prompt_tokens": 300, "output_tokens": 20}) + "\n" for i in range(10))
+    )
     runs = {}
     for extra in ([], ["--enforce-eager"], ["--cudagraph-capture-sizes", "none"]):
         out_dir = tmp_path / f"o{len(runs)}"
-        assert main(["run", "--trace", str(trace), "--model", "llama-3.1-8b", "--gpu", "h100-80gb", "--no-plots",
-                     "--out", str(out_dir), *extra]) == 0
+        assert (
+            main(
+                [
+                    "run",
+                    "--trace",
+                    str(trace),
+                    "--model",
+                    "llama-3.1-8b",
+                    "--gpu",
+                    "h100-80gb",
+                    "--no-plots",
+                    "--out",
+                    str(out_dir),
+                    *extra,
+                ]
+            )
+            == 0
+        )
         runs[" ".join(extra)] = (out_dir / "requests.csv").read_text()
     assert runs["--enforce-eager"] == runs["--cudagraph-capture-sizes none"] != runs[""]
 
@@ -46,8 +72,15 @@ def test_every_command_with_options_takes_vllm_flags(command, capsys):
     from kvsim.cli import _chosen_parser, _take_vllm_flags
 
     parser = make_parser()
-    base = {"run": ["--trace", "t.jsonl"], "compare": ["--trace", "t.jsonl"], "cluster": ["--trace", "t.jsonl"],
-            "plan": ["--trace", "t.jsonl"], "sweep": ["grid.yaml"], "memory": [], "latency": []}[command]
+    base = {
+        "run": ["--trace", "t.jsonl"],
+        "compare": ["--trace", "t.jsonl"],
+        "cluster": ["--trace", "t.jsonl"],
+        "plan": ["--trace", "t.jsonl"],
+        "sweep": ["grid.yaml"],
+        "memory": [],
+        "latency": [],
+    }[command]
     try:
         ns, unknown = parser.parse_known_args([command, *base, *shlex.split(SERVE)])
     except SystemExit:
@@ -69,13 +102,16 @@ def test_chunked_prefill_is_never_suggested_as_expert_parallel(capsys):
     assert "enable-expert-parallel" not in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("given, served", [
-    ("llama-3-8b", "meta-llama/Meta-Llama-3-8B"),
-    ("gpt-oss-120b", "openai/gpt-oss-120b"),
-    ("meta-llama/Llama-3.1-8B-Instruct", "meta-llama/Llama-3.1-8B-Instruct"),
-    ("nvidia/Llama-3.3-70B-Instruct-FP4", "nvidia/Llama-3.3-70B-Instruct-FP4"),
-    ("custom:layers=2,kv_heads=1,head_dim=64,params=1e8", "<your-model>"),
-])
+@pytest.mark.parametrize(
+    "given, served",
+    [
+        ("llama-3-8b", "meta-llama/Meta-Llama-3-8B"),
+        ("gpt-oss-120b", "openai/gpt-oss-120b"),
+        ("meta-llama/Llama-3.1-8B-Instruct", "meta-llama/Llama-3.1-8B-Instruct"),
+        ("nvidia/Llama-3.3-70B-Instruct-FP4", "nvidia/Llama-3.3-70B-Instruct-FP4"),
+        ("custom:layers=2,kv_heads=1,head_dim=64,params=1e8", "<your-model>"),
+    ],
+)
 def test_the_model_is_named_as_vllm_serve_takes_it(given, served):
     assert serve_name(given) == served
 
@@ -94,13 +130,53 @@ def test_trace_generate_caps_nothing_unless_asked_and_says_what_a_cap_changed(tm
     from kvsim.trace import load_trace
 
     out = tmp_path / "t.jsonl"
-    assert main(["trace", "generate", "-o", str(out), "-n", "200", "--prompt-mean", "8000", "--output-mean", "1000",
-                 "--prompt-sigma", "0.1", "--output-sigma", "0.1"]) == 0
+    assert (
+        main(
+            [
+                "trace",
+                "generate",
+                "-o",
+                str(out),
+                "-n",
+                "200",
+                "--prompt-mean",
+                "8000",
+                "--output-mean",
+                "1000",
+                "--prompt-sigma",
+                "0.1",
+                "--output-sigma",
+                "0.1",
+            ]
+        )
+        == 0
+    )
     reqs = load_trace(str(out)).requests
     assert min(r.prompt_tokens for r in reqs) > 5000 and min(r.output_tokens for r in reqs) > 600
     assert "shortened" not in capsys.readouterr().err
-    assert main(["trace", "generate", "-o", str(out), "-n", "200", "--prompt-mean", "8000", "--output-mean", "1000",
-                 "--prompt-sigma", "0.1", "--output-sigma", "0.1", "--max-total", "4096"]) == 0
+    assert (
+        main(
+            [
+                "trace",
+                "generate",
+                "-o",
+                str(out),
+                "-n",
+                "200",
+                "--prompt-mean",
+                "8000",
+                "--output-mean",
+                "1000",
+                "--prompt-sigma",
+                "0.1",
+                "--output-sigma",
+                "0.1",
+                "--max-total",
+                "4096",
+            ]
+        )
+        == 0
+    )
     assert "--max-total 4,096 shortened 200 prompts and 200 outputs of 200 requests" in capsys.readouterr().err
 
 
@@ -113,8 +189,9 @@ def test_multi_turn_rate_says_what_it_means_and_a_turn_rate_is_steady(tmp_path, 
     for flag in ("--rate", "--turns-per-s"):
         for r in (8, 40):
             out = tmp_path / f"m{flag}{r}.jsonl"
-            assert main(["trace", "generate", "-o", str(out), "--scenario", "multi-turn", flag, str(r), "-n",
-                         "2000"]) == 0
+            assert (
+                main(["trace", "generate", "-o", str(out), "--scenario", "multi-turn", flag, str(r), "-n", "2000"]) == 0
+            )
             t = np.array([q.arrival_s for q in load_trace(str(out)).requests])
             rates[flag, r] = len(t) / (t[-1] - t[0])
             tenth = len(t) // 10
@@ -127,18 +204,23 @@ def test_multi_turn_rate_says_what_it_means_and_a_turn_rate_is_steady(tmp_path, 
     assert rates["--turns-per-s", 40] == pytest.approx(40, rel=0.1)
 
 
-@pytest.mark.parametrize("header, row, scale", [
-    ("timestamp,input_tokens,output_tokens", "{t},{p},{o}", 1.0),
-    ("Time,Prompt Tokens,Completion Tokens", "{t},{p},{o}", 1.0),
-    ("timestamp_ms,prompt_len,output_len", "{t_ms},{p},{o}", 1.0),
-    ("arrival_time,isl,osl", "2024-05-10T10:00:{ss},{p},{o}", 1.0),
-])
+@pytest.mark.parametrize(
+    "header, row, scale",
+    [
+        ("timestamp,input_tokens,output_tokens", "{t},{p},{o}", 1.0),
+        ("Time,Prompt Tokens,Completion Tokens", "{t},{p},{o}", 1.0),
+        ("timestamp_ms,prompt_len,output_len", "{t_ms},{p},{o}", 1.0),
+        ("arrival_time,isl,osl", "2024-05-10T10:00:{ss},{p},{o}", 1.0),
+    ],
+)
 def test_a_plain_csv_of_times_and_lengths_imports_without_renaming(tmp_path, header, row, scale, capsys):
     from kvsim.trace import load_trace
 
     p = tmp_path / "mine.csv"
-    lines = [header] + [row.format(t=5 + 0.5 * i, t_ms=5000 + 500 * i, ss=f"{10 + 0.5 * i:06.3f}", p=100 + i, o=10 + i)
-                        for i in range(6)]
+    lines = [header] + [
+        row.format(t=5 + 0.5 * i, t_ms=5000 + 500 * i, ss=f"{10 + 0.5 * i:06.3f}", p=100 + i, o=10 + i)
+        for i in range(6)
+    ]
     p.write_text("\n".join(lines) + "\n")
     reqs = load_trace(str(p)).requests
     assert [r.arrival_s for r in reqs] == pytest.approx([0.5 * i for i in range(6)])
@@ -169,10 +251,13 @@ def test_validate_names_the_flags_that_make_a_usable_result_file(tmp_path):
 
     p = tmp_path / "r.json"
     p.write_text(json.dumps({"duration": 10, "completed": 5, "request_throughput": 0.5, "mean_ttft_ms": 20}))
-    with pytest.raises(ConfigError, match="no per-request fields input_lens, output_lens, ttfts, itls: .*"
-                                          "--save-result --save-detailed.*duration, completed"):
+    with pytest.raises(
+        ConfigError,
+        match="no per-request fields input_lens, output_lens, ttfts, itls: .*"
+        "--save-result --save-detailed.*duration, completed",
+    ):
         read_bench_result(str(p))
-    detail = {"input_lens": [10 ** 300], "output_lens": [5], "ttfts": [0.1], "itls": [[0.01] * 4]}
+    detail = {"input_lens": [10**300], "output_lens": [5], "ttfts": [0.1], "itls": [[0.01] * 4]}
     p.write_text(json.dumps(detail))
     with pytest.raises(ConfigError, match="request 0: field 'input_lens': must be a finite number >= 0 and <="):
         read_bench_result(str(p))

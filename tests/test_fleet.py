@@ -39,12 +39,18 @@ def _frames_equal(a, b):
     assert a.timeline.equals(b.timeline)
 
 
-@pytest.mark.parametrize("args,alloc", [
-    ([], "paged:16"),
-    (["--kv-pool-gb", "2"], "paged:16+prefix"),
-    (["--preemption-mode", "swap", "--swap-space", "4", "--kv-pool-gb", "3"], "paged:16"),
-    (["--model", "gemma-2-9b", "--gpu", "h100-80gb", "--kv-pool-gb", "3", "--horizon-s", "300"], "hybrid:16+prefix"),
-])
+@pytest.mark.parametrize(
+    "args,alloc",
+    [
+        ([], "paged:16"),
+        (["--kv-pool-gb", "2"], "paged:16+prefix"),
+        (["--preemption-mode", "swap", "--swap-space", "4", "--kv-pool-gb", "3"], "paged:16"),
+        (
+            ["--model", "gemma-2-9b", "--gpu", "h100-80gb", "--kv-pool-gb", "3", "--horizon-s", "300"],
+            "hybrid:16+prefix",
+        ),
+    ],
+)
 def test_one_replica_is_the_single_engine_run_bit_for_bit(args, alloc):
     cfg = config_from_args(args)
     reqs = CHAT[:800]
@@ -55,16 +61,19 @@ def test_one_replica_is_the_single_engine_run_bit_for_bit(args, alloc):
         assert fleet.summary["finished"] == single.summary["finished"]
 
 
-request = st.tuples(st.floats(0, 5), st.integers(1, 300), st.integers(1, 120), st.integers(0, 2),
-                    st.sampled_from([1, 1, 1, 2]))
-setup = st.fixed_dictionaries({
-    "spec": st.sampled_from(["paged:16", "paged:8+prefix", "radix:8", "max", "oracle", "hybrid:8+prefix"]),
-    "mode": st.sampled_from(["recompute", "swap", "partial"]),
-    "budget": st.sampled_from([32, 128, 4096]),
-    "max_seqs": st.sampled_from([2, 8, 64]),
-    "pool": st.integers(300, 3000),
-    "horizon": st.one_of(st.none(), st.floats(0.5, 8)),
-})
+request = st.tuples(
+    st.floats(0, 5), st.integers(1, 300), st.integers(1, 120), st.integers(0, 2), st.sampled_from([1, 1, 1, 2])
+)
+setup = st.fixed_dictionaries(
+    {
+        "spec": st.sampled_from(["paged:16", "paged:8+prefix", "radix:8", "max", "oracle", "hybrid:8+prefix"]),
+        "mode": st.sampled_from(["recompute", "swap", "partial"]),
+        "budget": st.sampled_from([32, 128, 4096]),
+        "max_seqs": st.sampled_from([2, 8, 64]),
+        "pool": st.integers(300, 3000),
+        "horizon": st.one_of(st.none(), st.floats(0.5, 8)),
+    }
+)
 
 
 def _requests(items):
@@ -77,17 +86,30 @@ def _requests(items):
 
 
 def _engine_run(reqs, s, hints):
-    cfg = sched(max_model_len=512, max_num_seqs=s["max_seqs"], max_num_batched_tokens=max(s["budget"], s["max_seqs"]),
-                horizon_s=s["horizon"], preemption_mode="swap" if s["mode"] == "swap" else "recompute",
-                partial_preemption=s["mode"] == "partial")
+    cfg = sched(
+        max_model_len=512,
+        max_num_seqs=s["max_seqs"],
+        max_num_batched_tokens=max(s["budget"], s["max_seqs"]),
+        horizon_s=s["horizon"],
+        preemption_mode="swap" if s["mode"] == "swap" else "recompute",
+        partial_preemption=s["mode"] == "partial",
+    )
     alloc = make_allocator(s["spec"], s["pool"], 512, 320 if s["mode"] == "swap" else 0)
-    sim = Simulation(reqs, alloc, RooflineModel(get_model("llama-2-7b"), get_gpu("a100-40gb")), cfg,
-                     get_victim_policy("lifo"))
+    sim = Simulation(
+        reqs, alloc, RooflineModel(get_model("llama-2-7b"), get_gpu("a100-40gb")), cfg, get_victim_policy("lifo")
+    )
     eng = sim.engine
     arrived = drive([eng], sim.trace.times, sim.seqs, lambda seq, t: 0, eng.horizon, hints=hints)
     eng.close()
-    return [(x.status, x.generated, x.preemptions, x.cached_tokens, x.admitted_s, x.first_token_s, x.finish_s)
-            for x in sim.seqs], eng.steps, eng.memory.time_weighted_fractions(), arrived
+    return (
+        [
+            (x.status, x.generated, x.preemptions, x.cached_tokens, x.admitted_s, x.first_token_s, x.finish_s)
+            for x in sim.seqs
+        ],
+        eng.steps,
+        eng.memory.time_weighted_fractions(),
+        arrived,
+    )
 
 
 @settings(max_examples=60, deadline=None)
@@ -103,8 +125,16 @@ def test_a_decode_run_cut_at_arrival_equals_one_planned_knowing_it(items, s):
 @given(st.lists(request, min_size=1, max_size=30), setup, st.integers(1, 4), st.sampled_from(sorted(ROUTERS)))
 def test_every_request_is_accounted_for_once_across_the_fleet(items, s, replicas, router):
     reqs = _requests(items)
-    args = ["--max-model-len", "512", "--max-num-seqs", str(s["max_seqs"]), "--num-blocks", str(s["pool"] // 16),
-            "--max-num-batched-tokens", str(max(s["budget"], s["max_seqs"]))]
+    args = [
+        "--max-model-len",
+        "512",
+        "--max-num-seqs",
+        str(s["max_seqs"]),
+        "--num-blocks",
+        str(s["pool"] // 16),
+        "--max-num-batched-tokens",
+        str(max(s["budget"], s["max_seqs"])),
+    ]
     if s["horizon"] is not None:
         args += ["--horizon-s", str(s["horizon"])]
     cfg = config_from_args(args)
@@ -130,8 +160,9 @@ def test_routers_never_pick_a_replica_that_could_never_hold_the_request():
     large = config_from_args(["--num-blocks", "2000"])
     reqs = [Request(str(i), 0.5 * i, 2900 if i % 3 == 0 else 200, 100) for i in range(60)]
     for router in ROUTERS:
-        f = simulate_fleet(reqs, [ReplicaGroup("small", small, "paged:16", 3), ReplicaGroup("large", large, "paged:16", 2)],
-                           router)
+        f = simulate_fleet(
+            reqs, [ReplicaGroup("small", small, "paged:16", 3), ReplicaGroup("large", large, "paged:16", 2)], router
+        )
         assert f.summary["rejected"] == 0, router
         long_ids = {r.id for r in reqs if r.prompt_tokens > 1000}
         placed = f.requests.set_index("id").replica
@@ -145,14 +176,17 @@ def _prefix_requests():
     return [Request(str(i), 10.0 * i, 64, 2, hash_ids=ids, hash_block_tokens=16) for i, ids in enumerate((a, a, b, b))]
 
 
-@pytest.mark.parametrize("router,hits,placement", [
-    # each replica sees A once and B once: nothing is ever reused
-    ("round-robin", 0, [0, 1, 0, 1]),
-    # the repeat goes where its prefix is cached; a new prefix goes to the least loaded, lowest index
-    ("prefix", 2 * 48, [0, 0, 0, 0]),
-    ("prefix-approx", 2 * 48, [0, 0, 0, 0]),
-    ("prefix+load", 2 * 48, [0, 0, 0, 0]),
-])
+@pytest.mark.parametrize(
+    "router,hits,placement",
+    [
+        # each replica sees A once and B once: nothing is ever reused
+        ("round-robin", 0, [0, 1, 0, 1]),
+        # the repeat goes where its prefix is cached; a new prefix goes to the least loaded, lowest index
+        ("prefix", 2 * 48, [0, 0, 0, 0]),
+        ("prefix-approx", 2 * 48, [0, 0, 0, 0]),
+        ("prefix+load", 2 * 48, [0, 0, 0, 0]),
+    ],
+)
 def test_cache_aware_routers_keep_a_prefix_on_one_replica(router, hits, placement):
     """Hand-computed: a repeat of a 64-token prompt hits 3 blocks (48 tokens; the last token is always
     computed, so the fourth block is not claimed). Hit tokens over looked-up prompt tokens (4 x 64)."""
@@ -186,8 +220,10 @@ def test_session_router_is_sticky_and_the_approximate_index_forgets():
 
 def test_random_router_is_seeded():
     cfg = config_from_args([])
-    runs = [simulate_fleet(CHAT[:300], [ReplicaGroup("g", cfg, "paged:16", 3)], "random", RouterOptions(seed=s))
-            for s in (7, 7, 8)]
+    runs = [
+        simulate_fleet(CHAT[:300], [ReplicaGroup("g", cfg, "paged:16", 3)], "random", RouterOptions(seed=s))
+        for s in (7, 7, 8)
+    ]
     assert list(runs[0].requests.replica) == list(runs[1].requests.replica)
     assert list(runs[0].requests.replica) != list(runs[2].requests.replica)
 
@@ -213,11 +249,22 @@ def test_prefix_and_load_beats_cache_blind_and_prefix_only_routing_on_hot_prefix
     times = np.cumsum(rng.exponential(1 / 50.0, n))
     tail = 1.0 / np.arange(1, families) ** 1.1
     fam = rng.choice(families, size=n, p=np.concatenate(([0.4], tail / tail.sum() * 0.6)))
-    reqs = [Request(str(i), float(times[i]), 12 * 512 + 256, 128, hash_ids=tuple(int(fam[i]) * 1000 + j for j in range(12))
-                    + (10**9 + i,), hash_block_tokens=512) for i in range(n)]
+    reqs = [
+        Request(
+            str(i),
+            float(times[i]),
+            12 * 512 + 256,
+            128,
+            hash_ids=tuple(int(fam[i]) * 1000 + j for j in range(12)) + (10**9 + i,),
+            hash_block_tokens=512,
+        )
+        for i in range(n)
+    ]
     cfg = config_from_args(["--model", "llama-3-8b", "--gpu", "h100-80gb"])
-    p99 = {r: simulate_fleet(reqs, [ReplicaGroup("g", cfg, "paged:16+prefix", 4)], r).summary["ttft_p99_s"]
-           for r in ("round-robin", "least-requests", "prefix", "prefix+load")}
+    p99 = {
+        r: simulate_fleet(reqs, [ReplicaGroup("g", cfg, "paged:16+prefix", 4)], r).summary["ttft_p99_s"]
+        for r in ("round-robin", "least-requests", "prefix", "prefix+load")
+    }
     # (0.58 of the next best in step with the GPU, 0.80 with async scheduling, whose faster steps help prefix-only
     # routing's hot replica most)
     assert p99["prefix+load"] < 0.85 * min(p99["round-robin"], p99["least-requests"], p99["prefix"]), p99
@@ -225,9 +272,30 @@ def test_prefix_and_load_beats_cache_blind_and_prefix_only_routing_on_hot_prefix
 
 def test_cluster_command(tmp_path):
     out = tmp_path / "c"
-    r = subprocess.run([sys.executable, "-m", "kvsim", "cluster", "--trace", "traces/mooncake_excerpt.jsonl",
-                        "--model", "qwen2.5-7b", "--gpu", "h100-80gb", "--max-model-len", "32768", "--replicas", "3",
-                        "--routers", "round-robin,prefix", "--out", str(out)], capture_output=True, text=True)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "kvsim",
+            "cluster",
+            "--trace",
+            "traces/mooncake_excerpt.jsonl",
+            "--model",
+            "qwen2.5-7b",
+            "--gpu",
+            "h100-80gb",
+            "--max-model-len",
+            "32768",
+            "--replicas",
+            "3",
+            "--routers",
+            "round-robin,prefix",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 0, r.stderr
     assert "round-robin" in r.stdout and "prefix" in r.stdout
     for name in ("fleet.csv", "replicas.csv", "requests.csv", "summary.md"):
@@ -236,22 +304,67 @@ def test_cluster_command(tmp_path):
 
     fleet = pd.read_csv(out / "fleet.csv").set_index("router")
     assert fleet.loc["prefix", "prefix_hit_rate_tokens"] > fleet.loc["round-robin", "prefix_hit_rate_tokens"]
-    bad = subprocess.run([sys.executable, "-m", "kvsim", "cluster", "--trace", "traces/chat.jsonl", "--routers",
-                          "nearest", "--out", str(out)], capture_output=True, text=True)
+    bad = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "kvsim",
+            "cluster",
+            "--trace",
+            "traces/chat.jsonl",
+            "--routers",
+            "nearest",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert bad.returncode == 2 and "unknown router 'nearest'" in bad.stderr and "Traceback" not in bad.stderr
 
 
 def test_cluster_groups_of_other_gpus_and_tensor_parallel_sizes(tmp_path):
     out = tmp_path / "h"
-    r = subprocess.run([sys.executable, "-m", "kvsim", "cluster", "--trace", "traces/chat.jsonl", "--model", "llama-2-13b",
-                        "--groups", "h100-80gb:2,a100-40gb:1:tp2", "--routers", "least-requests", "--out", str(out)],
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "kvsim",
+            "cluster",
+            "--trace",
+            "traces/chat.jsonl",
+            "--model",
+            "llama-2-13b",
+            "--groups",
+            "h100-80gb:2,a100-40gb:1:tp2",
+            "--routers",
+            "least-requests",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 0, r.stderr
     import pandas as pd
 
     reps = pd.read_csv(out / "replicas.csv")
     assert list(reps.group) == ["h100-80gb", "h100-80gb", "a100-40gbx2"]
     assert reps.routed.sum() == 3000 and (reps.routed > 0).all()
-    bad = subprocess.run([sys.executable, "-m", "kvsim", "cluster", "--trace", "traces/chat.jsonl", "--groups",
-                          "h100-80gb:2:ep2", "--out", str(out)], capture_output=True, text=True)
+    bad = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "kvsim",
+            "cluster",
+            "--trace",
+            "traces/chat.jsonl",
+            "--groups",
+            "h100-80gb:2:ep2",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert bad.returncode == 2 and "optionally with :tpN, :ppN and :dpN" in bad.stderr

@@ -71,10 +71,18 @@ VALUES: dict[str, list[str]] = {
     "moe_routing": ["--model", "gpt-oss-20b", "--gpu", "h100-80gb", "--moe-routing", "uniform"],
     "api_server_count": ["--api-server-count", "4"],
     "cudagraph_capture_sizes": ["--cudagraph-capture-sizes", "none"],
-    "speculative_config": ["--speculative-config", json.dumps({"method": "ngram", "num_speculative_tokens": 3}),
-                           "--acceptance-length", "2"],
-    "acceptance_length": ["--speculative-config", json.dumps({"method": "ngram", "num_speculative_tokens": 3}),
-                          "--acceptance-length", "3.5"],
+    "speculative_config": [
+        "--speculative-config",
+        json.dumps({"method": "ngram", "num_speculative_tokens": 3}),
+        "--acceptance-length",
+        "2",
+    ],
+    "acceptance_length": [
+        "--speculative-config",
+        json.dumps({"method": "ngram", "num_speculative_tokens": 3}),
+        "--acceptance-length",
+        "3.5",
+    ],
     "interconnect": ["-tp", "2", "--interconnect", "pairwise"],
     "flops_efficiency": ["--latency", "roofline", "--flops-efficiency", "0.3"],
     "bandwidth_efficiency": ["--latency", "roofline", "--bandwidth-efficiency", "0.5"],
@@ -87,8 +95,10 @@ VALUES: dict[str, list[str]] = {
 EXTRA_CASES = [
     ("model", ["--model", "gpt-oss-20b", "--gpu", "h100-80gb"]),  # sliding window + MoE
     ("model", ["--model", "jamba-1.5-mini", "--gpu", "h100-80gb", "-tp", "2"]),  # mamba: no prefix cache by default
-    ("enable_prefix_caching", ["--model", "jamba-1.5-mini", "--gpu", "h100-80gb", "-tp", "2",
-                               "--enable-prefix-caching"]),
+    (
+        "enable_prefix_caching",
+        ["--model", "jamba-1.5-mini", "--gpu", "h100-80gb", "-tp", "2", "--enable-prefix-caching"],
+    ),
     ("enable_prefix_caching", ["--enable-prefix-caching"]),
     ("enable_prefix_caching", ["--no-enable-prefix-caching"]),
     ("async_scheduling", ["--async-scheduling"]),
@@ -97,20 +107,31 @@ EXTRA_CASES = [
     ("kv_cache_dtype", ["--kv-cache-dtype", "fp8", "--model", "gpt-oss-20b", "--gpu", "h100-80gb"]),
 ]
 # options whose own flags size the KV pool: the case brings its own pool instead of POOL
-SIZES_POOL = {"gpu_memory_utilization", "activation_reserve_gb", "activation_reserve", "kv_pool_gb", "num_blocks",
-              "num_blocks_size", "ignore_gpu_memory"}
+SIZES_POOL = {
+    "gpu_memory_utilization",
+    "activation_reserve_gb",
+    "activation_reserve",
+    "kv_pool_gb",
+    "num_blocks",
+    "num_blocks_size",
+    "ignore_gpu_memory",
+}
 # options a one-replica cluster cannot be compared with `kvsim run` on, and why
 NOT_COMPARED = {
     "data_parallel_size": "`kvsim run` refuses it (a data-parallel replica is several engines behind a balancer: "
-                          "only a fleet runs it; tests/test_data_parallel.py)",
+    "only a fleet runs it; tests/test_data_parallel.py)",
 }
 try:  # a benchmark client's generated workload instead of --trace: `kvsim run` and `compare` take it
     from kvsim.trace.bench_load import DATASET_KEYS
 except ImportError:  # pragma: no cover (before generated workloads)
     DATASET_KEYS = ()
-NOT_COMPARED.update({k: "describes a generated benchmark workload, which `kvsim run` takes instead of --trace and "
-                        "the fleet commands refuse (`kvsim trace generate` writes it as a trace for them)"
-                     for k in DATASET_KEYS})
+NOT_COMPARED.update(
+    {
+        k: "describes a generated benchmark workload, which `kvsim run` takes instead of --trace and "
+        "the fleet commands refuse (`kvsim trace generate` writes it as a trace for them)"
+        for k in DATASET_KEYS
+    }
+)
 # the fleet plan refuses these (it tries disaggregated layouts, where multi-step scheduling is not modelled)
 PLAN_REFUSES = {"num_scheduler_steps"}
 
@@ -153,8 +174,18 @@ def trace_dir(tmp_path_factory):
         p, o = rng.randint(40, 600), rng.randint(5, 80)
         own = range(p // 16)
         ids = [1, 2, 3] + [100 + 10 * i + k for k in own] if i % 2 else [200 + 50 * i + k for k in own]
-        lines.append(json.dumps({"id": f"r{i}", "arrival_s": round(t, 4), "prompt_tokens": p, "output_tokens": o,
-                                 "hash_ids": ids[:p // 16], "hash_block_tokens": 16}))
+        lines.append(
+            json.dumps(
+                {
+                    "id": f"r{i}",
+                    "arrival_s": round(t, 4),
+                    "prompt_tokens": p,
+                    "output_tokens": o,
+                    "hash_ids": ids[: p // 16],
+                    "hash_block_tokens": 16,
+                }
+            )
+        )
     (d / "t.jsonl").write_text("\n".join(lines) + "\n")
     (d / "bad.jsonl").write_text("\n".join(lines[:5] + ['{"id": "x", "arrival_s": 0.5}'] + lines[5:]) + "\n")
     return d
@@ -170,11 +201,27 @@ def _kvsim(args: list[str]) -> tuple[int, str]:
 def _run_and_cluster(tmp_path, trace, args):
     rc, text = _kvsim(["run", "--trace", str(trace), "--out", str(tmp_path / "run"), "--no-plots", *args])
     assert rc == 0, text
-    rc, text = _kvsim(["cluster", "--trace", str(trace), "--out", str(tmp_path / "cluster"), "--replicas", "1",
-                       "--routers", "round-robin,prefix+load", *args])
+    rc, text = _kvsim(
+        [
+            "cluster",
+            "--trace",
+            str(trace),
+            "--out",
+            str(tmp_path / "cluster"),
+            "--replicas",
+            "1",
+            "--routers",
+            "round-robin,prefix+load",
+            *args,
+        ]
+    )
     assert rc == 0, text
-    return (pd.read_csv(tmp_path / "run" / "requests.csv"), pd.read_csv(tmp_path / "run" / "runs.csv").iloc[0],
-            pd.read_csv(tmp_path / "cluster" / "requests.csv"), pd.read_csv(tmp_path / "cluster" / "fleet.csv"))
+    return (
+        pd.read_csv(tmp_path / "run" / "requests.csv"),
+        pd.read_csv(tmp_path / "run" / "runs.csv").iloc[0],
+        pd.read_csv(tmp_path / "cluster" / "requests.csv"),
+        pd.read_csv(tmp_path / "cluster" / "fleet.csv"),
+    )
 
 
 def _args(key, args):
@@ -184,8 +231,9 @@ def _args(key, args):
 def test_every_option_is_compared_or_excused():
     """A new option gets a case (automatically for booleans and named choices) or a reason here."""
     for o in OPTIONS:
-        assert o.key in NOT_COMPARED or VALUES.get(o.key) or _auto(o), \
+        assert o.key in NOT_COMPARED or VALUES.get(o.key) or _auto(o), (
             f"{o.key}: add a value to VALUES (or a reason to NOT_COMPARED) in tests/test_fleet_options.py"
+        )
     assert set(VALUES) | set(NOT_COMPARED) | {k for k, _ in EXTRA_CASES} <= {o.key for o in OPTIONS}
 
 
@@ -198,8 +246,9 @@ def test_one_replica_cluster_equals_kvsim_run_with_each_option(tmp_path, trace_d
     run_req, run, cl_req, fleet = _run_and_cluster(tmp_path, trace, args)
     cols = [c for c in run_req.columns if c != "allocator"]
     for router, got in cl_req.groupby("router", sort=False):
-        pd.testing.assert_frame_equal(got[cols].reset_index(drop=True), run_req[cols], check_exact=True,
-                                      obj=f"{key}: cluster {router} vs run")
+        pd.testing.assert_frame_equal(
+            got[cols].reset_index(drop=True), run_req[cols], check_exact=True, obj=f"{key}: cluster {router} vs run"
+        )
     for r in fleet.itertuples():
         for k in ("finished", "rejected", "unfinished", "prefix_hit_rate_tokens", "preemptions"):
             a, b = getattr(r, k), run[k]
@@ -207,8 +256,22 @@ def test_one_replica_cluster_equals_kvsim_run_with_each_option(tmp_path, trace_d
     if key in PLAN_REFUSES:
         return
     gpus = config_from_args(args).gpus
-    rc, text = _kvsim(["plan", "--trace", str(trace), "--out", str(tmp_path / "plan"), *args, "--fleet-max-gpus",
-                       str(gpus), "--fleet-routers", "round-robin", "--slo", "ttft_p99=1000s"])
+    rc, text = _kvsim(
+        [
+            "plan",
+            "--trace",
+            str(trace),
+            "--out",
+            str(tmp_path / "plan"),
+            *args,
+            "--fleet-max-gpus",
+            str(gpus),
+            "--fleet-routers",
+            "round-robin",
+            "--slo",
+            "ttft_p99=1000s",
+        ]
+    )
     assert rc == 0, text
     row = pd.read_csv(tmp_path / "plan" / "fleet_plan.csv").iloc[0]
     assert row.layout.startswith("1x ") and row.gpus == gpus
@@ -218,15 +281,19 @@ def test_one_replica_cluster_equals_kvsim_run_with_each_option(tmp_path, trace_d
 
 # --- prefix caching ---------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("args,expected", [
-    ([], "paged:16+prefix"),
-    (["--no-enable-prefix-caching"], "paged:16"),
-    (["--enable-prefix-caching"], "paged:16+prefix"),
-    (["--model", "gemma-2-9b", "--no-enable-prefix-caching"], "hybrid:16"),
-    (["--model", "llama-4-scout", "--vllm-version", "0.11", "--no-enable-prefix-caching"], "naive:16"),
-    (["--model", "jamba-1.5-mini"], "hybrid:16"),  # mamba state: not cached by default, as a single engine
-    (["--model", "jamba-1.5-mini", "--enable-prefix-caching"], "hybrid:16+prefix"),
-])
+
+@pytest.mark.parametrize(
+    "args,expected",
+    [
+        ([], "paged:16+prefix"),
+        (["--no-enable-prefix-caching"], "paged:16"),
+        (["--enable-prefix-caching"], "paged:16+prefix"),
+        (["--model", "gemma-2-9b", "--no-enable-prefix-caching"], "hybrid:16"),
+        (["--model", "llama-4-scout", "--vllm-version", "0.11", "--no-enable-prefix-caching"], "naive:16"),
+        (["--model", "jamba-1.5-mini"], "hybrid:16"),  # mamba state: not cached by default, as a single engine
+        (["--model", "jamba-1.5-mini", "--enable-prefix-caching"], "hybrid:16+prefix"),
+    ],
+)
 def test_the_fleet_default_allocator_caches_prefixes_as_a_single_engine_does(args, expected):
     cfg = config_from_args(args)
     assert str(resolve_allocator(default_allocator(cfg), cfg, named=False)) == expected
@@ -240,12 +307,27 @@ def test_no_prefix_caching_leaves_prefix_routers_nothing_to_score(tmp_path, trac
     trace = str(trace_dir / "t.jsonl")
     routers = "prefix,prefix+load,prefix-approx,round-robin"
     on = tmp_path / "on"
-    rc, text = _kvsim(["cluster", "--trace", trace, "--out", str(on), *BASE, *POOL, "--replicas", "3", "--routers",
-                       routers])
+    rc, text = _kvsim(
+        ["cluster", "--trace", trace, "--out", str(on), *BASE, *POOL, "--replicas", "3", "--routers", routers]
+    )
     assert rc == 0, text
     off = tmp_path / "off"
-    rc, text = _kvsim(["cluster", "--trace", trace, "--out", str(off), *BASE, *POOL, "--replicas", "3", "--routers",
-                       routers, "--no-enable-prefix-caching"])
+    rc, text = _kvsim(
+        [
+            "cluster",
+            "--trace",
+            trace,
+            "--out",
+            str(off),
+            *BASE,
+            *POOL,
+            "--replicas",
+            "3",
+            "--routers",
+            routers,
+            "--no-enable-prefix-caching",
+        ]
+    )
     assert rc == 0, text
     assert "caches no prefixes, so routing by prefix saves no prefill" in text
     f_on = pd.read_csv(on / "fleet.csv").set_index("router")
@@ -258,11 +340,29 @@ def test_no_prefix_caching_leaves_prefix_routers_nothing_to_score(tmp_path, trac
 
 def test_the_fleet_plan_and_its_vllm_commands_honour_prefix_caching(tmp_path, trace_dir):
     trace = str(trace_dir / "t.jsonl")
-    for flag, hit, serve in (([], True, "--enable-prefix-caching"),
-                             (["--no-enable-prefix-caching"], False, "--no-enable-prefix-caching")):
+    for flag, hit, serve in (
+        ([], True, "--enable-prefix-caching"),
+        (["--no-enable-prefix-caching"], False, "--no-enable-prefix-caching"),
+    ):
         out = tmp_path / f"plan{len(flag)}"
-        rc, text = _kvsim(["plan", "--trace", trace, "--out", str(out), *BASE, *POOL, *flag, "--fleet-max-gpus", "1",
-                           "--fleet-routers", "prefix+load", "--slo", "ttft_p99=1000s"])
+        rc, text = _kvsim(
+            [
+                "plan",
+                "--trace",
+                trace,
+                "--out",
+                str(out),
+                *BASE,
+                *POOL,
+                *flag,
+                "--fleet-max-gpus",
+                "1",
+                "--fleet-routers",
+                "prefix+load",
+                "--slo",
+                "ttft_p99=1000s",
+            ]
+        )
         assert rc == 0, text
         row = pd.read_csv(out / "fleet_plan.csv").iloc[0]
         assert (row.prefix_hit_rate_tokens > 0) == hit
@@ -271,11 +371,16 @@ def test_the_fleet_plan_and_its_vllm_commands_honour_prefix_caching(tmp_path, tr
 
 # --- disaggregated prefill/decode: the KV handed over -------------------------------------------------------
 
+
 def _handoff(args, prompt=1000, spec=None, gpus=None):
     cfg = config_from_args(["--gpu", "h100-80gb", "--kv-pool-gb", "4", *args])
     spec = spec or resolve_allocator(default_allocator(cfg), cfg, named=False)
-    f = simulate_disagg([Request("a", 0.0, prompt, 4)], [ReplicaGroup("p", cfg, spec, 1)],
-                        [ReplicaGroup("d", cfg, spec, 1)], "round-robin")
+    f = simulate_disagg(
+        [Request("a", 0.0, prompt, 4)],
+        [ReplicaGroup("p", cfg, spec, 1)],
+        [ReplicaGroup("d", cfg, spec, 1)],
+        "round-robin",
+    )
     r = f.requests.iloc[0]
     assert r.status == "finished"
     return r.kv_transfer_bytes
@@ -316,15 +421,18 @@ def test_disaggregated_transfer_of_chunked_and_mamba_layers():
     assert _handoff(["--model", "jamba-1.5-mini", "-tp", "2"], spec="naive:16") == expected  # naive keeps states too
 
 
-@pytest.mark.parametrize("args,spec,per_token", [
-    ([], "paged:16", 524_288),  # llama-2-7b: 32 layers x 32 heads x 128 x 2 x 2 bytes
-    (["--model", "llama-3-8b"], "paged:16+prefix", 131_072),
-    (["--model", "llama-3-8b", "-tp", "2"], "paged:16", 131_072),  # 2 GPUs x half the heads each
-    (["--model", "llama-2-70b", "-tp", "4", "--pp", "2"], "paged:16", 80 * 2 * 8 * 128 * 2),
-    (["--model", "llama-3-8b", "--kv-cache-dtype", "fp8"], "paged:16", 65_536),
-    (["--model", "llama-3-8b"], "hybrid:16", 131_072),  # a full-attention model under the hybrid allocator
-    (["--model", "gemma-2-9b"], "paged:16", 42 * 2 * 8 * 256 * 2),  # paged keeps every layer's every token
-])
+@pytest.mark.parametrize(
+    "args,spec,per_token",
+    [
+        ([], "paged:16", 524_288),  # llama-2-7b: 32 layers x 32 heads x 128 x 2 x 2 bytes
+        (["--model", "llama-3-8b"], "paged:16+prefix", 131_072),
+        (["--model", "llama-3-8b", "-tp", "2"], "paged:16", 131_072),  # 2 GPUs x half the heads each
+        (["--model", "llama-2-70b", "-tp", "4", "--pp", "2"], "paged:16", 80 * 2 * 8 * 128 * 2),
+        (["--model", "llama-3-8b", "--kv-cache-dtype", "fp8"], "paged:16", 65_536),
+        (["--model", "llama-3-8b"], "hybrid:16", 131_072),  # a full-attention model under the hybrid allocator
+        (["--model", "gemma-2-9b"], "paged:16", 42 * 2 * 8 * 256 * 2),  # paged keeps every layer's every token
+    ],
+)
 def test_full_attention_transfers_are_unchanged(args, spec, per_token):
     """Where every layer keeps every token, a request sends its prompt but the last token, every layer's KV,
     as before."""
@@ -333,10 +441,22 @@ def test_full_attention_transfers_are_unchanged(args, spec, per_token):
 
 # --- --skip-invalid ----------------------------------------------------------------------------------------
 
+
 def test_fleet_plan_and_cluster_skip_invalid_lines_and_count_them(tmp_path, trace_dir):
     bad = str(trace_dir / "bad.jsonl")
-    plan = ["plan", "--trace", bad, *BASE, *POOL, "--fleet-max-gpus", "1", "--fleet-routers", "round-robin",
-            "--slo", "ttft_p99=1000s"]
+    plan = [
+        "plan",
+        "--trace",
+        bad,
+        *BASE,
+        *POOL,
+        "--fleet-max-gpus",
+        "1",
+        "--fleet-routers",
+        "round-robin",
+        "--slo",
+        "ttft_p99=1000s",
+    ]
     rc, text = _kvsim(plan + ["--out", str(tmp_path / "p0")])
     assert rc == 2 and "bad.jsonl:6:" in text and "Traceback" not in text
     rc, text = _kvsim(plan + ["--out", str(tmp_path / "p1"), "--skip-invalid"])
@@ -355,9 +475,26 @@ def test_fleet_plan_and_cluster_skip_invalid_lines_and_count_them(tmp_path, trac
 def test_the_fleet_plan_window_skips_invalid_lines_too(tmp_path, trace_dir):
     """A trace longer than --plan-requests is searched on a window of it, then the cheapest layouts run on the
     whole trace: both load it skipping the bad line."""
-    rc, text = _kvsim(["plan", "--trace", str(trace_dir / "bad.jsonl"), *BASE, *POOL, "--fleet-max-gpus", "1",
-                       "--fleet-routers", "round-robin", "--slo", "ttft_p99=1000s", "--plan-requests", "10",
-                       "--skip-invalid", "--out", str(tmp_path / "w")])
+    rc, text = _kvsim(
+        [
+            "plan",
+            "--trace",
+            str(trace_dir / "bad.jsonl"),
+            *BASE,
+            *POOL,
+            "--fleet-max-gpus",
+            "1",
+            "--fleet-routers",
+            "round-robin",
+            "--slo",
+            "ttft_p99=1000s",
+            "--plan-requests",
+            "10",
+            "--skip-invalid",
+            "--out",
+            str(tmp_path / "w"),
+        ]
+    )
     assert rc == 0, text
     table = pd.read_csv(tmp_path / "w" / "fleet_plan.csv")
     assert set(table.requests) == {10, 24}

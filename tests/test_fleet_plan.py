@@ -6,8 +6,16 @@ import sys
 
 import pytest
 
-from kvsim.planning.fleet_plan import (busiest_window, cheapest, layouts_of, pareto, plan_fleet, plan_window, rescaled,
-                                      vllm_commands)
+from kvsim.planning.fleet_plan import (
+    busiest_window,
+    cheapest,
+    layouts_of,
+    pareto,
+    plan_fleet,
+    plan_window,
+    rescaled,
+    vllm_commands,
+)
 from kvsim.planning.slo import parse_slos
 from kvsim.trace.request import Request
 
@@ -31,8 +39,13 @@ def test_rescaled_trace_arrives_at_the_target_rate():
 def test_layouts_cover_every_split_then_a_spread():
     assert [(L.prefill, L.decode) for L in layouts_of("g", 1, 3, ["rr"])] == [(0, 3), (1, 2), (2, 1)]
     big = layouts_of("g", 2, 16, ["a", "b"])
-    assert [(L.prefill, L.decode, L.router) for L in big] == [(0, 16, "a"), (0, 16, "b"), (4, 12, "a"),
-                                                              (8, 8, "a"), (12, 4, "a")]
+    assert [(L.prefill, L.decode, L.router) for L in big] == [
+        (0, 16, "a"),
+        (0, 16, "b"),
+        (4, 12, "a"),
+        (8, 8, "a"),
+        (12, 4, "a"),
+    ]
     assert big[0].gpus == 32 and big[2].name == "4P12D g tp2"
 
 
@@ -49,25 +62,47 @@ def test_the_search_finds_the_smallest_fleet_that_meets_the_slo(small_trace):
     # one replica cannot carry 120 req/s, whatever a linear scaling of its capacity would say
     assert not any(r["meets_slo"] for r in rows if r["gpus"] == 1)
     front = pareto(rows)
-    assert all(not (o["tok_s_per_gpu"] > r["tok_s_per_gpu"] and o["ttft_p99_s"] < r["ttft_p99_s"])
-               for r in front for o in rows)
+    assert all(
+        not (o["tok_s_per_gpu"] > r["tok_s_per_gpu"] and o["ttft_p99_s"] < r["ttft_p99_s"]) for r in front for o in rows
+    )
 
 
 def test_layouts_pair_every_tensor_parallel_size_per_pool():
     names = [(L.name, L.gpus) for L in layouts_of("g", [1, 2], 4, ["a"], by_gpus=True)]
-    assert names == [("4x g", 4), ("2x g tp2", 4), ("1P3D g", 4), ("2P2D g", 4), ("3P1D g", 4),
-                     ("2P(tp1)1D(tp2) g", 4), ("1P(tp2)2D(tp1) g", 4), ("1P1D g tp2", 4)]
+    assert names == [
+        ("4x g", 4),
+        ("2x g tp2", 4),
+        ("1P3D g", 4),
+        ("2P2D g", 4),
+        ("3P1D g", 4),
+        ("2P(tp1)1D(tp2) g", 4),
+        ("1P(tp2)2D(tp1) g", 4),
+        ("1P1D g tp2", 4),
+    ]
     # an odd fleet has no tp2 aggregated layout, and mixed pools only where the GPUs add up
-    assert {L.name for L in layouts_of("g", [1, 2], 3, ["a"], by_gpus=True)} == \
-        {"3x g", "1P2D g", "2P1D g", "1P(tp1)1D(tp2) g", "1P(tp2)1D(tp1) g"}
+    assert {L.name for L in layouts_of("g", [1, 2], 3, ["a"], by_gpus=True)} == {
+        "3x g",
+        "1P2D g",
+        "2P1D g",
+        "1P(tp1)1D(tp2) g",
+        "1P(tp2)1D(tp1) g",
+    }
 
 
 def test_the_search_tries_tensor_parallel_sizes_per_pool_and_skips_those_that_do_not_fit(small_trace):
     slos = parse_slos("ttft_p99=1s")
     notes = []
-    rows = plan_fleet(small_trace, {"model": "llama-2-70b", "max_num_seqs": 256, "max_num_batched_tokens": 8192},
-                      [("h100-80gb", None)], slos, 16, ["least-requests"], 40.0,
-                      tps=[1, 2, 4], notes=notes)
+    rows = plan_fleet(
+        small_trace,
+        {"model": "llama-2-70b", "max_num_seqs": 256, "max_num_batched_tokens": 8192},
+        [("h100-80gb", None)],
+        slos,
+        16,
+        ["least-requests"],
+        40.0,
+        tps=[1, 2, 4],
+        notes=notes,
+    )
     assert notes and "skipped tensor parallel 1" in notes[0]  # 70B of weights do not fit one 80 GB GPU
     assert {r["tp"] for r in rows} == {2, 4} and all(r["gpus"] % 2 == 0 for r in rows)
     mixed = [r for r in rows if r["mode"] == "disaggregated" and r["prefill_tp"] != r["tp"]]
@@ -82,8 +117,15 @@ def test_a_closed_loop_fleet_plan_needs_more_gpus_for_more_clients(small_trace):
     slos = parse_slos("ttft_p99=0.5s")
     best = {}
     for clients in (4, 64):
-        rows = plan_fleet(small_trace, {"model": "llama-3-8b", "max_concurrency": clients, "request_rate": "inf"},
-                          [("h100-80gb", None)], slos, 16, ["least-requests"], None)
+        rows = plan_fleet(
+            small_trace,
+            {"model": "llama-3-8b", "max_concurrency": clients, "request_rate": "inf"},
+            [("h100-80gb", None)],
+            slos,
+            16,
+            ["least-requests"],
+            None,
+        )
         best[clients] = cheapest(rows)[0]["gpus"]
     assert best[4] == 1 and best[64] > best[4]
 
@@ -104,37 +146,127 @@ def test_vllm_commands_of_a_disaggregated_layout():
 
 def test_fleet_plan_command(small_trace, tmp_path):
     out = tmp_path / "fp"
-    r = subprocess.run([sys.executable, "-m", "kvsim", "plan", "--trace", small_trace, "--model", "llama-3-8b",
-                        "--gpus", "h100-80gb:2.5", "--slo", "ttft_p99=1s", "--fleet-max-gpus", "4",
-                        "--target-rate", "5", "--fleet-routers", "round-robin", "--out", str(out)],
-                       capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "kvsim",
+            "plan",
+            "--trace",
+            small_trace,
+            "--model",
+            "llama-3-8b",
+            "--gpus",
+            "h100-80gb:2.5",
+            "--slo",
+            "ttft_p99=1s",
+            "--fleet-max-gpus",
+            "4",
+            "--target-rate",
+            "5",
+            "--fleet-routers",
+            "round-robin",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr
-    assert "cheapest layout meeting the SLOs: 1x h100-80gb" in r.stdout and "vllm serve meta-llama/Meta-Llama-3-8B " in r.stdout
+    assert (
+        "cheapest layout meeting the SLOs: 1x h100-80gb" in r.stdout
+        and "vllm serve meta-llama/Meta-Llama-3-8B " in r.stdout
+    )
     # the printed table always holds the answer, marked
     picked = [ln for ln in r.stdout.splitlines() if ln.strip().startswith("->")]
     assert len(picked) == 1 and "1x h100-80gb" in picked[0]
     # kvsim report on the plan: its layouts (the answer marked), routers, SLOs and plots
-    rep = subprocess.run([sys.executable, "-m", "kvsim", "report", str(out), "-o", str(tmp_path / "rep")],
-                         capture_output=True, text=True, timeout=300)
+    rep = subprocess.run(
+        [sys.executable, "-m", "kvsim", "report", str(out), "-o", str(tmp_path / "rep")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert rep.returncode == 0, rep.stderr
     md = (tmp_path / "rep" / "report.md").read_text()
     assert "SLOs: ttft_p99<=1s" in md and "| -> 1x h100-80gb | round-robin |" in md and "## Routers" in md
     assert (tmp_path / "rep" / "fleet_layouts.png").stat().st_size > 0 and "fleet_routers.png" in md
     assert (out / "fleet_plan.csv").exists() and "Pareto front" in (out / "summary.md").read_text()
-    bad = subprocess.run([sys.executable, "-m", "kvsim", "plan", "--trace", small_trace, "--slo", "ttft_p99=1s",
-                          "--fleet-max-gpus", "4", "--fleet-routers", "nope", "--out", str(tmp_path / "x")],
-                         capture_output=True, text=True, timeout=120)
+    bad = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "kvsim",
+            "plan",
+            "--trace",
+            small_trace,
+            "--slo",
+            "ttft_p99=1s",
+            "--fleet-max-gpus",
+            "4",
+            "--fleet-routers",
+            "nope",
+            "--out",
+            str(tmp_path / "x"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert bad.returncode != 0 and "--fleet-routers" in bad.stderr and "Traceback" not in bad.stderr
-    closed = subprocess.run([sys.executable, "-m", "kvsim", "plan", "--trace", small_trace, "--model", "llama-3-8b",
-                             "--gpus", "h100-80gb", "--slo", "ttft_p99=1s", "--fleet-max-gpus", "2",
-                             "--max-concurrency", "4", "--request-rate", "inf", "--fleet-routers", "round-robin",
-                             "--out", str(tmp_path / "closed")], capture_output=True, text=True)
+    closed = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "kvsim",
+            "plan",
+            "--trace",
+            small_trace,
+            "--model",
+            "llama-3-8b",
+            "--gpus",
+            "h100-80gb",
+            "--slo",
+            "ttft_p99=1s",
+            "--fleet-max-gpus",
+            "2",
+            "--max-concurrency",
+            "4",
+            "--request-rate",
+            "inf",
+            "--fleet-routers",
+            "round-robin",
+            "--out",
+            str(tmp_path / "closed"),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert closed.returncode == 0, closed.stderr
     assert "4 clients" in (tmp_path / "closed" / "summary.md").read_text()
-    both = subprocess.run([sys.executable, "-m", "kvsim", "plan", "--trace", small_trace, "--fleet-max-gpus", "2",
-                           "--slo", "ttft_p99=1s",
-                           "--request-rate", "5", "--target-rate", "5", "--out", str(tmp_path / "y")],
-                          capture_output=True, text=True)
+    both = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "kvsim",
+            "plan",
+            "--trace",
+            small_trace,
+            "--fleet-max-gpus",
+            "2",
+            "--slo",
+            "ttft_p99=1s",
+            "--request-rate",
+            "5",
+            "--target-rate",
+            "5",
+            "--out",
+            str(tmp_path / "y"),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert both.returncode != 0 and "give one" in both.stderr and "Traceback" not in both.stderr
 
 
@@ -143,8 +275,18 @@ def test_the_search_tries_pipeline_stage_counts_each_on_its_own(small_trace):
     weights need two H100s either way (TP2 or two stages)."""
     slos = parse_slos("ttft_p99=2s")
     notes = []
-    rows = plan_fleet(small_trace, {"model": "llama-2-70b"}, [("h100-80gb", None)], slos, 8, ["least-requests"], 10.0,
-                      tps=[1, 2], notes=notes, pps=[1, 2])
+    rows = plan_fleet(
+        small_trace,
+        {"model": "llama-2-70b"},
+        [("h100-80gb", None)],
+        slos,
+        8,
+        ["least-requests"],
+        10.0,
+        tps=[1, 2],
+        notes=notes,
+        pps=[1, 2],
+    )
     assert {r["pp"] for r in rows} == {1, 2}
     staged = [r for r in rows if r["pp"] == 2]
     assert all(r["layout"].endswith(" pp2") and r["gpus"] % 2 == 0 for r in staged)
@@ -160,8 +302,10 @@ def test_the_plan_can_share_each_engines_links(small_trace):
 
     L = Layout("h100-80gb", 1, 3, 1, "least-requests")
     slos = tuple(parse_slos("ttft_p99=60s"))
-    own, shared = (evaluate(FleetJob(small_trace, {"model": "llama-3-8b"}, L, 4.0, slos, "1", None,
-                                     shared_link=s)) for s in (False, True))
+    own, shared = (
+        evaluate(FleetJob(small_trace, {"model": "llama-3-8b"}, L, 4.0, slos, "1", None, shared_link=s))
+        for s in (False, True)
+    )
     # (the median: at 4 req/s few transfers overlap, and which requests make the p99 shifts with the waits)
     assert shared["ttft_p50_s"] > own["ttft_p50_s"] and shared["finished"] == own["finished"] == 400
 
@@ -171,8 +315,18 @@ def test_the_search_tries_data_parallel_rank_counts(small_trace):
     TP8 replicas are searched too. Layouts say their ranks and count every rank's GPU."""
     slos = parse_slos("ttft_p99=30s")
     notes = []
-    rows = plan_fleet(small_trace, {"model": "deepseek-v3", "enable_expert_parallel": True}, [("h200", None)], slos,
-                      8, ["dp-lb"], 4.0, tps=[1, 8], notes=notes, dps=[1, 8])
+    rows = plan_fleet(
+        small_trace,
+        {"model": "deepseek-v3", "enable_expert_parallel": True},
+        [("h200", None)],
+        slos,
+        8,
+        ["dp-lb"],
+        4.0,
+        tps=[1, 8],
+        notes=notes,
+        dps=[1, 8],
+    )
     assert {(r["tp"], r["dp"]) for r in rows} == {(8, 1), (1, 8)}
     assert all(r["gpus"] == 8 for r in rows)
     assert any(r["layout"] == "1x h200 dp8" for r in rows)
@@ -181,13 +335,24 @@ def test_the_search_tries_data_parallel_rank_counts(small_trace):
 
 def test_the_search_tries_layouts_with_and_without_expert_parallelism(small_trace):
     slos = parse_slos("ttft_p99=30s")
-    rows = plan_fleet(small_trace, {"model": "deepseek-v3"}, [("h200", None)], slos, 8, ["least-requests"], 4.0,
-                      tps=[8], eps=[False, True])
+    rows = plan_fleet(
+        small_trace,
+        {"model": "deepseek-v3"},
+        [("h200", None)],
+        slos,
+        8,
+        ["least-requests"],
+        4.0,
+        tps=[8],
+        eps=[False, True],
+    )
     assert {r["layout"] for r in rows} == {"1x h200 tp8", "1x h200 tp8 ep"}
     by = {r["ep"]: r for r in rows}
     assert by[True]["tpot_p99_s"] != by[False]["tpot_p99_s"]  # whole experts per GPU, not width slices
     cmds = vllm_commands(by[True], "deepseek-v3", {})
-    assert "--enable-expert-parallel" in cmds[1] and "--enable-expert-parallel" not in vllm_commands(by[False], "d", {})[1]
+    assert (
+        "--enable-expert-parallel" in cmds[1] and "--enable-expert-parallel" not in vllm_commands(by[False], "d", {})[1]
+    )
 
 
 def test_the_busiest_window_is_the_stretch_of_n_arrivals_with_the_shortest_span(tmp_path):
@@ -212,10 +377,35 @@ def test_a_long_trace_is_searched_on_a_window_and_the_choice_checked_on_the_whol
     import pandas as pd
 
     out = tmp_path / "fp"
-    r = subprocess.run([sys.executable, "-m", "kvsim", "plan", "--trace", small_trace, "--model", "llama-3-8b",
-                        "--gpus", "h100-80gb", "--slo", "ttft_p99=1s,tpot_p99=30ms", "--fleet-max-gpus", "4",
-                        "--target-rate", "20", "--fleet-routers", "least-requests", "--plan-requests", "150",
-                        "--out", str(out)], capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "kvsim",
+            "plan",
+            "--trace",
+            small_trace,
+            "--model",
+            "llama-3-8b",
+            "--gpus",
+            "h100-80gb",
+            "--slo",
+            "ttft_p99=1s,tpot_p99=30ms",
+            "--fleet-max-gpus",
+            "4",
+            "--target-rate",
+            "20",
+            "--fleet-routers",
+            "least-requests",
+            "--plan-requests",
+            "150",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr
     assert "busiest 150" in r.stderr and "of the trace's 400 requests" in r.stderr
     t = pd.read_csv(out / "fleet_plan.csv")

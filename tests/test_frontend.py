@@ -74,7 +74,9 @@ def test_a_closed_loop_client_sends_when_it_has_the_last_token():
     _, r = _run(reqs, "--max-concurrency", "1")
     a, b = r.iloc[0], r.iloc[1]
     assert b.arrival_s == pytest.approx(a.finish_s, rel=1e-12)
-    assert b.frontend_s == pytest.approx(1.5e-3 + 200 * V1_TOKEN_S + DELIVER, rel=1e-12)  # no queue: the server was free
+    assert b.frontend_s == pytest.approx(
+        1.5e-3 + 200 * V1_TOKEN_S + DELIVER, rel=1e-12
+    )  # no queue: the server was free
 
 
 def test_auto_follows_the_latency_model_and_names_are_checked():
@@ -115,8 +117,9 @@ def test_the_v0_api_server_hands_a_burst_to_the_engine_together():
     assert burst.first_token_s.nunique() == 1
     assert r[r.id == "d"].frontend_s.iloc[0] - v0_deliver == pytest.approx(each, rel=1e-12)
     _, v1 = _run(reqs)  # V1's API server hands each request on as soon as it is in
-    assert (v1[v1.id != "d"].frontend_s - DELIVER).tolist() == pytest.approx([INTAKE_1000 * k for k in (1, 2, 3)],
-                                                                             rel=1e-12)
+    assert (v1[v1.id != "d"].frontend_s - DELIVER).tolist() == pytest.approx(
+        [INTAKE_1000 * k for k in (1, 2, 3)], rel=1e-12
+    )
 
 
 def test_intake_batches_only_requests_that_queue_behind_another():

@@ -6,11 +6,25 @@ from kvsim.hardware import GPU_PRESETS, MODEL_PRESETS, get_gpu, get_model
 from kvsim.hardware.gpus import GiB
 
 
-@pytest.mark.parametrize("name,kib", [("llama-2-7b", 512), ("llama-2-13b", 800), ("llama-2-70b", 320),
-                                      ("llama-3-8b", 128), ("llama-3-70b", 320), ("mistral-7b", 128),
-                                      ("qwen2.5-7b", 56), ("opt-13b", 800), ("llama-3.1-8b", 128),
-                                      ("llama-3.3-70b", 320), ("qwen3-8b", 144), ("qwen3-32b", 256),
-                                      ("qwen3-235b-a22b", 188), ("gpt-oss-120b", 72)])
+@pytest.mark.parametrize(
+    "name,kib",
+    [
+        ("llama-2-7b", 512),
+        ("llama-2-13b", 800),
+        ("llama-2-70b", 320),
+        ("llama-3-8b", 128),
+        ("llama-3-70b", 320),
+        ("mistral-7b", 128),
+        ("qwen2.5-7b", 56),
+        ("opt-13b", 800),
+        ("llama-3.1-8b", 128),
+        ("llama-3.3-70b", 320),
+        ("qwen3-8b", 144),
+        ("qwen3-32b", 256),
+        ("qwen3-235b-a22b", 188),
+        ("gpt-oss-120b", 72),
+    ],
+)
 def test_kv_bytes_per_token(name, kib):
     # 2 x layers x kv_heads x head_dim x 2 bytes, worked by hand from each public config.
     assert get_model(name).kv_bytes_per_token == kib * 1024
@@ -22,8 +36,16 @@ def test_all_presets_validate():
     assert {"a100-40gb", "a100-80gb", "h100-80gb", "h200-141gb", "l40s", "rtx-4090"} <= set(GPU_PRESETS)
 
 
-@pytest.mark.parametrize("typed,preset", [("H100", "h100-80gb"), ("NVIDIA H200", "h200-141gb"), ("B200", "b200"),
-                                          ("A100-40GB", "a100-40gb"), (" rtx 4090 ", "rtx-4090")])
+@pytest.mark.parametrize(
+    "typed,preset",
+    [
+        ("H100", "h100-80gb"),
+        ("NVIDIA H200", "h200-141gb"),
+        ("B200", "b200"),
+        ("A100-40GB", "a100-40gb"),
+        (" rtx 4090 ", "rtx-4090"),
+    ],
+)
 def test_gpu_names_as_people_write_them(typed, preset):
     assert get_gpu(typed).name == preset
 
@@ -102,9 +124,22 @@ def test_hf_configs_read_as_vllm_serves_them(tmp_path):
     p.write_text(json.dumps(gemma))
     m = get_model(str(p))
     assert m.gated_mlp and m.dtype == "bf16" and m.params == pytest.approx(MODEL_PRESETS["gemma-2-9b"].params, rel=0.01)
-    p.write_text(json.dumps({"model_type": "opt", "num_hidden_layers": 40, "hidden_size": 5120, "num_attention_heads": 40,
-                             "ffn_dim": 20480, "vocab_size": 50272, "max_position_embeddings": 2048,
-                             "torch_dtype": "float16", "activation_function": "relu", "tie_word_embeddings": True}))
+    p.write_text(
+        json.dumps(
+            {
+                "model_type": "opt",
+                "num_hidden_layers": 40,
+                "hidden_size": 5120,
+                "num_attention_heads": 40,
+                "ffn_dim": 20480,
+                "vocab_size": 50272,
+                "max_position_embeddings": 2048,
+                "torch_dtype": "float16",
+                "activation_function": "relu",
+                "tie_word_embeddings": True,
+            }
+        )
+    )
     m = get_model(str(p))
     assert not m.gated_mlp and m.params == pytest.approx(MODEL_PRESETS["opt-13b"].params, rel=0.01)
 
@@ -114,8 +149,16 @@ def test_rotary_cache_is_read_from_hf_configs(tmp_path):
     weights: the whole head by default, a part with partial_rotary_factor, none for families without RoPE."""
     import json
 
-    base = {"num_hidden_layers": 2, "hidden_size": 256, "num_attention_heads": 4, "intermediate_size": 512,
-            "vocab_size": 1000, "max_position_embeddings": 1024, "torch_dtype": "bfloat16", "model_type": "llama"}
+    base = {
+        "num_hidden_layers": 2,
+        "hidden_size": 256,
+        "num_attention_heads": 4,
+        "intermediate_size": 512,
+        "vocab_size": 1000,
+        "max_position_embeddings": 1024,
+        "torch_dtype": "bfloat16",
+        "model_type": "llama",
+    }
 
     def rope(**more):
         p = tmp_path / "config.json"

@@ -15,11 +15,50 @@ TINY = "custom:name=tiny,layers=4,kv_heads=2,q_heads=4,head_dim=32,params=1e8"
 def record(tmp_path_factory):
     d = tmp_path_factory.mktemp("rec")
     trace = d / "t.jsonl"
-    main(["trace", "generate", "-o", str(trace), "-n", "60", "--rate", "20", "--seed", "1",
-          "--prompt-mean", "120", "--output-mean", "40", "--max-total", "512"])
+    main(
+        [
+            "trace",
+            "generate",
+            "-o",
+            str(trace),
+            "-n",
+            "60",
+            "--rate",
+            "20",
+            "--seed",
+            "1",
+            "--prompt-mean",
+            "120",
+            "--output-mean",
+            "40",
+            "--max-total",
+            "512",
+        ]
+    )
     path = d / "rec.jsonl.gz"
-    assert main(["run", "--trace", str(trace), "--allocator", "paged:16", "--model", TINY, "--kv-pool-gb", "0.0005",
-                 "--max-seq-len", "512", "--record-batches", str(path), "--no-plots", "--out", str(d / "o")]) == 0
+    assert (
+        main(
+            [
+                "run",
+                "--trace",
+                str(trace),
+                "--allocator",
+                "paged:16",
+                "--model",
+                TINY,
+                "--kv-pool-gb",
+                "0.0005",
+                "--max-seq-len",
+                "512",
+                "--record-batches",
+                str(path),
+                "--no-plots",
+                "--out",
+                str(d / "o"),
+            ]
+        )
+        == 0
+    )
     return path
 
 
@@ -28,7 +67,14 @@ def test_record_format_is_complete(record):
 
     header, groups = read_record(str(record))
     assert header["format"] == "kvsim-batch-record" and header["block_size"] == 16
-    assert header["model"] == {"name": "tiny", "layers": 4, "q_heads": 4, "kv_heads": 2, "head_dim": 32, "dtype": "fp16"}
+    assert header["model"] == {
+        "name": "tiny",
+        "layers": 4,
+        "q_heads": 4,
+        "kv_heads": 2,
+        "head_dim": 32,
+        "dtype": "fp16",
+    }
     n = 0
     runs = 0
     for g in groups:
@@ -57,9 +103,35 @@ def test_replay_on_cpu_matches_reference(record, tmp_path):
 
 def test_bench_cpu_pipeline(tmp_path, capsys):
     out = tmp_path / "bench.csv"
-    assert main(["kernels", "bench", "--device", "cpu", "--batch", "1,2", "--context", "20,40", "--block-size", "8,16",
-                 "--q-heads", "4", "--kv-heads", "2", "--head-dim", "32", "--dtype", "fp32", "--prefill", "16:0,8:24",
-                 "-o", str(out)]) == 0
+    assert (
+        main(
+            [
+                "kernels",
+                "bench",
+                "--device",
+                "cpu",
+                "--batch",
+                "1,2",
+                "--context",
+                "20,40",
+                "--block-size",
+                "8,16",
+                "--q-heads",
+                "4",
+                "--kv-heads",
+                "2",
+                "--head-dim",
+                "32",
+                "--dtype",
+                "fp32",
+                "--prefill",
+                "16:0,8:24",
+                "-o",
+                str(out),
+            ]
+        )
+        == 0
+    )
     printed = capsys.readouterr().out
     assert "nan" not in printed.lower() and "no peak bandwidth to compare with" in printed  # a CPU has no preset
     df = pd.read_csv(out)
@@ -80,8 +152,16 @@ def test_calibrate_recovers_a_known_decode_attention_model(tmp_path):
         for ctx in (256, 1024, 4096, 16384):
             nbytes = n * ctx * 8 * 128 * 2 * 2
             t = max(9e-6, 3e-6 + 2e-8 * n + nbytes / (3.35e12 * 0.7))
-            rows.append({"kind": "decode", "num_seqs": n, "kv_bytes": nbytes, "time_s": t, "device": "cuda",
-                         "impl": "synthetic"})
+            rows.append(
+                {
+                    "kind": "decode",
+                    "num_seqs": n,
+                    "kv_bytes": nbytes,
+                    "time_s": t,
+                    "device": "cuda",
+                    "impl": "synthetic",
+                }
+            )
     p = tmp_path / "m.csv"
     pd.DataFrame(rows).to_csv(p, index=False)
     out = tmp_path / "c.json"
@@ -96,8 +176,23 @@ def test_calibrate_recovers_a_known_decode_attention_model(tmp_path):
 def test_a_cpu_interpreter_calibration_runs_with_a_clear_warning(tmp_path, capsys):
     trace = tmp_path / "t.jsonl"
     main(["trace", "generate", "-o", str(trace), "-n", "30", "--rate", "2"])
-    assert main(["compare", "--trace", str(trace), "--allocators", "paged:16", "--latency",
-                 "kernels/calibrations/cpu-reference.json", "--no-plots", "--out", str(tmp_path / "o")]) == 0
+    assert (
+        main(
+            [
+                "compare",
+                "--trace",
+                str(trace),
+                "--allocators",
+                "paged:16",
+                "--latency",
+                "kernels/calibrations/cpu-reference.json",
+                "--no-plots",
+                "--out",
+                str(tmp_path / "o"),
+            ]
+        )
+        == 0
+    )
     err = capsys.readouterr().err
     assert "cpu-interpreter" in err and "not GPU times" in err and "calibrated on h200-141gb" in err
     bad = tmp_path / "bad.json"
@@ -109,8 +204,23 @@ def test_a_cpu_interpreter_calibration_runs_with_a_clear_warning(tmp_path, capsy
 def test_record_needs_block_tables(tmp_path, capsys):
     trace = tmp_path / "t.jsonl"
     main(["trace", "generate", "-o", str(trace), "-n", "5"])
-    assert main(["run", "--trace", str(trace), "--allocator", "max", "--record-batches", str(tmp_path / "r.gz"),
-                 "--no-plots", "--out", str(tmp_path / "o")]) == 2
+    assert (
+        main(
+            [
+                "run",
+                "--trace",
+                str(trace),
+                "--allocator",
+                "max",
+                "--record-batches",
+                str(tmp_path / "r.gz"),
+                "--no-plots",
+                "--out",
+                str(tmp_path / "o"),
+            ]
+        )
+        == 2
+    )
     assert "needs a paged allocator" in capsys.readouterr().err
 
 

@@ -99,8 +99,9 @@ def test_vllm_grouping_of_gemma3_and_jamba():
 
 def test_uneven_kinds_get_padding_layers():
     # 10 full + 4 sliding: group size 4 -> full groups of 4, 4, 2 (the last padded to 4 layers)
-    m = ModelSpec("uneven", 14, 2, 1, 8, 1e6, 4096, layer_types=("full",) * 10 + ("sliding",) * 4,
-                  sliding_window=64).validate()
+    m = ModelSpec(
+        "uneven", 14, 2, 1, 8, 1e6, 4096, layer_types=("full",) * 10 + ("sliding",) * 4, sliding_window=64
+    ).validate()
     lay = build_layout(m, 1, 1 << 20, 16, 4096)
     assert [(g.kind, g.layers) for g in lay.groups] == [("full", 4), ("full", 4), ("full", 2), ("sliding", 4)]
     a = make_allocator("hybrid:16", 0, 4096, memory=ModelMemory(m, 1, 1 << 20))
@@ -158,8 +159,13 @@ def test_a_split_layout_swaps_each_page_in_one_copy_call():
     page (28 layers' states) 133 units; a swap moves units but pays one copy call per page."""
     from kvsim.engine.engine import SwapTiming
 
-    a = make_allocator("static-split:16", 0, 4096, cpu_swap_tokens=200_000,
-                       memory=ModelMemory(MODEL_PRESETS["jamba-1.5-mini"], 2, 8 << 30, 32))
+    a = make_allocator(
+        "static-split:16",
+        0,
+        4096,
+        cpu_swap_tokens=200_000,
+        memory=ModelMemory(MODEL_PRESETS["jamba-1.5-mini"], 2, 8 << 30, 32),
+    )
     assert a.copy_unit == 16 and a.layout.pool_page_units == (64, 2128)
     r = Request("r", 0, 100, 5)
     assert a.allocate(1, r, 100, computed=0)
@@ -188,8 +194,9 @@ def test_hf_configs_of_hybrid_models_read_like_the_presets(tmp_path):
     p = tmp_path / "config.json"
     p.write_text(json.dumps(cfg))
     m = get_model(str(p))
-    assert m.mixers == MODEL_PRESETS["gemma-2-9b"].mixers and m.sequence_bytes(9000) == \
-        MODEL_PRESETS["gemma-2-9b"].sequence_bytes(9000)
+    assert m.mixers == MODEL_PRESETS["gemma-2-9b"].mixers and m.sequence_bytes(9000) == MODEL_PRESETS[
+        "gemma-2-9b"
+    ].sequence_bytes(9000)
     p.write_text(json.dumps({**cfg, "layer_types": ["sliding_attention"] * 41}))
     with pytest.raises(ConfigError, match="layer_types"):
         get_model(str(p))
@@ -197,21 +204,48 @@ def test_hf_configs_of_hybrid_models_read_like_the_presets(tmp_path):
 
 # --- the state machine ----------------------------------------------------------------------------------
 MODELS = {
-    "sliding": ModelSpec("sm-sliding", 5, 2, 1, 8, 1e6, 4096, layer_types=("sliding", "full", "sliding", "sliding",
-                                                                            "sliding"), sliding_window=37).validate(),
-    "chunked": ModelSpec("sm-chunked", 3, 2, 1, 8, 1e6, 4096, layer_types=("chunked", "full", "chunked"),
-                         attention_chunk=48).validate(),
-    "mamba": ModelSpec("sm-mamba", 4, 2, 1, 8, 1e6, 4096, layer_types=("mamba", "full", "mamba", "sliding"),
-                       sliding_window=20, mamba_d_inner=16, mamba_d_state=4, mamba_d_conv=4,
-                       mamba_conv_channels=16).validate(),
+    "sliding": ModelSpec(
+        "sm-sliding",
+        5,
+        2,
+        1,
+        8,
+        1e6,
+        4096,
+        layer_types=("sliding", "full", "sliding", "sliding", "sliding"),
+        sliding_window=37,
+    ).validate(),
+    "chunked": ModelSpec(
+        "sm-chunked", 3, 2, 1, 8, 1e6, 4096, layer_types=("chunked", "full", "chunked"), attention_chunk=48
+    ).validate(),
+    "mamba": ModelSpec(
+        "sm-mamba",
+        4,
+        2,
+        1,
+        8,
+        1e6,
+        4096,
+        layer_types=("mamba", "full", "mamba", "sliding"),
+        sliding_window=20,
+        mamba_d_inner=16,
+        mamba_d_state=4,
+        mamba_d_conv=4,
+        mamba_conv_channels=16,
+    ).validate(),
 }
 
 
 class HybridMachine(RuleBasedStateMachine):
     """Random admissions, prefill chunks, decode steps, prefix hits, swaps and frees."""
 
-    @initialize(model=st.sampled_from(sorted(MODELS)), kind=st.sampled_from(["hybrid", "static-split", "naive"]),
-                B=st.sampled_from([4, 8, 16]), prefix=st.booleans(), pages=st.integers(12, 60))
+    @initialize(
+        model=st.sampled_from(sorted(MODELS)),
+        kind=st.sampled_from(["hybrid", "static-split", "naive"]),
+        B=st.sampled_from([4, 8, 16]),
+        prefix=st.booleans(),
+        pages=st.integers(12, 60),
+    )
     def setup(self, model, kind, B, prefix, pages):
         m = MODELS[model]
         spec = f"{kind}:{B}" + ("+prefix" if prefix else "")
@@ -303,7 +337,11 @@ class HybridMachine(RuleBasedStateMachine):
             assert self.a.held_slots(sid) == 0
             del self.live[sid]
             return
-        assert not self.a._mamba and kept % self.a.B == 0 and kept == len(self.a.block_table(sid)) * self.a.B < held * self.a.B
+        assert (
+            not self.a._mamba
+            and kept % self.a.B == 0
+            and kept == len(self.a.block_table(sid)) * self.a.B < held * self.a.B
+        )
         self.live[sid] = [r, min(computed, kept), min(allocated, kept)]
 
     @precondition(lambda self: self.live)
@@ -341,11 +379,15 @@ class HybridMachine(RuleBasedStateMachine):
         for p, pool in enumerate(a.pools):  # free + cached + used == pool, per pool
             used = sum(1 for r in pool.ref if r > 0)
             assert used + pool.num_free == pool.num_blocks
-        pad = sum(a.managers[g].in_use * (grp.page_units - (grp.state_units if grp.kind == "mamba" else a.B * grp.token_units))
-                  for g, grp in enumerate(a.groups))
+        pad = sum(
+            a.managers[g].in_use
+            * (grp.page_units - (grp.state_units if grp.kind == "mamba" else a.B * grp.token_units))
+            for g, grp in enumerate(a.groups)
+        )
         assert b.page_padding == pad
-        assert b.recurrent_state == sum(a.managers[g].in_use * grp.state_units for g, grp in enumerate(a.groups)
-                                        if grp.kind == "mamba")
+        assert b.recurrent_state == sum(
+            a.managers[g].in_use * grp.state_units for g, grp in enumerate(a.groups) if grp.kind == "mamba"
+        )
 
 
 TestHybridMachine = HybridMachine.TestCase
@@ -370,10 +412,22 @@ def test_jamba_pages_hold_the_exact_state_and_say_what_is_padding():
 def test_bamba_style_config_reads_mamba2_layers(tmp_path):
     import json
 
-    cfg = {"model_type": "bamba", "num_hidden_layers": 4, "hidden_size": 256, "num_attention_heads": 4,
-           "num_key_value_heads": 2, "intermediate_size": 512, "vocab_size": 1000, "max_position_embeddings": 4096,
-           "torch_dtype": "bfloat16", "layers_block_type": ["mamba", "attention", "mamba", "mamba"],
-           "mamba_d_state": 64, "mamba_d_conv": 4, "mamba_expand": 2, "mamba_n_groups": 1}
+    cfg = {
+        "model_type": "bamba",
+        "num_hidden_layers": 4,
+        "hidden_size": 256,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "intermediate_size": 512,
+        "vocab_size": 1000,
+        "max_position_embeddings": 4096,
+        "torch_dtype": "bfloat16",
+        "layers_block_type": ["mamba", "attention", "mamba", "mamba"],
+        "mamba_d_state": 64,
+        "mamba_d_conv": 4,
+        "mamba_expand": 2,
+        "mamba_n_groups": 1,
+    }
     p = tmp_path / "config.json"
     p.write_text(json.dumps(cfg))
     m = get_model(str(p))
@@ -468,8 +522,9 @@ def test_footprint_is_the_largest_holding_of_the_request_alone():
     rng = random.Random(3)
     for model in MODELS.values():
         for chunk in (0, 24, 64):
-            a = make_allocator("hybrid:8", 0, 4096, memory=ModelMemory(model, 1, 4096 * model.kv_bytes_per_token,
-                                                                         chunk))
+            a = make_allocator(
+                "hybrid:8", 0, 4096, memory=ModelMemory(model, 1, 4096 * model.kv_bytes_per_token, chunk)
+            )
             for _ in range(20):
                 r = Request("r", 0, rng.randint(1, 200), rng.randint(1, 200))
                 P, L = r.prompt_tokens, r.total_tokens
@@ -493,22 +548,47 @@ def test_footprint_is_the_largest_holding_of_the_request_alone():
 def test_hf_configs_of_llama4_and_gpt_oss(tmp_path):
     import json
 
-    text = {"model_type": "llama4_text", "num_hidden_layers": 48, "hidden_size": 5120, "num_attention_heads": 40,
-            "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 8192, "intermediate_size_mlp": 16384,
-            "vocab_size": 202048, "max_position_embeddings": 10485760, "torch_dtype": "bfloat16",
-            "attention_chunk_size": 8192, "no_rope_layers": [int((i + 1) % 4 != 0) for i in range(48)],
-            "num_local_experts": 16, "num_experts_per_tok": 1, "interleave_moe_layer_step": 1}
+    text = {
+        "model_type": "llama4_text",
+        "num_hidden_layers": 48,
+        "hidden_size": 5120,
+        "num_attention_heads": 40,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "intermediate_size": 8192,
+        "intermediate_size_mlp": 16384,
+        "vocab_size": 202048,
+        "max_position_embeddings": 10485760,
+        "torch_dtype": "bfloat16",
+        "attention_chunk_size": 8192,
+        "no_rope_layers": [int((i + 1) % 4 != 0) for i in range(48)],
+        "num_local_experts": 16,
+        "num_experts_per_tok": 1,
+        "interleave_moe_layer_step": 1,
+    }
     p = tmp_path / "config.json"
     p.write_text(json.dumps({"model_type": "llama4", "text_config": text}))
     m = get_model(str(p))
     scout = MODEL_PRESETS["llama-4-scout"]
     assert m.mixers == scout.mixers and m.sequence_bytes(50_000) == scout.sequence_bytes(50_000)
     assert m.active_params == pytest.approx(17.2e9, rel=0.01)  # "17B active"
-    oss = {"model_type": "gpt_oss", "num_hidden_layers": 24, "hidden_size": 2880, "num_attention_heads": 64,
-           "num_key_value_heads": 8, "head_dim": 64, "intermediate_size": 2880, "vocab_size": 201088,
-           "max_position_embeddings": 131072, "torch_dtype": "bfloat16", "sliding_window": 128,
-           "layer_types": ["sliding_attention", "full_attention"] * 12, "num_local_experts": 32,
-           "experts_per_token": 4, "quantization_config": {"quant_method": "mxfp4"}}
+    oss = {
+        "model_type": "gpt_oss",
+        "num_hidden_layers": 24,
+        "hidden_size": 2880,
+        "num_attention_heads": 64,
+        "num_key_value_heads": 8,
+        "head_dim": 64,
+        "intermediate_size": 2880,
+        "vocab_size": 201088,
+        "max_position_embeddings": 131072,
+        "torch_dtype": "bfloat16",
+        "sliding_window": 128,
+        "layer_types": ["sliding_attention", "full_attention"] * 12,
+        "num_local_experts": 32,
+        "experts_per_token": 4,
+        "quantization_config": {"quant_method": "mxfp4"},
+    }
     p.write_text(json.dumps(oss))
     g = get_model(str(p))
     assert g.sequence_bytes(32768) == MODEL_PRESETS["gpt-oss-20b"].sequence_bytes(32768)
@@ -519,8 +599,9 @@ def test_custom_models_take_windows_and_mla():
     g = get_model("custom:layers=48,kv_heads=8,head_dim=256,params=12e9,q_heads=16,sliding_window=1024,full_every=6")
     assert g.mixers == MODEL_PRESETS["gemma-3-12b"].mixers
     assert g.sequence_bytes(32768) == MODEL_PRESETS["gemma-3-12b"].sequence_bytes(32768)
-    d = get_model("custom:layers=61,kv_heads=128,head_dim=192,params=671e9,kv_lora_rank=512,qk_rope_head_dim=64,"
-                  "dtype=bf16")
+    d = get_model(
+        "custom:layers=61,kv_heads=128,head_dim=192,params=671e9,kv_lora_rank=512,qk_rope_head_dim=64,dtype=bf16"
+    )
     assert d.kv_bytes_per_token == 61 * 1152
     for bad in ("full_every=2", "sliding_window=8,attention_chunk=8", "sliding_window=-3"):
         with pytest.raises(ConfigError):
@@ -531,8 +612,11 @@ def test_vllm_maximum_concurrency_of_the_hybrid_layout_by_hand():
     from kvsim.memory_budget import memory_budget
     from kvsim.options import config_from_args
 
-    b = memory_budget(config_from_args(["--model", "gpt-oss-20b", "--gpu", "h100-80gb", "--max-model-len", "131072",
-                                        "--kv-pool-gb", "40"]))
+    b = memory_budget(
+        config_from_args(
+            ["--model", "gpt-oss-20b", "--gpu", "h100-80gb", "--max-model-len", "131072", "--kv-pool-gb", "40"]
+        )
+    )
     pages = (40 << 30) // (12 * 16 * 2048)  # 12 layers a group x 16 tokens x 2 KiB
     # a max-length request: 8,192 full blocks + cdiv(128 - 1 + 8,192, 16) + 1 = 521 sliding blocks (vLLM)
     assert b.concurrency_by_layout()["hybrid"] == pytest.approx(pages / (8192 + 521))
@@ -547,10 +631,21 @@ def _config(tmp_path, cfg, name="config.json"):
     return str(p)
 
 
-GDN = {"num_hidden_layers": 8, "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2,
-       "head_dim": 32, "intermediate_size": 128, "vocab_size": 1000, "max_position_embeddings": 4096,
-       "linear_num_key_heads": 2, "linear_num_value_heads": 4, "linear_key_head_dim": 16,
-       "linear_value_head_dim": 16, "linear_conv_kernel_dim": 4}
+GDN = {
+    "num_hidden_layers": 8,
+    "hidden_size": 64,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 32,
+    "intermediate_size": 128,
+    "vocab_size": 1000,
+    "max_position_embeddings": 4096,
+    "linear_num_key_heads": 2,
+    "linear_num_value_heads": 4,
+    "linear_key_head_dim": 16,
+    "linear_value_head_dim": 16,
+    "linear_conv_kernel_dim": 4,
+}
 
 
 def test_gated_deltanet_layers_hold_their_state_as_vllm_sizes_it(tmp_path):
@@ -558,16 +653,32 @@ def test_gated_deltanet_layers_hold_their_state_as_vllm_sizes_it(tmp_path):
     covers q, k and v: (2 x 2 x 16 + 4 x 16) x (4 - 1) = 384 values; the recurrent state is 16 x 16 per value
     head: 4 x 256 = 1,024; bf16: 2,816 bytes per layer; with Qwen3.5's mamba_ssm_dtype float32 the recurrent
     part takes 4 bytes: 384 x 2 + 1,024 x 4 = 4,864; split over 2 ranks: half each."""
-    m = get_model(_config(tmp_path, {"model_type": "qwen3_next", "torch_dtype": "bfloat16",
-                                     "full_attention_interval": 4, **GDN}))
+    m = get_model(
+        _config(tmp_path, {"model_type": "qwen3_next", "torch_dtype": "bfloat16", "full_attention_interval": 4, **GDN})
+    )
     assert m.mixers == ("mamba", "mamba", "mamba", "full") * 2
     assert m.state_bytes_per_layer() == (384 + 1024) * 2 == 2816
     assert m.state_bytes_per_layer(2) == 2816 // 2
     assert m.kv_bytes_per_token == 2 * 2 * 2 * 32 * 2  # 2 attention layers only
-    q35 = get_model(_config(tmp_path, {"model_type": "qwen3_5_moe", "text_config": {
-        "model_type": "qwen3_5_moe_text", "dtype": "bfloat16", "mamba_ssm_dtype": "float32",
-        "layer_types": ["linear_attention"] * 3 + ["full_attention"] + ["linear_attention"] * 3 + ["full_attention"],
-        **GDN}}, "q35.json"))
+    q35 = get_model(
+        _config(
+            tmp_path,
+            {
+                "model_type": "qwen3_5_moe",
+                "text_config": {
+                    "model_type": "qwen3_5_moe_text",
+                    "dtype": "bfloat16",
+                    "mamba_ssm_dtype": "float32",
+                    "layer_types": ["linear_attention"] * 3
+                    + ["full_attention"]
+                    + ["linear_attention"] * 3
+                    + ["full_attention"],
+                    **GDN,
+                },
+            },
+            "q35.json",
+        )
+    )
     assert q35.dtype == "bf16" and q35.state_dtype == "fp32"
     assert q35.state_bytes_per_layer() == 384 * 2 + 1024 * 4 == 4864
     # in/out projections: q, k (2 x 32) and v, z (2 x 64) and 2 gates per value head in; conv; 64 -> 64 out
@@ -578,9 +689,14 @@ def test_hybrid_families_kvsim_does_not_model_are_refused_not_priced_as_attentio
     from kvsim.errors import ConfigError
 
     base = {k: v for k, v in GDN.items() if not k.startswith("linear_")}
-    for field, value in (("attn_type_list", [0, 1] * 4), ("linear_attn_config", {"kda_layers": [1, 2]}),
-                         ("hybrid_override_pattern", "M--M*-M-"), ("hybrid_override_pattern", "-M*-M-M-"),
-                         ("hybrid_override_pattern", "MX*-M-M-"), ("hybrid_override_pattern", "M-M-")):
+    for field, value in (
+        ("attn_type_list", [0, 1] * 4),
+        ("linear_attn_config", {"kda_layers": [1, 2]}),
+        ("hybrid_override_pattern", "M--M*-M-"),
+        ("hybrid_override_pattern", "-M*-M-M-"),
+        ("hybrid_override_pattern", "MX*-M-M-"),
+        ("hybrid_override_pattern", "M-M-"),
+    ):
         with pytest.raises(ConfigError, match=f"field '{field}'"):
             get_model(_config(tmp_path, {"model_type": "x", **base, field: value}))
 
@@ -593,12 +709,30 @@ def test_nemotron_h_blocks_become_layers_with_or_without_an_ffn(tmp_path):
     from kvsim.latency import build_latency
     from kvsim.options import config_from_args
 
-    cfg = {"model_type": "nemotron_h", "num_hidden_layers": 7, "hybrid_override_pattern": "MEM*EM-",
-           "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
-           "intermediate_size": 128, "vocab_size": 1000, "max_position_embeddings": 4096, "torch_dtype": "bfloat16",
-           "mamba_num_heads": 4, "mamba_head_dim": 8, "ssm_state_size": 16, "n_groups": 2, "conv_kernel": 4,
-           "mamba_ssm_cache_dtype": "float32", "n_routed_experts": 4, "num_experts_per_tok": 2,
-           "moe_intermediate_size": 32, "moe_shared_expert_intermediate_size": 64, "n_shared_experts": 1}
+    cfg = {
+        "model_type": "nemotron_h",
+        "num_hidden_layers": 7,
+        "hybrid_override_pattern": "MEM*EM-",
+        "hidden_size": 64,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 16,
+        "intermediate_size": 128,
+        "vocab_size": 1000,
+        "max_position_embeddings": 4096,
+        "torch_dtype": "bfloat16",
+        "mamba_num_heads": 4,
+        "mamba_head_dim": 8,
+        "ssm_state_size": 16,
+        "n_groups": 2,
+        "conv_kernel": 4,
+        "mamba_ssm_cache_dtype": "float32",
+        "n_routed_experts": 4,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": 32,
+        "moe_shared_expert_intermediate_size": 64,
+        "n_shared_experts": 1,
+    }
     m = get_model(_config(tmp_path, cfg))
     assert m.layers == 4 and m.mixers == ("mamba", "mamba", "full", "mamba")
     assert m.ffn_mask == (True, False, True, True) and m.moe_mask == (True, False, True, False)
@@ -616,24 +750,61 @@ def test_gemma_3s_published_config_leaves_vocabulary_context_and_pattern_to_tran
     """google/gemma-3-27b-it's config.json has no vocab_size, max_position_embeddings, sliding_window_pattern
     or tie_word_embeddings in its text_config: transformers' Gemma3TextConfig defaults (262,208; 131,072; every
     6th layer global; tied) apply, and the top-level torch_dtype is the language model's."""
-    text = {"head_dim": 128, "hidden_size": 5376, "intermediate_size": 21504, "model_type": "gemma3_text",
-            "num_attention_heads": 32, "num_hidden_layers": 62, "num_key_value_heads": 16,
-            "query_pre_attn_scalar": 168, "rope_scaling": {"factor": 8.0, "rope_type": "linear"}, "sliding_window": 1024}
-    m = get_model(_config(tmp_path, {"architectures": ["Gemma3ForConditionalGeneration"], "model_type": "gemma3",
-                                     "torch_dtype": "bfloat16", "text_config": text}))
+    text = {
+        "head_dim": 128,
+        "hidden_size": 5376,
+        "intermediate_size": 21504,
+        "model_type": "gemma3_text",
+        "num_attention_heads": 32,
+        "num_hidden_layers": 62,
+        "num_key_value_heads": 16,
+        "query_pre_attn_scalar": 168,
+        "rope_scaling": {"factor": 8.0, "rope_type": "linear"},
+        "sliding_window": 1024,
+    }
+    m = get_model(
+        _config(
+            tmp_path,
+            {
+                "architectures": ["Gemma3ForConditionalGeneration"],
+                "model_type": "gemma3",
+                "torch_dtype": "bfloat16",
+                "text_config": text,
+            },
+        )
+    )
     assert (m.vocab_size, m.max_context, m.tie_word_embeddings, m.dtype) == (262_208, 131_072, True, "bf16")
     assert m.count("full") == 10 and m.mixers[5] == "full" and m.mixers[4] == "sliding"
     assert abs(m.params / 1e9 - 27.0) < 0.1  # the published 27B
 
 
 def test_a_multimodal_checkpoints_quantization_applies_to_its_language_model(tmp_path):
-    text = {"model_type": "ministral3", "num_hidden_layers": 4, "hidden_size": 256, "num_attention_heads": 4,
-            "num_key_value_heads": 2, "head_dim": 64, "intermediate_size": 512, "vocab_size": 1000,
-            "max_position_embeddings": 4096}
-    m = get_model(_config(tmp_path, {"model_type": "mistral3", "dtype": "bfloat16", "text_config": text,
-                                     "quantization_config": {"quant_method": "fp8", "activation_scheme": "static",
-                                                             "modules_to_not_convert": ["model.vision_tower",
-                                                                                        "lm_head"]}}))
+    text = {
+        "model_type": "ministral3",
+        "num_hidden_layers": 4,
+        "hidden_size": 256,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 64,
+        "intermediate_size": 512,
+        "vocab_size": 1000,
+        "max_position_embeddings": 4096,
+    }
+    m = get_model(
+        _config(
+            tmp_path,
+            {
+                "model_type": "mistral3",
+                "dtype": "bfloat16",
+                "text_config": text,
+                "quantization_config": {
+                    "quant_method": "fp8",
+                    "activation_scheme": "static",
+                    "modules_to_not_convert": ["model.vision_tower", "lm_head"],
+                },
+            },
+        )
+    )
     assert m.dtype == "bf16" and m.weight_quant == "fp8"
 
 

@@ -18,7 +18,11 @@ def test_mooncake_excerpt():
     first = json.loads(open("traces/mooncake_excerpt_raw.jsonl").readline())
     r = c.requests[0]
     assert c.rows == len(c.requests) == 393 and not c.skipped
-    assert (r.prompt_tokens, r.output_tokens, list(r.hash_ids)) == (first["input_length"], first["output_length"], first["hash_ids"])
+    assert (r.prompt_tokens, r.output_tokens, list(r.hash_ids)) == (
+        first["input_length"],
+        first["output_length"],
+        first["hash_ids"],
+    )
     assert r.hash_block_tokens == 512 and r.arrival_s == 0.0
     assert all(len(q.hash_ids) == -(-q.prompt_tokens // 512) for q in c.requests)
 
@@ -50,7 +54,11 @@ def test_burstgpt_failed_rows_are_dropped_and_counted():
 
 def test_vidur_and_lengths_csv():
     c = convert("vidur", "tests/data/vidur_sample.csv")
-    assert [(r.arrival_s, r.prompt_tokens, r.output_tokens) for r in c.requests] == [(0.0, 120, 37), (0.25, 980, 12), (1.75, 45, 301)]
+    assert [(r.arrival_s, r.prompt_tokens, r.output_tokens) for r in c.requests] == [
+        (0.0, 120, 37),
+        (0.25, 980, 12),
+        (1.75, 45, 301),
+    ]
     c = convert("lengths-csv", "traces/sharegpt_lengths_excerpt.csv", arrivals=ArrivalSpec("poisson", 2.0), seed=1)
     assert len(c.requests) == 300 and c.requests[0].prompt_tokens == 74
     assert c.requests[-1].arrival_s > 50  # ~150 s at 2 req/s
@@ -83,7 +91,9 @@ def test_convert_cli_roundtrip(tmp_path, capsys):
 @pytest.mark.parametrize("name", ["system-prompt", "few-shot", "multi-turn", "doc-summary"])
 def test_scenarios_carry_consistent_hash_ids(name):
     spec = ScenarioSpec(name, shared_tokens=256, num_prefixes=3, hash_block_tokens=16)
-    reqs = generate_scenario(spec, 200, ArrivalSpec("poisson", 5.0), LengthSpec(prompt_mean=200, output_mean=50), seed=3)
+    reqs = generate_scenario(
+        spec, 200, ArrivalSpec("poisson", 5.0), LengthSpec(prompt_mean=200, output_mean=50), seed=3
+    )
     assert len(reqs) == 200 and all(r.hash_ids and r.hash_block_tokens == 16 for r in reqs)
     assert all(len(r.hash_ids) == -(-r.prompt_tokens // 16) for r in reqs)
     assert [r.arrival_s for r in reqs] == sorted(r.arrival_s for r in reqs)
@@ -94,8 +104,10 @@ def test_scenarios_carry_consistent_hash_ids(name):
         assert len(firsts) == 3
     else:  # multi-turn: some prompt extends an earlier one's identified blocks
         ids = [r.hash_ids for r in reqs]
-        assert any(len(b) > 1 and b[:len(a) - 1] == a[:-1] and len(a) > 1 for a in ids for b in ids if a is not b)
-    again = generate_scenario(spec, 200, ArrivalSpec("poisson", 5.0), LengthSpec(prompt_mean=200, output_mean=50), seed=3)
+        assert any(len(b) > 1 and b[: len(a) - 1] == a[:-1] and len(a) > 1 for a in ids for b in ids if a is not b)
+    again = generate_scenario(
+        spec, 200, ArrivalSpec("poisson", 5.0), LengthSpec(prompt_mean=200, output_mean=50), seed=3
+    )
     assert again == reqs
 
 
@@ -103,8 +115,13 @@ def test_scenario_sharing_shows_up_as_hits(tmp_path):
     from kvsim.options import config_from_args
     from kvsim.runner import simulate
 
-    reqs = generate_scenario(ScenarioSpec("system-prompt", shared_tokens=1024), 150, ArrivalSpec("poisson", 4.0),
-                             LengthSpec(prompt_mean=200, output_mean=100), seed=0)
+    reqs = generate_scenario(
+        ScenarioSpec("system-prompt", shared_tokens=1024),
+        150,
+        ArrivalSpec("poisson", 4.0),
+        LengthSpec(prompt_mean=200, output_mean=100),
+        seed=0,
+    )
     cfg = config_from_args([])
     s = simulate(reqs, cfg, "paged:16+prefix").summary
     assert s["prefix_hit_rate_tokens"] > 0.7  # 1024 shared of ~1224 prompt tokens
@@ -120,9 +137,13 @@ def test_every_format_starts_at_zero_and_shipped_format_samples_convert():
 
 
 @settings(max_examples=80, deadline=None)
-@given(st.datetimes(min_value=datetime(2000, 1, 1), max_value=datetime(2037, 12, 31)),
-       st.integers(0, 10**7 - 1), st.integers(0, 3 * 86400), st.integers(0, 10**7 - 1),
-       st.sampled_from(["", "Z", "+00:00", "+02:00", "-0530"]))
+@given(
+    st.datetimes(min_value=datetime(2000, 1, 1), max_value=datetime(2037, 12, 31)),
+    st.integers(0, 10**7 - 1),
+    st.integers(0, 3 * 86400),
+    st.integers(0, 10**7 - 1),
+    st.sampled_from(["", "Z", "+00:00", "+02:00", "-0530"]),
+)
 def test_azure_times_are_utc_whatever_the_machine_time_zone(t, f1, gap, f2, zone):
     """The same CSV gives the same gaps on every machine: naive times are UTC (a DST change in the
     machine's zone changes nothing), fractions are kept, offsets are honoured."""
@@ -155,7 +176,9 @@ def test_azure_times_are_utc_whatever_the_machine_time_zone(t, f1, gap, f2, zone
 def test_azure_time_offsets_and_a_dst_night():
     from kvsim.trace.importers import _parse_azure_time
 
-    assert _parse_azure_time("2023-11-16 18:15:46+02:00", "x", 1)[0] == _parse_azure_time("2023-11-16 16:15:46", "x", 1)[0]
+    assert (
+        _parse_azure_time("2023-11-16 18:15:46+02:00", "x", 1)[0] == _parse_azure_time("2023-11-16 16:15:46", "x", 1)[0]
+    )
     # 01:30 to 03:30 on the night New York springs forward is still two hours in the trace's clock (UTC)
     a, b = _parse_azure_time("2023-03-12 01:30:00", "x", 1), _parse_azure_time("2023-03-12 03:30:00", "x", 2)
     assert b[0] - a[0] == 7200
@@ -190,8 +213,10 @@ def test_ideal_prefix_reuse_is_what_an_unbounded_cache_serves(prompts):
     from kvsim.trace.stats import ideal_prefix_reuse
     from helpers import FixedLatency, sched
 
-    reqs = [Request(str(i), 100.0 * i, 16 * len(ids) + 1, 1, hash_ids=tuple(ids) + (10**6 + i,), hash_block_tokens=16)
-            for i, ids in enumerate(prompts)]
+    reqs = [
+        Request(str(i), 100.0 * i, 16 * len(ids) + 1, 1, hash_ids=tuple(ids) + (10**6 + i,), hash_block_tokens=16)
+        for i, ids in enumerate(prompts)
+    ]
     res = Simulation(reqs, make_allocator("paged:16+prefix", 10**6, 4096), FixedLatency(), sched()).run()
     total = sum(r.prompt_tokens for r in reqs)
     assert res.extra["hit_tokens"] / total == pytest.approx(ideal_prefix_reuse(reqs))
@@ -201,5 +226,6 @@ def test_trace_csvs_saved_with_a_byte_order_mark_convert(tmp_path):
     """A spreadsheet's BOM once hid the first column (TIMESTAMP missing from the header)."""
     bom = tmp_path / "azure.csv"
     bom.write_bytes(b"\xef\xbb\xbf" + open("traces/azure_conv_excerpt.csv", "rb").read())
-    assert [r.arrival_s for r in convert("azure", str(bom)).requests] == \
-        [r.arrival_s for r in convert("azure", "traces/azure_conv_excerpt.csv").requests]
+    assert [r.arrival_s for r in convert("azure", str(bom)).requests] == [
+        r.arrival_s for r in convert("azure", "traces/azure_conv_excerpt.csv").requests
+    ]

@@ -23,13 +23,19 @@ from kvsim.trace.request import Request
 LATENCIES = {
     "roofline": RooflineModel(get_model("llama-2-7b"), get_gpu("a100-40gb")),
     "per-op": build_latency(config_from_args(["--model", "llama-2-7b", "--gpu", "a100-80gb"])),
-    "per-op-async": build_latency(config_from_args(["--model", "llama-2-70b", "--gpu", "h100-80gb", "-tp", "4",
-                                                    "--cpu-overhead", "vllm-v1-async"])),
+    "per-op-async": build_latency(
+        config_from_args(
+            ["--model", "llama-2-70b", "--gpu", "h100-80gb", "-tp", "4", "--cpu-overhead", "vllm-v1-async"]
+        )
+    ),
     # layers that attend to different spans, recurrent layers and experts
     "per-op-gemma2": build_latency(config_from_args(["--model", "gemma-2-9b", "--gpu", "h100-80gb"])),
-    "per-op-jamba-async": build_latency(config_from_args(["--model", "jamba-1.5-mini", "--gpu", "h200-141gb",
-                                                          "--cpu-overhead", "vllm-v1-async"])),
+    "per-op-jamba-async": build_latency(
+        config_from_args(["--model", "jamba-1.5-mini", "--gpu", "h200-141gb", "--cpu-overhead", "vllm-v1-async"])
+    ),
 }
+
+
 def _toy(name, types, **more):
     from kvsim.hardware.models import ModelSpec
 
@@ -39,9 +45,18 @@ def _toy(name, types, **more):
 TOY_MODELS = {
     "toy-sliding": _toy("toy-sliding", ("sliding", "full", "sliding", "sliding"), sliding_window=40),
     "toy-chunked": _toy("toy-chunked", ("chunked", "full", "chunked"), attention_chunk=64),
-    "toy-mamba": _toy("toy-mamba", ("mamba", "full", "mamba", "sliding"), sliding_window=24, mamba_d_inner=16,
-                      mamba_d_state=4, mamba_d_conv=4, mamba_conv_channels=16),
+    "toy-mamba": _toy(
+        "toy-mamba",
+        ("mamba", "full", "mamba", "sliding"),
+        sliding_window=24,
+        mamba_d_inner=16,
+        mamba_d_state=4,
+        mamba_d_conv=4,
+        mamba_conv_channels=16,
+    ),
 }
+
+
 def _toy_latency(types, cpu="vllm-v1", **more):
     """A small model with wide KV heads on a slow GPU: decode attention well above its kernel floor, so
     every windowed read shows in the step times."""
@@ -68,43 +83,81 @@ def _mla_tp1():
 LATENCIES["per-op-mla-flops"] = _mla_tp1()
 # windows small enough that decodes cross them: the engine counts every context's windowed reads
 LATENCIES["per-op-toy-sliding"] = _toy_latency(("sliding", "full", "sliding"), sliding_window=40)
-LATENCIES["per-op-toy-chunked-async"] = _toy_latency(("chunked", "full", "chunked"), "vllm-v1-async",
-                                                     attention_chunk=64)
-LATENCIES["per-op-toy-mamba"] = _toy_latency(("mamba", "full", "sliding"), sliding_window=24, mamba_d_inner=64,
-                                             mamba_d_state=4, mamba_d_conv=4, mamba_conv_channels=64)
+LATENCIES["per-op-toy-chunked-async"] = _toy_latency(
+    ("chunked", "full", "chunked"), "vllm-v1-async", attention_chunk=64
+)
+LATENCIES["per-op-toy-mamba"] = _toy_latency(
+    ("mamba", "full", "sliding"),
+    sliding_window=24,
+    mamba_d_inner=64,
+    mamba_d_state=4,
+    mamba_d_conv=4,
+    mamba_conv_channels=64,
+)
 FAMILIES = [[7000 + 100 * f + i for i in range(40)] for f in range(3)]
 
-request = st.tuples(st.floats(0, 5), st.integers(1, 300), st.integers(1, 120), st.integers(0, 2),
-                    st.sampled_from([1, 1, 1, 2, 3]), st.integers(0, 3))
-setup = st.fixed_dictionaries({
-    "spec": st.sampled_from(["paged:16", "paged:8", "paged:4", "paged:16+prefix", "radix:8", "max", "pow2", "oracle",
-                             "hybrid:16", "hybrid:8+prefix", "static-split:8", "naive:16", "hybrid:16+prefix"]),
-    "model": st.sampled_from(["toy-sliding", "toy-chunked", "toy-mamba"]),
-    "policy": st.sampled_from(["lifo", "fifo", "lru", "priority", "prefill-first", "hybrid"]),
-    "mode": st.sampled_from(["recompute", "swap", "partial"]),
-    "static": st.booleans(),
-    "max_seqs": st.sampled_from([2, 4, 8, 32]),
-    "budget": st.sampled_from([16, 64, 128, 512, 4096]),
-    "horizon": st.one_of(st.none(), st.floats(0.5, 10)),
-    "pool": st.integers(200, 3000),
-    "latency": st.sampled_from(sorted(LATENCIES)),
-    "chunked": st.sampled_from([True, True, False]),
-    "multi_step": st.sampled_from([1, 1, 1, 3, 8]),  # vLLM V0's --num-scheduler-steps
-    "v0": st.booleans(),  # vLLM V0: without chunked prefill, prompts run in steps of their own
-    "frontend": st.sampled_from(["none", "none", "vllm", "vllm-v0"]),  # vllm-v0 hands bursts over together
-    "async": st.booleans(),  # V1's async scheduling: arrivals join a step later (V1 only: no multi-step, no v0)
-})
+request = st.tuples(
+    st.floats(0, 5),
+    st.integers(1, 300),
+    st.integers(1, 120),
+    st.integers(0, 2),
+    st.sampled_from([1, 1, 1, 2, 3]),
+    st.integers(0, 3),
+)
+setup = st.fixed_dictionaries(
+    {
+        "spec": st.sampled_from(
+            [
+                "paged:16",
+                "paged:8",
+                "paged:4",
+                "paged:16+prefix",
+                "radix:8",
+                "max",
+                "pow2",
+                "oracle",
+                "hybrid:16",
+                "hybrid:8+prefix",
+                "static-split:8",
+                "naive:16",
+                "hybrid:16+prefix",
+            ]
+        ),
+        "model": st.sampled_from(["toy-sliding", "toy-chunked", "toy-mamba"]),
+        "policy": st.sampled_from(["lifo", "fifo", "lru", "priority", "prefill-first", "hybrid"]),
+        "mode": st.sampled_from(["recompute", "swap", "partial"]),
+        "static": st.booleans(),
+        "max_seqs": st.sampled_from([2, 4, 8, 32]),
+        "budget": st.sampled_from([16, 64, 128, 512, 4096]),
+        "horizon": st.one_of(st.none(), st.floats(0.5, 10)),
+        "pool": st.integers(200, 3000),
+        "latency": st.sampled_from(sorted(LATENCIES)),
+        "chunked": st.sampled_from([True, True, False]),
+        "multi_step": st.sampled_from([1, 1, 1, 3, 8]),  # vLLM V0's --num-scheduler-steps
+        "v0": st.booleans(),  # vLLM V0: without chunked prefill, prompts run in steps of their own
+        "frontend": st.sampled_from(["none", "none", "vllm", "vllm-v0"]),  # vllm-v0 hands bursts over together
+        "async": st.booleans(),  # V1's async scheduling: arrivals join a step later (V1 only: no multi-step, no v0)
+    }
+)
 
 
 def _run(reqs, s, fast, observer=None):
     budget = max(s["budget"], s["max_seqs"], 0 if s["chunked"] else 512)
     max_len = s.get("max_len", 512)
-    cfg = sched(max_model_len=max_len, max_num_seqs=s["max_seqs"], max_num_batched_tokens=budget, enable_chunked_prefill=s["chunked"],
-                batching="static" if s["static"] else "continuous", horizon_s=s["horizon"],
-                preemption_mode="swap" if s["mode"] == "swap" else "recompute", partial_preemption=s["mode"] == "partial",
-                num_scheduler_steps=s.get("multi_step", 1), prompts_alone=s.get("v0", False) and not s["chunked"],
-                api_server=FRONTEND_PRESETS[s.get("frontend", "none")],
-                async_scheduling=s.get("async", False) and s.get("multi_step", 1) == 1 and not s.get("v0", False))
+    cfg = sched(
+        max_model_len=max_len,
+        max_num_seqs=s["max_seqs"],
+        max_num_batched_tokens=budget,
+        enable_chunked_prefill=s["chunked"],
+        batching="static" if s["static"] else "continuous",
+        horizon_s=s["horizon"],
+        preemption_mode="swap" if s["mode"] == "swap" else "recompute",
+        partial_preemption=s["mode"] == "partial",
+        num_scheduler_steps=s.get("multi_step", 1),
+        prompts_alone=s.get("v0", False) and not s["chunked"],
+        api_server=FRONTEND_PRESETS[s.get("frontend", "none")],
+        async_scheduling=s.get("async", False) and s.get("multi_step", 1) == 1 and not s.get("v0", False),
+    )
     swap = s["mode"] == "swap"
     memory = None
     if KINDS[parse_allocator(s["spec"]).kind].layer_groups:  # a small model whose layers keep different caches
@@ -114,8 +167,16 @@ def _run(reqs, s, fast, observer=None):
         alloc = make_allocator(s["spec"], s["pool"], max_len, 16 * 40 if swap else 0, memory=memory)
     except ConfigError:  # a split too small to give every pool a page
         assume(False)
-    return Simulation(reqs, alloc, LATENCIES[s["latency"]], cfg, get_victim_policy(s["policy"]), fast_forward=fast,
-                      swap_timing=SwapTiming(1000, 1e6, 1e-3) if swap else None, observer=observer).run()
+    return Simulation(
+        reqs,
+        alloc,
+        LATENCIES[s["latency"]],
+        cfg,
+        get_victim_policy(s["policy"]),
+        fast_forward=fast,
+        swap_timing=SwapTiming(1000, 1e6, 1e-3) if swap else None,
+        observer=observer,
+    ).run()
 
 
 @settings(max_examples=120, deadline=None)
@@ -124,15 +185,20 @@ def test_incremental_scheduler_equals_stepping(items, s):
     reqs = []
     for i, (t, p, o, f, n, prio) in enumerate(items):
         nb = -(-p // 16)
-        ids = tuple(FAMILIES[f][:nb // 2] + [10**6 + 100 * i + j for j in range(nb - nb // 2)])
+        ids = tuple(FAMILIES[f][: nb // 2] + [10**6 + 100 * i + j for j in range(nb - nb // 2)])
         reqs.append(Request(str(i), t, p, o, priority=prio, hash_ids=ids, hash_block_tokens=16, n=n))
     fast, slow = _run(reqs, s, True), _run(reqs, s, False)
     assert fast.steps == slow.steps and fast.preemptions == slow.preemptions
     assert fast.extra == pytest.approx(slow.extra, rel=1e-9)
     pairs = [(a, b) for x, y in zip(fast.sequences, slow.sequences) for a, b in zip([x, *x.samples], [y, *y.samples])]
     for a, b in pairs:
-        assert (a.status, a.preemptions, a.cached_tokens, a.generated, a.computed) == \
-            (b.status, b.preemptions, b.cached_tokens, b.generated, b.computed)
+        assert (a.status, a.preemptions, a.cached_tokens, a.generated, a.computed) == (
+            b.status,
+            b.preemptions,
+            b.cached_tokens,
+            b.generated,
+            b.computed,
+        )
         for f in ("admitted_s", "first_token_s", "finish_s"):
             x, y = getattr(a, f), getattr(b, f)
             assert (x is None and y is None) or math.isclose(x, y, rel_tol=1e-9, abs_tol=1e-9)
@@ -149,13 +215,25 @@ def test_a_long_prefill_starves_the_decodes_behind_it_as_stepping_does():
     D first. D's samples fork after its prompt and join the batch behind B: while B's chunks take the rest of
     the budget, the samples are running but get no token, until B's prompt is done."""
     reqs = [Request("a", 0.0, 10, 60), Request("d", 0.04, 10, 20, n=3), Request("b", 0.045, 600, 5)]
-    s = {"spec": "paged:16", "policy": "lifo", "mode": "recompute", "static": False, "max_seqs": 8, "budget": 64,
-         "horizon": None, "pool": 4000, "latency": "roofline", "chunked": True, "max_len": 1024}
+    s = {
+        "spec": "paged:16",
+        "policy": "lifo",
+        "mode": "recompute",
+        "static": False,
+        "max_seqs": 8,
+        "budget": 64,
+        "horizon": None,
+        "pool": 4000,
+        "latency": "roofline",
+        "chunked": True,
+        "max_len": 1024,
+    }
     batches = {True: [], False: []}
 
     def observer(fast):
         return lambda start, dur, batch, steps, copies, alloc: batches[fast].extend(
-            [[(seq.req.id, seq.sid, n) for seq, n in batch]] * steps)
+            [[(seq.req.id, seq.sid, n) for seq, n in batch]] * steps
+        )
 
     fast, slow = _run(reqs, s, True, observer(True)), _run(reqs, s, False, observer(False))
     for res in (fast, slow):  # every request ran to the end, B's 600-token prompt included

@@ -17,7 +17,9 @@ REPORT = ROOT / "reports" / "validation-inferencemax"
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("validate_inferencemax", ROOT / "benchmarks" / "validate_inferencemax.py")
+    spec = importlib.util.spec_from_file_location(
+        "validate_inferencemax", ROOT / "benchmarks" / "validate_inferencemax.py"
+    )
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -25,16 +27,26 @@ def _bench():
 
 # one configuration per GPU and kind of load: H100 TP2 at 16 clients, H200 TP2 at 32 (vLLM 0.11), B200 TP4 at 64 (1k/1k),
 # H200 TP8 at 8 clients with 8k prompts
-CASES = [("h100", "0.13.0", 1024, 1024, 2, 16), ("h200", "0.11.2", 1024, 1024, 2, 32),
-         ("b200", "0.13.0", 1024, 1024, 4, 64), ("h200", "0.13.0", 8192, 1024, 8, 8)]
+CASES = [
+    ("h100", "0.13.0", 1024, 1024, 2, 16),
+    ("h200", "0.11.2", 1024, 1024, 2, 32),
+    ("b200", "0.13.0", 1024, 1024, 4, 64),
+    ("h200", "0.13.0", 8192, 1024, 8, 8),
+]
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0]}-tp{c[4]}-c{c[5]}-{c[2]}in")
 def test_replayed_runs_stay_in_the_measured_band(case):
     runs = pd.read_csv(DATA, dtype={"vllm": str})
     gpu, vllm, isl, osl, tp, conc = case
-    r = runs[(runs.gpu == gpu) & (runs.vllm == vllm) & (runs.isl == isl) & (runs.osl == osl) & (runs.tp == tp)
-             & (runs.conc == conc)]
+    r = runs[
+        (runs.gpu == gpu)
+        & (runs.vllm == vllm)
+        & (runs.isl == isl)
+        & (runs.osl == osl)
+        & (runs.tp == tp)
+        & (runs.conc == conc)
+    ]
     assert len(r) == 1
     row = next(r.itertuples())
     p = _bench().replay(row, "served")

@@ -28,8 +28,10 @@ def _alloc(spec="paged:16+prefix", blocks=6, cpu_blocks=100, latency_s=0.001):
 def _abc():
     """A, then B (other content) which evicts most of A's cached blocks from a 6-block pool, then A again."""
     a, b = (1, 2, 3, 4), (5, 6, 7, 8)
-    return [Request(n, t, 64, 2, hash_ids=ids, hash_block_tokens=16) for n, t, ids in (("A", 0, a), ("B", 10, b),
-                                                                                       ("C", 20, a))]
+    return [
+        Request(n, t, 64, 2, hash_ids=ids, hash_block_tokens=16)
+        for n, t, ids in (("A", 0, a), ("B", 10, b), ("C", 20, a))
+    ]
 
 
 @pytest.mark.parametrize("spec", ["paged:16+prefix", "radix:16"])
@@ -40,8 +42,13 @@ def test_a_cpu_tier_hit_by_hand(spec):
     prompt token is always computed): it loads 2 blocks (1 ms + 2,000 bytes at 1 GB/s), then one prefill
     step (0.1 s) computes tokens 48-63 and emits."""
     alloc = _alloc(spec)
-    sim = Simulation(_abc(), alloc, FixedLatency(prefill_s=0.1, decode_s=0.01), sched(),
-                     observer=lambda *args: args[-1].check_invariants())
+    sim = Simulation(
+        _abc(),
+        alloc,
+        FixedLatency(prefill_s=0.1, decode_s=0.01),
+        sched(),
+        observer=lambda *args: args[-1].check_invariants(),
+    )
     res = sim.run()
     c = res.sequences[2]
     assert c.last_cached_tokens == 48
@@ -84,14 +91,22 @@ def _requests(items):
 
 
 def _fingerprint(res):
-    return [(s.status, s.generated, s.preemptions, s.cached_tokens, s.admitted_s, s.first_token_s, s.finish_s)
-            for s in res.sequences]
+    return [
+        (s.status, s.generated, s.preemptions, s.cached_tokens, s.admitted_s, s.first_token_s, s.finish_s)
+        for s in res.sequences
+    ]
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(request, min_size=1, max_size=25), st.sampled_from(["paged:8+prefix", "radix:8"]),
-       st.integers(30, 120), st.integers(0, 30), st.sampled_from([16, 64, 4096]), st.booleans(),
-       st.sampled_from([None, 0, 10, 200]))
+@given(
+    st.lists(request, min_size=1, max_size=25),
+    st.sampled_from(["paged:8+prefix", "radix:8"]),
+    st.integers(30, 120),
+    st.integers(0, 30),
+    st.sampled_from([16, 64, 4096]),
+    st.booleans(),
+    st.sampled_from([None, 0, 10, 200]),
+)
 def test_no_block_in_two_tiers_and_every_request_accounted(items, spec, blocks, cpu_blocks, budget, partial, store):
     reqs = _requests(items)
     cfg = sched(max_model_len=512, max_num_batched_tokens=max(budget, 8), max_num_seqs=8, partial_preemption=partial)
@@ -100,8 +115,9 @@ def test_no_block_in_two_tiers_and_every_request_accounted(items, spec, blocks, 
         alloc.attach_tier(KVTier(TierSpec("store", store * BLOCK_BYTES, 1e8, 1e-3, shared=True), BLOCK_BYTES))
     alloc.attach_tier(KVTier(TierSpec("cpu", cpu_blocks * BLOCK_BYTES, 1e9, 1e-4), BLOCK_BYTES))
     assert [t.name for t in alloc.tiers] == ["cpu"] + (["store"] if store is not None else [])
-    res = Simulation(reqs, alloc, FixedLatency(0.05, 0.01), cfg,
-                     observer=lambda *args: args[-1].check_invariants()).run()  # exclusivity after every step
+    res = Simulation(
+        reqs, alloc, FixedLatency(0.05, 0.01), cfg, observer=lambda *args: args[-1].check_invariants()
+    ).run()  # exclusivity after every step
     alloc.check_invariants()
     assert all(s.status.value in ("finished", "rejected") for s in res.sequences)
     assert alloc.used_slots == 0
@@ -118,8 +134,9 @@ def test_a_store_shared_by_the_fleet_serves_what_other_replicas_computed():
     cfg = config_from_args(["--model", "llama-3-8b", "--gpu", "h100-80gb", "--kv-pool-gb", "4"])
     groups = [ReplicaGroup("h100", cfg, "paged:16+prefix", 4)]
     plain = simulate_fleet(reqs, groups, "round-robin")
-    shared = simulate_fleet(reqs, groups, "round-robin",
-                            store=TierSpec("store", 256 * (1 << 30), 10e9, 1e-3, shared=True))
+    shared = simulate_fleet(
+        reqs, groups, "round-robin", store=TierSpec("store", 256 * (1 << 30), 10e9, 1e-3, shared=True)
+    )
     s = shared.summary
     assert s["prefix_hit_rate_tokens"] > plain.summary["prefix_hit_rate_tokens"] + 0.2
     assert s["tier_store_loaded_blocks"] > 0
@@ -128,25 +145,63 @@ def test_a_store_shared_by_the_fleet_serves_what_other_replicas_computed():
     assert per_replica == s["tier_store_loaded_blocks"]
 
 
-@pytest.mark.parametrize("args,msg", [
-    (["--allocator", "paged:16", "--kv-offloading-size", "4"], "needs a paged prefix cache"),
-    (["--shared-kv-store", "0"], "--shared-kv-store"),
-    (["--shared-kv-store", "10:fast"], "--shared-kv-store"),
-    (["--kv-offloading-size", "-1"], "--kv-offloading-size"),
-])
+@pytest.mark.parametrize(
+    "args,msg",
+    [
+        (["--allocator", "paged:16", "--kv-offloading-size", "4"], "needs a paged prefix cache"),
+        (["--shared-kv-store", "0"], "--shared-kv-store"),
+        (["--shared-kv-store", "10:fast"], "--shared-kv-store"),
+        (["--kv-offloading-size", "-1"], "--kv-offloading-size"),
+    ],
+)
 def test_tier_options_fail_cleanly(args, msg, tmp_path):
-    r = subprocess.run([sys.executable, "-m", "kvsim", "cluster", "--trace", "traces/chat.jsonl", "--replicas", "1",
-                        "--routers", "round-robin", "--out", str(tmp_path), *args],
-                       capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "kvsim",
+            "cluster",
+            "--trace",
+            "traces/chat.jsonl",
+            "--replicas",
+            "1",
+            "--routers",
+            "round-robin",
+            "--out",
+            str(tmp_path),
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode != 0 and msg in r.stderr and "Traceback" not in r.stderr, r.stderr
 
 
 def test_layerwise_loads_without_a_lower_tier_are_said_to_change_nothing(tmp_path, capsys):
     from kvsim.cli import main
 
-    assert main(["run", "--trace", "traces/chat.jsonl", "--kv-load-layerwise", "--no-plots", "--out",
-                 str(tmp_path / "r")]) == 0
+    assert (
+        main(["run", "--trace", "traces/chat.jsonl", "--kv-load-layerwise", "--no-plots", "--out", str(tmp_path / "r")])
+        == 0
+    )
     assert "--kv-load-layerwise changes nothing" in capsys.readouterr().err
-    assert main(["run", "--trace", "traces/chat.jsonl", "--kv-load-layerwise", "--kv-offloading-size", "1",
-                 "--allocator", "paged+prefix", "--no-plots", "--out", str(tmp_path / "s")]) == 0
+    assert (
+        main(
+            [
+                "run",
+                "--trace",
+                "traces/chat.jsonl",
+                "--kv-load-layerwise",
+                "--kv-offloading-size",
+                "1",
+                "--allocator",
+                "paged+prefix",
+                "--no-plots",
+                "--out",
+                str(tmp_path / "s"),
+            ]
+        )
+        == 0
+    )
     assert "changes nothing" not in capsys.readouterr().err

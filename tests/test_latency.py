@@ -18,12 +18,15 @@ def test_sum_max_of_two_affine_matches_loop(a1, b1, a2, b2, k):
     assert math.isclose(sum_max_of_two_affine(a1, b1, a2, b2, k), brute, rel_tol=1e-9, abs_tol=1e-6)
 
 
-@pytest.mark.parametrize("a1,b1,a2,b2,k", [
-    (0.0, 5e-324, 1.0, 0.0, 10),  # slopes differ by a subnormal: the crossing is at +inf
-    (1.0, 0.0, 0.0, 5e-324, 3),
-    (0.0, -5e-324, 1e-300, 0.0, 7),
-    (-1.0, 2.0, 1.0, 2.0 - 1e-16, 5),
-])
+@pytest.mark.parametrize(
+    "a1,b1,a2,b2,k",
+    [
+        (0.0, 5e-324, 1.0, 0.0, 10),  # slopes differ by a subnormal: the crossing is at +inf
+        (1.0, 0.0, 0.0, 5e-324, 3),
+        (0.0, -5e-324, 1e-300, 0.0, 7),
+        (-1.0, 2.0, 1.0, 2.0 - 1e-16, 5),
+    ],
+)
 def test_sum_max_of_two_affine_extreme_slopes(a1, b1, a2, b2, k):
     """Regression: a crossing at +-inf used to raise 'cannot convert float NaN to integer'."""
     brute = sum(max(a1 + b1 * i, a2 + b2 * i) for i in range(k))
@@ -74,9 +77,15 @@ def test_windowed_prefill_tiles_in_closed_form_equal_the_walk():
     from kvsim.latency.perop import windowed_tiles
 
     @settings(max_examples=300, deadline=None)
-    @given(st.sampled_from(["sliding", "chunked"]), st.sampled_from([1, 7, 16, 100, 4096, 8191, 8192]),
-           st.sampled_from([16, 64, 128]), st.sampled_from([16, 64, 128]), st.integers(1, 300_000),
-           st.integers(0, 20_000), st.sampled_from([0.0, 1.0, 2.0]))
+    @given(
+        st.sampled_from(["sliding", "chunked"]),
+        st.sampled_from([1, 7, 16, 100, 4096, 8191, 8192]),
+        st.sampled_from([16, 64, 128]),
+        st.sampled_from([16, 64, 128]),
+        st.integers(1, 300_000),
+        st.integers(0, 20_000),
+        st.sampled_from([0.0, 1.0, 2.0]),
+    )
     def check(kind, window, tq, tkv, new, cached, ovh):
         walk = windowed_tiles(new, cached, kind, window, tq, tkv, ovh, explicit_limit=10**9)
         assert windowed_tiles(new, cached, kind, window, tq, tkv, ovh, explicit_limit=4) == walk

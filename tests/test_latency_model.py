@@ -26,10 +26,10 @@ def test_gemm_hand_numbers():
     2.039 TB/s = 16.47 us; + 5 us."""
     p = GemmParams(5e-6, 1.0, 1.0, 1.0)
     t = gemm_seconds(p, get_gpu("a100-80gb"), 1, 4096, 4096, 2)
-    assert t == pytest.approx(5e-6 + 2 * 4096 ** 2 / 312e12 + 2 * (4096 ** 2 + 2 * 4096) / 2.039e12, rel=1e-12)
+    assert t == pytest.approx(5e-6 + 2 * 4096**2 / 312e12 + 2 * (4096**2 + 2 * 4096) / 2.039e12, rel=1e-12)
     # a large knee is the roofline: the larger of the two
     t = gemm_seconds(replace(p, knee=60.0), get_gpu("a100-80gb"), 4096, 4096, 4096, 2)
-    assert t == pytest.approx(5e-6 + 2 * 4096 ** 3 / 312e12, rel=1e-2)
+    assert t == pytest.approx(5e-6 + 2 * 4096**3 / 312e12, rel=1e-2)
 
 
 def _model(cpu="none", tp=1, model="llama-2-7b", gpu="a100-80gb"):
@@ -44,7 +44,9 @@ def test_decode_attention_floor_and_stream():
     # one short sequence: the kernels' floor (or the ramp, where it lies above); a large batch: the KV
     # streamed at the achieved bandwidth
     token_s = 2 * 8 * 128 * 2 / (2.039e12 * p.bw_eff)
-    assert m.decode_attention_layer_s(1, 10) == pytest.approx(max(p.floor_s, p.ramp_s + (10 + p.per_seq_tokens) * token_s))
+    assert m.decode_attention_layer_s(1, 10) == pytest.approx(
+        max(p.floor_s, p.ramp_s + (10 + p.per_seq_tokens) * token_s)
+    )
     assert m.decode_attention_layer_s(1, 10) < 25e-6
     kv = 256 * 4096
     big = m.decode_attention_layer_s(256, kv)
@@ -60,8 +62,9 @@ def test_mha_decode_on_a100_walks_each_context_unsplit():
     assert p.unsplit_cta_bw > 0 and m._unsplit is not None
     head_token = 2 * 128 * 2  # K and V of one head, bf16
     one = m.decode_attention_layer_s(1, 131072)
-    assert one == pytest.approx(p.unsplit_ramp_s + (131072 + p.unsplit_per_seq_tokens) * head_token / p.unsplit_cta_bw,
-                                rel=1e-12)
+    assert one == pytest.approx(
+        p.unsplit_ramp_s + (131072 + p.unsplit_per_seq_tokens) * head_token / p.unsplit_cta_bw, rel=1e-12
+    )
     assert one == pytest.approx(3.0e-3, rel=0.1)
     # 2 sequences: 64 CTAs stream below the achieved bandwidth; 4 sequences (128 CTAs, 108 at a time) above
     # it: the bandwidth binds, with the unsplit kernel's ramp and per-sequence tokens
@@ -69,10 +72,12 @@ def test_mha_decode_on_a100_walks_each_context_unsplit():
     assert 64 * p.unsplit_cta_bw < bw < 108 * p.unsplit_cta_bw
     kv = 2 * 8192
     assert m.decode_attention_layer_s(2, kv) == pytest.approx(
-        p.unsplit_ramp_s + (kv + 2 * p.unsplit_per_seq_tokens) * 32 * head_token / (64 * p.unsplit_cta_bw), rel=1e-12)
+        p.unsplit_ramp_s + (kv + 2 * p.unsplit_per_seq_tokens) * 32 * head_token / (64 * p.unsplit_cta_bw), rel=1e-12
+    )
     kv = 4 * 8192
     assert m.decode_attention_layer_s(4, kv) == pytest.approx(
-        p.unsplit_ramp_s + (kv + 4 * p.unsplit_per_seq_tokens) * 32 * head_token / bw, rel=1e-12)
+        p.unsplit_ramp_s + (kv + 4 * p.unsplit_per_seq_tokens) * 32 * head_token / bw, rel=1e-12
+    )
     # the same heads at TP4 (8 per GPU) on an H100, whose kernels split every layout: the plain stream
     h = _model(model="llama-2-7b", gpu="h100-80gb", tp=4)
     assert h._unsplit is None
@@ -85,10 +90,23 @@ def test_fit_finds_an_unsplit_kernel_only_where_the_table_shows_one():
     from kvsim.calibrate.aic import _decode_df, fit_decode
 
     gpu = get_gpu("a100-80gb")
-    truth = DecodeAttentionParams(12e-6, 15e-6, 0.75, 0.0, 90.0, unsplit_cta_bw=22e9, unsplit_floor_s=11e-6,
-                                  unsplit_ramp_s=7e-6, unsplit_per_seq_tokens=80.0)
-    rows = [(b, ctx, q, kv) for b in (1, 2, 4, 16, 64) for ctx in (128, 1024, 4096, 16384)
-            for q, kv in ((8, 1), (32, 8), (4, 4), (8, 8))]
+    truth = DecodeAttentionParams(
+        12e-6,
+        15e-6,
+        0.75,
+        0.0,
+        90.0,
+        unsplit_cta_bw=22e9,
+        unsplit_floor_s=11e-6,
+        unsplit_ramp_s=7e-6,
+        unsplit_per_seq_tokens=80.0,
+    )
+    rows = [
+        (b, ctx, q, kv)
+        for b in (1, 2, 4, 16, 64)
+        for ctx in (128, 1024, 4096, 16384)
+        for q, kv in ((8, 1), (32, 8), (4, 4), (8, 8))
+    ]
     d = pd.DataFrame(rows, columns=["num_seqs", "context", "q_heads", "kv_heads"])
     d["head_dim"], d["kv_dtype_bytes"] = 128, 2
     d["kv_tokens"] = d.num_seqs * d.context
@@ -114,10 +132,15 @@ def test_decode_run_closed_form_equals_the_sum_of_steps(cpu, n, ctx, k):
 # Every attention kind, on shapes where decode attention is FLOP-bound where it can be: MLA at TP1 (absorbed
 # decode does 2 x heads x (2 x latent + rope) FLOPs per token against a small latent read), windowed and
 # chunked layers (gemma-2, llama-4-scout), a mamba hybrid, plain GQA, and MHA on A100 (the unsplit walk).
-KINDS = {"mla-tp1": ("deepseek-v3", "h200-141gb", 1), "mla-tp8": ("deepseek-v3", "h200-141gb", 8),
-         "sliding": ("gemma-2-9b", "h100-80gb", 1), "chunked": ("llama-4-scout", "h200-141gb", 4),
-         "mamba": ("jamba-1.5-mini", "h200-141gb", 1), "full": ("llama-3-8b", "a100-80gb", 1),
-         "full-unsplit": ("llama-2-7b", "a100-80gb", 1)}
+KINDS = {
+    "mla-tp1": ("deepseek-v3", "h200-141gb", 1),
+    "mla-tp8": ("deepseek-v3", "h200-141gb", 8),
+    "sliding": ("gemma-2-9b", "h100-80gb", 1),
+    "chunked": ("llama-4-scout", "h200-141gb", 4),
+    "mamba": ("jamba-1.5-mini", "h200-141gb", 1),
+    "full": ("llama-3-8b", "a100-80gb", 1),
+    "full-unsplit": ("llama-2-7b", "a100-80gb", 1),
+}
 
 
 def test_mla_decode_at_tp1_is_flop_bound():
@@ -139,8 +162,12 @@ def test_decode_runs_price_every_attention_kind_as_steps_do(kind, n, ctx, k):
     assert m.decode_step_times(n, s0, k) == pytest.approx(steps, rel=1e-12)
 
 
-@given(b=st.integers(1, 64), ctx=st.integers(0, 20000), new=st.integers(1, 4096),
-       cpu=st.sampled_from(["none", "vllm-v0", "vllm-v1", "vllm-v1-async"]))
+@given(
+    b=st.integers(1, 64),
+    ctx=st.integers(0, 20000),
+    new=st.integers(1, 4096),
+    cpu=st.sampled_from(["none", "vllm-v0", "vllm-v1", "vllm-v1-async"]),
+)
 def test_breakdown_adds_up(b, ctx, new, cpu):
     m = _model(cpu, tp=4, model="llama-3-70b", gpu="h100-80gb")
     bd = m.breakdown(StepShape.of([(new, ctx)] * b))
@@ -152,8 +179,12 @@ def test_prefill_tile_model_by_hand():
     """One 256-token chunk, no cache, one head per GPU: query tiles of 128 attend to 2 and 4 KV tiles of 64,
     plus 2 tiles of start-up each: 10 tile-iterations in all, the longest unit 6; on 108 SMs the pass takes
     the longest unit: 6 tiles x (4 x 128 x 64 x 128 FLOP / (312 TFLOP/s / 108 x 0.6))."""
-    m = PerOpModel(get_model("custom:layers=1,q_heads=1,kv_heads=1,head_dim=128,params=1e6"), get_gpu("a100-80gb"),
-                   Calibration("a100-80gb"), get_cpu_overhead("none"))
+    m = PerOpModel(
+        get_model("custom:layers=1,q_heads=1,kv_heads=1,head_dim=128,params=1e6"),
+        get_gpu("a100-80gb"),
+        Calibration("a100-80gb"),
+        get_cpu_overhead("none"),
+    )
     p = m.calib.prefill_attention
     tile = 4 * 128 * 64 * 128 / (312e12 / 108 * p.flops_eff)
     assert m.prefill_attention_layer_s([(256, 0)]) == pytest.approx(p.floor_s + 6 * tile, rel=1e-12)
@@ -176,7 +207,11 @@ def test_shipped_calibration_holds_its_measured_error_on_profile_excerpts():
     measured (reports/latency-validation/aic.md: medians 0.88-1.06, p10/p90 within 0.83-1.14: Vidur's older
     PyTorch/cuBLAS ran large GEMMs slower than vLLM 0.14 does)."""
     g = get_gpu("a100-80gb")
-    rows = [r for f in sorted(glob.glob(f"{EXCERPT}/compute__a100__*")) for r in dense_rows(pd.read_csv(f), f.split("__")[3])]
+    rows = [
+        r
+        for f in sorted(glob.glob(f"{EXCERPT}/compute__a100__*"))
+        for r in dense_rows(pd.read_csv(f), f.split("__")[3])
+    ]
     c, note = shipped_calibration(g)
     assert note == "" and c.measured_on == "gpu"
     layer = summarize_dense(rows, c, g)["layer"]
@@ -188,7 +223,11 @@ def test_shipped_calibration_holds_its_measured_error_on_profile_excerpts():
 def test_leave_one_model_out_on_the_excerpt():
     """Fitted without each model, the dense layer of that model is predicted within 8% (median), 12% (p10/p90)."""
     g = get_gpu("a100-80gb")
-    rows = [r for f in sorted(glob.glob(f"{EXCERPT}/compute__a100__*")) for r in dense_rows(pd.read_csv(f), f.split("__")[3])]
+    rows = [
+        r
+        for f in sorted(glob.glob(f"{EXCERPT}/compute__a100__*"))
+        for r in dense_rows(pd.read_csv(f), f.split("__")[3])
+    ]
     lomo = leave_one_model_out(rows, g, Calibration("a100-80gb"))["pooled"]["layer"]
     assert set(lomo) == {"1-16", "17-128", "129-1024", ">=1025"}
     for regime, s in lomo.items():
@@ -223,19 +262,60 @@ def test_derived_and_foreign_calibrations_say_so():
 
 
 def test_latency_command_single_shape_and_csv(tmp_path, capsys):
-    assert main(["latency", "--model", "codellama-34b", "--gpu", "a100-80gb", "-tp", "2", "--batch", "8",
-                 "--context", "1024"]) == 0
+    assert (
+        main(
+            [
+                "latency",
+                "--model",
+                "codellama-34b",
+                "--gpu",
+                "a100-80gb",
+                "-tp",
+                "2",
+                "--batch",
+                "8",
+                "--context",
+                "1024",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     for part in ("total", "dense", "attention", "communication", "cpu"):
         assert part in out
     shapes = tmp_path / "shapes.csv"
     shapes.write_text("batch,context,new_tokens\n1,1024,1\n64,2048,1\n1,0,512\n2,300,128\n")
     res = tmp_path / "res.csv"
-    assert main(["latency", "--model", "llama-2-70b", "--gpu", "h100-80gb", "--tensor-parallel-size", "4",
-                 "--shapes", str(shapes), "--out", str(res)]) == 0
+    assert (
+        main(
+            [
+                "latency",
+                "--model",
+                "llama-2-70b",
+                "--gpu",
+                "h100-80gb",
+                "--tensor-parallel-size",
+                "4",
+                "--shapes",
+                str(shapes),
+                "--out",
+                str(res),
+            ]
+        )
+        == 0
+    )
     df = pd.read_csv(res)
-    assert list(df.columns) == ["batch", "context", "new_tokens", "total_s", "dense_s", "attention_s",
-                                "communication_s", "graph_padding_s", "cpu_s"]
+    assert list(df.columns) == [
+        "batch",
+        "context",
+        "new_tokens",
+        "total_s",
+        "dense_s",
+        "attention_s",
+        "communication_s",
+        "graph_padding_s",
+        "cpu_s",
+    ]
     assert list(df.batch) == [1, 64, 1, 2] and list(df.new_tokens) == [1, 1, 512, 128]
     parts = df.dense_s + df.attention_s + df.communication_s + df.cpu_s
     assert ((df.total_s - parts).abs() <= 1e-12 * df.total_s).all()
@@ -246,16 +326,36 @@ def test_latency_command_single_shape_and_csv(tmp_path, capsys):
 
 
 def test_model_from_a_hugging_face_config(tmp_path):
-    cfg = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 8192,
-           "intermediate_size": 22016, "num_attention_heads": 64, "num_key_value_heads": 8, "num_hidden_layers": 48,
-           "vocab_size": 32000, "max_position_embeddings": 16384, "torch_dtype": "bfloat16",
-           "tie_word_embeddings": False, "hidden_act": "silu"}
+    cfg = {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_size": 8192,
+        "intermediate_size": 22016,
+        "num_attention_heads": 64,
+        "num_key_value_heads": 8,
+        "num_hidden_layers": 48,
+        "vocab_size": 32000,
+        "max_position_embeddings": 16384,
+        "torch_dtype": "bfloat16",
+        "tie_word_embeddings": False,
+        "hidden_act": "silu",
+    }
     p = tmp_path / "config.json"
     p.write_text(json.dumps(cfg))
     m = get_model(str(p))
     preset = get_model("codellama-34b")
-    for f in ("layers", "hidden_size", "intermediate_size", "q_heads", "kv_heads", "head_dim", "vocab_size",
-              "max_context", "dtype", "gated_mlp"):
+    for f in (
+        "layers",
+        "hidden_size",
+        "intermediate_size",
+        "q_heads",
+        "kv_heads",
+        "head_dim",
+        "vocab_size",
+        "max_context",
+        "dtype",
+        "gated_mlp",
+    ):
         assert getattr(m, f) == getattr(preset, f), f
     assert m.params == pytest.approx(33.74e9, rel=1e-3) and m.kv_bytes_per_token == 2 * 48 * 8 * 128 * 2
     # accepted wherever a preset is
@@ -278,8 +378,10 @@ def test_cpu_presets_change_the_time_as_documented():
     g = get_gpu("a100-80gb")
     c, _ = shipped_calibration(g)
     shape = StepShape.decode(32, 32 * 500)
-    t = {cpu: PerOpModel(get_model("opt-13b"), g, c, get_cpu_overhead(cpu)).breakdown(shape) for cpu in
-         ("none", "vllm-v0", "vllm-v1", "vllm-v1-async")}
+    t = {
+        cpu: PerOpModel(get_model("opt-13b"), g, c, get_cpu_overhead(cpu)).breakdown(shape)
+        for cpu in ("none", "vllm-v0", "vllm-v1", "vllm-v1-async")
+    }
     assert t["none"]["cpu_s"] == 0
     assert t["vllm-v0"]["cpu_s"] == pytest.approx(2e-3 + 32 * 0.25e-3)
     assert t["vllm-v1"]["cpu_s"] == pytest.approx(0.5e-3 + 32 * 10e-6)
@@ -293,8 +395,10 @@ def test_an_fp8_kv_cache_streams_at_its_own_measured_efficiency():
     from kvsim.options import config_from_args
     from kvsim.latency import build_latency
 
-    bf16, fp8 = (build_latency(config_from_args(["--model", "llama-3-8b", "--gpu", "h100-80gb", *a]))
-                 for a in ([], ["--kv-cache-dtype", "fp8"]))
+    bf16, fp8 = (
+        build_latency(config_from_args(["--model", "llama-3-8b", "--gpu", "h100-80gb", *a]))
+        for a in ([], ["--kv-cache-dtype", "fp8"])
+    )
     p = fp8.calib.decode_attention
     assert 0 < p.kv8_bw_eff < p.bw_eff and p.kv8_ramp_s > 0
     assert fp8._decode_token_s == pytest.approx(bf16._decode_token_s / 2 * p.bw_eff / p.kv8_bw_eff)
@@ -305,13 +409,19 @@ def test_an_fp8_kv_cache_streams_at_its_own_measured_efficiency():
 
 
 @settings(max_examples=300, deadline=None)
-@given(kind=st.sampled_from(["sliding", "chunked"]), window=st.integers(1, 3000), tq=st.sampled_from([3, 16, 64, 128]),
-       tkv=st.sampled_from([5, 16, 64]), new=st.integers(1, 20000), cached=st.integers(0, 20000),
-       ovh=st.sampled_from([0.0, 0.9, 2.0]))
+@given(
+    kind=st.sampled_from(["sliding", "chunked"]),
+    window=st.integers(1, 3000),
+    tq=st.sampled_from([3, 16, 64, 128]),
+    tkv=st.sampled_from([5, 16, 64]),
+    new=st.integers(1, 20000),
+    cached=st.integers(0, 20000),
+    ovh=st.sampled_from([0.0, 0.9, 2.0]),
+)
 def test_windowed_tiles_in_closed_form_equal_the_tile_by_tile_walk(kind, window, tq, tkv, new, cached, ovh):
     from kvsim.latency.perop import windowed_tiles
 
-    walked = windowed_tiles(new, cached, kind, window, tq, tkv, ovh, explicit_limit=10 ** 9)
+    walked = windowed_tiles(new, cached, kind, window, tq, tkv, ovh, explicit_limit=10**9)
     closed = windowed_tiles(new, cached, kind, window, tq, tkv, ovh, explicit_limit=1)
     assert closed[0] == pytest.approx(walked[0], rel=1e-12) and closed[1] == walked[1]
 

@@ -111,8 +111,9 @@ def test_a_new_kind_is_one_class_registered(half):
     for mode in ("shared", "split"):
         a, b = build_layout(toy, 1, 1 << 22, 16, 4096, mode), build_layout(ref, 1, 1 << 22, 16, 4096, mode)
         assert [g.kind for g in a.groups] == ["full", "half"]
-        assert [(g.layers, g.window, g.page_units, g.pool) for g in a.groups] == \
-               [(g.layers, g.window, g.page_units, g.pool) for g in b.groups]
+        assert [(g.layers, g.window, g.page_units, g.pool) for g in a.groups] == [
+            (g.layers, g.window, g.page_units, g.pool) for g in b.groups
+        ]
         assert a.pool_blocks == b.pool_blocks
     for alloc in ("hybrid:16", "static-split:16", "naive:16"):
         held = [_run(make_allocator(alloc, 0, 4096, memory=ModelMemory(m, 1, 1 << 22))) for m in (toy, ref)]
@@ -137,8 +138,7 @@ def test_a_new_kind_is_one_class_registered(half):
     assert lt.windows == (("half", 32),) and lr.windows == (("sliding", 32),)
     for chunks in ([(1, 500)] * 8, [(300, 0), (1, 40)], [(100, 4000), (1, 31), (1, 32), (1, 33)]):
         assert lt.breakdown(StepShape.of(chunks, lt.windows)) == lr.breakdown(StepShape.of(chunks, lr.windows))
-    assert lt.decode_run_time(4, 8000, 30, contexts=[2000] * 4) == lr.decode_run_time(4, 8000, 30,
-                                                                                        contexts=[2000] * 4)
+    assert lt.decode_run_time(4, 8000, 30, contexts=[2000] * 4) == lr.decode_run_time(4, 8000, 30, contexts=[2000] * 4)
 
 
 def test_an_unregistered_kind_is_refused_naming_the_registry(half):

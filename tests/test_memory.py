@@ -53,16 +53,36 @@ def test_vllm_maximum_concurrency_by_hand():
 @pytest.mark.parametrize("model", sorted(MODEL_PRESETS))
 def test_memory_command_fits_80_columns_for_every_preset(model, capsys):
     tp = 16 if model == "kimi-k2" else min(8, get_model(model).kv_heads)  # Moonshot's smallest FP8 deployment: 16
-    rc = main(["memory", "--model", model, "--gpu", "h200-141gb", "--tensor-parallel-size", str(tp), "--context",
-               "4096", "32768"])
+    rc = main(
+        [
+            "memory",
+            "--model",
+            model,
+            "--gpu",
+            "h200-141gb",
+            "--tensor-parallel-size",
+            str(tp),
+            "--context",
+            "4096",
+            "32768",
+        ]
+    )
     out = capsys.readouterr().out
     assert rc == 0 and "maximum concurrency" in out
     assert max(len(line) for line in out.splitlines()) <= 80
 
 
 def test_memory_command_with_hf_config_and_context_warning(tmp_path, capsys):
-    cfg = {"num_hidden_layers": 4, "hidden_size": 512, "num_attention_heads": 8, "num_key_value_heads": 2,
-           "intermediate_size": 1024, "vocab_size": 1000, "max_position_embeddings": 2048, "torch_dtype": "bfloat16"}
+    cfg = {
+        "num_hidden_layers": 4,
+        "hidden_size": 512,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 2,
+        "intermediate_size": 1024,
+        "vocab_size": 1000,
+        "max_position_embeddings": 2048,
+        "torch_dtype": "bfloat16",
+    }
     p = tmp_path / "config.json"
     p.write_text(json.dumps(cfg))
     assert main(["memory", "--model", str(p), "--gpu", "a40", "--max-model-len", "8192"]) == 0

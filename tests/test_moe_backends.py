@@ -16,9 +16,13 @@ def test_kernel_names_map_to_backends():
     assert moe_backend_of("vllm_fused_moe", "bfloat16") == "triton"  # vLLM's fused_moe is a Triton kernel
     assert moe_backend_of("vllm_marlin_int4_moe", "int4_wo") == "marlin"
     assert moe_backend_of("vllm_fp8moe_flashinfer_cutlass_flashinferexperts", "fp8_block") == "flashinfer-cutlass"
-    assert moe_backend_of("vllm_fp8moe_flashinfer_trtllm_trtllmfp8expertsmonolithic", "fp8_block") == "flashinfer-trtllm"
-    assert moe_backend_of("vllm_mxfp4moe_flashinfer_trtllm_mxfp4_mxfp8_trtllmmxfp4expertsmodular",
-                          "w4a8_mxfp4_mxfp8") == "flashinfer-trtllm-mxfp8"
+    assert (
+        moe_backend_of("vllm_fp8moe_flashinfer_trtllm_trtllmfp8expertsmonolithic", "fp8_block") == "flashinfer-trtllm"
+    )
+    assert (
+        moe_backend_of("vllm_mxfp4moe_flashinfer_trtllm_mxfp4_mxfp8_trtllmmxfp4expertsmodular", "w4a8_mxfp4_mxfp8")
+        == "flashinfer-trtllm-mxfp8"
+    )
     assert moe_backend_of("vllm_mxfp4_moe", "w4a16_mxfp4") is None  # the name does not say
 
 
@@ -49,10 +53,34 @@ def test_marlin_is_slower_than_triton_on_long_prefills_of_mxfp4_experts():
 
 def test_a_backend_without_measurements_is_refused():
     with pytest.raises(ConfigError, match="no measured mxfp4 MoE kernels of that backend"):
-        build_latency(config_from_args(["--model", "gpt-oss-120b", "--gpu", "h100-80gb", "--tp", "2",
-                                        "--moe-backend", "flashinfer-trtllm-mxfp8"]))
+        build_latency(
+            config_from_args(
+                [
+                    "--model",
+                    "gpt-oss-120b",
+                    "--gpu",
+                    "h100-80gb",
+                    "--tp",
+                    "2",
+                    "--moe-backend",
+                    "flashinfer-trtllm-mxfp8",
+                ]
+            )
+        )
     with pytest.raises(ConfigError, match="has no MoE layers"):
         build_latency(config_from_args(["--moe-backend", "triton"]))
     with pytest.raises(ConfigError, match="roofline prices no measured kernels"):
-        config_from_args(["--model", "gpt-oss-120b", "--gpu", "h100-80gb", "--tp", "2", "--moe-backend", "marlin",
-                          "--latency", "roofline"])
+        config_from_args(
+            [
+                "--model",
+                "gpt-oss-120b",
+                "--gpu",
+                "h100-80gb",
+                "--tp",
+                "2",
+                "--moe-backend",
+                "marlin",
+                "--latency",
+                "roofline",
+            ]
+        )

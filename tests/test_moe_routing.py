@@ -16,7 +16,7 @@ def _generator_active(tokens: int, experts: int, top_k: int, alpha: float, draws
     routed = tokens * top_k
     lo, hi = (1.0, 0.8 * tokens) if routed > experts else (0.01, 2.0)
     g = 1.0 - alpha
-    x = ((hi ** g - lo ** g) * rng.random((draws, experts)) + lo ** g) ** (1.0 / g)
+    x = ((hi**g - lo**g) * rng.random((draws, experts)) + lo**g) ** (1.0 / g)
     counts = np.round(x / x.sum(axis=1, keepdims=True) * routed)
     deficit = routed - counts.sum(axis=1)
     active = (counts > 0).sum(axis=1)
@@ -37,9 +37,9 @@ def test_power_law_by_hand():
     # an expert rounds to a token when its load reaches 0.5 / 3.826 = 0.13069, which
     # (2^-0.2 - 0.13069^-0.2) / (2^-0.2 - 0.01^-0.2) = 0.3849 of them do: 49.27 experts
     g = -0.2
-    mean = (2 ** 0.8 - 0.01 ** 0.8) / 0.8 / ((2 ** g - 0.01 ** g) / g)
+    mean = (2**0.8 - 0.01**0.8) / 0.8 / ((2**g - 0.01**g) / g)
     y = 0.5 / (128 / (128 * mean))
-    expected = 128 * (2 ** g - y ** g) / (2 ** g - 0.01 ** g)
+    expected = 128 * (2**g - y**g) / (2**g - 0.01**g)
     assert expected == pytest.approx(49.27, abs=0.01)
     assert active_experts("power-law-1.2", 32, 128, 4) == pytest.approx(expected)
     # fewer than uniform routing's, more than top-k
@@ -69,8 +69,9 @@ def test_routing_orders_the_moe_time():
     from kvsim.latency import build_latency
 
     def decode_s(routing: str) -> float:
-        cfg = config_from_options({"model": "gpt-oss-120b", "gpu": "h100-80gb", "tensor_parallel_size": 2,
-                                   "moe_routing": routing})
+        cfg = config_from_options(
+            {"model": "gpt-oss-120b", "gpu": "h100-80gb", "tensor_parallel_size": 2, "moe_routing": routing}
+        )
         return build_latency(cfg).step_time(StepShape.decode(32, 32 * 1000))
 
     t = {r: decode_s(r) for r in ROUTINGS}
@@ -86,6 +87,10 @@ def test_dense_model_ignores_routing():
     from kvsim.latency import build_latency
 
     shape = StepShape.decode(8, 8 * 500)
-    times = {build_latency(config_from_options({"model": "llama-3-8b", "gpu": "h100-80gb", "moe_routing": r}))
-             .step_time(shape) for r in ROUTINGS}
+    times = {
+        build_latency(config_from_options({"model": "llama-3-8b", "gpu": "h100-80gb", "moe_routing": r})).step_time(
+            shape
+        )
+        for r in ROUTINGS
+    }
     assert len(times) == 1

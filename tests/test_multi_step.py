@@ -76,10 +76,17 @@ def test_a_decode_step_pays_its_share_of_the_cpu_time():
     assert run_s == pytest.approx(sum(ten.step_time(StepShape.decode(8, 8 * 500 + 8 * i)) for i in range(5)))
 
 
-@pytest.mark.parametrize("other, flag", [({"speculative_config": '{"method": "ngram", "num_speculative_tokens": 2}',
-                                           "acceptance_length": 1.5}, "--speculative-config"),
-                                         ({"pipeline_parallel_size": 2}, "--pipeline-parallel-size"),
-                                         ({"batching": "static"}, "--batching")])
+@pytest.mark.parametrize(
+    "other, flag",
+    [
+        (
+            {"speculative_config": '{"method": "ngram", "num_speculative_tokens": 2}', "acceptance_length": 1.5},
+            "--speculative-config",
+        ),
+        ({"pipeline_parallel_size": 2}, "--pipeline-parallel-size"),
+        ({"batching": "static"}, "--batching"),
+    ],
+)
 def test_multi_step_is_refused_with_what_it_is_not_modelled_with(other, flag):
     with pytest.raises(ConfigError, match=f"--num-scheduler-steps 4: .*drop {flag}"):
         _cfg(num_scheduler_steps=4, vllm_engine="v0", **other)
@@ -98,8 +105,13 @@ def test_bad_step_counts_are_refused():
 
 def test_a_result_file_shows_how_many_tokens_each_chunk_carried(tmp_path):
     # benchmark_serving.py files: one ITL per streamed chunk after the first token
-    d = {"input_lens": [10, 20, 30], "output_lens": [21, 3, 1], "ttfts": [0.1, 0.1, 0.1],
-         "itls": [[0.1, 0.1], [0.05], []], "request_rate": "inf"}
+    d = {
+        "input_lens": [10, 20, 30],
+        "output_lens": [21, 3, 1],
+        "ttfts": [0.1, 0.1, 0.1],
+        "itls": [[0.1, 0.1], [0.05], []],
+        "request_rate": "inf",
+    }
     p = tmp_path / "r.json"
     p.write_text(json.dumps(d))
     run = read_bench_result(str(p))
@@ -112,8 +124,14 @@ def test_a_result_file_shows_how_many_tokens_each_chunk_carried(tmp_path):
 def test_validate_says_when_a_file_streamed_several_tokens_at_a_time(tmp_path, capsys):
     from kvsim.cli import main
 
-    d = {"input_lens": [100, 50], "output_lens": [21, 11], "ttfts": [0.05, 0.05],
-         "itls": [[0.1, 0.1], [0.1]], "request_rate": "inf", "duration": 0.5}
+    d = {
+        "input_lens": [100, 50],
+        "output_lens": [21, 11],
+        "ttfts": [0.05, 0.05],
+        "itls": [[0.1, 0.1], [0.1]],
+        "request_rate": "inf",
+        "duration": 0.5,
+    }
     p = tmp_path / "r.json"
     p.write_text(json.dumps(d))
     args = ["validate", str(p), "--model", "llama-3-8b", "--gpu", "a100-80gb", "--no-plots"]
@@ -149,8 +167,12 @@ def test_the_v0_engine_runs_prompts_in_steps_of_their_own():
 def test_the_v0_engine_takes_its_own_defaults():
     cfg = _cfg(vllm_engine="v0")  # Llama-3-8B: 8,192-token context
     s = cfg.scheduler
-    assert (s.enable_chunked_prefill, s.max_num_seqs, s.max_num_batched_tokens, s.prompts_alone) == (False, 256, 8192,
-                                                                                                     True)
+    assert (s.enable_chunked_prefill, s.max_num_seqs, s.max_num_batched_tokens, s.prompts_alone) == (
+        False,
+        256,
+        8192,
+        True,
+    )
     assert cfg.cpu_overhead == "vllm-v0" and _cfg(vllm_engine="v0", cpu_overhead="none").cpu_overhead == "none"
     s = _cfg(vllm_engine="v0", max_model_len=1024).scheduler
     assert s.max_num_batched_tokens == 2048
@@ -166,8 +188,15 @@ def test_validate_replays_the_engine_a_result_file_shows(tmp_path, capsys):
     from kvsim.cli import main
     from kvsim.commands.validate import server_implied
 
-    d = {"date": "20240907-071536", "input_lens": [100, 50], "output_lens": [21, 11], "ttfts": [0.05, 0.05],
-         "itls": [[0.1, 0.1], [0.1]], "request_rate": "inf", "duration": 0.5}
+    d = {
+        "date": "20240907-071536",
+        "input_lens": [100, 50],
+        "output_lens": [21, 11],
+        "ttfts": [0.05, 0.05],
+        "itls": [[0.1, 0.1], [0.1]],
+        "request_rate": "inf",
+        "duration": 0.5,
+    }
     p = tmp_path / "r.json"
     p.write_text(json.dumps(d))
     run = read_bench_result(str(p))
@@ -186,15 +215,36 @@ def test_validate_replays_the_engine_a_result_file_shows(tmp_path, capsys):
     assert server_implied(read_bench_result(str(p)), {}) == {}
     d["date"], d["itls"] = "20240907-071536", [[0.1, 0.1], [0.1]]
     p.write_text(json.dumps(d))
-    assert main(["validate", str(p), "--model", "llama-3-8b", "--gpu", "a100-80gb", "--no-plots",
-                 "--out", str(tmp_path / "a")]) == 0
-    assert "replayed --vllm-engine v0 --vllm-version 0.7 --num-scheduler-steps 10 as the file shows" in \
-        capsys.readouterr().err
+    assert (
+        main(
+            [
+                "validate",
+                str(p),
+                "--model",
+                "llama-3-8b",
+                "--gpu",
+                "a100-80gb",
+                "--no-plots",
+                "--out",
+                str(tmp_path / "a"),
+            ]
+        )
+        == 0
+    )
+    assert (
+        "replayed --vllm-engine v0 --vllm-version 0.7 --num-scheduler-steps 10 as the file shows"
+        in capsys.readouterr().err
+    )
 
 
 def test_a_request_without_text_is_replayed_but_not_compared(tmp_path):
-    d = {"input_lens": [100, 300], "output_lens": [21, 0], "ttfts": [0.05, 0.0], "itls": [[0.01] * 20, []],
-         "request_rate": "inf"}
+    d = {
+        "input_lens": [100, 300],
+        "output_lens": [21, 0],
+        "ttfts": [0.05, 0.0],
+        "itls": [[0.01] * 20, []],
+        "request_rate": "inf",
+    }
     p = tmp_path / "r.json"
     p.write_text(json.dumps(d))
     run = read_bench_result(str(p))

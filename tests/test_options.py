@@ -7,15 +7,59 @@ from kvsim.options import OPTIONS, config_from_args, config_from_options
 
 
 def test_flags_aliases_and_grid_keys_give_the_same_config():
-    cli = config_from_args(["--max-num-batched-tokens", "4096", "--tensor-parallel-size", "2", "--model",
-                            "llama-2-70b", "--gpu", "a100-80gb", "--victim-policy", "fifo", "--swap-space", "2",
-                            "--preemption-mode", "swap", "--max-model-len", "2048"])
-    old = config_from_args(["--max-batched-tokens", "4096", "--tp", "2", "--model", "llama-2-70b", "--gpu",
-                            "a100-80gb", "--eviction", "fifo", "--cpu-swap-gb", "2", "--preemption", "swap",
-                            "--max-seq-len", "2048"])
-    grid = config_from_options({"max_batched_tokens": 4096, "tp": 2, "model": "llama-2-70b", "gpu": "a100-80gb",
-                                "eviction": "fifo", "cpu_swap_gb": 2, "preemption_mode": "swap",
-                                "max_model_len": "2048"}, naming="key")
+    cli = config_from_args(
+        [
+            "--max-num-batched-tokens",
+            "4096",
+            "--tensor-parallel-size",
+            "2",
+            "--model",
+            "llama-2-70b",
+            "--gpu",
+            "a100-80gb",
+            "--victim-policy",
+            "fifo",
+            "--swap-space",
+            "2",
+            "--preemption-mode",
+            "swap",
+            "--max-model-len",
+            "2048",
+        ]
+    )
+    old = config_from_args(
+        [
+            "--max-batched-tokens",
+            "4096",
+            "--tp",
+            "2",
+            "--model",
+            "llama-2-70b",
+            "--gpu",
+            "a100-80gb",
+            "--eviction",
+            "fifo",
+            "--cpu-swap-gb",
+            "2",
+            "--preemption",
+            "swap",
+            "--max-seq-len",
+            "2048",
+        ]
+    )
+    grid = config_from_options(
+        {
+            "max_batched_tokens": 4096,
+            "tp": 2,
+            "model": "llama-2-70b",
+            "gpu": "a100-80gb",
+            "eviction": "fifo",
+            "cpu_swap_gb": 2,
+            "preemption_mode": "swap",
+            "max_model_len": "2048",
+        },
+        naming="key",
+    )
     assert cli == old == grid
     assert cli.scheduler.max_num_batched_tokens == 4096 and cli.tp == 2 and cli.victim_policy == "fifo"
     assert cli.scheduler.max_model_len == 2048 and cli.swap_space == 2.0
@@ -28,18 +72,21 @@ def test_defaults():
     assert config_from_args(["--preemption-mode", "swap"]).swap_space == 4.0  # vLLM's default swap space
 
 
-@pytest.mark.parametrize("values,naming,msg", [
-    ({"max_num_seqs": 0}, "flag", "--max-num-seqs: must be >= 1, got 0"),
-    ({"max_num_seqs": "x"}, "flag", "--max-num-seqs: must be an integer, got 'x'"),
-    ({"gpu_memory_utilization": "nan"}, "flag", "--gpu-memory-utilization: must be finite"),
-    ({"gpu_memory_utilization": 1.5}, "flag", "must be <= 1, got 1.5"),
-    ({"kv_pool_gb": -1}, "key", "'kv_pool_gb': must be > 0, got -1"),
-    ({"max_num_sqs": 3}, "key", "did you mean 'max_num_seqs'"),
-    ({"batching": "dynamic"}, "flag", "--batching: 'dynamic' is not one of continuous, static"),
-    ({"tp": 3, "model": "llama-2-70b"}, "key", "'tp' 3: must divide the model's kv_heads (8)"),
-    ({"partial_eviction": "maybe"}, "key", "must be true or false"),
-    ({"preemption_mode": "swap", "swap_space": 0}, "flag", "--swap-space must be > 0"),
-])
+@pytest.mark.parametrize(
+    "values,naming,msg",
+    [
+        ({"max_num_seqs": 0}, "flag", "--max-num-seqs: must be >= 1, got 0"),
+        ({"max_num_seqs": "x"}, "flag", "--max-num-seqs: must be an integer, got 'x'"),
+        ({"gpu_memory_utilization": "nan"}, "flag", "--gpu-memory-utilization: must be finite"),
+        ({"gpu_memory_utilization": 1.5}, "flag", "must be <= 1, got 1.5"),
+        ({"kv_pool_gb": -1}, "key", "'kv_pool_gb': must be > 0, got -1"),
+        ({"max_num_sqs": 3}, "key", "did you mean 'max_num_seqs'"),
+        ({"batching": "dynamic"}, "flag", "--batching: 'dynamic' is not one of continuous, static"),
+        ({"tp": 3, "model": "llama-2-70b"}, "key", "'tp' 3: must divide the model's kv_heads (8)"),
+        ({"partial_eviction": "maybe"}, "key", "must be true or false"),
+        ({"preemption_mode": "swap", "swap_space": 0}, "flag", "--swap-space must be > 0"),
+    ],
+)
 def test_bad_values_name_the_option(values, naming, msg):
     with pytest.raises(ConfigError, match=msg.replace("(", r"\(").replace(")", r"\)")):
         config_from_options(values, naming)
@@ -50,16 +97,18 @@ def test_every_option_has_help_and_a_primary_flag():
         assert o.help and o.flag.startswith("--") and o.key == o.flag[2:].replace("-", "_")
 
 
-@pytest.mark.parametrize("text,tokens", [("32k", 32000), ("32K", 32768), ("25.6k", 25600), ("1M", 1 << 20),
-                                         ("8192", 8192)])
+@pytest.mark.parametrize(
+    "text,tokens", [("32k", 32000), ("32K", 32768), ("25.6k", 25600), ("1M", 1 << 20), ("8192", 8192)]
+)
 def test_token_counts_take_vllm_sizes(text, tokens):
     cfg = config_from_args(["--model", "llama-3-8b", "--max-model-len", text, "--max-num-batched-tokens", text])
     assert cfg.scheduler.max_model_len == tokens and cfg.scheduler.max_num_batched_tokens == max(tokens, 256)
     assert config_from_options({"max_model_len": text, "model": "llama-3-8b"}).scheduler.max_model_len == tokens
 
 
-@pytest.mark.parametrize("text,msg", [("0.0001k", "not a whole number"), ("xk", "a size such as 32k"),
-                                      ("32q", "must be an integer")])
+@pytest.mark.parametrize(
+    "text,msg", [("0.0001k", "not a whole number"), ("xk", "a size such as 32k"), ("32q", "must be an integer")]
+)
 def test_bad_sizes_are_named(text, msg):
     with pytest.raises(ConfigError, match=msg):
         config_from_args(["--max-model-len", text])
@@ -70,17 +119,20 @@ def test_prefix_caching_can_be_switched_off_as_in_vllm():
     assert not config_from_args(["--no-enable-prefix-caching"]).enable_prefix_caching
 
 
-@pytest.mark.parametrize("args,named,expected", [
-    ([], None, "paged:16+prefix"),  # the default allocator caches prefixes, as vLLM V1's
-    ([], "paged:16", "paged:16"),  # a named allocator runs as named
-    (["--no-enable-prefix-caching"], None, "paged:16"),
-    (["--enable-prefix-caching"], "paged:8", "paged:8+prefix"),
-    (["--no-enable-prefix-caching"], "paged:16+prefix", "paged:16+prefix"),
-    (["--model", "jamba-1.5-mini"], "hybrid", "hybrid:16"),  # mamba state: off by default, as vLLM
-    (["--model", "jamba-1.5-mini"], None, "hybrid:16"),
-    (["--model", "gemma-2-9b"], None, "hybrid:16+prefix"),
-    ([], "max", "max"),  # nothing to switch on
-])
+@pytest.mark.parametrize(
+    "args,named,expected",
+    [
+        ([], None, "paged:16+prefix"),  # the default allocator caches prefixes, as vLLM V1's
+        ([], "paged:16", "paged:16"),  # a named allocator runs as named
+        (["--no-enable-prefix-caching"], None, "paged:16"),
+        (["--enable-prefix-caching"], "paged:8", "paged:8+prefix"),
+        (["--no-enable-prefix-caching"], "paged:16+prefix", "paged:16+prefix"),
+        (["--model", "jamba-1.5-mini"], "hybrid", "hybrid:16"),  # mamba state: off by default, as vLLM
+        (["--model", "jamba-1.5-mini"], None, "hybrid:16"),
+        (["--model", "gemma-2-9b"], None, "hybrid:16+prefix"),
+        ([], "max", "max"),  # nothing to switch on
+    ],
+)
 def test_prefix_caching_is_on_for_the_default_allocators(args, named, expected):
     from kvsim.runner import resolve_allocator
 
@@ -98,8 +150,24 @@ def test_run_and_compare_use_prefix_caching_by_default(tmp_path):
 
     for extra, expected in (([], "paged:16+prefix"), (["--no-enable-prefix-caching"], "paged:16")):
         out = tmp_path / f"run{len(extra)}"
-        assert main(["run", "--trace", str(trace), "--model", "qwen2.5-7b", "--gpu", "a100-80gb", "--no-plots",
-                     "--out", str(out), *extra]) == 0
+        assert (
+            main(
+                [
+                    "run",
+                    "--trace",
+                    str(trace),
+                    "--model",
+                    "qwen2.5-7b",
+                    "--gpu",
+                    "a100-80gb",
+                    "--no-plots",
+                    "--out",
+                    str(out),
+                    *extra,
+                ]
+            )
+            == 0
+        )
         runs = pd.read_csv(out / "runs.csv")
         assert list(runs.allocator) == [expected]
         assert (runs.prefix_hit_rate_tokens > 0).all() == (expected.endswith("+prefix"))
@@ -124,8 +192,14 @@ def test_scheduler_limits_default_to_what_vllm_serve_picks_for_the_gpu():
     and 2,048; what the user gives stands."""
     from kvsim.options import config_from_args
 
-    for gpu, limits in (("h100-80gb", (1024, 8192)), ("h200", (1024, 8192)), ("b200", (1024, 8192)),
-                        ("a100-80gb", (256, 2048)), ("a100-40gb", (256, 2048)), ("l40s", (256, 2048))):
+    for gpu, limits in (
+        ("h100-80gb", (1024, 8192)),
+        ("h200", (1024, 8192)),
+        ("b200", (1024, 8192)),
+        ("a100-80gb", (256, 2048)),
+        ("a100-40gb", (256, 2048)),
+        ("l40s", (256, 2048)),
+    ):
         s = config_from_args(["--gpu", gpu]).scheduler
         assert (s.max_num_seqs, s.max_num_batched_tokens) == limits, gpu
     s = config_from_args(["--gpu", "h100-80gb", "--max-num-seqs", "64"]).scheduler

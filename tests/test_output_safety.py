@@ -29,23 +29,84 @@ def inp(tmp_path_factory) -> dict[str, str]:
     """Small inputs for every command, made once."""
     d = tmp_path_factory.mktemp("inputs")
     trace = d / "t.jsonl"
-    assert main(["trace", "generate", "-o", str(trace), "-n", "12", "--rate", "5", "--seed", "1",
-                 "--prompt-mean", "120", "--output-mean", "30", "--max-total", "512"]) == 0
+    assert (
+        main(
+            [
+                "trace",
+                "generate",
+                "-o",
+                str(trace),
+                "-n",
+                "12",
+                "--rate",
+                "5",
+                "--seed",
+                "1",
+                "--prompt-mean",
+                "120",
+                "--output-mean",
+                "30",
+                "--max-total",
+                "512",
+            ]
+        )
+        == 0
+    )
     record = d / "rec.jsonl.gz"
-    assert main(["run", "--trace", str(trace), "--allocator", "paged:16", "--model", TINY, "--kv-pool-gb", "0.0005",
-                 "--max-seq-len", "512", "--record-batches", str(record), "--no-plots", "--out", str(d / "rec")]) == 0
-    assert main(["compare", "--trace", str(trace), "--allocators", "max,paged:16", "--no-plots",
-                 "--out", str(d / "cmp")]) == 0
+    assert (
+        main(
+            [
+                "run",
+                "--trace",
+                str(trace),
+                "--allocator",
+                "paged:16",
+                "--model",
+                TINY,
+                "--kv-pool-gb",
+                "0.0005",
+                "--max-seq-len",
+                "512",
+                "--record-batches",
+                str(record),
+                "--no-plots",
+                "--out",
+                str(d / "rec"),
+            ]
+        )
+        == 0
+    )
+    assert (
+        main(["compare", "--trace", str(trace), "--allocators", "max,paged:16", "--no-plots", "--out", str(d / "cmp")])
+        == 0
+    )
     shapes = d / "shapes.csv"
     shapes.write_text("batch,context,new_tokens\n1,128,1\n4,512,1\n")
     meas = d / "m.csv"
-    pd.DataFrame([{"kind": "decode", "num_seqs": n, "kv_bytes": n * c * 4096, "time_s": 1e-5 + n * c * 1e-9,
-                   "device": "cuda", "impl": "synthetic"} for n in (1, 4, 16) for c in (256, 1024, 4096)]
-                 ).to_csv(meas, index=False)
+    pd.DataFrame(
+        [
+            {
+                "kind": "decode",
+                "num_seqs": n,
+                "kv_bytes": n * c * 4096,
+                "time_s": 1e-5 + n * c * 1e-9,
+                "device": "cuda",
+                "impl": "synthetic",
+            }
+            for n in (1, 4, 16)
+            for c in (256, 1024, 4096)
+        ]
+    ).to_csv(meas, index=False)
     grid = d / "grid.yaml"
     grid.write_text(f"base:\n  trace: {trace}\n  model: llama-2-7b\npoints:\n  - {{allocator: paged:16, rate: 3}}\n")
-    return {"trace": str(trace), "record": str(record), "runs": str(d / "cmp" / "runs.csv"), "shapes": str(shapes),
-            "meas": str(meas), "grid": str(grid)}
+    return {
+        "trace": str(trace),
+        "record": str(record),
+        "runs": str(d / "cmp" / "runs.csv"),
+        "shapes": str(shapes),
+        "meas": str(meas),
+        "grid": str(grid),
+    }
 
 
 @dataclass(frozen=True)
@@ -59,44 +120,182 @@ class Case:
 
 
 CASES = [
-    Case("run", ("run",), "--out", "folder", lambda i, o: ["run", "--trace", i["trace"], "--no-plots", "--out", o],
-         "trace"),
-    Case("compare", ("compare",), "--out", "folder",
-         lambda i, o: ["compare", "--trace", i["trace"], "--allocators", "max,paged:16", "--no-plots", "--out", o],
-         "trace"),
-    Case("cluster", ("cluster",), "--out", "folder",
-         lambda i, o: ["cluster", "--trace", i["trace"], "--groups", "a100-80gb:2", "--out", o], "trace"),
-    Case("plan", ("plan",), "--out", "folder",
-         lambda i, o: ["plan", "--trace", i["trace"], "--slo", "ttft_p99=2s", "--max-steps", "3", "--no-report",
-                       "--out", o], "trace"),
-    Case("fleet-plan", ("plan",), "--out", "folder",
-         lambda i, o: ["plan", "--trace", i["trace"], "--slo", "ttft_p99=2s", "--fleet-max-gpus", "1", "--out", o],
-         "trace"),
-    Case("validate", ("validate",), "--out", "folder",
-         lambda i, o: ["validate", BENCH, "--model", "llama-3-8b", "--gpu", "a100-80gb", "--no-plots", "--out", o]),
+    Case(
+        "run",
+        ("run",),
+        "--out",
+        "folder",
+        lambda i, o: ["run", "--trace", i["trace"], "--no-plots", "--out", o],
+        "trace",
+    ),
+    Case(
+        "compare",
+        ("compare",),
+        "--out",
+        "folder",
+        lambda i, o: ["compare", "--trace", i["trace"], "--allocators", "max,paged:16", "--no-plots", "--out", o],
+        "trace",
+    ),
+    Case(
+        "cluster",
+        ("cluster",),
+        "--out",
+        "folder",
+        lambda i, o: ["cluster", "--trace", i["trace"], "--groups", "a100-80gb:2", "--out", o],
+        "trace",
+    ),
+    Case(
+        "plan",
+        ("plan",),
+        "--out",
+        "folder",
+        lambda i, o: [
+            "plan",
+            "--trace",
+            i["trace"],
+            "--slo",
+            "ttft_p99=2s",
+            "--max-steps",
+            "3",
+            "--no-report",
+            "--out",
+            o,
+        ],
+        "trace",
+    ),
+    Case(
+        "fleet-plan",
+        ("plan",),
+        "--out",
+        "folder",
+        lambda i, o: ["plan", "--trace", i["trace"], "--slo", "ttft_p99=2s", "--fleet-max-gpus", "1", "--out", o],
+        "trace",
+    ),
+    Case(
+        "validate",
+        ("validate",),
+        "--out",
+        "folder",
+        lambda i, o: ["validate", BENCH, "--model", "llama-3-8b", "--gpu", "a100-80gb", "--no-plots", "--out", o],
+    ),
     Case("report", ("report",), "--output", "folder", lambda i, o: ["report", i["runs"], "-o", o], "runs"),
-    Case("trace-generate", ("trace", "generate"), "--output", "file",
-         lambda i, o: ["trace", "generate", "-n", "5", "--seed", "1", "-o", o]),
-    Case("trace-convert", ("trace", "convert"), "--output", "file",
-         lambda i, o: ["trace", "convert", "--from", "vidur", VIDUR, "--limit", "5", "-o", o]),
-    Case("latency", ("latency",), "--out", "file", lambda i, o: ["latency", "--shapes", i["shapes"], "--out", o],
-         "shapes"),
-    Case("calibrate", ("calibrate",), "--output", "file",
-         lambda i, o: ["calibrate", i["meas"], "--gpu", "h100-80gb", "-o", o], "meas"),
-    Case("kernels-replay", ("kernels", "replay"), "--output", "file",
-         lambda i, o: ["kernels", "replay", i["record"], "--sample", "2", "--device", "cpu", "-o", o], "record"),
-    Case("kernels-bench", ("kernels", "bench"), "--output", "file",
-         lambda i, o: ["kernels", "bench", "--device", "cpu", "--batch", "1", "--context", "20", "--block-size", "8",
-                       "--q-heads", "4", "--kv-heads", "2", "--head-dim", "32", "--dtype", "fp32", "-o", o]),
+    Case(
+        "trace-generate",
+        ("trace", "generate"),
+        "--output",
+        "file",
+        lambda i, o: ["trace", "generate", "-n", "5", "--seed", "1", "-o", o],
+    ),
+    Case(
+        "trace-convert",
+        ("trace", "convert"),
+        "--output",
+        "file",
+        lambda i, o: ["trace", "convert", "--from", "vidur", VIDUR, "--limit", "5", "-o", o],
+    ),
+    Case(
+        "latency",
+        ("latency",),
+        "--out",
+        "file",
+        lambda i, o: ["latency", "--shapes", i["shapes"], "--out", o],
+        "shapes",
+    ),
+    Case(
+        "calibrate",
+        ("calibrate",),
+        "--output",
+        "file",
+        lambda i, o: ["calibrate", i["meas"], "--gpu", "h100-80gb", "-o", o],
+        "meas",
+    ),
+    Case(
+        "kernels-replay",
+        ("kernels", "replay"),
+        "--output",
+        "file",
+        lambda i, o: ["kernels", "replay", i["record"], "--sample", "2", "--device", "cpu", "-o", o],
+        "record",
+    ),
+    Case(
+        "kernels-bench",
+        ("kernels", "bench"),
+        "--output",
+        "file",
+        lambda i, o: [
+            "kernels",
+            "bench",
+            "--device",
+            "cpu",
+            "--batch",
+            "1",
+            "--context",
+            "20",
+            "--block-size",
+            "8",
+            "--q-heads",
+            "4",
+            "--kv-heads",
+            "2",
+            "--head-dim",
+            "32",
+            "--dtype",
+            "fp32",
+            "-o",
+            o,
+        ],
+    ),
     Case("sweep", ("sweep",), "--out", "file", lambda i, o: ["sweep", i["grid"], "--out", o + ".csv"], "grid"),
-    Case("run-record", ("run",), "--record-batches", "file",
-         lambda i, o: ["run", "--trace", i["trace"], "--allocator", "paged:16", "--model", TINY, "--kv-pool-gb",
-                       "0.0005", "--max-seq-len", "512", "--no-plots", "--record-batches", o,
-                       "--out", str(Path(o).parent / "rec-results")], "trace"),
-    Case("compare-record", ("compare",), "--record-batches", "file",
-         lambda i, o: ["compare", "--trace", i["trace"], "--allocators", "paged:16", "--model", TINY, "--kv-pool-gb",
-                       "0.0005", "--max-seq-len", "512", "--no-plots", "--record-batches", o,
-                       "--out", str(Path(o).parent / "rec-results")], "trace"),
+    Case(
+        "run-record",
+        ("run",),
+        "--record-batches",
+        "file",
+        lambda i, o: [
+            "run",
+            "--trace",
+            i["trace"],
+            "--allocator",
+            "paged:16",
+            "--model",
+            TINY,
+            "--kv-pool-gb",
+            "0.0005",
+            "--max-seq-len",
+            "512",
+            "--no-plots",
+            "--record-batches",
+            o,
+            "--out",
+            str(Path(o).parent / "rec-results"),
+        ],
+        "trace",
+    ),
+    Case(
+        "compare-record",
+        ("compare",),
+        "--record-batches",
+        "file",
+        lambda i, o: [
+            "compare",
+            "--trace",
+            i["trace"],
+            "--allocators",
+            "paged:16",
+            "--model",
+            TINY,
+            "--kv-pool-gb",
+            "0.0005",
+            "--max-seq-len",
+            "512",
+            "--no-plots",
+            "--record-batches",
+            o,
+            "--out",
+            str(Path(o).parent / "rec-results"),
+        ],
+        "trace",
+    ),
 ]
 # flags that a command accepts (shared option groups) but does not write with, each with the reason
 NOT_WRITTEN = {(("plan",), "--record-batches"): "plan does not record batches (a known gap, not a write)"}
@@ -243,8 +442,7 @@ def test_out_home(inp, tmp_path, monkeypatch):
     assert (home / ".bashrc").read_text() == "mine" and (home / "runs.csv").is_file()
 
 
-def test_a_quoted_tilde_file_is_refused_and_a_folder_named_like_the_model_is_fine(inp, tmp_path, monkeypatch,
-                                                                                     capsys):
+def test_a_quoted_tilde_file_is_refused_and_a_folder_named_like_the_model_is_fine(inp, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     monkeypatch.chdir(tmp_path)
     assert main(["trace", "generate", "-n", "3", "-o", "~/t.jsonl"]) != 0
@@ -290,16 +488,34 @@ def test_fewer_outputs_on_a_rerun_leave_no_stale_files(inp, tmp_path):
 
 def test_inputs_inside_the_results_folder_are_refused(inp, tmp_path, capsys):
     cmp = tmp_path / "cmp"
-    assert main(["compare", "--trace", inp["trace"], "--allocators", "max,paged:16", "--no-plots",
-                 "--out", str(cmp)]) == 0
+    assert (
+        main(["compare", "--trace", inp["trace"], "--allocators", "max,paged:16", "--no-plots", "--out", str(cmp)]) == 0
+    )
     before = {p.name: p.read_bytes() for p in cmp.iterdir()}
     assert main(["report", str(cmp / "runs.csv"), "-o", str(cmp)]) != 0
     assert "holds the input" in capsys.readouterr().err
     assert main(["report", str(cmp), "-o", str(cmp)]) != 0
     assert "is the input folder" in capsys.readouterr().err
     plan = tmp_path / "plan"
-    assert main(["plan", "--trace", inp["trace"], "--slo", "ttft_p99=2s", "--max-steps", "3", "--no-report",
-                 "--plan-requests", "6", "--out", str(plan)]) == 0
+    assert (
+        main(
+            [
+                "plan",
+                "--trace",
+                inp["trace"],
+                "--slo",
+                "ttft_p99=2s",
+                "--max-steps",
+                "3",
+                "--no-report",
+                "--plan-requests",
+                "6",
+                "--out",
+                str(plan),
+            ]
+        )
+        == 0
+    )
     window = (plan / "plan_window.jsonl").read_bytes()
     assert main(["run", "--trace", str(plan / "plan_window.jsonl"), "--no-plots", "--out", str(plan)]) != 0
     assert "holds the input" in capsys.readouterr().err
@@ -309,8 +525,9 @@ def test_inputs_inside_the_results_folder_are_refused(inp, tmp_path, capsys):
 
 def test_a_failed_run_leaves_the_earlier_results(inp, tmp_path, monkeypatch):
     out = tmp_path / "res"
-    assert main(["validate", BENCH, "--model", "llama-3-8b", "--gpu", "a100-80gb", "--no-plots",
-                 "--out", str(out)]) == 0
+    assert (
+        main(["validate", BENCH, "--model", "llama-3-8b", "--gpu", "a100-80gb", "--no-plots", "--out", str(out)]) == 0
+    )
     before = {p.name: p.read_bytes() for p in out.iterdir()}
     from kvsim.commands import validate
 

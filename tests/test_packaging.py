@@ -17,8 +17,13 @@ def test_every_kvsim_subpackage_is_listed_in_pyproject():
 def test_kernels_do_not_import_kvsim():
     for path in (ROOT / "kernels").rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
-                [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom) and not node.level
+                else []
+            )
             assert not any(n == "kvsim" or n.startswith("kvsim.") for n in names), f"{path.name} imports kvsim"
 
 

@@ -24,8 +24,9 @@ def test_a_stage_holds_its_layers_kv_and_weights():
     """Llama-3-70B over 2 stages of TP2: 40 of 80 layers per GPU, each with 4 of 8 KV heads: 2 x 40 x 4 x 128
     x 2 B = 80 KiB per token; weights: 40 layers' share of the non-embedding parameters plus one 128,256 x
     8,192 vocabulary matrix, over 2 GPUs."""
-    cfg = config_from_options({"model": "llama-3-70b", "gpu": "h100-80gb", "tensor_parallel_size": 2,
-                               "pipeline_parallel_size": 2})
+    cfg = config_from_options(
+        {"model": "llama-3-70b", "gpu": "h100-80gb", "tensor_parallel_size": 2, "pipeline_parallel_size": 2}
+    )
     assert cfg.gpus == 4
     pool = cfg.pool_plan()
     assert pool.kv_bytes_per_token == 2 * 40 * 4 * 128 * 2
@@ -49,8 +50,9 @@ def test_one_sequence_waits_for_every_stage_and_a_full_batch_for_the_slowest_one
     head = sum(m1._head_parts(1, 1))
     act, logits = m1._comm_parts(1, 1)
     send = m4._send.seconds(m1.hidden_bytes)
-    assert sum(stage) == pytest.approx(f * (m1.dense_s(1, 1) - head) + head + f * m1.attention_s(one)
-                                       + f * 160 * act + act + logits + send, rel=1e-12)
+    assert sum(stage) == pytest.approx(
+        f * (m1.dense_s(1, 1) - head) + head + f * m1.attention_s(one) + f * 160 * act + act + logits + send, rel=1e-12
+    )
     # 64 sequences: four micro-batches of 16 pass the slowest stage one after another
     full = StepShape.decode(64, 64 * 3000)
     mbs = micro_batches(full, 4)
@@ -67,8 +69,13 @@ def test_prefill_chunks_go_to_the_lightest_micro_batch():
 
 
 @settings(max_examples=40, deadline=None)
-@given(pp=st.sampled_from([2, 3, 4]), n=st.integers(1, 200), ctx=st.integers(1, 8000), k=st.integers(1, 100),
-       cpu=st.sampled_from(["none", "vllm-v1", "vllm-v1-async"]))
+@given(
+    pp=st.sampled_from([2, 3, 4]),
+    n=st.integers(1, 200),
+    ctx=st.integers(1, 8000),
+    k=st.integers(1, 100),
+    cpu=st.sampled_from(["none", "vllm-v1", "vllm-v1-async"]),
+)
 def test_decode_runs_of_pipelines_sum_their_rotations(pp, n, ctx, k, cpu):
     m = _model(pp, cpu=cpu)
     s0 = n * ctx
@@ -78,8 +85,11 @@ def test_decode_runs_of_pipelines_sum_their_rotations(pp, n, ctx, k, cpu):
 
 
 def test_models_and_latency_models_that_cannot_take_stages_say_so():
-    with pytest.raises(ConfigError, match="pipeline-parallel-size 2: pipeline parallelism is modelled for models "
-                                          "whose layers all keep full attention; gemma-2-9b has sliding"):
+    with pytest.raises(
+        ConfigError,
+        match="pipeline-parallel-size 2: pipeline parallelism is modelled for models "
+        "whose layers all keep full attention; gemma-2-9b has sliding",
+    ):
         config_from_options({"model": "gemma-2-9b", "pipeline_parallel_size": 2}, naming="flag")
     with pytest.raises(ConfigError, match="more stages than the model's 32 layers"):
         config_from_options({"model": "llama-2-7b", "pipeline_parallel_size": 33})
@@ -91,8 +101,27 @@ def test_models_and_latency_models_that_cannot_take_stages_say_so():
 
 def test_a_pipeline_run_accounts_for_every_request_and_the_plan_counts_every_gpu(tmp_path, capsys):
     out = tmp_path / "run"
-    assert main(["run", "--trace", "traces/chat.jsonl", "--model", "llama-3-70b", "--gpu", "H100", "-tp", "2",
-                 "-pp", "2", "--out", str(out), "--no-plots"]) == 0
+    assert (
+        main(
+            [
+                "run",
+                "--trace",
+                "traces/chat.jsonl",
+                "--model",
+                "llama-3-70b",
+                "--gpu",
+                "H100",
+                "-tp",
+                "2",
+                "-pp",
+                "2",
+                "--out",
+                str(out),
+                "--no-plots",
+            ]
+        )
+        == 0
+    )
     import pandas as pd
 
     row = pd.read_csv(out / "runs.csv").iloc[0]
@@ -100,11 +129,11 @@ def test_a_pipeline_run_accounts_for_every_request_and_the_plan_counts_every_gpu
     assert "2 pipeline stages" in (out / "summary.md").read_text()
     from kvsim.planning.plan import add_costs
 
-    rows = [{"max_rate_req_s": 2.0, "tp": 2, "gpus_per_replica": 4, "cost_per_gpu_hour": 1.0,
-             "mean_output_tokens": 100.0}]
+    rows = [
+        {"max_rate_req_s": 2.0, "tp": 2, "gpus_per_replica": 4, "cost_per_gpu_hour": 1.0, "mean_output_tokens": 100.0}
+    ]
     add_costs(rows, 5.0)
     assert rows[0]["replicas"] == 3 and rows[0]["gpus"] == 12
-
 
 
 def test_the_fleet_plan_sizes_fleets_of_pipelined_replicas(tmp_path, capsys):
@@ -112,13 +141,38 @@ def test_the_fleet_plan_sizes_fleets_of_pipelined_replicas(tmp_path, capsys):
     chosen layout's vllm serve line carries the flag."""
     from kvsim.planning.fleet_plan import layouts_of
 
-    assert {(L.decode, L.pp, L.gpus) for L in layouts_of("g", 1, 4, ["rr"], by_gpus=True, pp=2) if not L.prefill} \
-        == {(2, 2, 4)}
+    assert {(L.decode, L.pp, L.gpus) for L in layouts_of("g", 1, 4, ["rr"], by_gpus=True, pp=2) if not L.prefill} == {
+        (2, 2, 4)
+    }
     assert all(L.gpus == 6 for L in layouts_of("g", [1], 3, ["rr"], pp=2))  # 3 replicas of 2 stages
     out = tmp_path / "fp"
-    assert main(["plan", "--trace", "traces/chat.jsonl", "--model", "llama-3-8b", "--gpus", "h100-80gb:3.0", "-pp", "2",
-                 "--slo", "ttft_p99=5s", "--target-rate", "4", "--fleet-max-gpus", "4",
-                 "--fleet-routers", "least-requests", "--out", str(out), "--no-plots"]) == 0
+    assert (
+        main(
+            [
+                "plan",
+                "--trace",
+                "traces/chat.jsonl",
+                "--model",
+                "llama-3-8b",
+                "--gpus",
+                "h100-80gb:3.0",
+                "-pp",
+                "2",
+                "--slo",
+                "ttft_p99=5s",
+                "--target-rate",
+                "4",
+                "--fleet-max-gpus",
+                "4",
+                "--fleet-routers",
+                "least-requests",
+                "--out",
+                str(out),
+                "--no-plots",
+            ]
+        )
+        == 0
+    )
     import pandas as pd
 
     rows = pd.read_csv(out / "fleet_plan.csv")
@@ -128,8 +182,24 @@ def test_the_fleet_plan_sizes_fleets_of_pipelined_replicas(tmp_path, capsys):
 
 def test_replica_groups_take_pipeline_stages(tmp_path, capsys):
     out = tmp_path / "c"
-    assert main(["cluster", "--trace", "traces/chat.jsonl", "--model", "llama-3-70b", "--groups",
-                 "h100-80gb:2:tp2:pp2,h100:1:tp4", "--routers", "least-requests", "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "cluster",
+                "--trace",
+                "traces/chat.jsonl",
+                "--model",
+                "llama-3-70b",
+                "--groups",
+                "h100-80gb:2:tp2:pp2,h100:1:tp4",
+                "--routers",
+                "least-requests",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     import pandas as pd
 
     fleet = pd.read_csv(out / "fleet.csv").iloc[0]

@@ -46,8 +46,12 @@ def test_bisection_finds_a_hand_computed_capacity():
     slos = parse_slos("ttft_p99=15ms")
 
     def evaluate(rate):
-        res = Simulation(scale_to_rate(base, rate), make_allocator("paged:16", 1600, 4096),
-                         FixedLatency(0.01, 0.01), sched(max_num_seqs=1)).run()
+        res = Simulation(
+            scale_to_rate(base, rate),
+            make_allocator("paged:16", 1600, 4096),
+            FixedLatency(0.01, 0.01),
+            sched(max_num_seqs=1),
+        ).run()
         s = run_summary(res)
         why = check_slos(s, slos) + ([] if is_stable(requests_frame(res)) else ["unstable"])
         return Evaluation(rate, not why, why, s)
@@ -61,7 +65,9 @@ def test_scale_to_rate():
     reqs = [Request(str(i), 5.0 + 2.0 * i, 1, 1) for i in range(11)]
     assert trace_rate(reqs) == pytest.approx(0.5)
     fast = scale_to_rate(reqs, 2.0)
-    assert trace_rate(fast) == pytest.approx(2.0) and fast[0].arrival_s == 5.0 and fast[1].arrival_s == pytest.approx(5.5)
+    assert (
+        trace_rate(fast) == pytest.approx(2.0) and fast[0].arrival_s == 5.0 and fast[1].arrival_s == pytest.approx(5.5)
+    )
 
 
 @pytest.fixture(scope="module")
@@ -74,8 +80,26 @@ def small_trace(tmp_path_factory):
 
 def test_plan_cli_capacity_costs_and_infeasible(small_trace, tmp_path, capsys):
     out = tmp_path / "plan"
-    assert main(["plan", "--trace", str(small_trace), "--gpus", "a100-40gb:2.0", "--allocators", "max,paged:16",
-                 "--slo", "ttft_p99=2s,tpot_p99=100ms", "--target-rate", "30", "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "plan",
+                "--trace",
+                str(small_trace),
+                "--gpus",
+                "a100-40gb:2.0",
+                "--allocators",
+                "max,paged:16",
+                "--slo",
+                "ttft_p99=2s,tpot_p99=100ms",
+                "--target-rate",
+                "30",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     cap = pd.read_csv(out / "plan.csv")
     assert list(cap.config) == ["a100-40gb max", "a100-40gb paged:16"]
     assert cap.meets_slo.all() and (cap.search_steps > 2).all() and (cap.tolerance <= 0.02).all()
@@ -83,12 +107,17 @@ def test_plan_cli_capacity_costs_and_infeasible(small_trace, tmp_path, capsys):
     assert paged.max_rate_req_s > mx.max_rate_req_s
     assert paged.replicas == -(-30 // paged.max_rate_req_s)
     assert paged.cost_per_m_output_tokens == pytest.approx(
-        paged.replicas * 2.0 / (30 * paged.mean_output_tokens * 3600) * 1e6)
+        paged.replicas * 2.0 / (30 * paged.mean_output_tokens * 3600) * 1e6
+    )
     pts = pd.read_csv(out / "plan_points.csv")
     assert len(pts) == cap.search_steps.sum()
     # an SLO no rate can meet: one request's prefill already takes longer
-    assert main(["plan", "--trace", str(small_trace), "--slo", "ttft_p99=5ms", "--out", str(tmp_path / "p2"),
-                 "--no-report"]) == 0
+    assert (
+        main(
+            ["plan", "--trace", str(small_trace), "--slo", "ttft_p99=5ms", "--out", str(tmp_path / "p2"), "--no-report"]
+        )
+        == 0
+    )
     row = pd.read_csv(tmp_path / "p2" / "plan.csv").iloc[0]
     assert not row.meets_slo and "alone takes" in row.reason and "to prefill" in row.reason
     assert "never" in capsys.readouterr().out
@@ -98,24 +127,63 @@ def test_plan_studies(small_trace, tmp_path):
     out = tmp_path / "bs"
     bench = tmp_path / "bench.csv"
     pd.DataFrame([{"block_size": b, "kv_bytes": 100, "time_s": 1e-5 * b} for b in (8, 16, 32, 64, 128)]).to_csv(bench)
-    assert main(["plan", "--trace", str(small_trace), "--allocators", "paged:16", "--slo", "ttft_p99=2s",
-                 "--study", "block-size", "--kernel-bench", str(bench), "--max-steps", "6", "--no-report",
-                 "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "plan",
+                "--trace",
+                str(small_trace),
+                "--allocators",
+                "paged:16",
+                "--slo",
+                "ttft_p99=2s",
+                "--study",
+                "block-size",
+                "--kernel-bench",
+                str(bench),
+                "--max-steps",
+                "6",
+                "--no-report",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     cap = pd.read_csv(out / "plan.csv")
     assert list(cap.block_size) == [8, 16, 32, 64, 128]
     assert list(cap.kernel_us) == pytest.approx([80, 160, 320, 640, 1280])
     assert (cap.table_entries_per_seq.diff().dropna() < 0).all()  # bigger blocks, shorter tables
     assert cap.at_max_mem_internal_frag.iloc[-1] > cap.at_max_mem_internal_frag.iloc[0]  # ... more internal waste
     out2 = tmp_path / "mu"
-    assert main(["plan", "--trace", str(small_trace), "--slo", "ttft_p99=2s", "--study", "gpu-mem-util",
-                 "--max-steps", "5", "--no-report", "--out", str(out2)]) == 0
+    assert (
+        main(
+            [
+                "plan",
+                "--trace",
+                str(small_trace),
+                "--slo",
+                "ttft_p99=2s",
+                "--study",
+                "gpu-mem-util",
+                "--max-steps",
+                "5",
+                "--no-report",
+                "--out",
+                str(out2),
+            ]
+        )
+        == 0
+    )
     assert list(pd.read_csv(out2 / "plan.csv").gpu_memory_utilization) == [0.8, 0.85, 0.9, 0.95]
 
 
 def _grid(tmp_path, trace):
     g = tmp_path / "grid.yaml"
-    g.write_text(f"base:\n  trace: {trace}\n  model: llama-2-7b\ngrid:\n  allocator: [max, paged:16]\n"
-                 f"  rate: [3, 9]\npoints:\n  - {{allocator: oracle, rate: 6}}\n")
+    g.write_text(
+        f"base:\n  trace: {trace}\n  model: llama-2-7b\ngrid:\n  allocator: [max, paged:16]\n"
+        f"  rate: [3, 9]\npoints:\n  - {{allocator: oracle, rate: 6}}\n"
+    )
     return g
 
 
@@ -143,7 +211,9 @@ def test_sweep_resume_recomputes_truncated_parts_and_points_whose_files_changed(
     cfg = tmp_path / "model.json"
     shutil.copy("tests/data/llama-3.1-8b-config.json", cfg)
     g = tmp_path / "grid.yaml"
-    g.write_text(f"base:\n  trace: {small_trace}\n  model: {cfg}\n  kv_pool_gb: 2\ngrid:\n  allocator: [max, paged:16]\n")
+    g.write_text(
+        f"base:\n  trace: {small_trace}\n  model: {cfg}\n  kv_pool_gb: 2\ngrid:\n  allocator: [max, paged:16]\n"
+    )
     out = tmp_path / "res.csv"
     assert main(["sweep", str(g), "--out", str(out)]) == 0
     assert "2 simulated, 0 reused" in capsys.readouterr().out
@@ -212,10 +282,30 @@ def check_report(folder: Path, min_rows: int):
 
 def test_report_from_plan_results(small_trace, tmp_path):
     out = tmp_path / "p"
-    assert main(["plan", "--trace", str(small_trace), "--allocators", "max,paged:16", "--slo", "ttft_p99=2s",
-                 "--max-steps", "6", "--no-report", "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "plan",
+                "--trace",
+                str(small_trace),
+                "--allocators",
+                "max,paged:16",
+                "--slo",
+                "ttft_p99=2s",
+                "--max-steps",
+                "6",
+                "--no-report",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     rep = tmp_path / "rep"
-    assert main(["report", str(out / "plan.csv"), str(out / "plan_points.csv"), "-o", str(rep), "--slo", "ttft_p99=2s"]) == 0
+    assert (
+        main(["report", str(out / "plan.csv"), str(out / "plan_points.csv"), "-o", str(rep), "--slo", "ttft_p99=2s"])
+        == 0
+    )
     check_report(rep, min_rows=2)
 
 
@@ -234,13 +324,31 @@ def test_plan_on_a_short_trace_reports_only_a_rate_the_server_sustains(tmp_path)
     short = tmp_path / "short.jsonl"
     short.write_text("".join(open("traces/chat.jsonl").readlines()[:150]))
     out = tmp_path / "p"
-    assert main(["plan", "--trace", str(short), "--gpus", "h100-80gb", "--allocators", "paged:16", "--slo",
-                 "ttft_p99=2s,tpot_p99=100ms", "--no-report", "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "plan",
+                "--trace",
+                str(short),
+                "--gpus",
+                "h100-80gb",
+                "--allocators",
+                "paged:16",
+                "--slo",
+                "ttft_p99=2s,tpot_p99=100ms",
+                "--no-report",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     row = pd.read_csv(out / "plan.csv").iloc[0]
     assert 1 < row.max_rate_req_s < 30
     assert "too short to tell" in row.reason
-    s = evaluate({"trace": "traces/chat.jsonl", "gpu": "h100-80gb", "allocator": "paged:16",
-                  "rate": float(row.max_rate_req_s)})
+    s = evaluate(
+        {"trace": "traces/chat.jsonl", "gpu": "h100-80gb", "allocator": "paged:16", "rate": float(row.max_rate_req_s)}
+    )
     assert s["sustain"] == "ok" and s["stable"]
 
 
@@ -283,8 +391,23 @@ def test_a_long_trace_is_planned_on_its_busiest_window_and_checked_whole(small_t
 
     args = ["plan", "--trace", str(small_trace), "--allocators", "paged:16", "--slo", "ttft_p99=2s", "--no-report"]
     assert main([*args, "--plan-requests", "100", "--out", str(tmp_path / "w")]) == 0
-    assert main(["plan", "--trace", path, "--allocators", "paged:16", "--slo", "ttft_p99=2s", "--no-report",
-                 "--out", str(tmp_path / "direct")]) == 0
+    assert (
+        main(
+            [
+                "plan",
+                "--trace",
+                path,
+                "--allocators",
+                "paged:16",
+                "--slo",
+                "ttft_p99=2s",
+                "--no-report",
+                "--out",
+                str(tmp_path / "direct"),
+            ]
+        )
+        == 0
+    )
     w, direct = pd.read_csv(tmp_path / "w" / "plan.csv"), pd.read_csv(tmp_path / "direct" / "plan.csv")
     assert w.max_rate_req_s[0] == pytest.approx(direct.max_rate_req_s[0] * ratio, rel=1e-12)
     assert w.whole_trace[0] == "met"

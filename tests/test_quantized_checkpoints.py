@@ -18,9 +18,12 @@ GPTQ = {"quant_method": "gptq", "bits": 4, "group_size": 128, "desc_act": False,
 
 def _ct(weights: dict, acts: dict | None = None, targets=("Linear",)) -> dict:
     """A compressed-tensors quantization_config with one config group (llm-compressor's layout)."""
-    return {"quant_method": "compressed-tensors", "format": "pack-quantized", "ignore": ["lm_head"],
-            "config_groups": {"group_0": {"targets": list(targets), "weights": weights,
-                                          "input_activations": acts}}}
+    return {
+        "quant_method": "compressed-tensors",
+        "format": "pack-quantized",
+        "ignore": ["lm_head"],
+        "config_groups": {"group_0": {"targets": list(targets), "weights": weights, "input_activations": acts}},
+    }
 
 
 def load(tmp_path, quant, base=LLAMA, name="config.json"):
@@ -33,28 +36,56 @@ def embed_params(m) -> int:
     return m.vocab_size * m.hidden_size * (1 if m.tie_word_embeddings else 2)
 
 
-@pytest.mark.parametrize("quant, fields, per_weight", [
-    # 4-bit weights, an fp16 scale and a 4-bit zero point per 128: 4 + 16/128 + 4/128 bits
-    (AWQ, ("int4", "w4a16", 128, True), 0.5 + 2.5 / 128),
-    ({**AWQ, "group_size": 64, "zero_point": False}, ("int4", "w4a16", 64, False), 0.5 + 2 / 64),
-    (GPTQ, ("int4", "w4a16", 128, False), 0.5 + 2 / 128),  # symmetric: Marlin keeps no zero points
-    ({**GPTQ, "bits": 8, "group_size": -1}, ("int8", "w8a16", 0, False), 1.0),  # per channel
-    ({**GPTQ, "sym": False}, ("int4", "w4a16", 128, True), 0.5 + 2.5 / 128),
-    (_ct({"num_bits": 4, "type": "int", "strategy": "group", "group_size": 128, "symmetric": True}),
-     ("int4", "w4a16", 128, False), 0.5 + 2 / 128),
-    (_ct({"num_bits": 8, "type": "int", "strategy": "channel", "symmetric": True},
-         {"num_bits": 8, "type": "int", "strategy": "token", "dynamic": True}), ("int8", "w8a8_int8", 0, False), 1.0),
-    (_ct({"num_bits": 8, "type": "float", "strategy": "channel"},
-         {"num_bits": 8, "type": "float", "strategy": "token", "dynamic": True}), ("fp8", "fp8", 0, False), 1.0),
-    (_ct({"num_bits": 8, "type": "float", "strategy": "block", "block_structure": [128, 128]},
-         {"num_bits": 8, "type": "float", "strategy": "group", "group_size": 128}), ("fp8", "fp8_block", 0, False),
-     1.0),
-    (_ct({"num_bits": 4, "type": "float", "strategy": "tensor_group", "group_size": 16},
-         {"num_bits": 4, "type": "float", "strategy": "tensor_group", "group_size": 16}),
-     ("nvfp4", "nvfp4", 0, False), 0.5625),  # 4 bits + an FP8 scale per 16
-    ({"quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 16}, ("nvfp4", "nvfp4", 0, False), 0.5625),
-    ({"quant_method": "modelopt", "quantization": {"quant_algo": "FP8"}}, ("fp8", "fp8", 0, False), 1.0),
-])
+@pytest.mark.parametrize(
+    "quant, fields, per_weight",
+    [
+        # 4-bit weights, an fp16 scale and a 4-bit zero point per 128: 4 + 16/128 + 4/128 bits
+        (AWQ, ("int4", "w4a16", 128, True), 0.5 + 2.5 / 128),
+        ({**AWQ, "group_size": 64, "zero_point": False}, ("int4", "w4a16", 64, False), 0.5 + 2 / 64),
+        (GPTQ, ("int4", "w4a16", 128, False), 0.5 + 2 / 128),  # symmetric: Marlin keeps no zero points
+        ({**GPTQ, "bits": 8, "group_size": -1}, ("int8", "w8a16", 0, False), 1.0),  # per channel
+        ({**GPTQ, "sym": False}, ("int4", "w4a16", 128, True), 0.5 + 2.5 / 128),
+        (
+            _ct({"num_bits": 4, "type": "int", "strategy": "group", "group_size": 128, "symmetric": True}),
+            ("int4", "w4a16", 128, False),
+            0.5 + 2 / 128,
+        ),
+        (
+            _ct(
+                {"num_bits": 8, "type": "int", "strategy": "channel", "symmetric": True},
+                {"num_bits": 8, "type": "int", "strategy": "token", "dynamic": True},
+            ),
+            ("int8", "w8a8_int8", 0, False),
+            1.0,
+        ),
+        (
+            _ct(
+                {"num_bits": 8, "type": "float", "strategy": "channel"},
+                {"num_bits": 8, "type": "float", "strategy": "token", "dynamic": True},
+            ),
+            ("fp8", "fp8", 0, False),
+            1.0,
+        ),
+        (
+            _ct(
+                {"num_bits": 8, "type": "float", "strategy": "block", "block_structure": [128, 128]},
+                {"num_bits": 8, "type": "float", "strategy": "group", "group_size": 128},
+            ),
+            ("fp8", "fp8_block", 0, False),
+            1.0,
+        ),
+        (
+            _ct(
+                {"num_bits": 4, "type": "float", "strategy": "tensor_group", "group_size": 16},
+                {"num_bits": 4, "type": "float", "strategy": "tensor_group", "group_size": 16},
+            ),
+            ("nvfp4", "nvfp4", 0, False),
+            0.5625,
+        ),  # 4 bits + an FP8 scale per 16
+        ({"quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 16}, ("nvfp4", "nvfp4", 0, False), 0.5625),
+        ({"quant_method": "modelopt", "quantization": {"quant_algo": "FP8"}}, ("fp8", "fp8", 0, False), 1.0),
+    ],
+)
 def test_a_quantized_checkpoint_holds_its_weights_in_their_bytes(tmp_path, quant, fields, per_weight):
     m = load(tmp_path, quant)
     assert (m.weight_dtype, m.weight_quant, m.weight_group_size, m.weight_zero_points) == fields
@@ -79,24 +110,33 @@ def test_awq_llama_3_1_8b_weights_and_pool_by_hand(tmp_path, capsys):
         assert main(["memory", "--model", str(model), "--gpu", "a100-80gb"]) == 0
     out = capsys.readouterr().out
     assert m.weight_bytes / 2**30 == pytest.approx(5.33, abs=0.005) and bf16.weight_bytes / 2**30 == pytest.approx(
-        14.96, abs=0.005)
+        14.96, abs=0.005
+    )
     # per GPU, with vLLM's 32 MiB rotary cos/sin table (131,072 positions x 128 x 2 B)
     assert "5.37 GiB per GPU (8.03 B params, int4)" in out and "as awq w4a16, groups of 128 + zero points" in out
     assert "14.99 GiB per GPU (8.03 B params, bf16)" in out
 
 
-@pytest.mark.parametrize("quant, match", [
-    ({"quant_method": "bitsandbytes", "load_in_4bit": True}, "quant_method 'bitsandbytes' is not priced"),
-    ({"quant_method": "awq", "bits": 3}, "field 'bits' must be one of 4"),
-    ({"quant_method": "gptq", "bits": 8, "group_size": 0}, "field 'group_size' must be a positive whole number or -1"),
-    ({"quant_method": "modelopt", "quant_algo": "W4A8_AWQ"}, "quant_algo 'W4A8_AWQ' is not priced"),
-    (_ct({"num_bits": 4, "type": "int", "strategy": "group", "group_size": 128},
-         {"num_bits": 8, "type": "int"}), "int 4-bit weights .* with 8-bit activations is not priced"),
-    (_ct({"num_bits": 8, "type": "float"}, targets=("Embedding",)), "0 config groups target Linear"),
-    ({"quant_method": "compressed-tensors"}, "needs a non-empty 'config_groups'"),
-    ({"quant_method": "mxfp4"}, "mixture-of-experts"),
-    ("awq", "quantization_config must be an object"),
-])
+@pytest.mark.parametrize(
+    "quant, match",
+    [
+        ({"quant_method": "bitsandbytes", "load_in_4bit": True}, "quant_method 'bitsandbytes' is not priced"),
+        ({"quant_method": "awq", "bits": 3}, "field 'bits' must be one of 4"),
+        (
+            {"quant_method": "gptq", "bits": 8, "group_size": 0},
+            "field 'group_size' must be a positive whole number or -1",
+        ),
+        ({"quant_method": "modelopt", "quant_algo": "W4A8_AWQ"}, "quant_algo 'W4A8_AWQ' is not priced"),
+        (
+            _ct({"num_bits": 4, "type": "int", "strategy": "group", "group_size": 128}, {"num_bits": 8, "type": "int"}),
+            "int 4-bit weights .* with 8-bit activations is not priced",
+        ),
+        (_ct({"num_bits": 8, "type": "float"}, targets=("Embedding",)), "0 config groups target Linear"),
+        ({"quant_method": "compressed-tensors"}, "needs a non-empty 'config_groups'"),
+        ({"quant_method": "mxfp4"}, "mixture-of-experts"),
+        ("awq", "quantization_config must be an object"),
+    ],
+)
 def test_a_quantization_kvsim_does_not_price_is_refused_not_read_as_bf16(tmp_path, quant, match):
     with pytest.raises(ConfigError, match=match):
         load(tmp_path, quant)
@@ -161,17 +201,35 @@ def test_int4_experts_are_priced_from_their_measured_kernels(tmp_path):
     assert m.expert_weight_bytes() == pytest.approx(m.expert_params() * (0.5 + 2.5 / 128))
 
 
-LLAMA_70B = {"model_type": "llama", "hidden_size": 8192, "intermediate_size": 28672, "num_hidden_layers": 80,
-             "num_attention_heads": 64, "num_key_value_heads": 8, "vocab_size": 128256,
-             "max_position_embeddings": 131072, "torch_dtype": "bfloat16", "tie_word_embeddings": False}
+LLAMA_70B = {
+    "model_type": "llama",
+    "hidden_size": 8192,
+    "intermediate_size": 28672,
+    "num_hidden_layers": 80,
+    "num_attention_heads": 64,
+    "num_key_value_heads": 8,
+    "vocab_size": 128256,
+    "max_position_embeddings": 131072,
+    "torch_dtype": "bfloat16",
+    "tie_word_embeddings": False,
+}
 
 
-@pytest.mark.parametrize("quant, gpu, logged", [
-    (AWQ, "h200", 37.87),  # hugging-quants/Meta-Llama-3.1-70B-Instruct-AWQ-INT4, vLLM 0.18, Machete
-    (GPTQ, "h200", 37.11),  # RedHatAI/Meta-Llama-3.1-70B-Instruct-quantized.w4a16
-    (_ct({"num_bits": 8, "type": "float", "strategy": "channel"},
-         {"num_bits": 8, "type": "float", "strategy": "token", "dynamic": True}), "h200", 67.7),  # RedHatAI ...-FP8
-])
+@pytest.mark.parametrize(
+    "quant, gpu, logged",
+    [
+        (AWQ, "h200", 37.87),  # hugging-quants/Meta-Llama-3.1-70B-Instruct-AWQ-INT4, vLLM 0.18, Machete
+        (GPTQ, "h200", 37.11),  # RedHatAI/Meta-Llama-3.1-70B-Instruct-quantized.w4a16
+        (
+            _ct(
+                {"num_bits": 8, "type": "float", "strategy": "channel"},
+                {"num_bits": 8, "type": "float", "strategy": "token", "dynamic": True},
+            ),
+            "h200",
+            67.7,
+        ),  # RedHatAI ...-FP8
+    ],
+)
 def test_weights_per_gpu_match_vllm_start_up_logs(tmp_path, quant, gpu, logged):
     """'Model loading took X GiB' of public vLLM logs (docs/memory.md): within 1% (the rotary cos/sin cache
     counted: 131,072 positions x 128 x 2 B = 32 MiB)."""
@@ -187,8 +245,9 @@ def test_hopper_holds_awq_zero_points_in_16_bits_as_machete_does(tmp_path):
     extra = (m.params - e) * (2 - 0.5) / 128
     assert m.zero_point_extra_bytes(get_gpu("h100")) == pytest.approx(extra, rel=1e-12)
     assert m.zero_point_extra_bytes(get_gpu("a100-80gb")) == m.zero_point_extra_bytes(get_gpu("b200")) == 0.0
-    assert m.gpu_weight_bytes(2, 1, get_gpu("h200")) == pytest.approx((m.weight_bytes + extra) / 2
-                                                                      + m.rope_cache_bytes, rel=1e-12)
+    assert m.gpu_weight_bytes(2, 1, get_gpu("h200")) == pytest.approx(
+        (m.weight_bytes + extra) / 2 + m.rope_cache_bytes, rel=1e-12
+    )
     assert load(tmp_path, GPTQ, LLAMA_70B).zero_point_extra_bytes(get_gpu("h200")) == 0.0  # symmetric: none
 
 
@@ -200,7 +259,6 @@ def test_qwen3_fp8_presets_are_the_block_scaled_checkpoints():
         e = embed_params(m)
         assert m.weight_bytes == pytest.approx((m.params - e) + 2 * e, rel=1e-12)
         assert m.with_quantization("fp8") is m
-
 
 
 def test_a_checkpoint_that_leaves_attention_unquantized_holds_and_runs_it_in_bf16(tmp_path):
@@ -229,9 +287,11 @@ def test_a_checkpoint_that_declares_an_fp8_kv_cache_gets_one_under_auto(tmp_path
     from kvsim.options import config_from_args
 
     fp8 = {"num_bits": 8, "type": "float", "strategy": "tensor"}
-    declared = [{"quant_method": "modelopt", "quant_algo": "FP8", "kv_cache_quant_algo": "FP8"},
-                {"quant_method": "modelopt", "quantization": {"quant_algo": "NVFP4", "kv_cache_quant_algo": "FP8"}},
-                {**_ct(fp8, fp8), "kv_cache_scheme": {"num_bits": 8, "type": "float", "strategy": "tensor"}}]
+    declared = [
+        {"quant_method": "modelopt", "quant_algo": "FP8", "kv_cache_quant_algo": "FP8"},
+        {"quant_method": "modelopt", "quantization": {"quant_algo": "NVFP4", "kv_cache_quant_algo": "FP8"}},
+        {**_ct(fp8, fp8), "kv_cache_scheme": {"num_bits": 8, "type": "float", "strategy": "tensor"}},
+    ]
     for quant in declared:
         m = load(tmp_path, quant)
         assert m.kv_dtype == m.checkpoint_kv_dtype == "fp8" and m.kv_bytes_per_token == 64 * 1024
@@ -253,8 +313,11 @@ def test_exclusions_of_single_layers_keep_only_those_in_the_model_dtype(tmp_path
     names, AWQ's dotted components); the MoE router and a vision tower are not the language model's layers."""
     fp8 = {"quant_method": "modelopt", "quant_algo": "FP8"}
     plain = load(tmp_path, {**fp8, "exclude_modules": ["lm_head"]}, name="a.json")
-    some = load(tmp_path, {**fp8, "exclude_modules": ["lm_head", "model.layers.0.self_attn*", "model.layers.31.mlp*"]},
-                name="b.json")
+    some = load(
+        tmp_path,
+        {**fp8, "exclude_modules": ["lm_head", "model.layers.0.self_attn*", "model.layers.31.mlp*"]},
+        name="b.json",
+    )
     assert (some.unquantized_attention_layers, some.unquantized_mlp_layers) == ((0,), (31,))
     assert not some.attention_unquantized
     attn, mlp = 4096 * (32 + 16) * 128 + 32 * 128 * 4096, 3 * 4096 * 14336
@@ -264,8 +327,9 @@ def test_exclusions_of_single_layers_keep_only_those_in_the_model_dtype(tmp_path
     w8 = {"num_bits": 8, "type": "float", "strategy": "channel"}
     ct = load(tmp_path, {**_ct(w8, w8), "ignore": ["lm_head", *every]}, name="c.json")
     assert ct.attention_unquantized and ct.unquantized_attention_layers == ()  # every layer: GEMMs in bf16 too
-    router = load(tmp_path, {**_ct(w8, w8), "ignore": ["lm_head", "re:.*mlp.gate$", "re:vision_tower.*"]},
-                  name="d.json")
+    router = load(
+        tmp_path, {**_ct(w8, w8), "ignore": ["lm_head", "re:.*mlp.gate$", "re:vision_tower.*"]}, name="d.json"
+    )
     assert router.weight_bytes == load(tmp_path, _ct(w8, w8), name="e.json").weight_bytes
     awq = load(tmp_path, {**AWQ, "modules_to_not_convert": ["model.layers.0"]}, name="f.json")
     assert (awq.unquantized_attention_layers, awq.unquantized_mlp_layers) == ((0,), (0,))

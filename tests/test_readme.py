@@ -14,8 +14,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-BLOCKS = [(page.stem, m.group(1)) for page in PAGES
-          for m in re.finditer(r"```bash\n(.*?)```", page.read_text(), re.S)]
+BLOCKS = [(page.stem, m.group(1)) for page in PAGES for m in re.finditer(r"```bash\n(.*?)```", page.read_text(), re.S)]
 SLOW_WORDS = ("kvsim kernels", "kvsim plan", "pytest", "hybrid_compare")
 
 
@@ -48,8 +47,7 @@ def test_readme_block_runs(block, tmp_path):
     if "pytest" in script:
         pytest.skip("the test command is what runs this test")
     env = {**os.environ, "COLUMNS": "80", "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
-    r = subprocess.run(["bash", "-e", "-c", script], cwd=tmp_path, capture_output=True, text=True, env=env,
-                       timeout=900)
+    r = subprocess.run(["bash", "-e", "-c", script], cwd=tmp_path, capture_output=True, text=True, env=env, timeout=900)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert "Traceback" not in r.stderr
     made = {p.name for p in tmp_path.iterdir()} - {"traces", "tests", "benchmarks"}

@@ -24,9 +24,30 @@ def test_readme_mooncake_radix_with_partial_preemption_runs(tmp_path):
     """Was IndexError in radix._evict_one: an unreferenced cached node with a held child was counted as
     evictable (release_tail did not truncate the radix cursor)."""
     out = tmp_path / "o"
-    assert main(["compare", "--trace", "traces/mooncake_excerpt.jsonl", "--model", "qwen2.5-7b",
-                 "--max-model-len", "131072", "--gpu", "h200-141gb", "--allocators", "radix,paged+prefix",
-                 "--partial-preemption", "--kv-pool-gb", "8", "--no-plots", "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "compare",
+                "--trace",
+                "traces/mooncake_excerpt.jsonl",
+                "--model",
+                "qwen2.5-7b",
+                "--max-model-len",
+                "131072",
+                "--gpu",
+                "h200-141gb",
+                "--allocators",
+                "radix,paged+prefix",
+                "--partial-preemption",
+                "--kv-pool-gb",
+                "8",
+                "--no-plots",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     req = pd.read_csv(out / "requests.csv")
     assert len(req) == 2 * 393 and (req.cached_prompt_tokens <= req.prompt_tokens).all()
     runs = pd.read_csv(out / "runs.csv")
@@ -155,12 +176,36 @@ def test_workers_exit_when_their_parent_is_killed(tmp_path):
 def test_dedup_share_is_bounded_and_apart_from_memory_shares(tmp_path):
     """saved% used to be saved/pool (396% beside shares adding to 100%); dedup% is saved/(held) < 100%."""
     trace = tmp_path / "t.jsonl"
-    reqs = [{"arrival_s": 0.01 * i, "prompt_tokens": 512, "output_tokens": 4, "n": 4,
-             "hash_ids": list(range(32)), "hash_block_tokens": 16} for i in range(40)]
+    reqs = [
+        {
+            "arrival_s": 0.01 * i,
+            "prompt_tokens": 512,
+            "output_tokens": 4,
+            "n": 4,
+            "hash_ids": list(range(32)),
+            "hash_block_tokens": 16,
+        }
+        for i in range(40)
+    ]
     trace.write_text("".join(json.dumps(r) + "\n" for r in reqs))
     out = tmp_path / "o"
-    assert main(["run", "--trace", str(trace), "--allocator", "paged+prefix", "--num-blocks", "400",
-                 "--no-plots", "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "run",
+                "--trace",
+                str(trace),
+                "--allocator",
+                "paged+prefix",
+                "--num-blocks",
+                "400",
+                "--no-plots",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     row = pd.read_csv(out / "runs.csv").iloc[0]
     assert 0 < row.sharing_dedup_frac < 1
     shares = sum(row[f"mem_{c}"] for c in ("token_states", "reserved", "internal_frag", "external_frag", "free"))
@@ -186,7 +231,17 @@ def test_an_output_path_equal_to_an_input_path_is_refused(tmp_path, capsys):
     grid.write_text(f"base: {{trace: {trace}}}\ngrid: {{allocator: [max]}}\n")
     before = {p: p.read_bytes() for p in (trace, raw, csv, mlp, grid)}
     cases = [
-        ["run", "--trace", str(trace), "--allocator", "paged", "--record-batches", str(trace), "--out", str(tmp_path / "o")],
+        [
+            "run",
+            "--trace",
+            str(trace),
+            "--allocator",
+            "paged",
+            "--record-batches",
+            str(trace),
+            "--out",
+            str(tmp_path / "o"),
+        ],
         ["trace", "convert", "--from", "mooncake", str(raw), "-o", str(raw)],
         ["trace", "generate", "-o", str(csv), "-n", "10", "--lengths-csv", str(csv)],
         ["calibrate", str(mlp), "-o", str(mlp), "--gpu", "a100-80gb"],
@@ -204,19 +259,54 @@ def test_a_run_that_mostly_rejects_says_so_and_one_that_rejects_all_still_writes
 
     trace = tmp_path / "t.jsonl"
     trace.write_text("".join(open("traces/chat.jsonl").readlines()[:60]))
-    assert main(["compare", "--trace", str(trace), "--max-model-len", "100", "--allocators", "paged",
-                 "--out", str(tmp_path / "a")]) == 0
+    assert (
+        main(
+            [
+                "compare",
+                "--trace",
+                str(trace),
+                "--max-model-len",
+                "100",
+                "--allocators",
+                "paged",
+                "--out",
+                str(tmp_path / "a"),
+            ]
+        )
+        == 0
+    )
     err = capsys.readouterr().err
     assert "warning: paged:16 rejected" in err and "exceeds max_model_len" in err
     # nothing finishes at all: the latency plot once crashed on an empty legend
-    assert main(["compare", "--trace", str(trace), "--max-model-len", "2", "--allocators", "paged,max",
-                 "--out", str(tmp_path / "b")]) == 0
+    assert (
+        main(
+            [
+                "compare",
+                "--trace",
+                str(trace),
+                "--max-model-len",
+                "2",
+                "--allocators",
+                "paged,max",
+                "--out",
+                str(tmp_path / "b"),
+            ]
+        )
+        == 0
+    )
     assert (tmp_path / "b" / "latency_cdf.png").exists()
 
 
-@pytest.mark.parametrize("flags", [["--kv-pool-gb", "1e300"], ["--kv-pool-gb", "1e300", "--ignore-gpu-memory"],
-                                   ["--swap-space", "1e300", "--preemption-mode", "swap"],
-                                   ["--activation-reserve-gb", "1e300"], ["--kv-pool-gb", "1e9", "--ignore-gpu-memory"]])
+@pytest.mark.parametrize(
+    "flags",
+    [
+        ["--kv-pool-gb", "1e300"],
+        ["--kv-pool-gb", "1e300", "--ignore-gpu-memory"],
+        ["--swap-space", "1e300", "--preemption-mode", "swap"],
+        ["--activation-reserve-gb", "1e300"],
+        ["--kv-pool-gb", "1e9", "--ignore-gpu-memory"],
+    ],
+)
 def test_memory_sizes_at_extreme_values_are_clean_errors(flags, tmp_path, capsys):
     """Once an internal error (an infinite byte count converted to an integer)."""
     from kvsim.cli import main
@@ -256,20 +346,53 @@ def test_plan_terminal_names_model_gpu_price_and_shows_replicas_only_for_a_targe
     trace = tmp_path / "t.jsonl"
     with open("traces/chat.jsonl") as f:
         trace.write_text("".join(next(f) for _ in range(300)))
-    assert main(["plan", "--trace", str(trace), "--slo", "ttft_p99=1s", "--gpus", "a100-80gb:2.5", "--no-report",
-                 "--out", str(tmp_path / "a")]) == 0
+    assert (
+        main(
+            [
+                "plan",
+                "--trace",
+                str(trace),
+                "--slo",
+                "ttft_p99=1s",
+                "--gpus",
+                "a100-80gb:2.5",
+                "--no-report",
+                "--out",
+                str(tmp_path / "a"),
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "llama-2-7b on a100-80gb ($2.5/GPU-h)" in out and "repli" not in out
-    assert main(["plan", "--trace", str(trace), "--slo", "ttft_p99=1s", "--gpus", "a100-80gb:2.5", "--no-report",
-                 "--target-rate", "30", "--out", str(tmp_path / "b")]) == 0
+    assert (
+        main(
+            [
+                "plan",
+                "--trace",
+                str(trace),
+                "--slo",
+                "ttft_p99=1s",
+                "--gpus",
+                "a100-80gb:2.5",
+                "--no-report",
+                "--target-rate",
+                "30",
+                "--out",
+                str(tmp_path / "b"),
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "repli" in out and "target 30 req/s" in out
     import pandas as pd
 
     row = pd.read_csv(tmp_path / "b" / "plan.csv").iloc[0]
     # blended price: the same dollars over prompt + output tokens
-    assert row.cost_per_m_tokens == pytest.approx(row.cost_per_m_output_tokens * row.mean_output_tokens
-                                                  / (row.mean_prompt_tokens + row.mean_output_tokens))
+    assert row.cost_per_m_tokens == pytest.approx(
+        row.cost_per_m_output_tokens * row.mean_output_tokens / (row.mean_prompt_tokens + row.mean_output_tokens)
+    )
 
 
 def test_a_results_folder_is_replaced_whole(tmp_path, monkeypatch):

@@ -14,8 +14,7 @@ from kvsim.latency import build_latency
 from kvsim.calibrate.aic import locate_table, read_aic
 from kvsim.latency.base import StepShape
 from kvsim.latency.calibration import load_calibration, shipped_calibration
-from kvsim.releases import (RELEASES_INDEX, SHIPPED, release_calibration, release_key, vllm_releases,
-                                    vllm_version_rule)
+from kvsim.releases import RELEASES_INDEX, SHIPPED, release_calibration, release_key, vllm_releases, vllm_version_rule
 from kvsim.options import config_from_args
 
 AIC = "tests/data/aic"
@@ -24,8 +23,13 @@ AIC = "tests/data/aic"
 def test_release_names_order_as_releases():
     assert release_key("0.19") == release_key("0.19.0") == release_key("v0.19.0") == (0, 19, 0)
     assert release_key("0.19.1rc1") == (0, 19, 1) and release_key("0.1.dev19262") == (0, 1, 0)
-    assert sorted(["0.24.0", "0.9.2", "0.14.0", "0.10.1.1", "0.19"], key=release_key) == \
-        ["0.9.2", "0.10.1.1", "0.14.0", "0.19", "0.24.0"]
+    assert sorted(["0.24.0", "0.9.2", "0.14.0", "0.10.1.1", "0.19"], key=release_key) == [
+        "0.9.2",
+        "0.10.1.1",
+        "0.14.0",
+        "0.19",
+        "0.24.0",
+    ]
     for good in ("0.19", "0.19.1", "v0.10.1.1", "0.19.1rc1", "0.11.0+cu128", "0.6.1.post1"):
         assert vllm_version_rule(good) is None, good
     for bad in ("banana", "", "0.x", "latest", "1..2", "19"):
@@ -47,8 +51,10 @@ def test_the_index_names_shipped_files_fitted_on_that_release_or_the_newest_befo
             assert c.gpu == chip and c.measured_on == "gpu"
             if file != f"{chip}.json":
                 assert c.fit["aic"]["release"] == rel and attention in rels  # its own, or a reuse note's
-    assert load_calibration(SHIPPED / index["h100-80gb"]["0.22.0"]).fit["aic"]["versions"][
-        "generation_attention_perf"] == "0.24.0"
+    assert (
+        load_calibration(SHIPPED / index["h100-80gb"]["0.22.0"]).fit["aic"]["versions"]["generation_attention_perf"]
+        == "0.24.0"
+    )
 
 
 def test_a_release_between_measurements_runs_the_kernels_of_the_one_before_it():
@@ -97,8 +103,20 @@ def test_the_option_changes_only_the_kernel_tables():
     """The same configuration on the 0.14 tables of an H100 against the newest (0.24): an FP8 70B model's long
     prefill is slower on 0.14's measured FP8 GEMMs (1.31x the 0.24 time when written), and the run equals a
     per-op model built on the 0.14 calibration file given as --latency."""
-    base = ["--model", "llama-3.3-70b", "--quantization", "fp8", "--gpu", "h100-80gb", "-tp", "2",
-            "--cpu-overhead", "none", "--frontend", "none"]
+    base = [
+        "--model",
+        "llama-3.3-70b",
+        "--quantization",
+        "fp8",
+        "--gpu",
+        "h100-80gb",
+        "-tp",
+        "2",
+        "--cpu-overhead",
+        "none",
+        "--frontend",
+        "none",
+    ]
     cfg_new = config_from_args(base)
     cfg_old = config_from_args(base + ["--vllm-version", "0.14"])
     assert cfg_old.vllm_version == "0.14" and cfg_new.vllm_version is None
@@ -115,11 +133,13 @@ def test_with_another_latency_model_the_release_decides_the_layout_only():
     from kvsim.fleet.cluster import default_allocator
     from kvsim.latency import latency_notes
 
-    cfg = config_from_args(["--model", "llama-4-scout", "--gpu", "h200", "-tp", "8", "--latency", "roofline",
-                            "--vllm-version", "0.11"])
+    cfg = config_from_args(
+        ["--model", "llama-4-scout", "--gpu", "h200", "-tp", "8", "--latency", "roofline", "--vllm-version", "0.11"]
+    )
     assert default_allocator(cfg) == "naive+prefix"  # no hybrid manager in 0.11, whatever prices the steps
-    roof = build_latency(config_from_args(["--model", "llama-4-scout", "--gpu", "h200", "-tp", "8", "--latency",
-                                           "roofline"]))
+    roof = build_latency(
+        config_from_args(["--model", "llama-4-scout", "--gpu", "h200", "-tp", "8", "--latency", "roofline"])
+    )
     s = StepShape.decode(8, 8000)
     assert build_latency(cfg).step_time(s) == roof.step_time(s)
     assert "the times come from --latency roofline" in latency_notes(cfg)[0]
@@ -143,7 +163,8 @@ def test_a_table_missing_from_a_release_comes_from_the_newest_before_it(tmp_path
     assert v == "0.24.0"
     (sysdir / "gemm" / "vllm" / "0.22.0").mkdir()
     (sysdir / "gemm" / "vllm" / "0.22.0" / "reuse.yaml").write_text(
-        "reuse:\n- table: gemm_perf\n  from_version: 0.24.0\n", encoding="utf-8")
+        "reuse:\n- table: gemm_perf\n  from_version: 0.24.0\n", encoding="utf-8"
+    )
     f, v, note = locate_table(sysdir, "gemm", "0.22.0")
     assert v == "0.24.0" and "reuses" in note
     with pytest.raises(ConfigError, match="at or before 0.14"):
@@ -165,9 +186,18 @@ def test_chunked_attention_ran_without_the_hybrid_manager_in_0_10_to_0_12():
     from kvsim.releases import hybrid_manager_on
 
     scout, gemma, llama = get_model("llama-4-scout"), get_model("gemma-2-9b"), get_model("llama-3-8b")
-    assert [hybrid_manager_on(scout, v) for v in (None, "0.9.2", "0.10.0", "0.11", "0.12.0", "0.13", "0.24")] == \
-        [True, True, False, False, False, True, True]
-    assert hybrid_manager_on(gemma, "0.11") and not hybrid_manager_on(llama, "0.11") and not hybrid_manager_on(llama, None)
+    assert [hybrid_manager_on(scout, v) for v in (None, "0.9.2", "0.10.0", "0.11", "0.12.0", "0.13", "0.24")] == [
+        True,
+        True,
+        False,
+        False,
+        False,
+        True,
+        True,
+    ]
+    assert (
+        hybrid_manager_on(gemma, "0.11") and not hybrid_manager_on(llama, "0.11") and not hybrid_manager_on(llama, None)
+    )
 
 
 def test_a_fleet_of_llama_4_on_those_releases_lays_every_layer_out_in_full():
@@ -187,8 +217,23 @@ def test_the_logged_kv_cache_size_follows_the_release():
     from kvsim.memory_budget import memory_budget
 
     def logged(*extra):
-        b = memory_budget(config_from_args(["--model", "llama-4-scout", "--gpu", "h200-141gb", "-tp", "8",
-                                            "--kv-pool-gb", "10", "--max-model-len", "131072", *extra]))
+        b = memory_budget(
+            config_from_args(
+                [
+                    "--model",
+                    "llama-4-scout",
+                    "--gpu",
+                    "h200-141gb",
+                    "-tp",
+                    "8",
+                    "--kv-pool-gb",
+                    "10",
+                    "--max-model-len",
+                    "131072",
+                    *extra,
+                ]
+            )
+        )
         return b.vllm_kv_size_tokens(b.concurrency_by_layout())
 
     assert logged("--vllm-version", "0.11") == 27_306 * 16 == 436_896  # no hybrid manager: one group

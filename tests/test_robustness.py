@@ -15,8 +15,9 @@ import pytest
 from kvsim.cli import main
 from kvsim.options import OPTIONS
 
-TINY = [{"id": f"r{i}", "arrival_s": 0.05 * i, "prompt_tokens": 20 + 7 * i, "output_tokens": 3 + i % 5}
-        for i in range(12)]
+TINY = [
+    {"id": f"r{i}", "arrival_s": 0.05 * i, "prompt_tokens": 20 + 7 * i, "output_tokens": 3 + i % 5} for i in range(12)
+]
 
 
 def kvsim(capsys, *args: str) -> tuple[int, str, str]:
@@ -89,19 +90,19 @@ HOSTILE_TRACES = {
     "string tokens": b'{"arrival_s": 0, "prompt_tokens": "5", "output_tokens": 1}\n',
     "deep": b"[" * 100000 + b"]" * 100000 + b"\n",
     "bool hash ids": b'{"arrival_s": 0, "prompt_tokens": 32, "output_tokens": 1, "hash_ids": [true],'
-                     b' "hash_block_tokens": 16}\n',
+    b' "hash_block_tokens": 16}\n',
     "too many hash ids": b'{"arrival_s": 0, "prompt_tokens": 5, "output_tokens": 1, "hash_ids": [1, 2],'
-                         b' "hash_block_tokens": 16}\n',
+    b' "hash_block_tokens": 16}\n',
     "huge n": b'{"arrival_s": 0, "prompt_tokens": 5, "output_tokens": 1, "n": 1000000000}\n',
     "duplicate ids": b'{"id": 1, "arrival_s": 0, "prompt_tokens": 5, "output_tokens": 1}\n'
-                     b'{"id": 1, "arrival_s": 1, "prompt_tokens": 5, "output_tokens": 1}\n',
+    b'{"id": 1, "arrival_s": 1, "prompt_tokens": 5, "output_tokens": 1}\n',
     "lone surrogate id": b'{"id": "\\ud800", "arrival_s": 0, "prompt_tokens": 5, "output_tokens": 1}\n',
     "huge times": b'{"arrival_s": 1e15, "prompt_tokens": 5, "output_tokens": 2}\n'
-                  b'{"arrival_s": 1000000000000000.5, "prompt_tokens": 5, "output_tokens": 2}\n',
+    b'{"arrival_s": 1000000000000000.5, "prompt_tokens": 5, "output_tokens": 2}\n',
     "same time": b'{"arrival_s": 3, "prompt_tokens": 5, "output_tokens": 2}\n' * 1
-                 + b'{"id": "b", "arrival_s": 3, "prompt_tokens": 9, "output_tokens": 2}\n',
+    + b'{"id": "b", "arrival_s": 3, "prompt_tokens": 9, "output_tokens": 2}\n',
     "longer than context": b'{"arrival_s": 0, "prompt_tokens": 100000, "output_tokens": 2}\n'
-                           b'{"arrival_s": 1, "prompt_tokens": 5, "output_tokens": 2}\n',
+    b'{"arrival_s": 1, "prompt_tokens": 5, "output_tokens": 2}\n',
 }
 
 
@@ -109,10 +110,22 @@ HOSTILE_TRACES = {
 def test_hostile_trace_files(name, tmp_path, capsys):
     p = tmp_path / "t.jsonl"
     p.write_bytes(HOSTILE_TRACES[name])
-    for args in (["compare", "--trace", p, "--allocators", "max,paged", "--no-plots", "--out", tmp_path / "o"],
-                 ["compare", "--trace", p, "--allocators", "paged+prefix,radix", "--no-plots", "--skip-invalid",
-                  "--out", tmp_path / "o2"],
-                 ["trace", "stats", p], ["trace", "stats", p, "--skip-invalid"]):
+    for args in (
+        ["compare", "--trace", p, "--allocators", "max,paged", "--no-plots", "--out", tmp_path / "o"],
+        [
+            "compare",
+            "--trace",
+            p,
+            "--allocators",
+            "paged+prefix,radix",
+            "--no-plots",
+            "--skip-invalid",
+            "--out",
+            tmp_path / "o2",
+        ],
+        ["trace", "stats", p],
+        ["trace", "stats", p, "--skip-invalid"],
+    ):
         rc, _, err = kvsim(capsys, *args)
         if rc == 2 and "--skip-invalid" not in args and name not in ("empty", "blank"):
             assert str(p) in err  # names the file
@@ -139,8 +152,11 @@ def test_huge_absolute_times_keep_latency_precision(tmp_path, capsys):
 def test_outputs_checked_before_simulating(tiny, tmp_path, capsys):
     a_file = tmp_path / "file"
     a_file.write_text("x")
-    for args in (["--out", a_file], ["--out", tmp_path / "ok", "--record-batches", tmp_path],
-                 ["--out", "/proc/kvsim-cannot-write-here"]):
+    for args in (
+        ["--out", a_file],
+        ["--out", tmp_path / "ok", "--record-batches", tmp_path],
+        ["--out", "/proc/kvsim-cannot-write-here"],
+    ):
         rc, out, err = kvsim(capsys, "run", "--trace", tiny, "--no-plots", *args)
         assert rc == 2 and "simulated" not in out
 
@@ -152,74 +168,155 @@ def test_rerun_into_same_folder_leaves_no_stale_files(tiny, tmp_path, capsys):
     assert not (out / "requests.csv").exists() and (out / "requests.parquet").exists()
 
 
-HOSTILE_JSON = ["", "[]", "{}", "null", '{"version": 2}', '{"version": "2", "ops": 5}', '{"version": 2, "gpu": 7}',
-                "NaN", '{"a": NaN}', "\x00\x01", '{"version": 1, "kernel": {"bw": -1}}']
+HOSTILE_JSON = [
+    "",
+    "[]",
+    "{}",
+    "null",
+    '{"version": 2}',
+    '{"version": "2", "ops": 5}',
+    '{"version": 2, "gpu": 7}',
+    "NaN",
+    '{"a": NaN}',
+    "\x00\x01",
+    '{"version": 1, "kernel": {"bw": -1}}',
+]
 
 
 def test_hostile_latency_and_model_files(tiny, tmp_path, capsys):
     for i, text in enumerate(HOSTILE_JSON):
         f = tmp_path / f"f{i}.json"
         f.write_text(text)
-        for args in (["run", "--trace", tiny, "--no-plots", "--out", tmp_path / "o", "--latency", f],
-                     ["run", "--trace", tiny, "--no-plots", "--out", tmp_path / "o", "--model", f],
-                     ["latency", "--model", f], ["latency", "--latency", f]):
+        for args in (
+            ["run", "--trace", tiny, "--no-plots", "--out", tmp_path / "o", "--latency", f],
+            ["run", "--trace", tiny, "--no-plots", "--out", tmp_path / "o", "--model", f],
+            ["latency", "--model", f],
+            ["latency", "--latency", f],
+        ):
             kvsim(capsys, *args)
-    for cfg in ({"num_hidden_layers": -3, "hidden_size": 4096, "num_attention_heads": 32},
-                {"num_hidden_layers": 2, "hidden_size": 8, "num_attention_heads": 3, "vocab_size": 10},
-                {"num_hidden_layers": 1e400, "hidden_size": 64, "num_attention_heads": 1},
-                {"num_hidden_layers": 1, "hidden_size": 64, "num_attention_heads": 1, "intermediate_size": 64,
-                 "vocab_size": 32, "num_key_value_heads": 1, "max_position_embeddings": 64}):
+    for cfg in (
+        {"num_hidden_layers": -3, "hidden_size": 4096, "num_attention_heads": 32},
+        {"num_hidden_layers": 2, "hidden_size": 8, "num_attention_heads": 3, "vocab_size": 10},
+        {"num_hidden_layers": 1e400, "hidden_size": 64, "num_attention_heads": 1},
+        {
+            "num_hidden_layers": 1,
+            "hidden_size": 64,
+            "num_attention_heads": 1,
+            "intermediate_size": 64,
+            "vocab_size": 32,
+            "num_key_value_heads": 1,
+            "max_position_embeddings": 64,
+        },
+    ):
         f = tmp_path / "config.json"
         f.write_text(json.dumps(cfg))
-        rc, _, _ = kvsim(capsys, "run", "--trace", tiny, "--no-plots", "--out", tmp_path / "o", "--model", f,
-                         "--max-model-len", "64")
+        rc, _, _ = kvsim(
+            capsys, "run", "--trace", tiny, "--no-plots", "--out", tmp_path / "o", "--model", f, "--max-model-len", "64"
+        )
         if rc == 0:  # a tiny model: a pool of many millions of blocks, created lazily
             check_complete(tmp_path / "o", len(TINY))
     # models whose layers differ: every hostile layer description is one error line or a complete run
-    hybrid = {"num_hidden_layers": 4, "hidden_size": 64, "num_attention_heads": 2, "num_key_value_heads": 1,
-              "intermediate_size": 64, "vocab_size": 32, "max_position_embeddings": 512}
-    for extra in ({"layer_types": "sliding"}, {"layer_types": ["sliding_attention"] * 3},
-                  {"layer_types": ["sliding_attention", "x", "full_attention", "full_attention"], "sliding_window": 8},
-                  {"layer_types": ["sliding_attention"] * 4}, {"sliding_window": -1},
-                  {"sliding_window": 16, "sliding_window_pattern": 2},
-                  {"attention_chunk_size": 0.5}, {"attention_chunk_size": 32, "no_rope_layers": [1, 0]},
-                  {"attn_layer_period": 2, "mamba_d_state": 4, "mamba_d_conv": 4, "mamba_expand": 2},
-                  {"attn_layer_period": 2, "mamba_d_state": 4}, {"attn_layer_period": 0},
-                  {"num_local_experts": 4, "num_experts_per_tok": 9}, {"num_local_experts": 4},
-                  {"num_local_experts": 4, "num_experts_per_tok": 2, "first_k_dense_replace": 1},
-                  {"kv_lora_rank": 16, "qk_rope_head_dim": 8, "qk_nope_head_dim": 16, "v_head_dim": 16},
-                  {"kv_lora_rank": 16}, {"quantization_config": {"quant_method": "fp8"}}):
+    hybrid = {
+        "num_hidden_layers": 4,
+        "hidden_size": 64,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 1,
+        "intermediate_size": 64,
+        "vocab_size": 32,
+        "max_position_embeddings": 512,
+    }
+    for extra in (
+        {"layer_types": "sliding"},
+        {"layer_types": ["sliding_attention"] * 3},
+        {"layer_types": ["sliding_attention", "x", "full_attention", "full_attention"], "sliding_window": 8},
+        {"layer_types": ["sliding_attention"] * 4},
+        {"sliding_window": -1},
+        {"sliding_window": 16, "sliding_window_pattern": 2},
+        {"attention_chunk_size": 0.5},
+        {"attention_chunk_size": 32, "no_rope_layers": [1, 0]},
+        {"attn_layer_period": 2, "mamba_d_state": 4, "mamba_d_conv": 4, "mamba_expand": 2},
+        {"attn_layer_period": 2, "mamba_d_state": 4},
+        {"attn_layer_period": 0},
+        {"num_local_experts": 4, "num_experts_per_tok": 9},
+        {"num_local_experts": 4},
+        {"num_local_experts": 4, "num_experts_per_tok": 2, "first_k_dense_replace": 1},
+        {"kv_lora_rank": 16, "qk_rope_head_dim": 8, "qk_nope_head_dim": 16, "v_head_dim": 16},
+        {"kv_lora_rank": 16},
+        {"quantization_config": {"quant_method": "fp8"}},
+    ):
         f = tmp_path / "config.json"
         f.write_text(json.dumps({**hybrid, **extra}))
         for alloc in ("hybrid+prefix", "static-split", "naive", "paged"):
-            rc, _, _ = kvsim(capsys, "run", "--trace", tiny, "--no-plots", "--out", tmp_path / "o", "--model", f,
-                             "--max-model-len", "256", "--allocator", alloc, "--kv-pool-gb", "0.001")
+            rc, _, _ = kvsim(
+                capsys,
+                "run",
+                "--trace",
+                tiny,
+                "--no-plots",
+                "--out",
+                tmp_path / "o",
+                "--model",
+                f,
+                "--max-model-len",
+                "256",
+                "--allocator",
+                alloc,
+                "--kv-pool-gb",
+                "0.001",
+            )
             if rc == 0:
                 check_complete(tmp_path / "o", len(TINY))
 
 
-@pytest.mark.parametrize("grid", [
-    "", "[]", "base: 5", "grid: {rate: []}", "grid: {rate: [.nan]}", "grid: {rate: [.inf]}", "grid: {rate: [-1]}",
-    "grid: {allocator: [max]}", "base: {trace: TRACE}\ngrid: {rate: [.nan]}", "base: {trace: TRACE}\ngrid: {rate: [abc]}",
-    "base: {trace: TRACE}\ngrid: {max_num_seqs: [0]}", "base: {trace: TRACE}\ngrid: {nonsense_key: [1]}",
-    "base: {trace: TRACE}\ngrid: {kv_pool_gb: [1e9]}", "base: {trace: TRACE}\npoints: [5]",
-    "base: {trace: /nonexistent.jsonl}\ngrid: {rate: [1]}", "base: {trace: TRACE}\ngrid: {rate_scale: [0]}",
-    "base: {trace: TRACE}\ngrid: {allocator: [max, max]}", "{{{{", "base: {trace: TRACE, model: [1, 2]}",
-])
+@pytest.mark.parametrize(
+    "grid",
+    [
+        "",
+        "[]",
+        "base: 5",
+        "grid: {rate: []}",
+        "grid: {rate: [.nan]}",
+        "grid: {rate: [.inf]}",
+        "grid: {rate: [-1]}",
+        "grid: {allocator: [max]}",
+        "base: {trace: TRACE}\ngrid: {rate: [.nan]}",
+        "base: {trace: TRACE}\ngrid: {rate: [abc]}",
+        "base: {trace: TRACE}\ngrid: {max_num_seqs: [0]}",
+        "base: {trace: TRACE}\ngrid: {nonsense_key: [1]}",
+        "base: {trace: TRACE}\ngrid: {kv_pool_gb: [1e9]}",
+        "base: {trace: TRACE}\npoints: [5]",
+        "base: {trace: /nonexistent.jsonl}\ngrid: {rate: [1]}",
+        "base: {trace: TRACE}\ngrid: {rate_scale: [0]}",
+        "base: {trace: TRACE}\ngrid: {allocator: [max, max]}",
+        "{{{{",
+        "base: {trace: TRACE, model: [1, 2]}",
+    ],
+)
 def test_hostile_sweep_grids(grid, tiny, tmp_path, capsys):
     g = tmp_path / "g.yaml"
     g.write_text(grid.replace("TRACE", str(tiny)))
     kvsim(capsys, "sweep", g, "--out", tmp_path / "s.csv")
 
 
-@pytest.mark.parametrize("args", [
-    ["--slo", ""], ["--slo", "ttft_p99"], ["--slo", "ttft_p99=nan"], ["--slo", "ttft_p99=-1s"], ["--slo", "bogus=1s"],
-    ["--slo", "ttft_p99=1s", "--gpus", "a100-40gb:nan"], ["--slo", "ttft_p99=1s", "--gpus", ","],
-    ["--slo", "ttft_p99=1s", "--tol", "0"], ["--slo", "ttft_p99=1s", "--max-steps", "0"],
-    ["--slo", "ttft_p99=1s", "--target-rate", "inf"], ["--slo", "ttft_p99=1s", "--study", "nope"],
-    ["--slo", "ttft_p99=1s", "--backend", "ray", "--address", "127.0.0.1:1"],
-    ["--slo", "ttft_p99=1ms", "--max-steps", "2"], ["--slo", "ttft_p99=100s", "--max-steps", "2"],
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--slo", ""],
+        ["--slo", "ttft_p99"],
+        ["--slo", "ttft_p99=nan"],
+        ["--slo", "ttft_p99=-1s"],
+        ["--slo", "bogus=1s"],
+        ["--slo", "ttft_p99=1s", "--gpus", "a100-40gb:nan"],
+        ["--slo", "ttft_p99=1s", "--gpus", ","],
+        ["--slo", "ttft_p99=1s", "--tol", "0"],
+        ["--slo", "ttft_p99=1s", "--max-steps", "0"],
+        ["--slo", "ttft_p99=1s", "--target-rate", "inf"],
+        ["--slo", "ttft_p99=1s", "--study", "nope"],
+        ["--slo", "ttft_p99=1s", "--backend", "ray", "--address", "127.0.0.1:1"],
+        ["--slo", "ttft_p99=1ms", "--max-steps", "2"],
+        ["--slo", "ttft_p99=100s", "--max-steps", "2"],
+    ],
+)
 def test_hostile_plan_arguments(args, tiny, tmp_path, capsys):
     rc, out, _ = kvsim(capsys, "plan", "--trace", tiny, "--no-report", "--out", tmp_path / "p", *args)
     if rc == 0 and "--max-steps" in args:
@@ -263,12 +360,24 @@ def test_importers_never_crash_and_never_write_what_loading_rejects(name, tmp_pa
             assert kvsim(capsys, "trace", "stats", out)[0] == 0  # what kvsim writes, kvsim reads
 
 
-@pytest.mark.parametrize("args", [
-    ["--max-total", "1"], ["--prompt-mean", "-5"], ["--prompt-sigma", "50"], ["--output-sigma", "-1"],
-    ["--rate", "1e-320"], ["--rate", "nan"], ["--cv", "0"], ["-n", "0"], ["--scenario", "multi-turn", "--think-s", "1e308"],
-    ["--scenario", "few-shot", "--num-prefixes", "1000000000", "--shared-tokens", "100000000000"],
-    ["--prompt-mean", "1e300"], ["--lengths-csv", "/nonexistent.csv"], ["--max-total", "2"],
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--max-total", "1"],
+        ["--prompt-mean", "-5"],
+        ["--prompt-sigma", "50"],
+        ["--output-sigma", "-1"],
+        ["--rate", "1e-320"],
+        ["--rate", "nan"],
+        ["--cv", "0"],
+        ["-n", "0"],
+        ["--scenario", "multi-turn", "--think-s", "1e308"],
+        ["--scenario", "few-shot", "--num-prefixes", "1000000000", "--shared-tokens", "100000000000"],
+        ["--prompt-mean", "1e300"],
+        ["--lengths-csv", "/nonexistent.csv"],
+        ["--max-total", "2"],
+    ],
+)
 def test_generator_arguments(args, tmp_path, capsys):
     out = tmp_path / "g.jsonl"
     rc, _, _ = kvsim(capsys, "trace", "generate", "-o", out, "-n", "30", *args)
@@ -276,15 +385,30 @@ def test_generator_arguments(args, tmp_path, capsys):
         assert kvsim(capsys, "trace", "stats", out)[0] == 0
 
 
-@pytest.mark.parametrize("args", [
-    ["latency", "--batch", "0"], ["latency", "--context", "nan"], ["latency", "--tensor-parallel-size", "3"],
-    ["latency", "--gpu", "h100-80gb", "--model", "llama-2-70b", "--tensor-parallel-size", "0"],
-    ["calibrate", "/nonexistent"], ["report", "/nonexistent.csv", "-o", "REPORT"], ["kernels"], ["trace"],
-    ["kernels", "check", "--block-size", "0"], ["kernels", "bench", "--block-sizes", "abc"],
-    ["nope"], ["compare"], ["compare", "--trace"], ["compare", "--trace", "x", "--allocators", ""],
-    ["compare", "--trace", "x", "--allocators", "paged,paged:16"], ["run", "--trace", "x", "--allocator", "paged:0"],
-    ["compare", "--trace", "x", "--bogus"], ["--version"], [],
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["latency", "--batch", "0"],
+        ["latency", "--context", "nan"],
+        ["latency", "--tensor-parallel-size", "3"],
+        ["latency", "--gpu", "h100-80gb", "--model", "llama-2-70b", "--tensor-parallel-size", "0"],
+        ["calibrate", "/nonexistent"],
+        ["report", "/nonexistent.csv", "-o", "REPORT"],
+        ["kernels"],
+        ["trace"],
+        ["kernels", "check", "--block-size", "0"],
+        ["kernels", "bench", "--block-sizes", "abc"],
+        ["nope"],
+        ["compare"],
+        ["compare", "--trace"],
+        ["compare", "--trace", "x", "--allocators", ""],
+        ["compare", "--trace", "x", "--allocators", "paged,paged:16"],
+        ["run", "--trace", "x", "--allocator", "paged:0"],
+        ["compare", "--trace", "x", "--bogus"],
+        ["--version"],
+        [],
+    ],
+)
 def test_other_commands_with_hostile_arguments(args, tmp_path, capsys):
     kvsim(capsys, *[str(tmp_path / "r") if a == "REPORT" else a for a in args])
 
@@ -303,19 +427,81 @@ def test_report_on_a_hand_edited_table_counts_what_it_cannot_read(tmp_path, caps
     assert rc == 0 and "'throughput_tok_s': 1 value(s) are not numbers" in err
 
 
-HF_BASE = {"num_hidden_layers": 4, "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2,
-           "intermediate_size": 128, "vocab_size": 64, "max_position_embeddings": 512}
-HF_FIELDS = ["num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim",
-             "intermediate_size", "vocab_size", "max_position_embeddings", "sliding_window", "sliding_window_pattern",
-             "layer_types", "layers_block_type", "no_rope_layer_interval", "no_rope_layers", "attention_chunk_size",
-             "attn_layer_offset", "attn_layer_period", "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim",
-             "v_head_dim", "n_shared_experts", "n_routed_experts", "num_experts_per_tok", "num_local_experts",
-             "first_k_dense_replace", "mamba_n_groups", "mamba_d_state", "mamba_d_conv", "mamba_expand",
-             "expert_layer_period", "expert_layer_offset", "interleave_moe_layer_step", "moe_intermediate_size",
-             "torch_dtype", "tie_word_embeddings", "quantization_config", "text_config", "model_type",
-             "use_sliding_window"]
-HF_VALUES = [0, -1, 1, 2, 3, 1e30, 10**18, 1.5, "x", "", None, True, [], [1, 2], [[1]], {}, {"quant_method": "fp8"},
-             ["full_attention", 3], ["sliding_attention"] * 4, ["mamba"] * 4, "sliding_attention", 2**63]
+HF_BASE = {
+    "num_hidden_layers": 4,
+    "hidden_size": 64,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "intermediate_size": 128,
+    "vocab_size": 64,
+    "max_position_embeddings": 512,
+}
+HF_FIELDS = [
+    "num_hidden_layers",
+    "hidden_size",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "intermediate_size",
+    "vocab_size",
+    "max_position_embeddings",
+    "sliding_window",
+    "sliding_window_pattern",
+    "layer_types",
+    "layers_block_type",
+    "no_rope_layer_interval",
+    "no_rope_layers",
+    "attention_chunk_size",
+    "attn_layer_offset",
+    "attn_layer_period",
+    "q_lora_rank",
+    "kv_lora_rank",
+    "qk_rope_head_dim",
+    "v_head_dim",
+    "n_shared_experts",
+    "n_routed_experts",
+    "num_experts_per_tok",
+    "num_local_experts",
+    "first_k_dense_replace",
+    "mamba_n_groups",
+    "mamba_d_state",
+    "mamba_d_conv",
+    "mamba_expand",
+    "expert_layer_period",
+    "expert_layer_offset",
+    "interleave_moe_layer_step",
+    "moe_intermediate_size",
+    "torch_dtype",
+    "tie_word_embeddings",
+    "quantization_config",
+    "text_config",
+    "model_type",
+    "use_sliding_window",
+]
+HF_VALUES = [
+    0,
+    -1,
+    1,
+    2,
+    3,
+    1e30,
+    10**18,
+    1.5,
+    "x",
+    "",
+    None,
+    True,
+    [],
+    [1, 2],
+    [[1]],
+    {},
+    {"quant_method": "fp8"},
+    ["full_attention", 3],
+    ["sliding_attention"] * 4,
+    ["mamba"] * 4,
+    "sliding_attention",
+    2**63,
+]
 
 
 def test_fuzzed_hugging_face_configs_give_a_model_or_one_error_line(tmp_path, capsys):
@@ -329,8 +515,9 @@ def test_fuzzed_hugging_face_configs_give_a_model_or_one_error_line(tmp_path, ca
     @given(st.dictionaries(st.sampled_from(HF_FIELDS), st.sampled_from(HF_VALUES), min_size=1, max_size=4))
     @example({"layer_types": [[1]] * 4})  # crashed: a layer type that is not a string
     @example({"sliding_window": 8, "sliding_window_pattern": ["full_attention", 3]})  # crashed: int(list)
-    @example({"attn_layer_period": 2, "attn_layer_offset": [1], "mamba_d_state": 4, "mamba_d_conv": 4,
-              "mamba_expand": 2})
+    @example(
+        {"attn_layer_period": 2, "attn_layer_offset": [1], "mamba_d_state": 4, "mamba_d_conv": 4, "mamba_expand": 2}
+    )
     @example({"num_local_experts": 4, "num_experts_per_tok": 2, "n_shared_experts": "two"})
     @example({"kv_lora_rank": 16, "qk_rope_head_dim": 8, "v_head_dim": 16, "q_lora_rank": [64]})
     def check(extra):
@@ -352,8 +539,10 @@ def test_fuzzed_shapes_csvs_answer_or_name_the_field(tmp_path, capsys):
     row = st.tuples(*[st.sampled_from(SHAPE_VALUES)] * 3)
 
     @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-    @given(st.lists(row, min_size=1, max_size=3),
-           st.sampled_from(["llama-3-8b", "gemma-2-9b", "gpt-oss-20b", "llama-4-scout", "deepseek-v3", "jamba-1.5-mini"]))
+    @given(
+        st.lists(row, min_size=1, max_size=3),
+        st.sampled_from(["llama-3-8b", "gemma-2-9b", "gpt-oss-20b", "llama-4-scout", "deepseek-v3", "jamba-1.5-mini"]),
+    )
     @example([("1", "100", "1e12")], "gpt-oss-20b")  # hung: one step per query tile
     @example([("99999999999999999999", "1", "1")], "llama-3-8b")  # crashed: OverflowError
     @example([("1", "99999999999999999999", "1e300")], "deepseek-v3")
@@ -377,9 +566,11 @@ def test_fuzzed_calibration_csvs_fit_or_name_the_cell(tmp_path, capsys):
     names = {"mlp": "compute__a100__x__mlp.csv", "net": "network__a100_pairwise_nvlink__all_reduce.csv"}
 
     @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-    @given(st.sampled_from(["mlp", "net"]), st.lists(st.tuples(st.floats(0, 1), st.floats(0, 1),
-                                                               st.sampled_from(CAL_VALUES)), min_size=1, max_size=4),
-           st.booleans())
+    @given(
+        st.sampled_from(["mlp", "net"]),
+        st.lists(st.tuples(st.floats(0, 1), st.floats(0, 1), st.sampled_from(CAL_VALUES)), min_size=1, max_size=4),
+        st.booleans(),
+    )
     @example("net", [(0.5, 0.99, True)], False)  # crashed: float('True')
     @example("mlp", [(0.5, 0.0, "abc")], False)  # crashed: a text shape compared with a number
     @example("mlp", [(0.5, 0.0, float("inf"))], False)  # crashed: int(inf)
@@ -397,7 +588,7 @@ def test_fuzzed_calibration_csvs_fit_or_name_the_cell(tmp_path, capsys):
 
 
 # --- the second fuzz audit's findings (each was an internal error, a hang or lost output) -----------------
-HUGE = 10 ** 400  # JSON and YAML carry integers no float holds
+HUGE = 10**400  # JSON and YAML carry integers no float holds
 
 
 def test_huge_integers_in_every_file_kind_are_named(tiny, tmp_path, capsys):
@@ -421,8 +612,17 @@ def test_huge_integers_in_every_file_kind_are_named(tiny, tmp_path, capsys):
 
 def test_a_config_with_absurdly_many_layers_is_refused_before_any_work(tmp_path, capsys):
     cfg = tmp_path / "config.json"
-    cfg.write_text(json.dumps({"num_hidden_layers": 500_000_000, "hidden_size": 64, "num_attention_heads": 2,
-                               "vocab_size": 32, "sliding_window": 16}))
+    cfg.write_text(
+        json.dumps(
+            {
+                "num_hidden_layers": 500_000_000,
+                "hidden_size": 64,
+                "num_attention_heads": 2,
+                "vocab_size": 32,
+                "sliding_window": 16,
+            }
+        )
+    )
     assert "layers is beyond" in kvsim(capsys, "memory", "--model", cfg)[2]
 
 
@@ -430,8 +630,13 @@ def test_calibration_files_with_values_the_formulas_cannot_take(tmp_path, capsys
     from kvsim.latency.calibration import SHIPPED
 
     good = json.loads((SHIPPED / "h100-80gb.json").read_text())
-    for group, field, value in (("gemm", "flops_eff", 0), ("gemm", "knee", 1e-9), ("prefill_attention", "tile_q", 1e9),
-                                ("prefill_attention", "tile_kv", 1e-320), ("decode_attention", "bw_eff", HUGE)):
+    for group, field, value in (
+        ("gemm", "flops_eff", 0),
+        ("gemm", "knee", 1e-9),
+        ("prefill_attention", "tile_q", 1e9),
+        ("prefill_attention", "tile_kv", 1e-320),
+        ("decode_attention", "bw_eff", HUGE),
+    ):
         bad = json.loads(json.dumps(good))
         bad[group][field] = value
         f = tmp_path / "c.json"
@@ -447,34 +652,52 @@ def test_calibration_files_with_values_the_formulas_cannot_take(tmp_path, capsys
 
 
 def test_a_prefill_of_a_hundred_billion_tokens_on_windowed_layers_is_priced_in_closed_form(tmp_path, capsys):
-    for extra in ({"attention_chunk_size": 8191}, {"sliding_window": 10 ** 12}):
+    for extra in ({"attention_chunk_size": 8191}, {"sliding_window": 10**12}):
         cfg = tmp_path / "config.json"
-        cfg.write_text(json.dumps({"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 2,
-                                   "vocab_size": 32, **extra}))
-        assert kvsim(capsys, "latency", "--model", cfg, "--batch", 1, "--context", 10 ** 11, "--new-tokens", 10 ** 11)[0] == 0
+        cfg.write_text(
+            json.dumps({"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 2, "vocab_size": 32, **extra})
+        )
+        assert (
+            kvsim(capsys, "latency", "--model", cfg, "--batch", 1, "--context", 10**11, "--new-tokens", 10**11)[0] == 0
+        )
 
 
 def test_replay_records_and_bench_flags_that_ask_too_much(tmp_path, capsys):
     import gzip
 
-    header = {"format": "kvsim-batch-record", "version": 1, "allocator": "paged:16", "block_size": 65536,
-              "num_blocks": 1, "tp": 1, "gpu": "a100-80gb",
-              "model": {"name": "m", "layers": 1, "q_heads": 4096, "kv_heads": 1, "head_dim": 128, "dtype": "fp32"}}
-    groups = [{"t": 0.0, "dt": 0.01, "steps": 1, "seqs": [[0, 65536, 1]], "tables": {"0": [0]}},
-              {"dt": 0.01, "steps": 1, "seqs": [[0, 16, 1]], "tables": {"0": [0]}}]
+    header = {
+        "format": "kvsim-batch-record",
+        "version": 1,
+        "allocator": "paged:16",
+        "block_size": 65536,
+        "num_blocks": 1,
+        "tp": 1,
+        "gpu": "a100-80gb",
+        "model": {"name": "m", "layers": 1, "q_heads": 4096, "kv_heads": 1, "head_dim": 128, "dtype": "fp32"},
+    }
+    groups = [
+        {"t": 0.0, "dt": 0.01, "steps": 1, "seqs": [[0, 65536, 1]], "tables": {"0": [0]}},
+        {"dt": 0.01, "steps": 1, "seqs": [[0, 16, 1]], "tables": {"0": [0]}},
+    ]
     for i, g in enumerate(groups):
         f = tmp_path / f"r{i}.jsonl.gz"
         with gzip.open(f, "wt") as fh:
             fh.write(json.dumps(header) + "\n" + json.dumps(g) + "\n")
         rc, _, err = kvsim(capsys, "kernels", "replay", f, "--device", "cpu", "-o", tmp_path / "r.csv")
         assert rc == 2 and ("torch reference needs" in err or "field 't'" in err or "record" in err), err
-    assert "multiple of --kv-heads" in kvsim(capsys, "kernels", "bench", "--device", "cpu", "--q-heads", "3",
-                                              "--kv-heads", "2", "-o", tmp_path / "b.csv")[2]
+    assert (
+        "multiple of --kv-heads"
+        in kvsim(
+            capsys, "kernels", "bench", "--device", "cpu", "--q-heads", "3", "--kv-heads", "2", "-o", tmp_path / "b.csv"
+        )[2]
+    )
 
 
 def test_a_batch_record_never_lands_among_the_results_it_would_be_replaced_by(tiny, tmp_path, capsys):
     out = tmp_path / "o"
-    rc, _, err = kvsim(capsys, "run", "--trace", tiny, "--no-plots", "--out", out, "--record-batches", out / "requests.csv")
+    rc, _, err = kvsim(
+        capsys, "run", "--trace", tiny, "--no-plots", "--out", out, "--record-batches", out / "requests.csv"
+    )
     assert rc == 2 and "inside the results folder" in err
 
 
@@ -496,11 +719,34 @@ def test_a_kept_head_ending_mid_chunk_does_not_stall_a_windowed_model(tmp_path, 
     8,192-token chunks of the chunked layers at once, more than the static split's pool: with nothing else
     running, the scheduler takes a smaller chunk rather than wait forever."""
     t = tmp_path / "t.jsonl"
-    t.write_text(json.dumps({"id": "a", "arrival_s": 0, "prompt_tokens": 15, "output_tokens": 100}) + "\n"
-                 + json.dumps({"id": "b", "arrival_s": 0, "prompt_tokens": 200000, "output_tokens": 2000}) + "\n")
+    t.write_text(
+        json.dumps({"id": "a", "arrival_s": 0, "prompt_tokens": 15, "output_tokens": 100})
+        + "\n"
+        + json.dumps({"id": "b", "arrival_s": 0, "prompt_tokens": 200000, "output_tokens": 2000})
+        + "\n"
+    )
     out = tmp_path / "o"
-    assert kvsim(capsys, "run", "--trace", t, "--allocator", "static-split", "--model", "llama-4-scout", "--gpu", "b200",
-                 "-tp", "4", "--partial-preemption", "--no-plots", "--out", out)[0] == 0
+    assert (
+        kvsim(
+            capsys,
+            "run",
+            "--trace",
+            t,
+            "--allocator",
+            "static-split",
+            "--model",
+            "llama-4-scout",
+            "--gpu",
+            "b200",
+            "-tp",
+            "4",
+            "--partial-preemption",
+            "--no-plots",
+            "--out",
+            out,
+        )[0]
+        == 0
+    )
     req = pd.read_csv(out / "requests.csv")
     assert (req.status == "finished").all()
 
@@ -511,8 +757,11 @@ def test_json_and_yaml_too_deep_or_with_integers_too_long_to_read(tiny, tmp_path
     f = tmp_path / "x.json"
     for text in (deep, '{"vocab_size": ' + big + "}"):
         f.write_text(text)
-        for args in (["memory", "--model", f], ["latency", "--latency", f, "--batch", 1, "--context", 10],
-                     ["validate", f, "--model", "llama-2-7b"]):
+        for args in (
+            ["memory", "--model", f],
+            ["latency", "--latency", f, "--batch", 1, "--context", 10],
+            ["validate", f, "--model", "llama-2-7b"],
+        ):
             assert kvsim(capsys, *args)[0] == 2
     t = tmp_path / "t.jsonl"
     t.write_text(json.dumps(TINY[0])[:-1] + ', "x": ' + big + "}\n")
@@ -524,9 +773,21 @@ def test_json_and_yaml_too_deep_or_with_integers_too_long_to_read(tiny, tmp_path
 
 def test_a_model_without_attention_layers_runs(tiny, tmp_path, capsys):
     cfg = tmp_path / "config.json"
-    cfg.write_text(json.dumps({"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 2, "vocab_size": 32,
-                               "layer_types": ["mamba", "mamba"], "mamba_d_state": 4, "mamba_d_conv": 4,
-                               "mamba_expand": 2, "_name_or_path": "x" * 100_000}))
+    cfg.write_text(
+        json.dumps(
+            {
+                "num_hidden_layers": 2,
+                "hidden_size": 64,
+                "num_attention_heads": 2,
+                "vocab_size": 32,
+                "layer_types": ["mamba", "mamba"],
+                "mamba_d_state": 4,
+                "mamba_d_conv": 4,
+                "mamba_expand": 2,
+                "_name_or_path": "x" * 100_000,
+            }
+        )
+    )
     out = tmp_path / "o"
     assert kvsim(capsys, "run", "--trace", tiny, "--model", cfg, "--no-plots", "--out", out)[0] == 0
     check_complete(out, len(TINY))
@@ -534,9 +795,12 @@ def test_a_model_without_attention_layers_runs(tiny, tmp_path, capsys):
 
 def test_names_too_long_for_the_file_system(tiny, tmp_path, capsys):
     long = "x" * 300
-    for args in (["memory", "--model", long], ["run", "--trace", tiny, "--no-plots", "--out", tmp_path / long],
-                 ["run", "--trace", tiny, "--no-plots", "--out", tmp_path / "o", "--record-batches", tmp_path / long],
-                 ["report", long, "-o", tmp_path / "r"]):
+    for args in (
+        ["memory", "--model", long],
+        ["run", "--trace", tiny, "--no-plots", "--out", tmp_path / long],
+        ["run", "--trace", tiny, "--no-plots", "--out", tmp_path / "o", "--record-batches", tmp_path / long],
+        ["report", long, "-o", tmp_path / "r"],
+    ):
         assert kvsim(capsys, *args)[0] == 2
 
 
@@ -544,21 +808,41 @@ def test_calibration_tables_that_do_not_say_what_the_model_needs(tmp_path, capsy
     from kvsim.latency.calibration import SHIPPED
 
     good = json.loads((SHIPPED / "a100-80gb.json").read_text())
-    bads = [{**good, "all_reduce": {"nvswitch": {"02": {"latency_s": 1e-5, "bandwidth": 1e11}}}},
-            {**good, "elementwise": {k: v for k, v in good["elementwise"].items() if k != "norm"}},
-            {**good, "decode_attention": {**good["decode_attention"], "unsplit_cta_bw": 1e-300}}]
+    bads = [
+        {**good, "all_reduce": {"nvswitch": {"02": {"latency_s": 1e-5, "bandwidth": 1e11}}}},
+        {**good, "elementwise": {k: v for k, v in good["elementwise"].items() if k != "norm"}},
+        {**good, "decode_attention": {**good["decode_attention"], "unsplit_cta_bw": 1e-300}},
+    ]
     for bad in bads:
         f = tmp_path / "c.json"
         f.write_text(json.dumps(bad))
         assert kvsim(capsys, "latency", "--latency", f, "--model", "llama-2-7b", "-tp", 2)[0] == 2
     cfg = tmp_path / "config.json"
-    cfg.write_text(json.dumps({"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 2, "vocab_size": 32,
-                               "tie_word_embeddings": "false"}))
+    cfg.write_text(
+        json.dumps(
+            {
+                "num_hidden_layers": 2,
+                "hidden_size": 64,
+                "num_attention_heads": 2,
+                "vocab_size": 32,
+                "tie_word_embeddings": "false",
+            }
+        )
+    )
     from kvsim.hardware import get_model
 
     assert get_model(str(cfg)).tie_word_embeddings is False
-    cfg.write_text(json.dumps({"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 2, "vocab_size": 32,
-                               "tie_word_embeddings": "maybe"}))
+    cfg.write_text(
+        json.dumps(
+            {
+                "num_hidden_layers": 2,
+                "hidden_size": 64,
+                "num_attention_heads": 2,
+                "vocab_size": 32,
+                "tie_word_embeddings": "maybe",
+            }
+        )
+    )
     assert "tie_word_embeddings" in kvsim(capsys, "memory", "--model", cfg)[2]
 
 
@@ -572,30 +856,76 @@ def test_report_plots_a_plan_table_with_text_in_a_memory_column(tmp_path, capsys
 
 
 # --- the fourth audit's findings: option values ----------------------------------------------------------------
-@pytest.mark.parametrize("args", [
-    ["trace", "generate", "-o", "OUT/t.jsonl", "-n", "5", "--arrival", "gamma", "--cv", "1e-300"],
-    ["trace", "generate", "-o", "OUT/t.jsonl", "-n", "5", "--arrival", "gamma", "--cv", "1e300"],
-    ["trace", "generate", "-o", "OUT/t.jsonl", "-n", "5", "--seed", "-1"],
-    ["trace", "generate", "-o", "OUT/t.jsonl", "-n", "1e9"],
-    ["trace", "generate", "-o", "OUT/t.jsonl", "-n", "5", "--rate", "1e-300"],
-    ["cluster", "--trace", "TINY", "--replicas", "1e9", "--out", "OUT/c"],
-    ["cluster", "--trace", "TINY", "--routers", "round-robin,round-robin", "--out", "OUT/c"],
-    ["cluster", "--trace", "TINY", "--groups", "", "--out", "OUT/c"],
-    ["run", "--trace", "TINY", "--no-plots", "--request-rate", "1e-300", "--out", "OUT/r"],
-    ["run", "--trace", "TINY", "--no-plots", "--latency", "roofline", "--step-overhead-ms", "1e308", "--out", "OUT/r"],
-    ["run", "--trace", "TINY", "--no-plots", "--tp", "1e18", "--out", "OUT/r"],
-    ["run", "--trace", "TINY", "--no-plots", "--tp", "64", "--out", "OUT/r"],
-    ["run", "--trace", "TINY", "--no-plots", "--columns", "", "--out", "OUT/r"],
-    ["plan", "--trace", "TINY", "--no-plots", "--no-report", "--slo", "ttft_p99=2s", "--gpus", "a100-40gb:1,A100-40GB:2"],
-    ["plan", "--trace", "TINY", "--no-plots", "--no-report", "--slo", "ttft_p99=2s,ttft_p99=1s"],
-    ["plan", "--trace", "TINY", "--no-plots", "--no-report", "--slo", "ttft_p99=1e400s"],
-    ["plan", "--trace", "TINY", "--no-plots", "--no-report", "--slo", "ttft_p99=2s", "--study", "block-size",
-     "--kernel-bench", "TINY"],
-    ["plan", "--trace", "TINY", "--no-plots", "--no-report", "--slo", "ttft_p99=2s", "--study", "block-size",
-     "--kernel-bench", "/nonexistent.csv"],
-    ["report", "TINY", "-o", "OUT/rep"],
-    ["memory", "--model", "/dev/null"],
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["trace", "generate", "-o", "OUT/t.jsonl", "-n", "5", "--arrival", "gamma", "--cv", "1e-300"],
+        ["trace", "generate", "-o", "OUT/t.jsonl", "-n", "5", "--arrival", "gamma", "--cv", "1e300"],
+        ["trace", "generate", "-o", "OUT/t.jsonl", "-n", "5", "--seed", "-1"],
+        ["trace", "generate", "-o", "OUT/t.jsonl", "-n", "1e9"],
+        ["trace", "generate", "-o", "OUT/t.jsonl", "-n", "5", "--rate", "1e-300"],
+        ["cluster", "--trace", "TINY", "--replicas", "1e9", "--out", "OUT/c"],
+        ["cluster", "--trace", "TINY", "--routers", "round-robin,round-robin", "--out", "OUT/c"],
+        ["cluster", "--trace", "TINY", "--groups", "", "--out", "OUT/c"],
+        ["run", "--trace", "TINY", "--no-plots", "--request-rate", "1e-300", "--out", "OUT/r"],
+        [
+            "run",
+            "--trace",
+            "TINY",
+            "--no-plots",
+            "--latency",
+            "roofline",
+            "--step-overhead-ms",
+            "1e308",
+            "--out",
+            "OUT/r",
+        ],
+        ["run", "--trace", "TINY", "--no-plots", "--tp", "1e18", "--out", "OUT/r"],
+        ["run", "--trace", "TINY", "--no-plots", "--tp", "64", "--out", "OUT/r"],
+        ["run", "--trace", "TINY", "--no-plots", "--columns", "", "--out", "OUT/r"],
+        [
+            "plan",
+            "--trace",
+            "TINY",
+            "--no-plots",
+            "--no-report",
+            "--slo",
+            "ttft_p99=2s",
+            "--gpus",
+            "a100-40gb:1,A100-40GB:2",
+        ],
+        ["plan", "--trace", "TINY", "--no-plots", "--no-report", "--slo", "ttft_p99=2s,ttft_p99=1s"],
+        ["plan", "--trace", "TINY", "--no-plots", "--no-report", "--slo", "ttft_p99=1e400s"],
+        [
+            "plan",
+            "--trace",
+            "TINY",
+            "--no-plots",
+            "--no-report",
+            "--slo",
+            "ttft_p99=2s",
+            "--study",
+            "block-size",
+            "--kernel-bench",
+            "TINY",
+        ],
+        [
+            "plan",
+            "--trace",
+            "TINY",
+            "--no-plots",
+            "--no-report",
+            "--slo",
+            "ttft_p99=2s",
+            "--study",
+            "block-size",
+            "--kernel-bench",
+            "/nonexistent.csv",
+        ],
+        ["report", "TINY", "-o", "OUT/rep"],
+        ["memory", "--model", "/dev/null"],
+    ],
+)
 def test_option_values_the_fourth_audit_found(args, tiny, tmp_path, capsys):
     args = [str(tiny) if a == "TINY" else a.replace("OUT", str(tmp_path)) for a in args]
     assert kvsim(capsys, *args)[0] == 2
@@ -611,14 +941,47 @@ def test_a_shapes_csv_saved_with_a_byte_order_mark(tmp_path, capsys):
 # --- the third hardening pass (issue 37): every option kind and every file kind under one fuzzer ---------------
 # Examples per test follow the hypothesis profile: the default (ci) profile keeps these short; `--hypothesis-profile
 # fuzz` searches thousands of them.
-HOSTILE_TEXT = ["nan", "inf", "-inf", "-0", "0", "-1", "1e400", "1" + "0" * 400, "9" * 5000, "", " ", "\u0663",
-                "\u00b2", "x" * 5000, "1e-310", "5e-324", "a\nb", "[/]", "$(true)", "/tmp", "/nonexistent/x", "1.5",
-                "2", "\x00"]
+HOSTILE_TEXT = [
+    "nan",
+    "inf",
+    "-inf",
+    "-0",
+    "0",
+    "-1",
+    "1e400",
+    "1" + "0" * 400,
+    "9" * 5000,
+    "",
+    " ",
+    "\u0663",
+    "\u00b2",
+    "x" * 5000,
+    "1e-310",
+    "5e-324",
+    "a\nb",
+    "[/]",
+    "$(true)",
+    "/tmp",
+    "/nonexistent/x",
+    "1.5",
+    "2",
+    "\x00",
+]
 OPTION_KINDS = {  # flag -> the command that takes it, for one flag of each kind and every GB/s and count spec
     **{o.flag: "run" for o in OPTIONS},
-    "--groups": "cluster", "--prefill": "cluster", "--decode": "cluster", "--kv-link": "cluster",
-    "--shared-kv-store": "cluster", "--routers": "cluster", "--router-weights": "cluster", "--replicas": "cluster",
-    "--slo": "plan", "--gpus": "plan", "--fleet-max-gpus": "plan", "--fleet-tp": "plan", "--target-rate": "plan",
+    "--groups": "cluster",
+    "--prefill": "cluster",
+    "--decode": "cluster",
+    "--kv-link": "cluster",
+    "--shared-kv-store": "cluster",
+    "--routers": "cluster",
+    "--router-weights": "cluster",
+    "--replicas": "cluster",
+    "--slo": "plan",
+    "--gpus": "plan",
+    "--fleet-max-gpus": "plan",
+    "--fleet-tp": "plan",
+    "--target-rate": "plan",
 }
 
 
@@ -627,18 +990,26 @@ def test_fuzzed_option_values_of_every_kind(tiny, tmp_path, capsys):
     from hypothesis import HealthCheck, example, given, settings, strategies as st
 
     @settings(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-    @given(st.sampled_from(sorted(OPTION_KINDS)),
-           st.one_of(st.sampled_from(HOSTILE_TEXT), st.text(max_size=12),
-                     st.from_regex(r"\A[a-z0-9-]{1,12}(:[0-9a-z\u0660-\u0669]{0,6}){1,3}\Z")))
+    @given(
+        st.sampled_from(sorted(OPTION_KINDS)),
+        st.one_of(
+            st.sampled_from(HOSTILE_TEXT),
+            st.text(max_size=12),
+            st.from_regex(r"\A[a-z0-9-]{1,12}(:[0-9a-z\u0660-\u0669]{0,6}){1,3}\Z"),
+        ),
+    )
     @example("--groups", "h100-80gb:\u00b2")  # crashed: int('²')
     @example("--kv-link", "1e-310:0")  # times of inf seconds
     @example("--kv-offloading-bandwidth", "5e-324")
     def check(flag, value):
         cmd = OPTION_KINDS[flag]
-        extra = {"run": ["--no-plots", "--horizon-s", "5"], "cluster": ["--replicas", "1", "--routers", "round-robin"],
-                 "plan": ["--no-report", "--max-steps", "1", "--fleet-max-gpus", "1"]}[cmd]
+        extra = {
+            "run": ["--no-plots", "--horizon-s", "5"],
+            "cluster": ["--replicas", "1", "--routers", "round-robin"],
+            "plan": ["--no-report", "--max-steps", "1", "--fleet-max-gpus", "1"],
+        }[cmd]
         if flag in ("--fleet-max-gpus", "--replicas", "--routers"):
-            extra = [e for i, e in enumerate(extra) if flag not in extra[max(0, i - 1):i + 1]]
+            extra = [e for i, e in enumerate(extra) if flag not in extra[max(0, i - 1) : i + 1]]
         if cmd == "plan" and flag != "--slo":
             extra += ["--slo", "ttft_p99=5s"]
         if flag in ("--prefill", "--decode"):
@@ -660,10 +1031,23 @@ FILE_KINDS = {
     "record": lambda p, t: ["kernels", "replay", p, "--device", "cpu", "-o", p.parent / "k.csv"],
     "system yaml": lambda p, t: ["calibrate", "--aic", p.parent, "--system", "x9_sxm", "-o", p.parent / "c.json"],
 }
-FILE_BODIES = [b"", b"\n", b"\x00\xff" * 50, b"[" * 5000, b"{}", b"[]", b"null", b'{"a": 1e400}',
-               b'{"a": ' + b"1" * 5000 + b"}", b"a,b\n1,2\n", b"gpu: {mem_bw: abc}\n", b"base: {trace: x}\ngrid: {a: [1]}\n",
-               b"grid: {" + b", ".join(b"k%d: [1,2,3,4,5,6,7,8,9,10]" % i for i in range(7)) + b"}\n",
-               "\u0663\u00b2\n".encode(), b"x" * 100_000]
+FILE_BODIES = [
+    b"",
+    b"\n",
+    b"\x00\xff" * 50,
+    b"[" * 5000,
+    b"{}",
+    b"[]",
+    b"null",
+    b'{"a": 1e400}',
+    b'{"a": ' + b"1" * 5000 + b"}",
+    b"a,b\n1,2\n",
+    b"gpu: {mem_bw: abc}\n",
+    b"base: {trace: x}\ngrid: {a: [1]}\n",
+    b"grid: {" + b", ".join(b"k%d: [1,2,3,4,5,6,7,8,9,10]" % i for i in range(7)) + b"}\n",
+    "\u0663\u00b2\n".encode(),
+    b"x" * 100_000,
+]
 
 
 def test_fuzzed_files_of_every_kind(tiny, tmp_path, capsys):
@@ -672,8 +1056,10 @@ def test_fuzzed_files_of_every_kind(tiny, tmp_path, capsys):
     from hypothesis import HealthCheck, given, settings, strategies as st
 
     @settings(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-    @given(st.sampled_from(sorted(FILE_KINDS)),
-           st.one_of(st.sampled_from(FILE_BODIES), st.binary(max_size=64), st.sampled_from(["dir", "missing"])))
+    @given(
+        st.sampled_from(sorted(FILE_KINDS)),
+        st.one_of(st.sampled_from(FILE_BODIES), st.binary(max_size=64), st.sampled_from(["dir", "missing"])),
+    )
     def check(kind, body):
         d = tmp_path / "case"
         shutil.rmtree(d, ignore_errors=True)

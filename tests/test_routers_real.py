@@ -34,8 +34,15 @@ from kvsim.trace.scenarios import ScenarioSpec, generate_scenario
 
 def _req(ids, prompt=None, rid="r", session=None):
     ids = tuple(ids)
-    return Request(rid, 0.0, prompt if prompt is not None else 16 * len(ids), 8, hash_ids=ids or None,
-                   hash_block_tokens=16, session=session)
+    return Request(
+        rid,
+        0.0,
+        prompt if prompt is not None else 16 * len(ids),
+        8,
+        hash_ids=ids or None,
+        hash_block_tokens=16,
+        session=session,
+    )
 
 
 def _engines(loads, queues=None, kv=None):
@@ -49,6 +56,7 @@ PROMPT = tuple(range(100, 110))  # 10 blocks of 16 tokens: 160 tokens
 
 # --- SGLang's cache-aware policy, decisions by hand ----------------------------------------------------------
 
+
 def _sglang(loads, options=RouterOptions(), taught=()):
     """A router whose tree has replica r holding the first n blocks of PROMPT, for each (r, n) in ``taught``."""
     rt = SGLangCacheAware(_engines(loads), options)
@@ -60,26 +68,29 @@ def _sglang(loads, options=RouterOptions(), taught=()):
 def test_sglang_defaults_are_those_its_command_line_ships():
     o = RouterOptions()
     assert (o.cache_threshold, o.balance_abs_threshold, o.balance_rel_threshold) == (0.3, 64, 1.5)
-    assert (o.eviction_interval_s, o.max_tree_size, o.cache_miss) == (120.0, 2 ** 26, "least-load")
+    assert (o.eviction_interval_s, o.max_tree_size, o.cache_miss) == (120.0, 2**26, "least-load")
     assert (o.llmd_prefix_weight, o.llmd_queue_weight, o.llmd_kv_weight, o.llmd_max_prefix_blocks) == (3, 2, 2, 256)
 
 
-@pytest.mark.parametrize("loads,taught,want,why", [
-    # imbalanced: 100 - 10 = 90 > 64 and 100 > 1.5 x 10: the least loaded, though replica 0 holds the whole prompt
-    ([100, 10, 30], [(0, 10)], 1, "imbalanced -> shortest queue"),
-    # 70 - 10 = 60 is not > 64: balanced, the prefix decides
-    ([70, 10, 30], [(0, 10)], 0, "balanced (abs) + match 1.0 > 0.3 -> prefix"),
-    # 300 - 210 = 90 > 64 but 300 is not > 1.5 x 210 = 315: balanced
-    ([300, 210, 250], [(0, 10)], 0, "balanced (rel) + match -> prefix"),
-    # 4 of 10 blocks: 64 / 160 = 0.4 > 0.3: replica 2 although it is the most loaded
-    ([5, 1, 9], [(2, 4)], 2, "match 0.4 > 0.3 -> prefix"),
-    # 3 of 10 blocks: 48 / 160 = 0.3, not > 0.3 (the code's strict test): a miss, the least loaded
-    ([5, 1, 9], [(2, 3)], 1, "match 0.3 = threshold -> miss -> least loaded"),
-    # two replicas hold a prefix: the longer one wins (replica 1: 6 blocks, replica 0: 5)
-    ([0, 3, 0], [(0, 5), (1, 6)], 1, "longest match"),
-    # nothing anywhere: the least loaded, ties to the lowest index
-    ([2, 1, 1], [], 1, "no match -> least loaded, lowest index"),
-])
+@pytest.mark.parametrize(
+    "loads,taught,want,why",
+    [
+        # imbalanced: 100 - 10 = 90 > 64 and 100 > 1.5 x 10: the least loaded, though replica 0 holds the whole prompt
+        ([100, 10, 30], [(0, 10)], 1, "imbalanced -> shortest queue"),
+        # 70 - 10 = 60 is not > 64: balanced, the prefix decides
+        ([70, 10, 30], [(0, 10)], 0, "balanced (abs) + match 1.0 > 0.3 -> prefix"),
+        # 300 - 210 = 90 > 64 but 300 is not > 1.5 x 210 = 315: balanced
+        ([300, 210, 250], [(0, 10)], 0, "balanced (rel) + match -> prefix"),
+        # 4 of 10 blocks: 64 / 160 = 0.4 > 0.3: replica 2 although it is the most loaded
+        ([5, 1, 9], [(2, 4)], 2, "match 0.4 > 0.3 -> prefix"),
+        # 3 of 10 blocks: 48 / 160 = 0.3, not > 0.3 (the code's strict test): a miss, the least loaded
+        ([5, 1, 9], [(2, 3)], 1, "match 0.3 = threshold -> miss -> least loaded"),
+        # two replicas hold a prefix: the longer one wins (replica 1: 6 blocks, replica 0: 5)
+        ([0, 3, 0], [(0, 5), (1, 6)], 1, "longest match"),
+        # nothing anywhere: the least loaded, ties to the lowest index
+        ([2, 1, 1], [], 1, "no match -> least loaded, lowest index"),
+    ],
+)
 def test_sglang_cache_aware_decides_as_its_code(loads, taught, want, why):
     assert _sglang(loads, taught=taught).pick(_req(PROMPT), [0, 1, 2], 1.0) == want, why
 
@@ -117,6 +128,7 @@ def test_sglang_imbalanced_decisions_still_teach_the_tree_and_eviction_keeps_tre
 
 
 # --- llm-d's default profile, scores by hand -----------------------------------------------------------------
+
 
 def test_llm_d_picks_the_max_weighted_score_of_its_default_scorers():
     # queues 0, 4, 2 -> queue scores 1, 0, 0.5; KV 0.5, 0.1, 0.2 -> 0.5, 0.9, 0.8; replica 1 holds 4 of 8 blocks
@@ -162,27 +174,57 @@ def test_prefix_approx_has_sglangs_balance_guard():
 
 def test_router_params_parse_and_check():
     assert parse_router_params("cache_threshold=0.5,balance-abs-threshold=32,cache_miss=smallest-tree") == {
-        "cache_threshold": 0.5, "balance_abs_threshold": 32.0, "cache_miss": "smallest-tree"}
-    for bad in ("nope=1", "cache_threshold", "cache_threshold=x", "seed=1", "approx_ttl_s=5",
-                "cache_threshold=1,cache_threshold=2"):
+        "cache_threshold": 0.5,
+        "balance_abs_threshold": 32.0,
+        "cache_miss": "smallest-tree",
+    }
+    for bad in (
+        "nope=1",
+        "cache_threshold",
+        "cache_threshold=x",
+        "seed=1",
+        "approx_ttl_s=5",
+        "cache_threshold=1,cache_threshold=2",
+    ):
         with pytest.raises(ConfigError, match="--router-params"):
             parse_router_params(bad)
-    for bad in ({"cache_threshold": 2.0}, {"balance_rel_threshold": 0.5}, {"cache_miss": "tree"},
-                {"llmd_queue_weight": -1.0}, {"llmd_max_prefix_blocks": 0.5}):
+    for bad in (
+        {"cache_threshold": 2.0},
+        {"balance_rel_threshold": 0.5},
+        {"cache_miss": "tree"},
+        {"llmd_queue_weight": -1.0},
+        {"llmd_max_prefix_blocks": 0.5},
+    ):
         with pytest.raises(ConfigError):
             RouterOptions(**bad).validate()
 
 
 # --- the issue's failure, in a real fleet --------------------------------------------------------------------
 
+
 def _shared_block_multi_turn(n: int) -> list[Request]:
     """Multi-turn conversations (the scenario generator's), every prompt starting with one shared 16-token
     block (a system prompt): a chained prefix id in front of each prompt's own."""
-    reqs = generate_scenario(ScenarioSpec("multi-turn", think_s=5.0, turns_per_s=20.0), n, ArrivalSpec(rate=20.0),
-                             LengthSpec(prompt_mean=300, output_mean=100, max_total=4096), seed=1)
-    shared = 10 ** 9
-    return [Request(r.id, r.arrival_s, r.prompt_tokens + 16, r.output_tokens, hash_ids=(shared,) + r.hash_ids,
-                    hash_block_tokens=16, session=r.session) for r in reqs]
+    reqs = generate_scenario(
+        ScenarioSpec("multi-turn", think_s=5.0, turns_per_s=20.0),
+        n,
+        ArrivalSpec(rate=20.0),
+        LengthSpec(prompt_mean=300, output_mean=100, max_total=4096),
+        seed=1,
+    )
+    shared = 10**9
+    return [
+        Request(
+            r.id,
+            r.arrival_s,
+            r.prompt_tokens + 16,
+            r.output_tokens,
+            hash_ids=(shared,) + r.hash_ids,
+            hash_block_tokens=16,
+            session=r.session,
+        )
+        for r in reqs
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -213,8 +255,12 @@ def _recording(monkeypatch):
 
 def test_the_issue_reproduced_one_replica_gets_everything_without_the_guard(shared_trace):
     cfg = config_from_args(["--model", "llama-3-8b", "--gpu", "a100-40gb"])
-    f = simulate_fleet(shared_trace, [ReplicaGroup("g", cfg, "paged:16+prefix", 4)], "prefix-approx",
-                       RouterOptions(balance_abs_threshold=1e9))
+    f = simulate_fleet(
+        shared_trace,
+        [ReplicaGroup("g", cfg, "paged:16+prefix", 4)],
+        "prefix-approx",
+        RouterOptions(balance_abs_threshold=1e9),
+    )
     assert f.requests.replica.nunique() == 1  # what issue 37 saw: every request on one replica
 
 
@@ -236,6 +282,7 @@ def test_no_replica_gets_everything_and_none_idles_while_one_is_overloaded(share
 
 
 # --- every router keeps its promise, over random streams -----------------------------------------------------
+
 
 class FakeReplica:
     """What a router reads of an engine, with simple dynamics: up to ``seats`` requests run, the rest wait; a
@@ -284,16 +331,27 @@ def test_every_router_states_a_promise_or_why_not():
         assert b is None or b.text()
 
 
-stream = st.lists(st.tuples(st.integers(0, 5),  # which conversation / prefix
-                            st.integers(1, 12),  # prompt blocks after the shared one
-                            st.integers(0, 3),  # running requests that finish before it arrives
-                            st.integers(0, 7)),  # a random replica that finishes them
-                  min_size=1, max_size=70)
+stream = st.lists(
+    st.tuples(
+        st.integers(0, 5),  # which conversation / prefix
+        st.integers(1, 12),  # prompt blocks after the shared one
+        st.integers(0, 3),  # running requests that finish before it arrives
+        st.integers(0, 7),
+    ),  # a random replica that finishes them
+    min_size=1,
+    max_size=70,
+)
 
 
 @settings(max_examples=40, deadline=None)
-@given(stream, st.integers(2, 6), st.integers(1, 4), st.sampled_from([(64, 1.5), (2, 1.5), (0, 1.0001)]),
-       st.booleans(), st.integers(0, 99))
+@given(
+    stream,
+    st.integers(2, 6),
+    st.integers(1, 4),
+    st.sampled_from([(64, 1.5), (2, 1.5), (0, 1.0001)]),
+    st.booleans(),
+    st.integers(0, 99),
+)
 def test_no_router_overloads_a_replica_beyond_its_documented_bound(events, n, seats, guard, subsets, seed):
     """At every decision of every router in ROUTERS, on a random stream: the pick is within the router's
     :class:`Balance` (measured over the replicas that could take the request), or the router is excused."""
@@ -305,7 +363,7 @@ def test_no_router_overloads_a_replica_beyond_its_documented_bound(events, n, se
         rng = random.Random(seed)
         for t, (conv, blocks, done, who) in enumerate(events):
             reps[who % n].finish(done)
-            ids = (10 ** 6, *range(1000 * conv, 1000 * conv + blocks))  # every prompt: the same first block
+            ids = (10**6, *range(1000 * conv, 1000 * conv + blocks))  # every prompt: the same first block
             r = Request(str(t), float(t), 16 * len(ids), 4, hash_ids=ids, hash_block_tokens=16, session=f"s{conv}")
             cands = sorted(rng.sample(range(n), rng.randint(1, n))) if subsets else list(range(n))
             before = {i: (reps[i].outstanding, reps[i].kv_usage, rt.affinity(r, i)) for i in cands}
@@ -313,8 +371,11 @@ def test_no_router_overloads_a_replica_beyond_its_documented_bound(events, n, se
             assert i in cands, name
             if b is not None and b.idle_first:
                 idle = [c for c in cands if before[c][0] == 0]
-                assert not idle or before[i][0] == 0 or before[i][2] > max(before[c][2] for c in idle), \
-                    (name, before, i)
+                assert not idle or before[i][0] == 0 or before[i][2] > max(before[c][2] for c in idle), (
+                    name,
+                    before,
+                    i,
+                )
             elif b is not None:
                 m = 0 if b.measure == "outstanding" else 1
                 least = min(before[c][m] for c in cands)

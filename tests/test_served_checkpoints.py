@@ -15,33 +15,59 @@ from kvsim.options import config_from_args
 GIB = 1 << 30
 
 
-@pytest.mark.parametrize("hf_id, name, fields", [
-    # NVIDIA ModelOpt: -FP8 per-tensor, -FP4 NVFP4; its MoE exports keep attention in bf16
-    ("nvidia/Llama-3.1-8B-Instruct-FP8", "llama-3.1-8b-fp8", ("fp8", "fp8", "modelopt", False)),
-    ("nvidia/Llama-3.3-70B-Instruct-FP4", "llama-3.3-70b-nvfp4", ("nvfp4", "nvfp4", "modelopt", False)),
-    ("nvidia/Llama-3.1-70B-Instruct-NVFP4", "llama-3.1-70b-nvfp4", ("nvfp4", "nvfp4", "modelopt", False)),
-    ("nvidia/DeepSeek-R1-FP4", "deepseek-r1-nvfp4", ("nvfp4", "nvfp4", "modelopt", True)),
-    # Red Hat (llm-compressor): FP8 dynamic per channel, W4A16 groups of 128, W8A8 int8
-    ("RedHatAI/Meta-Llama-3.1-8B-Instruct-FP8-dynamic", "llama-3.1-8b-fp8", ("fp8", "fp8", "compressed-tensors", False)),
-    ("RedHatAI/Llama-3.3-70B-Instruct-FP8-dynamic", "llama-3.3-70b-fp8", ("fp8", "fp8", "compressed-tensors", False)),
-    ("neuralmagic/Meta-Llama-3.1-70B-Instruct-FP8", "llama-3.1-70b-fp8", ("fp8", "fp8", "compressed-tensors", False)),
-    ("RedHatAI/Meta-Llama-3.1-8B-Instruct-quantized.w4a16", "llama-3.1-8b-int4",
-     ("int4", "w4a16", "compressed-tensors", False)),
-    ("RedHatAI/Meta-Llama-3.1-8B-Instruct-quantized.w8a8", "llama-3.1-8b-int8-w8a8",
-     ("int8", "w8a8_int8", "compressed-tensors", False)),
-    # AWQ / GPTQ and Qwen's own
-    ("hugging-quants/Meta-Llama-3.1-70B-Instruct-AWQ-INT4", "llama-3.1-70b-awq", ("int4", "w4a16", "awq", False)),
-    ("Qwen/Qwen3-32B-AWQ", "qwen3-32b-awq", ("int4", "w4a16", "awq", False)),
-    ("Qwen/Qwen2.5-7B-Instruct-GPTQ-Int8", "qwen2.5-7b-gptq", ("int8", "w8a16", "gptq", False)),
-    ("Qwen/Qwen3-32B-FP8", "qwen3-32b-fp8", ("fp8", "fp8_block", "fp8", False)),  # a preset of its own
-    ("Qwen/Qwen3-8B-FP8", "qwen3-8b-fp8", ("fp8", "fp8_block", "fp8", False)),
-])
+@pytest.mark.parametrize(
+    "hf_id, name, fields",
+    [
+        # NVIDIA ModelOpt: -FP8 per-tensor, -FP4 NVFP4; its MoE exports keep attention in bf16
+        ("nvidia/Llama-3.1-8B-Instruct-FP8", "llama-3.1-8b-fp8", ("fp8", "fp8", "modelopt", False)),
+        ("nvidia/Llama-3.3-70B-Instruct-FP4", "llama-3.3-70b-nvfp4", ("nvfp4", "nvfp4", "modelopt", False)),
+        ("nvidia/Llama-3.1-70B-Instruct-NVFP4", "llama-3.1-70b-nvfp4", ("nvfp4", "nvfp4", "modelopt", False)),
+        ("nvidia/DeepSeek-R1-FP4", "deepseek-r1-nvfp4", ("nvfp4", "nvfp4", "modelopt", True)),
+        # Red Hat (llm-compressor): FP8 dynamic per channel, W4A16 groups of 128, W8A8 int8
+        (
+            "RedHatAI/Meta-Llama-3.1-8B-Instruct-FP8-dynamic",
+            "llama-3.1-8b-fp8",
+            ("fp8", "fp8", "compressed-tensors", False),
+        ),
+        (
+            "RedHatAI/Llama-3.3-70B-Instruct-FP8-dynamic",
+            "llama-3.3-70b-fp8",
+            ("fp8", "fp8", "compressed-tensors", False),
+        ),
+        (
+            "neuralmagic/Meta-Llama-3.1-70B-Instruct-FP8",
+            "llama-3.1-70b-fp8",
+            ("fp8", "fp8", "compressed-tensors", False),
+        ),
+        (
+            "RedHatAI/Meta-Llama-3.1-8B-Instruct-quantized.w4a16",
+            "llama-3.1-8b-int4",
+            ("int4", "w4a16", "compressed-tensors", False),
+        ),
+        (
+            "RedHatAI/Meta-Llama-3.1-8B-Instruct-quantized.w8a8",
+            "llama-3.1-8b-int8-w8a8",
+            ("int8", "w8a8_int8", "compressed-tensors", False),
+        ),
+        # AWQ / GPTQ and Qwen's own
+        ("hugging-quants/Meta-Llama-3.1-70B-Instruct-AWQ-INT4", "llama-3.1-70b-awq", ("int4", "w4a16", "awq", False)),
+        ("Qwen/Qwen3-32B-AWQ", "qwen3-32b-awq", ("int4", "w4a16", "awq", False)),
+        ("Qwen/Qwen2.5-7B-Instruct-GPTQ-Int8", "qwen2.5-7b-gptq", ("int8", "w8a16", "gptq", False)),
+        ("Qwen/Qwen3-32B-FP8", "qwen3-32b-fp8", ("fp8", "fp8_block", "fp8", False)),  # a preset of its own
+        ("Qwen/Qwen3-8B-FP8", "qwen3-8b-fp8", ("fp8", "fp8_block", "fp8", False)),
+    ],
+)
 def test_a_quantized_checkpoint_id_resolves_to_its_base_model_in_its_format(hf_id, name, fields):
     m = get_model(hf_id).validate()
     assert m.name == name
     assert (m.weight_dtype, m.weight_quant, m.quant_method, m.attention_unquantized) == fields
     base = get_model(name.split("-fp8")[0].split("-nvfp4")[0].split("-awq")[0].split("-int")[0].split("-gptq")[0])
-    assert (m.layers, m.hidden_size, m.kv_heads, m.params) == (base.layers, base.hidden_size, base.kv_heads, base.params)
+    assert (m.layers, m.hidden_size, m.kv_heads, m.params) == (
+        base.layers,
+        base.hidden_size,
+        base.kv_heads,
+        base.params,
+    )
 
 
 def test_an_nvfp4_llama_holds_its_weights_in_4_and_a_half_bits():
@@ -71,8 +97,9 @@ def test_a_preset_takes_every_quantization_its_model_is_published_in_and_says_ho
             try:
                 q = get_model(preset).with_quantization(flag).validate()
             except ConfigError as e:
-                assert ("has no experts" in str(e) and not get_model(preset).is_moe) or \
-                    ("already quantized" in str(e) and flag == "fp8"), str(e)
+                assert ("has no experts" in str(e) and not get_model(preset).is_moe) or (
+                    "already quantized" in str(e) and flag == "fp8"
+                ), str(e)
                 continue
             assert q.weight_quant or q.expert_dtype
 
@@ -99,21 +126,43 @@ def test_minimax_m2_preset_and_its_config_with_an_all_attention_layer_list(tmp_p
     assert m.name == "minimax-m2" and not m.is_hybrid and m.weight_quant == "fp8_block"
     per_layer_attn = 3072 * (48 + 2 * 8) * 128 + 48 * 128 * 3072
     experts = 62 * 256 * 3 * 3072 * 1536
-    assert m.shape_params() == pytest.approx(experts + 62 * (per_layer_attn + 256 * 3072 + 2 * 3072)
-                                             + 2 * 200064 * 3072 + 3072, rel=1e-6)
+    assert m.shape_params() == pytest.approx(
+        experts + 62 * (per_layer_attn + 256 * 3072 + 2 * 3072) + 2 * 200064 * 3072 + 3072, rel=1e-6
+    )
     assert m.kv_bytes_per_token == 2 * 62 * 8 * 128 * 2
-    cfg = {"architectures": ["MiniMaxM2ForCausalLM"], "model_type": "minimax_m2", "num_hidden_layers": 62,
-           "hidden_size": 3072, "num_attention_heads": 48, "num_key_value_heads": 8, "head_dim": 128,
-           "intermediate_size": 1536, "num_local_experts": 256, "num_experts_per_tok": 8, "vocab_size": 200064,
-           "max_position_embeddings": 196608, "rotary_dim": 64, "torch_dtype": "bfloat16",
-           "attn_type_list": [1] * 62, "quantization_config": {
-               "quant_method": "fp8", "activation_scheme": "dynamic", "weight_block_size": [128, 128],
-               "modules_to_not_convert": ["gate", "e_score_correction_bias", "lm_head"]}}
+    cfg = {
+        "architectures": ["MiniMaxM2ForCausalLM"],
+        "model_type": "minimax_m2",
+        "num_hidden_layers": 62,
+        "hidden_size": 3072,
+        "num_attention_heads": 48,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "intermediate_size": 1536,
+        "num_local_experts": 256,
+        "num_experts_per_tok": 8,
+        "vocab_size": 200064,
+        "max_position_embeddings": 196608,
+        "rotary_dim": 64,
+        "torch_dtype": "bfloat16",
+        "attn_type_list": [1] * 62,
+        "quantization_config": {
+            "quant_method": "fp8",
+            "activation_scheme": "dynamic",
+            "weight_block_size": [128, 128],
+            "modules_to_not_convert": ["gate", "e_score_correction_bias", "lm_head"],
+        },
+    }
     p = tmp_path / "config.json"
     p.write_text(json.dumps(cfg))
     c = get_model(str(p))
-    assert (c.layers, c.num_experts, c.moe_intermediate_size, c.weight_quant, c.rotary_dim) == \
-        (62, 256, 1536, "fp8_block", 64)
+    assert (c.layers, c.num_experts, c.moe_intermediate_size, c.weight_quant, c.rotary_dim) == (
+        62,
+        256,
+        1536,
+        "fp8_block",
+        64,
+    )
     assert c.kv_bytes_per_token == m.kv_bytes_per_token
     assert c.params == pytest.approx(m.shape_params(), rel=1e-3)
     p.write_text(json.dumps({**cfg, "attn_type_list": [0] + [1] * 61}))  # a lightning-attention layer
@@ -129,13 +178,16 @@ def test_kimi_k2_5_holds_int4_experts_with_a_bf16_scale_per_32():
     assert m.weight_bytes / GIB == pytest.approx(554.3, rel=0.01)  # the checkpoint's 64 files, vision tower included
 
 
-@pytest.mark.parametrize("gpu, tp, inter, hidden", [
-    ("h100-80gb", 1, 2944, 3072),  # Marlin: intermediate to 128, hidden to 256
-    ("h100-80gb", 2, 1536, 3072),
-    ("a100-80gb", 4, 768, 3072),
-    ("b200", 1, 3072, 3072),  # FlashInfer TRT-LLM: both to 256
-    ("b200", 8, 512, 3072),
-])
+@pytest.mark.parametrize(
+    "gpu, tp, inter, hidden",
+    [
+        ("h100-80gb", 1, 2944, 3072),  # Marlin: intermediate to 128, hidden to 256
+        ("h100-80gb", 2, 1536, 3072),
+        ("a100-80gb", 4, 768, 3072),
+        ("b200", 1, 3072, 3072),  # FlashInfer TRT-LLM: both to 256
+        ("b200", 8, 512, 3072),
+    ],
+)
 def test_mxfp4_experts_are_held_padded_as_vllms_kernels_lay_them_out(gpu, tp, inter, hidden):
     m = get_model("gpt-oss-120b")
     width = 2880 / tp
@@ -150,8 +202,9 @@ def test_gpt_oss_120b_on_one_h100_loads_as_vllm_logs_it_and_fails_at_its_default
     """Public logs: 'Model loading took' 64.4-66.0 GiB on one H100; at 0.90 utilisation vLLM fails to start."""
     from kvsim.memory_budget import memory_budget
 
-    b = memory_budget(config_from_args(["--model", "openai/gpt-oss-120b", "--gpu", "h100-80gb",
-                                        "--gpu-memory-utilization", "0.95"]))
+    b = memory_budget(
+        config_from_args(["--model", "openai/gpt-oss-120b", "--gpu", "h100-80gb", "--gpu-memory-utilization", "0.95"])
+    )
     assert 64.4 <= b.weight_bytes / GIB <= 66.1
     with pytest.raises(ConfigError, match="does not fit"):
         config_from_args(["--model", "openai/gpt-oss-120b", "--gpu", "h100-80gb"]).pool_plan()
@@ -173,8 +226,10 @@ def test_a_release_whose_table_times_another_kernel_prices_that_op_with_the_newe
         assert c.moe_backends["mxfp4"] == newest.moe_backends["mxfp4"]
         assert c.gemm == own.gemm and c.moe_quant["nvfp4"] == own.moe_quant["nvfp4"]
         assert "MXFP4 MoE priced by vLLM 0.24.0's kernels" in note and "vllm_mxfp4_moe" in note
-    cfgs = {v: config_from_args(["--model", "gpt-oss-120b", "--gpu", "b200", *(["--vllm-version", v] if v else [])])
-            for v in (None, "0.15")}
+    cfgs = {
+        v: config_from_args(["--model", "gpt-oss-120b", "--gpu", "b200", *(["--vllm-version", v] if v else [])])
+        for v in (None, "0.15")
+    }
     steps = {v: build_latency(c).step_time(StepShape.decode(32, 32 * 1500)) for v, c in cfgs.items()}
     assert steps["0.15"] == pytest.approx(steps[None], rel=0.05)  # was 2x: the other kernel's MoE
     assert any("MXFP4 MoE" in n for n in latency_notes(cfgs["0.15"]))
@@ -183,21 +238,41 @@ def test_a_release_whose_table_times_another_kernel_prices_that_op_with_the_newe
 
 
 def test_every_scheme_names_a_method_vllm_checks():
-    assert set(SCHEMES) >= {"fp8", "modelopt", "modelopt_fp4", "awq", "awq_marlin", "gptq", "gptq_marlin",
-                            "compressed-tensors", "mxfp4"}
+    assert set(SCHEMES) >= {
+        "fp8",
+        "modelopt",
+        "modelopt_fp4",
+        "awq",
+        "awq_marlin",
+        "gptq",
+        "gptq_marlin",
+        "compressed-tensors",
+        "mxfp4",
+    }
 
 
-@pytest.mark.parametrize("ignore, match", [
-    (["re:(a+)+$"], "will not run"),
-    (["re:" + "a" * 600], "will not run"),
-    (["re:(unclosed"], "is not a regular expression"),
-    (["lm_head"] * 100_001, "at most 100,000"),
-])
+@pytest.mark.parametrize(
+    "ignore, match",
+    [
+        (["re:(a+)+$"], "will not run"),
+        (["re:" + "a" * 600], "will not run"),
+        (["re:(unclosed"], "is not a regular expression"),
+        (["lm_head"] * 100_001, "at most 100,000"),
+    ],
+)
 def test_an_exclusion_list_that_asks_for_unbounded_work_is_refused(tmp_path, ignore, match):
     cfg = json.load(open("tests/data/llama-3.1-8b-config.json"))
-    cfg["quantization_config"] = {"quant_method": "compressed-tensors", "ignore": ignore, "config_groups": {
-        "g": {"targets": ["Linear"], "weights": {"num_bits": 8, "type": "float", "strategy": "channel"},
-              "input_activations": {"num_bits": 8, "type": "float", "strategy": "token", "dynamic": True}}}}
+    cfg["quantization_config"] = {
+        "quant_method": "compressed-tensors",
+        "ignore": ignore,
+        "config_groups": {
+            "g": {
+                "targets": ["Linear"],
+                "weights": {"num_bits": 8, "type": "float", "strategy": "channel"},
+                "input_activations": {"num_bits": 8, "type": "float", "strategy": "token", "dynamic": True},
+            }
+        },
+    }
     p = tmp_path / "config.json"
     p.write_text(json.dumps(cfg))
     with pytest.raises(ConfigError, match=match):
@@ -206,8 +281,10 @@ def test_an_exclusion_list_that_asks_for_unbounded_work_is_refused(tmp_path, ign
 
 def test_releases_from_0_21_default_to_92_percent_of_gpu_memory():
     """vLLM PR #38284 (0.21): --gpu-memory-utilization 0.90 -> 0.92 by default; a value given stands."""
+
     def mem(*extra):
         return config_from_args(["--model", "llama-3.1-8b", "--gpu", "l40s", *extra]).memory.gpu_memory_utilization
+
     assert mem() == mem("--vllm-version", "0.20.1") == 0.90
     assert mem("--vllm-version", "0.21") == mem("--vllm-version", "0.28.0") == 0.92
     assert mem("--vllm-version", "0.28", "--gpu-memory-utilization", "0.8") == 0.8

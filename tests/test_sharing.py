@@ -58,13 +58,19 @@ class SharingMachine(RuleBasedStateMachine):
         self.alloc.on_computed(sid, s.req, min(upto, s.req.prompt_tokens))
 
     # --- rules ----------------------------------------------------------------------------------
-    @rule(target=seqs, fam=st.integers(0, 2), shared=st.integers(0, 12), prompt=st.integers(1, 90),
-          out=st.integers(1, 20), chunk=st.integers(1, 90))
+    @rule(
+        target=seqs,
+        fam=st.integers(0, 2),
+        shared=st.integers(0, 12),
+        prompt=st.integers(1, 90),
+        out=st.integers(1, 20),
+        chunk=st.integers(1, 90),
+    )
     def start(self, fam, shared, prompt, out, chunk):
         sid = self.next_id
         self.next_id += 1
         nb = -(-prompt // B)
-        ids = FAMILIES[fam][:min(shared, nb)] + [10**6 + 100 * sid + i for i in range(nb - min(shared, nb))]
+        ids = FAMILIES[fam][: min(shared, nb)] + [10**6 + 100 * sid + i for i in range(nb - min(shared, nb))]
         req = Request(str(sid), 0.0, prompt, out, hash_ids=tuple(ids), hash_block_tokens=B)
         chain = prompt_block_hashes(req, B)
         tags = [("c", chain[p // B], p % B) if p // B < len(chain) else ("u", sid, p) for p in range(prompt + out)]
@@ -103,7 +109,7 @@ class SharingMachine(RuleBasedStateMachine):
         assert forked == self.alloc.forks  # every block allocator shares a parent's blocks with its samples
         if not forked:
             return -1
-        tags = s.tags[:s.computed] + [("u", child, p) for p in range(s.computed, len(s.tags))]
+        tags = s.tags[: s.computed] + [("u", child, p) for p in range(s.computed, len(s.tags))]
         self.live[child] = c = Live(s.req, tags)
         c.computed = s.computed
         return child
@@ -214,10 +220,12 @@ def reference_v1_hits(requests, num_blocks, block):
     clock = 0
     hits = []
     for r in requests:
-        keys = [tuple([*r.hash_ids[:((j + 1) * block - 1) // r.hash_block_tokens + 1], (j + 1) * block])
-                for j in range(r.prompt_tokens // block)]
+        keys = [
+            tuple([*r.hash_ids[: ((j + 1) * block - 1) // r.hash_block_tokens + 1], (j + 1) * block])
+            for j in range(r.prompt_tokens // block)
+        ]
         run = []
-        for k in keys[:(r.prompt_tokens - 1) // block]:
+        for k in keys[: (r.prompt_tokens - 1) // block]:
             if k not in block_of:
                 break
             run.append(block_of[k])

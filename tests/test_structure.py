@@ -44,7 +44,7 @@ def test_no_import_circles():
         stack.append(m)
         for n in sorted(graph.get(m, ())):
             if state.get(n) == 1:
-                cycles.append(stack[stack.index(n):] + [n])
+                cycles.append(stack[stack.index(n) :] + [n])
             elif n not in state:
                 visit(n, stack)
         stack.pop()
@@ -62,16 +62,22 @@ def test_simulation_never_imports_the_fitting_toolchain():
     JSON). Statically, nothing outside it imports it but `kvsim calibrate`'s command; and importing the runtime
     and running a small simulation end to end (the CLI's `kvsim run`) leaves it unloaded."""
     graph = _graph()
-    users = sorted(m for m, e in graph.items() if not m.startswith("kvsim.calibrate")
-                   and any(n == "kvsim.calibrate" or n.startswith("kvsim.calibrate.") for n in e))
+    users = sorted(
+        m
+        for m, e in graph.items()
+        if not m.startswith("kvsim.calibrate")
+        and any(n == "kvsim.calibrate" or n.startswith("kvsim.calibrate.") for n in e)
+    )
     assert users == ["kvsim.commands.latency"], users
-    code = ("import sys, tempfile\n"
-            "import kvsim, kvsim.runner, kvsim.latency, kvsim.latency.calibration, kvsim.engine.simulator\n"
-            "from kvsim.cli import main\n"
-            "with tempfile.TemporaryDirectory() as out:\n"
-            "    assert main(['run', '--gpu', 'h100-80gb', '--model', 'llama-3.1-8b', '--num-prompts', '4',\n"
-            "                 '--random-input-len', '64', '--random-output-len', '8', '--no-plots', '--out', out]) == 0\n"
-            "print(sorted(m for m in sys.modules if m == 'kvsim.calibrate' or m.startswith('kvsim.calibrate.')))\n")
+    code = (
+        "import sys, tempfile\n"
+        "import kvsim, kvsim.runner, kvsim.latency, kvsim.latency.calibration, kvsim.engine.simulator\n"
+        "from kvsim.cli import main\n"
+        "with tempfile.TemporaryDirectory() as out:\n"
+        "    assert main(['run', '--gpu', 'h100-80gb', '--model', 'llama-3.1-8b', '--num-prompts', '4',\n"
+        "                 '--random-input-len', '64', '--random-output-len', '8', '--no-plots', '--out', out]) == 0\n"
+        "print(sorted(m for m in sys.modules if m == 'kvsim.calibrate' or m.startswith('kvsim.calibrate.')))\n"
+    )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT.parent, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.strip().splitlines()[-1] == "[]", r.stdout[-2000:]

@@ -18,8 +18,15 @@ GOOD = '{"arrival_s": 0.5, "prompt_tokens": 10, "output_tokens": 5}'
 
 
 def test_load_valid_defaults_and_hash_ids(tmp_path):
-    p = write_lines(tmp_path, [GOOD, "", '{"id": "x", "arrival_s": 1, "prompt_tokens": 1024, "output_tokens": 1,'
-                                       ' "priority": 2, "hash_ids": [1, 2], "hash_block_tokens": 512}'])
+    p = write_lines(
+        tmp_path,
+        [
+            GOOD,
+            "",
+            '{"id": "x", "arrival_s": 1, "prompt_tokens": 1024, "output_tokens": 1,'
+            ' "priority": 2, "hash_ids": [1, 2], "hash_block_tokens": 512}',
+        ],
+    )
     t = load_trace(p)
     assert [r.id for r in t.requests] == ["0", "x"]
     assert t.requests[1].hash_ids == (1, 2) and t.requests[1].hash_block_tokens == 512
@@ -27,19 +34,30 @@ def test_load_valid_defaults_and_hash_ids(tmp_path):
     assert not t.skipped and not t.was_unsorted
 
 
-@pytest.mark.parametrize("line,field,reason", [
-    ('{"arrival_s": 0, "prompt_tokens": 0, "output_tokens": 5}', "prompt_tokens", ">= 1"),
-    ('{"arrival_s": 0, "prompt_tokens": 3, "output_tokens": 2.5}', "output_tokens", "integer"),
-    ('{"arrival_s": -1, "prompt_tokens": 3, "output_tokens": 2}', "arrival_s", ">= 0"),
-    ('{"arrival_s": "soon", "prompt_tokens": 3, "output_tokens": 2}', "arrival_s", "finite number"),
-    ('{"prompt_tokens": 3, "output_tokens": 2}', "arrival_s", "missing"),
-    ('{"arrival_s": 0, "output_tokens": 2}', "prompt_tokens", "missing"),
-    ('{"arrival_s": 0, "prompt_tokens": true, "output_tokens": 2}', "prompt_tokens", "integer"),
-    ('{"arrival_s": 0, "prompt_tokens": 3, "output_tokens": 2, "hash_ids": [1]}', "hash_block_tokens", "missing"),
-    ('{"arrival_s": 0, "prompt_tokens": 3, "output_tokens": 2, "hash_ids": [1, 2], "hash_block_tokens": 4}', "hash_ids", "only 1 blocks"),
-    ('{"arrival_s": 0, "prompt_tokens": 3, "output_tokens": 2, "hash_ids": ["a"], "hash_block_tokens": 4}', "hash_ids", "integers"),
-    ('{"arrival_s": 0, "prompt_tokens": 3, "output_tokens": 2, "id": [1]}', "id", "string or integer"),
-])
+@pytest.mark.parametrize(
+    "line,field,reason",
+    [
+        ('{"arrival_s": 0, "prompt_tokens": 0, "output_tokens": 5}', "prompt_tokens", ">= 1"),
+        ('{"arrival_s": 0, "prompt_tokens": 3, "output_tokens": 2.5}', "output_tokens", "integer"),
+        ('{"arrival_s": -1, "prompt_tokens": 3, "output_tokens": 2}', "arrival_s", ">= 0"),
+        ('{"arrival_s": "soon", "prompt_tokens": 3, "output_tokens": 2}', "arrival_s", "finite number"),
+        ('{"prompt_tokens": 3, "output_tokens": 2}', "arrival_s", "missing"),
+        ('{"arrival_s": 0, "output_tokens": 2}', "prompt_tokens", "missing"),
+        ('{"arrival_s": 0, "prompt_tokens": true, "output_tokens": 2}', "prompt_tokens", "integer"),
+        ('{"arrival_s": 0, "prompt_tokens": 3, "output_tokens": 2, "hash_ids": [1]}', "hash_block_tokens", "missing"),
+        (
+            '{"arrival_s": 0, "prompt_tokens": 3, "output_tokens": 2, "hash_ids": [1, 2], "hash_block_tokens": 4}',
+            "hash_ids",
+            "only 1 blocks",
+        ),
+        (
+            '{"arrival_s": 0, "prompt_tokens": 3, "output_tokens": 2, "hash_ids": ["a"], "hash_block_tokens": 4}',
+            "hash_ids",
+            "integers",
+        ),
+        ('{"arrival_s": 0, "prompt_tokens": 3, "output_tokens": 2, "id": [1]}', "id", "string or integer"),
+    ],
+)
 def test_bad_field_names_file_line_field(tmp_path, line, field, reason):
     p = write_lines(tmp_path, [GOOD, line])
     with pytest.raises(TraceError) as e:
@@ -60,8 +78,13 @@ def test_bad_json_and_non_object(tmp_path):
 
 
 def test_duplicate_id(tmp_path):
-    p = write_lines(tmp_path, ['{"id": 1, "arrival_s": 0, "prompt_tokens": 3, "output_tokens": 2}',
-                               '{"id": "1", "arrival_s": 1, "prompt_tokens": 3, "output_tokens": 2}'])
+    p = write_lines(
+        tmp_path,
+        [
+            '{"id": 1, "arrival_s": 0, "prompt_tokens": 3, "output_tokens": 2}',
+            '{"id": "1", "arrival_s": 1, "prompt_tokens": 3, "output_tokens": 2}',
+        ],
+    )
     with pytest.raises(TraceError, match="duplicate id '1' .first on line 1"):
         load_trace(p)
 
@@ -90,7 +113,9 @@ def test_generate_is_seeded_and_roundtrips(tmp_path):
     assert all(r.total_tokens <= 512 and r.prompt_tokens >= 1 and r.output_tokens >= 1 for r in a)
     write_trace(a, tmp_path / "g.jsonl")
     back = load_trace(tmp_path / "g.jsonl").requests
-    assert [(r.id, r.prompt_tokens, r.output_tokens) for r in back] == [(r.id, r.prompt_tokens, r.output_tokens) for r in a]
+    assert [(r.id, r.prompt_tokens, r.output_tokens) for r in back] == [
+        (r.id, r.prompt_tokens, r.output_tokens) for r in a
+    ]
     assert all(abs(x.arrival_s - y.arrival_s) < 1e-6 for x, y in zip(back, a))
 
 

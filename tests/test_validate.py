@@ -38,8 +38,9 @@ def test_the_result_file_becomes_requests_and_measured_latencies():
 
 def test_validate_replays_under_the_recorded_load_and_reports_ratios(tmp_path):
     out = tmp_path / "v"
-    assert main(["validate", RESULT, "--model", "llama-3-8b", "--gpu", "a100-80gb", "--out", str(out),
-                 "--no-plots"]) == 0
+    assert (
+        main(["validate", RESULT, "--model", "llama-3-8b", "--gpu", "a100-80gb", "--out", str(out), "--no-plots"]) == 0
+    )
     row = pd.read_csv(out / "validate.csv").iloc[0]
     req = pd.read_csv(out / "requests.csv")
     assert row.requests == 4 and row.skipped == 1 and row.not_finished == 0
@@ -53,16 +54,19 @@ def test_validate_replays_under_the_recorded_load_and_reports_ratios(tmp_path):
     assert "| vllm_bench_result.json | 4 | all at once, 2 clients |" in (out / "summary.md").read_text()
 
 
-@pytest.mark.parametrize("change,msg", [
-    ({"ttfts": None}, "no per-request field ttfts: .*--save-detailed"),
-    ({"ttfts": [0.1]}, "field 'ttfts' has 1 entries"),
-    ({"request_rate": -2}, "field 'request_rate'"),
-    ({"request_rate": 0}, "must be > 0"),
-    ({"max_concurrency": 0}, "field 'max_concurrency'"),
-    ({"itls": [[0.01], "x", [], [], []]}, "request 1: field 'itls'"),
-    ({"input_lens": [1, "a", 3, 4, 5]}, "request 1: field 'input_lens'"),
-    ({"errors": ["e"] * 5}, "no successful request"),
-])
+@pytest.mark.parametrize(
+    "change,msg",
+    [
+        ({"ttfts": None}, "no per-request field ttfts: .*--save-detailed"),
+        ({"ttfts": [0.1]}, "field 'ttfts' has 1 entries"),
+        ({"request_rate": -2}, "field 'request_rate'"),
+        ({"request_rate": 0}, "must be > 0"),
+        ({"max_concurrency": 0}, "field 'max_concurrency'"),
+        ({"itls": [[0.01], "x", [], [], []]}, "request 1: field 'itls'"),
+        ({"input_lens": [1, "a", 3, 4, 5]}, "request 1: field 'input_lens'"),
+        ({"errors": ["e"] * 5}, "no successful request"),
+    ],
+)
 def test_bad_result_files_are_named(tmp_path, change, msg):
     d = json.loads(open(RESULT).read())
     d.update(change)
@@ -88,7 +92,9 @@ def test_the_published_runs_benchmark_reads_a_results_tree(tmp_path):
     for gpu in ("1xA100-80GB-SXM", "1xH100-80GB-SXM"):
         (tree / gpu).mkdir(parents=True)
         shutil.copy("tests/data/vllm_bench_result.json", tree / gpu / "Meta-Llama-3-8B-Instruct_tp1_len2048.json")
-    shutil.copy("tests/data/vllm_bench_result.json", tree / "1xA100-80GB-SXM" / "Meta-Llama-3.1-8B-FP8_tp1_len2048.json")
+    shutil.copy(
+        "tests/data/vllm_bench_result.json", tree / "1xA100-80GB-SXM" / "Meta-Llama-3.1-8B-FP8_tp1_len2048.json"
+    )
     out = tmp_path / "out"
     run_script("benchmarks/validate_published.py", str(tmp_path), "--out", str(out))
     table = pd.read_csv(out / "validate.csv")
@@ -101,10 +107,22 @@ def test_the_load_sweep_benchmark_reads_summaries(tmp_path):
     """benchmarks/validate_load_sweep.py on runs given by their summary fields and per-request lengths: A100 runs of
     models with a preset are replayed (10 scheduler steps where the median ITL is ~10 TPOTs), failed runs left out."""
 
-    run = {"date": "20240907-071536", "num_prompts": 4, "completed": 4, "duration": 2.0, "total_output_tokens": 90,
-           "median_ttft_ms": 120.0, "mean_ttft_ms": 110.0, "p99_ttft_ms": 130.0, "median_tpot_ms": 12.0,
-           "mean_tpot_ms": 12.5, "p99_tpot_ms": 20.0, "median_itl_ms": 118.0, "input_lens": [100, 200, 50, 30],
-           "output_lens": [40, 30, 0, 20]}
+    run = {
+        "date": "20240907-071536",
+        "num_prompts": 4,
+        "completed": 4,
+        "duration": 2.0,
+        "total_output_tokens": 90,
+        "median_ttft_ms": 120.0,
+        "mean_ttft_ms": 110.0,
+        "p99_ttft_ms": 130.0,
+        "median_tpot_ms": 12.0,
+        "mean_tpot_ms": 12.5,
+        "p99_tpot_ms": 20.0,
+        "median_itl_ms": 118.0,
+        "input_lens": [100, 200, 50, 30],
+        "output_lens": [40, 30, 0, 20],
+    }
     folder = tmp_path / "results" / "prompt_4" / "1xA100-80GB-SXM"
     folder.mkdir(parents=True)
     (folder / "Meta-Llama-3-8B-Instruct_tp1_len2048.json").write_text(json.dumps(run))

@@ -13,8 +13,15 @@ from typing import NamedTuple
 
 from kvsim.trace.request import Request
 
-MEMORY_CATEGORIES = ("token_states", "reserved", "internal_frag", "external_frag", "free", "recurrent_state",
-                     "page_padding")
+MEMORY_CATEGORIES = (
+    "token_states",
+    "reserved",
+    "internal_frag",
+    "external_frag",
+    "free",
+    "recurrent_state",
+    "page_padding",
+)
 
 
 class Breakdown(NamedTuple):  # a tuple: built several times per iteration, and integrated as one
@@ -178,16 +185,19 @@ class KVAllocator(ABC):
     def attach_tier(self, tier) -> None:
         """Put a lower cache tier (kv_tier.KVTier) under the prefix cache; ValueError if there is none to put
         it under."""
-        raise ValueError(f"allocator {self.name}: a lower tier of the prefix cache needs a paged prefix cache "
-                         f"(paged+prefix or radix)")
+        raise ValueError(
+            f"allocator {self.name}: a lower tier of the prefix cache needs a paged prefix cache "
+            f"(paged+prefix or radix)"
+        )
 
     def tier_load_seconds(self, hit: PrefixHit) -> float:
         """Time to load ``hit``'s lower-tier blocks into GPU memory (none without tiers)."""
         return 0.0
 
     @abstractmethod
-    def allocate(self, seq_id: int, request: Request, num_tokens: int, hit: PrefixHit = NO_HIT,
-                 computed: int | None = None) -> bool:
+    def allocate(
+        self, seq_id: int, request: Request, num_tokens: int, hit: PrefixHit = NO_HIT, computed: int | None = None
+    ) -> bool:
         """Make ``seq_id`` hold slots for its first ``num_tokens`` tokens, starting from the cached blocks
         of ``hit`` (a fresh sequence's first allocate). ``computed``: tokens whose KV is already computed
         (None: those of the previous allocation); windowed layers free what no later token needs.
@@ -298,5 +308,6 @@ class KVAllocator(ABC):
         used = self.used_slots
         internal = self._overhang_total
         external = self.external_fragmentation(next_request)
-        return Breakdown(filled_tokens, used - internal - filled_tokens, internal, external,
-                         self.pool_tokens - used - external)
+        return Breakdown(
+            filled_tokens, used - internal - filled_tokens, internal, external, self.pool_tokens - used - external
+        )

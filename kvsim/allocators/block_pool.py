@@ -159,8 +159,8 @@ class FreeStackPool(BlockPool):
     def take(self, n: int) -> list[int]:
         free, ref = self._free, self.ref
         k = min(n, len(free))
-        out = free[len(free) - k:]
-        del free[len(free) - k:]
+        out = free[len(free) - k :]
+        del free[len(free) - k :]
         out.reverse()  # the most recently freed first
         for b in out:
             ref[b] = 1

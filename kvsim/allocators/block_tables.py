@@ -45,7 +45,7 @@ class BlockTables:
     def live(self, seq_id: int) -> list[int]:
         """The blocks ``seq_id``'s table holds (its entries after the leading NULLs)."""
         table = self.tables.get(seq_id)
-        return table[self.first.get(seq_id, 0):] if table else []
+        return table[self.first.get(seq_id, 0) :] if table else []
 
     # --- taking and giving back ------------------------------------------------------------------
     def take(self, table: list[int], n: int) -> None:
@@ -111,10 +111,10 @@ class BlockTables:
         """Give back the last ``n`` blocks of the table (partial preemption); the prefix cache resumes
         registering after what stays."""
         table = self.tables[seq_id]
-        tail = table[len(table) - n:]
+        tail = table[len(table) - n :]
         tail.reverse()
         self.release(tail)
-        del table[len(table) - n:]
+        del table[len(table) - n :]
         self.pool.truncate(self.owner(seq_id), table)
 
     # --- sharing ---------------------------------------------------------------------------------
@@ -208,7 +208,7 @@ class BlockTables:
 
     def check_invariants(self) -> None:
         """This core's own counts (reference counts are checked per pool by the allocator)."""
-        held = {b for sid, t in self.tables.items() for b in t[self.first.get(sid, 0):]}
+        held = {b for sid, t in self.tables.items() for b in t[self.first.get(sid, 0) :]}
         assert self.in_use == len(held), "blocks in use are off"
         assert self.dropped_units == sum(self.first.values()) * self.block_units, "dropped tokens are off"
         assert all(f > 0 for f in self.first.values()) and set(self.first) <= set(self.tables)

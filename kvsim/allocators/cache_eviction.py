@@ -56,4 +56,6 @@ def get_eviction_key(name: str) -> EvictionKey:
     try:
         return CACHE_EVICTION_POLICIES[name]
     except KeyError:
-        raise ConfigError(f"unknown cache-eviction policy '{name}' (known: {', '.join(CACHE_EVICTION_POLICIES)})") from None
+        raise ConfigError(
+            f"unknown cache-eviction policy '{name}' (known: {', '.join(CACHE_EVICTION_POLICIES)})"
+        ) from None

@@ -35,8 +35,9 @@ class ContiguousAllocator(KVAllocator):
     def footprint(self, request: Request) -> int:
         return self.reservation(request)
 
-    def allocate(self, seq_id: int, request: Request, num_tokens: int, hit: PrefixHit = NO_HIT,
-                 computed: int | None = None) -> bool:
+    def allocate(
+        self, seq_id: int, request: Request, num_tokens: int, hit: PrefixHit = NO_HIT, computed: int | None = None
+    ) -> bool:
         held = self._ranges.get(seq_id)
         if held is not None:
             return num_tokens <= held[1]

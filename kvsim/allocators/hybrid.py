@@ -46,8 +46,17 @@ class HybridAllocator(KVAllocator):
     shares_kv = True
     forks = True
 
-    def __init__(self, layout: KVLayout, pool_units: int, windows: bool = True, prefix: bool = False,
-                 cache_eviction: str = "lru", cpu_swap_units: int = 0, name: str = "hybrid", prefill_chunk: int = 0):
+    def __init__(
+        self,
+        layout: KVLayout,
+        pool_units: int,
+        windows: bool = True,
+        prefix: bool = False,
+        cache_eviction: str = "lru",
+        cpu_swap_units: int = 0,
+        name: str = "hybrid",
+        prefill_chunk: int = 0,
+    ):
         super().__init__(pool_units)
         self.layout, self.name = layout, name
         self.groups: tuple[KVGroup, ...] = layout.groups
@@ -65,7 +74,8 @@ class HybridAllocator(KVAllocator):
         # windows off (the naive baseline): every attention group is kept as full attention
         self.managers: list[GroupManager] = [
             (manager_for(g.spec) if self.windows or not g.windowed else FullAttention)(g, self.pools[g.pool], self.B, i)
-            for i, g in enumerate(self.groups)]
+            for i, g in enumerate(self.groups)
+        ]
         self._attn = [m for m in self.managers if m.attention]
         self._windowed = [m for m in self._attn if m.windowed]
         self._mamba = [m for m in self.managers if not m.attention]
@@ -83,8 +93,14 @@ class HybridAllocator(KVAllocator):
         self.prefill_chunk = prefill_chunk  # tokens a prompt is computed in at most (0: whole); for footprints
         # a CPU space per pool, in its pages, sized in proportion to the pool
         total = layout.total_units
-        self.swaps = [SwapSpace(cpu_swap_units * (n * u) // total // u)
-                      for n, u in zip(layout.pool_blocks, layout.pool_page_units)] if cpu_swap_units > 0 else []
+        self.swaps = (
+            [
+                SwapSpace(cpu_swap_units * (n * u) // total // u)
+                for n, u in zip(layout.pool_blocks, layout.pool_page_units)
+            ]
+            if cpu_swap_units > 0
+            else []
+        )
         self._swapped_shape: dict[int, tuple[list[tuple[int, int]], int]] = {}  # tables' (length, NULLs), tokens
         self.stats = {"window_freed_blocks": 0, "forks": 0, "cow_copies": 0}
         if prefix:
@@ -149,8 +165,13 @@ class HybridAllocator(KVAllocator):
         return self.layout.total_units
 
     def describe(self) -> dict:
-        return {"num_blocks": sum(self.layout.pool_blocks), "block_size": self.B, "kv_groups": len(self.groups),
-                "page_bytes": self.layout.pool_page_units[0] * self.unit_bytes, "slot_bytes": self.unit_bytes}
+        return {
+            "num_blocks": sum(self.layout.pool_blocks),
+            "block_size": self.B,
+            "kv_groups": len(self.groups),
+            "page_bytes": self.layout.pool_page_units[0] * self.unit_bytes,
+            "slot_bytes": self.unit_bytes,
+        }
 
     # --- prefix cache ----------------------------------------------------------------------------------
     def _group_chains(self, seq_id: int, request: Request) -> list[list[int]]:
@@ -187,8 +208,9 @@ class HybridAllocator(KVAllocator):
         return PrefixHit(tuple(blocks), L * self.B, True, self._stamp)
 
     # --- ownership -------------------------------------------------------------------------------------
-    def allocate(self, seq_id: int, request: Request, num_tokens: int, hit: PrefixHit = NO_HIT,
-                 computed: int | None = None) -> bool:
+    def allocate(
+        self, seq_id: int, request: Request, num_tokens: int, hit: PrefixHit = NO_HIT, computed: int | None = None
+    ) -> bool:
         if seq_id not in self._tokens and not self._start(seq_id, request, num_tokens, hit):
             return False  # a prefix hit only ever starts a sequence
         return self._grow(seq_id, request, num_tokens, computed)
@@ -201,7 +223,7 @@ class HybridAllocator(KVAllocator):
         hit_n = hit.tokens // B if hit.looked_up else 0
         if hit.looked_up and hit.stamp != self._stamp:
             raise ValueError(f"sequence {seq_id}: stale prefix hit (blocks were evicted since the lookup)")
-        hits = [list(hit.blocks[i * hit_n:(i + 1) * hit_n]) for i in range(len(self._attn))]
+        hits = [list(hit.blocks[i * hit_n : (i + 1) * hit_n]) for i in range(len(self._attn))]
         grow = max(0, -(-num_tokens // B) - hit_n)
         need = [0] * len(self.pools)
         for m in self.managers:
@@ -354,8 +376,7 @@ class HybridAllocator(KVAllocator):
         for m in self.managers:
             table = m.tables.get(seq_id)
             need[m.group.pool] += max(0, target - len(table or ())) if m.attention else int(not table)
-        return sum(max(0, n - pool.num_free) * u
-                   for n, pool, u in zip(need, self.pools, self.layout.pool_page_units))
+        return sum(max(0, n - pool.num_free) * u for n, pool, u in zip(need, self.pools, self.layout.pool_page_units))
 
     @property
     def shared_slots(self) -> int:
@@ -376,7 +397,9 @@ class HybridAllocator(KVAllocator):
         B = self.B
         first = self._attn[0]
         table = first.tables[seq_id]
-        if first.partial_fill and table and table[-1] in first.partial_fill:  # the next write copies a shared last block
+        if (
+            first.partial_fill and table and table[-1] in first.partial_fill
+        ):  # the next write copies a shared last block
             shared = first.pool.ref[table[-1]] > 1
             return Growth(computed + 1, len(self._attn) if shared else 0, shared, 0)
         grow_at = len(table) * B + 1
@@ -413,8 +436,10 @@ class HybridAllocator(KVAllocator):
         for p, (pages, space) in enumerate(zip(live, self.swaps)):
             cpu = space.store(seq_id, len(pages))
             mapping += zip(self._units(p, pages), self._units(p, cpu))
-        self._swapped_shape[seq_id] = ([(len(m.tables[seq_id]), m.first.get(seq_id, 0)) for m in self.managers],
-                                       self._tokens[seq_id])
+        self._swapped_shape[seq_id] = (
+            [(len(m.tables[seq_id]), m.first.get(seq_id, 0)) for m in self.managers],
+            self._tokens[seq_id],
+        )
         return self._swapped_out(seq_id, mapping, sum(map(len, live)))
 
     def swap_in(self, seq_id: int, request: Request) -> SwapMapping | None:
@@ -465,8 +490,15 @@ class HybridAllocator(KVAllocator):
         tokens = filled_tokens * self.token_slots - dropped - shared
         internal = self._overhang_total
         external = self.external_fragmentation(next_request)
-        return Breakdown(tokens, used - tokens - internal - pad - state, internal, external,
-                         self.pool_tokens - used - external, state, pad)
+        return Breakdown(
+            tokens,
+            used - tokens - internal - pad - state,
+            internal,
+            external,
+            self.pool_tokens - used - external,
+            state,
+            pad,
+        )
 
     def check_invariants(self) -> None:
         counts = [[0] * len(p.ref) for p in self.pools]

@@ -88,8 +88,9 @@ class KVLayout:
         return sum(b * p for b, p in zip(self.pool_blocks, self.pool_page_units))
 
 
-def max_blocks_per_request(kind: str, window: int, block_size: int, max_model_len: int, chunk: int,
-                           state_pages: int = 1) -> int:
+def max_blocks_per_request(
+    kind: str, window: int, block_size: int, max_model_len: int, chunk: int, state_pages: int = 1
+) -> int:
     """Blocks one group holds for a request of ``max_model_len`` tokens at its peak, computed in prefill
     chunks of ``chunk`` tokens (0: whole), as vLLM's ``max_memory_usage_bytes``: every token (full); the
     last W - 1 computed tokens plus the chunk, one more block because the window need not start at a block
@@ -121,8 +122,16 @@ def _kinds(model, windows: bool) -> list[tuple[str, int, int]]:
     return out
 
 
-def build_layout(model, tp: int, pool_bytes: int, block_size: int, max_model_len: int, mode: str = "shared",
-                 windows: bool = True, prefill_chunk: int = 0) -> KVLayout:
+def build_layout(
+    model,
+    tp: int,
+    pool_bytes: int,
+    block_size: int,
+    max_model_len: int,
+    mode: str = "shared",
+    windows: bool = True,
+    prefill_chunk: int = 0,
+) -> KVLayout:
     """The groups and pools of ``model`` on one of ``tp`` GPUs in a KV pool of ``pool_bytes`` bytes."""
     if mode not in ("shared", "split"):
         raise ValueError(f"layout mode '{mode}'")
@@ -146,8 +155,9 @@ def build_layout(model, tp: int, pool_bytes: int, block_size: int, max_model_len
             for start in range(0, n, size):
                 real = min(size, n - start)
                 attention = KINDS[kind].attention
-                groups.append(KVGroup(kind, real, window, real * tu if attention else 0,
-                                      0 if attention else real * su, page, 0))
+                groups.append(
+                    KVGroup(kind, real, window, real * tu if attention else 0, 0 if attention else real * su, page, 0)
+                )
         pool_bytes_per = [pool_bytes]
         pages = (page,)
     else:
@@ -164,8 +174,10 @@ def build_layout(model, tp: int, pool_bytes: int, block_size: int, max_model_len
         pages = tuple(g.page_units for g in groups)
     blocks = tuple(int(b // (p * unit)) for b, p in zip(pool_bytes_per, pages))
     if not any(blocks) or min(blocks) < 1:
-        raise ConfigError(f"a KV pool of {pool_bytes:,} bytes holds no page of {model.name} in every group"
-                          f" ({', '.join(f'{p * unit:,} B' for p in pages)} per page)")
+        raise ConfigError(
+            f"a KV pool of {pool_bytes:,} bytes holds no page of {model.name} in every group"
+            f" ({', '.join(f'{p * unit:,} B' for p in pages)} per page)"
+        )
     return KVLayout(tuple(groups), B, unit, blocks, pages, mode, groups[0].layers if mode == "split" else size)
 
 
@@ -192,5 +204,12 @@ def sequences_at(layout: KVLayout, tokens: int, windows: bool = True) -> int:
 
 def single_group_layout(pool_units: int, block_size: int) -> KVLayout:
     """One full-attention group over ``pool_units`` one-token units (a plain model without a model spec)."""
-    return KVLayout((KVGroup("full", 1, 0, 1, 0, block_size, 0),), block_size, 1, (pool_units // block_size,),
-                    (block_size,), "shared", 1)
+    return KVLayout(
+        (KVGroup("full", 1, 0, 1, 0, block_size, 0),),
+        block_size,
+        1,
+        (pool_units // block_size,),
+        (block_size,),
+        "shared",
+        1,
+    )

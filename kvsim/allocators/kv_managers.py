@@ -78,7 +78,7 @@ class GroupManager(BlockTables):
         """The table entries of a hit of ``n`` blocks: NULL where the group needs no block."""
         need = self.needed_hit_blocks(n)
         pool = self.pool
-        return [NULL] * (n - need) + [pool.cached_block(h) for h in chain[n - need:n]]
+        return [NULL] * (n - need) + [pool.cached_block(h) for h in chain[n - need : n]]
 
     # --- parallel sampling ---------------------------------------------------------------------
     def fork_pages(self) -> int:

@@ -30,8 +30,14 @@ class PagedAllocator(KVAllocator):
     forks = True
     grows_in_bulk = True
 
-    def __init__(self, pool_tokens: int, block_size: int = 16, cpu_swap_tokens: int = 0,
-                 pool: BlockPool | None = None, name: str | None = None):
+    def __init__(
+        self,
+        pool_tokens: int,
+        block_size: int = 16,
+        cpu_swap_tokens: int = 0,
+        pool: BlockPool | None = None,
+        name: str | None = None,
+    ):
         super().__init__(pool_tokens)
         if block_size <= 0:
             raise ValueError("block size must be > 0")
@@ -81,10 +87,11 @@ class PagedAllocator(KVAllocator):
         hits = self.pool.lookup(chain[:limit])
         B = self.block_size
         if self.tiers and len(hits) < limit:
-            below = self._tier_lookup(chain[len(hits):limit])
+            below = self._tier_lookup(chain[len(hits) : limit])
             if below:
-                return PrefixHit(tuple(hits), (len(hits) + len(below)) * B, True, self.pool.evictions, below,
-                                 len(below) * B)
+                return PrefixHit(
+                    tuple(hits), (len(hits) + len(below)) * B, True, self.pool.evictions, below, len(below) * B
+                )
         return PrefixHit(tuple(hits), len(hits) * B, True, self.pool.evictions)
 
     # --- lower tiers --------------------------------------------------------------------------
@@ -105,19 +112,23 @@ class PagedAllocator(KVAllocator):
             private.append(tier)
         self.tiers = private + shared
         if private:  # exclusive tiers: content cached in GPU memory again leaves the private ones
+
             def recached(h: int) -> None:
                 for t in private:
                     t.discard(h)
+
             self.pool.recached = recached
         first = private[0].put if private else None
         if not shared:
             self.pool.spill = first
         else:
+
             def spill(h: int) -> None:
                 if first is not None:
                     first(h)
                 for t in shared:
                     t.put(h)
+
             self.pool.spill = spill
 
     def _tier_lookup(self, chain: list[int]) -> tuple[int, ...]:
@@ -136,8 +147,9 @@ class PagedAllocator(KVAllocator):
         """Time to load ``hit``'s lower-tier blocks into GPU memory (tier by tier)."""
         return sum(t.seconds(hit.tier_hits.count(k)) for k, t in enumerate(self.tiers))
 
-    def allocate(self, seq_id: int, request: Request, num_tokens: int, hit: PrefixHit = NO_HIT,
-                 computed: int | None = None) -> bool:
+    def allocate(
+        self, seq_id: int, request: Request, num_tokens: int, hit: PrefixHit = NO_HIT, computed: int | None = None
+    ) -> bool:
         if not hit.looked_up:
             return self._grow(seq_id, request, num_tokens)
         if hit.stamp != self.pool.evictions:
@@ -151,7 +163,7 @@ class PagedAllocator(KVAllocator):
             self.core.claim(seq_id, list(hits), request)
         below = ()
         if hit.tier_hits:
-            below = self._chain(seq_id, request)[len(hits):len(hits) + len(hit.tier_hits)]
+            below = self._chain(seq_id, request)[len(hits) : len(hits) + len(hit.tier_hits)]
             for h, k in zip(below, hit.tier_hits):
                 self.tiers[k].touch(h)  # the GPU blocks taken below may spill: evict other entries first
         if not self._grow(seq_id, request, num_tokens):
@@ -163,8 +175,9 @@ class PagedAllocator(KVAllocator):
                 if k in hit.tier_hits:
                     key = f"tier_{tier.name}_hit_blocks"
                     self.stats[key] = self.stats.get(key, 0) + hit.tier_hits.count(k)
-            self.pool.register(seq_id, self._chain(seq_id, request), self._tables[seq_id],
-                               len(hits) + len(below), request)
+            self.pool.register(
+                seq_id, self._chain(seq_id, request), self._tables[seq_id], len(hits) + len(below), request
+            )
         self.stats["lookup_blocks"] += request.prompt_tokens // self.block_size
         self.stats["hit_blocks"] += len(hits)
         return True
@@ -354,7 +367,9 @@ class PagedAllocator(KVAllocator):
         if not table:
             return Growth(computed + 1)
         last = table[-1]
-        if last in self.core.partial_fill:  # the next write into a shared partial block copies it (or, alone, frees it up)
+        if (
+            last in self.core.partial_fill
+        ):  # the next write into a shared partial block copies it (or, alone, frees it up)
             shared = self.ref[last] > 1
             return Growth(computed + 1, 1 if shared else 0, shared, 0)
         return Growth(len(table) * self.block_size + 1, 1, False, self.block_size)

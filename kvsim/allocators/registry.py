@@ -36,8 +36,11 @@ class AllocatorSpec:
     def resolve(self, block_size: int = DEFAULT_BLOCK_SIZE, enable_prefix_caching: bool = False) -> "AllocatorSpec":
         """Fill in what the name left to the run's options."""
         k = KINDS[self.kind]
-        return replace(self, block_size=(self.block_size or block_size) if k.blocks else None,
-                       prefix=self.prefix or (enable_prefix_caching and k.prefix_option))
+        return replace(
+            self,
+            block_size=(self.block_size or block_size) if k.blocks else None,
+            prefix=self.prefix or (enable_prefix_caching and k.prefix_option),
+        )
 
     def with_block_size(self, block_size: int) -> "AllocatorSpec":
         if not KINDS[self.kind].blocks:
@@ -89,6 +92,7 @@ def _contiguous(cls_name: str):
         from kvsim.allocators import contiguous
 
         return getattr(contiguous, cls_name)(pool_tokens, max_model_len)
+
     return build
 
 
@@ -116,8 +120,9 @@ def kind_layout(kind: str, memory: ModelMemory, block_size: int, max_model_len: 
     from kvsim.allocators.kv_groups import build_layout
 
     mode, windows = KINDS[kind].layout
-    return build_layout(memory.model, memory.tp, memory.pool_bytes, block_size, max_model_len, mode, windows,
-                        memory.prefill_chunk)
+    return build_layout(
+        memory.model, memory.tp, memory.pool_bytes, block_size, max_model_len, mode, windows, memory.prefill_chunk
+    )
 
 
 def _grouped(spec, pool_tokens, max_model_len, cpu_swap_tokens, cache_eviction, memory):
@@ -135,33 +140,81 @@ def _grouped(spec, pool_tokens, max_model_len, cpu_swap_tokens, cache_eviction, 
     return HybridAllocator(layout, units, windows, spec.prefix, cache_eviction, cpu, str(spec), chunk)
 
 
-KINDS: dict[str, AllocatorKind] = {k.name: k for k in [
-    AllocatorKind("max", "contiguous reservation of max_model_len per request (FasterTransformer, Orca (Max))",
-                  _contiguous("MaxAllocator"), examples=("max",)),
-    AllocatorKind("pow2", "contiguous reservation of the next power of two >= prompt+output (Orca (Pow2))",
-                  _contiguous("Pow2Allocator"), examples=("pow2",)),
-    AllocatorKind("oracle", "contiguous reservation of exactly prompt+output (Orca (Oracle))",
-                  _contiguous("OracleAllocator"), examples=("oracle",)),
-    AllocatorKind("paged", "vLLM blocks of B tokens allocated on demand; +prefix: V1 automatic prefix caching",
-                  _paged, blocks=True, prefix_option=True, examples=("paged:16", "paged:7", "paged:8+prefix")),
-    AllocatorKind("radix", "paged blocks with an SGLang radix-tree prefix cache (evicts unreferenced leaves)",
-                  _radix, blocks=True, examples=("radix:8",)),
-    AllocatorKind("naive", "every attention layer kept as full attention (vLLM without the hybrid manager)",
-                  _grouped, blocks=True, prefix_option=True, examples=("naive:16",), layout=("shared", False)),
-    AllocatorKind("static-split", "TensorRT-LLM style: one pool per layer kind, split at start-up by a max-length"
-                  " sequence's needs", _grouped, blocks=True, prefix_option=True, examples=("static-split:16",),
-                  layout=("split", True)),
-    AllocatorKind("hybrid", "vLLM V1 hybrid KV cache manager: a table per layer group, one shared pool, windows free"
-                  " blocks; +prefix: per-group hit rules", _grouped, blocks=True, prefix_option=True,
-                  examples=("hybrid:16", "hybrid:8+prefix"), layout=("shared", True)),
-]}
+KINDS: dict[str, AllocatorKind] = {
+    k.name: k
+    for k in [
+        AllocatorKind(
+            "max",
+            "contiguous reservation of max_model_len per request (FasterTransformer, Orca (Max))",
+            _contiguous("MaxAllocator"),
+            examples=("max",),
+        ),
+        AllocatorKind(
+            "pow2",
+            "contiguous reservation of the next power of two >= prompt+output (Orca (Pow2))",
+            _contiguous("Pow2Allocator"),
+            examples=("pow2",),
+        ),
+        AllocatorKind(
+            "oracle",
+            "contiguous reservation of exactly prompt+output (Orca (Oracle))",
+            _contiguous("OracleAllocator"),
+            examples=("oracle",),
+        ),
+        AllocatorKind(
+            "paged",
+            "vLLM blocks of B tokens allocated on demand; +prefix: V1 automatic prefix caching",
+            _paged,
+            blocks=True,
+            prefix_option=True,
+            examples=("paged:16", "paged:7", "paged:8+prefix"),
+        ),
+        AllocatorKind(
+            "radix",
+            "paged blocks with an SGLang radix-tree prefix cache (evicts unreferenced leaves)",
+            _radix,
+            blocks=True,
+            examples=("radix:8",),
+        ),
+        AllocatorKind(
+            "naive",
+            "every attention layer kept as full attention (vLLM without the hybrid manager)",
+            _grouped,
+            blocks=True,
+            prefix_option=True,
+            examples=("naive:16",),
+            layout=("shared", False),
+        ),
+        AllocatorKind(
+            "static-split",
+            "TensorRT-LLM style: one pool per layer kind, split at start-up by a max-length sequence's needs",
+            _grouped,
+            blocks=True,
+            prefix_option=True,
+            examples=("static-split:16",),
+            layout=("split", True),
+        ),
+        AllocatorKind(
+            "hybrid",
+            "vLLM V1 hybrid KV cache manager: a table per layer group, one shared pool, windows free"
+            " blocks; +prefix: per-group hit rules",
+            _grouped,
+            blocks=True,
+            prefix_option=True,
+            examples=("hybrid:16", "hybrid:8+prefix"),
+            layout=("shared", True),
+        ),
+    ]
+}
 
 
 def model_problem(spec: AllocatorSpec, model) -> str | None:
     """Why this allocator cannot serve ``model`` (a ModelSpec), or None."""
     if model.state_layers and not KINDS[spec.kind].layer_groups:
-        return (f"allocator '{spec}': {model.name} has mamba layers, whose per-sequence state only the layer-group"
-                " allocators hold; use hybrid, static-split or naive")
+        return (
+            f"allocator '{spec}': {model.name} has mamba layers, whose per-sequence state only the layer-group"
+            " allocators hold; use hybrid, static-split or naive"
+        )
     return None
 
 
@@ -202,13 +255,16 @@ def parse_allocator(text: str) -> AllocatorSpec:
             raise ConfigError(f"allocator '{raw}': block size must be > 0")
     if plus:
         if option != "prefix" or not k.prefix_option:
-            raise ConfigError(f"allocator '{raw}': '+{option}' is not an option of {kind}"
-                              + (" (only +prefix)" if k.prefix_option else ""))
+            raise ConfigError(
+                f"allocator '{raw}': '+{option}' is not an option of {kind}"
+                + (" (only +prefix)" if k.prefix_option else "")
+            )
     return AllocatorSpec(kind, block, bool(plus))
 
 
-def parse_allocator_list(text: str | list, block_size: int = DEFAULT_BLOCK_SIZE,
-                         enable_prefix_caching: bool = False) -> list[AllocatorSpec]:
+def parse_allocator_list(
+    text: str | list, block_size: int = DEFAULT_BLOCK_SIZE, enable_prefix_caching: bool = False
+) -> list[AllocatorSpec]:
     """Comma-separated names -> resolved specs; the same allocator named twice is an error."""
     parts = text if isinstance(text, list) else str(text).split(",")
     specs = [parse_allocator(s).resolve(block_size, enable_prefix_caching) for s in parts if str(s).strip()]
@@ -222,8 +278,14 @@ def parse_allocator_list(text: str | list, block_size: int = DEFAULT_BLOCK_SIZE,
     return specs
 
 
-def make_allocator(spec: AllocatorSpec | str, pool_tokens: int, max_model_len: int, cpu_swap_tokens: int = 0,
-                   cache_eviction: str = "lru", memory: ModelMemory | None = None) -> KVAllocator:
+def make_allocator(
+    spec: AllocatorSpec | str,
+    pool_tokens: int,
+    max_model_len: int,
+    cpu_swap_tokens: int = 0,
+    cache_eviction: str = "lru",
+    memory: ModelMemory | None = None,
+) -> KVAllocator:
     """Build an allocator, e.g. ``make_allocator("paged:16+prefix", pool_tokens=100_000, max_model_len=4096)``.
 
     ``cpu_swap_tokens``: host-memory slots for swapped-out KV (paged allocators only);
@@ -236,8 +298,10 @@ def make_allocator(spec: AllocatorSpec | str, pool_tokens: int, max_model_len: i
     spec = spec.resolve()
     kind = KINDS[spec.kind]
     if spec.has_blocks and spec.block_size > pool_tokens and not (memory is not None and kind.layer_groups):
-        raise ConfigError(f"allocator '{spec}': a block of {spec.block_size:,} tokens is larger than the whole pool"
-                          f" ({pool_tokens:,} token slots)")
+        raise ConfigError(
+            f"allocator '{spec}': a block of {spec.block_size:,} tokens is larger than the whole pool"
+            f" ({pool_tokens:,} token slots)"
+        )
     problem = model_problem(spec, memory.model) if memory is not None else None
     if problem:
         raise ConfigError(problem)

@@ -50,8 +50,16 @@ from kvsim.hardware import GpuSpec
 from kvsim.hardware.gpus import GPU_PRESETS
 from kvsim.releases import release_key
 from kvsim.validation import MAX_GBS, MAX_GIB, MIN_GBS, Number, require
-from kvsim.latency.calibration import (GEMM_QUANT, MOE_QUANT, Calibration, DecodeAttentionParams, GemmParams, LinkParams, MoeParams,
-                                       PrefillAttentionParams)
+from kvsim.latency.calibration import (
+    GEMM_QUANT,
+    MOE_QUANT,
+    Calibration,
+    DecodeAttentionParams,
+    GemmParams,
+    LinkParams,
+    MoeParams,
+    PrefillAttentionParams,
+)
 
 # AIConfigurator system names -> kvsim GPU presets (each preset's aic_system)
 SYSTEM_GPUS = {g.aic_system: g.name for g in GPU_PRESETS.values() if g.aic_system}
@@ -70,10 +78,28 @@ TABLES = {  # kind -> (framework folder, table name)
     "mla_prefill": ("mla/vllm", "mla_context_module_perf"),
 }
 _EXTS = (".parquet", ".csv", ".txt")
-_ATTN_COLUMNS = ("batch_size", "isl", "num_heads", "num_key_value_heads", "head_dim", "kv_cache_dtype", "step",
-                 "latency")
-_KV_BYTES = {"bfloat16": 2, "float16": 2, "fp16": 2, "bf16": 2, "half": 2, "fp8": 1, "fp8_e4m3": 1, "int8": 1,
-             "float32": 4, "float": 4}
+_ATTN_COLUMNS = (
+    "batch_size",
+    "isl",
+    "num_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "kv_cache_dtype",
+    "step",
+    "latency",
+)
+_KV_BYTES = {
+    "bfloat16": 2,
+    "float16": 2,
+    "fp16": 2,
+    "bf16": 2,
+    "half": 2,
+    "fp8": 1,
+    "fp8_e4m3": 1,
+    "int8": 1,
+    "float32": 4,
+    "float": 4,
+}
 SIZE_BINS = ((0, 64 << 10), (64 << 10, 1 << 20), (1 << 20, 16 << 20), (16 << 20, 1 << 50))
 SIZE_BIN_NAMES = ("<64KiB", "64KiB-1MiB", "1-16MiB", ">=16MiB")
 
@@ -102,8 +128,10 @@ def installed_tables() -> Path:
             d = Path(loc) / "systems" / "data"
             if d.is_dir():
                 return d
-    raise ConfigError("no AIConfigurator tables installed: `pip install aiconfigurator-core` (its systems/data "
-                      "folder holds them), or pass a folder in its layout with --aic DIR")
+    raise ConfigError(
+        "no AIConfigurator tables installed: `pip install aiconfigurator-core` (its systems/data "
+        "folder holds them), or pass a folder in its layout with --aic DIR"
+    )
 
 
 def system_root(roots, system: str) -> Path:
@@ -128,8 +156,9 @@ def system_dir(root: str | Path, system: str | None = None) -> Path:
     if system is not None:
         d = root / system
         if not d.is_dir():
-            raise ConfigError(f"{d}: no such AIConfigurator system folder (systems here: "
-                              f"{', '.join(_systems(root)) or 'none'})")
+            raise ConfigError(
+                f"{d}: no such AIConfigurator system folder (systems here: {', '.join(_systems(root)) or 'none'})"
+            )
         return d
     found = _systems(root)
     if len(found) != 1:
@@ -138,7 +167,9 @@ def system_dir(root: str | Path, system: str | None = None) -> Path:
 
 
 def _systems(root: Path) -> list[str]:
-    return sorted(p.name for p in root.iterdir() if p.is_dir() and ((p / "attention").is_dir() or (p / "comm").is_dir()))
+    return sorted(
+        p.name for p in root.iterdir() if p.is_dir() and ((p / "attention").is_dir() or (p / "comm").is_dir())
+    )
 
 
 def _table_file(folder: Path, table: str) -> Path | None:
@@ -169,8 +200,11 @@ def locate_table(sysdir: Path, kind: str, version: str | None = None) -> tuple[P
             raise ConfigError(f"{base}: no {table} table (.parquet/.csv/.txt) in any version folder")
         v = present[-1]
         return _table_file(base / v, table), v, ""
-    same = [p.name for p in base.iterdir() if p.is_dir() and release_key(p.name) == release_key(version)] \
-        if base.is_dir() else []
+    same = (
+        [p.name for p in base.iterdir() if p.is_dir() and release_key(p.name) == release_key(version)]
+        if base.is_dir()
+        else []
+    )
     if same:  # 0.19 names the folder 0.19.0
         version = sorted(same, key=_version_key)[-1]
     folder = base / version
@@ -179,14 +213,20 @@ def locate_table(sysdir: Path, kind: str, version: str | None = None) -> tuple[P
         return f, version, ""
     donor = _reuse_donor(folder / "reuse.yaml", table)
     if donor and _table_file(base / donor, table):
-        return _table_file(base / donor, table), donor, f"{table} {version}: reuses {donor}'s table ({folder / 'reuse.yaml'})"
+        return (
+            _table_file(base / donor, table),
+            donor,
+            f"{table} {version}: reuses {donor}'s table ({folder / 'reuse.yaml'})",
+        )
     # a release that was not measured again runs the kernels of the newest one before it that was
     earlier = [v for v in present if release_key(v) <= release_key(version)]
     if earlier:
         v = earlier[-1]
         return _table_file(base / v, table), v, f"{table} {version}: not measured; {v}'s table, the newest before it"
-    raise ConfigError(f"{folder}: no {table} table (.parquet/.csv/.txt) at or before {version}; versions that have "
-                      f"one: {', '.join(present) or 'none'}")
+    raise ConfigError(
+        f"{folder}: no {table} table (.parquet/.csv/.txt) at or before {version}; versions that have "
+        f"one: {', '.join(present) or 'none'}"
+    )
 
 
 def _reuse_donor(path: Path, table: str) -> str | None:
@@ -227,8 +267,19 @@ def read_table(path: Path, needed=()):
     if missing:
         raise ConfigError(f"{path}: missing column(s) {', '.join(missing)}")
     for c in needed:
-        if c in ("kv_cache_dtype", "backend", "op_name", "nccl_dtype", "allreduce_dtype", "gemm_dtype", "moe_dtype",
-                 "distribution", "model", "mla_dtype", "gemm_type"):
+        if c in (
+            "kv_cache_dtype",
+            "backend",
+            "op_name",
+            "nccl_dtype",
+            "allreduce_dtype",
+            "gemm_dtype",
+            "moe_dtype",
+            "distribution",
+            "model",
+            "mla_dtype",
+            "gemm_type",
+        ):
             continue
         v = pd.to_numeric(df[c], errors="coerce")
         if v.isna().any():
@@ -246,26 +297,37 @@ def gpu_for_system(system: str, sysdir: Path | None = None) -> GpuSpec:
         return GPU_PRESETS[SYSTEM_GPUS[name]]
     yaml_gpu, path = _system_yaml(sysdir, name) if sysdir is not None else ({}, None)
     if not {"mem_bw", "bfloat16_tc_flops", "mem_capacity"} <= set(yaml_gpu):
-        raise ConfigError(f"AIConfigurator system '{system}' has no kvsim GPU preset (known: "
-                          f"{', '.join(sorted(SYSTEM_GPUS))}) and no {system}.yaml with its peaks")
-    peaks = {key: _peak(yaml_gpu[key], rule, f"{path}: {where}") for key, (where, rule) in SYSTEM_PEAKS.items()
-             if key in yaml_gpu}
+        raise ConfigError(
+            f"AIConfigurator system '{system}' has no kvsim GPU preset (known: "
+            f"{', '.join(sorted(SYSTEM_GPUS))}) and no {system}.yaml with its peaks"
+        )
+    peaks = {
+        key: _peak(yaml_gpu[key], rule, f"{path}: {where}")
+        for key, (where, rule) in SYSTEM_PEAKS.items()
+        if key in yaml_gpu
+    }
     sm = int(peaks.get("sm_version", 0))
     g = GpuSpec(name.replace("_", "-"), 0, 0.0, 0.0, 32e9, SMS_BY_SM_VERSION.get(sm, 108), f"sm{sm or '?'}")
     over = {}
-    for key, fld in (("mem_capacity", "memory_bytes"), ("mem_bw", "hbm_bandwidth"),
-                     ("bfloat16_tc_flops", "bf16_flops"), ("pcie_bw", "pcie_bandwidth")):
+    for key, fld in (
+        ("mem_capacity", "memory_bytes"),
+        ("mem_bw", "hbm_bandwidth"),
+        ("bfloat16_tc_flops", "bf16_flops"),
+        ("pcie_bw", "pcie_bandwidth"),
+    ):
         if key in peaks:
             over[fld] = type(getattr(g, fld))(peaks[key])
     return replace(g, **over)
 
 
 # a system yaml's peaks: (where in the file, the rule); bounds that keep every time kvsim derives finite
-SYSTEM_PEAKS = {"mem_capacity": ("gpu.mem_capacity", Number(min=1 << 20, max=MAX_GIB * (1 << 30))),  # bytes
-                "mem_bw": ("gpu.mem_bw", Number(min=MIN_GBS * 1e9, max=MAX_GBS * 1e9)),  # bytes/s
-                "bfloat16_tc_flops": ("gpu.bfloat16_tc_flops", Number(min=1e9, max=1e20)),  # FLOP/s
-                "pcie_bw": ("node.pcie_bw", Number(min=MIN_GBS * 1e9, max=MAX_GBS * 1e9)),
-                "sm_version": ("gpu.sm_version", Number(integer=True, min=0, max=10_000))}
+SYSTEM_PEAKS = {
+    "mem_capacity": ("gpu.mem_capacity", Number(min=1 << 20, max=MAX_GIB * (1 << 30))),  # bytes
+    "mem_bw": ("gpu.mem_bw", Number(min=MIN_GBS * 1e9, max=MAX_GBS * 1e9)),  # bytes/s
+    "bfloat16_tc_flops": ("gpu.bfloat16_tc_flops", Number(min=1e9, max=1e20)),  # FLOP/s
+    "pcie_bw": ("node.pcie_bw", Number(min=MIN_GBS * 1e9, max=MAX_GBS * 1e9)),
+    "sm_version": ("gpu.sm_version", Number(integer=True, min=0, max=10_000)),
+}
 
 
 def _peak(v, rule, name: str):
@@ -358,8 +420,11 @@ def _attention_rows(df, path):
     lat = df["latency"].to_numpy(float)
     timed = np.isfinite(lat) & (lat > 0)
     good = known & timed
-    reasons = [f"{int((~known).sum())} with an unknown KV dtype ({', '.join(sorted(set(dt[~known])))})"] \
-        if not known.all() else []
+    reasons = (
+        [f"{int((~known).sum())} with an unknown KV dtype ({', '.join(sorted(set(dt[~known])))})"]
+        if not known.all()
+        else []
+    )
     reasons += [f"{int((known & ~timed).sum())} whose latency is not positive"] if (known & ~timed).any() else []
     note = f"{path}: skipped {'; '.join(reasons)}" if reasons else ""
     return df[good], dt[good].map(_KV_BYTES).to_numpy(int), note
@@ -375,13 +440,20 @@ def read_decode(path: Path):
     n = df["batch_size"].to_numpy(np.int64)
     kvh = df["num_key_value_heads"].to_numpy(np.int64)
     hd = df["head_dim"].to_numpy(np.int64)
-    out = pd.DataFrame({
-        "num_seqs": n, "context": ctx, "kv_tokens": n * ctx, "q_heads": df["num_heads"].to_numpy(np.int64),
-        "kv_heads": kvh, "head_dim": hd, "kv_dtype_bytes": kvb,
-        "kv_bytes": (n * ctx * 2 * kvh * hd * kvb).astype(float),
-        "seconds": df["latency"].to_numpy(float) * 1e-3,
-        "kernel": df["kernel_source"].astype(str).to_numpy() if "kernel_source" in df.columns else "",
-    })
+    out = pd.DataFrame(
+        {
+            "num_seqs": n,
+            "context": ctx,
+            "kv_tokens": n * ctx,
+            "q_heads": df["num_heads"].to_numpy(np.int64),
+            "kv_heads": kvh,
+            "head_dim": hd,
+            "kv_dtype_bytes": kvb,
+            "kv_bytes": (n * ctx * 2 * kvh * hd * kvb).astype(float),
+            "seconds": df["latency"].to_numpy(float) * 1e-3,
+            "kernel": df["kernel_source"].astype(str).to_numpy() if "kernel_source" in df.columns else "",
+        }
+    )
     if out.empty:
         raise ConfigError(f"{path}: no usable full-attention decode rows")
     return out.reset_index(drop=True), note
@@ -393,13 +465,19 @@ def read_prefill(path: Path):
 
     df = read_table(path, _ATTN_COLUMNS)
     df, kvb, note = _attention_rows(df, path)
-    out = pd.DataFrame({
-        "num_chunks": df["batch_size"].to_numpy(np.int64), "new_tokens": df["isl"].to_numpy(np.int64),
-        "cached": df["step"].to_numpy(np.int64), "q_heads": df["num_heads"].to_numpy(np.int64),
-        "kv_heads": df["num_key_value_heads"].to_numpy(np.int64), "head_dim": df["head_dim"].to_numpy(np.int64),
-        "kv_dtype_bytes": kvb, "seconds": df["latency"].to_numpy(float) * 1e-3,
-        "kernel": df["kernel_source"].astype(str).to_numpy() if "kernel_source" in df.columns else "",
-    })
+    out = pd.DataFrame(
+        {
+            "num_chunks": df["batch_size"].to_numpy(np.int64),
+            "new_tokens": df["isl"].to_numpy(np.int64),
+            "cached": df["step"].to_numpy(np.int64),
+            "q_heads": df["num_heads"].to_numpy(np.int64),
+            "kv_heads": df["num_key_value_heads"].to_numpy(np.int64),
+            "head_dim": df["head_dim"].to_numpy(np.int64),
+            "kv_dtype_bytes": kvb,
+            "seconds": df["latency"].to_numpy(float) * 1e-3,
+            "kernel": df["kernel_source"].astype(str).to_numpy() if "kernel_source" in df.columns else "",
+        }
+    )
     if out.empty:
         raise ConfigError(f"{path}: no usable full-attention prefill rows")
     return out.reset_index(drop=True), note
@@ -434,8 +512,10 @@ def read_all_reduce(custom: Path | None, nccl: Path | None, backend: str = "vllm
     if custom is not None:
         c = read_table(custom, ("num_gpus", "message_size", "latency", "backend"))
         eb = _elem_bytes(c["allreduce_dtype"], custom) if "allreduce_dtype" in c.columns else np.full(len(c), 2)
-        c = c.assign(message_bytes=c["message_size"].to_numpy(np.int64) * eb,
-                     which=c["backend"].astype(str).str.strip().map({"vllm_graph": "graph_s", "vllm_eager": "eager_s"}))
+        c = c.assign(
+            message_bytes=c["message_size"].to_numpy(np.int64) * eb,
+            which=c["backend"].astype(str).str.strip().map({"vllm_graph": "graph_s", "vllm_eager": "eager_s"}),
+        )
         parts.append(c.dropna(subset=["which"]))
     if nccl is not None:
         n = nccl_half_rows(nccl) if nccl_rows is None else nccl_rows
@@ -447,7 +527,9 @@ def read_all_reduce(custom: Path | None, nccl: Path | None, backend: str = "vllm
         raise ConfigError("no all-reduce tables to read")
     df = pd.concat([p[["num_gpus", "message_bytes", "latency", "which"]] for p in parts], ignore_index=True)
     df = df[np.isfinite(df["latency"].to_numpy(float)) & (df["latency"].to_numpy(float) > 0)]
-    wide = df.pivot_table(index=["num_gpus", "message_bytes"], columns="which", values="latency", aggfunc="median") * 1e-3
+    wide = (
+        df.pivot_table(index=["num_gpus", "message_bytes"], columns="which", values="latency", aggfunc="median") * 1e-3
+    )
     for col in ("graph_s", "nccl_s", "eager_s"):
         if col not in wide.columns:
             wide[col] = np.nan
@@ -460,10 +542,17 @@ def read_all_reduce(custom: Path | None, nccl: Path | None, backend: str = "vllm
     else:
         use_graph = np.isfinite(g) & ~(nc < g)
     sec = np.where(use_graph, g, nc)
-    out = pd.DataFrame({"num_gpus": wide["num_gpus"].to_numpy(np.int64),
-                        "message_bytes": wide["message_bytes"].to_numpy(np.int64), "seconds": sec,
-                        "backend": np.where(use_graph, "vllm_graph", "nccl"),
-                        "graph_s": g, "nccl_s": nc, "eager_s": wide["eager_s"].to_numpy(float)})
+    out = pd.DataFrame(
+        {
+            "num_gpus": wide["num_gpus"].to_numpy(np.int64),
+            "message_bytes": wide["message_bytes"].to_numpy(np.int64),
+            "seconds": sec,
+            "backend": np.where(use_graph, "vllm_graph", "nccl"),
+            "graph_s": g,
+            "nccl_s": nc,
+            "eager_s": wide["eager_s"].to_numpy(float),
+        }
+    )
     return out[np.isfinite(out["seconds"])].sort_values(["num_gpus", "message_bytes"]).reset_index(drop=True)
 
 
@@ -475,22 +564,32 @@ def read_exchange(rows):
     n = rows[rows["op_name"].isin(["all_gather", "reduce_scatter"]) & np.isfinite(lat) & (lat > 0)]
     if n.empty:
         return None
-    wide = n.pivot_table(index=["num_gpus", "message_size"], columns="op_name", values="latency",
-                         aggfunc="median").dropna()
+    wide = n.pivot_table(
+        index=["num_gpus", "message_size"], columns="op_name", values="latency", aggfunc="median"
+    ).dropna()
     if wide.empty or len(wide.columns) < 2:
         return None
     wide = wide.reset_index()
     import pandas as pd
 
-    return pd.DataFrame({"num_gpus": wide["num_gpus"].to_numpy(np.int64),
-                         "message_bytes": wide["message_size"].to_numpy(np.int64) * 2,
-                         "seconds": (wide["all_gather"] + wide["reduce_scatter"]).to_numpy(float) * 1e-3})
+    return pd.DataFrame(
+        {
+            "num_gpus": wide["num_gpus"].to_numpy(np.int64),
+            "message_bytes": wide["message_size"].to_numpy(np.int64) * 2,
+            "seconds": (wide["all_gather"] + wide["reduce_scatter"]).to_numpy(float) * 1e-3,
+        }
+    )
 
 
-def read_aic(root: str | Path, system: str | None = None, version: str | None = None,
-             nccl_version: str | None = None,
-             kinds=("decode", "prefill", "all_reduce", "gemm", "moe", "mla_decode", "mla_prefill"),
-             all_reduce_backend: str = "vllm", gpu: GpuSpec | None = None) -> AicData:
+def read_aic(
+    root: str | Path,
+    system: str | None = None,
+    version: str | None = None,
+    nccl_version: str | None = None,
+    kinds=("decode", "prefill", "all_reduce", "gemm", "moe", "mla_decode", "mla_prefill"),
+    all_reduce_backend: str = "vllm",
+    gpu: GpuSpec | None = None,
+) -> AicData:
     """Read one system's vLLM attention and all-reduce tables (see the module docstring).
 
     ``version``: the vLLM version folder (default: the newest that has each table); ``nccl_version``: the
@@ -521,22 +620,30 @@ def read_aic(root: str | Path, system: str | None = None, version: str | None = 
         if nccl is not None:
             files["nccl_perf"], versions["nccl_perf"] = str(nccl), nv
         if custom is None and nccl is None:
-            raise ConfigError(f"{sysdir}: no all-reduce table (comm/vllm/<version>/custom_allreduce_perf or "
-                              "comm/nccl/<version>/nccl_perf with all_reduce rows)")
+            raise ConfigError(
+                f"{sysdir}: no all-reduce table (comm/vllm/<version>/custom_allreduce_perf or "
+                "comm/nccl/<version>/nccl_perf with all_reduce rows)"
+            )
         if all_reduce_backend == "nccl" and nccl is None:
             raise ConfigError(f"{sysdir / 'comm' / 'nccl'}: no nccl_perf table with all_reduce rows")
         rows = nccl_half_rows(nccl) if nccl is not None else None  # read once: all-reduce and exchange rows
-        got["all_reduce"] = read_all_reduce(custom if all_reduce_backend != "nccl" else None, nccl, all_reduce_backend,
-                                            rows)
+        got["all_reduce"] = read_all_reduce(
+            custom if all_reduce_backend != "nccl" else None, nccl, all_reduce_backend, rows
+        )
         if rows is not None:
             got["exchange"] = read_exchange(rows)
             if got["exchange"] is None:
-                notes.append(f"{nccl}: no all_gather + reduce_scatter rows; the data-parallel MoE exchange is "
-                             "priced on the NCCL all-reduce line")
+                notes.append(
+                    f"{nccl}: no all_gather + reduce_scatter rows; the data-parallel MoE exchange is "
+                    "priced on the NCCL all-reduce line"
+                )
     # optional tables: without one, its parameters stay the base calibration's
-    for kind, reader, what in (("gemm", read_gemm, "GEMMs"), ("moe", read_moe, "MoE layers"),
-                               ("mla_decode", read_mla_modules, "MLA decode modules"),
-                               ("mla_prefill", read_mla_modules, "MLA prefill modules")):
+    for kind, reader, what in (
+        ("gemm", read_gemm, "GEMMs"),
+        ("moe", read_moe, "MoE layers"),
+        ("mla_decode", read_mla_modules, "MLA decode modules"),
+        ("mla_prefill", read_mla_modules, "MLA prefill modules"),
+    ):
         if kind not in kinds:
             continue
         try:
@@ -562,10 +669,24 @@ def read_aic(root: str | Path, system: str | None = None, version: str | None = 
                     except ConfigError:
                         continue
                     notes += [skipped] if skipped else []
-    return AicData(name, gpu, str(sysdir), got.get("decode"), got.get("prefill"), got.get("all_reduce"),
-                   got.get("gemm"), got.get("moe"), {q: got[f"moe:{q}"] for q in MOE_QUANT if f"moe:{q}" in got},
-                   files, versions, notes, got.get("mla_decode"), got.get("mla_prefill"), got.get("exchange"),
-                   {q: got[f"gemm:{q}"] for q in GEMM_QUANT if f"gemm:{q}" in got})
+    return AicData(
+        name,
+        gpu,
+        str(sysdir),
+        got.get("decode"),
+        got.get("prefill"),
+        got.get("all_reduce"),
+        got.get("gemm"),
+        got.get("moe"),
+        {q: got[f"moe:{q}"] for q in MOE_QUANT if f"moe:{q}" in got},
+        files,
+        versions,
+        notes,
+        got.get("mla_decode"),
+        got.get("mla_prefill"),
+        got.get("exchange"),
+        {q: got[f"gemm:{q}"] for q in GEMM_QUANT if f"gemm:{q}" in got},
+    )
 
 
 def read_gemm(path: Path, gemm_dtypes=("bfloat16", "float16"), table=None):
@@ -581,8 +702,14 @@ def read_gemm(path: Path, gemm_dtypes=("bfloat16", "float16"), table=None):
     if not ok.any():
         raise ConfigError(f"{path}: no {what} GEMM rows with a positive latency")
     note = f"{path}: skipped {int((~ok).sum())} {what} row(s) whose latency is not positive" if not ok.all() else ""
-    return pd.DataFrame({"m": df["m"].to_numpy(np.int64)[ok], "n": df["n"].to_numpy(np.int64)[ok],
-                         "k": df["k"].to_numpy(np.int64)[ok], "seconds": t[ok]}), note
+    return pd.DataFrame(
+        {
+            "m": df["m"].to_numpy(np.int64)[ok],
+            "n": df["n"].to_numpy(np.int64)[ok],
+            "k": df["k"].to_numpy(np.int64)[ok],
+            "seconds": t[ok],
+        }
+    ), note
 
 
 GEMM_COLUMNS = ("m", "n", "k", "latency", "gemm_dtype")
@@ -596,6 +723,7 @@ QUANT_MIN_DIM = 256  # quantized GEMMs are fitted on weights of at least this ma
 def quant_gemm_excess(quant_rows, bf16_rows) -> float:
     """Median time of small quantized GEMMs over the bf16 ones of the same shapes, both :func:`read_gemm` rows
     of one table (NaN: none to compare)."""
+
     def small(g):
         return g[(g["m"] <= 16) & (g["n"] >= 1024) & (g["k"] >= 1024)].groupby(["m", "n", "k"])["seconds"].median()
 
@@ -631,22 +759,39 @@ def read_quant_gemms(sysdir: Path, version: str) -> tuple[dict, list[str]]:
             # the projections of real models: the grid's 32-128-wide weights would pull a fit that prices none
             wide = rows[(rows["n"] >= QUANT_MIN_DIM) & (rows["k"] >= QUANT_MIN_DIM)].reset_index(drop=True)
             if len(wide) < 8:  # too few to fit (the RTX PRO 6000's fp8_block rows are all narrow): none
-                notes.append(f"{q} GEMMs of vLLM {v}: {len(wide)} rows of weights at least {QUANT_MIN_DIM} wide; "
-                             "not fitted")
+                notes.append(
+                    f"{q} GEMMs of vLLM {v}: {len(wide)} rows of weights at least {QUANT_MIN_DIM} wide; not fitted"
+                )
                 del tried[q]  # an older table is not looked for either
                 continue
             got[q] = (wide, f, v)
             if tried[q]:
-                notes.append(f"{q} GEMMs from vLLM {v}: the newer table(s) {', '.join(tried[q])} take more than "
-                             f"{QUANT_PLAUSIBLE_X:g}x bf16's time on small GEMMs")
+                notes.append(
+                    f"{q} GEMMs from vLLM {v}: the newer table(s) {', '.join(tried[q])} take more than "
+                    f"{QUANT_PLAUSIBLE_X:g}x bf16's time on small GEMMs"
+                )
             notes += [skipped] if skipped else []
-    notes += [f"{q} GEMMs not fitted: every table ({', '.join(t)}) takes more than {QUANT_PLAUSIBLE_X:g}x bf16's "
-              "time on small GEMMs" for q, t in tried.items() if t and q not in got]
+    notes += [
+        f"{q} GEMMs not fitted: every table ({', '.join(t)}) takes more than {QUANT_PLAUSIBLE_X:g}x bf16's "
+        "time on small GEMMs"
+        for q, t in tried.items()
+        if t and q not in got
+    ]
     return got, notes
 
 
-MOE_COLUMNS = ("num_tokens", "hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size", "moe_ep_size",
-               "latency", "moe_dtype", "distribution")
+MOE_COLUMNS = (
+    "num_tokens",
+    "hidden_size",
+    "inter_size",
+    "topk",
+    "num_experts",
+    "moe_tp_size",
+    "moe_ep_size",
+    "latency",
+    "moe_dtype",
+    "distribution",
+)
 
 
 def read_moe(path: Path, moe_dtypes=("bfloat16", "float16"), table=None):
@@ -682,10 +827,20 @@ def read_moe(path: Path, moe_dtypes=("bfloat16", "float16"), table=None):
         notes.append(f"{path}: skipped {int((~ok).sum())} {label} row(s) with a bad size or latency")
     note = "; ".join(notes)
     g = {c: num[c][ok].astype(np.int64) for c in cols[:7]}
-    return pd.DataFrame({"tokens": g["num_tokens"], "hidden": g["hidden_size"],
-                         "inter": -(-g["inter_size"] // g["moe_tp_size"]), "experts": g["num_experts"],
-                         "topk": g["topk"], "tp": g["moe_tp_size"], "ep": g["moe_ep_size"],
-                         "routing": routing.to_numpy()[ok], "seconds": t[ok], "kernel": kernel.to_numpy()[ok]}), note
+    return pd.DataFrame(
+        {
+            "tokens": g["num_tokens"],
+            "hidden": g["hidden_size"],
+            "inter": -(-g["inter_size"] // g["moe_tp_size"]),
+            "experts": g["num_experts"],
+            "topk": g["topk"],
+            "tp": g["moe_tp_size"],
+            "ep": g["moe_ep_size"],
+            "routing": routing.to_numpy()[ok],
+            "seconds": t[ok],
+            "kernel": kernel.to_numpy()[ok],
+        }
+    ), note
 
 
 def read_mla_modules(path: Path):
@@ -715,14 +870,21 @@ def read_mla_modules(path: Path):
     t = df["latency"].to_numpy(float) * 1e-3
     ok = np.isfinite(t) & (t > 0)
     if not ok.any():
-        raise ConfigError(f"{path}: no usable MLA module rows (bf16 weights, a bf16 or FP8 KV cache) of a model kvsim "
-                          "has")
+        raise ConfigError(
+            f"{path}: no usable MLA module rows (bf16 weights, a bf16 or FP8 KV cache) of a model kvsim has"
+        )
     note = f"{path}: skipped {int((~ok).sum())} row(s) whose latency is not positive" if not ok.all() else ""
     df = df[ok]
-    return pd.DataFrame({"model": df["model"].map(presets).to_numpy(), "heads": df["num_heads"].to_numpy(np.int64),
-                         "tokens": df["batch_size"].to_numpy(np.int64),
-                         "context": (df["isl"] + df["step"]).to_numpy(np.int64),
-                         "kv_dtype_bytes": np.where(df["kv_cache_dtype"] == "fp8", 1, 2), "seconds": t[ok]}), note
+    return pd.DataFrame(
+        {
+            "model": df["model"].map(presets).to_numpy(),
+            "heads": df["num_heads"].to_numpy(np.int64),
+            "tokens": df["batch_size"].to_numpy(np.int64),
+            "context": (df["isl"] + df["step"]).to_numpy(np.int64),
+            "kv_dtype_bytes": np.where(df["kv_cache_dtype"] == "fp8", 1, 2),
+            "seconds": t[ok],
+        }
+    ), note
 
 
 def _row_models(rows):
@@ -769,8 +931,10 @@ def mla_seconds(p: DecodeAttentionParams | None, calib: Calibration, gpu: GpuSpe
     p = p or calib.decode_attention
     n = rows["tokens"].to_numpy(float)
     kvb = rows["kv_dtype_bytes"].to_numpy() if "kv_dtype_bytes" in rows else np.full(len(rows), 2)
-    token_s = np.maximum(token_bytes / (gpu.hbm_bandwidth * p.bw_for(kvb)),
-                         flops / (gpu.bf16_flops * (p.flops_eff or calib.prefill_attention.flops_eff)))
+    token_s = np.maximum(
+        token_bytes / (gpu.hbm_bandwidth * p.bw_for(kvb)),
+        flops / (gpu.bf16_flops * (p.flops_eff or calib.prefill_attention.flops_eff)),
+    )
     return proj + np.maximum(p.floor_s, p.stream_s(n, kv, token_s, kvb == 1))
 
 
@@ -790,9 +954,17 @@ def fit_mla_decode(rows, calib: Calibration, gpu: GpuSpec, parts=None) -> Decode
     def params(x):  # microseconds, fractions, tokens
         return DecodeAttentionParams(x[0] * 1e-6, x[1] * 1e-6, x[2], 0.0, x[3], flops_eff=x[4])
 
-    p = params([float(v) for v in fit_bounded(lambda x: np.log(mla_seconds(params(x), calib, gpu, r16, p16) / T16),
-                                       [20.0, 10.0, 0.7, 50.0, 0.3], [0.0, 0.0, 0.02, 0.0, 0.01],
-                                       [1e4, 1e4, 1.0, 1e5, 1.0])])
+    p = params(
+        [
+            float(v)
+            for v in fit_bounded(
+                lambda x: np.log(mla_seconds(params(x), calib, gpu, r16, p16) / T16),
+                [20.0, 10.0, 0.7, 50.0, 0.3],
+                [0.0, 0.0, 0.02, 0.0, 0.01],
+                [1e4, 1e4, 1.0, 1e5, 1.0],
+            )
+        ]
+    )
     if (~kv16).sum() < 8:
         return p
     r8, p8, T8 = rows[~kv16], parts[~kv16], T[~kv16]
@@ -800,8 +972,17 @@ def fit_mla_decode(rows, calib: Calibration, gpu: GpuSpec, parts=None) -> Decode
     def with_kv8(x):
         return replace(p, kv8_bw_eff=x[0], kv8_ramp_s=x[1] * 1e-6)
 
-    return with_kv8([float(v) for v in fit_bounded(lambda x: np.log(mla_seconds(with_kv8(x), calib, gpu, r8, p8) / T8),
-                                            [p.bw_eff, 1.0], [0.02, 0.0], [1.0, 1000.0])])
+    return with_kv8(
+        [
+            float(v)
+            for v in fit_bounded(
+                lambda x: np.log(mla_seconds(with_kv8(x), calib, gpu, r8, p8) / T8),
+                [p.bw_eff, 1.0],
+                [0.02, 0.0],
+                [1.0, 1000.0],
+            )
+        ]
+    )
 
 
 def _mla_prefill_parts(rows, calib: Calibration, gpu: GpuSpec):
@@ -818,8 +999,18 @@ def mla_prefill_seconds(p: PrefillAttentionParams | None, calib: Calibration, gp
     ``p`` as the calibration's mla_prefill (None: as prefill_attention prices it)."""
     proj, head_dim, token_bytes = (parts if parts is not None else _mla_prefill_parts(rows, calib, gpu)).T
     new = rows["context"].to_numpy()
-    return proj + prefill_seconds(p or calib.prefill_attention, gpu, rows["tokens"].to_numpy(float), new,
-                                  np.zeros_like(new), rows["heads"].to_numpy(float), 1.0, head_dim, 2, token_bytes)
+    return proj + prefill_seconds(
+        p or calib.prefill_attention,
+        gpu,
+        rows["tokens"].to_numpy(float),
+        new,
+        np.zeros_like(new),
+        rows["heads"].to_numpy(float),
+        1.0,
+        head_dim,
+        2,
+        token_bytes,
+    )
 
 
 def fit_mla_prefill(rows, calib: Calibration, gpu: GpuSpec, parts=None) -> PrefillAttentionParams:
@@ -836,8 +1027,17 @@ def fit_mla_prefill(rows, calib: Calibration, gpu: GpuSpec, parts=None) -> Prefi
     def params(x):
         return replace(base, floor_s=x[0] * 1e-6, flops_eff=x[1], cta_overhead_tiles=x[2])
 
-    return params([float(v) for v in fit_bounded(lambda x: np.log(mla_prefill_seconds(params(x), calib, gpu, rows, parts) / T),
-                                          [50.0, 0.5, 2.0], [0.0, 0.01, 0.0], [1e5, 1.0, 64.0])])
+    return params(
+        [
+            float(v)
+            for v in fit_bounded(
+                lambda x: np.log(mla_prefill_seconds(params(x), calib, gpu, rows, parts) / T),
+                [50.0, 0.5, 2.0],
+                [0.0, 0.01, 0.0],
+                [1e5, 1.0, 64.0],
+            )
+        ]
+    )
 
 
 def mla_prefill_regimes(rows) -> np.ndarray:
@@ -847,8 +1047,16 @@ def mla_prefill_regimes(rows) -> np.ndarray:
 
 def validate_mla_prefill(rows, calib: Calibration, gpu: GpuSpec, folds: int = 4) -> dict:
     """As :func:`validate_mla_decode`, for prefill, by the tokens an iteration computes."""
-    return _validate_by_heads(rows, calib, gpu, folds, _mla_prefill_parts(rows, calib, gpu), fit_mla_prefill,
-                              mla_prefill_seconds, mla_prefill_regimes(rows))
+    return _validate_by_heads(
+        rows,
+        calib,
+        gpu,
+        folds,
+        _mla_prefill_parts(rows, calib, gpu),
+        fit_mla_prefill,
+        mla_prefill_seconds,
+        mla_prefill_regimes(rows),
+    )
 
 
 def mla_regimes(rows) -> np.ndarray:
@@ -864,8 +1072,9 @@ def mla_regimes(rows) -> np.ndarray:
 def validate_mla_decode(rows, calib: Calibration, gpu: GpuSpec, folds: int = 4) -> dict:
     """predicted / measured of MLA layers in sample and held out by query heads per GPU (each fold of head counts
     predicted by a fit that never saw it), by batch and context; also the pricing without an MLA fit."""
-    return _validate_by_heads(rows, calib, gpu, folds, _mla_parts(rows, calib, gpu), fit_mla_decode, mla_seconds,
-                              mla_regimes(rows))
+    return _validate_by_heads(
+        rows, calib, gpu, folds, _mla_parts(rows, calib, gpu), fit_mla_decode, mla_seconds, mla_regimes(rows)
+    )
 
 
 def _validate_by_heads(rows, calib, gpu, folds, parts, fit, seconds, regimes) -> dict:
@@ -881,9 +1090,11 @@ def _validate_by_heads(rows, calib, gpu, folds, parts, fit, seconds, regimes) ->
         if test.any() and (~test).sum() >= 8:
             fitted = fit(rows[~test], calib, gpu, parts[~test])
             held[test] = seconds(fitted, calib, gpu, rows[test], parts[test]) / T[test]
-    return {"in_sample": _by_regime(seconds(fit(rows, calib, gpu, parts), calib, gpu, rows, parts) / T, regimes),
-            "held_out": _by_regime(held, regimes),
-            "before": _by_regime(seconds(None, calib, gpu, rows, parts) / T, regimes)}
+    return {
+        "in_sample": _by_regime(seconds(fit(rows, calib, gpu, parts), calib, gpu, rows, parts) / T, regimes),
+        "held_out": _by_regime(held, regimes),
+        "before": _by_regime(seconds(None, calib, gpu, rows, parts) / T, regimes),
+    }
 
 
 def _moe_table_seconds(calib: Calibration, gpu: GpuSpec, m, quant: str | None = None):
@@ -893,8 +1104,20 @@ def _moe_table_seconds(calib: Calibration, gpu: GpuSpec, m, quant: str | None = 
 
     f = {k: m[k].to_numpy(float) for k in ("tokens", "hidden", "inter", "experts", "topk", "ep")}
     wb = MOE_QUANT[quant][2] if quant else 2
-    return moe_formula(calib, gpu, f["tokens"], f["hidden"], f["inter"], f["experts"], f["topk"], f["ep"], wb, 2,
-                       quant=quant, distinct=_distinct(m))
+    return moe_formula(
+        calib,
+        gpu,
+        f["tokens"],
+        f["hidden"],
+        f["inter"],
+        f["experts"],
+        f["topk"],
+        f["ep"],
+        wb,
+        2,
+        quant=quant,
+        distinct=_distinct(m),
+    )
 
 
 def _distinct(m):
@@ -929,10 +1152,17 @@ def fit_moe_table(m, gpu: GpuSpec, quant: str | None = None) -> MoeParams:
     def params(x):
         return MoeParams(x[0] * 1e-6, x[1] * 1e-6, x[2] * 1e-9, x[3] * 1e-9, x[4], x[5], x[6], x[7] * 1e-6)
 
-    return params([float(v) for v in fit_bounded(lambda x: np.log(moe_seconds_table(params(x), gpu, m, quant) / T),
-                                          [20.0, 0.5, 1.0, 1.0, 0.5, 0.7, 1.5, 0.0],
-                                          [0.0, 0.0, 0.0, 0.0, 0.02, 0.02, 1.0, 0.0],
-                                          [500.0, 50.0, 1000.0, 1000.0, 1.0, 1.0, 20.0, 500.0])])
+    return params(
+        [
+            float(v)
+            for v in fit_bounded(
+                lambda x: np.log(moe_seconds_table(params(x), gpu, m, quant) / T),
+                [20.0, 0.5, 1.0, 1.0, 0.5, 0.7, 1.5, 0.0],
+                [0.0, 0.0, 0.0, 0.0, 0.02, 0.02, 1.0, 0.0],
+                [500.0, 50.0, 1000.0, 1000.0, 1.0, 1.0, 20.0, 500.0],
+            )
+        ]
+    )
 
 
 def evaluate_moe(m, calib: Calibration, gpu: GpuSpec, quant: str | None = None):
@@ -943,8 +1173,9 @@ def evaluate_moe(m, calib: Calibration, gpu: GpuSpec, quant: str | None = None):
 
 def moe_regimes(m) -> np.ndarray:
     t = m["tokens"].to_numpy()
-    return np.select([t <= 16, t <= 256, t <= 2048], ["tokens 1-16", "tokens 17-256", "tokens 257-2048"],
-                     "tokens >=2049")
+    return np.select(
+        [t <= 16, t <= 256, t <= 2048], ["tokens 1-16", "tokens 17-256", "tokens 257-2048"], "tokens >=2049"
+    )
 
 
 def moe_shapes(m) -> list[tuple]:
@@ -967,8 +1198,13 @@ def validate_moe(m, gpu: GpuSpec, every: int = 5, quant: str | None = None) -> d
     held[test] = moe_seconds_table(p, gpu, m[test], quant) / T[test]
     reg = moe_regimes(m)
     par = np.where(m["ep"].to_numpy() > 1, "EP>1", np.where(m["tp"].to_numpy() > 1, "TP>1", "one GPU"))
-    return {"in_sample": _by_regime(ins, reg), "held_out": _by_regime(held, reg),
-            "held_out_parallel": _by_regime(held, par), "shapes": len(kinds), "held_out_shapes": len(test_shapes)}
+    return {
+        "in_sample": _by_regime(ins, reg),
+        "held_out": _by_regime(held, reg),
+        "held_out_parallel": _by_regime(held, par),
+        "shapes": len(kinds),
+        "held_out_shapes": len(test_shapes),
+    }
 
 
 # the experts' dtype kvsim prices (bf16 or MOE_QUANT) -> the moe_perf rows that serve it; MXFP4 experts with
@@ -1047,8 +1283,18 @@ def _token_bytes(d) -> np.ndarray:
     return (2 * d["kv_heads"] * d["head_dim"] * d["kv_dtype_bytes"]).to_numpy(float)
 
 
-def prefill_seconds(p: PrefillAttentionParams, gpu: GpuSpec, num_chunks, new, cached, q_heads, kv_heads, head_dim,
-                    kv_dtype_bytes, token_bytes=None):
+def prefill_seconds(
+    p: PrefillAttentionParams,
+    gpu: GpuSpec,
+    num_chunks,
+    new,
+    cached,
+    q_heads,
+    kv_heads,
+    head_dim,
+    kv_dtype_bytes,
+    token_bytes=None,
+):
     """PerOpModel.prefill_attention_layer_s over arrays of ``num_chunks`` identical (new, cached) chunks
     (``token_bytes``: one token's KV bytes when not 2 x kv_heads x head_dim x dtype bytes, e.g. MLA's latent)."""
     tq, tkv, ovh = p.tile_q, p.tile_kv, p.cta_overhead_tiles
@@ -1080,8 +1326,10 @@ def predict(data: AicData, calib: Calibration, interconnect: str = "nvswitch") -
         out["decode"] = _decode_df(calib.decode_attention, data.gpu, d)
     if data.prefill is not None:
         out["prefill"] = _prefill_df(calib.prefill_attention, data.gpu, data.prefill)
-    for kind, table, link in (("all_reduce", calib.all_reduce, calib.link),
-                              ("exchange", calib.exchange, calib.exchange_link)):
+    for kind, table, link in (
+        ("all_reduce", calib.all_reduce, calib.link),
+        ("exchange", calib.exchange, calib.exchange_link),
+    ):
         a = getattr(data, kind)
         if a is None or not table:
             continue
@@ -1094,9 +1342,17 @@ def predict(data: AicData, calib: Calibration, interconnect: str = "nvswitch") -
 
 
 def _prefill_df(p, gpu, d):
-    return prefill_seconds(p, gpu, d["num_chunks"].to_numpy(float), d["new_tokens"].to_numpy(), d["cached"].to_numpy(),
-                           d["q_heads"].to_numpy(float), d["kv_heads"].to_numpy(float), d["head_dim"].to_numpy(float),
-                           d["kv_dtype_bytes"].to_numpy(float))
+    return prefill_seconds(
+        p,
+        gpu,
+        d["num_chunks"].to_numpy(float),
+        d["new_tokens"].to_numpy(),
+        d["cached"].to_numpy(),
+        d["q_heads"].to_numpy(float),
+        d["kv_heads"].to_numpy(float),
+        d["head_dim"].to_numpy(float),
+        d["kv_dtype_bytes"].to_numpy(float),
+    )
 
 
 def check_against_perop(data: AicData, calib: Calibration, rows: int = 40) -> float:
@@ -1116,8 +1372,9 @@ def check_against_perop(data: AicData, calib: Calibration, rows: int = 40) -> fl
         for i in idx:
             r = d.iloc[i]
             kvd = {1: "fp8", 2: "bf16", 4: "fp32"}[int(r["kv_dtype_bytes"])]
-            m = ModelSpec("aic", 1, int(r["q_heads"]), int(r["kv_heads"]), int(r["head_dim"]), 1e9, 1 << 30, "bf16",
-                          kv_dtype=kvd)
+            m = ModelSpec(
+                "aic", 1, int(r["q_heads"]), int(r["kv_heads"]), int(r["head_dim"]), 1e9, 1 << 30, "bf16", kv_dtype=kvd
+            )
             pm = PerOpModel(m, data.gpu, calib, CPU_PRESETS["none"], 1)
             if kind == "decode":
                 ref = pm.decode_attention_layer_s(int(r["num_seqs"]), int(r["kv_tokens"]))
@@ -1139,8 +1396,13 @@ def fit_decode(d, gpu: GpuSpec) -> DecodeAttentionParams:
     those layouts' unsplit walk, fitted on their rows."""
 
     def fit(rows):
-        return fit_decode_params(rows["num_seqs"].to_numpy(float), rows["kv_bytes"].to_numpy(float),
-                           rows["seconds"].to_numpy(float), gpu, _token_bytes(rows))
+        return fit_decode_params(
+            rows["num_seqs"].to_numpy(float),
+            rows["kv_bytes"].to_numpy(float),
+            rows["seconds"].to_numpy(float),
+            gpu,
+            _token_bytes(rows),
+        )
 
     if len(d) < 5:
         raise ConfigError(f"need at least 5 decode attention rows to fit, have {len(d)}")
@@ -1163,11 +1425,25 @@ def fit_unsplit(rows, gpu: GpuSpec, p: DecodeAttentionParams) -> DecodeAttention
     T = rows["seconds"].to_numpy(float)
 
     def params(x):  # microseconds, tokens, GB/s
-        return replace(p, unsplit_floor_s=x[0] * 1e-6, unsplit_ramp_s=x[1] * 1e-6, unsplit_per_seq_tokens=x[2],
-                       unsplit_cta_bw=x[3] * 1e9)
+        return replace(
+            p,
+            unsplit_floor_s=x[0] * 1e-6,
+            unsplit_ramp_s=x[1] * 1e-6,
+            unsplit_per_seq_tokens=x[2],
+            unsplit_cta_bw=x[3] * 1e9,
+        )
 
-    return params([float(v) for v in fit_bounded(lambda x: np.log(_decode_df(params(x), gpu, rows) / T),
-                                          [10.0, 2.0, 10.0, 20.0], [0.0, 0.0, 0.0, 0.1], [1e4, 1e4, 1e5, 1e4])])
+    return params(
+        [
+            float(v)
+            for v in fit_bounded(
+                lambda x: np.log(_decode_df(params(x), gpu, rows) / T),
+                [10.0, 2.0, 10.0, 20.0],
+                [0.0, 0.0, 0.0, 0.1],
+                [1e4, 1e4, 1e5, 1e4],
+            )
+        ]
+    )
 
 
 def fit_kv8(d, gpu: GpuSpec, p: DecodeAttentionParams) -> DecodeAttentionParams:
@@ -1182,8 +1458,14 @@ def fit_kv8(d, gpu: GpuSpec, p: DecodeAttentionParams) -> DecodeAttentionParams:
     def params(x):
         return replace(p, kv8_bw_eff=x[0], kv8_ramp_s=x[1] * 1e-6)
 
-    return params([float(v) for v in fit_bounded(lambda x: np.log(_decode_df(params(x), gpu, rows) / T), [p.bw_eff, 1.0],
-                                          [0.02, 0.0], [1.0, 1000.0])])
+    return params(
+        [
+            float(v)
+            for v in fit_bounded(
+                lambda x: np.log(_decode_df(params(x), gpu, rows) / T), [p.bw_eff, 1.0], [0.02, 0.0], [1.0, 1000.0]
+            )
+        ]
+    )
 
 
 def fit_prefill(d, gpu: GpuSpec, base: PrefillAttentionParams) -> PrefillAttentionParams:
@@ -1231,14 +1513,18 @@ def fit_all_reduce(a) -> dict[str, LinkParams]:
             continue
         # start from the two ends: the smallest sizes set the custom all-reduce's latency, the largest NCCL's
         # bandwidth; the second line's latency starts 5x the first so the two stay apart
-        x = fit_bounded(lambda x: np.log(np.minimum(line(x[0], x[1]), line(x[2], x[3])) / T),
-                 [float(T.min()) * 1e6, 50.0, 5 * float(T.min()) * 1e6, 200.0], [0.0, 0.1, 0.0, 0.1],
-                 [1e4, 1e4, 200.0, 1e4])  # NCCL's latency is tens of microseconds, not milliseconds
+        x = fit_bounded(
+            lambda x: np.log(np.minimum(line(x[0], x[1]), line(x[2], x[3])) / T),
+            [float(T.min()) * 1e6, 50.0, 5 * float(T.min()) * 1e6, 200.0],
+            [0.0, 0.1, 0.0, 0.1],
+            [1e4, 1e4, 200.0, 1e4],
+        )  # NCCL's latency is tens of microseconds, not milliseconds
         small, large = (x[0], x[1]), (x[2], x[3])
         if small[0] > large[0]:
             small, large = large, small
-        out[str(int(n))] = LinkParams(float(small[0]) * 1e-6, float(small[1]) * 1e9, float(large[0]) * 1e-6,
-                                      float(large[1]) * 1e9)
+        out[str(int(n))] = LinkParams(
+            float(small[0]) * 1e-6, float(small[1]) * 1e9, float(large[0]) * 1e-6, float(large[1]) * 1e9
+        )
     return out
 
 
@@ -1261,8 +1547,17 @@ def fit_gemm_table(g, gpu: GpuSpec, quant: str | None = None) -> GemmParams:
     def params(x):
         return GemmParams(x[0] * 1e-6, x[1], x[2], x[3])
 
-    return params([float(v) for v in fit_bounded(lambda x: np.log(gemm_seconds_table(params(x), gpu, g, quant) / T),
-                                          [5.0, 0.7, 0.8, 1.5], [0.0, 0.05, 0.05, 1.0], [200.0, 1.0, 1.0, 20.0])])
+    return params(
+        [
+            float(v)
+            for v in fit_bounded(
+                lambda x: np.log(gemm_seconds_table(params(x), gpu, g, quant) / T),
+                [5.0, 0.7, 0.8, 1.5],
+                [0.0, 0.05, 0.05, 1.0],
+                [200.0, 1.0, 1.0, 20.0],
+            )
+        ]
+    )
 
 
 def gemm_regimes(g) -> np.ndarray:
@@ -1330,12 +1625,19 @@ class AicFit:
             c = replace(c, mla_prefill=self.mla_prefill)
         if self.gemm:
             gemm_src = base.sources.get("gemm", "")
-            was = base.sources.get("elementwise", "").replace("fitted: the same files", gemm_src) \
+            was = (
+                base.sources.get("elementwise", "")
+                .replace("fitted: the same files", gemm_src)
                 .replace("the same files", gemm_src)
+            )
             if not was.startswith(("kept from the ", "borrowed")):  # a refit of a refit keeps one origin
                 was = f"kept from the {base.derived_from or base.gpu} calibration ({was})"
-            c = replace(c, gemm=self.gemm, fit={k: v for k, v in c.fit.items() if k not in DENSE_STATS},
-                        sources={**c.sources, "elementwise": was})
+            c = replace(
+                c,
+                gemm=self.gemm,
+                fit={k: v for k, v in c.fit.items() if k not in DENSE_STATS},
+                sources={**c.sources, "elementwise": was},
+            )
         return c
 
 
@@ -1346,11 +1648,16 @@ def fit_aic(data: AicData, base: Calibration | None = None, kv_dtype_bytes=(2,),
     base = base or Calibration(gpu=data.gpu.name)
     src, dec, pre, ar = {}, None, None, {}
     tag = "fitted: NVIDIA AIConfigurator (Apache-2.0) {}, vLLM {}{}"
-    kvnote = "" if kv_dtype_bytes is None else f", KV {'/'.join({1: 'fp8', 2: 'bf16', 4: 'fp32'}[b] for b in kv_dtype_bytes)}"
+    kvnote = (
+        ""
+        if kv_dtype_bytes is None
+        else f", KV {'/'.join({1: 'fp8', 2: 'bf16', 4: 'fp32'}[b] for b in kv_dtype_bytes)}"
+    )
     if data.decode is not None:
         dec = fit_decode(_kv_filter(data.decode, kv_dtype_bytes), data.gpu)
-        src["decode_attention"] = tag.format(_rel(data, "generation_attention_perf"),
-                                             data.versions["generation_attention_perf"], kvnote)
+        src["decode_attention"] = tag.format(
+            _rel(data, "generation_attention_perf"), data.versions["generation_attention_perf"], kvnote
+        )
         if kv_dtype_bytes is not None and 1 not in kv_dtype_bytes and (data.decode["kv_dtype_bytes"] == 1).any():
             dec = fit_kv8(data.decode, data.gpu, dec)  # FP8 KV: its own bandwidth efficiency, the rest shared
             src["decode_attention"] += "; FP8 KV bandwidth from the fp8 rows"
@@ -1358,22 +1665,31 @@ def fit_aic(data: AicData, base: Calibration | None = None, kv_dtype_bytes=(2,),
         pbase = replace(base.prefill_attention, bw_eff=dec.bw_eff) if dec else base.prefill_attention
         rows = _kv_filter(data.prefill, kv_dtype_bytes)
         pre = fit_prefill(rows[rows["new_tokens"] >= prefill_min_tokens], data.gpu, pbase)
-        src["prefill_attention"] = tag.format(_rel(data, "context_attention_perf"),
-                                              data.versions["context_attention_perf"], kvnote) + \
-            (f", chunks >= {prefill_min_tokens} tokens" if prefill_min_tokens > 1 else "") + \
-            (" (KV bandwidth: the decode fit's)" if dec else "")
+        src["prefill_attention"] = (
+            tag.format(_rel(data, "context_attention_perf"), data.versions["context_attention_perf"], kvnote)
+            + (f", chunks >= {prefill_min_tokens} tokens" if prefill_min_tokens > 1 else "")
+            + (" (KV bandwidth: the decode fit's)" if dec else "")
+        )
     if data.all_reduce is not None:
         ar = {"nvswitch": fit_all_reduce(data.all_reduce)}
         used = sorted(set(data.all_reduce["backend"]))
-        files = [f"{_rel(data, t)} ({'vLLM ' if t.startswith('custom') else 'NCCL '}{data.versions[t]})"
-                 for t in ("custom_allreduce_perf", "nccl_perf") if t in data.files]
-        src["all_reduce"] = ("fitted: NVIDIA AIConfigurator (Apache-2.0) " + ", ".join(files) +
-                             f"; per size the faster of vLLM's CUDA-graph all-reduce and NCCL ({'/'.join(used)})")
+        files = [
+            f"{_rel(data, t)} ({'vLLM ' if t.startswith('custom') else 'NCCL '}{data.versions[t]})"
+            for t in ("custom_allreduce_perf", "nccl_perf")
+            if t in data.files
+        ]
+        src["all_reduce"] = (
+            "fitted: NVIDIA AIConfigurator (Apache-2.0) "
+            + ", ".join(files)
+            + f"; per size the faster of vLLM's CUDA-graph all-reduce and NCCL ({'/'.join(used)})"
+        )
     exchange = {}
     if data.exchange is not None:
         exchange = {"nvswitch": fit_all_reduce(data.exchange)}
-        src["exchange"] = (f"fitted: NVIDIA AIConfigurator (Apache-2.0) {_rel(data, 'nccl_perf')} (NCCL "
-                           f"{data.versions['nccl_perf']}), all_gather + reduce_scatter")
+        src["exchange"] = (
+            f"fitted: NVIDIA AIConfigurator (Apache-2.0) {_rel(data, 'nccl_perf')} (NCCL "
+            f"{data.versions['nccl_perf']}), all_gather + reduce_scatter"
+        )
     gemm = None
     if data.gemm is not None:
         gemm = fit_gemm_table(data.gemm, data.gpu)
@@ -1382,30 +1698,42 @@ def fit_aic(data: AicData, base: Calibration | None = None, kv_dtype_bytes=(2,),
     if gemm_quant:
         src["gemm_quant"] = "fitted: NVIDIA AIConfigurator (Apache-2.0) " + "; ".join(
             f"{q} weights from {_rel(data, f'gemm_perf:{q}')} (vLLM {data.versions[f'gemm_perf:{q}']}, "
-            f"{GEMM_QUANT[q][0]} rows)" for q in gemm_quant)
+            f"{GEMM_QUANT[q][0]} rows)"
+            for q in gemm_quant
+        )
     moe = None
     if data.moe is not None:
         moe = fit_moe_table(data.moe, data.gpu)
-        src["moe"] = tag.format(_rel(data, "moe_perf"), data.versions["moe_perf"],
-                                ", bf16, balanced and power-law routing")
+        src["moe"] = tag.format(
+            _rel(data, "moe_perf"), data.versions["moe_perf"], ", bf16, balanced and power-law routing"
+        )
     moe_quant = {}
     for quant, rows in data.moe_quant.items():
         if len(rows) >= 8:
             moe_quant[quant] = fit_moe_table(rows, data.gpu, quant)
     if moe_quant:
-        src["moe_quant"] = tag.format(_rel(data, "moe_perf"), data.versions["moe_perf"], ", " + ", ".join(
-            f"{q} experts from its {MOE_QUANT[q][0]} rows" for q in moe_quant) + ", balanced and power-law routing")
+        src["moe_quant"] = tag.format(
+            _rel(data, "moe_perf"),
+            data.versions["moe_perf"],
+            ", "
+            + ", ".join(f"{q} experts from its {MOE_QUANT[q][0]} rows" for q in moe_quant)
+            + ", balanced and power-law routing",
+        )
     mla = mla_pre = None
     # projections priced by the GEMMs fitted above, as the model will price them
     priced = replace(base, gemm=gemm or base.gemm, prefill_attention=pre or base.prefill_attention)
     if data.mla_decode is not None:
         mla = fit_mla_decode(data.mla_decode, priced, data.gpu)
-        src["mla_decode"] = tag.format(_rel(data, "mla_generation_module_perf"),
-                                       data.versions["mla_generation_module_perf"], ", bf16, whole MLA layers")
+        src["mla_decode"] = tag.format(
+            _rel(data, "mla_generation_module_perf"),
+            data.versions["mla_generation_module_perf"],
+            ", bf16, whole MLA layers",
+        )
     if data.mla_prefill is not None:
         mla_pre = fit_mla_prefill(data.mla_prefill, priced, data.gpu)
-        src["mla_prefill"] = tag.format(_rel(data, "mla_context_module_perf"),
-                                        data.versions["mla_context_module_perf"], ", bf16, whole MLA layers")
+        src["mla_prefill"] = tag.format(
+            _rel(data, "mla_context_module_perf"), data.versions["mla_context_module_perf"], ", bf16, whole MLA layers"
+        )
     return AicFit(data.gpu, dec, pre, ar, src, gemm, moe, moe_quant, mla, mla_pre, exchange, gemm_quant)
 
 
@@ -1423,8 +1751,12 @@ def _stats(r) -> dict:
     r = r[np.isfinite(r)]
     if not len(r):
         return {"n": 0}
-    return {"n": int(len(r)), "median": float(np.median(r)), "p10": float(np.percentile(r, 10)),
-            "p90": float(np.percentile(r, 90))}
+    return {
+        "n": int(len(r)),
+        "median": float(np.median(r)),
+        "p10": float(np.percentile(r, 10)),
+        "p90": float(np.percentile(r, 90)),
+    }
 
 
 def decode_regimes(d) -> np.ndarray:
@@ -1442,7 +1774,9 @@ def all_reduce_regimes(a) -> np.ndarray:
     name = np.full(len(s), "", dtype=object)
     for (lo, hi), nm in zip(SIZE_BINS, SIZE_BIN_NAMES):
         name[(s >= lo) & (s < hi)] = nm
-    return np.char.add(np.char.add("x", a["num_gpus"].astype(str).to_numpy().astype(str)), np.char.add(" ", name.astype(str)))
+    return np.char.add(
+        np.char.add("x", a["num_gpus"].astype(str).to_numpy().astype(str)), np.char.add(" ", name.astype(str))
+    )
 
 
 def _by_regime(ratio, regimes) -> dict:
@@ -1455,8 +1789,9 @@ def _by_regime(ratio, regimes) -> dict:
 MHA = "decode, one query head per KV head"  # the layouts a kernel may walk unsplit (fit_decode)
 
 
-def evaluate_calibration(data: AicData, calib: Calibration, kv_dtype_bytes=(2,),
-                         interconnect: str = "nvswitch") -> dict:
+def evaluate_calibration(
+    data: AicData, calib: Calibration, kv_dtype_bytes=(2,), interconnect: str = "nvswitch"
+) -> dict:
     """predicted / measured of ``calib`` on ``data`` by regime: decode (batch x context), prefill (chunk size),
     all-reduce (GPUs x message size); with fp8-KV rows, "decode other KV dtypes" / "prefill other KV dtypes"
     as well; ``MHA``: the decode rows with one query head per KV head."""
@@ -1489,8 +1824,15 @@ def head_layout_folds(d, folds: int) -> np.ndarray:
     return np.array([fold_of[k] for k in keys])
 
 
-def validate_aic(data: AicData, fit: AicFit | None = None, base: Calibration | None = None, folds: int = 5,
-                 every: int = 5, kv_dtype_bytes=(2,), prefill_min_tokens: int = 1) -> dict:
+def validate_aic(
+    data: AicData,
+    fit: AicFit | None = None,
+    base: Calibration | None = None,
+    folds: int = 5,
+    every: int = 5,
+    kv_dtype_bytes=(2,),
+    prefill_min_tokens: int = 1,
+) -> dict:
     """{"in_sample": ..., "held_out": ...}, each {table: {regime: {n, median, p10, p90}}} of predicted /
     measured. Held out: attention fitted without one of ``folds`` groups of head layouts and predicted on it
     (layouts dealt round-robin, so each fold spans head counts and head dims); all-reduce fitted without
@@ -1515,8 +1857,11 @@ def validate_aic(data: AicData, fit: AicFit | None = None, base: Calibration | N
                 ratio[fold == f] = _decode_df(p, data.gpu, test) / test["seconds"].to_numpy()
             else:
                 bw = fit.decode_attention.bw_eff if fit.decode_attention else base.prefill_attention.bw_eff
-                p = fit_prefill(train[train["new_tokens"] >= prefill_min_tokens], data.gpu,
-                                replace(base.prefill_attention, bw_eff=bw))
+                p = fit_prefill(
+                    train[train["new_tokens"] >= prefill_min_tokens],
+                    data.gpu,
+                    replace(base.prefill_attention, bw_eff=bw),
+                )
                 ratio[fold == f] = _prefill_df(p, data.gpu, test) / test["seconds"].to_numpy()
         held[kind] = _by_regime(ratio, (decode_regimes if kind == "decode" else prefill_regimes)(d))
         if kind == "decode":
@@ -1533,8 +1878,10 @@ def validate_aic(data: AicData, fit: AicFit | None = None, base: Calibration | N
             test = np.arange(len(g)) % every == every // 2
             links = fit_all_reduce(g[~test])
             if str(int(n)) in links:
-                ratio[g.index[test]] = link_seconds(links[str(int(n))], g["message_bytes"].to_numpy()[test]) / \
-                    g["seconds"].to_numpy()[test]
+                ratio[g.index[test]] = (
+                    link_seconds(links[str(int(n))], g["message_bytes"].to_numpy()[test])
+                    / g["seconds"].to_numpy()[test]
+                )
         held[kind] = _by_regime(ratio, all_reduce_regimes(a))
     out["held_out"] = held
     return out

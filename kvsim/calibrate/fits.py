@@ -25,14 +25,31 @@ import numpy as np
 from kvsim.errors import ConfigError
 from kvsim.hardware import GpuSpec, ModelSpec
 from kvsim.hardware.gpus import GPU_PRESETS
-from kvsim.latency.calibration import (ELEMENTWISE_KINDS, Calibration, DecodeAttentionParams, ElementwiseParams,
-                                       GemmParams, LinkParams, PrefillAttentionParams)
+from kvsim.latency.calibration import (
+    ELEMENTWISE_KINDS,
+    Calibration,
+    DecodeAttentionParams,
+    ElementwiseParams,
+    GemmParams,
+    LinkParams,
+    PrefillAttentionParams,
+)
 from kvsim.latency.perop import Op, layer_ops
 
 # Vidur's device names -> kvsim GPU presets; its network SKUs -> interconnects
 VIDUR_GPUS = {"a100": "a100-80gb", "h100": "h100-80gb", "a40": "a40"}
-VIDUR_OPS = ("input_layernorm", "attn_pre_proj", "attn_rope", "attn_post_proj", "post_attention_layernorm",
-             "mlp_up_proj", "mlp_act", "mlp_down_proj", "add", "emb")
+VIDUR_OPS = (
+    "input_layernorm",
+    "attn_pre_proj",
+    "attn_rope",
+    "attn_post_proj",
+    "post_attention_layernorm",
+    "mlp_up_proj",
+    "mlp_act",
+    "mlp_down_proj",
+    "add",
+    "emb",
+)
 TOKEN_REGIMES = ((1, 16), (17, 128), (129, 1024), (1025, 1 << 30))
 SIZE_REGIMES = ((0, 1 << 16), (1 << 16, 1 << 20), (1 << 20, 1 << 24), (1 << 24, 1 << 40))
 
@@ -58,8 +75,10 @@ def kind_of(df) -> str:
         return "send_recv"
     if {"kind", "num_seqs", "kv_bytes", "time_s"} <= cols:
         return "kernel"
-    raise ConfigError("unrecognised measurement file: expected Vidur mlp/attention/all_reduce/send_recv CSVs "
-                      "or `kvsim kernels bench/replay` output")
+    raise ConfigError(
+        "unrecognised measurement file: expected Vidur mlp/attention/all_reduce/send_recv CSVs "
+        "or `kvsim kernels bench/replay` output"
+    )
 
 
 def gpu_from_path(path: str) -> str | None:
@@ -80,16 +99,36 @@ def interconnect_from_path(path: str) -> str:
 # is an error naming file, line and column) and the measured columns (a value that is not a finite positive
 # number is dropped, and counted).
 _SHAPES = {
-    "mlp": {"n_head": 1, "n_kv_head": 1, "n_embd": 1, "n_expanded_embd": 1, "vocab_size": 1,
-            "num_tensor_parallel_workers": 1, "num_tokens": 1},
-    "attention": {"n_q_head": 1, "n_kv_head": 1, "n_embd": 1, "num_tensor_parallel_workers": 1, "batch_size": 1,
-                  "prefill_chunk_size": 0, "kv_cache_size": 0},
+    "mlp": {
+        "n_head": 1,
+        "n_kv_head": 1,
+        "n_embd": 1,
+        "n_expanded_embd": 1,
+        "vocab_size": 1,
+        "num_tensor_parallel_workers": 1,
+        "num_tokens": 1,
+    },
+    "attention": {
+        "n_q_head": 1,
+        "n_kv_head": 1,
+        "n_embd": 1,
+        "num_tensor_parallel_workers": 1,
+        "batch_size": 1,
+        "prefill_chunk_size": 0,
+        "kv_cache_size": 0,
+    },
     "all_reduce": {"num_workers": 1, "size": 1},
     "send_recv": {"size": 1},
     "kernel": {"num_seqs": 1},
 }
-_OPTIONAL_SHAPES = {"devices_per_node": 1, "q_heads": 1, "kv_heads": 1, "head_dim": 1, "new_tokens": 1,
-                    "total_context": 1}
+_OPTIONAL_SHAPES = {
+    "devices_per_node": 1,
+    "q_heads": 1,
+    "kv_heads": 1,
+    "head_dim": 1,
+    "new_tokens": 1,
+    "total_context": 1,
+}
 _MAX_SHAPE = 1 << 40
 
 
@@ -108,24 +147,25 @@ def clean_measurements(df, kind: str, path: str):
         bad = ~(v.notna() & (v >= lo) & (v <= _MAX_SHAPE) & (v == v.round()))
         if bad.any():
             i = int(bad.to_numpy().nonzero()[0][0])
-            raise ConfigError(f"{path}:{i + 2}: column '{col}' must be a whole number >= {lo}, "
-                              f"got {df[col].iloc[i]!r}")
+            raise ConfigError(f"{path}:{i + 2}: column '{col}' must be a whole number >= {lo}, got {df[col].iloc[i]!r}")
         df[col] = v.astype("int64")
     if "use_gated_mlp" in df.columns:
         text = df["use_gated_mlp"].astype(str).str.strip().str.lower()
         ok = text.isin(["true", "false", "1", "0", "1.0", "0.0"])
         if not ok.all():
             i = int((~ok).to_numpy().nonzero()[0][0])
-            raise ConfigError(f"{path}:{i + 2}: column 'use_gated_mlp' must be true or false, "
-                              f"got {df['use_gated_mlp'].iloc[i]!r}")
+            raise ConfigError(
+                f"{path}:{i + 2}: column 'use_gated_mlp' must be true or false, got {df['use_gated_mlp'].iloc[i]!r}"
+            )
         df["use_gated_mlp"] = text.isin(["true", "1", "1.0"])
     elif kind == "mlp":
         raise ConfigError(f"{path}: missing column use_gated_mlp of an mlp measurement file")
     if kind == "kernel" and "kind" in df.columns and (df["kind"].astype(str) == "prefill").any():
         gone = [c for c in ("q_heads", "kv_heads", "head_dim", "new_tokens", "total_context") if c not in df.columns]
         if gone:
-            raise ConfigError(f"{path}: prefill rows need column(s) {', '.join(gone)} (as `kvsim kernels bench` "
-                              "writes them)")
+            raise ConfigError(
+                f"{path}: prefill rows need column(s) {', '.join(gone)} (as `kvsim kernels bench` writes them)"
+            )
     measured = [c for c in df.columns if c.startswith("time_stats.") or c in ("time_s", "kv_bytes")]
     dropped = 0
     for col in measured:
@@ -133,8 +173,11 @@ def clean_measurements(df, kind: str, path: str):
         good = v.notna() & np.isfinite(v) & ((v >= 0) if col == "kv_bytes" else (v > 0))
         dropped += int((~good & df[col].notna()).sum())
         df[col] = v.where(good)
-    used = {"all_reduce": ["time_stats.all_reduce.median"], "send_recv": ["time_stats.send_recv.median"],
-            "kernel": ["time_s", "kv_bytes"]}.get(kind, [])
+    used = {
+        "all_reduce": ["time_stats.all_reduce.median"],
+        "send_recv": ["time_stats.send_recv.median"],
+        "kernel": ["time_s", "kv_bytes"],
+    }.get(kind, [])
     if kind == "attention":
         dec = df["prefill_chunk_size"] == 0
         keep = pd.Series(True, index=df.index)
@@ -173,8 +216,20 @@ def read_measurements(paths: list[str]) -> dict[str, list[tuple[str, object]]]:
 def vidur_model(row) -> ModelSpec:
     """The shape of a Vidur mlp.csv row as a (one-layer) ModelSpec; Vidur profiles in fp16."""
     h, q = int(row["n_embd"]), int(row["n_head"])
-    return ModelSpec("profiled", 1, q, int(row["n_kv_head"]), h // q, 1.0, 4096, "fp16", h,
-                     int(row["n_expanded_embd"]), int(row["vocab_size"]), bool(row["use_gated_mlp"]))
+    return ModelSpec(
+        "profiled",
+        1,
+        q,
+        int(row["n_kv_head"]),
+        h // q,
+        1.0,
+        4096,
+        "fp16",
+        h,
+        int(row["n_expanded_embd"]),
+        int(row["vocab_size"]),
+        bool(row["use_gated_mlp"]),
+    )
 
 
 def dense_rows(df, model_name: str = "") -> list[tuple[str, str, Op, int, float, int]]:
@@ -209,8 +264,10 @@ def fit_bounded(residual, x0, lo, hi):
     with np.errstate(all="ignore"):  # the residual's own overflow is what the check below reports
         start = np.asarray(residual(np.asarray(x0, dtype=float)), dtype=float)
     if not np.isfinite(start).all():
-        raise ConfigError("the measurements cannot be fitted: some predicted/measured ratios are not finite (a "
-                          "time or size far outside what a GPU kernel takes or moves, e.g. a time below 1e-300 s)")
+        raise ConfigError(
+            "the measurements cannot be fitted: some predicted/measured ratios are not finite (a "
+            "time or size far outside what a GPU kernel takes or moves, e.g. a time below 1e-300 s)"
+        )
     r = least_squares(residual, x0, bounds=(lo, hi), loss="soft_l1", f_scale=0.1)
     return r.x
 
@@ -229,7 +286,9 @@ def fit_gemm(rows, gpu: GpuSpec) -> GemmParams:
     def res(x):
         return np.log(gemm_formula(params(x), gpu, M, K, N, 2) / T)
 
-    return params([float(v) for v in fit_bounded(res, [5.0, 0.7, 0.8, 1.5], [0.0, 0.05, 0.05, 1.0], [200.0, 1.0, 1.0, 20.0])])
+    return params(
+        [float(v) for v in fit_bounded(res, [5.0, 0.7, 0.8, 1.5], [0.0, 0.05, 0.05, 1.0], [200.0, 1.0, 1.0, 20.0])]
+    )
 
 
 def fit_elementwise(rows, gpu: GpuSpec) -> dict[str, ElementwiseParams]:
@@ -294,6 +353,7 @@ def fit_decode_params(n, b, T, gpu: GpuSpec, token_bytes=None) -> DecodeAttentio
     """floor, ramp, bandwidth and per-sequence cost of decode attention from (sequences, KV bytes, seconds).
     With ``token_bytes`` (one token's KV bytes per row, for rows of several head layouts) the per-sequence
     cost is fitted in tokens of the sequence's KV (``per_seq_tokens``), else in seconds (``per_seq_s``)."""
+
     def params(x):  # microseconds; nanoseconds or tokens per sequence
         if token_bytes is None:
             return DecodeAttentionParams(x[0] * 1e-6, x[1] * 1e-6, x[2], x[3] * 1e-9)
@@ -306,7 +366,9 @@ def fit_decode_params(n, b, T, gpu: GpuSpec, token_bytes=None) -> DecodeAttentio
         stream = p.ramp_s + p.per_seq_s * n + (b + p.per_seq_tokens * extra) / (gpu.hbm_bandwidth * p.bw_eff)
         return np.log(np.maximum(p.floor_s, stream) / T)
 
-    return params([float(v) for v in fit_bounded(res, [10.0, 2.0, 0.7, 10.0], [0.0, 0.0, 0.01, 0.0], [1e4, 1e4, 1.0, 1e5])])
+    return params(
+        [float(v) for v in fit_bounded(res, [10.0, 2.0, 0.7, 10.0], [0.0, 0.0, 0.01, 0.0], [1e4, 1e4, 1.0, 1e5])]
+    )
 
 
 def fit_prefill_attention_kernel(frames, gpu: GpuSpec, base: Calibration) -> PrefillAttentionParams | None:
@@ -317,10 +379,25 @@ def fit_prefill_attention_kernel(frames, gpu: GpuSpec, base: Calibration) -> Pre
     df = df[(df["kind"] == "prefill") & (df["time_s"] > 0)]
     if len(df) < 4:
         return None
-    rows = [(int(r.q_heads), int(r.kv_heads), int(r.head_dim), int(r.new_tokens),
-             int(r.total_context) - int(r.new_tokens), float(r.time_s)) for r in df.itertuples()]
-    return _fit_prefill([(ModelSpec("kernel", 1, hq, hkv, hd, 1.0, 1 << 30, "fp16"), 1, chunk, cached, t)
-                         for hq, hkv, hd, chunk, cached, t in rows], gpu, base)
+    rows = [
+        (
+            int(r.q_heads),
+            int(r.kv_heads),
+            int(r.head_dim),
+            int(r.new_tokens),
+            int(r.total_context) - int(r.new_tokens),
+            float(r.time_s),
+        )
+        for r in df.itertuples()
+    ]
+    return _fit_prefill(
+        [
+            (ModelSpec("kernel", 1, hq, hkv, hd, 1.0, 1 << 30, "fp16"), 1, chunk, cached, t)
+            for hq, hkv, hd, chunk, cached, t in rows
+        ],
+        gpu,
+        base,
+    )
 
 
 def _fit_prefill(rows, gpu: GpuSpec, base: Calibration) -> PrefillAttentionParams:
@@ -335,15 +412,18 @@ def _fit_prefill(rows, gpu: GpuSpec, base: Calibration) -> PrefillAttentionParam
 
     def res(x):
         c = replace(base, prefill_attention=params(x))
-        pred = [PerOpModel(m, gpu, c, CPU_PRESETS["none"], tp).prefill_attention_layer_s([(chunk, cached)])
-                for m, tp, chunk, cached, _ in rows]
+        pred = [
+            PerOpModel(m, gpu, c, CPU_PRESETS["none"], tp).prefill_attention_layer_s([(chunk, cached)])
+            for m, tp, chunk, cached, _ in rows
+        ]
         return np.log(np.array(pred) / T)
 
     return params([float(v) for v in fit_bounded(res, [10.0, 0.5, 2.0], [0.0, 0.001, 0.0], [1e5, 1.0, 64.0])])
 
 
-def fit_attention_csv(frames, gpu: GpuSpec, base: Calibration) -> tuple[DecodeAttentionParams | None,
-                                                                        PrefillAttentionParams | None]:
+def fit_attention_csv(
+    frames, gpu: GpuSpec, base: Calibration
+) -> tuple[DecodeAttentionParams | None, PrefillAttentionParams | None]:
     """From Vidur-format attention.csv: decode (attn_decode + kv-cache save) and prefill efficiency."""
     import pandas as pd
 
@@ -364,27 +444,52 @@ def fit_attention_csv(frames, gpu: GpuSpec, base: Calibration) -> tuple[DecodeAt
     if len(pre) >= 5:
         rows = []
         for _, r in pre.iterrows():
-            m = ModelSpec("profiled", 1, int(r["n_q_head"]), int(r["n_kv_head"]), int(r["n_embd"] // r["n_q_head"]),
-                          1.0, 1 << 30, "fp16", int(r["n_embd"]), 4 * int(r["n_embd"]), 32000)
-            rows.append((m, int(r["num_tensor_parallel_workers"]), int(r["prefill_chunk_size"]), int(r["kv_cache_size"]),
-                         (float(r["time_stats.attn_prefill.median"]) + float(save[r.name])) * 1e-3))
+            m = ModelSpec(
+                "profiled",
+                1,
+                int(r["n_q_head"]),
+                int(r["n_kv_head"]),
+                int(r["n_embd"] // r["n_q_head"]),
+                1.0,
+                1 << 30,
+                "fp16",
+                int(r["n_embd"]),
+                4 * int(r["n_embd"]),
+                32000,
+            )
+            rows.append(
+                (
+                    m,
+                    int(r["num_tensor_parallel_workers"]),
+                    int(r["prefill_chunk_size"]),
+                    int(r["kv_cache_size"]),
+                    (float(r["time_stats.attn_prefill.median"]) + float(save[r.name])) * 1e-3,
+                )
+            )
         prefill = _fit_prefill(rows, gpu, base)
     return decode, prefill
 
 
-def fit_calibration(paths: list[str], gpu_name: str | None = None, base: Calibration | None = None,
-                    data: dict | None = None) -> Calibration:
+def fit_calibration(
+    paths: list[str], gpu_name: str | None = None, base: Calibration | None = None, data: dict | None = None
+) -> Calibration:
     """A calibration for one GPU from measurement files; groups without data keep ``base``'s values.
     ``data``: the files as :func:`read_measurements` already read them."""
     from kvsim.latency.calibration import shipped_calibration
 
     data = read_measurements(paths) if data is None else data
-    gpus = {g for k in ("mlp", "attention", "all_reduce", "send_recv") for p, _ in data.get(k, [])
-            if (g := gpu_from_path(p))}
+    gpus = {
+        g
+        for k in ("mlp", "attention", "all_reduce", "send_recv")
+        for p, _ in data.get(k, [])
+        if (g := gpu_from_path(p))
+    }
     if gpu_name is None:
         if len(gpus) != 1:
-            raise ConfigError("say which GPU the measurements are from: --gpu NAME"
-                              + (f" (the files name {', '.join(sorted(gpus))})" if gpus else ""))
+            raise ConfigError(
+                "say which GPU the measurements are from: --gpu NAME"
+                + (f" (the files name {', '.join(sorted(gpus))})" if gpus else "")
+            )
         gpu_name = gpus.pop()
     if gpu_name not in GPU_PRESETS:
         raise ConfigError(f"unknown GPU '{gpu_name}' (presets: {', '.join(GPU_PRESETS)})")
@@ -403,8 +508,9 @@ def fit_calibration(paths: list[str], gpu_name: str | None = None, base: Calibra
     calib = replace(calib, measured_on=measured_on)
     if "mlp" in data:
         rows = [r for p, df in data["mlp"] for r in dense_rows(df)]
-        calib = replace(calib, gemm=fit_gemm(rows, gpu),
-                        elementwise={**calib.elementwise, **fit_elementwise(rows, gpu)})
+        calib = replace(
+            calib, gemm=fit_gemm(rows, gpu), elementwise={**calib.elementwise, **fit_elementwise(rows, gpu)}
+        )
         src = ", ".join(Path(p).name for p, _ in data["mlp"])
         calib.sources["gemm"] = calib.sources["elementwise"] = f"fitted: {src}"
         calib.fit["dense_in_sample"] = summarize_dense(rows, calib, gpu)
@@ -425,11 +531,11 @@ def fit_calibration(paths: list[str], gpu_name: str | None = None, base: Calibra
         dec = fit_decode_attention_kernel(kernel_frames, gpu)
         if dec:
             calib = replace(calib, decode_attention=dec)
-            calib.sources["decode_attention"] = (f"fitted: kvsim kernels bench/replay ({measured_on})")
+            calib.sources["decode_attention"] = f"fitted: kvsim kernels bench/replay ({measured_on})"
         pre = fit_prefill_attention_kernel(kernel_frames, gpu, calib)
         if pre:
             calib = replace(calib, prefill_attention=pre)
-            calib.sources["prefill_attention"] = (f"fitted: kvsim kernels bench ({measured_on})")
+            calib.sources["prefill_attention"] = f"fitted: kvsim kernels bench ({measured_on})"
     calib.fit["inputs"] = [str(p) for p in paths]
     return calib
 
@@ -443,8 +549,12 @@ def _regime(x: float, regimes) -> str:
 
 
 def _stats(r: np.ndarray) -> dict:
-    return {"n": int(len(r)), "median": float(np.median(r)), "p10": float(np.percentile(r, 10)),
-            "p90": float(np.percentile(r, 90))}
+    return {
+        "n": int(len(r)),
+        "median": float(np.median(r)),
+        "p10": float(np.percentile(r, 10)),
+        "p90": float(np.percentile(r, 90)),
+    }
 
 
 def summarize_dense(rows, calib: Calibration, gpu: GpuSpec) -> dict:
@@ -480,7 +590,9 @@ def leave_one_model_out(rows, gpu: GpuSpec, base: Calibration) -> dict:
         per_model[m] = {g: {k: v["median"] for k, v in d.items()} for g, d in s.items()}
         for model, op_name, op, tok, t, tp in test:
             g = "gemm" if not op.kind else "elementwise"
-            collected.setdefault(g, {}).setdefault(_regime(tok, TOKEN_REGIMES), []).append(op.seconds(c, gpu, tok, 2) / t)
+            collected.setdefault(g, {}).setdefault(_regime(tok, TOKEN_REGIMES), []).append(
+                op.seconds(c, gpu, tok, 2) / t
+            )
         layer: dict[tuple, list[float]] = {}
         for model, op_name, op, tok, t, tp in test:
             if op_name == "emb":
@@ -495,8 +607,11 @@ def leave_one_model_out(rows, gpu: GpuSpec, base: Calibration) -> dict:
             if cnt >= 8:
                 collected.setdefault("layer", {}).setdefault(_regime(tok, TOKEN_REGIMES), []).append(p / meas)
                 layers_out.append((m, tp, tok, hidden, p, meas))
-    return {"pooled": {g: {k: _stats(np.array(v)) for k, v in sorted(d.items())} for g, d in collected.items()},
-            "per_model_median": per_model, "layers": layers_out}
+    return {
+        "pooled": {g: {k: _stats(np.array(v)) for k, v in sorted(d.items())} for g, d in collected.items()},
+        "per_model_median": per_model,
+        "layers": layers_out,
+    }
 
 
 def tp_layers_with_all_reduce(layers, links: dict, frames) -> dict:
@@ -542,7 +657,8 @@ def holdout_links(frames, every: int = 5) -> dict:
             p = fitted[ic][str(int(n))]
             t = g[test]
             ratio = (p.latency_s + t["size"].to_numpy(float) / p.bandwidth) / (
-                t["time_stats.all_reduce.median"].to_numpy(float) * 1e-3)
+                t["time_stats.all_reduce.median"].to_numpy(float) * 1e-3
+            )
             for s, r in zip(t["size"].to_numpy(), ratio):
                 out.setdefault(f"{ic} x{int(n)}", {}).setdefault(_regime(s, SIZE_REGIMES), []).append(r)
     return {k: {r: _stats(np.array(v)) for r, v in sorted(d.items())} for k, d in out.items()}

@@ -36,22 +36,52 @@ from pathlib import Path
 
 import pandas as pd
 
-from kvsim.calibrate.aic import (MHA, QUANT_MIN_DIM, _by_regime, evaluate_calibration, evaluate_moe, fit_aic,
-                                 gemm_regimes, gemm_seconds_table, installed_tables, read_aic,
-                                 system_dir, system_root, validate_aic, validate_gemm, validate_mla_decode,
-                                 validate_mla_prefill, validate_moe)
+from kvsim.calibrate.aic import (
+    MHA,
+    QUANT_MIN_DIM,
+    _by_regime,
+    evaluate_calibration,
+    evaluate_moe,
+    fit_aic,
+    gemm_regimes,
+    gemm_seconds_table,
+    installed_tables,
+    read_aic,
+    system_dir,
+    system_root,
+    validate_aic,
+    validate_gemm,
+    validate_mla_decode,
+    validate_mla_prefill,
+    validate_moe,
+)
 from kvsim.calibrate.fits import dense_rows, summarize_dense
 from kvsim.hardware.gpus import GPU_PRESETS
-from kvsim.latency.calibration import (GEMM_QUANT, MOE_QUANT, RELEASES_DIR, RELEASES_INDEX, SHIPPED, Calibration,
-                                       load_calibration, save_calibration)
+from kvsim.latency.calibration import (
+    GEMM_QUANT,
+    MOE_QUANT,
+    RELEASES_DIR,
+    RELEASES_INDEX,
+    SHIPPED,
+    Calibration,
+    load_calibration,
+    save_calibration,
+)
 from kvsim.releases import release_key
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository: reports/ and ../shared beside it
 
 # chips without element-wise measurements -> the calibration they start from, whose element-wise kernels (and
 # whatever their own tables cannot refit) they keep: the nearest measured chip of their family
-DONORS = {"b200": "h100-80gb", "h200-141gb": "h100-80gb", "gb200": "b200", "b300": "b200", "gb300": "b200",
-          "l40s": "a40", "rtx-pro-6000": "l40s"}  # the RTX PRO 6000: a graphics-class die on GDDR, as Ada's
+DONORS = {
+    "b200": "h100-80gb",
+    "h200-141gb": "h100-80gb",
+    "gb200": "b200",
+    "b300": "b200",
+    "gb300": "b200",
+    "l40s": "a40",
+    "rtx-pro-6000": "l40s",
+}  # the RTX PRO 6000: a graphics-class die on GDDR, as Ada's
 # the calibration kvsim priced a chip with before it had its own (same architecture, the chip's own peaks)
 DERIVED_BEFORE = {"h200-141gb": "h100-80gb", "l40s": "a40"}
 
@@ -60,8 +90,13 @@ def shipped_systems() -> dict[str, str]:
     """AIConfigurator system -> GPU preset of every shipped calibration fitted on AIConfigurator's tables (a preset
     with an ``aic_system`` whose calibration file records an AIConfigurator fit), in preset order, each GPU after
     the donor it starts from (DONORS)."""
-    fitted = [g for g in GPU_PRESETS.values() if g.aic_system and (SHIPPED / f"{g.name}.json").exists()
-              and "aic" in json.loads((SHIPPED / f"{g.name}.json").read_text(encoding="utf-8")).get("fit", {})]
+    fitted = [
+        g
+        for g in GPU_PRESETS.values()
+        if g.aic_system
+        and (SHIPPED / f"{g.name}.json").exists()
+        and "aic" in json.loads((SHIPPED / f"{g.name}.json").read_text(encoding="utf-8")).get("fit", {})
+    ]
     names = {g.name for g in fitted}
     order: list[str] = []
 
@@ -75,6 +110,8 @@ def shipped_systems() -> dict[str, str]:
     for g in fitted:
         add(g.name)
     return {GPU_PRESETS[n].aic_system: n for n in order}
+
+
 AIC_DATA = "NVIDIA AIConfigurator tables (Apache-2.0)"
 
 
@@ -90,14 +127,18 @@ def data_source(root: Path) -> str:
     except Exception:  # no package installed: name the folder
         pass
     return f"{AIC_DATA}, via {root}"
-ROWS = {"decode": ["batch<8 ctx<1024", "batch<8 ctx>=1024", "batch>=8 ctx<1024", "batch>=8 ctx>=1024"],
-        "prefill": ["chunk<512", "chunk>=512"],
-        "all_reduce": [f"x{n} {s}" for n in (2, 4, 8) for s in ("<64KiB", "64KiB-1MiB", "1-16MiB", ">=16MiB")],
-        "exchange": [f"x{n} {s}" for n in (2, 4, 8) for s in ("<64KiB", "64KiB-1MiB", "1-16MiB", ">=16MiB")],
-        "gemm": ["m 1-16", "m 17-128", "m 129-1024", "m >=1025"],
-        "moe": ["tokens 1-16", "tokens 17-256", "tokens 257-2048", "tokens >=2049"],
-        "mla": ["batch<32 ctx<4096", "batch<32 ctx>=4096", "batch>=32 ctx<4096", "batch>=32 ctx>=4096", "fp8 KV"],
-        "mla_prefill": ["tokens<=512", "tokens 513-4096", "tokens>4096"]}
+
+
+ROWS = {
+    "decode": ["batch<8 ctx<1024", "batch<8 ctx>=1024", "batch>=8 ctx<1024", "batch>=8 ctx>=1024"],
+    "prefill": ["chunk<512", "chunk>=512"],
+    "all_reduce": [f"x{n} {s}" for n in (2, 4, 8) for s in ("<64KiB", "64KiB-1MiB", "1-16MiB", ">=16MiB")],
+    "exchange": [f"x{n} {s}" for n in (2, 4, 8) for s in ("<64KiB", "64KiB-1MiB", "1-16MiB", ">=16MiB")],
+    "gemm": ["m 1-16", "m 17-128", "m 129-1024", "m >=1025"],
+    "moe": ["tokens 1-16", "tokens 17-256", "tokens 257-2048", "tokens >=2049"],
+    "mla": ["batch<32 ctx<4096", "batch<32 ctx>=4096", "batch>=32 ctx<4096", "batch>=32 ctx>=4096", "fp8 KV"],
+    "mla_prefill": ["tokens<=512", "tokens 513-4096", "tokens>4096"],
+}
 
 
 def cell(s: dict | None) -> str:
@@ -106,25 +147,37 @@ def cell(s: dict | None) -> str:
 
 def table_rows(op: str, regimes: list[str], in_sample: dict, held_out: dict, was: dict | None) -> list[str]:
     """The report's rows of one op, a regime each: in sample, held out, and (``was`` given) the comparison column."""
-    return [f"| {op} | {reg} | {cell(in_sample.get(reg))} | {cell(held_out.get(reg))} |"
-            + (f" {cell(was.get(reg))} |" if was is not None else "") for reg in regimes]
+    return [
+        f"| {op} | {reg} | {cell(in_sample.get(reg))} | {cell(held_out.get(reg))} |"
+        + (f" {cell(was.get(reg))} |" if was is not None else "")
+        for reg in regimes
+    ]
 
 
 def mla_fitted(key: str, p) -> str:
     """The report's sentence on an MLA fit (``key``: mla_decode or mla_prefill) and its parameters ``p``."""
     if key == "mla_decode":
-        return (f"MLA decode (whole DeepSeek-V3 layers: projections priced by the GEMMs above, attention fitted; held "
-                f"out by query heads per GPU in 4 folds; the last column: priced without an MLA fit): floor "
-                f"{p.floor_s * 1e6:.1f} us, ramp {p.ramp_s * 1e6:.1f} us, latent at {p.bw_eff:.2f} of peak bandwidth, "
-                f"absorbed attention at {p.flops_eff:.2f} of peak FLOP/s, {p.per_seq_tokens:.0f} tokens per sequence.")
-    return (f"MLA prefill (whole layers, as for decode): floor {p.floor_s * 1e6:.1f} us, tiles at {p.flops_eff:.2f} of "
-            f"peak, {p.cta_overhead_tiles:.1f} start-up tiles.")
+        return (
+            f"MLA decode (whole DeepSeek-V3 layers: projections priced by the GEMMs above, attention fitted; held "
+            f"out by query heads per GPU in 4 folds; the last column: priced without an MLA fit): floor "
+            f"{p.floor_s * 1e6:.1f} us, ramp {p.ramp_s * 1e6:.1f} us, latent at {p.bw_eff:.2f} of peak bandwidth, "
+            f"absorbed attention at {p.flops_eff:.2f} of peak FLOP/s, {p.per_seq_tokens:.0f} tokens per sequence."
+        )
+    return (
+        f"MLA prefill (whole layers, as for decode): floor {p.floor_s * 1e6:.1f} us, tiles at {p.flops_eff:.2f} of "
+        f"peak, {p.cta_overhead_tiles:.1f} start-up tiles."
+    )
 
 
 def calibration_at(rev: str, gpu: str) -> Calibration | None:
     try:
-        text = subprocess.run(["git", "show", f"{rev}:kvsim/latency/calibrations/{gpu}.json"], cwd=ROOT,
-                              capture_output=True, text=True, check=True).stdout
+        text = subprocess.run(
+            ["git", "show", f"{rev}:kvsim/latency/calibrations/{gpu}.json"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
     except subprocess.CalledProcessError:
         return None
     return Calibration.from_json(json.loads(text), f"{rev}:{gpu}.json")
@@ -166,48 +219,77 @@ def fit_releases(roots: list[str]) -> None:
                 continue
             fitted = fit_aic(data, newest)
             calib = fitted.calibration(newest)
-            fit = {"aic": {"release": rel, "versions": data.versions, "notes": data.notes,
-                           **validate_aic(data, fitted, newest), "gemm": validate_gemm(data.gemm, GPU_PRESETS[gname])}}
+            fit = {
+                "aic": {
+                    "release": rel,
+                    "versions": data.versions,
+                    "notes": data.notes,
+                    **validate_aic(data, fitted, newest),
+                    "gemm": validate_gemm(data.gemm, GPU_PRESETS[gname]),
+                }
+            }
             # groups without a table of this release keep the newest calibration's values and their sources
-            sources = {**calib.sources, "release": f"vLLM {rel}: its own tables where measured, else the newest "
-                       "earlier release's (the data's reuse notes); groups named with another version are the newest "
-                       "calibration's"}
+            sources = {
+                **calib.sources,
+                "release": f"vLLM {rel}: its own tables where measured, else the newest "
+                "earlier release's (the data's reuse notes); groups named with another version are the newest "
+                "calibration's",
+            }
             calib = replace(calib, sources=sources, fit=fit, derived_from="")
             name = f"{gname}-{rel}.json"
             save_calibration(calib, RELEASES_DIR / name)
             index[gname][rel] = f"{RELEASES_DIR.name}/{name}"
-            print(f"{gname} vLLM {rel}: wrote {RELEASES_DIR / name} ({', '.join(f'{t} {v}' for t, v in data.versions.items())})")
-    doc = {"format": "kvsim-vllm-releases", "data": "; ".join(
-        f"{s}: {data_source(system_root(roots, s))}" for s in systems), "releases": index}
+            print(
+                f"{gname} vLLM {rel}: wrote {RELEASES_DIR / name} ({', '.join(f'{t} {v}' for t, v in data.versions.items())})"
+            )
+    doc = {
+        "format": "kvsim-vllm-releases",
+        "data": "; ".join(f"{s}: {data_source(system_root(roots, s))}" for s in systems),
+        "releases": index,
+    }
     (SHIPPED / RELEASES_INDEX).write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
     print(f"wrote {SHIPPED / RELEASES_INDEX}")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("aic", nargs="*", default=[str(ROOT.parent / "shared" / "profiles" / "aic"), "installed"],
-                    help="folders of AIConfigurator tables (or 'installed'); each system from the first that has it")
+    ap.add_argument(
+        "aic",
+        nargs="*",
+        default=[str(ROOT.parent / "shared" / "profiles" / "aic"), "installed"],
+        help="folders of AIConfigurator tables (or 'installed'); each system from the first that has it",
+    )
     ap.add_argument("--vidur", help="Vidur profiles folder, for the dense-layer cross-check")
     ap.add_argument("--before-commit", help="git revision whose shipped calibrations to compare with")
-    ap.add_argument("--releases-only", action="store_true",
-                    help="only (re)fit the calibrations of earlier vLLM releases over the shipped newest ones")
+    ap.add_argument(
+        "--releases-only",
+        action="store_true",
+        help="only (re)fit the calibrations of earlier vLLM releases over the shipped newest ones",
+    )
     a = ap.parse_args()
     if a.releases_only:
         fit_releases(a.aic)
         return
     out_dir = ROOT / "reports" / "latency-validation"
-    report = ["# Attention, all-reduce, GEMM and MoE calibrations from measured vLLM kernels", "",
-              "Data: NVIDIA AIConfigurator performance tables (github.com/ai-dynamo/aiconfigurator, Apache-2.0), "
-              "measured with vLLM's own kernels under CUDA graphs. predicted / measured, median [p10, p90]; bf16 KV. "
-              "Held out: attention in 5 folds of head layouts (q heads, KV heads, head dim), each predicted by a "
-              "fit that never saw it; all-reduce every 5th message size; GEMMs every 5th weight shape (n, k); MoE "
-              "every 5th model shape (hidden, expert width, experts, top-k).", ""]
+    report = [
+        "# Attention, all-reduce, GEMM and MoE calibrations from measured vLLM kernels",
+        "",
+        "Data: NVIDIA AIConfigurator performance tables (github.com/ai-dynamo/aiconfigurator, Apache-2.0), "
+        "measured with vLLM's own kernels under CUDA graphs. predicted / measured, median [p10, p90]; bf16 KV. "
+        "Held out: attention in 5 folds of head layouts (q heads, KV heads, head dim), each predicted by a "
+        "fit that never saw it; all-reduce every 5th message size; GEMMs every 5th weight shape (n, k); MoE "
+        "every 5th model shape (hidden, expert width, experts, top-k).",
+        "",
+    ]
     summary = {}
     for system, gname in shipped_systems().items():
         gpu = GPU_PRESETS[gname]
         donor = DONORS.get(gname)
-        base = load_calibration(SHIPPED / f"{gname}.json") if donor is None \
+        base = (
+            load_calibration(SHIPPED / f"{gname}.json")
+            if donor is None
             else replace(load_calibration(SHIPPED / f"{donor}.json"), gpu=gname)
+        )
         root = system_root(a.aic, system)
         data = read_aic(root, system)
         fitted = fit_aic(data, base)
@@ -218,18 +300,25 @@ def main() -> None:
             sources["all_reduce"] += f" (over PCIe: {gname} has no NVLink; every --interconnect takes it)"
         kept = [q for q in calib.gemm_quant if f"{q} weights" not in sources.get("gemm_quant", "")]
         if kept and donor:  # the base's fit stays where no table of this GPU is usable
-            sources["gemm_quant"] = "; ".join([s for s in [sources.get("gemm_quant")] if s] + [
-                f"{q} weights: {donor}'s fit ({gname} has no usable {q} table)" for q in kept])
+            sources["gemm_quant"] = "; ".join(
+                [s for s in [sources.get("gemm_quant")] if s]
+                + [f"{q} weights: {donor}'s fit ({gname} has no usable {q} table)" for q in kept]
+            )
         if donor:
             chip = "RTX PRO 6000" if gname == "rtx-pro-6000" else gname.split("-")[0].upper()
             sources["elementwise"] = (
-                f"borrowed: {donor}'s fit on Vidur profiles (no {chip} element-wise measurements)" if donor in
-                ("h100-80gb", "a40") else f"borrowed from {donor} (no {chip} element-wise measurements): "
-                + base.sources.get("elementwise", "physics defaults"))
+                f"borrowed: {donor}'s fit on Vidur profiles (no {chip} element-wise measurements)"
+                if donor in ("h100-80gb", "a40")
+                else f"borrowed from {donor} (no {chip} element-wise measurements): "
+                + base.sources.get("elementwise", "physics defaults")
+            )
             sources["data"] = data_source(root)
         else:  # the Vidur fit's sources, then this one's (the base may be this script's own earlier output)
-            sources["data"] = sources["data"].split("; attention, NVSwitch")[0] + \
-                "; attention, NVSwitch all-reduce and GEMMs: " + data_source(root)
+            sources["data"] = (
+                sources["data"].split("; attention, NVSwitch")[0]
+                + "; attention, NVSwitch all-reduce and GEMMs: "
+                + data_source(root)
+            )
         val = validate_aic(data, fitted, base)
         fit = dict(calib.fit)
         fit["aic"] = {"versions": data.versions, **val, "gemm": validate_gemm(data.gemm, gpu)}
@@ -256,80 +345,142 @@ def main() -> None:
             before = before and replace(before, gpu=gname, derived_from=DERIVED_BEFORE[gname])
         prev = evaluate_calibration(data, before) if before else {}
         summary[gname] = {"versions": data.versions, **val, "before": prev}
-        report += [f"## {gname} ({system}: " + ", ".join(f"{t} {v}" for t, v in data.versions.items()) + ")", "",
-                   "| op | regime | in sample | held out |" + (f" shipped at {a.before_commit} |" if before else ""),
-                   "|---|---|---|---|" + ("---|" if before else "")]
+        report += [
+            f"## {gname} ({system}: " + ", ".join(f"{t} {v}" for t, v in data.versions.items()) + ")",
+            "",
+            "| op | regime | in sample | held out |" + (f" shipped at {a.before_commit} |" if before else ""),
+            "|---|---|---|---|" + ("---|" if before else ""),
+        ]
         for tab in ("decode", "prefill", "all_reduce", "exchange"):
             if tab in val["in_sample"]:
-                report += table_rows(tab, ROWS[tab], val["in_sample"][tab], val["held_out"][tab],
-                                     prev.get(tab, {}) if before else None)
+                report += table_rows(
+                    tab, ROWS[tab], val["in_sample"][tab], val["held_out"][tab], prev.get(tab, {}) if before else None
+                )
         g = fit["aic"]["gemm"]
-        report += table_rows("gemm", ROWS["gemm"], g["in_sample"], g["held_out"],
-                             evaluate_gemm(data, before) if before else None)
-        report += table_rows("decode, MHA", ROWS["decode"], val["in_sample"][MHA], val["held_out"][MHA],
-                             prev.get(MHA, {}) if before else None)
+        report += table_rows(
+            "gemm", ROWS["gemm"], g["in_sample"], g["held_out"], evaluate_gemm(data, before) if before else None
+        )
+        report += table_rows(
+            "decode, MHA",
+            ROWS["decode"],
+            val["in_sample"][MHA],
+            val["held_out"][MHA],
+            prev.get(MHA, {}) if before else None,
+        )
         fp8 = val["in_sample"].get("decode other KV dtypes")
         if fp8:
             old = (prev or {}).get("decode other KV dtypes", {})
-            report.append(f"| decode FP8 KV | all | {cell(fp8.get('all'))} | - |" + (f" {cell(old.get('all'))} |" if before else ""))
+            report.append(
+                f"| decode FP8 KV | all | {cell(fp8.get('all'))} | - |"
+                + (f" {cell(old.get('all'))} |" if before else "")
+            )
         if "moe" in fit["aic"]:
             mv = fit["aic"]["moe"]
             # before: the same layers priced by the GEMM and element-wise parameters (kvsim without an MoE fit)
             gemm_only = evaluate_moe(data.moe, replace(calib, moe=None), gpu)
             report += table_rows("moe", ROWS["moe"], mv["in_sample"], mv["held_out"], gemm_only if before else None)
-            report += ["", f"MoE (bf16 fused MoE, {mv['shapes']} model shapes, {mv['held_out_shapes']} held out): held "
-                       "out by parallelism " + "; ".join(f"{k}: {cell(v)}" for k, v in mv["held_out_parallel"].items()
-                                                        if k != "all") +
-                       ". The last column for MoE is the same layers priced without an MoE fit (GEMM and "
-                       "element-wise parameters, as kvsim did before). Rows of balanced and power-law routing, "
-                       "each priced with its routing's distinct experts (kvsim.latency.routing)."]
+            report += [
+                "",
+                f"MoE (bf16 fused MoE, {mv['shapes']} model shapes, {mv['held_out_shapes']} held out): held "
+                "out by parallelism "
+                + "; ".join(f"{k}: {cell(v)}" for k, v in mv["held_out_parallel"].items() if k != "all")
+                + ". The last column for MoE is the same layers priced without an MoE fit (GEMM and "
+                "element-wise parameters, as kvsim did before). Rows of balanced and power-law routing, "
+                "each priced with its routing's distinct experts (kvsim.latency.routing).",
+            ]
         for q, mv in fit["aic"].get("moe_quant", {}).items():
             # before: the bf16 MoE parameters with the quantized weights' bytes (kvsim without a quantized fit)
             bf16 = evaluate_moe(data.moe_quant[q], replace(calib, moe_quant={}), gpu, q)
-            report += table_rows(f"moe {q} experts ({MOE_QUANT[q][0]})", ROWS["moe"], mv["in_sample"], mv["held_out"],
-                                 bf16 if before else None)
-            report += ["", f"MoE with {q} experts ({mv['shapes']} model shapes, {mv['held_out_shapes']} held out; the "
-                       "last column: the bf16 fit with the quantized weights' bytes, as kvsim priced them before)."]
+            report += table_rows(
+                f"moe {q} experts ({MOE_QUANT[q][0]})",
+                ROWS["moe"],
+                mv["in_sample"],
+                mv["held_out"],
+                bf16 if before else None,
+            )
+            report += [
+                "",
+                f"MoE with {q} experts ({mv['shapes']} model shapes, {mv['held_out_shapes']} held out; the "
+                "last column: the bf16 fit with the quantized weights' bytes, as kvsim priced them before).",
+            ]
         for q, g in fit["aic"].get("gemm_quant", {}).items():
             # before: the bf16 GEMM fit on the same shapes (kvsim priced a quantized checkpoint's GEMMs as bf16)
             rows = data.gemm_quant[q]
-            as_bf16 = _by_regime(gemm_seconds_table(calib.gemm, gpu, rows) / rows["seconds"].to_numpy(),
-                                 gemm_regimes(rows))
-            report += table_rows(f"gemm {q} weights ({GEMM_QUANT[q][0]})", ROWS["gemm"], g["in_sample"],
-                                 g["held_out"], as_bf16 if before else None)
-            report += ["", f"GEMMs of {q} weights ({len(rows)} measured shapes with n, k >= {QUANT_MIN_DIM}, vLLM "
-                       f"{data.versions[f'gemm_perf:{q}']}; the last column: the bf16 fit on the same shapes, as kvsim "
-                       "priced a quantized checkpoint's GEMMs before)."]
-        for key, label, regimes in (("mla_decode", "MLA decode layer", ROWS["mla"]),
-                                    ("mla_prefill", "MLA prefill layer", ROWS["mla_prefill"])):
+            as_bf16 = _by_regime(
+                gemm_seconds_table(calib.gemm, gpu, rows) / rows["seconds"].to_numpy(), gemm_regimes(rows)
+            )
+            report += table_rows(
+                f"gemm {q} weights ({GEMM_QUANT[q][0]})",
+                ROWS["gemm"],
+                g["in_sample"],
+                g["held_out"],
+                as_bf16 if before else None,
+            )
+            report += [
+                "",
+                f"GEMMs of {q} weights ({len(rows)} measured shapes with n, k >= {QUANT_MIN_DIM}, vLLM "
+                f"{data.versions[f'gemm_perf:{q}']}; the last column: the bf16 fit on the same shapes, as kvsim "
+                "priced a quantized checkpoint's GEMMs before).",
+            ]
+        for key, label, regimes in (
+            ("mla_decode", "MLA decode layer", ROWS["mla"]),
+            ("mla_prefill", "MLA prefill layer", ROWS["mla_prefill"]),
+        ):
             if key in fit["aic"]:
                 mv = fit["aic"][key]
                 report += table_rows(label, regimes, mv["in_sample"], mv["held_out"], mv["before"] if before else None)
                 report += ["", mla_fitted(key, getattr(calib, key))]
         if "vidur_dense_layers" in fit:
             v = fit["vidur_dense_layers"]
-            report += ["", "Cross-check on Vidur's measured whole dense layers (GEMMs above + element-wise fits), "
-                       "by tokens: " + "; ".join(f"{k}: {cell(v.get(k))}" for k in ("1-16", "17-128", "129-1024", ">=1025"))]
+            report += [
+                "",
+                "Cross-check on Vidur's measured whole dense layers (GEMMs above + element-wise fits), "
+                "by tokens: " + "; ".join(f"{k}: {cell(v.get(k))}" for k in ("1-16", "17-128", "129-1024", ">=1025")),
+            ]
         p = calib.decode_attention
-        report += ["", f"Fitted: decode floor {p.floor_s * 1e6:.1f} µs, ramp {p.ramp_s * 1e6:.1f} µs, KV at "
-                   f"{p.bw_eff:.2f} of peak bandwidth, {p.per_seq_tokens:.0f} tokens of KV per sequence" +
-                   (f" (one query head per KV head: unsplit, one CTA per sequence and head at "
-                    f"{p.unsplit_cta_bw / 1e9:.1f} GB/s, at most one per SM; floor {p.unsplit_floor_s * 1e6:.1f} µs, "
-                    f"ramp {p.unsplit_ramp_s * 1e6:.1f} µs, {p.unsplit_per_seq_tokens:.0f} tokens per sequence)"
-                    if p.unsplit_cta_bw else "") + "; prefill "
-                   f"floor {calib.prefill_attention.floor_s * 1e6:.1f} µs, tiles at {calib.prefill_attention.flops_eff:.2f} "
-                   f"of peak, {calib.prefill_attention.cta_overhead_tiles:.1f} start-up tiles; all-reduce " +
-                   "; ".join(f"x{n}: {l.latency_s * 1e6:.1f} µs + B/{l.bandwidth / 1e9:.0f} GB/s"
-                             + (f", NCCL {l.large_latency_s * 1e6:.1f} µs + B/{l.large_bandwidth / 1e9:.0f} GB/s"
-                                if l.large_bandwidth else "")
-                             for n, l in calib.all_reduce["nvswitch"].items()) + "." +
-                   ("" if not calib.exchange else " Data-parallel MoE exchange (NCCL all-gather + reduce-scatter of "
-                    "the gathered buffer, the `exchange` rows; the last column is blank: kvsim had no such "
-                    "operation before): " + "; ".join(
-                        f"x{n}: {l.latency_s * 1e6:.1f} µs + B/{l.bandwidth / 1e9:.0f} GB/s"
-                        + (f", {l.large_latency_s * 1e6:.1f} µs + B/{l.large_bandwidth / 1e9:.0f} GB/s"
-                           if l.large_bandwidth else "")
-                        for n, l in calib.exchange["nvswitch"].items()) + "."), ""]
+        report += [
+            "",
+            f"Fitted: decode floor {p.floor_s * 1e6:.1f} µs, ramp {p.ramp_s * 1e6:.1f} µs, KV at "
+            f"{p.bw_eff:.2f} of peak bandwidth, {p.per_seq_tokens:.0f} tokens of KV per sequence"
+            + (
+                f" (one query head per KV head: unsplit, one CTA per sequence and head at "
+                f"{p.unsplit_cta_bw / 1e9:.1f} GB/s, at most one per SM; floor {p.unsplit_floor_s * 1e6:.1f} µs, "
+                f"ramp {p.unsplit_ramp_s * 1e6:.1f} µs, {p.unsplit_per_seq_tokens:.0f} tokens per sequence)"
+                if p.unsplit_cta_bw
+                else ""
+            )
+            + "; prefill "
+            f"floor {calib.prefill_attention.floor_s * 1e6:.1f} µs, tiles at {calib.prefill_attention.flops_eff:.2f} "
+            f"of peak, {calib.prefill_attention.cta_overhead_tiles:.1f} start-up tiles; all-reduce "
+            + "; ".join(
+                f"x{n}: {l.latency_s * 1e6:.1f} µs + B/{l.bandwidth / 1e9:.0f} GB/s"
+                + (
+                    f", NCCL {l.large_latency_s * 1e6:.1f} µs + B/{l.large_bandwidth / 1e9:.0f} GB/s"
+                    if l.large_bandwidth
+                    else ""
+                )
+                for n, l in calib.all_reduce["nvswitch"].items()
+            )
+            + "."
+            + (
+                ""
+                if not calib.exchange
+                else " Data-parallel MoE exchange (NCCL all-gather + reduce-scatter of "
+                "the gathered buffer, the `exchange` rows; the last column is blank: kvsim had no such "
+                "operation before): "
+                + "; ".join(
+                    f"x{n}: {l.latency_s * 1e6:.1f} µs + B/{l.bandwidth / 1e9:.0f} GB/s"
+                    + (
+                        f", {l.large_latency_s * 1e6:.1f} µs + B/{l.large_bandwidth / 1e9:.0f} GB/s"
+                        if l.large_bandwidth
+                        else ""
+                    )
+                    for n, l in calib.exchange["nvswitch"].items()
+                )
+                + "."
+            ),
+            "",
+        ]
         print(f"{gname}: wrote {SHIPPED / (gname + '.json')}")
     (out_dir / "aic.md").write_text("\n".join(report) + "\n", encoding="utf-8")
     (out_dir / "aic.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")

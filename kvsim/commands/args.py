@@ -15,12 +15,14 @@ DEFAULT_OUT = "kvsim-out"  # where commands write unless told otherwise
 
 def number(kind: type, rule: Number | None = None) -> Callable[[str], int | float]:
     """An argparse type: text -> int or float, checked against ``rule``."""
+
     def parse(text: str):
         try:
             v = float(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"must be {'an integer' if kind is int else 'a number'}, "
-                                             f"got {shown(text)}") from None
+            raise argparse.ArgumentTypeError(
+                f"must be {'an integer' if kind is int else 'a number'}, got {shown(text)}"
+            ) from None
         if kind is int:
             if not v.is_integer():
                 raise argparse.ArgumentTypeError(f"must be an integer, got {shown(text)}")
@@ -29,6 +31,7 @@ def number(kind: type, rule: Number | None = None) -> Callable[[str], int | floa
         if problem:
             raise argparse.ArgumentTypeError(problem)
         return v
+
     parse.__name__ = kind.__name__  # argparse names the type in its messages
     return parse
 
@@ -45,6 +48,7 @@ def int_list(rule: Number = POSITIVE_INT) -> Callable[[str], list[int]]:
             return [one(x) for x in items]
         except argparse.ArgumentTypeError as e:
             raise argparse.ArgumentTypeError(f"{e} (in {text!r})") from None
+
     parse.__name__ = "list"
     return parse
 
@@ -57,8 +61,19 @@ fraction_open = number(float, Number(min=0, min_open=True, max=1, max_open=True)
 any_int = number(int)
 
 
-OUTPUT_ONLY = {"func", "out", "format", "no_plots", "columns", "wide", "command", "workers", "backend", "address",
-               "no_report"}  # flags that change where or how results are shown, not what they are
+OUTPUT_ONLY = {
+    "func",
+    "out",
+    "format",
+    "no_plots",
+    "columns",
+    "wide",
+    "command",
+    "workers",
+    "backend",
+    "address",
+    "no_report",
+}  # flags that change where or how results are shown, not what they are
 
 
 def results_dir(a: argparse.Namespace, default: Path) -> tuple[Path, str | None]:
@@ -74,8 +89,13 @@ def results_dir(a: argparse.Namespace, default: Path) -> tuple[Path, str | None]
         p = default if i == 1 else default.with_name(f"{default.name}-{i}")
         m = p / CONFIG_MARK
         if not p.exists() or not any(p.iterdir()) or (m.is_file() and m.read_text(encoding="utf-8") == mark):
-            note = None if i == 1 else (f"note: {default} holds results of another configuration; writing to {p} "
-                                        "(--out chooses the folder)")
+            note = (
+                None
+                if i == 1
+                else (
+                    f"note: {default} holds results of another configuration; writing to {p} (--out chooses the folder)"
+                )
+            )
             return p, note
         i += 1
 
@@ -90,4 +110,3 @@ def run_fingerprint(a: argparse.Namespace) -> str:
 def result_marker(a: argparse.Namespace) -> tuple[str, str]:
     """(file name, text) recording which configuration a results folder describes (:func:`results_dir`)."""
     return CONFIG_MARK, run_fingerprint(a)
-

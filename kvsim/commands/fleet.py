@@ -34,11 +34,18 @@ def _groups(a: argparse.Namespace, cfg, allocator, text: str | None = None, flag
     for part in parts:
         fields = part.strip().split(":")
         sizes = {f[:2]: f[2:] for f in fields[2:]}
-        if len(fields) < 2 or not fields[0] or not _whole(fields[1]) or int(fields[1]) < 1 \
-                or len(sizes) != len(fields) - 2 or any(k not in keys or not _whole(v) or int(v) < 1
-                                                        for k, v in sizes.items()):
-            raise ConfigError(f"{flag} {reprlib.repr(text)}: each group is GPU:COUNT, optionally with :tpN, :ppN and "
-                              f":dpN (e.g. h100-80gb:4, a100-80gb:2:tp2:pp2 or h200:1:dp8), got {reprlib.repr(part)}")
+        if (
+            len(fields) < 2
+            or not fields[0]
+            or not _whole(fields[1])
+            or int(fields[1]) < 1
+            or len(sizes) != len(fields) - 2
+            or any(k not in keys or not _whole(v) or int(v) < 1 for k, v in sizes.items())
+        ):
+            raise ConfigError(
+                f"{flag} {reprlib.repr(text)}: each group is GPU:COUNT, optionally with :tpN, :ppN and "
+                f":dpN (e.g. h100-80gb:4, a100-80gb:2:tp2:pp2 or h200:1:dp8), got {reprlib.repr(part)}"
+            )
         if int(fields[1]) > MAX_REPLICAS:
             raise ConfigError(f"{flag} {reprlib.repr(part.strip())}: at most {MAX_REPLICAS} replicas per group")
         values = values_from_namespace(a)
@@ -63,15 +70,21 @@ def _bounded(groups, flag: str):
     """``groups``, unless one runs more engines (replicas x data-parallel ranks) than MAX_REPLICAS."""
     for g in groups:
         if g.engines > MAX_REPLICAS:
-            raise ConfigError(f"{flag}: {g.count} replicas of {g.cfg.dp} data-parallel ranks are {g.engines:,} engines; "
-                              f"at most {MAX_REPLICAS} per group")
+            raise ConfigError(
+                f"{flag}: {g.count} replicas of {g.cfg.dp} data-parallel ranks are {g.engines:,} engines; "
+                f"at most {MAX_REPLICAS} per group"
+            )
     return groups
 
 
 def _group_name(cfg) -> str:
     """A replica group's name: its GPU, with its tensor, pipeline and data parallelism when above one."""
-    return cfg.gpu.name + (f"x{cfg.tp}" if cfg.tp > 1 else "") + (f"pp{cfg.pp}" if cfg.pp > 1 else "") + \
-        (f"dp{cfg.dp}" if cfg.dp > 1 else "")
+    return (
+        cfg.gpu.name
+        + (f"x{cfg.tp}" if cfg.tp > 1 else "")
+        + (f"pp{cfg.pp}" if cfg.pp > 1 else "")
+        + (f"dp{cfg.dp}" if cfg.dp > 1 else "")
+    )
 
 
 def _store(text: str | None):
@@ -83,13 +96,18 @@ def _store(text: str | None):
     parts = text.split(":")
     defaults = ["", "10", "1"]  # GiB (required), GB/s, ms
     try:  # ASCII only: float() also reads other scripts' digits
-        gib, gbs, ms = (float(x) for x in parts + defaults[len(parts):]) if len(parts) <= 3 and text.isascii() \
+        gib, gbs, ms = (
+            (float(x) for x in parts + defaults[len(parts) :])
+            if len(parts) <= 3 and text.isascii()
             else (math.nan,) * 3
+        )
     except ValueError:
         gib = gbs = ms = math.nan
     if not (0 < gib <= 1 << 30 and MIN_GBS <= gbs <= 1e6 and 0 <= ms <= 1e6):  # NaN fails every comparison
-        raise ConfigError(f"--shared-kv-store {reprlib.repr(text)}: expected GIB[:GB_S[:LATENCY_MS]] with GiB in "
-                          f"(0, 2^30], GB/s in [{MIN_GBS:g}, 1e6] and ms in [0, 1e6], e.g. 1024:10:1")
+        raise ConfigError(
+            f"--shared-kv-store {reprlib.repr(text)}: expected GIB[:GB_S[:LATENCY_MS]] with GiB in "
+            f"(0, 2^30], GB/s in [{MIN_GBS:g}, 1e6] and ms in [0, 1e6], e.g. 1024:10:1"
+        )
     return TierSpec("store", gib * (1 << 30), gbs * 1e9, ms / 1e3, shared=True)
 
 
@@ -147,15 +165,18 @@ def cmd_cluster(a: argparse.Namespace) -> int:
     problem = model_problem(spec, cfg.model)
     if problem:
         raise ConfigError(problem)
-    options = RouterOptions(seed=a.seed, approx_ttl_s=a.router_ttl, **_weights(a.router_weights),
-                            **parse_router_params(a.router_params)).validate()
+    options = RouterOptions(
+        seed=a.seed, approx_ttl_s=a.router_ttl, **_weights(a.router_weights), **parse_router_params(a.router_params)
+    ).validate()
     for flag, v in (("--groups", a.groups), ("--prefill", a.prefill), ("--decode", a.decode)):
         if v is not None and not v.strip():
             raise ConfigError(f"{flag} is empty: name at least one group (GPU:COUNT)")
     if bool(a.prefill) != bool(a.decode):
         raise ConfigError("disaggregated serving needs both --prefill and --decode pools")
     if a.prefill and a.groups:
-        raise ConfigError("--groups (aggregated replicas) and --prefill/--decode (disaggregated pools) exclude each other")
+        raise ConfigError(
+            "--groups (aggregated replicas) and --prefill/--decode (disaggregated pools) exclude each other"
+        )
     parse_routers(a.decode_router, "--decode-router")
     from kvsim.fleet.disagg import parse_link
     from kvsim.planning.slo import parse_slos
@@ -181,18 +202,27 @@ def cmd_cluster(a: argparse.Namespace) -> int:
 
     out, out_note = results_dir(a, Path(DEFAULT_OUT) / f"cluster-{trace_name}")
     ext = "parquet" if a.format == "parquet" else "csv"
-    out = prepare_results_dir(out, "--out", [a.trace, getattr(a, "model", None), getattr(a, "latency", None)],
-                              [f"{n}.{ext}" for n in ("fleet", "replicas", "requests")] + ["summary.md"])
+    out = prepare_results_dir(
+        out,
+        "--out",
+        [a.trace, getattr(a, "model", None), getattr(a, "latency", None)],
+        [f"{n}.{ext}" for n in ("fleet", "replicas", "requests")] + ["summary.md"],
+    )
     for note in loaded.notes():
         print(note, file=sys.stderr)
     if "session" in routers and not any(r.session for r in loaded.requests):
-        print("warning: the session router needs a session field in the trace; without one it routes by load",
-              file=sys.stderr)
+        print(
+            "warning: the session router needs a session field in the trace; without one it routes by load",
+            file=sys.stderr,
+        )
     if any(r in PREFIX_ROUTERS for r in routers) and not any(r.hash_ids for r in loaded.requests):
         print("warning: the trace has no hash_ids, so prefix-aware routers see no prefixes", file=sys.stderr)
     elif any(r.startswith("prefix") for r in routers) and not (spec.prefix or spec.kind == "radix"):
-        print(f"warning: the replicas' allocator {spec} caches no prefixes, so routing by prefix saves no prefill "
-              "(prefix and prefix+load find nothing cached and route by load)", file=sys.stderr)
+        print(
+            f"warning: the replicas' allocator {spec} caches no prefixes, so routing by prefix saves no prefill "
+            "(prefix and prefix+load find nothing cached and route by load)",
+            file=sys.stderr,
+        )
     from kvsim.fleet.disagg import simulate_disagg
 
     fleets = []
@@ -203,8 +233,17 @@ def cmd_cluster(a: argparse.Namespace) -> int:
                 if kind == "agg":
                     f = simulate_fleet(loaded.requests, groups, r, options, progress=bar.update, store=store)
                 else:
-                    f = simulate_disagg(loaded.requests, *groups, r, a.decode_router, options, link, bar.update,
-                                        store=store, shared_link=a.kv_link_shared)
+                    f = simulate_disagg(
+                        loaded.requests,
+                        *groups,
+                        r,
+                        a.decode_router,
+                        options,
+                        link,
+                        bar.update,
+                        store=store,
+                        shared_link=a.kv_link_shared,
+                    )
             f.summary["layout"] = _layout_name(groups)
             _with_slo(f.summary, f.requests, slos, _gpus(groups if kind == "agg" else groups[0] + groups[1]))
             check_accounted(label, f.summary)
@@ -222,8 +261,10 @@ def cmd_cluster(a: argparse.Namespace) -> int:
         print(out_note, file=sys.stderr)
     print(f"wrote {len(written)} files to {out}/ (summary.md, fleet, replicas, requests)")
     if replicas == 1:
-        print("note: one replica is the single-engine run (`kvsim run`); every router sends it everything",
-              file=sys.stderr)
+        print(
+            "note: one replica is the single-engine run (`kvsim run`); every router sends it everything",
+            file=sys.stderr,
+        )
     return 0
 
 
@@ -244,8 +285,12 @@ def _layout_name(groups) -> str:
         names = {g.name for g in groups[0] + groups[1]}
         if len(names) == 1:
             return f"{sum(g.count for g in groups[0])}P{sum(g.count for g in groups[1])}D {names.pop()}"
-        return "P " + "+".join(f"{g.count}x{g.name}" for g in groups[0]) + " / D " + \
-            "+".join(f"{g.count}x{g.name}" for g in groups[1])
+        return (
+            "P "
+            + "+".join(f"{g.count}x{g.name}" for g in groups[0])
+            + " / D "
+            + "+".join(f"{g.count}x{g.name}" for g in groups[1])
+        )
     return " + ".join(f"{g.count}x {g.name}" for g in groups)
 
 
@@ -262,19 +307,34 @@ def fleet_columns(fleets=(), slos=()):
         head.append(Column("layout", "layout", "", "text", "", key("layout")))
     tail = []
     if any(f.summary.get("mode") == "disaggregated" for f in fleets):
-        tail += [Column("xfer_p99", "KV xfer", "p99", "latency", "", key("kv_transfer_p99_s"), drop_order=1),
-                 Column("dwait_p99", "D wait", "p99", "latency", "", key("decode_wait_p99_s"), drop_order=1)]
+        tail += [
+            Column("xfer_p99", "KV xfer", "p99", "latency", "", key("kv_transfer_p99_s"), drop_order=1),
+            Column("dwait_p99", "D wait", "p99", "latency", "", key("decode_wait_p99_s"), drop_order=1),
+        ]
     if slos:
-        tail += [Column("attain", "SLO", "attain%", "pct", "", key("slo_attainment")),
-                 Column("good", "good", "req/s/GPU", "float2", "", key("goodput_req_s_per_gpu"))]
+        tail += [
+            Column("attain", "SLO", "attain%", "pct", "", key("slo_attainment")),
+            Column("good", "good", "req/s/GPU", "float2", "", key("goodput_req_s_per_gpu")),
+        ]
     # a narrow terminal drops imbalance, queue and TPOT before the hit rate and TTFT, which routers decide
-    return head + [Column("router", "router", "", "text", "", key("router")),
-                   BY_NAME["done"], BY_NAME["rej"], BY_NAME["unfin"], BY_NAME["tok_s"],
-                   replace(BY_NAME["hit"], drop_order=0), replace(BY_NAME["ttft_p50"], drop_order=0),
-                   BY_NAME["ttft_p99"], replace(BY_NAME["tpot_p50"], drop_order=2),
-                   Column("queue_p99", "queue", "p99", "latency", "", key("queue_p99_s"), drop_order=3),
-                   Column("imb_req", "imbal", "req", "float2", "", key("imbalance_requests"), drop_order=5),
-                   Column("imb_busy", "imbal", "busy", "float2", "", key("imbalance_busy"), drop_order=4)] + tail
+    return (
+        head
+        + [
+            Column("router", "router", "", "text", "", key("router")),
+            BY_NAME["done"],
+            BY_NAME["rej"],
+            BY_NAME["unfin"],
+            BY_NAME["tok_s"],
+            replace(BY_NAME["hit"], drop_order=0),
+            replace(BY_NAME["ttft_p50"], drop_order=0),
+            BY_NAME["ttft_p99"],
+            replace(BY_NAME["tpot_p50"], drop_order=2),
+            Column("queue_p99", "queue", "p99", "latency", "", key("queue_p99_s"), drop_order=3),
+            Column("imb_req", "imbal", "req", "float2", "", key("imbalance_requests"), drop_order=5),
+            Column("imb_busy", "imbal", "busy", "float2", "", key("imbalance_busy"), drop_order=4),
+        ]
+        + tail
+    )
 
 
 def write_fleet_results(out: Path, fleets, title: str, fmt: str, columns=None, marker=None) -> list[Path]:
@@ -293,21 +353,44 @@ def _write_fleet_results(out: Path, fleets, title: str, fmt: str, columns=None) 
     from kvsim.files import write_text_atomically
     from kvsim.output.writer import remove_stale, write_table
 
-    written = [write_table(pd.DataFrame([f.summary for f in fleets]), out / "fleet", fmt),
-               write_table(pd.concat([f.replica_table.assign(router=f.router, layout=f.summary.get("layout"))
-                                      for f in fleets], ignore_index=True), out / "replicas", fmt),
-               write_table(pd.concat([f.requests.assign(router=f.router, layout=f.summary.get("layout"))
-                                      for f in fleets], ignore_index=True), out / "requests", fmt)]
+    written = [
+        write_table(pd.DataFrame([f.summary for f in fleets]), out / "fleet", fmt),
+        write_table(
+            pd.concat(
+                [f.replica_table.assign(router=f.router, layout=f.summary.get("layout")) for f in fleets],
+                ignore_index=True,
+            ),
+            out / "replicas",
+            fmt,
+        ),
+        write_table(
+            pd.concat(
+                [f.requests.assign(router=f.router, layout=f.summary.get("layout")) for f in fleets], ignore_index=True
+            ),
+            out / "requests",
+            fmt,
+        ),
+    ]
     from kvsim.output.table import markdown_table
 
-    text = [f"# {title}", "", markdown_table([f.summary for f in fleets], columns or fleet_columns(fleets)), "",
-            "Per replica (routed requests, busy fraction, TTFT p99 s, prefix hit rate):", ""]
+    text = [
+        f"# {title}",
+        "",
+        markdown_table([f.summary for f in fleets], columns or fleet_columns(fleets)),
+        "",
+        "Per replica (routed requests, busy fraction, TTFT p99 s, prefix hit rate):",
+        "",
+    ]
     for f in fleets:
         t = f.replica_table
-        text.append(f"- **{f.router}** ({f.summary.get('layout')}): " + "; ".join(
-            f"{int(r.replica)} {r.group}: {int(r.routed)} req, busy {r.busy_frac:.2f}, TTFT p99 {r.ttft_p99_s:.3f}"
-            + ("" if math.isnan(r.prefix_hit_rate_tokens) else f", hit {100 * r.prefix_hit_rate_tokens:.1f}%")
-            for r in t.itertuples()))
+        text.append(
+            f"- **{f.router}** ({f.summary.get('layout')}): "
+            + "; ".join(
+                f"{int(r.replica)} {r.group}: {int(r.routed)} req, busy {r.busy_frac:.2f}, TTFT p99 {r.ttft_p99_s:.3f}"
+                + ("" if math.isnan(r.prefix_hit_rate_tokens) else f", hit {100 * r.prefix_hit_rate_tokens:.1f}%")
+                for r in t.itertuples()
+            )
+        )
     write_text_atomically(out / "summary.md", "\n".join(text) + "\n")
     written.append(out / "summary.md")
     remove_stale(out, [f"{n}.{ext}" for n in ("fleet", "replicas", "requests") for ext in ("csv", "parquet")], written)
@@ -318,59 +401,110 @@ def register(sub) -> None:
     from kvsim.commands.simulate import add_sim_args
     from kvsim.fleet.routers import ROUTERS
 
-    c = sub.add_parser("cluster", help="simulate replicas behind routers on one clock and compare the routers",
-                       description="Serve a trace with N replicas of an engine behind each router; every replica "
-                                   "has its own allocator, prefix cache, scheduler and latency model, all on one "
-                                   "simulated clock.")
+    c = sub.add_parser(
+        "cluster",
+        help="simulate replicas behind routers on one clock and compare the routers",
+        description="Serve a trace with N replicas of an engine behind each router; every replica "
+        "has its own allocator, prefix cache, scheduler and latency model, all on one "
+        "simulated clock.",
+    )
     add_sim_args(c, "cluster", fleet=True)
     g = c.add_argument_group("fleet")
-    g.add_argument("--replicas", type=number(int, Number(integer=True, min=1, max=MAX_REPLICAS)), default=4,
-                   help=f"replicas of the configured GPU (at most {MAX_REPLICAS:,}) [default: 4]")
-    g.add_argument("--groups", metavar="GPU:COUNT,...",
-                   help="heterogeneous replicas instead of --replicas: GPU:COUNT[:tpN][:ppN][:dpN],..., e.g. "
-                        "h100-80gb:4,a100-80gb:2:tp2 (other options apply to every group; a replica of dpN is N "
-                        "engines, each routed to)")
-    g.add_argument("--routers", default=DEFAULT_ROUTERS,
-                   help="comma-separated routers to compare: " + "; ".join(f"{n}: {r.help}" for n, r in ROUTERS.items())
-                        + f" [default: {DEFAULT_ROUTERS}]")
-    g.add_argument("--allocator", default=None,
-                   help="each replica's allocator [default: paged+prefix, as vLLM V1 caches prefixes by default; "
-                        "hybrid+prefix for models whose layers differ]")
-    g.add_argument("--router-ttl", type=non_negative, default=120.0, metavar="S",
-                   help="prefix-approx: seconds after which the router forgets where it sent a prefix [default: 120]")
-    g.add_argument("--router-weights", metavar="prefix=W,queue=W,kv=W",
-                   help="prefix+load: weights of the cached prompt fraction, a short queue and free KV "
-                        "[default: prefix=2,queue=1,kv=1]")
-    g.add_argument("--router-params", metavar="KEY=VALUE,...",
-                   help="settings of sglang-cache-aware (and prefix-approx's balance guard) and llm-d, as the real "
-                        "routers ship them unless set: cache_threshold=0.3, balance_abs_threshold=64, "
-                        "balance_rel_threshold=1.5, eviction_interval_s=120, max_tree_size=67108864 (characters, 4 "
-                        "a token), cache_miss=least-load (or smallest-tree, as sgl-router before the gateway); "
-                        "llmd_prefix_weight=3, llmd_queue_weight=2, llmd_kv_weight=2, llmd_max_prefix_blocks=256, "
-                        "llmd_lru_blocks=0 (0: each replica's KV pool in blocks)")
+    g.add_argument(
+        "--replicas",
+        type=number(int, Number(integer=True, min=1, max=MAX_REPLICAS)),
+        default=4,
+        help=f"replicas of the configured GPU (at most {MAX_REPLICAS:,}) [default: 4]",
+    )
+    g.add_argument(
+        "--groups",
+        metavar="GPU:COUNT,...",
+        help="heterogeneous replicas instead of --replicas: GPU:COUNT[:tpN][:ppN][:dpN],..., e.g. "
+        "h100-80gb:4,a100-80gb:2:tp2 (other options apply to every group; a replica of dpN is N "
+        "engines, each routed to)",
+    )
+    g.add_argument(
+        "--routers",
+        default=DEFAULT_ROUTERS,
+        help="comma-separated routers to compare: "
+        + "; ".join(f"{n}: {r.help}" for n, r in ROUTERS.items())
+        + f" [default: {DEFAULT_ROUTERS}]",
+    )
+    g.add_argument(
+        "--allocator",
+        default=None,
+        help="each replica's allocator [default: paged+prefix, as vLLM V1 caches prefixes by default; "
+        "hybrid+prefix for models whose layers differ]",
+    )
+    g.add_argument(
+        "--router-ttl",
+        type=non_negative,
+        default=120.0,
+        metavar="S",
+        help="prefix-approx: seconds after which the router forgets where it sent a prefix [default: 120]",
+    )
+    g.add_argument(
+        "--router-weights",
+        metavar="prefix=W,queue=W,kv=W",
+        help="prefix+load: weights of the cached prompt fraction, a short queue and free KV "
+        "[default: prefix=2,queue=1,kv=1]",
+    )
+    g.add_argument(
+        "--router-params",
+        metavar="KEY=VALUE,...",
+        help="settings of sglang-cache-aware (and prefix-approx's balance guard) and llm-d, as the real "
+        "routers ship them unless set: cache_threshold=0.3, balance_abs_threshold=64, "
+        "balance_rel_threshold=1.5, eviction_interval_s=120, max_tree_size=67108864 (characters, 4 "
+        "a token), cache_miss=least-load (or smallest-tree, as sgl-router before the gateway); "
+        "llmd_prefix_weight=3, llmd_queue_weight=2, llmd_kv_weight=2, llmd_max_prefix_blocks=256, "
+        "llmd_lru_blocks=0 (0: each replica's KV pool in blocks)",
+    )
     g.add_argument("--seed", type=int, default=0, help="seed of the random and llm-d routers [default: 0]")
-    g.add_argument("--slo", metavar="ttft_p99=2s,...",
-                   help="SLOs to report: whether each run meets them, the share of requests within every limit "
-                        "(attainment) and those requests per second per GPU (goodput)")
-    g.add_argument("--shared-kv-store", metavar="GIB[:GB_S[:LATENCY_MS]]",
-                   help="a KV store shared by every replica (Mooncake store, LMCache remote, SGLang HiCache): "
-                        "blocks evicted from a replica's GPU (or its --kv-offloading-size CPU tier) go there, and "
-                        "any replica loads them back on a prefix hit [default speed: 10 GB/s into a GPU, 1 ms]")
+    g.add_argument(
+        "--slo",
+        metavar="ttft_p99=2s,...",
+        help="SLOs to report: whether each run meets them, the share of requests within every limit "
+        "(attainment) and those requests per second per GPU (goodput)",
+    )
+    g.add_argument(
+        "--shared-kv-store",
+        metavar="GIB[:GB_S[:LATENCY_MS]]",
+        help="a KV store shared by every replica (Mooncake store, LMCache remote, SGLang HiCache): "
+        "blocks evicted from a replica's GPU (or its --kv-offloading-size CPU tier) go there, and "
+        "any replica loads them back on a prefix hit [default speed: 10 GB/s into a GPU, 1 ms]",
+    )
     d = c.add_argument_group("disaggregated prefill/decode")
-    d.add_argument("--prefill", metavar="GPU:COUNT[:tpN][:ppN][:dpN],...",
-                   help="a prefill pool (with --decode): its engines compute prompts and hand the KV over; "
-                        "--routers pick among them")
-    d.add_argument("--decode", metavar="GPU:COUNT[:tpN][:ppN][:dpN],...",
-                   help="a decode pool (with --prefill): its engines load the KV and generate")
-    d.add_argument("--decode-router", default="least-requests",
-                   help="router of the decode pool [default: least-requests]")
-    d.add_argument("--kv-link", default="rdma", metavar="nvlink|nvlink5|rdma|tcp|GB_S[:LATENCY_MS]",
-                   help="link from a prefill GPU to a decode GPU: nvlink 450 GB/s (Hopper), nvlink5 900 GB/s "
-                        "(Blackwell; a GB200/GB300 NVL72 rack), rdma 50 GB/s (400 Gb/s NIC), tcp 12.5 GB/s, or "
-                        "bandwidth and fixed latency [default: rdma]")
-    d.add_argument("--kv-link-shared", action="store_true",
-                   help="each engine's links carry one KV transfer at a time (transfers to or from a busy engine "
-                        "queue, first come first served) [default: every transfer has its GPU pairs' lanes to itself]")
-    d.add_argument("--also-aggregated", action="store_true",
-                   help="also run the same GPUs as aggregated replicas (each serving prefill and decode)")
+    d.add_argument(
+        "--prefill",
+        metavar="GPU:COUNT[:tpN][:ppN][:dpN],...",
+        help="a prefill pool (with --decode): its engines compute prompts and hand the KV over; "
+        "--routers pick among them",
+    )
+    d.add_argument(
+        "--decode",
+        metavar="GPU:COUNT[:tpN][:ppN][:dpN],...",
+        help="a decode pool (with --prefill): its engines load the KV and generate",
+    )
+    d.add_argument(
+        "--decode-router", default="least-requests", help="router of the decode pool [default: least-requests]"
+    )
+    d.add_argument(
+        "--kv-link",
+        default="rdma",
+        metavar="nvlink|nvlink5|rdma|tcp|GB_S[:LATENCY_MS]",
+        help="link from a prefill GPU to a decode GPU: nvlink 450 GB/s (Hopper), nvlink5 900 GB/s "
+        "(Blackwell; a GB200/GB300 NVL72 rack), rdma 50 GB/s (400 Gb/s NIC), tcp 12.5 GB/s, or "
+        "bandwidth and fixed latency [default: rdma]",
+    )
+    d.add_argument(
+        "--kv-link-shared",
+        action="store_true",
+        help="each engine's links carry one KV transfer at a time (transfers to or from a busy engine "
+        "queue, first come first served) [default: every transfer has its GPU pairs' lanes to itself]",
+    )
+    d.add_argument(
+        "--also-aggregated",
+        action="store_true",
+        help="also run the same GPUs as aggregated replicas (each serving prefill and decode)",
+    )
     c.set_defaults(func=cmd_cluster)

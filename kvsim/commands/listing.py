@@ -15,19 +15,36 @@ def _models() -> list[str]:
     rows = [("model", "params", "layers", "KV per layer", "KV/token", "context", "layers by kind")]
     for name, m in MODEL_PRESETS.items():
         kinds = Counter(m.mixers)
-        mix = ", ".join(f"{n} {k}" for k, n in kinds.items()) + (f"; MoE {m.num_experts}e top-{m.experts_per_token}"
-                                                                 if m.is_moe else "") + ("; MLA" if m.is_mla else "")
-        per_layer = f"latent {m.kv_lora_rank}+{m.qk_rope_head_dim}" if m.is_mla else f"{m.kv_heads} heads x {m.head_dim}"
-        rows.append((name, f"{m.params / 1e9:.1f} B", str(m.layers), per_layer,
-                     f"{m.kv_bytes_per_token / 1024:g} KiB", f"{m.max_context:,}", mix))
+        mix = (
+            ", ".join(f"{n} {k}" for k, n in kinds.items())
+            + (f"; MoE {m.num_experts}e top-{m.experts_per_token}" if m.is_moe else "")
+            + ("; MLA" if m.is_mla else "")
+        )
+        per_layer = (
+            f"latent {m.kv_lora_rank}+{m.qk_rope_head_dim}" if m.is_mla else f"{m.kv_heads} heads x {m.head_dim}"
+        )
+        rows.append(
+            (
+                name,
+                f"{m.params / 1e9:.1f} B",
+                str(m.layers),
+                per_layer,
+                f"{m.kv_bytes_per_token / 1024:g} KiB",
+                f"{m.max_context:,}",
+                mix,
+            )
+        )
     from kvsim.hardware.models import HF_IDS
 
     ids: dict[str, list[str]] = {}
     for hf, preset in HF_IDS.items():
         ids.setdefault(preset, []).append(hf)
-    return _table(rows) + ["", "Hugging Face ids --model also takes (as `vllm serve` does; no hub is read):"] + [
-        f"  {preset}: {', '.join(hfs)}" for preset, hfs in ids.items()] + [
-        "", "Or pass any model's Hugging Face config.json path to --model."]
+    return (
+        _table(rows)
+        + ["", "Hugging Face ids --model also takes (as `vllm serve` does; no hub is read):"]
+        + [f"  {preset}: {', '.join(hfs)}" for preset, hfs in ids.items()]
+        + ["", "Or pass any model's Hugging Face config.json path to --model."]
+    )
 
 
 def _gpus() -> list[str]:
@@ -35,15 +52,39 @@ def _gpus() -> list[str]:
     from kvsim.hardware.gpus import PRESET_SOURCES
     from kvsim.latency.calibration import calibration_source
 
-    rows = [("gpu", "memory", "memory from", "mem TB/s", "bf16 TFLOP/s", "peaks", "host link GB/s", "kernels of",
-             "NVLink GPUs", "arch", "kernels")]
+    rows = [
+        (
+            "gpu",
+            "memory",
+            "memory from",
+            "mem TB/s",
+            "bf16 TFLOP/s",
+            "peaks",
+            "host link GB/s",
+            "kernels of",
+            "NVLink GPUs",
+            "arch",
+            "kernels",
+        )
+    ]
     for name, g in GPU_PRESETS.items():
         memory_from, peaks = PRESET_SOURCES.get(name, ("?", "?"))
         chip, note = calibration_source(g)
-        rows.append((name, f"{g.memory_bytes / (1 << 30):.1f} GiB", memory_from, f"{g.hbm_bandwidth / 1e12:.2f}",
-                     f"{g.bf16_flops / 1e12:.0f}", peaks, f"{g.pcie_bandwidth / 1e9:.0f}", chip,
-                     str(g.nvlink_gpus) if g.nvlink else "-", g.arch,
-                     "measured" if chip == name else "borrowed" if note.startswith("warning") else "derived"))
+        rows.append(
+            (
+                name,
+                f"{g.memory_bytes / (1 << 30):.1f} GiB",
+                memory_from,
+                f"{g.hbm_bandwidth / 1e12:.2f}",
+                f"{g.bf16_flops / 1e12:.0f}",
+                peaks,
+                f"{g.pcie_bandwidth / 1e9:.0f}",
+                chip,
+                str(g.nvlink_gpus) if g.nvlink else "-",
+                g.arch,
+                "measured" if chip == name else "borrowed" if note.startswith("warning") else "derived",
+            )
+        )
     return _table(rows) + [
         "",
         "memory from: measured = the total CUDA (ROCm) reports, from a vLLM start-up log or a PyTorch message of this "
@@ -51,11 +92,12 @@ def _gpus() -> list[str]:
         "driver reservation; nvidia-smi = nvidia-smi's total (0.3-0.7 GiB high)",
         "peaks (bandwidth, dense bf16, host link): datasheet = the vendor's datasheet or whitepaper; derived = worked "
         "from SMs, clocks and bus width where no datasheet gives it",
-        "kernels: measured = a calibration fitted on this GPU's own timings; derived = the efficiencies of the \"kernels of\" GPU, "
+        'kernels: measured = a calibration fitted on this GPU\'s own timings; derived = the efficiencies of the "kernels of" GPU, '
         "same architecture, at this one's peaks; borrowed = another architecture's efficiencies, unvalidated "
         "(a warning says so)",
         "Sources: docs/gpus.md. A GPU of your own: --gpu custom:memory_gb=..,bandwidth_gbs=..,bf16_tflops=..[,arch=..]"
-        " or --gpu gpu.yaml."]
+        " or --gpu gpu.yaml.",
+    ]
 
 
 def _allocators() -> list[str]:
@@ -90,7 +132,10 @@ def cmd_list(a: argparse.Namespace) -> int:
 
 
 def register(sub) -> None:
-    p = sub.add_parser("list", help="model and GPU presets, allocators and routers by name",
-                       description="What --model, --gpu, --allocators and --routers accept.")
+    p = sub.add_parser(
+        "list",
+        help="model and GPU presets, allocators and routers by name",
+        description="What --model, --gpu, --allocators and --routers accept.",
+    )
     p.add_argument("what", nargs="*", metavar="WHAT", help=f"any of {', '.join(WHAT)} [default: all]")
     p.set_defaults(func=cmd_list)

@@ -16,10 +16,16 @@ def cmd_memory(a: argparse.Namespace) -> int:
     if cfg.model.format_note:
         print(cfg.model.format_note, file=sys.stderr)
     if cfg.scheduler.max_model_len > cfg.model.max_context:
-        print(f"warning: --max-model-len {cfg.scheduler.max_model_len:,} is beyond {cfg.model.name}'s context "
-              f"({cfg.model.max_context:,} tokens)", file=sys.stderr)
-    tp = (f" x{b.tp} (tensor parallel)" if b.tp > 1 else "") + (f" x{b.pp} (pipeline stages)" if b.pp > 1 else "") + \
-        (f" x{b.dp} (data-parallel ranks)" if b.dp > 1 else "")
+        print(
+            f"warning: --max-model-len {cfg.scheduler.max_model_len:,} is beyond {cfg.model.name}'s context "
+            f"({cfg.model.max_context:,} tokens)",
+            file=sys.stderr,
+        )
+    tp = (
+        (f" x{b.tp} (tensor parallel)" if b.tp > 1 else "")
+        + (f" x{b.pp} (pipeline stages)" if b.pp > 1 else "")
+        + (f" x{b.dp} (data-parallel ranks)" if b.dp > 1 else "")
+    )
     print(f"{b.model} on {b.gpu}{tp}, KV cache {b.kv_dtype}")
     lines = describe(b)
     width = max(len(k) for k, _ in lines)
@@ -44,13 +50,30 @@ def register(sub) -> None:
     from kvsim.commands.args import positive_int
     from kvsim.options import add_options
 
-    m = sub.add_parser("memory", help="weights, KV pool and maximum concurrency of a model on a GPU",
-                       description="Where one GPU's memory goes (weights, activation reserve, KV pool), the KV bytes "
-                                   "per token, blocks, and how many requests of --max-model-len tokens fit at once "
-                                   "(vLLM's 'maximum concurrency'). No trace needed.")
-    add_options(m, ("model and hardware", "KV pool"), keys=("max_model_len", "max_num_seqs", "max_num_batched_tokens",
-                                                          "speculative_config", "acceptance_length",
-                                                          "enable_prefix_caching"))
-    m.add_argument("--context", type=positive_int, nargs="+", metavar="TOKENS",
-                   help="also say how many sequences of these lengths fit at once (e.g. --context 4096 32768)")
+    m = sub.add_parser(
+        "memory",
+        help="weights, KV pool and maximum concurrency of a model on a GPU",
+        description="Where one GPU's memory goes (weights, activation reserve, KV pool), the KV bytes "
+        "per token, blocks, and how many requests of --max-model-len tokens fit at once "
+        "(vLLM's 'maximum concurrency'). No trace needed.",
+    )
+    add_options(
+        m,
+        ("model and hardware", "KV pool"),
+        keys=(
+            "max_model_len",
+            "max_num_seqs",
+            "max_num_batched_tokens",
+            "speculative_config",
+            "acceptance_length",
+            "enable_prefix_caching",
+        ),
+    )
+    m.add_argument(
+        "--context",
+        type=positive_int,
+        nargs="+",
+        metavar="TOKENS",
+        help="also say how many sequences of these lengths fit at once (e.g. --context 4096 32768)",
+    )
     m.set_defaults(func=cmd_memory)

@@ -20,16 +20,27 @@ def add_sim_args(p: argparse.ArgumentParser, command: str, fleet: bool = False, 
     from kvsim.options import add_options
 
     if workload:
-        p.add_argument("--trace", help="request trace, kvsim JSONL (docs/traces.md; other formats: `kvsim trace "
-                       "convert`); or, instead, a benchmark client's generated workload: --dataset-name random, "
-                       "--random-input-len, ... (group 'load')")
+        p.add_argument(
+            "--trace",
+            help="request trace, kvsim JSONL (docs/traces.md; other formats: `kvsim trace "
+            "convert`); or, instead, a benchmark client's generated workload: --dataset-name random, "
+            "--random-input-len, ... (group 'load')",
+        )
     else:
-        p.add_argument("--trace", required=True, help="request trace, kvsim JSONL (docs/traces.md; other formats: "
-                       "`kvsim trace convert`)")
+        p.add_argument(
+            "--trace",
+            required=True,
+            help="request trace, kvsim JSONL (docs/traces.md; other formats: `kvsim trace convert`)",
+        )
     add_options(p)
     if workload:  # vLLM's spelling; not in the options table, where `kvsim cluster` has a --seed of its own
-        p.add_argument("--seed", dest="random_seed", metavar="INT", default=None,
-                       help="the same as --random-seed (`vllm bench serve --seed`) [default: 0]")
+        p.add_argument(
+            "--seed",
+            dest="random_seed",
+            metavar="INT",
+            default=None,
+            help="the same as --random-seed (`vllm bench serve --seed`) [default: 0]",
+        )
     g = p.add_argument_group("output")
     g.add_argument("--out", help=f"output folder [default: {DEFAULT_OUT}/{command}-<trace name>]")
     g.add_argument("--format", choices=["csv", "parquet"], default="csv", help="table format [default: csv]")
@@ -38,13 +49,21 @@ def add_sim_args(p: argparse.ArgumentParser, command: str, fleet: bool = False, 
     g.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     from kvsim.output.table import COLUMNS
 
-    g.add_argument("--columns", metavar="NAMES",
-                   help="terminal table columns, comma-separated, from: " + ", ".join(c.name for c in COLUMNS)
-                   + " (docs/output.md) [default: " + ",".join(c.name for c in COLUMNS if c.default)
-                   + ", fitted to the terminal's width]")
+    g.add_argument(
+        "--columns",
+        metavar="NAMES",
+        help="terminal table columns, comma-separated, from: "
+        + ", ".join(c.name for c in COLUMNS)
+        + " (docs/output.md) [default: "
+        + ",".join(c.name for c in COLUMNS if c.default)
+        + ", fitted to the terminal's width]",
+    )
     g.add_argument("--wide", action="store_true", help="every table column, however wide the table gets")
-    g.add_argument("--record-batches", metavar="FILE",
-                   help="record the executed batches (gzip JSON lines) for `kvsim kernels replay`; one allocator")
+    g.add_argument(
+        "--record-batches",
+        metavar="FILE",
+        help="record the executed batches (gzip JSON lines) for `kvsim kernels replay`; one allocator",
+    )
 
 
 def build_config(a: argparse.Namespace):
@@ -61,12 +80,16 @@ def build_config(a: argparse.Namespace):
         normalize(values)  # a bad value is named first
         flag = BY_KEY[given[0]].flag
         if getattr(a, "trace", None) is not None:
-            raise ConfigError(f"{flag} describes a generated benchmark workload and --trace a recorded one: give one "
-                              "(write the workload as a trace with `kvsim trace generate --bench ...`)")
+            raise ConfigError(
+                f"{flag} describes a generated benchmark workload and --trace a recorded one: give one "
+                "(write the workload as a trace with `kvsim trace generate --bench ...`)"
+            )
         values = {k: v for k, v in values.items() if k != "request_rate"}
     elif getattr(a, "trace", "") is None:
-        raise ConfigError("--trace is required, or a benchmark client's workload instead: --dataset-name random "
-                          "(with --random-input-len, --random-output-len, --num-prompts, ...; docs/traces.md)")
+        raise ConfigError(
+            "--trace is required, or a benchmark client's workload instead: --dataset-name random "
+            "(with --random-input-len, --random-output-len, --num-prompts, ...; docs/traces.md)"
+        )
     return config_from_options(values)
 
 
@@ -83,15 +106,21 @@ def setting_warnings(cfg, requests, allocators, shared_store: bool = False) -> l
     """Legal but suspicious settings (``shared_store``: the fleet shares a KV store)."""
     out = []
     if cfg.kv_load_layerwise and not cfg.kv_offloading_size and not shared_store:
-        out.append("warning: --kv-load-layerwise changes nothing without a lower cache tier (--kv-offloading-size, "
-                   "or --shared-kv-store in kvsim cluster)")
+        out.append(
+            "warning: --kv-load-layerwise changes nothing without a lower cache tier (--kv-offloading-size, "
+            "or --shared-kv-store in kvsim cluster)"
+        )
     if cfg.scheduler.max_model_len > cfg.model.max_context:
-        out.append(f"warning: --max-model-len {cfg.scheduler.max_model_len} is beyond {cfg.model.name}'s context "
-                   f"({cfg.model.max_context} tokens)")
+        out.append(
+            f"warning: --max-model-len {cfg.scheduler.max_model_len} is beyond {cfg.model.name}'s context "
+            f"({cfg.model.max_context} tokens)"
+        )
     caching = [str(s) for s in allocators if s.kind == "radix" or s.prefix]
     if caching and not any(r.hash_ids for r in requests):
-        out.append(f"warning: {', '.join(caching)} cache prompt prefixes, but no request in the trace carries "
-                   "hash_ids, so nothing can be shared (docs/traces.md)")
+        out.append(
+            f"warning: {', '.join(caching)} cache prompt prefixes, but no request in the trace carries "
+            "hash_ids, so nothing can be shared (docs/traces.md)"
+        )
     return out
 
 
@@ -148,9 +177,16 @@ def simulate_all(a: argparse.Namespace, allocator_names: str, command: str) -> i
     if a.record_batches:
         check_output_file(a.record_batches, "--record-batches", [a.trace, a.model, a.latency])
         if Path(a.record_batches).resolve().parent == out.resolve():
-            raise ConfigError(f"--record-batches {a.record_batches}: is inside the results folder {out}, whose files "
-                              "each run replaces; give a path outside it")
-    notes = loaded.notes() + (bench.notes() if bench is not None else []) + latency_notes(cfg) + setting_warnings(cfg, loaded.requests, allocators if named else [])
+            raise ConfigError(
+                f"--record-batches {a.record_batches}: is inside the results folder {out}, whose files "
+                "each run replaces; give a path outside it"
+            )
+    notes = (
+        loaded.notes()
+        + (bench.notes() if bench is not None else [])
+        + latency_notes(cfg)
+        + setting_warnings(cfg, loaded.requests, allocators if named else [])
+    )
     for note in notes:
         print(note, file=sys.stderr)
     recorder = None
@@ -176,40 +212,49 @@ def simulate_all(a: argparse.Namespace, allocator_names: str, command: str) -> i
         warn_if_mostly_rejected(o.summary["allocator"], o.requests)
     context = {
         "command": "`" + shell_line(["kvsim", *sys.argv[1:]]) + "`"
-                   if sys.argv and sys.argv[0].endswith("kvsim") else "",
+        if sys.argv and sys.argv[0].endswith("kvsim")
+        else "",
         "trace": trace_text,
         "model": f"{cfg.model.name} (KV {cfg.model.kv_bytes_per_token / 1024:g} KiB/token for the whole model, "
-                 f"{pool.kv_bytes_per_token / 1024:g} KiB per GPU), tensor parallel {cfg.tp}"
-                 + (f", {cfg.pp} pipeline stages (the scheduler's token budget per micro-batch)" if cfg.pp > 1 else ""),
+        f"{pool.kv_bytes_per_token / 1024:g} KiB per GPU), tensor parallel {cfg.tp}"
+        + (f", {cfg.pp} pipeline stages (the scheduler's token budget per micro-batch)" if cfg.pp > 1 else ""),
         "gpu": cfg.gpu.name,
         "KV pool": f"{pool.pool_bytes / (1 << 30):.2f} GiB per GPU = {pool.pool_tokens:,} token slots ({pool.source})",
         "scheduler": f"{cfg.scheduler.batching} batching, max_model_len {cfg.scheduler.max_model_len}, max_num_seqs "
-                     f"{cfg.scheduler.max_num_seqs}, max_num_batched_tokens {cfg.scheduler.max_num_batched_tokens}, "
-                     f"victim policy {cfg.victim_policy}",
+        f"{cfg.scheduler.max_num_seqs}, max_num_batched_tokens {cfg.scheduler.max_num_batched_tokens}, "
+        f"victim policy {cfg.victim_policy}",
         "latency": describe_latency(cfg),
     }
     if cfg.scheduler.preemption_mode == "swap" or cfg.scheduler.partial_preemption:
-        context["preemption"] = (f"{cfg.scheduler.preemption_mode}, CPU pool {cfg.swap_space:g} GiB"
-                                 + (", partial preemption" if cfg.scheduler.partial_preemption else ""))
+        context["preemption"] = f"{cfg.scheduler.preemption_mode}, CPU pool {cfg.swap_space:g} GiB" + (
+            ", partial preemption" if cfg.scheduler.partial_preemption else ""
+        )
     context = {k: printable(v) for k, v in context.items() if v}  # one line each: names from files escaped
-    print_table([o.summary for o in outputs],
-                title=f"{trace_name} · {cfg.model.name} · {cfg.gpu.name}" + (f" x{cfg.tp}" if cfg.tp > 1 else "")
-                      + (f" pp{cfg.pp}" if cfg.pp > 1 else "") + f" · KV pool {pool.pool_bytes / (1 << 30):.1f} GiB = {_tokens(pool.pool_tokens)} tokens",
-                columns=columns, fit=not a.wide)
-    written = write_results(out, outputs, context, notes, plots=not a.no_plots, fmt=a.format,
-                            marker=result_marker(a))
+    print_table(
+        [o.summary for o in outputs],
+        title=f"{trace_name} · {cfg.model.name} · {cfg.gpu.name}"
+        + (f" x{cfg.tp}" if cfg.tp > 1 else "")
+        + (f" pp{cfg.pp}" if cfg.pp > 1 else "")
+        + f" · KV pool {pool.pool_bytes / (1 << 30):.1f} GiB = {_tokens(pool.pool_tokens)} tokens",
+        columns=columns,
+        fit=not a.wide,
+    )
+    written = write_results(out, outputs, context, notes, plots=not a.no_plots, fmt=a.format, marker=result_marker(a))
     if out_note:
         print(out_note, file=sys.stderr)
-    print(f"wrote {len(written)} files to {out}/ (summary.md, requests, runs, memory_timeline"
-          + (", plots)" if not a.no_plots else ")"))
+    print(
+        f"wrote {len(written)} files to {out}/ (summary.md, requests, runs, memory_timeline"
+        + (", plots)" if not a.no_plots else ")")
+    )
     return 0
 
 
 def check_accounted(label: str, s: dict) -> None:
     """Every request is finished, rejected or unfinished, or nothing is written."""
     if s["finished"] + s["rejected"] + s["unfinished"] != s["requests"]:
-        raise RuntimeError(f"{label}: {s['finished'] + s['rejected'] + s['unfinished']} of {s['requests']} "
-                           "requests accounted for")
+        raise RuntimeError(
+            f"{label}: {s['finished'] + s['rejected'] + s['unfinished']} of {s['requests']} requests accounted for"
+        )
 
 
 def warn_if_mostly_rejected(label: str, requests) -> None:
@@ -217,9 +262,12 @@ def warn_if_mostly_rejected(label: str, requests) -> None:
     rejected = requests.loc[requests.status == "rejected", "reason"]
     if len(rejected) > len(requests) / 2:
         top = rejected.str.replace(r"\d+", "N", regex=True).value_counts()
-        print(f"warning: {label} rejected {len(rejected):,} of {len(requests):,} requests "
-              f"({100 * len(rejected) / len(requests):.0f}%), most because: {top.index[0]} ({top.iloc[0]:,}); "
-              "the results describe the rest only", file=sys.stderr)
+        print(
+            f"warning: {label} rejected {len(rejected):,} of {len(requests):,} requests "
+            f"({100 * len(rejected) / len(requests):.0f}%), most because: {top.index[0]} ({top.iloc[0]:,}); "
+            "the results describe the rest only",
+            file=sys.stderr,
+        )
 
 
 def _tokens(n: int) -> str:
@@ -238,17 +286,27 @@ def register(sub) -> None:
     from kvsim.allocators import allocator_help
 
     names = "; ".join(f"{k}: {v}" for k, v in allocator_help().items())
-    c = sub.add_parser("compare", help="simulate a trace with several allocators and compare them",
-                       description="Simulate a trace with several KV-cache allocators on the same GPU and compare "
-                                   "throughput, latency and where the KV memory went.")
+    c = sub.add_parser(
+        "compare",
+        help="simulate a trace with several allocators and compare them",
+        description="Simulate a trace with several KV-cache allocators on the same GPU and compare "
+        "throughput, latency and where the KV memory went.",
+    )
     add_sim_args(c, "compare", workload=True)
-    c.add_argument("--allocators", default=None,
-                   help=f"comma-separated allocator names ({names}) [default: {DEFAULT_ALLOCATORS}; for models whose"
-                        f" layers differ (sliding, chunked, mamba): {HYBRID_DEFAULT_ALLOCATORS}]")
+    c.add_argument(
+        "--allocators",
+        default=None,
+        help=f"comma-separated allocator names ({names}) [default: {DEFAULT_ALLOCATORS}; for models whose"
+        f" layers differ (sliding, chunked, mamba): {HYBRID_DEFAULT_ALLOCATORS}]",
+    )
     c.set_defaults(func=cmd_compare)
-    r = sub.add_parser("run", help="simulate a trace with one allocator",
-                       description="Simulate a trace with one KV-cache allocator.")
+    r = sub.add_parser(
+        "run", help="simulate a trace with one allocator", description="Simulate a trace with one KV-cache allocator."
+    )
     add_sim_args(r, "run", workload=True)
-    r.add_argument("--allocator", default=None,
-                   help=f"allocator name ({names}) [default: paged; hybrid for models whose layers differ]")
+    r.add_argument(
+        "--allocator",
+        default=None,
+        help=f"allocator name ({names}) [default: paged; hybrid for models whose layers differ]",
+    )
     r.set_defaults(func=cmd_run)

@@ -7,14 +7,26 @@ import argparse
 from kvsim.commands.args import non_negative, number, positive, positive_int
 from kvsim.validation import ARRIVAL_CV, LOGNORMAL_SIGMA, RATE, SEED, Number
 
-MAX_GENERATED = 10_000_000  # requests one generate writes: kvsim's largest runs are 1M; beyond this, memory runs out first
+MAX_GENERATED = (
+    10_000_000  # requests one generate writes: kvsim's largest runs are 1M; beyond this, memory runs out first
+)
 
 SCENARIOS = ["system-prompt", "few-shot", "multi-turn", "doc-summary"]
 
 
 # the synthetic generator's own flags and their defaults (None in the parser, so that a given one is seen)
-GENERATE_DEFAULTS = {"num_requests": 1000, "rate": 1.0, "arrival": "poisson", "cv": 1.0, "prompt_mean": 300.0,
-                     "prompt_sigma": 1.0, "output_mean": 250.0, "output_sigma": 1.0, "max_total": None, "seed": 0}
+GENERATE_DEFAULTS = {
+    "num_requests": 1000,
+    "rate": 1.0,
+    "arrival": "poisson",
+    "cv": 1.0,
+    "prompt_mean": 300.0,
+    "prompt_sigma": 1.0,
+    "output_mean": 250.0,
+    "output_sigma": 1.0,
+    "max_total": None,
+    "seed": 0,
+}
 
 
 def cmd_generate(a: argparse.Namespace) -> int:
@@ -33,8 +45,9 @@ def cmd_generate(a: argparse.Namespace) -> int:
     from kvsim.trace.generate import NO_CAP
 
     arrivals = ArrivalSpec(a.arrival, a.rate, a.cv)
-    lengths = LengthSpec(a.prompt_mean, a.prompt_sigma, a.output_mean, a.output_sigma, a.max_total or NO_CAP,
-                         a.lengths_csv)
+    lengths = LengthSpec(
+        a.prompt_mean, a.prompt_sigma, a.output_mean, a.output_sigma, a.max_total or NO_CAP, a.lengths_csv
+    )
     notes: list[str] = []
     if a.turns_per_s is not None and a.scenario != "multi-turn":
         from kvsim.errors import ConfigError
@@ -43,8 +56,9 @@ def cmd_generate(a: argparse.Namespace) -> int:
     if a.scenario:
         from kvsim.trace.scenarios import ScenarioSpec, generate_scenario
 
-        spec = ScenarioSpec(a.scenario, a.shared_tokens, a.num_prefixes, a.turns_mean, a.think_s, a.hash_block_tokens,
-                            a.turns_per_s)
+        spec = ScenarioSpec(
+            a.scenario, a.shared_tokens, a.num_prefixes, a.turns_mean, a.think_s, a.hash_block_tokens, a.turns_per_s
+        )
         reqs = generate_scenario(spec, a.num_requests, arrivals, lengths, seed=a.seed, notes=notes)
     else:
         reqs = generate(a.num_requests, arrivals, lengths, seed=a.seed, notes=notes)
@@ -58,8 +72,11 @@ def cmd_generate(a: argparse.Namespace) -> int:
         from kvsim.trace.csv_read import read_length_pairs
 
         pairs, rows, skipped = read_length_pairs(a.lengths_csv)  # cached: the file is not read again
-        print(f"lengths from {a.lengths_csv}: {len(pairs)} of {rows} rows"
-              + "".join(f"; skipped {n}: {why}" for why, n in skipped.most_common()), file=sys.stderr)
+        print(
+            f"lengths from {a.lengths_csv}: {len(pairs)} of {rows} rows"
+            + "".join(f"; skipped {n}: {why}" for why, n in skipped.most_common()),
+            file=sys.stderr,
+        )
     write_trace(reqs, a.output)
     print(f"wrote {len(reqs)} requests to {a.output}")
     return 0
@@ -75,14 +92,27 @@ def _generate_bench(a: argparse.Namespace) -> int:
     from kvsim.trace import write_trace
     from kvsim.trace.bench_load import from_options
 
-    own = [f for k, f in (("scenario", "--scenario"), ("lengths_csv", "--lengths-csv"), ("rate", "--rate"),
-                          ("arrival", "--arrival"), ("cv", "--cv"), ("prompt_mean", "--prompt-mean"),
-                          ("prompt_sigma", "--prompt-sigma"), ("output_mean", "--output-mean"),
-                          ("output_sigma", "--output-sigma"), ("max_total", "--max-total"))
-           if getattr(a, k, None) is not None]
+    own = [
+        f
+        for k, f in (
+            ("scenario", "--scenario"),
+            ("lengths_csv", "--lengths-csv"),
+            ("rate", "--rate"),
+            ("arrival", "--arrival"),
+            ("cv", "--cv"),
+            ("prompt_mean", "--prompt-mean"),
+            ("prompt_sigma", "--prompt-sigma"),
+            ("output_mean", "--output-mean"),
+            ("output_sigma", "--output-sigma"),
+            ("max_total", "--max-total"),
+        )
+        if getattr(a, k, None) is not None
+    ]
     if own:
-        raise ConfigError(f"{own[0]}: the lognormal generator's flag; a --bench workload takes --random-input-len, "
-                          "--random-output-len, --random-range-ratio, --request-rate, --burstiness, ...")
+        raise ConfigError(
+            f"{own[0]}: the lognormal generator's flag; a --bench workload takes --random-input-len, "
+            "--random-output-len, --random-range-ratio, --request-rate, --burstiness, ..."
+        )
     values = normalize(values_from_namespace(a))
     if a.num_requests is not None:
         if "num_prompts" in values:
@@ -95,9 +125,12 @@ def _generate_bench(a: argparse.Namespace) -> int:
     for note in bench.notes():
         print(note, file=sys.stderr)
     if bench.max_concurrency is not None:
-        print(f"note: a trace holds send times, not the client limit: simulate it with --max-concurrency "
-              f"{bench.max_concurrency}" + (" (and no --request-rate: the times are the client's)"
-                                           if bench.request_rate != math.inf else ""), file=sys.stderr)
+        print(
+            f"note: a trace holds send times, not the client limit: simulate it with --max-concurrency "
+            f"{bench.max_concurrency}"
+            + (" (and no --request-rate: the times are the client's)" if bench.request_rate != math.inf else ""),
+            file=sys.stderr,
+        )
     write_trace(reqs, a.output)
     print(f"wrote {len(reqs)} requests to {a.output} ({bench.describe()})")
     return 0
@@ -129,14 +162,18 @@ def cmd_stats(a: argparse.Namespace) -> int:
     for note in loaded.notes():
         print(note)
     st = trace_stats(loaded.requests)
-    print(f"{a.file}: {st['requests']} requests over {st['span_s']:.1f} s ({st['rate_req_s']:.2f} req/s); "
-          f"{st['with_hash_ids']} carry hash_ids")
+    print(
+        f"{a.file}: {st['requests']} requests over {st['span_s']:.1f} s ({st['rate_req_s']:.2f} req/s); "
+        f"{st['with_hash_ids']} carry hash_ids"
+    )
     if st["with_hash_ids"]:
         print(f"ideal prefix reuse (infinite cache): {100 * st['ideal_prefix_reuse']:.1f}% of prompt tokens")
     print(f"{'tokens':>8} {'mean':>9} {'p50':>8} {'p90':>8} {'p99':>8} {'max':>8}")
     for k in ("prompt", "output", "total"):
-        print(f"{k:>8} {st[k + '_mean']:9.1f} {st[k + '_p50']:8.0f} {st[k + '_p90']:8.0f} {st[k + '_p99']:8.0f} "
-              f"{st[k + '_max']:8d}")
+        print(
+            f"{k:>8} {st[k + '_mean']:9.1f} {st[k + '_p50']:8.0f} {st[k + '_p90']:8.0f} {st[k + '_p99']:8.0f} "
+            f"{st[k + '_max']:8d}"
+        )
     return 0
 
 
@@ -145,33 +182,81 @@ def register(sub) -> None:
     tsub = t.add_subparsers(dest="trace_command", required=True, metavar="{generate,convert,stats}")
     g = tsub.add_parser("generate", help="a seeded synthetic trace (or a prefix-sharing scenario)")
     g.add_argument("-o", "--output", required=True, help="JSONL file to write")
-    g.add_argument("-n", "--num-requests", type=number(int, Number(integer=True, min=1, max=MAX_GENERATED)), default=None,
-                   help=f"requests (at most {MAX_GENERATED:,}) [default: 1000]")
-    g.add_argument("--rate", type=number(float, RATE), default=None,
-                   help="mean arrival rate, requests/s (multi-turn: conversations started per second, each of "
-                        "--turns-mean turns; see --turns-per-s) [default: 1]")
-    g.add_argument("--turns-per-s", type=number(float, RATE), default=None,
-                   help="multi-turn: requests (turns) per second over the trace: conversations start at this / "
-                        "--turns-mean per second and the trace keeps the first -n turns in time order")
+    g.add_argument(
+        "-n",
+        "--num-requests",
+        type=number(int, Number(integer=True, min=1, max=MAX_GENERATED)),
+        default=None,
+        help=f"requests (at most {MAX_GENERATED:,}) [default: 1000]",
+    )
+    g.add_argument(
+        "--rate",
+        type=number(float, RATE),
+        default=None,
+        help="mean arrival rate, requests/s (multi-turn: conversations started per second, each of "
+        "--turns-mean turns; see --turns-per-s) [default: 1]",
+    )
+    g.add_argument(
+        "--turns-per-s",
+        type=number(float, RATE),
+        default=None,
+        help="multi-turn: requests (turns) per second over the trace: conversations start at this / "
+        "--turns-mean per second and the trace keeps the first -n turns in time order",
+    )
     g.add_argument("--arrival", choices=["poisson", "gamma"], default=None, help="arrival process [default: poisson]")
-    g.add_argument("--cv", type=number(float, ARRIVAL_CV), default=None,
-                   help="gamma arrivals: coefficient of variation of the gaps (> 1 is burstier than Poisson) [default: 1]")
+    g.add_argument(
+        "--cv",
+        type=number(float, ARRIVAL_CV),
+        default=None,
+        help="gamma arrivals: coefficient of variation of the gaps (> 1 is burstier than Poisson) [default: 1]",
+    )
     g.add_argument("--prompt-mean", type=positive, default=None, help="lognormal prompt mean, tokens [default: 300]")
-    g.add_argument("--prompt-sigma", type=number(float, LOGNORMAL_SIGMA), default=None, help="lognormal prompt shape (<= 10) [default: 1]")
+    g.add_argument(
+        "--prompt-sigma",
+        type=number(float, LOGNORMAL_SIGMA),
+        default=None,
+        help="lognormal prompt shape (<= 10) [default: 1]",
+    )
     g.add_argument("--output-mean", type=positive, default=None, help="lognormal output mean, tokens [default: 250]")
-    g.add_argument("--output-sigma", type=number(float, LOGNORMAL_SIGMA), default=None, help="lognormal output shape (<= 10) [default: 1]")
-    g.add_argument("--max-total", type=number(int, Number(integer=True, min=2)), default=None,
-                   help="cap on prompt + output tokens (>= 2; what it shortens is said) [default: none]")
-    g.add_argument("--lengths-csv", help="sample (prompt, output) pairs from this CSV instead of lognormals "
-                   "(columns: prompt_tokens,output_tokens or Vidur/Azure/Mooncake/BurstGPT names)")
-    g.add_argument("--seed", type=number(int, SEED), default=None,
-                   help="random seed (>= 0; --bench: the same as --random-seed) [default: 0]")
+    g.add_argument(
+        "--output-sigma",
+        type=number(float, LOGNORMAL_SIGMA),
+        default=None,
+        help="lognormal output shape (<= 10) [default: 1]",
+    )
+    g.add_argument(
+        "--max-total",
+        type=number(int, Number(integer=True, min=2)),
+        default=None,
+        help="cap on prompt + output tokens (>= 2; what it shortens is said) [default: none]",
+    )
+    g.add_argument(
+        "--lengths-csv",
+        help="sample (prompt, output) pairs from this CSV instead of lognormals "
+        "(columns: prompt_tokens,output_tokens or Vidur/Azure/Mooncake/BurstGPT names)",
+    )
+    g.add_argument(
+        "--seed",
+        type=number(int, SEED),
+        default=None,
+        help="random seed (>= 0; --bench: the same as --random-seed) [default: 0]",
+    )
     g.add_argument("--scenario", choices=SCENARIOS, help="a prefix-sharing workload with hash_ids (docs/traces.md)")
-    g.add_argument("--shared-tokens", type=positive_int, default=1024, help="scenario: shared prefix, tokens [default: 1024]")
-    g.add_argument("--num-prefixes", type=positive_int, default=4, help="few-shot: distinct example blocks [default: 4]")
-    g.add_argument("--turns-mean", type=positive, default=4.0, help="multi-turn: mean turns per conversation [default: 4]")
-    g.add_argument("--think-s", type=non_negative, default=20.0, help="multi-turn: mean seconds between turns [default: 20]")
-    g.add_argument("--hash-block-tokens", type=positive_int, default=16, help="scenario: tokens per hash id [default: 16]")
+    g.add_argument(
+        "--shared-tokens", type=positive_int, default=1024, help="scenario: shared prefix, tokens [default: 1024]"
+    )
+    g.add_argument(
+        "--num-prefixes", type=positive_int, default=4, help="few-shot: distinct example blocks [default: 4]"
+    )
+    g.add_argument(
+        "--turns-mean", type=positive, default=4.0, help="multi-turn: mean turns per conversation [default: 4]"
+    )
+    g.add_argument(
+        "--think-s", type=non_negative, default=20.0, help="multi-turn: mean seconds between turns [default: 20]"
+    )
+    g.add_argument(
+        "--hash-block-tokens", type=positive_int, default=16, help="scenario: tokens per hash id [default: 16]"
+    )
     from kvsim.options import add_options
     from kvsim.trace.bench_load import DATASET_KEYS
 
@@ -179,16 +264,27 @@ def register(sub) -> None:
     add_options(g, (), keys=tuple(k for k in DATASET_KEYS if k != "random_seed") + ("max_concurrency", "request_rate"))
     g.set_defaults(func=cmd_generate)
     cv = tsub.add_parser("convert", help="convert a public trace to kvsim JSONL")
-    cv.add_argument("--from", dest="fmt", required=True, choices=["mooncake", "azure", "burstgpt", "vidur", "lengths-csv"],
-                    help="source format")
+    cv.add_argument(
+        "--from",
+        dest="fmt",
+        required=True,
+        choices=["mooncake", "azure", "burstgpt", "vidur", "lengths-csv"],
+        help="source format",
+    )
     cv.add_argument("input", help="file to convert")
     cv.add_argument("-o", "--output", required=True, help="JSONL file to write")
     cv.add_argument("--limit", type=positive_int, help="convert only the first N rows")
-    cv.add_argument("--rate", type=number(float, RATE), default=1.0, help="lengths-csv: arrival rate, requests/s [default: 1]")
+    cv.add_argument(
+        "--rate", type=number(float, RATE), default=1.0, help="lengths-csv: arrival rate, requests/s [default: 1]"
+    )
     cv.add_argument("--arrival", choices=["poisson", "gamma"], default="poisson", help="lengths-csv [default: poisson]")
-    cv.add_argument("--cv", type=number(float, ARRIVAL_CV), default=1.0, help="lengths-csv, gamma: gaps' coefficient of variation [default: 1]")
-    cv.add_argument("--seed", type=number(int, SEED), default=0,
-                    help="lengths-csv: random seed (>= 0) [default: 0]")
+    cv.add_argument(
+        "--cv",
+        type=number(float, ARRIVAL_CV),
+        default=1.0,
+        help="lengths-csv, gamma: gaps' coefficient of variation [default: 1]",
+    )
+    cv.add_argument("--seed", type=number(int, SEED), default=0, help="lengths-csv: random seed (>= 0) [default: 0]")
     cv.set_defaults(func=cmd_convert)
     s = tsub.add_parser("stats", help="count, span, rate, length percentiles and ideal prefix reuse")
     s.add_argument("file", help="kvsim JSONL trace")

@@ -26,15 +26,31 @@ def compare_run(run, cfg) -> tuple[dict, object]:
     timed = np.isfinite(m_ttft)  # requests that streamed no text are replayed but not compared
     with np.errstate(invalid="ignore", divide="ignore"):
         m_tpot = np.where(outputs > 1, (m_e2e - m_ttft) / (outputs - 1), np.nan)
-    req = pd.DataFrame({"file": Path(run.path).name, "id": [r.id for r in run.requests],
-                        "prompt_tokens": [r.prompt_tokens for r in run.requests], "output_tokens": outputs.astype(int),
-                        "status": pred["status"].to_numpy(),
-                        "ttft_measured_s": m_ttft, "ttft_predicted_s": np.where(timed, pred["ttft_s"], np.nan),
-                        "tpot_measured_s": m_tpot, "tpot_predicted_s": np.where(timed, pred["tpot_s"], np.nan),
-                        "e2e_measured_s": m_e2e, "e2e_predicted_s": np.where(timed, pred["e2e_s"], np.nan)})
-    row = {"file": Path(run.path).name, "model_id": run.model_id, "requests": len(run.requests),
-           "skipped": run.skipped, "without_text": run.silent, "not_finished": int((req.status != "finished").sum()),
-           "request_rate": run.request_rate, "max_concurrency": run.max_concurrency}
+    req = pd.DataFrame(
+        {
+            "file": Path(run.path).name,
+            "id": [r.id for r in run.requests],
+            "prompt_tokens": [r.prompt_tokens for r in run.requests],
+            "output_tokens": outputs.astype(int),
+            "status": pred["status"].to_numpy(),
+            "ttft_measured_s": m_ttft,
+            "ttft_predicted_s": np.where(timed, pred["ttft_s"], np.nan),
+            "tpot_measured_s": m_tpot,
+            "tpot_predicted_s": np.where(timed, pred["tpot_s"], np.nan),
+            "e2e_measured_s": m_e2e,
+            "e2e_predicted_s": np.where(timed, pred["e2e_s"], np.nan),
+        }
+    )
+    row = {
+        "file": Path(run.path).name,
+        "model_id": run.model_id,
+        "requests": len(run.requests),
+        "skipped": run.skipped,
+        "without_text": run.silent,
+        "not_finished": int((req.status != "finished").sum()),
+        "request_rate": run.request_rate,
+        "max_concurrency": run.max_concurrency,
+    }
     for m in METRICS:
         meas, prd = req[f"{m}_measured_s"].to_numpy(), req[f"{m}_predicted_s"].to_numpy()
         for q, name in ((50, "p50"), (90, "p90")):
@@ -68,8 +84,10 @@ def ratio_cell(ratio) -> str:
     ratio = ratio.dropna()
     if not len(ratio):
         return "-"
-    return (f"{ratio.median():.2f} [{ratio.quantile(0.1):.2f}, {ratio.quantile(0.9):.2f}] "
-            f"({100 * np.median(abs(ratio - 1)):.0f}%)")
+    return (
+        f"{ratio.median():.2f} [{ratio.quantile(0.1):.2f}, {ratio.quantile(0.9):.2f}] "
+        f"({100 * np.median(abs(ratio - 1)):.0f}%)"
+    )
 
 
 def ratio_table(groups, metrics, cell=ratio_cell) -> list[str]:
@@ -77,8 +95,11 @@ def ratio_table(groups, metrics, cell=ratio_cell) -> list[str]:
     frame) of ``groups`` with rows its run count and ``cell`` of each metric's ``<metric>_ratio`` column
     (empty groups left out)."""
     lines = ["| runs | n | " + " | ".join(metrics) + " |", "|---|---:|" + "---:|" * len(metrics)]
-    lines += [f"| {name} | {len(sub)} | " + " | ".join(cell(sub[f"{m}_ratio"]) for m in metrics) + " |"
-              for name, sub in groups if len(sub)]
+    lines += [
+        f"| {name} | {len(sub)} | " + " | ".join(cell(sub[f"{m}_ratio"]) for m in metrics) + " |"
+        for name, sub in groups
+        if len(sub)
+    ]
     return lines
 
 
@@ -97,8 +118,14 @@ def server_implied(run, values: dict) -> dict:
     old = dated is not None and dated < V1_DEFAULT_FROM
     if engine is None and old:
         engine = implied["vllm_engine"] = "v0"
-    if engine in (None, "v1") and dated is not None and dated < ASYNC_DEFAULT_FROM and "vllm_version" not in values \
-            and "async_scheduling" not in values and values.get("cpu_overhead") != "vllm-v1-async":
+    if (
+        engine in (None, "v1")
+        and dated is not None
+        and dated < ASYNC_DEFAULT_FROM
+        and "vllm_version" not in values
+        and "async_scheduling" not in values
+        and values.get("cpu_overhead") != "vllm-v1-async"
+    ):
         implied["async_scheduling"] = False
     if old and "vllm_version" not in values and values.get("latency", "per-op") == "per-op":
         implied["vllm_version"] = "0.7"  # a release before 0.8: the oldest measured kernels (said at the start)
@@ -121,66 +148,109 @@ def cmd_validate(a: argparse.Namespace) -> int:
     values = values_from_namespace(a)
     if "model" not in values:
         ids = sorted({r.model_id for r in runs if r.model_id})
-        raise ConfigError("say which model served the run: --model PRESET or a config.json"
-                          + (f" (the results name {', '.join(ids)})" if ids else ""))
+        raise ConfigError(
+            "say which model served the run: --model PRESET or a config.json"
+            + (f" (the results name {', '.join(ids)})" if ids else "")
+        )
     out, out_note = results_dir(a, Path(DEFAULT_OUT) / "validate")  # never over another configuration's results
-    out = prepare_results_dir(out, "--out", [*a.results, values.get("model"), values.get("latency")],
-                              ["validate.csv", "requests.csv", "summary.md"]
-                              + ([] if a.no_plots else ["predicted_vs_measured.png"]))
+    out = prepare_results_dir(
+        out,
+        "--out",
+        [*a.results, values.get("model"), values.get("latency")],
+        ["validate.csv", "requests.csv", "summary.md"] + ([] if a.no_plots else ["predicted_vs_measured.png"]),
+    )
     rows, frames = [], []
     for run in runs:
         implied = server_implied(run, values)
-        cfg = config_from_options({**values, **implied, "max_concurrency": run.max_concurrency,
-                                   "request_rate": run.request_rate})
+        cfg = config_from_options(
+            {**values, **implied, "max_concurrency": run.max_concurrency, "request_rate": run.request_rate}
+        )
         if implied:
             dated = implied.keys() & {"vllm_engine", "vllm_version"}
-            why = (["dated before vLLM 0.8 made V1 the default engine"] if dated else []) + \
-                  (["dated before vLLM 0.14 made async scheduling the default"] if "async_scheduling" in implied
-                   else []) + \
-                  ([f"tokens streamed {run.tokens_per_chunk:.1f} at a time: multi-step scheduling"]
-                   if "num_scheduler_steps" in implied else [])
-            flags = " ".join(f"--{k.replace('_', '-')} {v}" if not isinstance(v, bool) else
-                             f"--{'' if v else 'no-'}{k.replace('_', '-')}" for k, v in implied.items())
-            print(f"{run.path}: replayed {flags} as the file shows the server ran ({'; '.join(why)}); give the "
-                  "options to replay otherwise", file=sys.stderr)
+            why = (
+                (["dated before vLLM 0.8 made V1 the default engine"] if dated else [])
+                + (
+                    ["dated before vLLM 0.14 made async scheduling the default"]
+                    if "async_scheduling" in implied
+                    else []
+                )
+                + (
+                    [f"tokens streamed {run.tokens_per_chunk:.1f} at a time: multi-step scheduling"]
+                    if "num_scheduler_steps" in implied
+                    else []
+                )
+            )
+            flags = " ".join(
+                f"--{k.replace('_', '-')} {v}"
+                if not isinstance(v, bool)
+                else f"--{'' if v else 'no-'}{k.replace('_', '-')}"
+                for k, v in implied.items()
+            )
+            print(
+                f"{run.path}: replayed {flags} as the file shows the server ran ({'; '.join(why)}); give the "
+                "options to replay otherwise",
+                file=sys.stderr,
+            )
         if not frames:
             for note in latency_notes(cfg):
                 print(note, file=sys.stderr)
         if run.skipped:
             print(f"{run.path}: skipped {run.skipped} failed request(s)", file=sys.stderr)
         if run.silent:
-            print(f"{run.path}: {run.silent} request(s) succeeded without streaming text (replayed as one token: "
-                  "their prompts were computed; not compared, the client timed nothing)", file=sys.stderr)
+            print(
+                f"{run.path}: {run.silent} request(s) succeeded without streaming text (replayed as one token: "
+                "their prompts were computed; not compared, the client timed nothing)",
+                file=sys.stderr,
+            )
         if run.tokens_per_chunk >= 1.5 and "num_scheduler_steps" not in values and "num_scheduler_steps" not in implied:
-            print(f"{run.path}: its tokens reached the client {run.tokens_per_chunk:.1f} at a time (vLLM V0's "
-                  f"multi-step scheduling streams once per window): replay it with --vllm-engine v0 "
-                  f"--num-scheduler-steps {round(run.tokens_per_chunk)} if the server ran so", file=sys.stderr)
+            print(
+                f"{run.path}: its tokens reached the client {run.tokens_per_chunk:.1f} at a time (vLLM V0's "
+                f"multi-step scheduling streams once per window): replay it with --vllm-engine v0 "
+                f"--num-scheduler-steps {round(run.tokens_per_chunk)} if the server ran so",
+                file=sys.stderr,
+            )
         row, req = compare_run(run, cfg)
         if row["not_finished"]:  # still in the tables, with its status; the medians leave it out
-            print(f"{run.path}: {row['not_finished']} of {row['requests']} requests did not finish in kvsim "
-                  "(rejected or unfinished: see the status column of requests.csv)", file=sys.stderr)
+            print(
+                f"{run.path}: {row['not_finished']} of {row['requests']} requests did not finish in kvsim "
+                "(rejected or unfinished: see the status column of requests.csv)",
+                file=sys.stderr,
+            )
         rows.append(row)
         frames.append(req)
     with results_folder(out, "--out", result_marker(a)) as stage:
         table = save_table(rows, stage)
         requests = pd.concat(frames, ignore_index=True)
         requests.to_csv(stage / "requests.csv", index=False)
-        lines = [f"# kvsim validate: {a.model} on {a.gpu or 'the default GPU'}", "",
-                 "predicted / measured (medians, p90) and mean absolute percentage error per request", "",
-                 "| file | requests | load | TTFT p50 | TTFT p90 | TPOT p50 | TPOT p90 | E2E p50 | E2E p90 | "
-                 "out tok/s | MAPE TTFT | MAPE TPOT | MAPE E2E |",
-                 "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-        print(f"{'file':36s} {'reqs':>5s} {'TTFT p50':>9s} {'TPOT p50':>9s} {'E2E p50':>8s} {'tok/s':>6s}  "
-              "(predicted / measured)")
+        lines = [
+            f"# kvsim validate: {a.model} on {a.gpu or 'the default GPU'}",
+            "",
+            "predicted / measured (medians, p90) and mean absolute percentage error per request",
+            "",
+            "| file | requests | load | TTFT p50 | TTFT p90 | TPOT p50 | TPOT p90 | E2E p50 | E2E p90 | "
+            "out tok/s | MAPE TTFT | MAPE TPOT | MAPE E2E |",
+            "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        ]
+        print(
+            f"{'file':36s} {'reqs':>5s} {'TTFT p50':>9s} {'TPOT p50':>9s} {'E2E p50':>8s} {'tok/s':>6s}  "
+            "(predicted / measured)"
+        )
         for r in rows:
-            load = ("all at once" if r["request_rate"] == float("inf") else f"{r['request_rate']:g} req/s") + \
-                   (f", {r['max_concurrency']} clients" if r["max_concurrency"] else "")
+            load = ("all at once" if r["request_rate"] == float("inf") else f"{r['request_rate']:g} req/s") + (
+                f", {r['max_concurrency']} clients" if r["max_concurrency"] else ""
+            )
             tok = r.get("output_tok_s_ratio", float("nan"))
-            lines.append(f"| {r['file']} | {r['requests']} | {load} | " + " | ".join(
-                f"{r[f'{m}_{q}_ratio']:.2f}" for m in METRICS for q in ("p50", "p90")) + f" | {tok:.2f} | " +
-                " | ".join(f"{100 * r[f'{m}_mape']:.0f}%" for m in METRICS) + " |")
-            print(f"{r['file'][:36]:36s} {r['requests']:5d} {r['ttft_p50_ratio']:9.2f} {r['tpot_p50_ratio']:9.2f} "
-                  f"{r['e2e_p50_ratio']:8.2f} {tok:6.2f}")
+            lines.append(
+                f"| {r['file']} | {r['requests']} | {load} | "
+                + " | ".join(f"{r[f'{m}_{q}_ratio']:.2f}" for m in METRICS for q in ("p50", "p90"))
+                + f" | {tok:.2f} | "
+                + " | ".join(f"{100 * r[f'{m}_mape']:.0f}%" for m in METRICS)
+                + " |"
+            )
+            print(
+                f"{r['file'][:36]:36s} {r['requests']:5d} {r['ttft_p50_ratio']:9.2f} {r['tpot_p50_ratio']:9.2f} "
+                f"{r['e2e_p50_ratio']:8.2f} {tok:6.2f}"
+            )
         if len(rows) > 1:
             for m in METRICS:
                 print(f"median over files of {m.upper()} p50 ratio: {table[f'{m}_p50_ratio'].median():.2f}")
@@ -217,14 +287,18 @@ def _plot(req, path: Path) -> None:
 def register(sub) -> None:
     from kvsim.options import add_options
 
-    v = sub.add_parser("validate", help="replay measured benchmark runs (vllm bench serve result files) and "
-                       "compare kvsim's latencies with the measured ones",
-                       description="Replays the requests of `vllm bench serve --save-result` files (input and output "
-                                   "lengths, under the recorded request rate and --max-concurrency) on the configured "
-                                   "model and GPU, and reports predicted / measured TTFT, TPOT, E2E (median, p90, "
-                                   "per-request MAPE) and output throughput.")
-    v.add_argument("results", nargs="+", help="result JSON files (per-request fields: input_lens, output_lens, "
-                   "ttfts, itls)")
+    v = sub.add_parser(
+        "validate",
+        help="replay measured benchmark runs (vllm bench serve result files) and "
+        "compare kvsim's latencies with the measured ones",
+        description="Replays the requests of `vllm bench serve --save-result` files (input and output "
+        "lengths, under the recorded request rate and --max-concurrency) on the configured "
+        "model and GPU, and reports predicted / measured TTFT, TPOT, E2E (median, p90, "
+        "per-request MAPE) and output throughput.",
+    )
+    v.add_argument(
+        "results", nargs="+", help="result JSON files (per-request fields: input_lens, output_lens, ttfts, itls)"
+    )
     add_options(v, ("model and hardware", "KV pool", "scheduler", "latency"))
     v.add_argument("--out", help="output folder [default: kvsim-out/validate]")
     v.add_argument("--no-plots", action="store_true", help="skip the scatter plot")

@@ -105,10 +105,17 @@ class Replicas:
         return self.holders(request) or self.every
 
 
-def build_replicas(groups: list[ReplicaGroup], trace: TraceArrivals, horizon: float | None,
-                   on_complete: Callable[[int], None] | None, prefix: str = "",
-                   hooks: Callable[[int], dict] | None = None, store: TierSpec | KVTier | None = None,
-                   touched: list[int] | None = None, offset: int = 0) -> Replicas:
+def build_replicas(
+    groups: list[ReplicaGroup],
+    trace: TraceArrivals,
+    horizon: float | None,
+    on_complete: Callable[[int], None] | None,
+    prefix: str = "",
+    hooks: Callable[[int], dict] | None = None,
+    store: TierSpec | KVTier | None = None,
+    touched: list[int] | None = None,
+    offset: int = 0,
+) -> Replicas:
     """One engine per replica of ``groups`` on the trace's clock (per data-parallel rank). ``hooks(i)``: extra
     Engine arguments of replica ``i`` (a role in disaggregated serving); ``prefix`` goes before each group's
     name; ``store``: a KV store every replica's prefix cache spills into and loads from (a spec: sized in
@@ -135,14 +142,25 @@ def build_replicas(groups: list[ReplicaGroup], trace: TraceArrivals, horizon: fl
                     store = KVTier(store, block_bytes(alloc, pool))
                 if store is not None:
                     if block_bytes(alloc, pool) != store.block_bytes:
-                        raise ConfigError(f"--shared-kv-store: group {g.name} has blocks of "
-                                          f"{block_bytes(alloc, pool):,} bytes, the store {store.block_bytes:,}; "
-                                          "replicas sharing a store must store the same blocks (model, TP, block size)")
+                        raise ConfigError(
+                            f"--shared-kv-store: group {g.name} has blocks of "
+                            f"{block_bytes(alloc, pool):,} bytes, the store {store.block_bytes:,}; "
+                            "replicas sharing a store must store the same blocks (model, TP, block size)"
+                        )
                     attach_tier(alloc, store)
                 extra = hooks(len(out.engines)) if hooks is not None else {}
-                engine = Engine(alloc, latency, sched, victim, first_sample_id=len(trace.seqs),
-                                resolution_s=trace.resolution_s, horizon=horizon,
-                                swap_timing=swap_timing(g.cfg, alloc, pool), on_complete=on_complete, **extra)
+                engine = Engine(
+                    alloc,
+                    latency,
+                    sched,
+                    victim,
+                    first_sample_id=len(trace.seqs),
+                    resolution_s=trace.resolution_s,
+                    horizon=horizon,
+                    swap_timing=swap_timing(g.cfg, alloc, pool),
+                    on_complete=on_complete,
+                    **extra,
+                )
                 if lockstep is not None:
                     lockstep.add(engine, offset + len(out.engines))
                 out.engines.append(engine)
@@ -158,12 +176,14 @@ def build_replicas(groups: list[ReplicaGroup], trace: TraceArrivals, horizon: fl
 def routing(rt: Router, reps: Replicas, placed: np.ndarray, offset: int = 0) -> Callable[[Sequence, float], int]:
     """A route function: the router picks among the replicas that could hold the request and learns its
     choice; the choice (+ ``offset``) is recorded in ``placed[sid]``."""
+
     def route(seq: Sequence, t: float) -> int:
         r = seq.req
         i = rt.pick(r, reps.candidates(r), t)
         rt.routed(r, i, t)
         placed[seq.sid] = offset + i
         return i
+
     return route
 
 
@@ -172,8 +192,10 @@ def client_load(requests: list[Request], groups: list[ReplicaGroup]) -> tuple[Tr
     (``max_concurrency``): options of the whole run, which every group carries."""
     loads = {(g.cfg.max_concurrency, g.cfg.request_rate) for g in groups}
     if len(loads) > 1:
-        raise ConfigError("--max-concurrency and --request-rate describe the clients of the whole fleet: give "
-                          "them once, not per replica group")
+        raise ConfigError(
+            "--max-concurrency and --request-rate describe the clients of the whole fleet: give "
+            "them once, not per replica group"
+        )
     limit, rate = loads.pop() if loads else (None, None)
     return TraceArrivals(retime(requests, rate)), limit
 
@@ -185,22 +207,39 @@ def common_horizon(groups: list[ReplicaGroup], trace: TraceArrivals) -> float | 
     return trace.horizon(horizons.pop())
 
 
-def replica_outputs(engines: list[Engine], pools: list[PoolPlan], trace: TraceArrivals, end: float,
-                    wall: float) -> list[RunOutput]:
+def replica_outputs(
+    engines: list[Engine], pools: list[PoolPlan], trace: TraceArrivals, end: float, wall: float
+) -> list[RunOutput]:
     """Each replica's tables, as a single-engine run gives them (``e.received`` is in arrival order)."""
     outs = []
     for e, pool in zip(engines, pools):
         alloc = e.alloc
-        res = SimResult(alloc.name, alloc.pool_tokens, e.received, e.memory, end, e.steps, e.events,
-                        e.sched.preemptions, wall / len(engines), extra=e.counters(), shares_kv=alloc.shares_kv,
-                        t0=trace.t0)
+        res = SimResult(
+            alloc.name,
+            alloc.pool_tokens,
+            e.received,
+            e.memory,
+            end,
+            e.steps,
+            e.events,
+            e.sched.preemptions,
+            wall / len(engines),
+            extra=e.counters(),
+            shares_kv=alloc.shares_kv,
+            t0=trace.t0,
+        )
         outs.append(finish_run(res, alloc, pool))
     return outs
 
 
-def simulate_fleet(requests: list[Request], groups: list[ReplicaGroup], router: str,
-                   options: RouterOptions = RouterOptions(), progress: Callable[[int], None] | None = None,
-                   store: TierSpec | None = None) -> FleetOutput:
+def simulate_fleet(
+    requests: list[Request],
+    groups: list[ReplicaGroup],
+    router: str,
+    options: RouterOptions = RouterOptions(),
+    progress: Callable[[int], None] | None = None,
+    store: TierSpec | None = None,
+) -> FleetOutput:
     """Serve ``requests`` with the replicas of ``groups`` behind ``router`` (``store``: a KV store shared by
     every replica, below their own prefix caches and CPU tiers)."""
     wall0 = time.perf_counter()
@@ -236,21 +275,37 @@ def replica_table(outs: list[RunOutput], names: list[str]) -> pd.DataFrame:
         s, req = o.summary, o.requests
         fin = req[req.status == Status.FINISHED.value]
         busy = o.result.memory.busy_s
-        rows.append({
-            "replica": i, "group": name, "routed": len(req), "finished": s["finished"], "rejected": s["rejected"],
-            "unfinished": s["unfinished"], "prompt_tokens": int(req.prompt_tokens.sum()),
-            "output_tokens": int(req.generated_tokens.sum()), "throughput_tok_s": s["throughput_tok_s"],
-            "busy_frac": busy / s["duration_s"] if s["duration_s"] > 0 else 0.0, "mean_batch": s["mean_batch"],
-            "max_batch": s["max_batch"], "queue_p50_s": percentile(fin.queue_s, 50), "queue_p99_s": percentile(fin.queue_s, 99),
-            "ttft_p50_s": s["ttft_p50_s"], "ttft_p99_s": s["ttft_p99_s"], "tpot_p50_s": s["tpot_p50_s"],
-            "tpot_p99_s": s["tpot_p99_s"], "preemptions": s["preemptions"],
-            "prefix_hit_rate_tokens": s.get("prefix_hit_rate_tokens", float("nan")),
-            "kv_used_frac": 1.0 - s["mem_free"]})
+        rows.append(
+            {
+                "replica": i,
+                "group": name,
+                "routed": len(req),
+                "finished": s["finished"],
+                "rejected": s["rejected"],
+                "unfinished": s["unfinished"],
+                "prompt_tokens": int(req.prompt_tokens.sum()),
+                "output_tokens": int(req.generated_tokens.sum()),
+                "throughput_tok_s": s["throughput_tok_s"],
+                "busy_frac": busy / s["duration_s"] if s["duration_s"] > 0 else 0.0,
+                "mean_batch": s["mean_batch"],
+                "max_batch": s["max_batch"],
+                "queue_p50_s": percentile(fin.queue_s, 50),
+                "queue_p99_s": percentile(fin.queue_s, 99),
+                "ttft_p50_s": s["ttft_p50_s"],
+                "ttft_p99_s": s["ttft_p99_s"],
+                "tpot_p50_s": s["tpot_p50_s"],
+                "tpot_p99_s": s["tpot_p99_s"],
+                "preemptions": s["preemptions"],
+                "prefix_hit_rate_tokens": s.get("prefix_hit_rate_tokens", float("nan")),
+                "kv_used_frac": 1.0 - s["mem_free"],
+            }
+        )
     return pd.DataFrame(rows)
 
 
-def fleet_summary(router: str, req: pd.DataFrame, outs: list[RunOutput], table: pd.DataFrame, end: float,
-                  wall: float) -> dict:
+def fleet_summary(
+    router: str, req: pd.DataFrame, outs: list[RunOutput], table: pd.DataFrame, end: float, wall: float
+) -> dict:
     """The fleet's row: totals and latency percentiles over every request, hit rate over every lookup, and
     imbalance as max/mean over replicas."""
     fin = req[req.status == Status.FINISHED.value]
@@ -263,16 +318,20 @@ def fleet_summary(router: str, req: pd.DataFrame, outs: list[RunOutput], table: 
         return float(v.max() / v.mean()) if len(v) and v.mean() > 0 else float("nan")
 
     out = {
-        "router": router, "replicas": len(outs), "requests": len(req),
+        "router": router,
+        "replicas": len(outs),
+        "requests": len(req),
         "finished": int((req.status == Status.FINISHED.value).sum()),
         "rejected": int((req.status == Status.REJECTED.value).sum()),
         "unfinished": int((req.status == Status.UNFINISHED.value).sum()),
-        "duration_s": duration, "throughput_tok_s": float(req.generated_tokens.sum()) / duration,
+        "duration_s": duration,
+        "throughput_tok_s": float(req.generated_tokens.sum()) / duration,
         "throughput_req_s": len(fin) / duration,
         "preemptions": int(sum(o.summary["preemptions"] for o in outs)),
         "prefix_hit_rate_tokens": hit / lookup if lookup else float("nan"),
         "prefill_tokens_saved": hit,
-        "imbalance_requests": imbalance("routed"), "imbalance_prompt_tokens": imbalance("prompt_tokens"),
+        "imbalance_requests": imbalance("routed"),
+        "imbalance_prompt_tokens": imbalance("prompt_tokens"),
         "imbalance_busy": imbalance("busy_frac"),
         "kv_used_frac": float(table.kv_used_frac.mean()) if len(table) else float("nan"),
     }

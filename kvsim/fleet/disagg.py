@@ -33,8 +33,17 @@ from kvsim.engine.clock import ClientLimit, Completions, close_engines, drive
 from kvsim.engine.sequence import Sequence, Status
 from kvsim.engine.simulator import mark_unfinished
 from kvsim.errors import ConfigError
-from kvsim.fleet.cluster import (FleetOutput, ReplicaGroup, build_replicas, client_load, common_horizon, fleet_summary,
-                                 replica_outputs, replica_table, routing)
+from kvsim.fleet.cluster import (
+    FleetOutput,
+    ReplicaGroup,
+    build_replicas,
+    client_load,
+    common_horizon,
+    fleet_summary,
+    replica_outputs,
+    replica_table,
+    routing,
+)
 from kvsim.fleet.routers import RouterOptions, make_router
 from kvsim.hardware.gpus import NIC_BYTES_S
 from kvsim.hardware.layer_kinds import KINDS as LAYER_KINDS
@@ -84,11 +93,13 @@ def parse_link(text: str) -> KVLink:
         gbs = float(bw)
         ms = float(lat) if lat else 0.0
     except ValueError:
-        raise ConfigError(f"--kv-link {reprlib.repr(text)}: expected {', '.join(LINKS)} or GB_S[:LATENCY_MS], "
-                          f"e.g. 100:0.05") from None
+        raise ConfigError(
+            f"--kv-link {reprlib.repr(text)}: expected {', '.join(LINKS)} or GB_S[:LATENCY_MS], e.g. 100:0.05"
+        ) from None
     if not (math.isfinite(gbs) and MIN_GBS <= gbs <= 1e6) or not (math.isfinite(ms) and 0 <= ms <= 1e6):
-        raise ConfigError(f"--kv-link {reprlib.repr(text)}: bandwidth must be in [{MIN_GBS:g}, 1e6] GB/s and latency "
-                          "in [0, 1e6] ms")
+        raise ConfigError(
+            f"--kv-link {reprlib.repr(text)}: bandwidth must be in [{MIN_GBS:g}, 1e6] GB/s and latency in [0, 1e6] ms"
+        )
     return KVLink(gbs * 1e9, ms / 1e3, f"{gbs:g}GB/s")
 
 
@@ -98,10 +109,18 @@ def prefill_request(r: Request) -> Request:
     return replace(r, output_tokens=1, n=1)
 
 
-def simulate_disagg(requests: list[Request], prefill: list[ReplicaGroup], decode: list[ReplicaGroup],
-                    router: str, decode_router: str = "least-requests", options: RouterOptions = RouterOptions(),
-                    link: KVLink = LINKS["rdma"], progress: Callable[[int], None] | None = None,
-                    store: TierSpec | None = None, shared_link: bool = False) -> FleetOutput:
+def simulate_disagg(
+    requests: list[Request],
+    prefill: list[ReplicaGroup],
+    decode: list[ReplicaGroup],
+    router: str,
+    decode_router: str = "least-requests",
+    options: RouterOptions = RouterOptions(),
+    link: KVLink = LINKS["rdma"],
+    progress: Callable[[int], None] | None = None,
+    store: TierSpec | None = None,
+    shared_link: bool = False,
+) -> FleetOutput:
     """Serve ``requests`` with a prefill pool behind ``router`` and a decode pool behind ``decode_router``
     (``store``: a KV store shared by every engine of both pools). ``shared_link``: an engine's links carry
     one transfer at a time (a transfer waits for both its engines' NICs to be free, first come first
@@ -139,6 +158,7 @@ def simulate_disagg(requests: list[Request], prefill: list[ReplicaGroup], decode
             j = to_decode(ds, t)
             D.engines[j].receive(ds, t)
             touched.append(np_ + j)
+
         return handoff
 
     def make_loader(j: int):
@@ -153,15 +173,33 @@ def simulate_disagg(requests: list[Request], prefill: list[ReplicaGroup], decode
             P.engines[i].release(ds.sid, ready)
             touched.append(i)
             return ready
+
         return load
 
     touched: list[int] = []
     done = Completions(progress)  # a request is done when its decode finishes or either pool rejects it
-    P = build_replicas(prefill, trace, horizon, done, "prefill:", hooks=lambda i: {"handoff": make_handoff(i)},
-                       store=store, touched=touched)
+    P = build_replicas(
+        prefill,
+        trace,
+        horizon,
+        done,
+        "prefill:",
+        hooks=lambda i: {"handoff": make_handoff(i)},
+        store=store,
+        touched=touched,
+    )
     np_ = len(P.engines)
-    D = build_replicas(decode, trace, horizon, done, "decode:", hooks=lambda j: {"kv_loader": make_loader(j)},
-                       store=P.store, touched=touched, offset=np_)
+    D = build_replicas(
+        decode,
+        trace,
+        horizon,
+        done,
+        "decode:",
+        hooks=lambda j: {"kv_loader": make_loader(j)},
+        store=P.store,
+        touched=touched,
+        offset=np_,
+    )
     nic_free = [0.0] * (np_ + len(D.engines))  # per engine (prefill, then decode): when its links are next free
     # per prefill engine: bytes of a request's KV it hands over, on all its GPUs
     transfer_bytes = [handoff_bytes(e.alloc, pool, c, t) for e, pool, c, t in zip(P.engines, P.pools, P.cfgs, P.gpus)]
@@ -249,12 +287,14 @@ def handoff_bytes(alloc, pool, cfg, gpus: int) -> Callable[[int, int], int]:
         start = end - tokens
         held = sum(n * max(0, end - max(start, prompt - model.tokens_held(kind, prompt))) for kind, n in kinds.items())
         return (held * per_token + state) * gpus
+
     return nbytes
 
 
 def disagg_summary(req, table, link: KVLink) -> dict:
     """The pools' own figures: imbalance within each pool, KV moved and how long it took, the wait for decode
     memory (back-pressure), and each pool's mean KV use."""
+
     def pct(col: str, q: float) -> float:
         v = req[col].dropna()
         return float(np.percentile(v, q)) if len(v) else float("nan")
@@ -265,15 +305,19 @@ def disagg_summary(req, table, link: KVLink) -> dict:
 
     pools = {p: table[table["pool"] == p] for p in ("prefill", "decode")}
     return {
-        "mode": "disaggregated", "prefill_replicas": len(pools["prefill"]), "decode_replicas": len(pools["decode"]),
+        "mode": "disaggregated",
+        "prefill_replicas": len(pools["prefill"]),
+        "decode_replicas": len(pools["decode"]),
         "kv_link": link.name,
         "imbalance_requests": imbalance("prefill", "routed"),
         "imbalance_prompt_tokens": imbalance("prefill", "prompt_tokens"),
         "imbalance_busy": imbalance("prefill", "busy_frac"),
         "imbalance_decode_busy": imbalance("decode", "busy_frac"),
         "kv_transfer_gb": float(req["kv_transfer_bytes"].sum()) / 1e9,
-        "kv_transfer_p50_s": pct("kv_transfer_s", 50), "kv_transfer_p99_s": pct("kv_transfer_s", 99),
-        "decode_wait_p50_s": pct("decode_wait_s", 50), "decode_wait_p99_s": pct("decode_wait_s", 99),
+        "kv_transfer_p50_s": pct("kv_transfer_s", 50),
+        "kv_transfer_p99_s": pct("kv_transfer_s", 99),
+        "decode_wait_p50_s": pct("decode_wait_s", 50),
+        "decode_wait_p99_s": pct("decode_wait_s", 99),
         "prefill_kv_used_frac": float(pools["prefill"].kv_used_frac.mean()),
         "decode_kv_used_frac": float(pools["decode"].kv_used_frac.mean()),
         "prefill_busy_frac": float(pools["prefill"].busy_frac.mean()),

@@ -50,7 +50,7 @@ class RouterOptions:
     balance_abs_threshold: float = 64
     balance_rel_threshold: float = 1.5
     eviction_interval_s: float = 120.0
-    max_tree_size: float = 2 ** 26
+    max_tree_size: float = 2**26
     cache_miss: str = "least-load"  # a miss goes to: least-load (sgl-model-gateway) or smallest-tree (sgl-router)
     # llm-d's default scheduling profile (pkg/epp/config/loader/defaults.go) and approximate prefix index
     llmd_prefix_weight: float = 3.0
@@ -73,14 +73,18 @@ class RouterOptions:
         if self.cache_threshold > 1:
             raise ConfigError(f"router option cache_threshold must be in [0, 1], got {self.cache_threshold!r}")
         if self.llmd_max_prefix_blocks < 1 or self.llmd_max_prefix_blocks != int(self.llmd_max_prefix_blocks):
-            raise ConfigError("router option llmd_max_prefix_blocks must be a whole number >= 1, got "
-                              f"{self.llmd_max_prefix_blocks!r}")
+            raise ConfigError(
+                f"router option llmd_max_prefix_blocks must be a whole number >= 1, got {self.llmd_max_prefix_blocks!r}"
+            )
         return self
 
 
 # the names --router-params takes (those without a flag of their own: --seed, --router-ttl, --router-weights)
-ROUTER_PARAMS = tuple(f.name for f in fields(RouterOptions)
-                      if f.name not in ("seed", "approx_ttl_s", "prefix_weight", "queue_weight", "kv_weight"))
+ROUTER_PARAMS = tuple(
+    f.name
+    for f in fields(RouterOptions)
+    if f.name not in ("seed", "approx_ttl_s", "prefix_weight", "queue_weight", "kv_weight")
+)
 
 # routers that route by prompt prefixes (hash_ids): the cluster command warns when a trace has none
 PREFIX_ROUTERS = ("prefix", "prefix-approx", "prefix+load", "sglang-cache-aware", "llm-d")
@@ -95,8 +99,9 @@ def parse_router_params(text: str | None, flag: str = "--router-params") -> dict
         key, sep, val = part.partition("=")
         key, val = key.strip().replace("-", "_"), val.strip()
         if not sep or key not in ROUTER_PARAMS:
-            raise ConfigError(f"{flag}: expected KEY=VALUE with KEY one of {', '.join(ROUTER_PARAMS)}, got "
-                              f"{part.strip()[:80]!r}")
+            raise ConfigError(
+                f"{flag}: expected KEY=VALUE with KEY one of {', '.join(ROUTER_PARAMS)}, got {part.strip()[:80]!r}"
+            )
         if key in out:
             raise ConfigError(f"{flag}: {key} given twice")
         if key == "cache_miss":
@@ -176,8 +181,10 @@ class Router:
 class RoundRobin(Router):
     name = "round-robin"
     help = "each replica in turn"
-    balance_excuse = ("load-blind by design (as every real round-robin): it balances request counts, each replica "
-                      "gets one of every N requests, never their load")
+    balance_excuse = (
+        "load-blind by design (as every real round-robin): it balances request counts, each replica "
+        "gets one of every N requests, never their load"
+    )
 
     def __init__(self, engines, options):
         super().__init__(engines, options)
@@ -219,8 +226,10 @@ class LeastRequests(Router):
 
 class DataParallelBalancer(Router):
     name = "dp-lb"
-    help = ("vLLM's balancer over data-parallel ranks: lowest 4 x waiting + running requests, ties to the lowest "
-            "index (counts exact, where vLLM's refresh every 100 ms)")
+    help = (
+        "vLLM's balancer over data-parallel ranks: lowest 4 x waiting + running requests, ties to the lowest "
+        "index (counts exact, where vLLM's refresh every 100 ms)"
+    )
 
     def balance(self):
         # running + 4 x waiting of the pick <= that of the fewest-outstanding replica m <= 4 x outstanding of m
@@ -228,7 +237,9 @@ class DataParallelBalancer(Router):
 
     def pick(self, request, candidates, now):
         eng = self.engines
-        return min(candidates, key=lambda i: 3 * eng[i].queue_len + eng[i].outstanding)  # outstanding = waiting + running
+        return min(
+            candidates, key=lambda i: 3 * eng[i].queue_len + eng[i].outstanding
+        )  # outstanding = waiting + running
 
 
 class LeastKV(Router):
@@ -246,8 +257,10 @@ class LeastKV(Router):
 class Session(Router):
     name = "session"
     help = "sticky by the trace's session field (first turn: fewest outstanding requests)"
-    balance_excuse = ("sticky by design: a session's later turns follow its first whatever the load (session "
-                      "affinity in real routers has no load guard either); first turns go to the least loaded")
+    balance_excuse = (
+        "sticky by design: a session's later turns follow its first whatever the load (session "
+        "affinity in real routers has no load guard either); first turns go to the least loaded"
+    )
 
     def __init__(self, engines, options):
         super().__init__(engines, options)
@@ -266,25 +279,30 @@ class Session(Router):
 
 class ExactPrefix(Router):
     name = "prefix"
-    help = ("longest prefix cached on the replica (exact index, as from KV-cache events), then fewest outstanding; "
-            "SGLang's balance guard as prefix-approx")
+    help = (
+        "longest prefix cached on the replica (exact index, as from KV-cache events), then fewest outstanding; "
+        "SGLang's balance guard as prefix-approx"
+    )
 
     def balance(self):
         return Balance("outstanding", self.options.balance_abs_threshold, self.options.balance_rel_threshold)
 
     def pick(self, request, candidates, now):
         eng, o = self.engines, self.options
-        if not request.hash_ids or sglang_imbalanced([eng[i].outstanding for i in candidates],
-                                                     o.balance_abs_threshold, o.balance_rel_threshold):
+        if not request.hash_ids or sglang_imbalanced(
+            [eng[i].outstanding for i in candidates], o.balance_abs_threshold, o.balance_rel_threshold
+        ):
             return self._least_loaded(candidates)
         return max(candidates, key=lambda i: (eng[i].cached_prefix_tokens(request), -eng[i].outstanding, -i))
 
 
 class ApproxPrefix(Router):
     name = "prefix-approx"
-    help = ("longest prefix this router sent to the replica within --router-ttl seconds (learns only from its "
-            "own decisions, as SGLang's router), then fewest outstanding; SGLang's balance guard: when the most "
-            "loaded replica has > 64 and > 1.5 x the outstanding requests of the least, the least loaded")
+    help = (
+        "longest prefix this router sent to the replica within --router-ttl seconds (learns only from its "
+        "own decisions, as SGLang's router), then fewest outstanding; SGLang's balance guard: when the most "
+        "loaded replica has > 64 and > 1.5 x the outstanding requests of the least, the least loaded"
+    )
 
     def __init__(self, engines, options):
         super().__init__(engines, options)
@@ -306,8 +324,9 @@ class ApproxPrefix(Router):
 
     def pick(self, request, candidates, now):
         o, eng = self.options, self.engines
-        if sglang_imbalanced([eng[i].outstanding for i in candidates], o.balance_abs_threshold,
-                             o.balance_rel_threshold):
+        if sglang_imbalanced(
+            [eng[i].outstanding for i in candidates], o.balance_abs_threshold, o.balance_rel_threshold
+        ):
             return self._least_loaded(candidates)
         if not request.hash_ids:
             return self._least_loaded(candidates)
@@ -325,8 +344,10 @@ class ApproxPrefix(Router):
 
 class PrefixLoad(Router):
     name = "prefix+load"
-    help = ("weighted score of the prompt fraction cached (exact index), a short waiting queue and free KV memory, "
-            "as llm-d's scorers; weights --router-weights")
+    help = (
+        "weighted score of the prompt fraction cached (exact index), a short waiting queue and free KV memory, "
+        "as llm-d's scorers; weights --router-weights"
+    )
 
     def balance(self):
         return Balance(idle_first=True)
@@ -344,8 +365,9 @@ class PrefixLoad(Router):
         best, best_score = candidates[0], None
         for i, q in zip(candidates, queues):
             e = eng[i]
-            score = o.queue_weight * ((qmax - q) / (qmax - qmin) if qmax > qmin else 1.0) \
-                + o.kv_weight * (1.0 - e.kv_usage)
+            score = o.queue_weight * ((qmax - q) / (qmax - qmin) if qmax > qmin else 1.0) + o.kv_weight * (
+                1.0 - e.kv_usage
+            )
             if request.hash_ids and o.prefix_weight:
                 score += o.prefix_weight * e.cached_prefix_tokens(request) / prompt
             key = (score, -e.outstanding, -i)
@@ -375,10 +397,12 @@ class SGLangCacheAware(Router):
     Ties on load go to the lowest index (the real ``min_by_key`` takes the first worker in its list)."""
 
     name = "sglang-cache-aware"
-    help = ("SGLang's router (cache_aware policy): least loaded when loads are imbalanced (max - min > 64 and max > "
-            "1.5 x min), else the replica whose radix tree holds more than 0.3 of the prompt, else the least "
-            "loaded; --router-params cache_threshold=,balance_abs_threshold=,balance_rel_threshold=,"
-            "eviction_interval_s=,max_tree_size=,cache_miss=")
+    help = (
+        "SGLang's router (cache_aware policy): least loaded when loads are imbalanced (max - min > 64 and max > "
+        "1.5 x min), else the replica whose radix tree holds more than 0.3 of the prompt, else the least "
+        "loaded; --router-params cache_threshold=,balance_abs_threshold=,balance_rel_threshold=,"
+        "eviction_interval_s=,max_tree_size=,cache_miss="
+    )
 
     def __init__(self, engines, options):
         super().__init__(engines, options)
@@ -419,8 +443,9 @@ class SGLangCacheAware(Router):
     def pick(self, request, candidates, now):
         o, eng = self.options, self.engines
         self._evict(now)
-        if sglang_imbalanced([eng[i].outstanding for i in candidates], o.balance_abs_threshold,
-                             o.balance_rel_threshold):
+        if sglang_imbalanced(
+            [eng[i].outstanding for i in candidates], o.balance_abs_threshold, o.balance_rel_threshold
+        ):
             return self._least_loaded(candidates)
         ids = request.hash_ids or ()
         best, best_n = candidates[0], -1
@@ -467,9 +492,11 @@ class LlmD(Router):
     Not modelled: flow control and the saturation detector (admission), which decide when, not where."""
 
     name = "llm-d"
-    help = ("llm-d's scheduler, default profile: max of 2 x queue score (short waiting queue, min-max normalised) + "
-            "2 x (1 - KV usage) + 3 x cached block fraction from its approximate per-replica LRU index; "
-            "--router-params llmd_prefix_weight=,llmd_queue_weight=,llmd_kv_weight=,llmd_lru_blocks=")
+    help = (
+        "llm-d's scheduler, default profile: max of 2 x queue score (short waiting queue, min-max normalised) + "
+        "2 x (1 - KV usage) + 3 x cached block fraction from its approximate per-replica LRU index; "
+        "--router-params llmd_prefix_weight=,llmd_queue_weight=,llmd_kv_weight=,llmd_lru_blocks="
+    )
 
     DEFAULT_LRU_BLOCKS = 31250  # defaultLRUCapacityPerServer, when a replica's pool is unknown
 
@@ -508,8 +535,9 @@ class LlmD(Router):
         qmin, qmax = min(queues), max(queues)
         scores = []
         for i, q in zip(candidates, queues):
-            score = o.llmd_queue_weight * ((qmax - q) / (qmax - qmin) if qmax > qmin else 1.0) \
-                + o.llmd_kv_weight * (1.0 - min(max(eng[i].kv_usage, 0.0), 1.0))
+            score = o.llmd_queue_weight * ((qmax - q) / (qmax - qmin) if qmax > qmin else 1.0) + o.llmd_kv_weight * (
+                1.0 - min(max(eng[i].kv_usage, 0.0), 1.0)
+            )
             if blocks:
                 score += o.llmd_prefix_weight * match.get(i, 0) / len(blocks)
             scores.append(score)
@@ -548,9 +576,22 @@ class LlmD(Router):
                         del self._pods[old]
 
 
-ROUTERS: dict[str, type[Router]] = {r.name: r for r in (RoundRobin, RandomRouter, LeastRequests, LeastKV, Session,
-                                                          ExactPrefix, ApproxPrefix, PrefixLoad, DataParallelBalancer,
-                                                          SGLangCacheAware, LlmD)}
+ROUTERS: dict[str, type[Router]] = {
+    r.name: r
+    for r in (
+        RoundRobin,
+        RandomRouter,
+        LeastRequests,
+        LeastKV,
+        Session,
+        ExactPrefix,
+        ApproxPrefix,
+        PrefixLoad,
+        DataParallelBalancer,
+        SGLangCacheAware,
+        LlmD,
+    )
+}
 
 
 def router_names() -> list[str]:

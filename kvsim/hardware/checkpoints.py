@@ -49,20 +49,36 @@ _GPTQ = {"weight_dtype": "int4", "weight_quant": "w4a16", "weight_group_size": 1
 # not FP8 already: per-tensor scales, the embedding and LM head in bf16)
 SCHEMES: dict[str, Scheme] = {
     "fp8": Scheme("fp8", "fp8", "FP8 weights, per-tensor scales", _FP8),
-    "fbgemm_fp8": Scheme("fbgemm_fp8", "fp8", "FP8 weights, per-channel scales, dynamic per-token activations "
-                         "(fbgemm)", _FP8),
+    "fbgemm_fp8": Scheme(
+        "fbgemm_fp8", "fp8", "FP8 weights, per-channel scales, dynamic per-token activations (fbgemm)", _FP8
+    ),
     # NVIDIA's exports leave the KV cache to the server (kv_cache_quant_algo null in Llama-3.1-405B-Instruct-FP8's
     # and DeepSeek-R1-NVFP4's hf_quant_config.json: --kv-cache-dtype fp8 asks for one); their MoE exports keep
     # attention in bf16 (DeepSeek-R1-NVFP4's exclude_modules names every layer's self_attn)
     "modelopt": Scheme("modelopt", "fp8", "NVIDIA ModelOpt FP8 weights, per-tensor scales", _FP8),
-    "modelopt_fp4": Scheme("modelopt", "nvfp4", "NVIDIA ModelOpt NVFP4 weights (4 bits, an FP8 scale per 16; MoE "
-                           "models: attention in bf16)", _NVFP4, moe={**_NVFP4, "attention_unquantized": True}),
-    "compressed-tensors": Scheme("compressed-tensors", "fp8-dynamic", "compressed-tensors FP8 weights (per-channel) "
-                                 "with dynamic per-token FP8 activations, as llm-compressor's FP8_DYNAMIC", _FP8),
+    "modelopt_fp4": Scheme(
+        "modelopt",
+        "nvfp4",
+        "NVIDIA ModelOpt NVFP4 weights (4 bits, an FP8 scale per 16; MoE models: attention in bf16)",
+        _NVFP4,
+        moe={**_NVFP4, "attention_unquantized": True},
+    ),
+    "compressed-tensors": Scheme(
+        "compressed-tensors",
+        "fp8-dynamic",
+        "compressed-tensors FP8 weights (per-channel) "
+        "with dynamic per-token FP8 activations, as llm-compressor's FP8_DYNAMIC",
+        _FP8,
+    ),
     "awq": Scheme("awq", "awq", "AWQ 4-bit weights, a scale and zero point per 128", _AWQ),
     "gptq": Scheme("gptq", "gptq", "GPTQ 4-bit symmetric weights, a scale per 128", _GPTQ),
-    "mxfp4": Scheme("mxfp4", "mxfp4", "MXFP4 routed experts (4 bits, an 8-bit scale per 32), the rest in bf16",
-                    {"expert_dtype": "mxfp4"}, experts_only=True),
+    "mxfp4": Scheme(
+        "mxfp4",
+        "mxfp4",
+        "MXFP4 routed experts (4 bits, an 8-bit scale per 32), the rest in bf16",
+        {"expert_dtype": "mxfp4"},
+        experts_only=True,
+    ),
 }
 SCHEMES["awq_marlin"] = SCHEMES["awq"]  # vLLM picks the Marlin kernels on its own; these name the same checkpoints
 SCHEMES["gptq_marlin"] = SCHEMES["gptq"]
@@ -70,9 +86,19 @@ QUANTIZATION_FLAGS = tuple(SCHEMES)
 # the quant_method a --quantization name requires of a checkpoint (fp8 also loads bf16 checkpoints)
 FAMILY = {k: s.method for k, s in SCHEMES.items()}
 
-QUANT_FIELDS = dict(weight_dtype=None, weight_quant=None, expert_dtype=None, quant_method=None, weight_group_size=0,
-                    weight_zero_points=False, attention_unquantized=False, unquantized_attention_layers=(),
-                    unquantized_mlp_layers=(), checkpoint_kv_dtype=None, kv_dtype=None)
+QUANT_FIELDS = dict(
+    weight_dtype=None,
+    weight_quant=None,
+    expert_dtype=None,
+    quant_method=None,
+    weight_group_size=0,
+    weight_zero_points=False,
+    attention_unquantized=False,
+    unquantized_attention_layers=(),
+    unquantized_mlp_layers=(),
+    checkpoint_kv_dtype=None,
+    kv_dtype=None,
+)
 
 
 def unquantized(spec):
@@ -85,8 +111,9 @@ def apply_scheme(base, flag: str, name: str | None = None):
     s = SCHEMES[flag]
     plain = unquantized(base)
     if s.experts_only and not plain.is_moe:
-        raise ConfigError(f"--quantization {flag}: {s.what}; {base.name} has no experts (a dense model has no {flag} "
-                          "checkpoint)")
+        raise ConfigError(
+            f"--quantization {flag}: {s.what}; {base.name} has no experts (a dense model has no {flag} checkpoint)"
+        )
     fields = dict(s.moe if (s.moe is not None and plain.is_moe) else s.dense)
     if s.method != "fp8" or flag != "fp8":
         fields["quant_method"] = s.method
@@ -130,15 +157,21 @@ def quantize(spec, flag: str | None, from_config: bool = False):
     if flag == "fp8" and not quantized:  # quantized on loading, as vLLM does with a bf16 checkpoint
         return replace(spec, weight_dtype="fp8", weight_quant="fp8"), ""
     if flag == "fp8":
-        raise ConfigError(f"--quantization fp8: {spec.name} is already quantized ({own or spec.weight_quant or spec.expert_dtype}); "
-                          "vLLM quantizes only bf16/fp16 checkpoints to FP8 on loading")
+        raise ConfigError(
+            f"--quantization fp8: {spec.name} is already quantized ({own or spec.weight_quant or spec.expert_dtype}); "
+            "vLLM quantizes only bf16/fp16 checkpoints to FP8 on loading"
+        )
     if from_config:
         have = f"its config's quantization is {own}" if own else "it is not quantized"
-        raise ConfigError(f"--quantization {flag}: {spec.name} is not a {s.method} checkpoint ({have}); vLLM loads "
-                          "these methods only from checkpoints quantized that way")
+        raise ConfigError(
+            f"--quantization {flag}: {spec.name} is not a {s.method} checkpoint ({have}); vLLM loads "
+            "these methods only from checkpoints quantized that way"
+        )
     out = apply_scheme(spec, flag)
-    return out, (f"note: --quantization {flag}: {spec.name} priced as its {s.method} checkpoint ({s.what}); a "
-                 "checkpoint's own config.json or Hugging Face id (`kvsim list models`) says its exact format")
+    return out, (
+        f"note: --quantization {flag}: {spec.name} priced as its {s.method} checkpoint ({s.what}); a "
+        "checkpoint's own config.json or Hugging Face id (`kvsim list models`) says its exact format"
+    )
 
 
 # --- checkpoints by Hugging Face id ---------------------------------------------------------------------------
@@ -182,11 +215,19 @@ def _variant(key: str, publisher: str) -> tuple[str, dict]:
     if key == "w4a16":  # llm-compressor's W4A16: symmetric 4-bit, a scale per 128
         return "compressed-tensors", {**_GPTQ}
     if key == "w8a8":
-        return "compressed-tensors", {"weight_dtype": "int8", "weight_quant": "w8a8_int8", "weight_group_size": 0,
-                                      "weight_zero_points": False}
+        return "compressed-tensors", {
+            "weight_dtype": "int8",
+            "weight_quant": "w8a8_int8",
+            "weight_group_size": 0,
+            "weight_zero_points": False,
+        }
     if key == "w8a16":
-        return "compressed-tensors", {"weight_dtype": "int8", "weight_quant": "w8a16", "weight_group_size": 0,
-                                      "weight_zero_points": False}
+        return "compressed-tensors", {
+            "weight_dtype": "int8",
+            "weight_quant": "w8a16",
+            "weight_group_size": 0,
+            "weight_zero_points": False,
+        }
     return key, {}
 
 
@@ -197,7 +238,7 @@ def checkpoint_from_id(name: str, presets: dict, ids: dict[str, str]):
         return None
     publisher, repo = name.lower().split("/")
     by_repo = {k.split("/")[1]: v for k, v in ids.items()}
-    by_repo.update({k[len("meta-"):]: v for k, v in list(by_repo.items()) if k.startswith("meta-")})
+    by_repo.update({k[len("meta-") :]: v for k, v in list(by_repo.items()) if k.startswith("meta-")})
     repo = re.sub(r"-v\d+$", "", repo)  # a publisher's re-release of the same checkpoint (-FP4-v2)
     for pattern, key in SUFFIXES:
         m = re.fullmatch(rf"(.+?){pattern}", repo)
@@ -211,8 +252,9 @@ def checkpoint_from_id(name: str, presets: dict, ids: dict[str, str]):
             if not spec.is_moe:
                 continue
             out = apply_scheme(unquantized(spec), "mxfp4")  # experts only, as 4-bit integers (W4A16, groups of 32)
-            return replace(out, name=f"{base}-int4", quant_method="compressed-tensors", expert_dtype="int4",
-                           weight_group_size=32)
+            return replace(
+                out, name=f"{base}-int4", quant_method="compressed-tensors", expert_dtype="int4", weight_group_size=32
+            )
         flag, extra = _variant(key, publisher)
         if SCHEMES[flag].experts_only and not spec.is_moe:
             continue

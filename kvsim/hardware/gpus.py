@@ -73,7 +73,9 @@ GPU_PRESETS: dict[str, GpuSpec] = {
         # A100-80GB 79.25, H100 79.18 (logs of other drivers 79.11-79.19), H200 139.81, B200 178.36, L40S 44.42;
         # A40 and RTX 4090: nvidia-smi's totals (no log found)
         GpuSpec("a100-40gb", 40438 * MiB, 1.555e12, 312e12, 32e9, 108, "ampere-a100", chip="ga100"),
-        GpuSpec("a100-80gb", 81152 * MiB, 2.039e12, 312e12, 32e9, 108, "ampere-a100", chip="ga100", aic_system="a100_sxm"),
+        GpuSpec(
+            "a100-80gb", 81152 * MiB, 2.039e12, 312e12, 32e9, 108, "ampere-a100", chip="ga100", aic_system="a100_sxm"
+        ),
         GpuSpec("h100-80gb", 81080 * MiB, 3.35e12, 989e12, 64e9, 132, "hopper", chip="gh100", aic_system="h100_sxm"),
         GpuSpec("h200-141gb", 143165 * MiB, 4.8e12, 989e12, 64e9, 132, "hopper", chip="gh100", aic_system="h200_sxm"),
         # B200 (HGX): nvidia-smi reports 183,359 MiB, CUDA 182,641; a 7,680-bit bus at 3,996 MHz gives 7.67 TB/s (pytorch/ao
@@ -86,14 +88,36 @@ GPU_PRESETS: dict[str, GpuSpec] = {
         # HBM 7.7 / 7.7 / 8 TB/s and dense bf16 2.5 / 2.25 / 2.5 PFLOP/s (NVIDIA's GB200 NVL72, HGX B300 and
         # Blackwell Ultra figures). Host link: NVLink-C2C's 900 GB/s both ways per Grace CPU, shared by its two
         # GPUs (GB300 measured 211 GB/s host to GPU, NVIDIA/Megatron-LM#6491); B300 on a PCIe Gen5 host.
-        GpuSpec("gb200", 188733 * MiB, 7.7e12, 2.5e15, 225e9, 152, "blackwell", nvlink_gpus=72, chip="gb100", aic_system="gb200"),
+        GpuSpec(
+            "gb200",
+            188733 * MiB,
+            7.7e12,
+            2.5e15,
+            225e9,
+            152,
+            "blackwell",
+            nvlink_gpus=72,
+            chip="gb100",
+            aic_system="gb200",
+        ),
         GpuSpec("b300", 274113 * MiB, 7.7e12, 2.25e15, 64e9, 148, "blackwell", aic_system="b300_sxm"),
         GpuSpec("gb300", 283136 * MiB, 8.0e12, 2.5e15, 225e9, 152, "blackwell", nvlink_gpus=72, aic_system="gb300"),
         # RTX PRO 6000 Blackwell Server Edition (GB202, PCIe Gen5 x16, no NVLink): PyTorch's total_memory=97250MB
         # with multi_processor_count=188 (nvidia-smi: 97,887 MiB); 1,597 GB/s of GDDR7 (the Server Edition's
         # datasheet; the Workstation's is 1,792); dense bf16 467.8 TFLOP/s (NVIDIA's Workstation 503.8 at 2,617
         # MHz, at the Server Edition's 2,430 MHz boost, as AIConfigurator scales it)
-        GpuSpec("rtx-pro-6000", 97250 * MiB, 1.597e12, 467.8e12, 64e9, 188, "blackwell", nvlink_gpus=1, chip="gb202", aic_system="rtx_pro_6000_server"),
+        GpuSpec(
+            "rtx-pro-6000",
+            97250 * MiB,
+            1.597e12,
+            467.8e12,
+            64e9,
+            188,
+            "blackwell",
+            nvlink_gpus=1,
+            chip="gb202",
+            aic_system="rtx_pro_6000_server",
+        ),
         GpuSpec("a40", 46068 * MiB, 696e9, 149.7e12, 32e9, 84, "ampere-ga102", chip="ga102", aic_system="a40"),
         GpuSpec("l40s", 45486 * MiB, 864e9, 362e12, 32e9, 142, "ada", chip="ad102", aic_system="l40s"),
         GpuSpec("rtx-4090", 24564 * MiB, 1.008e12, 165e12, 32e9, 128, "ada", chip="ad102"),
@@ -131,16 +155,30 @@ GPU_PRESETS: dict[str, GpuSpec] = {
 # "nvidia-smi" = nvidia-smi's total, the reservation not taken off. Peaks: "datasheet" = the vendor's datasheet
 # or whitepaper; "derived" = worked from SMs, clocks and bus width where no datasheet gives the number.
 PRESET_SOURCES: dict[str, tuple[str, str]] = {
-    "a100-40gb": ("measured", "datasheet"), "a100-80gb": ("measured", "datasheet"),
-    "h100-80gb": ("measured", "datasheet"), "h200-141gb": ("measured", "datasheet"),
-    "b200": ("measured", "derived"), "gb200": ("measured", "datasheet"), "b300": ("measured", "datasheet"),
-    "gb300": ("measured", "datasheet"), "rtx-pro-6000": ("measured", "derived"), "a40": ("nvidia-smi", "datasheet"),
-    "l40s": ("measured", "datasheet"), "rtx-4090": ("nvidia-smi", "datasheet"),
-    "l4": ("derived", "datasheet"), "a10g": ("derived", "derived"), "l40": ("sibling", "datasheet"),
-    "h20": ("derived", "datasheet"), "h100-pcie": ("sibling", "datasheet"), "h100-nvl": ("measured", "datasheet"),
-    "rtx-5090": ("measured", "datasheet"), "rtx-3090": ("derived", "datasheet"),
-    "a100-40gb-pcie": ("sibling", "datasheet"), "a100-80gb-pcie": ("sibling", "datasheet"),
-    "mi300x": ("measured", "datasheet"), "mi325x": ("derived", "datasheet"),
+    "a100-40gb": ("measured", "datasheet"),
+    "a100-80gb": ("measured", "datasheet"),
+    "h100-80gb": ("measured", "datasheet"),
+    "h200-141gb": ("measured", "datasheet"),
+    "b200": ("measured", "derived"),
+    "gb200": ("measured", "datasheet"),
+    "b300": ("measured", "datasheet"),
+    "gb300": ("measured", "datasheet"),
+    "rtx-pro-6000": ("measured", "derived"),
+    "a40": ("nvidia-smi", "datasheet"),
+    "l40s": ("measured", "datasheet"),
+    "rtx-4090": ("nvidia-smi", "datasheet"),
+    "l4": ("derived", "datasheet"),
+    "a10g": ("derived", "derived"),
+    "l40": ("sibling", "datasheet"),
+    "h20": ("derived", "datasheet"),
+    "h100-pcie": ("sibling", "datasheet"),
+    "h100-nvl": ("measured", "datasheet"),
+    "rtx-5090": ("measured", "datasheet"),
+    "rtx-3090": ("derived", "datasheet"),
+    "a100-40gb-pcie": ("sibling", "datasheet"),
+    "a100-80gb-pcie": ("sibling", "datasheet"),
+    "mi300x": ("measured", "datasheet"),
+    "mi325x": ("derived", "datasheet"),
 }
 
 
@@ -154,14 +192,28 @@ def vllm_serve_defaults(gpu: GpuSpec) -> tuple[int, int]:
 
 # names nvidia-smi, rocm-smi and people print, after the normalisation of _key(), that name no preset directly
 ALIASES = {
-    "h100": "h100-80gb", "h100-sxm": "h100-80gb", "h100-sxm5": "h100-80gb", "h100-sxm5-80gb": "h100-80gb",
-    "h100-80gb-hbm3": "h100-80gb", "h100-pcie-80gb": "h100-pcie", "h100-nvl-94gb": "h100-nvl",
-    "h200-sxm": "h200-141gb", "h200-141gb-hbm3e": "h200-141gb",
-    "a100-sxm4-80gb": "a100-80gb", "a100-sxm4-40gb": "a100-40gb", "a100-sxm-80gb": "a100-80gb",
-    "a100-sxm-40gb": "a100-40gb", "a100-pcie-40gb": "a100-40gb-pcie", "a100-pcie-80gb": "a100-80gb-pcie",
-    "a100-80gb-pcie": "a100-80gb-pcie", "a100-40gb-pcie": "a100-40gb-pcie",
-    "b200-sxm": "b200", "b300-sxm6-ac": "b300", "b300-sxm6": "b300",
-    "rtx-pro-6000-blackwell-server-edition": "rtx-pro-6000", "rtx-pro-6000-server": "rtx-pro-6000",
+    "h100": "h100-80gb",
+    "h100-sxm": "h100-80gb",
+    "h100-sxm5": "h100-80gb",
+    "h100-sxm5-80gb": "h100-80gb",
+    "h100-80gb-hbm3": "h100-80gb",
+    "h100-pcie-80gb": "h100-pcie",
+    "h100-nvl-94gb": "h100-nvl",
+    "h200-sxm": "h200-141gb",
+    "h200-141gb-hbm3e": "h200-141gb",
+    "a100-sxm4-80gb": "a100-80gb",
+    "a100-sxm4-40gb": "a100-40gb",
+    "a100-sxm-80gb": "a100-80gb",
+    "a100-sxm-40gb": "a100-40gb",
+    "a100-pcie-40gb": "a100-40gb-pcie",
+    "a100-pcie-80gb": "a100-80gb-pcie",
+    "a100-80gb-pcie": "a100-80gb-pcie",
+    "a100-40gb-pcie": "a100-40gb-pcie",
+    "b200-sxm": "b200",
+    "b300-sxm6-ac": "b300",
+    "b300-sxm6": "b300",
+    "rtx-pro-6000-blackwell-server-edition": "rtx-pro-6000",
+    "rtx-pro-6000-server": "rtx-pro-6000",
     "rtx-pro-6000-blackwell-server": "rtx-pro-6000",
 }
 # names of a different product than the preset they start with: refused, saying what differs
@@ -172,8 +224,10 @@ _NOT_THE_PRESET = {
     " Server Edition preset rtx-pro-6000 (1,597 GB/s)",
     "h200-nvl": "the H200 NVL (a 600 W PCIe card) is not the SXM preset h200-141gb",
 }
-_CUSTOM_HINT = ("or describe it: --gpu custom:memory_gb=..,bandwidth_gbs=..,bf16_tflops=..[,arch=..] or a YAML file "
-                "of those keys (docs/gpus.md)")
+_CUSTOM_HINT = (
+    "or describe it: --gpu custom:memory_gb=..,bandwidth_gbs=..,bf16_tflops=..[,arch=..] or a YAML file "
+    "of those keys (docs/gpus.md)"
+)
 
 
 def _key(name: str) -> str:
@@ -217,9 +271,11 @@ def get_gpu(name: str) -> GpuSpec:
         return GPU_PRESETS[longer[0]]
     close = difflib.get_close_matches(key, [*GPU_PRESETS, *ALIASES], n=6, cutoff=0.5)
     close = list(dict.fromkeys(ALIASES.get(c, c) for c in close))[:3]
-    raise ConfigError(f"unknown GPU '{name}' (presets: {', '.join(GPU_PRESETS)})"
-                      + (f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else "")
-                      + f"; {_CUSTOM_HINT}")
+    raise ConfigError(
+        f"unknown GPU '{name}' (presets: {', '.join(GPU_PRESETS)})"
+        + (f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else "")
+        + f"; {_CUSTOM_HINT}"
+    )
 
 
 def _is_file(text: str) -> bool:
@@ -231,8 +287,12 @@ def _is_file(text: str) -> bool:
 
 # A GPU of one's own: key -> (meaning, lowest, highest, whole number); numbers outside are refused as typos
 CUSTOM_KEYS: dict[str, tuple[str, float, float, bool]] = {
-    "memory_gb": ("memory as CUDA reports it, in GiB (PyTorch's total_memory / 2**30, vLLM's total_gpu_memory)",
-                  0.5, 4096.0, False),
+    "memory_gb": (
+        "memory as CUDA reports it, in GiB (PyTorch's total_memory / 2**30, vLLM's total_gpu_memory)",
+        0.5,
+        4096.0,
+        False,
+    ),
     "bandwidth_gbs": ("memory bandwidth, GB/s (datasheet peak)", 1.0, 100_000.0, False),
     "bf16_tflops": ("dense bf16 tensor peak, TFLOP/s (no sparsity; FP32 accumulate)", 0.1, 100_000.0, False),
     "pcie_gbs": ("host link, GB/s per direction (PCIe 4.0 x16: 32, 5.0 x16: 64)", 0.1, 10_000.0, False),
@@ -251,8 +311,9 @@ def parse_custom_gpu(text: str) -> GpuSpec:
     values: dict[str, str] = {}
     for part in filter(None, (p.strip() for p in body.split(","))):
         if "=" not in part:
-            raise ConfigError(f"custom GPU: '{part}' is not key=value (custom:memory_gb=..,bandwidth_gbs=..,"
-                              "bf16_tflops=..)")
+            raise ConfigError(
+                f"custom GPU: '{part}' is not key=value (custom:memory_gb=..,bandwidth_gbs=..,bf16_tflops=..)"
+            )
         k, v = part.split("=", 1)
         k = k.strip().lower()
         if k in values or _CUSTOM_ALIASES.get(k, k) in values:
@@ -271,14 +332,18 @@ def gpu_from_file(path: str) -> GpuSpec:
     except OSError as e:
         raise ConfigError(f"{label}: cannot read: {e.strerror or e}") from None
     except UnicodeDecodeError:
-        raise ConfigError(f"{label}: not a text file (a YAML mapping of memory_gb, bandwidth_gbs, bf16_tflops)") from None
+        raise ConfigError(
+            f"{label}: not a text file (a YAML mapping of memory_gb, bandwidth_gbs, bf16_tflops)"
+        ) from None
     except yaml.YAMLError as e:
         raise ConfigError(f"{label}: not valid YAML: {str(e).splitlines()[0]}") from None
     except (RecursionError, ValueError) as e:
         raise ConfigError(f"{label}: not readable YAML ({e})") from None
     if not isinstance(doc, dict):
-        raise ConfigError(f"{label}: expected a mapping of memory_gb, bandwidth_gbs, bf16_tflops[, sms, arch, "
-                          "pcie_gbs, nvlink_gpus, name]")
+        raise ConfigError(
+            f"{label}: expected a mapping of memory_gb, bandwidth_gbs, bf16_tflops[, sms, arch, "
+            "pcie_gbs, nvlink_gpus, name]"
+        )
     if not all(isinstance(k, str) for k in doc):
         raise ConfigError(f"{label}: keys must be names such as memory_gb")
     return custom_gpu({k.lower(): v for k, v in doc.items()}, label)
@@ -292,11 +357,15 @@ def custom_gpu(values: dict, label: str = "custom GPU") -> GpuSpec:
     values = {_CUSTOM_ALIASES.get(k, k): v for k, v in values.items()}
     unknown = sorted(set(values) - set(CUSTOM_KEYS) - set(CUSTOM_TEXT_KEYS))
     if unknown:
-        raise ConfigError(f"{label}: unknown key(s) {', '.join(unknown)} (keys: {', '.join([*CUSTOM_KEYS, *CUSTOM_TEXT_KEYS])})")
+        raise ConfigError(
+            f"{label}: unknown key(s) {', '.join(unknown)} (keys: {', '.join([*CUSTOM_KEYS, *CUSTOM_TEXT_KEYS])})"
+        )
     missing = [k for k in _REQUIRED if k not in values]
     if missing:
-        raise ConfigError(f"{label}: missing {', '.join(missing)} (need {', '.join(_REQUIRED)}; e.g. "
-                          "custom:memory_gb=79.18,bandwidth_gbs=3350,bf16_tflops=989,arch=hopper)")
+        raise ConfigError(
+            f"{label}: missing {', '.join(missing)} (need {', '.join(_REQUIRED)}; e.g. "
+            "custom:memory_gb=79.18,bandwidth_gbs=3350,bf16_tflops=989,arch=hopper)"
+        )
     nums: dict[str, float] = {}
     for k, (meaning, lo, hi, whole) in CUSTOM_KEYS.items():
         if k not in values:
@@ -308,8 +377,10 @@ def custom_gpu(values: dict, label: str = "custom GPU") -> GpuSpec:
             except ValueError:
                 raise ConfigError(f"{label}: {k} must be a number, got {v!r:.40} ({k}: {meaning})") from None
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not is_finite(v):
-            raise ConfigError(f"{label}: {k} must be a finite number, got "
-                              f"{shown(v) if isinstance(v, int) else repr(v)[:40]} ({k}: {meaning})")
+            raise ConfigError(
+                f"{label}: {k} must be a finite number, got "
+                f"{shown(v) if isinstance(v, int) else repr(v)[:40]} ({k}: {meaning})"
+            )
         if whole and v != int(v):
             raise ConfigError(f"{label}: {k} must be a whole number, got {v:g} ({k}: {meaning})")
         if not lo <= v <= hi:
@@ -325,16 +396,28 @@ def custom_gpu(values: dict, label: str = "custom GPU") -> GpuSpec:
     arch = texts.get("arch", "").lower()
     if arch and arch not in ARCHS:
         close = difflib.get_close_matches(arch, ARCHS, n=1)
-        raise ConfigError(f"{label}: arch '{arch}' is not one of {', '.join(ARCHS)}"
-                          + (f"; did you mean '{close[0]}'?" if close else ""))
+        raise ConfigError(
+            f"{label}: arch '{arch}' is not one of {', '.join(ARCHS)}"
+            + (f"; did you mean '{close[0]}'?" if close else "")
+        )
     gpu_name = texts.get("name", "custom")
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}", gpu_name):
         raise ConfigError(f"{label}: name must be letters, digits, '.', '_' or '-' (up to 64), got {gpu_name!r:.70}")
     if gpu_name.lower() in GPU_PRESETS:
-        raise ConfigError(f"{label}: name '{gpu_name}' is a preset's (whose measured kernels would price it); "
-                          "pick another name, or use --gpu "
-                          f"{gpu_name.lower()}")
+        raise ConfigError(
+            f"{label}: name '{gpu_name}' is a preset's (whose measured kernels would price it); "
+            "pick another name, or use --gpu "
+            f"{gpu_name.lower()}"
+        )
     memory = int(round(nums["memory_gb"] * GiB))
-    return GpuSpec(gpu_name, memory, nums["bandwidth_gbs"] * 1e9, nums["bf16_tflops"] * 1e12,
-                   nums.get("pcie_gbs", 32.0) * 1e9, int(nums.get("sms", 108)), arch,
-                   nvlink_gpus=int(nums.get("nvlink_gpus", 1)), chip=texts.get("chip", "").lower())
+    return GpuSpec(
+        gpu_name,
+        memory,
+        nums["bandwidth_gbs"] * 1e9,
+        nums["bf16_tflops"] * 1e12,
+        nums.get("pcie_gbs", 32.0) * 1e9,
+        int(nums.get("sms", 108)),
+        arch,
+        nvlink_gpus=int(nums.get("nvlink_gpus", 1)),
+        chip=texts.get("chip", "").lower(),
+    )

@@ -25,8 +25,10 @@ def model_from_hf_config(path: str) -> ModelSpec:
     if "num_hidden_layers" not in cfg and "text_config" in cfg:
         text = cfg["text_config"]
         if not isinstance(text, dict):
-            raise ConfigError(f"{path}: field 'text_config' must be an object (the language model's config), got "
-                              f"{type(text).__name__}")
+            raise ConfigError(
+                f"{path}: field 'text_config' must be an object (the language model's config), got "
+                f"{type(text).__name__}"
+            )
         # a multimodal checkpoint keeps its dtype and quantization beside the language model's config
         cfg = {**{k: cfg[k] for k in OUTER_FIELDS if k in cfg}, **text}
     # fields a family's published configs leave to transformers' defaults
@@ -36,10 +38,17 @@ def model_from_hf_config(path: str) -> ModelSpec:
         for k in keys:
             if k in cfg and cfg[k] is not None:
                 v = cfg[k]
-                if isinstance(v, bool) or not isinstance(v, (int, float)) or not is_finite(v) or v <= 0 \
-                        or v > MAX_DIM or int(v) != v:
-                    raise ConfigError(f"{path}: field '{k}' must be a positive integer up to {MAX_DIM:,}, got "
-                                      f"{shown(v)}")
+                if (
+                    isinstance(v, bool)
+                    or not isinstance(v, (int, float))
+                    or not is_finite(v)
+                    or v <= 0
+                    or v > MAX_DIM
+                    or int(v) != v
+                ):
+                    raise ConfigError(
+                        f"{path}: field '{k}' must be a positive integer up to {MAX_DIM:,}, got {shown(v)}"
+                    )
                 return int(v)
         if default is not None:
             return default
@@ -69,12 +78,15 @@ def model_from_hf_config(path: str) -> ModelSpec:
     hidden_act = str(cfg.get("hidden_act", cfg.get("activation_function", "silu")))
     # the families whose MLP is one up projection; the others gate it (Llama's SwiGLU, Gemma's GeGLU with
     # gelu_pytorch_tanh, ...)
-    gated = model_type not in NON_GATED_MLP if model_type else hidden_act in ("silu", "swiglu", "geglu",
-                                                                                "gelu_pytorch_tanh")
+    gated = (
+        model_type not in NON_GATED_MLP
+        if model_type
+        else hidden_act in ("silu", "swiglu", "geglu", "gelu_pytorch_tanh")
+    )
     file = Path(path)
     name = str(cfg.get("_name_or_path") or (file.parent.name if file.stem == "config" else file.stem) or "hf-model")
     if len(name) > MAX_NAME:  # it titles tables and plots
-        name = name[:MAX_NAME - 3] + "..."
+        name = name[: MAX_NAME - 3] + "..."
     more = _structure_from_hf(cfg, path, layers, hidden, need, blocks)
     if more.get("kv_lora_rank"):
         head_dim = need("qk_nope_head_dim") + more["qk_rope_head_dim"]
@@ -93,8 +105,13 @@ OUTER_FIELDS = ("torch_dtype", "dtype", "quantization_config", "tie_word_embeddi
 # transformers' defaults for fields that a family's published config.json files omit (Gemma 3's omit its
 # vocabulary, context, tying and local/global pattern: transformers' Gemma3TextConfig defaults, which vLLM reads)
 HF_FAMILY_DEFAULTS = {
-    "gemma3_text": {"vocab_size": 262_208, "max_position_embeddings": 131_072, "sliding_window_pattern": 6,
-                    "tie_word_embeddings": True, "hidden_activation": "gelu_pytorch_tanh"},
+    "gemma3_text": {
+        "vocab_size": 262_208,
+        "max_position_embeddings": 131_072,
+        "sliding_window_pattern": 6,
+        "tie_word_embeddings": True,
+        "hidden_activation": "gelu_pytorch_tanh",
+    },
     "gemma2": {"tie_word_embeddings": True},
     "gemma": {"tie_word_embeddings": True},
 }
@@ -117,8 +134,10 @@ def _rotary_dim_from_hf(cfg: dict, path: str, model_type: str, head_dim: int) ->
     d = cfg.get("rotary_dim")
     if d is not None:
         if isinstance(d, bool) or not isinstance(d, int) or not 0 < d <= head_dim:
-            raise ConfigError(f"{path}: field 'rotary_dim' must be a whole number from 1 to the head size "
-                              f"({head_dim}), got {shown(d)}")
+            raise ConfigError(
+                f"{path}: field 'rotary_dim' must be a whole number from 1 to the head size "
+                f"({head_dim}), got {shown(d)}"
+            )
         return d
     return None
 
@@ -136,10 +155,27 @@ def _state_dtype(cfg: dict, path: str) -> dict:
     return {}
 
 
-NON_GATED_MLP = {"opt", "gpt2", "gpt_neox", "gptj", "phi", "falcon", "bloom", "gpt_bigcode", "starcoder2", "mpt",
-                 "nemotron_h"}  # Nemotron-H: squared-ReLU MLPs and experts
-HF_LAYER_TYPES = {"full_attention": "full", "attention": "full", "sliding_attention": "sliding",
-                  "chunked_attention": "chunked", "mamba": "mamba", "linear_attention": "mamba"}
+NON_GATED_MLP = {
+    "opt",
+    "gpt2",
+    "gpt_neox",
+    "gptj",
+    "phi",
+    "falcon",
+    "bloom",
+    "gpt_bigcode",
+    "starcoder2",
+    "mpt",
+    "nemotron_h",
+}  # Nemotron-H: squared-ReLU MLPs and experts
+HF_LAYER_TYPES = {
+    "full_attention": "full",
+    "attention": "full",
+    "sliding_attention": "sliding",
+    "chunked_attention": "chunked",
+    "mamba": "mamba",
+    "linear_attention": "mamba",
+}
 # config.json fields of hybrid families whose layers kvsim does not model: refused rather than priced as attention
 UNMODELLED_LAYER_FIELDS = {
     "attn_type_list": "MiniMax-01's lightning (linear) attention layers (attn_type_list entries 0)",
@@ -156,12 +192,15 @@ def _nemotron_h_blocks(cfg: dict, path: str) -> dict | None:
     if pattern is None:
         return None
     if not isinstance(pattern, str) or not pattern or set(pattern) - set("M*-E"):
-        raise ConfigError(f"{path}: field 'hybrid_override_pattern' must be a string of M (mamba), * (attention), "
-                          f"- (MLP) and E (MoE) blocks, got {shown(pattern)}")
+        raise ConfigError(
+            f"{path}: field 'hybrid_override_pattern' must be a string of M (mamba), * (attention), "
+            f"- (MLP) and E (MoE) blocks, got {shown(pattern)}"
+        )
     blocks = cfg.get("num_hidden_layers")
     if blocks is not None and blocks != len(pattern):
-        raise ConfigError(f"{path}: field 'hybrid_override_pattern' has {len(pattern)} blocks, num_hidden_layers "
-                          f"says {shown(blocks)}")
+        raise ConfigError(
+            f"{path}: field 'hybrid_override_pattern' has {len(pattern)} blocks, num_hidden_layers says {shown(blocks)}"
+        )
     mixers: list[str] = []
     ffn: list[bool] = []
     moe: list[bool] = []
@@ -171,8 +210,10 @@ def _nemotron_h_blocks(cfg: dict, path: str) -> dict | None:
             ffn.append(False)
             moe.append(False)
         elif not mixers or ffn[-1]:
-            raise ConfigError(f"{path}: field 'hybrid_override_pattern': block {i} ('{b}') follows no mixer block "
-                              "without an FFN; kvsim pairs each MLP or MoE block with the mixer before it")
+            raise ConfigError(
+                f"{path}: field 'hybrid_override_pattern': block {i} ('{b}') follows no mixer block "
+                "without an FFN; kvsim pairs each MLP or MoE block with the mixer before it"
+            )
         else:
             ffn[-1], moe[-1] = True, b == "E"
     return {"layer_types": tuple(mixers), "ffn_layers": tuple(ffn), "moe_layers": tuple(moe)}
@@ -190,19 +231,30 @@ def _structure_from_hf(cfg: dict, path: str, layers: int, hidden: int, need, blo
         v = cfg.get(key)
         if v is None:
             return 0
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not is_finite(v) or v < 0 \
-                or v > MAX_DIM or int(v) != v:
+        if (
+            isinstance(v, bool)
+            or not isinstance(v, (int, float))
+            or not is_finite(v)
+            or v < 0
+            or v > MAX_DIM
+            or int(v) != v
+        ):
             raise ConfigError(f"{path}: field '{key}' must be a whole number from 0 to {MAX_DIM:,}, got {shown(v)}")
         return int(v)
 
     model_type = str(cfg.get("model_type", ""))
     for f, what in UNMODELLED_LAYER_FIELDS.items():
-        if f == "attn_type_list" and isinstance(cfg.get(f), list) and all(
-                t == 1 and not isinstance(t, bool) for t in cfg[f]):
+        if (
+            f == "attn_type_list"
+            and isinstance(cfg.get(f), list)
+            and all(t == 1 and not isinstance(t, bool) for t in cfg[f])
+        ):
             continue  # every layer ordinary softmax attention (1; 0 is lightning attention): MiniMax-M2's
         if cfg.get(f) is not None:
-            raise ConfigError(f"{path}: field '{f}': {what} are not modelled; kvsim would price every layer as "
-                              "attention (describe the model with a config whose layer_types kvsim knows, or custom:)")
+            raise ConfigError(
+                f"{path}: field '{f}': {what} are not modelled; kvsim would price every layer as "
+                "attention (describe the model with a config whose layer_types kvsim knows, or custom:)"
+            )
     window = cfg.get("sliding_window")
     key = "layer_types" if cfg.get("layer_types") is not None else "layers_block_type"
     types = cfg.get(key)
@@ -213,8 +265,10 @@ def _structure_from_hf(cfg: dict, path: str, layers: int, hidden: int, need, blo
     elif types:
         bad = [t for t in types if not isinstance(t, str) or t not in HF_LAYER_TYPES]
         if bad or len(types) != layers:
-            raise ConfigError(f"{path}: field '{key}' must list one of {', '.join(HF_LAYER_TYPES)} per layer"
-                              f" ({layers}); got {len(types)} entries" + (f", unknown '{bad[0]}'" if bad else ""))
+            raise ConfigError(
+                f"{path}: field '{key}' must list one of {', '.join(HF_LAYER_TYPES)} per layer"
+                f" ({layers}); got {len(types)} entries" + (f", unknown '{bad[0]}'" if bad else "")
+            )
         more["layer_types"] = tuple(HF_LAYER_TYPES[t] for t in types)
     elif cfg.get("full_attention_interval") and "linear_num_value_heads" in cfg:  # Qwen3-Next: GDN, every k-th full
         k = need("full_attention_interval")
@@ -246,28 +300,50 @@ def _structure_from_hf(cfg: dict, path: str, layers: int, hidden: int, need, blo
         # gated_delta_net_state_shape: conv over q, k and v channels; a key x value state per value head
         nk, nv = need("linear_num_key_heads"), need("linear_num_value_heads")
         dk, dv = need("linear_key_head_dim"), need("linear_value_head_dim")
-        more.update(mamba_d_inner=nv * dv, mamba_d_state=dk, mamba_d_conv=need("linear_conv_kernel_dim", default=4),
-                    mamba_conv_channels=2 * nk * dk + nv * dv, gdn_key_width=nk * dk)
+        more.update(
+            mamba_d_inner=nv * dv,
+            mamba_d_state=dk,
+            mamba_d_conv=need("linear_conv_kernel_dim", default=4),
+            mamba_conv_channels=2 * nk * dk + nv * dv,
+            gdn_key_width=nk * dk,
+        )
     elif "mamba" in mixers and "mamba_num_heads" in cfg:  # Nemotron-H's Mamba-2: heads x head dims inner channels
-        d_state, d_inner, groups = need("ssm_state_size"), need("mamba_num_heads") * need("mamba_head_dim"), \
-            count("n_groups")
-        more.update(mamba_d_inner=d_inner, mamba_d_state=d_state, mamba_d_conv=need("conv_kernel", default=4),
-                    mamba_conv_channels=d_inner + 2 * groups * d_state)
+        d_state, d_inner, groups = (
+            need("ssm_state_size"),
+            need("mamba_num_heads") * need("mamba_head_dim"),
+            count("n_groups"),
+        )
+        more.update(
+            mamba_d_inner=d_inner,
+            mamba_d_state=d_state,
+            mamba_d_conv=need("conv_kernel", default=4),
+            mamba_conv_channels=d_inner + 2 * groups * d_state,
+        )
     elif "mamba" in mixers:
         d_state, d_conv = need("mamba_d_state"), need("mamba_d_conv")
         d_inner = need("mamba_expand") * hidden
         groups = count("mamba_n_groups")  # Mamba-2: B and C are convolved too
-        more.update(mamba_d_inner=d_inner, mamba_d_state=d_state, mamba_d_conv=d_conv,
-                    mamba_conv_channels=d_inner + 2 * groups * d_state)
+        more.update(
+            mamba_d_inner=d_inner,
+            mamba_d_state=d_state,
+            mamba_d_conv=d_conv,
+            mamba_conv_channels=d_inner + 2 * groups * d_state,
+        )
     if "mamba" in mixers:
         more.update(_state_dtype(cfg, path))
     if cfg.get("kv_lora_rank"):
-        more.update(kv_lora_rank=need("kv_lora_rank"), qk_rope_head_dim=need("qk_rope_head_dim"),
-                    v_head_dim=need("v_head_dim"), q_lora_rank=count("q_lora_rank"))
+        more.update(
+            kv_lora_rank=need("kv_lora_rank"),
+            qk_rope_head_dim=need("qk_rope_head_dim"),
+            v_head_dim=need("v_head_dim"),
+            q_lora_rank=count("q_lora_rank"),
+        )
     experts = cfg.get("n_routed_experts") or cfg.get("num_local_experts") or cfg.get("num_experts")
     if experts:
-        more.update(num_experts=need("n_routed_experts", "num_local_experts", "num_experts"),
-                    experts_per_token=need("num_experts_per_tok", "experts_per_token", "moe_topk"))
+        more.update(
+            num_experts=need("n_routed_experts", "num_local_experts", "num_experts"),
+            experts_per_token=need("num_experts_per_tok", "experts_per_token", "moe_topk"),
+        )
         if cfg.get("moe_intermediate_size"):
             more["moe_intermediate_size"] = need("moe_intermediate_size")
         more["shared_experts"] = count("n_shared_experts")
@@ -294,4 +370,3 @@ def _structure_from_hf(cfg: dict, path: str, layers: int, hidden: int, need, blo
         elif kept:
             more["unquantized_attention_layers"] = kept
     return more
-

@@ -19,8 +19,18 @@ from kvsim.errors import ConfigError
 from kvsim.hardware.layer_kinds import KINDS
 from kvsim.validation import is_finite, shown
 
-DTYPE_BYTES = {"fp32": 4, "float32": 4, "fp16": 2, "float16": 2, "bf16": 2, "bfloat16": 2, "fp8": 1, "fp8_e4m3": 1,
-               "fp8_e5m2": 1, "int8": 1}
+DTYPE_BYTES = {
+    "fp32": 4,
+    "float32": 4,
+    "fp16": 2,
+    "float16": 2,
+    "bf16": 2,
+    "bfloat16": 2,
+    "fp8": 1,
+    "fp8_e4m3": 1,
+    "fp8_e5m2": 1,
+    "int8": 1,
+}
 DTYPE_BYTES["mxfp4"] = 0.53125  # 4-bit values + one 8-bit scale per 32 (gpt-oss experts): 4.25 bits
 DTYPE_BYTES["nvfp4"] = 0.5625  # 4-bit values + one FP8 scale per 16 (NVIDIA ModelOpt / compressed-tensors NVFP4)
 DTYPE_BYTES["int4"] = 0.5  # 4-bit integers; their group scales (and zero points) per ModelSpec.weight_group_size
@@ -233,8 +243,10 @@ class ModelSpec:
         if isinstance(tp, bool) or not isinstance(tp, int) or tp <= 0:
             return "must be a positive integer"
         if not self.is_mla and self.attention_layers and self.kv_heads % tp and tp % self.kv_heads:
-            return (f"must divide the model's kv_heads ({self.kv_heads}) or be a multiple of it (each rank then holds "
-                    "a replica of one KV head, as vLLM does)")
+            return (
+                f"must divide the model's kv_heads ({self.kv_heads}) or be a multiple of it (each rank then holds "
+                "a replica of one KV head, as vLLM does)"
+            )
         if self.attention_layers and self.q_heads % tp:
             return f"must divide the model's attention heads ({self.q_heads}), as vLLM requires"
         return None
@@ -246,8 +258,10 @@ class ModelSpec:
         if pp > self.layers:
             return f"is more stages than the model's {self.layers} layers"
         if pp > 1 and self.is_hybrid:
-            return ("pipeline parallelism is modelled for models whose layers all keep full attention; "
-                    f"{self.name} has {', '.join(sorted(set(self.mixers) - {'full'}))} layers")
+            return (
+                "pipeline parallelism is modelled for models whose layers all keep full attention; "
+                f"{self.name} has {', '.join(sorted(set(self.mixers) - {'full'}))} layers"
+            )
         return None
 
     def pipeline_stage(self, pp: int) -> "ModelSpec":
@@ -259,17 +273,23 @@ class ModelSpec:
         n = -(-self.layers // pp)
         h = self.hidden_size
         attn, mamba = self.attention_params(), self.mamba_params()
-        per_layer = [(attn if KINDS[m].attention else mamba) + self._ffn_of(moe, f) + 2 * h
-                     for m, moe, f in zip(self.mixers, self.moe_mask, self.ffn_mask)]
+        per_layer = [
+            (attn if KINDS[m].attention else mamba) + self._ffn_of(moe, f) + 2 * h
+            for m, moe, f in zip(self.mixers, self.moe_mask, self.ffn_mask)
+        ]
         embed = self.embedding_params
         scale = max(0.0, self.params - embed - h) / sum(per_layer)  # presets' counts need not match the shapes
         first = self.layers - n
-        return replace(self, layers=n, params=self.vocab_size * h + scale * sum(per_layer[-n:]),
-                       layer_types=self.layer_types[-n:], moe_layers=self.moe_layers[-n:],
-                       ffn_layers=self.ffn_layers[-n:],
-                       unquantized_attention_layers=tuple(i - first for i in self.unquantized_attention_layers
-                                                          if i >= first),
-                       unquantized_mlp_layers=tuple(i - first for i in self.unquantized_mlp_layers if i >= first))
+        return replace(
+            self,
+            layers=n,
+            params=self.vocab_size * h + scale * sum(per_layer[-n:]),
+            layer_types=self.layer_types[-n:],
+            moe_layers=self.moe_layers[-n:],
+            ffn_layers=self.ffn_layers[-n:],
+            unquantized_attention_layers=tuple(i - first for i in self.unquantized_attention_layers if i >= first),
+            unquantized_mlp_layers=tuple(i - first for i in self.unquantized_mlp_layers if i >= first),
+        )
 
     def check_tp(self, tp: int) -> None:
         problem = self.tp_problem(tp)
@@ -312,15 +332,22 @@ class ModelSpec:
         its embedding and LM head in the model's dtype, as vLLM loads them."""
         experts = self.expert_params() if self.expert_dtype and self.is_moe else 0.0
         embed = self.embedding_params if self.weight_dtype else 0
-        total = ((self.params - experts - embed) * self.weight_dtype_bytes + embed * self.dtype_bytes
-                 + (experts * self.expert_dtype_bytes if experts else 0.0)) + self.draft_weight_bytes
+        total = (
+            (self.params - experts - embed) * self.weight_dtype_bytes
+            + embed * self.dtype_bytes
+            + (experts * self.expert_dtype_bytes if experts else 0.0)
+        ) + self.draft_weight_bytes
         if self.weight_dtype:
             mixers, moe = self.mixers, self.moe_mask
-            attn = self.attention_layers if self.attention_unquantized else \
-                sum(1 for i in self.unquantized_attention_layers if KINDS[mixers[i]].attention)
+            attn = (
+                self.attention_layers
+                if self.attention_unquantized
+                else sum(1 for i in self.unquantized_attention_layers if KINDS[mixers[i]].attention)
+            )
             mlp = sum(1 for i in self.unquantized_mlp_layers if not moe[i])
             total += (attn * self.attention_params() + mlp * self.ffn_params(False)) * (
-                self.dtype_bytes - self.weight_dtype_bytes)
+                self.dtype_bytes - self.weight_dtype_bytes
+            )
         return total
 
     def expert_weight_bytes(self) -> float:
@@ -344,8 +371,12 @@ class ModelSpec:
         dense model's ranks are whole copies). ``gpu`` (a GpuSpec): as vLLM's kernels for it hold them
         (:meth:`zero_point_extra_bytes`)."""
         experts = self.expert_weight_bytes() if dp > 1 else 0.0
-        return (self.weight_bytes + self.zero_point_extra_bytes(gpu) - experts) / tp + experts / (tp * dp) \
-            + self.rope_cache_bytes + self.expert_padding_bytes(gpu, tp * dp)
+        return (
+            (self.weight_bytes + self.zero_point_extra_bytes(gpu) - experts) / tp
+            + experts / (tp * dp)
+            + self.rope_cache_bytes
+            + self.expert_padding_bytes(gpu, tp * dp)
+        )
 
     def expert_padding_bytes(self, gpu=None, ranks: int = 1) -> float:
         """Bytes one GPU's MXFP4 experts take beyond their checkpoint size on ``gpu``, the routed experts split in
@@ -378,8 +409,13 @@ class ModelSpec:
         the dense layers' AWQ-style weights through Machete, which holds each group's zero point pre-multiplied
         by its scale in 16 bits (Marlin elsewhere, and the fused-MoE kernels, keep them packed); 0 otherwise."""
         dtype = self.weight_dtype or self.dtype
-        if gpu is None or gpu.arch != "hopper" or not self.weight_zero_points or dtype not in ("int4", "int8") \
-                or not self.weight_group_size:
+        if (
+            gpu is None
+            or gpu.arch != "hopper"
+            or not self.weight_zero_points
+            or dtype not in ("int4", "int8")
+            or not self.weight_group_size
+        ):
             return 0.0
         experts = self.expert_params() if self.is_moe else 0.0
         embed = self.embedding_params
@@ -406,8 +442,14 @@ class ModelSpec:
             detail += " + zero points" if self.weight_zero_points else ""
         if self.attention_unquantized:
             detail += f", attention in {self.dtype}"
-        kept = [f"{len(t)} {what}" for t, what in ((self.unquantized_attention_layers, "layers' attention"),
-                                                   (self.unquantized_mlp_layers, "layers' MLP")) if t]
+        kept = [
+            f"{len(t)} {what}"
+            for t, what in (
+                (self.unquantized_attention_layers, "layers' attention"),
+                (self.unquantized_mlp_layers, "layers' MLP"),
+            )
+            if t
+        ]
         if kept:
             detail += f", {' and '.join(kept)} in {self.dtype}"
         return detail
@@ -448,16 +490,20 @@ class ModelSpec:
         DeltaNet: q, k, v, z and the beta/alpha gates in, conv, out)."""
         h, di, ds = self.hidden_size, self.mamba_d_inner, self.mamba_d_state
         if self.gdn_key_width:
-            return h * (2 * self.gdn_key_width + 2 * di + 2 * self.gdn_value_heads) \
-                + self.mamba_conv_channels * self.mamba_d_conv + di * h
+            return (
+                h * (2 * self.gdn_key_width + 2 * di + 2 * self.gdn_value_heads)
+                + self.mamba_conv_channels * self.mamba_d_conv
+                + di * h
+            )
         return 2 * h * di + di * h + self.mamba_conv_channels * self.mamba_d_conv + 4 * di * ds
 
     def ffn_params(self, moe: bool) -> float:
         width = 3 if self.gated_mlp else 2
         h = self.hidden_size
         if moe:
-            return (self.num_experts + self.shared_experts) * width * h * self.moe_intermediate_size \
-                + h * self.num_experts
+            return (
+                self.num_experts + self.shared_experts
+            ) * width * h * self.moe_intermediate_size + h * self.num_experts
         return width * h * self.intermediate_size
 
     def shape_params(self) -> float:
@@ -471,17 +517,31 @@ class ModelSpec:
         return total
 
     def validate(self) -> "ModelSpec":
-        for f in ("layers", "q_heads", "kv_heads", "head_dim", "max_context", "hidden_size", "intermediate_size",
-                  "vocab_size"):
+        for f in (
+            "layers",
+            "q_heads",
+            "kv_heads",
+            "head_dim",
+            "max_context",
+            "hidden_size",
+            "intermediate_size",
+            "vocab_size",
+        ):
             v = getattr(self, f)
             top = MAX_LAYERS if f == "layers" else MAX_DIM
             if isinstance(v, bool) or not isinstance(v, int) or v <= 0 or v > top:
                 raise ConfigError(f"model '{self.name}': {f} must be a positive integer up to {top:,}, got {shown(v)}")
-        if isinstance(self.params, bool) or not isinstance(self.params, (int, float)) or not is_finite(self.params) \
-                or self.params <= 0:
+        if (
+            isinstance(self.params, bool)
+            or not isinstance(self.params, (int, float))
+            or not is_finite(self.params)
+            or self.params <= 0
+        ):
             raise ConfigError(f"model '{self.name}': params must be a positive number, got {self.params!r}")
         if self.q_heads % self.kv_heads:
-            raise ConfigError(f"model '{self.name}': q_heads ({self.q_heads}) must be a multiple of kv_heads ({self.kv_heads})")
+            raise ConfigError(
+                f"model '{self.name}': q_heads ({self.q_heads}) must be a multiple of kv_heads ({self.kv_heads})"
+            )
         for f in ("dtype", "kv_dtype", "weight_dtype", "expert_dtype"):
             v = getattr(self, f)
             if (v is not None or f == "dtype") and v not in DTYPE_BYTES:
@@ -490,8 +550,9 @@ class ModelSpec:
         if isinstance(g, bool) or not isinstance(g, int) or g < 0 or g > MAX_DIM:
             raise ConfigError(f"model '{self.name}': weight_group_size must be a whole number >= 0, got {shown(g)}")
         if self.weight_quant is not None and self.weight_quant not in WEIGHT_QUANT:
-            raise ConfigError(f"model '{self.name}': unknown weight_quant '{self.weight_quant}' (known: "
-                              f"{', '.join(WEIGHT_QUANT)})")
+            raise ConfigError(
+                f"model '{self.name}': unknown weight_quant '{self.weight_quant}' (known: {', '.join(WEIGHT_QUANT)})"
+            )
         self._validate_structure()
         return self
 
@@ -515,9 +576,11 @@ class ModelSpec:
                         raise ConfigError(f"{where}: {mixer} layers need a positive integer {f}, got {v!r}")
         if self.is_moe:
             if not 0 < self.experts_per_token <= self.num_experts or self.moe_intermediate_size <= 0:
-                raise ConfigError(f"{where}: a mixture of experts needs 0 < experts_per_token <= num_experts and a"
-                                  f" positive moe_intermediate_size (got {self.experts_per_token}, {self.num_experts},"
-                                  f" {self.moe_intermediate_size})")
+                raise ConfigError(
+                    f"{where}: a mixture of experts needs 0 < experts_per_token <= num_experts and a"
+                    f" positive moe_intermediate_size (got {self.experts_per_token}, {self.num_experts},"
+                    f" {self.moe_intermediate_size})"
+                )
             if self.moe_layers and len(self.moe_layers) != self.layers:
                 raise ConfigError(f"{where}: {len(self.moe_layers)} MoE layer flags for {self.layers} layers")
 

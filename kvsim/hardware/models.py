@@ -28,19 +28,47 @@ from dataclasses import replace
 from pathlib import Path
 
 from kvsim.errors import ConfigError
+
 # vLLM's --quantization names kvsim takes (checkpoints.py: the format each names)
 from kvsim.hardware.checkpoints import QUANTIZATION_FLAGS
 from kvsim.hardware.hf_config import HF_DTYPES, HF_LAYER_TYPES, model_from_hf_config
 from kvsim.hardware.layer_kinds import KINDS
-from kvsim.hardware.model_spec import (DTYPE_BYTES, KV_CACHE_DTYPES, MAX_DIM, MAX_LAYERS, MAX_NAME, MXFP4_TRTLLM_GPUS,
-                                       WEIGHT_QUANT, ModelSpec, first_attended)
+from kvsim.hardware.model_spec import (
+    DTYPE_BYTES,
+    KV_CACHE_DTYPES,
+    MAX_DIM,
+    MAX_LAYERS,
+    MAX_NAME,
+    MXFP4_TRTLLM_GPUS,
+    WEIGHT_QUANT,
+    ModelSpec,
+    first_attended,
+)
 from kvsim.hardware.presets import _HF_INDEX, HF_IDS, MODEL_PRESETS
 from kvsim.hardware.quant_config import quantization_from_hf
 
-__all__ = ["DTYPE_BYTES", "HF_DTYPES", "HF_IDS", "HF_LAYER_TYPES", "KINDS", "KV_CACHE_DTYPES", "MAX_DIM", "MAX_LAYERS",
-           "MAX_NAME", "MODEL_PRESETS", "MXFP4_TRTLLM_GPUS", "ModelSpec", "QUANTIZATION_FLAGS", "WEIGHT_QUANT",
-           "first_attended", "get_model", "model_from_hf_config", "parse_custom_model", "quantization_from_hf",
-           "serve_name"]
+__all__ = [
+    "DTYPE_BYTES",
+    "HF_DTYPES",
+    "HF_IDS",
+    "HF_LAYER_TYPES",
+    "KINDS",
+    "KV_CACHE_DTYPES",
+    "MAX_DIM",
+    "MAX_LAYERS",
+    "MAX_NAME",
+    "MODEL_PRESETS",
+    "MXFP4_TRTLLM_GPUS",
+    "ModelSpec",
+    "QUANTIZATION_FLAGS",
+    "WEIGHT_QUANT",
+    "first_attended",
+    "get_model",
+    "model_from_hf_config",
+    "parse_custom_model",
+    "quantization_from_hf",
+    "serve_name",
+]
 
 
 def parse_custom_model(text: str) -> ModelSpec:
@@ -59,8 +87,18 @@ def parse_custom_model(text: str) -> ModelSpec:
     missing = [k for k in required if k not in fields]
     if missing:
         raise ConfigError(f"custom model: missing {', '.join(missing)} (need {', '.join(required)})")
-    ints = {"q_heads", "max_context", "hidden_size", "intermediate_size", "vocab_size", "sliding_window",
-            "attention_chunk", "full_every", "kv_lora_rank", "qk_rope_head_dim"}
+    ints = {
+        "q_heads",
+        "max_context",
+        "hidden_size",
+        "intermediate_size",
+        "vocab_size",
+        "sliding_window",
+        "attention_chunk",
+        "full_every",
+        "kv_lora_rank",
+        "qk_rope_head_dim",
+    }
     known = set(required) | ints | {"dtype", "name", "gated_mlp"}
     unknown = set(fields) - known
     if unknown:
@@ -116,8 +154,12 @@ def serve_name(given: str) -> str:
             named = json.loads(Path(text).read_text(encoding="utf-8")).get("_name_or_path")
         except (OSError, ValueError, AttributeError):
             named = None
-        if isinstance(named, str) and named.count("/") == 1 and not named.startswith((".", "/")) and \
-                len(named) <= MAX_NAME:
+        if (
+            isinstance(named, str)
+            and named.count("/") == 1
+            and not named.startswith((".", "/"))
+            and len(named) <= MAX_NAME
+        ):
             return named
         return str(Path(text).parent if Path(text).name.lower().endswith(".json") else Path(text))
     if "/" in text:
@@ -154,15 +196,19 @@ def get_model(name: str) -> ModelSpec:
     if "/" in name:
         if _is_path(name, "exists"):
             raise ConfigError(f"--model {name}: not a config.json file")
-        raise ConfigError(f"'{name}' is not a Hugging Face id kvsim knows (its presets' ids: `kvsim list models`), and "
-                          "kvsim reads no hub: pass the model's config.json path (e.g. `huggingface-cli download "
-                          f"{name} config.json --local-dir cfg`, then --model cfg/config.json)")
+        raise ConfigError(
+            f"'{name}' is not a Hugging Face id kvsim knows (its presets' ids: `kvsim list models`), and "
+            "kvsim reads no hub: pass the model's config.json path (e.g. `huggingface-cli download "
+            f"{name} config.json --local-dir cfg`, then --model cfg/config.json)"
+        )
     try:
         return MODEL_PRESETS[name.lower()]
     except KeyError:
         import difflib
 
         close = difflib.get_close_matches(name.lower(), MODEL_PRESETS, n=1)
-        raise ConfigError(f"unknown model '{name}' (presets: {', '.join(MODEL_PRESETS)}; a Hugging Face config.json path;"
-                          " or custom:layers=..,kv_heads=..,head_dim=..,params=..)"
-                          + (f"; did you mean '{close[0]}'?" if close else "")) from None
+        raise ConfigError(
+            f"unknown model '{name}' (presets: {', '.join(MODEL_PRESETS)}; a Hugging Face config.json path;"
+            " or custom:layers=..,kv_heads=..,head_dim=..,params=..)"
+            + (f"; did you mean '{close[0]}'?" if close else "")
+        ) from None

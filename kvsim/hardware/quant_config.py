@@ -10,6 +10,7 @@ from kvsim.errors import ConfigError
 from kvsim.hardware.model_spec import MAX_DIM
 from kvsim.validation import shown
 
+
 def quantization_from_hf(quant, path: str, has_experts: bool, layers: int = 0) -> dict:
     """ModelSpec's weight fields from a config.json's ``quantization_config``, as vLLM loads each method:
 
@@ -31,8 +32,11 @@ def quantization_from_hf(quant, path: str, has_experts: bool, layers: int = 0) -
     method = str(quant.get("quant_method", "")).strip().lower()
     # ModelOpt's older layout nests its fields in a "quantization" object
     inner = quant["quantization"] if isinstance(quant.get("quantization"), dict) else quant
-    return {**_quant_scheme(quant, inner, where, method, has_experts), **_exclusions(inner, where, layers),
-            **_checkpoint_kv_cache(quant, inner, where, method)}
+    return {
+        **_quant_scheme(quant, inner, where, method, has_experts),
+        **_exclusions(inner, where, layers),
+        **_checkpoint_kv_cache(quant, inner, where, method),
+    }
 
 
 def _checkpoint_kv_cache(quant: dict, inner: dict, where: str, method: str) -> dict:
@@ -45,8 +49,10 @@ def _checkpoint_kv_cache(quant: dict, inner: dict, where: str, method: str) -> d
         if algo is None:
             return {}
         if str(algo).strip().upper() != "FP8":
-            raise ConfigError(f"{where}: kv_cache_quant_algo {shown(algo)} is not priced (kvsim prices FP8 KV "
-                              "caches); a copy of the config without the field models a cache in the model's dtype")
+            raise ConfigError(
+                f"{where}: kv_cache_quant_algo {shown(algo)} is not priced (kvsim prices FP8 KV "
+                "caches); a copy of the config without the field models a cache in the model's dtype"
+            )
         return {"checkpoint_kv_dtype": "fp8", "kv_dtype": "fp8"}
     scheme = quant.get("kv_cache_scheme") if method == "compressed-tensors" else None
     if scheme is None:
@@ -55,8 +61,10 @@ def _checkpoint_kv_cache(quant: dict, inner: dict, where: str, method: str) -> d
         raise ConfigError(f"{where}: field 'kv_cache_scheme' must be an object, got {type(scheme).__name__}")
     bits, kind = scheme.get("num_bits"), str(scheme.get("type", "")).lower()
     if bits != 8 or kind != "float":
-        raise ConfigError(f"{where}: kv_cache_scheme of {shown(kind)} {shown(bits)}-bit values is not priced (kvsim "
-                          "prices FP8 KV caches)")
+        raise ConfigError(
+            f"{where}: kv_cache_scheme of {shown(kind)} {shown(bits)}-bit values is not priced (kvsim "
+            "prices FP8 KV caches)"
+        )
     return {"checkpoint_kv_dtype": "fp8", "kv_dtype": "fp8"}
 
 
@@ -82,14 +90,17 @@ def _exclusions(fields: dict, where: str, layers: int) -> dict:
         if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
             raise ConfigError(f"{where}: field '{key}' must be a list of module names")
         if len(names) > MAX_EXCLUSIONS:
-            raise ConfigError(f"{where}: field '{key}' lists {len(names):,} modules; kvsim matches at most "
-                              f"{MAX_EXCLUSIONS:,}")
+            raise ConfigError(
+                f"{where}: field '{key}' lists {len(names):,} modules; kvsim matches at most {MAX_EXCLUSIONS:,}"
+            )
         pats = []
         for n in names:
             if n.startswith("re:") and (len(n) > MAX_PATTERN or NESTED_QUANTIFIER.search(n)):
-                raise ConfigError(f"{where}: field '{key}': {n[:60]!r} is a regular expression kvsim will not run "
-                                  f"(longer than {MAX_PATTERN} characters, or a repeated group that itself repeats, "
-                                  "which can take exponential time)")
+                raise ConfigError(
+                    f"{where}: field '{key}': {n[:60]!r} is a regular expression kvsim will not run "
+                    f"(longer than {MAX_PATTERN} characters, or a repeated group that itself repeats, "
+                    "which can take exponential time)"
+                )
             if any(t in n for t in TOWER_MODULES):
                 continue
             n = n.replace("model.language_model.", "model.").replace("language_model.model.", "model.")
@@ -105,8 +116,10 @@ def _exclusions(fields: dict, where: str, layers: int) -> dict:
                 except (re.error, RecursionError, OverflowError):
                     raise ConfigError(f"{where}: field '{key}': {p[:60]!r} is not a regular expression") from None
         if layers * len(pats) > MAX_EXCLUSION_WORK:
-            raise ConfigError(f"{where}: field '{key}': {len(pats):,} modules over {layers:,} layers is more matching "
-                              "than kvsim does for a config")
+            raise ConfigError(
+                f"{where}: field '{key}': {len(pats):,} modules over {layers:,} layers is more matching "
+                "than kvsim does for a config"
+            )
 
         def hit(name: str) -> bool:
             for p in pats:
@@ -142,11 +155,17 @@ def _quant_field(d: dict, keys: tuple[str, ...], where: str, default=None, allow
     for k in keys:
         if d.get(k) is not None:
             v = d[k]
-            if isinstance(v, bool) or not isinstance(v, int) or (allowed is not None and v not in allowed) \
-                    or (allowed is None and not (v == -1 or 0 < v <= MAX_DIM)):
-                raise ConfigError(f"{where}: field '{k}' must be " + (
-                    f"one of {', '.join(map(str, allowed))}" if allowed else "a positive whole number or -1")
-                    + f", got {shown(v)}")
+            if (
+                isinstance(v, bool)
+                or not isinstance(v, int)
+                or (allowed is not None and v not in allowed)
+                or (allowed is None and not (v == -1 or 0 < v <= MAX_DIM))
+            ):
+                raise ConfigError(
+                    f"{where}: field '{k}' must be "
+                    + (f"one of {', '.join(map(str, allowed))}" if allowed else "a positive whole number or -1")
+                    + f", got {shown(v)}"
+                )
             return v
     if default is None:
         raise ConfigError(f"{where}: field '{keys[0]}' missing")
@@ -155,8 +174,12 @@ def _quant_field(d: dict, keys: tuple[str, ...], where: str, default=None, allow
 
 def _integer_weights(bits: int, group: int, zero_points: bool, weight_only: bool = True) -> dict:
     """The fields of ``bits``-bit integer weights with a scale per ``group`` (-1 or 0: per channel)."""
-    return {"weight_dtype": f"int{bits}", "weight_quant": ("w4a16" if bits == 4 else "w8a16") if weight_only
-            else "w8a8_int8", "weight_group_size": max(0, group), "weight_zero_points": zero_points}
+    return {
+        "weight_dtype": f"int{bits}",
+        "weight_quant": ("w4a16" if bits == 4 else "w8a16") if weight_only else "w8a8_int8",
+        "weight_group_size": max(0, group),
+        "weight_zero_points": zero_points,
+    }
 
 
 def _quant_scheme(quant: dict, inner: dict, where: str, method: str, has_experts: bool) -> dict:
@@ -185,8 +208,10 @@ def _quant_scheme(quant: dict, inner: dict, where: str, method: str, has_experts
         if algo == "NVFP4":
             return {"weight_dtype": "nvfp4", "weight_quant": "nvfp4", "quant_method": "modelopt"}
         raise ConfigError(f"{where}: ModelOpt quant_algo '{algo}' is not priced (kvsim prices FP8 and NVFP4)")
-    raise ConfigError(f"{where}: quant_method '{method}' is not priced by kvsim (it prices fp8, mxfp4, awq, gptq, "
-                      "compressed-tensors and modelopt checkpoints); its weights would be misread as unquantized")
+    raise ConfigError(
+        f"{where}: quant_method '{method}' is not priced by kvsim (it prices fp8, mxfp4, awq, gptq, "
+        "compressed-tensors and modelopt checkpoints); its weights would be misread as unquantized"
+    )
 
 
 def _compressed_tensors(quant: dict, where: str) -> dict:
@@ -197,8 +222,10 @@ def _compressed_tensors(quant: dict, where: str) -> dict:
         raise ConfigError(f"{where}: compressed-tensors needs a non-empty 'config_groups' object")
     linear = [g for g in groups.values() if isinstance(g, dict) and "Linear" in (g.get("targets") or [])]
     if len(linear) != 1:
-        raise ConfigError(f"{where}: kvsim prices a compressed-tensors checkpoint with one scheme for its Linear "
-                          f"layers; {len(linear)} config groups target Linear")
+        raise ConfigError(
+            f"{where}: kvsim prices a compressed-tensors checkpoint with one scheme for its Linear "
+            f"layers; {len(linear)} config groups target Linear"
+        )
     w, acts = linear[0].get("weights"), linear[0].get("input_activations")
     if not isinstance(w, dict):
         raise ConfigError(f"{where}: the Linear config group has no 'weights' object")
@@ -218,5 +245,7 @@ def _compressed_tensors(quant: dict, where: str) -> dict:
         return _integer_weights(bits, group, not symmetric)
     if kind == "int" and bits == 8 and act_bits == 8:
         return _integer_weights(8, 0, not symmetric, weight_only=False)
-    raise ConfigError(f"{where}: compressed-tensors scheme of {kind} {bits}-bit weights ({strategy}) with "
-                      f"{act_bits}-bit activations is not priced (kvsim prices FP8, NVFP4, W4A16, W8A16 and W8A8 int8)")
+    raise ConfigError(
+        f"{where}: compressed-tensors scheme of {kind} {bits}-bit weights ({strategy}) with "
+        f"{act_bits}-bit activations is not priced (kvsim prices FP8, NVFP4, W4A16, W8A16 and W8A8 int8)"
+    )

@@ -15,9 +15,22 @@ from kvsim.latency.base import LatencyModel, StepShape, chunk_shape_terms, sum_a
 from kvsim.latency.cpu import CPU_PRESETS, DEFAULT_CPU, CpuOverhead, get_cpu_overhead
 from kvsim.releases import release_key
 
-__all__ = ["LatencyModel", "StepShape", "chunk_shape_terms", "sum_affine", "sum_max_of_two_affine", "CPU_PRESETS",
-           "DEFAULT_CPU", "CpuOverhead", "get_cpu_overhead", "build_latency", "latency_notes", "describe_latency",
-           "LATENCY_MODELS", "LatencyKind"]
+__all__ = [
+    "LatencyModel",
+    "StepShape",
+    "chunk_shape_terms",
+    "sum_affine",
+    "sum_max_of_two_affine",
+    "CPU_PRESETS",
+    "DEFAULT_CPU",
+    "CpuOverhead",
+    "get_cpu_overhead",
+    "build_latency",
+    "latency_notes",
+    "describe_latency",
+    "LATENCY_MODELS",
+    "LatencyKind",
+]
 
 
 def _calibration(cfg):
@@ -30,11 +43,15 @@ def _calibration(cfg):
     calib = load_calibration(cfg.latency)
     notes = []
     if calib.measured_on != "gpu":
-        notes.append(f"warning: --latency {cfg.latency} was measured in the {calib.measured_on} (a pipeline check): "
-                     "its kernel times are not GPU times and every latency below is off by orders of magnitude")
+        notes.append(
+            f"warning: --latency {cfg.latency} was measured in the {calib.measured_on} (a pipeline check): "
+            "its kernel times are not GPU times and every latency below is off by orders of magnitude"
+        )
     if calib.gpu != cfg.gpu.name:
-        notes.append(f"warning: --latency {cfg.latency} was calibrated on {calib.gpu}, simulating {cfg.gpu.name}: "
-                     f"its efficiencies are applied to {cfg.gpu.name}'s peaks, unvalidated")
+        notes.append(
+            f"warning: --latency {cfg.latency} was calibrated on {calib.gpu}, simulating {cfg.gpu.name}: "
+            f"its efficiencies are applied to {cfg.gpu.name}'s peaks, unvalidated"
+        )
     return calib, notes
 
 
@@ -65,8 +82,20 @@ def _per_op(cfg) -> LatencyModel:
     cpu = get_cpu_overhead(cfg.cpu_overhead)
     if cfg.runs_async:  # scheduled while the GPU runs the step before
         cpu = cpu.overlapping()
-    target = PerOpModel(cfg.model, cfg.gpu, calib, cpu, cfg.tp, cfg.interconnect,
-                        cfg.enable_expert_parallel, cfg.pp, cfg.dp, graphs, s.num_scheduler_steps, cfg.moe_routing)
+    target = PerOpModel(
+        cfg.model,
+        cfg.gpu,
+        calib,
+        cpu,
+        cfg.tp,
+        cfg.interconnect,
+        cfg.enable_expert_parallel,
+        cfg.pp,
+        cfg.dp,
+        graphs,
+        s.num_scheduler_steps,
+        cfg.moe_routing,
+    )
     spec = cfg.speculative
     if spec is None:
         return target
@@ -74,8 +103,19 @@ def _per_op(cfg) -> LatencyModel:
 
     draft = spec.draft_model(cfg.model)
     if draft is not None:  # its passes run inside the step: no CPU of their own, captured in graphs as the target
-        draft = PerOpModel(draft, cfg.gpu, calib, get_cpu_overhead("none"), cfg.tp, cfg.interconnect,
-                           cfg.enable_expert_parallel, 1, cfg.dp, graphs, routing=cfg.moe_routing)
+        draft = PerOpModel(
+            draft,
+            cfg.gpu,
+            calib,
+            get_cpu_overhead("none"),
+            cfg.tp,
+            cfg.interconnect,
+            cfg.enable_expert_parallel,
+            1,
+            cfg.dp,
+            graphs,
+            routing=cfg.moe_routing,
+        )
     return SpeculativeModel(target, draft, spec.num_speculative_tokens, spec.tau)
 
 
@@ -84,22 +124,34 @@ def _describe_per_op(cfg) -> str:
     if cfg.vllm_version:
         aic = _calibration(cfg)[0].fit.get("aic", {})
         used = aic.get("release") or aic.get("versions", {}).get("generation_attention_perf")
-        src += f", no per-release kernel tables (asked: vLLM {cfg.vllm_version})" if not used else \
-            f", kernels of vLLM {used}" + ("" if release_key(used) == release_key(cfg.vllm_version)
-                                           else f" (asked: {cfg.vllm_version})")
-    overlap = ", overlapped: async scheduling" if cfg.runs_async and cfg.cpu_overhead not in ("none", "vllm-v1-async") \
-        else ""
-    return f"per-operation model ({src} for {cfg.gpu.name}), CPU overhead {cfg.cpu_overhead}{overlap}" + \
-        (f", {cfg.interconnect} all-reduce" if cfg.tp > 1 else "") + \
-        (f", expert parallel over {cfg.tp * cfg.dp} GPUs" if cfg.enable_expert_parallel and cfg.model.is_moe
-         and cfg.tp * cfg.dp > 1 else "") + \
-        (f", {cfg.moe_backend} MoE kernels" if cfg.moe_backend != "auto" else "") + \
-        (f", {cfg.moe_routing} MoE routing" if cfg.model.is_moe else "") + \
-        (f", {cfg.pp} pipeline stages" if cfg.pp > 1 else "") + \
-        (f", one of {cfg.dp} data-parallel ranks" + ("" if cfg.enable_expert_parallel else
-                                                      f" (experts split over {cfg.dp * cfg.tp} GPUs)")
-         if cfg.dp > 1 and cfg.model.is_moe else "") + \
-        (f", {cfg.speculative.describe()}" if cfg.speculative is not None else "")
+        src += (
+            f", no per-release kernel tables (asked: vLLM {cfg.vllm_version})"
+            if not used
+            else f", kernels of vLLM {used}"
+            + ("" if release_key(used) == release_key(cfg.vllm_version) else f" (asked: {cfg.vllm_version})")
+        )
+    overlap = (
+        ", overlapped: async scheduling" if cfg.runs_async and cfg.cpu_overhead not in ("none", "vllm-v1-async") else ""
+    )
+    return (
+        f"per-operation model ({src} for {cfg.gpu.name}), CPU overhead {cfg.cpu_overhead}{overlap}"
+        + (f", {cfg.interconnect} all-reduce" if cfg.tp > 1 else "")
+        + (
+            f", expert parallel over {cfg.tp * cfg.dp} GPUs"
+            if cfg.enable_expert_parallel and cfg.model.is_moe and cfg.tp * cfg.dp > 1
+            else ""
+        )
+        + (f", {cfg.moe_backend} MoE kernels" if cfg.moe_backend != "auto" else "")
+        + (f", {cfg.moe_routing} MoE routing" if cfg.model.is_moe else "")
+        + (f", {cfg.pp} pipeline stages" if cfg.pp > 1 else "")
+        + (
+            f", one of {cfg.dp} data-parallel ranks"
+            + ("" if cfg.enable_expert_parallel else f" (experts split over {cfg.dp * cfg.tp} GPUs)")
+            if cfg.dp > 1 and cfg.model.is_moe
+            else ""
+        )
+        + (f", {cfg.speculative.describe()}" if cfg.speculative is not None else "")
+    )
 
 
 def _roofline(cfg) -> LatencyModel:
@@ -114,10 +166,13 @@ def _roofline(cfg) -> LatencyModel:
 
 PER_OP = LatencyKind("per-op", _per_op, lambda cfg: _calibration(cfg)[1], _describe_per_op)
 #: --latency values -> models (anything else: a calibration JSON for the per-operation model)
-LATENCY_MODELS: dict[str, LatencyKind] = {k.name: k for k in (
-    PER_OP,
-    LatencyKind("roofline", _roofline, lambda cfg: [], lambda cfg: "roofline (uncalibrated)"),
-)}
+LATENCY_MODELS: dict[str, LatencyKind] = {
+    k.name: k
+    for k in (
+        PER_OP,
+        LatencyKind("roofline", _roofline, lambda cfg: [], lambda cfg: "roofline (uncalibrated)"),
+    )
+}
 
 
 def _kind(cfg) -> LatencyKind:
@@ -135,8 +190,11 @@ def latency_notes(cfg) -> list[str]:
     if cfg.model.format_note:
         notes.insert(0, cfg.model.format_note)
     if cfg.vllm_version is not None and cfg.latency != "per-op":  # the release still decides the KV layout
-        notes.insert(0, f"--vllm-version {cfg.vllm_version}: the release decides the KV cache layout; the times come "
-                        f"from --latency {cfg.latency}, not from that release's kernel tables")
+        notes.insert(
+            0,
+            f"--vllm-version {cfg.vllm_version}: the release decides the KV cache layout; the times come "
+            f"from --latency {cfg.latency}, not from that release's kernel tables",
+        )
     return notes
 
 

@@ -38,8 +38,13 @@ class StepShape:
         return StepShape(num_seqs, num_seqs, kv_tokens, kv_tokens, num_seqs, kv_tokens, ())
 
     @staticmethod
-    def of(chunks: list[tuple[int, int]], windows: tuple[tuple[str, int], ...] = (), decodes: int = 0,
-           decode_kv: int = 0, decode_contexts=()) -> "StepShape":
+    def of(
+        chunks: list[tuple[int, int]],
+        windows: tuple[tuple[str, int], ...] = (),
+        decodes: int = 0,
+        decode_kv: int = 0,
+        decode_contexts=(),
+    ) -> "StepShape":
         """The shape of sequences computing (new tokens, after cached tokens) each, plus ``decodes`` more
         one-token sequences attending to ``decode_kv`` KV tokens in all (the incremental scheduler's lazy
         decoders, counted, not listed); with ``windows`` (LatencyModel.windows), what every decode reads in
@@ -59,8 +64,10 @@ class StepShape:
         if windows:
             import numpy as np
 
-            reads = decode_window_reads(windows, np.concatenate((np.asarray(decode_contexts, dtype=np.int64),
-                                                                 np.asarray(contexts, dtype=np.int64))))
+            reads = decode_window_reads(
+                windows,
+                np.concatenate((np.asarray(decode_contexts, dtype=np.int64), np.asarray(contexts, dtype=np.int64))),
+            )
         else:
             reads = ()
         return StepShape(new, decodes + len(chunks), pairs, kv, dn, dkv, tuple(prefill), reads)

@@ -80,8 +80,13 @@ class DecodeAttentionParams:
         bandwidth efficiencies shared), or None when every layout splits."""
         if not self.unsplit_cta_bw:
             return None
-        return replace(self, floor_s=self.unsplit_floor_s, ramp_s=self.unsplit_ramp_s, per_seq_s=0.0,
-                       per_seq_tokens=self.unsplit_per_seq_tokens)
+        return replace(
+            self,
+            floor_s=self.unsplit_floor_s,
+            ramp_s=self.unsplit_ramp_s,
+            per_seq_s=0.0,
+            per_seq_tokens=self.unsplit_per_seq_tokens,
+        )
 
     def unsplit_token_s(self, token_bytes, ctas, sms):
         """Seconds per KV token (``token_bytes`` bytes) when ``ctas`` CTAs (sequences x KV heads) walk their
@@ -105,8 +110,12 @@ class DecodeAttentionParams:
         """The part above the floor, for ``num_seqs`` sequences over ``kv_tokens`` context tokens in all,
         ``token_s`` seconds to stream one token's KV (``kv8``: an FP8 cache, a bool or an array of them); works
         on numpy arrays too."""
-        return self.ramp_s + self.kv8_ramp_s * kv8 + self.per_seq_s * num_seqs + \
-            (kv_tokens + self.per_seq_tokens * num_seqs) * token_s
+        return (
+            self.ramp_s
+            + self.kv8_ramp_s * kv8
+            + self.per_seq_s * num_seqs
+            + (kv_tokens + self.per_seq_tokens * num_seqs) * token_s
+        )
 
 
 @dataclass(frozen=True)
@@ -155,18 +164,24 @@ class MoeParams:
 # with their scales of those kernels). FP8 checkpoints (DeepSeek-V3, Qwen3-FP8) carry 128x128 block scales;
 # gpt-oss's MXFP4 experts run as 4-bit weights with bf16 activations on Hopper; int4 experts (AWQ, GPTQ,
 # compressed-tensors W4A16) as 4-bit weights with a 16-bit scale per 128, bf16 compute; NVFP4 on FP4 tensor cores.
-MOE_QUANT = {"fp8": ("fp8_block", "fp8", 1.0), "mxfp4": ("w4a16_mxfp4", "bf16", 0.53125),
-             "int4": ("int4_wo", "bf16", 0.515625), "nvfp4": ("nvfp4", "fp4", 0.5625)}
+MOE_QUANT = {
+    "fp8": ("fp8_block", "fp8", 1.0),
+    "mxfp4": ("w4a16_mxfp4", "bf16", 0.53125),
+    "int4": ("int4_wo", "bf16", 0.515625),
+    "nvfp4": ("nvfp4", "fp4", 0.5625),
+}
 
 # The fused-MoE kernels vLLM can run (its --moe-backend; before it, environment variables such as
 # VLLM_MXFP4_USE_MARLIN or VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8), as AIConfigurator's kernel_source names them.
 # ``flashinfer-trtllm-mxfp8``: MXFP4 experts with activations quantized to MXFP8 (Blackwell), the
 # w4a8_mxfp4_mxfp8 rows of the tables.
-MOE_BACKENDS = {"triton": "Triton fused MoE (vLLM's own, or OpenAI's triton_kernels for MXFP4)",
-                "marlin": "Marlin weight-only kernels (4-bit weights, bf16 math)",
-                "flashinfer-cutlass": "FlashInfer's CUTLASS fused MoE",
-                "flashinfer-trtllm": "FlashInfer's TensorRT-LLM-gen fused MoE",
-                "flashinfer-trtllm-mxfp8": "FlashInfer's TensorRT-LLM-gen MXFP4 MoE with MXFP8 activations"}
+MOE_BACKENDS = {
+    "triton": "Triton fused MoE (vLLM's own, or OpenAI's triton_kernels for MXFP4)",
+    "marlin": "Marlin weight-only kernels (4-bit weights, bf16 math)",
+    "flashinfer-cutlass": "FlashInfer's CUTLASS fused MoE",
+    "flashinfer-trtllm": "FlashInfer's TensorRT-LLM-gen fused MoE",
+    "flashinfer-trtllm-mxfp8": "FlashInfer's TensorRT-LLM-gen MXFP4 MoE with MXFP8 activations",
+}
 
 
 def moe_backend_of(kernel_source: str, moe_dtype: str) -> str | None:
@@ -175,8 +190,12 @@ def moe_backend_of(kernel_source: str, moe_dtype: str) -> str | None:
     k = kernel_source.lower()
     if moe_dtype == "w4a8_mxfp4_mxfp8":
         return "flashinfer-trtllm-mxfp8" if "trtllm" in k else None
-    for key, backend in (("marlin", "marlin"), ("trtllm", "flashinfer-trtllm"), ("flashinfer_cutlass", "flashinfer-cutlass"),
-                         ("triton", "triton")):
+    for key, backend in (
+        ("marlin", "marlin"),
+        ("trtllm", "flashinfer-trtllm"),
+        ("flashinfer_cutlass", "flashinfer-cutlass"),
+        ("triton", "triton"),
+    ):
         if key in k:
             return backend
     return "triton" if k == "vllm_fused_moe" else None  # vLLM's fused_moe kernels are Triton kernels
@@ -191,8 +210,10 @@ def with_moe_backend(calib: "Calibration", backend: str, quant: str | None) -> "
     fits = calib.moe_backends.get(dtype, {})
     if backend not in fits:
         have = ", ".join(sorted(fits)) or "none"
-        raise ConfigError(f"--moe-backend {backend}: no measured {dtype} MoE kernels of that backend for "
-                          f"{calib.gpu} in this calibration (measured: {have}); use auto")
+        raise ConfigError(
+            f"--moe-backend {backend}: no measured {dtype} MoE kernels of that backend for "
+            f"{calib.gpu} in this calibration (measured: {have}); use auto"
+        )
     p = fits[backend]
     return replace(calib, moe_quant={**calib.moe_quant, quant: p}) if quant else replace(calib, moe=p)
 
@@ -208,9 +229,14 @@ def with_moe_backend(calib: "Calibration", backend: str, quant: str | None) -> "
 # (per-channel / per-token scales) on int8 tensor cores. A scheme the calibration has no fit for, or whose tensor
 # cores the GPU lacks (FP8 on Ampere, NVFP4 before Blackwell: vLLM's weight-only Marlin kernels), is priced with
 # the bf16 GEMM parameters reading the scheme's weight bytes.
-GEMM_QUANT = {"fp8": ("fp8", 1.0, "fp8"), "fp8_block": ("fp8_block", 1.0, "fp8"), "nvfp4": ("nvfp4", 0.5625, "fp4"),
-              "w4a16": (None, 0.515625, "bf16"), "w8a16": (None, 1.015625, "bf16"),
-              "w8a8_int8": (None, 1.0, "int8")}
+GEMM_QUANT = {
+    "fp8": ("fp8", 1.0, "fp8"),
+    "fp8_block": ("fp8_block", 1.0, "fp8"),
+    "nvfp4": ("nvfp4", 0.5625, "fp4"),
+    "w4a16": (None, 0.515625, "bf16"),
+    "w8a16": (None, 1.015625, "bf16"),
+    "w8a8_int8": (None, 1.0, "int8"),
+}
 
 
 @dataclass(frozen=True)
@@ -240,8 +266,10 @@ class LinkParams:
 
 def _link_tables(d: dict, key: str) -> dict:
     """A calibration's ``key`` table of collectives: interconnect -> group size -> LinkParams."""
-    return {ic: {_group_size(n): _build(LinkParams, p) for n, p in _object(table, ic).items()}
-            for ic, table in _object(d.get(key, {}), key).items()}
+    return {
+        ic: {_group_size(n): _build(LinkParams, p) for n, p in _object(table, ic).items()}
+        for ic, table in _object(d.get(key, {}), key).items()
+    }
 
 
 def _nearest_group(table: dict, n: int) -> "LinkParams":
@@ -285,8 +313,10 @@ class Calibration:
         """All-reduce parameters for n GPUs (the nearest measured group size if n itself was not)."""
         table = self.all_reduce.get(interconnect) or self.all_reduce.get("nvswitch") or {}
         if not table:
-            raise ConfigError(f"calibration for {self.gpu} has no all-reduce measurements; tensor parallelism "
-                              "needs them (calibrate from an all_reduce.csv)")
+            raise ConfigError(
+                f"calibration for {self.gpu} has no all-reduce measurements; tensor parallelism "
+                "needs them (calibrate from an all_reduce.csv)"
+            )
         return _nearest_group(table, n)
 
     def exchange_link(self, n: int, interconnect: str) -> LinkParams | None:
@@ -303,46 +333,66 @@ class Calibration:
     def from_json(d: dict, where: str = "calibration") -> "Calibration":
         try:
             if d.get("format") != FORMAT or d.get("version") != VERSION:
-                raise ValueError(f"not a {FORMAT} version {VERSION} file (format {d.get('format')!r}, "
-                                 f"version {d.get('version')!r})")
+                raise ValueError(
+                    f"not a {FORMAT} version {VERSION} file (format {d.get('format')!r}, version {d.get('version')!r})"
+                )
             return Calibration(
-                gpu=str(d["gpu"]), measured_on=str(d.get("measured_on", "gpu")),
+                gpu=str(d["gpu"]),
+                measured_on=str(d.get("measured_on", "gpu")),
                 gemm=_build(GemmParams, d["gemm"]),
                 elementwise=_elementwise(d["elementwise"]),
                 decode_attention=_build(DecodeAttentionParams, d["decode_attention"]),
                 prefill_attention=_build(PrefillAttentionParams, d["prefill_attention"]),
-                all_reduce=_link_tables(d, "all_reduce"), exchange=_link_tables(d, "exchange"),
-                sources=dict(d.get("sources", {})), fit=dict(d.get("fit", {})),
+                all_reduce=_link_tables(d, "all_reduce"),
+                exchange=_link_tables(d, "exchange"),
+                sources=dict(d.get("sources", {})),
+                fit=dict(d.get("fit", {})),
                 derived_from=str(d.get("derived_from", "")),
                 moe=_optional(MoeParams, d, "moe"),
-                moe_quant={_moe_quant_key(k): _build(MoeParams, v)
-                           for k, v in _object(d.get("moe_quant", {}), "moe_quant").items()},
+                moe_quant={
+                    _moe_quant_key(k): _build(MoeParams, v)
+                    for k, v in _object(d.get("moe_quant", {}), "moe_quant").items()
+                },
                 mla_decode=_optional(DecodeAttentionParams, d, "mla_decode"),
                 mla_prefill=_optional(PrefillAttentionParams, d, "mla_prefill"),
-                gemm_quant={_quant_key(k, GEMM_QUANT, "gemm_quant"): _build(GemmParams, v)
-                            for k, v in _object(d.get("gemm_quant", {}), "gemm_quant").items()},
-                moe_backends={_quant_key(q, {"bf16": 0, **MOE_QUANT}, "moe_backends"): {
-                    _quant_key(b, MOE_BACKENDS, f"moe_backends {q}"): _build(MoeParams, v)
-                    for b, v in _object(t, f"moe_backends {q}").items()}
-                    for q, t in _object(d.get("moe_backends", {}), "moe_backends").items()})
+                gemm_quant={
+                    _quant_key(k, GEMM_QUANT, "gemm_quant"): _build(GemmParams, v)
+                    for k, v in _object(d.get("gemm_quant", {}), "gemm_quant").items()
+                },
+                moe_backends={
+                    _quant_key(q, {"bf16": 0, **MOE_QUANT}, "moe_backends"): {
+                        _quant_key(b, MOE_BACKENDS, f"moe_backends {q}"): _build(MoeParams, v)
+                        for b, v in _object(t, f"moe_backends {q}").items()
+                    }
+                    for q, t in _object(d.get("moe_backends", {}), "moe_backends").items()
+                },
+            )
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise ConfigError(f"{where}: not a usable latency calibration ({type(e).__name__}: {e})") from None
 
 
 # What a calibration field may hold beyond "a finite number from 0 to 1e16" (what the formulas divide by or
 # raise to, and the tile sizes they count in): (lowest, highest, whole number)
-_FIELD_RANGES = {"flops_eff": (1e-6, 1.0, False), "bw_eff": (1e-6, 1.0, False), "kv8_bw_eff": (0.0, 1.0, False),
-                 "unsplit_cta_bw": (0.0, 1e16, False),
-                 ("DecodeAttentionParams", "flops_eff"): (0.0, 1.0, False),  # 0: the prefill tile efficiency
-                 "knee": (1.0, 100.0, False), "tile_q": (1, 65536, True), "tile_kv": (1, 65536, True),
-                 "bandwidth": (1.0, 1e16, False)}
+_FIELD_RANGES = {
+    "flops_eff": (1e-6, 1.0, False),
+    "bw_eff": (1e-6, 1.0, False),
+    "kv8_bw_eff": (0.0, 1.0, False),
+    "unsplit_cta_bw": (0.0, 1e16, False),
+    ("DecodeAttentionParams", "flops_eff"): (0.0, 1.0, False),  # 0: the prefill tile efficiency
+    "knee": (1.0, 100.0, False),
+    "tile_q": (1, 65536, True),
+    "tile_kv": (1, 65536, True),
+    "bandwidth": (1.0, 1e16, False),
+}
 
 
 def _elementwise(v) -> dict:
     kinds = _object(v, "elementwise")
     missing = [k for k in ELEMENTWISE_KINDS if k not in kinds]
     if missing:
-        raise ValueError(f"elementwise lacks the kind(s) {', '.join(missing)} (it holds {', '.join(ELEMENTWISE_KINDS)})")
+        raise ValueError(
+            f"elementwise lacks the kind(s) {', '.join(missing)} (it holds {', '.join(ELEMENTWISE_KINDS)})"
+        )
     return {k: _build(ElementwiseParams, p) for k, p in kinds.items()}
 
 
@@ -366,8 +416,12 @@ def _quant_key(key, known: dict, table: str) -> str:
 
 def _group_size(key) -> str:
     """An all-reduce table's key: a number of GPUs, written as a plain whole number."""
-    if not (isinstance(key, str) and key.isascii() and key.isdigit() and str(int(key)) == key and 1 <= int(key) <= 4096):
-        raise ValueError(f"all-reduce group sizes are whole numbers of GPUs from 1 to 4096 written plainly, got {key!r:.40}")
+    if not (
+        isinstance(key, str) and key.isascii() and key.isdigit() and str(int(key)) == key and 1 <= int(key) <= 4096
+    ):
+        raise ValueError(
+            f"all-reduce group sizes are whole numbers of GPUs from 1 to 4096 written plainly, got {key!r:.40}"
+        )
     return key
 
 
@@ -394,12 +448,21 @@ def _build(cls, values: dict):
     for f in fields(cls):
         v = getattr(obj, f.name)
         lo, hi, whole = _FIELD_RANGES.get((cls.__name__, f.name)) or _FIELD_RANGES.get(f.name, (0.0, 1e16, False))
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not is_finite(v) or not lo <= v <= hi \
-                or (whole and v != int(v)):
-            raise ValueError(f"{cls.__name__}.{f.name} must be a finite {'whole ' if whole else ''}number from {lo:g} "
-                             f"to {hi:g}, got {shown(v)}")
+        if (
+            isinstance(v, bool)
+            or not isinstance(v, (int, float))
+            or not is_finite(v)
+            or not lo <= v <= hi
+            or (whole and v != int(v))
+        ):
+            raise ValueError(
+                f"{cls.__name__}.{f.name} must be a finite {'whole ' if whole else ''}number from {lo:g} "
+                f"to {hi:g}, got {shown(v)}"
+            )
         if 0 < v < _OFF_OR_AT_LEAST.get(f.name, 0):
-            raise ValueError(f"{cls.__name__}.{f.name} must be 0 (off) or at least {_OFF_OR_AT_LEAST[f.name]:g}, got {v!r}")
+            raise ValueError(
+                f"{cls.__name__}.{f.name} must be 0 (off) or at least {_OFF_OR_AT_LEAST[f.name]:g}, got {v!r}"
+            )
         if whole:
             object.__setattr__(obj, f.name, int(v))
     return obj
@@ -440,16 +503,20 @@ def calibration_source(gpu: GpuSpec) -> tuple[str, str]:
         chip = stand_in[0]
         why = f"{chip}'s kernel efficiencies ({said})"
     else:
+
         def distance(n: str) -> float:
             g = GPU_PRESETS[n]
             ridge = math.log((gpu.bf16_flops / gpu.hbm_bandwidth) / (g.bf16_flops / g.hbm_bandwidth))
             return abs(ridge) + abs(math.log(gpu.hbm_bandwidth / g.hbm_bandwidth))
 
         chip = min(known, key=distance) if known else measured[0]
-        why = (f"the kernel efficiencies of {chip}, the measured GPU nearest in FLOP/s per byte and bandwidth"
-               + ("" if gpu.arch else " (name its arch= to borrow its architecture's)"))
-    return chip, (f"warning: no latency calibration for {gpu.name} ({gpu.arch or 'architecture not given'}); using "
-                  f"{why} with {gpu.name}'s own peaks, unvalidated (calibrate one with `kvsim calibrate`)")
+        why = f"the kernel efficiencies of {chip}, the measured GPU nearest in FLOP/s per byte and bandwidth" + (
+            "" if gpu.arch else " (name its arch= to borrow its architecture's)"
+        )
+    return chip, (
+        f"warning: no latency calibration for {gpu.name} ({gpu.arch or 'architecture not given'}); using "
+        f"{why} with {gpu.name}'s own peaks, unvalidated (calibrate one with `kvsim calibrate`)"
+    )
 
 
 def shipped_calibration(gpu: GpuSpec, vllm_version: str | None = None) -> tuple[Calibration, str]:
@@ -473,9 +540,17 @@ def shipped_calibration(gpu: GpuSpec, vllm_version: str | None = None) -> tuple[
             c = replace(c, **{attr: have})
         rel, top = chosen_release(chip, vllm_version), max(vllm_releases()[chip], key=release_key)
         ops = sorted({m.op.split(" by ")[0] for m in wrong})
-        release_note = "; ".join(n for n in (release_note, (
-            f"warning: --vllm-version {vllm_version} on {chip}: {', '.join(ops)} priced by vLLM {top}'s kernels (the "
-            f"newest measured), every other op by {rel}'s ({rel}'s table {wrong[0].why})")) if n)
+        release_note = "; ".join(
+            n
+            for n in (
+                release_note,
+                (
+                    f"warning: --vllm-version {vllm_version} on {chip}: {', '.join(ops)} priced by vLLM {top}'s kernels (the "
+                    f"newest measured), every other op by {rel}'s ({rel}'s table {wrong[0].why})"
+                ),
+            )
+            if n
+        )
     if chip != gpu.name:
         c = replace(c, gpu=gpu.name, derived_from=chip)
     elif c.derived_from and not note:

@@ -78,18 +78,27 @@ class CpuOverhead:
         """The share of one of ``steps`` steps scheduled together (multi-step scheduling): every part / steps."""
         if steps == 1:
             return self
-        return replace(self, name=f"{self.name}, 1/{steps} per decode step", base_s=self.base_s / steps,
-                       per_seq_s=self.per_seq_s / steps, sync_s=self.sync_s / steps, per_rank_s=self.per_rank_s / steps)
+        return replace(
+            self,
+            name=f"{self.name}, 1/{steps} per decode step",
+            base_s=self.base_s / steps,
+            per_seq_s=self.per_seq_s / steps,
+            sync_s=self.sync_s / steps,
+            per_rank_s=self.per_rank_s / steps,
+        )
 
 
 ASYNC_SYNC_S = 50e-6  # seconds exposed per iteration when the CPU work overlaps the GPU's
 _V1 = CpuOverhead("vllm-v1", 0.5e-3, 10e-6)
-CPU_PRESETS: dict[str, CpuOverhead] = {p.name: p for p in [
-    CpuOverhead("none", 0.0, 0.0),
-    CpuOverhead("vllm-v0", 2.0e-3, 0.25e-3, per_rank_s=1.5e-3),  # fitted: benchmarks/fit_v0_engine.py
-    _V1,
-    replace(_V1.overlapping(), name="vllm-v1-async"),
-]}
+CPU_PRESETS: dict[str, CpuOverhead] = {
+    p.name: p
+    for p in [
+        CpuOverhead("none", 0.0, 0.0),
+        CpuOverhead("vllm-v0", 2.0e-3, 0.25e-3, per_rank_s=1.5e-3),  # fitted: benchmarks/fit_v0_engine.py
+        _V1,
+        replace(_V1.overlapping(), name="vllm-v1-async"),
+    ]
+}
 DEFAULT_CPU = "vllm-v1"
 
 

@@ -43,7 +43,14 @@ from kvsim.hardware import GpuSpec, ModelSpec
 from kvsim.hardware.gpus import NIC_BYTES_S
 from kvsim.hardware.layer_kinds import KINDS, ChunkedLocal, SlidingWindow
 from kvsim.latency.base import BREAKDOWN_COLUMNS, LatencyModel, StepShape, sum_max_of_two_affine
-from kvsim.latency.calibration import GEMM_QUANT, MOE_QUANT, Calibration, DecodeAttentionParams, ElementwiseParams, GemmParams
+from kvsim.latency.calibration import (
+    GEMM_QUANT,
+    MOE_QUANT,
+    Calibration,
+    DecodeAttentionParams,
+    ElementwiseParams,
+    GemmParams,
+)
 from kvsim.latency.cpu import CpuOverhead
 from kvsim.latency.routing import DEFAULT_ROUTING, active_experts
 
@@ -66,8 +73,9 @@ class Op:
     def seconds(self, calib: Calibration, gpu: GpuSpec, tokens: int, dtype_bytes: int) -> float:
         if not self.kind:
             if self.quant is not None:
-                return quant_gemm_seconds(quant_gemm_params(calib, gpu, self.quant), gpu, tokens, self.k, self.n,
-                                          self.quant)
+                return quant_gemm_seconds(
+                    quant_gemm_params(calib, gpu, self.quant), gpu, tokens, self.k, self.n, self.quant
+                )
             return gemm_seconds(calib.gemm, gpu, tokens, self.k, self.n, dtype_bytes)
         return elementwise_seconds(calib.elementwise[self.kind], gpu, tokens, self.row, self.bytes_per_token)
 
@@ -98,8 +106,13 @@ def decoder_layer(model: ModelSpec, mix: list[Op], ffn: list[Op]) -> list[Op]:
     """A layer's kernels around its token mixer ``mix`` and FFN ``ffn``, GEMMs on the checkpoint's weights
     (the mixer's projections in the model's dtype when the checkpoint keeps its attention so)."""
     q = model.weight_quant
-    return [input_norm(model), *(mix if model.attention_unquantized else quantized(mix, q)), post_norm(model),
-            *quantized(ffn, q), residual_add(model)]
+    return [
+        input_norm(model),
+        *(mix if model.attention_unquantized else quantized(mix, q)),
+        post_norm(model),
+        *quantized(ffn, q),
+        residual_add(model),
+    ]
 
 
 def input_norm(model: ModelSpec) -> Op:
@@ -135,8 +148,11 @@ def mla_ops(model: ModelSpec, tp: int) -> list[Op]:
     h, d = model.hidden_size, model.dtype_bytes
     qh = max(1, model.q_heads // tp)
     hd, rope, v = model.head_dim, model.qk_rope_head_dim, model.v_head_dim or model.head_dim
-    q = [Op("attn_q_a_proj", h, model.q_lora_rank), Op("attn_q_b_proj", model.q_lora_rank, qh * hd)] \
-        if model.q_lora_rank else [Op("attn_q_proj", h, qh * hd)]
+    q = (
+        [Op("attn_q_a_proj", h, model.q_lora_rank), Op("attn_q_b_proj", model.q_lora_rank, qh * hd)]
+        if model.q_lora_rank
+        else [Op("attn_q_proj", h, qh * hd)]
+    )
     return q + [
         Op("attn_kv_a_proj", h, model.kv_lora_rank + rope),
         Op("attn_kv_b_proj", model.kv_lora_rank, qh * (hd - rope + v)),
@@ -214,12 +230,38 @@ class MoeOp:
     def seconds(self, calib: Calibration, gpu: GpuSpec, tokens: int, dtype_bytes: int) -> float:
         if tokens <= 0:
             return 0.0
-        return moe_formula(calib, gpu, tokens, self.hidden, self.width, self.experts, self.top_k, self.ep,
-                           self.weight_bytes, dtype_bytes, self.gated, self.quant, self.distinct(tokens))
+        return moe_formula(
+            calib,
+            gpu,
+            tokens,
+            self.hidden,
+            self.width,
+            self.experts,
+            self.top_k,
+            self.ep,
+            self.weight_bytes,
+            dtype_bytes,
+            self.gated,
+            self.quant,
+            self.distinct(tokens),
+        )
 
 
-def moe_formula(calib: Calibration, gpu: GpuSpec, tokens, hidden, width, experts, top_k, ep, weight_bytes,
-                dtype_bytes, gated=True, quant: str | None = None, distinct=None):
+def moe_formula(
+    calib: Calibration,
+    gpu: GpuSpec,
+    tokens,
+    hidden,
+    width,
+    experts,
+    top_k,
+    ep,
+    weight_bytes,
+    dtype_bytes,
+    gated=True,
+    quant: str | None = None,
+    distinct=None,
+):
     """Seconds of a fused MoE layer on one rank (works on numpy arrays too): ``tokens`` tokens each routed to
     ``top_k`` of ``experts`` experts, activating ``distinct`` of them (all ranks; default: uniform routing),
     a rank of ``ep`` holding 1/ep of the routed copies and of the activated experts, experts ``width`` wide on
@@ -245,13 +287,13 @@ def moe_formula(calib: Calibration, gpu: GpuSpec, tokens, hidden, width, experts
         q = p.knee
         # every routed copy of every token, on each rank
         route = (p.per_route_s + p.per_route_ep_s * (ep > 1)) * tokens * top_k * hidden / 4096
-        return p.t0_s + p.t0_ep_s * (ep > 1) + p.per_expert_s * active + route + (tf ** q + tb ** q) ** (1.0 / q)
+        return p.t0_s + p.t0_ep_s * (ep > 1) + p.per_expert_s * active + route + (tf**q + tb**q) ** (1.0 / q)
     g = calib.gemm
     tf = flops / (gpu.bf16_flops * g.flops_eff)
     tb = (weights + acts) / (gpu.hbm_bandwidth * g.bw_eff)
     q = g.knee
     act = elementwise_formula(calib.elementwise["act"], gpu, routed, width, 3 * width * dtype_bytes)
-    return 2 * g.t0_s + (tf ** q + tb ** q) ** (1.0 / q) + act
+    return 2 * g.t0_s + (tf**q + tb**q) ** (1.0 / q) + act
 
 
 def expert_quant(model: ModelSpec) -> str | None:
@@ -261,8 +303,9 @@ def expert_quant(model: ModelSpec) -> str | None:
     return dtype if dtype in MOE_QUANT else None
 
 
-def layer_classes(model: ModelSpec, tp: int, expert_parallel: bool = False, dp: int = 1,
-                  routing: str = DEFAULT_ROUTING) -> list[tuple[int, list[Op], MoeOp | None]]:
+def layer_classes(
+    model: ModelSpec, tp: int, expert_parallel: bool = False, dp: int = 1, routing: str = DEFAULT_ROUTING
+) -> list[tuple[int, list[Op], MoeOp | None]]:
     """(layers, kernels, routed experts or None) per class of identical layers; a plain model has one class
     whose kernels are :func:`layer_ops`. The routed experts span all ``dp`` x ``tp`` GPUs of a replica (``dp``
     data-parallel ranks of ``tp`` GPUs): each expert split in width over them, or, with ``expert_parallel``
@@ -273,8 +316,12 @@ def layer_classes(model: ModelSpec, tp: int, expert_parallel: bool = False, dp: 
     h = model.hidden_size
     attn = mla_ops(model, tp) if model.is_mla else attention_ops(model, tp)
     out = []
-    for (mixer, moe, has_ffn), n in sorted(Counter(("attn" if KINDS[t].attention else "mamba", m, f) for t, m, f in
-                                                   zip(model.mixers, model.moe_mask, model.ffn_mask)).items()):
+    for (mixer, moe, has_ffn), n in sorted(
+        Counter(
+            ("attn" if KINDS[t].attention else "mamba", m, f)
+            for t, m, f in zip(model.mixers, model.moe_mask, model.ffn_mask)
+        ).items()
+    ):
         mix = mamba_ops(model, tp) if mixer == "mamba" else attn
         if not has_ffn:  # a mixer block alone (Nemotron-H)
             ffn, experts = [], None
@@ -285,8 +332,17 @@ def layer_classes(model: ModelSpec, tp: int, expert_parallel: bool = False, dp: 
             ranks = tp * dp
             ep = ranks if expert_parallel else 1
             wb = model.expert_dtype_bytes if model.expert_dtype else model.weight_dtype_bytes
-            experts = MoeOp(h, -(-model.moe_intermediate_size // (ranks // ep)), model.num_experts,
-                            model.experts_per_token, wb, model.gated_mlp, ep, expert_quant(model), routing)
+            experts = MoeOp(
+                h,
+                -(-model.moe_intermediate_size // (ranks // ep)),
+                model.num_experts,
+                model.experts_per_token,
+                wb,
+                model.gated_mlp,
+                ep,
+                expert_quant(model),
+                routing,
+            )
         else:
             ffn, experts = ffn_ops(model, tp, model.intermediate_size), None
         out.append((n, decoder_layer(model, mix, ffn), experts))
@@ -309,15 +365,18 @@ def _soft_roofline(p: GemmParams, tf, tb):
     """A GEMM's seconds from its compute and memory times at the fitted efficiencies: near the ridge they add
     up (``knee``)."""
     q = p.knee
-    return p.t0_s + (tf ** q + tb ** q) ** (1.0 / q)
+    return p.t0_s + (tf**q + tb**q) ** (1.0 / q)
 
 
 def elementwise_formula(p: ElementwiseParams, gpu: GpuSpec, m, row_elems, bytes_per_token):
     """Seconds of element-wise kernels over m tokens; works on numpy arrays too."""
     stream = m * bytes_per_token / (gpu.hbm_bandwidth * p.bw_eff)
     serial = p.serial_s * row_elems
-    return p.t0_s + (serial if serial > stream else stream) if not hasattr(stream, "shape") else \
-        p.t0_s + (serial * (serial > stream) + stream * (serial <= stream))
+    return (
+        p.t0_s + (serial if serial > stream else stream)
+        if not hasattr(stream, "shape")
+        else p.t0_s + (serial * (serial > stream) + stream * (serial <= stream))
+    )
 
 
 def quant_gemm_formula(p: GemmParams, gpu: GpuSpec, m, k, n, quant: str):
@@ -347,10 +406,21 @@ def elementwise_seconds(p: ElementwiseParams, gpu: GpuSpec, m: int, row_elems: i
 class PerOpModel(LatencyModel):
     name = "per-op"
 
-    def __init__(self, model: ModelSpec, gpu: GpuSpec, calib: Calibration, cpu: CpuOverhead, tp: int = 1,
-                 interconnect: str = "nvswitch", expert_parallel: bool = False, pp: int = 1, dp: int = 1,
-                 graph_sizes: tuple[int, ...] = (), steps_per_schedule: int = 1,
-                 routing: str = DEFAULT_ROUTING):
+    def __init__(
+        self,
+        model: ModelSpec,
+        gpu: GpuSpec,
+        calib: Calibration,
+        cpu: CpuOverhead,
+        tp: int = 1,
+        interconnect: str = "nvswitch",
+        expert_parallel: bool = False,
+        pp: int = 1,
+        dp: int = 1,
+        graph_sizes: tuple[int, ...] = (),
+        steps_per_schedule: int = 1,
+        routing: str = DEFAULT_ROUTING,
+    ):
         cpu = cpu.for_ranks(tp)
         self.model, self.gpu, self.calib, self.cpu, self.tp, self.pp = model, gpu, calib, cpu, tp, pp
         # a decode step's CPU: the whole of it, or with multi-step scheduling its share of a schedule's (cpu.py)
@@ -384,13 +454,16 @@ class PerOpModel(LatencyModel):
                 try:
                     self._dispatch = calib.link(self.dp, interconnect).nccl_line()
                 except ConfigError:
-                    raise ConfigError(f"calibration for {calib.gpu} has no collective measurements; data-parallel "
-                                      "ranks price the MoE layers' exchange with them") from None
+                    raise ConfigError(
+                        f"calibration for {calib.gpu} has no collective measurements; data-parallel "
+                        "ranks price the MoE layers' exchange with them"
+                    ) from None
         self.emb = embedding_op(model)
         self.vocab = -(-model.vocab_size // tp)
         # FP8 KV halves the reads; MLA's latent is read whole by every rank
-        self.kv_bytes_per_token_layer = model.kv_bytes_per_token_layer(tp) if model.is_mla else \
-            2 * self.kvh * hd * model.kv_dtype_bytes
+        self.kv_bytes_per_token_layer = (
+            model.kv_bytes_per_token_layer(tp) if model.is_mla else 2 * self.kvh * hd * model.kv_dtype_bytes
+        )
         pd, pa = calib.decode_attention, calib.prefill_attention
         if model.is_mla and calib.mla_decode is not None:  # measured on MLA modules
             pd = calib.mla_decode
@@ -408,8 +481,7 @@ class PerOpModel(LatencyModel):
         self.windows = tuple((kind, w) for _, kind, w in self.attn_kinds if w)
         self.mamba_layers = model.state_layers  # recurrent layers: their state's traffic
         self.state_bytes = model.state_bytes_per_layer(tp) if self.mamba_layers else 0
-        self.plain = len(self.attn_kinds) == 1 and not self.attn_kinds[0][2] and not self.mamba_layers \
-            and pp == 1
+        self.plain = len(self.attn_kinds) == 1 and not self.attn_kinds[0][2] and not self.mamba_layers and pp == 1
         # pipeline stages: the slowest holds ceil(layers / pp) layers and the LM head (ModelSpec.pipeline_stage)
         # and sends each micro-batch's hidden states on, one GPU to one GPU (priced as a 2-GPU exchange)
         self._stage_frac = -(-model.layers // pp) / model.layers
@@ -418,8 +490,10 @@ class PerOpModel(LatencyModel):
             try:
                 self._send = calib.link(2, interconnect)
             except ConfigError:
-                raise ConfigError(f"calibration for {calib.gpu} has no all-reduce measurements; pipeline "
-                                  "parallelism prices the send between stages with them") from None
+                raise ConfigError(
+                    f"calibration for {calib.gpu} has no all-reduce measurements; pipeline "
+                    "parallelism prices the send between stages with them"
+                ) from None
         self.hidden_bytes = h * d
         self._links = calib.link(tp, interconnect) if tp > 1 else None
         self._dense_cache: dict[tuple[int, int], float] = {}
@@ -429,7 +503,9 @@ class PerOpModel(LatencyModel):
         if model.is_mla and calib.mla_prefill is not None:  # measured on MLA modules
             pa = calib.mla_prefill
         self._prefill_params = pa
-        self._tile_s = 4.0 * pa.tile_q * pa.tile_kv * (hd + pa.tile_extra_dims) / (gpu.bf16_flops / gpu.sms * pa.flops_eff)
+        self._tile_s = (
+            4.0 * pa.tile_q * pa.tile_kv * (hd + pa.tile_extra_dims) / (gpu.bf16_flops / gpu.sms * pa.flops_eff)
+        )
 
     # --- parts -------------------------------------------------------------------------------
     def dense_s(self, tokens: int, sampled: int) -> float:
@@ -455,9 +531,11 @@ class PerOpModel(LatencyModel):
         """The embedding, the LM head and the sampler: once per iteration, not per layer (the first and the last
         pipeline stage)."""
         calib, gpu, d = self.calib, self.gpu, self.dtype_bytes
-        return (self.emb.seconds(calib, gpu, tokens, d),
-                gemm_seconds(calib.gemm, gpu, sampled, self.model.hidden_size, self.vocab, d),
-                elementwise_seconds(calib.elementwise["act"], gpu, sampled, 0, self.vocab * SAMPLER_BYTES_PER_VOCAB))
+        return (
+            self.emb.seconds(calib, gpu, tokens, d),
+            gemm_seconds(calib.gemm, gpu, sampled, self.model.hidden_size, self.vocab, d),
+            elementwise_seconds(calib.elementwise["act"], gpu, sampled, 0, self.vocab * SAMPLER_BYTES_PER_VOCAB),
+        )
 
     def decode_attention_layer_s(self, num_seqs: int, kv_tokens: int, window: int = 0) -> float:
         """One layer's decode attention for ``num_seqs`` sequences over ``kv_tokens`` context tokens in all; a
@@ -476,8 +554,9 @@ class PerOpModel(LatencyModel):
         u = self._unsplit
         if u is None:
             return self._decode_params, self._decode_token_s
-        return u, max(self._decode_token_s,
-                      u.unsplit_token_s(self.kv_bytes_per_token_layer, num_seqs * self.kvh, self.gpu.sms))
+        return u, max(
+            self._decode_token_s, u.unsplit_token_s(self.kv_bytes_per_token_layer, num_seqs * self.kvh, self.gpu.sms)
+        )
 
     def windowed_prefill_layer_s(self, chunks, kind: str, window: int) -> float:
         """Prefill of a sliding-window or chunked-local layer: each query tile walks the KV tiles from the
@@ -500,8 +579,9 @@ class PerOpModel(LatencyModel):
         """All mamba layers reading and writing each scheduled sequence's state once."""
         if not self.mamba_layers or num_seqs <= 0:
             return 0.0
-        return self.mamba_layers * elementwise_seconds(self.calib.elementwise["act"], self.gpu, num_seqs, 0,
-                                                       2 * self.state_bytes)
+        return self.mamba_layers * elementwise_seconds(
+            self.calib.elementwise["act"], self.gpu, num_seqs, 0, 2 * self.state_bytes
+        )
 
     def prefill_attention_layer_s(self, chunks) -> float:
         """FlashAttention-style prefill of (new tokens, cached tokens) chunks, causal within each chunk."""
@@ -537,7 +617,9 @@ class PerOpModel(LatencyModel):
                 t += n * (self.decode_attention_layer_s(dn, dkv) + self.prefill_attention_layer_s(chunks))
                 continue
             reads = counted.get((kind, w))
-            dec = self.decode_attention_layer_s(dn, dkv, w) if reads is None else self.decode_attention_layer_s(dn, reads)
+            dec = (
+                self.decode_attention_layer_s(dn, dkv, w) if reads is None else self.decode_attention_layer_s(dn, reads)
+            )
             t += n * (dec + self.windowed_prefill_layer_s(chunks, kind, w))
         return t
 
@@ -617,8 +699,13 @@ class PerOpModel(LatencyModel):
         t = self._pad_cache.get(key)
         if t is None:  # once per shape: every step prices it
             # (never negative: a fitted table's noise between neighbouring sizes is not a gain)
-            t = max(0.0, self.dense_s(padded, sampled) - self.dense_s(tokens, sampled)
-                    + self.communication_s(padded, sampled) - self.communication_s(tokens, sampled))
+            t = max(
+                0.0,
+                self.dense_s(padded, sampled)
+                - self.dense_s(tokens, sampled)
+                + self.communication_s(padded, sampled)
+                - self.communication_s(tokens, sampled),
+            )
             if len(self._pad_cache) < 65536:
                 self._pad_cache[key] = t
         return t
@@ -629,22 +716,31 @@ class PerOpModel(LatencyModel):
         if self.pp > 1:
             return (*self._rotation([self._stage_parts(mb) for mb in micro_batches(shape, self.pp)]), 0.0)
         tokens, seqs = shape.new_tokens, shape.num_seqs
-        return (self.dense_s(tokens, seqs), self.attention_s(shape), self.communication_s(tokens, seqs),
-                self._padding_s(tokens, seqs))
+        return (
+            self.dense_s(tokens, seqs),
+            self.attention_s(shape),
+            self.communication_s(tokens, seqs),
+            self._padding_s(tokens, seqs),
+        )
 
     def _stage_parts(self, mb: StepShape) -> tuple[float, float, float]:
         """(dense, attention, communication) of one micro-batch on the slowest pipeline stage: its share of the
         layers, the LM head and sampler, and the send of its hidden states to the next stage."""
         tokens, seqs = mb.new_tokens, mb.num_seqs
         f, head = self._stage_frac, sum(self._head_parts(tokens, seqs))
-        return (f * (self.dense_s(tokens, seqs) - head) + head, f * self.attention_s(mb),
-                self._stage_comm_s(tokens, seqs))
+        return (
+            f * (self.dense_s(tokens, seqs) - head) + head,
+            f * self.attention_s(mb),
+            self._stage_comm_s(tokens, seqs),
+        )
 
     def _stage_comm_s(self, tokens: int, sampled: int) -> float:
         """Communication of one micro-batch on the slowest stage: its layers' all-reduces, the embedding's and the
         logits gather, and the send of its hidden states to the next stage."""
         act, logits = self._comm_parts(tokens, sampled)
-        return self._stage_frac * self.layer_reduces * act + act + logits + self._send.seconds(tokens * self.hidden_bytes)
+        return (
+            self._stage_frac * self.layer_reduces * act + act + logits + self._send.seconds(tokens * self.hidden_bytes)
+        )
 
     def _rotation(self, stages: list) -> tuple:
         """Parts of a rotation of micro-batches, from each one's parts on the slowest stage: that stage works
@@ -769,8 +865,9 @@ class PerOpModel(LatencyModel):
         return max(1, min(k, k_max))
 
 
-def windowed_tiles(new: int, cached: int, kind: str, window: int, tq: int, tkv: int, ovh: float,
-                   explicit_limit: int = 4096) -> tuple[float, float]:
+def windowed_tiles(
+    new: int, cached: int, kind: str, window: int, tq: int, tkv: int, ovh: float, explicit_limit: int = 4096
+) -> tuple[float, float]:
     """KV tiles summed over a windowed prefill chunk's query tiles (``new`` queries after ``cached``), and
     the most any query tile walks. Beyond ``explicit_limit`` query tiles, in closed form: a sliding layer's
     tiles grow until the window fills and are constant after; a chunked layer's grow within each chunk and
@@ -784,8 +881,13 @@ def windowed_tiles(new: int, cached: int, kind: str, window: int, tq: int, tkv: 
         hi = min(lo + tq, end) - 1  # last query position of the tile
         return -(-(hi - first_attended(window, lo) + 1) // tkv) + ovh
 
-    closed = _sliding_full_tiles if isinstance(spec, SlidingWindow) else \
-        _chunked_full_tiles if isinstance(spec, ChunkedLocal) else None
+    closed = (
+        _sliding_full_tiles
+        if isinstance(spec, SlidingWindow)
+        else _chunked_full_tiles
+        if isinstance(spec, ChunkedLocal)
+        else None
+    )
     if -(-new // tq) <= explicit_limit or closed is None:
         t = [tiles_at(lo) for lo in range(cached, end, tq)]
         return float(sum(t)), float(max(t, default=0))

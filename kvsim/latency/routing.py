@@ -26,8 +26,7 @@ import math
 from functools import lru_cache
 
 # routing name -> power-law exponent (None: not a power law)
-ROUTINGS: dict[str, float | None] = {"uniform": None, "balanced": None, "power-law-1.01": 1.01,
-                                     "power-law-1.2": 1.2}
+ROUTINGS: dict[str, float | None] = {"uniform": None, "balanced": None, "power-law-1.01": 1.01, "power-law-1.2": 1.2}
 DEFAULT_ROUTING = "power-law-1.2"  # --moe-routing's default (docs/latency.md says why)
 # AIConfigurator's name of each routing its MoE tables time
 TABLE_ROUTINGS = {"balanced": "balanced", "power_law_1.01": "power-law-1.01", "power_law_1.2": "power-law-1.2"}
@@ -58,12 +57,12 @@ def _power_law_active(tokens: float, experts: float, top_k: float, alpha: float)
     # (routed > experts needs tokens >= 2, as top_k <= experts: the range below is never empty)
     lo, hi = (1.0, 0.8 * tokens) if routed > experts else (0.01, 2.0)
     g = 1.0 - alpha
-    span = hi ** g - lo ** g
+    span = hi**g - lo**g
     mean = (hi ** (2.0 - alpha) - lo ** (2.0 - alpha)) / (2.0 - alpha) / (span / g)
     scale = routed / (experts * mean)
 
     def above(y: float) -> float:  # P(x >= y)
-        return 1.0 if y <= lo else 0.0 if y >= hi else (hi ** g - y ** g) / span
+        return 1.0 if y <= lo else 0.0 if y >= hi else (hi**g - y**g) / span
 
     rounded_up = experts * above(0.5 / scale)
     if rounded_up >= min(experts, routed):
@@ -72,7 +71,7 @@ def _power_law_active(tokens: float, experts: float, top_k: float, alpha: float)
 
     # expected sum of the rounded loads: each expert counts j once its load reaches j - 0.5
     y = np.minimum((np.arange(1, math.ceil(hi * scale + 0.5) + 1) - 0.5) / scale, hi)
-    total = experts * float(np.sum(np.where(y <= lo, 1.0, (hi ** g - np.maximum(y, lo) ** g) / span)))
+    total = experts * float(np.sum(np.where(y <= lo, 1.0, (hi**g - np.maximum(y, lo) ** g) / span)))
     deficit = routed - total
     active = max(rounded_up, min(experts, deficit)) if deficit > 0 else rounded_up
     return min(experts, routed, active)

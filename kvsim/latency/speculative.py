@@ -43,8 +43,9 @@ class SpeculativeModel(LatencyModel):
             seqs = d + len(real)
             first = prefill + max(d, round(d * tau))  # the prompt and the accepted tokens, once
             dense += g.dense_s(first, seqs) + (k - 1) * g.dense_s(seqs, seqs)
-            attn += g.attention_s(StepShape(first, seqs, 0, 0, d, dkv, real)) + \
-                (k - 1) * g.attention_s(StepShape.decode(seqs, dkv + sum(c + n for n, c in real)))
+            attn += g.attention_s(StepShape(first, seqs, 0, 0, d, dkv, real)) + (k - 1) * g.attention_s(
+                StepShape.decode(seqs, dkv + sum(c + n for n, c in real))
+            )
             comm += g.communication_s(first, seqs) + (k - 1) * g.communication_s(seqs, seqs)
             pad += g._padding_s(first, seqs) + (k - 1) * g._padding_s(seqs, seqs)
         return dense, attn, comm, pad
@@ -66,13 +67,26 @@ class SpeculativeModel(LatencyModel):
         if k <= 0:
             return np.zeros(0)
         real = n * (K + 1)
-        gpu = t._run_gpu(n, s0, k, contexts) - t._run_constant_s(n) + (
-            t.dense_s(real, real) + t.communication_s(real, real) + t._padding_s(real, real) + t.recurrent_state_s(n))
+        gpu = (
+            t._run_gpu(n, s0, k, contexts)
+            - t._run_constant_s(n)
+            + (
+                t.dense_s(real, real)
+                + t.communication_s(real, real)
+                + t._padding_s(real, real)
+                + t.recurrent_state_s(n)
+            )
+        )
         g = self.draft
         if g is not None:
             first = max(n, round(n * tau))
-            gpu = gpu + K * g._run_gpu(n, s0, k) + (g.dense_s(first, n) - g.dense_s(n, n)) + (
-                g.communication_s(first, n) - g.communication_s(n, n)) + (g._padding_s(first, n) - g._padding_s(n, n))
+            gpu = (
+                gpu
+                + K * g._run_gpu(n, s0, k)
+                + (g.dense_s(first, n) - g.dense_s(n, n))
+                + (g.communication_s(first, n) - g.communication_s(n, n))
+                + (g._padding_s(first, n) - g._padding_s(n, n))
+            )
         return t._combine_run(gpu, n) / tau
 
     def decode_step_times(self, n: int, s0: int, k: int, contexts=None) -> list[float]:

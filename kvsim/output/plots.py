@@ -15,18 +15,39 @@ import pandas as pd
 from kvsim.allocators.base import MEMORY_CATEGORIES
 from kvsim.engine.sequence import Status
 
-COLORS = {"token_states": "#2e7d32", "reserved": "#f9a825", "internal_frag": "#e65100",
-          "external_frag": "#c62828", "free": "#cfd8dc", "recurrent_state": "#6a1b9a", "page_padding": "#8d6e63"}
-LABELS = {"token_states": "token states", "reserved": "reserved", "internal_frag": "internal frag.",
-          "external_frag": "external frag.", "free": "free", "recurrent_state": "recurrent state",
-          "page_padding": "page padding"}
+COLORS = {
+    "token_states": "#2e7d32",
+    "reserved": "#f9a825",
+    "internal_frag": "#e65100",
+    "external_frag": "#c62828",
+    "free": "#cfd8dc",
+    "recurrent_state": "#6a1b9a",
+    "page_padding": "#8d6e63",
+}
+LABELS = {
+    "token_states": "token states",
+    "reserved": "reserved",
+    "internal_frag": "internal frag.",
+    "external_frag": "external frag.",
+    "free": "free",
+    "recurrent_state": "recurrent state",
+    "page_padding": "page padding",
+}
 # Stacking order: what holds state first, free last.
 PLOT_ORDER = ("token_states", "recurrent_state", "reserved", "internal_frag", "page_padding", "external_frag", "free")
 
 # Allocator families keep their colour in every plot and report (Okabe-Ito, colour-blind safe).
-FAMILY_COLORS = {"max": "#D55E00", "pow2": "#E69F00", "oracle": "#CC79A7", "paged": "#0072B2",
-                 "paged+prefix": "#009E73", "radix": "#56B4E9", "hybrid": "#009E73", "static-split": "#E69F00",
-                 "naive": "#0072B2"}
+FAMILY_COLORS = {
+    "max": "#D55E00",
+    "pow2": "#E69F00",
+    "oracle": "#CC79A7",
+    "paged": "#0072B2",
+    "paged+prefix": "#009E73",
+    "radix": "#56B4E9",
+    "hybrid": "#009E73",
+    "static-split": "#E69F00",
+    "naive": "#0072B2",
+}
 OTHER_COLORS = ["#000000", "#F0E442", "#7f7f7f", "#8c564b", "#9467bd", "#17becf", "#bcbd22", "#e377c2"]
 
 
@@ -57,8 +78,6 @@ def style_map(names: list[str]) -> dict[str, dict]:
             k = 0
         out[n] = {"color": color, "ls": LINE_STYLES[k % len(LINE_STYLES)], "marker": MARKERS[k % len(MARKERS)]}
     return out
-
-
 
 
 def _plt():
@@ -116,8 +135,15 @@ def memory_bars(ax, names: list[str], shares: list[dict[str, float]]) -> None:
         ax.barh(names, vals, left=left, color=COLORS[c], label=LABELS[c], edgecolor="white", linewidth=0.5)
         for y, (x0, v) in enumerate(zip(left, vals)):
             if v >= 8:
-                ax.text(x0 + v / 2, y, f"{v:.0f}", ha="center", va="center", fontsize=8,
-                        color="white" if c != "free" else "#333333")
+                ax.text(
+                    x0 + v / 2,
+                    y,
+                    f"{v:.0f}",
+                    ha="center",
+                    va="center",
+                    fontsize=8,
+                    color="white" if c != "free" else "#333333",
+                )
         left += vals
     ax.set_xlim(0, 100)
     ax.invert_yaxis()
@@ -133,8 +159,9 @@ def memory_breakdown_plot(summaries: list[dict], timelines: dict[str, pd.DataFra
     fig = plt.figure(figsize=(12, 2.6 + 1.6 * n))
     gs = fig.add_gridspec(n, 2, width_ratios=[1, 2.2])
     ax_bar = fig.add_subplot(gs[:, 0])
-    memory_bars(ax_bar, [s["allocator"] for s in summaries],
-                [{c: s[f"mem_{c}"] for c in MEMORY_CATEGORIES} for s in summaries])
+    memory_bars(
+        ax_bar, [s["allocator"] for s in summaries], [{c: s[f"mem_{c}"] for c in MEMORY_CATEGORIES} for s in summaries]
+    )
     ax_bar.legend(loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=3, fontsize=8, frameon=False)
     ax_bar.set_title("Where the KV pool went")
     for i, s in enumerate(summaries):
@@ -161,15 +188,22 @@ def latency_cdf_plot(frames: dict[str, pd.DataFrame], path: Path) -> Path:
     plt = _plt()
     styles = style_map(list(frames))
     fig, axes = plt.subplots(1, 3, figsize=(14, 4.2))
-    for ax, (col, label) in zip(axes, [("ttft_s", "time to first token"), ("tpot_s", "time per output token"),
-                                       ("e2e_s", "end-to-end latency")]):
+    for ax, (col, label) in zip(
+        axes, [("ttft_s", "time to first token"), ("tpot_s", "time per output token"), ("e2e_s", "end-to-end latency")]
+    ):
         lo, hi = np.inf, 0.0
         for name, df in frames.items():
             v = np.sort(df.loc[df.status == Status.FINISHED.value, col].dropna().to_numpy())
             v = v[v > 0]
             if len(v):
-                ax.plot(v, np.arange(1, len(v) + 1) / len(v), label=name, color=styles[name]["color"],
-                        ls=styles[name]["ls"], lw=1.6)
+                ax.plot(
+                    v,
+                    np.arange(1, len(v) + 1) / len(v),
+                    label=name,
+                    color=styles[name]["color"],
+                    ls=styles[name]["ls"],
+                    lw=1.6,
+                )
                 lo, hi = min(lo, v[0]), max(hi, v[-1])
         ax.set_xscale("log")
         log_time_axis(ax.xaxis, lo, hi)
@@ -179,8 +213,15 @@ def latency_cdf_plot(frames: dict[str, pd.DataFrame], path: Path) -> Path:
     axes[0].set_ylabel("fraction of finished requests")
     handles, labels = axes[0].get_legend_handles_labels()
     if labels:  # no allocator finished a request (all rejected): empty axes, no legend
-        fig.legend(handles, labels, loc="lower center", ncol=min(6, len(labels)), fontsize=9, frameon=False,
-                   bbox_to_anchor=(0.5, -0.04))
+        fig.legend(
+            handles,
+            labels,
+            loc="lower center",
+            ncol=min(6, len(labels)),
+            fontsize=9,
+            frameon=False,
+            bbox_to_anchor=(0.5, -0.04),
+        )
     else:
         for ax in axes:
             ax.text(0.5, 0.5, "no finished requests", ha="center", va="center", transform=ax.transAxes)

@@ -15,11 +15,24 @@ class Progress:
         self._bar = None
         self._next_line = 0.1
         if sys.stderr.isatty() and total:
-            from rich.progress import (BarColumn, MofNCompleteColumn, Progress as RichProgress, TextColumn,
-                                       TimeElapsedColumn, TimeRemainingColumn)
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress as RichProgress,
+                TextColumn,
+                TimeElapsedColumn,
+                TimeRemainingColumn,
+            )
 
-            self._bar = RichProgress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                                     TextColumn("ETA"), TimeRemainingColumn(), transient=True)
+            self._bar = RichProgress(
+                TextColumn(label),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                TextColumn("ETA"),
+                TimeRemainingColumn(),
+                transient=True,
+            )
             self._bar.start()
             self._task = self._bar.add_task(label, total=total)
 

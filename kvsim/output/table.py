@@ -38,57 +38,151 @@ def _waste(s: dict) -> float | None:
 COLUMNS: list[Column] = [
     Column("allocator", "allocator", "", "text", "allocator name", _key("allocator"), True),
     Column("done", "done", "", "int", "requests finished", _key("finished"), True),
-    Column("rej", "rej", "", "int", "requests rejected (longer than the context or the pool)", _key("rejected"),
-           True, optional=True),
-    Column("unfin", "unfin", "", "int", "requests unfinished at --horizon-s", _key("unfinished"), True,
-           optional=True),
+    Column(
+        "rej",
+        "rej",
+        "",
+        "int",
+        "requests rejected (longer than the context or the pool)",
+        _key("rejected"),
+        True,
+        optional=True,
+    ),
+    Column("unfin", "unfin", "", "int", "requests unfinished at --horizon-s", _key("unfinished"), True, optional=True),
     Column("tok_s", "out", "tok/s", "int", "output tokens generated per second", _key("throughput_tok_s"), True),
     Column("req_s", "req/s", "", "float2", "requests finished per second", _key("throughput_req_s")),
-    Column("batch", "batch", "mean", "float1", "running sequences per iteration, time-weighted mean",
-           _key("mean_batch"), True, drop_order=5),
+    Column(
+        "batch",
+        "batch",
+        "mean",
+        "float1",
+        "running sequences per iteration, time-weighted mean",
+        _key("mean_batch"),
+        True,
+        drop_order=5,
+    ),
     Column("max_batch", "batch", "max", "int", "most running sequences in one iteration", _key("max_batch")),
-    Column("ttft_p50", "TTFT", "p50", "latency", "time to first token, median", _key("ttft_p50_s"), True,
-           drop_order=6),
+    Column("ttft_p50", "TTFT", "p50", "latency", "time to first token, median", _key("ttft_p50_s"), True, drop_order=6),
     Column("ttft_p99", "TTFT", "p99", "latency", "time to first token, 99th percentile", _key("ttft_p99_s"), True),
-    Column("tpot_p50", "TPOT", "p50", "latency", "time per output token after the first, median",
-           _key("tpot_p50_s"), True),
+    Column(
+        "tpot_p50", "TPOT", "p50", "latency", "time per output token after the first, median", _key("tpot_p50_s"), True
+    ),
     Column("tpot_p99", "TPOT", "p99", "latency", "time per output token, 99th percentile", _key("tpot_p99_s")),
     Column("e2e_p99", "E2E", "p99", "latency", "end-to-end latency, 99th percentile", _key("e2e_p99_s")),
     Column("preempt", "pre-", "empt", "int", "preemptions", _key("preemptions"), True, optional=True, drop_order=4),
-    Column("recompute", "recom-", "pute", "int", "preemptions by recompute", _key("preempt_recompute"),
-           optional=True),
+    Column("recompute", "recom-", "pute", "int", "preemptions by recompute", _key("preempt_recompute"), optional=True),
     Column("swap", "swap", "", "int", "preemptions by swap to host memory", _key("preempt_swap"), optional=True),
-    Column("partial", "part-", "ial", "int", "partial preemptions (tail blocks only)", _key("preempt_partial"),
-           optional=True),
-    Column("swap_full", "swap", "full", "int", "swaps that fell back to recompute (host pool full)",
-           _key("swap_fallback_recompute"), optional=True),
-    Column("hit", "hit", "%", "pct", "prompt tokens served from the prefix cache", _key("prefix_hit_rate_tokens"),
-           True, optional=True, drop_order=1),
-    Column("evict", "evic-", "tions", "int", "cached blocks evicted to reuse their memory", _key("evictions"),
-           optional=True),
-    Column("wfree", "win", "freed", "int", "blocks sliding or chunked windows freed before their sequence ended",
-           _key("window_freed_blocks"), optional=True),
-    Column("dedup", "dedup", "%", "pct", "share of held token states stored once for several holders",
-           _key("sharing_dedup_frac"), optional=True),
-    Column("token", "KV", "token%", "pct", "pool share holding computed token states (time-weighted)",
-           _key("mem_token_states"), True),
-    Column("state", "KV", "state%", "pct", "pool share holding recurrent (mamba) states", _key("mem_recurrent_state"),
-           True, optional=True, drop_order=2),
-    Column("waste", "KV", "waste%", "pct", "pool share reserved, internally or externally fragmented, or padding",
-           _waste, True, drop_order=2),
-    Column("resv", "KV", "resv%", "pct", "pool share reserved for the same request's future tokens",
-           _key("mem_reserved")),
+    Column(
+        "partial",
+        "part-",
+        "ial",
+        "int",
+        "partial preemptions (tail blocks only)",
+        _key("preempt_partial"),
+        optional=True,
+    ),
+    Column(
+        "swap_full",
+        "swap",
+        "full",
+        "int",
+        "swaps that fell back to recompute (host pool full)",
+        _key("swap_fallback_recompute"),
+        optional=True,
+    ),
+    Column(
+        "hit",
+        "hit",
+        "%",
+        "pct",
+        "prompt tokens served from the prefix cache",
+        _key("prefix_hit_rate_tokens"),
+        True,
+        optional=True,
+        drop_order=1,
+    ),
+    Column(
+        "evict",
+        "evic-",
+        "tions",
+        "int",
+        "cached blocks evicted to reuse their memory",
+        _key("evictions"),
+        optional=True,
+    ),
+    Column(
+        "wfree",
+        "win",
+        "freed",
+        "int",
+        "blocks sliding or chunked windows freed before their sequence ended",
+        _key("window_freed_blocks"),
+        optional=True,
+    ),
+    Column(
+        "dedup",
+        "dedup",
+        "%",
+        "pct",
+        "share of held token states stored once for several holders",
+        _key("sharing_dedup_frac"),
+        optional=True,
+    ),
+    Column(
+        "token",
+        "KV",
+        "token%",
+        "pct",
+        "pool share holding computed token states (time-weighted)",
+        _key("mem_token_states"),
+        True,
+    ),
+    Column(
+        "state",
+        "KV",
+        "state%",
+        "pct",
+        "pool share holding recurrent (mamba) states",
+        _key("mem_recurrent_state"),
+        True,
+        optional=True,
+        drop_order=2,
+    ),
+    Column(
+        "waste",
+        "KV",
+        "waste%",
+        "pct",
+        "pool share reserved, internally or externally fragmented, or padding",
+        _waste,
+        True,
+        drop_order=2,
+    ),
+    Column(
+        "resv", "KV", "resv%", "pct", "pool share reserved for the same request's future tokens", _key("mem_reserved")
+    ),
     Column("int", "KV", "int%", "pct", "pool share held beyond the request's final length", _key("mem_internal_frag")),
-    Column("ext", "KV", "ext%", "pct", "pool share free but unusable (too scattered, or in another pool)",
-           _key("mem_external_frag")),
-    Column("pad", "KV", "pad%", "pct", "pool share of page padding (hybrid layouts)", _key("mem_page_padding"),
-           optional=True),
+    Column(
+        "ext",
+        "KV",
+        "ext%",
+        "pct",
+        "pool share free but unusable (too scattered, or in another pool)",
+        _key("mem_external_frag"),
+    ),
+    Column(
+        "pad",
+        "KV",
+        "pad%",
+        "pct",
+        "pool share of page padding (hybrid layouts)",
+        _key("mem_page_padding"),
+        optional=True,
+    ),
     Column("free", "KV", "free%", "pct", "pool share free and usable", _key("mem_free"), True, drop_order=3),
     Column("eff", "KV", "eff%", "pct", "token states / occupied memory", _key("kv_efficiency")),
 ]
 BY_NAME = {c.name: c for c in COLUMNS}
-
-
 
 
 def choose_columns(names: str | None = None, wide: bool = False) -> list[Column]:
@@ -163,8 +257,6 @@ def format_value(v, kind: str, scale: float = 1.0, decimals: int = 1) -> str:
     return NUMBER_FORMATS[kind].format(x)
 
 
-
-
 def _shown(col: Column, rows: list[dict]) -> bool:
     vals = [col.get(r) for r in rows]
     if col.optional:
@@ -190,8 +282,10 @@ def render(rows: list[dict], columns: list[Column]) -> tuple[list[tuple[str, str
 def markdown_table(summaries: list[dict], columns: list[Column] | None = None) -> str:
     headers, rows = render(summaries, columns or choose_columns(wide=True))
     joined = [a[:-1] + b if a.endswith("-") else f"{a} {b}".strip() for a, b in headers]  # "pre-" + "empt"
-    lines = ["| " + " | ".join(joined) + " |",
-             "|" + "|".join("---" if i == 0 else "---:" for i in range(len(headers))) + "|"]
+    lines = [
+        "| " + " | ".join(joined) + " |",
+        "|" + "|".join("---" if i == 0 else "---:" for i in range(len(headers))) + "|",
+    ]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
     return "\n".join(lines)
 
@@ -214,8 +308,14 @@ def _width(console, table) -> int:
     return console.measure(table, options=console.options.update(max_width=100_000)).maximum
 
 
-def print_table(summaries: list[dict], title: str | None = None, columns: list[Column] | None = None,
-                console=None, fit: bool = True, hint: str = "see --wide, --columns") -> list[str]:
+def print_table(
+    summaries: list[dict],
+    title: str | None = None,
+    columns: list[Column] | None = None,
+    console=None,
+    fit: bool = True,
+    hint: str = "see --wide, --columns",
+) -> list[str]:
     """Print the table at the console's width; returns the names of columns dropped to fit (with a note)."""
     from rich.console import Console
 
@@ -236,12 +336,18 @@ def print_table(summaries: list[dict], title: str | None = None, columns: list[C
         console.print(printable(title), overflow="fold", soft_wrap=False, markup=False, highlight=False)
     console.print(table)
     if dropped:
-        console.print(f"(hidden to fit {console.width} columns: {', '.join(reversed(dropped))}; {hint})",
-                      overflow="fold")
+        console.print(
+            f"(hidden to fit {console.width} columns: {', '.join(reversed(dropped))}; {hint})", overflow="fold"
+        )
     return dropped
 
 
-def print_rows(rows: list[dict], columns: list[Column], title: str | None = None, console=None,
-               hint: str = "every column is in the results file") -> None:
+def print_rows(
+    rows: list[dict],
+    columns: list[Column],
+    title: str | None = None,
+    console=None,
+    hint: str = "every column is in the results file",
+) -> None:
     """Any list of dicts with the given columns, fitted like the comparison table (plan, sweep)."""
     print_table(rows, title, columns, console, hint=hint)

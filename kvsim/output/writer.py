@@ -58,19 +58,28 @@ def write_csv(df: pd.DataFrame, path: Path, rows_per_chunk: int = 65536) -> None
         if kind == "float":
             v = s.tolist()
             return [None if x != x else x for x in v] if s.hasnans else v
-        return [None if x is None or x is pd.NA or (isinstance(x, float) and x != x) else x
-                for x in s.astype(object).tolist()]
+        return [
+            None if x is None or x is pd.NA or (isinstance(x, float) and x != x) else x
+            for x in s.astype(object).tolist()
+        ]
 
     with open(path, "w", newline="", encoding="utf-8") as fh:
         w = csv.writer(fh, lineterminator="\n")
         w.writerow(list(df.columns))
         for start in range(0, len(df), rows_per_chunk):
-            part = df.iloc[start:start + rows_per_chunk]
+            part = df.iloc[start : start + rows_per_chunk]
             w.writerows(zip(*(column(part[c], k) for c, k in zip(df.columns, kinds))))
 
 
-def write_results(out_dir: str | Path, outputs: list, context: dict[str, str], notes: list[str],
-                  plots: bool = True, fmt: str = "csv", marker: tuple[str, str] | None = None) -> list[Path]:
+def write_results(
+    out_dir: str | Path,
+    outputs: list,
+    context: dict[str, str],
+    notes: list[str],
+    plots: bool = True,
+    fmt: str = "csv",
+    marker: tuple[str, str] | None = None,
+) -> list[Path]:
     """``outputs`` are runner.RunOutput objects, one per allocator. kvsim's files in the folder are replaced
     as a set (files.results_folder), so it holds one consistent result; ``marker``: (file name, text) written
     with the results (the configuration they describe)."""
@@ -86,8 +95,9 @@ def result_names(fmt: str, plots: bool = True) -> list[str]:
     return [f"{n}.{ext}" for n in RESULT_FILES] + (list(PLOT_FILES) if plots else []) + ["summary.md"]
 
 
-def _write_results(out: Path, outputs: list, context: dict[str, str], notes: list[str], plots: bool,
-                   fmt: str) -> list[Path]:
+def _write_results(
+    out: Path, outputs: list, context: dict[str, str], notes: list[str], plots: bool, fmt: str
+) -> list[Path]:
     written = []
     reqs = pd.concat([o.requests.assign(allocator=o.summary["allocator"]) for o in outputs], ignore_index=True)
     reqs = reqs[["allocator", *[c for c in reqs.columns if c != "allocator"]]]
@@ -98,9 +108,11 @@ def _write_results(out: Path, outputs: list, context: dict[str, str], notes: lis
     if plots:
         from kvsim.output.plots import latency_cdf_plot, memory_breakdown_plot
 
-        written.append(memory_breakdown_plot([o.summary for o in outputs],
-                                             {o.summary["allocator"]: o.timeline for o in outputs},
-                                             out / PLOT_FILES[0]))
+        written.append(
+            memory_breakdown_plot(
+                [o.summary for o in outputs], {o.summary["allocator"]: o.timeline for o in outputs}, out / PLOT_FILES[0]
+            )
+        )
         written.append(latency_cdf_plot({o.summary["allocator"]: o.requests for o in outputs}, out / PLOT_FILES[1]))
     write_text_atomically(out / "summary.md", summary_markdown(outputs, context, notes, plots))
     written.append(out / "summary.md")
@@ -137,23 +149,31 @@ def summary_markdown(outputs: list, context: dict[str, str], notes: list[str], p
     parts += [f"- **{k}**: {v}" for k, v in context.items()]
     parts += ["", markdown_table(summaries), ""]
     best = max(summaries, key=lambda s: s["throughput_tok_s"])
-    parts.append(f"Highest throughput: **{best['allocator']}** at {best['throughput_tok_s']:,.0f} output tokens/s, "
-                 f"mean running batch {best['mean_batch']:.1f}.")
+    parts.append(
+        f"Highest throughput: **{best['allocator']}** at {best['throughput_tok_s']:,.0f} output tokens/s, "
+        f"mean running batch {best['mean_batch']:.1f}."
+    )
     parts.append("")
-    parts.append("Memory columns are time-weighted shares of the KV pool: token states (slots holding KV), reserved "
-                 "(held for the request's future tokens), internal fragmentation (held beyond the request's final "
-                 "length), external fragmentation (free but unusable for the next allocation), free. `eff%` = token "
-                 "states / (pool - free); `waste%` = reserved + internal + external. Latencies are over finished "
-                 "requests, in the unit each header names.")
+    parts.append(
+        "Memory columns are time-weighted shares of the KV pool: token states (slots holding KV), reserved "
+        "(held for the request's future tokens), internal fragmentation (held beyond the request's final "
+        "length), external fragmentation (free but unusable for the next allocation), free. `eff%` = token "
+        "states / (pool - free); `waste%` = reserved + internal + external. Latencies are over finished "
+        "requests, in the unit each header names."
+    )
     if any(s.get("prefix_hit_rate_tokens") is not None for s in summaries):
         parts.append("")
-        parts.append("`hit%` is the share of prompt tokens the prefix cache served over every lookup, restarts after "
-                     "a preemption included (a restart finds its own earlier blocks), so it can exceed the trace's "
-                     "ideal reuse that `kvsim trace stats` reports (each request once, an infinite cache).")
+        parts.append(
+            "`hit%` is the share of prompt tokens the prefix cache served over every lookup, restarts after "
+            "a preemption included (a restart finds its own earlier blocks), so it can exceed the trace's "
+            "ideal reuse that `kvsim trace stats` reports (each request once, an infinite cache)."
+        )
     if any(s.get("sharing_dedup_frac") is not None for s in summaries):
         parts.append("")
-        parts.append("`dedup%` is the share of the token states sequences hold that sharing stores once for several "
-                     "holders; it is not a share of the pool (the memory columns are).")
+        parts.append(
+            "`dedup%` is the share of the token states sequences hold that sharing stores once for several "
+            "holders; it is not a share of the pool (the memory columns are)."
+        )
     extra = rejection_lines(outputs) + notes
     if extra:
         parts += ["", "## Notes", ""] + [f"- {line}" for line in extra]

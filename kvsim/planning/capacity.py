@@ -41,8 +41,13 @@ class Capacity:
         return self.status in ("found", "never")
 
 
-def find_capacity(evaluate: Callable[[float], Evaluation], start_rate: float, tol: float = 0.02,
-                  max_steps: int = 24, min_rate_factor: float = 1 / 256) -> Capacity:
+def find_capacity(
+    evaluate: Callable[[float], Evaluation],
+    start_rate: float,
+    tol: float = 0.02,
+    max_steps: int = 24,
+    min_rate_factor: float = 1 / 256,
+) -> Capacity:
     evals: list[Evaluation] = []
 
     def ev(rate: float) -> Evaluation:
@@ -61,9 +66,16 @@ def find_capacity(evaluate: Callable[[float], Evaluation], start_rate: float, to
             else:
                 hi = r
         if hi is None:
-            return Capacity(lo, len(evals), float("inf"), (lo, float("inf")),
-                            reason=f"still meets the SLOs at {lo:.3g} req/s, the highest rate tried in {len(evals)}"
-                                   " simulations (raise --max-steps)", evaluations=evals, status="lower-bound")
+            return Capacity(
+                lo,
+                len(evals),
+                float("inf"),
+                (lo, float("inf")),
+                reason=f"still meets the SLOs at {lo:.3g} req/s, the highest rate tried in {len(evals)}"
+                " simulations (raise --max-steps)",
+                evaluations=evals,
+                status="lower-bound",
+            )
     else:
         hi, lo = start_rate, None
         last = first
@@ -71,15 +83,27 @@ def find_capacity(evaluate: Callable[[float], Evaluation], start_rate: float, to
             r = hi / 2
             if r < floor:
                 why = "; ".join(last.why)
-                return Capacity(None, len(evals), float("nan"), (0.0, hi),
-                                reason=f"fails even at {hi:.3g} req/s ({hi / start_rate:.3g} x the trace's rate): {why}",
-                                evaluations=evals, status="never")
+                return Capacity(
+                    None,
+                    len(evals),
+                    float("nan"),
+                    (0.0, hi),
+                    reason=f"fails even at {hi:.3g} req/s ({hi / start_rate:.3g} x the trace's rate): {why}",
+                    evaluations=evals,
+                    status="never",
+                )
             if len(evals) >= max_steps:
                 why = "; ".join(last.why)
-                return Capacity(None, len(evals), float("nan"), (0.0, hi),
-                                reason=f"fails at every rate tried, down to {hi:.3g} req/s, in {len(evals)} simulations"
-                                       f" (raise --max-steps to search lower): {why}", evaluations=evals,
-                                status="not-found")
+                return Capacity(
+                    None,
+                    len(evals),
+                    float("nan"),
+                    (0.0, hi),
+                    reason=f"fails at every rate tried, down to {hi:.3g} req/s, in {len(evals)} simulations"
+                    f" (raise --max-steps to search lower): {why}",
+                    evaluations=evals,
+                    status="not-found",
+                )
             last = ev(r)
             if last.ok:
                 lo = r
@@ -93,7 +117,14 @@ def find_capacity(evaluate: Callable[[float], Evaluation], start_rate: float, to
             hi = mid
     width = (hi - lo) / lo
     if width > tol:
-        return Capacity(lo, len(evals), width, (lo, hi), evaluations=evals, status="unconverged",
-                        reason=f"between {lo:.3g} and {hi:.3g} req/s after {len(evals)} simulations, wider than the"
-                               f" {100 * tol:g}% asked (raise --max-steps)")
+        return Capacity(
+            lo,
+            len(evals),
+            width,
+            (lo, hi),
+            evaluations=evals,
+            status="unconverged",
+            reason=f"between {lo:.3g} and {hi:.3g} req/s after {len(evals)} simulations, wider than the"
+            f" {100 * tol:g}% asked (raise --max-steps)",
+        )
     return Capacity(lo, len(evals), width, (lo, hi), evaluations=evals)

@@ -62,8 +62,12 @@ class Layout:
             name = f"{self.prefill}P{self.decode}D {self.gpu}{tp}"
         else:
             name = f"{self.prefill}P(tp{self.ptp}){self.decode}D(tp{self.tp}) {self.gpu}"
-        return name + (f" pp{self.pp}" if self.pp > 1 else "") + (f" dp{self.dp}" if self.dp > 1 else "") + \
-            (" ep" if self.ep else "")
+        return (
+            name
+            + (f" pp{self.pp}" if self.pp > 1 else "")
+            + (f" dp{self.dp}" if self.dp > 1 else "")
+            + (" ep" if self.ep else "")
+        )
 
 
 @dataclass(frozen=True)
@@ -84,8 +88,9 @@ MAX_FLEET_GPUS = 4096  # --fleet-max-gpus: GPUs of one type a fleet plan may siz
 NO_GAIN = 0.02  # a fleet twice as large that brings the SLO metrics less than 2% closer ends the doubling
 
 
-def plan_window(trace: str, rate: float | None, n: int, retimed: bool, folder,
-                skip_invalid: bool = False) -> tuple[str, float | None, str]:
+def plan_window(
+    trace: str, rate: float | None, n: int, retimed: bool, folder, skip_invalid: bool = False
+) -> tuple[str, float | None, str]:
     """The trace the search simulates when ``trace`` has more than ``n`` requests (window.trace_window: its
     busiest ``n``, or with ``retimed``, when clients or --request-rate set the load, its first ``n``) and the
     rate its jobs scale it to: ``rate`` x the window's rate / the whole trace's, the same scaling of the gaps
@@ -98,14 +103,29 @@ def plan_window(trace: str, rate: float | None, n: int, retimed: bool, folder,
         how = f"the first {n:,}"
     else:
         rate = None if rate is None else rate / w.rate_ratio
-        how = (f"the busiest {n:,} ({1 / w.rate_ratio:.2f}x the whole trace's rate: "
-               f"{w.rate if rate is None else rate:,.2f} req/s at the planned one)")
-    return w.path, rate, (f"searched on {how} of the trace's {w.total:,} requests (--plan-requests {n:,}); the "
-                          "cheapest layouts found then ran on the whole trace")
+        how = (
+            f"the busiest {n:,} ({1 / w.rate_ratio:.2f}x the whole trace's rate: "
+            f"{w.rate if rate is None else rate:,.2f} req/s at the planned one)"
+        )
+    return (
+        w.path,
+        rate,
+        (
+            f"searched on {how} of the trace's {w.total:,} requests (--plan-requests {n:,}); the "
+            "cheapest layouts found then ran on the whole trace"
+        ),
+    )
 
 
-def verify_on_whole_trace(rows: list[dict], jobs: dict, trace: str, rate: float | None, workers: int = 1,
-                          backend: str = "local", address: str | None = None) -> list[dict]:
+def verify_on_whole_trace(
+    rows: list[dict],
+    jobs: dict,
+    trace: str,
+    rate: float | None,
+    workers: int = 1,
+    backend: str = "local",
+    address: str | None = None,
+) -> list[dict]:
     """The cheapest layouts that met the SLOs on the window (:func:`cheapest` of ``rows``), simulated on the
     whole ``trace``, cheapest first, ``workers`` at a time, until one meets them there (VERIFY_TRIES at most);
     their rows (``probe`` 'whole trace'), cheapest first. ``jobs``: each row's job, by (gpu, layout, router)."""
@@ -114,9 +134,15 @@ def verify_on_whole_trace(rows: list[dict], jobs: dict, trace: str, rate: float 
     todo, out = cheapest(rows)[:VERIFY_TRIES], []
     step = max(1, workers)
     for i in range(0, len(todo), step):
-        batch = todo[i:i + step]
-        got = run_jobs(evaluate, [replace(jobs[(r["gpu"], r["layout"], r["router"])], trace=trace, rate=rate)
-                                  for r in batch], workers, backend, address, label="on the whole trace")
+        batch = todo[i : i + step]
+        got = run_jobs(
+            evaluate,
+            [replace(jobs[(r["gpu"], r["layout"], r["router"])], trace=trace, rate=rate) for r in batch],
+            workers,
+            backend,
+            address,
+            label="on the whole trace",
+        )
         for r, g in zip(batch, got):
             g["layout"], g["probe"] = r["layout"], "whole trace"
         out += got
@@ -146,16 +172,26 @@ def evaluate(job: FleetJob) -> dict:
     from kvsim.trace import load_trace
 
     L = job.layout
-    shape = {"gpu": L.gpu, "pipeline_parallel_size": L.pp, "data_parallel_size": L.dp,
-             **({} if L.ep is None else {"enable_expert_parallel": L.ep})}
+    shape = {
+        "gpu": L.gpu,
+        "pipeline_parallel_size": L.pp,
+        "data_parallel_size": L.dp,
+        **({} if L.ep is None else {"enable_expert_parallel": L.ep}),
+    }
     cfg = config_from_options({**job.values, **shape, "tensor_parallel_size": L.tp})
     spec = resolve_allocator(job.allocator, cfg)
     reqs = rescaled(load_trace(job.trace, skip_invalid=bool(job.values.get("skip_invalid"))).requests, job.rate)
     if L.prefill:
         pcfg = cfg if L.ptp == L.tp else config_from_options({**job.values, **shape, "tensor_parallel_size": L.ptp})
-        f = simulate_disagg(reqs, [ReplicaGroup(L.gpu, pcfg, spec, L.prefill)],
-                            [ReplicaGroup(L.gpu, cfg, spec, L.decode)], L.router, "least-requests",
-                            link=parse_link(job.link), shared_link=job.shared_link)
+        f = simulate_disagg(
+            reqs,
+            [ReplicaGroup(L.gpu, pcfg, spec, L.prefill)],
+            [ReplicaGroup(L.gpu, cfg, spec, L.decode)],
+            L.router,
+            "least-requests",
+            link=parse_link(job.link),
+            shared_link=job.shared_link,
+        )
     else:
         f = simulate_fleet(reqs, [ReplicaGroup(L.gpu, cfg, spec, L.decode)], L.router)
     s, req = f.summary, f.requests
@@ -164,21 +200,40 @@ def evaluate(job: FleetJob) -> dict:
         bad.append(f"{s['rejected']} requests rejected")
     ok = within_slos(req, list(job.slos))
     duration = max(s["duration_s"], 1e-12)
-    row = {"gpu": L.gpu, "layout": L.name, "mode": "disaggregated" if L.prefill else "aggregated",
-           "prefill": L.prefill, "decode": L.decode, "tp": L.tp, "prefill_tp": L.ptp if L.prefill else 0, "pp": L.pp,
-           "dp": L.dp, "ep": cfg.enable_expert_parallel,
-           "router": L.router, "gpus": L.gpus,
-           "meets_slo": not bad, "violations": "; ".join(bad), "slo_attainment": float(ok.mean()) if len(req) else 0.0,
-           "finished": s["finished"], "ttft_p99_s": s["ttft_p99_s"], "tpot_p99_s": s["tpot_p99_s"],
-           "ttft_p50_s": s["ttft_p50_s"], "throughput_tok_s": s["throughput_tok_s"],
-           "tok_s_per_gpu": s["throughput_tok_s"] / L.gpus, "req_s_per_gpu": s["throughput_req_s"] / L.gpus,
-           "prefix_hit_rate_tokens": s["prefix_hit_rate_tokens"], "requests": len(reqs), "sim_wall_s": s["wall_s"],
-           "slo_ratio": slo_ratio(s, job.slos)}
+    row = {
+        "gpu": L.gpu,
+        "layout": L.name,
+        "mode": "disaggregated" if L.prefill else "aggregated",
+        "prefill": L.prefill,
+        "decode": L.decode,
+        "tp": L.tp,
+        "prefill_tp": L.ptp if L.prefill else 0,
+        "pp": L.pp,
+        "dp": L.dp,
+        "ep": cfg.enable_expert_parallel,
+        "router": L.router,
+        "gpus": L.gpus,
+        "meets_slo": not bad,
+        "violations": "; ".join(bad),
+        "slo_attainment": float(ok.mean()) if len(req) else 0.0,
+        "finished": s["finished"],
+        "ttft_p99_s": s["ttft_p99_s"],
+        "tpot_p99_s": s["tpot_p99_s"],
+        "ttft_p50_s": s["ttft_p50_s"],
+        "throughput_tok_s": s["throughput_tok_s"],
+        "tok_s_per_gpu": s["throughput_tok_s"] / L.gpus,
+        "req_s_per_gpu": s["throughput_req_s"] / L.gpus,
+        "prefix_hit_rate_tokens": s["prefix_hit_rate_tokens"],
+        "requests": len(reqs),
+        "sim_wall_s": s["wall_s"],
+        "slo_ratio": slo_ratio(s, job.slos),
+    }
     if job.cost_per_gpu_hour is not None:
         row["cost_per_hour"] = L.gpus * job.cost_per_gpu_hour
         out_tokens = float(req.generated_tokens.sum())
-        row["cost_per_m_output_tokens"] = (row["cost_per_hour"] * duration / 3600 / out_tokens * 1e6
-                                           if out_tokens else float("nan"))
+        row["cost_per_m_output_tokens"] = (
+            row["cost_per_hour"] * duration / 3600 / out_tokens * 1e6 if out_tokens else float("nan")
+        )
     return row
 
 
@@ -194,8 +249,16 @@ def slo_ratio(summary: dict, slos) -> float:
     return worst
 
 
-def layouts_of(gpu: str, tps: int | list[int], gpus: int, routers: list[str], by_gpus: bool = False,
-               pp: int = 1, dp: int = 1, ep: bool | None = None) -> list[Layout]:
+def layouts_of(
+    gpu: str,
+    tps: int | list[int],
+    gpus: int,
+    routers: list[str],
+    by_gpus: bool = False,
+    pp: int = 1,
+    dp: int = 1,
+    ep: bool | None = None,
+) -> list[Layout]:
     """The layouts of a fleet: aggregated behind each router; disaggregated behind the first router, every
     split up to 8 replicas and 1:3, 1:1, 3:1 of the GPUs (rounded) beyond, for every pair of TP sizes.
     With one TP size and ``by_gpus`` False, ``gpus`` counts replicas (the fleet of ``gpus`` x tp x pp x dp GPUs).
@@ -217,10 +280,13 @@ def _layouts_of_stages(gpu: str, tps: list[int], gpus: int, routers: list[str]) 
         for dtp in tps:
             splits = [p for p in range(1, gpus // ptp + 1) if (gpus - p * ptp) >= dtp and (gpus - p * ptp) % dtp == 0]
             if len(splits) > 7:  # a spread: the prefill pool a quarter, half and three quarters of the GPUs
-                splits = sorted({min(splits, key=lambda p: (abs(p - gpus * f / ptp), abs(p - round(gpus * f / ptp))))
-                                 for f in (0.25, 0.5, 0.75)})
-            out += [Layout(gpu, dtp, p, (gpus - p * ptp) // dtp, routers[0], ptp if ptp != dtp else 0)
-                    for p in splits]
+                splits = sorted(
+                    {
+                        min(splits, key=lambda p: (abs(p - gpus * f / ptp), abs(p - round(gpus * f / ptp))))
+                        for f in (0.25, 0.5, 0.75)
+                    }
+                )
+            out += [Layout(gpu, dtp, p, (gpus - p * ptp) // dtp, routers[0], ptp if ptp != dtp else 0) for p in splits]
     return out
 
 
@@ -235,11 +301,27 @@ def fits(gpu: str, tp: int, values: dict) -> bool:
     return True
 
 
-def plan_fleet(trace: str, values: dict, gpus: list[tuple[str, float | None]], slos: list[Slo], max_gpus: int,
-               routers: list[str], rate: float | None, link: str = "rdma", workers: int = 1, backend: str = "local",
-               address: str | None = None, allocator: str = "paged+prefix", tps: list[int] | None = None,
-               notes: list[str] | None = None, pps: list[int] | None = None, shared_link: bool = False,
-               dps: list[int] | None = None, eps: list[bool] | None = None, jobs: dict | None = None) -> list[dict]:
+def plan_fleet(
+    trace: str,
+    values: dict,
+    gpus: list[tuple[str, float | None]],
+    slos: list[Slo],
+    max_gpus: int,
+    routers: list[str],
+    rate: float | None,
+    link: str = "rdma",
+    workers: int = 1,
+    backend: str = "local",
+    address: str | None = None,
+    allocator: str = "paged+prefix",
+    tps: list[int] | None = None,
+    notes: list[str] | None = None,
+    pps: list[int] | None = None,
+    shared_link: bool = False,
+    dps: list[int] | None = None,
+    eps: list[bool] | None = None,
+    jobs: dict | None = None,
+) -> list[dict]:
     """Every layout simulated, each row with ``probe`` (the search step that simulated its fleet size); the
     cheapest that meets every SLO is the first row of :func:`cheapest`. ``tps``: the tensor-parallel sizes
     tried for each pool (default: the configured one); ``pps`` and ``dps``: the pipeline stage counts and
@@ -264,14 +346,22 @@ def plan_fleet(trace: str, values: dict, gpus: list[tuple[str, float | None]], s
         for pp, dp, ep in shapes:
             vals = {**values, "pipeline_parallel_size": pp, "data_parallel_size": dp, "enable_expert_parallel": ep}
             unit = pp * dp  # the search sizes fleets in steps of whole replicas' stages and ranks
-            what = ", ".join(w for w in (f"{pp} pipeline stages" if len(pps) > 1 else "",
-                                         f"{dp} data-parallel ranks" if len(dps) > 1 else "",
-                                         ("" if ep else "no ") + "expert parallelism" if len(eps) > 1 else "") if w)
+            what = ", ".join(
+                w
+                for w in (
+                    f"{pp} pipeline stages" if len(pps) > 1 else "",
+                    f"{dp} data-parallel ranks" if len(dps) > 1 else "",
+                    ("" if ep else "no ") + "expert parallelism" if len(eps) > 1 else "",
+                )
+                if w
+            )
             ok = [tp for tp in tps if fits(gpu, tp, vals)]
             if notes is not None and len(ok) < len(tps):
-                notes.append(f"{gpu}: skipped tensor parallel {', '.join(str(t) for t in tps if t not in ok)}"
-                             f"{' with ' + what if what else ''} (the model and a KV pool do not fit, or the "
-                             "heads, layers or experts do not split)")
+                notes.append(
+                    f"{gpu}: skipped tensor parallel {', '.join(str(t) for t in tps if t not in ok)}"
+                    f"{' with ' + what if what else ''} (the model and a KV pool do not fit, or the "
+                    "heads, layers or experts do not split)"
+                )
             if not ok:
                 continue
             smallest = min(ok) * unit  # GPUs of the smallest replica
@@ -280,15 +370,19 @@ def plan_fleet(trace: str, values: dict, gpus: list[tuple[str, float | None]], s
                     raise ConfigError(f"--fleet-max-gpus {max_gpus} is less than one replica of {smallest} GPUs")
                 too_big.append(smallest)
                 if notes is not None:
-                    notes.append(f"{gpu}: skipped {what} (a replica spans {smallest} GPUs, more than "
-                                 f"--fleet-max-gpus {max_gpus})")
+                    notes.append(
+                        f"{gpu}: skipped {what} (a replica spans {smallest} GPUs, more than "
+                        f"--fleet-max-gpus {max_gpus})"
+                    )
                 continue
             searched = True
             named_ep = ep if len(eps) > 1 else None  # layouts name EP only when the search varies it
 
             def simulate(n: int) -> list[dict]:  # every layout of a fleet of n GPUs (called before the loop moves on)
-                todo = [FleetJob(trace, vals, L, rate, tuple(slos), link, cost, allocator, shared_link)
-                        for L in layouts_of(gpu, ok, n, routers, by_gpus=True, pp=pp, dp=dp, ep=named_ep)]
+                todo = [
+                    FleetJob(trace, vals, L, rate, tuple(slos), link, cost, allocator, shared_link)
+                    for L in layouts_of(gpu, ok, n, routers, by_gpus=True, pp=pp, dp=dp, ep=named_ep)
+                ]
                 got = run_jobs(evaluate, todo, workers, backend, address, label=f"{gpu} {n} GPUs")
                 if jobs is not None:
                     jobs.update({(j.layout.gpu, r["layout"], r["router"]): j for j, r in zip(todo, got)})
@@ -296,9 +390,11 @@ def plan_fleet(trace: str, values: dict, gpus: list[tuple[str, float | None]], s
 
             def stopped(n: int, gpu=gpu, what=what) -> None:
                 if notes is not None:
-                    notes.append(f"{gpu}{' with ' + what if what else ''}: stopped at {n} GPUs: doubling the fleet "
-                                 "brought no SLO metric closer to its limit, so no larger fleet meets the SLOs (they "
-                                 "are below what a request takes on a replica of its own)")
+                    notes.append(
+                        f"{gpu}{' with ' + what if what else ''}: stopped at {n} GPUs: doubling the fleet "
+                        "brought no SLO metric closer to its limit, so no larger fleet meets the SLOs (they "
+                        "are below what a request takes on a replica of its own)"
+                    )
 
             rows.extend(_search(simulate, math.gcd(*ok) * unit, smallest, max_gpus, max(ok) * unit, stopped))
     if too_big and not searched:
@@ -306,8 +402,7 @@ def plan_fleet(trace: str, values: dict, gpus: list[tuple[str, float | None]], s
     return rows
 
 
-def _search(simulate, step: int, smallest: int, max_gpus: int, largest: int | None = None,
-            stopped=None) -> list[dict]:
+def _search(simulate, step: int, smallest: int, max_gpus: int, largest: int | None = None, stopped=None) -> list[dict]:
     """Fleets of one GPU type and replica shape, sized in steps of ``step`` GPUs from the ``smallest`` replica:
     doubling until a layout meets every SLO, then bisection down to the smallest fleet that does; every layout
     simulated (``simulate(gpus)``: the rows of a fleet of that many GPUs) is a row. The doubling ends early when
@@ -334,8 +429,12 @@ def _search(simulate, step: int, smallest: int, max_gpus: int, largest: int | No
         if run(n):
             hi = n
             break
-        if lo and lo * step >= 2 * (largest or smallest) and best[lo] < math.inf \
-                and best[n] >= (1 - NO_GAIN) * best[lo]:
+        if (
+            lo
+            and lo * step >= 2 * (largest or smallest)
+            and best[lo] < math.inf
+            and best[n] >= (1 - NO_GAIN) * best[lo]
+        ):
             if stopped is not None:
                 stopped(n * step)
             return rows
@@ -364,8 +463,13 @@ def pareto(rows: list[dict]) -> list[dict]:
     """Rows no other row beats on both output tokens/s per GPU and TTFT p99."""
     out = []
     for r in rows:
-        if not any(o is not r and o["tok_s_per_gpu"] >= r["tok_s_per_gpu"] and o["ttft_p99_s"] <= r["ttft_p99_s"]
-                   and (o["tok_s_per_gpu"] > r["tok_s_per_gpu"] or o["ttft_p99_s"] < r["ttft_p99_s"]) for o in rows):
+        if not any(
+            o is not r
+            and o["tok_s_per_gpu"] >= r["tok_s_per_gpu"]
+            and o["ttft_p99_s"] <= r["ttft_p99_s"]
+            and (o["tok_s_per_gpu"] > r["tok_s_per_gpu"] or o["ttft_p99_s"] < r["ttft_p99_s"])
+            for o in rows
+        ):
             out.append(r)
     return sorted(out, key=lambda r: -r["tok_s_per_gpu"])
 
@@ -378,10 +482,16 @@ def vllm_commands(row: dict, model: str, values: dict, prefix_caching: bool = Tr
     from kvsim.output.table import printable
 
     flags = []
-    for key, flag in (("max_num_seqs", "--max-num-seqs"), ("max_num_batched_tokens", "--max-num-batched-tokens"),
-                      ("max_model_len", "--max-model-len"), ("gpu_memory_utilization", "--gpu-memory-utilization"),
-                      ("block_size", "--block-size"), ("kv_cache_dtype", "--kv-cache-dtype"),
-                      ("quantization", "--quantization"), ("api_server_count", "--api-server-count")):
+    for key, flag in (
+        ("max_num_seqs", "--max-num-seqs"),
+        ("max_num_batched_tokens", "--max-num-batched-tokens"),
+        ("max_model_len", "--max-model-len"),
+        ("gpu_memory_utilization", "--gpu-memory-utilization"),
+        ("block_size", "--block-size"),
+        ("kv_cache_dtype", "--kv-cache-dtype"),
+        ("quantization", "--quantization"),
+        ("api_server_count", "--api-server-count"),
+    ):
         if values.get(key) is not None:
             flags.append(f"{flag} {shlex.quote(str(values[key]))}")
     if values.get("speculative_config"):  # JSON: one shell word
@@ -397,15 +507,23 @@ def vllm_commands(row: dict, model: str, values: dict, prefix_caching: bool = Tr
 
     def serve(tp: int) -> str:
         # the model (a config.json's _name_or_path or folder: any text) one inert shell word, on one line
-        return printable(f"vllm serve {shlex.quote(str(model))} " + " ".join([f"--tensor-parallel-size {tp}", *flags])
-                         + (" --enable-prefix-caching" if prefix_caching else " --no-enable-prefix-caching"))
+        return printable(
+            f"vllm serve {shlex.quote(str(model))} "
+            + " ".join([f"--tensor-parallel-size {tp}", *flags])
+            + (" --enable-prefix-caching" if prefix_caching else " --no-enable-prefix-caching")
+        )
 
     if row["mode"] == "aggregated":
         n = row["decode"]
-        return [f"# {n} replica{'s' if n > 1 else ''} on {row['gpu']}, behind a {row['router']} router", serve(row["tp"])]
+        return [
+            f"# {n} replica{'s' if n > 1 else ''} on {row['gpu']}, behind a {row['router']} router",
+            serve(row["tp"]),
+        ]
     nixl = """ --kv-transfer-config '{"kv_connector":"NixlConnector","kv_role":"kv_both"}'"""
-    return [f"# {row['prefill']} prefill replicas on {row['gpu']} ({row['router']} router), "
-            f"{row['decode']} decode replicas (least-requests), behind a P/D proxy (llm-d, Dynamo, or vLLM's "
-            "disagg proxy)", serve(row.get("prefill_tp") or row["tp"]) + nixl + "   # prefill",
-            serve(row["tp"]) + nixl + "   # decode"]
-
+    return [
+        f"# {row['prefill']} prefill replicas on {row['gpu']} ({row['router']} router), "
+        f"{row['decode']} decode replicas (least-requests), behind a P/D proxy (llm-d, Dynamo, or vLLM's "
+        "disagg proxy)",
+        serve(row.get("prefill_tp") or row["tp"]) + nixl + "   # prefill",
+        serve(row["tp"]) + nixl + "   # decode",
+    ]

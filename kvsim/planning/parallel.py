@@ -14,8 +14,15 @@ from kvsim.errors import ConfigError
 from kvsim.output.progress import Progress
 
 
-def run_jobs(fn: Callable, items: list, workers: int = 1, backend: str = "local", address: str | None = None,
-             label: str = "jobs", on_result: Callable[[int, object], None] | None = None) -> list:
+def run_jobs(
+    fn: Callable,
+    items: list,
+    workers: int = 1,
+    backend: str = "local",
+    address: str | None = None,
+    label: str = "jobs",
+    on_result: Callable[[int, object], None] | None = None,
+) -> list:
     """[fn(item) for item in items], in parallel. ``on_result(index, result)`` is called as each finishes."""
     results: list = [None] * len(items)
     prog = Progress(len(items), label, log_when_piped=True)
@@ -37,8 +44,12 @@ def run_jobs(fn: Callable, items: list, workers: int = 1, backend: str = "local"
                 import concurrent.futures as cf
                 import multiprocessing as mp
 
-                with cf.ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"),
-                                            initializer=watch_parent, initargs=(os.getpid(),)) as ex:
+                with cf.ProcessPoolExecutor(
+                    max_workers=workers,
+                    mp_context=mp.get_context("spawn"),
+                    initializer=watch_parent,
+                    initargs=(os.getpid(),),
+                ) as ex:
                     futs = {ex.submit(fn, it): i for i, it in enumerate(items)}
                     for f in cf.as_completed(futs):
                         got(futs[f], f.result())
@@ -52,6 +63,7 @@ def run_jobs(fn: Callable, items: list, workers: int = 1, backend: str = "local"
 def watch_parent(parent_pid: int, interval_s: float = 1.0) -> None:
     """In a worker process: exit as soon as the process that started it is gone (even killed with -9, which
     gives it no chance to stop its workers), instead of finishing orphaned simulations nobody will read."""
+
     def watch() -> None:
         while True:
             time.sleep(interval_s)

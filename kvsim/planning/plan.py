@@ -18,9 +18,25 @@ from kvsim.planning.slo import Slo, check_slos
 
 BLOCK_SIZES = (8, 16, 32, 64, 128)
 MEM_UTILS = (0.80, 0.85, 0.90, 0.95)
-REPORT_METRICS = ("throughput_tok_s", "throughput_req_s", "mean_batch", "ttft_p50_s", "ttft_p99_s", "tpot_p50_s",
-                  "tpot_p99_s", "e2e_p99_s", "preemptions", "mem_token_states", "mem_reserved", "mem_internal_frag",
-                  "mem_external_frag", "mem_free", "kv_efficiency", "prefix_hit_rate_tokens", "rejected")
+REPORT_METRICS = (
+    "throughput_tok_s",
+    "throughput_req_s",
+    "mean_batch",
+    "ttft_p50_s",
+    "ttft_p99_s",
+    "tpot_p50_s",
+    "tpot_p99_s",
+    "e2e_p99_s",
+    "preemptions",
+    "mem_token_states",
+    "mem_reserved",
+    "mem_internal_frag",
+    "mem_external_frag",
+    "mem_free",
+    "kv_efficiency",
+    "prefix_hit_rate_tokens",
+    "rejected",
+)
 
 
 @dataclass
@@ -62,8 +78,16 @@ def parse_gpus(text: str) -> list[tuple[str, float | None]]:
     return out
 
 
-def make_jobs(base: dict, gpus, allocators: list, slos, study: str | None, tol: float, max_steps: int,
-              kernel_bench: str | None = None) -> list[PlanJob]:
+def make_jobs(
+    base: dict,
+    gpus,
+    allocators: list,
+    slos,
+    study: str | None,
+    tol: float,
+    max_steps: int,
+    kernel_bench: str | None = None,
+) -> list[PlanJob]:
     jobs = []
     for gpu, cost in gpus:
         if study == "block-size":
@@ -79,20 +103,32 @@ def make_jobs(base: dict, gpus, allocators: list, slos, study: str | None, tol: 
                     extra = {"block_size": b}
                     if b in kernel:
                         extra["kernel_us"] = kernel[b]
-                    jobs.append(PlanJob(f"{gpu} {name}", {**base, "gpu": gpu, "allocator": name}, slos, cost, tol,
-                                        max_steps, extra))
+                    jobs.append(
+                        PlanJob(
+                            f"{gpu} {name}", {**base, "gpu": gpu, "allocator": name}, slos, cost, tol, max_steps, extra
+                        )
+                    )
             if not jobs:
                 raise ConfigError("--study block-size needs a paged or radix allocator in --allocators")
         elif study == "gpu-mem-util":
             for alloc in allocators:
                 for u in MEM_UTILS:
-                    jobs.append(PlanJob(f"{gpu} {alloc} util={u:.2f}",
-                                        {**base, "gpu": gpu, "allocator": str(alloc), "gpu_memory_utilization": u},
-                                        slos, cost, tol, max_steps, {"gpu_memory_utilization": u}))
+                    jobs.append(
+                        PlanJob(
+                            f"{gpu} {alloc} util={u:.2f}",
+                            {**base, "gpu": gpu, "allocator": str(alloc), "gpu_memory_utilization": u},
+                            slos,
+                            cost,
+                            tol,
+                            max_steps,
+                            {"gpu_memory_utilization": u},
+                        )
+                    )
         elif study is None:
             for alloc in allocators:
-                jobs.append(PlanJob(f"{gpu} {alloc}", {**base, "gpu": gpu, "allocator": str(alloc)}, slos, cost, tol,
-                                    max_steps))
+                jobs.append(
+                    PlanJob(f"{gpu} {alloc}", {**base, "gpu": gpu, "allocator": str(alloc)}, slos, cost, tol, max_steps)
+                )
         else:
             raise ConfigError(f"unknown --study '{study}' (block-size, gpu-mem-util)")
     return jobs
@@ -165,8 +201,9 @@ def run_job(job: PlanJob) -> tuple[dict, list[dict]]:
     if not math.isfinite(base_rate):
         from kvsim.planning.point import no_gaps_message
 
-        raise ConfigError(no_gaps_message(str(job.point["trace"]), len(reqs))
-                          + "; capacity planning needs arrivals spread over time")
+        raise ConfigError(
+            no_gaps_message(str(job.point["trace"]), len(reqs)) + "; capacity planning needs arrivals spread over time"
+        )
     cap = find_capacity(lambda r: _evaluate(job.point, job.slos, r), base_rate, job.tol, job.max_steps)
     cfg_cols = {"config": job.label, "gpu": job.point["gpu"], "allocator": job.point["allocator"], **job.extra}
     best = max((e for e in cap.evaluations if e.ok), key=lambda e: e.rate, default=None)
@@ -176,10 +213,18 @@ def run_job(job: PlanJob) -> tuple[dict, list[dict]]:
         first = min(short, key=lambda e: e.rate)
         note = f"at {first.rate:.3g} req/s and above, the trace is {first.summary['sustain_note']}"
         reason = f"{reason}; {note}" if reason else note
-    row = {**cfg_cols, "max_rate_req_s": cap.max_rate, "meets_slo": cap.max_rate is not None,
-           "search": cap.status, "search_steps": cap.steps, "bracket_lo": cap.bracket[0], "bracket_hi": cap.bracket[1],
-           "tolerance": cap.tolerance, "reason": reason,
-           "cost_per_gpu_hour": job.cost_per_hour}
+    row = {
+        **cfg_cols,
+        "max_rate_req_s": cap.max_rate,
+        "meets_slo": cap.max_rate is not None,
+        "search": cap.status,
+        "search_steps": cap.steps,
+        "bracket_lo": cap.bracket[0],
+        "bracket_hi": cap.bracket[1],
+        "tolerance": cap.tolerance,
+        "reason": reason,
+        "cost_per_gpu_hour": job.cost_per_hour,
+    }
     if best is not None:
         row.update({f"at_max_{k}": best.summary.get(k) for k in REPORT_METRICS})
         row["mean_output_tokens"] = best.summary["mean_output_tokens"]
@@ -188,8 +233,16 @@ def run_job(job: PlanJob) -> tuple[dict, list[dict]]:
         row["gpus_per_replica"] = cfg.gpus
         if "block_size" in job.extra:
             row["table_entries_per_seq"] = _mean_blocks(reqs, job.extra["block_size"])
-    points = [{**cfg_cols, "rate": e.rate, "ok": e.ok, "why": "; ".join(e.why),
-               **{k: e.summary.get(k) for k in REPORT_METRICS}} for e in cap.evaluations]
+    points = [
+        {
+            **cfg_cols,
+            "rate": e.rate,
+            "ok": e.ok,
+            "why": "; ".join(e.why),
+            **{k: e.summary.get(k) for k in REPORT_METRICS},
+        }
+        for e in cap.evaluations
+    ]
     return row, points
 
 
@@ -202,10 +255,15 @@ def window_trace(trace: str, n: int, folder, skip_invalid: bool = False) -> tupl
     w = trace_window(trace, n, folder, skip_invalid=skip_invalid)
     if w is None:
         return None
-    return w.path, w.rate_ratio, (
-        f"searched on the busiest {n:,} of the trace's {w.total:,} requests (--plan-requests {n:,}; they arrive "
-        f"{1 / w.rate_ratio:.2f}x as fast as the whole trace); rates are the whole trace's mean rate at the same "
-        "scaling, and each configuration's capacity was then run on the whole trace")
+    return (
+        w.path,
+        w.rate_ratio,
+        (
+            f"searched on the busiest {n:,} of the trace's {w.total:,} requests (--plan-requests {n:,}; they arrive "
+            f"{1 / w.rate_ratio:.2f}x as fast as the whole trace); rates are the whole trace's mean rate at the same "
+            "scaling, and each configuration's capacity was then run on the whole trace"
+        ),
+    )
 
 
 def _whole_trace_check(args: tuple) -> Evaluation:
@@ -213,8 +271,16 @@ def _whole_trace_check(args: tuple) -> Evaluation:
     return _evaluate(point, slos, rate)
 
 
-def on_whole_trace(rows: list[dict], points: list[dict], jobs: list[PlanJob], trace: str, ratio: float,
-                   workers: int = 1, backend: str = "local", address: str | None = None) -> None:
+def on_whole_trace(
+    rows: list[dict],
+    points: list[dict],
+    jobs: list[PlanJob],
+    trace: str,
+    ratio: float,
+    workers: int = 1,
+    backend: str = "local",
+    address: str | None = None,
+) -> None:
     """Turn a window's capacity search (:func:`window_trace`) into the whole trace's terms, in place: every rate
     times ``ratio`` (the same scaling of the gaps), then each capacity simulated on the whole ``trace``
     (``whole_trace``: met, or what it missed; the at_max_* figures become the whole trace's when met)."""
@@ -227,8 +293,14 @@ def on_whole_trace(rows: list[dict], points: list[dict], jobs: list[PlanJob], tr
     for p in points:
         p["rate"] *= ratio
     todo = [(r, j) for r, j in zip(rows, jobs) if r.get("max_rate_req_s")]
-    checks = run_jobs(_whole_trace_check, [({**j.point, "trace": trace}, j.slos, r["max_rate_req_s"])
-                                           for r, j in todo], workers, backend, address, label="whole trace")
+    checks = run_jobs(
+        _whole_trace_check,
+        [({**j.point, "trace": trace}, j.slos, r["max_rate_req_s"]) for r, j in todo],
+        workers,
+        backend,
+        address,
+        label="whole trace",
+    )
     for (r, _), e in zip(todo, checks):
         r["whole_trace"] = "met" if e.ok else "missed: " + "; ".join(e.why)
         if e.ok:

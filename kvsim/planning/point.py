@@ -55,8 +55,20 @@ def scale_to_rate(requests, rate: float) -> list[Request]:
         raise ConfigError(no_gaps_message("the trace", len(requests)) + " (drop 'rate' / 'rate_scale' for it)")
     f = base / rate
     t0 = requests[0].arrival_s
-    return [Request(r.id, t0 + (r.arrival_s - t0) * f, r.prompt_tokens, r.output_tokens, r.priority, r.hash_ids,
-                    r.hash_block_tokens, r.n, r.line) for r in requests]
+    return [
+        Request(
+            r.id,
+            t0 + (r.arrival_s - t0) * f,
+            r.prompt_tokens,
+            r.output_tokens,
+            r.priority,
+            r.hash_ids,
+            r.hash_block_tokens,
+            r.n,
+            r.line,
+        )
+        for r in requests
+    ]
 
 
 def split_point(point: dict) -> tuple[dict, dict]:
@@ -83,8 +95,10 @@ def build(point: dict):
     cfg, spec, opts = point_config(point)
     reqs = list(_load(str(point["trace"]), bool(opts.get("skip_invalid", False))))
     if cfg.request_rate is not None and (point.get("rate") is not None or point.get("rate_scale") is not None):
-        raise ConfigError("a point sets both 'rate'/'rate_scale' (scaling the trace's gaps) and 'request_rate' "
-                          "(new Poisson times): give one")
+        raise ConfigError(
+            "a point sets both 'rate'/'rate_scale' (scaling the trace's gaps) and 'request_rate' "
+            "(new Poisson times): give one"
+        )
     if (point.get("rate") is not None or point.get("rate_scale") is not None) and not math.isfinite(trace_rate(reqs)):
         raise ConfigError(no_gaps_message(str(point["trace"]), len(reqs)) + " (drop 'rate' / 'rate_scale' for it)")
     if point.get("rate") is not None:
@@ -145,13 +159,17 @@ def sustained(req_frame, share: float = 0.9) -> tuple[str, str]:
     t0, ts, te = arr[0], arr[n // 4], arr[-1]
     w = float(np.median(service))
     if ts - t0 < w:
-        return "too-short", (f"too short to tell: its first quarter lasts {ts - t0:.3g} s at this rate, less than a "
-                             f"request's median service time ({w:.3g} s); use a longer trace")
+        return "too-short", (
+            f"too short to tell: its first quarter lasts {ts - t0:.3g} s at this rate, less than a "
+            f"request's median service time ({w:.3g} s); use a longer trace"
+        )
     arriving = int(((arr >= ts) & (arr <= te)).sum())
     finishing = int(((fin >= ts) & (fin <= te)).sum())
     if finishing < share * arriving:
-        return "unsustained", (f"not sustained: {finishing} requests finished while {arriving} arrived "
-                               f"({finishing / max(te - ts, 1e-12):.3g} of {arriving / max(te - ts, 1e-12):.3g} req/s)")
+        return "unsustained", (
+            f"not sustained: {finishing} requests finished while {arriving} arrived "
+            f"({finishing / max(te - ts, 1e-12):.3g} of {arriving / max(te - ts, 1e-12):.3g} req/s)"
+        )
     return "ok", ""
 
 
@@ -167,6 +185,6 @@ def is_stable(req_frame) -> bool:
         return True
     wait = df.queue_s.to_numpy(dtype=float)
     wait = np.where(np.isnan(wait), np.inf, wait)
-    q2 = np.percentile(wait[n // 4: n // 2], 90)
-    q4 = np.percentile(wait[3 * n // 4:], 90)
+    q2 = np.percentile(wait[n // 4 : n // 2], 90)
+    q4 = np.percentile(wait[3 * n // 4 :], 90)
     return bool(q4 <= max(1.0, 2 * q2))

@@ -63,8 +63,9 @@ def load_grid(path: str) -> list[dict]:
     n = math.prod(len(v) for v in grid.values()) if grid else 0
     n += len(extra) if isinstance(extra, list) else 0
     if n > MAX_POINTS:
-        raise ConfigError(f"{path}: the grid has {n:,} points; a sweep runs at most {MAX_POINTS:,} (split it into "
-                          f"several sweeps)")
+        raise ConfigError(
+            f"{path}: the grid has {n:,} points; a sweep runs at most {MAX_POINTS:,} (split it into several sweeps)"
+        )
     points = []
     if grid:
         keys = list(grid)
@@ -138,14 +139,20 @@ def _saved_row(path: Path, point: dict) -> dict | None:
         row = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError, RecursionError):
         return None
-    if not isinstance(row, dict) or "index" in row or row.get("point_id") != point_id(point) \
-            or "requests" not in row or any(f"cfg_{k}" not in row for k in point):
+    if (
+        not isinstance(row, dict)
+        or "index" in row
+        or row.get("point_id") != point_id(point)
+        or "requests" not in row
+        or any(f"cfg_{k}" not in row for k in point)
+    ):
         return None
     return row
 
 
-def run_sweep(points: list[dict], out: str, workers: int = 1, backend: str = "local",
-              address: str | None = None) -> tuple[pd.DataFrame, int, int]:
+def run_sweep(
+    points: list[dict], out: str, workers: int = 1, backend: str = "local", address: str | None = None
+) -> tuple[pd.DataFrame, int, int]:
     """(table, points computed now, points reused from an earlier run)."""
     validate_points(points)
     parts = Path(str(out) + ".parts")

@@ -33,8 +33,8 @@ def busiest_window(requests: list, n: int) -> list:
     import numpy as np
 
     t = np.fromiter((r.arrival_s for r in requests), float, len(requests))
-    i = int(np.argmin(t[n - 1:] - t[:len(t) - n + 1]))
-    return requests[i:i + n]
+    i = int(np.argmin(t[n - 1 :] - t[: len(t) - n + 1]))
+    return requests[i : i + n]
 
 
 def trace_window(trace: str, n: int, folder, first: bool = False, skip_invalid: bool = False) -> TraceWindow | None:

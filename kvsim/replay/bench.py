@@ -54,24 +54,31 @@ def bench(opts: BenchOptions) -> "list[dict]":
 
     K = load(opts.device)
     gpu = K.device == "cuda"
-    opts = replace(opts, batches=opts.batches or ([1, 8, 64] if gpu else [1, 4]),
-                   contexts=opts.contexts or ([512, 4096] if gpu else [64, 256]),
-                   max_pool_gib=opts.max_pool_gib or (40.0 if gpu else 1.0),
-                   peak_bandwidth=opts.peak_bandwidth or (device_gpu().hbm_bandwidth if gpu and device_gpu() else float("nan")))
+    opts = replace(
+        opts,
+        batches=opts.batches or ([1, 8, 64] if gpu else [1, 4]),
+        contexts=opts.contexts or ([512, 4096] if gpu else [64, 256]),
+        max_pool_gib=opts.max_pool_gib or (40.0 if gpu else 1.0),
+        peak_bandwidth=opts.peak_bandwidth or (device_gpu().hbm_bandwidth if gpu and device_gpu() else float("nan")),
+    )
     if opts.q_heads % opts.kv_heads:
-        raise ConfigError(f"--q-heads {opts.q_heads} must be a multiple of --kv-heads {opts.kv_heads} (each KV head "
-                          "serves a whole group of query heads)")
+        raise ConfigError(
+            f"--q-heads {opts.q_heads} must be a multiple of --kv-heads {opts.kv_heads} (each KV head "
+            "serves a whole group of query heads)"
+        )
     points = [("decode", B, a, b) for B in opts.block_sizes for a in opts.batches for b in opts.contexts]
     points += [("prefill", B, chunk, cached) for B in opts.block_sizes for chunk, cached in (opts.prefill or [])]
     for kind, _, a, b in points:
         keys, queries = (a * b, 1) if kind == "decode" else (a + b, a)  # decode: one query per sequence
-        check_reference_memory(keys, queries, opts.q_heads, opts.head_dim, opts.max_pool_gib,
-                               f"{kind} point {a} x {b}")
+        check_reference_memory(keys, queries, opts.q_heads, opts.head_dim, opts.max_pool_gib, f"{kind} point {a} x {b}")
     rows = []
     with Progress(len(points), "bench", log_when_piped=True) as bar:
         for kind, B, a, b in points:
-            rows.append(_bench_point(K, opts, B, a, b, opts.seed) if kind == "decode"
-                        else _bench_prefill_point(K, opts, B, a, b, opts.seed))
+            rows.append(
+                _bench_point(K, opts, B, a, b, opts.seed)
+                if kind == "decode"
+                else _bench_prefill_point(K, opts, B, a, b, opts.seed)
+            )
             bar.advance()
     return rows
 
@@ -92,7 +99,7 @@ def _bench_prefill_point(K, opts: BenchOptions, B: int, chunk: int, cached: int,
     lens = torch.tensor([ctx], dtype=torch.int32, device=K.device)
     starts = torch.tensor([0, chunk], dtype=torch.int32, device=K.device)
     q = torch.randn(chunk, opts.q_heads, opts.head_dim, generator=g).to(dtype).to(K.device)
-    scale = opts.head_dim ** -0.5
+    scale = opts.head_dim**-0.5
     if K.device == "cuda":
         run = functools.partial(K.paged_prefill_attention, q, kc, vc, bt, lens, starts, scale)
         t, impl = time_it(run, "cuda"), K.mode
@@ -100,11 +107,28 @@ def _bench_prefill_point(K, opts: BenchOptions, B: int, chunk: int, cached: int,
         run = functools.partial(K.paged_prefill_attention_ref, q, kc, vc, bt, lens, starts, scale)
         t, impl = time_it(run, "cpu", reps=3), "torch-reference-cpu (pipeline check, not a GPU number)"
     nbytes = kv_bytes_read([ctx], opts.kv_heads, opts.head_dim, elem)
-    return {"source": "bench", "device": K.device, "impl": impl, "kind": "prefill", "dtype": opts.dtype,
-            "block_size": B, "q_heads": opts.q_heads, "kv_heads": opts.kv_heads, "head_dim": opts.head_dim,
-            "num_seqs": 1, "new_tokens": chunk, "total_context": ctx, "max_context": ctx, "kv_bytes": nbytes,
-            "time_s": t, "achieved_bw": nbytes / t, "peak_bw": opts.peak_bandwidth,
-            "frac_of_peak": nbytes / t / opts.peak_bandwidth, "sdpa_time_s": float("nan"), "ratio_vs_sdpa": float("nan")}
+    return {
+        "source": "bench",
+        "device": K.device,
+        "impl": impl,
+        "kind": "prefill",
+        "dtype": opts.dtype,
+        "block_size": B,
+        "q_heads": opts.q_heads,
+        "kv_heads": opts.kv_heads,
+        "head_dim": opts.head_dim,
+        "num_seqs": 1,
+        "new_tokens": chunk,
+        "total_context": ctx,
+        "max_context": ctx,
+        "kv_bytes": nbytes,
+        "time_s": t,
+        "achieved_bw": nbytes / t,
+        "peak_bw": opts.peak_bandwidth,
+        "frac_of_peak": nbytes / t / opts.peak_bandwidth,
+        "sdpa_time_s": float("nan"),
+        "ratio_vs_sdpa": float("nan"),
+    }
 
 
 def _bench_point(K, opts: BenchOptions, B: int, batch: int, ctx: int, seed: int) -> dict:
@@ -116,7 +140,7 @@ def _bench_point(K, opts: BenchOptions, B: int, batch: int, ctx: int, seed: int)
     dtype = torch_dtype(opts.dtype)
     elem = torch.tensor([], dtype=dtype).element_size()
     g = torch.Generator().manual_seed(seed + 7919 * batch + ctx + B)
-    scale = opts.head_dim ** -0.5
+    scale = opts.head_dim**-0.5
     pages = -(-ctx // B)
     nblocks = batch * pages
     kc, vc = make_pool(nblocks, B, opts.kv_heads, opts.head_dim, dtype, K.device, opts.max_pool_gib, seed)
@@ -134,8 +158,25 @@ def _bench_point(K, opts: BenchOptions, B: int, batch: int, ctx: int, seed: int)
     vv = vc[bt.long()].reshape(batch, pages * B, opts.kv_heads, opts.head_dim)[:, :ctx].transpose(1, 2).contiguous()
     sdpa = _sdpa_time(q[:, :, None, :], kk, vv, K.device)
     nbytes = kv_bytes_read([ctx] * batch, opts.kv_heads, opts.head_dim, elem)
-    return {"source": "bench", "device": K.device, "impl": impl, "kind": "decode", "dtype": opts.dtype,
-            "block_size": B, "q_heads": opts.q_heads, "kv_heads": opts.kv_heads, "head_dim": opts.head_dim,
-            "num_seqs": batch, "new_tokens": batch, "total_context": batch * ctx, "max_context": ctx,
-            "kv_bytes": nbytes, "time_s": t, "achieved_bw": nbytes / t, "peak_bw": opts.peak_bandwidth,
-            "frac_of_peak": nbytes / t / opts.peak_bandwidth, "sdpa_time_s": sdpa, "ratio_vs_sdpa": t / sdpa}
+    return {
+        "source": "bench",
+        "device": K.device,
+        "impl": impl,
+        "kind": "decode",
+        "dtype": opts.dtype,
+        "block_size": B,
+        "q_heads": opts.q_heads,
+        "kv_heads": opts.kv_heads,
+        "head_dim": opts.head_dim,
+        "num_seqs": batch,
+        "new_tokens": batch,
+        "total_context": batch * ctx,
+        "max_context": ctx,
+        "kv_bytes": nbytes,
+        "time_s": t,
+        "achieved_bw": nbytes / t,
+        "peak_bw": opts.peak_bandwidth,
+        "frac_of_peak": nbytes / t / opts.peak_bandwidth,
+        "sdpa_time_s": sdpa,
+        "ratio_vs_sdpa": t / sdpa,
+    }

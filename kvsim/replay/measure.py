@@ -6,12 +6,33 @@ import time
 
 from kvsim.errors import ConfigError
 
-TORCH_DTYPES = {"fp16": "float16", "float16": "float16", "bf16": "bfloat16", "bfloat16": "bfloat16",
-                "fp32": "float32", "float32": "float32"}
+TORCH_DTYPES = {
+    "fp16": "float16",
+    "float16": "float16",
+    "bf16": "bfloat16",
+    "bfloat16": "bfloat16",
+    "fp32": "float32",
+    "float32": "float32",
+}
 
 # Columns every measurement CSV has (replay and bench), which `kvsim calibrate` reads.
-MEASUREMENT_COLUMNS = ["source", "device", "impl", "kind", "dtype", "block_size", "q_heads", "kv_heads", "head_dim",
-                       "num_seqs", "new_tokens", "total_context", "max_context", "kv_bytes", "time_s"]
+MEASUREMENT_COLUMNS = [
+    "source",
+    "device",
+    "impl",
+    "kind",
+    "dtype",
+    "block_size",
+    "q_heads",
+    "kv_heads",
+    "head_dim",
+    "num_seqs",
+    "new_tokens",
+    "total_context",
+    "max_context",
+    "kv_bytes",
+    "time_s",
+]
 
 
 def load_kernels(device: str | None = None):
@@ -20,8 +41,9 @@ def load_kernels(device: str | None = None):
         import torch  # noqa: F401
         from kvsim_kernels import KernelUnavailable, load
     except ImportError as e:
-        raise ConfigError(f"the kernel commands need PyTorch and Triton ({e.name} is missing): "
-                          "pip install 'kvsim[kernels]'") from None
+        raise ConfigError(
+            f"the kernel commands need PyTorch and Triton ({e.name} is missing): pip install 'kvsim[kernels]'"
+        ) from None
     try:
         return load(device)
     except KernelUnavailable as e:
@@ -36,8 +58,14 @@ def device_gpu():
 
     name = torch.cuda.get_device_name().lower() if torch.cuda.is_available() else ""
     mem = torch.cuda.get_device_properties(0).total_memory if name else 0
-    for key, preset in (("h200", "h200-141gb"), ("h100", "h100-80gb"), ("a100", "a100-80gb" if mem > 50 * 2**30 else "a100-40gb"),
-                        ("a40", "a40"), ("l40s", "l40s"), ("4090", "rtx-4090")):
+    for key, preset in (
+        ("h200", "h200-141gb"),
+        ("h100", "h100-80gb"),
+        ("a100", "a100-80gb" if mem > 50 * 2**30 else "a100-40gb"),
+        ("a40", "a40"),
+        ("l40s", "l40s"),
+        ("4090", "rtx-4090"),
+    ):
         if key in name:
             return GPU_PRESETS[preset]
     return None
@@ -52,16 +80,19 @@ def torch_dtype(name: str):
         raise ConfigError(f"unsupported kernel dtype '{name}' (fp16, bf16, fp32)") from None
 
 
-def make_pool(num_blocks: int, block_size: int, kv_heads: int, head_dim: int, dtype, device: str,
-              max_gib: float, seed: int = 0):
+def make_pool(
+    num_blocks: int, block_size: int, kv_heads: int, head_dim: int, dtype, device: str, max_gib: float, seed: int = 0
+):
     """Random K and V caches of one layer, [num_blocks, block_size, kv_heads, head_dim] each."""
     import torch
 
     elems = num_blocks * block_size * kv_heads * head_dim
     gib = 2 * elems * torch.tensor([], dtype=dtype).element_size() / (1 << 30)
     if gib > max_gib:
-        raise ConfigError(f"a one-layer KV pool of {num_blocks} blocks needs {gib:.1f} GiB (> --max-pool-gib {max_gib:g});"
-                          " raise the limit or record a smaller run")
+        raise ConfigError(
+            f"a one-layer KV pool of {num_blocks} blocks needs {gib:.1f} GiB (> --max-pool-gib {max_gib:g});"
+            " raise the limit or record a smaller run"
+        )
     # generated where it lives: filling a multi-GB GPU pool from the CPU would dominate a GPU check
     g = torch.Generator(device=device).manual_seed(seed)
     shape = (num_blocks, block_size, kv_heads, head_dim)
@@ -76,9 +107,11 @@ def check_reference_memory(keys: int, queries: int, q_heads: int, head_dim: int,
     allocating anything (``keys``: the KV tokens attended to at once, ``queries``: the query tokens)."""
     gib = (3 * keys * head_dim + queries * keys) * q_heads * 4 / (1 << 30)
     if gib > max_gib:
-        raise ConfigError(f"{what}: checking it against the torch reference needs {gib:,.1f} GiB (> --max-pool-gib "
-                          f"{max_gib:g}: K and V for each of {q_heads:,} query heads over {keys:,} tokens); raise "
-                          "the limit or use fewer heads or tokens")
+        raise ConfigError(
+            f"{what}: checking it against the torch reference needs {gib:,.1f} GiB (> --max-pool-gib "
+            f"{max_gib:g}: K and V for each of {q_heads:,} query heads over {keys:,} tokens); raise "
+            "the limit or use fewer heads or tokens"
+        )
 
 
 def kv_bytes_read(context_lens, kv_heads: int, head_dim: int, elem_bytes: int) -> int:

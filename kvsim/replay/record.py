@@ -31,9 +31,11 @@ class BatchRecorder:
     def __init__(self, path: str, cfg: SimConfig, pool: PoolPlan):
         m = cfg.model
         if m.is_hybrid or m.is_mla:
-            raise ConfigError(f"--record-batches replays full-attention GQA kernels; {m.name} has "
-                              + ("MLA layers" if m.is_mla else "sliding, chunked or mamba layers") +
-                              ", which the kernels do not implement")
+            raise ConfigError(
+                f"--record-batches replays full-attention GQA kernels; {m.name} has "
+                + ("MLA layers" if m.is_mla else "sliding, chunked or mamba layers")
+                + ", which the kernels do not implement"
+            )
         self.path, self.cfg, self.pool = path, cfg, pool
         self._fh = None
         self._last: dict[int, list[int]] = {}
@@ -44,11 +46,23 @@ class BatchRecorder:
             raise ConfigError(f"--record-batches needs a paged allocator (block tables); '{alloc.name}' has none")
         m, tp = self.cfg.model, self.cfg.tp
         layout = alloc.describe()
-        header = {"format": "kvsim-batch-record", "version": 1, "allocator": alloc.name,
-                  "block_size": layout["block_size"], "num_blocks": layout["num_blocks"],
-                  "model": {"name": m.name, "layers": m.layers, "q_heads": m.q_heads // tp,
-                            "kv_heads": m.kv_heads_per_gpu(tp), "head_dim": m.head_dim, "dtype": m.dtype},
-                  "tp": tp, "gpu": self.cfg.gpu.name}
+        header = {
+            "format": "kvsim-batch-record",
+            "version": 1,
+            "allocator": alloc.name,
+            "block_size": layout["block_size"],
+            "num_blocks": layout["num_blocks"],
+            "model": {
+                "name": m.name,
+                "layers": m.layers,
+                "q_heads": m.q_heads // tp,
+                "kv_heads": m.kv_heads_per_gpu(tp),
+                "head_dim": m.head_dim,
+                "dtype": m.dtype,
+            },
+            "tp": tp,
+            "gpu": self.cfg.gpu.name,
+        }
         import os
 
         self._tmp = f"{self.path}.{os.getpid()}.tmp"
@@ -102,15 +116,17 @@ def check_header(header, path: str) -> dict:
         raise ConfigError(f"{path}: batch record version {header.get('version')!r}; this kvsim reads version 1")
     for key, hi in (("block_size", _DIM), ("num_blocks", 1 << 40), ("tp", 4096)):
         if not _whole(header.get(key), 1, hi):
-            raise ConfigError(f"{path}: header field '{key}' must be a whole number in [1, {hi:,}], "
-                              f"got {header.get(key)!r}")
+            raise ConfigError(
+                f"{path}: header field '{key}' must be a whole number in [1, {hi:,}], got {header.get(key)!r}"
+            )
     m = header.get("model")
     if not isinstance(m, dict):
         raise ConfigError(f"{path}: header field 'model' must be an object, got {m!r}")
     for key in ("layers", "q_heads", "kv_heads", "head_dim"):
         if not _whole(m.get(key), 1, _DIM):
-            raise ConfigError(f"{path}: header field 'model.{key}' must be a whole number in [1, {_DIM:,}], "
-                              f"got {m.get(key)!r}")
+            raise ConfigError(
+                f"{path}: header field 'model.{key}' must be a whole number in [1, {_DIM:,}], got {m.get(key)!r}"
+            )
     if m["q_heads"] % m["kv_heads"]:
         raise ConfigError(f"{path}: model.q_heads {m['q_heads']} is not a multiple of model.kv_heads {m['kv_heads']}")
     if not isinstance(m.get("dtype"), str):
@@ -133,10 +149,16 @@ def check_group(g, line: int, header: dict, path: str) -> dict:
     if not isinstance(seqs, list) or not seqs:
         raise ConfigError(f"{where}: field 'seqs' must be a non-empty list of [seq_id, context, new_tokens]")
     for s in seqs:
-        if not (isinstance(s, list) and len(s) == 3 and _whole(s[0], 0, 1 << 62) and _whole(s[1], 1, 1 << 40)
-                and _whole(s[2], 1, s[1])):
-            raise ConfigError(f"{where}: each of 'seqs' must be [seq_id, context >= 1, 1 <= new_tokens <= context],"
-                              f" got {s!r}")
+        if not (
+            isinstance(s, list)
+            and len(s) == 3
+            and _whole(s[0], 0, 1 << 62)
+            and _whole(s[1], 1, 1 << 40)
+            and _whole(s[2], 1, s[1])
+        ):
+            raise ConfigError(
+                f"{where}: each of 'seqs' must be [seq_id, context >= 1, 1 <= new_tokens <= context], got {s!r}"
+            )
     tables = g.get("tables", {})
     if not isinstance(tables, dict):
         raise ConfigError(f"{where}: field 'tables' must map sequence ids to block lists")
@@ -184,8 +206,10 @@ def read_record(path: str):
                     if table is None:
                         raise ConfigError(f"{path}:{line}: sequence {sid} has no block table yet")
                     if len(table) * B < ctx + g["steps"] - 1:
-                        raise ConfigError(f"{path}:{line}: sequence {sid}'s context {ctx + g['steps'] - 1} is longer "
-                                          f"than its table ({len(table)} blocks of {B})")
+                        raise ConfigError(
+                            f"{path}:{line}: sequence {sid}'s context {ctx + g['steps'] - 1} is longer "
+                            f"than its table ({len(table)} blocks of {B})"
+                        )
                     resolved[str(sid)] = table
                 g["tables"] = resolved
                 yield g

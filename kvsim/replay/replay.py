@@ -36,6 +36,7 @@ def replay(path: str, opts: ReplayOptions) -> "list[dict]":
 
     K = load(opts.device)  # first: without PyTorch or Triton, one line that says how to install them
     import torch
+
     gpu = K.device == "cuda"
     header, groups = read_record(path)
     all_groups = list(groups)
@@ -51,20 +52,22 @@ def replay(path: str, opts: ReplayOptions) -> "list[dict]":
         grp = all_groups[gi]
         it = grp["steps"] // 2  # a decode run's middle iteration
         seqs = [(ctx + it, new, grp["tables"][str(sid)]) for sid, ctx, new in grp["seqs"]]
-        chosen[gi] = seqs if gpu else seqs[:opts.check_seqs]
+        chosen[gi] = seqs if gpu else seqs[: opts.check_seqs]
     cap = opts.max_pool_gib or (8.0 if gpu else 1.0)
     elem = torch.tensor([], dtype=dtype).element_size()
     for gi, seqs in chosen.items():  # the queries of one replayed iteration
         q_gib = sum(new for _, new, _ in seqs) * m["q_heads"] * m["head_dim"] * elem / (1 << 30)
         if q_gib > cap:
-            raise ConfigError(f"{path}: iteration group {gi + 1} needs {q_gib:.1f} GiB of queries (> --max-pool-gib "
-                              f"{cap:g}); raise the limit or record a smaller run")
+            raise ConfigError(
+                f"{path}: iteration group {gi + 1} needs {q_gib:.1f} GiB of queries (> --max-pool-gib "
+                f"{cap:g}); raise the limit or record a smaller run"
+            )
         for ctx, new, _ in seqs:
             check_reference_memory(ctx, new, m["q_heads"], m["head_dim"], cap, f"{path}: iteration group {gi + 1}")
     if gpu:
         remap, num_blocks = None, header["num_blocks"]
     else:
-        used = sorted({b for seqs in chosen.values() for c, _, t in seqs for b in t[:-(-c // B)]})
+        used = sorted({b for seqs in chosen.values() for c, _, t in seqs for b in t[: -(-c // B)]})
         remap, num_blocks = {b: i for i, b in enumerate(used)}, max(1, len(used))
     pool = make_pool(num_blocks, B, m["kv_heads"], m["head_dim"], dtype, K.device, cap, opts.seed)
     g = torch.Generator().manual_seed(opts.seed)
@@ -82,14 +85,14 @@ def _replay_group(K, pool, grp, gi, seqs, remap, num_blocks, m, dtype, g, path) 
     kc, vc = pool
     B = kc.shape[1]
     hq, hkv, dim = m["q_heads"], m["kv_heads"], m["head_dim"]
-    scale = dim ** -0.5
+    scale = dim**-0.5
     ctxs = [c for c, _, _ in seqs]
     news = [q for _, q, _ in seqs]
     width = max(-(-c // B) for c in ctxs)
     bt = torch.full((len(seqs), width), num_blocks + 7, dtype=torch.int32)  # padding: out of range
     for i, (c, _, table) in enumerate(seqs):
-        pages = table[:-(-c // B)]
-        bt[i, :len(pages)] = torch.tensor([remap[b] for b in pages] if remap else pages, dtype=torch.int32)
+        pages = table[: -(-c // B)]
+        bt[i, : len(pages)] = torch.tensor([remap[b] for b in pages] if remap else pages, dtype=torch.int32)
     bt = bt.to(K.device)
     lens = torch.tensor(ctxs, dtype=torch.int32, device=K.device)
     decode = all(q == 1 for q in news)
@@ -114,9 +117,27 @@ def _replay_group(K, pool, grp, gi, seqs, remap, num_blocks, m, dtype, g, path) 
     else:
         t, impl = time_it(ref_fn, "cpu", reps=3), "torch-reference-cpu (pipeline check, not a GPU number)"
     elem = torch.tensor([], dtype=dtype).element_size()
-    return {"source": f"replay:{path}", "device": K.device, "impl": impl, "kind": "decode" if decode else "mixed",
-            "dtype": m["dtype"], "block_size": B, "q_heads": hq, "kv_heads": hkv, "head_dim": dim,
-            "num_seqs": len(seqs), "seqs_in_iteration": len(grp["seqs"]), "new_tokens": sum(news),
-            "total_context": sum(ctxs), "max_context": max(ctxs), "kv_bytes": kv_bytes_read(ctxs, hkv, dim, elem),
-            "time_s": t, "group": gi, "sim_t": grp["t"], "sim_step_s": grp["dt"] / grp["steps"],
-            "max_abs_err": err, "ok": ok, "check": K.mode}
+    return {
+        "source": f"replay:{path}",
+        "device": K.device,
+        "impl": impl,
+        "kind": "decode" if decode else "mixed",
+        "dtype": m["dtype"],
+        "block_size": B,
+        "q_heads": hq,
+        "kv_heads": hkv,
+        "head_dim": dim,
+        "num_seqs": len(seqs),
+        "seqs_in_iteration": len(grp["seqs"]),
+        "new_tokens": sum(news),
+        "total_context": sum(ctxs),
+        "max_context": max(ctxs),
+        "kv_bytes": kv_bytes_read(ctxs, hkv, dim, elem),
+        "time_s": t,
+        "group": gi,
+        "sim_t": grp["t"],
+        "sim_step_s": grp["dt"] / grp["steps"],
+        "max_abs_err": err,
+        "ok": ok,
+        "check": K.mode,
+    }

@@ -16,14 +16,27 @@ from kvsim.allocators.base import MEMORY_CATEGORIES
 from kvsim.option_table import option_columns
 from kvsim.planning.slo import Slo
 
-CAPACITY_COLUMNS = [("config", "configuration"), ("max_rate_req_s", "max rate (req/s)"), ("meets_slo", "meets SLO"),
-                    ("search", "search"),
-                    ("search_steps", "steps"), ("tolerance", "tolerance"), ("replicas", "replicas"), ("gpus", "GPUs"),
-                    ("cost_per_hour", "$/hour"), ("cost_per_m_output_tokens", "$ per M output tokens"),
-                    ("at_max_ttft_p99_s", "TTFT p99"), ("at_max_tpot_p99_s", "TPOT p99"),
-                    ("at_max_mean_batch", "batch"), ("at_max_kv_efficiency", "KV eff. %"),
-                    ("block_size", "block"), ("table_entries_per_seq", "table entries/seq"), ("kernel_us", "kernel us"),
-                    ("gpu_memory_utilization", "mem util"), ("reason", "why not")]
+CAPACITY_COLUMNS = [
+    ("config", "configuration"),
+    ("max_rate_req_s", "max rate (req/s)"),
+    ("meets_slo", "meets SLO"),
+    ("search", "search"),
+    ("search_steps", "steps"),
+    ("tolerance", "tolerance"),
+    ("replicas", "replicas"),
+    ("gpus", "GPUs"),
+    ("cost_per_hour", "$/hour"),
+    ("cost_per_m_output_tokens", "$ per M output tokens"),
+    ("at_max_ttft_p99_s", "TTFT p99"),
+    ("at_max_tpot_p99_s", "TPOT p99"),
+    ("at_max_mean_batch", "batch"),
+    ("at_max_kv_efficiency", "KV eff. %"),
+    ("block_size", "block"),
+    ("table_entries_per_seq", "table entries/seq"),
+    ("kernel_us", "kernel us"),
+    ("gpu_memory_utilization", "mem util"),
+    ("reason", "why not"),
+]
 
 
 CONFIG_KEYS = ("allocator", *option_columns(), "trace")  # the columns that name a configuration
@@ -91,8 +104,15 @@ def _plt():
 def _legend_below(fig, ax, n: int) -> None:
     handles, labels = ax.get_legend_handles_labels()
     if handles:
-        fig.legend(handles, labels, loc="lower center", ncol=min(4, max(1, n)), fontsize=8, frameon=False,
-                   bbox_to_anchor=(0.5, -0.02))
+        fig.legend(
+            handles,
+            labels,
+            loc="lower center",
+            ncol=min(4, max(1, n)),
+            fontsize=8,
+            frameon=False,
+            bbox_to_anchor=(0.5, -0.02),
+        )
 
 
 def _save(fig, path: Path) -> Path:
@@ -185,10 +205,18 @@ def plot_memory(rows: pd.DataFrame, prefix: str, path: Path) -> Path:
     return _save(fig, path)
 
 
-RESULT_COLUMNS = [("throughput_tok_s", "output tok/s"), ("throughput_req_s", "req/s"), ("ttft_p50_s", "TTFT p50"),
-                  ("ttft_p99_s", "TTFT p99"), ("tpot_p50_s", "TPOT p50"), ("tpot_p99_s", "TPOT p99"),
-                  ("preemptions", "preemptions"), ("prefix_hit_rate_tokens", "hit %"),
-                  ("mem_token_states", "token %"), ("kv_efficiency", "KV eff. %")]
+RESULT_COLUMNS = [
+    ("throughput_tok_s", "output tok/s"),
+    ("throughput_req_s", "req/s"),
+    ("ttft_p50_s", "TTFT p50"),
+    ("ttft_p99_s", "TTFT p99"),
+    ("tpot_p50_s", "TPOT p50"),
+    ("tpot_p99_s", "TPOT p99"),
+    ("preemptions", "preemptions"),
+    ("prefix_hit_rate_tokens", "hit %"),
+    ("mem_token_states", "token %"),
+    ("kv_efficiency", "KV eff. %"),
+]
 
 
 def _result_cell(c: str, v) -> str:
@@ -211,8 +239,13 @@ def results_table(points: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     if not cfg_cols and "allocator" in points.columns:  # a comparison's runs: one row per allocator
         cfg_cols = ["allocator"]
     rc = _rate_col(points) if _has_rate(points) else None
-    cols = [c for c, _ in RESULT_COLUMNS if c in points.columns and points[c].notna().any()
-            and not (c == "prefix_hit_rate_tokens" and not points[c].fillna(0).any())]
+    cols = [
+        c
+        for c, _ in RESULT_COLUMNS
+        if c in points.columns
+        and points[c].notna().any()
+        and not (c == "prefix_hit_rate_tokens" and not points[c].fillna(0).any())
+    ]
     headers = [c[4:] if c.startswith("cfg_") else c for c in cfg_cols] + (["rate (req/s)"] if rc else [])
     headers += [dict(RESULT_COLUMNS)[c] for c in cols]
     rows = []
@@ -239,8 +272,11 @@ def _fmt(v) -> str:
 
 
 def capacity_table(cap: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
-    cols = [(k, h) for k, h in CAPACITY_COLUMNS if k in cap.columns and cap[k].notna().any()
-            and not (k == "reason" and not cap[k].astype(str).str.len().any())]
+    cols = [
+        (k, h)
+        for k, h in CAPACITY_COLUMNS
+        if k in cap.columns and cap[k].notna().any() and not (k == "reason" and not cap[k].astype(str).str.len().any())
+    ]
     from kvsim.output.plots import duration_label
 
     def cell(k, v) -> str:
@@ -268,10 +304,20 @@ def capacity_table(cap: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     return [h for _, h in cols], rows
 
 
-FLEET_COLUMNS = [("layout", "layout"), ("router", "router"), ("gpus", "GPUs"), ("mode", "mode"),
-                 ("meets_slo", "meets SLO"), ("violations", "misses"), ("slo_attainment", "SLO attainment"),
-                 ("tok_s_per_gpu", "out tok/s per GPU"), ("ttft_p99_s", "TTFT p99 s"), ("tpot_p99_s", "TPOT p99 s"),
-                 ("prefix_hit_rate_tokens", "prefix hit"), ("cost_per_m_output_tokens", "$ per M output tokens")]
+FLEET_COLUMNS = [
+    ("layout", "layout"),
+    ("router", "router"),
+    ("gpus", "GPUs"),
+    ("mode", "mode"),
+    ("meets_slo", "meets SLO"),
+    ("violations", "misses"),
+    ("slo_attainment", "SLO attainment"),
+    ("tok_s_per_gpu", "out tok/s per GPU"),
+    ("ttft_p99_s", "TTFT p99 s"),
+    ("tpot_p99_s", "TPOT p99 s"),
+    ("prefix_hit_rate_tokens", "prefix hit"),
+    ("cost_per_m_output_tokens", "$ per M output tokens"),
+]
 
 
 def fleet_chosen(fleet: pd.DataFrame) -> pd.Series | None:
@@ -298,11 +344,24 @@ def fleet_tables(fleet: pd.DataFrame) -> list[tuple[str, list[str], list[list[st
     for router, g in fleet.groupby("router", sort=True):
         met = g[g["meets_slo"].astype(str).str.lower().isin(("true", "1"))]
         pick = met.sort_values(["gpus", "ttft_p99_s"]).iloc[0] if len(met) else g.sort_values("slo_attainment").iloc[-1]
-        routers.append([str(router), _fmt(pick["layout"]), _fmt(pick["gpus"]), "yes" if len(met) else "no",
-                        _fmt(pick["ttft_p99_s"]), _fmt(pick["tok_s_per_gpu"])])
-    return [("Layouts (-> the cheapest meeting the SLOs)", [h for _, h in cols], layouts),
-            ("Routers: the smallest layout each meets the SLOs with", ["router", "layout", "GPUs", "meets SLO",
-                                                                       "TTFT p99 s", "out tok/s per GPU"], routers)]
+        routers.append(
+            [
+                str(router),
+                _fmt(pick["layout"]),
+                _fmt(pick["gpus"]),
+                "yes" if len(met) else "no",
+                _fmt(pick["ttft_p99_s"]),
+                _fmt(pick["tok_s_per_gpu"]),
+            ]
+        )
+    return [
+        ("Layouts (-> the cheapest meeting the SLOs)", [h for _, h in cols], layouts),
+        (
+            "Routers: the smallest layout each meets the SLOs with",
+            ["router", "layout", "GPUs", "meets SLO", "TTFT p99 s", "out tok/s per GPU"],
+            routers,
+        ),
+    ]
 
 
 def plot_fleet(fleet: pd.DataFrame, path: Path) -> Path:
@@ -316,15 +375,28 @@ def plot_fleet(fleet: pd.DataFrame, path: Path) -> Path:
         for ok, face in ((True, None), (False, "none")):
             g = fleet[m & (met == ok)]
             if len(g):
-                ax.plot(g["ttft_p99_s"], g["tok_s_per_gpu"], marker, ms=6, mfc=face, ls="none",
-                        label=f"{mode}{'' if ok else ' (misses an SLO)'}")
+                ax.plot(
+                    g["ttft_p99_s"],
+                    g["tok_s_per_gpu"],
+                    marker,
+                    ms=6,
+                    mfc=face,
+                    ls="none",
+                    label=f"{mode}{'' if ok else ' (misses an SLO)'}",
+                )
     front = fleet.sort_values("ttft_p99_s")
     front = front[front["tok_s_per_gpu"] >= front["tok_s_per_gpu"].cummax()]
     ax.plot(front["ttft_p99_s"], front["tok_s_per_gpu"], "-", color="0.5", lw=1, label="Pareto front")
     chosen = fleet_chosen(fleet)
     if chosen is not None:
-        ax.plot([chosen["ttft_p99_s"]], [chosen["tok_s_per_gpu"]], "*", ms=16, color="C3",
-                label=f"chosen: {chosen['layout']} ({chosen['router']})")
+        ax.plot(
+            [chosen["ttft_p99_s"]],
+            [chosen["tok_s_per_gpu"]],
+            "*",
+            ms=16,
+            color="C3",
+            label=f"chosen: {chosen['layout']} ({chosen['router']})",
+        )
     ax.set_xscale("log")
     ax.set_xlabel("TTFT p99 (s)")
     ax.set_ylabel("output tokens/s per GPU")
@@ -353,9 +425,15 @@ def plot_fleet_routers(fleet: pd.DataFrame, path: Path) -> Path:
     return _save(fig, path)
 
 
-def build_report(out_dir: str | Path, capacity: pd.DataFrame | None, points: pd.DataFrame | None,
-                 slos: list[Slo], title: str, notes: list[str] | None = None,
-                 fleet: pd.DataFrame | None = None) -> dict[str, Path]:
+def build_report(
+    out_dir: str | Path,
+    capacity: pd.DataFrame | None,
+    points: pd.DataFrame | None,
+    slos: list[Slo],
+    title: str,
+    notes: list[str] | None = None,
+    fleet: pd.DataFrame | None = None,
+) -> dict[str, Path]:
     """The report's page and Markdown (and plots): a capacity table and its points, and/or a fleet plan's layouts
     (``fleet``: fleet_plan.csv)."""
     out = Path(out_dir)
@@ -368,11 +446,18 @@ def build_report(out_dir: str | Path, capacity: pd.DataFrame | None, points: pd.
         points = label_points(points)
         if "throughput_tok_s" in points.columns and _has_rate(points):
             figs.append(("Throughput vs offered rate", plot_throughput(points, out / "throughput_vs_rate.png")))
-            figs.append(("Latency percentiles vs offered rate, with the SLOs", plot_latency(points, slos, out / "latency_vs_rate.png")))
+            figs.append(
+                (
+                    "Latency percentiles vs offered rate, with the SLOs",
+                    plot_latency(points, slos, out / "latency_vs_rate.png"),
+                )
+            )
     if capacity is not None and len(capacity) and "at_max_mem_token_states" in capacity.columns:
         ok = capacity[capacity["at_max_mem_token_states"].notna()]
         if len(ok):
-            figs.append(("Memory breakdown per configuration", plot_memory(ok, "at_max_", out / "memory_breakdown.png")))
+            figs.append(
+                ("Memory breakdown per configuration", plot_memory(ok, "at_max_", out / "memory_breakdown.png"))
+            )
     elif points is not None and len(points) and "mem_token_states" in points.columns:
         ordered = points.sort_values(_rate_col(points)) if _has_rate(points) else points
         top = ordered.groupby("config", sort=False).tail(1)
@@ -396,16 +481,22 @@ def build_report(out_dir: str | Path, capacity: pd.DataFrame | None, points: pd.
     (out / "report.md").write_text("\n".join(md) + "\n", encoding="utf-8")
 
     e = html.escape
-    page = ["<!DOCTYPE html>", "<html><head><meta charset='utf-8'>", f"<title>{e(title)}</title>",
-            "<style>body{font-family:sans-serif;max-width:1100px;margin:2em auto;color:#222}"
-            "table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ccc;padding:3px 7px;text-align:right}"
-            "th{background:#f3f3f3}td:first-child{text-align:left}img{max-width:100%}</style></head><body>",
-            f"<h1>{e(title)}</h1>", f"<p>SLOs: {e(slo_text)}</p>"]
+    page = [
+        "<!DOCTYPE html>",
+        "<html><head><meta charset='utf-8'>",
+        f"<title>{e(title)}</title>",
+        "<style>body{font-family:sans-serif;max-width:1100px;margin:2em auto;color:#222}"
+        "table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ccc;padding:3px 7px;text-align:right}"
+        "th{background:#f3f3f3}td:first-child{text-align:left}img{max-width:100%}</style></head><body>",
+        f"<h1>{e(title)}</h1>",
+        f"<p>SLOs: {e(slo_text)}</p>",
+    ]
     if notes:
         page.append("<ul>" + "".join(f"<li>{e(n)}</li>" for n in notes) + "</ul>")
     for name, hs, rs in tables:
-        page.append(f"<h2>{e(name)}</h2><table><thead><tr>" + "".join(f"<th>{e(h)}</th>" for h in hs)
-                    + "</tr></thead><tbody>")
+        page.append(
+            f"<h2>{e(name)}</h2><table><thead><tr>" + "".join(f"<th>{e(h)}</th>" for h in hs) + "</tr></thead><tbody>"
+        )
         page += ["<tr>" + "".join(f"<td>{e(c)}</td>" for c in r) + "</tr>" for r in rs]
         page.append("</tbody></table>")
     for cap_text, p in figs:

@@ -47,18 +47,48 @@ MAX_LEN = 1 << 30  # tokens per prompt or output: far beyond any model's context
 HASH_BLOCK_TOKENS = 16  # tokens per hash id (vLLM's default KV block)
 
 # the options table keys that describe a generated benchmark workload (kvsim/option_table.py, group "load")
-DATASET_KEYS = ("dataset_name", "bench", "num_prompts", "random_input_len", "random_output_len", "random_range_ratio",
-                "random_range_ratio_mode", "random_prefix_len", "synthetic_input_tokens_stddev",
-                "output_tokens_stddev", "burstiness", "random_seed", "ignore_eos")
+DATASET_KEYS = (
+    "dataset_name",
+    "bench",
+    "num_prompts",
+    "random_input_len",
+    "random_output_len",
+    "random_range_ratio",
+    "random_range_ratio_mode",
+    "random_prefix_len",
+    "synthetic_input_tokens_stddev",
+    "output_tokens_stddev",
+    "burstiness",
+    "random_seed",
+    "ignore_eos",
+)
 
 # each harness's own defaults (None: not this harness's flag; "10x": 10 x --max-concurrency)
 _DEFAULTS: dict[str, dict[str, Any]] = {
-    "vllm-random": {"num_prompts": 1000, "input_len": 1024, "output_len": 128, "range_ratio": 0.0,
-                    "range_ratio_mode": "symmetric", "ignore_eos": False},
-    "inferencemax": {"num_prompts": "10x", "input_len": 1024, "output_len": 128, "range_ratio": 0.8,
-                     "range_ratio_mode": "lower-bound", "ignore_eos": True},
-    "genai-perf": {"num_prompts": 100, "input_len": 550, "output_len": 128, "range_ratio": 0.0,
-                   "range_ratio_mode": "symmetric", "ignore_eos": False},
+    "vllm-random": {
+        "num_prompts": 1000,
+        "input_len": 1024,
+        "output_len": 128,
+        "range_ratio": 0.0,
+        "range_ratio_mode": "symmetric",
+        "ignore_eos": False,
+    },
+    "inferencemax": {
+        "num_prompts": "10x",
+        "input_len": 1024,
+        "output_len": 128,
+        "range_ratio": 0.8,
+        "range_ratio_mode": "lower-bound",
+        "ignore_eos": True,
+    },
+    "genai-perf": {
+        "num_prompts": 100,
+        "input_len": 550,
+        "output_len": 128,
+        "range_ratio": 0.0,
+        "range_ratio_mode": "symmetric",
+        "ignore_eos": False,
+    },
 }
 
 
@@ -87,15 +117,19 @@ class BenchLoad:
         if self.harness not in HARNESSES:
             raise ConfigError(f"--bench: '{self.harness}' is not one of {', '.join(HARNESSES)}")
         if self.range_ratio_mode not in RANGE_RATIO_MODES:
-            raise ConfigError(f"--random-range-ratio-mode: '{self.range_ratio_mode}' is not one of "
-                              f"{', '.join(RANGE_RATIO_MODES)}")
+            raise ConfigError(
+                f"--random-range-ratio-mode: '{self.range_ratio_mode}' is not one of {', '.join(RANGE_RATIO_MODES)}"
+            )
         require(self.num_prompts, Number(integer=True, min=1, max=MAX_PROMPTS), "--num-prompts")
         require(self.input_len, Number(integer=True, min=1, max=MAX_LEN), "--random-input-len")
         require(self.output_len, Number(integer=True, min=1, max=MAX_LEN), "--random-output-len")
         require(self.prefix_len, Number(integer=True, min=0, max=MAX_LEN), "--random-prefix-len")
         # vLLM's symmetric window needs r < 1 (as its own check); the older window [int(L r), L] takes r = 1
-        require(self.range_ratio, Number(min=0, max=1, max_open=self.range_ratio_mode == "symmetric"),
-                "--random-range-ratio")
+        require(
+            self.range_ratio,
+            Number(min=0, max=1, max_open=self.range_ratio_mode == "symmetric"),
+            "--random-range-ratio",
+        )
         require(self.input_stddev, Number(min=0, max=MAX_LEN), "--synthetic-input-tokens-stddev")
         require(self.output_stddev, Number(min=0, max=MAX_LEN), "--output-tokens-stddev")
         require(self.request_rate, request_rate, "--request-rate")
@@ -105,16 +139,24 @@ class BenchLoad:
         require(self.seed, SEED, "--random-seed")
         require(self.hash_block_tokens, POSITIVE_INT, "hash_block_tokens")
         if self.harness == "genai-perf" and (self.range_ratio or self.range_ratio_mode != "symmetric"):
-            raise ConfigError("--random-range-ratio: GenAI-Perf draws lengths from normal distributions; give "
-                              "--synthetic-input-tokens-stddev / --output-tokens-stddev instead")
-        if self.harness != "genai-perf" and self.prefix_len + _low(self.input_len, self.range_ratio,
-                                                                   self.range_ratio_mode, 0) < 1:
-            raise ConfigError(f"--random-input-len {self.input_len}: with --random-range-ratio {self.range_ratio:g} "
-                              "the shortest prompt would have 0 tokens; raise it or --random-prefix-len, or "
-                              "change the ratio (vLLM refuses the same)")
+            raise ConfigError(
+                "--random-range-ratio: GenAI-Perf draws lengths from normal distributions; give "
+                "--synthetic-input-tokens-stddev / --output-tokens-stddev instead"
+            )
+        if (
+            self.harness != "genai-perf"
+            and self.prefix_len + _low(self.input_len, self.range_ratio, self.range_ratio_mode, 0) < 1
+        ):
+            raise ConfigError(
+                f"--random-input-len {self.input_len}: with --random-range-ratio {self.range_ratio:g} "
+                "the shortest prompt would have 0 tokens; raise it or --random-prefix-len, or "
+                "change the ratio (vLLM refuses the same)"
+            )
         if self.harness != "genai-perf" and (self.input_stddev or self.output_stddev):
-            raise ConfigError(f"--synthetic-input-tokens-stddev / --output-tokens-stddev: GenAI-Perf's; "
-                              f"{self.harness} draws lengths with --random-range-ratio")
+            raise ConfigError(
+                f"--synthetic-input-tokens-stddev / --output-tokens-stddev: GenAI-Perf's; "
+                f"{self.harness} draws lengths with --random-range-ratio"
+            )
 
     @property
     def name(self) -> str:
@@ -127,10 +169,16 @@ class BenchLoad:
         None for GenAI-Perf's normal draws (unbounded above)."""
         if self.harness == "genai-perf":
             return None
-        return ((self.prefix_len + _low(self.input_len, self.range_ratio, self.range_ratio_mode, 0),
-                 self.prefix_len + _high(self.input_len, self.range_ratio, self.range_ratio_mode)),
-                (_low(self.output_len, self.range_ratio, self.range_ratio_mode, 1),
-                 _high(self.output_len, self.range_ratio, self.range_ratio_mode)))
+        return (
+            (
+                self.prefix_len + _low(self.input_len, self.range_ratio, self.range_ratio_mode, 0),
+                self.prefix_len + _high(self.input_len, self.range_ratio, self.range_ratio_mode),
+            ),
+            (
+                _low(self.output_len, self.range_ratio, self.range_ratio_mode, 1),
+                _high(self.output_len, self.range_ratio, self.range_ratio_mode),
+            ),
+        )
 
     def describe(self) -> str:
         """The client command this workload stands for, for reports."""
@@ -138,17 +186,21 @@ class BenchLoad:
         conc = f" --max-concurrency {self.max_concurrency}" if self.max_concurrency is not None else ""
         eos = " --ignore-eos" if self.ignore_eos else ""
         if self.harness == "genai-perf":
-            return (f"genai-perf --synthetic-input-tokens-mean {self.input_len} --synthetic-input-tokens-stddev "
-                    f"{self.input_stddev:g} --output-tokens-mean {self.output_len} --output-tokens-stddev "
-                    f"{self.output_stddev:g} --num-prompts {self.num_prompts}"
-                    + (f" --concurrency {self.max_concurrency}" if self.max_concurrency is not None else "")
-                    + (f" --request-rate {rate}" if self.request_rate != math.inf else "")
-                    + f" --random-seed {self.seed}")
+            return (
+                f"genai-perf --synthetic-input-tokens-mean {self.input_len} --synthetic-input-tokens-stddev "
+                f"{self.input_stddev:g} --output-tokens-mean {self.output_len} --output-tokens-stddev "
+                f"{self.output_stddev:g} --num-prompts {self.num_prompts}"
+                + (f" --concurrency {self.max_concurrency}" if self.max_concurrency is not None else "")
+                + (f" --request-rate {rate}" if self.request_rate != math.inf else "")
+                + f" --random-seed {self.seed}"
+            )
         client = "vllm bench serve" if self.harness == "vllm-random" else "InferenceMAX benchmark_serving.py"
-        return (f"{client} --dataset-name random --random-input-len {self.input_len} --random-output-len "
-                f"{self.output_len} --random-range-ratio {self.range_ratio:g} --random-prefix-len {self.prefix_len} "
-                f"--num-prompts {self.num_prompts} --request-rate {rate} --burstiness {self.burstiness:g}{conc}"
-                f"{eos} --seed {self.seed}")
+        return (
+            f"{client} --dataset-name random --random-input-len {self.input_len} --random-output-len "
+            f"{self.output_len} --random-range-ratio {self.range_ratio:g} --random-prefix-len {self.prefix_len} "
+            f"--num-prompts {self.num_prompts} --request-rate {rate} --burstiness {self.burstiness:g}{conc}"
+            f"{eos} --seed {self.seed}"
+        )
 
     def notes(self) -> list[str]:
         """What the user should know about how kvsim reads this workload."""
@@ -156,13 +208,18 @@ class BenchLoad:
         bounds = self.length_bounds()
         if bounds is not None:
             (pl, ph), (ol, oh) = bounds
-            mode = ("[L(1-r), L(1+r)]" if self.range_ratio_mode == "symmetric" else "[int(L r), L]")
-            out.append(f"{self.name}: {self.num_prompts} requests, prompts uniform in [{pl}, {ph}] tokens, outputs "
-                       f"in [{ol}, {oh}] tokens (range ratio {self.range_ratio:g} as {mode}"
-                       + (f", {self.prefix_len} shared prefix tokens" if self.prefix_len else "") + ")")
+            mode = "[L(1-r), L(1+r)]" if self.range_ratio_mode == "symmetric" else "[int(L r), L]"
+            out.append(
+                f"{self.name}: {self.num_prompts} requests, prompts uniform in [{pl}, {ph}] tokens, outputs "
+                f"in [{ol}, {oh}] tokens (range ratio {self.range_ratio:g} as {mode}"
+                + (f", {self.prefix_len} shared prefix tokens" if self.prefix_len else "")
+                + ")"
+            )
         if not self.ignore_eos:
-            out.append(f"note: {self.name}: without --ignore-eos a real model may stop before the drawn output "
-                       "length; kvsim generates every drawn length (as the client's --ignore-eos)")
+            out.append(
+                f"note: {self.name}: without --ignore-eos a real model may stop before the drawn output "
+                "length; kvsim generates every drawn length (as the client's --ignore-eos)"
+            )
         return out
 
     def requests(self) -> list[Request]:
@@ -189,8 +246,17 @@ class BenchLoad:
                 blocks = -(-int(prompt[i]) // H)
                 ids = tuple(range(min(shared, blocks))) + tuple(range(next_id, next_id + blocks - min(shared, blocks)))
                 next_id += blocks - min(shared, blocks)
-                out.append(Request(str(i), float(times[i]), int(prompt[i]), int(output[i]), hash_ids=ids,
-                                   hash_block_tokens=H, line=i + 1))
+                out.append(
+                    Request(
+                        str(i),
+                        float(times[i]),
+                        int(prompt[i]),
+                        int(output[i]),
+                        hash_ids=ids,
+                        hash_block_tokens=H,
+                        line=i + 1,
+                    )
+                )
         else:
             out = [Request(str(i), float(times[i]), int(prompt[i]), int(output[i]), line=i + 1) for i in range(n)]
         return out
@@ -267,8 +333,10 @@ def from_options(values: Mapping[str, Any]) -> BenchLoad | None:
         num = d["num_prompts"]
         if num == "10x":
             if conc is None:
-                raise ConfigError("--bench inferencemax: needs --max-concurrency (its client sends 10 x concurrency "
-                                  "prompts), or give --num-prompts")
+                raise ConfigError(
+                    "--bench inferencemax: needs --max-concurrency (its client sends 10 x concurrency "
+                    "prompts), or give --num-prompts"
+                )
             num = 10 * conc
 
     def get(key: str, default):
@@ -276,12 +344,19 @@ def from_options(values: Mapping[str, Any]) -> BenchLoad | None:
         return default if v is None else v
 
     rate = values.get("request_rate")
-    return BenchLoad(harness=harness, num_prompts=num, input_len=get("random_input_len", d["input_len"]),
-                     output_len=get("random_output_len", d["output_len"]),
-                     range_ratio=get("random_range_ratio", d["range_ratio"]),
-                     range_ratio_mode=get("random_range_ratio_mode", d["range_ratio_mode"]),
-                     prefix_len=get("random_prefix_len", 0),
-                     input_stddev=get("synthetic_input_tokens_stddev", 0.0),
-                     output_stddev=get("output_tokens_stddev", 0.0),
-                     request_rate=math.inf if rate is None else rate, burstiness=get("burstiness", 1.0),
-                     max_concurrency=conc, seed=get("random_seed", 0), ignore_eos=get("ignore_eos", d["ignore_eos"]))
+    return BenchLoad(
+        harness=harness,
+        num_prompts=num,
+        input_len=get("random_input_len", d["input_len"]),
+        output_len=get("random_output_len", d["output_len"]),
+        range_ratio=get("random_range_ratio", d["range_ratio"]),
+        range_ratio_mode=get("random_range_ratio_mode", d["range_ratio_mode"]),
+        prefix_len=get("random_prefix_len", 0),
+        input_stddev=get("synthetic_input_tokens_stddev", 0.0),
+        output_stddev=get("output_tokens_stddev", 0.0),
+        request_rate=math.inf if rate is None else rate,
+        burstiness=get("burstiness", 1.0),
+        max_concurrency=conc,
+        seed=get("random_seed", 0),
+        ignore_eos=get("ignore_eos", d["ignore_eos"]),
+    )

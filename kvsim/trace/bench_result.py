@@ -64,10 +64,12 @@ def read_bench_result(path: str) -> MeasuredRun:
     missing = [k for k in PER_REQUEST if not isinstance(d.get(k), list)]
     if missing:
         have = [k for k in d if not isinstance(d[k], (list, dict))][:8]
-        raise ConfigError(f"{path}: no per-request field{'s' if len(missing) > 1 else ''} {', '.join(missing)}: "
-                          "kvsim compares request by request; save the run with `vllm bench serve ... --save-result "
-                          "--save-detailed` (--save-result alone writes only the summary"
-                          + (f": {', '.join(have)}, ...)" if have else ")"))
+        raise ConfigError(
+            f"{path}: no per-request field{'s' if len(missing) > 1 else ''} {', '.join(missing)}: "
+            "kvsim compares request by request; save the run with `vllm bench serve ... --save-result "
+            "--save-detailed` (--save-result alone writes only the summary"
+            + (f": {', '.join(have)}, ...)" if have else ")")
+        )
     lists = {k: d[k] for k in PER_REQUEST}
     n = len(lists["input_lens"])
     for key, v in lists.items():
@@ -119,7 +121,21 @@ def read_bench_result(path: str) -> MeasuredRun:
         if gaps:
             later_tokens += int(o) - 1
     if len(reqs) == silent:
-        raise ConfigError(f"{path}: no successful request with output to compare ({skipped} failed, {silent} "
-                          "without text)")
-    return MeasuredRun(str(path), reqs, ttft, e2e, itl, rate, conc, duration, str(d.get("model_id", "")), skipped,
-                       str(d.get("date") or ""), later_tokens / len(itl) if itl else 1.0, silent)
+        raise ConfigError(
+            f"{path}: no successful request with output to compare ({skipped} failed, {silent} without text)"
+        )
+    return MeasuredRun(
+        str(path),
+        reqs,
+        ttft,
+        e2e,
+        itl,
+        rate,
+        conc,
+        duration,
+        str(d.get("model_id", "")),
+        skipped,
+        str(d.get("date") or ""),
+        later_tokens / len(itl) if itl else 1.0,
+        silent,
+    )

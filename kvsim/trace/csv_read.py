@@ -56,7 +56,9 @@ def csv_rows(path: str, required: tuple[str, ...]):
             raise TraceError(path, 1, None, f"not valid CSV ({e})") from None
         missing = [c for c in required if c not in (reader.fieldnames or [])]
         if missing:
-            raise TraceError(path, 1, missing[0], f"column missing from header (have: {', '.join(reader.fieldnames or [])})")
+            raise TraceError(
+                path, 1, missing[0], f"column missing from header (have: {', '.join(reader.fieldnames or [])})"
+            )
         i = 1
         try:
             for i, row in enumerate(reader, start=2):
@@ -107,7 +109,9 @@ def _read_length_pairs(path: str, limit: int | None, _mtime_ns: int, _size: int)
     header = csv_header(path)
     pair = next(((p, o) for p, o in LENGTH_COLUMNS if p in header and o in header), None)
     if pair is None:
-        raise TraceError(path, 1, None, "no length columns; need one of " + ", ".join(f"{p}+{o}" for p, o in LENGTH_COLUMNS))
+        raise TraceError(
+            path, 1, None, "no length columns; need one of " + ", ".join(f"{p}+{o}" for p, o in LENGTH_COLUMNS)
+        )
     lengths, skipped, rows = [], Counter(), 0
     for line, row in csv_rows(path, pair):
         if limit is not None and rows >= limit:

@@ -78,8 +78,9 @@ def _lognormal(rng: np.random.Generator, mean: float, sigma: float, n: int, cap:
     return np.clip(np.round(x), 1, cap).astype(np.int64)
 
 
-def sample_lengths(spec: LengthSpec, n: int, rng: np.random.Generator,
-                   notes: list[str] | None = None) -> tuple[np.ndarray, np.ndarray]:
+def sample_lengths(
+    spec: LengthSpec, n: int, rng: np.random.Generator, notes: list[str] | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """n (prompt, output) token counts; prompt + output never exceed ``spec.max_total`` (prompts to max_total - 1,
     then outputs to what is left). ``notes``: gets a line saying how many requests the cap shortened, if any."""
     if spec.lengths_csv:
@@ -103,12 +104,15 @@ def cap_note(max_total: int, prompts: int, outputs: int, n: int) -> str:
     """The line that says what a length cap changed ('' when it changed nothing)."""
     if not prompts and not outputs:
         return ""
-    return (f"note: --max-total {max_total:,} shortened {prompts:,} prompts and {outputs:,} outputs of {n:,} requests "
-            "(prompt + output never exceed it; a larger --max-total, or none, keeps the lengths drawn)")
+    return (
+        f"note: --max-total {max_total:,} shortened {prompts:,} prompts and {outputs:,} outputs of {n:,} requests "
+        "(prompt + output never exceed it; a larger --max-total, or none, keeps the lengths drawn)"
+    )
 
 
-def generate(n: int, arrivals: ArrivalSpec, lengths: LengthSpec, seed: int = 0,
-             notes: list[str] | None = None) -> list[Request]:
+def generate(
+    n: int, arrivals: ArrivalSpec, lengths: LengthSpec, seed: int = 0, notes: list[str] | None = None
+) -> list[Request]:
     """A trace of n requests; the same arguments and seed give the same trace. ``notes``: gets what a length cap
     changed."""
     if n <= 0:

@@ -60,8 +60,21 @@ def from_mooncake(path: str, limit: int | None = None) -> Converted:
         except UnicodeDecodeError:
             raise TraceError(path, line + 1, None, "not UTF-8 text (a binary file?)") from None
     t0 = min((r.arrival_s for r in reqs), default=0.0)
-    return Converted([Request(r.id, r.arrival_s - t0, r.prompt_tokens, r.output_tokens, hash_ids=r.hash_ids,
-                              hash_block_tokens=r.hash_block_tokens) for r in reqs], rows, skipped)
+    return Converted(
+        [
+            Request(
+                r.id,
+                r.arrival_s - t0,
+                r.prompt_tokens,
+                r.output_tokens,
+                hash_ids=r.hash_ids,
+                hash_block_tokens=r.hash_block_tokens,
+            )
+            for r in reqs
+        ],
+        rows,
+        skipped,
+    )
 
 
 def _mooncake_request(text: str, path: str, line: int, index: int, skipped: Counter) -> Request | None:
@@ -88,14 +101,21 @@ def _mooncake_request(text: str, path: str, line: int, index: int, skipped: Coun
     if not lengths_ok(p, o, skipped):
         return None
     ids = obj.get("hash_ids")
-    if ids is not None and (not isinstance(ids, list)
-                            or not all(isinstance(x, int) and not isinstance(x, bool) and abs(x) < 1 << 63
-                                       for x in ids)):
+    if ids is not None and (
+        not isinstance(ids, list)
+        or not all(isinstance(x, int) and not isinstance(x, bool) and abs(x) < 1 << 63 for x in ids)
+    ):
         raise TraceError(path, line, "hash_ids", "must be a list of 64-bit integers")
     if ids is not None and len(ids) > -(-p // 512):
         raise TraceError(path, line, "hash_ids", f"{len(ids)} ids for {p} tokens (at most {-(-p // 512)})")
-    return Request(str(index), obj["timestamp"] / 1000.0, p, o,
-                   hash_ids=tuple(ids) if ids else None, hash_block_tokens=512 if ids else None)
+    return Request(
+        str(index),
+        obj["timestamp"] / 1000.0,
+        p,
+        o,
+        hash_ids=tuple(ids) if ids else None,
+        hash_block_tokens=512 if ids else None,
+    )
 
 
 _AZURE_TIME = re.compile(r"(\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}(?::\d{2})?)(?:\.(\d+))?\s*(Z|[+-]\d{2}:?\d{2})?")
@@ -146,6 +166,7 @@ def _convert_csv(path: str, columns: tuple[str, ...], limit: int | None, parse, 
 
 def from_azure(path: str, limit: int | None = None) -> Converted:
     """Azure LLM inference trace CSV: TIMESTAMP, ContextTokens, GeneratedTokens."""
+
     def parse(row, line, skipped):
         t = _parse_azure_time(row["TIMESTAMP"], path, line)
         p, o = num_field(row, "ContextTokens", path, line), num_field(row, "GeneratedTokens", path, line)
@@ -157,6 +178,7 @@ def from_azure(path: str, limit: int | None = None) -> Converted:
 def from_burstgpt(path: str, limit: int | None = None) -> Converted:
     """BurstGPT CSV: Timestamp (s), Request tokens, Response tokens. Rows with 0 response tokens are
     failed requests: they are dropped and counted."""
+
     def parse(row, line, skipped):
         t = num_field(row, "Timestamp", path, line, float)
         p, o = num_field(row, "Request tokens", path, line), num_field(row, "Response tokens", path, line)
@@ -171,6 +193,7 @@ def from_burstgpt(path: str, limit: int | None = None) -> Converted:
 def from_vidur(path: str, limit: int | None = None) -> Converted:
     """Vidur's processed trace CSV: arrived_at (s), num_prefill_tokens, num_decode_tokens. Arrivals are
     shifted so that the first one is at 0 s, as for every other format."""
+
     def parse(row, line, skipped):
         t = num_field(row, "arrived_at", path, line, float)
         if t < 0:
@@ -188,8 +211,9 @@ def from_lengths_csv(path: str, arrivals: ArrivalSpec, seed: int = 0, limit: int
     return Converted([Request(str(i), float(t[i]), p, o) for i, (p, o) in enumerate(lengths)], rows, skipped)
 
 
-def convert(fmt: str, path: str, limit: int | None = None, arrivals: ArrivalSpec | None = None,
-            seed: int = 0) -> Converted:
+def convert(
+    fmt: str, path: str, limit: int | None = None, arrivals: ArrivalSpec | None = None, seed: int = 0
+) -> Converted:
     if fmt == "mooncake":
         return from_mooncake(path, limit)
     if fmt == "azure":

@@ -36,8 +36,9 @@ MAX_TOKENS = 1 << 40  # per request; beyond it no model has context and counts s
 MAX_SAMPLES = 4096  # parallel samples (n) of one request
 
 
-def _int_field(obj: dict, name: str, path: str, line: int, minimum: int | None = None, default=None,
-               maximum: int = MAX_TOKENS):
+def _int_field(
+    obj: dict, name: str, path: str, line: int, minimum: int | None = None, default=None, maximum: int = MAX_TOKENS
+):
     if name not in obj:
         if default is not None:
             return default
@@ -52,8 +53,12 @@ def _int_field(obj: dict, name: str, path: str, line: int, minimum: int | None =
     if minimum is not None and v < minimum:
         raise TraceError(path, line, name, f"must be >= {minimum}, got {v}")
     if abs(v) > maximum:
-        raise TraceError(path, line, name, f"must be at most {maximum:,} in size, got "
-                         f"{shown(v) if abs(v) > 10**20 else format(v, '.3g')}")
+        raise TraceError(
+            path,
+            line,
+            name,
+            f"must be at most {maximum:,} in size, got {shown(v) if abs(v) > 10**20 else format(v, '.3g')}",
+        )
     return v
 
 
@@ -90,8 +95,12 @@ def parse_request(obj: object, path: str, line: int, index: int) -> Request:
             raise TraceError(path, line, "hash_block_tokens", "missing (required with hash_ids)")
         hbt = _int_field(obj, "hash_block_tokens", path, line, minimum=1)
         if len(ids) > -(-prompt // hbt):
-            raise TraceError(path, line, "hash_ids",
-                             f"{len(ids)} ids but the prompt of {prompt} tokens has only {-(-prompt // hbt)} blocks of {hbt}")
+            raise TraceError(
+                path,
+                line,
+                "hash_ids",
+                f"{len(ids)} ids but the prompt of {prompt} tokens has only {-(-prompt // hbt)} blocks of {hbt}",
+            )
         hash_ids = tuple(ids)
     session = obj.get("session")
     if session is not None:
@@ -125,7 +134,9 @@ def load_jsonl(path: str | Path, skip_invalid: bool = False) -> LoadedTrace:
         raise TraceError(path, 0, None, "no requests in file")
     if not requests:
         line, why = skipped[0]
-        raise TraceError(path, line, None, f"no valid request: all {len(skipped)} line(s) are invalid (the first: {why})")
+        raise TraceError(
+            path, line, None, f"no valid request: all {len(skipped)} line(s) are invalid (the first: {why})"
+        )
     unsorted = any(requests[i].arrival_s > requests[i + 1].arrival_s for i in range(len(requests) - 1))
     if unsorted:
         requests.sort(key=lambda r: r.arrival_s)
@@ -138,8 +149,11 @@ def _add_line(text: str, path: str, lineno: int, requests: list, skipped: list, 
         try:
             obj = json.loads(text)
         except json.JSONDecodeError as e:
-            hint = " (a CSV? convert it with `kvsim trace convert`)" if "," in text and not text.lstrip().startswith("{") \
+            hint = (
+                " (a CSV? convert it with `kvsim trace convert`)"
+                if "," in text and not text.lstrip().startswith("{")
                 else ""
+            )
             raise TraceError(path, lineno, None, f"not valid JSON ({e.msg} at column {e.colno}){hint}") from None
         except RecursionError:
             raise TraceError(path, lineno, None, "JSON nested too deeply") from None
@@ -158,8 +172,12 @@ def _add_line(text: str, path: str, lineno: int, requests: list, skipped: list, 
 
 
 def request_to_dict(r: Request) -> dict:
-    d: dict = {"id": r.id, "arrival_s": round(r.arrival_s, 6), "prompt_tokens": r.prompt_tokens,
-               "output_tokens": r.output_tokens}
+    d: dict = {
+        "id": r.id,
+        "arrival_s": round(r.arrival_s, 6),
+        "prompt_tokens": r.prompt_tokens,
+        "output_tokens": r.output_tokens,
+    }
     if r.priority:
         d["priority"] = r.priority
     if r.n != 1:

@@ -14,15 +14,59 @@ import re
 from kvsim.errors import TraceError
 from kvsim.trace.request import Request
 
-TIME_NAMES = ("arrival_s", "arrival_time", "arrival", "timestamp", "time", "ts", "start_time", "created",
-              "created_at", "request_time", "send_time", "time_s", "t", "timestamp_ms", "arrival_ms", "time_ms",
-              "timestamp_us")
-INPUT_NAMES = ("prompt_tokens", "input_tokens", "prompt_len", "prompt_length", "input_len", "input_length",
-               "num_prompt_tokens", "num_input_tokens", "isl", "context_tokens", "contexttokens", "request_tokens",
-               "num_prefill_tokens", "prefill_tokens", "in_tokens", "tokens_in")
-OUTPUT_NAMES = ("output_tokens", "completion_tokens", "output_len", "output_length", "generated_tokens",
-                "generatedtokens", "num_output_tokens", "num_completion_tokens", "osl", "response_tokens",
-                "decode_tokens", "num_decode_tokens", "out_tokens", "tokens_out")
+TIME_NAMES = (
+    "arrival_s",
+    "arrival_time",
+    "arrival",
+    "timestamp",
+    "time",
+    "ts",
+    "start_time",
+    "created",
+    "created_at",
+    "request_time",
+    "send_time",
+    "time_s",
+    "t",
+    "timestamp_ms",
+    "arrival_ms",
+    "time_ms",
+    "timestamp_us",
+)
+INPUT_NAMES = (
+    "prompt_tokens",
+    "input_tokens",
+    "prompt_len",
+    "prompt_length",
+    "input_len",
+    "input_length",
+    "num_prompt_tokens",
+    "num_input_tokens",
+    "isl",
+    "context_tokens",
+    "contexttokens",
+    "request_tokens",
+    "num_prefill_tokens",
+    "prefill_tokens",
+    "in_tokens",
+    "tokens_in",
+)
+OUTPUT_NAMES = (
+    "output_tokens",
+    "completion_tokens",
+    "output_len",
+    "output_length",
+    "generated_tokens",
+    "generatedtokens",
+    "num_output_tokens",
+    "num_completion_tokens",
+    "osl",
+    "response_tokens",
+    "decode_tokens",
+    "num_decode_tokens",
+    "out_tokens",
+    "tokens_out",
+)
 _KEY = re.compile(r"[\s_\-]+")
 
 
@@ -38,8 +82,13 @@ def pick_columns(names, path: str) -> tuple[str, str, str]:
     for what, wanted in (("time", TIME_NAMES), ("input tokens", INPUT_NAMES), ("output tokens", OUTPUT_NAMES)):
         col = next((have[_norm(w)] for w in wanted if _norm(w) in have), None)
         if col is None:
-            raise TraceError(path, 1, None, f"no {what} column: looked for {', '.join(wanted)} (any case, spaces "
-                             f"or dashes for underscores); the file has {', '.join(map(str, names)) or 'none'}")
+            raise TraceError(
+                path,
+                1,
+                None,
+                f"no {what} column: looked for {', '.join(wanted)} (any case, spaces "
+                f"or dashes for underscores); the file has {', '.join(map(str, names)) or 'none'}",
+            )
         chosen.append(col)
     return chosen[0], chosen[1], chosen[2]
 
@@ -81,16 +130,23 @@ def _tokens(v, col: str, path: str, line: int) -> int:
     return int(x)
 
 
-def rows_to_requests(rows, cols: tuple[str, str, str], path: str, skip_invalid: bool,
-                     skipped: list[tuple[int, str]]) -> list[Request]:
+def rows_to_requests(
+    rows, cols: tuple[str, str, str], path: str, skip_invalid: bool, skipped: list[tuple[int, str]]
+) -> list[Request]:
     """Requests of ``(line, row)`` pairs, arrivals shifted so that the first is at 0; a bad row raises, or with
     ``skip_invalid`` is recorded in ``skipped``."""
     raw = []
     tc, ic, oc = cols
     for line, row in rows:
         try:
-            raw.append((_time(row.get(tc), tc, path, line), _tokens(row.get(ic), ic, path, line),
-                        _tokens(row.get(oc), oc, path, line), line))
+            raw.append(
+                (
+                    _time(row.get(tc), tc, path, line),
+                    _tokens(row.get(ic), ic, path, line),
+                    _tokens(row.get(oc), oc, path, line),
+                    line,
+                )
+            )
         except TraceError as e:
             if not skip_invalid:
                 raise
@@ -116,8 +172,12 @@ def _finish(reqs: list[Request], path: str, skipped: list[tuple[int, str]]):
 
     if not reqs:
         if skipped:
-            raise TraceError(path, skipped[0][0], None, f"no valid request: all {len(skipped)} rows are invalid "
-                             f"(the first: {skipped[0][1]})")
+            raise TraceError(
+                path,
+                skipped[0][0],
+                None,
+                f"no valid request: all {len(skipped)} rows are invalid (the first: {skipped[0][1]})",
+            )
         raise TraceError(path, 0, None, "no requests in file")
     unsorted = any(reqs[i].arrival_s > reqs[i + 1].arrival_s for i in range(len(reqs) - 1))
     if unsorted:

@@ -70,8 +70,14 @@ def _prompt_ids(shared_ids: list[int], shared_tokens: int, prompt: int, H: int, 
     return shared_ids[:full_shared] + ids.fresh(total - full_shared)
 
 
-def generate_scenario(spec: ScenarioSpec, n: int, arrivals: ArrivalSpec, lengths: LengthSpec,
-                      seed: int = 0, notes: list[str] | None = None) -> list[Request]:
+def generate_scenario(
+    spec: ScenarioSpec,
+    n: int,
+    arrivals: ArrivalSpec,
+    lengths: LengthSpec,
+    seed: int = 0,
+    notes: list[str] | None = None,
+) -> list[Request]:
     """n requests of the scenario; ``notes``: gets what a length cap changed and, for multi-turn, the request
     rate the conversations made."""
     if n <= 0:
@@ -89,8 +95,9 @@ def generate_scenario(spec: ScenarioSpec, n: int, arrivals: ArrivalSpec, lengths
         clipped[1] += output > cap - prompt
         output = max(1, min(output, cap - prompt))
         hids = hids[: -(-prompt // H)]
-        out.append(Request(str(len(out)), float(t), prompt, output, hash_ids=tuple(hids), hash_block_tokens=H,
-                           session=session))
+        out.append(
+            Request(str(len(out)), float(t), prompt, output, hash_ids=tuple(hids), hash_block_tokens=H, session=session)
+        )
 
     if spec.name == "multi-turn":
         steady = spec.turns_per_s is not None
@@ -130,8 +137,18 @@ def generate_scenario(spec: ScenarioSpec, n: int, arrivals: ArrivalSpec, lengths
         out = out[:n]
         if notes is not None:
             notes += _cap_notes(cap, clipped, n) + [_turn_rate_note(out, spec.turns_per_s or arrivals.rate, steady)]
-        return [Request(str(i), r.arrival_s, r.prompt_tokens, r.output_tokens, hash_ids=r.hash_ids,
-                        hash_block_tokens=H, session=r.session) for i, r in enumerate(out)]
+        return [
+            Request(
+                str(i),
+                r.arrival_s,
+                r.prompt_tokens,
+                r.output_tokens,
+                hash_ids=r.hash_ids,
+                hash_block_tokens=H,
+                session=r.session,
+            )
+            for i, r in enumerate(out)
+        ]
 
     t = arrival_times(arrivals, n, rng)
     user = _lognormal(rng, lengths.prompt_mean, lengths.prompt_sigma, n)
@@ -174,6 +191,8 @@ def _turn_rate_note(out: list[Request], rate: float, steady: bool) -> str:
     first = k / max(t[k] - t[0], 1e-9)
     last = k / max(t[-1] - t[-1 - k], 1e-9)
     start = f"--turns-per-s {rate:g}" if steady else f"{rate:g} conversations/s (--rate)"
-    return (f"note: multi-turn: {start} made {len(out):,} requests over {span:,.1f} s, {len(out) / max(span, 1e-9):.2f} "
-            f"req/s on average ({first:.2f} in the first tenth, {last:.2f} in the last)"
-            + ("" if steady else "; --turns-per-s R asks for R requests/s instead"))
+    return (
+        f"note: multi-turn: {start} made {len(out):,} requests over {span:,.1f} s, {len(out) / max(span, 1e-9):.2f} "
+        f"req/s on average ({first:.2f} in the first tenth, {last:.2f} in the last)"
+        + ("" if steady else "; --turns-per-s R asks for R requests/s instead")
+    )
