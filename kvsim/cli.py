@@ -47,12 +47,9 @@ def make_parser() -> Parser:
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     for module in (simulate, fleet, traces, latency, kernels, planning, listing, validate):
         module.register(sub)
-    try:
-        from kvsim.commands import memory
-    except ImportError:
-        memory = None
-    if memory is not None:
-        memory.register(sub)
+    from kvsim.commands import memory
+
+    memory.register(sub)
     return p
 
 
@@ -82,7 +79,7 @@ def _take_vllm_flags(chosen: Parser, ns: argparse.Namespace, unknown: list[str])
     ignored = []
     for flag, value in taken:
         key, convert = APPLIED.get(flag, (None, None))
-        if key is not None and hasattr(ns, key):
+        if key is not None and convert is not None and hasattr(ns, key):
             if getattr(ns, key) is None:
                 try:
                     setattr(ns, key, convert(value))

@@ -112,7 +112,7 @@ def server_implied(run, values: dict) -> dict:
     vLLM 0.8 ran the V0 engine on a release older than any whose kernels are measured (0.7 stands for it: the
     oldest tables are used), one dated before vLLM 0.14 scheduled in step with the GPU (V1 without async
     scheduling), and one whose tokens arrived four or more at a time multi-step scheduling."""
-    implied = {}
+    implied: dict[str, object] = {}
     engine = values.get("vllm_engine")
     dated = run.date[:8] if run.date[:8].isdigit() else None
     old = dated is not None and dated < V1_DEFAULT_FROM
@@ -159,7 +159,8 @@ def cmd_validate(a: argparse.Namespace) -> int:
         [*a.results, values.get("model"), values.get("latency")],
         ["validate.csv", "requests.csv", "summary.md"] + ([] if a.no_plots else ["predicted_vs_measured.png"]),
     )
-    rows, frames = [], []
+    rows: list[dict] = []
+    frames: list = []
     for run in runs:
         implied = server_implied(run, values)
         cfg = config_from_options(

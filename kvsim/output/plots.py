@@ -69,7 +69,9 @@ MARKERS = ["o", "s", "^", "D", "v", "P"]
 def style_map(names: list[str]) -> dict[str, dict]:
     """Line style per name: the colour of the allocator family it names (the same in every plot), and
     within a family a different dash and marker per name; names of no known family take other colours."""
-    out, seen, spare = {}, {}, iter(OTHER_COLORS * 4)
+    out: dict = {}
+    seen: dict = {}
+    spare = iter(OTHER_COLORS * 4)
     for n in names:
         f = _family(n)
         k = seen[f] = seen.get(f, -1) + 1

@@ -32,7 +32,7 @@ def _key(k: str) -> Callable[[dict], object]:
 
 def _waste(s: dict) -> float | None:
     parts = [s.get(k) for k in ("mem_reserved", "mem_internal_frag", "mem_external_frag")]
-    return None if any(p is None for p in parts) else sum(parts) + (s.get("mem_page_padding") or 0.0)
+    return None if any(p is None for p in parts) else sum(p or 0.0 for p in parts) + (s.get("mem_page_padding") or 0.0)
 
 
 COLUMNS: list[Column] = [
@@ -267,7 +267,8 @@ def _shown(col: Column, rows: list[dict]) -> bool:
 def render(rows: list[dict], columns: list[Column]) -> tuple[list[tuple[str, str]], list[list[str]]]:
     """(headers as (line 1, line 2), cell texts) for the columns that have something to show."""
     cols = [c for c in columns if _shown(c, rows)]
-    headers, cells = [], [[] for _ in rows]
+    headers: list[tuple[str, str]] = []
+    cells: list[list[str]] = [[] for _ in rows]
     for c in cols:
         unit, scale, dec = c.unit, 1.0, 1
         if c.kind == "latency":

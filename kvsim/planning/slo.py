@@ -27,7 +27,7 @@ class Slo:
 
 
 def parse_slos(text: str) -> list[Slo]:
-    out = []
+    out: list[Slo] = []
     for part in filter(None, (p.strip() for p in text.split(","))):
         m = re.fullmatch(r"(ttft|tpot|e2e)_p(50|90|99)\s*=\s*([0-9.]+(?:e-?\d+)?)\s*(s|ms|us)?", part)
         if not m:

@@ -261,7 +261,7 @@ class BenchLoad:
             out = [Request(str(i), float(times[i]), int(prompt[i]), int(output[i]), line=i + 1) for i in range(n)]
         return out
 
-    def send_times(self, rng) -> "np.ndarray":  # noqa: F821 (numpy is imported late)
+    def send_times(self, rng) -> Any:  # a numpy array (numpy is imported late)
         """Each request's send time in seconds, as the harness schedules it."""
         import numpy as np
 

@@ -112,7 +112,9 @@ def _read_length_pairs(path: str, limit: int | None, _mtime_ns: int, _size: int)
         raise TraceError(
             path, 1, None, "no length columns; need one of " + ", ".join(f"{p}+{o}" for p, o in LENGTH_COLUMNS)
         )
-    lengths, skipped, rows = [], Counter(), 0
+    lengths: list[tuple[int, int]] = []
+    skipped: Counter = Counter()
+    rows = 0
     for line, row in csv_rows(path, pair):
         if limit is not None and rows >= limit:
             break

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Any
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -40,7 +41,9 @@ class Converted:
 def from_mooncake(path: str, limit: int | None = None) -> Converted:
     """Mooncake FAST'25 JSONL: timestamp (ms), input_length, output_length, hash_ids (one per 512 tokens).
     Arrivals are shifted so that the first one is at 0 s."""
-    reqs, skipped, rows = [], Counter(), 0
+    reqs: list[Request] = []
+    skipped: Counter = Counter()
+    rows = 0
     try:
         fh = open(path, encoding="utf-8")
     except OSError as e:
@@ -145,7 +148,9 @@ def _parse_azure_time(s: str | None, path: str, line: int) -> tuple[int, float]:
 def _convert_csv(path: str, columns: tuple[str, ...], limit: int | None, parse, rebase: bool) -> Converted:
     """Read a CSV row by row; ``parse(row, line, skipped)`` gives (arrival, prompt, output) or None (skipped).
     ``rebase``: shift arrivals so that the first is at 0 (arrival may be a (whole, fraction) pair)."""
-    raw, skipped, rows = [], Counter(), 0
+    raw: list = []
+    skipped: Counter = Counter()
+    rows = 0
     for line, row in csv_rows(path, columns):
         if limit is not None and rows >= limit:
             break
@@ -207,7 +212,7 @@ def from_vidur(path: str, limit: int | None = None) -> Converted:
 def from_lengths_csv(path: str, arrivals: ArrivalSpec, seed: int = 0, limit: int | None = None) -> Converted:
     """A CSV of lengths only; rows keep their order and get arrival times from the chosen process."""
     lengths, rows, skipped = read_length_pairs(path, limit)
-    t = arrival_times(arrivals, len(lengths), np.random.default_rng(seed)) if lengths else []
+    t: Any = arrival_times(arrivals, len(lengths), np.random.default_rng(seed)) if lengths else []
     return Converted([Request(str(i), float(t[i]), p, o) for i, (p, o) in enumerate(lengths)], rows, skipped)
 
 

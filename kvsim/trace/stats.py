@@ -28,7 +28,7 @@ def ideal_prefix_reuse(requests: list[Request]) -> float:
             else:
                 matching = False
                 seen.add(parent)
-        hit += min(run * r.hash_block_tokens, r.prompt_tokens)
+        hit += min(run * (r.hash_block_tokens or 0), r.prompt_tokens)
     return hit / total if total else 0.0
 
 
