@@ -22,7 +22,9 @@ from kvsim.validation import NON_NEGATIVE, require
 class MemoryConfig:
     """How the KV pool is sized. Precedence: num_blocks, then kv_pool_gb, then the derived size."""
 
-    gpu_memory_utilization: float = option_default("gpu_memory_utilization")  # fraction of GPU memory the engine may use
+    gpu_memory_utilization: float = option_default(
+        "gpu_memory_utilization"
+    )  # fraction of GPU memory the engine may use
     activation_reserve_gb: float = option_default("activation_reserve_gb")  # GiB kept for activations, CUDA graphs
     activation_reserve: str = option_default("activation_reserve")  # fixed (the GiB above) or vllm (its profile)
     kv_pool_gb: float | None = None  # GiB of KV pool per GPU, set directly
@@ -44,6 +46,7 @@ class SchedulerConfig:
     horizon_s: float | None = None  # stop the simulation at this time (seconds); later work is "unfinished"
     preemption_mode: str = option_default("preemption_mode")  # or "swap" (to the CPU pool; recompute when full)
     partial_preemption: bool = option_default("partial_preemption")  # preempt only a victim's tail blocks
+    scheduling_policy: str = option_default("scheduling_policy")  # the waiting queue's order (engine/waiting.py)
     # False: a prompt is computed in one iteration (waits until the budget allows)
     enable_chunked_prefill: bool = option_default("enable_chunked_prefill")
     # > 0: lower-tier loads proceed layer by layer over this many layers alongside the prefill (0: whole first)
@@ -61,12 +64,15 @@ class SchedulerConfig:
     def __post_init__(self) -> None:
         check_fields(self)
         if not self.enable_chunked_prefill and self.max_num_batched_tokens < self.max_model_len:
-            raise ConfigError(f"max_num_batched_tokens ({self.max_num_batched_tokens}) must be >= max_model_len "
-                              f"({self.max_model_len}) without chunked prefill")
+            raise ConfigError(
+                f"max_num_batched_tokens ({self.max_num_batched_tokens}) must be >= max_model_len "
+                f"({self.max_model_len}) without chunked prefill"
+            )
         if self.max_num_batched_tokens < self.max_num_seqs:
             raise ConfigError(
                 f"max_num_batched_tokens ({self.max_num_batched_tokens}) must be >= max_num_seqs"
-                f" ({self.max_num_seqs}), or a full batch of decodes would not fit one iteration")
+                f" ({self.max_num_seqs}), or a full batch of decodes would not fit one iteration"
+            )
 
     @property
     def prefill_chunk(self) -> int:
@@ -106,8 +112,11 @@ MAX_POOL_TOKENS = 1 << 40  # beyond this token counts stop being exact in float6
 def set_pool(mem: MemoryConfig, kv_bytes_per_token: int) -> PoolPlan | None:
     """The pool --num-blocks or --kv-pool-gb sets (num_blocks first), or None when it is to be derived."""
     if mem.num_blocks is not None:
-        return PoolPlan(mem.num_blocks * mem.num_blocks_size * kv_bytes_per_token, kv_bytes_per_token,
-                        f"--num-blocks {mem.num_blocks} x {mem.num_blocks_size} tokens")
+        return PoolPlan(
+            mem.num_blocks * mem.num_blocks_size * kv_bytes_per_token,
+            kv_bytes_per_token,
+            f"--num-blocks {mem.num_blocks} x {mem.num_blocks_size} tokens",
+        )
     if mem.kv_pool_gb is not None:
         return PoolPlan(int(mem.kv_pool_gb * GiB), kv_bytes_per_token, f"--kv-pool-gb {mem.kv_pool_gb:g}")
     return None
@@ -118,25 +127,31 @@ def _parallel(tp: int, dp: int) -> str:
     return f"tensor parallel {tp}" + (f" and {dp} data-parallel ranks" if dp > 1 else "")
 
 
-def set_pool_problem(plan: PoolPlan, model: ModelSpec, gpu: GpuSpec, tp: int, ignore_gpu_memory: bool,
-                     dp: int = 1) -> str | None:
+def set_pool_problem(
+    plan: PoolPlan, model: ModelSpec, gpu: GpuSpec, tp: int, ignore_gpu_memory: bool, dp: int = 1
+) -> str | None:
     """Why a pool set directly (not derived) cannot be, or None. It must hold at least one block's worth of
     tokens, at most MAX_POOL_TOKENS, and fit in the GPU's memory beside the weights unless told to ignore that."""
     if plan.pool_tokens < 1:
-        return f"a pool of {plan.pool_bytes} bytes holds no token of {model.name} ({plan.kv_bytes_per_token} bytes each)"
+        return (
+            f"a pool of {plan.pool_bytes} bytes holds no token of {model.name} ({plan.kv_bytes_per_token} bytes each)"
+        )
     if plan.pool_tokens > MAX_POOL_TOKENS:
         return f"{plan.pool_tokens:,} token slots is beyond the {MAX_POOL_TOKENS:,} kvsim can account exactly"
     weights = model.gpu_weight_bytes(tp, dp, gpu)
     room = gpu.memory_bytes - weights
     if plan.pool_bytes > room and not ignore_gpu_memory:
-        return (f"a {plan.pool_bytes / GiB:,.1f} GiB pool does not fit on {gpu.name} ({gpu.memory_bytes / GiB:.1f} GiB,"
-                f" {weights / GiB:.1f} GiB of it weights at {_parallel(tp, dp)}); use a bigger"
-                " --gpu, more --tensor-parallel-size, a smaller pool, or --ignore-gpu-memory for a what-if pool")
+        return (
+            f"a {plan.pool_bytes / GiB:,.1f} GiB pool does not fit on {gpu.name} ({gpu.memory_bytes / GiB:.1f} GiB,"
+            f" {weights / GiB:.1f} GiB of it weights at {_parallel(tp, dp)}); use a bigger"
+            " --gpu, more --tensor-parallel-size, a smaller pool, or --ignore-gpu-memory for a what-if pool"
+        )
     return None
 
 
-def reserve_parts(model: ModelSpec, gpu: GpuSpec, mem: MemoryConfig, tp: int = 1,
-                  sched: "SchedulerConfig | None" = None) -> tuple[float, float, float] | None:
+def reserve_parts(
+    model: ModelSpec, gpu: GpuSpec, mem: MemoryConfig, tp: int = 1, sched: "SchedulerConfig | None" = None
+) -> tuple[float, float, float] | None:
     """(sampler peak, forward peak, non-torch) bytes of vLLM's start-up profile on one GPU for the scheduler's
     limits (``sched``; None: what `vllm serve` picks for the GPU), or None with a fixed reserve
     (kvsim/activation_reserve.py)."""
@@ -145,13 +160,18 @@ def reserve_parts(model: ModelSpec, gpu: GpuSpec, mem: MemoryConfig, tp: int = 1
     from kvsim.activation_reserve import vllm_reserve_parts
     from kvsim.hardware.gpus import vllm_serve_defaults
 
-    seqs, tokens = (sched.max_num_seqs, sched.max_num_batched_tokens) if sched is not None else \
-        vllm_serve_defaults(gpu)
+    seqs, tokens = (sched.max_num_seqs, sched.max_num_batched_tokens) if sched is not None else vllm_serve_defaults(gpu)
     return vllm_reserve_parts(model, gpu, tp, seqs, tokens)
 
 
-def reserve_bytes(model: ModelSpec, gpu: GpuSpec, mem: MemoryConfig, tp: int = 1,
-                  sched: "SchedulerConfig | None" = None, parts: tuple[float, float, float] | None = None) -> float:
+def reserve_bytes(
+    model: ModelSpec,
+    gpu: GpuSpec,
+    mem: MemoryConfig,
+    tp: int = 1,
+    sched: "SchedulerConfig | None" = None,
+    parts: tuple[float, float, float] | None = None,
+) -> float:
     """Bytes kept from one GPU's KV pool besides the weights: --activation-reserve-gb, or (``vllm``) the larger
     of the profile's two peaks plus non-torch memory (``parts``: :func:`reserve_parts`, if already at hand)."""
     if mem.activation_reserve != "vllm":
@@ -160,8 +180,9 @@ def reserve_bytes(model: ModelSpec, gpu: GpuSpec, mem: MemoryConfig, tp: int = 1
     return max(sampler, forward) + non_torch
 
 
-def plan_pool(model: ModelSpec, gpu: GpuSpec, mem: MemoryConfig, tp: int = 1, dp: int = 1,
-              sched: "SchedulerConfig | None" = None) -> PoolPlan:
+def plan_pool(
+    model: ModelSpec, gpu: GpuSpec, mem: MemoryConfig, tp: int = 1, dp: int = 1, sched: "SchedulerConfig | None" = None
+) -> PoolPlan:
     """Size the KV pool of one GPU (of one of ``dp`` data-parallel ranks of ``tp`` GPUs each).
 
     Derived size = gpu_memory x gpu_memory_utilization - weights per GPU - activation reserve (:func:`reserve_bytes`).
@@ -186,9 +207,12 @@ def plan_pool(model: ModelSpec, gpu: GpuSpec, mem: MemoryConfig, tp: int = 1, dp
             f" weights {weights / GiB:.1f} GiB, reserve {reserve / GiB:.1f} GiB leave no KV pool"
             " (try --tensor-parallel-size, a bigger GPU, or --kv-pool-gb)"
         )
-    return PoolPlan(pool, per_token,
-                    f"{gpu.name} {gpu.memory_bytes / GiB:.1f} GiB x {mem.gpu_memory_utilization:g}"
-                    f" - weights {weights / GiB:.2f} GiB - reserve {reserve / GiB:.2f} GiB")
+    return PoolPlan(
+        pool,
+        per_token,
+        f"{gpu.name} {gpu.memory_bytes / GiB:.1f} GiB x {mem.gpu_memory_utilization:g}"
+        f" - weights {weights / GiB:.2f} GiB - reserve {reserve / GiB:.2f} GiB",
+    )
 
 
 @dataclass(frozen=True)
@@ -237,15 +261,24 @@ class SimConfig:
         check_fields(self)
         require(self.swap_block_latency_s, NON_NEGATIVE, "swap_block_latency_s")
         if self.async_scheduling and self.vllm_engine == "v0":
-            raise ConfigError("--async-scheduling: the V0 engine schedules in step with the GPU (async scheduling "
-                              "is V1's, vLLM 0.10 and later); drop one")
+            raise ConfigError(
+                "--async-scheduling: the V0 engine schedules in step with the GPU (async scheduling "
+                "is V1's, vLLM 0.10 and later); drop one"
+            )
         if self.moe_backend != "auto" and (not self.model.is_moe or self.latency == "roofline"):
-            raise ConfigError(f"--moe-backend {self.moe_backend}: " + (
-                f"{self.model.name} has no MoE layers" if not self.model.is_moe else
-                "--latency roofline prices no measured kernels; use the per-operation model"))
+            raise ConfigError(
+                f"--moe-backend {self.moe_backend}: "
+                + (
+                    f"{self.model.name} has no MoE layers"
+                    if not self.model.is_moe
+                    else "--latency roofline prices no measured kernels; use the per-operation model"
+                )
+            )
         if self.async_scheduling is False and self.cpu_overhead == "vllm-v1-async":
-            raise ConfigError("--cpu-overhead vllm-v1-async is the V1 engine with async scheduling: drop "
-                              "--no-async-scheduling, or use --cpu-overhead vllm-v1")
+            raise ConfigError(
+                "--cpu-overhead vllm-v1-async is the V1 engine with async scheduling: drop "
+                "--no-async-scheduling, or use --cpu-overhead vllm-v1"
+            )
 
     @property
     def runs_async(self) -> bool:
@@ -295,9 +328,12 @@ class SimConfig:
     def serving_frontend(self) -> FrontEnd:
         """The API server in front of each engine; ``auto`` follows the latency model (none where it prices
         the GPU alone: roofline, or no CPU overhead)."""
-        return get_frontend(self.frontend, self.api_server_count,
-                            engine_only=self.latency == "roofline" or self.cpu_overhead == "none",
-                            v0=self.vllm_engine == "v0")
+        return get_frontend(
+            self.frontend,
+            self.api_server_count,
+            engine_only=self.latency == "roofline" or self.cpu_overhead == "none",
+            v0=self.vllm_engine == "v0",
+        )
 
     def engine_scheduler(self) -> SchedulerConfig:
         """The scheduler as the engine runs it: with pipeline stages, one simulated iteration is a rotation of
@@ -307,8 +343,9 @@ class SimConfig:
         if self.kv_load_layerwise:
             s = replace(s, kv_load_layers=self.memory_model.layers)
         if self.speculative is not None:  # an iteration is 1/tau of a verify step (kvsim.speculative)
-            s = replace(s, max_num_batched_tokens=max(s.max_num_seqs,
-                                                      int(s.max_num_batched_tokens / self.speculative.tau)))
+            s = replace(
+                s, max_num_batched_tokens=max(s.max_num_seqs, int(s.max_num_batched_tokens / self.speculative.tau))
+            )
         if self.pipeline_parallel_size == 1:
             return s
         return replace(s, max_num_batched_tokens=s.max_num_batched_tokens * self.pipeline_parallel_size)

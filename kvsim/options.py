@@ -18,12 +18,33 @@ from typing import Any, Mapping
 from kvsim.allocators.cache_eviction import get_eviction_key
 from kvsim.engine.preemption import get_victim_policy
 from kvsim.errors import ConfigError
-from kvsim.option_table import (ALIASES, BY_KEY, DEFAULT_GPU, DEFAULT_MODEL, OPTIONS, Option, check_fields,
-                                option_default)
+from kvsim.option_table import (
+    ALIASES,
+    BY_KEY,
+    DEFAULT_GPU,
+    DEFAULT_MODEL,
+    OPTIONS,
+    Option,
+    check_fields,
+    option_default,
+)
 from kvsim.validation import Number, shown
 
-__all__ = ["ALIASES", "BY_KEY", "DEFAULT_GPU", "DEFAULT_MODEL", "OPTIONS", "Option", "add_options", "check_fields",
-           "config_from_args", "config_from_options", "normalize", "option_default", "values_from_namespace"]
+__all__ = [
+    "ALIASES",
+    "BY_KEY",
+    "DEFAULT_GPU",
+    "DEFAULT_MODEL",
+    "OPTIONS",
+    "Option",
+    "add_options",
+    "check_fields",
+    "config_from_args",
+    "config_from_options",
+    "normalize",
+    "option_default",
+    "values_from_namespace",
+]
 
 
 def _help(o: Option) -> str:
@@ -38,8 +59,9 @@ def _help(o: Option) -> str:
     return f"{text} [default: {default}]"
 
 
-def add_options(parser: argparse.ArgumentParser, groups_wanted: tuple[str, ...] | None = None,
-                keys: tuple[str, ...] = ()) -> None:
+def add_options(
+    parser: argparse.ArgumentParser, groups_wanted: tuple[str, ...] | None = None, keys: tuple[str, ...] = ()
+) -> None:
     """Add the options (of ``groups_wanted`` plus the single options ``keys``, or all), grouped, with defaults
     left unset (so explicit values can be told apart)."""
     groups: dict[str, Any] = {}
@@ -51,8 +73,11 @@ def add_options(parser: argparse.ArgumentParser, groups_wanted: tuple[str, ...] 
             action = argparse.BooleanOptionalAction if o.negatable else "store_true"
             g.add_argument(*o.flags, dest=o.key, action=action, default=None, help=_help(o))
         else:
-            metavar = o.metavar or (o.type.__name__.upper() if o.type is not str else
-                                    ("NAME" if not o.choices else "{" + ",".join(o.allowed()) + "}"))
+            metavar = o.metavar or (
+                o.type.__name__.upper()
+                if o.type is not str
+                else ("NAME" if not o.choices else "{" + ",".join(o.allowed()) + "}")
+            )
             g.add_argument(*o.flags, dest=o.key, default=None, metavar=metavar, help=_help(o))
 
 
@@ -69,8 +94,9 @@ def _size(text: str, name: str) -> int:
     try:
         x = float(text[:-1]) * _SIZE_UNITS[text[-1]]
     except ValueError:
-        raise ConfigError(f"{name}: must be an integer or a size such as 32k (32,000) or 32K (32,768), "
-                          f"got {shown(text)}") from None
+        raise ConfigError(
+            f"{name}: must be an integer or a size such as 32k (32,000) or 32K (32,768), got {shown(text)}"
+        ) from None
     if not x.is_integer():
         raise ConfigError(f"{name}: {text!r} is not a whole number of tokens")
     return int(x)
@@ -91,8 +117,9 @@ def _coerce(o: Option, v, name: str):
             try:
                 v = float(v) if any(c in v.lower() for c in ".en") else int(v)
             except ValueError:
-                raise ConfigError(f"{name}: must be {'an integer' if o.type is int else 'a number'}, got "
-                                  f"{shown(v)}") from None
+                raise ConfigError(
+                    f"{name}: must be {'an integer' if o.type is int else 'a number'}, got {shown(v)}"
+                ) from None
         if o.type is int and isinstance(v, float) and v.is_integer():
             v = int(v)
         if o.type is float and isinstance(v, int) and not isinstance(v, bool):
@@ -109,8 +136,10 @@ def _coerce(o: Option, v, name: str):
     allowed = o.allowed()
     if allowed and v not in allowed:
         close = difflib.get_close_matches(v, allowed, n=1)
-        raise ConfigError(f"{name}: {shown(v)} is not one of {', '.join(allowed)}"
-                          + (f"; did you mean '{close[0]}'?" if close else ""))
+        raise ConfigError(
+            f"{name}: {shown(v)} is not one of {', '.join(allowed)}"
+            + (f"; did you mean '{close[0]}'?" if close else "")
+        )
     problem = o.rule(v) if o.rule else None
     if problem:
         raise ConfigError(f"{name}: {problem}")
@@ -170,27 +199,44 @@ def config_from_options(values: Mapping[str, Any], naming: str = "flag"):
     if problem:
         raise ConfigError(f"{name('pipeline_parallel_size')} {pp}: {problem}")
     if spec is not None and pp > 1:
-        raise ConfigError(f"--speculative-config with {name('pipeline_parallel_size')} {pp}: not modelled; use one "
-                          "or the other")
+        raise ConfigError(
+            f"--speculative-config with {name('pipeline_parallel_size')} {pp}: not modelled; use one or the other"
+        )
     if spec is not None and (not v["enable_chunked_prefill"] or v["batching"] != "continuous"):
-        raise ConfigError("--speculative-config: modelled with chunked prefill and continuous batching (vLLM V1's "
-                          f"way); drop {name('enable_chunked_prefill') if not v['enable_chunked_prefill'] else name('batching')}")
+        raise ConfigError(
+            "--speculative-config: modelled with chunked prefill and continuous batching (vLLM V1's "
+            f"way); drop {name('enable_chunked_prefill') if not v['enable_chunked_prefill'] else name('batching')}"
+        )
     if spec is not None and v["latency"] == "roofline":
-        raise ConfigError("--speculative-config: the roofline model does not price verify and draft passes; use the "
-                          "per-operation model")
+        raise ConfigError(
+            "--speculative-config: the roofline model does not price verify and draft passes; use the "
+            "per-operation model"
+        )
     steps = v["num_scheduler_steps"]
     v0 = v["vllm_engine"] == "v0"
     if steps > 1 and not v0:
-        raise ConfigError(f"{name('num_scheduler_steps')} {steps}: multi-step scheduling is the V0 engine's (vLLM "
-                          f"0.6-0.10); add {name('vllm_engine')} v0")
+        raise ConfigError(
+            f"{name('num_scheduler_steps')} {steps}: multi-step scheduling is the V0 engine's (vLLM "
+            f"0.6-0.10); add {name('vllm_engine')} v0"
+        )
     if steps > 1:
-        other = ("speculative_config" if spec is not None else "pipeline_parallel_size" if pp > 1 else
-                 "data_parallel_size" if v["data_parallel_size"] > 1 else
-                 "batching" if v["batching"] != "continuous" else None)
+        other = (
+            "speculative_config"
+            if spec is not None
+            else "pipeline_parallel_size"
+            if pp > 1
+            else "data_parallel_size"
+            if v["data_parallel_size"] > 1
+            else "batching"
+            if v["batching"] != "continuous"
+            else None
+        )
         if other:
-            raise ConfigError(f"{name('num_scheduler_steps')} {steps}: multi-step scheduling is modelled for one "
-                              "engine of tensor-parallel GPUs, continuous batching and no speculative decoding; "
-                              f"drop {name(other)} or the multi-step")
+            raise ConfigError(
+                f"{name('num_scheduler_steps')} {steps}: multi-step scheduling is modelled for one "
+                "engine of tensor-parallel GPUs, continuous batching and no speculative decoding; "
+                f"drop {name(other)} or the multi-step"
+            )
     dp = v["data_parallel_size"]
     problem = model.dp_problem(dp, pp)
     if problem:
@@ -211,9 +257,11 @@ def config_from_options(values: Mapping[str, Any], naming: str = "flag"):
     if v["max_num_batched_tokens"] is None:
         v["max_num_batched_tokens"] = max(tokens, v["max_num_seqs"])
     if v["max_num_batched_tokens"] < v["max_num_seqs"]:
-        raise ConfigError(f"{name('max_num_batched_tokens')} ({v['max_num_batched_tokens']}) must be >= "
-                          f"{name('max_num_seqs')} ({v['max_num_seqs']}), or a full batch of decodes would not fit "
-                          "one iteration")
+        raise ConfigError(
+            f"{name('max_num_batched_tokens')} ({v['max_num_batched_tokens']}) must be >= "
+            f"{name('max_num_seqs')} ({v['max_num_seqs']}), or a full batch of decodes would not fit "
+            "one iteration"
+        )
     swap = v["swap_space"]
     if v["preemption_mode"] == "swap":
         swap = 4.0 if swap is None else swap
@@ -221,6 +269,8 @@ def config_from_options(values: Mapping[str, Any], naming: str = "flag"):
             raise ConfigError(f"{name('preemption_mode')} swap needs host memory: {name('swap_space')} must be > 0")
     else:
         swap = 0.0 if swap is None else swap
+    if v["scheduling_policy"] == "priority" and "victim_policy" not in given:
+        v["victim_policy"] = "priority"  # vLLM's priority policy preempts the least important request
     get_victim_policy(v["victim_policy"])
     get_eviction_key(v["cache_eviction"])
     budget = v["max_num_batched_tokens"]
@@ -229,9 +279,11 @@ def config_from_options(values: Mapping[str, Any], naming: str = "flag"):
         if "max_num_batched_tokens" not in given:
             budget = max(budget, max_len)
         elif budget < max_len:
-            raise ConfigError(f"{name('max_num_batched_tokens')} ({budget}) is below {name('max_model_len')} "
-                              f"({max_len}): without chunked prefill longer prompts could never be scheduled; raise"
-                              " it, lower the context, or enable chunked prefill")
+            raise ConfigError(
+                f"{name('max_num_batched_tokens')} ({budget}) is below {name('max_model_len')} "
+                f"({max_len}): without chunked prefill longer prompts could never be scheduled; raise"
+                " it, lower the context, or enable chunked prefill"
+            )
     sched = SchedulerConfig(
         max_model_len=max_len,
         max_num_seqs=v["max_num_seqs"],
@@ -241,6 +293,7 @@ def config_from_options(values: Mapping[str, Any], naming: str = "flag"):
         horizon_s=v["horizon_s"],
         preemption_mode=v["preemption_mode"],
         partial_preemption=v["partial_preemption"],
+        scheduling_policy=v["scheduling_policy"],
         num_scheduler_steps=steps,
         prompts_alone=v0 and not v["enable_chunked_prefill"] and v["batching"] == "continuous",
     )
@@ -252,9 +305,15 @@ def config_from_options(values: Mapping[str, Any], naming: str = "flag"):
         from kvsim.releases import default_gpu_memory_utilization
 
         utilization = default_gpu_memory_utilization(v["vllm_version"], utilization)
-    mem = MemoryConfig(utilization, v["activation_reserve_gb"], reserve,
-                       v["kv_pool_gb"], v["num_blocks"], v["num_blocks_size"] or v["block_size"],
-                       v["ignore_gpu_memory"])
+    mem = MemoryConfig(
+        utilization,
+        v["activation_reserve_gb"],
+        reserve,
+        v["kv_pool_gb"],
+        v["num_blocks"],
+        v["num_blocks_size"] or v["block_size"],
+        v["ignore_gpu_memory"],
+    )
     from kvsim.config import set_pool, set_pool_problem
 
     stage = model.pipeline_stage(pp)
@@ -269,25 +328,48 @@ def config_from_options(values: Mapping[str, Any], naming: str = "flag"):
 
         load_calibration(latency)  # a bad file fails here, before any simulation
     if v["enable_expert_parallel"] and model.is_moe and model.num_experts % (tp * dp):
-        ranks = f"{tp * dp} GPUs ({name('data_parallel_size')} x {name('tensor_parallel_size')})" if dp > 1 else \
-            f"{tp} GPUs ({name('tensor_parallel_size')})"
-        raise ConfigError(f"{name('enable_expert_parallel')}: {model.num_experts} experts of {model.name} do not "
-                          f"spread evenly over {ranks}")
-    return SimConfig(model, gpu, sched, mem, roof, tensor_parallel_size=tp, pipeline_parallel_size=pp, swap_space=swap,
-                     data_parallel_size=dp,
-                     enable_expert_parallel=v["enable_expert_parallel"], latency=latency,
-                     vllm_version=v["vllm_version"],
-                     cpu_overhead=v["cpu_overhead"], async_scheduling=v["async_scheduling"],
-                     moe_backend=v["moe_backend"], moe_routing=v["moe_routing"],
-                     interconnect=v["interconnect"],
-                     frontend=v["frontend"], api_server_count=v["api_server_count"], vllm_engine=v["vllm_engine"],
-                     cudagraph_capture_sizes=v["cudagraph_capture_sizes"],
-                     victim_policy=v["victim_policy"], block_size=v["block_size"],
-                     enable_prefix_caching=v["enable_prefix_caching"], cache_eviction=v["cache_eviction"],
-                     kv_offloading_size=v["kv_offloading_size"], max_concurrency=v["max_concurrency"],
-                     request_rate=v["request_rate"],
-                     kv_offloading_bandwidth=v["kv_offloading_bandwidth"], kv_load_layerwise=v["kv_load_layerwise"],
-                     speculative=spec)
+        ranks = (
+            f"{tp * dp} GPUs ({name('data_parallel_size')} x {name('tensor_parallel_size')})"
+            if dp > 1
+            else f"{tp} GPUs ({name('tensor_parallel_size')})"
+        )
+        raise ConfigError(
+            f"{name('enable_expert_parallel')}: {model.num_experts} experts of {model.name} do not "
+            f"spread evenly over {ranks}"
+        )
+    return SimConfig(
+        model,
+        gpu,
+        sched,
+        mem,
+        roof,
+        tensor_parallel_size=tp,
+        pipeline_parallel_size=pp,
+        swap_space=swap,
+        data_parallel_size=dp,
+        enable_expert_parallel=v["enable_expert_parallel"],
+        latency=latency,
+        vllm_version=v["vllm_version"],
+        cpu_overhead=v["cpu_overhead"],
+        async_scheduling=v["async_scheduling"],
+        moe_backend=v["moe_backend"],
+        moe_routing=v["moe_routing"],
+        interconnect=v["interconnect"],
+        frontend=v["frontend"],
+        api_server_count=v["api_server_count"],
+        vllm_engine=v["vllm_engine"],
+        cudagraph_capture_sizes=v["cudagraph_capture_sizes"],
+        victim_policy=v["victim_policy"],
+        block_size=v["block_size"],
+        enable_prefix_caching=v["enable_prefix_caching"],
+        cache_eviction=v["cache_eviction"],
+        kv_offloading_size=v["kv_offloading_size"],
+        max_concurrency=v["max_concurrency"],
+        request_rate=v["request_rate"],
+        kv_offloading_bandwidth=v["kv_offloading_bandwidth"],
+        kv_load_layerwise=v["kv_load_layerwise"],
+        speculative=spec,
+    )
 
 
 def config_from_args(args: list[str]):

@@ -30,7 +30,7 @@ ssl-keyfile ssl-certfile ssl-ca-certs ssl-cert-reqs max-loras max-lora-rank max-
 data-parallel-address data-parallel-rpc-port data-parallel-size-local data-parallel-start-rank
 data-parallel-backend eplb-config num-redundant-experts all2all-backend max-parallel-loading-workers worker-cls
 worker-extension-cls model-impl logits-processor-pattern guided-decoding-backend structured-outputs-config
-cpu-offload-gb num-lookahead-slots scheduler-delay-factor scheduling-policy scheduler-cls
+cpu-offload-gb num-lookahead-slots scheduler-delay-factor scheduler-cls
 long-prefill-token-threshold max-num-partial-prefills max-long-partial-prefills max-seq-len-to-capture
 max-cudagraph-capture-size mamba-ssm-cache-dtype mamba-cache-dtype prefix-caching-hash-algo otlp-traces-endpoint
 collect-detailed-traces show-hidden-metrics-for-version pt-load-map-location model-loader-extra-config

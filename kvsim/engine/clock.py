@@ -49,8 +49,9 @@ class ClientLimit:
         self.trace_times = trace_times
         self.limit = limit
         first = len(trace_times) if limit is None else min(limit, len(trace_times))
-        self.times = trace_times if limit is None else \
-            list(trace_times[:first]) + [math.inf] * (len(trace_times) - first)
+        self.times = (
+            trace_times if limit is None else list(trace_times[:first]) + [math.inf] * (len(trace_times) - first)
+        )
         self._next = first  # the first request still waiting for a free client
 
     def freed(self, n: int, t: float) -> None:
@@ -100,9 +101,15 @@ def close_engines(engines: Seq[Engine]) -> list[Sequence]:
     return samples
 
 
-def drive(engines: Seq[Engine], arrivals: Seq[float], seqs: Seq[Sequence],
-          route: Callable[[Sequence, float], int], horizon: float | None, hints: bool | None = None,
-          touched: list[int] | None = None) -> int:
+def drive(
+    engines: Seq[Engine],
+    arrivals: Seq[float],
+    seqs: Seq[Sequence],
+    route: Callable[[Sequence, float], int],
+    horizon: float | None,
+    hints: bool | None = None,
+    touched: list[int] | None = None,
+) -> int:
     """Run ``engines`` over the arrivals (times in seconds after the first, sorted; ``seqs[i]`` arrives at
     ``arrivals[i]``) until nothing is left to do or the horizon passes. ``route(seq, t)`` picks the engine
     index of each arrival. Returns how many requests arrived (were routed); the rest never did.

@@ -59,8 +59,15 @@ class StepObserver(Protocol):
     """Called after each executed iteration group, before finished sequences are freed. Sequences'
     ``computed`` already include the group's tokens."""
 
-    def __call__(self, start_s: float, duration_s: float, batch: list[tuple[Sequence, int]], steps: int,
-                 copies: list[tuple[str, int, int]], allocator: KVAllocator) -> None: ...
+    def __call__(
+        self,
+        start_s: float,
+        duration_s: float,
+        batch: list[tuple[Sequence, int]],
+        steps: int,
+        copies: list[tuple[str, int, int]],
+        allocator: KVAllocator,
+    ) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -83,12 +90,23 @@ class SwapTiming:
 class Engine:
     """One engine on a clock shared with its driver (seconds after the run's first arrival)."""
 
-    def __init__(self, allocator: KVAllocator, latency: LatencyModel, cfg: SchedulerConfig,
-                 victim_policy: VictimPolicy = lifo, *, first_sample_id: int, resolution_s: float,
-                 horizon: float | None = None, observer: StepObserver | None = None, fast_forward: bool = True,
-                 swap_timing: SwapTiming | None = None, on_complete: Callable[[int, float], None] | None = None,
-                 handoff: Callable[[Sequence, float], None] | None = None,
-                 kv_loader: Callable[[Sequence, int, float], float] | None = None):
+    def __init__(
+        self,
+        allocator: KVAllocator,
+        latency: LatencyModel,
+        cfg: SchedulerConfig,
+        victim_policy: VictimPolicy = lifo,
+        *,
+        first_sample_id: int,
+        resolution_s: float,
+        horizon: float | None = None,
+        observer: StepObserver | None = None,
+        fast_forward: bool = True,
+        swap_timing: SwapTiming | None = None,
+        on_complete: Callable[[int, float], None] | None = None,
+        handoff: Callable[[Sequence, float], None] | None = None,
+        kv_loader: Callable[[Sequence, int, float], float] | None = None,
+    ):
         self.alloc = allocator
         self.latency = latency
         self.cfg = cfg
@@ -133,8 +151,10 @@ class Engine:
         # step, and the sequences finished in it, delivered at its end with their completed requests' count
         self._window = cfg.num_scheduler_steps
         if self._window > 1 and (handoff is not None or kv_loader is not None):
-            raise ConfigError("--num-scheduler-steps: multi-step scheduling is not modelled for disaggregated "
-                              "prefill and decode engines")
+            raise ConfigError(
+                "--num-scheduler-steps: multi-step scheduling is not modelled for disaggregated "
+                "prefill and decode engines"
+            )
         self._window_left = 0
         self._window_step_s = 0.0
         self._undelivered: list[Sequence] = []
@@ -319,16 +339,25 @@ class Engine:
                 return
             self._stalls += 1  # only preemptions happened; reschedule at the same instant
             if self._stalls > len(self.received) + len(sched.samples) + 2:
-                raise RuntimeError(f"engine stalled at t={now}: nothing can run "
-                                   f"({len(sched.running)} running, {len(sched.waiting)} waiting)")
+                raise RuntimeError(
+                    f"engine stalled at t={now}: nothing can run "
+                    f"({len(sched.running)} running, {len(sched.waiting)} waiting)"
+                )
         self._stalls = 0
-        if self._window > 1 and not self._window_left and (plan.decode_run or all(
-                n == 1 and seq.computed >= seq.prompt for seq, n in plan.entries)):
+        if (
+            self._window > 1
+            and not self._window_left
+            and (plan.decode_run or all(n == 1 and seq.computed >= seq.prompt for seq, n in plan.entries))
+        ):
             self._window_left = self._window  # all decodes: a multi-step window begins
         dt = self._duration(plan, now, next_arrival)
         if self._window_left:  # the length of its last step, which a window whose sequences all finish repeats
-            self._window_step_s = dt if plan.steps == 1 else dt - self.latency.decode_run_time(
-                plan.lazy_n, plan.shape.kv_tokens, plan.steps - 1, *plan.context_args)
+            self._window_step_s = (
+                dt
+                if plan.steps == 1
+                else dt
+                - self.latency.decode_run_time(plan.lazy_n, plan.shape.kv_tokens, plan.steps - 1, *plan.context_args)
+            )
         if self.lockstep is not None:
             dt = self.lockstep.step(self, now, dt) - now
         self._observe(now)
@@ -339,8 +368,14 @@ class Engine:
 
     def _wait(self) -> None:
         """Nothing to run now: wake at the next arrival already received or the next transfer event."""
-        times = [t for t in (self._inbox[self._inbox_head][0] if self._inbox_head < len(self._inbox) else None,
-                             self.sched.next_transfer) if t is not None]
+        times = [
+            t
+            for t in (
+                self._inbox[self._inbox_head][0] if self._inbox_head < len(self._inbox) else None,
+                self.sched.next_transfer,
+            )
+            if t is not None
+        ]
         if times:
             self._wake_for(max(min(times), self.now))
 
@@ -354,7 +389,8 @@ class Engine:
             else:
                 if self._inbox_head < len(self._inbox):  # taken in by the API server (or async), not yet seen
                     k = self._steps_to_see(plan, self._inbox[self._inbox_head][0], k)
-                if not self.sched.waiting:
+                waiting = self.sched.waiting
+                if not waiting or waiting.overtakes:  # (fcfs: an arrival behind a blocked head changes nothing)
                     if next_arrival is not None and self._intake is None:
                         k = self._steps_to_see(plan, next_arrival, k)
                     else:  # (behind an API server the driver's hint is when the request was sent, not when it comes)
@@ -375,8 +411,9 @@ class Engine:
         if self.swap_timing is not None and (plan.swap_out_blocks or plan.swap_in_blocks):
             # Swaps are synchronous copies before the forward pass (vLLM V0): they stall it.
             unit = self.alloc.copy_unit
-            swap_s = (self.swap_timing.seconds(plan.swap_out_blocks, unit, plan.swap_out_calls)
-                      + self.swap_timing.seconds(plan.swap_in_blocks, unit, plan.swap_in_calls))
+            swap_s = self.swap_timing.seconds(
+                plan.swap_out_blocks, unit, plan.swap_out_calls
+            ) + self.swap_timing.seconds(plan.swap_in_blocks, unit, plan.swap_in_calls)
             self.swap_s += swap_s
             dt += swap_s
         return dt
@@ -390,16 +427,21 @@ class Engine:
         if self._async and self._inbox_head < len(self._inbox):
             # the start of the group's last step, when the step after it was scheduled (only read while an
             # arrival waits: nothing is received between a step's end and the next plan)
-            self._seen_until = now if plan.steps == 1 else now + self.latency.decode_run_time(
-                plan.lazy_n, plan.shape.kv_tokens, plan.steps - 1, *plan.context_args)
+            self._seen_until = (
+                now
+                if plan.steps == 1
+                else now
+                + self.latency.decode_run_time(plan.lazy_n, plan.shape.kv_tokens, plan.steps - 1, *plan.context_args)
+            )
         result = sched.update_after_step(plan, t1)
         if self.observer is not None:
             self.observer(now, dt, sched.batch(plan), plan.steps, plan.copies, self.alloc)
         n = plan.num_seqs
         if plan.decode_run:
             weights = self.latency.decode_step_times(n, plan.shape.kv_tokens, plan.steps, *plan.context_args)
-            self.memory.add_run(now, t1, weights, n, self._filled0, plan.start_breakdown, result.segments,
-                                sched.memory_breakdown())
+            self.memory.add_run(
+                now, t1, weights, n, self._filled0, plan.start_breakdown, result.segments, sched.memory_breakdown()
+            )
         self.memory.busy(dt, n)
         self.steps += plan.steps
         self.events += 1

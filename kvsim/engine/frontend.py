@@ -75,15 +75,18 @@ NO_FRONTEND = FrontEnd()
 V0_REQUEST_S = 4.0e-3  # seconds per request (benchmarks/fit_v0_engine.py: 3.5-5.0 fit about as well)
 V1_TOKEN_S = 2.5e-6  # seconds per prompt token (benchmarks/fit_v1_frontend.py: 2.5 and 4 fit about as well)
 V1_DELIVER_S = 8.0e-3  # seconds from the engine's output to the client (the same fit)
-FRONTEND_PRESETS: dict[str, FrontEnd] = {f.name: f for f in [
-    NO_FRONTEND,
-    # V1's API server; token_s and deliver_s fitted: benchmarks/fit_v1_frontend.py
-    FrontEnd("vllm", request_s=1.5e-3, token_s=V1_TOKEN_S, deliver_s=V1_DELIVER_S),
-    # the V0 engine's API server (vLLM <= 0.10): the engine loop shares its event loop, so a burst of requests
-    # reaches the engine together once the last is in; per-request time fitted on LambdaLabsML/vllm-benchmark's
-    # A100 load sweep (benchmarks/fit_v0_engine.py: half the runs fitted, the other half held out)
-    FrontEnd("vllm-v0", request_s=V0_REQUEST_S, token_s=1.0e-6, deliver_s=0.5e-3, batched=True),
-]}
+FRONTEND_PRESETS: dict[str, FrontEnd] = {
+    f.name: f
+    for f in [
+        NO_FRONTEND,
+        # V1's API server; token_s and deliver_s fitted: benchmarks/fit_v1_frontend.py
+        FrontEnd("vllm", request_s=1.5e-3, token_s=V1_TOKEN_S, deliver_s=V1_DELIVER_S),
+        # the V0 engine's API server (vLLM <= 0.10): the engine loop shares its event loop, so a burst of requests
+        # reaches the engine together once the last is in; per-request time fitted on LambdaLabsML/vllm-benchmark's
+        # A100 load sweep (benchmarks/fit_v0_engine.py: half the runs fitted, the other half held out)
+        FrontEnd("vllm-v0", request_s=V0_REQUEST_S, token_s=1.0e-6, deliver_s=0.5e-3, batched=True),
+    ]
+}
 FRONTEND_CHOICES = ("auto", *FRONTEND_PRESETS)
 
 

@@ -15,7 +15,8 @@ changes:
 Everything else (prefill chunks, admissions, forks) is *explicit*, handled as the reference does. Running
 sequences are visited in admission order exactly as the reference visits them, but only the explicit ones
 and the lazy ones with an event; the lazy decoders in between are counted (they take one token of the
-budget each).
+budget each). Lazy decoders with an event in the same iteration and no explicit sequence between them form a
+*run*, whose blocks the allocator grants in one call when it can (:meth:`IncrementalScheduler._serve_running`).
 
 When every running sequence is a lazy decoder and nothing can be admitted, the plan is a *decode run*:
 up to the next completion, and as far as the allocator can satisfy the growth events inside it. The run
@@ -67,8 +68,15 @@ def _by_key(d: LazyDecoder) -> int:
 
 
 class IncrementalScheduler(Scheduler):
-    def __init__(self, cfg: SchedulerConfig, allocator: KVAllocator, victim_policy: VictimPolicy,
-                 first_sample_id: int = 0, windows: tuple[tuple[str, int], ...] = (), decode_runs: bool = True):
+    def __init__(
+        self,
+        cfg: SchedulerConfig,
+        allocator: KVAllocator,
+        victim_policy: VictimPolicy,
+        first_sample_id: int = 0,
+        windows: tuple[tuple[str, int], ...] = (),
+        decode_runs: bool = True,
+    ):
         super().__init__(cfg, allocator, victim_policy, first_sample_id, windows)
         self.decode_runs = decode_runs
         self.it = 0  # iterations executed
@@ -189,8 +197,12 @@ class IncrementalScheduler(Scheduler):
         """Running explicit sequences that are now plain decoders become lazy."""
         keep = []
         for s in self._explicit:
-            if s.status == Status.RUNNING and s.generated and s.generated < s.target and \
-                    s.computed == s.prompt + s.generated - 1:
+            if (
+                s.status == Status.RUNNING
+                and s.generated
+                and s.generated < s.target
+                and s.computed == s.prompt + s.generated - 1
+            ):
                 self._attach(s)
             else:
                 keep.append(s)
@@ -232,6 +244,52 @@ class IncrementalScheduler(Scheduler):
         todo = [d.seq for d in events] + self._explicit
         todo.sort(key=seq_key)
         return todo, woken
+
+    def _serve_running(
+        self, todo: list[Sequence], lazy_of: dict[int, LazyDecoder] | None, scheduled: dict[int, tuple[Sequence, int]]
+    ) -> tuple[int, bool]:
+        """The reference's pass (:meth:`Scheduler._serve_running`), with *runs*: lazy decoders next to each other
+        in ``todo`` (crossing a block boundary in this iteration, no explicit sequence between them) are served
+        at once when the budget and the pool cover the whole run: the same blocks in the same order as one by
+        one, which remains the way when they do not. Explicit sequences go one by one as the reference serves
+        them."""
+        serve = self._serve_seqs
+        if lazy_of is None or not self.alloc.grows_in_bulk:  # the reference's pass (Scheduler._serve_running)
+            budget, done_key, preempted = serve(todo, lazy_of, scheduled, self.cfg.max_num_batched_tokens, -1)
+            return (self._serve_rest(budget, done_key) if budget else 0), preempted
+        budget, done_key, preempted = self.cfg.max_num_batched_tokens, -1, False
+        grow_decodes = self.alloc.grow_decodes
+        i, end = 0, len(todo)
+        while i < end:
+            k = i  # the next lazy decoder: a run may start there
+            while k < end and todo[k].key not in lazy_of:
+                k += 1
+            if k > i:  # the explicit sequences before it
+                budget, done_key, p = serve(todo[i:k], lazy_of, scheduled, budget, done_key)
+                preempted = preempted or p
+                if not budget:
+                    return 0, preempted
+                if k == end:
+                    break
+            j = k + 1
+            while j < end and todo[j].key in lazy_of:
+                j += 1
+            run = [x for x in todo[k:j] if x.status == Status.RUNNING]  # (a victim earlier in the pass is out)
+            c = self._lazy_between(done_key, run[-1].key) + 1 if len(run) > 1 else 0  # lazy decoders to its end
+            if 0 < c <= budget and grow_decodes(run):
+                self._grew_run([lazy_of[x.key] for x in run])
+                budget -= c
+                done_key = run[-1].key
+                if budget == 0:
+                    self._starve_after(done_key, 0)
+                    return 0, preempted
+            else:  # one by one
+                budget, done_key, p = serve(todo[k:j], lazy_of, scheduled, budget, done_key)
+                preempted = preempted or p
+                if not budget:
+                    return 0, preempted
+            i = j
+        return self._serve_rest(budget, done_key), preempted
 
     def _lazy_between(self, lo: int, hi: int) -> int:
         return bisect_left(self._keys, hi) - bisect_right(self._keys, lo)
@@ -318,8 +376,9 @@ class IncrementalScheduler(Scheduler):
 
     def _plan(self, scheduled: dict[int, tuple[Sequence, int]], now: float, *_) -> IterationPlan:
         n = len(self._keys)
-        plan = super()._plan(scheduled, now, n, self._lazy_sum + n * (self.it + 1),
-                             self._lazy_contexts() if self.windows else ())
+        plan = super()._plan(
+            scheduled, now, n, self._lazy_sum + n * (self.it + 1), self._lazy_contexts() if self.windows else ()
+        )
         self._last_plan_start = now
         self._plans += 1
         return plan
@@ -345,8 +404,12 @@ class IncrementalScheduler(Scheduler):
         return sum(cnt * (1 + (k - 1 - o) // p) for o, cnt in events if o < k)
 
     def _plan_decode_run(self, now: float) -> IterationPlan | None:
-        if not self.decode_runs or not self.running or self._explicit or (
-                self.waiting and not self.admission_blocked and not self.hold_admission):
+        if (
+            not self.decode_runs
+            or not self.running
+            or self._explicit
+            or (self.waiting and not self.admission_blocked and not self.hold_admission)
+        ):
             return None
         it = self.it
         self._pop_stale(self._finish_heap, self._finish_at, it)
@@ -372,9 +435,15 @@ class IncrementalScheduler(Scheduler):
         s0 = self._lazy_sum + n * (it + 1)
         self._last_plan_start = now
         self._plans += 1
-        return IterationPlan([], StepShape.decode(n, s0), lazy_n=n, decode_run=True, max_steps=k,
-                             start_breakdown=self.memory_breakdown(filled=0),
-                             contexts=self._lazy_contexts() if self.windows else None)
+        return IterationPlan(
+            [],
+            StepShape.decode(n, s0),
+            lazy_n=n,
+            decode_run=True,
+            max_steps=k,
+            start_breakdown=self.memory_breakdown(filled=0),
+            contexts=self._lazy_contexts() if self.windows else None,
+        )
 
     def _apply_run(self, plan: IterationPlan) -> StepResult:
         """Advance a decode run of plan.steps iterations, applying its growth events at their iterations."""

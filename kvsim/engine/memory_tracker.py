@@ -53,8 +53,17 @@ class MemoryTracker:
             self.timeline.append((t, *vals))
             self._last_recorded = t
 
-    def add_run(self, t0: float, t1: float, step_weights: list[float], n: int, filled0: int, start: Breakdown,
-                segments: list[tuple[int, Breakdown, int]], end: Breakdown) -> None:
+    def add_run(
+        self,
+        t0: float,
+        t1: float,
+        step_weights: list[float],
+        n: int,
+        filled0: int,
+        start: Breakdown,
+        segments: list[tuple[int, Breakdown, int]],
+        end: Breakdown,
+    ) -> None:
         """Integrate a decode run over [t0, t1] exactly as stepping would, without stepping: step i lasts
         t1 - t0 scaled by ``step_weights`` (the steps' own durations), n sequences add a token each per
         step, and the pool is ``start`` until the first of ``segments`` (iteration offset, pool) and each
@@ -78,7 +87,9 @@ class MemoryTracker:
                 for c in range(nc):
                     acc[c] += dt * state[c]
                 shared += dt * sh
-            tokens = (filled0 + 0.5 * n) * T + n * scale * sum(map(operator.mul, range(len(step_weights)), step_weights))
+            tokens = (filled0 + 0.5 * n) * T + n * scale * sum(
+                map(operator.mul, range(len(step_weights)), step_weights)
+            )
             tokens *= self.token_slots
             acc[0] += tokens
             acc[1] -= tokens

@@ -10,24 +10,25 @@ the tokens with computed KV, and every sequence's progress. The engine only move
 
 Each iteration has a token budget (max_num_batched_tokens). Running sequences are served first,
 in admission order: a decode takes one token, an unfinished prefill takes the next chunk. Then, if
-nothing was preempted, waiting sequences are admitted first-come-first-served while the budget,
-max_num_seqs and memory allow. A running sequence that cannot get memory first reclaims memory
-that waiting (partially preempted) sequences still hold, then preempts victims chosen by the preemption
-victim policy until it fits or is itself the victim. A victim is swapped out to the CPU pool (`swap`),
-keeps its head blocks (partial preemption), or loses its KV and recomputes it later (`recompute`); it
-rejoins the front of the queue.
+nothing was preempted, waiting sequences are admitted in the waiting queue's order (its scheduling
+policy, first-come-first-served or by priority: kvsim/engine/waiting.py) while the budget, max_num_seqs
+and memory allow; a head that does not fit blocks the sequences behind it. A running sequence that cannot
+get memory first reclaims memory that waiting (partially preempted) sequences still hold, then preempts
+victims chosen by the preemption victim policy until it fits or is itself the victim. A victim is swapped
+out to the CPU pool (`swap`), keeps its head blocks (partial preemption), or loses its KV and recomputes it
+later (`recompute`); it rejoins the queue (at the front under fcfs, by its priority under priority).
 
 Two schedulers implement this. :class:`SteppingScheduler` here visits every running sequence every
 iteration: the plain reference. :class:`~kvsim.engine.incremental.IncrementalScheduler` (the default)
-gives the same results touching a sequence only when its state changes, and plans *decode runs* of many
-identical-shape iterations when nothing else can happen; property tests hold the two to each other.
+gives the same results touching a sequence only when its state changes, serves runs of decoders crossing
+block boundaries together, and plans *decode runs* of many identical-shape iterations when nothing else can
+happen; property tests hold the two to each other.
 """
 
 from __future__ import annotations
 
 import heapq
 from bisect import bisect_left
-from collections import deque
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
@@ -35,6 +36,7 @@ from kvsim.allocators.base import NO_HIT, Breakdown, KVAllocator, PrefixHit
 from kvsim.config import SchedulerConfig
 from kvsim.engine.preemption import VictimPolicy
 from kvsim.engine.sequence import Sequence, Status
+from kvsim.engine.waiting import WaitingQueue, make_waiting_queue
 from kvsim.latency.base import StepShape
 from kvsim.trace.request import Request
 
@@ -92,8 +94,14 @@ class StepResult:
 class Scheduler:
     """The serving state and the transitions both schedulers share."""
 
-    def __init__(self, cfg: SchedulerConfig, allocator: KVAllocator, victim_policy: VictimPolicy,
-                 first_sample_id: int = 0, windows: tuple[tuple[str, int], ...] = ()):
+    def __init__(
+        self,
+        cfg: SchedulerConfig,
+        allocator: KVAllocator,
+        victim_policy: VictimPolicy,
+        first_sample_id: int = 0,
+        windows: tuple[tuple[str, int], ...] = (),
+    ):
         self.cfg = cfg
         self.alloc = allocator
         # first tokens and finishes are stamped when the client gets them: the API server's delivery later
@@ -101,16 +109,25 @@ class Scheduler:
         # windowed kinds of layer whose decode reads the latency model wants counted (LatencyModel.windows)
         self.windows = windows
         self.pick_victim = victim_policy
-        self.waiting: deque[Sequence] = deque()
+        self.waiting: WaitingQueue = make_waiting_queue(cfg.scheduling_policy)
         self.running: list[Sequence] = []  # admission order (increasing `key`)
         self.samples: list[Sequence] = []  # forked parallel samples (n > 1)
         self._next_sample_id = first_sample_id
         self._next_key = 0
         self.seats = 0  # seats taken in the running batch (a request with n samples takes n)
         self.filled_tokens = 0  # sum of `computed` over sequences whose KV is in GPU memory
-        self.counts = {"preemptions": 0, "preempt_recompute": 0, "preempt_swap": 0, "preempt_partial": 0,
-                       "swap_fallback_recompute": 0, "swap_out_blocks": 0, "swap_in_blocks": 0,
-                       "reclaimed_partial": 0, "lookup_tokens": 0, "hit_tokens": 0}
+        self.counts = {
+            "preemptions": 0,
+            "preempt_recompute": 0,
+            "preempt_swap": 0,
+            "preempt_partial": 0,
+            "swap_fallback_recompute": 0,
+            "swap_out_blocks": 0,
+            "swap_in_blocks": 0,
+            "reclaimed_partial": 0,
+            "lookup_tokens": 0,
+            "hit_tokens": 0,
+        }
         # Waiting sequences that still hold KV here (partial preemption), oldest first: kept apart so that
         # reclaiming their memory never scans a long queue.
         self._holding: dict[int, Sequence] = {}
@@ -206,7 +223,8 @@ class Scheduler:
         """Queue an arriving request, or reject it (status and reason set) if it can never run."""
         reason = self.rejection(seq.req)
         if reason is None:
-            self.waiting.append(seq)
+            if self.waiting.push(seq):  # it went ahead of the head (priority): the new head may fit
+                self.admission_blocked = False
             return True
         seq.status, seq.reason = Status.REJECTED, reason
         return False
@@ -245,7 +263,7 @@ class Scheduler:
                 self._swap_out_calls += mapping.calls
                 self.counts["swap_out_blocks"] += len(mapping)
                 self.counts["preempt_swap"] += 1
-                self.waiting.appendleft(seq)
+                self.waiting.push_front(seq)
                 return
             self.counts["swap_fallback_recompute"] += 1
         elif self.cfg.partial_preemption:
@@ -258,12 +276,12 @@ class Scheduler:
             self.counts["preempt_recompute"] += 1
         self.filled_tokens -= seq.computed - kept
         seq.computed = kept
-        self.waiting.appendleft(seq)
+        self.waiting.push_front(seq)
 
     def _reclaim_waiting(self, keep: Sequence | None = None) -> bool:
         """Free the memory of one waiting sequence (other than ``keep``) that still holds some, the one
-        furthest back in the queue (the earliest preempted) first."""
-        for seq in self._holding.values():
+        furthest back in the queue first (fcfs: the earliest preempted; priority: the least important)."""
+        for seq in self.waiting.reclaim_order(self._holding):
             if seq is not keep:
                 del self._holding[seq.sid]
                 self.alloc.free(seq.sid)
@@ -329,7 +347,7 @@ class Scheduler:
             seq.remote = 0
             self.alloc.on_computed(seq.sid, seq.req, seq.computed)
             self._holding[seq.sid] = seq
-            self.waiting.appendleft(seq)
+            self.waiting.push_front(seq)
         if changed or ready:
             self.admission_blocked = False
         return changed or bool(ready)
@@ -390,7 +408,7 @@ class Scheduler:
                 self._append_running(child)
                 self.filled_tokens += child.computed
             else:  # no sharing: the sample computes its own prompt later
-                self.waiting.appendleft(child)
+                self.waiting.push_front(child)
                 self.admission_blocked = False  # a new queue head: try to admit it
 
     # --- admission --------------------------------------------------------------------------
@@ -421,14 +439,15 @@ class Scheduler:
             return
         blocked = False
         alloc = self.alloc
-        while self.waiting and (budget > 0 or static):
-            seq = self.waiting[0]
+        waiting = self.waiting
+        while waiting and (budget > 0 or static):
+            seq = waiting[0]  # its head (peek: deque's own for fcfs)
             if self.seats + seq.seats > self.cfg.max_num_seqs:
                 blocked = True
                 break
             if seq.remote:  # handed off by a prefill engine: load its KV first (takes no seat or budget yet)
                 if self._begin_load(seq, seq.remote, now):
-                    self.waiting.popleft()
+                    waiting.pop_next()
                     continue
                 blocked = True
                 break
@@ -462,7 +481,7 @@ class Scheduler:
             if start is None:
                 blocked = True
                 break
-            self.waiting.popleft()
+            waiting.pop_next()
             self._holding.pop(seq.sid, None)
             if fresh:  # a (re)start from scratch looked the prompt up in the prefix cache
                 hit = seq.remote if start == LOADING else start
@@ -470,7 +489,7 @@ class Scheduler:
                 self.counts["hit_tokens"] += hit
                 seq.cached_tokens += hit
                 seq.last_cached_tokens = hit
-            if start == LOADING:  # it rejoins the queue's front when its lower-tier blocks are in
+            if start == LOADING:  # it rejoins the queue when its lower-tier blocks are in
                 continue
             self.filled_tokens += start - in_gpu
             seq.computed = start
@@ -509,7 +528,6 @@ class Scheduler:
         for s in forks:
             self._fork(s, t_end)
 
-
     # --- one iteration ----------------------------------------------------------------------------
     def schedule(self, now: float) -> IterationPlan:
         """Plan the next iteration and allocate its memory. An empty plan means only preemptions happened;
@@ -533,52 +551,38 @@ class Scheduler:
             self._admit(budget, scheduled, now)
         return self._plan(scheduled, now)
 
-    def _serve_running(self, todo: list[Sequence], lazy_of: dict | None,
-                       scheduled: dict[int, tuple[Sequence, int]]) -> tuple[int, bool]:
+    def _serve_running(
+        self, todo: list[Sequence], lazy_of: dict | None, scheduled: dict[int, tuple[Sequence, int]]
+    ) -> tuple[int, bool]:
         """Serve the running batch in admission order within the token budget: a decode takes one token, an
         unfinished prefill its next chunk. ``todo`` are the sequences visited (see :meth:`_to_visit`); lazy decoders between them
         take one token each without a visit. A sequence that cannot get memory reclaims what waiting
         sequences hold, then preempts victims until it fits or is itself the victim; a victim served
         earlier in the pass gives its tokens back. Returns (budget left, whether anything was preempted)."""
-        budget = self.cfg.max_num_batched_tokens
-        preempted = stopped = False
+        budget, done_key, preempted = self._serve_seqs(todo, lazy_of, scheduled, self.cfg.max_num_batched_tokens, -1)
+        return (self._serve_rest(budget, done_key) if budget else 0), preempted
+
+    def _serve_seqs(
+        self,
+        seqs: list[Sequence],
+        lazy_of: dict | None,
+        scheduled: dict[int, tuple[Sequence, int]],
+        budget: int,
+        done_key: int,
+    ) -> tuple[int, int, bool]:
+        """Serve ``seqs`` (part of the pass, in admission order) one by one with ``budget`` tokens left, lazy
+        decoders with keys up to ``done_key`` counted already. Returns (budget left, the key counted up to,
+        whether anything was preempted); a budget of 0 ends the pass (the lazy decoders it leaves starve)."""
+        preempted = False
         alloc = self.alloc
         lazy_between = self._lazy_between  # bound once: this loop is the hot path
-        done_key = -1  # lazy decoders with keys up to here have been counted
-        bulk = lazy_of is not None and alloc.grows_in_bulk
-        i, end = 0, len(todo)
-        single_until = 0  # a run that could not be served at once goes one by one up to here
-        while i < end:
-            s = todo[i]
-            i += 1
-            if bulk and i > single_until and s.key in lazy_of:
-                # A run of lazy decoders crossing a block boundary between two explicit sequences: when the budget
-                # and the pool cover the whole run, serve it at once (the same blocks in the same order as one by
-                # one, which remains the way when they do not)
-                j = i
-                while j < end and todo[j].key in lazy_of:
-                    j += 1
-                run = [x for x in todo[i - 1:j] if x.status == Status.RUNNING]
-                c = lazy_between(done_key, run[-1].key) + 1 if len(run) > 1 else 0  # lazy decoders to the run's end
-                if 0 < c <= budget and alloc.grow_decodes(run):
-                    self._grew_run([lazy_of[x.key] for x in run])
-                    budget -= c
-                    done_key = run[-1].key
-                    i = j
-                    if budget == 0:
-                        self._starve_after(done_key, 0)
-                        stopped = True
-                        break
-                    continue
-                single_until = j
+        for s in seqs:
             if s.status != Status.RUNNING:
                 continue  # preempted earlier in this pass
             c = lazy_between(done_key, s.key)
             if c >= budget:  # the budget runs out among the lazy decoders before s
                 self._starve_after(done_key, budget)
-                budget = 0
-                stopped = True
-                break
+                return 0, done_key, preempted
             budget -= c
             lazy = lazy_of.get(s.key) if lazy_of else None
             n = 1 if lazy is not None else min(s.to_compute, budget)
@@ -604,28 +608,42 @@ class Scheduler:
             done_key = s.key
             if budget == 0:
                 self._starve_after(done_key, 0)
-                stopped = True
-                break
-        if not stopped:
-            c = self._lazy_between(done_key, _NO_KEY)
-            if c > budget:
-                self._starve_after(done_key, budget)
-                budget = 0
-            else:
-                budget -= c
-        return budget, preempted
+                return 0, done_key, preempted
+        return budget, done_key, preempted
 
-    def _plan(self, scheduled: dict[int, tuple[Sequence, int]], now: float, lazy_n: int = 0, lazy_kv: int = 0,
-              lazy_contexts=()) -> IterationPlan:
+    def _serve_rest(self, budget: int, done_key: int) -> int:
+        """The pass visited its last sequence: the lazy decoders after ``done_key`` take one token each, as far
+        as the budget goes. Returns the budget left."""
+        c = self._lazy_between(done_key, _NO_KEY)
+        if c > budget:
+            self._starve_after(done_key, budget)
+            return 0
+        return budget - c
+
+    def _plan(
+        self,
+        scheduled: dict[int, tuple[Sequence, int]],
+        now: float,
+        lazy_n: int = 0,
+        lazy_kv: int = 0,
+        lazy_contexts=(),
+    ) -> IterationPlan:
         """The iteration of the ``scheduled`` (sequence, tokens) entries plus ``lazy_n`` lazy decoders
         attending to ``lazy_kv`` KV tokens in all (their contexts ``lazy_contexts``, for windowed reads)."""
         entries = list(scheduled.values())
         for seq, _ in entries:
             seq.last_scheduled_s = now
         shape = StepShape.of([(n, seq.computed) for seq, n in entries], self.windows, lazy_n, lazy_kv, lazy_contexts)
-        return IterationPlan(entries, shape, lazy_n=lazy_n, swap_out_blocks=self._swap_out,
-                             swap_in_blocks=self._swap_in, swap_out_calls=self._swap_out_calls,
-                             swap_in_calls=self._swap_in_calls, copies=self.alloc.drain_copies())
+        return IterationPlan(
+            entries,
+            shape,
+            lazy_n=lazy_n,
+            swap_out_blocks=self._swap_out,
+            swap_in_blocks=self._swap_in,
+            swap_out_calls=self._swap_out_calls,
+            swap_in_calls=self._swap_in_calls,
+            copies=self.alloc.drain_copies(),
+        )
 
     def _freed_marks(self) -> tuple[int, int]:
         """Counters that move when the running-batch pass frees memory other than by preempting."""

@@ -26,10 +26,32 @@ class Sequence:
     prompt plus what has been generated. An iteration computes up to known - computed tokens; when it
     reaches ``known``, the model emits the next token."""
 
-    __slots__ = ("sid", "req", "prompt", "target", "generated", "computed", "status", "reason",
-                 "admitted_s", "first_token_s", "finish_s", "preemptions", "last_scheduled_s", "cached_tokens", "last_cached_tokens",
-                 "swapped", "seats", "parent", "samples", "forked", "remote", "key", "loaded_s",
-                 "frontend_s")
+    __slots__ = (
+        "sid",
+        "req",
+        "prompt",
+        "target",
+        "generated",
+        "computed",
+        "status",
+        "reason",
+        "admitted_s",
+        "first_token_s",
+        "finish_s",
+        "preemptions",
+        "last_scheduled_s",
+        "cached_tokens",
+        "last_cached_tokens",
+        "swapped",
+        "seats",
+        "parent",
+        "samples",
+        "forked",
+        "remote",
+        "key",
+        "loaded_s",
+        "frontend_s",
+    )
 
     def __init__(self, sid: int, req: Request):
         self.sid = sid

@@ -44,20 +44,37 @@ class SimResult:
 class Simulation:
     """One engine serving a trace: the engine (engine.py) on the shared clock (clock.py)."""
 
-    def __init__(self, requests: list[Request], allocator: KVAllocator, latency: LatencyModel,
-                 cfg: SchedulerConfig, victim_policy: VictimPolicy = lifo,
-                 observer: StepObserver | None = None, progress: Callable[[int], None] | None = None,
-                 fast_forward: bool = True, swap_timing: SwapTiming | None = None,
-                 max_concurrency: int | None = None):
+    def __init__(
+        self,
+        requests: list[Request],
+        allocator: KVAllocator,
+        latency: LatencyModel,
+        cfg: SchedulerConfig,
+        victim_policy: VictimPolicy = lifo,
+        observer: StepObserver | None = None,
+        progress: Callable[[int], None] | None = None,
+        fast_forward: bool = True,
+        swap_timing: SwapTiming | None = None,
+        max_concurrency: int | None = None,
+    ):
         self.trace = TraceArrivals(requests)
         self.seqs = self.trace.seqs
         self.alloc = allocator
         # a closed loop: at most max_concurrency requests in flight (None: every request at its trace time)
         self.clients = ClientLimit(self.trace.times, max_concurrency)
-        self.engine = Engine(allocator, latency, cfg, victim_policy, first_sample_id=len(self.seqs),
-                             resolution_s=self.trace.resolution_s, horizon=self.trace.horizon(cfg.horizon_s),
-                             observer=observer, fast_forward=fast_forward, swap_timing=swap_timing,
-                             on_complete=Completions(progress, self.clients))
+        self.engine = Engine(
+            allocator,
+            latency,
+            cfg,
+            victim_policy,
+            first_sample_id=len(self.seqs),
+            resolution_s=self.trace.resolution_s,
+            horizon=self.trace.horizon(cfg.horizon_s),
+            observer=observer,
+            fast_forward=fast_forward,
+            swap_timing=swap_timing,
+            on_complete=Completions(progress, self.clients),
+        )
 
     def run(self) -> SimResult:
         wall0 = time.perf_counter()
@@ -66,9 +83,20 @@ class Simulation:
         samples = close_engines([eng])
         self.clients.stamp(self.seqs, trace.t0)
         mark_unfinished(self.seqs, samples, arrived)
-        return SimResult(self.alloc.name, self.alloc.pool_tokens, self.seqs, eng.memory, eng.now, eng.steps,
-                         eng.events, eng.sched.preemptions, time.perf_counter() - wall0, extra=eng.counters(),
-                         shares_kv=self.alloc.shares_kv, t0=trace.t0)
+        return SimResult(
+            self.alloc.name,
+            self.alloc.pool_tokens,
+            self.seqs,
+            eng.memory,
+            eng.now,
+            eng.steps,
+            eng.events,
+            eng.sched.preemptions,
+            time.perf_counter() - wall0,
+            extra=eng.counters(),
+            shares_kv=self.alloc.shares_kv,
+            t0=trace.t0,
+        )
 
 
 def mark_unfinished(seqs: list[Sequence], samples: list[Sequence], arrived: int) -> None:

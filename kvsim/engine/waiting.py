@@ -19,47 +19,48 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, Protocol
 
 from kvsim.engine.sequence import Sequence
 
 SCHEDULING_POLICIES = ("fcfs", "priority")
 
 
-class WaitingQueue:
+class WaitingQueue(Protocol):
     """The operations the schedulers use:
 
     - ``push(seq)``: an arriving sequence joins. Returns True when it went ahead of the sequences already
       waiting (only a queue that :attr:`overtakes` says so; fcfs returns None);
     - ``push_front(seq)``: a sequence comes back (preempted, its KV loaded, a sample that could not fork);
-    - ``peek()``: the next sequence to admit; ``pop_next()`` takes it out;
+    - ``peek()`` (or ``queue[0]``, deque's own for fcfs: the hot path's): the next sequence to admit;
+      ``pop_next()`` takes it out;
     - ``reclaim_order(holding)``: of the waiting sequences that still hold KV (``holding``, by sid, oldest
       first), the order in which they give it back when memory is short: the one furthest back first;
     - ``len``, ``bool`` and iteration (in admission order).
     """
 
-    __slots__ = ()
     policy: str
     # arrivals can go ahead of the head: a blocked head does not keep a later arrival out
     overtakes: bool
 
-    def push(self, seq: Sequence) -> bool | None:
-        raise NotImplementedError
+    def push(self, seq: Sequence) -> bool | None: ...
 
-    def push_front(self, seq: Sequence) -> None:
-        raise NotImplementedError
+    def push_front(self, seq: Sequence) -> None: ...
 
-    def peek(self) -> Sequence:
-        raise NotImplementedError
+    def peek(self) -> Sequence: ...
 
-    def pop_next(self) -> Sequence:
-        raise NotImplementedError
+    def __getitem__(self, i: int) -> Sequence: ...  # [0] only: peek()
 
-    def reclaim_order(self, holding: dict[int, Sequence]) -> Iterable[Sequence]:
-        raise NotImplementedError
+    def pop_next(self) -> Sequence: ...
+
+    def reclaim_order(self, holding: dict[int, Sequence]) -> Iterable[Sequence]: ...
+
+    def __len__(self) -> int: ...
+
+    def __iter__(self) -> Iterator[Sequence]: ...
 
 
-class FCFSQueue(deque, WaitingQueue):
+class FCFSQueue(deque[Sequence]):
     """First come, first served: a deque whose front is the head."""
 
     __slots__ = ()
@@ -84,7 +85,7 @@ def priority_key(seq: Sequence) -> tuple[int, float, int]:
     return seq.req.priority, seq.req.arrival_s, seq.sid
 
 
-class PriorityQueue(WaitingQueue):
+class PriorityQueue:
     """vLLM V1's ``--scheduling-policy priority``: a heap by :func:`priority_key`."""
 
     __slots__ = ("_heap",)
@@ -105,6 +106,11 @@ class PriorityQueue(WaitingQueue):
         self.push(seq)
 
     def peek(self) -> Sequence:
+        return self._heap[0][3]
+
+    def __getitem__(self, i: int) -> Sequence:
+        if i != 0:
+            raise IndexError("a priority queue shows only its head, [0]")
         return self._heap[0][3]
 
     def pop_next(self) -> Sequence:
