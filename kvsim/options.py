@@ -86,13 +86,13 @@ def values_from_namespace(ns: argparse.Namespace) -> dict:
     return {o.key: getattr(ns, o.key) for o in OPTIONS if getattr(ns, o.key, None) is not None}
 
 
-_SIZE_UNITS = {"k": 10**3, "m": 10**6, "g": 10**9, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+SIZE_UNITS = {"k": 10**3, "m": 10**6, "g": 10**9, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
 
 def _size(text: str, name: str) -> int:
     """``32k`` -> 32,000, ``32K`` -> 32,768, ``25.6k`` -> 25,600 (vLLM's human-readable integers)."""
     try:
-        x = float(text[:-1]) * _SIZE_UNITS[text[-1]]
+        x = float(text[:-1]) * SIZE_UNITS[text[-1]]
     except ValueError:
         raise ConfigError(
             f"{name}: must be an integer or a size such as 32k (32,000) or 32K (32,768), got {shown(text)}"
@@ -111,7 +111,7 @@ def _coerce(o: Option, v, name: str):
             return v.lower() in ("true", "yes", "1")
         raise ConfigError(f"{name}: must be true or false, got {shown(v)}")
     if o.type in (int, float):
-        if o.sizes and isinstance(v, str) and v.strip()[-1:] in _SIZE_UNITS:
+        if o.sizes and isinstance(v, str) and v.strip()[-1:] in SIZE_UNITS:
             v = _size(v.strip(), name)
         if isinstance(v, str):
             try:

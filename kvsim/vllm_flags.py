@@ -63,11 +63,12 @@ APPLIED = {
 
 
 def _bytes(text: str) -> float:
-    """vLLM's byte sizes: a number, or one with a k/m/g (1000s) or K/M/G (1024s) suffix."""
-    units = {"k": 1e3, "m": 1e6, "g": 1e9, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    """vLLM's byte sizes: a number, or one with a k/m/g (1000s) or K/M/G (1024s) suffix (options.SIZE_UNITS)."""
+    from kvsim.options import SIZE_UNITS
+
     t = text.strip()
-    scale = units.get(t[-1:], 1)
-    value = float(t[:-1] if t[-1:] in units else t)
+    scale = SIZE_UNITS.get(t[-1:], 1)
+    value = float(t[:-1] if t[-1:] in SIZE_UNITS else t)
     if not value > 0 or value == float("inf"):
         raise ValueError(text)
     return value * scale

@@ -351,7 +351,7 @@ def _write_fleet_results(out: Path, fleets, title: str, fmt: str, columns=None) 
     import pandas as pd
 
     from kvsim.files import write_text_atomically
-    from kvsim.output.writer import remove_stale, write_table
+    from kvsim.output.writer import write_table
 
     written = [
         write_table(pd.DataFrame([f.summary for f in fleets]), out / "fleet", fmt),
@@ -393,7 +393,6 @@ def _write_fleet_results(out: Path, fleets, title: str, fmt: str, columns=None) 
         )
     write_text_atomically(out / "summary.md", "\n".join(text) + "\n")
     written.append(out / "summary.md")
-    remove_stale(out, [f"{n}.{ext}" for n in ("fleet", "replicas", "requests") for ext in ("csv", "parquet")], written)
     return written
 
 

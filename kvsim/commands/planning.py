@@ -64,7 +64,6 @@ def _plan(a: argparse.Namespace, cfg, slos, out: Path) -> None:
 
     base = {"trace": a.trace, **values_from_namespace(a)}
     window = window_trace(a.trace, a.plan_requests, out, bool(base.get("skip_invalid")))
-    _drop_stale_window(out, window)
     if window:
         base["trace"] = window[0]
         print(window[2], file=sys.stderr)
@@ -105,14 +104,6 @@ def _plan(a: argparse.Namespace, cfg, slos, out: Path) -> None:
             notes.append(f"replicas and cost for a target of {a.target_rate:g} req/s")
         notes.append("command: " + shell_line(["kvsim", *sys.argv[1:]]))
         build_report(out, cap, pts, slos, f"Capacity plan: {Path(a.trace).name}", notes)
-
-
-def _drop_stale_window(out: Path, window) -> None:
-    """A plan that searched the whole trace leaves no window of an earlier run in its folder."""
-    if not window:
-        from kvsim.planning.window import WINDOW_FILE
-
-        (out / WINDOW_FILE).unlink(missing_ok=True)
 
 
 def load_text(cfg, target_rate: float | None) -> str:
@@ -196,7 +187,6 @@ def _fleet_plan(a: argparse.Namespace, cfg, slos, routers, out: Path) -> None:
     skipped = [f"{a.trace}: skipped {len(loaded.skipped):,} invalid line(s) (--skip-invalid)"] if loaded.skipped else []
     retimed = cfg.max_concurrency is not None or cfg.request_rate is not None
     trace, rate, window = plan_window(a.trace, a.target_rate, a.plan_requests, retimed, out, skip_invalid)
-    _drop_stale_window(out, window)
     if window:
         print(window, file=sys.stderr)
     jobs: dict = {}

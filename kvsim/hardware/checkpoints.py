@@ -83,8 +83,6 @@ SCHEMES: dict[str, Scheme] = {
 SCHEMES["awq_marlin"] = SCHEMES["awq"]  # vLLM picks the Marlin kernels on its own; these name the same checkpoints
 SCHEMES["gptq_marlin"] = SCHEMES["gptq"]
 QUANTIZATION_FLAGS = tuple(SCHEMES)
-# the quant_method a --quantization name requires of a checkpoint (fp8 also loads bf16 checkpoints)
-FAMILY = {k: s.method for k, s in SCHEMES.items()}
 
 QUANT_FIELDS = dict(
     weight_dtype=None,

@@ -116,17 +116,7 @@ def _write_results(
         written.append(latency_cdf_plot({o.summary["allocator"]: o.requests for o in outputs}, out / PLOT_FILES[1]))
     write_text_atomically(out / "summary.md", summary_markdown(outputs, context, notes, plots))
     written.append(out / "summary.md")
-    remove_stale(out, [f"{n}.{ext}" for n in RESULT_FILES for ext in ("csv", "parquet")] + list(PLOT_FILES), written)
     return written
-
-
-def remove_stale(out: Path, names: list[str], written: list[Path]) -> None:
-    """Remove the files ``names`` in ``out`` that this run did not write: an earlier run's (the other format,
-    plots) describe another run."""
-    for n in names:
-        f = out / n
-        if f not in written and f.exists():
-            f.unlink()
 
 
 def rejection_lines(outputs: list) -> list[str]:

@@ -320,14 +320,18 @@ FLEET_COLUMNS = [
 ]
 
 
-def fleet_chosen(fleet: pd.DataFrame) -> pd.Series | None:
-    """The fleet plan's answer: the cheapest layout meeting every SLO (cost per hour when known, else GPUs; then
-    TTFT p99), as `kvsim plan` picks it; None when none meets them."""
-    ok = fleet[fleet["meets_slo"].astype(str).str.lower().isin(("true", "1"))]
-    if not len(ok):
-        return None
-    cost = ok["cost_per_hour"] if "cost_per_hour" in ok.columns and ok["cost_per_hour"].notna().all() else ok["gpus"]
-    return ok.assign(_c=cost).sort_values(["_c", "gpus", "ttft_p99_s"], kind="stable").iloc[0]
+def _met(fleet: pd.DataFrame) -> pd.Series:
+    """Per layout: it meets every SLO (a table read back may hold the flag as text)."""
+    return fleet["meets_slo"].astype(str).str.lower().isin(("true", "1"))
+
+
+def fleet_chosen(fleet: pd.DataFrame) -> dict | None:
+    """The fleet plan's answer, as `kvsim plan` picks it (fleet_plan.cheapest); None when no layout meets the SLOs."""
+    from kvsim.planning.fleet_plan import cheapest
+
+    rows = [{k: v for k, v in r.items() if v == v} for r in fleet.assign(meets_slo=_met(fleet)).to_dict("records")]
+    best = cheapest(rows)  # (NaN cells dropped above: a layout without a price is ranked by its GPUs)
+    return best[0] if best else None
 
 
 def fleet_tables(fleet: pd.DataFrame) -> list[tuple[str, list[str], list[list[str]]]]:
@@ -336,13 +340,13 @@ def fleet_tables(fleet: pd.DataFrame) -> list[tuple[str, list[str], list[list[st
     chosen = fleet_chosen(fleet)
 
     def row(r, mark="") -> list[str]:
-        return [mark + _fmt(r[k]) if i == 0 else _fmt(r[k]) for i, (k, _) in enumerate(cols)]
+        return [mark + _fmt(r.get(k)) if i == 0 else _fmt(r.get(k)) for i, (k, _) in enumerate(cols)]
 
     order = fleet.sort_values(["gpus", "layout", "router"], kind="stable")
     layouts = ([row(chosen, "-> ")] if chosen is not None else []) + [row(r) for _, r in order.iterrows()]
     routers = []
     for router, g in fleet.groupby("router", sort=True):
-        met = g[g["meets_slo"].astype(str).str.lower().isin(("true", "1"))]
+        met = g[_met(g)]
         pick = met.sort_values(["gpus", "ttft_p99_s"]).iloc[0] if len(met) else g.sort_values("slo_attainment").iloc[-1]
         routers.append(
             [
@@ -369,7 +373,7 @@ def plot_fleet(fleet: pd.DataFrame, path: Path) -> Path:
     an SLO hollow), the Pareto front and the chosen layout."""
     plt = _plt()
     fig, ax = plt.subplots(figsize=(7.5, 4.6))
-    met = fleet["meets_slo"].astype(str).str.lower().isin(("true", "1"))
+    met = _met(fleet)
     for mode, marker in (("aggregated", "o"), ("disaggregated", "s")):
         m = fleet["mode"] == mode if "mode" in fleet.columns else pd.Series(mode == "aggregated", fleet.index)
         for ok, face in ((True, None), (False, "none")):

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from kvsim.errors import ConfigError
 from kvsim.trace.request import Request
+from kvsim.trace.jsonl import MAX_TOKENS  # one request's bound, as a trace line's
 from kvsim.validation import is_finite, shown
 
 
@@ -46,7 +47,6 @@ class MeasuredRun:
 
 
 PER_REQUEST = ("input_lens", "output_lens", "ttfts", "itls")  # what --save-detailed adds to a result file
-MAX_TOKENS = 1 << 31  # tokens of one request: beyond any model's context, a corrupt file rather than a run
 
 
 def _number(v, where: str, lo: float = 0.0, hi: float = math.inf) -> float:

@@ -119,15 +119,12 @@ def _time(v, col: str, path: str, line: int) -> tuple[float, float]:
 
 
 def _tokens(v, col: str, path: str, line: int) -> int:
-    from kvsim.trace.jsonl import MAX_TOKENS
+    from kvsim.trace.csv_read import num_field
 
-    try:
-        x = float(v)
-    except (TypeError, ValueError):
-        raise TraceError(path, line, col, f"not a number of tokens: {v!r}") from None
-    if not x.is_integer() or not 1 <= x <= MAX_TOKENS:
-        raise TraceError(path, line, col, f"must be a whole number of tokens from 1 to {MAX_TOKENS:,}, got {v!r}")
-    return int(x)
+    n = num_field({col: v}, col, path, line)  # a whole number of tokens, within kvsim's bound
+    if n < 1:
+        raise TraceError(path, line, col, f"must be at least 1 token, got {v!r}")
+    return n
 
 
 def rows_to_requests(
