@@ -1,5 +1,5 @@
 """Fit the V0 engine's CPU time per step (`--cpu-overhead vllm-v0`, kvsim/latency/cpu.py) and its API server's
-time per request (`--frontend vllm-v0`, kvsim/engine/frontend.py) on LambdaLabsML/vllm-benchmark's A100 load
+time per request (`--frontend vllm-v0`, kvsim/frontend.py) on LambdaLabsML/vllm-benchmark's A100 load
 sweep, and check both on the runs left out of the fit.
 
     python benchmarks/fit_v0_engine.py FOLDER
@@ -33,7 +33,7 @@ INTAKE_MS = (1.5, 2.5, 3.5, 4.0, 4.5, 5.0, 6.0)
 def main() -> None:
     import numpy as np
 
-    import kvsim.engine.frontend as frontend
+    import kvsim.frontend as frontend
     import kvsim.latency.cpu as cpu
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

@@ -1,4 +1,4 @@
-"""Fit the V1 API server's per-prompt-token time and its delivery delay (kvsim.engine.frontend, preset ``vllm``) on
+"""Fit the V1 API server's per-prompt-token time and its delivery delay (kvsim.frontend, preset ``vllm``) on
 half of InferenceMAX's vLLM V1 runs of gpt-oss-120b, and check them on the other half.
 
     python benchmarks/fit_v1_frontend.py [--data benchmarks/data/inferencemax_gpt_oss_120b.csv]
@@ -32,7 +32,7 @@ def score(runs, deliver_ms: float, token_us: float) -> dict:
     """TTFT p50 predicted / measured over ``runs`` with this delivery delay and per-token time."""
     import numpy as np
 
-    import kvsim.engine.frontend as fe
+    import kvsim.frontend as fe
     import validate_inferencemax as V
 
     saved = fe.FRONTEND_PRESETS["vllm"]

@@ -1,21 +1,26 @@
 """Run configuration and KV-pool sizing.
 
 These dataclasses are what the simulator runs on. They are built from the options table
-(kvsim/options.py) by the CLI, `plan` and `sweep` alike; built directly from Python they check their
-own values, naming the field.
+(kvsim/options.py) by the CLI, `plan` and `sweep` alike, each field that is an option filled from the
+option of its name; built directly from Python they check their own values, naming the field. Every rule
+between options is stated here once (:class:`~kvsim.option_table.OptionError` names the options as the
+caller wrote them: keys from Python, flags on the command line). A field marked ``DERIVED`` is worked out from
+other options, not filled from the option of its name.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from kvsim.engine.frontend import NO_FRONTEND, FrontEnd, get_frontend
 from kvsim.errors import ConfigError
+from kvsim.frontend import NO_FRONTEND, FrontEnd, get_frontend
 from kvsim.hardware import GpuSpec, ModelSpec
 from kvsim.hardware.gpus import GiB
 from kvsim.latency.roofline import RooflineParams
-from kvsim.option_table import check_fields, option_default
+from kvsim.option_table import OptionError, check_fields, option_default
 from kvsim.validation import NON_NEGATIVE, require
+
+DERIVED = {"derived": True}  # field metadata: worked out from other options (kvsim.options fills it itself)
 
 
 @dataclass(frozen=True)
@@ -57,21 +62,22 @@ class SchedulerConfig:
     # vLLM V0 without chunked prefill: a step that admits prompts runs them alone (the running batch waits)
     prompts_alone: bool = False
     # each step is scheduled while the one before it runs (vLLM V1's async scheduling): an arrival joins the
-    # step after the one that starts next (kvsim.engine.engine)
-    async_scheduling: bool = False
-    api_server: FrontEnd = NO_FRONTEND  # the API server's intake and delivery (engine/frontend.py)
+    # step after the one that starts next (kvsim.engine.engine); as SimConfig.runs_async resolves the option
+    async_scheduling: bool = field(default=False, metadata=DERIVED)
+    api_server: FrontEnd = NO_FRONTEND  # the API server's intake and delivery (kvsim/frontend.py)
 
     def __post_init__(self) -> None:
         check_fields(self)
-        if not self.enable_chunked_prefill and self.max_num_batched_tokens < self.max_model_len:
-            raise ConfigError(
-                f"max_num_batched_tokens ({self.max_num_batched_tokens}) must be >= max_model_len "
-                f"({self.max_model_len}) without chunked prefill"
-            )
         if self.max_num_batched_tokens < self.max_num_seqs:
-            raise ConfigError(
-                f"max_num_batched_tokens ({self.max_num_batched_tokens}) must be >= max_num_seqs"
+            raise OptionError(
+                f"{{max_num_batched_tokens}} ({self.max_num_batched_tokens}) must be >= {{max_num_seqs}}"
                 f" ({self.max_num_seqs}), or a full batch of decodes would not fit one iteration"
+            )
+        if not self.enable_chunked_prefill and self.max_num_batched_tokens < self.max_model_len:
+            raise OptionError(
+                f"{{max_num_batched_tokens}} ({self.max_num_batched_tokens}) is below {{max_model_len}} "
+                f"({self.max_model_len}): without chunked prefill longer prompts could never be scheduled; raise"
+                " it, lower the context, or enable chunked prefill"
             )
 
     @property
@@ -230,14 +236,15 @@ class SimConfig:
     pipeline_parallel_size: int = option_default("pipeline_parallel_size")
     # data-parallel ranks of one replica, each its own engine of tp x pp GPUs; MoE expert layers span all ranks
     data_parallel_size: int = option_default("data_parallel_size")
-    swap_space: float = 0.0  # GiB of host memory for swapped-out KV (with preemption_mode swap)
+    # GiB of host memory for swapped-out KV (with preemption_mode swap; the option's default depends on it)
+    swap_space: float = field(default=0.0, metadata=DERIVED)
     swap_block_latency_s: float = 10e-6  # fixed cost of one block copy (one cudaMemcpyAsync)
     latency: str = option_default("latency")  # "per-op", "roofline", or a path to a calibration JSON
     vllm_version: str | None = option_default("vllm_version")  # per-op: whose kernel tables (None: the newest)
     cpu_overhead: str = option_default("cpu_overhead")  # the serving engine's CPU time per iteration (latency/cpu.py)
     # schedule each step while the previous one runs (None: as the vLLM release does; see runs_async)
     async_scheduling: bool | None = option_default("async_scheduling")
-    frontend: str = option_default("frontend")  # the API server in front of the engine (engine/frontend.py)
+    frontend: str = option_default("frontend")  # the API server in front of the engine (kvsim/frontend.py)
     moe_backend: str = option_default("moe_backend")  # per-op: whose fused-MoE kernels price the experts
     moe_routing: str = option_default("moe_routing")  # per-op: how tokens spread over experts (latency/routing.py)
     vllm_engine: str = option_default("vllm_engine")  # v1, or v0 (its scheduler, defaults and API server)
@@ -260,24 +267,90 @@ class SimConfig:
     def __post_init__(self) -> None:
         check_fields(self)
         require(self.swap_block_latency_s, NON_NEGATIVE, "swap_block_latency_s")
+        model, sched, spec = self.model, self.scheduler, self.speculative
+        tp, pp, dp = self.tensor_parallel_size, self.pipeline_parallel_size, self.data_parallel_size
+        for key, n, problem in (
+            ("tensor_parallel_size", tp, model.tp_problem(tp)),
+            ("pipeline_parallel_size", pp, model.pp_problem(pp)),
+        ):
+            if problem:
+                raise OptionError(f"{{{key}}} {n}: {problem}")
+        steps = sched.num_scheduler_steps
+        if steps > 1 and self.vllm_engine != "v0":
+            raise OptionError(
+                f"{{num_scheduler_steps}} {steps}: multi-step scheduling is the V0 engine's (vLLM 0.6-0.10); add "
+                "{vllm_engine} v0"
+            )
+        if steps > 1:
+            other = (
+                "speculative_config"
+                if spec is not None
+                else "pipeline_parallel_size"
+                if pp > 1
+                else "data_parallel_size"
+                if dp > 1
+                else "batching"
+                if sched.batching != "continuous"
+                else None
+            )
+            if other:
+                raise OptionError(
+                    f"{{num_scheduler_steps}} {steps}: multi-step scheduling is modelled for one engine of "
+                    "tensor-parallel GPUs, continuous batching and no speculative decoding; "
+                    f"drop {{{other}}} or the multi-step"
+                )
+        if spec is not None and pp > 1:
+            raise OptionError(
+                f"{{speculative_config}} with {{pipeline_parallel_size}} {pp}: not modelled; use one or the other"
+            )
+        if spec is not None and self.vllm_engine == "v0":
+            raise OptionError("{speculative_config}: modelled as vLLM V1 runs it; drop {vllm_engine} v0")
+        if spec is not None and (not sched.enable_chunked_prefill or sched.batching != "continuous"):
+            raise OptionError(
+                "{speculative_config}: modelled with chunked prefill and continuous batching (vLLM V1's way); drop "
+                + ("{enable_chunked_prefill}" if not sched.enable_chunked_prefill else "{batching}")
+            )
+        if spec is not None and self.latency == "roofline":
+            raise OptionError(
+                "{speculative_config}: the roofline model does not price verify and draft passes; use the "
+                "per-operation model"
+            )
+        problem = model.dp_problem(dp, pp)
+        if problem:
+            raise OptionError(f"{{data_parallel_size}} {dp}: {problem}")
+        stage = self.memory_model
+        pool = set_pool(self.memory, max(1, stage.kv_bytes_per_token_gpu(tp)))
+        problem = pool and set_pool_problem(pool, stage, self.gpu, tp, self.memory.ignore_gpu_memory, dp)
+        if problem:  # a set pool must fit the GPU
+            raise OptionError(f"{{{'num_blocks' if self.memory.num_blocks is not None else 'kv_pool_gb'}}}: {problem}")
+        if self.enable_expert_parallel and model.is_moe and model.num_experts % (tp * dp):
+            ranks = (
+                f"{tp * dp} GPUs ({{data_parallel_size}} x {{tensor_parallel_size}})"
+                if dp > 1
+                else f"{tp} GPUs ({{tensor_parallel_size}})"
+            )
+            raise OptionError(
+                f"{{enable_expert_parallel}}: {model.num_experts} experts of {model.name} do not spread evenly "
+                f"over {ranks}"
+            )
         if self.async_scheduling and self.vllm_engine == "v0":
-            raise ConfigError(
-                "--async-scheduling: the V0 engine schedules in step with the GPU (async scheduling "
+            raise OptionError(
+                "{async_scheduling}: the V0 engine schedules in step with the GPU (async scheduling "
                 "is V1's, vLLM 0.10 and later); drop one"
             )
-        if self.moe_backend != "auto" and (not self.model.is_moe or self.latency == "roofline"):
-            raise ConfigError(
-                f"--moe-backend {self.moe_backend}: "
+        if self.moe_backend != "auto" and (not model.is_moe or self.latency == "roofline"):
+            raise OptionError(
+                f"{{moe_backend}} {self.moe_backend}: "
                 + (
-                    f"{self.model.name} has no MoE layers"
-                    if not self.model.is_moe
-                    else "--latency roofline prices no measured kernels; use the per-operation model"
+                    f"{model.name} has no MoE layers"
+                    if not model.is_moe
+                    else "{latency} roofline prices no measured kernels; use the per-operation model"
                 )
             )
         if self.async_scheduling is False and self.cpu_overhead == "vllm-v1-async":
-            raise ConfigError(
-                "--cpu-overhead vllm-v1-async is the V1 engine with async scheduling: drop "
-                "--no-async-scheduling, or use --cpu-overhead vllm-v1"
+            raise OptionError(
+                "{cpu_overhead} vllm-v1-async is the V1 engine with async scheduling: drop "
+                "--no-async-scheduling, or use {cpu_overhead} vllm-v1"
             )
 
     @property

@@ -3,23 +3,21 @@
 Only data and the two helpers that configuration dataclasses use (:func:`option_default`,
 :func:`check_fields`) live here, so that kvsim/config.py and the latency parameters can take their
 defaults and rules from the table; parsing, help and building a configuration are in kvsim/options.py.
+
+The table sits at the bottom of the package: it imports only kvsim/errors.py and kvsim/validation.py.
+A choice list or rule that belongs to another module stays there (the victim policies with the engine, the
+CPU presets with the latency models) and the row names it as ``"module:NAME"``, read when a value is
+checked or help is written (:func:`owned`), so registering a policy at run time widens the choices and no
+module is imported before it is needed.
 """
 
 from __future__ import annotations
 
+import importlib
+import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from kvsim.allocators.cache_eviction import CACHE_EVICTION_POLICIES
-from kvsim.engine.preemption import VICTIM_ALIASES, VICTIM_POLICIES
-from kvsim.hardware.models import KV_CACHE_DTYPES, QUANTIZATION_FLAGS
-from kvsim.engine.frontend import FRONTEND_CHOICES
-from kvsim.latency.calibration import MOE_BACKENDS
-from kvsim.latency.routing import DEFAULT_ROUTING, ROUTINGS
-from kvsim.latency.cpu import CPU_PRESETS
-from kvsim.latency.cuda_graphs import capture_sizes_rule
-from kvsim.releases import vllm_version_rule
-from kvsim.trace.bench_load import DATASETS, HARNESSES, MAX_LEN, MAX_PROMPTS, RANGE_RATIO_MODES, burstiness_rule
 from kvsim.errors import ConfigError
 from kvsim.validation import (
     BANDWIDTH_GBS,
@@ -27,6 +25,8 @@ from kvsim.validation import (
     FRACTION,
     GIB,
     GIB_OR_ZERO,
+    MAX_LEN,
+    MAX_PROMPTS,
     MAX_TP,
     POSITIVE,
     POSITIVE_INT,
@@ -48,10 +48,11 @@ class Option:
     group: str
     default: Any = None  # None: not set (help says what applies then)
     type: type = str  # str, int, float or bool
-    rule: Callable[[Any], str | None] | None = None
-    # the allowed values, or a function returning them (tables that grow at run time: registered policies),
-    # read whenever a value is checked or help is written
-    choices: tuple[str, ...] | Callable[[], tuple[str, ...]] | None = None
+    # the value's problem or None: a function, or "module:function" owned by another module
+    rule: Callable[[Any], str | None] | str | None = None
+    # the allowed values, or "module:NAME" of the module that owns them (a tuple, a registry dict whose keys
+    # are the names, or a function returning them), read whenever a value is checked or help is written
+    choices: tuple[str, ...] | str | None = None
     negatable: bool = False  # bool: --x / --no-x
     default_text: str | None = None  # how --help describes a None default
     sizes: bool = False  # int: vLLM's human-readable sizes, 32k = 32,000 and 32K = 32,768 (also m/M, g/G)
@@ -63,10 +64,31 @@ class Option:
 
     def allowed(self) -> tuple[str, ...] | None:
         """The values the option takes now (None: any)."""
-        return self.choices() if callable(self.choices) else self.choices
+        if not isinstance(self.choices, str):
+            return self.choices
+        names = owned(self.choices)
+        return tuple(names() if callable(names) else names)
+
+    def problem(self, value: Any) -> str | None:
+        """What is wrong with ``value`` by the option's rule (not its choices), or None."""
+        if self.rule is None:
+            return None
+        rule = owned(self.rule) if isinstance(self.rule, str) else self.rule
+        return rule(value)
+
+    @property
+    def bounds(self) -> Number | None:
+        """The option's numeric rule, when it is a :class:`Number` (help states its range)."""
+        return self.rule if isinstance(self.rule, Number) else None
 
     def alias_keys(self) -> list[str]:
         return [f.lstrip("-").replace("-", "_") for f in self.flags if f.startswith("--")]
+
+
+def owned(ref: str) -> Any:
+    """The object ``"module:NAME"`` names (a choice list or rule kept by the module that owns it)."""
+    module, _, name = ref.partition(":")
+    return getattr(importlib.import_module(module), name)
 
 
 OPTIONS: list[Option] = [
@@ -135,7 +157,7 @@ OPTIONS: list[Option] = [
         "with chunked attention get its KV layout (0.10-0.12: no hybrid manager; docs/hybrid-models.md)",
         "model and hardware",
         None,
-        rule=vllm_version_rule,
+        rule="kvsim.releases:vllm_version_rule",
         default_text="the newest measured",
         metavar="RELEASE",
     ),
@@ -146,7 +168,7 @@ OPTIONS: list[Option] = [
         " twice the tokens per GiB, half the bytes decode attention reads)",
         "model and hardware",
         "auto",
-        choices=KV_CACHE_DTYPES,
+        choices="kvsim.hardware.model_spec:KV_CACHE_DTYPES",
     ),
     Option(
         "quantization",
@@ -160,7 +182,7 @@ OPTIONS: list[Option] = [
         "config.json's own method, as vLLM checks (kvsim/hardware/checkpoints.py)",
         "model and hardware",
         None,
-        choices=QUANTIZATION_FLAGS,
+        choices="kvsim.hardware.checkpoints:QUANTIZATION_FLAGS",
         default_text="as the checkpoint is",
     ),
     # --- KV pool
@@ -352,7 +374,7 @@ OPTIONS: list[Option] = [
         "--eviction: an older spelling of this flag, not cache eviction)",
         "scheduler",
         "lifo",
-        choices=lambda: tuple(VICTIM_POLICIES) + tuple(VICTIM_ALIASES),
+        choices="kvsim.engine.preemption:victim_policy_names",
     ),
     Option(
         "scheduling_policy",
@@ -389,7 +411,7 @@ OPTIONS: list[Option] = [
         "which cached prefix block a prefix cache drops first",
         "scheduler",
         "lru",
-        choices=lambda: tuple(CACHE_EVICTION_POLICIES),
+        choices="kvsim.allocators.cache_eviction:CACHE_EVICTION_POLICIES",
     ),
     Option(
         "vllm_engine",
@@ -444,7 +466,7 @@ OPTIONS: list[Option] = [
         "(vllm-v1 with --async-scheduling), none (GPU only); sources in docs/latency.md",
         "latency",
         "vllm-v1",
-        choices=tuple(CPU_PRESETS),
+        choices="kvsim.latency.cpu:CPU_PRESETS",
     ),
     Option(
         "async_scheduling",
@@ -468,7 +490,7 @@ OPTIONS: list[Option] = [
         "tables; auto: a fit over every kernel the tables timed for the experts' dtype",
         "latency",
         "auto",
-        choices=("auto", *MOE_BACKENDS),
+        choices="kvsim.latency.calibration:MOE_BACKEND_CHOICES",
     ),
     Option(
         "moe_routing",
@@ -479,19 +501,19 @@ OPTIONS: list[Option] = [
         "power-law-1.01 / power-law-1.2 (a few hot experts take many tokens: the fewest; AIConfigurator's "
         "skewed workloads; power-law-1.2 fits measured vLLM serving best, docs/latency.md)",
         "latency",
-        DEFAULT_ROUTING,
-        choices=tuple(ROUTINGS),
+        "power-law-1.2",
+        choices="kvsim.latency.routing:ROUTINGS",
     ),
     Option(
         "frontend",
         ("--frontend",),
-        "the API server between clients and the engine (kvsim/engine/frontend.py): "
+        "the API server between clients and the engine (kvsim/frontend.py): "
         "vllm (HTTP, chat template and tokenization before the engine sees a request, streaming after; counted "
         "in TTFT as a benchmark client measures it), none (the engine alone), auto (vllm with the per-operation "
         "model, none with roofline or --cpu-overhead none)",
         "latency",
         "auto",
-        choices=FRONTEND_CHOICES,
+        choices="kvsim.frontend:FRONTEND_CHOICES",
     ),
     Option(
         "api_server_count",
@@ -511,7 +533,7 @@ OPTIONS: list[Option] = [
         "list such as 1,2,4,8,16",
         "latency",
         "vllm",
-        rule=capture_sizes_rule,
+        rule="kvsim.latency.cuda_graphs:capture_sizes_rule",
     ),
     Option(
         "speculative_config",
@@ -605,7 +627,7 @@ OPTIONS: list[Option] = [
         "--trace, as `vllm bench serve --dataset-name`: random (synthetic prompts of --random-input-len tokens)",
         "load",
         None,
-        choices=DATASETS,
+        choices="kvsim.trace.bench_load:DATASETS",
         default_text="none: read --trace",
     ),
     Option(
@@ -617,7 +639,7 @@ OPTIONS: list[Option] = [
         "prompts, normal lengths; its --concurrency is --max-concurrency)",
         "load",
         None,
-        choices=HARNESSES,
+        choices="kvsim.trace.bench_load:HARNESSES",
         default_text="vllm-random",
     ),
     Option(
@@ -670,7 +692,7 @@ OPTIONS: list[Option] = [
         "how --random-range-ratio spreads lengths: symmetric [L (1 - r), L (1 + r)] or lower-bound [L r, L]",
         "load",
         None,
-        choices=RANGE_RATIO_MODES,
+        choices="kvsim.trace.bench_load:RANGE_RATIO_MODES",
         default_text="the --bench client's (symmetric; inferencemax: lower-bound)",
     ),
     Option(
@@ -712,7 +734,7 @@ OPTIONS: list[Option] = [
         "load",
         None,
         float,
-        burstiness_rule,
+        "kvsim.trace.bench_load:burstiness_rule",
         default_text="1",
     ),
     Option(
@@ -751,6 +773,23 @@ BY_KEY: dict[str, Option] = {o.key: o for o in OPTIONS}
 ALIASES: dict[str, str] = {alias: o.key for o in OPTIONS for alias in o.alias_keys()}
 
 
+_KEY = re.compile(r"\{([a-z_]+)\}")
+
+
+class OptionError(ConfigError):
+    """A configuration rule broken, its message naming options as ``{key}``: shown as the key when a
+    configuration is built from Python, as the flag on the command line and as written in a grid file
+    (:meth:`named`; kvsim/options.py), so a rule is stated once, on the configuration it guards."""
+
+    def __init__(self, template: str) -> None:
+        self.template = template
+        super().__init__(self.named(lambda key: key))
+
+    def named(self, name: Callable[[str], str]) -> str:
+        """The message with each ``{key}`` of an option replaced by ``name(key)``."""
+        return _KEY.sub(lambda m: name(m.group(1)) if m.group(1) in BY_KEY else m.group(0), self.template)
+
+
 def option_default(key: str):
     """The options table's default of ``key`` (configuration dataclasses take theirs from here)."""
     return BY_KEY[key].default
@@ -767,7 +806,7 @@ def check_fields(obj) -> None:
         if o is None or v is None:
             continue
         if o.rule is not None:
-            require(v, o.rule, f.name)
+            require(v, o.problem, f.name)
         allowed = o.allowed()
         if allowed and v not in allowed:
             raise ConfigError(f"{f.name}: '{v}' is not one of {', '.join(allowed)}")

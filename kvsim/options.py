@@ -5,18 +5,18 @@ all turn option values into a :class:`~kvsim.config.SimConfig` through :func:`co
 Flags follow vLLM's names where vLLM has the option (``--max-num-batched-tokens``, ``--max-model-len``,
 ``--tensor-parallel-size``, ...); kvsim's earlier spellings stay as aliases, in flags and grid keys.
 
-To add an option: one :class:`Option` row in the table (kvsim/option_table.py), and where its value goes in
-:func:`config_from_options`.
+To add an option: one :class:`Option` row in the table (kvsim/option_table.py) and the field of the same
+name on the configuration dataclass it sets (kvsim/config.py), whose default is ``option_default(key)``;
+:func:`config_from_options` fills fields by name, and the CLI, plans, sweeps and the property tests read the
+table (tests/test_robustness.py draws values for every row).
 """
 
 from __future__ import annotations
 
 import argparse
 import difflib
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
-from kvsim.allocators.cache_eviction import get_eviction_key
-from kvsim.engine.preemption import get_victim_policy
 from kvsim.errors import ConfigError
 from kvsim.option_table import (
     ALIASES,
@@ -25,10 +25,11 @@ from kvsim.option_table import (
     DEFAULT_MODEL,
     OPTIONS,
     Option,
+    OptionError,
     check_fields,
     option_default,
 )
-from kvsim.validation import Number, shown
+from kvsim.validation import shown
 
 __all__ = [
     "ALIASES",
@@ -41,6 +42,7 @@ __all__ = [
     "check_fields",
     "config_from_args",
     "config_from_options",
+    "fill",
     "normalize",
     "option_default",
     "values_from_namespace",
@@ -54,8 +56,8 @@ def _help(o: Option) -> str:
     if o.type is bool:
         return f"{text} [default: {'on' if o.default else 'off'}]" if o.negatable else text
     default = o.default_text if o.default is None else (f"{o.default:g}" if isinstance(o.default, float) else o.default)
-    if o.rule is not None and isinstance(o.rule, Number) and o.rule.describe():
-        text += f"; {o.rule.describe()}"
+    if o.bounds is not None and o.bounds.describe():
+        text += f"; {o.bounds.describe()}"
     return f"{text} [default: {default}]"
 
 
@@ -127,7 +129,7 @@ def _coerce(o: Option, v, name: str):
                 v = float(v)
             except OverflowError:
                 raise ConfigError(f"{name}: {shown(v)} is beyond any number kvsim can use") from None
-        problem = o.rule(v) if o.rule else None
+        problem = o.problem(v)
         if problem:
             raise ConfigError(f"{name}: {problem}")
         return v
@@ -140,7 +142,7 @@ def _coerce(o: Option, v, name: str):
             f"{name}: {shown(v)} is not one of {', '.join(allowed)}"
             + (f"; did you mean '{close[0]}'?" if close else "")
         )
-    problem = o.rule(v) if o.rule else None
+    problem = o.problem(v)
     if problem:
         raise ConfigError(f"{name}: {problem}")
     return v
@@ -166,14 +168,24 @@ def normalize(values: Mapping[str, Any], naming: str = "flag") -> dict[str, Any]
     return out
 
 
+def fill(cls, values: Mapping[str, Any], **resolved):
+    """A configuration dataclass ``cls`` built by name: each field that is an option takes the option's value
+    (fields marked DERIVED, kvsim/config.py, are left to ``resolved``), and ``resolved`` gives the rest."""
+    import dataclasses
+
+    named = {
+        f.name: values[f.name]
+        for f in dataclasses.fields(cls)
+        if f.init and f.name in BY_KEY and f.name not in resolved and not f.metadata.get("derived")
+    }
+    return cls(**named, **resolved)
+
+
 def config_from_options(values: Mapping[str, Any], naming: str = "flag"):
     """Build a checked SimConfig from option values (keys as in OPTIONS or their aliases; unset keys take
-    their defaults)."""
-    from kvsim.config import MemoryConfig, SchedulerConfig, SimConfig
-    from kvsim.latency import LATENCY_MODELS
-    from kvsim.latency.roofline import RooflineParams
-    from kvsim.hardware import get_gpu, get_model
-
+    their defaults). Options fill the configuration's fields of their names; what is worked out here is the
+    defaults that depend on other options (as vLLM's engine arguments do); the rules between options are the
+    configuration's own (kvsim/config.py), their messages naming the options as the caller wrote them."""
     given = normalize(values, naming)
     v = {o.key: o.default for o in OPTIONS}
     v.update(given)
@@ -182,69 +194,30 @@ def config_from_options(values: Mapping[str, Any], naming: str = "flag"):
     def name(key: str) -> str:
         return BY_KEY[key].flag if naming == "flag" else f"'{written.get(key, key)}'"
 
-    model = get_model(v["model"]).with_quantization(v["quantization"])  # before the KV dtype: formats declare one
-    model = model.with_kv_cache_dtype(v["kv_cache_dtype"]).validate()
+    try:
+        return _build(v, given, name)
+    except OptionError as e:
+        raise ConfigError(e.named(name)) from None
+
+
+def _build(v: dict[str, Any], given: Mapping[str, Any], name: Callable[[str], str]):
+    """The SimConfig of option values ``v`` (``given``: those the caller set)."""
+    from kvsim.config import MemoryConfig, SchedulerConfig, SimConfig
+    from kvsim.hardware import get_gpu, get_model
+    from kvsim.hardware.gpus import vllm_serve_defaults
+    from kvsim.latency import LATENCY_MODELS
+    from kvsim.latency.roofline import RooflineParams
     from kvsim.speculative import parse_speculative
 
+    model = get_model(v["model"]).with_quantization(v["quantization"])  # before the KV dtype: formats declare one
+    model = model.with_kv_cache_dtype(v["kv_cache_dtype"]).validate()
     spec = parse_speculative(v["speculative_config"], v["acceptance_length"])
     if spec is not None:
         model = spec.with_draft(model)
     gpu = get_gpu(v["gpu"])
-    tp = v["tensor_parallel_size"]
-    problem = model.tp_problem(tp)
-    if problem:
-        raise ConfigError(f"{name('tensor_parallel_size')} {tp}: {problem}")
-    pp = v["pipeline_parallel_size"]
-    problem = model.pp_problem(pp)
-    if problem:
-        raise ConfigError(f"{name('pipeline_parallel_size')} {pp}: {problem}")
-    if spec is not None and pp > 1:
-        raise ConfigError(
-            f"--speculative-config with {name('pipeline_parallel_size')} {pp}: not modelled; use one or the other"
-        )
-    if spec is not None and (not v["enable_chunked_prefill"] or v["batching"] != "continuous"):
-        raise ConfigError(
-            "--speculative-config: modelled with chunked prefill and continuous batching (vLLM V1's "
-            f"way); drop {name('enable_chunked_prefill') if not v['enable_chunked_prefill'] else name('batching')}"
-        )
-    if spec is not None and v["latency"] == "roofline":
-        raise ConfigError(
-            "--speculative-config: the roofline model does not price verify and draft passes; use the "
-            "per-operation model"
-        )
-    steps = v["num_scheduler_steps"]
-    v0 = v["vllm_engine"] == "v0"
-    if steps > 1 and not v0:
-        raise ConfigError(
-            f"{name('num_scheduler_steps')} {steps}: multi-step scheduling is the V0 engine's (vLLM "
-            f"0.6-0.10); add {name('vllm_engine')} v0"
-        )
-    if steps > 1:
-        other = (
-            "speculative_config"
-            if spec is not None
-            else "pipeline_parallel_size"
-            if pp > 1
-            else "data_parallel_size"
-            if v["data_parallel_size"] > 1
-            else "batching"
-            if v["batching"] != "continuous"
-            else None
-        )
-        if other:
-            raise ConfigError(
-                f"{name('num_scheduler_steps')} {steps}: multi-step scheduling is modelled for one "
-                "engine of tensor-parallel GPUs, continuous batching and no speculative decoding; "
-                f"drop {name(other)} or the multi-step"
-            )
-    dp = v["data_parallel_size"]
-    problem = model.dp_problem(dp, pp)
-    if problem:
-        raise ConfigError(f"{name('data_parallel_size')} {dp}: {problem}")
-    from kvsim.hardware.gpus import vllm_serve_defaults
-
     seqs, tokens = vllm_serve_defaults(gpu)  # what `vllm serve` picks for this GPU when not told
     max_len = v["max_model_len"] or model.max_context
+    v0 = v["vllm_engine"] == "v0"
     if v0:  # the V0 engine's defaults (vLLM 0.6's EngineArgs and SchedulerConfig) and its CPU time
         if "enable_chunked_prefill" not in given:
             v["enable_chunked_prefill"] = max_len > 32768
@@ -256,12 +229,8 @@ def config_from_options(values: Mapping[str, Any], naming: str = "flag"):
         v["max_num_seqs"] = seqs
     if v["max_num_batched_tokens"] is None:
         v["max_num_batched_tokens"] = max(tokens, v["max_num_seqs"])
-    if v["max_num_batched_tokens"] < v["max_num_seqs"]:
-        raise ConfigError(
-            f"{name('max_num_batched_tokens')} ({v['max_num_batched_tokens']}) must be >= "
-            f"{name('max_num_seqs')} ({v['max_num_seqs']}), or a full batch of decodes would not fit "
-            "one iteration"
-        )
+        if not v["enable_chunked_prefill"]:  # as vLLM: without chunking every prompt must fit one iteration
+            v["max_num_batched_tokens"] = max(v["max_num_batched_tokens"], max_len)
     swap = v["swap_space"]
     if v["preemption_mode"] == "swap":
         swap = 4.0 if swap is None else swap
@@ -271,30 +240,10 @@ def config_from_options(values: Mapping[str, Any], naming: str = "flag"):
         swap = 0.0 if swap is None else swap
     if v["scheduling_policy"] == "priority" and "victim_policy" not in given:
         v["victim_policy"] = "priority"  # vLLM's priority policy preempts the least important request
-    get_victim_policy(v["victim_policy"])
-    get_eviction_key(v["cache_eviction"])
-    budget = v["max_num_batched_tokens"]
-    if not v["enable_chunked_prefill"]:
-        # as vLLM: without chunking every prompt must fit one iteration's budget
-        if "max_num_batched_tokens" not in given:
-            budget = max(budget, max_len)
-        elif budget < max_len:
-            raise ConfigError(
-                f"{name('max_num_batched_tokens')} ({budget}) is below {name('max_model_len')} "
-                f"({max_len}): without chunked prefill longer prompts could never be scheduled; raise"
-                " it, lower the context, or enable chunked prefill"
-            )
-    sched = SchedulerConfig(
+    sched = fill(
+        SchedulerConfig,
+        v,
         max_model_len=max_len,
-        max_num_seqs=v["max_num_seqs"],
-        max_num_batched_tokens=budget,
-        enable_chunked_prefill=v["enable_chunked_prefill"],
-        batching=v["batching"],
-        horizon_s=v["horizon_s"],
-        preemption_mode=v["preemption_mode"],
-        partial_preemption=v["partial_preemption"],
-        scheduling_policy=v["scheduling_policy"],
-        num_scheduler_steps=steps,
         prompts_alone=v0 and not v["enable_chunked_prefill"] and v["batching"] == "continuous",
     )
     reserve = v["activation_reserve"]
@@ -305,69 +254,27 @@ def config_from_options(values: Mapping[str, Any], naming: str = "flag"):
         from kvsim.releases import default_gpu_memory_utilization
 
         utilization = default_gpu_memory_utilization(v["vllm_version"], utilization)
-    mem = MemoryConfig(
-        utilization,
-        v["activation_reserve_gb"],
-        reserve,
-        v["kv_pool_gb"],
-        v["num_blocks"],
-        v["num_blocks_size"] or v["block_size"],
-        v["ignore_gpu_memory"],
+    mem = fill(
+        MemoryConfig,
+        v,
+        gpu_memory_utilization=utilization,
+        activation_reserve=reserve,
+        num_blocks_size=v["num_blocks_size"] or v["block_size"],
     )
-    from kvsim.config import set_pool, set_pool_problem
-
-    stage = model.pipeline_stage(pp)
-    plan = set_pool(mem, max(1, stage.kv_bytes_per_token_gpu(tp)))
-    problem = plan and set_pool_problem(plan, stage, gpu, tp, mem.ignore_gpu_memory, dp)
-    if problem:  # a set pool must fit the GPU: fail here, naming the key as the user wrote it
-        raise ConfigError(f"{name('num_blocks' if mem.num_blocks is not None else 'kv_pool_gb')}: {problem}")
-    roof = RooflineParams(v["flops_efficiency"], v["bandwidth_efficiency"], v["step_overhead_ms"] / 1000)
-    latency = v["latency"]
-    if latency not in LATENCY_MODELS:
+    roof = fill(RooflineParams, v, step_overhead_s=v["step_overhead_ms"] / 1000)
+    if v["latency"] not in LATENCY_MODELS:
         from kvsim.latency.calibration import load_calibration
 
-        load_calibration(latency)  # a bad file fails here, before any simulation
-    if v["enable_expert_parallel"] and model.is_moe and model.num_experts % (tp * dp):
-        ranks = (
-            f"{tp * dp} GPUs ({name('data_parallel_size')} x {name('tensor_parallel_size')})"
-            if dp > 1
-            else f"{tp} GPUs ({name('tensor_parallel_size')})"
-        )
-        raise ConfigError(
-            f"{name('enable_expert_parallel')}: {model.num_experts} experts of {model.name} do not "
-            f"spread evenly over {ranks}"
-        )
-    return SimConfig(
-        model,
-        gpu,
-        sched,
-        mem,
-        roof,
-        tensor_parallel_size=tp,
-        pipeline_parallel_size=pp,
+        load_calibration(v["latency"])  # a bad file fails here, before any simulation
+    return fill(
+        SimConfig,
+        v,
+        model=model,
+        gpu=gpu,
+        scheduler=sched,
+        memory=mem,
+        roofline=roof,
         swap_space=swap,
-        data_parallel_size=dp,
-        enable_expert_parallel=v["enable_expert_parallel"],
-        latency=latency,
-        vllm_version=v["vllm_version"],
-        cpu_overhead=v["cpu_overhead"],
-        async_scheduling=v["async_scheduling"],
-        moe_backend=v["moe_backend"],
-        moe_routing=v["moe_routing"],
-        interconnect=v["interconnect"],
-        frontend=v["frontend"],
-        api_server_count=v["api_server_count"],
-        vllm_engine=v["vllm_engine"],
-        cudagraph_capture_sizes=v["cudagraph_capture_sizes"],
-        victim_policy=v["victim_policy"],
-        block_size=v["block_size"],
-        enable_prefix_caching=v["enable_prefix_caching"],
-        cache_eviction=v["cache_eviction"],
-        kv_offloading_size=v["kv_offloading_size"],
-        max_concurrency=v["max_concurrency"],
-        request_rate=v["request_rate"],
-        kv_offloading_bandwidth=v["kv_offloading_bandwidth"],
-        kv_load_layerwise=v["kv_load_layerwise"],
         speculative=spec,
     )
 

@@ -84,6 +84,8 @@ SEED = Number(integer=True, min=0, max=2**63 - 1)  # what numpy's generators tak
 MAX_SIGMA = 10.0  # lognormal shape beyond which samples overflow float64 for any sensible mean
 LOGNORMAL_SIGMA = Number(min=0, max=MAX_SIGMA)
 MAX_TP = 4096  # GPUs a replica's tensor parallelism may span
+MAX_PROMPTS = 10_000_000  # requests one generated workload may have: beyond this, memory runs out first
+MAX_LEN = 1 << 30  # tokens per prompt or output: far beyond any model's context, and sums stay exact
 
 
 def request_rate(v) -> str | None:

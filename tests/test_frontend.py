@@ -1,11 +1,11 @@
-"""The API server in front of an engine (kvsim/engine/frontend.py): a request reaches the scheduler after the
+"""The API server in front of an engine (kvsim/frontend.py): a request reaches the scheduler after the
 server has taken it in (1.5 ms + 2.5 us per prompt token with the vllm preset, one request at a time per
 server, in the order sent), and the client hears of each token 8 ms after the engine made it. Hand-computed
 single requests, a queue of two, parallel servers, a closed-loop client, and what ``auto`` picks."""
 
 import pytest
 
-from kvsim.engine.frontend import V1_DELIVER_S, V1_TOKEN_S, FrontEnd, Intake, get_frontend
+from kvsim.frontend import V1_DELIVER_S, V1_TOKEN_S, FrontEnd, Intake, get_frontend
 from kvsim.errors import ConfigError
 from kvsim.fleet.cluster import ReplicaGroup, simulate_fleet
 from kvsim.latency import build_latency
@@ -104,7 +104,7 @@ def test_the_v0_api_server_hands_a_burst_to_the_engine_together():
     """V0's API server (V0_REQUEST_S + 1 us per prompt token per request, one at a time): three 1,000-token prompts sent
     at once reach the engine together when the last is in (3 x each), and one prefill computes all three; a
     request sent after the server has gone idle is handed over on its own."""
-    from kvsim.engine.frontend import V0_REQUEST_S
+    from kvsim.frontend import V0_REQUEST_S
 
     each, v0_deliver = V0_REQUEST_S + 1000 * 1e-6, 0.5e-3
     reqs = [Request(x, 0.0, 1000, 2) for x in "abc"] + [Request("d", 5.0, 1000, 2)]

@@ -11,7 +11,7 @@ from helpers import sched
 from kvsim.allocators import make_allocator
 from kvsim.allocators.registry import KINDS, ModelMemory, parse_allocator
 from kvsim.errors import ConfigError
-from kvsim.engine.frontend import FRONTEND_PRESETS
+from kvsim.frontend import FRONTEND_PRESETS
 from kvsim.engine.preemption import get_victim_policy
 from kvsim.engine.simulator import Simulation, SwapTiming
 from kvsim.hardware import get_gpu, get_model

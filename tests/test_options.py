@@ -206,3 +206,75 @@ def test_scheduler_limits_default_to_what_vllm_serve_picks_for_the_gpu():
     assert (s.max_num_seqs, s.max_num_batched_tokens) == (64, 8192)
     s = config_from_args(["--gpu", "a100-40gb", "--max-num-seqs", "4096"]).scheduler
     assert s.max_num_batched_tokens == 4096  # a full batch of decodes fits one iteration
+
+
+def test_every_option_sets_something():
+    """An option row fills the configuration field of its name, or is read where the configuration is built
+    (the model and its formats, the drafter), by the workload generator, or when the trace is read: a row
+    that nothing reads is a flag that silently does nothing."""
+    import dataclasses
+    import inspect
+    import re
+
+    from kvsim import options
+    from kvsim.config import MemoryConfig, SchedulerConfig, SimConfig
+    from kvsim.latency.roofline import RooflineParams
+    from kvsim.trace.bench_load import DATASET_KEYS
+
+    fields = {
+        f.name
+        for cls in (SimConfig, SchedulerConfig, MemoryConfig, RooflineParams)
+        for f in dataclasses.fields(cls)
+        if not f.metadata.get("derived")
+    }
+    read = set(re.findall(r'v\["(\w+)"\]', inspect.getsource(options._build)))
+    trace_reading = {"skip_invalid"}  # planning.point and the commands pass it to load_trace
+    idle = [o.key for o in OPTIONS if o.key not in fields | read | set(DATASET_KEYS) | trace_reading]
+    assert not idle, f"options nothing reads: {idle}"
+
+
+def test_configs_are_filled_by_name():
+    """A field that is an option takes the option's value without a line of its own in config_from_options."""
+    from kvsim.config import SchedulerConfig
+    from kvsim.options import fill
+
+    values = {o.key: o.default for o in OPTIONS}
+    s = fill(SchedulerConfig, {**values, "max_num_seqs": 8, "max_num_batched_tokens": 64}, max_model_len=64)
+    assert (s.max_num_seqs, s.max_num_batched_tokens, s.scheduling_policy) == (8, 64, "fcfs")
+    assert s.async_scheduling is False  # derived fields are left to the builder
+
+
+@pytest.mark.parametrize(
+    "values, flag_msg, key_msg",
+    [
+        (
+            {"max_num_seqs": 64, "max_num_batched_tokens": 32},
+            "--max-num-batched-tokens (32) must be >= --max-num-seqs (64)",
+            "'max_num_batched_tokens' (32) must be >= 'max_num_seqs' (64)",
+        ),
+        (
+            {"num_scheduler_steps": 4},
+            "--num-scheduler-steps 4: multi-step scheduling is the V0 engine's",
+            "'num_scheduler_steps' 4: multi-step",
+        ),
+    ],
+)
+def test_a_rule_is_stated_once_and_names_options_as_written(values, flag_msg, key_msg):
+    """The rules between options live on the configuration dataclasses; the command line sees flags, a grid
+    file its own keys and Python the field names."""
+    import dataclasses
+
+    from kvsim.errors import ConfigError
+
+    with pytest.raises(ConfigError) as e:
+        config_from_options(values)
+    assert flag_msg in str(e.value)
+    with pytest.raises(ConfigError) as e:
+        config_from_options(values, naming="key")
+    assert key_msg in str(e.value)
+    cfg = config_from_options({})
+    with pytest.raises(ConfigError, match=r"^(max_num_batched_tokens|num_scheduler_steps)"):
+        if "num_scheduler_steps" in values:
+            dataclasses.replace(cfg, scheduler=dataclasses.replace(cfg.scheduler, num_scheduler_steps=4))
+        else:
+            dataclasses.replace(cfg.scheduler, max_num_seqs=64, max_num_batched_tokens=32)

@@ -56,6 +56,44 @@ def test_no_import_circles():
     assert not cycles, "\n".join(" -> ".join(c) for c in cycles)
 
 
+def _room(module: str) -> str:
+    """The top-level module or package a module belongs to (kvsim.engine.scheduler -> engine)."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def test_no_arrow_back_up_between_rooms():
+    """Taking each top-level module or package as a room, the rooms' imports form no circle: every room can be
+    put on a floor above all it imports (so the option table, below the engine, cannot import the engine's
+    policies: the rows name them as "module:NAME" instead)."""
+    rooms: dict[str, set[str]] = {}
+    why: dict[tuple[str, str], str] = {}
+    for m, targets in _graph().items():
+        for n in targets:
+            a, b = _room(m), _room(n)
+            if a != b:
+                rooms.setdefault(a, set()).add(b)
+                why.setdefault((a, b), f"{m} -> {n}")
+    floors: dict[str, int] = {}
+    placing: set[str] = set()
+
+    def floor(room: str) -> int:
+        if room in floors:
+            return floors[room]
+        assert room not in placing, f"rooms in a circle through {room}: " + "; ".join(
+            w for (a, b), w in why.items() if a in placing and b in placing
+        )
+        placing.add(room)
+        floors[room] = 1 + max((floor(r) for r in rooms.get(room, ())), default=-1)
+        placing.discard(room)
+        return floors[room]
+
+    for r in sorted(rooms):
+        floor(r)
+    assert rooms["option_table"] <= {"errors", "validation"}, "the option table imports only errors and validation"
+    assert floors["config"] < floors["engine"] and floors["option_table"] < floors["latency"]
+
+
 def test_simulation_never_imports_the_fitting_toolchain():
     """kvsim.calibrate (readers, fits and validation of measured tables, the script that writes the shipped
     calibrations) is a program beside the simulator: the runtime reads only the fitted parameters (calibration

@@ -10,7 +10,7 @@ from hypothesis import assume, given, settings, strategies as st
 
 from helpers import FixedLatency, req, sched
 from kvsim.allocators import make_allocator
-from kvsim.engine.frontend import FRONTEND_PRESETS
+from kvsim.frontend import FRONTEND_PRESETS
 from kvsim.engine.preemption import get_victim_policy
 from kvsim.engine.sequence import Sequence
 from kvsim.engine.simulator import Simulation, SwapTiming

@@ -396,6 +396,25 @@ def _write_fleet_results(out: Path, fleets, title: str, fmt: str, columns=None) 
     return written
 
 
+def add_kv_link_options(group, who: str = "") -> None:
+    """--kv-link and --kv-link-shared, stated once for `kvsim cluster` and the fleet plan (``who``: a prefix
+    saying which command's layouts they set)."""
+    group.add_argument(
+        "--kv-link",
+        default="rdma",
+        metavar="nvlink|nvlink5|rdma|tcp|GB_S[:LATENCY_MS]",
+        help=f"{who}link from a prefill GPU to a decode GPU: nvlink 450 GB/s (Hopper), nvlink5 900 GB/s "
+        "(Blackwell; a GB200/GB300 NVL72 rack), rdma 50 GB/s (400 Gb/s NIC), tcp 12.5 GB/s, or "
+        "bandwidth and fixed latency [default: rdma]",
+    )
+    group.add_argument(
+        "--kv-link-shared",
+        action="store_true",
+        help=f"{who}each engine's links carry one KV transfer at a time (transfers to or from a busy engine "
+        "queue, first come first served) [default: every transfer has its GPU pairs' lanes to itself]",
+    )
+
+
 def register(sub) -> None:
     from kvsim.commands.simulate import add_sim_args
     from kvsim.fleet.routers import ROUTERS
@@ -487,20 +506,7 @@ def register(sub) -> None:
     d.add_argument(
         "--decode-router", default="least-requests", help="router of the decode pool [default: least-requests]"
     )
-    d.add_argument(
-        "--kv-link",
-        default="rdma",
-        metavar="nvlink|nvlink5|rdma|tcp|GB_S[:LATENCY_MS]",
-        help="link from a prefill GPU to a decode GPU: nvlink 450 GB/s (Hopper), nvlink5 900 GB/s "
-        "(Blackwell; a GB200/GB300 NVL72 rack), rdma 50 GB/s (400 Gb/s NIC), tcp 12.5 GB/s, or "
-        "bandwidth and fixed latency [default: rdma]",
-    )
-    d.add_argument(
-        "--kv-link-shared",
-        action="store_true",
-        help="each engine's links carry one KV transfer at a time (transfers to or from a busy engine "
-        "queue, first come first served) [default: every transfer has its GPU pairs' lanes to itself]",
-    )
+    add_kv_link_options(d)
     d.add_argument(
         "--also-aggregated",
         action="store_true",

@@ -602,9 +602,6 @@ def register(sub) -> None:
         "replica of a layout with as many stages [default: --pipeline-parallel-size]",
     )
     fl.add_argument(
-        "--kv-link", default="rdma", help="fleet plan: the P/D KV link (kvsim cluster --kv-link) [default: rdma]"
-    )
-    fl.add_argument(
         "--fleet-dp",
         metavar="LIST",
         type=int_list(),
@@ -618,11 +615,9 @@ def register(sub) -> None:
         help="MoE models: the fleet plan tries every layout with and without expert parallelism "
         "(--enable-expert-parallel) [default: as --enable-expert-parallel says]",
     )
-    fl.add_argument(
-        "--kv-link-shared",
-        action="store_true",
-        help="fleet plan: each engine's links carry one KV transfer at a time (kvsim cluster --kv-link-shared)",
-    )
+    from kvsim.commands.fleet import add_kv_link_options
+
+    add_kv_link_options(fl, "fleet plan: ")
     pl.set_defaults(func=cmd_plan)
     sw = sub.add_parser("sweep", help="run a grid of simulations (local processes or Ray), resumable")
     sw.add_argument("grid", help="YAML file with base / grid / points (docs/planning.md)")

@@ -44,7 +44,7 @@ from typing import Callable, Protocol
 
 from kvsim.allocators.base import KVAllocator
 from kvsim.config import SchedulerConfig
-from kvsim.engine.frontend import Intake
+from kvsim.frontend import Intake
 from kvsim.engine.incremental import IncrementalScheduler
 from kvsim.engine.memory_tracker import MemoryTracker
 from kvsim.engine.preemption import VictimPolicy, lifo

@@ -74,6 +74,11 @@ VICTIM_POLICIES: dict[str, VictimPolicy] = {p.name: p for p in (lifo, fifo, lru,
 VICTIM_ALIASES = {"hybrid": "prefill-first"}
 
 
+def victim_policy_names() -> tuple[str, ...]:
+    """The names --victim-policy takes now: registered policies and their aliases."""
+    return (*VICTIM_POLICIES, *VICTIM_ALIASES)
+
+
 def get_victim_policy(name: str) -> VictimPolicy:
     try:
         return VICTIM_POLICIES[VICTIM_ALIASES.get(name, name)]

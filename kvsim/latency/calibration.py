@@ -182,6 +182,7 @@ MOE_BACKENDS = {
     "flashinfer-trtllm": "FlashInfer's TensorRT-LLM-gen fused MoE",
     "flashinfer-trtllm-mxfp8": "FlashInfer's TensorRT-LLM-gen MXFP4 MoE with MXFP8 activations",
 }
+MOE_BACKEND_CHOICES = ("auto", *MOE_BACKENDS)  # --moe-backend (auto: vLLM's pick for the model and GPU)
 
 
 def moe_backend_of(kernel_source: str, moe_dtype: str) -> str | None:

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 from kvsim.hardware import GpuSpec, ModelSpec
 from kvsim.latency.base import LatencyModel, StepShape, sum_max_of_two_affine
-from kvsim.option_table import option_default
-from kvsim.validation import FRACTION, NON_NEGATIVE, require
+from kvsim.option_table import check_fields, option_default
+from kvsim.validation import NON_NEGATIVE, require
 
 
 @dataclass(frozen=True)
@@ -27,8 +27,7 @@ class RooflineParams:
     step_overhead_s: float = option_default("step_overhead_ms") / 1000
 
     def __post_init__(self) -> None:
-        require(self.flops_efficiency, FRACTION, "flops_efficiency")
-        require(self.bandwidth_efficiency, FRACTION, "bandwidth_efficiency")
+        check_fields(self)  # the efficiencies, by their options' rules
         require(self.step_overhead_s, NON_NEGATIVE, "step_overhead_s")
 
 

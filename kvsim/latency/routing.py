@@ -25,9 +25,11 @@ from __future__ import annotations
 import math
 from functools import lru_cache
 
+from kvsim.option_table import option_default
+
 # routing name -> power-law exponent (None: not a power law)
 ROUTINGS: dict[str, float | None] = {"uniform": None, "balanced": None, "power-law-1.01": 1.01, "power-law-1.2": 1.2}
-DEFAULT_ROUTING = "power-law-1.2"  # --moe-routing's default (docs/latency.md says why)
+DEFAULT_ROUTING: str = option_default("moe_routing")  # power-law-1.2 (docs/latency.md says why)
 # AIConfigurator's name of each routing its MoE tables time
 TABLE_ROUTINGS = {"balanced": "balanced", "power_law_1.01": "power-law-1.01", "power_law_1.2": "power-law-1.2"}
 

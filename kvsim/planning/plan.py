@@ -151,10 +151,11 @@ def _kernel_times(path: str) -> dict[int, float]:
     return {b: t * 1e6 for b, (_, t) in best.items()}
 
 
-def _evaluate(point: dict, slos, rate: float) -> Evaluation:
-    from kvsim.planning.point import evaluate
+def _evaluate(built, slos, rate: float) -> Evaluation:
+    """A built point (planning.point.BuiltPoint) run at ``rate`` requests/s, judged by the SLOs."""
+    from kvsim.planning.point import evaluate_requests
 
-    s = evaluate({**point, "rate": rate})
+    s = evaluate_requests(built.cfg, built.spec, built.at_rate(rate))
     why = check_slos(s, slos)
     if not s["stable"]:
         why.append("queue keeps growing (unstable)")
@@ -163,14 +164,13 @@ def _evaluate(point: dict, slos, rate: float) -> Evaluation:
     return Evaluation(rate, not why, why, s)
 
 
-def _why_never(point: dict, slos, reason: str) -> str:
+def _why_never(built, slos, reason: str) -> str:
     """Explain an infeasible configuration with what a single request costs on its own."""
     from kvsim.latency import StepShape, build_latency
-    from kvsim.planning.point import build
 
     import numpy as np
 
-    cfg, reqs, _ = build(point)
+    cfg, reqs = built.cfg, built.requests
     lat = build_latency(cfg)
     budget = cfg.engine_scheduler().max_num_batched_tokens  # as the engine chunks (speculative: / tau)
     notes = [reason]
@@ -194,20 +194,20 @@ def _why_never(point: dict, slos, reason: str) -> str:
 
 def run_job(job: PlanJob) -> tuple[dict, list[dict]]:
     """Capacity search for one configuration: (capacity row, rows of every evaluation)."""
-    from kvsim.planning.point import build, trace_rate
+    from kvsim.planning.point import build_point
 
-    cfg, reqs, _ = build(job.point)
-    base_rate = trace_rate(reqs)
+    built = build_point(job.point)  # once: the search varies only the rate
+    cfg, reqs, base_rate = built.cfg, built.requests, built.rate
     if not math.isfinite(base_rate):
         from kvsim.planning.point import no_gaps_message
 
         raise ConfigError(
             no_gaps_message(str(job.point["trace"]), len(reqs)) + "; capacity planning needs arrivals spread over time"
         )
-    cap = find_capacity(lambda r: _evaluate(job.point, job.slos, r), base_rate, job.tol, job.max_steps)
+    cap = find_capacity(lambda r: _evaluate(built, job.slos, r), base_rate, job.tol, job.max_steps)
     cfg_cols = {"config": job.label, "gpu": job.point["gpu"], "allocator": job.point["allocator"], **job.extra}
     best = max((e for e in cap.evaluations if e.ok), key=lambda e: e.rate, default=None)
-    reason = _why_never(job.point, job.slos, cap.reason) if cap.status == "never" else cap.reason
+    reason = _why_never(built, job.slos, cap.reason) if cap.status == "never" else cap.reason
     short = [e for e in cap.evaluations if not e.ok and e.summary.get("sustain") == "too-short"]
     if short:  # above some rate the trace cannot show whether the server keeps up
         first = min(short, key=lambda e: e.rate)
@@ -267,8 +267,10 @@ def window_trace(trace: str, n: int, folder, skip_invalid: bool = False) -> tupl
 
 
 def _whole_trace_check(args: tuple) -> Evaluation:
+    from kvsim.planning.point import build_point
+
     point, slos, rate = args
-    return _evaluate(point, slos, rate)
+    return _evaluate(build_point(point), slos, rate)
 
 
 def on_whole_trace(

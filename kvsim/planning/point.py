@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import math
 import json
+import math
+from dataclasses import dataclass, replace
+from typing import Any
 
 from kvsim.engine.sequence import Status
 from kvsim.errors import ConfigError
@@ -90,22 +92,53 @@ def point_config(point: dict):
     return cfg, resolve_allocator(str(own.get("allocator", "paged")), cfg, named), normalize(opts, naming="key")
 
 
+@dataclass(frozen=True)
+class BuiltPoint:
+    """A point's configuration, allocator and trace, built once; a capacity search varies only the rate
+    (:meth:`at_rate`)."""
+
+    point: dict
+    cfg: Any  # SimConfig
+    spec: str  # the resolved allocator
+    loaded: tuple[Request, ...]  # the trace as read
+    requests: list[Request]  # at the point's own 'rate' / 'rate_scale', if it sets one
+
+    @property
+    def rate(self) -> float:
+        """The mean arrival rate of :attr:`requests`, requests/s (inf: no gaps)."""
+        return trace_rate(self.requests)
+
+    def at_rate(self, rate) -> list[Request]:
+        """The trace as read with its gaps scaled to ``rate`` requests/s."""
+        if self.cfg.request_rate is not None:
+            raise ConfigError(
+                "a point sets both 'rate'/'rate_scale' (scaling the trace's gaps) and 'request_rate' "
+                "(new Poisson times): give one"
+            )
+        if not math.isfinite(trace_rate(self.loaded)):
+            raise ConfigError(
+                no_gaps_message(str(self.point["trace"]), len(self.loaded)) + " (drop 'rate' / 'rate_scale' for it)"
+            )
+        return scale_to_rate(self.loaded, rate)
+
+
+def build_point(point: dict) -> BuiltPoint:
+    """Build a point: its configuration, allocator and trace (scaled to its own 'rate' or 'rate_scale')."""
+    cfg, spec, opts = point_config(point)
+    loaded = _load(str(point["trace"]), bool(opts.get("skip_invalid", False)))
+    built = BuiltPoint(point, cfg, spec, loaded, list(loaded))
+    if point.get("rate") is not None:
+        return replace(built, requests=built.at_rate(_rate(point["rate"], "rate")))
+    if point.get("rate_scale") is not None:
+        scale = _rate(point["rate_scale"], "rate_scale")
+        return replace(built, requests=built.at_rate(trace_rate(loaded) * scale))
+    return built
+
+
 def build(point: dict):
     """(SimConfig, requests, allocator spec) for a point."""
-    cfg, spec, opts = point_config(point)
-    reqs = list(_load(str(point["trace"]), bool(opts.get("skip_invalid", False))))
-    if cfg.request_rate is not None and (point.get("rate") is not None or point.get("rate_scale") is not None):
-        raise ConfigError(
-            "a point sets both 'rate'/'rate_scale' (scaling the trace's gaps) and 'request_rate' "
-            "(new Poisson times): give one"
-        )
-    if (point.get("rate") is not None or point.get("rate_scale") is not None) and not math.isfinite(trace_rate(reqs)):
-        raise ConfigError(no_gaps_message(str(point["trace"]), len(reqs)) + " (drop 'rate' / 'rate_scale' for it)")
-    if point.get("rate") is not None:
-        reqs = scale_to_rate(reqs, _rate(point["rate"], "rate"))
-    elif point.get("rate_scale") is not None:
-        reqs = scale_to_rate(reqs, trace_rate(reqs) * _rate(point["rate_scale"], "rate_scale"))
-    return cfg, reqs, spec
+    b = build_point(point)
+    return b.cfg, b.requests, b.spec
 
 
 def _rate(v, key: str) -> float:
@@ -122,9 +155,15 @@ def _rate(v, key: str) -> float:
 
 def evaluate(point: dict) -> dict:
     """Simulate one point; returns its run summary (allocator name included) plus the offered rate."""
+    b = build_point(point)
+    return evaluate_requests(b.cfg, b.spec, b.requests)
+
+
+def evaluate_requests(cfg, spec: str, reqs: list[Request]) -> dict:
+    """Simulate ``reqs`` on a built configuration: the run summary plus the offered rate, mean lengths and
+    whether the run keeps up (:func:`is_stable`, :func:`sustained`)."""
     from kvsim.runner import simulate
 
-    cfg, reqs, spec = build(point)
     out = simulate(reqs, cfg, spec)
     s = dict(out.summary)
     s["offered_rate"] = trace_rate(reqs)

@@ -37,13 +37,11 @@ from typing import Any, Mapping
 
 from kvsim.errors import ConfigError
 from kvsim.trace.request import Request
-from kvsim.validation import POSITIVE_INT, SEED, Number, request_rate, require
+from kvsim.validation import MAX_LEN, MAX_PROMPTS, POSITIVE_INT, SEED, Number, request_rate, require
 
 HARNESSES = ("vllm-random", "genai-perf", "inferencemax")
 RANGE_RATIO_MODES = ("symmetric", "lower-bound")  # [L(1-r), L(1+r)] (vLLM since PR 16126); [int(L r), L] (before)
 DATASETS = ("random",)
-MAX_PROMPTS = 10_000_000  # as `kvsim trace generate`: beyond this, memory runs out first
-MAX_LEN = 1 << 30  # tokens per prompt or output: far beyond any model's context, and sums stay exact
 HASH_BLOCK_TOKENS = 16  # tokens per hash id (vLLM's default KV block)
 
 # the options table keys that describe a generated benchmark workload (kvsim/option_table.py, group "load")
