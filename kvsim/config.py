@@ -49,6 +49,7 @@ class SchedulerConfig:
     max_num_batched_tokens: int = 8192  # token budget of one iteration
     batching: str = option_default("batching")  # "continuous" or "static"
     horizon_s: float | None = None  # stop the simulation at this time (seconds); later work is "unfinished"
+    clock: str = option_default("clock")  # heap, or simpy: arrivals and engines as SimPy processes (same results)
     preemption_mode: str = option_default("preemption_mode")  # or "swap" (to the CPU pool; recompute when full)
     partial_preemption: bool = option_default("partial_preemption")  # preempt only a victim's tail blocks
     scheduling_policy: str = option_default("scheduling_policy")  # the waiting queue's order (engine/waiting.py)

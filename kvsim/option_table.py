@@ -447,6 +447,16 @@ OPTIONS: list[Option] = [
         POSITIVE,
         default_text="run until every request is done",
     ),
+    Option(
+        "clock",
+        ("--clock",),
+        "what moves simulated time: heap (kvsim's event heap, the fastest) or simpy (the arrivals and "
+        "engines as SimPy processes, the same results bit for bit; the clock kvsim.sim's clients, autoscalers "
+        "and failures run on)",
+        "scheduler",
+        "heap",
+        choices=("heap", "simpy"),
+    ),
     # --- latency
     Option(
         "latency",

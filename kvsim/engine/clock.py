@@ -92,6 +92,16 @@ class Completions:
             self.clients.freed(n, t)
 
 
+def driver(clock: str) -> Callable[..., int]:
+    """The function that runs engines over arrivals (:func:`drive`'s arguments) for ``--clock``: ``heap``, this
+    module's loop, or ``simpy``, the same run as SimPy processes (kvsim/engine/processes.py)."""
+    if clock == "simpy":
+        from kvsim.engine.processes import drive_processes
+
+        return drive_processes
+    return drive
+
+
 def close_engines(engines: Seq[Engine]) -> list[Sequence]:
     """End the run on every engine; the parallel samples they forked (which no trace lists)."""
     samples = []

@@ -17,7 +17,7 @@ from typing import Callable
 from kvsim.allocators.base import KVAllocator
 from kvsim.config import SchedulerConfig
 from kvsim.latency.base import LatencyModel
-from kvsim.engine.clock import ClientLimit, Completions, TraceArrivals, close_engines, drive
+from kvsim.engine.clock import ClientLimit, Completions, TraceArrivals, close_engines, driver
 from kvsim.engine.engine import Engine, StepObserver, SwapTiming
 from kvsim.engine.memory_tracker import MemoryTracker
 from kvsim.engine.preemption import VictimPolicy, lifo
@@ -79,6 +79,7 @@ class Simulation:
     def run(self) -> SimResult:
         wall0 = time.perf_counter()
         eng, trace = self.engine, self.trace
+        drive = driver(self.engine.cfg.clock)
         arrived = drive([eng], self.clients.times, self.seqs, lambda seq, t: 0, eng.horizon)
         samples = close_engines([eng])
         self.clients.stamp(self.seqs, trace.t0)

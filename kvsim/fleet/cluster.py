@@ -16,7 +16,7 @@ import pandas as pd
 
 from kvsim.allocators import AllocatorSpec
 from kvsim.config import PoolPlan, SimConfig
-from kvsim.engine.clock import ClientLimit, Completions, TraceArrivals, close_engines, drive
+from kvsim.engine.clock import ClientLimit, Completions, TraceArrivals, close_engines, driver
 from kvsim.engine.engine import Engine
 from kvsim.engine.preemption import get_victim_policy
 from kvsim.engine.sequence import Sequence, Status
@@ -207,6 +207,14 @@ def common_horizon(groups: list[ReplicaGroup], trace: TraceArrivals) -> float | 
     return trace.horizon(horizons.pop())
 
 
+def common_clock(groups: list[ReplicaGroup]) -> Callable[..., int]:
+    """The driver of the fleet's one clock (``--clock``, which every group carries: kvsim.engine.clock.driver)."""
+    clocks = {g.cfg.scheduler.clock for g in groups}
+    if len(clocks) > 1:
+        raise ConfigError("--clock drives the whole fleet: give it once, not per replica group")
+    return driver(clocks.pop() if clocks else "heap")
+
+
 def replica_outputs(
     engines: list[Engine], pools: list[PoolPlan], trace: TraceArrivals, end: float, wall: float
 ) -> list[RunOutput]:
@@ -253,6 +261,7 @@ def simulate_fleet(
     rt = make_router(router, engines, options)
     replica_of = np.full(len(seqs), -1, dtype=np.int64)
 
+    drive = common_clock(groups)
     arrived = drive(engines, clients.times, seqs, routing(rt, reps, replica_of), horizon, touched=touched)
     mark_unfinished(seqs, close_engines(engines), arrived)
     clients.stamp(seqs, trace.t0)

@@ -29,7 +29,7 @@ from typing import Callable
 import numpy as np
 
 from kvsim.allocators.kv_tier import TierSpec
-from kvsim.engine.clock import ClientLimit, Completions, close_engines, drive
+from kvsim.engine.clock import ClientLimit, Completions, close_engines
 from kvsim.engine.sequence import Sequence, Status
 from kvsim.engine.simulator import mark_unfinished
 from kvsim.errors import ConfigError
@@ -38,6 +38,7 @@ from kvsim.fleet.cluster import (
     ReplicaGroup,
     build_replicas,
     client_load,
+    common_clock,
     common_horizon,
     fleet_summary,
     replica_outputs,
@@ -216,6 +217,7 @@ def simulate_disagg(
     route = routing(make_router(router, P.engines, options), P, prefill_of)
     clients = done.clients = ClientLimit([trace.times[k] for k in kept], limit)
     routed = [pseqs[k] for k in kept]
+    drive = common_clock(prefill + decode)
     arrived = drive(engines, clients.times, routed, route, horizon, hints=False, touched=touched)
     mark_unfinished(seqs, close_engines(engines), n)
     for side in (routed, [seqs[k] for k in kept]):  # both records of a request were sent when its client sent it

@@ -1,0 +1,197 @@
+"""The clock as SimPy processes: arrivals and engines on a :class:`simpy.Environment`, beside which a user's own
+processes (clients, autoscalers, failures: kvsim.sim) run on the same simulated time.
+
+It runs the engines exactly as the heap clock does (kvsim/engine/clock.py :func:`~kvsim.engine.clock.drive`),
+bit for bit, by putting SimPy's events in the same order:
+
+- times are absolute: an event at ``t`` is queued at ``t`` itself (SimPy's timeouts add a delay to ``now``,
+  and ``now + (t - now)`` need not be ``t`` in floating point);
+- an arrival goes before an engine event at the same instant (priority 0), and engines at the same instant
+  go in index order (engine ``e`` has priority ``1 + e``);
+- an engine's next event can move (an arrival wakes it, or cuts its decode run): its process waits on a wake-up
+  that only the newest timer of that engine fires, so a superseded timer does nothing.
+
+A request is routed when it arrives, by the arrivals process, so the router sees the engines as they are then.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from functools import partial
+from typing import Any, Callable, Generator, Sequence as Seq
+
+import simpy
+from simpy.events import URGENT
+
+from kvsim.engine.engine import Engine
+from kvsim.engine.sequence import Sequence
+
+ARRIVAL = 0  # an arrival's priority: before any engine at the same instant
+
+
+class Clock(simpy.Environment):
+    """A SimPy environment whose events can be queued at absolute times (seconds on the engines' clock)."""
+
+    def at(self, t: float, priority: int = 1) -> simpy.Event:
+        """An event that fires at time ``t`` exactly, after events of a lower ``priority`` at ``t``."""
+        ev = simpy.Event(self)
+        ev._ok = True
+        ev._value = None
+        entry: Any = (t, priority, next(self._eid), ev)
+        heapq.heappush(self._queue, entry)
+        return ev
+
+    def fire(self, ev: simpy.Event) -> None:
+        """Trigger ``ev`` now, before anything else queued for this instant (a wake-up that moves no time)."""
+        ev._ok = True
+        ev._value = None
+        self.schedule(ev, URGENT)
+
+
+class EngineProcess:
+    """One engine as a SimPy process: it waits for its next event, advances the engine, and waits again."""
+
+    def __init__(self, driver: "Driver", index: int, engine: Engine):
+        self.driver = driver
+        self.index = index
+        self.engine = engine
+        self.version = 0
+        self.pending: float | None = None  # the time of the engine's queued event (None: idle)
+        self.wake = driver.env.event()
+        self.process = driver.env.process(self.run())
+
+    def schedule(self) -> None:
+        """Queue the engine's next event (after it moved); the one queued before, if any, is superseded."""
+        self.version += 1
+        t = self.engine.next_time
+        self.driver.busy += (t is not None) - (self.pending is not None)
+        self.pending = t
+        if t is not None:
+            version = self.version
+            timer = self.driver.env.at(t, 1 + self.index)
+            timer.callbacks.append(partial(self._due, version))
+
+    def _due(self, version: int, _: simpy.Event) -> None:
+        if version == self.version:
+            self.pending = None
+            self.driver.busy -= 1
+            self.driver.env.fire(self.wake)
+
+    def run(self) -> Generator[simpy.Event, Any, None]:
+        d = self.driver
+        while True:
+            yield self.wake
+            self.wake = d.env.event()
+            self.engine.advance(d.hint())
+            self.schedule()
+            d.stepped()
+
+
+class Driver:
+    """Arrivals and engines as SimPy processes on ``env`` (a :class:`Clock`): the arguments of
+    :func:`kvsim.engine.clock.drive`, the same run. ``done`` fires when the heap clock would return: no engine
+    has work and no arrival is due (``arrived``: how many requests were routed)."""
+
+    def __init__(
+        self,
+        env: Clock,
+        engines: Seq[Engine],
+        arrivals: Seq[float],
+        seqs: Seq[Sequence],
+        route: Callable[[Sequence, float], int],
+        horizon: float | None,
+        hints: bool | None = None,
+        touched: list[int] | None = None,
+    ):
+        self.env = env
+        self.engines = engines
+        self.arrivals = arrivals
+        self.seqs = seqs
+        self.route = route
+        self.horizon = horizon
+        self.touched = touched
+        self.single = len(engines) == 1 if hints is None else hints
+        self.arrived = 0
+        self.busy = 0  # engines with an event queued
+        self.done = env.event()
+        self._client: simpy.Event | None = None  # the arrivals process's wake-up while it waits for a client to be free
+        self._arrivals_over = False
+        n = len(seqs)
+        while self.arrived < n and arrivals[self.arrived] <= 0.0:  # as the heap clock: before engines start
+            i = self.arrived
+            engines[route(seqs[i], arrivals[i])].receive(seqs[i], arrivals[i])
+            self.arrived += 1
+        self.procs = [EngineProcess(self, e, eng) for e, eng in enumerate(engines)]
+        for p in self.procs:
+            p.engine.start(0.0, self.hint())
+            p.schedule()
+        self.arrivals_process = env.process(self._arrive())
+
+    def hint(self) -> float | None:
+        """The next arrival, when the engine it goes to (the only one) may know it."""
+        i = self.arrived
+        a = self.arrivals
+        return a[i] if self.single and i < len(a) and a[i] != math.inf else None
+
+    def _repush_touched(self) -> None:
+        touched = self.touched
+        if touched:
+            for e in touched:
+                p = self.procs[e]
+                if p.engine.next_time != p.pending:
+                    p.schedule()
+            touched.clear()
+
+    def stepped(self) -> None:
+        """After an engine step: engines its hooks moved, a client freed by a completion, the end."""
+        self._repush_touched()
+        if self._client is not None and self.arrivals[self.arrived] != math.inf:
+            client, self._client = self._client, None
+            self.env.fire(client)
+        self._check_done()
+
+    def _check_done(self) -> None:
+        if not self.done.triggered and not self.busy and (self._arrivals_over or self._client is not None):
+            self.done.succeed(self.arrived)
+
+    def _arrive(self) -> Generator[simpy.Event, Any, None]:
+        env, arrivals, seqs, engines = self.env, self.arrivals, self.seqs, self.engines
+        n = len(seqs)
+        while self.arrived < n:
+            t = arrivals[self.arrived]
+            if t == math.inf:  # its client is still waiting for an answer
+                client = self._client = env.event()
+                self._check_done()
+                yield client
+                continue
+            if t > env.now:
+                yield env.at(t, ARRIVAL)
+            if self.horizon is not None and t > self.horizon and not self.busy:
+                break
+            i = self.arrived
+            e = self.route(seqs[i], t)
+            before = engines[e].next_time
+            engines[e].receive(seqs[i], t)
+            self.arrived += 1
+            if engines[e].next_time != before:
+                self.procs[e].schedule()
+            self._repush_touched()
+        self._arrivals_over = True
+        self._check_done()
+
+
+def drive_processes(
+    engines: Seq[Engine],
+    arrivals: Seq[float],
+    seqs: Seq[Sequence],
+    route: Callable[[Sequence, float], int],
+    horizon: float | None,
+    hints: bool | None = None,
+    touched: list[int] | None = None,
+) -> int:
+    """:func:`kvsim.engine.clock.drive` on SimPy: the same arguments, the same run, bit for bit."""
+    env = Clock()
+    driver = Driver(env, engines, arrivals, seqs, route, horizon, hints, touched)
+    env.run(until=driver.done)
+    return driver.arrived
