@@ -106,6 +106,7 @@ class Engine:
         on_complete: Callable[[int, float], None] | None = None,
         handoff: Callable[[Sequence, float], None] | None = None,
         kv_loader: Callable[[Sequence, int, float], float] | None = None,
+        on_finished: Callable[[list[Sequence]], None] | None = None,
     ):
         self.alloc = allocator
         self.latency = latency
@@ -120,6 +121,7 @@ class Engine:
         # engine's finished requests go on to a decode engine and are not counted
         self.on_complete = on_complete
         self.handoff = handoff  # prefill role: called with each finished sequence and the time it finished
+        self.on_finished = on_finished  # called with the sequences each iteration finished (kvsim.sim's metrics)
         self.sched.park_finished = handoff is not None
         self.sched.kv_loader = kv_loader
         self.memory = MemoryTracker(allocator.pool_tokens, resolution_s=resolution_s, token_slots=allocator.token_slots)
@@ -458,6 +460,8 @@ class Engine:
             self._completed(complete, final=self.handoff is None)
         if result.finished:
             self._observe(t1)
+            if self.on_finished is not None:
+                self.on_finished(result.finished)
             if self.handoff is not None:
                 for seq in result.finished:
                     self.handoff(seq, t1)

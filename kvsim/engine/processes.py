@@ -57,6 +57,7 @@ class EngineProcess:
         self.index = index
         self.engine = engine
         self.version = 0
+        self.stopped = False  # taken out of the run (a replica failed or removed): it takes no more events
         self.pending: float | None = None  # the time of the engine's queued event (None: idle)
         self.wake = driver.env.event()
         self.process = driver.env.process(self.run())
@@ -64,7 +65,7 @@ class EngineProcess:
     def schedule(self) -> None:
         """Queue the engine's next event (after it moved); the one queued before, if any, is superseded."""
         self.version += 1
-        t = self.engine.next_time
+        t = self.engine.next_time if not self.stopped else None
         self.driver.busy += (t is not None) - (self.pending is not None)
         self.pending = t
         if t is not None:
@@ -77,6 +78,12 @@ class EngineProcess:
             self.pending = None
             self.driver.busy -= 1
             self.driver.env.fire(self.wake)
+
+    def stop(self) -> None:
+        """Take the engine out of the run now: its queued event never fires, and nothing wakes it again."""
+        self.stopped = True
+        self.engine.done = True
+        self.schedule()
 
     def run(self) -> Generator[simpy.Event, Any, None]:
         d = self.driver
@@ -91,7 +98,11 @@ class EngineProcess:
 class Driver:
     """Arrivals and engines as SimPy processes on ``env`` (a :class:`Clock`): the arguments of
     :func:`kvsim.engine.clock.drive`, the same run. ``done`` fires when the heap clock would return: no engine
-    has work and no arrival is due (``arrived``: how many requests were routed)."""
+    has work and no arrival is due (``arrived``: how many requests were routed).
+
+    For a fleet that changes while it runs (kvsim.sim): ``route`` may return None to hold a request (no replica
+    serves yet; :meth:`deliver` sends it on later), :meth:`add_engine` adds an engine, ``EngineProcess.stop``
+    takes one out, and ``keep_alive()`` (while true the run is not over) waits for replicas still starting."""
 
     def __init__(
         self,
@@ -99,10 +110,11 @@ class Driver:
         engines: Seq[Engine],
         arrivals: Seq[float],
         seqs: Seq[Sequence],
-        route: Callable[[Sequence, float], int],
+        route: Callable[[Sequence, float], int | None],
         horizon: float | None,
         hints: bool | None = None,
         touched: list[int] | None = None,
+        keep_alive: Callable[[], bool] | None = None,
     ):
         self.env = env
         self.engines = engines
@@ -113,6 +125,8 @@ class Driver:
         self.touched = touched
         self.single = len(engines) == 1 if hints is None else hints
         self.arrived = 0
+        self.keep_alive = keep_alive
+        self.stepped_hook: Callable[[], None] | None = None  # called after every engine step (kvsim.sim)
         self.busy = 0  # engines with an event queued
         self.done = env.event()
         self._client: simpy.Event | None = None  # the arrivals process's wake-up while it waits for a client to be free
@@ -120,13 +134,32 @@ class Driver:
         n = len(seqs)
         while self.arrived < n and arrivals[self.arrived] <= 0.0:  # as the heap clock: before engines start
             i = self.arrived
-            engines[route(seqs[i], arrivals[i])].receive(seqs[i], arrivals[i])
+            e = route(seqs[i], arrivals[i])
+            if e is not None:
+                engines[e].receive(seqs[i], arrivals[i])
             self.arrived += 1
         self.procs = [EngineProcess(self, e, eng) for e, eng in enumerate(engines)]
         for p in self.procs:
             p.engine.start(0.0, self.hint())
             p.schedule()
         self.arrivals_process = env.process(self._arrive())
+
+    def add_engine(self, engine: Engine) -> EngineProcess:
+        """Add ``engine`` (already the last of :attr:`engines`) to the run: it starts now."""
+        proc = EngineProcess(self, len(self.procs), engine)
+        self.procs.append(proc)
+        engine.start(self.env.now, self.hint())
+        proc.schedule()
+        return proc
+
+    def deliver(self, seq: Sequence, e: int) -> None:
+        """Send ``seq`` (held by the router until now) to engine ``e``."""
+        engine = self.engines[e]
+        before = engine.next_time
+        engine.receive(seq, self.env.now)
+        if engine.next_time != before:
+            self.procs[e].schedule()
+        self._repush_touched()
 
     def hint(self) -> float | None:
         """The next arrival, when the engine it goes to (the only one) may know it."""
@@ -146,14 +179,25 @@ class Driver:
     def stepped(self) -> None:
         """After an engine step: engines its hooks moved, a client freed by a completion, the end."""
         self._repush_touched()
+        if self.stepped_hook is not None:
+            self.stepped_hook()
         if self._client is not None and self.arrivals[self.arrived] != math.inf:
             client, self._client = self._client, None
             self.env.fire(client)
         self._check_done()
 
     def _check_done(self) -> None:
-        if not self.done.triggered and not self.busy and (self._arrivals_over or self._client is not None):
+        if (
+            not self.done.triggered
+            and not self.busy
+            and (self._arrivals_over or self._client is not None)
+            and not (self.keep_alive is not None and self.keep_alive())
+        ):
             self.done.succeed(self.arrived)
+
+    def check_done(self) -> None:
+        """See whether the run is over (after something outside the engines changed: a replica became ready)."""
+        self._check_done()
 
     def _arrive(self) -> Generator[simpy.Event, Any, None]:
         env, arrivals, seqs, engines = self.env, self.arrivals, self.seqs, self.engines
@@ -171,11 +215,12 @@ class Driver:
                 break
             i = self.arrived
             e = self.route(seqs[i], t)
-            before = engines[e].next_time
-            engines[e].receive(seqs[i], t)
             self.arrived += 1
-            if engines[e].next_time != before:
-                self.procs[e].schedule()
+            if e is not None:
+                before = engines[e].next_time
+                engines[e].receive(seqs[i], t)
+                if engines[e].next_time != before:
+                    self.procs[e].schedule()
             self._repush_touched()
         self._arrivals_over = True
         self._check_done()

@@ -109,7 +109,7 @@ def build_replicas(
     groups: list[ReplicaGroup],
     trace: TraceArrivals,
     horizon: float | None,
-    on_complete: Callable[[int], None] | None,
+    on_complete: Callable[[int, float], None] | None,
     prefix: str = "",
     hooks: Callable[[int], dict] | None = None,
     store: TierSpec | KVTier | None = None,

@@ -169,6 +169,10 @@ class Router:
     def routed(self, request: Request, replica: int, now: float) -> None:
         """The request went to ``replica`` (routers that learn from their decisions override this)."""
 
+    def grow(self) -> None:
+        """A replica joined the fleet as the last of :attr:`engines` (routers with per-replica state add its
+        entry; kvsim.sim's autoscalers add replicas while the fleet runs)."""
+
     def _least_loaded(self, candidates: list[int]) -> int:
         """Fewest outstanding requests; ties to the lowest index."""
         eng = self.engines
@@ -309,6 +313,9 @@ class ApproxPrefix(Router):
         self._seen: list[dict[int, float]] = [{} for _ in engines]  # per replica: hash id -> last routed
         self._expiry: deque[tuple[float, int, int]] = deque()  # (routed at, replica, hash id), oldest first
 
+    def grow(self):
+        self._seen.append({})
+
     def balance(self):
         return Balance("outstanding", self.options.balance_abs_threshold, self.options.balance_rel_threshold)
 
@@ -411,6 +418,10 @@ class SGLangCacheAware(Router):
         self._size: list[int] = [0] * len(engines)  # tokens each tree holds
         self._next_eviction = options.eviction_interval_s if options.eviction_interval_s > 0 else math.inf
 
+    def grow(self):
+        self._tree.append({})
+        self._size.append(0)
+
     def balance(self):
         return Balance("outstanding", self.options.balance_abs_threshold, self.options.balance_rel_threshold)
 
@@ -506,6 +517,9 @@ class LlmD(Router):
         self._lru: list[OrderedDict[int, None] | None] = [None] * len(engines)
         self._pods: dict[int, set[int]] = {}  # block hash -> replicas whose LRU holds it
         self._cap: dict[int, int] = {}  # per replica: blocks its LRU holds, set when it is first routed to
+
+    def grow(self):
+        self._lru.append(None)
 
     def balance(self):
         return Balance(idle_first=True)

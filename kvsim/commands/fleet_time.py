@@ -1,0 +1,182 @@
+"""`kvsim cluster --autoscaler ...` / `--fail-at ...`: a fleet that changes while it runs (kvsim.sim), reported
+against the fixed fleet sized for its peak: GPU-hours, SLO attainment and the share of 5-minute windows meeting
+the SLOs, misses while replicas started, and the replicas and TTFT p99 over time (a plot)."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+from kvsim.errors import ConfigError
+
+OVER_TIME_FILES = ("timeline", "replicas_over_time.png")
+
+
+def add_options(c: argparse.ArgumentParser) -> None:
+    from kvsim.commands.args import non_negative, positive
+
+    g = c.add_argument_group("a fleet over time (kvsim.sim; docs/autoscaling.md)")
+    g.add_argument(
+        "--autoscaler",
+        metavar="SPEC",
+        help="size the replica group while the trace runs, starting from --replicas: threshold[:metric=waiting|kv,"
+        "target=8,min=1,max=64,down=300,interval=15] (Kubernetes HPA's rule), sla:rate=R[,headroom=0.8,"
+        "lookback=4,interval=60] (replicas for the predicted arrival rate, R requests/s a replica serves within "
+        "the SLOs as `kvsim plan` finds it; Dynamo's SLA planner) or schedule:SECONDS=REPLICAS,...; the run is "
+        "compared with a fixed fleet of its peak size",
+    )
+    g.add_argument(
+        "--startup-load-gbs",
+        type=positive,
+        default=2.0,
+        metavar="GB_S",
+        help="a new replica reads its weights at this many GB/s (all its GPUs together) [default: 2]",
+    )
+    g.add_argument(
+        "--startup-fixed-s",
+        type=non_negative,
+        default=60.0,
+        metavar="S",
+        help="seconds a new replica takes besides its weights (process, compile, CUDA graphs, warm-up) [default: 60]",
+    )
+    g.add_argument(
+        "--scrape-interval-s",
+        type=positive,
+        default=15.0,
+        metavar="S",
+        help="how often the metrics an autoscaler reads are scraped [default: 15]",
+    )
+    g.add_argument(
+        "--fail-at",
+        metavar="SECONDS,...",
+        help="a replica (the newest serving) fails at each of these times; its requests are sent again to the others",
+    )
+    g.add_argument(
+        "--lose-failed",
+        action="store_true",
+        help="with --fail-at: a failed replica's requests are lost (reported unfinished) instead of retried",
+    )
+
+
+def over_time_asked(a: argparse.Namespace) -> bool:
+    return bool(getattr(a, "autoscaler", None) or getattr(a, "fail_at", None))
+
+
+def _fail_times(text: str | None) -> list[float]:
+    if not text:
+        return []
+    out = []
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        try:
+            t = float(part)
+        except ValueError:
+            raise ConfigError(f"--fail-at: times in seconds, e.g. 600,1800; got {part!r}") from None
+        if not (t >= 0 and math.isfinite(t)):
+            raise ConfigError(f"--fail-at: a time must be a finite number >= 0, got {part!r}")
+        out.append(t)
+    if len(out) > 1000:
+        raise ConfigError(f"--fail-at: {len(out):,} failures; at most 1,000")
+    return sorted(out)
+
+
+def run_over_time(a, layouts, routers, requests, options, slos, out: Path, title: str, marker) -> int:
+    """Each router: the changing fleet, then the fixed fleet of its peak size; tables, summary.md and the plot."""
+    from kvsim.commands.fleet_results import _with_slo, write_fleet_results
+    from kvsim.output.progress import Progress
+    from kvsim.output.table import print_rows
+    from kvsim.sim import Fleet, Startup
+    from kvsim.sim.autoscalers import parse_autoscaler
+    from kvsim.sim.report import cold_start_misses, windows_meeting
+
+    if a.prefill or len(layouts) != 1:
+        raise ConfigError("--autoscaler / --fail-at: aggregated replicas only (not --prefill/--decode pools yet)")
+    groups = layouts[0][1]
+    if len(groups) != 1:
+        raise ConfigError("--autoscaler / --fail-at: one replica group (one --groups entry, or --replicas)")
+    g = groups[0]
+    startup = Startup(a.startup_load_gbs, a.startup_fixed_s)
+    fails = _fail_times(a.fail_at)
+    if a.autoscaler:
+        parse_autoscaler(a.autoscaler, g.name)  # a bad spec fails before any run
+    t0 = min(r.arrival_s for r in requests)
+    runs, timelines = [], {}
+
+    def fleet_of(count: int, router: str) -> Fleet:
+        return Fleet(
+            requests,
+            [replace(g, count=count)],
+            router,
+            router_options=options,
+            startup=startup,
+            scrape_interval_s=a.scrape_interval_s,
+            retry_failed=not a.lose_failed,
+            progress=bar.update,
+        )
+
+    def faults(fleet):
+        for t in fails:
+            yield fleet.env.timeout(max(0.0, t - fleet.now))
+            fleet.fail_replica(g.name)
+
+    for r in routers:
+        with Progress(len(requests), f"changing {r}"[:24].rjust(18)) as bar:
+            fleet = fleet_of(g.count, r)
+            if a.autoscaler:
+                fleet.process(parse_autoscaler(a.autoscaler, g.name).run(fleet))
+            if fails:
+                fleet.process(faults(fleet))
+            run = fleet.run()
+        peak = max(run.summary["max_replicas"], g.count)
+        with Progress(len(requests), f"fixed {peak}x {r}"[:24].rjust(18)) as bar:
+            fixed = fleet_of(peak, r).run()
+        for kind, x in (("autoscaled" if a.autoscaler else "with failures", run), (f"fixed {peak}x", fixed)):
+            s = x.summary
+            s["layout"] = f"{kind} {g.name}"
+            _with_slo(s, x.requests, slos, peak * g.cfg.gpus)
+            s["slo_windows_met"] = windows_meeting(x.requests, slos, t0)
+            s["cold_start_misses"] = cold_start_misses(x.requests, x.replica_table, slos, t0)
+            runs.append(x)
+            timelines[f"{r}: {kind}"] = x.scrapes
+    cols = over_time_columns(slos)
+    print_rows([x.summary for x in runs], cols, title)
+    written = write_fleet_results(out, runs, title, a.format, cols, marker, extra=(timelines, slos))
+    print(f"wrote {len(written)} files to {out}/ (summary.md, fleet, replicas, requests, timeline, a plot)")
+    saved = runs[0].summary["gpu_hours"] / max(runs[1].summary["gpu_hours"], 1e-12)
+    print(
+        f"{runs[0].summary['layout']}: {runs[0].summary['gpu_hours']:.3g} GPU-hours, {100 * (1 - saved):.0f}% fewer "
+        f"than the fixed fleet of its peak ({runs[1].summary['gpu_hours']:.3g})",
+        file=sys.stderr,
+    )
+    return 0
+
+
+def over_time_columns(slos) -> list:
+    """The run's layout and router, requests done and unfinished, TTFT and TPOT p99, GPU-hours and the peak
+    replicas; with SLOs the attainment, the share of 5-minute windows meeting them and the misses while replicas
+    started; retried and lost requests."""
+    from kvsim.output.table import BY_NAME, Column
+
+    key = lambda k: lambda s: s.get(k)  # noqa: E731
+    cols = [
+        Column("layout", "fleet", "", "text", "", key("layout")),
+        Column("router", "router", "", "text", "", key("router"), drop_order=2),
+        BY_NAME["done"],
+        BY_NAME["unfin"],
+        BY_NAME["ttft_p99"],
+        BY_NAME["tpot_p99"] if "tpot_p99" in BY_NAME else BY_NAME["tpot_p50"],
+        Column("gpu_h", "GPU", "hours", "float2", "", key("gpu_hours")),
+        Column("peak", "peak", "replicas", "int", "", key("max_replicas"), drop_order=1),
+    ]
+    if slos:
+        cols += [
+            Column("attain", "SLO", "attain%", "pct", "", key("slo_attainment"), drop_order=1),
+            Column("win", "5-min", "met%", "pct", "", key("slo_windows_met")),
+            Column("cold", "cold", "misses", "int", "", key("cold_start_misses")),
+        ]
+    return cols + [
+        Column("retried", "retried", "", "int", "", key("retried"), optional=True),
+        Column("lost", "lost", "", "int", "", key("lost"), optional=True),
+    ]

@@ -1,0 +1,222 @@
+"""Autoscalers as SimPy processes: each wakes every ``interval_s``, reads the fleet's last scrape (never the engines
+themselves) and adds or removes replicas of one group. Write your own the same way: a generator that takes the
+fleet, ``yield fleet.env.timeout(...)`` between looks, and calls ``fleet.add_replica`` / ``fleet.remove_replica``.
+
+- :class:`ThresholdAutoscaler`: Kubernetes' HPA rule (KEDA drives the same HPA) on a per-replica metric, waiting
+  requests or KV usage: desired = ceil(replicas x metric / target), no change within a tolerance of 10%,
+  scale-up at once, scale-down to the highest desired count of the last ``down_window_s`` (HPA's stabilization
+  window, 300 s);
+- :class:`SlaPlanner`: sizes the group from predicted load, as NVIDIA Dynamo's SLA planner does: the arrival rate
+  of the next interval predicted from the last ones, divided by what one replica sustains within the SLOs
+  (``replica_rate``: from `kvsim plan`, which finds that rate);
+- :class:`ScheduleAutoscaler`: a fixed schedule of replica counts (a time-of-day plan, or a fleet sized for the
+  peak from the start).
+
+A replica asked for serves only after its start-up (kvsim.sim.startup); one taken away drains first.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Generator
+
+from kvsim.errors import ConfigError
+
+
+def _check(name: str, value: float, low: float = 0.0, open_low: bool = True) -> None:
+    ok = math.isfinite(value) and (value > low if open_low else value >= low)
+    if not ok:
+        raise ConfigError(f"{name}: must be a finite number {'>' if open_low else '>='} {low:g}, got {value}")
+
+
+@dataclass
+class Autoscaler:
+    """What every built-in autoscaler shares: the group it sizes, its bounds and how often it looks; its
+    decisions as (time, replicas asked for) in :attr:`decisions`."""
+
+    group: str
+    min_replicas: int = 1
+    max_replicas: int = 64
+    interval_s: float = 15.0
+    decisions: list[tuple[float, int]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not (1 <= self.min_replicas <= self.max_replicas):
+            raise ConfigError(
+                f"autoscaler bounds: need 1 <= min_replicas ({self.min_replicas}) <= max_replicas ({self.max_replicas})"
+            )
+        _check("autoscaler interval_s", self.interval_s)
+
+    def desired(self, fleet, current: int) -> int:
+        """The replica count wanted now (before the bounds)."""
+        raise NotImplementedError
+
+    def run(self, fleet) -> Generator[Any, Any, None]:
+        """The process: ``fleet.process(autoscaler.run(fleet))``."""
+        fleet._group(self.group)  # a wrong name fails before the run
+        while True:
+            yield fleet.env.timeout(self.interval_s)
+            current = fleet.count(self.group)
+            want = max(self.min_replicas, min(self.max_replicas, self.desired(fleet, current)))
+            if want != current:
+                self.decisions.append((fleet.now, want))
+            for _ in range(want - current):
+                fleet.add_replica(self.group)
+            for _ in range(current - want):
+                fleet.remove_replica(self.group)
+
+
+@dataclass
+class ThresholdAutoscaler(Autoscaler):
+    """HPA on a per-replica metric: ``metric`` "waiting" (requests waiting per replica, the router's held ones
+    included; vLLM's ``num_requests_waiting``) or "kv" (KV usage, 0-1), kept near ``target``."""
+
+    metric: str = "waiting"
+    target: float = 8.0
+    tolerance: float = 0.1  # HPA's default: no change while metric / target is within 10% of 1
+    down_window_s: float = 300.0  # HPA's default scale-down stabilization window
+    _recent: deque = field(default_factory=deque, repr=False)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.metric not in ("waiting", "kv"):
+            raise ConfigError(f"autoscaler metric: 'waiting' or 'kv', got {self.metric!r}")
+        _check("autoscaler target", self.target)
+        _check("autoscaler tolerance", self.tolerance, 0.0, open_low=False)
+        _check("autoscaler down_window_s", self.down_window_s, 0.0, open_low=False)
+
+    def desired(self, fleet, current: int) -> int:
+        m = fleet.scrape
+        reps = [r for r in m.in_group(self.group) if r.state == "serving"]
+        if self.metric == "waiting":
+            value = (sum(r.waiting for r in reps) + m.held) / max(1, len(reps))
+        else:
+            value = sum(r.kv_usage for r in reps) / len(reps) if reps else 0.0
+        ratio = value / self.target
+        want = current if abs(ratio - 1.0) <= self.tolerance else math.ceil(max(current, 1) * ratio - 1e-9)
+        now = fleet.now
+        self._recent.append((now, want))
+        while self._recent and self._recent[0][0] < now - self.down_window_s:
+            self._recent.popleft()
+        if want < current:  # scale down only as far as every recommendation of the window allows
+            want = min(current, max(w for _, w in self._recent))
+        return want
+
+
+@dataclass
+class SlaPlanner(Autoscaler):
+    """Replicas for the predicted arrival rate: ceil(predicted / ``replica_rate``) with ``headroom`` (the share
+    of a replica's capacity to plan for). The prediction is the mean arrival rate over the last ``lookback``
+    intervals (Dynamo's planner offers such a constant predictor besides ARIMA and Prophet); a rising load is
+    met ``startup`` later, which is why headroom is kept."""
+
+    replica_rate: float = 1.0  # requests/s one replica serves within the SLOs (`kvsim plan`'s max_rate_req_s)
+    headroom: float = 0.8
+    lookback: int = 4
+    interval_s: float = 60.0
+    _rates: deque = field(default_factory=deque, repr=False)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _check("planner replica_rate", self.replica_rate)
+        if not (0 < self.headroom <= 1):
+            raise ConfigError(f"planner headroom: must be in (0, 1], got {self.headroom}")
+        if self.lookback < 1:
+            raise ConfigError(f"planner lookback: must be >= 1, got {self.lookback}")
+
+    def desired(self, fleet, current: int) -> int:
+        self._rates.append(fleet.scrape.arrival_rate)
+        while len(self._rates) > self.lookback:
+            self._rates.popleft()
+        predicted = sum(self._rates) / len(self._rates)
+        return math.ceil(predicted / (self.replica_rate * self.headroom) - 1e-9)
+
+
+@dataclass
+class ScheduleAutoscaler(Autoscaler):
+    """Replica counts by time: ``schedule`` is [(from time s, replicas), ...]; before the first entry the fleet
+    keeps what it started with."""
+
+    schedule: list[tuple[float, int]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not self.schedule:
+            raise ConfigError("a schedule autoscaler needs at least one (time, replicas) entry")
+        self.schedule = sorted(self.schedule)
+        for t, n in self.schedule:
+            _check("schedule time", t, 0.0, open_low=False)
+            if not isinstance(n, int) or n < 0:
+                raise ConfigError(f"schedule replicas: must be a whole number >= 0, got {n!r}")
+
+    def desired(self, fleet, current: int) -> int:
+        want = current
+        for t, n in self.schedule:
+            if t <= fleet.now:
+                want = n
+        return want
+
+
+AUTOSCALERS = ("threshold", "sla", "schedule")
+_KEYS = {
+    "threshold": {
+        "metric": "metric",
+        "target": "target",
+        "tolerance": "tolerance",
+        "down": "down_window_s",
+        "min": "min_replicas",
+        "max": "max_replicas",
+        "interval": "interval_s",
+    },
+    "sla": {
+        "rate": "replica_rate",
+        "headroom": "headroom",
+        "lookback": "lookback",
+        "min": "min_replicas",
+        "max": "max_replicas",
+        "interval": "interval_s",
+    },
+}
+
+
+def parse_autoscaler(text: str, group: str) -> Autoscaler:
+    """``threshold[:metric=waiting,target=8,min=1,max=16,down=300,interval=15,tolerance=0.1]``,
+    ``sla:rate=R[,headroom=0.8,lookback=4,interval=60,min=1,max=64]`` (R: requests/s one replica serves within
+    the SLOs, as `kvsim plan` finds it) or ``schedule:T=N,T=N,...`` (N replicas from T seconds on)."""
+    kind, _, rest = text.strip().partition(":")
+    if kind not in AUTOSCALERS:
+        raise ConfigError(f"--autoscaler {text!r}: expected {', '.join(AUTOSCALERS)}, e.g. threshold:target=8,max=16")
+    pairs = []
+    for part in filter(None, (p.strip() for p in rest.split(","))):
+        k, eq, v = part.partition("=")
+        if not eq or not k.strip() or not v.strip():
+            raise ConfigError(f"--autoscaler {text!r}: expected KEY=VALUE, got {part!r}")
+        pairs.append((k.strip(), v.strip()))
+    if kind == "schedule":
+        try:
+            entries = [(float(t), int(n)) for t, n in pairs]
+        except ValueError:
+            raise ConfigError(f"--autoscaler {text!r}: a schedule is SECONDS=REPLICAS,... e.g. 0=2,3600=4") from None
+        top = max((n for _, n in entries), default=1)
+        return ScheduleAutoscaler(group, min_replicas=1, max_replicas=max(1, top), schedule=entries)
+    keys = _KEYS[kind]
+    args: dict[str, Any] = {}
+    for k, v in pairs:
+        if k not in keys:
+            raise ConfigError(f"--autoscaler {kind}: unknown setting {k!r} (settings: {', '.join(keys)})")
+        name = keys[k]
+        if name == "metric":
+            args[name] = v
+            continue
+        try:
+            args[name] = int(v) if name in ("min_replicas", "max_replicas", "lookback") else float(v)
+        except ValueError:
+            raise ConfigError(f"--autoscaler {kind}: {k} must be a number, got {v!r}") from None
+    if kind == "sla" and "replica_rate" not in args:
+        raise ConfigError(
+            "--autoscaler sla: needs rate=R, the requests/s one replica serves within the SLOs (kvsim plan)"
+        )
+    cls = ThresholdAutoscaler if kind == "threshold" else SlaPlanner
+    return cls(group, **args)

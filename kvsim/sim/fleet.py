@@ -1,0 +1,414 @@
+"""A fleet that changes while it runs: replicas that start (loading their weights), serve, drain and fail, behind a
+router, on the SimPy clock (kvsim/engine/processes.py), beside processes of the user's own.
+
+    fleet = Fleet(requests, [ReplicaGroup("h100", cfg, "paged:16+prefix", 2)], "least-requests")
+
+    def autoscaler(fleet):
+        while True:
+            yield fleet.env.timeout(30)
+            m = fleet.scrape  # what Prometheus scraped last (up to scrape_interval_s old)
+            if m.waiting > 20 * m.serving:
+                fleet.add_replica("h100")
+
+    fleet.process(autoscaler(fleet))
+    run = fleet.run()
+
+A replica is asked for at some time, serves once its start-up is over (its weights loaded from storage, kernels
+compiled and CUDA graphs captured: :class:`~kvsim.sim.startup.Startup`), and costs GPU time from the moment it is
+asked for until it stops. A replica taken away drains first (no new requests; it stops when its last one is
+done); a failed replica stops at once and its requests are retried on the others or lost
+(``retry_failed``). Every request of the trace is in the result once: finished, rejected or unfinished (lost
+requests are unfinished, their reason says so).
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+import time
+from collections import deque
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Generator
+
+import numpy as np
+import pandas as pd
+
+from kvsim.engine.clock import ClientLimit, Completions, close_engines
+from kvsim.engine.engine import Engine
+from kvsim.engine.processes import Clock, Driver
+from kvsim.engine.sequence import Sequence, Status
+from kvsim.engine.simulator import mark_unfinished
+from kvsim.errors import ConfigError
+from kvsim.fleet.cluster import (
+    ReplicaGroup,
+    build_replicas,
+    client_load,
+    common_horizon,
+    fleet_summary,
+    replica_outputs,
+    replica_table,
+)
+from kvsim.fleet.routers import RouterOptions, make_router
+from kvsim.metrics import sequences_frame
+from kvsim.sim.metrics import ReplicaScrape, Scrape, window_stats
+from kvsim.sim.startup import Startup
+from kvsim.trace.request import Request
+
+STATES = ("starting", "serving", "draining", "stopped", "failed")
+
+
+@dataclass
+class Replica:
+    """One replica's life: asked for at ``started_s``, serving from ``ready_s``, stopped at ``stopped_s`` (seconds
+    on the fleet's clock; None: not yet)."""
+
+    index: int  # its engine's position in Fleet.engines (and the router's)
+    group: str
+    gpus: int
+    started_s: float
+    ready_s: float | None = None
+    stopped_s: float | None = None
+    state: str = "starting"
+
+    def gpu_seconds(self, end: float) -> float:
+        """GPU-seconds it cost up to ``end``: from being asked for to stopping (a starting replica costs too)."""
+        stop = self.stopped_s if self.stopped_s is not None else end
+        return self.gpus * max(0.0, stop - self.started_s)
+
+
+@dataclass
+class FleetRun:
+    """A finished run: every request once (``requests``: with its replica, -1 if never routed, and its
+    retries), one row per replica (``replica_table``: its life and GPU-hours too), the fleet's row
+    (``summary``), what the scraper saw every interval (``scrapes``: the replicas over time), the replicas."""
+
+    requests: pd.DataFrame
+    replica_table: pd.DataFrame
+    summary: dict
+    scrapes: pd.DataFrame
+    replicas: list[Replica]
+    wall_s: float
+
+    @property
+    def router(self) -> str:
+        return self.summary["router"]
+
+
+class Fleet:
+    """Replica groups behind a router on the SimPy clock; see the module's docstring.
+
+    ``groups``: the replica groups at the start (each ``count`` replicas, serving from time 0; a group of count
+    0 is one replicas can be added to). ``scrape_interval_s``: how often the metrics processes read are
+    taken; ``window_s``: the span their latency percentiles and rates cover. ``startup``: how long a new
+    replica takes to serve. ``retry_failed``: a failed replica's requests are sent again (True) or lost."""
+
+    def __init__(
+        self,
+        requests: list[Request],
+        groups: list[ReplicaGroup],
+        router: str = "least-requests",
+        *,
+        router_options: RouterOptions = RouterOptions(),
+        scrape_interval_s: float = 15.0,
+        window_s: float = 60.0,
+        startup: Startup = Startup(),
+        retry_failed: bool = True,
+        progress: Callable[[int], None] | None = None,
+    ):
+        if not requests:
+            raise ConfigError("a fleet needs at least one request")
+        if not groups:
+            raise ConfigError("a fleet needs at least one replica group")
+        names = [g.name for g in groups]
+        if len(set(names)) != len(names):
+            raise ConfigError(f"replica group names must differ, got {', '.join(names)}")
+        for g in groups:
+            if g.cfg.dp > 1:
+                raise ConfigError(
+                    f"group {g.name}: data-parallel replicas (--data-parallel-size {g.cfg.dp}) are not modelled "
+                    "in a changing fleet; give each rank as a replica of its own"
+                )
+        if not (scrape_interval_s > 0 and math.isfinite(scrape_interval_s)):
+            raise ConfigError(f"scrape_interval_s must be a finite number > 0, got {scrape_interval_s}")
+        if not (window_s > 0 and math.isfinite(window_s)):
+            raise ConfigError(f"window_s must be a finite number > 0, got {window_s}")
+        self._wall0 = time.perf_counter()
+        self.env = Clock()
+        self.groups = {g.name: g for g in groups}
+        self.router_name = router
+        self.startup = startup
+        self.retry_failed = retry_failed
+        self.scrape_interval_s = scrape_interval_s
+        self.window_s = window_s
+        self.trace, limit = client_load(requests, groups)
+        self.seqs: list[Sequence] = list(self.trace.seqs)
+        self.horizon = common_horizon(groups, self.trace)
+        self.clients = ClientLimit(self.trace.times, limit)
+        self._completions = Completions(progress, self.clients)
+        self.engines: list[Engine] = []
+        self.replicas: list[Replica] = []
+        self.pools: list = []
+        self.retries = np.zeros(len(self.seqs), dtype=np.int64)
+        self.replica_of = np.full(len(self.seqs), -1, dtype=np.int64)
+        self._lost: dict[int, str] = {}
+        self._serving: dict[str, list[int]] = {g.name: [] for g in groups}
+        self._held: deque[Sequence] = deque()  # arrived while no replica served
+        self._starting = 0
+        self._draining: list[int] = []
+        self._finished: deque[tuple[float, float, float]] = deque()  # (finish, ttft, tpot) of recent finishes
+        self._arrived_at: deque[float] = deque()  # recent arrival times (the arrival rate over the window)
+        self._busy_before: list[float] = []
+        self._scrapes: list[Scrape] = []
+        for g in groups:
+            for _ in range(g.count):
+                self._new_replica(g, ready=True)
+        self.router = make_router(router, self.engines, router_options)
+        self.driver = Driver(
+            self.env,
+            self.engines,
+            self.clients.times,
+            self.seqs,
+            self._route,
+            self.horizon,
+            hints=False,
+            keep_alive=lambda: bool(self._held) and self._starting > 0,
+        )
+        self.driver.stepped_hook = self._after_step
+        self.scrape = self._take_scrape()
+        self.env.process(self._scraper())
+
+    # --- what processes use -------------------------------------------------------------------------
+    @property
+    def now(self) -> float:
+        """Seconds on the fleet's clock (0: the trace's first arrival)."""
+        return self.env.now
+
+    def process(self, generator: Generator[Any, Any, Any]) -> Any:
+        """Run ``generator`` as a SimPy process on the fleet's clock (``yield fleet.env.timeout(s)`` to wait)."""
+        return self.env.process(generator)
+
+    def count(self, group: str | None = None, states: tuple[str, ...] = ("starting", "serving")) -> int:
+        """Replicas of ``group`` (None: all) in ``states``."""
+        return sum(1 for r in self.replicas if r.state in states and (group is None or r.group == group))
+
+    def add_replica(self, group: str) -> Replica:
+        """Ask for a replica of ``group`` now: it serves once its start-up is over (GPU time counts from now)."""
+        g = self._group(group)
+        rep = self._new_replica(g, ready=False)
+        self.router.grow()
+        self.driver.add_engine(self.engines[rep.index])
+        self._starting += 1
+        self.env.process(self._start(rep, self.startup.seconds(g.cfg)))
+        return rep
+
+    def remove_replica(self, group: str | None = None, index: int | None = None) -> Replica | None:
+        """Take a replica away: ``index``, or the newest of ``group`` (None: any) that is starting or serving.
+        A serving one drains (no new requests; it stops when its last is done), a starting one stops now.
+        Returns it, or None when there was none."""
+        rep = self._pick(group, index, ("starting", "serving"))
+        if rep is None:
+            return None
+        if rep.state == "starting":
+            self._starting -= 1
+            self._stop(rep, "stopped")
+        else:
+            self._serving[rep.group].remove(rep.index)
+            rep.state = "draining"
+            self._draining.append(rep.index)
+            self._after_step()
+        return rep
+
+    def fail_replica(self, group: str | None = None, index: int | None = None) -> Replica | None:
+        """A replica (``index``, or the newest of ``group``) fails now: it stops at once; the requests it held lose
+        their KV and are sent again to the others (``retry_failed``) or lost."""
+        rep = self._pick(group, index, ("starting", "serving", "draining"))
+        if rep is None:
+            return None
+        was = rep.state
+        if was == "serving":
+            self._serving[rep.group].remove(rep.index)
+        elif was == "draining":
+            self._draining.remove(rep.index)
+        elif was == "starting":
+            self._starting -= 1
+        self._stop(rep, "failed")
+        now = self.env.now
+        for seq in self.engines[rep.index].received:
+            if seq.status in (Status.FINISHED, Status.REJECTED) or seq is not self.seqs[seq.sid]:
+                continue
+            if self.retry_failed:
+                fresh = Sequence(seq.sid, seq.req)
+                self.seqs[seq.sid] = fresh
+                self.retries[seq.sid] += 1
+                e = self._route(fresh, now)
+                if e is not None:
+                    self.driver.deliver(fresh, e)
+            else:
+                self._lost[seq.sid] = f"lost: replica {rep.index} failed at {now:.6g} s"
+                self._completions(1, now)  # its client hears of the failure and may send its next request
+        self.driver.check_done()
+        return rep
+
+    def set_router_options(self, **changes: Any) -> None:
+        """Change the router's settings now (weights, thresholds: fields of RouterOptions)."""
+        self.router.options = replace(self.router.options, **changes)
+
+    def run(self) -> FleetRun:
+        """Run until every request is done (or the horizon), then the tables."""
+        self.env.run(until=self.driver.done)
+        end = self.env.now
+        arrived = self.driver.arrived
+        for seq in self._held:  # no replica ever served them
+            seq.reason = "never served: no replica was serving"
+        mark_unfinished(self.seqs, close_engines(self.engines), arrived)
+        for sid, why in self._lost.items():
+            self.seqs[sid].reason = why
+        self.clients.stamp(self.seqs, self.trace.t0)
+        wall = time.perf_counter() - self._wall0
+        outs = replica_outputs(self.engines, self.pools, self.trace, end, wall)
+        req = sequences_frame(self.seqs, self.trace.t0)
+        req.insert(0, "replica", self.replica_of)
+        req["retries"] = self.retries
+        names = [r.group for r in self.replicas]
+        table = replica_table(outs, names)
+        table["state"] = [r.state for r in self.replicas]
+        table["started_s"] = [r.started_s for r in self.replicas]
+        table["ready_s"] = [np.nan if r.ready_s is None else r.ready_s for r in self.replicas]
+        table["stopped_s"] = [np.nan if r.stopped_s is None else r.stopped_s for r in self.replicas]
+        table["gpu_hours"] = [r.gpu_seconds(end) / 3600 for r in self.replicas]
+        summary = fleet_summary(self.router_name, req, outs, table, end, wall)
+        summary["gpu_hours"] = float(table.gpu_hours.sum())
+        summary["max_replicas"] = max((s.serving + s.starting + s.draining for s in self._scrapes), default=0)
+        summary["retried"] = int(self.retries.sum())
+        summary["lost"] = len(self._lost)
+        return FleetRun(req, table, summary, scrapes_frame(self._scrapes), self.replicas, wall)
+
+    # --- inside -------------------------------------------------------------------------------------
+    def _group(self, name: str) -> ReplicaGroup:
+        try:
+            return self.groups[name]
+        except KeyError:
+            raise ConfigError(f"no replica group '{name}' (groups: {', '.join(self.groups)})") from None
+
+    def _pick(self, group: str | None, index: int | None, states: tuple[str, ...]) -> Replica | None:
+        if index is not None:
+            if not 0 <= index < len(self.replicas):
+                raise ConfigError(f"no replica {index} (the fleet has had {len(self.replicas)})")
+            rep = self.replicas[index]
+            return rep if rep.state in states else None
+        if group is not None:
+            self._group(group)
+        for rep in reversed(self.replicas):
+            if rep.state in states and (group is None or rep.group == group):
+                return rep
+        return None
+
+    def _new_replica(self, g: ReplicaGroup, ready: bool) -> Replica:
+        reps = build_replicas(
+            [replace(g, count=1)],
+            self.trace,
+            self.horizon,
+            self._completions,
+            hooks=lambda i: {"on_finished": self._on_finished},
+        )
+        now = self.env.now
+        rep = Replica(len(self.engines), g.name, g.cfg.gpus, now, now if ready else None)
+        if ready:
+            rep.state = "serving"
+            self._serving[g.name].append(rep.index)
+        self.engines.append(reps.engines[0])
+        self.pools.append(reps.pools[0])
+        self.replicas.append(rep)
+        self._busy_before.append(0.0)
+        return rep
+
+    def _start(self, rep: Replica, seconds: float) -> Generator[Any, Any, None]:
+        yield self.env.timeout(seconds)
+        if rep.state != "starting":  # removed or failed while starting
+            return
+        self._starting -= 1
+        rep.state, rep.ready_s = "serving", self.env.now
+        bisect.insort(self._serving[rep.group], rep.index)
+        while self._held:  # requests that waited for a replica go now, in arrival order
+            seq = self._held.popleft()
+            e = self._route(seq, self.env.now)
+            assert e is not None
+            self.driver.deliver(seq, e)
+        self.driver.check_done()
+
+    def _stop(self, rep: Replica, state: str) -> None:
+        rep.state, rep.stopped_s = state, self.env.now
+        self.driver.procs[rep.index].stop()
+
+    def _route(self, seq: Sequence, t: float) -> int | None:
+        self._arrived_at.append(t)
+        req = seq.req
+        cands: list[int] = []
+        anyone: list[int] = []
+        for members in self._serving.values():
+            if members:
+                anyone += members
+                if self.engines[members[0]].can_hold(req):
+                    cands += members
+        if not anyone:
+            self._held.append(seq)
+            return None
+        cands = sorted(cands or anyone)  # none could: every serving replica (the chosen one rejects it)
+        i = self.router.pick(req, cands, t)
+        self.router.routed(req, i, t)
+        self.replica_of[seq.sid] = i
+        return i
+
+    def _on_finished(self, finished: list[Sequence]) -> None:
+        times = self.clients.times
+        for seq in finished:
+            if seq.parent is not None or seq.first_token_s is None or seq.finish_s is None:
+                continue
+            ttft = seq.first_token_s - times[seq.sid]
+            n = seq.req.output_tokens
+            tpot = (seq.finish_s - seq.first_token_s) / (n - 1) if n > 1 else math.nan
+            self._finished.append((seq.finish_s, ttft, tpot))
+
+    def _after_step(self) -> None:
+        """Draining replicas whose last request is done stop."""
+        if self._draining:
+            for i in list(self._draining):
+                if self.engines[i].outstanding == 0:
+                    self._draining.remove(i)
+                    self._stop(self.replicas[i], "stopped")
+
+    def _take_scrape(self) -> Scrape:
+        now, w = self.env.now, self.window_s
+        while self._finished and self._finished[0][0] < now - w:
+            self._finished.popleft()
+        while self._arrived_at and self._arrived_at[0] < now - w:
+            self._arrived_at.popleft()
+        reps = []
+        for r in self.replicas:
+            e = self.engines[r.index]
+            busy, self._busy_before[r.index] = e.memory.busy_s - self._busy_before[r.index], e.memory.busy_s
+            running = e.outstanding - e.queue_len if r.state in ("serving", "draining") else 0
+            reps.append(
+                ReplicaScrape(
+                    r.index,
+                    r.group,
+                    r.state,
+                    e.queue_len if r.state in ("serving", "draining") else 0,
+                    running,
+                    e.kv_usage if r.state in ("serving", "draining") else 0.0,
+                    min(1.0, busy / self.scrape_interval_s),
+                )
+            )
+        stats = window_stats(self._finished)
+        return Scrape(now, tuple(reps), len(self._held), len(self._arrived_at) / min(w, max(now, 1e-9)), *stats)
+
+    def _scraper(self) -> Generator[Any, Any, None]:
+        while True:
+            yield self.env.timeout(self.scrape_interval_s)
+            self.scrape = self._take_scrape()
+            self._scrapes.append(self.scrape)
+
+
+def scrapes_frame(scrapes: list[Scrape]) -> pd.DataFrame:
+    """One row per scrape: the fleet over time (replicas by state, queues, latency over the window)."""
+    return pd.DataFrame([s.row() for s in scrapes])

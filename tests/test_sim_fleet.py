@@ -1,0 +1,343 @@
+"""kvsim.sim: a fleet that changes while it runs. A fleet nobody changes is kvsim cluster's run bit for bit; a new
+replica serves only after its start-up; a removed one drains and takes nothing new; a failed one's requests are
+retried or lost, and every request is in the result once; GPU-hours by hand; the HPA rule by hand; a process of
+the user's own drives the fleet."""
+
+import math
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from kvsim.errors import ConfigError
+from kvsim.fleet.cluster import ReplicaGroup, simulate_fleet
+from kvsim.options import config_from_args
+from kvsim.sim import Fleet, ScheduleAutoscaler, SlaPlanner, Startup, ThresholdAutoscaler
+from kvsim.sim.startup import replica_weight_bytes
+from kvsim.trace import load_trace
+from kvsim.trace.request import Request
+
+CHAT = load_trace("traces/chat.jsonl").requests[:600]
+CFG = config_from_args(["--kv-pool-gb", "2"])
+
+
+def _group(count, cfg=CFG, name="g"):
+    return ReplicaGroup(name, cfg, "paged:16+prefix", count)
+
+
+def _accounted(run, n):
+    s = run.summary
+    assert len(run.requests) == n and run.requests.id.is_unique
+    assert s["finished"] + s["rejected"] + s["unfinished"] == n
+
+
+@pytest.mark.parametrize("router", ["least-requests", "prefix+load", "round-robin"])
+@pytest.mark.parametrize("args", [["--kv-pool-gb", "2"], ["--kv-pool-gb", "2", "--max-concurrency", "16"]])
+def test_a_fleet_nobody_changes_is_the_cluster_run_bit_for_bit(router, args):
+    cfg = config_from_args(args)
+    ref = simulate_fleet(CHAT, [_group(3, cfg)], router)
+    run = Fleet(CHAT, [_group(3, cfg)], router).run()
+    assert ref.requests.equals(run.requests.drop(columns="retries"))
+    assert ref.replica_table.equals(run.replica_table[ref.replica_table.columns])
+    assert (run.requests.retries == 0).all()
+
+
+def test_gpu_hours_count_every_replica_from_asked_for_to_stopped():
+    cfg = config_from_args(["--kv-pool-gb", "2", "--tensor-parallel-size", "2"])
+    run = Fleet(CHAT, [_group(2, cfg)]).run()
+    assert run.summary["gpu_hours"] == pytest.approx(2 * 2 * run.summary["duration_s"] / 3600)
+
+
+def test_a_new_replica_serves_only_after_its_startup():
+    startup = Startup(load_gbs=4.0, fixed_s=30.0)
+    fleet = Fleet(CHAT, [_group(1)], startup=startup)
+    added = []
+
+    def grow(fleet):
+        yield fleet.env.timeout(20)
+        added.append(fleet.add_replica("g"))
+
+    fleet.process(grow(fleet))
+    run = fleet.run()
+    rep = added[0]
+    expect = replica_weight_bytes(CFG) / 4e9 + 30.0
+    assert rep.started_s == 20 and rep.ready_s == pytest.approx(20 + expect)
+    on_new = run.requests[run.requests.replica == rep.index]
+    assert len(on_new) > 0 and (on_new.admitted_s - CHAT[0].arrival_s >= rep.ready_s - 1e-9).all()
+    _accounted(run, len(CHAT))
+
+
+def test_requests_wait_at_the_router_while_no_replica_serves():
+    fleet = Fleet(CHAT[:50], [_group(0)], startup=Startup(fixed_s=10.0, load_gbs=1e6))
+
+    def first(fleet):
+        fleet.add_replica("g")
+        yield fleet.env.timeout(0)
+
+    fleet.process(first(fleet))
+    run = fleet.run()
+    assert run.summary["finished"] == 50
+    rel = run.requests.admitted_s - CHAT[0].arrival_s
+    assert (rel >= 10.0 - 1e-6).all()
+
+
+def test_a_removed_replica_drains_and_takes_nothing_new():
+    fleet = Fleet(CHAT, [_group(3)])
+    removed = []
+
+    def shrink(fleet):
+        yield fleet.env.timeout(60)
+        removed.append(fleet.remove_replica("g"))
+
+    fleet.process(shrink(fleet))
+    run = fleet.run()
+    rep = removed[0]
+    assert rep.state == "stopped" and rep.stopped_s >= 60
+    t0 = CHAT[0].arrival_s
+    mine = run.requests[run.requests.replica == rep.index]
+    assert (mine.arrival_s - t0 <= 60).all()  # nothing routed to it after it began draining
+    assert (mine.status == "finished").all()  # what it had, it finished
+    assert rep.stopped_s == pytest.approx(max(mine.finish_s - t0), abs=0.05)  # (less the API server's delivery)
+    _accounted(run, len(CHAT))
+
+
+@pytest.mark.parametrize("retry", [True, False])
+def test_a_failed_replicas_requests_are_retried_or_lost_and_each_counted_once(retry):
+    fleet = Fleet(CHAT, [_group(3)], retry_failed=retry)
+    failed = []
+
+    def fault(fleet):
+        yield fleet.env.timeout(100)
+        held = [s.sid for s in fleet.engines[0].received if s.status not in ("finished", "rejected")]
+        failed.append((fleet.fail_replica(index=0), held))
+
+    fleet.process(fault(fleet))
+    run = fleet.run()
+    rep, held = failed[0]
+    assert rep.state == "failed" and rep.stopped_s == 100 and held
+    _accounted(run, len(CHAT))
+    req = run.requests
+    if retry:
+        assert run.summary["finished"] == len(CHAT) and run.summary["lost"] == 0
+        assert (req.retries.iloc[held] == 1).all() and (req.replica.iloc[held] != 0).all()
+    else:
+        assert run.summary["lost"] == len(held)
+        lost = req.iloc[held]
+        assert (lost.status == "unfinished").all() and lost.reason.str.startswith("lost: replica 0").all()
+        assert run.summary["finished"] == len(CHAT) - len(held)
+
+
+def test_the_hpa_rule_by_hand():
+    """desired = ceil(replicas x metric / target); within 10% no change; down only to the window's highest."""
+
+    class Scrape:
+        def __init__(self, waiting):
+            self.held = 0
+            self.reps = [type("R", (), {"state": "serving", "waiting": w, "kv_usage": 0.5})() for w in waiting]
+
+        def in_group(self, group):
+            return self.reps
+
+    class FakeFleet:
+        now = 0.0
+        scrape = None
+
+    a = ThresholdAutoscaler("g", target=8.0, down_window_s=300)
+    f = FakeFleet()
+    f.scrape = Scrape([20, 20])  # 20 a replica, target 8: ceil(2 x 2.5) = 5
+    assert a.desired(f, 2) == 5
+    f.now, f.scrape = 15.0, Scrape([8.5, 8.5])  # within 10%: keep
+    assert a.desired(f, 5) == 5
+    f.now, f.scrape = 30.0, Scrape([1, 1, 1, 1, 1])  # wants 1, but 5 was asked within 300 s
+    assert a.desired(f, 5) == 5
+    f.now = 400.0
+    assert a.desired(f, 5) == 1
+
+
+def test_an_autoscaler_follows_a_burst_and_costs_less_than_the_peak_fleet():
+    """Requests in two bursts with a quiet hour between: the autoscaler grows for each burst and shrinks between,
+    so it uses fewer GPU-hours than the fleet sized for the peak, and every request is served."""
+    burst = [Request(f"a{i}", i * 0.05, 400, 100) for i in range(400)]
+    quiet = [Request(f"q{i}", 40 + i * 20.0, 400, 100) for i in range(180)]
+    late = [Request(f"b{i}", 3700 + i * 0.05, 400, 100) for i in range(400)]
+    reqs = burst + quiet + late
+    peak = Fleet(reqs, [_group(6)]).run()
+    fleet = Fleet(reqs, [_group(1)], startup=Startup(fixed_s=20.0))
+    auto = ThresholdAutoscaler("g", target=4.0, max_replicas=6, down_window_s=120)
+    fleet.process(auto.run(fleet))
+    run = fleet.run()
+    assert run.summary["finished"] == len(reqs)
+    assert run.summary["max_replicas"] > 1
+    assert run.summary["gpu_hours"] < 0.7 * peak.summary["gpu_hours"]
+    assert any(n < 3 for t, n in auto.decisions if 60 < t < 3600)  # shrank in the quiet hour
+    assert run.scrapes.set_index("t_s").loc[1995.0, "serving"] == 1
+
+
+def test_a_schedule_and_the_sla_planner_size_the_group():
+    fleet = Fleet(CHAT, [_group(1)], startup=Startup(fixed_s=1.0))
+    sched = ScheduleAutoscaler("g", schedule=[(30.0, 3), (90.0, 2)])
+    fleet.process(sched.run(fleet))
+    run = fleet.run()
+    assert [n for _, n in sched.decisions] == [3, 2]
+    assert run.scrapes.set_index("t_s").loc[60.0, "serving"] == 3
+    fleet = Fleet(CHAT, [_group(1)], startup=Startup(fixed_s=1.0))
+    rate = len(CHAT) / (CHAT[-1].arrival_s - CHAT[0].arrival_s)
+    planner = SlaPlanner("g", replica_rate=rate / 4, headroom=1.0, interval_s=60, lookback=1)
+    fleet.process(planner.run(fleet))
+    fleet.run()
+    assert planner.decisions and 3 <= max(n for _, n in planner.decisions) <= 6
+
+
+def test_a_process_of_the_users_own_drives_the_fleet():
+    """A custom controller in a few lines: one replica per 10 waiting requests, read from the scrape."""
+    fleet = Fleet(CHAT, [_group(1)], startup=Startup(fixed_s=5.0))
+    seen = []
+
+    def mine(fleet):
+        while True:
+            yield fleet.env.timeout(30)
+            m = fleet.scrape
+            seen.append((m.t, m.waiting))
+            if m.waiting > 10 * fleet.count("g") and fleet.count("g") < 4:
+                fleet.add_replica("g")
+
+    fleet.process(mine(fleet))
+    run = fleet.run()
+    assert seen and all(t <= now for (t, _), now in zip(seen, range(30, 10**6, 30)))
+    assert run.summary["max_replicas"] > 1
+    _accounted(run, len(CHAT))
+
+
+def test_the_same_fleet_gives_the_same_run():
+    def once():
+        fleet = Fleet(CHAT, [_group(2)], "prefix+load")
+        fleet.process(ThresholdAutoscaler("g", target=2.0, max_replicas=5).run(fleet))
+        return fleet.run()
+
+    a, b = once(), once()
+    assert a.requests.equals(b.requests) and a.scrapes.equals(b.scrapes)
+
+
+@settings(max_examples=15, deadline=None)
+@given(
+    st.lists(st.tuples(st.floats(0, 200), st.sampled_from(["add", "remove", "fail"])), max_size=6),
+    st.booleans(),
+    st.sampled_from(["least-requests", "prefix+load", "round-robin", "prefix-approx", "llm-d"]),
+)
+def test_whatever_happens_every_request_is_counted_once(events, retry, router):
+    reqs = CHAT[:200]
+    fleet = Fleet(reqs, [_group(2)], router, retry_failed=retry, startup=Startup(fixed_s=5.0))
+
+    def chaos(fleet):
+        for t, what in sorted(events):
+            yield fleet.env.timeout(max(0.0, t - fleet.now))
+            if what == "add":
+                fleet.add_replica("g")
+            elif what == "remove" and fleet.count("g") > 1:
+                fleet.remove_replica("g")
+            elif what == "fail" and fleet.count("g") > 1:
+                fleet.fail_replica("g")
+
+    fleet.process(chaos(fleet))
+    run = fleet.run()
+    _accounted(run, len(reqs))
+    if retry:
+        assert run.summary["lost"] == 0
+    assert math.isclose(
+        run.summary["gpu_hours"], sum(r.gpu_seconds(run.summary["duration_s"]) for r in run.replicas) / 3600
+    )
+
+
+def test_bad_fleets_are_refused_with_the_reason():
+    with pytest.raises(ConfigError, match="no replica group 'x'"):
+        Fleet(CHAT, [_group(1)]).add_replica("x")
+    with pytest.raises(ConfigError, match="data-parallel"):
+        Fleet(CHAT, [_group(1, config_from_args(["--model", "gpt-oss-20b", "--gpu", "h100-80gb", "-dp", "2"]))])
+    with pytest.raises(ConfigError, match="min_replicas"):
+        ThresholdAutoscaler("g", min_replicas=3, max_replicas=2)
+    with pytest.raises(ConfigError, match="load_gbs"):
+        Startup(load_gbs=0)
+
+
+def test_the_guides_example_autoscaler_runs_as_a_users_own_file(tmp_path):
+    """docs/examples/my_autoscaler.py: a controller written outside kvsim, run as a user would."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    trace = tmp_path / "t.jsonl"
+    lines = (root / "traces/chat.jsonl").read_text().splitlines()[:300]
+    trace.write_text("\n".join(lines) + "\n")
+    r = subprocess.run(
+        [sys.executable, str(root / "docs/examples/my_autoscaler.py"), str(trace)],
+        capture_output=True,
+        text=True,
+        cwd=root,
+        timeout=600,
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.count("GPU-hours") == 2 and "mine" in r.stdout
+
+
+def test_cluster_with_an_autoscaler_reports_against_the_peak_fleet(tmp_path, capsys):
+    from kvsim.cli import main
+
+    out = tmp_path / "o"
+    trace = tmp_path / "t.jsonl"
+    from pathlib import Path
+
+    lines = (Path(__file__).resolve().parents[1] / "traces/chat.jsonl").read_text().splitlines()[:400]
+    trace.write_text("\n".join(lines) + "\n")
+    rc = main(
+        [
+            "cluster",
+            "--trace",
+            str(trace),
+            "--kv-pool-gb",
+            "2",
+            "--replicas",
+            "1",
+            "--routers",
+            "least-requests",
+            "--autoscaler",
+            "threshold:target=4,max=4",
+            "--slo",
+            "ttft_p99=5s",
+            "--fail-at",
+            "60",
+            "--startup-fixed-s",
+            "10",
+            "--out",
+            str(out),
+        ]
+    )
+    assert rc == 0
+    import pandas as pd
+
+    fleet = pd.read_csv(out / "fleet.csv")
+    assert list(fleet.layout) == ["autoscaled a100-40gb", f"fixed {int(fleet.max_replicas.iloc[0])}x a100-40gb"]
+    assert {"gpu_hours", "slo_windows_met", "cold_start_misses", "retried"} <= set(fleet.columns)
+    assert (fleet.finished + fleet.rejected + fleet.unfinished == 400).all()
+    assert fleet.retried.iloc[0] > 0  # the failure's requests went again
+    tl = pd.read_csv(out / "timeline.csv")
+    assert set(tl.run) == {"least-requests: autoscaled", f"least-requests: fixed {int(fleet.max_replicas.iloc[0])}x"}
+    assert (out / "replicas_over_time.png").stat().st_size > 10_000
+
+
+@pytest.mark.parametrize(
+    "spec, msg",
+    [
+        ("hpa", "expected threshold, sla, schedule"),
+        ("threshold:target", "expected KEY=VALUE"),
+        ("threshold:goal=3", "unknown setting 'goal'"),
+        ("threshold:target=x", "target must be a number"),
+        ("sla:headroom=0.5", "needs rate=R"),
+        ("schedule:soon=3", "SECONDS=REPLICAS"),
+        ("threshold:min=5,max=2", "min_replicas"),
+    ],
+)
+def test_bad_autoscaler_specs_are_named(spec, msg, tmp_path, capsys):
+    from kvsim.cli import main
+
+    rc = main(["cluster", "--trace", "traces/chat.jsonl", "--autoscaler", spec, "--out", str(tmp_path / "o")])
+    assert rc == 2 and msg in capsys.readouterr().err
