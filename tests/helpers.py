@@ -42,3 +42,16 @@ def gemma2_config(**over) -> dict:
         "tie_word_embeddings": True,
         **over,
     }
+
+
+def assert_same_run(a, b) -> None:
+    """Two runs (RunOutput or FleetOutput) gave the same requests and summary, bit for bit (wall time aside;
+    NaN equals NaN)."""
+    import math
+
+    assert a.requests.equals(b.requests)
+    sa = {k: v for k, v in a.summary.items() if k != "wall_s"}
+    sb = {k: v for k, v in b.summary.items() if k != "wall_s"}
+    assert sa.keys() == sb.keys()
+    for k in sa:
+        assert sa[k] == sb[k] or (isinstance(sa[k], float) and math.isnan(sa[k]) and math.isnan(sb[k])), k

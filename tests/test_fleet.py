@@ -5,14 +5,13 @@ One replica is the single-engine run bit for bit; a decode run cut when an arriv
 across the fleet; routers never pick a replica that could never hold the request; cache-aware routers
 keep prefixes together (hand-computed)."""
 
-import math
 import subprocess
 import sys
 
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from helpers import sched
+from helpers import assert_same_run, sched
 from kvsim.allocators import make_allocator
 from kvsim.engine.clock import drive
 from kvsim.engine.preemption import get_victim_policy
@@ -30,12 +29,7 @@ CHAT = load_trace("traces/chat.jsonl").requests
 
 
 def _frames_equal(a, b):
-    assert a.requests.equals(b.requests)
-    sa = {k: v for k, v in a.summary.items() if k != "wall_s"}
-    sb = {k: v for k, v in b.summary.items() if k != "wall_s"}
-    assert sa.keys() == sb.keys()
-    for k in sa:
-        assert sa[k] == sb[k] or (isinstance(sa[k], float) and math.isnan(sa[k]) and math.isnan(sb[k])), k
+    assert_same_run(a, b)
     assert a.timeline.equals(b.timeline)
 
 

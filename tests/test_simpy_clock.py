@@ -2,10 +2,10 @@
 single engines and fleets (closed-loop clients, horizons, every router, disaggregated pools), and its absolute-time
 events keep the order the heap clock keeps (arrivals before engines at the same instant, engines by index)."""
 
-import math
-
 import simpy
 from hypothesis import given, settings, strategies as st
+
+from helpers import assert_same_run
 
 from kvsim.engine.processes import ARRIVAL, Clock
 from kvsim.fleet.cluster import ReplicaGroup, simulate_fleet
@@ -63,13 +63,7 @@ def _args(s, clock):
     return config_from_args(args)
 
 
-def _same(a, b):
-    assert a.requests.equals(b.requests)
-    sa = {k: v for k, v in a.summary.items() if k != "wall_s"}
-    sb = {k: v for k, v in b.summary.items() if k != "wall_s"}
-    assert sa.keys() == sb.keys()
-    for k in sa:
-        assert sa[k] == sb[k] or (isinstance(sa[k], float) and math.isnan(sa[k]) and math.isnan(sb[k])), k
+_same = assert_same_run
 
 
 @settings(max_examples=40, deadline=None)

@@ -23,12 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generator
 
 from kvsim.errors import ConfigError
-
-
-def _check(name: str, value: float, low: float = 0.0, open_low: bool = True) -> None:
-    ok = math.isfinite(value) and (value > low if open_low else value >= low)
-    if not ok:
-        raise ConfigError(f"{name}: must be a finite number {'>' if open_low else '>='} {low:g}, got {value}")
+from kvsim.validation import FRACTION, NON_NEGATIVE, POSITIVE, require
 
 
 @dataclass
@@ -47,7 +42,7 @@ class Autoscaler:
             raise ConfigError(
                 f"autoscaler bounds: need 1 <= min_replicas ({self.min_replicas}) <= max_replicas ({self.max_replicas})"
             )
-        _check("autoscaler interval_s", self.interval_s)
+        require(self.interval_s, POSITIVE, "autoscaler interval_s")
 
     def desired(self, fleet, current: int) -> int:
         """The replica count wanted now (before the bounds)."""
@@ -83,9 +78,9 @@ class ThresholdAutoscaler(Autoscaler):
         super().__post_init__()
         if self.metric not in ("waiting", "kv"):
             raise ConfigError(f"autoscaler metric: 'waiting' or 'kv', got {self.metric!r}")
-        _check("autoscaler target", self.target)
-        _check("autoscaler tolerance", self.tolerance, 0.0, open_low=False)
-        _check("autoscaler down_window_s", self.down_window_s, 0.0, open_low=False)
+        require(self.target, POSITIVE, "autoscaler target")
+        require(self.tolerance, NON_NEGATIVE, "autoscaler tolerance")
+        require(self.down_window_s, NON_NEGATIVE, "autoscaler down_window_s")
 
     def desired(self, fleet, current: int) -> int:
         m = fleet.scrape
@@ -120,9 +115,8 @@ class SlaPlanner(Autoscaler):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        _check("planner replica_rate", self.replica_rate)
-        if not (0 < self.headroom <= 1):
-            raise ConfigError(f"planner headroom: must be in (0, 1], got {self.headroom}")
+        require(self.replica_rate, POSITIVE, "planner replica_rate")
+        require(self.headroom, FRACTION, "planner headroom")
         if self.lookback < 1:
             raise ConfigError(f"planner lookback: must be >= 1, got {self.lookback}")
 
@@ -147,7 +141,7 @@ class ScheduleAutoscaler(Autoscaler):
             raise ConfigError("a schedule autoscaler needs at least one (time, replicas) entry")
         self.schedule = sorted(self.schedule)
         for t, n in self.schedule:
-            _check("schedule time", t, 0.0, open_low=False)
+            require(t, NON_NEGATIVE, "schedule time")
             if not isinstance(n, int) or n < 0:
                 raise ConfigError(f"schedule replicas: must be a whole number >= 0, got {n!r}")
 

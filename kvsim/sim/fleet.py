@@ -53,6 +53,7 @@ from kvsim.metrics import sequences_frame
 from kvsim.sim.metrics import ReplicaScrape, Scrape, window_stats
 from kvsim.sim.startup import Startup
 from kvsim.trace.request import Request
+from kvsim.validation import POSITIVE, require
 
 STATES = ("starting", "serving", "draining", "stopped", "failed")
 
@@ -128,10 +129,8 @@ class Fleet:
                     f"group {g.name}: data-parallel replicas (--data-parallel-size {g.cfg.dp}) are not modelled "
                     "in a changing fleet; give each rank as a replica of its own"
                 )
-        if not (scrape_interval_s > 0 and math.isfinite(scrape_interval_s)):
-            raise ConfigError(f"scrape_interval_s must be a finite number > 0, got {scrape_interval_s}")
-        if not (window_s > 0 and math.isfinite(window_s)):
-            raise ConfigError(f"window_s must be a finite number > 0, got {window_s}")
+        require(scrape_interval_s, POSITIVE, "scrape_interval_s")
+        require(window_s, POSITIVE, "window_s")
         self._wall0 = time.perf_counter()
         self.env = Clock()
         self.groups = {g.name: g for g in groups}
@@ -258,9 +257,9 @@ class Fleet:
         self.env.run(until=self.driver.done)
         end = self.env.now
         arrived = self.driver.arrived
-        for seq in self._held:  # no replica ever served them
-            seq.reason = "never served: no replica was serving"
         mark_unfinished(self.seqs, close_engines(self.engines), arrived)
+        for seq in self._held:  # no replica ever served them (after mark_unfinished, whose reason this replaces)
+            seq.reason = "never served: no replica was serving"
         for sid, why in self._lost.items():
             self.seqs[sid].reason = why
         self.clients.stamp(self.seqs, self.trace.t0)

@@ -22,11 +22,10 @@ def windows_meeting(requests: pd.DataFrame, slos: list[Slo], t0: float, window_s
     ok = total = 0
     for _, w in requests.groupby(k):
         fin = w[w.status == "finished"]
+        late = len(w) - len(fin)  # an unfinished request is as late as it gets: it counts above every limit
         summary = {}
         for s in slos:
             col = fin[f"{s.metric}_s"].dropna()
-            # an unfinished request is as late as it gets: it counts above every limit
-            late = int((w.status != "finished").sum())
             v = (
                 np.concatenate([col.to_numpy(dtype=float), np.full(late, np.inf)])
                 if late

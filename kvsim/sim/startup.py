@@ -10,10 +10,9 @@ object storage is slower (``load_gbs`` 0.5-1), one restarted from a warm cache w
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
-from kvsim.errors import ConfigError
+from kvsim.validation import NON_NEGATIVE, POSITIVE, require
 
 
 @dataclass(frozen=True)
@@ -22,10 +21,8 @@ class Startup:
     fixed_s: float = 60.0  # seconds besides the weights: process, compile, CUDA graphs, profile, warm-up
 
     def __post_init__(self) -> None:
-        if not (self.load_gbs > 0 and math.isfinite(self.load_gbs)):
-            raise ConfigError(f"startup load_gbs: must be a finite number > 0, got {self.load_gbs}")
-        if not (self.fixed_s >= 0 and math.isfinite(self.fixed_s)):
-            raise ConfigError(f"startup fixed_s: must be a finite number >= 0, got {self.fixed_s}")
+        require(self.load_gbs, POSITIVE, "startup load_gbs")
+        require(self.fixed_s, NON_NEGATIVE, "startup fixed_s")
 
     def seconds(self, cfg) -> float:
         """Seconds from asking for a replica of ``cfg`` (a SimConfig) to its first request."""
