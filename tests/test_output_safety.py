@@ -178,6 +178,7 @@ CASES = [
         "folder",
         lambda i, o: ["validate", BENCH, "--model", "llama-3-8b", "--gpu", "a100-80gb", "--no-plots", "--out", o],
     ),
+    Case("memory", ("memory",), "--out", "folder", lambda i, o: ["memory", "--context", "4096", "--out", o]),
     Case("report", ("report",), "--output", "folder", lambda i, o: ["report", i["runs"], "-o", o], "runs"),
     Case(
         "trace-generate",

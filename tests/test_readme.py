@@ -47,8 +47,41 @@ def test_readme_block_runs(block, tmp_path):
     if "pytest" in script:
         pytest.skip("the test command is what runs this test")
     env = {**os.environ, "COLUMNS": "80", "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    if script.strip() == "kvsim ui":  # a server: it must come up and answer, then it is stopped
+        _serve_and_stop(tmp_path, env)
+        return
     r = subprocess.run(["bash", "-e", "-c", script], cwd=tmp_path, capture_output=True, text=True, env=env, timeout=900)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert "Traceback" not in r.stderr
     made = {p.name for p in tmp_path.iterdir()} - {"traces", "tests", "benchmarks"}
     assert made <= {"kvsim-out"}, made  # everything under kvsim-out/, nothing beside the committed files
+
+
+def _serve_and_stop(folder: Path, env: dict) -> None:
+    import socket
+    import time
+    import urllib.request
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen(
+        ["kvsim", "ui", "--port", str(port)], cwd=folder, env=env, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        t_end = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/health", timeout=2) as r:
+                    assert r.status == 200
+                    break
+            except OSError:
+                assert proc.poll() is None and time.monotonic() < t_end, "kvsim ui did not come up"
+                time.sleep(0.2)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5) as r:
+            assert b"static/app.js" in r.read()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+    made = {p.name for p in folder.iterdir()} - {"traces", "tests", "benchmarks"}
+    assert made <= {"kvsim-out"}, made

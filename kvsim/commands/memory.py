@@ -31,6 +31,7 @@ def cmd_memory(a: argparse.Namespace) -> int:
     width = max(len(k) for k, _ in lines)
     for k, v in lines:
         print(f"  {k:<{width}}  {v}")
+    fits: dict[int, dict[str, int]] = {}
     if a.context:
         from kvsim.memory_budget import _size
 
@@ -39,11 +40,56 @@ def cmd_memory(a: argparse.Namespace) -> int:
             # exact bytes one sequence holds (each layer its window or state), before block rounding
             print(f"  {label}  {_size(cfg.memory_model.sequence_bytes(n, cfg.tp))} per sequence per GPU")
             if b.layouts:
-                fits = ", ".join(f"{name} {k:,}" for name, k in b.sequences_by_layout(n).items())
-                print(f"  {'':<{width}}  fit: {fits}")
+                fits[n] = dict(b.sequences_by_layout(n))
+                print(f"  {'':<{width}}  fit: {', '.join(f'{name} {k:,}' for name, k in fits[n].items())}")
             else:
+                fits[n] = {"": b.sequences_at(n)}
                 print(f"  {'':<{width}}  {b.sequences_at(n):,} sequences fit at once")
+    if a.out:
+        _write_budget(a, b, lines, fits)
     return 0
+
+
+def _write_budget(a: argparse.Namespace, b, lines: list[tuple[str, str]], fits: dict[int, dict[str, int]]) -> None:
+    """memory.csv (one row: the budget in bytes and tokens), memory_lines.csv (the lines printed above) and,
+    with --context, fits.csv in ``a.out``."""
+    import sys
+    from pathlib import Path
+
+    import pandas as pd
+
+    from kvsim.commands.args import result_marker
+    from kvsim.files import prepare_results_dir, results_folder
+
+    out = prepare_results_dir(Path(a.out), "--out")
+    row = {
+        "model": b.model,
+        "gpu": b.gpu,
+        "tp": b.tp,
+        "pp": b.pp,
+        "dp": b.dp,
+        "gpu_bytes": b.gpu_bytes,
+        "usable_bytes": b.usable_bytes,
+        "weight_bytes": b.weight_bytes,
+        "reserve_bytes": b.reserve_bytes,
+        "pool_bytes": b.pool_bytes,
+        "kv_bytes_per_token_model": b.kv_bytes_per_token_model,
+        "kv_bytes_per_token_gpu": b.kv_bytes_per_token_gpu,
+        "pool_tokens": b.pool_tokens,
+        "block_size": b.block_size,
+        "num_blocks": b.num_blocks,
+        "max_model_len": b.max_model_len,
+        "max_concurrency": b.max_concurrency,
+        "weight_dtype": b.weight_dtype,
+        "kv_dtype": b.kv_dtype,
+    }
+    with results_folder(out, "--out", result_marker(a)) as stage:
+        pd.DataFrame([row]).to_csv(stage / "memory.csv", index=False)
+        pd.DataFrame(lines, columns=["item", "value"]).to_csv(stage / "memory_lines.csv", index=False)
+        if fits:
+            rows = [{"context_tokens": n, "layout": k, "sequences": v} for n, by in fits.items() for k, v in by.items()]
+            pd.DataFrame(rows).to_csv(stage / "fits.csv", index=False)
+    print(f"wrote memory.csv, memory_lines.csv{', fits.csv' if fits else ''} to {out}/", file=sys.stderr)
 
 
 def register(sub) -> None:
@@ -75,5 +121,11 @@ def register(sub) -> None:
         nargs="+",
         metavar="TOKENS",
         help="also say how many sequences of these lengths fit at once (e.g. --context 4096 32768)",
+    )
+    m.add_argument(
+        "--out",
+        metavar="DIR",
+        help="also write the budget to this folder: memory.csv (bytes and tokens), memory_lines.csv (the lines "
+        "printed) and, with --context, fits.csv",
     )
     m.set_defaults(func=cmd_memory)

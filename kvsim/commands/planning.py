@@ -142,11 +142,12 @@ def cmd_fleet_plan(a: argparse.Namespace, cfg, slos) -> int:
         out,
         "--out",
         [a.trace, getattr(a, "model", None), getattr(a, "latency", None)],
-        ["fleet_plan.csv", "summary.md"],
+        ["fleet_plan.csv", "summary.md", "vllm_serve.sh"],
     )
     with results_folder(out, "--out", result_marker(a)) as stage:
         _fleet_plan(a, cfg, slos, routers, stage)
-    print(f"wrote {out}/fleet_plan.csv, summary.md")
+    serve = ", vllm_serve.sh" if (out / "vllm_serve.sh").exists() else ""
+    print(f"wrote {out}/fleet_plan.csv, summary.md{serve}")
     if out_note:
         print(out_note, file=sys.stderr)
     return 0
@@ -220,7 +221,11 @@ def _fleet_plan(a: argparse.Namespace, cfg, slos, routers, out: Path) -> None:
     if window:
         notes.insert(0, window)
         best = [r for r in whole if r["meets_slo"]]
+    chosen = best[0] if best else None
+    # the page (kvsim ui) and a user's own plots find the front and the answer in the table itself
     table = pd.DataFrame(rows + whole)
+    table["pareto"] = [any(r is f for f in front) for r in rows + whole]
+    table["chosen"] = [r is chosen for r in rows + whole]
     write_table(table, out / "fleet_plan", "csv")
     key = lambda k: lambda r: r.get(k)  # noqa: E731
     cols = [
@@ -238,7 +243,6 @@ def _fleet_plan(a: argparse.Namespace, cfg, slos, routers, out: Path) -> None:
         f"fleet plan · {Path(a.trace).name} at {load_text(cfg, a.target_rate)} · {cfg.model.name} · "
         f"{', '.join(g for g, _ in gpus)} · SLO {', '.join(map(str, slos))}"
     )
-    chosen = best[0] if best else None
     cols.insert(0, Column("pick", "", "", "text", "", lambda r: "->" if r is chosen else ""))
     shown = front + ([chosen] if chosen is not None and chosen not in front else [])  # the answer, always
     print_rows(
@@ -276,6 +280,7 @@ def _fleet_plan(a: argparse.Namespace, cfg, slos, routers, out: Path) -> None:
             + ")"
         )
         print("\n".join(cmds))
+        write_text_atomically(out / "vllm_serve.sh", "\n".join(cmds) + "\n")
         lines += [
             f"**Cheapest layout meeting the SLOs:** {b['layout']} behind {b['router']} ({size}).",
             "",
