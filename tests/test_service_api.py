@@ -54,7 +54,7 @@ def test_questions_take_the_options_table_inputs(client):
     from kvsim.option_table import BY_KEY
 
     qs = {q["name"]: q for q in client.get("/api/v1/questions").json()}
-    assert set(qs) == {"memory", "compare", "plan", "fleet", "validate"}
+    assert set(qs) == {"memory", "latency", "compare", "plan", "fleet", "validate"}
     for q in qs.values():
         keys = {f["key"] for f in q["fields"]}
         assert "out" not in keys and "workers" not in keys  # set by the service, or unbounded fan-out
@@ -100,7 +100,11 @@ def test_each_page_default_question_gives_the_cli_numbers(client, tmp_path, ques
     assert job["command"].startswith("kvsim ")
     served = {f["name"] for f in client.get(f"/api/v1/jobs/{job['id']}/files").json()}
     cli_out = tmp_path / "cli"
-    assert cli_main([*_cli_argv(job), "--out", str(cli_out)]) == 0
+    q = QUESTIONS[question]
+    if q.out != "out":  # the command writes one file
+        cli_out.mkdir()
+    target = cli_out if q.out == "out" else cli_out / Path(q.out).name
+    assert cli_main([*_cli_argv(job), "--out", str(target)]) == 0
     ours = _tables(cli_out)
     assert {n for n in ours} <= served and ours
     svc_out = tmp_path / "svc-files"
@@ -173,6 +177,62 @@ def test_bad_inputs_are_refused_with_the_clis_message(client, question, inputs, 
 def test_malformed_requests_are_400_not_500(client, body):
     r = client.post("/api/v1/jobs", content=body, headers={"Content-Type": "application/json"})
     assert r.status_code == 400 and r.json()["error"]
+
+
+def test_request_bodies_are_bounded(client):
+    big = json.dumps({"question": "memory", "inputs": {"model": "x" * (2 << 20)}})
+    r = client.post("/api/v1/jobs", content=big, headers={"Content-Type": "application/json"})
+    assert r.status_code == 413
+
+    def chunks():
+        yield b'{"question": "memory", '
+        yield b'"inputs": {}}'
+
+    r = client.post("/api/v1/jobs", content=chunks(), headers={"Content-Type": "application/json"})
+    assert r.status_code == 411
+
+
+def _values():
+    from hypothesis import strategies as st
+
+    scalar = st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(-(2**70), 2**70),
+        st.floats(allow_nan=True, allow_infinity=True),
+        st.text(max_size=40),
+        st.sampled_from(["example:chat.jsonl", "upload:0123456789ab", "../x", "-1", "32k", "inf", "fp8"]),
+    )
+    return st.one_of(scalar, st.lists(scalar, max_size=4), st.dictionaries(st.text(max_size=5), scalar, max_size=2))
+
+
+def test_no_input_crashes_the_service(tmp_path):
+    """Random inputs to every question: a 400 with a message, or a job that starts (cancelled at once); never a
+    500, and the service answers after."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    app = create_app(ServiceConfig(tmp_path / "svc", limits=Limits(max_queued=100)))
+    with TestClient(app) as c:
+        keys = {q["name"]: [f["key"] for f in q["fields"]] for q in c.get("/api/v1/questions").json()}
+
+        @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+        @given(
+            st.sampled_from(sorted(keys) + ["nope"]),
+            st.data(),
+        )
+        def check(question, data):
+            names = st.sampled_from(keys.get(question, ["model"]) + ["bogus"])
+            inputs = data.draw(st.dictionaries(names, _values(), max_size=4))
+            r = c.post("/api/v1/jobs", json={"question": question, "inputs": inputs})
+            assert r.status_code in (201, 400), r.text
+            if r.status_code == 400:
+                assert r.json()["error"]
+            else:
+                c.delete(f"/api/v1/jobs/{r.json()['id']}")
+
+        check()
+        assert c.get("/api/v1/health").json()["status"] == "ok"
 
 
 def test_a_run_the_cli_refuses_fails_with_its_message(client):
@@ -276,6 +336,16 @@ def test_tables_come_back_bounded_and_json_safe(client):
     reason = t["columns"].index("reason")
     assert t["rows"][0][reason] is None  # an empty cell is null, not NaN (which is not JSON)
     assert job["progress"] is not None and job["progress"]["done"] == job["progress"]["total"] == 50
+
+
+def test_parquet_results_are_read_as_the_csv_ones(client):
+    pytest.importorskip("pyarrow")
+    job = finished(client, submit(client, "compare", {"allocators": "paged", "format": "parquet"}))
+    assert job["state"] == "done", job
+    names = {f["name"] for f in client.get(f"/api/v1/jobs/{job['id']}/files").json()}
+    assert {"runs.parquet", "requests.parquet"} <= names and "runs.csv" not in names
+    t = client.get(f"/api/v1/jobs/{job['id']}/tables/runs").json()
+    assert t["rows"][0][t["columns"].index("finished")] == 3000
 
 
 def test_progress_file_follows_the_bars(tmp_path, monkeypatch):

@@ -128,6 +128,7 @@ def download(page, downloads: Path, name: str) -> Path:
 
 PAGES = {  # page: (inputs typed into the form, a plot it draws, a table it shows, a CSV to download)
     "memory": ({"tensor_parallel_size": "2", "gpu": "h100-80gb"}, "memory", "memory", "memory.csv"),
+    "latency": ({"batch": "64", "gpu": "h100-80gb"}, "latency", "latency", "latency.csv"),
     "compare": ({"allocators": "max,paged"}, "memory_timeline", "runs", "runs.csv"),
     "plan": ({}, "pareto", "fleet_plan", "fleet_plan.csv"),
     "fleet": ({"replicas": "2"}, "prefix_hit_rate_tokens", "replicas", "replicas.csv"),

@@ -166,19 +166,25 @@ def cmd_latency(a: argparse.Namespace) -> int:
     model = build_latency(cfg)
     for note in latency_notes(cfg):
         print(note, file=sys.stderr)
-    if a.shapes:
+    if not a.shapes and a.out:
+        from kvsim.files import check_output_file
+
+        check_output_file(a.out, "--out", [a.model, a.latency])
+    if a.shapes or a.out:
         import csv
 
         from kvsim.files import atomic_path
 
+        shapes = rows if a.shapes else [(a.batch, a.context, a.new_tokens)]
         with atomic_path(a.out) as tmp, open(tmp, "w", newline="", encoding="utf-8") as fh:
             w = csv.writer(fh)
             w.writerow(["batch", "context", "new_tokens", *BREAKDOWN_COLUMNS])
-            for b, c, n in rows:
+            for b, c, n in shapes:
                 bd = model.breakdown(StepShape.of([(n, c)] * b))
                 w.writerow([b, c, n, *(repr(bd[k]) for k in BREAKDOWN_COLUMNS)])
-        print(f"wrote {len(rows)} rows to {a.out} ({describe_latency(cfg)})")
-        return 0
+        if a.shapes:
+            print(f"wrote {len(rows)} rows to {a.out} ({describe_latency(cfg)})")
+            return 0
     bd = model.breakdown(StepShape.of([(a.new_tokens, a.context)] * a.batch))
     kind = "decode" if a.new_tokens == 1 else "prefill"
     print(f"{cfg.model.name} on {cfg.gpu.name}, tensor parallel {cfg.tp}: {describe_latency(cfg)}")
@@ -195,6 +201,8 @@ def cmd_latency(a: argparse.Namespace) -> int:
             f"/ {sp.tau:g}, each sequence's time per token)"
         )
     print(f"one {kind} iteration: {a.batch} sequence(s) x {a.new_tokens} new token(s) after {a.context} cached")
+    if a.out:
+        print(f"(also written to {a.out})", file=sys.stderr)
     total = bd["total_s"]
     for k in BREAKDOWN_COLUMNS:
         share = f"{100 * bd[k] / total:5.1f}%" if total > 0 else ""
@@ -224,8 +232,9 @@ def register(sub) -> None:
     g.add_argument("--shapes", help="CSV with columns batch,context,new_tokens (one iteration per row)")
     g.add_argument(
         "--out",
-        help="with --shapes: CSV of the input columns + total_s, dense_s, attention_s, "
-        "communication_s, cpu_s (seconds, whole model on one GPU)",
+        help="CSV of the shape's columns (batch, context, new_tokens) + total_s, dense_s, attention_s, "
+        "communication_s, cpu_s, ... (seconds, whole model on one GPU): a row per line of --shapes (needed "
+        "with it), or the one iteration of --batch/--context",
     )
     lat.set_defaults(func=cmd_latency)
     cal = sub.add_parser("calibrate", help="fit a latency calibration from measured GPU profiles")

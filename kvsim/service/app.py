@@ -33,6 +33,7 @@ from kvsim.service.results import NotFound, read_table, read_text, result_file, 
 
 API = "/api/v1"
 _ID = re.compile(r"^[0-9a-f]{12}$")
+MAX_REQUEST_BYTES = 1 << 20  # a question's inputs; files are uploads
 
 
 @dataclass(frozen=True)
@@ -155,6 +156,12 @@ def create_app(config: ServiceConfig) -> FastAPI:
 
     @app.middleware("http")
     async def _guard(request: Request, call_next):
+        if request.method in ("POST", "PUT", "PATCH") and not request.url.path.startswith(f"{API}/uploads"):
+            size = request.headers.get("content-length")
+            if size is None or not size.isdigit():  # a body of unknown length would be read whole
+                return error(411, "the request needs a Content-Length")
+            if int(size) > MAX_REQUEST_BYTES:
+                return error(413, f"the request is larger than {MAX_REQUEST_BYTES:,} bytes (files go to {API}/uploads)")
         if config.token and request.url.path.startswith(API):
             given = request.headers.get("authorization", "").removeprefix("Bearer ").strip()
             given = given or request.query_params.get("token", "")

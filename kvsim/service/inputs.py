@@ -87,7 +87,7 @@ def build_command(q: Question, inputs: dict[str, Any], resolve: Callable[[str, s
         raise InputError("inputs: expected an object of option keys and values")
     actions = input_actions(q)
     values = {**q.defaults, **inputs}
-    argv: list[str] = [*q.command, "--out", "out"]  # the job's results folder, inside its own
+    argv: list[str] = [*q.command, "--out", q.out]  # the job's results, inside its folder
     shown: list[str] = list(q.command)
     files: list[FileInput] = []
     positional: list[tuple[list[str], list[str]]] = []

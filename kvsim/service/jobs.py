@@ -133,6 +133,7 @@ class Jobs:
             job_id = secrets.token_hex(6)
             folder = self.root / job_id
             (folder / "inputs").mkdir(parents=True)
+            (folder / "out").mkdir()  # a command whose --out is a file writes it in here
             for f in command.files:
                 shutil.copyfile(f.source, folder / f.job_path)
             job = Job(job_id, question, command, folder)

@@ -16,7 +16,7 @@ from typing import Any
 
 # set by the service, or work it does not allow: where results go, terminal layout, fan-out to other machines
 SERVICE_SET = frozenset(
-    {"out", "format", "columns", "wide", "workers", "backend", "address", "record_batches", "help", "no_report"}
+    {"out", "columns", "wide", "workers", "backend", "address", "record_batches", "help", "no_report"}
 )
 FILE_INPUTS = frozenset({"trace", "results"})  # inputs whose value is a file: an upload or an example
 
@@ -34,6 +34,7 @@ class Question:
     tables: tuple[str, ...]  # result tables (file stems), in the order the page shows them
     files: tuple[str, ...] = ()  # other result files the page shows as text
     barred: frozenset[str] = field(default_factory=frozenset)  # inputs of the command this page does not take
+    out: str = "out"  # the command's --out: the job's results folder, or a file in it
 
 
 QUESTIONS: dict[str, Question] = {
@@ -56,6 +57,17 @@ QUESTIONS: dict[str, Question] = {
                 "context",
             ),
             ("memory", "memory_lines", "fits"),
+        ),
+        Question(
+            "latency",
+            "Iteration time",
+            "How long does one engine iteration take for my batch and context, and where does the time go?",
+            ("latency",),
+            {"batch": 32, "context": 2048},
+            ("model", "gpu", "tensor_parallel_size", "batch", "context", "new_tokens", "quantization", "vllm_version"),
+            ("latency",),
+            barred=frozenset({"shapes"}),
+            out="out/latency.csv",
         ),
         Question(
             "compare",
@@ -89,7 +101,17 @@ QUESTIONS: dict[str, Question] = {
                 "target_rate": 10,
                 "fleet_max_gpus": 2,
             },
-            ("trace", "model", "slo", "gpus", "target_rate", "fleet_max_gpus", "fleet_routers", "fleet_tp"),
+            (
+                "trace",
+                "model",
+                "slo",
+                "gpus",
+                "target_rate",
+                "max_concurrency",
+                "fleet_max_gpus",
+                "fleet_routers",
+                "fleet_tp",
+            ),
             ("fleet_plan",),
             ("vllm_serve.sh", "summary.md"),
             frozenset({"study", "kernel_bench"}),

@@ -162,6 +162,15 @@ const RENDER = {
       hovertemplate: `${n}: %{x:.2f} GiB<extra></extra>` })),
       { barmode: "stack", title: `${m.model} on ${m.gpu}: ${(m.pool_tokens).toLocaleString()} KV tokens, maximum concurrency ${m.max_concurrency.toFixed(2)}x`, xaxis: { title: "GiB" }, height: 260 });
   },
+  async latency(job, box) {
+    const r = objects(await api(`/jobs/${job.id}/tables/latency`))[0];
+    const parts = Object.keys(r).filter((k) => k.endsWith("_s") && k !== "total_s");
+    plot(box, "latency", parts.filter((k) => r[k] > 0).map((k) => ({
+      type: "bar", orientation: "h", name: k.slice(0, -2).replaceAll("_", " "), y: ["one iteration"], x: [1000 * r[k]],
+      hovertemplate: `${k.slice(0, -2)}: %{x:.3f} ms<extra></extra>` })),
+      { barmode: "stack", height: 260, xaxis: { title: "ms" },
+        title: `${r.batch} sequence(s) x ${r.new_tokens} new token(s) after ${r.context.toLocaleString()} cached: ${(1000 * r.total_s).toFixed(3)} ms` });
+  },
   async compare(job, box) {
     const runs = objects(await api(`/jobs/${job.id}/tables/runs`));
     const names = runs.map((r) => r.allocator);
