@@ -374,3 +374,7 @@ def test_kvsim_ui_opens_to_a_team_only_with_a_token(monkeypatch, tmp_path, capsy
         assert c.get("/api/v1/questions").status_code == 401
     assert cli_main(["ui", "--data-dir", str(tmp_path / "d")]) == 0
     assert "?token=" not in capsys.readouterr().err
+    with TestClient(seen["app"], base_url="http://127.0.0.1:8765") as c:  # on this machine: its own names only
+        assert c.get("/api/v1/health").status_code == 200
+        assert c.get("/api/v1/health", headers={"Host": "localhost:8765"}).status_code == 200
+        assert c.get("/api/v1/health", headers={"Host": "attacker.example:8765"}).status_code == 400

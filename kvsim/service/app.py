@@ -42,6 +42,9 @@ class ServiceConfig:
     token: str | None = None  # required on /api/* when set (Authorization: Bearer ..., or ?token=)
     max_upload_bytes: int = 64 << 20
     max_uploads: int = 100  # kept; the oldest are removed
+    # Host names the service answers to (None: any). `kvsim ui` on this machine without a token answers only to
+    # its loopback names, so that a web page elsewhere cannot reach it through DNS rebinding
+    allowed_hosts: tuple[str, ...] | None = None
     limits: Limits = field(default_factory=Limits)
 
 
@@ -122,6 +125,10 @@ def create_app(config: ServiceConfig) -> FastAPI:
         responses={400: {"model": ErrorView}, 404: {"model": ErrorView}},
     )
     app.state.jobs = jobs
+    if config.allowed_hosts is not None:
+        from starlette.middleware.trustedhost import TrustedHostMiddleware
+
+        app.add_middleware(TrustedHostMiddleware, allowed_hosts=list(config.allowed_hosts))
 
     def error(status: int, message: str) -> JSONResponse:
         return JSONResponse({"error": message}, status_code=status)

@@ -35,7 +35,8 @@ def cmd_ui(a: argparse.Namespace) -> int:
         timeout_s=a.job_timeout_s,
         memory_gb=a.job_memory_gb,
     )
-    app = create_app(ServiceConfig(data, token, int(a.max_upload_mb * 2**20), limits=limits))
+    hosts = ("127.0.0.1", "localhost", "::1", "[::1]") if a.host in LOOPBACK and not token else None
+    app = create_app(ServiceConfig(data, token, int(a.max_upload_mb * 2**20), limits=limits, allowed_hosts=hosts))
     host = f"[{a.host}]" if ":" in a.host else a.host
     url = f"http://{host}:{a.port}/" + (f"?token={token}" if token else "")
     print(f"kvsim ui: open {url}  (the API: {url.split('?')[0]}api/v1/openapi.json; Ctrl-C stops)", file=sys.stderr)
