@@ -34,16 +34,26 @@ def cmd_generate(a: argparse.Namespace) -> int:
     from kvsim.trace import write_trace
     from kvsim.trace.generate import ArrivalSpec, LengthSpec, generate
 
-    check_output_file(a.output, "-o", [a.lengths_csv])
+    check_output_file(a.output, "-o", [a.lengths_csv, a.rate_profile])
     from kvsim.options import values_from_namespace
 
     if values_from_namespace(a):  # a benchmark client's flag (the options table's "load" group): its workload
         return _generate_bench(a)
+    if a.rate_profile is not None:
+        from kvsim.errors import ConfigError
+
+        for flag, given in (("--rate", a.rate), ("--scenario", a.scenario), ("--turns-per-s", a.turns_per_s)):
+            if given is not None:
+                raise ConfigError(f"{flag} and --rate-profile: the profile sets the rate; give one")
     for k, v in GENERATE_DEFAULTS.items():
-        if getattr(a, k) is None:
+        if getattr(a, k) is None and not (k == "num_requests" and a.rate_profile is not None):
             setattr(a, k, v)
     from kvsim.trace.generate import NO_CAP
 
+    if a.rate_profile is None and a.rate_scale is not None:
+        from kvsim.errors import ConfigError
+
+        raise ConfigError("--rate-scale scales a --rate-profile; give one (or use --rate)")
     arrivals = ArrivalSpec(a.arrival, a.rate, a.cv)
     lengths = LengthSpec(
         a.prompt_mean, a.prompt_sigma, a.output_mean, a.output_sigma, a.max_total or NO_CAP, a.lengths_csv
@@ -53,7 +63,9 @@ def cmd_generate(a: argparse.Namespace) -> int:
         from kvsim.errors import ConfigError
 
         raise ConfigError("--turns-per-s: multi-turn conversations only (--scenario multi-turn)")
-    if a.scenario:
+    if a.rate_profile:
+        reqs = _generate_profile(a, lengths, notes)
+    elif a.scenario:
         from kvsim.trace.scenarios import ScenarioSpec, generate_scenario
 
         spec = ScenarioSpec(
@@ -82,6 +94,34 @@ def cmd_generate(a: argparse.Namespace) -> int:
     return 0
 
 
+def _generate_profile(a: argparse.Namespace, lengths, notes: list[str]) -> list:
+    """Requests under a rate that changes by window (--rate-profile), -n of them at most."""
+    import sys
+
+    import numpy as np
+
+    from kvsim.trace.generate import requests_at
+    from kvsim.trace.rate_profile import profile_arrivals, read_rate_profile
+
+    profile = read_rate_profile(a.rate_profile)
+    scale = 1.0 if a.rate_scale is None else a.rate_scale
+    rng = np.random.default_rng(a.seed)
+    cv = a.cv if a.arrival == "gamma" else 1.0
+    t = profile_arrivals(profile, rng, scale, cv, a.num_requests)
+    if len(t) == 0:
+        from kvsim.errors import ConfigError
+
+        raise ConfigError(f"{a.rate_profile}: no request arrives under it (x {scale:g}); raise --rate-scale")
+    peak = float(profile.rates.max()) * scale
+    print(
+        f"{a.rate_profile}: {len(profile.starts):,} windows over {profile.duration_s / 3600:.2f} h, rates x {scale:g}: "
+        f"mean {profile.expected_requests(scale) / profile.duration_s:.3g}, peak {peak:.3g} requests/s; "
+        f"{len(t):,} requests" + (f" (the first {a.num_requests:,})" if a.num_requests is not None else ""),
+        file=sys.stderr,
+    )
+    return requests_at(t, lengths, rng, notes)
+
+
 def _generate_bench(a: argparse.Namespace) -> int:
     """`kvsim trace generate --bench ...`: a benchmark client's workload (kvsim/trace/bench_load.py) as JSONL."""
     import math
@@ -98,6 +138,7 @@ def _generate_bench(a: argparse.Namespace) -> int:
             ("scenario", "--scenario"),
             ("lengths_csv", "--lengths-csv"),
             ("rate", "--rate"),
+            ("rate_profile", "--rate-profile"),
             ("arrival", "--arrival"),
             ("cv", "--cv"),
             ("prompt_mean", "--prompt-mean"),
@@ -202,6 +243,20 @@ def register(sub) -> None:
         default=None,
         help="multi-turn: requests (turns) per second over the trace: conversations start at this / "
         "--turns-mean per second and the trace keeps the first -n turns in time order",
+    )
+    g.add_argument(
+        "--rate-profile",
+        metavar="CSV",
+        help="a rate that changes over time instead of --rate: a CSV of windows, columns start_s (window start, "
+        "seconds) and rate (requests/s), e.g. traces/servegen_m_large_day_rates.csv (a day of a production "
+        "service); arrivals are Poisson (or gamma, --arrival gamma --cv) at each window's rate, all of them "
+        "unless -n",
+    )
+    g.add_argument(
+        "--rate-scale",
+        type=number(float, Number(min=0, min_open=True, max=1e9)),
+        default=None,
+        help="with --rate-profile: multiply its rates by this (size the day to your fleet) [default: 1]",
     )
     g.add_argument("--arrival", choices=["poisson", "gamma"], default=None, help="arrival process [default: poisson]")
     g.add_argument(

@@ -119,6 +119,14 @@ def generate(
         raise ConfigError("--num-requests must be > 0")
     rng = np.random.default_rng(seed)
     t = arrival_times(arrivals, n, rng)
+    return requests_at(t, lengths, rng, notes)
+
+
+def requests_at(
+    t: np.ndarray, lengths: LengthSpec, rng: np.random.Generator, notes: list[str] | None = None
+) -> list[Request]:
+    """Requests arriving at the times ``t`` (seconds), their lengths drawn from ``lengths`` with ``rng``."""
+    n = len(t)
     prompt, output = sample_lengths(lengths, n, rng, notes)
     return [Request(str(i), float(t[i]), int(prompt[i]), int(output[i])) for i in range(n)]
 
