@@ -63,6 +63,8 @@ def sequences_frame(seqs, t0: float) -> pd.DataFrame:
         status.append(
             Status.REJECTED.value
             if s.status == Status.REJECTED
+            else Status.CANCELLED.value
+            if s.status == Status.CANCELLED
             else Status.FINISHED.value
             if done
             else Status.UNFINISHED.value

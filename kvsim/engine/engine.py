@@ -49,7 +49,7 @@ from kvsim.engine.incremental import IncrementalScheduler
 from kvsim.engine.memory_tracker import MemoryTracker
 from kvsim.engine.preemption import VictimPolicy, lifo
 from kvsim.engine.scheduler import IterationPlan, SteppingScheduler
-from kvsim.engine.sequence import Sequence
+from kvsim.engine.sequence import Sequence, Status
 from kvsim.errors import ConfigError
 from kvsim.latency.base import LatencyModel
 from kvsim.trace.request import Request
@@ -107,6 +107,7 @@ class Engine:
         handoff: Callable[[Sequence, float], None] | None = None,
         kv_loader: Callable[[Sequence, int, float], float] | None = None,
         on_finished: Callable[[list[Sequence]], None] | None = None,
+        on_dropped: Callable[[Sequence], None] | None = None,
     ):
         self.alloc = allocator
         self.latency = latency
@@ -122,6 +123,7 @@ class Engine:
         self.on_complete = on_complete
         self.handoff = handoff  # prefill role: called with each finished sequence and the time it finished
         self.on_finished = on_finished  # called with the sequences each iteration finished (kvsim.sim's metrics)
+        self.on_dropped = on_dropped  # called with each sequence rejected or cancelled here (kvsim.sim's calls)
         self.sched.park_finished = handoff is not None
         self.sched.kv_loader = kv_loader
         self.memory = MemoryTracker(allocator.pool_tokens, resolution_s=resolution_s, token_slots=allocator.token_slots)
@@ -159,6 +161,7 @@ class Engine:
             )
         self._window_left = 0
         self._window_step_s = 0.0
+        self._cancels: list[tuple[Sequence, str]] = []  # (sequence, reason) its client cancelled, not yet dropped
         self._undelivered: list[Sequence] = []
         self._undelivered_n = 0
         # async scheduling: arrivals up to this instant are seen at the current boundary (the start of the step
@@ -219,6 +222,52 @@ class Engine:
                 plan.steps = k
                 self._dt = self.latency.decode_run_time(plan.lazy_n, plan.shape.kv_tokens, k, *plan.context_args)
                 self.next_time = self.now + self._dt
+
+    def cancel(self, seq: Sequence, t: float, reason: str) -> None:
+        """The client of ``seq`` gives up at ``t`` (not before the engine's last event): as vLLM aborts a request,
+        the scheduler drops it at the first iteration boundary at or after ``t`` (a multi-step window's end) and
+        its KV is freed; one that finishes by then is not cancelled. A decode run planned past ``t`` is cut
+        there, as for an arrival."""
+        self._cancels.append((seq, reason))
+        if self.done or not self._started:
+            return
+        if self.next_time is None:
+            self._wake_for(t)
+            return
+        plan = self._plan
+        if plan is not None and plan.decode_run and not self._window_left and self.lockstep is None:
+            k = self._steps_to_see(plan, t, plan.steps)
+            if k < plan.steps:
+                plan.steps = k
+                self._dt = self.latency.decode_run_time(plan.lazy_n, plan.shape.kv_tokens, k, *plan.context_args)
+                self.next_time = self.now + self._dt
+
+    def _apply_cancels(self) -> None:
+        """Drop the cancelled sequences the scheduler can let go of now; the others wait for a later boundary."""
+        keep = []
+        dropped = 0
+        for seq, reason in self._cancels:
+            if seq.status in (Status.FINISHED, Status.REJECTED, Status.CANCELLED):
+                continue  # it ended first
+            if self._take_from_inbox(seq) or self.sched.abort(seq):
+                seq.status, seq.reason = Status.CANCELLED, reason
+                dropped += 1
+                if self.on_dropped is not None:
+                    self.on_dropped(seq)
+            else:
+                keep.append((seq, reason))
+        self._cancels = keep
+        if dropped:
+            self._observe(self.now)
+            self._completed(dropped)
+
+    def _take_from_inbox(self, seq: Sequence) -> bool:
+        inbox = self._inbox
+        for i in range(self._inbox_head, len(inbox)):
+            if inbox[i][1] is seq:
+                del inbox[i]
+                return True
+        return False
 
     def release(self, sid: int, t: float) -> None:
         """The parked KV of sequence ``sid`` has been read by a decode engine at ``t`` (not before the engine's
@@ -287,6 +336,8 @@ class Engine:
             i += 1
             if not sched.add_arrival(seq):
                 self._completed(1)
+                if self.on_dropped is not None:
+                    self.on_dropped(seq)
         if i == len(inbox):
             inbox.clear()
             i = 0
@@ -325,8 +376,10 @@ class Engine:
                     return
                 self._window_left = 0  # (a window emptied by preemption ends here)
             sched.hold_admission = self._window_left > 0
-            if not sched.hold_admission:  # a multi-step window sees no arrival before it ends
+            if not sched.hold_admission:  # a multi-step window sees no arrival (nor cancel) before it ends
                 self._release_arrivals()
+                if self._cancels:
+                    self._apply_cancels()
             if self.horizon is not None and now >= self.horizon:
                 self.done = True
                 return

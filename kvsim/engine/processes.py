@@ -161,6 +161,14 @@ class Driver:
             self.procs[e].schedule()
         self._repush_touched()
 
+    def cancel(self, seq: Sequence, e: int, reason: str) -> None:
+        """The client of ``seq`` (on engine ``e``) gives up now (:meth:`Engine.cancel`)."""
+        engine = self.engines[e]
+        before = engine.next_time
+        engine.cancel(seq, self.env.now, reason)
+        if engine.next_time != before:
+            self.procs[e].schedule()
+
     def hint(self) -> float | None:
         """The next arrival, when the engine it goes to (the only one) may know it."""
         i = self.arrived

@@ -311,6 +311,27 @@ class Scheduler:
                 complete += 1
         return complete
 
+    def abort(self, seq: Sequence) -> bool:
+        """Take ``seq`` out because its client cancelled it (vLLM's abort): out of the running batch or the
+        waiting queue, its memory freed (full prefix-cached blocks stay cached, as when it finishes). False
+        while it is elsewhere (swapped out, or its KV loading): the caller tries again at a later boundary."""
+        if seq.status == Status.RUNNING:
+            if any(s is seq for _, _, s in self.loading):
+                return False
+            self._detach(seq)
+            self._leave_running(seq)
+            self.seats -= seq.seats
+        elif seq.status == Status.WAITING and not seq.swapped and self.waiting.discard(seq):
+            self._holding.pop(seq.sid, None)  # a partly preempted one holds the head of its KV
+        else:
+            return False
+        self.filled_tokens -= seq.computed
+        seq.computed = 0
+        if self.alloc.held_slots(seq.sid):
+            self.alloc.free(seq.sid)
+        self.admission_blocked = False  # freed memory (and a seat): the queue head may fit now
+        return True
+
     # --- KV transfers ---------------------------------------------------------------------------
     def release_at(self, sid: int, t: float) -> None:
         """A decode engine will have read the parked sequence's KV at ``t``: free it then."""

@@ -16,6 +16,7 @@ class Status(str, Enum):
     FINISHED = "finished"
     REJECTED = "rejected"  # never admitted: too long, or larger than the KV pool
     UNFINISHED = "unfinished"  # requests only: not done when the simulation ended
+    CANCELLED = "cancelled"  # its client gave up (kvsim.sim's client processes): aborted, its KV freed
 
     def __str__(self) -> str:
         return self.value

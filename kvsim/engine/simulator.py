@@ -103,6 +103,6 @@ class Simulation:
 def mark_unfinished(seqs: list[Sequence], samples: list[Sequence], arrived: int) -> None:
     """Give every sequence that did not finish or get rejected its reason (``seqs[:arrived]`` arrived)."""
     for seq in seqs + samples:
-        if seq.status not in (Status.FINISHED, Status.REJECTED):
+        if seq.status not in (Status.FINISHED, Status.REJECTED, Status.CANCELLED):
             where = seq.status.value if seq.sid < arrived or seq.parent else "not arrived"
             seq.reason = f"{where} at end of simulation"

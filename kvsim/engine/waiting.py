@@ -55,6 +55,8 @@ class WaitingQueue(Protocol):
 
     def reclaim_order(self, holding: dict[int, Sequence]) -> Iterable[Sequence]: ...
 
+    def discard(self, seq: Sequence) -> bool: ...  # take ``seq`` out wherever it stands (a cancel); False: absent
+
     def __len__(self) -> int: ...
 
     def __iter__(self) -> Iterator[Sequence]: ...
@@ -77,6 +79,13 @@ class FCFSQueue(deque[Sequence]):
     def reclaim_order(self, holding: dict[int, Sequence]) -> Iterable[Sequence]:
         """The earliest preempted first: it is the furthest back among those at the front."""
         return holding.values()
+
+    def discard(self, seq: Sequence) -> bool:
+        for i, s in enumerate(self):
+            if s is seq:
+                del self[i]
+                return True
+        return False
 
 
 def priority_key(seq: Sequence) -> tuple[int, float, int]:
@@ -119,6 +128,15 @@ class PriorityQueue:
     def reclaim_order(self, holding: dict[int, Sequence]) -> Iterable[Sequence]:
         """The least important first (the furthest back in the queue)."""
         return sorted(holding.values(), key=priority_key, reverse=True)
+
+    def discard(self, seq: Sequence) -> bool:
+        for i, e in enumerate(self._heap):
+            if e[3] is seq:
+                self._heap[i] = self._heap[-1]
+                self._heap.pop()
+                heapq.heapify(self._heap)
+                return True
+        return False
 
     def __len__(self) -> int:
         return len(self._heap)

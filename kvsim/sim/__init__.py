@@ -10,11 +10,15 @@ docs/autoscaling.md is the guide.
 """
 
 from kvsim.sim.autoscalers import ScheduleAutoscaler, SlaPlanner, ThresholdAutoscaler
+from kvsim.sim.clients import Call, ClientBehaviour, behaving_client
 from kvsim.sim.fleet import Fleet, FleetRun, Replica
 from kvsim.sim.metrics import ReplicaScrape, Scrape
 from kvsim.sim.startup import Startup
 
 __all__ = [
+    "Call",
+    "ClientBehaviour",
+    "behaving_client",
     "Fleet",
     "FleetRun",
     "Replica",

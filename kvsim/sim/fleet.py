@@ -50,6 +50,7 @@ from kvsim.fleet.cluster import (
 )
 from kvsim.fleet.routers import RouterOptions, make_router
 from kvsim.metrics import sequences_frame
+from kvsim.sim.clients import Call
 from kvsim.sim.metrics import ReplicaScrape, Scrape, window_stats
 from kvsim.sim.startup import Startup
 from kvsim.trace.request import Request
@@ -98,6 +99,7 @@ class FleetRun:
 class Fleet:
     """Replica groups behind a router on the SimPy clock; see the module's docstring.
 
+    ``requests``: the trace (may be empty when client processes send every request: :meth:`client`).
     ``groups``: the replica groups at the start (each ``count`` replicas, serving from time 0; a group of count
     0 is one replicas can be added to). ``scrape_interval_s``: how often the metrics processes read are
     taken; ``window_s``: the span their latency percentiles and rates cover. ``startup``: how long a new
@@ -116,8 +118,6 @@ class Fleet:
         retry_failed: bool = True,
         progress: Callable[[int], None] | None = None,
     ):
-        if not requests:
-            raise ConfigError("a fleet needs at least one request")
         if not groups:
             raise ConfigError("a fleet needs at least one replica group")
         names = [g.name for g in groups]
@@ -147,9 +147,12 @@ class Fleet:
         self.engines: list[Engine] = []
         self.replicas: list[Replica] = []
         self.pools: list = []
-        self.retries = np.zeros(len(self.seqs), dtype=np.int64)
-        self.replica_of = np.full(len(self.seqs), -1, dtype=np.int64)
+        self.retries: list[int] = [0] * len(self.seqs)
+        self.replica_of: list[int] = [-1] * len(self.seqs)  # the replica a request went to last (-1: none)
         self._lost: dict[int, str] = {}
+        self._calls: dict[int, Call] = {}  # requests processes sent and still wait for, by sid
+        self._clients_alive = 0  # client processes (Fleet.client) still running: the run is not over
+        self._process_error: Exception | None = None  # what a process of the user's raised (run() raises it)
         self._serving: dict[str, list[int]] = {g.name: [] for g in groups}
         self._held: deque[Sequence] = deque()  # arrived while no replica served
         self._starting = 0
@@ -170,7 +173,7 @@ class Fleet:
             self._route,
             self.horizon,
             hints=False,
-            keep_alive=lambda: bool(self._held) and self._starting > 0,
+            keep_alive=lambda: (bool(self._held) and self._starting > 0) or self._clients_alive > 0,
         )
         self.driver.stepped_hook = self._after_step
         self.scrape = self._take_scrape()
@@ -183,8 +186,65 @@ class Fleet:
         return self.env.now
 
     def process(self, generator: Generator[Any, Any, Any]) -> Any:
-        """Run ``generator`` as a SimPy process on the fleet's clock (``yield fleet.env.timeout(s)`` to wait)."""
-        return self.env.process(generator)
+        """Run ``generator`` as a SimPy process on the fleet's clock (``yield fleet.env.timeout(s)`` to wait).
+        An error it raises stops the run and is raised by :meth:`run`."""
+        return self.env.process(self._guarded(generator, client=False))
+
+    def client(self, generator: Generator[Any, Any, Any]) -> Any:
+        """Run ``generator`` as a client process (it sends requests: :meth:`send`); the run goes on until every
+        client process has returned, even while no request is in flight (a client thinking)."""
+        self._clients_alive += 1
+        return self.env.process(self._guarded(generator, client=True))
+
+    def send(self, prompt_tokens: int, output_tokens: int, **fields: Any) -> Call:
+        """Send a request now (its other fields, e.g. ``hash_ids`` or ``priority``, as :class:`Request`'s):
+        routed at once, or held while no replica serves. Returns its :class:`~kvsim.sim.clients.Call`."""
+        if self.clients.limit is not None:
+            raise ConfigError(
+                "a fleet whose trace has a client limit (--max-concurrency) takes no requests from processes: "
+                "write the clients as processes instead"
+            )
+        now = self.env.now
+        sid = len(self.seqs)
+        if fields.get("n", 1) != 1:
+            raise ConfigError("a request sent by a process has one sample (n=1)")
+        rid = str(fields.pop("id", f"sent-{sid}"))
+        req = Request(rid, self.trace.t0 + now, int(prompt_tokens), int(output_tokens), **fields)
+        seq = Sequence(sid, req)
+        self.seqs.append(seq)
+        times = self.clients.times
+        assert isinstance(times, list)  # an open loop's send times are the trace's own list
+        times.append(now)
+        self.retries.append(0)
+        self.replica_of.append(-1)
+        call = self._calls[sid] = Call(self, sid, now)
+        e = self._route(seq, now)
+        if e is not None:
+            self.driver.deliver(seq, e)
+        return call
+
+    def cancel(self, call: Call, reason: str = "cancelled by its client") -> bool:
+        """Its client gives up on ``call`` now: a request still held is dropped at once, one on a replica at
+        that replica's next iteration boundary, its KV freed (one that finishes first is not cancelled).
+        False when it had already ended."""
+        if call.ended:
+            return False
+        seq = call.seq
+        reason = f"{reason} at {self.env.now:.6g} s"
+        if seq in self._held:
+            self._held.remove(seq)
+            seq.status, seq.reason = Status.CANCELLED, reason
+            self._completions(1, self.env.now)
+            self._ended(seq)
+            self.driver.check_done()
+            return True
+        self.driver.cancel(seq, self.replica_of[call.sid], reason)
+        return True
+
+    @property
+    def lost_requests(self) -> dict[int, str]:
+        """Requests lost with a failed replica (retry_failed False), by sid: why."""
+        return self._lost
 
     def count(self, group: str | None = None, states: tuple[str, ...] = ("starting", "serving")) -> int:
         """Replicas of ``group`` (None: all) in ``states``."""
@@ -245,6 +305,7 @@ class Fleet:
             else:
                 self._lost[seq.sid] = f"lost: replica {rep.index} failed at {now:.6g} s"
                 self._completions(1, now)  # its client hears of the failure and may send its next request
+                self._ended(seq)
         self.driver.check_done()
         return rep
 
@@ -252,12 +313,22 @@ class Fleet:
         """Change the router's settings now (weights, thresholds: fields of RouterOptions)."""
         self.router.options = replace(self.router.options, **changes)
 
-    def run(self) -> FleetRun:
-        """Run until every request is done (or the horizon), then the tables."""
-        self.env.run(until=self.driver.done)
+    def run(self, until_s: float | None = None) -> FleetRun:
+        """Run until every request is done and every client process has returned (or the horizon, or
+        ``until_s`` seconds on the fleet's clock: what is not done then is unfinished), then the tables."""
+        stop: Any = self.driver.done
+        if until_s is not None:
+            require(until_s, POSITIVE, "until_s")
+            stop = self.driver.done | self.env.timeout(until_s - self.env.now)
+        self.env.run(until=stop)
+        if self._process_error is not None:
+            raise self._process_error
         end = self.env.now
         arrived = self.driver.arrived
         mark_unfinished(self.seqs, close_engines(self.engines), arrived)
+        for seq in self.seqs[len(self.trace.seqs) :]:  # sent by processes: they all arrived
+            if seq.reason.startswith("not arrived"):
+                seq.reason = seq.reason.replace("not arrived", "waiting", 1)
         for seq in self._held:  # no replica ever served them (after mark_unfinished, whose reason this replaces)
             seq.reason = "never served: no replica was serving"
         for sid, why in self._lost.items():
@@ -266,8 +337,8 @@ class Fleet:
         wall = time.perf_counter() - self._wall0
         outs = replica_outputs(self.engines, self.pools, self.trace, end, wall)
         req = sequences_frame(self.seqs, self.trace.t0)
-        req.insert(0, "replica", self.replica_of)
-        req["retries"] = self.retries
+        req.insert(0, "replica", np.asarray(self.replica_of, dtype=np.int64))
+        req["retries"] = np.asarray(self.retries, dtype=np.int64)
         names = [r.group for r in self.replicas]
         table = replica_table(outs, names)
         table["state"] = [r.state for r in self.replicas]
@@ -278,8 +349,10 @@ class Fleet:
         summary = fleet_summary(self.router_name, req, outs, table, end, wall)
         summary["gpu_hours"] = float(table.gpu_hours.sum())
         summary["max_replicas"] = max((s.serving + s.starting + s.draining for s in self._scrapes), default=0)
-        summary["retried"] = int(self.retries.sum())
+        summary["retried"] = int(sum(self.retries))
         summary["lost"] = len(self._lost)
+        summary["cancelled"] = int((req.status == Status.CANCELLED.value).sum())
+        summary["sent_by_processes"] = len(self.seqs) - len(self.trace.seqs)
         return FleetRun(req, table, summary, scrapes_frame(self._scrapes), self.replicas, wall)
 
     # --- inside -------------------------------------------------------------------------------------
@@ -308,7 +381,7 @@ class Fleet:
             self.trace,
             self.horizon,
             self._completions,
-            hooks=lambda i: {"on_finished": self._on_finished},
+            hooks=lambda i: {"on_finished": self._on_finished, "on_dropped": self._ended},
         )
         now = self.env.now
         rep = Replica(len(self.engines), g.name, g.cfg.gpus, now, now if ready else None)
@@ -358,8 +431,41 @@ class Fleet:
         self.replica_of[seq.sid] = i
         return i
 
+    def _guarded(self, generator: Generator[Any, Any, Any], client: bool) -> Generator[Any, Any, Any]:
+        try:
+            return (yield from generator)
+        except Exception as e:
+            if self._process_error is None:
+                self._process_error = e
+                if not self.driver.done.triggered:
+                    self.driver.done.succeed(None)  # the run stops; run() raises the error
+            return None
+        finally:
+            if client:
+                self._clients_alive -= 1
+                self.driver.check_done()
+
+    def _ended(self, seq: Sequence) -> None:
+        """``seq`` was rejected, cancelled or lost (or finished: :meth:`_on_finished`): its call, if a process
+        sent it, ends when its client hears of it."""
+        call = self._calls.pop(seq.sid, None) if self._calls and seq is self.seqs[seq.sid] else None
+        if call is not None:
+            t = seq.finish_s if seq.status == Status.FINISHED and seq.finish_s is not None else self.env.now
+            if t <= self.env.now:
+                call.done.succeed(call)
+            else:  # (the answer reaches the client after the API server's delivery time)
+                self.env.at(t).callbacks.append(lambda _: self._answer(call))
+
+    @staticmethod
+    def _answer(call: Call) -> None:
+        call.done.succeed(call)
+
     def _on_finished(self, finished: list[Sequence]) -> None:
         times = self.clients.times
+        if self._calls:
+            for seq in finished:
+                if seq.parent is None:
+                    self._ended(seq)
         for seq in finished:
             if seq.parent is not None or seq.first_token_s is None or seq.finish_s is None:
                 continue
