@@ -182,16 +182,21 @@ def cmd_convert(a: argparse.Namespace) -> int:
     from kvsim.files import check_output_file
     from kvsim.trace import write_trace
     from kvsim.trace.generate import ArrivalSpec
-    from kvsim.trace.importers import convert
+    from kvsim.trace.importers import CSV_FORMATS, convert, stream_convert
 
     check_output_file(a.output, "-o", [a.input])
-    conv = convert(a.fmt, a.input, a.limit, ArrivalSpec(a.arrival, a.rate, a.cv), a.seed)
-    for line in conv.report(a.input):
-        print(line)
-    if not conv.requests:
-        raise TraceError(a.input, 0, None, "no usable requests to write")
-    write_trace(conv.requests, a.output)
-    print(f"wrote {len(conv.requests)} requests to {a.output}")
+    if a.fmt in CSV_FORMATS:  # timestamped CSVs of any length: streamed, memory stays flat
+        conv = stream_convert(a.fmt, a.input, a.output, a.limit)
+        for line in conv.report(a.input):
+            print(line)
+    else:
+        conv = convert(a.fmt, a.input, a.limit, ArrivalSpec(a.arrival, a.rate, a.cv), a.seed)
+        for line in conv.report(a.input):
+            print(line)
+        if not conv.requests:
+            raise TraceError(a.input, 0, None, "no usable requests to write")
+        write_trace(conv.requests, a.output)
+    print(f"wrote {conv.count} requests to {a.output}")
     return 0
 
 

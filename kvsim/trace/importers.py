@@ -31,9 +31,14 @@ class Converted:
     requests: list[Request]
     rows: int  # data rows read
     skipped: Counter = field(default_factory=Counter)  # reason -> count
+    written: int | None = None  # requests written as they were read (stream_convert), not held in requests
+
+    @property
+    def count(self) -> int:
+        return len(self.requests) if self.written is None else self.written
 
     def report(self, path: str) -> list[str]:
-        lines = [f"{path}: {self.rows} rows -> {len(self.requests)} requests"]
+        lines = [f"{path}: {self.rows} rows -> {self.count} requests"]
         lines += [f"  skipped {n}: {why}" for why, n in self.skipped.most_common()]
         return lines
 
@@ -145,7 +150,7 @@ def _parse_azure_time(s: str | None, path: str, line: int) -> tuple[int, float]:
     return whole, (float("0." + frac) if frac else 0.0)
 
 
-def _convert_csv(path: str, columns: tuple[str, ...], limit: int | None, parse, rebase: bool) -> Converted:
+def _convert_csv(path: str, columns: tuple[str, ...], parse, limit: int | None, rebase: bool = True) -> Converted:
     """Read a CSV row by row; ``parse(row, line, skipped)`` gives (arrival, prompt, output) or None (skipped).
     ``rebase``: shift arrivals so that the first is at 0 (arrival may be a (whole, fraction) pair)."""
     raw: list = []
@@ -160,27 +165,24 @@ def _convert_csv(path: str, columns: tuple[str, ...], limit: int | None, parse, 
             raw.append(item)
     if rebase and raw:
         t0 = min(r[0] for r in raw)
-        if isinstance(t0, tuple):  # (whole seconds, fraction): subtract apart to keep precision
-            times = [(w - t0[0]) + (f - t0[1]) for (w, f), _, _ in raw]
-        else:
-            times = [t - t0 for t, _, _ in raw]
+        times = [_rebased(r[0], t0) for r in raw]
     else:
         times = [r[0] for r in raw]
     return Converted([Request(str(i), t, p, o) for i, (t, (_, p, o)) in enumerate(zip(times, raw))], rows, skipped)
 
 
-def from_azure(path: str, limit: int | None = None) -> Converted:
-    """Azure LLM inference trace CSV: TIMESTAMP, ContextTokens, GeneratedTokens."""
+def _azure(path: str):
+    """Azure LLM inference trace CSV (2023 and 2024): TIMESTAMP, ContextTokens, GeneratedTokens."""
 
     def parse(row, line, skipped):
         t = _parse_azure_time(row["TIMESTAMP"], path, line)
         p, o = num_field(row, "ContextTokens", path, line), num_field(row, "GeneratedTokens", path, line)
         return (t, p, o) if lengths_ok(p, o, skipped) else None
 
-    return _convert_csv(path, ("TIMESTAMP", "ContextTokens", "GeneratedTokens"), limit, parse, rebase=True)
+    return ("TIMESTAMP", "ContextTokens", "GeneratedTokens"), parse
 
 
-def from_burstgpt(path: str, limit: int | None = None) -> Converted:
+def _burstgpt(path: str):
     """BurstGPT CSV: Timestamp (s), Request tokens, Response tokens. Rows with 0 response tokens are
     failed requests: they are dropped and counted."""
 
@@ -192,10 +194,10 @@ def from_burstgpt(path: str, limit: int | None = None) -> Converted:
             return None
         return (t, p, o) if lengths_ok(p, o, skipped) else None
 
-    return _convert_csv(path, ("Timestamp", "Request tokens", "Response tokens"), limit, parse, rebase=True)
+    return ("Timestamp", "Request tokens", "Response tokens"), parse
 
 
-def from_vidur(path: str, limit: int | None = None) -> Converted:
+def _vidur(path: str):
     """Vidur's processed trace CSV: arrived_at (s), num_prefill_tokens, num_decode_tokens. Arrivals are
     shifted so that the first one is at 0 s, as for every other format."""
 
@@ -206,7 +208,67 @@ def from_vidur(path: str, limit: int | None = None) -> Converted:
         p, o = num_field(row, "num_prefill_tokens", path, line), num_field(row, "num_decode_tokens", path, line)
         return (t, p, o) if lengths_ok(p, o, skipped) else None
 
-    return _convert_csv(path, ("arrived_at", "num_prefill_tokens", "num_decode_tokens"), limit, parse, rebase=True)
+    return ("arrived_at", "num_prefill_tokens", "num_decode_tokens"), parse
+
+
+CSV_FORMATS = {"azure": _azure, "burstgpt": _burstgpt, "vidur": _vidur}  # timestamped CSVs, converted streaming
+
+
+def from_azure(path: str, limit: int | None = None) -> Converted:
+    return _convert_csv(path, *_azure(path), limit=limit)
+
+
+def from_burstgpt(path: str, limit: int | None = None) -> Converted:
+    return _convert_csv(path, *_burstgpt(path), limit=limit)
+
+
+def from_vidur(path: str, limit: int | None = None) -> Converted:
+    return _convert_csv(path, *_vidur(path), limit=limit)
+
+
+def _rebased(t, t0):
+    if isinstance(t0, tuple):  # (whole seconds, fraction): subtract apart to keep precision
+        return (t[0] - t0[0]) + (t[1] - t0[1])
+    return t - t0
+
+
+def stream_convert(fmt: str, path: str, output: str, limit: int | None = None) -> Converted:
+    """A timestamped CSV trace (:data:`CSV_FORMATS`) to kvsim JSONL in two passes over the file (the earliest
+    arrival, then the requests, written as they are read): memory stays flat however long the trace (the
+    Azure 2024 week, BurstGPT's months). The file is the one :func:`convert` + ``write_trace`` give, byte for
+    byte; the returned Converted holds no requests, only the counts."""
+    import json
+
+    from kvsim.files import atomic_path
+    from kvsim.trace.jsonl import parse_request, request_to_dict
+
+    columns, parse = CSV_FORMATS[fmt](path)
+    t0 = None
+    for rows, (line, row) in enumerate(csv_rows(path, columns)):
+        if limit is not None and rows >= limit:
+            break
+        item = parse(row, line, Counter())
+        if item is not None and (t0 is None or item[0] < t0):
+            t0 = item[0]
+    skipped: Counter = Counter()
+    rows = written = 0
+    with atomic_path(output) as tmp, open(tmp, "w", encoding="utf-8") as fh:
+        for line, row in csv_rows(path, columns):
+            if limit is not None and rows >= limit:
+                break
+            rows += 1
+            item = parse(row, line, skipped)
+            if item is None:
+                continue
+            r = Request(str(written), _rebased(item[0], t0), item[1], item[2])
+            d = request_to_dict(r)
+            parse_request(d, f"request {r.id!r} to be written to {output}", written + 1, written)
+            fh.write(json.dumps(d, separators=(",", ":"), allow_nan=False) + "\n")
+            written += 1
+        if not written:  # (raised inside: the output, if it existed, is left as it was)
+            why = "; ".join(f"skipped {n}: {w}" for w, n in skipped.most_common())
+            raise TraceError(path, 0, None, f"no usable requests to write ({rows} rows{'; ' + why if why else ''})")
+    return Converted([], rows, skipped, written)
 
 
 def from_lengths_csv(path: str, arrivals: ArrivalSpec, seed: int = 0, limit: int | None = None) -> Converted:
