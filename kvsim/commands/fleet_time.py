@@ -84,12 +84,9 @@ def _fail_times(text: str | None) -> list[float]:
 
 def run_over_time(a, layouts, routers, requests, options, slos, out: Path, title: str, marker) -> int:
     """Each router: the changing fleet, then the fixed fleet of its peak size; tables, summary.md and the plot."""
-    from kvsim.commands.fleet_results import _with_slo, write_fleet_results
-    from kvsim.output.progress import Progress
+    from kvsim.commands.fleet_results import write_fleet_results
     from kvsim.output.table import print_rows
-    from kvsim.sim import Fleet, Startup
     from kvsim.sim.autoscalers import parse_autoscaler
-    from kvsim.sim.report import cold_start_misses, windows_meeting
 
     if a.prefill or len(layouts) != 1:
         raise ConfigError("--autoscaler / --fail-at: aggregated replicas only (not --prefill/--decode pools yet)")
@@ -97,14 +94,41 @@ def run_over_time(a, layouts, routers, requests, options, slos, out: Path, title
     if len(groups) != 1:
         raise ConfigError("--autoscaler / --fail-at: one replica group (one --groups entry, or --replicas)")
     g = groups[0]
-    startup = Startup(a.startup_load_gbs, a.startup_fixed_s)
-    fails = _fail_times(a.fail_at)
     if a.autoscaler:
         parse_autoscaler(a.autoscaler, g.name)  # a bad spec fails before any run
-    t0 = min(r.arrival_s for r in requests)
     runs, timelines = [], {}
+    for r in routers:
+        for kind, x in changing_and_fixed(a, requests, g, r, options, slos, a.autoscaler):
+            runs.append(x)
+            timelines[f"{r}: {kind}"] = x.scrapes
+    cols = over_time_columns(slos)
+    print_rows([x.summary for x in runs], cols, title)
+    written = write_fleet_results(out, runs, title, a.format, cols, marker, extra=(timelines, slos))
+    print(f"wrote {len(written)} files to {out}/ (summary.md, fleet, replicas, requests, timeline, a plot)")
+    saved = runs[0].summary["gpu_hours"] / max(runs[1].summary["gpu_hours"], 1e-12)
+    print(
+        f"{runs[0].summary['layout']}: {runs[0].summary['gpu_hours']:.3g} GPU-hours, {100 * (1 - saved):.0f}% fewer "
+        f"than the fixed fleet of its peak ({runs[1].summary['gpu_hours']:.3g})",
+        file=sys.stderr,
+    )
+    return 0
 
-    def fleet_of(count: int, router: str) -> Fleet:
+
+def changing_and_fixed(a, requests, g, router: str, options, slos, autoscaler: str | None) -> list[tuple[str, object]]:
+    """The fleet of group ``g`` behind ``router`` while it changes (``autoscaler``, a.fail_at), then the fixed fleet
+    of its peak size: [(kind, FleetRun)], each summary with its SLO attainment, 5-minute windows met and misses
+    while replicas started (a: the --startup-*, --scrape-interval-s, --fail-at and --lose-failed options)."""
+    from kvsim.commands.fleet_results import _with_slo
+    from kvsim.output.progress import Progress
+    from kvsim.sim import Fleet, Startup
+    from kvsim.sim.autoscalers import parse_autoscaler
+    from kvsim.sim.report import cold_start_misses, windows_meeting
+
+    startup = Startup(a.startup_load_gbs, a.startup_fixed_s)
+    fails = _fail_times(a.fail_at)
+    t0 = min(r.arrival_s for r in requests)
+
+    def fleet_of(count: int) -> Fleet:
         return Fleet(
             requests,
             [replace(g, count=count)],
@@ -121,36 +145,25 @@ def run_over_time(a, layouts, routers, requests, options, slos, out: Path, title
             yield fleet.env.timeout(max(0.0, t - fleet.now))
             fleet.fail_replica(g.name)
 
-    for r in routers:
-        with Progress(len(requests), f"changing {r}"[:24].rjust(18)) as bar:
-            fleet = fleet_of(g.count, r)
-            if a.autoscaler:
-                fleet.process(parse_autoscaler(a.autoscaler, g.name).run(fleet))
-            if fails:
-                fleet.process(faults(fleet))
-            run = fleet.run()
-        peak = max(run.summary["max_replicas"], g.count)
-        with Progress(len(requests), f"fixed {peak}x {r}"[:24].rjust(18)) as bar:
-            fixed = fleet_of(peak, r).run()
-        for kind, x in (("autoscaled" if a.autoscaler else "with failures", run), (f"fixed {peak}x", fixed)):
-            s = x.summary
-            s["layout"] = f"{kind} {g.name}"
-            _with_slo(s, x.requests, slos, peak * g.cfg.gpus)
-            s["slo_windows_met"] = windows_meeting(x.requests, slos, t0)
-            s["cold_start_misses"] = cold_start_misses(x.requests, x.replica_table, slos, t0)
-            runs.append(x)
-            timelines[f"{r}: {kind}"] = x.scrapes
-    cols = over_time_columns(slos)
-    print_rows([x.summary for x in runs], cols, title)
-    written = write_fleet_results(out, runs, title, a.format, cols, marker, extra=(timelines, slos))
-    print(f"wrote {len(written)} files to {out}/ (summary.md, fleet, replicas, requests, timeline, a plot)")
-    saved = runs[0].summary["gpu_hours"] / max(runs[1].summary["gpu_hours"], 1e-12)
-    print(
-        f"{runs[0].summary['layout']}: {runs[0].summary['gpu_hours']:.3g} GPU-hours, {100 * (1 - saved):.0f}% fewer "
-        f"than the fixed fleet of its peak ({runs[1].summary['gpu_hours']:.3g})",
-        file=sys.stderr,
-    )
-    return 0
+    with Progress(len(requests), f"changing {router}"[:24].rjust(18)) as bar:
+        fleet = fleet_of(g.count)
+        if autoscaler:
+            fleet.process(parse_autoscaler(autoscaler, g.name).run(fleet))
+        if fails:
+            fleet.process(faults(fleet))
+        run = fleet.run()
+    peak = max(run.summary["max_replicas"], g.count)
+    with Progress(len(requests), f"fixed {peak}x {router}"[:24].rjust(18)) as bar:
+        fixed = fleet_of(peak).run()
+    out = []
+    for kind, x in (("autoscaled" if autoscaler else "with failures", run), (f"fixed {peak}x", fixed)):
+        s = x.summary
+        s["layout"] = f"{kind} {g.name}"
+        _with_slo(s, x.requests, slos, peak * g.cfg.gpus)
+        s["slo_windows_met"] = windows_meeting(x.requests, slos, t0)
+        s["cold_start_misses"] = cold_start_misses(x.requests, x.replica_table, slos, t0)
+        out.append((kind, x))
+    return out
 
 
 def over_time_columns(slos) -> list:

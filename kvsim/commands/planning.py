@@ -17,6 +17,16 @@ def cmd_plan(a: argparse.Namespace) -> int:
 
     slos = parse_slos(a.slo)
     cfg = build_config(a)  # validate the shared options once
+    if (a.autoscaler or a.fail_at) and a.fleet_max_gpus:
+        raise ConfigError(
+            "--autoscaler/--fail-at with --fleet-max-gpus: give one (an autoscaled plan sizes a fleet "
+            "over time from one replica's capacity; the fleet plan searches fixed layouts)"
+        )
+    if a.fail_at and not a.autoscaler:
+        raise ConfigError(
+            "kvsim plan --fail-at: with --autoscaler (failures of the autoscaled fleet); "
+            "`kvsim cluster --fail-at` runs a fixed fleet's"
+        )
     if a.fleet_max_gpus:  # the load is given (a rate, or clients); the search sizes the fleet
         from kvsim.planning.fleet_plan import MAX_FLEET_GPUS
 
@@ -40,11 +50,21 @@ def cmd_plan(a: argparse.Namespace) -> int:
         out,
         "--out",
         [a.trace, *(getattr(a, k, None) for k in ("kernel_bench", "model", "latency"))],
-        ["plan.csv", "plan_points.csv"] + ([] if a.no_report else ["report.html", "report.md"]),
+        ["plan.csv", "plan_points.csv"]
+        + ([] if a.no_report else ["report.html", "report.md"])
+        + (["autoscale.csv", "autoscale_timeline.csv", "replicas_over_time.png"] if a.autoscaler else []),
     )
     with results_folder(out, "--out", result_marker(a)) as stage:
         _plan(a, cfg, slos, stage)
-    print(f"wrote {out}/plan.csv, plan_points.csv" + ("" if a.no_report else ", report.html, report.md"))
+    print(
+        f"wrote {out}/plan.csv, plan_points.csv"
+        + ("" if a.no_report else ", report.html, report.md")
+        + (
+            ", autoscale.csv, autoscale_timeline.csv, replicas_over_time.png"
+            if (out / "autoscale.csv").exists()
+            else ""
+        )
+    )
     if out_note:
         print(out_note, file=sys.stderr)
     return 0
@@ -78,7 +98,7 @@ def _plan(a: argparse.Namespace, cfg, slos, out: Path) -> None:
     results = run_jobs(run_job, jobs, a.workers, a.backend, a.address, label="plan")
     rows = [r for r, _ in results]
     points = [p for _, pts in results for p in pts]
-    if window:
+    if window and not a.autoscaler:  # (an autoscaled plan runs the whole trace itself, from the window's rates)
         on_whole_trace(rows, points, jobs, a.trace, window[1], a.workers, a.backend, a.address)
     add_costs(rows, a.target_rate)
     cap = pd.DataFrame(rows)
@@ -90,6 +110,10 @@ def _plan(a: argparse.Namespace, cfg, slos, out: Path) -> None:
     print_plan(
         cap, slos, a.target_rate, heading=f"{cfg.model.name}" + (f" tp{cfg.tp}" if cfg.tp > 1 else "") + f" on {priced}"
     )
+    if a.autoscaler:
+        from kvsim.commands.plan_autoscale import autoscaled_plan
+
+        autoscaled_plan(a, rows, slos, out)
     if not a.no_report:
         from kvsim.output.table import printable, shell_line
 
@@ -623,6 +647,9 @@ def register(sub) -> None:
     from kvsim.commands.fleet import add_kv_link_options
 
     add_kv_link_options(fl, "fleet plan: ")
+    from kvsim.commands.fleet_time import add_options as add_over_time_options
+
+    add_over_time_options(pl)  # --autoscaler: the capacity plan's rates, then the whole trace autoscaled
     pl.set_defaults(func=cmd_plan)
     sw = sub.add_parser("sweep", help="run a grid of simulations (local processes or Ray), resumable")
     sw.add_argument("grid", help="YAML file with base / grid / points (docs/planning.md)")
