@@ -9,8 +9,12 @@ import math
 import sys
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from kvsim.errors import ConfigError
+
+if TYPE_CHECKING:
+    from kvsim.sim.fleet import FleetRun
 
 OVER_TIME_FILES = ("timeline", "replicas_over_time.png")
 
@@ -114,7 +118,9 @@ def run_over_time(a, layouts, routers, requests, options, slos, out: Path, title
     return 0
 
 
-def changing_and_fixed(a, requests, g, router: str, options, slos, autoscaler: str | None) -> list[tuple[str, object]]:
+def changing_and_fixed(
+    a, requests, g, router: str, options, slos, autoscaler: str | None
+) -> list[tuple[str, FleetRun]]:
     """The fleet of group ``g`` behind ``router`` while it changes (``autoscaler``, a.fail_at), then the fixed fleet
     of its peak size: [(kind, FleetRun)], each summary with its SLO attainment, 5-minute windows met and misses
     while replicas started (a: the --startup-*, --scrape-interval-s, --fail-at and --lose-failed options)."""

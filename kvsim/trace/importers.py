@@ -215,15 +215,18 @@ CSV_FORMATS = {"azure": _azure, "burstgpt": _burstgpt, "vidur": _vidur}  # times
 
 
 def from_azure(path: str, limit: int | None = None) -> Converted:
-    return _convert_csv(path, *_azure(path), limit=limit)
+    columns, parse = _azure(path)
+    return _convert_csv(path, columns, parse, limit)
 
 
 def from_burstgpt(path: str, limit: int | None = None) -> Converted:
-    return _convert_csv(path, *_burstgpt(path), limit=limit)
+    columns, parse = _burstgpt(path)
+    return _convert_csv(path, columns, parse, limit)
 
 
 def from_vidur(path: str, limit: int | None = None) -> Converted:
-    return _convert_csv(path, *_vidur(path), limit=limit)
+    columns, parse = _vidur(path)
+    return _convert_csv(path, columns, parse, limit)
 
 
 def _rebased(t, t0):
