@@ -341,3 +341,69 @@ def test_bad_autoscaler_specs_are_named(spec, msg, tmp_path, capsys):
 
     rc = main(["cluster", "--trace", "traces/chat.jsonl", "--autoscaler", spec, "--out", str(tmp_path / "o")])
     assert rc == 2 and msg in capsys.readouterr().err
+
+
+def _sweep_args(tmp_path, extra):
+    trace = tmp_path / "t.jsonl"
+    from pathlib import Path
+
+    lines = (Path(__file__).resolve().parents[1] / "traces/chat.jsonl").read_text().splitlines()[:300]
+    trace.write_text("\n".join(lines) + "\n")
+    return [
+        "cluster",
+        "--trace",
+        str(trace),
+        "--kv-pool-gb",
+        "2",
+        "--replicas",
+        "1",
+        "--routers",
+        "least-requests",
+        "--slo",
+        "ttft_p99=5s",
+        "--startup-fixed-s",
+        "20",
+        *extra,
+    ]
+
+
+def test_several_autoscaler_settings_are_each_the_single_run(tmp_path):
+    """`--autoscaler 'A;B'` over two processes: each row is that setting's own `kvsim cluster` run."""
+    import pandas as pd
+
+    from kvsim.cli import main
+
+    specs = ["threshold:target=4,max=4", "schedule:0=1,60=3"]
+    out = tmp_path / "sweep"
+    assert main(_sweep_args(tmp_path, ["--autoscaler", ";".join(specs), "--workers", "2", "--out", str(out)])) == 0
+    table = pd.read_csv(out / "autoscalers.csv")
+    assert list(table.autoscaler.fillna("")) == [*specs, ""]
+    assert table.layout.iloc[-1] == f"fixed {max(1, int(table.max_replicas.iloc[:-1].max()))}x g"
+    for i, spec in enumerate(specs):
+        one = tmp_path / f"one{i}"
+        assert main(_sweep_args(tmp_path, ["--autoscaler", spec, "--out", str(one)])) == 0
+        single = pd.read_csv(one / "fleet.csv").iloc[0]
+        for col in ("gpu_hours", "ttft_p99_s", "finished", "max_replicas", "slo_windows_met", "cold_start_misses"):
+            assert table[col].iloc[i] == single[col], col
+    assert (out / "replicas_over_time.png").stat().st_size > 0
+    assert set(pd.read_csv(out / "timeline.csv").run) == {f"least-requests: {x}" for x in table.layout}
+
+
+def test_autoscaler_settings_fan_out_over_ray_as_locally(tmp_path):
+    pytest.importorskip("ray")
+    import pandas as pd
+
+    from kvsim.cli import main
+
+    spec = "threshold:target=4,max=4;sla:rate=3"
+    assert main(_sweep_args(tmp_path, ["--autoscaler", spec, "--out", str(tmp_path / "l")])) == 0
+    assert (
+        main(
+            _sweep_args(
+                tmp_path, ["--autoscaler", spec, "--backend", "ray", "--workers", "2", "--out", str(tmp_path / "r")]
+            )
+        )
+        == 0
+    )
+    local, ray = (pd.read_csv(tmp_path / d / "autoscalers.csv").drop(columns="wall_s") for d in ("l", "r"))
+    pd.testing.assert_frame_equal(local, ray)

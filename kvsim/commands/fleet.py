@@ -135,7 +135,8 @@ def _weights(text: str | None) -> dict[str, float]:
 
 
 def cmd_cluster(a: argparse.Namespace) -> int:
-    from kvsim.commands.fleet_results import _with_slo, fleet_columns, write_fleet_results
+    from kvsim.commands.fleet_results import fleet_columns, write_fleet_results
+    from kvsim.planning.slo import add_slo_columns
 
     from kvsim.allocators.registry import model_problem
     from kvsim.commands.simulate import build_config, check_accounted, warn_if_mostly_rejected
@@ -240,7 +241,7 @@ def cmd_cluster(a: argparse.Namespace) -> int:
                         shared_link=a.kv_link_shared,
                     )
             f.summary["layout"] = _layout_name(groups)
-            _with_slo(f.summary, f.requests, slos, _gpus(groups if kind == "agg" else groups[0] + groups[1]))
+            add_slo_columns(f.summary, f.requests, slos, _gpus(groups if kind == "agg" else groups[0] + groups[1]))
             check_accounted(label, f.summary)
             warn_if_mostly_rejected(label, f.requests)
             fleets.append(f)
@@ -408,4 +409,10 @@ def register(sub) -> None:
     from kvsim.commands.fleet_time import add_options as add_over_time_options
 
     add_over_time_options(c)
+    from kvsim.commands.args import positive_int
+
+    g = c.add_argument_group("several autoscaler settings (--autoscaler 'A;B;...')")
+    g.add_argument("--workers", type=positive_int, default=1, help="settings run in parallel [default: 1]")
+    g.add_argument("--backend", choices=["local", "ray"], default="local", help="[default: local processes]")
+    g.add_argument("--address", help="Ray cluster address HOST:PORT [default: start a local instance]")
     c.set_defaults(func=cmd_cluster)

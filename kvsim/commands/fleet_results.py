@@ -7,21 +7,6 @@ import math
 from pathlib import Path
 
 
-def _with_slo(summary: dict, req, slos, gpus: int) -> None:
-    """SLO columns: whether the percentile SLOs hold, the share of requests that met every per-request
-    limit (TTFT and TPOT limits, whatever their percentile; DistServe's attainment), and that goodput per GPU."""
-    from kvsim.planning.slo import check_slos, within_slos
-
-    summary["gpus"] = gpus
-    if not slos:
-        return
-    bad = check_slos(summary, slos)
-    summary["slo"] = "met" if not bad else "; ".join(bad)
-    ok = within_slos(req, slos)
-    summary["slo_attainment"] = float(ok.sum() / len(req)) if len(req) else float("nan")
-    summary["goodput_req_s_per_gpu"] = float(ok.sum()) / max(summary["duration_s"], 1e-12) / max(gpus, 1)
-
-
 def fleet_columns(fleets=(), slos=()):
     """The terminal and summary.md columns, one row per router and layout (the comparison table's where they
     agree); disaggregated runs add the KV transfer and the wait for decode memory, SLOs their attainment."""

@@ -26,7 +26,8 @@ def add_options(c: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--autoscaler",
         metavar="SPEC",
-        help="size the replica group while the trace runs, starting from --replicas: threshold[:metric=waiting|kv,"
+        help="size the replica group while the trace runs, starting from --replicas (several settings separated "
+        "by ';' run side by side, over --workers processes or Ray: kvsim cluster): threshold[:metric=waiting|kv,"
         "target=8,min=1,max=64,down=300,interval=15] (Kubernetes HPA's rule), sla:rate=R[,headroom=0.8,"
         "lookback=4,interval=60] (replicas for the predicted arrival rate, R requests/s a replica serves within "
         "the SLOs as `kvsim plan` finds it; Dynamo's SLA planner) or schedule:SECONDS=REPLICAS,...; the run is "
@@ -98,8 +99,11 @@ def run_over_time(a, layouts, routers, requests, options, slos, out: Path, title
     if len(groups) != 1:
         raise ConfigError("--autoscaler / --fail-at: one replica group (one --groups entry, or --replicas)")
     g = groups[0]
-    if a.autoscaler:
-        parse_autoscaler(a.autoscaler, g.name)  # a bad spec fails before any run
+    specs = [x.strip() for x in (a.autoscaler or "").split(";") if x.strip()]
+    for spec in specs:
+        parse_autoscaler(spec, g.name)  # a bad spec fails before any run
+    if len(specs) > 1:
+        return _sweep(a, g, routers, requests, options, slos, specs, out, title)
     runs, timelines = [], {}
     for r in routers:
         for kind, x in changing_and_fixed(a, requests, g, r, options, slos, a.autoscaler):
@@ -118,13 +122,55 @@ def run_over_time(a, layouts, routers, requests, options, slos, out: Path, title
     return 0
 
 
+def _sweep(a, g, routers, requests, options, slos, specs: list[str], out: Path, title: str) -> int:
+    """Several autoscaler settings (kvsim.sim.sweep, over --workers local processes or Ray), each router: one
+    row per setting and the fixed fleet of the largest peak, the timelines and the plot."""
+    import pandas as pd
+
+    from kvsim.files import prepare_results_dir, results_folder
+    from kvsim.output.table import print_rows
+    from kvsim.sim import Startup
+    from kvsim.sim.report import plot_over_time
+    from kvsim.sim.sweep import sweep_autoscalers
+
+    if a.fail_at:
+        raise ConfigError("--fail-at with several --autoscaler settings: run them one at a time")
+    rows, timelines = [], {}
+    for r in routers:
+        results = sweep_autoscalers(
+            requests,
+            g,
+            specs,
+            r,
+            options,
+            Startup(a.startup_load_gbs, a.startup_fixed_s),
+            a.scrape_interval_s,
+            tuple(slos),
+            a.workers,
+            a.backend,
+            a.address,
+        )
+        for res in results:
+            rows.append({**res.summary, "autoscaler": res.spec or ""})
+            timelines[f"{r}: {res.summary['layout']}"] = res.scrapes
+    folder = prepare_results_dir(out, "--out", writes=("autoscalers.csv", "timeline.csv", "replicas_over_time.png"))
+    with results_folder(folder, "--out") as stage:
+        pd.DataFrame(rows).to_csv(stage / "autoscalers.csv", index=False)
+        frames = [tl.assign(run=name) for name, tl in timelines.items()]
+        pd.concat(frames, ignore_index=True).to_csv(stage / "timeline.csv", index=False)
+        plot_over_time(timelines, stage / "replicas_over_time.png", slos)
+    print_rows(rows, over_time_columns(slos), title + f" · {len(specs)} autoscaler settings")
+    print(f"wrote {folder}/autoscalers.csv, timeline.csv, replicas_over_time.png")
+    return 0
+
+
 def changing_and_fixed(
     a, requests, g, router: str, options, slos, autoscaler: str | None
 ) -> list[tuple[str, FleetRun]]:
     """The fleet of group ``g`` behind ``router`` while it changes (``autoscaler``, a.fail_at), then the fixed fleet
     of its peak size: [(kind, FleetRun)], each summary with its SLO attainment, 5-minute windows met and misses
     while replicas started (a: the --startup-*, --scrape-interval-s, --fail-at and --lose-failed options)."""
-    from kvsim.commands.fleet_results import _with_slo
+    from kvsim.planning.slo import add_slo_columns
     from kvsim.output.progress import Progress
     from kvsim.sim import Fleet, Startup
     from kvsim.sim.autoscalers import parse_autoscaler
@@ -165,7 +211,7 @@ def changing_and_fixed(
     for kind, x in (("autoscaled" if autoscaler else "with failures", run), (f"fixed {peak}x", fixed)):
         s = x.summary
         s["layout"] = f"{kind} {g.name}"
-        _with_slo(s, x.requests, slos, peak * g.cfg.gpus)
+        add_slo_columns(s, x.requests, slos, peak * g.cfg.gpus)
         s["slo_windows_met"] = windows_meeting(x.requests, slos, t0)
         s["cold_start_misses"] = cold_start_misses(x.requests, x.replica_table, slos, t0)
         out.append((kind, x))

@@ -63,3 +63,16 @@ def within_slos(req, slos: list[Slo]):
         col = req[f"{s.metric}_s"]
         ok &= (col.isna() | (col <= s.limit_s)) if s.metric == "tpot" else (col <= s.limit_s)
     return ok
+
+
+def add_slo_columns(summary: dict, req, slos, gpus: int) -> None:
+    """SLO columns: whether the percentile SLOs hold, the share of requests that met every per-request
+    limit (TTFT and TPOT limits, whatever their percentile; DistServe's attainment), and that goodput per GPU."""
+    summary["gpus"] = gpus
+    if not slos:
+        return
+    bad = check_slos(summary, slos)
+    summary["slo"] = "met" if not bad else "; ".join(bad)
+    ok = within_slos(req, slos)
+    summary["slo_attainment"] = float(ok.sum() / len(req)) if len(req) else float("nan")
+    summary["goodput_req_s_per_gpu"] = float(ok.sum()) / max(summary["duration_s"], 1e-12) / max(gpus, 1)

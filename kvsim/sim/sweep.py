@@ -1,0 +1,89 @@
+"""Autoscaler settings side by side: the same trace and replica group under each setting, fanned out over local
+processes or a Ray cluster (kvsim/planning/parallel.py), and the fixed fleet of the largest peak they reached
+(`kvsim cluster --autoscaler 'A;B;...' --workers N [--backend ray]`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import pandas as pd
+
+from kvsim.fleet.cluster import ReplicaGroup
+from kvsim.fleet.routers import RouterOptions
+from kvsim.planning.slo import Slo
+from kvsim.sim.startup import Startup
+from kvsim.trace.request import Request
+
+
+@dataclass(frozen=True)
+class AutoscaleJob:
+    """One fleet: ``spec`` (an autoscaler, or None for the fixed fleet of ``group.count``)."""
+
+    requests: list[Request]
+    group: ReplicaGroup
+    router: str
+    options: RouterOptions
+    spec: str | None
+    startup: Startup
+    scrape_interval_s: float
+    slos: tuple[Slo, ...]
+
+
+@dataclass
+class AutoscaleResult:
+    spec: str | None
+    summary: dict
+    scrapes: pd.DataFrame  # the fleet over time, one row per scrape
+
+
+def run_autoscale_job(job: AutoscaleJob) -> AutoscaleResult:
+    """The fleet of ``job`` over the whole trace; its summary with the SLO figures (picklable: a worker's job)."""
+    from kvsim.planning.slo import add_slo_columns
+    from kvsim.sim.autoscalers import parse_autoscaler
+    from kvsim.sim.fleet import Fleet
+    from kvsim.sim.report import cold_start_misses, windows_meeting
+
+    fleet = Fleet(
+        job.requests,
+        [job.group],
+        job.router,
+        router_options=job.options,
+        startup=job.startup,
+        scrape_interval_s=job.scrape_interval_s,
+    )
+    if job.spec:
+        fleet.process(parse_autoscaler(job.spec, job.group.name).run(fleet))
+    run = fleet.run()
+    s = run.summary
+    t0 = min((r.arrival_s for r in job.requests), default=0.0)
+    kind = f"autoscaled {job.spec}" if job.spec else f"fixed {job.group.count}x"
+    s["layout"] = f"{kind} {job.group.name}"
+    add_slo_columns(s, run.requests, list(job.slos), max(s["max_replicas"], job.group.count) * job.group.cfg.gpus)
+    s["slo_windows_met"] = windows_meeting(run.requests, list(job.slos), t0)
+    s["cold_start_misses"] = cold_start_misses(run.requests, run.replica_table, list(job.slos), t0)
+    return AutoscaleResult(job.spec, s, run.scrapes)
+
+
+def sweep_autoscalers(
+    requests: list[Request],
+    group: ReplicaGroup,
+    specs: list[str],
+    router: str = "least-requests",
+    options: RouterOptions = RouterOptions(),
+    startup: Startup = Startup(),
+    scrape_interval_s: float = 15.0,
+    slos: tuple[Slo, ...] = (),
+    workers: int = 1,
+    backend: str = "local",
+    address: str | None = None,
+) -> list[AutoscaleResult]:
+    """Each autoscaler setting of ``specs`` (starting from ``group.count`` replicas), then the fixed fleet of the
+    largest peak any reached: results in that order, the same whatever the backend."""
+    from kvsim.planning.parallel import run_jobs
+
+    base = AutoscaleJob(requests, group, router, options, None, startup, scrape_interval_s, tuple(slos))
+    jobs = [replace(base, spec=s) for s in specs]
+    results = run_jobs(run_autoscale_job, jobs, workers, backend, address, label="autoscalers")
+    peak = max([group.count, *(r.summary["max_replicas"] for r in results)])
+    fixed = run_autoscale_job(replace(base, group=replace(group, count=peak)))
+    return [*results, fixed]
