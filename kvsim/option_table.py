@@ -606,7 +606,7 @@ OPTIONS: list[Option] = [
     # --- load (the clients that send the trace)
     Option(
         "max_concurrency",
-        ("--max-concurrency",),
+        ("--max-concurrency", "--concurrency"),
         "clients keep at most this many requests in flight, as `vllm bench serve --max-concurrency`: each "
         "request is sent at its trace time or when an earlier one finishes, whichever is later; latencies count "
         "from sending",
@@ -654,7 +654,7 @@ OPTIONS: list[Option] = [
     ),
     Option(
         "num_prompts",
-        ("--num-prompts",),
+        ("--num-prompts", "--request-count"),
         "requests the generated workload sends",
         "load",
         None,
@@ -664,7 +664,7 @@ OPTIONS: list[Option] = [
     ),
     Option(
         "random_input_len",
-        ("--random-input-len",),
+        ("--random-input-len", "--synthetic-input-tokens-mean"),
         "prompt tokens of the generated workload, before "
         "--random-prefix-len (genai-perf: the mean, its --synthetic-input-tokens-mean)",
         "load",
@@ -675,7 +675,7 @@ OPTIONS: list[Option] = [
     ),
     Option(
         "random_output_len",
-        ("--random-output-len",),
+        ("--random-output-len", "--output-tokens-mean"),
         "output tokens of the generated workload (genai-perf: "
         "the mean, its --output-tokens-mean); kvsim generates each drawn length",
         "load",
@@ -746,6 +746,34 @@ OPTIONS: list[Option] = [
         float,
         "kvsim.trace.bench_load:burstiness_rule",
         default_text="1",
+    ),
+    Option(
+        "ramp_up_strategy",
+        ("--ramp-up-strategy",),
+        "`vllm bench serve --ramp-up-strategy`: the generated requests' rate climbs from --ramp-up-start-rps "
+        "to --ramp-up-end-rps over the run, by request index (linear, or exponential: a constant ratio per "
+        "request), each gap drawn at the rate of its request with --burstiness; replaces --request-rate",
+        "load",
+        None,
+        choices=("linear", "exponential"),
+    ),
+    Option(
+        "ramp_up_start_rps",
+        ("--ramp-up-start-rps",),
+        "with --ramp-up-strategy: the first request's rate, requests/s (vLLM's is a whole number)",
+        "load",
+        None,
+        int,
+        Number(integer=True, min=1, max=10**9),
+    ),
+    Option(
+        "ramp_up_end_rps",
+        ("--ramp-up-end-rps",),
+        "with --ramp-up-strategy: the last request's rate, requests/s (>= the start)",
+        "load",
+        None,
+        int,
+        Number(integer=True, min=1, max=10**9),
     ),
     Option(
         "random_seed",

@@ -165,7 +165,7 @@ def test_defaults_are_vllms():
         ({"random_range_ratio": 1.0}, "--random-range-ratio: must be < 1"),
         ({"bench": "inferencemax"}, "needs --max-concurrency"),
         ({"bench": "genai-perf", "random_range_ratio": 0.2}, "normal distributions"),
-        ({"synthetic_input_tokens_stddev": 3.0}, "GenAI-Perf's"),
+        ({"bench": "vllm-random", "synthetic_input_tokens_stddev": 3.0}, "GenAI-Perf's"),
         ({"random_input_len": 1, "random_range_ratio": 0.5, "random_range_ratio_mode": "lower-bound"}, "0 tokens"),
     ],
 )
@@ -382,3 +382,77 @@ def test_bad_command_lines_are_one_line(args, msg, tmp_path):
     r = subprocess.run([sys.executable, "-m", "kvsim.cli", *args], capture_output=True, text=True, cwd=tmp_path)
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert msg in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_ramp_up_rates_and_send_times_by_hand():
+    """vllm bench serve's ramp-up: request i at start + (end - start) i / (N - 1) (linear) or
+    start (end / start) ^ (i / (N - 1)) (exponential); constant gaps of 1 / rate (burstiness inf), summed."""
+    lin = BenchLoad(
+        num_prompts=3, ramp_up_strategy="linear", ramp_up_start_rps=1, ramp_up_end_rps=3, burstiness=math.inf
+    )
+    assert list(lin.rates()) == [1.0, 2.0, 3.0]
+    assert [r.arrival_s for r in lin.requests()] == pytest.approx([1.0, 1.5, 1.5 + 1 / 3])
+    exp = BenchLoad(
+        num_prompts=3, ramp_up_strategy="exponential", ramp_up_start_rps=1, ramp_up_end_rps=4, burstiness=math.inf
+    )
+    assert list(exp.rates()) == pytest.approx([1.0, 2.0, 4.0])
+    assert [r.arrival_s for r in exp.requests()] == pytest.approx([1.0, 1.5, 1.75])
+    assert "--ramp-up-strategy exponential --ramp-up-start-rps 1 --ramp-up-end-rps 4" in exp.describe()
+
+
+def test_ramp_up_poisson_gaps_follow_each_requests_rate():
+    load = BenchLoad(num_prompts=20_000, ramp_up_strategy="linear", ramp_up_start_rps=2, ramp_up_end_rps=50)
+    t = np.array([r.arrival_s for r in load.requests()])
+    expected = (1.0 / load.rates()).sum()  # no rescaling: the sum of the mean gaps
+    assert t[-1] == pytest.approx(expected, rel=0.03)
+    first, last = np.diff(t[:2001]).mean(), np.diff(t[-2001:]).mean()
+    assert first == pytest.approx((1 / load.rates()[1:2001]).mean(), rel=0.1)
+    assert last == pytest.approx((1 / load.rates()[-2000:]).mean(), rel=0.1)
+
+
+@pytest.mark.parametrize(
+    "kw,message",
+    [
+        ({"ramp_up_strategy": "linear", "ramp_up_start_rps": 1}, "needs both"),
+        ({"ramp_up_start_rps": 1, "ramp_up_end_rps": 2}, "with --ramp-up-strategy"),
+        ({"ramp_up_strategy": "linear", "ramp_up_start_rps": 5, "ramp_up_end_rps": 2}, "a ramp-up climbs"),
+        ({"ramp_up_strategy": "linear", "ramp_up_start_rps": 0, "ramp_up_end_rps": 2}, "--ramp-up-start-rps"),
+        (
+            {"ramp_up_strategy": "linear", "ramp_up_start_rps": 1, "ramp_up_end_rps": 2, "request_rate": 4.0},
+            "drop --request-rate",
+        ),
+        (
+            {"ramp_up_strategy": "linear", "ramp_up_start_rps": 1, "ramp_up_end_rps": 2, "harness": "genai-perf"},
+            "vllm-random",
+        ),
+    ],
+)
+def test_ramp_up_refuses_what_vllm_refuses(kw, message):
+    with pytest.raises(ConfigError, match=message):
+        BenchLoad(**kw)
+
+
+def test_ramp_up_from_the_command_line(tmp_path, capsys):
+    from kvsim.cli import main
+
+    out = tmp_path / "r.jsonl"
+    argv = ["trace", "generate", "--dataset-name", "random", "--num-prompts", "50", "--random-input-len", "64"]
+    argv += ["--ramp-up-strategy", "linear", "--ramp-up-start-rps", "1", "--ramp-up-end-rps", "10", "-o", str(out)]
+    assert main(argv) == 0
+    assert main(argv[:-2] + ["--request-rate", "3", "-o", str(out)]) == 2
+    assert "drop --request-rate" in capsys.readouterr().err
+
+
+def test_genai_perf_flags_are_aliases_and_its_stddevs_name_its_client(tmp_path):
+    """A GenAI-Perf command line's flags give its workload: --synthetic-input-tokens-mean, --output-tokens-mean,
+    --concurrency, --request-count as kvsim's, and a standard deviation picks GenAI-Perf's client."""
+    theirs, ours = tmp_path / "theirs.jsonl", tmp_path / "ours.jsonl"
+    genai = ["--synthetic-input-tokens-mean", "300", "--synthetic-input-tokens-stddev", "30"]
+    genai += ["--output-tokens-mean", "90", "--request-count", "64", "--concurrency", "8"]
+    kvsim_flags = ["--bench", "genai-perf", "--random-input-len", "300", "--synthetic-input-tokens-stddev", "30"]
+    kvsim_flags += ["--random-output-len", "90", "--num-prompts", "64", "--max-concurrency", "8"]
+    assert main(["trace", "generate", *genai, "-o", str(theirs)]) == 0
+    assert main(["trace", "generate", *kvsim_flags, "-o", str(ours)]) == 0
+    assert theirs.read_bytes() == ours.read_bytes()
+    prompts = [json.loads(line)["prompt_tokens"] for line in theirs.read_text().splitlines()]
+    assert len(prompts) == 64 and len(set(prompts)) > 10  # normal draws, not one length

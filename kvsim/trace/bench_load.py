@@ -10,6 +10,8 @@ What each harness does (the sources are named in docs/traces.md, "Benchmark clie
   Send times: ``--request-rate`` inf sends every request at 0; a finite rate draws N gamma gaps of shape
   ``--burstiness`` (1: Poisson) and mean 1/rate, sums them (the first request waits one gap too) and scales
   the sums so that the last request goes at N / rate. ``--burstiness`` inf: constant gaps of 1/rate.
+  ``--ramp-up-strategy linear|exponential`` gives request i the rate start + (end - start) i / (N - 1), or
+  start (end / start) ^ (i / (N - 1)), draws its gap at that rate and sums the gaps without rescaling.
 - ``inferencemax``: InferenceMAX's benchmarks/benchmark_lib.sh runs its own copy of vLLM's older
   benchmark_serving.py (utils/bench_serving/) with ``--dataset-name random --random-range-ratio R
   --num-prompts 10 x C --max-concurrency C --request-rate inf --ignore-eos``. That copy (as vLLM before its
@@ -57,6 +59,9 @@ DATASET_KEYS = (
     "synthetic_input_tokens_stddev",
     "output_tokens_stddev",
     "burstiness",
+    "ramp_up_strategy",
+    "ramp_up_start_rps",
+    "ramp_up_end_rps",
     "random_seed",
     "ignore_eos",
 )
@@ -110,6 +115,9 @@ class BenchLoad:
     seed: int = 0
     ignore_eos: bool = False
     hash_block_tokens: int = HASH_BLOCK_TOKENS
+    ramp_up_strategy: str | None = None  # vllm-random: "linear" or "exponential" (vllm bench serve's ramp-up)
+    ramp_up_start_rps: int | None = None  # the first request's rate, requests/s
+    ramp_up_end_rps: int | None = None  # the last request's rate
 
     def __post_init__(self) -> None:
         if self.harness not in HARNESSES:
@@ -134,6 +142,7 @@ class BenchLoad:
         require(self.burstiness, burstiness_rule, "--burstiness")
         if self.max_concurrency is not None:
             require(self.max_concurrency, POSITIVE_INT, "--max-concurrency")
+        self._check_ramp_up()
         require(self.seed, SEED, "--random-seed")
         require(self.hash_block_tokens, POSITIVE_INT, "hash_block_tokens")
         if self.harness == "genai-perf" and (self.range_ratio or self.range_ratio_mode != "symmetric"):
@@ -155,6 +164,46 @@ class BenchLoad:
                 f"--synthetic-input-tokens-stddev / --output-tokens-stddev: GenAI-Perf's; "
                 f"{self.harness} draws lengths with --random-range-ratio"
             )
+
+    def _check_ramp_up(self) -> None:
+        """vLLM's own checks of its ramp-up flags (vllm/benchmarks/serve.py), with its reasons."""
+        given = (self.ramp_up_start_rps, self.ramp_up_end_rps)
+        if self.ramp_up_strategy is None:
+            if any(v is not None for v in given):
+                raise ConfigError("--ramp-up-start-rps / --ramp-up-end-rps: with --ramp-up-strategy linear|exponential")
+            return
+        if self.ramp_up_strategy not in ("linear", "exponential"):
+            raise ConfigError(f"--ramp-up-strategy: '{self.ramp_up_strategy}' is not one of linear, exponential")
+        if self.harness != "vllm-random":
+            raise ConfigError(f"--ramp-up-strategy: `vllm bench serve`'s (--bench vllm-random), not {self.harness}'s")
+        if self.request_rate != math.inf:
+            raise ConfigError(
+                "--ramp-up-strategy with --request-rate: the ramp-up sets the rate (vLLM refuses both); drop --request-rate"
+            )
+        if any(v is None for v in given):
+            raise ConfigError("--ramp-up-strategy: needs both --ramp-up-start-rps and --ramp-up-end-rps")
+        for flag, v in zip(("--ramp-up-start-rps", "--ramp-up-end-rps"), given):
+            require(v, Number(integer=True, min=1, max=10**9), flag)
+        assert self.ramp_up_start_rps is not None and self.ramp_up_end_rps is not None
+        if self.ramp_up_start_rps > self.ramp_up_end_rps:
+            raise ConfigError(
+                f"--ramp-up-start-rps {self.ramp_up_start_rps} > --ramp-up-end-rps {self.ramp_up_end_rps}: "
+                "a ramp-up climbs (vLLM refuses the same)"
+            )
+
+    def rates(self) -> Any:
+        """Each request's send rate, requests/s: vLLM's ``_get_current_request_rate`` by request index (the
+        ramp-up's, or --request-rate for all)."""
+        import numpy as np
+
+        n = self.num_prompts
+        if self.ramp_up_strategy is None:
+            return np.full(n, self.request_rate)
+        start, end = float(self.ramp_up_start_rps or 0), float(self.ramp_up_end_rps or 0)
+        progress = np.arange(n) / max(n - 1, 1)
+        if self.ramp_up_strategy == "linear":
+            return start + (end - start) * progress
+        return start * (end / start) ** progress
 
     @property
     def name(self) -> str:
@@ -196,8 +245,14 @@ class BenchLoad:
         return (
             f"{client} --dataset-name random --random-input-len {self.input_len} --random-output-len "
             f"{self.output_len} --random-range-ratio {self.range_ratio:g} --random-prefix-len {self.prefix_len} "
-            f"--num-prompts {self.num_prompts} --request-rate {rate} --burstiness {self.burstiness:g}{conc}"
-            f"{eos} --seed {self.seed}"
+            f"--num-prompts {self.num_prompts} "
+            + (
+                f"--ramp-up-strategy {self.ramp_up_strategy} --ramp-up-start-rps {self.ramp_up_start_rps} "
+                f"--ramp-up-end-rps {self.ramp_up_end_rps}"
+                if self.ramp_up_strategy
+                else f"--request-rate {rate}"
+            )
+            + f" --burstiness {self.burstiness:g}{conc}{eos} --seed {self.seed}"
         )
 
     def notes(self) -> list[str]:
@@ -264,6 +319,11 @@ class BenchLoad:
         import numpy as np
 
         n, rate = self.num_prompts, self.request_rate
+        if self.ramp_up_strategy is not None:  # each gap at its request's rate, summed; no rescaling (as vLLM)
+            r = self.rates()
+            if self.burstiness == math.inf:
+                return np.cumsum(1.0 / r)
+            return np.cumsum(rng.gamma(self.burstiness, 1.0 / (r * self.burstiness)))
         if rate == math.inf:
             return np.zeros(n)
         if self.harness == "genai-perf" or self.burstiness == math.inf:
@@ -323,7 +383,9 @@ def from_options(values: Mapping[str, Any]) -> BenchLoad | None:
     ``max_concurrency`` included), or None when no dataset option is given (the run reads a --trace)."""
     if not any(values.get(k) is not None for k in DATASET_KEYS):
         return None
-    harness = values.get("bench") or "vllm-random"
+    # GenAI-Perf's own flags (its standard deviations) name its client when --bench does not
+    genai_only = any(values.get(k) is not None for k in ("synthetic_input_tokens_stddev", "output_tokens_stddev"))
+    harness = values.get("bench") or ("genai-perf" if genai_only else "vllm-random")
     d = _DEFAULTS[harness]
     conc = values.get("max_concurrency")
     num = values.get("num_prompts")
@@ -354,6 +416,9 @@ def from_options(values: Mapping[str, Any]) -> BenchLoad | None:
         output_stddev=get("output_tokens_stddev", 0.0),
         request_rate=math.inf if rate is None else rate,
         burstiness=get("burstiness", 1.0),
+        ramp_up_strategy=values.get("ramp_up_strategy"),
+        ramp_up_start_rps=values.get("ramp_up_start_rps"),
+        ramp_up_end_rps=values.get("ramp_up_end_rps"),
         max_concurrency=conc,
         seed=get("random_seed", 0),
         ignore_eos=get("ignore_eos", d["ignore_eos"]),
