@@ -177,6 +177,17 @@ def test_an_uploaded_file_is_validated(browser, server, downloads):
     assert page.find_elements(By.CSS_SELECTOR, "[data-plot='predicted_vs_measured'] .main-svg")
 
 
+def test_the_fleet_page_draws_an_autoscaled_fleet_over_time(browser, server):
+    page = open_page(browser, server, "fleet")
+    fill(page, "replicas", "1")
+    fill(page, "routers", "least-requests")
+    fill(page, "autoscaler", "threshold:target=2,max=3")
+    run_and_wait(page)
+    assert "--autoscaler threshold:target=2,max=3" in page.find_element(By.CSS_SELECTOR, ".cli code").text
+    for name in ("replicas_over_time", "ttft_over_time"):
+        assert page.find_element(By.CSS_SELECTOR, f"[data-plot='{name}'] .main-svg").is_displayed()
+
+
 def test_a_bad_input_shows_the_clis_error(browser, server):
     page = open_page(browser, server, "memory")
     fill(page, "tensor_parallel_size", "0")

@@ -122,7 +122,7 @@ QUESTIONS: dict[str, Question] = {
             "Behind which router do my replicas hit their prefix caches, and what TTFT does each replica see?",
             ("cluster",),
             {"trace": "example:mooncake_excerpt.jsonl", "replicas": 4, "routers": "round-robin,least-kv,prefix"},
-            ("trace", "model", "gpu", "replicas", "routers", "allocator", "slo"),
+            ("trace", "model", "gpu", "replicas", "routers", "allocator", "slo", "autoscaler"),
             ("fleet", "replicas", "requests"),
             ("summary.md",),
         ),

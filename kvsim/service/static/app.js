@@ -219,6 +219,18 @@ const RENDER = {
     }), { title, barmode: "group", yaxis: { title: unit } });
     by("prefix_hit_rate_tokens", "prefix-cache hit rate per replica", "% of prompt tokens", 100);
     by("ttft_p99_s", "TTFT p99 per replica", "s");
+    const files = (await api(`/jobs/${job.id}/files`)).map((f) => f.name);
+    if (files.includes("timeline.csv") || files.includes("timeline.parquet")) {  // --autoscaler / --fail-at
+      const tl = objects(await api(`/jobs/${job.id}/tables/timeline?limit=200000`));
+      const runs = [...new Set(tl.map((r) => r.run))];
+      const line = (key, scale = 1) => runs.map((name) => {
+        const rows = tl.filter((r) => r.run === name);
+        return { type: "scatter", mode: "lines", line: { shape: key === "replicas" ? "hv" : "linear" }, name,
+          x: rows.map((r) => r.t_s / 3600), y: rows.map((r) => key === "replicas" ? r.serving + r.starting + r.draining : scale * r[key]) };
+      });
+      plot(box, "replicas_over_time", line("replicas"), { title: "replicas over time", xaxis: { title: "hours" }, yaxis: { title: "replicas" } });
+      plot(box, "ttft_over_time", line("ttft_p99_s"), { title: "TTFT p99 over the last minute", xaxis: { title: "hours" }, yaxis: { title: "s" } });
+    }
   },
   async validate(job, box) {
     const reqs = objects(await api(`/jobs/${job.id}/tables/requests?limit=200000`)).filter((r) => r.status === "finished");
