@@ -407,3 +407,24 @@ def test_autoscaler_settings_fan_out_over_ray_as_locally(tmp_path):
     )
     local, ray = (pd.read_csv(tmp_path / d / "autoscalers.csv").drop(columns="wall_s") for d in ("l", "r"))
     pd.testing.assert_frame_equal(local, ray)
+
+
+def test_the_planners_down_window_keeps_replicas_through_a_dip():
+    """sla with down=S: it scales down only once every recommendation of the last S seconds allows it (HPA's
+    stabilization): with 150 s, the 5 asked for at 120 s holds until 300 s (at 180 and 240 s the window still
+    holds it)."""
+
+    class FakeFleet:
+        def __init__(self):
+            self.now = 0.0
+            self.scrape = type("S", (), {"arrival_rate": 0.0})()
+
+    rates = [10.0, 10.0, 2.0, 2.0, 2.0, 2.0, 2.0]
+    for down, expected in ((0.0, [5, 5, 1, 1, 1, 1, 1]), (150.0, [5, 5, 5, 5, 1, 1, 1])):
+        planner = SlaPlanner("g", replica_rate=2.5, headroom=0.8, lookback=1, interval_s=60.0, down_window_s=down)
+        fleet, got, current = FakeFleet(), [], 1
+        for i, r in enumerate(rates):
+            fleet.now, fleet.scrape.arrival_rate = 60.0 * (i + 1), r
+            current = planner.desired(fleet, current)
+            got.append(current)
+        assert got == expected, down

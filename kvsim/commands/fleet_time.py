@@ -29,7 +29,7 @@ def add_options(c: argparse.ArgumentParser) -> None:
         help="size the replica group while the trace runs, starting from --replicas (several settings separated "
         "by ';' run side by side, over --workers processes or Ray: kvsim cluster): threshold[:metric=waiting|kv,"
         "target=8,min=1,max=64,down=300,interval=15] (Kubernetes HPA's rule), sla:rate=R[,headroom=0.8,"
-        "lookback=4,interval=60] (replicas for the predicted arrival rate, R requests/s a replica serves within "
+        "lookback=4,interval=60,down=0] (replicas for the predicted arrival rate, R requests/s a replica serves within "
         "the SLOs as `kvsim plan` finds it; Dynamo's SLA planner) or schedule:SECONDS=REPLICAS,...; the run is "
         "compared with a fixed fleet of its peak size",
     )

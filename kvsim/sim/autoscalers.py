@@ -111,12 +111,15 @@ class SlaPlanner(Autoscaler):
     headroom: float = 0.8
     lookback: int = 4
     interval_s: float = 60.0
+    down_window_s: float = 0.0  # scale down only to the highest count asked for over this many seconds (0: at once)
     _rates: deque = field(default_factory=deque, repr=False)
+    _recent: deque = field(default_factory=deque, repr=False)
 
     def __post_init__(self) -> None:
         super().__post_init__()
         require(self.replica_rate, POSITIVE, "planner replica_rate")
         require(self.headroom, FRACTION, "planner headroom")
+        require(self.down_window_s, NON_NEGATIVE, "planner down_window_s")
         if self.lookback < 1:
             raise ConfigError(f"planner lookback: must be >= 1, got {self.lookback}")
 
@@ -125,7 +128,15 @@ class SlaPlanner(Autoscaler):
         while len(self._rates) > self.lookback:
             self._rates.popleft()
         predicted = sum(self._rates) / len(self._rates)
-        return math.ceil(predicted / (self.replica_rate * self.headroom) - 1e-9)
+        want = math.ceil(predicted / (self.replica_rate * self.headroom) - 1e-9)
+        if self.down_window_s > 0:  # HPA's stabilization: a dip shorter than the window keeps the replicas
+            now = fleet.now
+            self._recent.append((now, want))
+            while self._recent and self._recent[0][0] < now - self.down_window_s:
+                self._recent.popleft()
+            if want < current:
+                want = min(current, max(w for _, w in self._recent))
+        return want
 
 
 @dataclass
@@ -168,6 +179,7 @@ _KEYS = {
         "rate": "replica_rate",
         "headroom": "headroom",
         "lookback": "lookback",
+        "down": "down_window_s",
         "min": "min_replicas",
         "max": "max_replicas",
         "interval": "interval_s",
@@ -177,7 +189,7 @@ _KEYS = {
 
 def parse_autoscaler(text: str, group: str) -> Autoscaler:
     """``threshold[:metric=waiting,target=8,min=1,max=16,down=300,interval=15,tolerance=0.1]``,
-    ``sla:rate=R[,headroom=0.8,lookback=4,interval=60,min=1,max=64]`` (R: requests/s one replica serves within
+    ``sla:rate=R[,headroom=0.8,lookback=4,interval=60,down=0,min=1,max=64]`` (R: requests/s one replica serves within
     the SLOs, as `kvsim plan` finds it) or ``schedule:T=N,T=N,...`` (N replicas from T seconds on)."""
     kind, _, rest = text.strip().partition(":")
     if kind not in AUTOSCALERS:
