@@ -20,7 +20,7 @@ usage is ... for peak activation"; docs/memory.md lists them):
 - non-torch memory: 0.13 GiB on one GPU; each further tensor-parallel rank on NVLink adds about 0.6 GiB (H100
   logs: 0.54-0.55 at TP2, 1.84 at TP4), on PCIe cards about 0.05.
 
-Not counted: the CUDA graphs' memory, which vLLM subtracts from the KV cache only from 0.21 on (0.2-0.7 GiB
+Not counted: the CUDA graphs' memory, which vLLM subtracts from the KV cache only from 0.20 on (0.2-0.7 GiB
 logged for 7-8B models, more for MoE models), and anything a build with the FlashInfer sampler saves (one log
 of a modified build, Llama-3.2-1B at 256 sequences, peaked at 0.45 GiB where this predicts 1.19).
 """

@@ -152,11 +152,14 @@ def kernel_mismatches(chip: str, release: str | None) -> list[KernelMismatch]:
     return [m for m in KERNEL_MISMATCHES if m.chip == chip and release_key(m.release) == release_key(release)]
 
 
-UTILIZATION_092_FROM = "0.21.0"  # vLLM PR #38284: default --gpu-memory-utilization 0.90 -> 0.92
+# vLLM PR #38284: default --gpu-memory-utilization 0.90 -> 0.92 and the CUDA-graph memory estimate subtracted, both
+# announced for 0.21 but already in the 0.20.0 wheel (its envs.py defaults VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS
+# to "1", its cache.py gpu_memory_utilization to 0.92; 0.19.1 has "0" and 0.9)
+UTILIZATION_092_FROM = "0.20.0"
 
 
 def default_gpu_memory_utilization(vllm_version: str | None, default: float) -> float:
-    """vLLM's default --gpu-memory-utilization for ``vllm_version``: 0.92 from 0.21 (PR #38284, which also made its
+    """vLLM's default --gpu-memory-utilization for ``vllm_version``: 0.92 from 0.20 (PR #38284, which also made its
     start-up profile subtract an estimate of the CUDA graphs' memory: not modelled, so the KV pool of those
     releases comes out that much large, 0.2-0.7 GiB for 7-8B models and up to 5 GiB for large MoE models at TP4
     in public logs), else ``default`` (0.90; also when no release is given: the start-up logs kvsim's pool sizing

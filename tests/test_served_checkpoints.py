@@ -279,12 +279,13 @@ def test_an_exclusion_list_that_asks_for_unbounded_work_is_refused(tmp_path, ign
         get_model(str(p))
 
 
-def test_releases_from_0_21_default_to_92_percent_of_gpu_memory():
-    """vLLM PR #38284 (0.21): --gpu-memory-utilization 0.90 -> 0.92 by default; a value given stands."""
+def test_releases_from_0_20_default_to_92_percent_of_gpu_memory():
+    """vLLM PR #38284: --gpu-memory-utilization 0.90 -> 0.92 by default, in the 0.20.0 wheel already (announced for
+    0.21); a value given stands."""
 
     def mem(*extra):
         return config_from_args(["--model", "llama-3.1-8b", "--gpu", "l40s", *extra]).memory.gpu_memory_utilization
 
-    assert mem() == mem("--vllm-version", "0.20.1") == 0.90
-    assert mem("--vllm-version", "0.21") == mem("--vllm-version", "0.28.0") == 0.92
+    assert mem() == mem("--vllm-version", "0.19.1") == 0.90
+    assert mem("--vllm-version", "0.20") == mem("--vllm-version", "0.21") == mem("--vllm-version", "0.28.0") == 0.92
     assert mem("--vllm-version", "0.28", "--gpu-memory-utilization", "0.8") == 0.8
