@@ -37,7 +37,12 @@ def cmd_ui(a: argparse.Namespace) -> int:
     )
     hosts = ("127.0.0.1", "localhost", "::1", "[::1]") if a.host in LOOPBACK and not token else None
     app = create_app(ServiceConfig(data, token, int(a.max_upload_mb * 2**20), limits=limits, allowed_hosts=hosts))
-    host = f"[{a.host}]" if ":" in a.host else a.host
+    host = a.host
+    if host in ("0.0.0.0", "::"):  # every address: a teammate reaches it by this machine's name
+        import socket
+
+        host = socket.gethostname()
+    host = f"[{host}]" if ":" in host else host
     url = f"http://{host}:{a.port}/" + (f"?token={token}" if token else "")
     print(f"kvsim ui: open {url}  (the API: {url.split('?')[0]}api/v1/openapi.json; Ctrl-C stops)", file=sys.stderr)
     uvicorn.run(app, host=a.host, port=a.port, log_level="warning")
