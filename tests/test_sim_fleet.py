@@ -378,7 +378,7 @@ def test_several_autoscaler_settings_are_each_the_single_run(tmp_path):
     assert main(_sweep_args(tmp_path, ["--autoscaler", ";".join(specs), "--workers", "2", "--out", str(out)])) == 0
     table = pd.read_csv(out / "autoscalers.csv")
     assert list(table.autoscaler.fillna("")) == [*specs, ""]
-    assert table.layout.iloc[-1] == f"fixed {max(1, int(table.max_replicas.iloc[:-1].max()))}x a100-40gb"
+    assert list(table.layout) == [*specs, f"fixed {max(1, int(table.max_replicas.iloc[:-1].max()))}x"]
     for i, spec in enumerate(specs):
         one = tmp_path / f"one{i}"
         assert main(_sweep_args(tmp_path, ["--autoscaler", spec, "--out", str(one)])) == 0

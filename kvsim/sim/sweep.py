@@ -56,8 +56,7 @@ def run_autoscale_job(job: AutoscaleJob) -> AutoscaleResult:
     run = fleet.run()
     s = run.summary
     t0 = min((r.arrival_s for r in job.requests), default=0.0)
-    kind = f"autoscaled {job.spec}" if job.spec else f"fixed {job.group.count}x"
-    s["layout"] = f"{kind} {job.group.name}"
+    s["layout"] = job.spec or f"fixed {job.group.count}x"  # (the group is the table's title)
     add_slo_columns(s, run.requests, list(job.slos), max(s["max_replicas"], job.group.count) * job.group.cfg.gpus)
     s["slo_windows_met"] = windows_meeting(run.requests, list(job.slos), t0)
     s["cold_start_misses"] = cold_start_misses(run.requests, run.replica_table, list(job.slos), t0)
