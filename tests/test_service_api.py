@@ -378,3 +378,15 @@ def test_kvsim_ui_opens_to_a_team_only_with_a_token(monkeypatch, tmp_path, capsy
         assert c.get("/api/v1/health").status_code == 200
         assert c.get("/api/v1/health", headers={"Host": "localhost:8765"}).status_code == 200
         assert c.get("/api/v1/health", headers={"Host": "attacker.example:8765"}).status_code == 400
+
+
+def test_kvsim_ui_on_a_taken_port_says_so_in_one_line(tmp_path, capsys):
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        assert cli_main(["ui", "--port", str(port), "--data-dir", str(tmp_path / "d")]) == 2
+    err = capsys.readouterr().err
+    assert f"--port {port}: cannot listen there" in err and "open http" not in err

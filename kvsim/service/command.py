@@ -28,6 +28,7 @@ def cmd_ui(a: argparse.Namespace) -> int:
     token = a.token
     if a.host not in LOOPBACK and not token:
         token = secrets.token_urlsafe(18)  # open to a team: never without a token
+    _check_free(a.host, a.port)
     data = prepare_output_dir(Path(a.data_dir), "--data-dir")
     limits = Limits(
         max_running=a.max_running,
@@ -47,6 +48,23 @@ def cmd_ui(a: argparse.Namespace) -> int:
     print(f"kvsim ui: open {url}  (the API: {url.split('?')[0]}api/v1/openapi.json; Ctrl-C stops)", file=sys.stderr)
     uvicorn.run(app, host=a.host, port=a.port, log_level="warning")
     return 0
+
+
+def _check_free(host: str, port: int) -> None:
+    """A one-line error now rather than uvicorn's after the link is printed: the address is taken or not ours."""
+    import socket
+
+    from kvsim.errors import ConfigError
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        with socket.socket(family, socket.SOCK_STREAM) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind((host, port))
+    except OSError as e:
+        raise ConfigError(
+            f"--host {host} --port {port}: cannot listen there ({e.strerror or e}); give another --port"
+        ) from None
 
 
 def register(sub) -> None:
