@@ -362,17 +362,26 @@ def test_progress_file_follows_the_bars(tmp_path, monkeypatch):
     assert not os.path.exists(f"{f}.tmp")
 
 
+def _free_port() -> str:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return str(s.getsockname()[1])
+
+
 def test_kvsim_ui_opens_to_a_team_only_with_a_token(monkeypatch, tmp_path, capsys):
     import uvicorn
 
     seen = {}
     monkeypatch.setattr(uvicorn, "run", lambda app, host, port, log_level: seen.update(app=app, host=host))
-    assert cli_main(["ui", "--host", "0.0.0.0", "--data-dir", str(tmp_path / "d")]) == 0
+    port = _free_port()
+    assert cli_main(["ui", "--host", "0.0.0.0", "--port", port, "--data-dir", str(tmp_path / "d")]) == 0
     err = capsys.readouterr().err
     assert "?token=" in err and seen["host"] == "0.0.0.0"
     with TestClient(seen["app"]) as c:
         assert c.get("/api/v1/questions").status_code == 401
-    assert cli_main(["ui", "--data-dir", str(tmp_path / "d")]) == 0
+    assert cli_main(["ui", "--port", port, "--data-dir", str(tmp_path / "d")]) == 0
     assert "?token=" not in capsys.readouterr().err
     with TestClient(seen["app"], base_url="http://127.0.0.1:8765") as c:  # on this machine: its own names only
         assert c.get("/api/v1/health").status_code == 200
