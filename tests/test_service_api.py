@@ -54,7 +54,7 @@ def test_questions_take_the_options_table_inputs(client):
     from kvsim.option_table import BY_KEY
 
     qs = {q["name"]: q for q in client.get("/api/v1/questions").json()}
-    assert set(qs) == {"memory", "latency", "compare", "plan", "fleet", "validate"}
+    assert set(qs) == {"memory", "latency", "compare", "plan", "autoscale", "fleet", "validate"}
     for q in qs.values():
         keys = {f["key"] for f in q["fields"]}
         assert "out" not in keys and "workers" not in keys  # set by the service, or unbounded fan-out

@@ -131,6 +131,7 @@ PAGES = {  # page: (inputs typed into the form, a plot it draws, a table it show
     "latency": ({"batch": "64", "gpu": "h100-80gb"}, "latency", "latency", "latency.csv"),
     "compare": ({"allocators": "max,paged"}, "memory_timeline", "runs", "runs.csv"),
     "plan": ({}, "pareto", "fleet_plan", "fleet_plan.csv"),
+    "autoscale": ({"plan_requests": "800"}, "replicas_over_time", "autoscale", "autoscale.csv"),
     "fleet": ({"replicas": "2"}, "prefix_hit_rate_tokens", "replicas", "replicas.csv"),
     "validate": ({}, "predicted_vs_measured", "requests", "requests.csv"),
 }

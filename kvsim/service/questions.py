@@ -117,6 +117,23 @@ QUESTIONS: dict[str, Question] = {
             frozenset({"study", "kernel_bench"}),
         ),
         Question(
+            "autoscale",
+            "Autoscale",
+            "If an autoscaler sizes my fleet over the day, how many GPU-hours and dollars does it save against a "
+            "fleet sized for the peak, and do the SLOs still hold?",
+            ("plan",),
+            {
+                "trace": "example:chat.jsonl",
+                "slo": "ttft_p99=2s,tpot_p99=100ms",
+                "gpus": "a100-40gb:2,h100-80gb:4.5",
+                "autoscaler": "sla:headroom=0.7",
+                "plan_requests": 1000,
+            },
+            ("trace", "model", "slo", "gpus", "autoscaler", "plan_requests", "startup_load_gbs", "startup_fixed_s"),
+            ("autoscale", "plan"),
+            barred=frozenset({"study", "kernel_bench", "fleet_max_gpus", "target_rate"}),
+        ),
+        Question(
             "fleet",
             "Fleet and routers",
             "Behind which router do my replicas hit their prefix caches, and what TTFT does each replica see?",

@@ -207,6 +207,24 @@ const RENDER = {
       box.append(el("div", { class: "error", text: "no layout meets the SLOs (see the summary below)" }));
     }
   },
+  async autoscale(job, box) {
+    const rows = objects(await api(`/jobs/${job.id}/tables/autoscale`));
+    const configs = [...new Set(rows.map((r) => `${r.gpu} ${r.allocator}`))];
+    const kinds = ["autoscaled", "fixed"];
+    const value = (key) => kinds.map((k) => ({ type: "bar", name: k === "fixed" ? "fixed fleet of the peak" : "autoscaled",
+      x: configs, y: configs.map((c) => { const r = rows.find((x) => `${x.gpu} ${x.allocator}` === c && x.fleet.startsWith(k)); return r ? r[key] : null; }) }));
+    const priced = rows.some((r) => r.cost !== null && r.cost !== undefined);
+    plot(box, "autoscale_cost", value(priced ? "cost" : "gpu_hours"),
+      { title: priced ? "cost over the trace ($)" : "GPU-hours over the trace", barmode: "group", yaxis: { title: priced ? "$" : "GPU-hours" } });
+    plot(box, "autoscale_windows", value("slo_windows_met").map((t) => Object.assign(t, { y: t.y.map((v) => v === null ? null : 100 * v) })),
+      { title: "5-minute windows meeting the SLOs", barmode: "group", yaxis: { title: "%", range: [0, 100] } });
+    const tl = objects(await api(`/jobs/${job.id}/tables/autoscale_timeline?limit=200000`));
+    const runs = [...new Set(tl.map((r) => r.run))];
+    plot(box, "replicas_over_time", runs.map((name) => {
+      const rs = tl.filter((r) => r.run === name);
+      return { type: "scatter", mode: "lines", line: { shape: "hv" }, name, x: rs.map((r) => r.t_s / 3600), y: rs.map((r) => r.serving + r.starting + r.draining) };
+    }), { title: "replicas over time", xaxis: { title: "hours" }, yaxis: { title: "replicas" } });
+  },
   async fleet(job, box) {
     const fleet = objects(await api(`/jobs/${job.id}/tables/fleet`));
     const routers = fleet.map((r) => r.router);
