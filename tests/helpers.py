@@ -55,3 +55,13 @@ def assert_same_run(a, b) -> None:
     assert sa.keys() == sb.keys()
     for k in sa:
         assert sa[k] == sb[k] or (isinstance(sa[k], float) and math.isnan(sa[k]) and math.isnan(sb[k])), k
+
+
+def chat_head(folder, n: int):
+    """The first ``n`` requests of traces/chat.jsonl as a trace file in ``folder`` (its path)."""
+    from pathlib import Path
+
+    lines = (Path(__file__).resolve().parents[1] / "traces/chat.jsonl").read_text().splitlines()[:n]
+    path = Path(folder) / f"chat-{n}.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    return path

@@ -6,6 +6,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from helpers import chat_head
 from kvsim.cli import main
 from kvsim.commands.plan_autoscale import with_rate
 
@@ -20,9 +21,7 @@ def test_the_planners_rate_is_filled_in_only_when_left_out():
 
 
 def test_plan_with_an_autoscaler_runs_the_whole_trace_per_configuration(tmp_path, capsys):
-    trace = tmp_path / "t.jsonl"
-    lines = (ROOT / "traces/chat.jsonl").read_text().splitlines()[:1200]
-    trace.write_text("\n".join(lines) + "\n")
+    trace = chat_head(tmp_path, 1200)
     out = tmp_path / "o"
     argv = ["plan", "--trace", str(trace), "--gpus", "a100-40gb:2,h100-80gb:4.5", "--slo", "ttft_p99=2s"]
     argv += ["--autoscaler", "sla:headroom=0.7", "--plan-requests", "400", "--startup-fixed-s", "20"]

@@ -8,6 +8,7 @@ import math
 import pytest
 from hypothesis import given, settings, strategies as st
 
+from helpers import chat_head
 from kvsim.errors import ConfigError
 from kvsim.fleet.cluster import ReplicaGroup, simulate_fleet
 from kvsim.options import config_from_args
@@ -265,9 +266,7 @@ def test_the_guides_example_autoscaler_runs_as_a_users_own_file(tmp_path):
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]
-    trace = tmp_path / "t.jsonl"
-    lines = (root / "traces/chat.jsonl").read_text().splitlines()[:300]
-    trace.write_text("\n".join(lines) + "\n")
+    trace = chat_head(tmp_path, 300)
     r = subprocess.run(
         [sys.executable, str(root / "docs/examples/my_autoscaler.py"), str(trace)],
         capture_output=True,
@@ -283,11 +282,7 @@ def test_cluster_with_an_autoscaler_reports_against_the_peak_fleet(tmp_path, cap
     from kvsim.cli import main
 
     out = tmp_path / "o"
-    trace = tmp_path / "t.jsonl"
-    from pathlib import Path
-
-    lines = (Path(__file__).resolve().parents[1] / "traces/chat.jsonl").read_text().splitlines()[:400]
-    trace.write_text("\n".join(lines) + "\n")
+    trace = chat_head(tmp_path, 400)
     rc = main(
         [
             "cluster",
@@ -344,11 +339,7 @@ def test_bad_autoscaler_specs_are_named(spec, msg, tmp_path, capsys):
 
 
 def _sweep_args(tmp_path, extra):
-    trace = tmp_path / "t.jsonl"
-    from pathlib import Path
-
-    lines = (Path(__file__).resolve().parents[1] / "traces/chat.jsonl").read_text().splitlines()[:300]
-    trace.write_text("\n".join(lines) + "\n")
+    trace = chat_head(tmp_path, 300)
     return [
         "cluster",
         "--trace",

@@ -170,11 +170,10 @@ def changing_and_fixed(
     """The fleet of group ``g`` behind ``router`` while it changes (``autoscaler``, a.fail_at), then the fixed fleet
     of its peak size: [(kind, FleetRun)], each summary with its SLO attainment, 5-minute windows met and misses
     while replicas started (a: the --startup-*, --scrape-interval-s, --fail-at and --lose-failed options)."""
-    from kvsim.planning.slo import add_slo_columns
     from kvsim.output.progress import Progress
     from kvsim.sim import Fleet, Startup
     from kvsim.sim.autoscalers import parse_autoscaler
-    from kvsim.sim.report import cold_start_misses, windows_meeting
+    from kvsim.sim.report import add_over_time_columns
 
     startup = Startup(a.startup_load_gbs, a.startup_fixed_s)
     fails = _fail_times(a.fail_at)
@@ -209,11 +208,7 @@ def changing_and_fixed(
         fixed = fleet_of(peak).run()
     out = []
     for kind, x in (("autoscaled" if autoscaler else "with failures", run), (f"fixed {peak}x", fixed)):
-        s = x.summary
-        s["layout"] = f"{kind} {g.name}"
-        add_slo_columns(s, x.requests, slos, peak * g.cfg.gpus)
-        s["slo_windows_met"] = windows_meeting(x.requests, slos, t0)
-        s["cold_start_misses"] = cold_start_misses(x.requests, x.replica_table, slos, t0)
+        add_over_time_columns(x, f"{kind} {g.name}", slos, peak * g.cfg.gpus, t0)
         out.append((kind, x))
     return out
 

@@ -215,24 +215,28 @@ def create_app(config: ServiceConfig) -> FastAPI:
         status_code=201,
     )
     async def upload(request: Request, name: str = "upload") -> UploadView:
+        too_large = f"the file is larger than the service's limit of {config.max_upload_bytes:,} bytes"
         declared = request.headers.get("content-length")
         if declared and declared.isdigit() and int(declared) > config.max_upload_bytes:
-            return error(413, f"the file is larger than the service's limit of {config.max_upload_bytes:,} bytes")  # type: ignore[return-value]
+            return error(413, too_large)  # type: ignore[return-value]
         upload_id = secrets.token_hex(6)
         folder = uploads / upload_id
         folder.mkdir()
         path = folder / _safe_name(name)
         size = 0
-        with open(path, "wb") as fh:
-            async for chunk in request.stream():
-                size += len(chunk)
-                if size > config.max_upload_bytes:
-                    fh.close()
-                    shutil.rmtree(folder, ignore_errors=True)
-                    return error(
-                        413, f"the file is larger than the service's limit of {config.max_upload_bytes:,} bytes"
-                    )  # type: ignore[return-value]
-                fh.write(chunk)
+        try:
+            with open(path, "wb") as fh:
+                async for chunk in request.stream():
+                    size += len(chunk)
+                    if size > config.max_upload_bytes:
+                        break
+                    fh.write(chunk)
+        except BaseException:  # the client went away: no half file stays to be given as an input
+            shutil.rmtree(folder, ignore_errors=True)
+            raise
+        if size > config.max_upload_bytes:
+            shutil.rmtree(folder, ignore_errors=True)
+            return error(413, too_large)  # type: ignore[return-value]
         kept = sorted(uploads.iterdir(), key=lambda p: p.stat().st_mtime)
         for old in kept[: max(0, len(kept) - config.max_uploads)]:
             shutil.rmtree(old, ignore_errors=True)

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from kvsim.errors import KvsimError
-from kvsim.service.questions import Question, input_actions
+from kvsim.service.questions import Question, input_actions, root_parser
 
 MAX_TEXT = 4096  # characters of one text input
 MAX_ITEMS = 64  # values of one list input
@@ -151,14 +151,12 @@ def build_command(q: Question, inputs: dict[str, Any], resolve: Callable[[str, s
 def check(argv: list[str]) -> None:
     """Parse ``argv`` as the CLI does and check the options by the options table's rules: InputError with the
     CLI's own message when it would refuse them."""
-    from kvsim.commands.parser import make_parser
     from kvsim.options import normalize, values_from_namespace
 
     err = io.StringIO()
     with _PARSE_LOCK, contextlib.redirect_stderr(err):
-        parser = make_parser()
         try:
-            ns, unknown = parser.parse_known_args(argv)
+            ns, unknown = root_parser().parse_known_args(argv)
         except SystemExit:
             lines = [x for x in err.getvalue().splitlines() if x.startswith("kvsim: error:")]
             raise InputError(lines[-1][len("kvsim: error: ") :] if lines else "invalid inputs") from None

@@ -160,19 +160,25 @@ _PARSER_LOCK = threading.Lock()
 
 
 @lru_cache(maxsize=None)
-def command_parser(command: tuple[str, ...]) -> argparse.ArgumentParser:
-    """The argparse parser of ``kvsim <command>`` (the CLI's own)."""
+def root_parser() -> argparse.ArgumentParser:
+    """The CLI's parser of every command, built once (parsing leaves it as it was)."""
     from kvsim.commands.parser import make_parser
 
     with _PARSER_LOCK:
-        p: argparse.ArgumentParser = make_parser()
-        for name in command:
-            sub = next(a for a in p._actions if isinstance(a, argparse._SubParsersAction))
-            p = sub.choices[name]
-        return p
+        return make_parser()
 
 
-def _actions(q: Question) -> dict[str, argparse.Action]:
+def command_parser(command: tuple[str, ...]) -> argparse.ArgumentParser:
+    """The argparse parser of ``kvsim <command>`` (the CLI's own)."""
+    p = root_parser()
+    for name in command:
+        sub = next(a for a in p._actions if isinstance(a, argparse._SubParsersAction))
+        p = sub.choices[name]
+    return p
+
+
+def input_actions(q: Question) -> dict[str, argparse.Action]:
+    """The inputs ``q`` takes, by key (the argparse dest, which is the options table's key)."""
     from kvsim.option_table import BY_KEY
 
     found: dict[str, argparse.Action] = {}
@@ -184,11 +190,6 @@ def _actions(q: Question) -> dict[str, argparse.Action]:
             continue  # a command's alias of an option (compare's --seed): the option's own flag stays
         found[a.dest] = a
     return found
-
-
-def input_actions(q: Question) -> dict[str, argparse.Action]:
-    """The inputs ``q`` takes, by key (the argparse dest, which is the options table's key)."""
-    return _actions(q)
 
 
 def _kind(a: argparse.Action) -> str:
@@ -220,7 +221,7 @@ def field_schema(q: Question) -> list[dict[str, Any]]:
     p = command_parser(q.command)
     group_of = {id(a): g.title for g in p._action_groups for a in g._group_actions}
     fields = []
-    for key, a in _actions(q).items():
+    for key, a in input_actions(q).items():
         o = BY_KEY.get(key)
         flags = [f for f in a.option_strings if f.startswith("--")] or list(a.option_strings)
         default = o.default if o is not None else a.default

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from kvsim.planning.slo import Slo, check_slos, within_slos
+from kvsim.planning.slo import Slo, add_slo_columns, check_slos, within_slos
 
 SLO_WINDOW_S = 300.0  # windows over which the SLOs are judged (5 minutes)
 
@@ -55,6 +55,17 @@ def cold_start_misses(requests: pd.DataFrame, replicas: pd.DataFrame, slos: list
     for a, b in spans:
         starting |= (t >= a) & (t < b)
     return int((missed.to_numpy() & starting).sum())
+
+
+def add_over_time_columns(run, layout: str, slos: list[Slo], gpus: int, t0: float) -> None:
+    """A fleet run's summary gains its ``layout`` name, the SLO columns (``gpus``: of the fleet's peak), the share
+    of 5-minute windows meeting the SLOs and the misses while replicas started (``t0``: the trace's first
+    arrival)."""
+    s = run.summary
+    s["layout"] = layout
+    add_slo_columns(s, run.requests, slos, gpus)
+    s["slo_windows_met"] = windows_meeting(run.requests, slos, t0)
+    s["cold_start_misses"] = cold_start_misses(run.requests, run.replica_table, slos, t0)
 
 
 def plot_over_time(timelines: dict[str, pd.DataFrame], path, slos: list[Slo] | tuple = ()) -> None:

@@ -38,10 +38,9 @@ class AutoscaleResult:
 
 def run_autoscale_job(job: AutoscaleJob) -> AutoscaleResult:
     """The fleet of ``job`` over the whole trace; its summary with the SLO figures (picklable: a worker's job)."""
-    from kvsim.planning.slo import add_slo_columns
     from kvsim.sim.autoscalers import parse_autoscaler
     from kvsim.sim.fleet import Fleet
-    from kvsim.sim.report import cold_start_misses, windows_meeting
+    from kvsim.sim.report import add_over_time_columns
 
     fleet = Fleet(
         job.requests,
@@ -54,13 +53,11 @@ def run_autoscale_job(job: AutoscaleJob) -> AutoscaleResult:
     if job.spec:
         fleet.process(parse_autoscaler(job.spec, job.group.name).run(fleet))
     run = fleet.run()
-    s = run.summary
     t0 = min((r.arrival_s for r in job.requests), default=0.0)
-    s["layout"] = job.spec or f"fixed {job.group.count}x"  # (the group is the table's title)
-    add_slo_columns(s, run.requests, list(job.slos), max(s["max_replicas"], job.group.count) * job.group.cfg.gpus)
-    s["slo_windows_met"] = windows_meeting(run.requests, list(job.slos), t0)
-    s["cold_start_misses"] = cold_start_misses(run.requests, run.replica_table, list(job.slos), t0)
-    return AutoscaleResult(job.spec, s, run.scrapes)
+    peak = max(run.summary["max_replicas"], job.group.count)
+    layout = job.spec or f"fixed {job.group.count}x"  # (the group is the table's title)
+    add_over_time_columns(run, layout, list(job.slos), peak * job.group.cfg.gpus, t0)
+    return AutoscaleResult(job.spec, run.summary, run.scrapes)
 
 
 def sweep_autoscalers(
