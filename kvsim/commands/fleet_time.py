@@ -91,38 +91,53 @@ def run_over_time(a, layouts, routers, requests, options, slos, out: Path, title
     """Each router: the changing fleet, then the fixed fleet of its peak size; tables, summary.md and the plot."""
     from kvsim.commands.fleet_results import write_fleet_results
     from kvsim.output.table import print_rows
-    from kvsim.sim.autoscalers import parse_autoscaler
+    from kvsim.sim.autoscalers import autoscalers_for
 
-    if a.prefill or len(layouts) != 1:
-        raise ConfigError("--autoscaler / --fail-at: aggregated replicas only (not --prefill/--decode pools yet)")
-    groups = layouts[0][1]
-    if len(groups) != 1:
-        raise ConfigError("--autoscaler / --fail-at: one replica group (one --groups entry, or --replicas)")
-    g = groups[0]
+    pools = _pools(a, layouts)
     specs = [x.strip() for x in (a.autoscaler or "").split(";") if x.strip()]
     for spec in specs:
-        parse_autoscaler(spec, g.name)  # a bad spec fails before any run
+        autoscalers_for(spec, pools.names)  # a bad spec fails before any run
     if len(specs) > 1:
-        return _sweep(a, g, routers, requests, options, slos, specs, out, title)
+        return _sweep(a, pools, routers, requests, options, slos, specs, out, title)
     runs, timelines = [], {}
     for r in routers:
-        for kind, x in changing_and_fixed(a, requests, g, r, options, slos, a.autoscaler):
+        for kind, x in changing_and_fixed(a, requests, pools, r, options, slos, a.autoscaler):
             runs.append(x)
             timelines[f"{r}: {kind}"] = x.scrapes
     cols = over_time_columns(slos)
     print_rows([x.summary for x in runs], cols, title)
     written = write_fleet_results(out, runs, title, a.format, cols, marker, extra=(timelines, slos))
     print(f"wrote {len(written)} files to {out}/ (summary.md, fleet, replicas, requests, timeline, a plot)")
-    saved = runs[0].summary["gpu_hours"] / max(runs[1].summary["gpu_hours"], 1e-12)
+    saved = 1 - runs[0].summary["gpu_hours"] / max(runs[1].summary["gpu_hours"], 1e-12)
     print(
-        f"{runs[0].summary['layout']}: {runs[0].summary['gpu_hours']:.3g} GPU-hours, {100 * (1 - saved):.0f}% fewer "
-        f"than the fixed fleet of its peak ({runs[1].summary['gpu_hours']:.3g})",
+        f"{runs[0].summary['layout']}: {runs[0].summary['gpu_hours']:.3g} GPU-hours, {100 * abs(saved):.0f}% "
+        f"{'fewer' if saved >= 0 else 'more'} than the fixed fleet of its peak ({runs[1].summary['gpu_hours']:.3g})",
         file=sys.stderr,
     )
     return 0
 
 
-def _sweep(a, g, routers, requests, options, slos, specs: list[str], out: Path, title: str) -> int:
+def _pools(a, layouts):
+    """The one replica group, or the prefill and decode groups (named ``prefill:GPU`` and ``decode:GPU``, as
+    `kvsim cluster` names pools), that --autoscaler / --fail-at change."""
+    from kvsim.fleet.disagg import parse_link
+    from kvsim.sim.fleet import Pools
+
+    if len(layouts) != 1:
+        raise ConfigError("--autoscaler / --fail-at: one layout (not --also-aggregated)")
+    kind, groups = layouts[0]
+    if kind != "disagg":
+        if len(groups) != 1:
+            raise ConfigError("--autoscaler / --fail-at: one replica group (one --groups entry, or --replicas)")
+        return Pools(tuple(groups))
+    pre, dec = groups
+    if len(pre) != 1 or len(dec) != 1:
+        raise ConfigError("--autoscaler / --fail-at with pools: one group per pool (one GPU:COUNT in each)")
+    named = (replace(pre[0], name=f"prefill:{pre[0].name}"), replace(dec[0], name=f"decode:{dec[0].name}"))
+    return Pools(named, a.decode_router, parse_link(a.kv_link), a.kv_link_shared)
+
+
+def _sweep(a, pools, routers, requests, options, slos, specs: list[str], out: Path, title: str) -> int:
     """Several autoscaler settings (kvsim.sim.sweep, over --workers local processes or Ray), each router: one
     row per setting and the fixed fleet of the largest peak, the timelines and the plot."""
     import pandas as pd
@@ -139,7 +154,7 @@ def _sweep(a, g, routers, requests, options, slos, specs: list[str], out: Path, 
     for r in routers:
         results = sweep_autoscalers(
             requests,
-            g,
+            pools,
             specs,
             r,
             options,
@@ -165,50 +180,48 @@ def _sweep(a, g, routers, requests, options, slos, specs: list[str], out: Path, 
 
 
 def changing_and_fixed(
-    a, requests, g, router: str, options, slos, autoscaler: str | None
+    a, requests, pools, router: str, options, slos, autoscaler: str | None
 ) -> list[tuple[str, FleetRun]]:
-    """The fleet of group ``g`` behind ``router`` while it changes (``autoscaler``, a.fail_at), then the fixed fleet
-    of its peak size: [(kind, FleetRun)], each summary with its SLO attainment, 5-minute windows met and misses
-    while replicas started (a: the --startup-*, --scrape-interval-s, --fail-at and --lose-failed options)."""
+    """The fleet of ``pools`` (kvsim.sim.fleet.Pools: one group, or prefill and decode pools) behind ``router``
+    while it changes (``autoscaler``, a.fail_at), then the fixed fleet of its peak size (each group at its
+    peak): [(kind, FleetRun)], each summary with its SLO attainment, 5-minute windows met and misses while
+    replicas started (a: the --startup-*, --scrape-interval-s, --fail-at and --lose-failed options). A failure
+    takes the newest serving replica (of either pool)."""
     from kvsim.output.progress import Progress
-    from kvsim.sim import Fleet, Startup
-    from kvsim.sim.autoscalers import parse_autoscaler
+    from kvsim.sim import Startup
+    from kvsim.sim.autoscalers import autoscalers_for
     from kvsim.sim.report import add_over_time_columns
 
     startup = Startup(a.startup_load_gbs, a.startup_fixed_s)
     fails = _fail_times(a.fail_at)
     t0 = min(r.arrival_s for r in requests)
-
-    def fleet_of(count: int) -> Fleet:
-        return Fleet(
-            requests,
-            [replace(g, count=count)],
-            router,
-            router_options=options,
-            startup=startup,
-            scrape_interval_s=a.scrape_interval_s,
-            retry_failed=not a.lose_failed,
-            progress=bar.update,
-        )
+    kw = dict(
+        router_options=options,
+        startup=startup,
+        scrape_interval_s=a.scrape_interval_s,
+        retry_failed=not a.lose_failed,
+    )
 
     def faults(fleet):
         for t in fails:
             yield fleet.env.timeout(max(0.0, t - fleet.now))
-            fleet.fail_replica(g.name)
+            fleet.fail_replica(pools.names[0] if len(pools.names) == 1 else None)
 
     with Progress(len(requests), f"changing {router}"[:24].rjust(18)) as bar:
-        fleet = fleet_of(g.count)
-        if autoscaler:
-            fleet.process(parse_autoscaler(autoscaler, g.name).run(fleet))
+        fleet = pools.fleet(requests, router, progress=bar.update, **kw)
+        for scaler in autoscalers_for(autoscaler, pools.names) if autoscaler else []:
+            fleet.process(scaler.run(fleet))
         if fails:
             fleet.process(faults(fleet))
         run = fleet.run()
-    peak = max(run.summary["max_replicas"], g.count)
-    with Progress(len(requests), f"fixed {peak}x {router}"[:24].rjust(18)) as bar:
-        fixed = fleet_of(peak).run()
+    peak = run.peaks
+    label = pools.label(peak)
+    with Progress(len(requests), f"fixed {label} {router}"[:24].rjust(18)) as bar:
+        fixed = pools.fleet(requests, router, peak, progress=bar.update, **kw).run()
     out = []
-    for kind, x in (("autoscaled" if autoscaler else "with failures", run), (f"fixed {peak}x", fixed)):
-        add_over_time_columns(x, f"{kind} {g.name}", slos, peak * g.cfg.gpus, t0)
+    name = pools.names[0] if len(pools.names) == 1 else pools.groups[0].name.partition(":")[2]
+    for kind, x in (("autoscaled" if autoscaler else "with failures", run), (f"fixed {label}", fixed)):
+        add_over_time_columns(x, f"{kind} {name}", slos, pools.gpus(peak), t0)
         out.append((kind, x))
     return out
 

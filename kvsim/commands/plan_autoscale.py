@@ -30,6 +30,7 @@ def autoscaled_plan(a: argparse.Namespace, rows: list[dict], slos, out: Path) ->
     from kvsim.options import config_from_options, values_from_namespace
     from kvsim.output.table import Column, print_rows
     from kvsim.sim.autoscalers import parse_autoscaler
+    from kvsim.sim.fleet import Pools
     from kvsim.sim.report import plot_over_time
     from kvsim.trace import load_trace
 
@@ -48,7 +49,9 @@ def autoscaled_plan(a: argparse.Namespace, rows: list[dict], slos, out: Path) ->
         group = ReplicaGroup(r["gpu"], cfg, r["allocator"], 1)
         spec = with_rate(a.autoscaler, rate)
         price = r.get("cost_per_gpu_hour")
-        for kind, run in changing_and_fixed(a, requests, group, "least-requests", RouterOptions(), slos, spec):
+        for kind, run in changing_and_fixed(
+            a, requests, Pools((group,)), "least-requests", RouterOptions(), slos, spec
+        ):
             s = run.summary
             table.append(
                 {

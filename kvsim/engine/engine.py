@@ -161,7 +161,7 @@ class Engine:
             )
         self._window_left = 0
         self._window_step_s = 0.0
-        self._cancels: list[tuple[Sequence, str]] = []  # (sequence, reason) its client cancelled, not yet dropped
+        self._cancels: list[tuple[Sequence, str, bool]] = []  # (sequence, reason, final) cancelled, not yet dropped
         self._undelivered: list[Sequence] = []
         self._undelivered_n = 0
         # async scheduling: arrivals up to this instant are seen at the current boundary (the start of the step
@@ -223,12 +223,13 @@ class Engine:
                 self._dt = self.latency.decode_run_time(plan.lazy_n, plan.shape.kv_tokens, k, *plan.context_args)
                 self.next_time = self.now + self._dt
 
-    def cancel(self, seq: Sequence, t: float, reason: str) -> None:
+    def cancel(self, seq: Sequence, t: float, reason: str, final: bool = True) -> None:
         """The client of ``seq`` gives up at ``t`` (not before the engine's last event): as vLLM aborts a request,
         the scheduler drops it at the first iteration boundary at or after ``t`` (a multi-step window's end) and
         its KV is freed; one that finishes by then is not cancelled. A decode run planned past ``t`` is cut
-        there, as for an arrival."""
-        self._cancels.append((seq, reason))
+        there, as for an arrival. ``final`` False: the request is not done (it was sent again elsewhere), so
+        its drop is not counted as a completion."""
+        self._cancels.append((seq, reason, final))
         if self.done or not self._started:
             return
         if self.next_time is None:
@@ -245,21 +246,23 @@ class Engine:
     def _apply_cancels(self) -> None:
         """Drop the cancelled sequences the scheduler can let go of now; the others wait for a later boundary."""
         keep = []
-        dropped = 0
-        for seq, reason in self._cancels:
+        dropped = moved = 0
+        for seq, reason, final in self._cancels:
             if seq.status in (Status.FINISHED, Status.REJECTED, Status.CANCELLED):
                 continue  # it ended first
             if self._take_from_inbox(seq) or self.sched.abort(seq):
                 seq.status, seq.reason = Status.CANCELLED, reason
-                dropped += 1
+                dropped += final
+                moved += not final
                 if self.on_dropped is not None:
                     self.on_dropped(seq)
             else:
-                keep.append((seq, reason))
+                keep.append((seq, reason, final))
         self._cancels = keep
-        if dropped:
+        if dropped or moved:
             self._observe(self.now)
             self._completed(dropped)
+            self._completed(moved, final=False)
 
     def _take_from_inbox(self, seq: Sequence) -> bool:
         inbox = self._inbox

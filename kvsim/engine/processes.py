@@ -161,11 +161,11 @@ class Driver:
             self.procs[e].schedule()
         self._repush_touched()
 
-    def cancel(self, seq: Sequence, e: int, reason: str) -> None:
+    def cancel(self, seq: Sequence, e: int, reason: str, final: bool = True) -> None:
         """The client of ``seq`` (on engine ``e``) gives up now (:meth:`Engine.cancel`)."""
         engine = self.engines[e]
         before = engine.next_time
-        engine.cancel(seq, self.env.now, reason)
+        engine.cancel(seq, self.env.now, reason, final)
         if engine.next_time != before:
             self.procs[e].schedule()
 
@@ -174,6 +174,10 @@ class Driver:
         i = self.arrived
         a = self.arrivals
         return a[i] if self.single and i < len(a) and a[i] != math.inf else None
+
+    def repush_touched(self) -> None:
+        """Reschedule the engines that something outside their own step moved (listed in ``touched``)."""
+        self._repush_touched()
 
     def _repush_touched(self) -> None:
         touched = self.touched

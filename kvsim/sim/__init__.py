@@ -3,7 +3,7 @@ drive them (autoscalers, clients, faults) written as ordinary SimPy generators o
 
     from kvsim.sim import Fleet, ThresholdAutoscaler
     fleet = Fleet(requests, groups, "least-requests")
-    fleet.process(ThresholdAutoscaler("h100", target_waiting=8).run(fleet))
+    fleet.process(ThresholdAutoscaler("h100", target=8).run(fleet))
     run = fleet.run()          # run.summary["gpu_hours"], run.scrapes (replicas over time), run.requests
 
 docs/autoscaling.md is the guide.
@@ -11,7 +11,7 @@ docs/autoscaling.md is the guide.
 
 from kvsim.sim.autoscalers import ScheduleAutoscaler, SlaPlanner, ThresholdAutoscaler
 from kvsim.sim.clients import Call, ClientBehaviour, behaving_client
-from kvsim.sim.fleet import Fleet, FleetRun, Replica
+from kvsim.sim.fleet import Fleet, FleetRun, Pools, Replica
 from kvsim.sim.metrics import ReplicaScrape, Scrape
 from kvsim.sim.startup import Startup
 
@@ -21,6 +21,7 @@ __all__ = [
     "behaving_client",
     "Fleet",
     "FleetRun",
+    "Pools",
     "Replica",
     "ReplicaScrape",
     "Scrape",

@@ -8,7 +8,9 @@ fleet, ``yield fleet.env.timeout(...)`` between looks, and calls ``fleet.add_rep
   window, 300 s);
 - :class:`SlaPlanner`: sizes the group from predicted load, as NVIDIA Dynamo's SLA planner does: the arrival rate
   of the next interval predicted from the last ones, divided by what one replica sustains within the SLOs
-  (``replica_rate``: from `kvsim plan`, which finds that rate);
+  (``replica_rate``: from `kvsim plan`, which finds that rate); disaggregated pools get one each, the prefill
+  pool's rate what one prefill replica serves within the TTFT SLO, the decode pool's within the TPOT SLO, both
+  from the same predicted arrivals (Dynamo sizes its prefill and decode workers from one prediction);
 - :class:`ScheduleAutoscaler`: a fixed schedule of replica counts (a time-of-day plan, or a fleet sized for the
   peak from the start).
 
@@ -66,7 +68,8 @@ class Autoscaler:
 @dataclass
 class ThresholdAutoscaler(Autoscaler):
     """HPA on a per-replica metric: ``metric`` "waiting" (requests waiting per replica, the router's held ones
-    included; vLLM's ``num_requests_waiting``) or "kv" (KV usage, 0-1), kept near ``target``."""
+    included; vLLM's ``num_requests_waiting``) or "kv" (KV usage, 0-1), kept near ``target``. In disaggregated
+    pools each pool has its own: a decode replica's waiting requests are prompts waiting for its memory."""
 
     metric: str = "waiting"
     target: float = 8.0
@@ -85,8 +88,9 @@ class ThresholdAutoscaler(Autoscaler):
     def desired(self, fleet, current: int) -> int:
         m = fleet.scrape
         reps = [r for r in m.in_group(self.group) if r.state == "serving"]
-        if self.metric == "waiting":
-            value = (sum(r.waiting for r in reps) + m.held) / max(1, len(reps))
+        if self.metric == "waiting":  # the router's held requests wait for this group's pool too
+            held = m.held_decode if getattr(fleet, "role", {}).get(self.group) == "decode" else m.held
+            value = (sum(r.waiting for r in reps) + held) / max(1, len(reps))
         else:
             value = sum(r.kv_usage for r in reps) / len(reps) if reps else 0.0
         ratio = value / self.target
@@ -187,6 +191,52 @@ _KEYS = {
 }
 
 
+def parse_pool_autoscalers(text: str, prefill: str, decode: str) -> list[Autoscaler]:
+    """The autoscalers of disaggregated pools (groups ``prefill`` and ``decode``) from one spec:
+    ``threshold[:...]`` (each pool its own HPA, same settings), ``sla:prefill_rate=A,decode_rate=B[,...]``
+    (A: requests/s one prefill replica serves within the TTFT SLO, B: one decode replica within the TPOT SLO)
+    or ``schedule:SECONDS=P/D,...`` (P prefill and D decode replicas from SECONDS on)."""
+    kind, _, rest = text.strip().partition(":")
+    if kind == "threshold":
+        return [parse_autoscaler(text, prefill), parse_autoscaler(text, decode)]
+    if kind == "schedule":
+        per: dict[str, list[str]] = {prefill: [], decode: []}
+        for part in filter(None, (p.strip() for p in rest.split(","))):
+            t, eq, counts = part.partition("=")
+            p, slash, d = counts.partition("/")
+            if not eq or not slash:
+                raise ConfigError(f"--autoscaler {text!r}: pools take SECONDS=PREFILL/DECODE,... e.g. 0=1/2,3600=2/4")
+            per[prefill].append(f"{t}={p}")
+            per[decode].append(f"{t}={d}")
+        return [parse_autoscaler("schedule:" + ",".join(v), g) for g, v in per.items()]
+    if kind == "sla":
+        rates: dict[str, str] = {}
+        common = []
+        for part in filter(None, (p.strip() for p in rest.split(","))):
+            k, _, v = part.partition("=")
+            if k.strip() in ("prefill_rate", "decode_rate"):
+                rates[k.strip()] = v.strip()
+            elif k.strip() == "rate":
+                raise ConfigError(
+                    "--autoscaler sla with --prefill/--decode pools: give prefill_rate=A,decode_rate=B, the "
+                    "requests/s one prefill replica serves within the TTFT SLO and one decode replica within the "
+                    "TPOT SLO"
+                )
+            else:
+                common.append(part)
+        if set(rates) != {"prefill_rate", "decode_rate"}:
+            raise ConfigError(
+                "--autoscaler sla with --prefill/--decode pools: needs prefill_rate=A and decode_rate=B "
+                "(requests/s one replica of each pool serves within the SLOs)"
+            )
+        extra = "".join("," + c for c in common)
+        return [
+            parse_autoscaler(f"sla:rate={rates['prefill_rate']}{extra}", prefill),
+            parse_autoscaler(f"sla:rate={rates['decode_rate']}{extra}", decode),
+        ]
+    return [parse_autoscaler(text, prefill)]  # (an unknown kind: its error)
+
+
 def parse_autoscaler(text: str, group: str) -> Autoscaler:
     """``threshold[:metric=waiting,target=8,min=1,max=16,down=300,interval=15,tolerance=0.1]``,
     ``sla:rate=R[,headroom=0.8,lookback=4,interval=60,down=0,min=1,max=64]`` (R: requests/s one replica serves within
@@ -226,3 +276,11 @@ def parse_autoscaler(text: str, group: str) -> Autoscaler:
         )
     cls = ThresholdAutoscaler if kind == "threshold" else SlaPlanner
     return cls(group, **args)
+
+
+def autoscalers_for(spec: str, groups: list[str]) -> list[Autoscaler]:
+    """The autoscalers ``spec`` asks for: of one group (:func:`parse_autoscaler`), or of disaggregated pools
+    [prefill group, decode group] (:func:`parse_pool_autoscalers`)."""
+    if len(groups) == 2:
+        return parse_pool_autoscalers(spec, groups[0], groups[1])
+    return [parse_autoscaler(spec, groups[0])]

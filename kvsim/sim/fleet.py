@@ -19,6 +19,9 @@ asked for until it stops. A replica taken away drains first (no new requests; it
 done); a failed replica stops at once and its requests are retried on the others or lost
 (``retry_failed``). Every request of the trace is in the result once: finished, rejected or unfinished (lost
 requests are unfinished, their reason says so).
+
+With ``decode=`` the groups are two pools, prefill (``groups``) and decode, as `kvsim cluster --prefill --decode`
+serves them (kvsim.sim.pd: the hand-off, and what a failure of either side loses).
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ import bisect
 import math
 import time
 from collections import deque
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Generator
 
 import numpy as np
@@ -48,10 +51,12 @@ from kvsim.fleet.cluster import (
     replica_outputs,
     replica_table,
 )
+from kvsim.fleet.disagg import LINKS, KVLink, disagg_summary
 from kvsim.fleet.routers import RouterOptions, make_router
 from kvsim.metrics import sequences_frame
 from kvsim.sim.clients import Call
 from kvsim.sim.metrics import ReplicaScrape, Scrape, window_stats
+from kvsim.sim.pd import ENDED, PrefillDecode
 from kvsim.sim.startup import Startup
 from kvsim.trace.request import Request
 from kvsim.validation import POSITIVE, require
@@ -90,6 +95,7 @@ class FleetRun:
     scrapes: pd.DataFrame
     replicas: list[Replica]
     wall_s: float
+    peaks: dict[str, int] = field(default_factory=dict)  # per group: the most replicas alive at a scrape (or at start)
 
     @property
     def router(self) -> str:
@@ -103,7 +109,9 @@ class Fleet:
     ``groups``: the replica groups at the start (each ``count`` replicas, serving from time 0; a group of count
     0 is one replicas can be added to). ``scrape_interval_s``: how often the metrics processes read are
     taken; ``window_s``: the span their latency percentiles and rates cover. ``startup``: how long a new
-    replica takes to serve. ``retry_failed``: a failed replica's requests are sent again (True) or lost."""
+    replica takes to serve. ``retry_failed``: a failed replica's requests are sent again (True) or lost.
+    ``decode``: the decode pool's groups (``groups`` are then the prefill pool), behind ``decode_router``, the
+    KV crossing ``kv_link`` (``shared_link``: one transfer at a time per replica, as kvsim.fleet.disagg)."""
 
     def __init__(
         self,
@@ -117,9 +125,24 @@ class Fleet:
         startup: Startup = Startup(),
         retry_failed: bool = True,
         progress: Callable[[int], None] | None = None,
+        decode: list[ReplicaGroup] | None = None,
+        decode_router: str = "least-requests",
+        kv_link: KVLink = LINKS["rdma"],
+        shared_link: bool = False,
     ):
         if not groups:
             raise ConfigError("a fleet needs at least one replica group")
+        if decode is not None:
+            if not decode:
+                raise ConfigError("disaggregated serving needs at least one decode replica group")
+            models = {g.cfg.model.name for g in groups + decode}
+            if len(models) != 1:
+                raise ConfigError(
+                    f"prefill and decode pools must serve the same model, got {', '.join(sorted(models))}"
+                )
+        self.role = {g.name: "both" if decode is None else "prefill" for g in groups}
+        self.role.update({g.name: "decode" for g in decode or []})
+        groups = groups + (decode or [])
         names = [g.name for g in groups]
         if len(set(names)) != len(names):
             raise ConfigError(f"replica group names must differ, got {', '.join(names)}")
@@ -154,8 +177,11 @@ class Fleet:
         self._clients_alive = 0  # client processes (Fleet.client) still running: the run is not over
         self._process_error: Exception | None = None  # what a process of the user's raised (run() raises it)
         self._serving: dict[str, list[int]] = {g.name: [] for g in groups}
-        self._held: deque[Sequence] = deque()  # arrived while no replica served
-        self._starting = 0
+        self._held: deque[Sequence] = deque()  # arrived while no replica served (P/D: no prefill replica)
+        self._starting = {"both": 0, "prefill": 0, "decode": 0}  # replicas starting, by role
+        self._probes: dict[str, Engine] = {}  # per group: an engine that answers whether it could hold a request
+        self.touched: list[int] = []  # engines moved from outside their own step (the driver reschedules them)
+        self.pd = PrefillDecode(self, kv_link, shared_link) if decode is not None else None
         self._draining: list[int] = []
         self._finished: deque[tuple[float, float, float]] = deque()  # (finish, ttft, tpot) of recent finishes
         self._arrived_at: deque[float] = deque()  # recent arrival times (the arrival rate over the window)
@@ -165,15 +191,18 @@ class Fleet:
             for _ in range(g.count):
                 self._new_replica(g, ready=True)
         self.router = make_router(router, self.engines, router_options)
+        self.decode_router_name = decode_router
+        self.decode_router = make_router(decode_router, self.engines, router_options) if self.pd else self.router
         self.driver = Driver(
             self.env,
             self.engines,
             self.clients.times,
-            self.seqs,
+            self.pd.pseqs if self.pd else self.seqs,
             self._route,
             self.horizon,
             hints=False,
-            keep_alive=lambda: (bool(self._held) and self._starting > 0) or self._clients_alive > 0,
+            touched=self.touched,
+            keep_alive=self._waits_for_replicas,
         )
         self.driver.stepped_hook = self._after_step
         self.scrape = self._take_scrape()
@@ -218,9 +247,10 @@ class Fleet:
         self.retries.append(0)
         self.replica_of.append(-1)
         call = self._calls[sid] = Call(self, sid, now)
-        e = self._route(seq, now)
+        first = self.pd.add_request(seq) if self.pd else seq
+        e = self._route(first, now)
         if e is not None:
-            self.driver.deliver(seq, e)
+            self.driver.deliver(first, e)
         return call
 
     def cancel(self, call: Call, reason: str = "cancelled by its client") -> bool:
@@ -230,15 +260,28 @@ class Fleet:
         if call.ended:
             return False
         seq = call.seq
+        sid = call.sid
         reason = f"{reason} at {self.env.now:.6g} s"
-        if seq in self._held:
-            self._held.remove(seq)
+        pd = self.pd
+        first = pd.pseqs[sid] if pd else seq
+        if first in self._held or (pd is not None and seq in pd.held):
+            if first in self._held:
+                self._held.remove(first)
+            else:  # handed off while no decode replica served: the prefill side's parked KV is freed
+                assert pd is not None
+                pd.held.remove(seq)
+                self.engines[self.replica_of[sid]].release(sid, self.env.now)
+                self.touched.append(self.replica_of[sid])
+                self.driver.repush_touched()
             seq.status, seq.reason = Status.CANCELLED, reason
             self._completions(1, self.env.now)
             self._ended(seq)
             self.driver.check_done()
             return True
-        self.driver.cancel(seq, self.replica_of[call.sid], reason)
+        if pd is not None and pd.decode_of[sid] >= 0:
+            self.driver.cancel(seq, pd.decode_of[sid], reason)
+        else:  # aggregated, or still in its prefill (the record follows the prefill sequence's drop)
+            self.driver.cancel(first, self.replica_of[sid], reason)
         return True
 
     @property
@@ -255,8 +298,10 @@ class Fleet:
         g = self._group(group)
         rep = self._new_replica(g, ready=False)
         self.router.grow()
+        if self.pd is not None:
+            self.decode_router.grow()
         self.driver.add_engine(self.engines[rep.index])
-        self._starting += 1
+        self._starting[self.role[g.name]] += 1
         self.env.process(self._start(rep, self.startup.seconds(g.cfg)))
         return rep
 
@@ -268,7 +313,7 @@ class Fleet:
         if rep is None:
             return None
         if rep.state == "starting":
-            self._starting -= 1
+            self._starting[self.role[rep.group]] -= 1
             self._stop(rep, "stopped")
         else:
             self._serving[rep.group].remove(rep.index)
@@ -289,23 +334,34 @@ class Fleet:
         elif was == "draining":
             self._draining.remove(rep.index)
         elif was == "starting":
-            self._starting -= 1
+            self._starting[self.role[rep.group]] -= 1
         self._stop(rep, "failed")
         now = self.env.now
-        for seq in self.engines[rep.index].received:
-            if seq.status in (Status.FINISHED, Status.REJECTED) or seq is not self.seqs[seq.sid]:
-                continue
+        if self.pd is not None:
+            lost = self.pd.lost_with(rep.index, now)
+        else:
+            lost = [
+                seq.sid
+                for seq in self.engines[rep.index].received
+                if seq.status not in ENDED and seq is self.seqs[seq.sid]
+            ]
+        for sid in lost:
             if self.retry_failed:
-                fresh = Sequence(seq.sid, seq.req)
-                self.seqs[seq.sid] = fresh
-                self.retries[seq.sid] += 1
+                if self.pd is not None:
+                    fresh = self.pd.fresh(sid)
+                else:
+                    fresh = self.seqs[sid] = Sequence(sid, self.seqs[sid].req)
+                self.retries[sid] += 1
                 e = self._route(fresh, now)
                 if e is not None:
                     self.driver.deliver(fresh, e)
             else:
-                self._lost[seq.sid] = f"lost: replica {rep.index} failed at {now:.6g} s"
+                if self.pd is not None:  # (its stale record may still be dropped on a decode replica)
+                    self.pd.fresh(sid)
+                self._lost[sid] = f"lost: replica {rep.index} failed at {now:.6g} s"
                 self._completions(1, now)  # its client hears of the failure and may send its next request
-                self._ended(seq)
+                self._ended(self.seqs[sid])
+        self.driver.repush_touched()
         self.driver.check_done()
         return rep
 
@@ -329,31 +385,45 @@ class Fleet:
         for seq in self.seqs[len(self.trace.seqs) :]:  # sent by processes: they all arrived
             if seq.reason.startswith("not arrived"):
                 seq.reason = seq.reason.replace("not arrived", "waiting", 1)
+        if self.pd is not None:
+            self.pd.unfinished_reasons(arrived)
         for seq in self._held:  # no replica ever served them (after mark_unfinished, whose reason this replaces)
-            seq.reason = "never served: no replica was serving"
+            self.seqs[seq.sid].reason = "never served: no replica was serving"
         for sid, why in self._lost.items():
             self.seqs[sid].reason = why
         self.clients.stamp(self.seqs, self.trace.t0)
+        if self.pd is not None:
+            self.clients.stamp(self.pd.pseqs, self.trace.t0)
         wall = time.perf_counter() - self._wall0
         outs = replica_outputs(self.engines, self.pools, self.trace, end, wall)
         req = sequences_frame(self.seqs, self.trace.t0)
         req.insert(0, "replica", np.asarray(self.replica_of, dtype=np.int64))
+        if self.pd is not None:
+            self.pd.columns(req, self.trace.t0)
         req["retries"] = np.asarray(self.retries, dtype=np.int64)
         names = [r.group for r in self.replicas]
         table = replica_table(outs, names)
+        if self.pd is not None:
+            table.insert(1, "pool", [self.role[r.group] for r in self.replicas])
         table["state"] = [r.state for r in self.replicas]
         table["started_s"] = [r.started_s for r in self.replicas]
         table["ready_s"] = [np.nan if r.ready_s is None else r.ready_s for r in self.replicas]
         table["stopped_s"] = [np.nan if r.stopped_s is None else r.stopped_s for r in self.replicas]
         table["gpu_hours"] = [r.gpu_seconds(end) / 3600 for r in self.replicas]
         summary = fleet_summary(self.router_name, req, outs, table, end, wall)
+        if self.pd is not None:
+            summary.update(disagg_summary(req, table, self.pd.link), decode_router=self.decode_router_name)
         summary["gpu_hours"] = float(table.gpu_hours.sum())
         summary["max_replicas"] = max((s.serving + s.starting + s.draining for s in self._scrapes), default=0)
         summary["retried"] = int(sum(self.retries))
         summary["lost"] = len(self._lost)
         summary["cancelled"] = int((req.status == Status.CANCELLED.value).sum())
         summary["sent_by_processes"] = len(self.seqs) - len(self.trace.seqs)
-        return FleetRun(req, table, summary, scrapes_frame(self._scrapes), self.replicas, wall)
+        peaks = {name: g.count for name, g in self.groups.items()}
+        for sc in self._scrapes:
+            for name in peaks:
+                peaks[name] = max(peaks[name], len(sc.in_group(name)))
+        return FleetRun(req, table, summary, scrapes_frame(self._scrapes), self.replicas, wall, peaks)
 
     # --- inside -------------------------------------------------------------------------------------
     def _group(self, name: str) -> ReplicaGroup:
@@ -376,13 +446,18 @@ class Fleet:
         return None
 
     def _new_replica(self, g: ReplicaGroup, ready: bool) -> Replica:
-        reps = build_replicas(
-            [replace(g, count=1)],
-            self.trace,
-            self.horizon,
-            self._completions,
-            hooks=lambda i: {"on_finished": self._on_finished, "on_dropped": self._ended},
-        )
+        role = self.role[g.name]
+        index = len(self.engines)
+
+        def hooks(_: int) -> dict:
+            if self.pd is None:
+                return {"on_finished": self._on_finished, "on_dropped": self._ended}
+            return self.pd.hooks(role, index)
+
+        reps = build_replicas([replace(g, count=1)], self.trace, self.horizon, self._completions, hooks=hooks)
+        self._probes.setdefault(g.name, reps.engines[0])
+        if self.pd is not None:
+            self.pd.added(role, index, reps.engines[0], reps.pools[0], g.cfg)
         now = self.env.now
         rep = Replica(len(self.engines), g.name, g.cfg.gpus, now, now if ready else None)
         if ready:
@@ -398,27 +473,56 @@ class Fleet:
         yield self.env.timeout(seconds)
         if rep.state != "starting":  # removed or failed while starting
             return
-        self._starting -= 1
+        role = self.role[rep.group]
+        self._starting[role] -= 1
         rep.state, rep.ready_s = "serving", self.env.now
         bisect.insort(self._serving[rep.group], rep.index)
-        while self._held:  # requests that waited for a replica go now, in arrival order
-            seq = self._held.popleft()
-            e = self._route(seq, self.env.now)
-            assert e is not None
-            self.driver.deliver(seq, e)
+        if role == "decode":
+            assert self.pd is not None
+            held = self.pd.held
+            while held:  # prompts handed off while no decode replica served go now, in hand-off order
+                ds = held.popleft()
+                j = self.pd.route_decode(ds, self.env.now)
+                assert j is not None
+                self.driver.deliver(ds, j)
+        else:
+            while self._held:  # requests that waited for a replica go now, in arrival order
+                seq = self._held.popleft()
+                e = self._route(seq, self.env.now)
+                assert e is not None
+                self.driver.deliver(seq, e)
         self.driver.check_done()
+
+    def _waits_for_replicas(self) -> bool:
+        """The run is not over while requests wait for a replica that is starting, or client processes run."""
+        starting = self._starting
+        if self._held and (starting["both"] or starting["prefill"]):
+            return True
+        if self.pd is not None and self.pd.held and starting["decode"]:
+            return True
+        return self._clients_alive > 0
 
     def _stop(self, rep: Replica, state: str) -> None:
         rep.state, rep.stopped_s = state, self.env.now
         self.driver.procs[rep.index].stop()
 
     def _route(self, seq: Sequence, t: float) -> int | None:
+        """Route an arriving request (P/D: its prefill sequence) to a serving replica; None: it is held until
+        one serves (or, P/D, rejected at once when no decode replica could ever hold it)."""
         self._arrived_at.append(t)
         req = seq.req
+        if self.pd is not None:
+            why = self._decode_rejection(self.seqs[seq.sid].req)
+            if why is not None:
+                ds = self.seqs[seq.sid]
+                ds.status, ds.reason = Status.REJECTED, "no decode replica can hold it: " + why
+                self._completions(1, t)
+                self._ended(ds)
+                return None
         cands: list[int] = []
         anyone: list[int] = []
-        for members in self._serving.values():
-            if members:
+        for name, members in self._serving.items():
+            if members and self.role[name] != "decode":
                 anyone += members
                 if self.engines[members[0]].can_hold(req):
                     cands += members
@@ -430,6 +534,24 @@ class Fleet:
         self.router.routed(req, i, t)
         self.replica_of[seq.sid] = i
         return i
+
+    def _decode_rejection(self, req: Request) -> str | None:
+        """Why no decode group could ever hold ``req`` (None: one could)."""
+        first = None
+        for name, role in self.role.items():
+            if role == "decode":
+                probe = self._probes.get(name) or self._probe(name)
+                why = probe.sched.rejection(req)
+                if why is None:
+                    return None
+                first = why if first is None else first
+        return first or ""
+
+    def _probe(self, name: str) -> Engine:
+        """An engine of group ``name`` outside the run, to ask what it could hold (a group without replicas)."""
+        g = self.groups[name]
+        self._probes[name] = build_replicas([replace(g, count=1)], self.trace, self.horizon, None).engines[0]
+        return self._probes[name]
 
     def _guarded(self, generator: Generator[Any, Any, Any], client: bool) -> Generator[Any, Any, Any]:
         try:
@@ -478,7 +600,8 @@ class Fleet:
         """Draining replicas whose last request is done stop."""
         if self._draining:
             for i in list(self._draining):
-                if self.engines[i].outstanding == 0:
+                e = self.engines[i]
+                if e.outstanding == 0 and not (e.handoff is not None and e.sched.transfers_pending):
                     self._draining.remove(i)
                     self._stop(self.replicas[i], "stopped")
 
@@ -505,13 +628,55 @@ class Fleet:
                 )
             )
         stats = window_stats(self._finished)
-        return Scrape(now, tuple(reps), len(self._held), len(self._arrived_at) / min(w, max(now, 1e-9)), *stats)
+        held_decode = len(self.pd.held) if self.pd is not None else 0
+        rate = len(self._arrived_at) / min(w, max(now, 1e-9))
+        return Scrape(now, tuple(reps), len(self._held), rate, *stats, held_decode=held_decode)
 
     def _scraper(self) -> Generator[Any, Any, None]:
         while True:
             yield self.env.timeout(self.scrape_interval_s)
             self.scrape = self._take_scrape()
             self._scrapes.append(self.scrape)
+
+
+@dataclass(frozen=True)
+class Pools:
+    """What a fleet serves with: one replica group (aggregated), or a prefill and a decode group with the
+    decode router and the KV link between them."""
+
+    groups: tuple[ReplicaGroup, ...]
+    decode_router: str = "least-requests"
+    kv_link: KVLink = LINKS["rdma"]
+    shared_link: bool = False
+
+    @property
+    def names(self) -> list[str]:
+        return [g.name for g in self.groups]
+
+    def fleet(self, requests: list[Request], router: str, counts: dict[str, int] | None = None, **kw: Any) -> Fleet:
+        """A :class:`Fleet` of these groups (``counts``: replicas per group at the start, else each group's)."""
+        gs = [replace(g, count=counts[g.name]) if counts else g for g in self.groups]
+        if len(gs) == 1:
+            return Fleet(requests, gs, router, **kw)
+        return Fleet(
+            requests,
+            gs[:1],
+            router,
+            decode=gs[1:],
+            decode_router=self.decode_router,
+            kv_link=self.kv_link,
+            shared_link=self.shared_link,
+            **kw,
+        )
+
+    def gpus(self, counts: dict[str, int]) -> int:
+        """GPUs of ``counts`` replicas per group."""
+        return sum(counts[g.name] * g.cfg.gpus for g in self.groups)
+
+    def label(self, counts: dict[str, int]) -> str:
+        """``3x`` (one group) or ``2P4D`` (pools)."""
+        c = [counts[g.name] for g in self.groups]
+        return f"{c[0]}x" if len(c) == 1 else f"{c[0]}P{c[1]}D"
 
 
 def scrapes_frame(scrapes: list[Scrape]) -> pd.DataFrame:

@@ -40,6 +40,7 @@ class Scrape:
     ttft_p99_s: float
     tpot_p50_s: float
     tpot_p99_s: float
+    held_decode: int = 0  # P/D: prompts handed off while no decode replica serves (their KV parked)
 
     def _count(self, state: str, group: str | None = None) -> int:
         return sum(1 for r in self.replicas if r.state == state and (group is None or r.group == group))
@@ -63,7 +64,7 @@ class Scrape:
     @property
     def waiting(self) -> int:
         """Requests waiting anywhere: in the replicas' queues and held by the router."""
-        return self.held + sum(r.waiting for r in self.replicas)
+        return self.held + self.held_decode + sum(r.waiting for r in self.replicas)
 
     @property
     def running(self) -> int:
@@ -90,7 +91,7 @@ class Scrape:
             "draining": self.draining,
             "waiting": self.waiting,
             "running": self.running,
-            "held": self.held,
+            "held": self.held + self.held_decode,
             "kv_usage": self.kv_usage,
             "busy": self.busy,
             "arrival_rate": self.arrival_rate,
