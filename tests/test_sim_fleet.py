@@ -251,8 +251,8 @@ def test_whatever_happens_every_request_is_counted_once(events, retry, router):
 def test_bad_fleets_are_refused_with_the_reason():
     with pytest.raises(ConfigError, match="no replica group 'x'"):
         Fleet(CHAT, [_group(1)]).add_replica("x")
-    with pytest.raises(ConfigError, match="data-parallel"):
-        Fleet(CHAT, [_group(1, config_from_args(["--model", "gpt-oss-20b", "--gpu", "h100-80gb", "-dp", "2"]))])
+    with pytest.raises(ConfigError, match="hold_grace_s"):
+        Fleet(CHAT, [_group(1)], hold_grace_s=-1)
     with pytest.raises(ConfigError, match="min_replicas"):
         ThresholdAutoscaler("g", min_replicas=3, max_replicas=2)
     with pytest.raises(ConfigError, match="load_gbs"):

@@ -59,7 +59,7 @@ from kvsim.sim.metrics import ReplicaScrape, Scrape, window_stats
 from kvsim.sim.pd import ENDED, PrefillDecode
 from kvsim.sim.startup import Startup
 from kvsim.trace.request import Request
-from kvsim.validation import POSITIVE, require
+from kvsim.validation import NON_NEGATIVE, POSITIVE, require
 
 STATES = ("starting", "serving", "draining", "stopped", "failed")
 
@@ -67,15 +67,21 @@ STATES = ("starting", "serving", "draining", "stopped", "failed")
 @dataclass
 class Replica:
     """One replica's life: asked for at ``started_s``, serving from ``ready_s``, stopped at ``stopped_s`` (seconds
-    on the fleet's clock; None: not yet)."""
+    on the fleet's clock; None: not yet). A replica of data-parallel ranks is one entry per rank (each an engine
+    routed to on its own), all with the first rank's index as ``unit``: they start, drain and fail together."""
 
     index: int  # its engine's position in Fleet.engines (and the router's)
     group: str
-    gpus: int
+    gpus: int  # the GPUs of this engine (one data-parallel rank's)
     started_s: float
     ready_s: float | None = None
     stopped_s: float | None = None
     state: str = "starting"
+    unit: int = -1  # the index of the replica's first rank (-1: this one)
+
+    def __post_init__(self) -> None:
+        if self.unit < 0:
+            self.unit = self.index
 
     def gpu_seconds(self, end: float) -> float:
         """GPU-seconds it cost up to ``end``: from being asked for to stopping (a starting replica costs too)."""
@@ -110,6 +116,8 @@ class Fleet:
     0 is one replicas can be added to). ``scrape_interval_s``: how often the metrics processes read are
     taken; ``window_s``: the span their latency percentiles and rates cover. ``startup``: how long a new
     replica takes to serve. ``retry_failed``: a failed replica's requests are sent again (True) or lost.
+    ``hold_grace_s``: a request held while no replica serves or starts keeps the run going this long for a
+    process (an autoscaler) to ask for one; then, if none was asked for, the run may end without it.
     ``decode``: the decode pool's groups (``groups`` are then the prefill pool), behind ``decode_router``, the
     KV crossing ``kv_link`` (``shared_link``: one transfer at a time per replica, as kvsim.fleet.disagg)."""
 
@@ -125,6 +133,7 @@ class Fleet:
         startup: Startup = Startup(),
         retry_failed: bool = True,
         progress: Callable[[int], None] | None = None,
+        hold_grace_s: float = 120.0,
         decode: list[ReplicaGroup] | None = None,
         decode_router: str = "least-requests",
         kv_link: KVLink = LINKS["rdma"],
@@ -146,13 +155,10 @@ class Fleet:
         names = [g.name for g in groups]
         if len(set(names)) != len(names):
             raise ConfigError(f"replica group names must differ, got {', '.join(names)}")
-        for g in groups:
-            if g.cfg.dp > 1:
-                raise ConfigError(
-                    f"group {g.name}: data-parallel replicas (--data-parallel-size {g.cfg.dp}) are not modelled "
-                    "in a changing fleet; give each rank as a replica of its own"
-                )
         require(scrape_interval_s, POSITIVE, "scrape_interval_s")
+        require(hold_grace_s, NON_NEGATIVE, "hold_grace_s")
+        self.hold_grace_s = hold_grace_s
+        self._grace_until = -math.inf  # held requests with no replica starting keep the run alive until then
         require(window_s, POSITIVE, "window_s")
         self._wall0 = time.perf_counter()
         self.env = Clock()
@@ -290,20 +296,29 @@ class Fleet:
         return self._lost
 
     def count(self, group: str | None = None, states: tuple[str, ...] = ("starting", "serving")) -> int:
-        """Replicas of ``group`` (None: all) in ``states``."""
-        return sum(1 for r in self.replicas if r.state in states and (group is None or r.group == group))
+        """Replicas of ``group`` (None: all) in ``states`` (a replica of data-parallel ranks counts once)."""
+        return sum(
+            1 for r in self.replicas if r.state in states and r.unit == r.index and (group is None or r.group == group)
+        )
+
+    def ranks(self, rep: Replica) -> list[Replica]:
+        """The entries of ``rep``'s replica: one per data-parallel rank (just ``rep`` without data parallelism)."""
+        first = self.replicas[rep.unit]
+        return self.replicas[first.index : first.index + self.groups[first.group].cfg.dp]
 
     def add_replica(self, group: str) -> Replica:
-        """Ask for a replica of ``group`` now: it serves once its start-up is over (GPU time counts from now)."""
+        """Ask for a replica of ``group`` now: it serves once its start-up is over (GPU time counts from now).
+        Returns it (its first rank's entry, for a replica of data-parallel ranks)."""
         g = self._group(group)
-        rep = self._new_replica(g, ready=False)
-        self.router.grow()
-        if self.pd is not None:
-            self.decode_router.grow()
-        self.driver.add_engine(self.engines[rep.index])
+        ranks = self._new_replica(g, ready=False)
+        for rep in ranks:
+            self.router.grow()
+            if self.pd is not None:
+                self.decode_router.grow()
+            self.driver.add_engine(self.engines[rep.index])
         self._starting[self.role[g.name]] += 1
-        self.env.process(self._start(rep, self.startup.seconds(g.cfg)))
-        return rep
+        self.env.process(self._start(ranks[0], self.startup.seconds(g.cfg)))
+        return ranks[0]
 
     def remove_replica(self, group: str | None = None, index: int | None = None) -> Replica | None:
         """Take a replica away: ``index``, or the newest of ``group`` (None: any) that is starting or serving.
@@ -314,11 +329,13 @@ class Fleet:
             return None
         if rep.state == "starting":
             self._starting[self.role[rep.group]] -= 1
-            self._stop(rep, "stopped")
+            for r in self.ranks(rep):
+                self._stop(r, "stopped")
         else:
-            self._serving[rep.group].remove(rep.index)
-            rep.state = "draining"
-            self._draining.append(rep.index)
+            for r in self.ranks(rep):
+                self._serving[r.group].remove(r.index)
+                r.state = "draining"
+            self._draining.append(rep.unit)
             self._after_step()
         return rep
 
@@ -329,22 +346,27 @@ class Fleet:
         if rep is None:
             return None
         was = rep.state
+        ranks = self.ranks(rep)
         if was == "serving":
-            self._serving[rep.group].remove(rep.index)
+            for r in ranks:
+                self._serving[r.group].remove(r.index)
         elif was == "draining":
-            self._draining.remove(rep.index)
+            self._draining.remove(rep.unit)
         elif was == "starting":
             self._starting[self.role[rep.group]] -= 1
-        self._stop(rep, "failed")
+        for r in ranks:
+            self._stop(r, "failed")
         now = self.env.now
-        if self.pd is not None:
-            lost = self.pd.lost_with(rep.index, now)
-        else:
-            lost = [
-                seq.sid
-                for seq in self.engines[rep.index].received
-                if seq.status not in ENDED and seq is self.seqs[seq.sid]
-            ]
+        lost = []
+        for r in ranks:
+            if self.pd is not None:
+                lost += self.pd.lost_with(r.index, now)
+            else:
+                lost += [
+                    seq.sid
+                    for seq in self.engines[r.index].received
+                    if seq.status not in ENDED and seq is self.seqs[seq.sid]
+                ]
         for sid in lost:
             if self.retry_failed:
                 if self.pd is not None:
@@ -358,7 +380,7 @@ class Fleet:
             else:
                 if self.pd is not None:  # (its stale record may still be dropped on a decode replica)
                     self.pd.fresh(sid)
-                self._lost[sid] = f"lost: replica {rep.index} failed at {now:.6g} s"
+                self._lost[sid] = f"lost: replica {rep.unit} failed at {now:.6g} s"
                 self._completions(1, now)  # its client hears of the failure and may send its next request
                 self._ended(self.seqs[sid])
         self.driver.repush_touched()
@@ -433,41 +455,56 @@ class Fleet:
             raise ConfigError(f"no replica group '{name}' (groups: {', '.join(self.groups)})") from None
 
     def _pick(self, group: str | None, index: int | None, states: tuple[str, ...]) -> Replica | None:
+        """Replica ``index`` (any of its ranks names it), or the newest of ``group``, if in ``states``: the entry of
+        its first rank."""
         if index is not None:
             if not 0 <= index < len(self.replicas):
                 raise ConfigError(f"no replica {index} (the fleet has had {len(self.replicas)})")
-            rep = self.replicas[index]
+            rep = self.replicas[self.replicas[index].unit]
             return rep if rep.state in states else None
         if group is not None:
             self._group(group)
         for rep in reversed(self.replicas):
-            if rep.state in states and (group is None or rep.group == group):
+            if rep.state in states and rep.unit == rep.index and (group is None or rep.group == group):
                 return rep
         return None
 
-    def _new_replica(self, g: ReplicaGroup, ready: bool) -> Replica:
+    def _new_replica(self, g: ReplicaGroup, ready: bool) -> list[Replica]:
+        """A replica of ``g`` (serving at once if ``ready``): its entries, one per data-parallel rank."""
         role = self.role[g.name]
-        index = len(self.engines)
+        first = len(self.engines)
 
-        def hooks(_: int) -> dict:
+        def hooks(i: int) -> dict:
             if self.pd is None:
                 return {"on_finished": self._on_finished, "on_dropped": self._ended}
-            return self.pd.hooks(role, index)
+            return self.pd.hooks(role, first + i)
 
-        reps = build_replicas([replace(g, count=1)], self.trace, self.horizon, self._completions, hooks=hooks)
+        reps = build_replicas(
+            [replace(g, count=1)],
+            self.trace,
+            self.horizon,
+            self._completions,
+            hooks=hooks,
+            touched=self.touched,
+            offset=first,
+        )
         self._probes.setdefault(g.name, reps.engines[0])
-        if self.pd is not None:
-            self.pd.added(role, index, reps.engines[0], reps.pools[0], g.cfg)
         now = self.env.now
-        rep = Replica(len(self.engines), g.name, g.cfg.gpus, now, now if ready else None)
-        if ready:
-            rep.state = "serving"
-            self._serving[g.name].append(rep.index)
-        self.engines.append(reps.engines[0])
-        self.pools.append(reps.pools[0])
-        self.replicas.append(rep)
-        self._busy_before.append(0.0)
-        return rep
+        out = []
+        for engine, pool in zip(reps.engines, reps.pools):
+            index = len(self.engines)
+            if self.pd is not None:
+                self.pd.added(role, index, engine, pool, g.cfg)
+            rep = Replica(index, g.name, g.cfg.gpus, now, now if ready else None, unit=first)
+            if ready:
+                rep.state = "serving"
+                self._serving[g.name].append(index)
+            self.engines.append(engine)
+            self.pools.append(pool)
+            self.replicas.append(rep)
+            self._busy_before.append(0.0)
+            out.append(rep)
+        return out
 
     def _start(self, rep: Replica, seconds: float) -> Generator[Any, Any, None]:
         yield self.env.timeout(seconds)
@@ -475,8 +512,9 @@ class Fleet:
             return
         role = self.role[rep.group]
         self._starting[role] -= 1
-        rep.state, rep.ready_s = "serving", self.env.now
-        bisect.insort(self._serving[rep.group], rep.index)
+        for r in self.ranks(rep):
+            r.state, r.ready_s = "serving", self.env.now
+            bisect.insort(self._serving[r.group], r.index)
         if role == "decode":
             assert self.pd is not None
             held = self.pd.held
@@ -494,13 +532,22 @@ class Fleet:
         self.driver.check_done()
 
     def _waits_for_replicas(self) -> bool:
-        """The run is not over while requests wait for a replica that is starting, or client processes run."""
+        """The run is not over while requests wait for a replica that is starting (or, within the grace period,
+        for one a process may still ask for), or client processes run."""
         starting = self._starting
-        if self._held and (starting["both"] or starting["prefill"]):
+        grace = self.env.now < self._grace_until
+        if self._held and (starting["both"] or starting["prefill"] or grace):
             return True
-        if self.pd is not None and self.pd.held and starting["decode"]:
+        if self.pd is not None and self.pd.held and (starting["decode"] or grace):
             return True
         return self._clients_alive > 0
+
+    def _held_now(self) -> None:
+        """A request is held now: the run waits up to ``hold_grace_s`` for a replica to be asked for."""
+        until = self.env.now + self.hold_grace_s
+        if until > self._grace_until:
+            self._grace_until = until
+            self.env.at(until).callbacks.append(lambda _: self.driver.check_done())
 
     def _stop(self, rep: Replica, state: str) -> None:
         rep.state, rep.stopped_s = state, self.env.now
@@ -528,6 +575,7 @@ class Fleet:
                     cands += members
         if not anyone:
             self._held.append(seq)
+            self._held_now()
             return None
         cands = sorted(cands or anyone)  # none could: every serving replica (the chosen one rejects it)
         i = self.router.pick(req, cands, t)
@@ -600,10 +648,16 @@ class Fleet:
         """Draining replicas whose last request is done stop."""
         if self._draining:
             for i in list(self._draining):
-                e = self.engines[i]
-                if e.outstanding == 0 and not (e.handoff is not None and e.sched.transfers_pending):
+                ranks = self.ranks(self.replicas[i])
+                if all(self._idle(self.engines[r.index]) for r in ranks):
                     self._draining.remove(i)
-                    self._stop(self.replicas[i], "stopped")
+                    for r in ranks:
+                        self._stop(r, "stopped")
+
+    @staticmethod
+    def _idle(e: Engine) -> bool:
+        """Nothing left for ``e`` to do: no request, and (a prefill replica) no KV parked for a decode replica."""
+        return e.outstanding == 0 and not (e.handoff is not None and e.sched.transfers_pending)
 
     def _take_scrape(self) -> Scrape:
         now, w = self.env.now, self.window_s
@@ -613,20 +667,21 @@ class Fleet:
             self._arrived_at.popleft()
         reps = []
         for r in self.replicas:
-            e = self.engines[r.index]
-            busy, self._busy_before[r.index] = e.memory.busy_s - self._busy_before[r.index], e.memory.busy_s
-            running = e.outstanding - e.queue_len if r.state in ("serving", "draining") else 0
-            reps.append(
-                ReplicaScrape(
-                    r.index,
-                    r.group,
-                    r.state,
-                    e.queue_len if r.state in ("serving", "draining") else 0,
-                    running,
-                    e.kv_usage if r.state in ("serving", "draining") else 0.0,
-                    min(1.0, busy / self.scrape_interval_s),
-                )
-            )
+            if r.unit != r.index:
+                continue  # a later rank: counted with its replica's first
+            dp = self.groups[r.group].cfg.dp
+            up = r.state in ("serving", "draining")
+            waiting = running = 0
+            kv = busy = 0.0
+            for k in range(r.index, r.index + dp):  # a replica of data-parallel ranks: their sum (kv, busy: mean)
+                e = self.engines[k]
+                b, self._busy_before[k] = e.memory.busy_s - self._busy_before[k], e.memory.busy_s
+                busy += min(1.0, b / self.scrape_interval_s) / dp
+                if up:
+                    waiting += e.queue_len
+                    running += e.outstanding - e.queue_len
+                    kv += e.kv_usage / dp
+            reps.append(ReplicaScrape(r.index, r.group, r.state, waiting, running, kv, busy))
         stats = window_stats(self._finished)
         held_decode = len(self.pd.held) if self.pd is not None else 0
         rate = len(self._arrived_at) / min(w, max(now, 1e-9))

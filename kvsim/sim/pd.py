@@ -104,6 +104,7 @@ class PrefillDecode:
         j = self.route_decode(ds, t)
         if j is None:
             self.held.append(ds)
+            f._held_now()
             return
         f.engines[j].receive(ds, t)
         f.touched.append(j)

@@ -30,6 +30,7 @@ class Startup:
 
 
 def replica_weight_bytes(cfg) -> int:
-    """Bytes of weights one replica holds on all its GPUs (what it reads when it starts)."""
+    """Bytes of weights one replica holds on all its GPUs (what it reads when it starts): every GPU of every
+    data-parallel rank."""
     stage = cfg.memory_model
-    return int(stage.gpu_weight_bytes(cfg.tp, cfg.dp, cfg.gpu)) * cfg.gpus
+    return int(stage.gpu_weight_bytes(cfg.tp, cfg.dp, cfg.gpu)) * cfg.gpus * cfg.dp
