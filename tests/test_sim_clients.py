@@ -150,6 +150,7 @@ def test_until_s_stops_endless_clients_and_counts_what_is_left():
             st.integers(1, 3000),  # prompt
             st.integers(1, 1500),  # output
             st.one_of(st.none(), st.floats(0, 10)),  # cancel after
+            st.sampled_from([1, 1, 2, 3]),  # parallel samples
         ),
         min_size=1,
         max_size=25,
@@ -163,25 +164,29 @@ def test_any_sends_and_cancels_are_accounted_and_free_their_kv(plan, policy, asy
     fleet = _fleet(count=2, cfg=config_from_args(args))
     calls = []
 
-    def one(fleet, at, prompt, output, cancel_after):
+    def one(fleet, at, prompt, output, cancel_after, n):
         yield fleet.env.timeout(at)
-        call = fleet.send(prompt, output, priority=prompt % 3)
+        call = fleet.send(prompt, output, priority=prompt % 3, n=n)
         calls.append(call)
         if cancel_after is not None:
             yield call.done | fleet.env.timeout(cancel_after)
             fleet.cancel(call)
         yield call.done
 
-    for at, prompt, output, cancel_after in plan:
-        fleet.client(one(fleet, at, prompt, output, cancel_after))
+    for item in plan:
+        fleet.client(one(fleet, *item))
     run = fleet.run()
     _accounted(run)
     _kv_free(fleet)
     by_id = run.requests.set_index("id")
     for c in calls:
         assert c.ended and c.status == by_id.loc[c.seq.req.id].status
+        samples = {s.status.value for s in c.seq.samples}
         if c.status == "finished":
-            assert by_id.loc[c.seq.req.id].generated_tokens == c.seq.req.output_tokens
+            assert by_id.loc[c.seq.req.id].generated_tokens == c.seq.req.output_tokens * c.seq.req.n
+            assert samples <= {"finished"} and c.e2e_s >= max(s.finish_s for s in c.seq.samples or [c.seq]) - c.sent_s
+        elif c.status == "cancelled":
+            assert samples <= {"finished", "cancelled"}  # none left running
 
 
 def test_the_guides_example_clients_run_as_a_users_own_file():

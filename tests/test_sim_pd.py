@@ -165,7 +165,13 @@ def test_whatever_happens_to_the_pools_every_request_is_counted_once(events, ret
 @settings(max_examples=20, deadline=None)
 @given(
     st.lists(
-        st.tuples(st.floats(0, 20), st.integers(1, 3000), st.integers(1, 1500), st.one_of(st.none(), st.floats(0, 10))),
+        st.tuples(
+            st.floats(0, 20),
+            st.integers(1, 3000),
+            st.integers(1, 1500),
+            st.one_of(st.none(), st.floats(0, 10)),
+            st.sampled_from([1, 1, 2]),
+        ),
         min_size=1,
         max_size=20,
     ),
@@ -176,9 +182,9 @@ def test_requests_sent_and_cancelled_in_pools_are_accounted_and_free_their_kv(pl
     fleet = _pools(p, d, cfg=config_from_args(["--kv-pool-gb", "0.5"]), requests=[])
     calls = []
 
-    def one(fleet, at, prompt, output, cancel_after):
+    def one(fleet, at, prompt, output, cancel_after, n):
         yield fleet.env.timeout(at)
-        call = fleet.send(prompt, output)
+        call = fleet.send(prompt, output, n=n)
         calls.append(call)
         if cancel_after is not None:
             yield call.done | fleet.env.timeout(cancel_after)

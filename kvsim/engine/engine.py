@@ -248,10 +248,15 @@ class Engine:
         keep = []
         dropped = moved = 0
         for seq, reason, final in self._cancels:
-            if seq.status in (Status.FINISHED, Status.REJECTED, Status.CANCELLED):
-                continue  # it ended first
+            if seq.status in (Status.REJECTED, Status.CANCELLED) or (
+                seq.status == Status.FINISHED and all(s.status == Status.FINISHED for s in seq.samples)
+            ):
+                continue  # it ended first (all its samples)
             if self._take_from_inbox(seq) or self.sched.abort(seq):
                 seq.status, seq.reason = Status.CANCELLED, reason
+                for sample in seq.samples:
+                    if sample.status == Status.CANCELLED:
+                        sample.reason = reason
                 dropped += final
                 moved += not final
                 if self.on_dropped is not None:

@@ -312,25 +312,38 @@ class Scheduler:
         return complete
 
     def abort(self, seq: Sequence) -> bool:
-        """Take ``seq`` out because its client cancelled it (vLLM's abort): out of the running batch or the
-        waiting queue, its memory freed (full prefix-cached blocks stay cached, as when it finishes). False
-        while it is elsewhere (swapped out, or its KV loading): the caller tries again at a later boundary."""
+        """Take request ``seq`` out because its client cancelled it (vLLM's abort): it and its parallel samples
+        still going, out of the running batch or the waiting queue, their memory freed (full prefix-cached blocks
+        stay cached, as when they finish). False while any of them is elsewhere (swapped out, or its KV
+        loading): nothing is taken out, and the caller tries again at a later boundary."""
+        live = [m for m in (seq, *seq.samples) if m.status in (Status.RUNNING, Status.WAITING)]
+        if not all(self._abortable(m) for m in live):
+            return False
+        for m in live:
+            self._abort_one(m)
+        return True
+
+    def _abortable(self, seq: Sequence) -> bool:
         if seq.status == Status.RUNNING:
-            if any(s is seq for _, _, s in self.loading):
-                return False
+            return not any(s is seq for _, _, s in self.loading)
+        return seq.status == Status.WAITING and not seq.swapped
+
+    def _abort_one(self, seq: Sequence) -> None:
+        if seq.status == Status.RUNNING:
             self._detach(seq)
             self._leave_running(seq)
             self.seats -= seq.seats
-        elif seq.status == Status.WAITING and not seq.swapped and self.waiting.discard(seq):
-            self._holding.pop(seq.sid, None)  # a partly preempted one holds the head of its KV
         else:
-            return False
+            found = self.waiting.discard(seq)
+            assert found, f"sequence {seq.sid} is waiting but not in the queue"
+            self._holding.pop(seq.sid, None)  # a partly preempted one holds the head of its KV
+        if seq.parent is not None:
+            seq.status = Status.CANCELLED  # (a request's own sequence: its engine sets it, with the reason)
         self.filled_tokens -= seq.computed
         seq.computed = 0
         if self.alloc.held_slots(seq.sid):
             self.alloc.free(seq.sid)
         self.admission_blocked = False  # freed memory (and a seat): the queue head may fit now
-        return True
 
     # --- KV transfers ---------------------------------------------------------------------------
     def release_at(self, sid: int, t: float) -> None:

@@ -115,13 +115,15 @@ def build_replicas(
     store: TierSpec | KVTier | None = None,
     touched: list[int] | None = None,
     offset: int = 0,
+    first_sample_id: int | None = None,
 ) -> Replicas:
     """One engine per replica of ``groups`` on the trace's clock (per data-parallel rank). ``hooks(i)``: extra
     Engine arguments of replica ``i`` (a role in disaggregated serving); ``prefix`` goes before each group's
     name; ``store``: a KV store every replica's prefix cache spills into and loads from (a spec: sized in
     the first replica's blocks; a tier: one that other replicas share too). The data-parallel ranks of a MoE
     model's replica step in lockstep, reporting moved events in ``touched`` (the driver's list; these
-    engines start at index ``offset`` of the driver's)."""
+    engines start at index ``offset`` of the driver's). ``first_sample_id``: the id of the first parallel sample
+    an engine forks (default: after the trace's requests)."""
     from kvsim.engine.lockstep import Lockstep
     from kvsim.latency import build_latency
 
@@ -154,7 +156,7 @@ def build_replicas(
                     latency,
                     sched,
                     victim,
-                    first_sample_id=len(trace.seqs),
+                    first_sample_id=len(trace.seqs) if first_sample_id is None else first_sample_id,
                     resolution_s=trace.resolution_s,
                     horizon=horizon,
                     swap_timing=swap_timing(g.cfg, alloc, pool),

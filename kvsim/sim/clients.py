@@ -61,9 +61,11 @@ class Call:
 
     @property
     def e2e_s(self) -> float:
-        """Seconds from sending to the last token (NaN unless finished)."""
+        """Seconds from sending to the last token of its last sample (NaN unless finished)."""
         s = self.seq
-        return s.finish_s - self.sent_s if s.status == Status.FINISHED and s.finish_s is not None else math.nan
+        if s.status != Status.FINISHED or s.finish_s is None:
+            return math.nan
+        return max(x.finish_s for x in (s, *s.samples) if x.finish_s is not None) - self.sent_s
 
     def __repr__(self) -> str:
         return f"Call(sid={self.sid}, status={self.status})"

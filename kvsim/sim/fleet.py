@@ -62,6 +62,8 @@ from kvsim.trace.request import Request
 from kvsim.validation import NON_NEGATIVE, POSITIVE, require
 
 STATES = ("starting", "serving", "draining", "stopped", "failed")
+# parallel samples' ids start here: never a request's, however many processes send (a request's id is its row)
+SAMPLE_IDS = 1 << 48
 
 
 @dataclass
@@ -241,8 +243,6 @@ class Fleet:
             )
         now = self.env.now
         sid = len(self.seqs)
-        if fields.get("n", 1) != 1:
-            raise ConfigError("a request sent by a process has one sample (n=1)")
         rid = str(fields.pop("id", f"sent-{sid}"))
         req = Request(rid, self.trace.t0 + now, int(prompt_tokens), int(output_tokens), **fields)
         seq = Sequence(sid, req)
@@ -487,6 +487,7 @@ class Fleet:
             hooks=hooks,
             touched=self.touched,
             offset=first,
+            first_sample_id=SAMPLE_IDS,
         )
         self._probes.setdefault(g.name, reps.engines[0])
         now = self.env.now
@@ -620,7 +621,7 @@ class Fleet:
         sent it, ends when its client hears of it."""
         call = self._calls.pop(seq.sid, None) if self._calls and seq is self.seqs[seq.sid] else None
         if call is not None:
-            t = seq.finish_s if seq.status == Status.FINISHED and seq.finish_s is not None else self.env.now
+            t = last_finish(seq) if seq.status == Status.FINISHED else self.env.now
             if t <= self.env.now:
                 call.done.succeed(call)
             else:  # (the answer reaches the client after the API server's delivery time)
@@ -633,9 +634,10 @@ class Fleet:
     def _on_finished(self, finished: list[Sequence]) -> None:
         times = self.clients.times
         if self._calls:
-            for seq in finished:
-                if seq.parent is None:
-                    self._ended(seq)
+            for seq in finished:  # a call ends with its request's last sample
+                head = seq.parent or seq
+                if head.status == Status.FINISHED and all(s.status == Status.FINISHED for s in head.samples):
+                    self._ended(head)
         for seq in finished:
             if seq.parent is not None or seq.first_token_s is None or seq.finish_s is None:
                 continue
@@ -692,6 +694,11 @@ class Fleet:
             yield self.env.timeout(self.scrape_interval_s)
             self.scrape = self._take_scrape()
             self._scrapes.append(self.scrape)
+
+
+def last_finish(seq: Sequence) -> float:
+    """When request ``seq`` finished: its last sample's finish (seconds on the clock)."""
+    return max(s.finish_s for s in (seq, *seq.samples) if s.finish_s is not None)
 
 
 @dataclass(frozen=True)
