@@ -37,6 +37,9 @@ class MemoryConfig:
     num_blocks_size: int = option_default("block_size")
     # Accept a set pool larger than the GPU's memory after weights (what-if studies: a cache that never evicts).
     ignore_gpu_memory: bool = option_default("ignore_gpu_memory")
+    # the CUDA-graph capture sizes (tokens) whose memory the release's start-up profile subtracts from the KV
+    # cache (vLLM 0.20 and later: kvsim/cudagraph_memory.py); None: it subtracts nothing
+    cudagraph_sizes: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -158,17 +161,22 @@ def set_pool_problem(
 
 def reserve_parts(
     model: ModelSpec, gpu: GpuSpec, mem: MemoryConfig, tp: int = 1, sched: "SchedulerConfig | None" = None
-) -> tuple[float, float, float] | None:
-    """(sampler peak, forward peak, non-torch) bytes of vLLM's start-up profile on one GPU for the scheduler's
-    limits (``sched``; None: what `vllm serve` picks for the GPU), or None with a fixed reserve
-    (kvsim/activation_reserve.py)."""
+) -> tuple[float, float, float, float] | None:
+    """(sampler peak, forward peak, non-torch, CUDA graphs) bytes of vLLM's start-up profile on one GPU for the
+    scheduler's limits (``sched``; None: what `vllm serve` picks for the GPU), or None with a fixed reserve
+    (kvsim/activation_reserve.py; the graphs: kvsim/cudagraph_memory.py, 0 before vLLM 0.20)."""
     if mem.activation_reserve != "vllm":
         return None
     from kvsim.activation_reserve import vllm_reserve_parts
     from kvsim.hardware.gpus import vllm_serve_defaults
 
     seqs, tokens = (sched.max_num_seqs, sched.max_num_batched_tokens) if sched is not None else vllm_serve_defaults(gpu)
-    return vllm_reserve_parts(model, gpu, tp, seqs, tokens)
+    graphs = 0.0
+    if mem.cudagraph_sizes is not None:
+        from kvsim.cudagraph_memory import cudagraph_estimate_bytes
+
+        graphs = cudagraph_estimate_bytes(model, tp, mem.cudagraph_sizes, seqs)
+    return (*vllm_reserve_parts(model, gpu, tp, seqs, tokens), graphs)
 
 
 def reserve_bytes(
@@ -177,14 +185,17 @@ def reserve_bytes(
     mem: MemoryConfig,
     tp: int = 1,
     sched: "SchedulerConfig | None" = None,
-    parts: tuple[float, float, float] | None = None,
+    parts: tuple[float, float, float, float] | None = None,
 ) -> float:
     """Bytes kept from one GPU's KV pool besides the weights: --activation-reserve-gb, or (``vllm``) the larger
-    of the profile's two peaks plus non-torch memory (``parts``: :func:`reserve_parts`, if already at hand)."""
+    of the profile's two peaks plus non-torch memory and the CUDA graphs' estimate (``parts``:
+    :func:`reserve_parts`, if already at hand)."""
     if mem.activation_reserve != "vllm":
         return mem.activation_reserve_gb * GiB
-    sampler, forward, non_torch = parts or reserve_parts(model, gpu, mem, tp, sched)
-    return max(sampler, forward) + non_torch
+    got = parts or reserve_parts(model, gpu, mem, tp, sched)
+    assert got is not None
+    sampler, forward, non_torch, graphs = got
+    return max(sampler, forward) + non_torch + graphs
 
 
 def plan_pool(

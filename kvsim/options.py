@@ -254,12 +254,20 @@ def _build(v: dict[str, Any], given: Mapping[str, Any], name: Callable[[str], st
         from kvsim.releases import default_gpu_memory_utilization
 
         utilization = default_gpu_memory_utilization(v["vllm_version"], utilization)
+    from kvsim.releases import subtracts_cudagraph_estimate
+
+    graph_sizes = None
+    if reserve == "vllm" and subtracts_cudagraph_estimate(v["vllm_version"]):
+        from kvsim.latency.cuda_graphs import parse_capture_sizes
+
+        graph_sizes = parse_capture_sizes(v["cudagraph_capture_sizes"], v["max_num_seqs"], v["max_num_batched_tokens"])
     mem = fill(
         MemoryConfig,
         v,
         gpu_memory_utilization=utilization,
         activation_reserve=reserve,
         num_blocks_size=v["num_blocks_size"] or v["block_size"],
+        cudagraph_sizes=graph_sizes,
     )
     roof = fill(RooflineParams, v, step_overhead_s=v["step_overhead_ms"] / 1000)
     if v["latency"] not in LATENCY_MODELS:

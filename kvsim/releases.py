@@ -160,13 +160,19 @@ UTILIZATION_092_FROM = "0.20.0"
 
 def default_gpu_memory_utilization(vllm_version: str | None, default: float) -> float:
     """vLLM's default --gpu-memory-utilization for ``vllm_version``: 0.92 from 0.20 (PR #38284, which also made its
-    start-up profile subtract an estimate of the CUDA graphs' memory: not modelled, so the KV pool of those
-    releases comes out that much large, 0.2-0.7 GiB for 7-8B models and up to 5 GiB for large MoE models at TP4
-    in public logs), else ``default`` (0.90; also when no release is given: the start-up logs kvsim's pool sizing
-    was checked against are of 0.10-0.11)."""
+    start-up profile subtract an estimate of the CUDA graphs' memory: :func:`subtracts_cudagraph_estimate`), else
+    ``default`` (0.90; also when no release is given: the start-up logs kvsim's pool sizing was checked against
+    are of 0.10-0.11)."""
     if vllm_version is not None and release_key(vllm_version) >= release_key(UTILIZATION_092_FROM):
         return 0.92
     return default
+
+
+def subtracts_cudagraph_estimate(vllm_version: str | None) -> bool:
+    """Whether vLLM ``vllm_version``'s start-up profile subtracts its CUDA graphs' estimated memory from the KV
+    cache (from 0.20, PR #38284: kvsim/cudagraph_memory.py); not when no release is given (the start-up logs the
+    pool sizing was checked against are of 0.10-0.11)."""
+    return vllm_version is not None and release_key(vllm_version) >= release_key(UTILIZATION_092_FROM)
 
 
 # [first, last) releases that ran models with chunked local attention without the hybrid KV cache manager
