@@ -477,8 +477,9 @@ def test_quantized_gemms_come_from_the_newest_plausible_table():
 
 
 def test_quantized_checkpoints_price_their_gemms_on_their_own_kernels():
-    """DeepSeek-V3 (FP8, 128x128 block scales): on H100 its projections and dense MLPs run on the fp8_block fit
-    (the router, embedding and LM head stay bf16); on A100, which has no FP8 GEMM measurements, as bf16."""
+    """DeepSeek-V3 (FP8, 128x128 block scales): on H100 its projections and dense MLPs run on FP8 kernels, priced
+    with the per-tensor FP8 fit (the fp8_block tables time a path serving does not run: perop.quant_gemm_params),
+    the router, embedding and LM head in bf16; on A100, which has no FP8 GEMM measurements, as bf16."""
     from kvsim.latency.perop import gemm_seconds, quant_gemm_seconds
 
     ds = get_model("deepseek-v3")
@@ -492,9 +493,10 @@ def test_quantized_checkpoints_price_their_gemms_on_their_own_kernels():
     gemms = [op for op in ops if not op.kind]
     assert {op.quant for op in gemms if op.name != "moe_router"} == {"fp8_block"}
     assert next(op for op in gemms if op.name == "moe_router").quant is None
-    op = next(op for op in gemms if op.name == "attn_post_proj")
+    op = next(op for op in gemms if op.name == "attn_post_proj")  # its input quantized on its own: not fused
+    assert not op.fused_quant
     assert op.seconds(calib, h100, 64, 2) == quant_gemm_seconds(
-        calib.gemm_quant["fp8_block"], h100, 64, op.k, op.n, "fp8_block"
+        calib.gemm_quant["fp8"], h100, 64, op.k, op.n, "fp8_block"
     )
     bf16 = PerOpModel(replace(ds, weight_quant=None), h100, calib, get_cpu_overhead("none"), tp=8)
     assert model.dense_s(64, 64) != bf16.dense_s(64, 64)
@@ -553,3 +555,27 @@ def test_quantization_fp8_loads_a_bf16_checkpoint_in_fp8_as_vllm_does():
     )
     with pytest.raises(ConfigError, match="already quantized"):
         config_from_args(["--model", "gpt-oss-120b", "--quantization", "fp8"])
+
+
+def test_fp8_gemms_after_a_norm_or_activation_do_not_pay_their_quant_kernel():
+    """AIConfigurator's FP8 tables time each GEMM with its activation-quant kernel; serving fuses that quant into
+    the RMSNorm before qkv and gate_up and the SiLU-and-mul before down (not o_proj's, after attention), so those
+    three pay the fit's fixed cost over bf16's less, by hand; weight-only FP8 (no FP8 tensor cores) pays none."""
+    from kvsim.latency.perop import FUSED_QUANT, quant_gemm_seconds
+
+    h100 = get_gpu("h100-80gb")
+    calib, _ = shipped_calibration(h100)
+    model = PerOpModel(get_model("qwen3-32b-fp8"), h100, calib, get_cpu_overhead("none"))
+    gemms = {op.name: op for op in model.classes[0][1] if not op.kind}
+    assert {n for n, op in gemms.items() if op.fused_quant} == set(FUSED_QUANT)
+    p = calib.gemm_quant["fp8"]
+    launch = p.t0_s - calib.gemm.t0_s
+    assert launch > 2e-6  # the quant kernel the tables time: microseconds
+    for name, op in gemms.items():
+        raw = quant_gemm_seconds(p, h100, 4, op.k, op.n, op.quant)
+        assert op.seconds(calib, h100, 4, 2) == pytest.approx(raw - launch if op.fused_quant else raw, rel=1e-12)
+    assert gemms["mlp_up_proj"].seconds(calib, h100, 0, 2) == 0.0
+    a100 = get_gpu("a100-80gb")
+    ac, _ = shipped_calibration(a100)
+    up = gemms["mlp_up_proj"]
+    assert up.seconds(ac, a100, 4, 2) == quant_gemm_seconds(ac.gemm, a100, 4, up.k, up.n, up.quant)

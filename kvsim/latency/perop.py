@@ -69,20 +69,40 @@ class Op:
     row: int = 0
     bytes_per_token: float = 0.0
     quant: str | None = None  # a GEMM of quantized weights: its scheme (calibration.GEMM_QUANT)
+    fused_quant: bool = False  # its FP8 activation quantization runs inside the kernel before it (FUSED_QUANT)
 
     def seconds(self, calib: Calibration, gpu: GpuSpec, tokens: int, dtype_bytes: int) -> float:
         if not self.kind:
             if self.quant is not None:
-                return quant_gemm_seconds(
-                    quant_gemm_params(calib, gpu, self.quant), gpu, tokens, self.k, self.n, self.quant
-                )
+                p = quant_gemm_params(calib, gpu, self.quant)
+                t = quant_gemm_seconds(p, gpu, tokens, self.k, self.n, self.quant)
+                if self.fused_quant and t > 0 and p is not calib.gemm:
+                    t -= max(0.0, p.t0_s - calib.gemm.t0_s)  # the measured quant kernel's launch: not run
+                return t
             return gemm_seconds(calib.gemm, gpu, tokens, self.k, self.n, dtype_bytes)
         return elementwise_seconds(calib.elementwise[self.kind], gpu, tokens, self.row, self.bytes_per_token)
 
 
+# The GEMMs whose FP8 input vLLM quantizes inside the kernel before them: torch.compile (Inductor, or from 0.12 the
+# fusion passes) fuses the per-token quantization into the RMSNorm before qkv and gate_up and the SiLU-and-mul
+# before down; o_proj's input comes from attention, whose quant fusion is off by default. AIConfigurator's FP8
+# GEMM tables time each GEMM through vLLM's linear layer, its quant kernel included (collector/vllm/
+# collect_gemm.py: RowParallelLinear.forward -> Fp8LinearMethod.apply -> QuantFP8, then cutlass_scaled_mm), so a
+# fused GEMM is priced without that kernel's fixed cost: the fit's fixed cost over bf16's.
+FUSED_QUANT = frozenset({"attn_pre_proj", "mlp_up_proj", "mlp_down_proj"})
+FP8_ACTIVATIONS = ("fp8", "fp8_block")
+
+
 def quant_gemm_params(calib: Calibration, gpu: GpuSpec, quant: str) -> GemmParams:
     """The GEMM parameters that price ``quant`` weights: the scheme's own fit where the calibration has one and
-    the GPU has the tensor cores it ran on; otherwise the bf16 fit (weight-only kernels; calibration.GEMM_QUANT)."""
+    the GPU has the tensor cores it ran on; otherwise the bf16 fit (weight-only kernels; calibration.GEMM_QUANT).
+    128x128 block FP8 takes the per-tensor FP8 fit where there is one: AIConfigurator's fp8_block rows time a
+    path serving does not run (vLLM 0.19's with fp16 activations, which keep the block GEMM off DeepGEMM and
+    FlashInfer and on a padded CUTLASS fallback; 0.22 on, one module launched eagerly: the CPU's time), while
+    vLLM's block-scaled kernels run as fast as per-tensor ones at small batches (PR #49363 on H100: 26.9 against
+    25.6 us)."""
+    if quant == "fp8_block" and "fp8" in calib.gemm_quant:
+        quant = "fp8"
     p, operands = calib.gemm_quant.get(quant), GEMM_QUANT[quant][2]
     if p is None or (operands != "bf16" and gpu.tensor_core_speedup(operands) == 1.0):
         return calib.gemm
@@ -94,7 +114,13 @@ def quantized(ops: list[Op], quant: str | None) -> list[Op]:
     loads it); unchanged for None."""
     if quant is None:
         return ops
-    return [replace(op, quant=quant) if not op.kind and op.name != "moe_router" else op for op in ops]
+    fused = quant in FP8_ACTIVATIONS
+    return [
+        replace(op, quant=quant, fused_quant=fused and op.name in FUSED_QUANT)
+        if not op.kind and op.name != "moe_router"
+        else op
+        for op in ops
+    ]
 
 
 def layer_ops(model: ModelSpec, tp: int) -> list[Op]:
