@@ -20,9 +20,19 @@ usage is ... for peak activation"; docs/memory.md lists them):
 - non-torch memory: 0.13 GiB on one GPU; each further tensor-parallel rank on NVLink adds about 0.6 GiB (H100
   logs: 0.54-0.55 at TP2, 1.84 at TP4), on PCIe cards about 0.05.
 
-Not counted: the CUDA graphs' memory, which vLLM subtracts from the KV cache only from 0.20 on (0.2-0.7 GiB
-logged for 7-8B models, more for MoE models), and anything a build with the FlashInfer sampler saves (one log
-of a modified build, Llama-3.2-1B at 256 sequences, peaked at 0.45 GiB where this predicts 1.19).
+The sampler run's peak follows the release's sampler (read from vLLM's wheels 0.10-0.34; :func:`sampler_bytes`):
+up to 0.16 PyTorch's sort of the full logits (the bf16 logits, their fp32 copy, sorted values and int64 indices,
+the sort's index and spare key/value buffers: 38 bytes per entry, as fitted; 50 below 128 rows, where PyTorch
+sorts another way); from 0.17 a Triton top-k/top-p kernel that works in place (PR #33538) and from 0.21
+FlashInfer's sampling kernels (PR #40376): 14 bytes per entry (logits, fp32 copy, softmax, output), plus the
+Triton kernel's buffer of one row per SM; vLLM's V2 model runner (the default for Qwen3 dense models from 0.22,
+Llama and Mistral from 0.23, dense models without recurrent or MoE layers from 0.25, every model from 0.29)
+skips top-k/top-p in its dummy run until 0.33: 6 bytes per entry, 2 where it also skips the fp32 copy (0.26,
+0.28-0.32). None of these was measured here: one log agrees (Qwen3-8B on an A100-40GB, vLLM 0.19.1, peaked at
+0.78 GiB, its forward pass's, where 38.9 bytes per entry would keep 1.41 GiB); one disagrees (Qwen2.5-7B on an
+L40S, 0.22, keeps about 0.9 GiB more than either peak; its --max-num-seqs is not in the log).
+
+The CUDA graphs' memory, which vLLM subtracts from the KV cache from 0.20 on, is kvsim/cudagraph_memory.py's.
 """
 
 from __future__ import annotations
@@ -34,9 +44,59 @@ NVLINK_RANK_BYTES = 0.6 * GiB  # each further tensor-parallel rank on NVLink (NC
 PCIE_RANK_BYTES = 0.05 * GiB
 
 
-def sampler_peak_bytes(model, max_num_seqs: int) -> float:
-    """Peak bytes of vLLM's dummy sampler run over ``max_num_seqs`` rows of the whole vocabulary."""
-    return SAMPLER_BYTES_PER_LOGIT * max_num_seqs * model.vocab_size
+SORT_FEW_ROWS_BYTES = 50.0  # the sort below 128 rows (PyTorch's full-sort path: two more index buffers)
+IN_PLACE_BYTES = 14.0  # Triton / FlashInfer top-k/top-p: logits, fp32 copy, softmax, output
+V2_BYTES = 6.0  # V2 runner's dummy run without top-k/top-p: logits and their fp32 copy
+V2_NO_COPY_BYTES = 2.0  # ... and without the copy
+
+
+def _from(release: str | None, first: str) -> bool:
+    from kvsim.releases import release_key
+
+    return release is not None and release_key(release) >= release_key(first)
+
+
+def v2_runner_default(model, release: str | None) -> bool:
+    """Whether vLLM ``release`` runs ``model`` on its V2 model runner by default (PR #39337 and after): Qwen3 dense
+    models from 0.22, Llama and Mistral from 0.23, dense models without recurrent or MoE layers from 0.25, every
+    model from 0.29."""
+    if not _from(release, "0.22.0"):
+        return False
+    if _from(release, "0.29.0"):
+        return True
+    dense = not model.is_moe and not model.is_hybrid
+    name = model.name.lower()
+    if _from(release, "0.25.0"):
+        return dense
+    if _from(release, "0.23.0") and dense and ("llama" in name or "mistral" in name):
+        return True
+    return dense and name.startswith("qwen3")
+
+
+def sampler_bytes(model, rows: int, release: str | None) -> float:
+    """Bytes per (row, vocabulary entry) at the peak of vLLM ``release``'s dummy sampler run over ``rows`` rows
+    (None: the sort of 0.10-0.11, whose logs the reserve was fitted on; module docstring)."""
+    sort = SAMPLER_BYTES_PER_LOGIT if rows >= 128 else SORT_FEW_ROWS_BYTES
+    if not _from(release, "0.17.0"):
+        return sort
+    if _from(release, "0.33.0"):
+        return IN_PLACE_BYTES
+    if v2_runner_default(model, release):
+        no_copy = _from(release, "0.28.0") or (_from(release, "0.26.0") and not _from(release, "0.27.0"))
+        return V2_NO_COPY_BYTES if no_copy else V2_BYTES
+    if rows < 8 and not _from(release, "0.21.0"):
+        return sort  # the Triton kernel takes 8 rows or more
+    return IN_PLACE_BYTES
+
+
+def sampler_peak_bytes(model, max_num_seqs: int, release: str | None = None, sms: int = 0) -> float:
+    """Peak bytes of vLLM ``release``'s dummy sampler run over ``max_num_seqs`` rows of the whole vocabulary on a
+    GPU of ``sms`` SMs (the Triton top-k/top-p kernel's buffer holds one row per SM, up to the rows)."""
+    per = sampler_bytes(model, max_num_seqs, release)
+    buffer = 0.0
+    if per == IN_PLACE_BYTES and not _from(release, "0.33.0"):
+        buffer = 4.0 * min(max_num_seqs, sms) * model.vocab_size
+    return per * max_num_seqs * model.vocab_size + buffer
 
 
 def forward_peak_bytes(model, tp: int, tokens: int) -> float:
@@ -57,17 +117,22 @@ def non_torch_bytes(gpu, tp: int) -> float:
     return NON_TORCH_BYTES + peers * NVLINK_RANK_BYTES + (tp - 1 - peers) * PCIE_RANK_BYTES
 
 
-def vllm_reserve_parts(model, gpu, tp: int, max_num_seqs: int, max_num_batched_tokens: int) -> tuple[float, ...]:
-    """(sampler peak, forward peak, non-torch) bytes of vLLM's start-up profile on one GPU (module docstring)."""
+def vllm_reserve_parts(
+    model, gpu, tp: int, max_num_seqs: int, max_num_batched_tokens: int, release: str | None = None
+) -> tuple[float, ...]:
+    """(sampler peak, forward peak, non-torch) bytes of vLLM ``release``'s start-up profile on one GPU (module
+    docstring)."""
     return (
-        sampler_peak_bytes(model, max_num_seqs),
+        sampler_peak_bytes(model, min(max_num_seqs, max_num_batched_tokens), release, gpu.sms),
         forward_peak_bytes(model, tp, max_num_batched_tokens),
         non_torch_bytes(gpu, tp),
     )
 
 
-def vllm_reserve_bytes(model, gpu, tp: int, max_num_seqs: int, max_num_batched_tokens: int) -> float:
+def vllm_reserve_bytes(
+    model, gpu, tp: int, max_num_seqs: int, max_num_batched_tokens: int, release: str | None = None
+) -> float:
     """Bytes vLLM's start-up profile keeps from the KV cache on one GPU: the larger of the sampler's and the
     forward pass's peaks, plus non-torch memory."""
-    sampler, forward, non_torch = vllm_reserve_parts(model, gpu, tp, max_num_seqs, max_num_batched_tokens)
+    sampler, forward, non_torch = vllm_reserve_parts(model, gpu, tp, max_num_seqs, max_num_batched_tokens, release)
     return max(sampler, forward) + non_torch

@@ -40,6 +40,7 @@ class MemoryConfig:
     # the CUDA-graph capture sizes (tokens) whose memory the release's start-up profile subtracts from the KV
     # cache (vLLM 0.20 and later: kvsim/cudagraph_memory.py); None: it subtracts nothing
     cudagraph_sizes: tuple[int, ...] | None = None
+    vllm_version: str | None = None  # the release whose start-up profile sizes the reserve (None: as 0.10-0.11)
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -176,7 +177,7 @@ def reserve_parts(
         from kvsim.cudagraph_memory import cudagraph_estimate_bytes
 
         graphs = cudagraph_estimate_bytes(model, tp, mem.cudagraph_sizes, seqs)
-    return (*vllm_reserve_parts(model, gpu, tp, seqs, tokens), graphs)
+    return (*vllm_reserve_parts(model, gpu, tp, seqs, tokens, mem.vllm_version), graphs)
 
 
 def reserve_bytes(

@@ -63,3 +63,32 @@ def test_non_torch_memory_grows_with_nvlink_peers_within_an_nvlink_domain_only()
     assert non_torch_bytes(l40s, 4) == pytest.approx((0.13 + 3 * 0.05) * GiB)  # PCIe peers
     # an NVL72 rack is one NVLink domain: 16 ranks are all NVLink peers
     assert non_torch_bytes(get_gpu("gb200"), 16) == pytest.approx((0.13 + 15 * 0.6) * GiB)
+
+
+def test_the_sampler_runs_peak_follows_the_release():
+    """vLLM's dummy sampler run, by release (read from its wheels): PyTorch's sort up to 0.16 (38.9 bytes per
+    entry, 50 below 128 rows), Triton / FlashInfer top-k/top-p from 0.17 (14, plus the Triton kernel's row per
+    SM), the V2 runner's run without top-k/top-p for the models it serves by default (6, then 2), 14 from 0.33."""
+    from kvsim.activation_reserve import sampler_bytes, sampler_peak_bytes, v2_runner_default
+    from kvsim.hardware import get_gpu, get_model
+
+    qwen3, llama, qwen25, moe = (get_model(n) for n in ("qwen3-8b", "llama-3.1-8b", "qwen2.5-7b", "gpt-oss-20b"))
+    assert sampler_bytes(qwen3, 256, None) == sampler_bytes(qwen3, 256, "0.16.0") == SAMPLER_BYTES_PER_LOGIT
+    assert sampler_bytes(qwen3, 64, "0.11.0") == 50.0
+    assert sampler_bytes(qwen3, 256, "0.17.0") == sampler_bytes(qwen25, 256, "0.22.0") == 14.0
+    assert sampler_bytes(qwen3, 4, "0.19.1") == 50.0  # under 8 rows the sort still runs
+    assert [v2_runner_default(qwen3, r) for r in ("0.21.0", "0.22.0")] == [False, True]
+    assert [v2_runner_default(llama, r) for r in ("0.22.0", "0.23.0")] == [False, True]
+    assert [v2_runner_default(qwen25, r) for r in ("0.24.0", "0.25.0")] == [False, True]
+    assert [v2_runner_default(moe, r) for r in ("0.28.0", "0.29.0")] == [False, True]
+    assert [sampler_bytes(qwen3, 256, r) for r in ("0.22.0", "0.26.0", "0.27.0", "0.28.0", "0.33.0")] == [
+        6.0,
+        2.0,
+        6.0,
+        2.0,
+        14.0,
+    ]
+    a100 = get_gpu("a100-40gb")  # 108 SMs: Qwen3-8B's 151,936 entries, 0.19.1, 256 rows
+    want = 14 * 256 * 151936 + 4 * 108 * 151936
+    assert sampler_peak_bytes(qwen3, 256, "0.19.1", a100.sms) == want
+    assert want / GiB == pytest.approx(0.57, abs=0.01)
