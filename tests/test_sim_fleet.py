@@ -419,3 +419,26 @@ def test_the_planners_down_window_keeps_replicas_through_a_dip():
             current = planner.desired(fleet, current)
             got.append(current)
         assert got == expected, down
+
+
+@pytest.mark.parametrize("notice, state", [(1e6, "stopped"), (2.0, "failed")])
+def test_a_spot_replica_reclaimed_with_notice_drains_then_fails_at_the_deadline(notice, state):
+    fleet = Fleet(CHAT[:300], [_group(2)])
+    seen = {}
+
+    def spot(fleet):
+        yield fleet.env.timeout(5.0)
+        seen["rep"] = fleet.reclaim_replica("g", notice_s=notice)
+        seen["t"] = fleet.now
+
+    fleet.process(spot(fleet))
+    run = fleet.run()
+    rep = seen["rep"]
+    _accounted(run, 300)
+    assert run.summary["finished"] == 300 and rep.state == state
+    if state == "failed":
+        assert rep.stopped_s == pytest.approx(seen["t"] + notice) and run.summary["retried"] > 0
+    else:
+        assert rep.stopped_s < seen["t"] + notice and run.summary["retried"] == 0
+    late = run.requests.arrival_s - CHAT[0].arrival_s > 5.0
+    assert not (run.requests.replica == rep.index)[late].any()  # draining from the notice on: nothing new

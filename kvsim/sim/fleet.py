@@ -339,6 +339,23 @@ class Fleet:
             self._after_step()
         return rep
 
+    def reclaim_replica(
+        self, group: str | None = None, index: int | None = None, notice_s: float = 120.0
+    ) -> Replica | None:
+        """A spot or preemptible replica (``index``, or the newest of ``group``) is reclaimed with ``notice_s``
+        seconds' notice (AWS gives 2 minutes, GCP 30 s): it drains from now, and if its last request is not done
+        by the deadline it fails then (what it still holds is retried or lost, as for a failure). Returns it."""
+        require(notice_s, NON_NEGATIVE, "notice_s")
+        rep = self.remove_replica(group, index)
+        if rep is not None and rep.state != "stopped":
+            self.env.process(self._deadline(rep, notice_s))
+        return rep
+
+    def _deadline(self, rep: Replica, notice_s: float) -> Generator[Any, Any, None]:
+        yield self.env.timeout(notice_s)
+        if rep.state == "draining":
+            self.fail_replica(index=rep.index)
+
     def fail_replica(self, group: str | None = None, index: int | None = None) -> Replica | None:
         """A replica (``index``, or the newest of ``group``) fails now: it stops at once; the requests it held lose
         their KV and are sent again to the others (``retry_failed``) or lost."""
