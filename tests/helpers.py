@@ -65,3 +65,28 @@ def chat_head(folder, n: int):
     path = Path(folder) / f"chat-{n}.jsonl"
     path.write_text("\n".join(lines) + "\n")
     return path
+
+
+def chaos(fleet, events):
+    """A process (kvsim.sim): at each (time s, "add" | "remove" | "fail", group) in time order, add a replica of
+    the group, or take one away or fail one while the group keeps more than one."""
+    for t, what, group in sorted(events):
+        yield fleet.env.timeout(max(0.0, t - fleet.now))
+        if what == "add":
+            fleet.add_replica(group)
+        elif what == "remove" and fleet.count(group) > 1:
+            fleet.remove_replica(group)
+        elif what == "fail" and fleet.count(group) > 1:
+            fleet.fail_replica(group)
+
+
+def send_then_cancel(fleet, calls, at, prompt, output, cancel_after, **fields):
+    """A client process (kvsim.sim): at ``at`` s send one request (its Call appended to ``calls``), cancel it
+    after ``cancel_after`` s unless it ended first (None: never), and wait for its end."""
+    yield fleet.env.timeout(at)
+    call = fleet.send(prompt, output, **fields)
+    calls.append(call)
+    if cancel_after is not None:
+        yield call.done | fleet.env.timeout(cancel_after)
+        fleet.cancel(call)
+    yield call.done

@@ -7,6 +7,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
+from helpers import send_then_cancel
+
 from kvsim.errors import ConfigError
 from kvsim.fleet.cluster import ReplicaGroup
 from kvsim.options import config_from_args
@@ -164,17 +166,8 @@ def test_any_sends_and_cancels_are_accounted_and_free_their_kv(plan, policy, asy
     fleet = _fleet(count=2, cfg=config_from_args(args))
     calls = []
 
-    def one(fleet, at, prompt, output, cancel_after, n):
-        yield fleet.env.timeout(at)
-        call = fleet.send(prompt, output, priority=prompt % 3, n=n)
-        calls.append(call)
-        if cancel_after is not None:
-            yield call.done | fleet.env.timeout(cancel_after)
-            fleet.cancel(call)
-        yield call.done
-
-    for item in plan:
-        fleet.client(one(fleet, *item))
+    for at, prompt, output, cancel_after, n in plan:
+        fleet.client(send_then_cancel(fleet, calls, at, prompt, output, cancel_after, priority=prompt % 3, n=n))
     run = fleet.run()
     _accounted(run)
     _kv_free(fleet)

@@ -6,6 +6,7 @@ last replica failed waits for the one an autoscaler asks for."""
 import math
 
 import pytest
+from helpers import chaos
 from hypothesis import given, settings, strategies as st
 
 from kvsim.fleet.cluster import ReplicaGroup, simulate_fleet
@@ -76,17 +77,7 @@ def test_whatever_happens_to_data_parallel_replicas_every_request_is_counted_onc
     reqs = CHAT[:150]
     fleet = Fleet(reqs, [ReplicaGroup("g", cfg, "paged:16+prefix", 2)], "dp-lb", retry_failed=retry)
 
-    def chaos(fleet):
-        for t, what in sorted(events):
-            yield fleet.env.timeout(max(0.0, t - fleet.now))
-            if what == "add":
-                fleet.add_replica("g")
-            elif what == "remove" and fleet.count("g") > 1:
-                fleet.remove_replica("g")
-            elif what == "fail" and fleet.count("g") > 1:
-                fleet.fail_replica("g")
-
-    fleet.process(chaos(fleet))
+    fleet.process(chaos(fleet, [(t, what, "g") for t, what in events]))
     run = fleet.run()
     s = run.summary
     assert s["finished"] + s["rejected"] + s["unfinished"] == len(reqs) == len(run.requests)

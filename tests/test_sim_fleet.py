@@ -8,7 +8,7 @@ import math
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from helpers import chat_head
+from helpers import chaos, chat_head
 from kvsim.errors import ConfigError
 from kvsim.fleet.cluster import ReplicaGroup, simulate_fleet
 from kvsim.options import config_from_args
@@ -228,17 +228,7 @@ def test_whatever_happens_every_request_is_counted_once(events, retry, router):
     reqs = CHAT[:200]
     fleet = Fleet(reqs, [_group(2)], router, retry_failed=retry, startup=Startup(fixed_s=5.0))
 
-    def chaos(fleet):
-        for t, what in sorted(events):
-            yield fleet.env.timeout(max(0.0, t - fleet.now))
-            if what == "add":
-                fleet.add_replica("g")
-            elif what == "remove" and fleet.count("g") > 1:
-                fleet.remove_replica("g")
-            elif what == "fail" and fleet.count("g") > 1:
-                fleet.fail_replica("g")
-
-    fleet.process(chaos(fleet))
+    fleet.process(chaos(fleet, [(t, what, "g") for t, what in events]))
     run = fleet.run()
     _accounted(run, len(reqs))
     if retry:

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from helpers import chat_head
+from helpers import chaos, chat_head, send_then_cancel
 from kvsim.errors import ConfigError
 from kvsim.fleet.cluster import ReplicaGroup
 from kvsim.fleet.disagg import simulate_disagg
@@ -143,17 +143,7 @@ def test_whatever_happens_to_the_pools_every_request_is_counted_once(events, ret
         2, 2, requests=reqs, router=router, retry_failed=retry, shared_link=shared, startup=Startup(fixed_s=5)
     )
 
-    def chaos(fleet):
-        for t, what, g in sorted(events):
-            yield fleet.env.timeout(max(0.0, t - fleet.now))
-            if what == "add":
-                fleet.add_replica(g)
-            elif what == "remove" and fleet.count(g) > 1:
-                fleet.remove_replica(g)
-            elif what == "fail" and fleet.count(g) > 1:
-                fleet.fail_replica(g)
-
-    fleet.process(chaos(fleet))
+    fleet.process(chaos(fleet, events))
     run = fleet.run()
     _accounted(run, len(reqs))
     s = run.summary
@@ -182,17 +172,8 @@ def test_requests_sent_and_cancelled_in_pools_are_accounted_and_free_their_kv(pl
     fleet = _pools(p, d, cfg=config_from_args(["--kv-pool-gb", "0.5"]), requests=[])
     calls = []
 
-    def one(fleet, at, prompt, output, cancel_after, n):
-        yield fleet.env.timeout(at)
-        call = fleet.send(prompt, output, n=n)
-        calls.append(call)
-        if cancel_after is not None:
-            yield call.done | fleet.env.timeout(cancel_after)
-            fleet.cancel(call)
-        yield call.done
-
-    for item in plan:
-        fleet.client(one(fleet, *item))
+    for at, prompt, output, cancel_after, n in plan:
+        fleet.client(send_then_cancel(fleet, calls, at, prompt, output, cancel_after, n=n))
     run = fleet.run()
     _accounted(run, len(plan))
     _nothing_left(fleet)

@@ -73,7 +73,7 @@ class PrefillDecode:
     def hooks(self, role: str, index: int) -> dict:
         """The Engine arguments of replica ``index`` in ``role`` (prefill or decode)."""
         if role == "prefill":
-            return {"handoff": self._handoff, "on_dropped": self._prefill_dropped}
+            return {"handoff": lambda ps, t: self._handoff(index, ps, t), "on_dropped": self._prefill_dropped}
         f = self.fleet
         return {"kv_loader": self._loader(index), "on_finished": f._on_finished, "on_dropped": self._decode_dropped}
 
@@ -84,19 +84,19 @@ class PrefillDecode:
             self.transfer_bytes[index] = handoff_bytes(engine.alloc, pool, cfg, cfg.gpus)
 
     # --- the hand-off -------------------------------------------------------------------------------
-    def _handoff(self, ps: Sequence, t: float) -> None:
+    def _handoff(self, i: int, ps: Sequence, t: float) -> None:
+        """Prefill replica ``i`` finished ``ps``'s prompt at ``t``: its record goes to a decode replica."""
         f = self.fleet
         sid = ps.sid
         if ps is not self.pseqs[sid]:  # a stale prefill (its request was retried): its KV is nobody's
-            f.engines[f.replica_of[sid]].release(sid, t)
-            f.touched.append(f.replica_of[sid])
+            f.engines[i].release(sid, t)
+            f.touched.append(i)
             return
         ds = f.seqs[sid]
         ds.admitted_s, ds.preemptions = ps.admitted_s, ps.preemptions
         ds.cached_tokens, ds.last_cached_tokens = ps.cached_tokens, ps.last_cached_tokens
         ds.frontend_s = ps.frontend_s  # it came in through the prefill side's API server
         ds.remote = ps.prompt - 1  # the decode replica computes the last prompt token itself
-        i = f.replica_of[sid]
         if not ds.remote:  # nothing to move: the prefill replica's KV is free now
             f.engines[i].release(sid, t)
             f.touched.append(i)
