@@ -268,34 +268,24 @@ def test_the_guides_example_autoscaler_runs_as_a_users_own_file(tmp_path):
     assert r.stdout.count("GPU-hours") == 2 and "mine" in r.stdout
 
 
+def _cluster_args(tmp_path, extra, requests=300, startup_fixed_s=20):
+    """`kvsim cluster` of one a100 replica on the head of chat.jsonl, with an SLO, and ``extra`` arguments."""
+    trace = chat_head(tmp_path, requests)
+    return ["cluster", "--trace", str(trace), "--kv-pool-gb", "2", "--replicas", "1", "--routers", "least-requests"] + [
+        "--slo",
+        "ttft_p99=5s",
+        "--startup-fixed-s",
+        str(startup_fixed_s),
+        *extra,
+    ]
+
+
 def test_cluster_with_an_autoscaler_reports_against_the_peak_fleet(tmp_path, capsys):
     from kvsim.cli import main
 
     out = tmp_path / "o"
-    trace = chat_head(tmp_path, 400)
-    rc = main(
-        [
-            "cluster",
-            "--trace",
-            str(trace),
-            "--kv-pool-gb",
-            "2",
-            "--replicas",
-            "1",
-            "--routers",
-            "least-requests",
-            "--autoscaler",
-            "threshold:target=4,max=4",
-            "--slo",
-            "ttft_p99=5s",
-            "--fail-at",
-            "60",
-            "--startup-fixed-s",
-            "10",
-            "--out",
-            str(out),
-        ]
-    )
+    extra = ["--autoscaler", "threshold:target=4,max=4", "--fail-at", "60", "--out", str(out)]
+    rc = main(_cluster_args(tmp_path, extra, requests=400, startup_fixed_s=10))
     assert rc == 0
     import pandas as pd
 
@@ -328,26 +318,6 @@ def test_bad_autoscaler_specs_are_named(spec, msg, tmp_path, capsys):
     assert rc == 2 and msg in capsys.readouterr().err
 
 
-def _sweep_args(tmp_path, extra):
-    trace = chat_head(tmp_path, 300)
-    return [
-        "cluster",
-        "--trace",
-        str(trace),
-        "--kv-pool-gb",
-        "2",
-        "--replicas",
-        "1",
-        "--routers",
-        "least-requests",
-        "--slo",
-        "ttft_p99=5s",
-        "--startup-fixed-s",
-        "20",
-        *extra,
-    ]
-
-
 def test_several_autoscaler_settings_are_each_the_single_run(tmp_path):
     """`--autoscaler 'A;B'` over two processes: each row is that setting's own `kvsim cluster` run."""
     import pandas as pd
@@ -356,13 +326,13 @@ def test_several_autoscaler_settings_are_each_the_single_run(tmp_path):
 
     specs = ["threshold:target=4,max=4", "schedule:0=1,60=3"]
     out = tmp_path / "sweep"
-    assert main(_sweep_args(tmp_path, ["--autoscaler", ";".join(specs), "--workers", "2", "--out", str(out)])) == 0
+    assert main(_cluster_args(tmp_path, ["--autoscaler", ";".join(specs), "--workers", "2", "--out", str(out)])) == 0
     table = pd.read_csv(out / "autoscalers.csv")
     assert list(table.autoscaler.fillna("")) == [*specs, ""]
     assert list(table.layout) == [*specs, f"fixed {max(1, int(table.max_replicas.iloc[:-1].max()))}x"]
     for i, spec in enumerate(specs):
         one = tmp_path / f"one{i}"
-        assert main(_sweep_args(tmp_path, ["--autoscaler", spec, "--out", str(one)])) == 0
+        assert main(_cluster_args(tmp_path, ["--autoscaler", spec, "--out", str(one)])) == 0
         single = pd.read_csv(one / "fleet.csv").iloc[0]
         for col in ("gpu_hours", "ttft_p99_s", "finished", "max_replicas", "slo_windows_met", "cold_start_misses"):
             assert table[col].iloc[i] == single[col], col
@@ -377,10 +347,10 @@ def test_autoscaler_settings_fan_out_over_ray_as_locally(tmp_path):
     from kvsim.cli import main
 
     spec = "threshold:target=4,max=4;sla:rate=3"
-    assert main(_sweep_args(tmp_path, ["--autoscaler", spec, "--out", str(tmp_path / "l")])) == 0
+    assert main(_cluster_args(tmp_path, ["--autoscaler", spec, "--out", str(tmp_path / "l")])) == 0
     assert (
         main(
-            _sweep_args(
+            _cluster_args(
                 tmp_path, ["--autoscaler", spec, "--backend", "ray", "--workers", "2", "--out", str(tmp_path / "r")]
             )
         )

@@ -108,10 +108,12 @@ def run_over_time(a, layouts, routers, requests, options, slos, out: Path, title
     print_rows([x.summary for x in runs], cols, title)
     written = write_fleet_results(out, runs, title, a.format, cols, marker, extra=(timelines, slos))
     print(f"wrote {len(written)} files to {out}/ (summary.md, fleet, replicas, requests, timeline, a plot)")
-    saved = 1 - runs[0].summary["gpu_hours"] / max(runs[1].summary["gpu_hours"], 1e-12)
+    from kvsim.sim.report import against_fixed
+
+    auto, fixed = runs[0].summary["gpu_hours"], runs[1].summary["gpu_hours"]
     print(
-        f"{runs[0].summary['layout']}: {runs[0].summary['gpu_hours']:.3g} GPU-hours, {100 * abs(saved):.0f}% "
-        f"{'fewer' if saved >= 0 else 'more'} than the fixed fleet of its peak ({runs[1].summary['gpu_hours']:.3g})",
+        f"{runs[0].summary['layout']}: {auto:.3g} GPU-hours, {against_fixed(auto, fixed)} than the fixed fleet of "
+        f"its peak ({fixed:.3g})",
         file=sys.stderr,
     )
     return 0

@@ -31,7 +31,7 @@ def autoscaled_plan(a: argparse.Namespace, rows: list[dict], slos, out: Path) ->
     from kvsim.output.table import Column, print_rows
     from kvsim.sim.autoscalers import parse_autoscaler
     from kvsim.sim.fleet import Pools
-    from kvsim.sim.report import plot_over_time
+    from kvsim.sim.report import against_fixed, plot_over_time
     from kvsim.trace import load_trace
 
     parse_autoscaler(with_rate(a.autoscaler, 1.0), "check")  # a bad spec fails before any run
@@ -93,10 +93,9 @@ def autoscaled_plan(a: argparse.Namespace, rows: list[dict], slos, out: Path) ->
     print_rows(table, cols, f"autoscaled ({a.autoscaler}) vs the fixed fleet of its peak, on the whole trace")
     for i in range(0, len(table), 2):
         auto, fixed = table[i], table[i + 1]
-        fewer = 1 - auto["gpu_hours"] / max(fixed["gpu_hours"], 1e-12)
         print(
-            f"{auto['gpu']} {auto['allocator']}: {auto['gpu_hours']:.3g} GPU-hours autoscaled, {100 * fewer:.0f}% fewer "
-            f"than {fixed['fleet']} ({fixed['gpu_hours']:.3g})",
+            f"{auto['gpu']} {auto['allocator']}: {auto['gpu_hours']:.3g} GPU-hours autoscaled, "
+            f"{against_fixed(auto['gpu_hours'], fixed['gpu_hours'])} than {fixed['fleet']} ({fixed['gpu_hours']:.3g})",
             file=sys.stderr,
         )
     return table

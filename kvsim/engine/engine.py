@@ -216,12 +216,7 @@ class Engine:
             self._wake_for(t)
         elif self._cuttable:
             self._cuttable = False
-            plan = self._plan
-            k = self._steps_to_see(plan, t, plan.steps)
-            if k < plan.steps:
-                plan.steps = k
-                self._dt = self.latency.decode_run_time(plan.lazy_n, plan.shape.kv_tokens, k, *plan.context_args)
-                self.next_time = self.now + self._dt
+            self._cut_run_at(t)
 
     def cancel(self, seq: Sequence, t: float, reason: str, final: bool = True) -> None:
         """The client of ``seq`` gives up at ``t`` (not before the engine's last event): as vLLM aborts a request,
@@ -237,11 +232,18 @@ class Engine:
             return
         plan = self._plan
         if plan is not None and plan.decode_run and not self._window_left and self.lockstep is None:
-            k = self._steps_to_see(plan, t, plan.steps)
-            if k < plan.steps:
-                plan.steps = k
-                self._dt = self.latency.decode_run_time(plan.lazy_n, plan.shape.kv_tokens, k, *plan.context_args)
-                self.next_time = self.now + self._dt
+            self._cut_run_at(t)
+
+    def _cut_run_at(self, t: float) -> None:
+        """The decode run in flight ends at the first boundary where the scheduler sees what happens at ``t`` (an
+        arrival, a cancel), if that is before its planned end."""
+        plan = self._plan
+        assert plan is not None
+        k = self._steps_to_see(plan, t, plan.steps)
+        if k < plan.steps:
+            plan.steps = k
+            self._dt = self.latency.decode_run_time(plan.lazy_n, plan.shape.kv_tokens, k, *plan.context_args)
+            self.next_time = self.now + self._dt
 
     def _apply_cancels(self) -> None:
         """Drop the cancelled sequences the scheduler can let go of now; the others wait for a later boundary."""

@@ -159,7 +159,7 @@ class Driver:
         engine.receive(seq, self.env.now)
         if engine.next_time != before:
             self.procs[e].schedule()
-        self._repush_touched()
+        self.repush_touched()
 
     def cancel(self, seq: Sequence, e: int, reason: str, final: bool = True) -> None:
         """The client of ``seq`` (on engine ``e``) gives up now (:meth:`Engine.cancel`)."""
@@ -177,9 +177,6 @@ class Driver:
 
     def repush_touched(self) -> None:
         """Reschedule the engines that something outside their own step moved (listed in ``touched``)."""
-        self._repush_touched()
-
-    def _repush_touched(self) -> None:
         touched = self.touched
         if touched:
             for e in touched:
@@ -190,7 +187,7 @@ class Driver:
 
     def stepped(self) -> None:
         """After an engine step: engines its hooks moved, a client freed by a completion, the end."""
-        self._repush_touched()
+        self.repush_touched()
         if self.stepped_hook is not None:
             self.stepped_hook()
         if self._client is not None and self.arrivals[self.arrived] != math.inf:
@@ -233,7 +230,7 @@ class Driver:
                 engines[e].receive(seqs[i], t)
                 if engines[e].next_time != before:
                     self.procs[e].schedule()
-            self._repush_touched()
+            self.repush_touched()
         self._arrivals_over = True
         self._check_done()
 

@@ -25,7 +25,13 @@ from typing import Any, Callable, Generator, Iterator
 import simpy
 
 from kvsim.engine.sequence import Sequence, Status
+from kvsim.errors import ConfigError
 from kvsim.validation import NON_NEGATIVE, POSITIVE, require
+
+
+def last_finish(seq: Sequence) -> float:
+    """When request ``seq`` finished: its last sample's finish (seconds on the clock)."""
+    return max(s.finish_s for s in (seq, *seq.samples) if s.finish_s is not None)
 
 
 class Call:
@@ -65,7 +71,7 @@ class Call:
         s = self.seq
         if s.status != Status.FINISHED or s.finish_s is None:
             return math.nan
-        return max(x.finish_s for x in (s, *s.samples) if x.finish_s is not None) - self.sent_s
+        return last_finish(s) - self.sent_s
 
     def __repr__(self) -> str:
         return f"Call(sid={self.sid}, status={self.status})"
@@ -85,8 +91,8 @@ class ClientBehaviour:
         require(self.think_s, NON_NEGATIVE, "think_s")
         if self.timeout_s is not None:
             require(self.timeout_s, POSITIVE, "timeout_s")
-        if self.retries < 0:
-            raise ValueError(f"retries: must be >= 0, got {self.retries}")
+        if not isinstance(self.retries, int) or self.retries < 0:
+            raise ConfigError(f"retries: must be a whole number >= 0, got {self.retries!r}")
 
 
 def behaving_client(

@@ -54,14 +54,16 @@ from kvsim.fleet.cluster import (
 from kvsim.fleet.disagg import LINKS, KVLink, disagg_summary
 from kvsim.fleet.routers import RouterOptions, make_router
 from kvsim.metrics import sequences_frame
-from kvsim.sim.clients import Call
+from kvsim.sim.clients import Call, last_finish
 from kvsim.sim.metrics import ReplicaScrape, Scrape, window_stats
 from kvsim.sim.pd import ENDED, PrefillDecode
 from kvsim.sim.startup import Startup
+from kvsim.trace.jsonl import parse_request
 from kvsim.trace.request import Request
 from kvsim.validation import NON_NEGATIVE, POSITIVE, require
 
 STATES = ("starting", "serving", "draining", "stopped", "failed")
+SEND_FIELDS = frozenset({"id", "priority", "hash_ids", "hash_block_tokens", "n", "session"})  # Fleet.send's extras
 # parallel samples' ids start here: never a request's, however many processes send (a request's id is its row)
 SAMPLE_IDS = 1 << 48
 
@@ -234,17 +236,26 @@ class Fleet:
         return self.env.process(self._guarded(generator, client=True))
 
     def send(self, prompt_tokens: int, output_tokens: int, **fields: Any) -> Call:
-        """Send a request now (its other fields, e.g. ``hash_ids`` or ``priority``, as :class:`Request`'s):
-        routed at once, or held while no replica serves. Returns its :class:`~kvsim.sim.clients.Call`."""
+        """Send a request now (its other fields, e.g. ``hash_ids`` or ``priority``, as a trace line's):
+        routed at once, or held while no replica serves. Returns its :class:`~kvsim.sim.clients.Call`. The
+        request is checked as a trace line is (TraceError names the ``fleet.send`` call by its number)."""
         if self.clients.limit is not None:
             raise ConfigError(
                 "a fleet whose trace has a client limit (--max-concurrency) takes no requests from processes: "
                 "write the clients as processes instead"
             )
+        unknown = set(fields) - SEND_FIELDS
+        if unknown:
+            raise ConfigError(
+                f"fleet.send: unknown request field(s) {', '.join(sorted(unknown))} (fields: {', '.join(sorted(SEND_FIELDS))})"
+            )
         now = self.env.now
         sid = len(self.seqs)
-        rid = str(fields.pop("id", f"sent-{sid}"))
-        req = Request(rid, self.trace.t0 + now, int(prompt_tokens), int(output_tokens), **fields)
+        line = {"id": f"sent-{sid}", **fields, "prompt_tokens": prompt_tokens, "output_tokens": output_tokens}
+        line["arrival_s"] = self.trace.t0 + now
+        if isinstance(line.get("hash_ids"), tuple):
+            line["hash_ids"] = list(line["hash_ids"])
+        req = parse_request(line, "fleet.send", sid - len(self.trace.seqs) + 1, sid)
         seq = Sequence(sid, req)
         self.seqs.append(seq)
         times = self.clients.times
@@ -270,8 +281,9 @@ class Fleet:
         reason = f"{reason} at {self.env.now:.6g} s"
         pd = self.pd
         first = pd.pseqs[sid] if pd else seq
-        if first in self._held or (pd is not None and seq in pd.held):
-            if first in self._held:
+        held_here = first in self._held
+        if held_here or (pd is not None and seq in pd.held):
+            if held_here:
                 self._held.remove(first)
             else:  # handed off while no decode replica served: the prefill side's parked KV is freed
                 assert pd is not None
@@ -584,21 +596,29 @@ class Fleet:
                 self._completions(1, t)
                 self._ended(ds)
                 return None
+        i = self.pick_serving(self.router, req, t, decode=False)
+        if i is None:
+            self._held.append(seq)
+            self._held_now()
+            return None
+        self.replica_of[seq.sid] = i
+        return i
+
+    def pick_serving(self, router, req: Request, t: float, decode: bool) -> int | None:
+        """``router``'s pick for ``req`` among the serving replicas of the decode pool (``decode``) or the others,
+        those of groups that could hold it (none could: all of them, the chosen one rejects it); None: none
+        serves."""
         cands: list[int] = []
         anyone: list[int] = []
         for name, members in self._serving.items():
-            if members and self.role[name] != "decode":
+            if members and (self.role[name] == "decode") == decode:
                 anyone += members
                 if self.engines[members[0]].can_hold(req):
                     cands += members
         if not anyone:
-            self._held.append(seq)
-            self._held_now()
             return None
-        cands = sorted(cands or anyone)  # none could: every serving replica (the chosen one rejects it)
-        i = self.router.pick(req, cands, t)
-        self.router.routed(req, i, t)
-        self.replica_of[seq.sid] = i
+        i = router.pick(req, sorted(cands or anyone), t)
+        router.routed(req, i, t)
         return i
 
     def _decode_rejection(self, req: Request) -> str | None:
@@ -713,11 +733,6 @@ class Fleet:
             self._scrapes.append(self.scrape)
 
 
-def last_finish(seq: Sequence) -> float:
-    """When request ``seq`` finished: its last sample's finish (seconds on the clock)."""
-    return max(s.finish_s for s in (seq, *seq.samples) if s.finish_s is not None)
-
-
 @dataclass(frozen=True)
 class Pools:
     """What a fleet serves with: one replica group (aggregated), or a prefill and a decode group with the
@@ -749,8 +764,8 @@ class Pools:
         )
 
     def gpus(self, counts: dict[str, int]) -> int:
-        """GPUs of ``counts`` replicas per group."""
-        return sum(counts[g.name] * g.cfg.gpus for g in self.groups)
+        """GPUs of ``counts`` replicas per group (each replica: its data-parallel ranks' GPUs)."""
+        return sum(replace(g, count=counts[g.name]).gpus for g in self.groups)
 
     def label(self, counts: dict[str, int]) -> str:
         """``3x`` (one group) or ``2P4D`` (pools)."""

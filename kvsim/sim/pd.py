@@ -112,19 +112,9 @@ class PrefillDecode:
     def route_decode(self, ds: Sequence, t: float) -> int | None:
         """Pick a serving decode replica for ``ds`` (None: none serves; it waits)."""
         f = self.fleet
-        cands: list[int] = []
-        anyone: list[int] = []
-        for name, members in f._serving.items():
-            if members and f.role[name] == "decode":
-                anyone += members
-                if f.engines[members[0]].can_hold(ds.req):
-                    cands += members
-        if not anyone:
-            return None
-        cands = sorted(cands or anyone)
-        j = f.decode_router.pick(ds.req, cands, t)
-        f.decode_router.routed(ds.req, j, t)
-        self.decode_of[ds.sid] = j
+        j = f.pick_serving(f.decode_router, ds.req, t, decode=True)
+        if j is not None:
+            self.decode_of[ds.sid] = j
         return j
 
     def _loader(self, j: int) -> Callable[[Sequence, int, float], float]:

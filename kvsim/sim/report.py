@@ -68,6 +68,12 @@ def add_over_time_columns(run, layout: str, slos: list[Slo], gpus: int, t0: floa
     s["cold_start_misses"] = cold_start_misses(run.requests, run.replica_table, slos, t0)
 
 
+def against_fixed(changing_gpu_h: float, fixed_gpu_h: float) -> str:
+    """``"41% fewer"`` (or ``"12% more"``): a changing fleet's GPU-hours against the fixed fleet's."""
+    saved = 1 - changing_gpu_h / max(fixed_gpu_h, 1e-12)
+    return f"{100 * abs(saved):.0f}% {'fewer' if saved >= 0 else 'more'}"
+
+
 def plot_over_time(timelines: dict[str, pd.DataFrame], path, slos: list[Slo] | tuple = ()) -> None:
     """Replicas (serving and starting) and the windowed TTFT p99 over the run, one line per run."""
     import matplotlib

@@ -240,10 +240,8 @@ def stream_convert(fmt: str, path: str, output: str, limit: int | None = None) -
     arrival, then the requests, written as they are read): memory stays flat however long the trace (the
     Azure 2024 week, BurstGPT's months). The file is the one :func:`convert` + ``write_trace`` give, byte for
     byte; the returned Converted holds no requests, only the counts."""
-    import json
-
     from kvsim.files import atomic_path
-    from kvsim.trace.jsonl import parse_request, request_to_dict
+    from kvsim.trace.jsonl import request_line
 
     columns, parse = CSV_FORMATS[fmt](path)
     t0 = None
@@ -263,10 +261,7 @@ def stream_convert(fmt: str, path: str, output: str, limit: int | None = None) -
             item = parse(row, line, skipped)
             if item is None:
                 continue
-            r = Request(str(written), _rebased(item[0], t0), item[1], item[2])
-            d = request_to_dict(r)
-            parse_request(d, f"request {r.id!r} to be written to {output}", written + 1, written)
-            fh.write(json.dumps(d, separators=(",", ":"), allow_nan=False) + "\n")
+            fh.write(request_line(Request(str(written), _rebased(item[0], t0), item[1], item[2]), output, written))
             written += 1
         if not written:  # (raised inside: the output, if it existed, is left as it was)
             why = "; ".join(f"skipped {n}: {w}" for w, n in skipped.most_common())

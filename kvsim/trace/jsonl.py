@@ -197,6 +197,12 @@ def write_trace(requests: list[Request], path: str | Path) -> None:
 
     with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as fh:
         for i, r in enumerate(requests):
-            d = request_to_dict(r)
-            parse_request(d, f"request {r.id!r} to be written to {path}", i + 1, i)
-            fh.write(json.dumps(d, separators=(",", ":"), allow_nan=False) + "\n")
+            fh.write(request_line(r, path, i))
+
+
+def request_line(r: Request, path: str | Path, i: int) -> str:
+    """Request ``r``, the ``i``-th (from 0) of a trace written to ``path``, as its JSONL line, checked exactly as
+    loading checks it."""
+    d = request_to_dict(r)
+    parse_request(d, f"request {r.id!r} to be written to {path}", i + 1, i)
+    return json.dumps(d, separators=(",", ":"), allow_nan=False) + "\n"
