@@ -21,7 +21,9 @@ usage is ... for peak activation"; docs/memory.md lists them):
   logs: 0.54-0.55 at TP2, 1.84 at TP4), on PCIe cards about 0.05.
 
 The sampler run's peak follows the release's sampler (read from vLLM's wheels 0.10-0.34; :func:`sampler_bytes`):
-up to 0.16 PyTorch's sort of the full logits (the bf16 logits, their fp32 copy, sorted values and int64 indices,
+V1 up to 0.11.0 FlashInfer's top-k/top-p where flashinfer is installed, as in vLLM's Docker image (14 bytes per
+entry; a Mistral-Small-3.2 log of the v0.11.0 image peaked at 2.12 GiB over 1,024 rows, at most 16.9 bytes, where
+the sort would keep 38.9); 0.11.1 to 0.16 PyTorch's sort of the full logits (the bf16 logits, their fp32 copy, sorted values and int64 indices,
 the sort's index and spare key/value buffers: 38 bytes per entry, as fitted; 50 below 128 rows, where PyTorch
 sorts another way); from 0.17 a Triton top-k/top-p kernel that works in place (PR #33538) and from 0.21
 FlashInfer's sampling kernels (PR #40376): 14 bytes per entry (logits, fp32 copy, softmax, output), plus the
@@ -47,6 +49,11 @@ PCIE_RANK_BYTES = 0.05 * GiB
 SORT_FEW_ROWS_BYTES = 50.0  # the sort below 128 rows (PyTorch's full-sort path: two more index buffers)
 IN_PLACE_BYTES = 14.0  # Triton / FlashInfer top-k/top-p: logits, fp32 copy, softmax, output
 V2_BYTES = 6.0  # V2 runner's dummy run without top-k/top-p: logits and their fp32 copy
+# [first, last) releases whose V1 sampler runs FlashInfer's top-k/top-p wherever flashinfer imports (its
+# VLLM_USE_FLASHINFER_SAMPLER unset counts as on; opt-in from 0.11.1, PR #26859), as in the official Docker image:
+# logits, fp32 copy, masked logits, probabilities (IN_PLACE_BYTES). A plain `pip install vllm` of these releases
+# has no flashinfer and sorts (SAMPLER_BYTES_PER_LOGIT; --activation-reserve-gb sets the reserve by hand).
+FLASHINFER_SAMPLER = ("0.8.0", "0.11.1")  # V1 from 0.8 (flashinfer issue #1180: 0.9.1's image logs "Using FlashInfer")
 V2_NO_COPY_BYTES = 2.0  # ... and without the copy
 
 
@@ -77,6 +84,8 @@ def sampler_bytes(model, rows: int, release: str | None) -> float:
     """Bytes per (row, vocabulary entry) at the peak of vLLM ``release``'s dummy sampler run over ``rows`` rows
     (None: the sort of 0.10-0.11, whose logs the reserve was fitted on; module docstring)."""
     sort = SAMPLER_BYTES_PER_LOGIT if rows >= 128 else SORT_FEW_ROWS_BYTES
+    if _from(release, FLASHINFER_SAMPLER[0]) and not _from(release, FLASHINFER_SAMPLER[1]):
+        return IN_PLACE_BYTES
     if not _from(release, "0.17.0"):
         return sort
     if _from(release, "0.33.0"):
@@ -94,7 +103,7 @@ def sampler_peak_bytes(model, max_num_seqs: int, release: str | None = None, sms
     GPU of ``sms`` SMs (the Triton top-k/top-p kernel's buffer holds one row per SM, up to the rows)."""
     per = sampler_bytes(model, max_num_seqs, release)
     buffer = 0.0
-    if per == IN_PLACE_BYTES and not _from(release, "0.33.0"):
+    if per == IN_PLACE_BYTES and _from(release, "0.17.0") and not _from(release, "0.33.0"):
         buffer = 4.0 * min(max_num_seqs, sms) * model.vocab_size
     return per * max_num_seqs * model.vocab_size + buffer
 

@@ -74,7 +74,10 @@ def test_the_sampler_runs_peak_follows_the_release():
 
     qwen3, llama, qwen25, moe = (get_model(n) for n in ("qwen3-8b", "llama-3.1-8b", "qwen2.5-7b", "gpt-oss-20b"))
     assert sampler_bytes(qwen3, 256, None) == sampler_bytes(qwen3, 256, "0.16.0") == SAMPLER_BYTES_PER_LOGIT
-    assert sampler_bytes(qwen3, 64, "0.11.0") == 50.0
+    assert sampler_bytes(qwen3, 64, "0.11.2") == 50.0
+    # V1 up to 0.11.0 takes FlashInfer's top-k/top-p where flashinfer imports (vLLM's Docker image): no sort
+    assert [sampler_bytes(qwen3, 1024, r) for r in ("0.7.3", "0.9.2", "0.11.0", "0.11.1")] == [38.9, 14.0, 14.0, 38.9]
+    assert sampler_peak_bytes(qwen3, 1024, "0.11.0", 132) == 14.0 * 1024 * 151936  # no Triton buffer
     assert sampler_bytes(qwen3, 256, "0.17.0") == sampler_bytes(qwen25, 256, "0.22.0") == 14.0
     assert sampler_bytes(qwen3, 4, "0.19.1") == 50.0  # under 8 rows the sort still runs
     assert [v2_runner_default(qwen3, r) for r in ("0.21.0", "0.22.0")] == [False, True]

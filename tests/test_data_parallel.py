@@ -51,7 +51,8 @@ def test_a_rank_prices_every_ranks_tokens_through_its_experts_and_the_exchange()
     m = get_model("deepseek-v3")
     rank = PerOpModel(m, g, calib, get_cpu_overhead("none"), 1, expert_parallel=True, dp=4)
     n, experts = next((n, e) for n, _, e in rank.classes if e is not None)
-    assert experts == MoeOp(7168, 2048, 256, 8, 1.0, True, 4, experts.quant)  # whole experts, 64 per GPU
+    # whole experts, 64 per GPU (a shape of no split over 4 expert-parallel ranks)
+    assert experts == MoeOp(7168, 2048, 256, 8, 1.0, True, 4, experts.quant, shape="7168,2048,256,8,1,4")
     # the experts see all 4 ranks' tokens; everything else only this rank's
     one = PerOpModel(m, g, calib, get_cpu_overhead("none"), 1, expert_parallel=True, dp=1)
     moe = lambda model, t: sum(k * e.seconds(calib, g, t, 2) for k, _, e in model.classes if e is not None)  # noqa: E731

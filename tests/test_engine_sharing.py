@@ -83,13 +83,32 @@ def test_preempted_request_only_hits_blocks_still_cached():
 
     x, res = scenario(pool_blocks=15)
     assert x.preemptions == 1 and x.status == "finished"
-    assert x.cached_tokens == 64 and res.extra["evictions"] == 0
+    # X's generated tokens' full blocks were cached too (vLLM hashes output blocks): A's growth takes those
+    # four first (freed last, evicted first), the prompt's survive
+    assert x.cached_tokens == 64 and res.extra["evictions"] == 4
     x, res = scenario(pool_blocks=11)
     assert x.preemptions == 1 and x.status == "finished"
     assert x.cached_tokens == 0 and res.extra["evictions"] >= 4
     # the plain paged allocator never reuses anything
     reqs = [req("A", 0.0, 16, 150), Request("X", 0.001, 64, 100, hash_ids=x_ids, hash_block_tokens=16)]
     assert run(reqs, "paged:16", pool=16 * 15).sequences[1].cached_tokens == 0
+
+
+def test_a_restart_without_hash_ids_finds_its_own_blocks_and_no_one_else_does():
+    """A request without hash ids shares nothing, but its restart after a recompute preemption hits the full
+    blocks it computed (prompt and output), as vLLM V1's does: they keep hashes of that sequence alone. B, whose
+    prompt is as long, never hits them; nor does the plain paged allocator."""
+
+    def scenario(spec):
+        reqs = [req("A", 0.0, 16, 150), req("X", 0.001, 64, 100), req("B", 0.002, 64, 4)]
+        return run(reqs, spec, pool=16 * 15)
+
+    res = scenario("paged:16+prefix")
+    a, x, b = res.sequences
+    assert x.preemptions == 1 and x.status == "finished"
+    assert x.cached_tokens == 64  # its four prompt blocks (its output blocks went to A's growth, as above)
+    assert b.cached_tokens == 0 and a.cached_tokens == 0
+    assert scenario("paged:16").sequences[1].cached_tokens == 0
 
 
 def test_blocks_of_a_sequence_preempted_before_its_prefill_ran_are_never_cached():

@@ -92,7 +92,11 @@ def test_h200_has_its_own_measured_calibration():
     h100, _ = shipped_calibration(get_gpu("h100-80gb"))
     assert c.decode_attention != h100.decode_attention and "marlin" in c.moe_backends["mxfp4"]
     _, old = shipped_calibration(get_gpu("h200-141gb"), "0.11")  # older than its tables: the oldest, warned
-    assert old.startswith("warning") and "0.24.0" in old
+    assert old.startswith("warning") and "0.14.0" in old
+    # every release AIConfigurator measured on H200 has its own tables (0.14, 0.18, 0.19, 0.22, 0.24)
+    c19, note19 = shipped_calibration(get_gpu("h200-141gb"), "0.19.1")
+    assert "kernels of vLLM 0.19.0 on h200-141gb" in note19 and "h200_sxm/gemm/vllm/0.19.0" in c19.sources["gemm"]
+    assert c19.gemm_quant["fp8"] != c.gemm_quant["fp8"]
 
 
 def _step_s(args: list[str], shape: StepShape) -> float:

@@ -227,6 +227,10 @@ class KVAllocator(ABC):
     def on_computed(self, seq_id: int, request: Request, computed_tokens: int) -> None:  # noqa: B027
         """The sequence's first ``computed_tokens`` tokens now have KV (prefix caches register blocks)."""
 
+    def keep_for_restart(self, seq_id: int, request: Request, computed_tokens: int) -> None:  # noqa: B027
+        """``seq_id`` is about to be freed by a recompute preemption with its first ``computed_tokens`` tokens'
+        KV computed: a prefix cache keeps what its restart can reuse."""
+
     def fork(self, parent_id: int, child_id: int, filled_tokens: int, request: Request) -> bool:
         """Let ``child_id`` share everything ``parent_id`` holds (parallel sampling). False: unsupported
         or no memory; the child then starts on its own."""

@@ -20,6 +20,8 @@ from kvsim.allocators.kv_tier import KVTier
 from kvsim.allocators.swap import SwapSpace
 from kvsim.trace.request import Request
 
+RESTART_SALT = 0x72657374617274  # seeds the private block hashes of a preempted sequence (keep_for_restart)
+
 
 def blocks_for(tokens: int, block_size: int) -> int:
     return -(-tokens // block_size)
@@ -52,6 +54,7 @@ class PagedAllocator(KVAllocator):
         self.core = BlockTables(self.pool, block_size)
         self._tables = self.core.tables
         self._chains: dict[int, list[int]] = {}  # seq_id -> its prompt block hashes (caching pools only)
+        self._restarts: dict[int, list[int]] = {}  # seq_id -> the block hashes its restart looks up (keep_for_restart)
         self.swap = SwapSpace(cpu_swap_tokens // block_size) if cpu_swap_tokens > 0 else None
         self.tiers: list[KVTier] = []  # lower prefix-cache tiers, nearest first (kv_tier.py)
         self.stats = {"cow_copies": 0, "forks": 0}
@@ -76,8 +79,29 @@ class PagedAllocator(KVAllocator):
     def _chain(self, seq_id: int, request: Request) -> list[int]:
         chain = self._chains.get(seq_id)
         if chain is None:
-            chain = self._chains[seq_id] = prompt_block_hashes(request, self.block_size)
+            chain = self._restarts.pop(seq_id, None) or prompt_block_hashes(request, self.block_size)
+            self._chains[seq_id] = chain
         return chain
+
+    def keep_for_restart(self, seq_id: int, request: Request, computed_tokens: int) -> None:
+        """Before a recompute preemption frees ``seq_id``: leave its computed full blocks in the prefix cache for
+        its restart to find, as vLLM V1 does (it hashes every full block, prompt and output, and a freed block
+        keeps its hash in the free queue until it is taken). The trace's hash ids name the prompt blocks they
+        cover; the blocks beyond them (a request without hash ids: all) get hashes of this sequence alone, so
+        only its own restart can hit them. Work done only when a sequence is preempted."""
+        if not self.caches_prefixes:
+            return
+        table = self._tables.get(seq_id)
+        if not table:
+            return
+        full = min(computed_tokens // self.block_size, len(table))
+        chain = self._chain(seq_id, request)
+        if len(chain) < full:
+            base = prompt_block_hashes(request, self.block_size)
+            chain = list(chain[: len(base)]) + [hash((RESTART_SALT, seq_id, j)) for j in range(len(base), full)]
+            self._chains[seq_id] = chain
+        self.pool.register(seq_id, chain, table, full, request)
+        self._restarts[seq_id] = chain
 
     def lookup_prefix(self, seq_id: int, request: Request, max_tokens: int) -> PrefixHit:
         if not self.caches_prefixes:
@@ -179,7 +203,7 @@ class PagedAllocator(KVAllocator):
                 seq_id, self._chain(seq_id, request), self._tables[seq_id], len(hits) + len(below), request
             )
         self.stats["lookup_blocks"] += request.prompt_tokens // self.block_size
-        self.stats["hit_blocks"] += len(hits)
+        self.stats["hit_blocks"] += min(len(hits), request.prompt_tokens // self.block_size)
         return True
 
     def grow_decodes(self, seqs: list) -> bool:

@@ -1165,6 +1165,42 @@ def fit_moe_table(m, gpu: GpuSpec, quant: str | None = None) -> MoeParams:
     )
 
 
+def preset_moe_shapes() -> set[tuple[int, int, int, int]]:
+    """(hidden, one expert's full width, experts, experts per token) of every MoE model preset."""
+    from kvsim.hardware.presets import MODEL_PRESETS
+
+    return {
+        (m.hidden_size, m.moe_intermediate_size, m.num_experts, m.experts_per_token)
+        for m in MODEL_PRESETS.values()
+        if m.is_moe
+    }
+
+
+def fit_moe_shapes(m, calib: Calibration, gpu: GpuSpec, quant: str | None = None, knots=None) -> dict:
+    """The ``moe_shapes`` entry (kvsim/latency/moe_shapes.py) of ``quant`` experts (None: bf16) from measured MoE
+    rows ``m`` (:func:`read_moe`): for each preset's shape, split and routing the table timed, measured / ``calib``'s
+    fit at the token counts nearest :data:`~kvsim.latency.moe_shapes.KNOTS` (``knots``: a function choosing row
+    indexes from the ascending token counts instead). Where the table times several kernels at one point, their
+    geometric mean (the fit, too, is over every kernel of the dtype)."""
+    from kvsim.latency.moe_shapes import knot_rows, shape_key
+
+    pick = knots or knot_rows
+    full = m["inter"] * m["tp"]
+    keep = np.array([s in preset_moe_shapes() for s in zip(m["hidden"], full, m["experts"], m["topk"])], dtype=bool)
+    if not keep.any():
+        return {}
+    rows = m[keep].assign(full=full[keep], ratio=m["seconds"][keep] / _moe_table_seconds(calib, gpu, m[keep], quant))
+    out: dict = {}
+    cols = ["hidden", "full", "experts", "topk", "tp", "ep", "routing"]
+    for (h, i, e, k, tp, ep, routing), g in rows.groupby(cols, sort=True):
+        per = g.groupby("tokens")["ratio"].apply(lambda r: float(np.exp(np.log(r).mean()))).sort_index()
+        ts = [int(t) for t in per.index]
+        idx = pick(ts)
+        key = shape_key(int(h), int(i), int(e), int(k), int(tp), int(ep))
+        out.setdefault(key, {})[str(routing)] = [[ts[j] for j in idx], [round(float(per.iloc[j]), 4) for j in idx]]
+    return out
+
+
 def evaluate_moe(m, calib: Calibration, gpu: GpuSpec, quant: str | None = None):
     """predicted / measured of the MoE rows (of ``quant`` experts) by ``calib`` as the per-operation model prices
     them (its MoE parameters, or without them its GEMM and element-wise ones), by tokens."""

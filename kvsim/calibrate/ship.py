@@ -5,6 +5,11 @@
     pip install aiconfigurator-core==0.12.0        # H200's tables (not in ../shared)
     python -m kvsim.calibrate.ship ../shared/profiles/aic installed [--vidur ../shared/profiles/vidur]
         [--before-commit REV]
+    # earlier releases of the chips the package holds only 0.24 of (H200, GB200, GB300, B300, L40S, RTX PRO 6000):
+    # the AIConfigurator repository keeps them; its tables at 095f58a, `git archive`d to a folder, then the
+    # folder's path replaced by github.com/ai-dynamo/aiconfigurator@095f58a:... in the files written
+    python -m kvsim.calibrate.ship ../shared/profiles/aic AIC/aic-core/src/aiconfigurator_core/systems/data \
+        --releases-only
 
 Each system's tables come from the first folder that has them (``installed``: the pip package's systems/data).
 The GPUs refitted: every preset with an AIConfigurator system (``GpuSpec.aic_system``) whose shipped
@@ -34,6 +39,7 @@ import subprocess
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from kvsim.calibrate.aic import (
@@ -251,6 +257,70 @@ def fit_releases(roots: list[str]) -> None:
     print(f"wrote {SHIPPED / RELEASES_INDEX}")
 
 
+def fit_shapes(roots: list[str]) -> None:
+    """Add to every shipped calibration fitted on AIConfigurator's tables (the newest and each release's) the
+    measured / fitted MoE times of the MoE presets' shapes (kvsim/latency/moe_shapes.py), from the MoE table of
+    the release its MoE parameters were fitted on; nothing else in the files changes. Between the kept token
+    counts the ratios are interpolated: the table's other token counts check that (``fit.moe_shapes``)."""
+    from kvsim.calibrate.aic import fit_moe_shapes
+    from kvsim.latency.moe_shapes import shape_factor
+
+    paths = sorted(SHIPPED.glob("*.json")) + sorted(RELEASES_DIR.glob("*.json"))
+    for path in paths:
+        if path.name == RELEASES_INDEX:
+            continue
+        calib = load_calibration(path)
+        aic = calib.fit.get("aic", {})
+        version = aic.get("versions", {}).get("moe_perf")
+        gpu = GPU_PRESETS.get(calib.gpu)
+        if not version or gpu is None or not gpu.aic_system:
+            continue
+        root = system_root(roots, gpu.aic_system)
+        data = read_aic(root, gpu.aic_system, version, kinds=("moe",), gpu=gpu)
+        parts = [("bf16", data.moe, None)] if data.moe is not None and calib.moe is not None else []
+        parts += [(q, rows, q) for q, rows in data.moe_quant.items() if q in calib.moe_quant and len(rows) >= 8]
+        shapes, errors = {}, []
+        for dtype, rows, quant in parts:
+            table = fit_moe_shapes(rows, calib, gpu, quant)
+            if not table:
+                continue
+            shapes[dtype] = table
+            every = fit_moe_shapes(rows, calib, gpu, quant, knots=lambda ts: list(range(len(ts))))
+            for key, by_routing in every.items():
+                for routing, (ts, rs) in by_routing.items():
+                    kept = set(table[key][routing][0])
+                    errors += [shape_factor(table, key, routing, t) / r for t, r in zip(ts, rs) if t not in kept]
+        stats: dict = {"shapes": sum(len(t) for t in shapes.values())}
+        if errors:
+            e = np.array(errors)
+            stats["between_knots"] = {
+                "n": int(len(e)),
+                "median": float(np.median(e)),
+                "p10": float(np.percentile(e, 10)),
+                "p90": float(np.percentile(e, 90)),
+            }
+        src = (
+            f"measured / fitted MoE layer times of the MoE presets' shapes, from {gpu.aic_system}/moe/vllm/"
+            f"{data.versions['moe_perf']}/moe_perf ({data_source(root)}), at up to 8 token counts"
+        )
+        calib = replace(
+            calib,
+            moe_shapes=shapes,
+            sources={**calib.sources, "moe_shapes": src},
+            fit={**calib.fit, "moe_shapes": stats},
+        )
+        save_calibration(calib, path)
+        between = stats.get("between_knots")
+        print(
+            f"{path.name}: {stats['shapes']} shapes"
+            + (
+                f"; between kept token counts {between['median']:.3f} [{between['p10']:.3f}, {between['p90']:.3f}]"
+                if between
+                else ""
+            )
+        )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument(
@@ -266,7 +336,15 @@ def main() -> None:
         action="store_true",
         help="only (re)fit the calibrations of earlier vLLM releases over the shipped newest ones",
     )
+    ap.add_argument(
+        "--moe-shapes",
+        action="store_true",
+        help="only add the MoE presets' measured shapes to every shipped calibration (moe_shapes)",
+    )
     a = ap.parse_args()
+    if a.moe_shapes:
+        fit_shapes(a.aic)
+        return
     if a.releases_only:
         fit_releases(a.aic)
         return

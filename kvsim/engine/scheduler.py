@@ -272,6 +272,7 @@ class Scheduler:
             self.counts["preempt_partial"] += 1
             self._holding[seq.sid] = seq
         else:
+            self.alloc.keep_for_restart(seq.sid, seq.req, seq.computed)
             self.alloc.free(seq.sid)
             self.counts["preempt_recompute"] += 1
         self.filled_tokens -= seq.computed - kept

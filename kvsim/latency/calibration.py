@@ -11,6 +11,7 @@ Shipped calibrations live in ``kvsim/latency/calibrations/<gpu>.json``; `kvsim c
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from kvsim.errors import ConfigError
 from kvsim.files import read_json_object, write_text_atomically
 from kvsim.hardware import GpuSpec
 from kvsim.hardware.gpus import GPU_PRESETS
+from kvsim.latency.moe_shapes import check_table
 from kvsim.releases import RELEASES_DIR, RELEASES_INDEX, SHIPPED, release_calibration  # noqa: F401 (re-exported)
 from kvsim.releases import chosen_release, kernel_mismatches, release_key, vllm_releases
 
@@ -216,6 +218,9 @@ def with_moe_backend(calib: "Calibration", backend: str, quant: str | None) -> "
             f"{calib.gpu} in this calibration (measured: {have}); use auto"
         )
     p = fits[backend]
+    # the measured shapes' ratios are to the fit of every kernel of the dtype: the backend's own fit prices it
+    shapes = {k: v for k, v in calib.moe_shapes.items() if k != dtype}
+    calib = replace(calib, moe_shapes=shapes)
     return replace(calib, moe_quant={**calib.moe_quant, quant: p}) if quant else replace(calib, moe=p)
 
 
@@ -309,6 +314,9 @@ class Calibration:
     # -> backend (MOE_BACKENDS) -> MoeParams fitted on that kernel's rows alone (``moe``/``moe_quant`` are
     # fitted on every row of the dtype, whichever kernel a table timed)
     moe_backends: dict = field(default_factory=dict)
+    # measured / fitted MoE layer times of the shapes the tables timed (kvsim/latency/moe_shapes.py): experts'
+    # dtype ("bf16" or MOE_QUANT) -> shape key -> routing -> [[tokens], [ratios]]
+    moe_shapes: dict = field(default_factory=dict)
 
     def link(self, n: int, interconnect: str) -> LinkParams:
         """All-reduce parameters for n GPUs (the nearest measured group size if n itself was not)."""
@@ -366,6 +374,10 @@ class Calibration:
                         for b, v in _object(t, f"moe_backends {q}").items()
                     }
                     for q, t in _object(d.get("moe_backends", {}), "moe_backends").items()
+                },
+                moe_shapes={
+                    _quant_key(q, {"bf16": 0, **MOE_QUANT}, "moe_shapes"): check_table(t, f"moe_shapes {q}")
+                    for q, t in _object(d.get("moe_shapes", {}), "moe_shapes").items()
                 },
             )
         except (KeyError, TypeError, ValueError, AttributeError) as e:
@@ -469,8 +481,14 @@ def _build(cls, values: dict):
     return obj
 
 
+_NUMBER_LIST = re.compile(r"\[\s*(-?[0-9][-+0-9.eE]*(?:,\s*-?[0-9][-+0-9.eE]*)*)\s*\]")
+
+
 def save_calibration(calib: Calibration, path: str | Path) -> None:
-    write_text_atomically(path, json.dumps(calib.to_json(), indent=1) + "\n")
+    text = json.dumps(calib.to_json(), indent=1)
+    # lists of numbers on one line each (moe_shapes holds thousands of them)
+    text = _NUMBER_LIST.sub(lambda m: "[" + ", ".join(x.strip() for x in m.group(1).split(",")) + "]", text)
+    write_text_atomically(path, text + "\n")
 
 
 def load_calibration(path: str | Path) -> Calibration:
@@ -539,6 +557,13 @@ def shipped_calibration(gpu: GpuSpec, vllm_version: str | None = None) -> tuple[
             else:
                 have.pop(key, None)
             c = replace(c, **{attr: have})
+            if attr in ("moe_quant", "moe_backends"):  # the measured shapes' ratios are to that dtype's kernels
+                shapes = dict(c.moe_shapes)
+                if key in newest.moe_shapes:
+                    shapes[key] = newest.moe_shapes[key]
+                else:
+                    shapes.pop(key, None)
+                c = replace(c, moe_shapes=shapes)
         rel, top = chosen_release(chip, vllm_version), max(vllm_releases()[chip], key=release_key)
         ops = sorted({m.op.split(" by ")[0] for m in wrong})
         release_note = "; ".join(

@@ -52,6 +52,7 @@ from kvsim.latency.calibration import (
     GemmParams,
 )
 from kvsim.latency.cpu import CpuOverhead
+from kvsim.latency.moe_shapes import shape_factor, shape_key
 from kvsim.latency.routing import DEFAULT_ROUTING, active_experts
 
 SAMPLER_BYTES_PER_VOCAB = 4 * 3  # fp32 logits, about three passes (temperature/softmax, top-p, sample)
@@ -248,6 +249,7 @@ class MoeOp:
     ep: int = 1  # expert-parallel ranks the experts are spread over
     quant: str | None = None  # the experts' quantized dtype (calibration.MOE_QUANT), None: bf16
     routing: str = DEFAULT_ROUTING  # how the router spreads tokens over experts (kvsim.latency.routing)
+    shape: str = ""  # its moe_shapes.shape_key: where the calibration has the shape's measured times
 
     def distinct(self, tokens: int) -> float:
         """Expected experts (of all ranks) that ``tokens`` tokens activate under the layer's routing."""
@@ -256,7 +258,7 @@ class MoeOp:
     def seconds(self, calib: Calibration, gpu: GpuSpec, tokens: int, dtype_bytes: int) -> float:
         if tokens <= 0:
             return 0.0
-        return moe_formula(
+        t = moe_formula(
             calib,
             gpu,
             tokens,
@@ -271,6 +273,8 @@ class MoeOp:
             self.quant,
             self.distinct(tokens),
         )
+        table = calib.moe_shapes.get(self.quant or "bf16")
+        return t * shape_factor(table, self.shape, self.routing, tokens) if table else t
 
 
 def moe_formula(
@@ -358,9 +362,10 @@ def layer_classes(
             ranks = tp * dp
             ep = ranks if expert_parallel else 1
             wb = model.expert_dtype_bytes if model.expert_dtype else model.weight_dtype_bytes
+            split = ranks // ep  # the ranks each expert's width is split over
             experts = MoeOp(
                 h,
-                -(-model.moe_intermediate_size // (ranks // ep)),
+                -(-model.moe_intermediate_size // split),
                 model.num_experts,
                 model.experts_per_token,
                 wb,
@@ -368,6 +373,7 @@ def layer_classes(
                 ep,
                 expert_quant(model),
                 routing,
+                shape_key(h, model.moe_intermediate_size, model.num_experts, model.experts_per_token, split, ep),
             )
         else:
             ffn, experts = ffn_ops(model, tp, model.intermediate_size), None

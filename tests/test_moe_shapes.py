@@ -1,0 +1,118 @@
+"""Measured MoE shapes (kvsim/latency/moe_shapes.py): the fit times the ratio stored for the layer's shape."""
+
+import json
+import math
+
+import pytest
+
+from kvsim.errors import ConfigError
+from kvsim.hardware import get_gpu, get_model
+from kvsim.latency.calibration import (
+    Calibration,
+    MoeParams,
+    load_calibration,
+    save_calibration,
+    shipped_calibration,
+    with_moe_backend,
+)
+from kvsim.latency.moe_shapes import check_table, knot_rows, shape_factor, shape_key
+from kvsim.latency.perop import layer_classes
+
+TABLE = {"4096,1536,128,8,8,1": {"power-law-1.2": [[1, 16, 256], [0.5, 1.0, 2.0]], "balanced": [[4], [3.0]]}}
+KEY = "4096,1536,128,8,8,1"
+
+
+def test_factor_at_knots_between_them_in_log_tokens_and_held_at_the_ends():
+    f = lambda t, r="power-law-1.2": shape_factor(TABLE, KEY, r, t)  # noqa: E731
+    assert f(16) == 1.0 and f(1) == 0.5 and f(256) == 2.0
+    assert f(4) == pytest.approx(0.75)  # halfway between 1 and 16 in log scale
+    assert f(64) == pytest.approx(1.5)
+    assert f(0.5) == 0.5 and f(10_000) == 2.0
+    assert f(123, "balanced") == 3.0  # one knot: held everywhere
+    assert f(4, "power-law-1.01") == pytest.approx(0.75)  # no ratios of its own: power-law-1.2's
+    assert f(4, "uniform") == pytest.approx(0.75)
+    assert shape_factor(TABLE, "4096,1536,128,8,4,1", "power-law-1.2", 16) == 1.0  # a split not measured
+    assert shape_factor({}, KEY, "power-law-1.2", 16) == 1.0
+
+
+def test_knots_are_the_measured_token_counts_nearest_each_decade_step():
+    ts = [1, 2, 3, 4, 8, 16, 32, 48, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768]
+    assert [ts[i] for i in knot_rows(ts)] == [1, 4, 16, 64, 256, 1024, 4096, 16384]
+    few = [1, 2, 6, 20]
+    assert [few[i] for i in knot_rows(few)] == [1, 6, 20]  # the nearest to 1, 4 and 16; none beyond
+
+
+def test_the_moe_layer_of_a_model_with_its_shape_measured_takes_the_ratio():
+    model = get_model("qwen3-235b-a22b")
+    gpu = get_gpu("h100-80gb")
+    base = Calibration(gpu="h100-80gb", moe=MoeParams())
+    [(_, _, experts)] = [c for c in layer_classes(model, 8) if c[2] is not None]
+    assert experts.shape == shape_key(4096, 1536, 128, 8, 8, 1)
+    plain = experts.seconds(base, gpu, 16, 2)
+    priced = Calibration(gpu="h100-80gb", moe=MoeParams(), moe_shapes={"bf16": TABLE})
+    assert experts.seconds(priced, gpu, 16, 2) == pytest.approx(plain)
+    assert experts.seconds(priced, gpu, 256, 2) == pytest.approx(2.0 * experts.seconds(base, gpu, 256, 2))
+    # expert parallelism over the 8 GPUs is another split: not this shape's ratios
+    [(_, _, ep)] = [c for c in layer_classes(model, 8, expert_parallel=True) if c[2] is not None]
+    assert ep.shape == shape_key(4096, 1536, 128, 8, 1, 8)
+    assert ep.seconds(priced, gpu, 256, 2) == pytest.approx(ep.seconds(base, gpu, 256, 2))
+    # FP8 experts look up their own dtype's ratios
+    fp8 = Calibration(gpu="h100-80gb", moe=MoeParams(), moe_quant={"fp8": MoeParams()}, moe_shapes={"bf16": TABLE})
+    [(_, _, q)] = [c for c in layer_classes(get_model("qwen3-235b-a22b-fp8"), 8) if c[2] is not None]
+    assert q.quant == "fp8"
+    assert q.seconds(fp8, gpu, 256, 1) == pytest.approx(q.seconds(replace_shapes(fp8, {}), gpu, 256, 1))
+
+
+def replace_shapes(c, shapes):
+    from dataclasses import replace
+
+    return replace(c, moe_shapes=shapes)
+
+
+def test_a_moe_backend_chosen_by_hand_drops_the_dtypes_ratios():
+    c = Calibration(
+        gpu="h100-80gb",
+        moe=MoeParams(),
+        moe_backends={"bf16": {"triton": MoeParams(t0_s=1e-5)}},
+        moe_shapes={"bf16": TABLE, "fp8": TABLE},
+    )
+    picked = with_moe_backend(c, "triton", None)
+    assert "bf16" not in picked.moe_shapes and picked.moe_shapes["fp8"] == TABLE
+    assert with_moe_backend(c, "auto", None).moe_shapes == c.moe_shapes
+
+
+def test_shipped_calibrations_carry_the_presets_shapes_and_round_trip(tmp_path):
+    c, _ = shipped_calibration(get_gpu("h100-80gb"))
+    key = shape_key(4096, 1536, 128, 8, 8, 1)  # Qwen3-235B-A22B at TP8
+    assert key in c.moe_shapes["bf16"] and "power-law-1.2" in c.moe_shapes["bf16"][key]
+    ts, rs = c.moe_shapes["bf16"][key]["power-law-1.2"]
+    assert ts == sorted(ts) and all(0.2 < r < 5 for r in rs)
+    assert "moe_shapes" in c.sources and c.fit["moe_shapes"]["shapes"] > 50
+    save_calibration(c, tmp_path / "c.json")
+    assert load_calibration(tmp_path / "c.json") == c
+    text = (tmp_path / "c.json").read_text()
+    assert "[1, 4, 16, 64, 256, 1024, 4096, 16384]" in text  # number lists on one line
+
+
+@pytest.mark.parametrize(
+    "bad, says",
+    [
+        ({"4096,1536,128,8": {}}, "six positive whole numbers"),
+        ({KEY: {"zipf": [[1], [1.0]]}}, "unknown routing"),
+        ({KEY: {"balanced": [[4, 1], [1.0, 1.0]]}}, "ascending"),
+        ({KEY: {"balanced": [[1, 4], [1.0]]}}, "as many of each"),
+        ({KEY: {"balanced": [[1], [math.inf]]}}, "finite"),
+        ({KEY: {"balanced": [[1], [0.0]]}}, "above 0"),
+        ({KEY: {"balanced": [1, 2]}}, "[[tokens...], [ratios...]]"),
+    ],
+)
+def test_a_bad_shape_table_is_refused_by_name(tmp_path, bad, says):
+    with pytest.raises(ValueError, match=None) as e:
+        check_table(bad, "moe_shapes bf16")
+    assert says in str(e.value)
+    c = Calibration(gpu="h100-80gb").to_json()
+    c["moe_shapes"] = {"bf16": bad}
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps(c))
+    with pytest.raises(ConfigError, match="not a usable latency calibration"):
+        load_calibration(path)
