@@ -46,9 +46,7 @@ def server(r) -> dict:
 
 def replay(r) -> dict:
     """kvsim's median and mean TTFT and TPOT (seconds) and output tokens/s for run ``r``."""
-    import numpy as np
-
-    from kvsim.metrics import percentile
+    from kvsim.commands.validate import replay_summary
     from kvsim.options import config_from_options
     from kvsim.runner import resolve_allocator, simulate
     from kvsim.trace.request import Request
@@ -59,24 +57,13 @@ def replay(r) -> dict:
     reqs = [Request(str(i), 0.0, prompt, out_len, line=i + 1) for i in range(n)]
     cfg = config_from_options(server(r))
     out = simulate(reqs, cfg, resolve_allocator("paged+prefix", cfg, named=False))
-    df = out.requests
-    done = df[df.status == "finished"]
-    ttft, tpot = done.ttft_s.to_numpy(), done.tpot_s.dropna().to_numpy()
-    return {
-        "not_finished": int(len(df) - len(done)),
-        "preemptions": int(out.summary["preemptions"]),
-        "ttft_p50": percentile(ttft, 50),
-        "ttft_mean": float(np.mean(ttft)),
-        "tpot_p50": percentile(tpot, 50),
-        "tpot_mean": float(np.mean(tpot)),
-        "out_tok_s": out.summary["throughput_tok_s"],
-    }
+    return {**replay_summary(out), "preemptions": int(out.summary["preemptions"])}
 
 
 def main() -> None:
     import pandas as pd
 
-    from kvsim.commands.validate import ratio_table, save_table
+    from kvsim.commands.validate import add_ratios, ratio_table, save_table
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", default=str(ROOT / "benchmarks" / "data" / "gpustack_qwen3_235b_h100.csv"))
@@ -102,10 +89,7 @@ def main() -> None:
             "not_finished": p["not_finished"],
             "preemptions": p["preemptions"],
         }
-        for k, v in meas.items():
-            row[f"{k}_measured"], row[f"{k}_predicted"] = v, p[k]
-            row[f"{k}_ratio"] = p[k] / v
-        rows.append(row)
+        rows.append(add_ratios(row, meas, p))
         print(
             f"{r.weights} tp{r.tp} {r.isl}/{r.osl}: TTFT {row['ttft_p50_ratio']:.2f}, TPOT {row['tpot_p50_ratio']:.2f}, "
             f"tok/s {row['out_tok_s_ratio']:.2f}",

@@ -79,9 +79,7 @@ def server(r, kernels: str, routing: str | None = None) -> dict:
 
 def replay(r, kernels: str, routing: str | None = None) -> dict:
     """kvsim's median and mean TTFT and TPOT (seconds) and output tokens/s for run ``r``."""
-    import numpy as np
-
-    from kvsim.metrics import percentile
+    from kvsim.commands.validate import replay_summary
     from kvsim.options import config_from_options
     from kvsim.runner import resolve_allocator, simulate
     from kvsim.trace.request import Request
@@ -90,24 +88,13 @@ def replay(r, kernels: str, routing: str | None = None) -> dict:
     ins, outs = lengths(int(r.isl), int(r.osl), n)
     reqs = [Request(str(i), 0.0, int(p), int(o), line=i + 1) for i, (p, o) in enumerate(zip(ins, outs))]
     cfg = config_from_options(server(r, kernels, routing))
-    out = simulate(reqs, cfg, resolve_allocator("paged", cfg, named=False))
-    df = out.requests
-    done = df[df.status == "finished"]
-    ttft, tpot = done.ttft_s.to_numpy(), done.tpot_s.dropna().to_numpy()
-    return {
-        "not_finished": int(len(df) - len(done)),
-        "ttft_p50": percentile(ttft, 50),
-        "ttft_mean": float(np.mean(ttft)),
-        "tpot_p50": percentile(tpot, 50),
-        "tpot_mean": float(np.mean(tpot)),
-        "out_tok_s": out.summary["throughput_tok_s"],
-    }
+    return replay_summary(simulate(reqs, cfg, resolve_allocator("paged", cfg, named=False)))
 
 
 def main() -> None:
     import pandas as pd
 
-    from kvsim.commands.validate import save_table
+    from kvsim.commands.validate import add_ratios, save_table
     from kvsim.latency.routing import ROUTINGS
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -147,10 +134,7 @@ def main() -> None:
             "half": "fit" if r.Index % 2 == 0 else "held out",
             "not_finished": p["not_finished"],
         }
-        for k, v in meas.items():
-            row[f"{k}_measured"], row[f"{k}_predicted"] = v, p[k]
-            row[f"{k}_ratio"] = p[k] / v if v > 0 else float("nan")
-        rows.append(row)
+        rows.append(add_ratios(row, meas, p))
         print(
             f"{r.gpu} {r.vllm} {r.isl}/{r.osl} tp{r.tp} c{r.conc}: TTFT {row['ttft_p50_ratio']:.2f}, "
             f"TPOT {row['tpot_p50_ratio']:.2f}, tok/s {row['out_tok_s_ratio']:.2f}",

@@ -116,7 +116,7 @@ def replay(d: dict, preset: str, quant: str | None, tp: int, max_len: int, steps
 
 
 def main() -> None:
-    from kvsim.commands.validate import save_table
+    from kvsim.commands.validate import add_ratios, save_table
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("folder")
@@ -164,10 +164,7 @@ def main() -> None:
             "itl_over_tpot": ratio,
             "scheduler_steps": steps,
         }
-        for k, v in meas.items():
-            row[f"{k}_measured"], row[f"{k}_predicted"] = v, p[k]
-            row[f"{k}_ratio"] = p[k] / v if v > 0 else float("nan")
-        rows.append(row)
+        rows.append(add_ratios(row, meas, p))
         print(
             f"{rel}: steps {steps}, TTFT p50 {row['ttft_p50_ratio']:.2f}, TPOT p50 {row['tpot_p50_ratio']:.2f}, "
             f"tok/s {row['out_tok_s_ratio']:.2f}",

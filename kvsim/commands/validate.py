@@ -10,6 +10,35 @@ from pathlib import Path
 METRICS = ("ttft", "tpot", "e2e")
 
 
+def replay_summary(out) -> dict:
+    """A replayed run's summary as benchmark clients report theirs: requests not finished, median and mean TTFT
+    and TPOT of the finished ones (seconds) and output tokens/s (``out``: a runner.simulate result)."""
+    import numpy as np
+
+    from kvsim.metrics import percentile
+
+    df = out.requests
+    done = df[df.status == "finished"]
+    ttft, tpot = done.ttft_s.to_numpy(), done.tpot_s.dropna().to_numpy()
+    return {
+        "not_finished": int(len(df) - len(done)),
+        "ttft_p50": percentile(ttft, 50),
+        "ttft_mean": float(np.mean(ttft)),
+        "tpot_p50": percentile(tpot, 50),
+        "tpot_mean": float(np.mean(tpot)),
+        "out_tok_s": out.summary["throughput_tok_s"],
+    }
+
+
+def add_ratios(row: dict, measured: dict, predicted: dict) -> dict:
+    """``row`` with ``<metric>_measured``, ``_predicted`` and ``_ratio`` (predicted / measured; NaN where nothing
+    positive was measured) for each metric of ``measured``."""
+    for k, v in measured.items():
+        row[f"{k}_measured"], row[f"{k}_predicted"] = v, predicted[k]
+        row[f"{k}_ratio"] = predicted[k] / v if v > 0 else float("nan")
+    return row
+
+
 def compare_run(run, cfg) -> tuple[dict, object]:
     """(one summary row, per-request frame) of kvsim replaying ``run`` with ``cfg`` (its load set from the file)."""
     import numpy as np
