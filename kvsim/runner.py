@@ -97,8 +97,8 @@ def simulate(
         raise ConfigError(
             f"--data-parallel-size {cfg.dp}: a data-parallel replica is {cfg.dp} engines behind a load "
             f"balancer; simulate it with `kvsim cluster --replicas 1 --data-parallel-size {cfg.dp} "
-            "--routers dp-lb` (size fleets of them with `kvsim plan --fleet-max-gpus`; `kvsim memory` "
-            "and `kvsim latency` show one rank)"
+            "--routers dp-lb` and the same workload flags (size fleets of them with `kvsim plan "
+            "--fleet-max-gpus`; `kvsim memory` and `kvsim latency` show one rank)"
         )
     pool = pool or cfg.pool_plan()
     alloc = build_allocator(cfg, allocator, pool)

@@ -456,3 +456,30 @@ def test_genai_perf_flags_are_aliases_and_its_stddevs_name_its_client(tmp_path):
     assert theirs.read_bytes() == ours.read_bytes()
     prompts = [json.loads(line)["prompt_tokens"] for line in theirs.read_text().splitlines()]
     assert len(prompts) == 64 and len(set(prompts)) > 10  # normal draws, not one length
+
+
+def test_cluster_takes_the_clients_flags_as_run_does(tmp_path, capsys):
+    """`kvsim cluster` generates the benchmark's workload as `kvsim run` does: one replica behind a router is
+    the single engine's run, request for request, and --seed stays the routers' (the workload's is
+    --random-seed)."""
+    import pandas as pd
+
+    load = ["--max-concurrency", "3", "--random-input-len", "40", "--random-output-len", "6", "--num-prompts", "9"]
+    load += ["--random-range-ratio", "0.5", "--random-seed", "2", "--model", "llama-2-7b", "--gpu", "a100-80gb"]
+    assert main(["run", *load, "--out", str(tmp_path / "run")]) == 0
+    cluster = ["cluster", *load, "--replicas", "1", "--routers", "round-robin", "--seed", "7"]
+    assert main([*cluster, "--out", str(tmp_path / "cl")]) == 0
+    assert "random-40-6" in capsys.readouterr().out
+    run = pd.read_csv(tmp_path / "run" / "requests.csv").sort_values("id")
+    cl = pd.read_csv(tmp_path / "cl" / "requests.csv").sort_values("id")
+    assert len(cl) == 9 and (cl.status == "finished").all()
+    assert list(cl.prompt_tokens) == list(run.prompt_tokens) and list(cl.output_tokens) == list(run.output_tokens)
+    assert list(cl.ttft_s) == pytest.approx(list(run.ttft_s))
+    r = subprocess.run(
+        [sys.executable, "-m", "kvsim.cli", *cluster, "--trace", str(tmp_path / "x.jsonl")],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
+    assert r.returncode == 2 and "--max-concurrency describes" not in r.stderr
+    assert "describes a generated benchmark workload and --trace a recorded one" in r.stderr

@@ -184,8 +184,18 @@ def cmd_cluster(a: argparse.Namespace) -> int:
             layouts.append(("agg", _merged(pools[0] + pools[1])))
     else:
         layouts.append(("agg", _groups(a, cfg, spec, a.groups)))
-    loaded = load_trace(a.trace, skip_invalid=bool(a.skip_invalid))
-    trace_name = Path(a.trace).stem
+    from kvsim.commands.simulate import bench_workload
+
+    bench = bench_workload(a)
+    if bench is not None:  # a benchmark client's workload (--dataset-name random, ...) instead of --trace
+        from kvsim.trace.jsonl import LoadedTrace
+
+        loaded, trace_name = LoadedTrace(bench.requests(), bench.name), bench.name
+        for note in bench.notes():
+            print(note, file=sys.stderr)
+    else:
+        loaded = load_trace(a.trace, skip_invalid=bool(a.skip_invalid))
+        trace_name = Path(a.trace).stem
     from kvsim.commands.args import result_marker, results_dir
 
     out, out_note = results_dir(a, Path(DEFAULT_OUT) / f"cluster-{trace_name}")
@@ -320,7 +330,7 @@ def register(sub) -> None:
         "has its own allocator, prefix cache, scheduler and latency model, all on one "
         "simulated clock.",
     )
-    add_sim_args(c, "cluster", fleet=True)
+    add_sim_args(c, "cluster", fleet=True, workload=True, seed_alias=False)  # --seed: the routers
     g = c.add_argument_group("fleet")
     g.add_argument(
         "--replicas",

@@ -13,10 +13,14 @@ DEFAULT_ALLOCATORS = "max,pow2,oracle,paged"  # paged takes --block-size
 HYBRID_DEFAULT_ALLOCATORS = "naive,static-split,hybrid"  # models whose layers keep different caches
 
 
-def add_sim_args(p: argparse.ArgumentParser, command: str, fleet: bool = False, workload: bool = False) -> None:
+def add_sim_args(
+    p: argparse.ArgumentParser, command: str, fleet: bool = False, workload: bool = False, seed_alias: bool = True
+) -> None:
     """--trace, every simulation option (kvsim/options.py), and the output flags (``fleet``: folder and format).
     ``workload``: the command also takes a generated benchmark workload (--dataset-name random, ...) instead of
-    --trace (kvsim/trace/bench_load.py); other commands keep --trace required and refuse the workload flags."""
+    --trace (kvsim/trace/bench_load.py); other commands keep --trace required and refuse the workload flags.
+    ``seed_alias``: --seed stands for --random-seed, as vLLM spells it (not where the command has a --seed of
+    its own)."""
     from kvsim.options import add_options
 
     if workload:
@@ -33,7 +37,7 @@ def add_sim_args(p: argparse.ArgumentParser, command: str, fleet: bool = False, 
             help="request trace, kvsim JSONL (docs/traces.md; other formats: `kvsim trace convert`)",
         )
     add_options(p)
-    if workload:  # vLLM's spelling; not in the options table, where `kvsim cluster` has a --seed of its own
+    if workload and seed_alias:  # vLLM's spelling; not in the options table
         p.add_argument(
             "--seed",
             dest="random_seed",
