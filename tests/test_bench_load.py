@@ -483,3 +483,17 @@ def test_cluster_takes_the_clients_flags_as_run_does(tmp_path, capsys):
     )
     assert r.returncode == 2 and "--max-concurrency describes" not in r.stderr
     assert "describes a generated benchmark workload and --trace a recorded one" in r.stderr
+
+
+def test_run_with_data_parallel_ranks_is_the_one_replica_cluster(tmp_path, capsys):
+    """`kvsim run -dp 2` runs the replica of two engines behind vLLM's load balancer, as `kvsim cluster
+    --replicas 1 --routers dp-lb` does, and says so; --record-batches (one engine's batches) is refused."""
+    load = ["--max-concurrency", "4", "--random-input-len", "40", "--random-output-len", "6", "--num-prompts", "12"]
+    load += ["--model", "llama-2-7b", "--gpu", "a100-80gb", "-dp", "2"]
+    assert main(["run", *load, "--out", str(tmp_path / "run")]) == 0
+    assert "run as `kvsim cluster --replicas 1 --routers dp-lb`" in capsys.readouterr().err
+    assert main(["cluster", *load, "--replicas", "1", "--routers", "dp-lb", "--out", str(tmp_path / "cl")]) == 0
+    for name in ("requests.csv", "replicas.csv"):
+        assert (tmp_path / "run" / name).read_text() == (tmp_path / "cl" / name).read_text()
+    assert main(["run", *load, "--record-batches", str(tmp_path / "b.jsonl.gz")]) == 2
+    assert "a data-parallel replica runs several" in capsys.readouterr().err

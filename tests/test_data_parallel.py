@@ -131,7 +131,9 @@ def test_what_data_parallel_ranks_refuse(tmp_path, capsys):
         _cfg(data_parallel_size=3, tensor_parallel_size=8, enable_expert_parallel=True)
     with pytest.raises(ConfigError, match="pipeline stages"):
         _cfg(data_parallel_size=2, pipeline_parallel_size=2)
-    rc = main(["run", "--trace", "traces/chat.jsonl", "-dp", "2", "--no-plots", "--out", str(tmp_path / "r")])
+    # `kvsim run` runs the one replica as a cluster (tests/test_bench_load.py); a comparison of allocators is
+    # of one engine, and says where a replica of ranks runs
+    rc = main(["compare", "--trace", "traces/chat.jsonl", "-dp", "2", "--no-plots", "--out", str(tmp_path / "r")])
     assert rc != 0 and "kvsim cluster --replicas 1 --data-parallel-size 2" in capsys.readouterr().err
     rc = main(
         [

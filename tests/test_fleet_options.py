@@ -118,8 +118,8 @@ SIZES_POOL = {
 }
 # options a one-replica cluster cannot be compared with `kvsim run` on, and why
 NOT_COMPARED = {
-    "data_parallel_size": "`kvsim run` refuses it (a data-parallel replica is several engines behind a balancer: "
-    "only a fleet runs it; tests/test_data_parallel.py)",
+    "data_parallel_size": "`kvsim run` runs it as a one-replica cluster (a data-parallel replica is several "
+    "engines behind a balancer; tests/test_bench_load.py, tests/test_data_parallel.py)",
 }
 try:  # a benchmark client's generated workload instead of --trace: `kvsim run` and `compare` take it
     from kvsim.trace.bench_load import DATASET_KEYS
@@ -127,8 +127,9 @@ except ImportError:  # pragma: no cover (before generated workloads)
     DATASET_KEYS = ()
 NOT_COMPARED.update(
     {
-        k: "describes a generated benchmark workload, which `kvsim run` takes instead of --trace and "
-        "the fleet commands refuse (`kvsim trace generate` writes it as a trace for them)"
+        k: "describes a generated benchmark workload, which `kvsim run` and `kvsim cluster` take instead of "
+        "--trace and the fleet plan refuses (`kvsim trace generate` writes it as a trace for it; "
+        "tests/test_bench_load.py)"
         for k in DATASET_KEYS
     }
 )
