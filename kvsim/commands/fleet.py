@@ -319,9 +319,40 @@ def add_kv_link_options(group, who: str = "") -> None:
     )
 
 
+def cmd_run(a: argparse.Namespace) -> int:
+    """`kvsim run`: one engine, or with --data-parallel-size N > 1 one replica of N engines behind vLLM's load
+    balancer, which is a fleet of one replica: `kvsim cluster --replicas 1 --routers dp-lb` with the same options
+    (the terminal-table and plot flags aside, which the fleet's report does not take)."""
+    from kvsim.commands import simulate
+    from kvsim.options import normalize, values_from_namespace
+
+    dp = normalize(values_from_namespace(a)).get("data_parallel_size", 1)
+    if dp <= 1:
+        return simulate.cmd_run(a)
+    if a.record_batches:
+        raise ConfigError("--record-batches records one engine's batches; a data-parallel replica runs several")
+    assert _CLUSTER_PARSER is not None, "register() makes the cluster parser first"
+    ns = argparse.Namespace(**{x.dest: x.default for x in _CLUSTER_PARSER._actions if x.dest != "help"})
+    for k, v in vars(a).items():
+        if k in vars(ns) and k != "func":
+            setattr(ns, k, v)
+    ns.replicas, ns.routers = 1, "dp-lb"
+    print(
+        f"note: --data-parallel-size {dp}: one replica of {dp} engines behind vLLM's load balancer, run as "
+        "`kvsim cluster --replicas 1 --routers dp-lb`",
+        file=sys.stderr,
+    )
+    return cmd_cluster(ns)
+
+
+_CLUSTER_PARSER: argparse.ArgumentParser | None = None  # cmd_run takes its defaults
+
+
 def register(sub) -> None:
     from kvsim.commands.simulate import add_sim_args
     from kvsim.fleet.routers import ROUTERS
+
+    global _CLUSTER_PARSER
 
     c = sub.add_parser(
         "cluster",
@@ -331,6 +362,8 @@ def register(sub) -> None:
         "simulated clock.",
     )
     add_sim_args(c, "cluster", fleet=True, workload=True, seed_alias=False)  # --seed: the routers
+    _CLUSTER_PARSER = c
+    sub.choices["run"].set_defaults(func=cmd_run)  # registered before: a data-parallel run is a fleet
     g = c.add_argument_group("fleet")
     g.add_argument(
         "--replicas",

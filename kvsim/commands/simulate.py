@@ -283,35 +283,8 @@ def cmd_compare(a: argparse.Namespace) -> int:
 
 
 def cmd_run(a: argparse.Namespace) -> int:
-    from kvsim.options import normalize, values_from_namespace
-
-    if normalize(values_from_namespace(a)).get("data_parallel_size", 1) > 1:
-        return run_data_parallel(a)
+    """`kvsim run` of one engine (with --data-parallel-size > 1, kvsim/commands/fleet.py runs it as a fleet)."""
     return simulate_all(a, a.allocator, "run")
-
-
-def run_data_parallel(a: argparse.Namespace) -> int:
-    """`kvsim run --data-parallel-size N`: one data-parallel replica, N engines behind vLLM's load balancer, is a
-    fleet of one replica; it runs as `kvsim cluster --replicas 1 --routers dp-lb` with the same options (the
-    terminal-table and plot flags aside, which the fleet's report does not take)."""
-    from kvsim.commands.fleet import cmd_cluster
-    from kvsim.commands.parser import make_parser
-
-    if a.record_batches:
-        raise ConfigError("--record-batches records one engine's batches; a data-parallel replica runs several")
-    sub = next(x for x in make_parser()._actions if isinstance(x, argparse._SubParsersAction))
-    cluster = sub.choices["cluster"]
-    ns = argparse.Namespace(**{x.dest: x.default for x in cluster._actions if x.dest != "help"})
-    for k, v in vars(a).items():
-        if k in vars(ns) and k != "func":
-            setattr(ns, k, v)
-    ns.replicas, ns.routers = 1, "dp-lb"
-    print(
-        f"note: --data-parallel-size {a.data_parallel_size}: one replica of {a.data_parallel_size} engines behind "
-        "vLLM's load balancer, run as `kvsim cluster --replicas 1 --routers dp-lb`",
-        file=sys.stderr,
-    )
-    return cmd_cluster(ns)
 
 
 def register(sub) -> None:
