@@ -337,9 +337,11 @@ def cmd_run(a: argparse.Namespace) -> int:
         if k in vars(ns) and k != "func":
             setattr(ns, k, v)
     ns.replicas, ns.routers = 1, "dp-lb"
+    unused = [f for f, v in (("--columns", a.columns), ("--wide", a.wide), ("--no-plots", a.no_plots)) if v]
     print(
         f"note: --data-parallel-size {dp}: one replica of {dp} engines behind vLLM's load balancer, run as "
-        "`kvsim cluster --replicas 1 --routers dp-lb`",
+        "`kvsim cluster --replicas 1 --routers dp-lb`"
+        + (f" (whose report has its own columns and no plots: {', '.join(unused)} unused)" if unused else ""),
         file=sys.stderr,
     )
     return cmd_cluster(ns)
