@@ -21,11 +21,11 @@ usage is ... for peak activation"; docs/memory.md lists them):
   logs: 0.54-0.55 at TP2, 1.84 at TP4), on PCIe cards about 0.05.
 
 The sampler run's peak follows the release's sampler (read from vLLM's wheels 0.10-0.34; :func:`sampler_bytes`):
-V1 up to 0.11.0 FlashInfer's top-k/top-p where flashinfer is installed, as in vLLM's Docker image (14 bytes per
-entry; a Mistral-Small-3.2 log of the v0.11.0 image peaked at 2.12 GiB over 1,024 rows, at most 16.9 bytes, where
-the sort would keep 38.9); 0.11.1 to 0.16 PyTorch's sort of the full logits (the bf16 logits, their fp32 copy, sorted values and int64 indices,
+up to 0.16 PyTorch's sort of the full logits (the bf16 logits, their fp32 copy, sorted values and int64 indices,
 the sort's index and spare key/value buffers: 38 bytes per entry, as fitted; 50 below 128 rows, where PyTorch
-sorts another way); from 0.17 a Triton top-k/top-p kernel that works in place (PR #33538) and from 0.21
+sorts another way), except where FlashInfer's sampler runs (--flashinfer-sampler; up to 0.11.0 wherever flashinfer
+is installed, as in vLLM's Docker image): 14 bytes per entry (a Mistral-Small-3.2 log of the v0.11.0 image peaked
+at 2.12 GiB over 1,024 rows, at most 16.9 bytes); from 0.17 a Triton top-k/top-p kernel that works in place (PR #33538) and from 0.21
 FlashInfer's sampling kernels (PR #40376): 14 bytes per entry (logits, fp32 copy, softmax, output), plus the
 Triton kernel's buffer of one row per SM; vLLM's V2 model runner (the default for Qwen3 dense models from 0.22,
 Llama and Mistral from 0.23, dense models without recurrent or MoE layers from 0.25, every model from 0.29)
@@ -49,11 +49,12 @@ PCIE_RANK_BYTES = 0.05 * GiB
 SORT_FEW_ROWS_BYTES = 50.0  # the sort below 128 rows (PyTorch's full-sort path: two more index buffers)
 IN_PLACE_BYTES = 14.0  # Triton / FlashInfer top-k/top-p: logits, fp32 copy, softmax, output
 V2_BYTES = 6.0  # V2 runner's dummy run without top-k/top-p: logits and their fp32 copy
-# [first, last) releases whose V1 sampler runs FlashInfer's top-k/top-p wherever flashinfer imports (its
-# VLLM_USE_FLASHINFER_SAMPLER unset counts as on; opt-in from 0.11.1, PR #26859), as in the official Docker image:
-# logits, fp32 copy, masked logits, probabilities (IN_PLACE_BYTES). A plain `pip install vllm` of these releases
-# has no flashinfer and sorts (SAMPLER_BYTES_PER_LOGIT; --activation-reserve-gb sets the reserve by hand).
-FLASHINFER_SAMPLER = ("0.8.0", "0.11.1")  # V1 from 0.8 (flashinfer issue #1180: 0.9.1's image logs "Using FlashInfer")
+# FlashInfer's top-k/top-p (--flashinfer-sampler; VLLM_USE_FLASHINFER_SAMPLER=1): logits, fp32 copy, masked logits,
+# probabilities (IN_PLACE_BYTES). vLLM takes it by default from 0.21 (PR #40376); before 0.11.1 (PR #26859 made it
+# opt-in) wherever flashinfer imports, as in the official Docker image (flashinfer issue #1180: 0.9.1's image logs
+# "Using FlashInfer"), but a plain `pip install vllm` of those releases has none and sorts, as the public start-up
+# logs kvsim is checked on do (gpt-oss-120b on one H100, 0.10.1, failing to start): the default there.
+FLASHINFER_DEFAULT_FROM = "0.21.0"
 V2_NO_COPY_BYTES = 2.0  # ... and without the copy
 
 
@@ -80,11 +81,12 @@ def v2_runner_default(model, release: str | None) -> bool:
     return dense and name.startswith("qwen3")
 
 
-def sampler_bytes(model, rows: int, release: str | None) -> float:
+def sampler_bytes(model, rows: int, release: str | None, flashinfer: bool | None = None) -> float:
     """Bytes per (row, vocabulary entry) at the peak of vLLM ``release``'s dummy sampler run over ``rows`` rows
-    (None: the sort of 0.10-0.11, whose logs the reserve was fitted on; module docstring)."""
+    (None: the sort of 0.10-0.11, whose logs the reserve was fitted on; module docstring); ``flashinfer``: it
+    samples with FlashInfer (None: as the release does by default)."""
     sort = SAMPLER_BYTES_PER_LOGIT if rows >= 128 else SORT_FEW_ROWS_BYTES
-    if _from(release, FLASHINFER_SAMPLER[0]) and not _from(release, FLASHINFER_SAMPLER[1]):
+    if flashinfer and not _from(release, "0.33.0") and not v2_runner_default(model, release):
         return IN_PLACE_BYTES
     if not _from(release, "0.17.0"):
         return sort
@@ -98,12 +100,16 @@ def sampler_bytes(model, rows: int, release: str | None) -> float:
     return IN_PLACE_BYTES
 
 
-def sampler_peak_bytes(model, max_num_seqs: int, release: str | None = None, sms: int = 0) -> float:
+def sampler_peak_bytes(
+    model, max_num_seqs: int, release: str | None = None, sms: int = 0, flashinfer: bool | None = None
+) -> float:
     """Peak bytes of vLLM ``release``'s dummy sampler run over ``max_num_seqs`` rows of the whole vocabulary on a
-    GPU of ``sms`` SMs (the Triton top-k/top-p kernel's buffer holds one row per SM, up to the rows)."""
-    per = sampler_bytes(model, max_num_seqs, release)
+    GPU of ``sms`` SMs (the Triton top-k/top-p kernel's buffer holds one row per SM, up to the rows; from 0.21 a
+    second warm-up call takes that path after FlashInfer's). ``flashinfer``: as :func:`sampler_bytes`."""
+    per = sampler_bytes(model, max_num_seqs, release, flashinfer)
+    triton = _from(release, "0.17.0") and (not flashinfer or _from(release, FLASHINFER_DEFAULT_FROM))
     buffer = 0.0
-    if per == IN_PLACE_BYTES and _from(release, "0.17.0") and not _from(release, "0.33.0"):
+    if per == IN_PLACE_BYTES and triton and not _from(release, "0.33.0"):
         buffer = 4.0 * min(max_num_seqs, sms) * model.vocab_size
     return per * max_num_seqs * model.vocab_size + buffer
 
@@ -127,12 +133,18 @@ def non_torch_bytes(gpu, tp: int) -> float:
 
 
 def vllm_reserve_parts(
-    model, gpu, tp: int, max_num_seqs: int, max_num_batched_tokens: int, release: str | None = None
+    model,
+    gpu,
+    tp: int,
+    max_num_seqs: int,
+    max_num_batched_tokens: int,
+    release: str | None = None,
+    flashinfer: bool | None = None,
 ) -> tuple[float, ...]:
     """(sampler peak, forward peak, non-torch) bytes of vLLM ``release``'s start-up profile on one GPU (module
-    docstring)."""
+    docstring; ``flashinfer``: its sampler is FlashInfer's, None: as the release does)."""
     return (
-        sampler_peak_bytes(model, min(max_num_seqs, max_num_batched_tokens), release, gpu.sms),
+        sampler_peak_bytes(model, min(max_num_seqs, max_num_batched_tokens), release, gpu.sms, flashinfer),
         forward_peak_bytes(model, tp, max_num_batched_tokens),
         non_torch_bytes(gpu, tp),
     )

@@ -41,6 +41,7 @@ class MemoryConfig:
     # cache (vLLM 0.20 and later: kvsim/cudagraph_memory.py); None: it subtracts nothing
     cudagraph_sizes: tuple[int, ...] | None = None
     vllm_version: str | None = None  # the release whose start-up profile sizes the reserve (None: as 0.10-0.11)
+    flashinfer_sampler: bool | None = None  # its sampler is FlashInfer's (None: as the release does)
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -177,7 +178,7 @@ def reserve_parts(
         from kvsim.cudagraph_memory import cudagraph_estimate_bytes
 
         graphs = cudagraph_estimate_bytes(model, tp, mem.cudagraph_sizes, seqs)
-    return (*vllm_reserve_parts(model, gpu, tp, seqs, tokens, mem.vllm_version), graphs)
+    return (*vllm_reserve_parts(model, gpu, tp, seqs, tokens, mem.vllm_version, mem.flashinfer_sampler), graphs)
 
 
 def reserve_bytes(

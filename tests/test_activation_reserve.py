@@ -75,9 +75,14 @@ def test_the_sampler_runs_peak_follows_the_release():
     qwen3, llama, qwen25, moe = (get_model(n) for n in ("qwen3-8b", "llama-3.1-8b", "qwen2.5-7b", "gpt-oss-20b"))
     assert sampler_bytes(qwen3, 256, None) == sampler_bytes(qwen3, 256, "0.16.0") == SAMPLER_BYTES_PER_LOGIT
     assert sampler_bytes(qwen3, 64, "0.11.2") == 50.0
-    # V1 up to 0.11.0 takes FlashInfer's top-k/top-p where flashinfer imports (vLLM's Docker image): no sort
-    assert [sampler_bytes(qwen3, 1024, r) for r in ("0.7.3", "0.9.2", "0.11.0", "0.11.1")] == [38.9, 14.0, 14.0, 38.9]
-    assert sampler_peak_bytes(qwen3, 1024, "0.11.0", 132) == 14.0 * 1024 * 151936  # no Triton buffer
+    # FlashInfer's top-k/top-p (--flashinfer-sampler; up to 0.11.0 wherever flashinfer imports, as in vLLM's Docker
+    # image): no sort and no Triton buffer; by default (a pip install) those releases sort
+    assert [sampler_bytes(qwen3, 1024, r) for r in ("0.9.2", "0.11.0", "0.16.0")] == [38.9, 38.9, 38.9]
+    assert [sampler_bytes(qwen3, 1024, r, True) for r in ("0.9.2", "0.11.0", "0.16.0")] == [14.0, 14.0, 14.0]
+    assert sampler_peak_bytes(qwen3, 1024, "0.11.0", 132, True) == 14.0 * 1024 * 151936
+    assert sampler_peak_bytes(qwen3, 1024, "0.19.1", 132, True) == 14.0 * 1024 * 151936  # FlashInfer, not Triton
+    assert sampler_peak_bytes(qwen3, 1024, "0.21.0", 132, True) == sampler_peak_bytes(qwen3, 1024, "0.21.0", 132)
+    assert sampler_bytes(qwen3, 256, "0.22.0", True) == 6.0  # the V2 runner's dummy run samples neither way
     assert sampler_bytes(qwen3, 256, "0.17.0") == sampler_bytes(qwen25, 256, "0.22.0") == 14.0
     assert sampler_bytes(qwen3, 4, "0.19.1") == 50.0  # under 8 rows the sort still runs
     assert [v2_runner_default(qwen3, r) for r in ("0.21.0", "0.22.0")] == [False, True]
@@ -95,3 +100,22 @@ def test_the_sampler_runs_peak_follows_the_release():
     want = 14 * 256 * 151936 + 4 * 108 * 151936
     assert sampler_peak_bytes(qwen3, 256, "0.19.1", a100.sms) == want
     assert want / GiB == pytest.approx(0.57, abs=0.01)
+
+
+def test_flashinfer_sampler_flag_sizes_the_pool_as_vllms_image_does():
+    """vLLM 0.11.0 in its Docker image samples with FlashInfer (14 bytes per logit), a pip install sorts (38.9):
+    Qwen3-32B on one H100 at vLLM's defaults (1,024 sequences) gets (38.9 - 14) x 1,024 x 151,936 bytes more KV
+    with the flag. gpt-oss-120b on one H100 at 0.10.1 fails to start by default, as the public log of a pip
+    install did."""
+    from kvsim.errors import ConfigError
+    from kvsim.options import config_from_args
+
+    base = ["--model", "qwen3-32b", "--gpu", "h100-80gb", "--vllm-version", "0.11.0"]
+    pip = config_from_args(base).pool_plan().pool_bytes
+    image = config_from_args([*base, "--flashinfer-sampler"]).pool_plan().pool_bytes
+    assert image - pip == pytest.approx((38.9 - 14.0) * 1024 * 151936, rel=1e-9)
+    assert config_from_args([*base, "--no-flashinfer-sampler"]).pool_plan().pool_bytes == pip
+    gpt = ["--model", "openai/gpt-oss-120b", "--gpu", "h100-80gb", "--vllm-version", "0.10.1"]
+    with pytest.raises(ConfigError, match="does not fit"):
+        config_from_args(gpt).pool_plan()
+    assert config_from_args([*gpt, "--flashinfer-sampler"]).pool_plan().pool_bytes > 0
