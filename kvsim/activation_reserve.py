@@ -18,7 +18,8 @@ usage is ... for peak activation"; docs/memory.md lists them):
   hidden-state copies (4 x hidden), in the model's dtype (a MoE layer: its routed copies' expert width): one
   log (LLaVA-1.6-Mistral-7B at 16,384 tokens) measures 1.97 GiB against 1.81 predicted.
 - non-torch memory: 0.13 GiB on one GPU; each further tensor-parallel rank on NVLink adds about 0.6 GiB (H100
-  logs: 0.54-0.55 at TP2, 1.84 at TP4), on PCIe cards about 0.05.
+  logs: 0.54-0.55 at TP2, 1.84 at TP4), on PCIe cards about 0.05. From vLLM 0.18 one GPU keeps 0.25 GiB, and
+  from 0.19 a tensor-parallel group on NVLink one set of buffers (NON_TORCH_FROM, NVLINK_GROUP_FROM).
 
 The sampler run's peak follows the release's sampler (read from vLLM's wheels 0.10-0.34; :func:`sampler_bytes`):
 up to 0.16 PyTorch's sort of the full logits (the bf16 logits, their fp32 copy, sorted values and int64 indices,
@@ -122,14 +123,27 @@ def forward_peak_bytes(model, tp: int, tokens: int) -> float:
     return tokens * (3 * width / tp + 4 * model.hidden_size) * model.dtype_bytes
 
 
-def non_torch_bytes(gpu, tp: int) -> float:
-    """Bytes outside PyTorch's allocator on one of ``tp`` ranks: the buffers of each NVLink peer within the GPU's
-    NVLink domain (``gpu.nvlink_gpus``: 8 in an HGX node; ranks beyond it are reached over the network, priced as
-    PCIe peers: an assumption, no log)."""
+# vLLM 0.18 on: 0.25 GiB on one GPU (llm-d-planner's accuracy report, Qwen3-14B on an H100: 0.13 on 0.15-0.17, 0.25
+# on 0.18); 0.19 on, a tensor-parallel group on NVLink keeps one set of buffers of 1.82 GiB more and little per
+# further peer (the same report, Llama-3.1-8B and Qwen2.5-7B on H100s, vLLM 0.19.0: 2.06-2.07 GiB at TP2, 2.13 at
+# TP4, against 0.54-0.55 at TP2 on the image of January 2026)
+NON_TORCH_FROM = ("0.18.0", 0.25 * GiB)
+NVLINK_GROUP_FROM = ("0.19.0", 1.82 * GiB, 0.03 * GiB)  # (release, once per group, per further peer)
+
+
+def non_torch_bytes(gpu, tp: int, release: str | None = None) -> float:
+    """Bytes outside PyTorch's allocator on one of ``tp`` ranks under vLLM ``release`` (None: as 0.10-0.17): the
+    buffers of each NVLink peer within the GPU's NVLink domain (``gpu.nvlink_gpus``: 8 in an HGX node; ranks beyond
+    it are reached over the network, priced as PCIe peers: an assumption, no log); from 0.19 one set for the
+    NVLink group, growing little with its size."""
+    base = NON_TORCH_FROM[1] if _from(release, NON_TORCH_FROM[0]) else NON_TORCH_BYTES
     if not gpu.nvlink:
-        return NON_TORCH_BYTES + (tp - 1) * PCIE_RANK_BYTES
+        return base + (tp - 1) * PCIE_RANK_BYTES
     peers = min(tp, gpu.nvlink_gpus) - 1
-    return NON_TORCH_BYTES + peers * NVLINK_RANK_BYTES + (tp - 1 - peers) * PCIE_RANK_BYTES
+    network = (tp - 1 - peers) * PCIE_RANK_BYTES
+    if peers and _from(release, NVLINK_GROUP_FROM[0]):
+        return base + NVLINK_GROUP_FROM[1] + (peers - 1) * NVLINK_GROUP_FROM[2] + network
+    return base + peers * NVLINK_RANK_BYTES + network
 
 
 def vllm_reserve_parts(
@@ -146,7 +160,7 @@ def vllm_reserve_parts(
     return (
         sampler_peak_bytes(model, min(max_num_seqs, max_num_batched_tokens), release, gpu.sms, flashinfer),
         forward_peak_bytes(model, tp, max_num_batched_tokens),
-        non_torch_bytes(gpu, tp),
+        non_torch_bytes(gpu, tp, release),
     )
 
 

@@ -61,6 +61,13 @@ def test_non_torch_memory_grows_with_nvlink_peers_within_an_nvlink_domain_only()
     assert non_torch_bytes(h200, 8) == pytest.approx((0.13 + 7 * 0.6) * GiB)
     assert non_torch_bytes(h200, 16) == pytest.approx((0.13 + 7 * 0.6 + 8 * 0.05) * GiB)  # 8 more over the network
     assert non_torch_bytes(l40s, 4) == pytest.approx((0.13 + 3 * 0.05) * GiB)  # PCIe peers
+    # vLLM 0.18 on: 0.25 on one GPU; 0.19 on: one set of NVLink buffers per group (llm-d's H100 logs of 0.19.0:
+    # 2.06-2.07 GiB at TP2, 2.13 at TP4)
+    h100 = get_gpu("h100-80gb")
+    assert [non_torch_bytes(h100, 1, r) / GiB for r in ("0.17.1", "0.18.0")] == pytest.approx([0.13, 0.25])
+    assert non_torch_bytes(h100, 2, "0.18.0") == pytest.approx((0.25 + 0.6) * GiB)
+    assert [non_torch_bytes(h100, tp, "0.19.0") / GiB for tp in (2, 4, 8)] == pytest.approx([2.07, 2.13, 2.25])
+    assert non_torch_bytes(l40s, 4, "0.19.0") == pytest.approx((0.25 + 3 * 0.05) * GiB)
     # an NVL72 rack is one NVLink domain: 16 ranks are all NVLink peers
     assert non_torch_bytes(get_gpu("gb200"), 16) == pytest.approx((0.13 + 15 * 0.6) * GiB)
 
