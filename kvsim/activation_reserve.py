@@ -40,6 +40,8 @@ The CUDA graphs' memory, which vLLM subtracts from the KV cache from 0.20 on, is
 
 from __future__ import annotations
 
+from kvsim.releases import at_least
+
 GiB = 1 << 30
 SAMPLER_BYTES_PER_LOGIT = 38.9  # bytes per (sequence, vocabulary entry) at the sampler's peak
 NON_TORCH_BYTES = 0.13 * GiB  # one GPU: CUDA and cuBLAS workspaces outside PyTorch's allocator
@@ -50,34 +52,28 @@ PCIE_RANK_BYTES = 0.05 * GiB
 SORT_FEW_ROWS_BYTES = 50.0  # the sort below 128 rows (PyTorch's full-sort path: two more index buffers)
 IN_PLACE_BYTES = 14.0  # Triton / FlashInfer top-k/top-p: logits, fp32 copy, softmax, output
 V2_BYTES = 6.0  # V2 runner's dummy run without top-k/top-p: logits and their fp32 copy
+V2_NO_COPY_BYTES = 2.0  # ... and without the copy
 # FlashInfer's top-k/top-p (--flashinfer-sampler; VLLM_USE_FLASHINFER_SAMPLER=1): logits, fp32 copy, masked logits,
 # probabilities (IN_PLACE_BYTES). vLLM takes it by default from 0.21 (PR #40376); before 0.11.1 (PR #26859 made it
 # opt-in) wherever flashinfer imports, as in the official Docker image (flashinfer issue #1180: 0.9.1's image logs
 # "Using FlashInfer"), but a plain `pip install vllm` of those releases has none and sorts, as the public start-up
 # logs kvsim is checked on do (gpt-oss-120b on one H100, 0.10.1, failing to start): the default there.
 FLASHINFER_DEFAULT_FROM = "0.21.0"
-V2_NO_COPY_BYTES = 2.0  # ... and without the copy
-
-
-def _from(release: str | None, first: str) -> bool:
-    from kvsim.releases import release_key
-
-    return release is not None and release_key(release) >= release_key(first)
 
 
 def v2_runner_default(model, release: str | None) -> bool:
     """Whether vLLM ``release`` runs ``model`` on its V2 model runner by default (PR #39337 and after): Qwen3 dense
     models from 0.22, Llama and Mistral from 0.23, dense models without recurrent or MoE layers from 0.25, every
     model from 0.29."""
-    if not _from(release, "0.22.0"):
+    if not at_least(release, "0.22.0"):
         return False
-    if _from(release, "0.29.0"):
+    if at_least(release, "0.29.0"):
         return True
     dense = not model.is_moe and not model.is_hybrid
     name = model.name.lower()
-    if _from(release, "0.25.0"):
+    if at_least(release, "0.25.0"):
         return dense
-    if _from(release, "0.23.0") and dense and ("llama" in name or "mistral" in name):
+    if at_least(release, "0.23.0") and dense and ("llama" in name or "mistral" in name):
         return True
     return dense and name.startswith("qwen3")
 
@@ -86,18 +82,16 @@ def sampler_bytes(model, rows: int, release: str | None, flashinfer: bool | None
     """Bytes per (row, vocabulary entry) at the peak of vLLM ``release``'s dummy sampler run over ``rows`` rows
     (None: the sort of 0.10-0.11, whose logs the reserve was fitted on; module docstring); ``flashinfer``: it
     samples with FlashInfer (None: as the release does by default)."""
-    sort = SAMPLER_BYTES_PER_LOGIT if rows >= 128 else SORT_FEW_ROWS_BYTES
-    if flashinfer and not _from(release, "0.33.0") and not v2_runner_default(model, release):
-        return IN_PLACE_BYTES
-    if not _from(release, "0.17.0"):
-        return sort
-    if _from(release, "0.33.0"):
+    if at_least(release, "0.33.0"):
         return IN_PLACE_BYTES
     if v2_runner_default(model, release):
-        no_copy = _from(release, "0.28.0") or (_from(release, "0.26.0") and not _from(release, "0.27.0"))
+        no_copy = at_least(release, "0.28.0") or (at_least(release, "0.26.0") and not at_least(release, "0.27.0"))
         return V2_NO_COPY_BYTES if no_copy else V2_BYTES
-    if rows < 8 and not _from(release, "0.21.0"):
-        return sort  # the Triton kernel takes 8 rows or more
+    if flashinfer:
+        return IN_PLACE_BYTES
+    sort = SAMPLER_BYTES_PER_LOGIT if rows >= 128 else SORT_FEW_ROWS_BYTES
+    if not at_least(release, "0.17.0") or (rows < 8 and not at_least(release, "0.21.0")):
+        return sort  # (the Triton kernel takes 8 rows or more)
     return IN_PLACE_BYTES
 
 
@@ -108,9 +102,9 @@ def sampler_peak_bytes(
     GPU of ``sms`` SMs (the Triton top-k/top-p kernel's buffer holds one row per SM, up to the rows; from 0.21 a
     second warm-up call takes that path after FlashInfer's). ``flashinfer``: as :func:`sampler_bytes`."""
     per = sampler_bytes(model, max_num_seqs, release, flashinfer)
-    triton = _from(release, "0.17.0") and (not flashinfer or _from(release, FLASHINFER_DEFAULT_FROM))
+    triton = at_least(release, "0.17.0") and (not flashinfer or at_least(release, FLASHINFER_DEFAULT_FROM))
     buffer = 0.0
-    if per == IN_PLACE_BYTES and triton and not _from(release, "0.33.0"):
+    if per == IN_PLACE_BYTES and triton and not at_least(release, "0.33.0"):
         buffer = 4.0 * min(max_num_seqs, sms) * model.vocab_size
     return per * max_num_seqs * model.vocab_size + buffer
 
@@ -136,12 +130,12 @@ def non_torch_bytes(gpu, tp: int, release: str | None = None) -> float:
     buffers of each NVLink peer within the GPU's NVLink domain (``gpu.nvlink_gpus``: 8 in an HGX node; ranks beyond
     it are reached over the network, priced as PCIe peers: an assumption, no log); from 0.19 one set for the
     NVLink group, growing little with its size."""
-    base = NON_TORCH_FROM[1] if _from(release, NON_TORCH_FROM[0]) else NON_TORCH_BYTES
+    base = NON_TORCH_FROM[1] if at_least(release, NON_TORCH_FROM[0]) else NON_TORCH_BYTES
     if not gpu.nvlink:
         return base + (tp - 1) * PCIE_RANK_BYTES
     peers = min(tp, gpu.nvlink_gpus) - 1
     network = (tp - 1 - peers) * PCIE_RANK_BYTES
-    if peers and _from(release, NVLINK_GROUP_FROM[0]):
+    if peers and at_least(release, NVLINK_GROUP_FROM[0]):
         return base + NVLINK_GROUP_FROM[1] + (peers - 1) * NVLINK_GROUP_FROM[2] + network
     return base + peers * NVLINK_RANK_BYTES + network
 

@@ -48,6 +48,11 @@ RELEASES_INDEX = "vllm-releases.json"  # in SHIPPED: {"releases": {chip: {releas
 _RELEASE = re.compile(r"v?\d+\.\d+(?:\.\d+){0,2}(?:[.+-]?[A-Za-z][A-Za-z0-9.+-]*)?")
 
 
+def at_least(vllm_version: str | None, first: str) -> bool:
+    """Whether release ``vllm_version`` is ``first`` or later (False when no release is given)."""
+    return vllm_version is not None and release_key(vllm_version) >= release_key(first)
+
+
 def release_key(v: str) -> tuple[int, ...]:
     """A release name's leading dotted numbers, padded to three: 0.19 = 0.19.0 = v0.19; 0.1.dev5 = 0.1."""
     m = re.match(r"v?(\d+(?:\.\d+)*)", v.strip())
@@ -163,7 +168,7 @@ def default_gpu_memory_utilization(vllm_version: str | None, default: float) -> 
     start-up profile subtract an estimate of the CUDA graphs' memory: :func:`subtracts_cudagraph_estimate`), else
     ``default`` (0.90; also when no release is given: the start-up logs kvsim's pool sizing was checked against
     are of 0.10-0.11)."""
-    if vllm_version is not None and release_key(vllm_version) >= release_key(UTILIZATION_092_FROM):
+    if at_least(vllm_version, UTILIZATION_092_FROM):
         return 0.92
     return default
 
@@ -172,7 +177,7 @@ def subtracts_cudagraph_estimate(vllm_version: str | None) -> bool:
     """Whether vLLM ``vllm_version``'s start-up profile subtracts its CUDA graphs' estimated memory from the KV
     cache (from 0.20, PR #38284: kvsim/cudagraph_memory.py); not when no release is given (the start-up logs the
     pool sizing was checked against are of 0.10-0.11)."""
-    return vllm_version is not None and release_key(vllm_version) >= release_key(UTILIZATION_092_FROM)
+    return at_least(vllm_version, UTILIZATION_092_FROM)
 
 
 # [first, last) releases that ran models with chunked local attention without the hybrid KV cache manager

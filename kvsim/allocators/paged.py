@@ -96,12 +96,14 @@ class PagedAllocator(KVAllocator):
             return
         full = min(computed_tokens // self.block_size, len(table))
         chain = self._chain(seq_id, request)
-        if len(chain) < full:
-            base = prompt_block_hashes(request, self.block_size)
-            chain = list(chain[: len(base)]) + [hash((RESTART_SALT, seq_id, j)) for j in range(len(base), full)]
-            self._chains[seq_id] = chain
+        if len(chain) < full:  # (a block's private hash depends on its index alone: an earlier restart's agree)
+            chain = self._chains[seq_id] = chain + [hash((RESTART_SALT, seq_id, j)) for j in range(len(chain), full)]
         self.pool.register(seq_id, chain, table, full, request)
         self._restarts[seq_id] = chain
+
+    def forget_lookup(self, seq_id: int) -> None:
+        super().forget_lookup(seq_id)
+        self._restarts.pop(seq_id, None)
 
     def lookup_prefix(self, seq_id: int, request: Request, max_tokens: int) -> PrefixHit:
         if not self.caches_prefixes:

@@ -1186,7 +1186,8 @@ def fit_moe_shapes(m, calib: Calibration, gpu: GpuSpec, quant: str | None = None
 
     pick = knots or knot_rows
     full = m["inter"] * m["tp"]
-    keep = np.array([s in preset_moe_shapes() for s in zip(m["hidden"], full, m["experts"], m["topk"])], dtype=bool)
+    presets = preset_moe_shapes()
+    keep = np.array([s in presets for s in zip(m["hidden"], full, m["experts"], m["topk"])], dtype=bool)
     if not keep.any():
         return {}
     rows = m[keep].assign(full=full[keep], ratio=m["seconds"][keep] / _moe_table_seconds(calib, gpu, m[keep], quant))

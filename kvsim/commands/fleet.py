@@ -145,7 +145,6 @@ def cmd_cluster(a: argparse.Namespace) -> int:
     from kvsim.fleet.routers import PREFIX_ROUTERS, RouterOptions, parse_router_params, parse_routers
     from kvsim.runner import resolve_allocator
     from kvsim.output.progress import Progress
-    from kvsim.trace import load_trace
 
     routers = parse_routers(a.routers, "--routers")
     cfg = build_config(a)
@@ -184,18 +183,11 @@ def cmd_cluster(a: argparse.Namespace) -> int:
             layouts.append(("agg", _merged(pools[0] + pools[1])))
     else:
         layouts.append(("agg", _groups(a, cfg, spec, a.groups)))
-    from kvsim.commands.simulate import bench_workload
+    from kvsim.commands.simulate import load_workload
 
-    bench = bench_workload(a)
-    if bench is not None:  # a benchmark client's workload (--dataset-name random, ...) instead of --trace
-        from kvsim.trace.jsonl import LoadedTrace
-
-        loaded, trace_name = LoadedTrace(bench.requests(), bench.name), bench.name
-        for note in bench.notes():
-            print(note, file=sys.stderr)
-    else:
-        loaded = load_trace(a.trace, skip_invalid=bool(a.skip_invalid))
-        trace_name = Path(a.trace).stem
+    loaded, trace_name, _, bench_notes = load_workload(a)  # --trace, or a benchmark client's flags
+    for note in bench_notes:
+        print(note, file=sys.stderr)
     from kvsim.commands.args import result_marker, results_dir
 
     out, out_note = results_dir(a, Path(DEFAULT_OUT) / f"cluster-{trace_name}")

@@ -106,6 +106,20 @@ def bench_workload(a: argparse.Namespace):
     return from_options(normalize(values_from_namespace(a)))
 
 
+def load_workload(a: argparse.Namespace):
+    """(the loaded requests (kvsim.trace.jsonl.LoadedTrace), the workload's name for result folders, how the
+    summary names it, the generated workload's notes) of --trace or a benchmark client's flags."""
+    from kvsim.trace import load_trace
+    from kvsim.trace.jsonl import LoadedTrace
+
+    bench = bench_workload(a)
+    if bench is not None:
+        loaded = LoadedTrace(bench.requests(), bench.name)
+        return loaded, bench.name, f"{bench.describe()} (generated: {len(loaded.requests)} requests)", bench.notes()
+    loaded = load_trace(a.trace, skip_invalid=bool(a.skip_invalid))
+    return loaded, Path(a.trace).stem, f"{a.trace} ({len(loaded.requests)} requests)", []
+
+
 def setting_warnings(cfg, requests, allocators, shared_store: bool = False) -> list[str]:
     """Legal but suspicious settings (``shared_store``: the fleet shares a KV store)."""
     out = []
@@ -136,7 +150,6 @@ def simulate_all(a: argparse.Namespace, allocator_names: str, command: str) -> i
     from kvsim.output.table import print_table, printable, shell_line
     from kvsim.output.writer import write_results
     from kvsim.runner import simulate
-    from kvsim.trace import load_trace
 
     from kvsim.output.table import choose_columns
 
@@ -159,18 +172,8 @@ def simulate_all(a: argparse.Namespace, allocator_names: str, command: str) -> i
             raise ConfigError(problem)
     if a.record_batches and len(allocators) != 1:
         raise ConfigError("--record-batches records one allocator's run; pass a single allocator")
-    bench = bench_workload(a)
     pool = cfg.pool_plan()
-    if bench is not None:
-        from kvsim.trace.jsonl import LoadedTrace
-
-        trace_name = bench.name
-        loaded = LoadedTrace(bench.requests(), bench.name)
-        trace_text = f"{bench.describe()} (generated: {len(loaded.requests)} requests)"
-    else:
-        trace_name = Path(a.trace).stem
-        loaded = load_trace(a.trace, skip_invalid=bool(a.skip_invalid))
-        trace_text = f"{a.trace} ({len(loaded.requests)} requests)"
+    loaded, trace_name, trace_text, bench_notes = load_workload(a)
     # outputs are checked after the inputs (a bad trace leaves no empty folder) and before simulating
     from kvsim.commands.args import result_marker, results_dir
 
@@ -187,7 +190,7 @@ def simulate_all(a: argparse.Namespace, allocator_names: str, command: str) -> i
             )
     notes = (
         loaded.notes()
-        + (bench.notes() if bench is not None else [])
+        + bench_notes
         + latency_notes(cfg)
         + setting_warnings(cfg, loaded.requests, allocators if named else [])
     )

@@ -250,9 +250,7 @@ class Engine:
         keep = []
         dropped = moved = 0
         for seq, reason, final in self._cancels:
-            if seq.status in (Status.REJECTED, Status.CANCELLED) or (
-                seq.status == Status.FINISHED and all(s.status == Status.FINISHED for s in seq.samples)
-            ):
+            if seq.status in (Status.REJECTED, Status.CANCELLED) or seq.request_finished:
                 continue  # it ended first (all its samples)
             if self._take_from_inbox(seq) or self.sched.abort(seq):
                 seq.status, seq.reason = Status.CANCELLED, reason

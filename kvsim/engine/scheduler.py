@@ -308,7 +308,7 @@ class Scheduler:
             self.admission_blocked = False  # freed memory and a seat: the queue head may fit now
             seq.status, seq.finish_s = Status.FINISHED, t + self.deliver_s
             head = seq.parent or seq
-            if head.status == Status.FINISHED and all(c.status == Status.FINISHED for c in head.samples):
+            if head.request_finished:
                 complete += 1
         return complete
 
@@ -344,6 +344,8 @@ class Scheduler:
         seq.computed = 0
         if self.alloc.held_slots(seq.sid):
             self.alloc.free(seq.sid)
+        else:  # a preempted one: what its prefix cache kept for a restart that will not come
+            self.alloc.forget_lookup(seq.sid)
         self.admission_blocked = False  # freed memory (and a seat): the queue head may fit now
 
     # --- KV transfers ---------------------------------------------------------------------------

@@ -84,6 +84,11 @@ class Sequence:
         self.key = -1  # position in the running batch: admission order, new at every admission
 
     @property
+    def request_finished(self) -> bool:
+        """A request's own sequence: it and every parallel sample of it have finished."""
+        return self.status == Status.FINISHED and all(s.status == Status.FINISHED for s in self.samples)
+
+    @property
     def known(self) -> int:
         return self.prompt + self.generated
 

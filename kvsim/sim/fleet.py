@@ -673,7 +673,7 @@ class Fleet:
         if self._calls:
             for seq in finished:  # a call ends with its request's last sample
                 head = seq.parent or seq
-                if head.status == Status.FINISHED and all(s.status == Status.FINISHED for s in head.samples):
+                if head.request_finished:
                     self._ended(head)
         for seq in finished:
             if seq.parent is not None or seq.first_token_s is None or seq.finish_s is None:
