@@ -104,14 +104,12 @@ def _step_s(args: list[str], shape: StepShape) -> float:
 
 
 def test_the_option_changes_only_the_kernel_tables():
-    """The same configuration on the 0.14 tables of an H100 against the newest (0.24): an FP8 70B model's long
-    prefill is slower on 0.14's measured FP8 GEMMs (1.31x the 0.24 time when written), and the run equals a
-    per-op model built on the 0.14 calibration file given as --latency."""
+    """The same configuration on the 0.14 tables of an H100 against the newest (0.24): the times differ, and the run
+    equals a per-op model built on the 0.14 calibration file given as --latency (bf16 weights: 0.14's FP8 GEMMs
+    are priced by 0.19's, tests/test_served_checkpoints.py)."""
     base = [
         "--model",
         "llama-3.3-70b",
-        "--quantization",
-        "fp8",
         "--gpu",
         "h100-80gb",
         "-tp",
@@ -130,7 +128,6 @@ def test_the_option_changes_only_the_kernel_tables():
     for s in (decode, prefill):
         assert old.step_time(s) == direct.step_time(s)
         assert old.step_time(s) != new.step_time(s)
-    assert old.step_time(prefill) > 1.2 * new.step_time(prefill)
 
 
 def test_with_another_latency_model_the_release_decides_the_layout_only():

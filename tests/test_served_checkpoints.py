@@ -237,6 +237,36 @@ def test_a_release_whose_table_times_another_kernel_prices_that_op_with_the_newe
     assert "priced by" not in note  # no known mismatch there
 
 
+def test_a_release_whose_fp8_gemms_run_no_faster_than_bf16_borrows_the_nearest_plausible_release():
+    """Every vLLM 0.14 table times FP8 GEMMs no faster than bf16 ones at compute-bound sizes (H100 0.78 ms against
+    0.64 at 4096 x 8192 x 8192), which FP8 tensor cores at twice the rate cannot: those releases price FP8 GEMMs
+    with the next measured release's fit and say so; every other op stays their own."""
+    from kvsim.latency import build_latency
+    from kvsim.latency.base import StepShape
+    from kvsim.latency.calibration import load_calibration, shipped_calibration, slow_quant_gemms
+    from kvsim.releases import SHIPPED
+
+    h200 = get_gpu("h200")
+    own, next_ = (load_calibration(SHIPPED / "vllm" / f"h200-141gb-{r}.json") for r in ("0.14.0", "0.18.0"))
+    assert slow_quant_gemms(own, h200) == ["fp8"] and slow_quant_gemms(next_, h200) == []
+    assert own.gemm_quant["fp8"].flops_eff * 2 < own.gemm.flops_eff  # the rule's premise, on the shipped fit
+    for v in ("0.11", "0.13", "0.14"):
+        c, note = shipped_calibration(h200, v)
+        assert c.gemm_quant["fp8"] == next_.gemm_quant["fp8"] and c.gemm == own.gemm
+        assert c.gemm_quant["fp8_block"] == own.gemm_quant["fp8_block"]  # unused: the per-tensor fit prices it
+        assert "fp8 GEMMs priced by vLLM 0.18.0's kernels" in note and "no faster than its bf16" in note
+    _, note = shipped_calibration(get_gpu("h100-80gb"), "0.14")
+    assert "fp8 GEMMs priced by vLLM 0.19.0's kernels" in note
+    assert "priced by" not in shipped_calibration(h200, "0.18")[1]
+    steps = {
+        v: build_latency(
+            config_from_args(["--model", "nvidia/Llama-3.1-8B-Instruct-FP8", "--gpu", "h200", "--vllm-version", v])
+        ).step_time(StepShape.decode(16, 16 * 1536))
+        for v in ("0.14", "0.18")
+    }
+    assert steps["0.14"] == pytest.approx(steps["0.18"], rel=0.05)  # was 1.1x (decode) to 1.6x (prefill)
+
+
 def test_every_scheme_names_a_method_vllm_checks():
     assert set(SCHEMES) >= {
         "fp8",

@@ -538,6 +538,99 @@ def calibration_source(gpu: GpuSpec) -> tuple[str, str]:
     )
 
 
+def slow_quant_gemms(c: Calibration, gpu: GpuSpec) -> list[str]:
+    """The quantized GEMM schemes whose fit runs compute-bound GEMMs no faster than the bf16 fit although ``gpu``'s
+    tensor cores multiply their operands at least twice as fast as bf16: a table that timed another path than the
+    kernel vLLM serves with, not a kernel (CUTLASS's FP8 scaled_mm runs 1.3-1.9x bf16's rate in every other
+    table). It picks out the FP8 rows of every vLLM 0.14 table (H100, H200, GB200, GB300, L40S: at 2k-8k tokens
+    they take 1.0-1.9x bf16's time where 0.18-0.24's take 0.55-0.8x) and Blackwell's 0.19 FP8 rows (1.1x)."""
+    base = c.gemm.flops_eff
+    return sorted(
+        q
+        for q, p in c.gemm_quant.items()
+        if (speed := gpu.tensor_core_speedup(GEMM_QUANT[q][2])) > 1
+        and p.flops_eff * speed <= base
+        and not (q == "fp8_block" and "fp8" in c.gemm_quant)  # priced by the per-tensor fit (quant_gemm_params)
+    )
+
+
+@dataclass(frozen=True)
+class Borrowed:
+    """An op a release's calibration prices with another release's fit: what, from which release, and why."""
+
+    op: str
+    release: str
+    why: str
+
+
+def _take(c: Calibration, attr: str, key: str, source: Calibration) -> Calibration:
+    """``c`` with ``source``'s fit of ``attr[key]`` (dropped where ``source`` has none), and for MoE its measured
+    shapes (their ratios are to that dtype's kernels)."""
+    have = dict(getattr(c, attr))
+    if key in getattr(source, attr):
+        have[key] = getattr(source, attr)[key]
+    else:
+        have.pop(key, None)
+    c = replace(c, **{attr: have})
+    if attr in ("moe_quant", "moe_backends"):
+        shapes = dict(c.moe_shapes)
+        if key in source.moe_shapes:
+            shapes[key] = source.moe_shapes[key]
+        else:
+            shapes.pop(key, None)
+        c = replace(c, moe_shapes=shapes)
+    return c
+
+
+def _mend_release(c: Calibration, chip: str, release: str | None) -> tuple[Calibration, list[Borrowed]]:
+    """Release ``release``'s calibration of ``chip`` with every op its tables are known not to time as vLLM runs
+    it priced by another release: a known kernel mismatch (kvsim.releases.KERNEL_MISMATCHES) by the newest
+    measured release; a quantized GEMM no faster than bf16 (:func:`slow_quant_gemms`) by the nearest release
+    whose fit of that scheme is plausible, later ones first (the kernel vLLM has served with since)."""
+    releases = vllm_releases().get(chip, {})
+    if release is None or not releases:
+        return c, []
+    borrowed: list[Borrowed] = []
+    wrong = kernel_mismatches(chip, release)
+    if wrong:
+        top = max(releases, key=release_key)
+        newest = load_calibration(SHIPPED / releases[top])
+        for m in wrong:
+            c = _take(c, *m.group, newest)
+        ops = sorted({m.op.split(" by ")[0] for m in wrong})
+        borrowed += [Borrowed(op, top, f"{release}'s table {wrong[0].why}") for op in ops]
+    slow = slow_quant_gemms(c, GPU_PRESETS[chip])
+    if slow:
+        later = sorted((r for r in releases if release_key(r) > release_key(release)), key=release_key)
+        earlier = sorted((r for r in releases if release_key(r) < release_key(release)), key=release_key, reverse=True)
+        others = [(r, load_calibration(SHIPPED / releases[r])) for r in later + earlier]
+        for q in slow:
+            good = [(r, o) for r, o in others if q in o.gemm_quant and q not in slow_quant_gemms(o, GPU_PRESETS[chip])]
+            speed = GPU_PRESETS[chip].tensor_core_speedup(GEMM_QUANT[q][2])
+            why = (
+                f"{release}'s {q} GEMM rows run no faster than its bf16 ones at compute-bound sizes, on tensor cores "
+                f"{speed:g}x as fast"
+            )
+            if good:
+                r, o = good[0]
+                c = _take(c, "gemm_quant", q, o)
+                borrowed.append(Borrowed(f"{q} GEMMs", r, why))
+            else:
+                c = _take(c, "gemm_quant", q, replace(c, gemm_quant={}))
+                borrowed.append(Borrowed(f"{q} GEMMs", "", why + "; priced at the bf16 fit's efficiencies"))
+    return c, borrowed
+
+
+def _borrowed_note(vllm_version: str | None, chip: str, borrowed: list[Borrowed]) -> str:
+    """The warning that says which release priced each borrowed op and why (empty when none)."""
+    if not borrowed:
+        return ""
+    parts = [
+        f"{b.op} priced by vLLM {b.release}'s kernels ({b.why})" if b.release else f"{b.op}: {b.why}" for b in borrowed
+    ]
+    return f"warning: --vllm-version {vllm_version} on {chip}: " + "; ".join(parts) + ", every other op by its own"
+
+
 def shipped_calibration(gpu: GpuSpec, vllm_version: str | None = None) -> tuple[Calibration, str]:
     """The packaged calibration for ``gpu``, and a note on where it comes from. A GPU without one borrows a
     calibration of the same architecture (efficiencies carry over; peaks are the GPU's own); a GPU of an
@@ -546,37 +639,9 @@ def shipped_calibration(gpu: GpuSpec, vllm_version: str | None = None) -> tuple[
     chip, note = calibration_source(gpu)
     path, release_note = release_calibration(chip, vllm_version)
     c = load_calibration(path or SHIPPED / f"{chip}.json")
-    wrong = kernel_mismatches(chip, chosen_release(chip, vllm_version)) if path is not None else []
-    if wrong:  # never price an op with a table of another kernel: the newest measured one prices it
-        newest = load_calibration(SHIPPED / f"{chip}.json")
-        for m in wrong:
-            attr, key = m.group
-            have = dict(getattr(c, attr))
-            if key in getattr(newest, attr):
-                have[key] = getattr(newest, attr)[key]
-            else:
-                have.pop(key, None)
-            c = replace(c, **{attr: have})
-            if attr in ("moe_quant", "moe_backends"):  # the measured shapes' ratios are to that dtype's kernels
-                shapes = dict(c.moe_shapes)
-                if key in newest.moe_shapes:
-                    shapes[key] = newest.moe_shapes[key]
-                else:
-                    shapes.pop(key, None)
-                c = replace(c, moe_shapes=shapes)
-        rel, top = chosen_release(chip, vllm_version), max(vllm_releases()[chip], key=release_key)
-        ops = sorted({m.op.split(" by ")[0] for m in wrong})
-        release_note = "; ".join(
-            n
-            for n in (
-                release_note,
-                (
-                    f"warning: --vllm-version {vllm_version} on {chip}: {', '.join(ops)} priced by vLLM {top}'s kernels (the "
-                    f"newest measured), every other op by {rel}'s ({rel}'s table {wrong[0].why})"
-                ),
-            )
-            if n
-        )
+    if path is not None:  # a release's own tables: never price an op with a table of another kernel
+        c, borrowed = _mend_release(c, chip, chosen_release(chip, vllm_version))
+        release_note = "; ".join(n for n in (release_note, _borrowed_note(vllm_version, chip, borrowed)) if n)
     if chip != gpu.name:
         c = replace(c, gpu=gpu.name, derived_from=chip)
     elif c.derived_from and not note:
