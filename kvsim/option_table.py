@@ -659,7 +659,9 @@ OPTIONS: list[Option] = [
         "which benchmark client the generated workload follows (docs/traces.md): "
         "vllm-random (current `vllm bench serve`), inferencemax (SemiAnalysis InferenceMAX's client: range ratio "
         "0.8 as [0.8 L, L], 10 x --max-concurrency prompts, --ignore-eos), genai-perf (GenAI-Perf's synthetic "
-        "prompts, normal lengths; its --concurrency is --max-concurrency)",
+        "prompts, normal lengths, 100 distinct prompts sent in turn; its --concurrency is --max-concurrency), aiperf "
+        "(NVIDIA AIPerf's synthetic prompts: --isl/--osl with their stddevs, --request-count requests, as many "
+        "distinct prompts unless --num-dataset-entries)",
         "load",
         None,
         choices="kvsim.trace.bench_load:HARNESSES",
@@ -673,11 +675,11 @@ OPTIONS: list[Option] = [
         None,
         int,
         Number(integer=True, min=1, max=MAX_PROMPTS),
-        default_text="1000 (vLLM); 10 x --max-concurrency (inferencemax); 100 (genai-perf)",
+        default_text="1000 (vLLM); 10 x --max-concurrency (inferencemax); 100 (genai-perf); 10 (aiperf)",
     ),
     Option(
         "random_input_len",
-        ("--random-input-len", "--synthetic-input-tokens-mean"),
+        ("--random-input-len", "--synthetic-input-tokens-mean", "--isl"),
         "prompt tokens of the generated workload, before "
         "--random-prefix-len (genai-perf: the mean, its --synthetic-input-tokens-mean)",
         "load",
@@ -688,7 +690,7 @@ OPTIONS: list[Option] = [
     ),
     Option(
         "random_output_len",
-        ("--random-output-len", "--output-tokens-mean"),
+        ("--random-output-len", "--output-tokens-mean", "--osl"),
         "output tokens of the generated workload (genai-perf: "
         "the mean, its --output-tokens-mean); kvsim generates each drawn length",
         "load",
@@ -730,8 +732,8 @@ OPTIONS: list[Option] = [
     ),
     Option(
         "synthetic_input_tokens_stddev",
-        ("--synthetic-input-tokens-stddev",),
-        "genai-perf: standard deviation of the prompt tokens",
+        ("--synthetic-input-tokens-stddev", "--isl-stddev"),
+        "genai-perf, aiperf: standard deviation of the prompt tokens",
         "load",
         None,
         float,
@@ -740,13 +742,35 @@ OPTIONS: list[Option] = [
     ),
     Option(
         "output_tokens_stddev",
-        ("--output-tokens-stddev",),
-        "genai-perf: standard deviation of the output tokens",
+        ("--output-tokens-stddev", "--osl-stddev"),
+        "genai-perf, aiperf: standard deviation of the output tokens",
         "load",
         None,
         float,
         Number(min=0, max=MAX_LEN),
         default_text="0",
+    ),
+    Option(
+        "num_dataset_entries",
+        ("--num-dataset-entries",),
+        "genai-perf, aiperf: distinct prompts in the client's dataset (GenAI-Perf's --num-prompts); requests "
+        "beyond them send prompts again (--dataset-sampling-strategy), which a prefix cache finds whole",
+        "load",
+        None,
+        int,
+        Number(integer=True, min=1, max=MAX_PROMPTS),
+        default_text="100 (genai-perf); aiperf: --request-count if given, else 100 (aiperf 0.9 on)",
+    ),
+    Option(
+        "dataset_sampling_strategy",
+        ("--dataset-sampling-strategy",),
+        "genai-perf, aiperf: the order requests take the dataset's prompts: sequential (in turn: GenAI-Perf, "
+        "aiperf 0.9 on), shuffle (a fresh random order each pass: aiperf 0.3-0.8), random (with replacement: "
+        "aiperf 0.1-0.2)",
+        "load",
+        None,
+        choices="kvsim.trace.bench_load:SAMPLINGS",
+        default_text="sequential",
     ),
     Option(
         "burstiness",

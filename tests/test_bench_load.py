@@ -96,6 +96,60 @@ def test_the_shared_prefix_hits_the_prefix_cache():
     assert ideal_prefix_reuse(reqs) == pytest.approx(9 * 64 / (10 * 128))
 
 
+# --- a dataset of prompts sent again (GenAI-Perf, AIPerf)
+
+
+def test_genai_perf_sends_its_100_prompts_in_turn_with_the_same_ids_each_time():
+    load = from_options(normalize({"bench": "genai-perf", "num_prompts": 250, "random_input_len": 40}))
+    assert load.dataset_entries == 100 and load.sampling == "sequential"
+    reqs = load.requests()
+    assert len(reqs) == 250 and all(r.prompt_tokens == 40 for r in reqs)
+    # request i sends prompt i mod 100: 40 tokens = 3 blocks of 16, numbered per prompt
+    assert reqs[0].hash_ids == (0, 1, 2) and reqs[1].hash_ids == (3, 4, 5)
+    assert reqs[100].hash_ids == reqs[0].hash_ids and reqs[201].hash_ids == reqs[1].hash_ids
+    assert len({r.hash_ids for r in reqs}) == 100
+    assert any("250 requests take 100 distinct prompts" in n for n in load.notes())
+
+
+def test_aiperf_takes_as_many_prompts_as_requests_unless_told():
+    own = from_options(normalize({"bench": "aiperf", "num_prompts": 320}))
+    assert (own.num_prompts, own.dataset_entries) == (320, 320)
+    assert from_options(normalize({"bench": "aiperf"})).dataset_entries == 100  # its default --request-count: 10
+    shuffled = from_options(
+        normalize(
+            {"bench": "aiperf", "num_prompts": 30, "num_dataset_entries": 10, "dataset_sampling_strategy": "shuffle"}
+        )
+    ).requests()
+    passes = [sorted(r.hash_ids for r in shuffled[k : k + 10]) for k in (0, 10, 20)]
+    assert passes[0] == passes[1] == passes[2]  # every prompt once per pass
+    assert [r.hash_ids for r in shuffled[:10]] != [r.hash_ids for r in shuffled[10:20]]  # in a fresh order
+    drawn = BenchLoad(
+        harness="aiperf", num_prompts=50, input_len=16, dataset_entries=10, sampling="random", seed=3
+    ).requests()
+    assert len({r.hash_ids for r in drawn}) < 10 or len({r.hash_ids for r in drawn}) == 10
+    assert {r.hash_ids for r in drawn} <= {(j,) for j in range(10)}
+
+
+def test_prompts_sent_again_hit_the_prefix_cache():
+    from kvsim.trace.stats import ideal_prefix_reuse
+
+    reqs = BenchLoad(harness="genai-perf", num_prompts=30, input_len=64, output_len=2, dataset_entries=10).requests()
+    assert ideal_prefix_reuse(reqs) == pytest.approx(20 / 30)  # the second and third passes, whole
+
+
+@pytest.mark.parametrize(
+    "values,msg",
+    [
+        ({"num_dataset_entries": 10, "bench": "vllm-random"}, "a prompt of its own"),
+        ({"bench": "aiperf", "random_range_ratio": 0.2}, "aiperf draws lengths from normal distributions"),
+        ({"bench": "genai-perf", "dataset_sampling_strategy": "rand"}, "not one of sequential, shuffle, random"),
+    ],
+)
+def test_bad_datasets_name_the_flag(values, msg):
+    with pytest.raises(ConfigError, match=msg):
+        from_options(values)
+
+
 # --- send times
 
 
@@ -203,7 +257,7 @@ def test_inf_rate_and_max_concurrency_is_a_closed_loop_of_c_clients():
 
 @settings(max_examples=60, deadline=None)
 @given(
-    st.sampled_from(["vllm-random", "inferencemax", "genai-perf"]),
+    st.sampled_from(["vllm-random", "inferencemax", "genai-perf", "aiperf"]),
     st.integers(1, 60),
     st.integers(1, 3000),
     st.integers(1, 500),
@@ -214,7 +268,7 @@ def test_inf_rate_and_max_concurrency_is_a_closed_loop_of_c_clients():
     st.integers(0, 2**32),
 )
 def test_every_request_is_accounted_for_within_its_bounds(harness, n, ilen, olen, ratio, prefix, rate, burst, seed):
-    genai = harness == "genai-perf"
+    genai = harness in ("genai-perf", "aiperf")
     try:
         load = BenchLoad(
             harness,
@@ -230,11 +284,14 @@ def test_every_request_is_accounted_for_within_its_bounds(harness, n, ilen, olen
             burst,
             None,
             seed,
+            dataset_entries=max(1, n // 3) if genai else None,  # prompts sent again
+            sampling=("sequential", "shuffle", "random")[seed % 3],
         )
     except ConfigError as e:  # a window whose shortest prompt has 0 tokens, refused as vLLM refuses it
         assert "0 tokens" in str(e) and prefix == 0
         return
     reqs = load.requests()
+    again = genai and (max(1, n // 3) < n or load.sampling == "random")  # fewer prompts than requests, or drawn
     assert len(reqs) == n and [r.id for r in reqs] == [str(i) for i in range(n)]
     t = [r.arrival_s for r in reqs]
     assert all(math.isfinite(x) and x >= 0 for x in t) and t == sorted(t)
@@ -244,8 +301,10 @@ def test_every_request_is_accounted_for_within_its_bounds(harness, n, ilen, olen
         if bounds:
             (pl, ph), (ol, oh) = bounds
             assert pl <= r.prompt_tokens <= ph and ol <= r.output_tokens <= oh
-        if prefix:
+        if prefix or again:
             assert len(r.hash_ids) == -(-r.prompt_tokens // 16)
+    if again:  # a prompt sent again is the same prompt
+        assert len({(r.hash_ids, r.prompt_tokens) for r in reqs}) == len({r.hash_ids for r in reqs}) <= max(1, n // 3)
     if rate != math.inf and harness == "vllm-random":
         assert t[-1] == pytest.approx(n / rate)
     assert reqs == load.requests()

@@ -19,9 +19,17 @@ What each harness does (the sources are named in docs/traces.md, "Benchmark clie
   finite rate sends the first request at 0 and each next one a gamma gap later (no rescaling).
 - ``genai-perf``: GenAI-Perf's synthetic prompts: lengths int(N(mean, stddev)), drawn again until positive
   (``--synthetic-input-tokens-mean`` default 550, stddev 0; ``--output-tokens-mean`` as kvsim's
-  --random-output-len), 100 prompts by default; ``--concurrency N`` is N clients from t = 0 (here
-  --max-concurrency); a request rate sends at constant gaps of 1/rate (perf_analyzer's default request
-  distribution), the first at 0.
+  --random-output-len); ``--concurrency N`` is N clients from t = 0 (here --max-concurrency); a request rate
+  sends at constant gaps of 1/rate (perf_analyzer's default request distribution), the first at 0. Its
+  dataset holds 100 distinct prompts (its ``--num-prompts``, here ``--num-dataset-entries``), sent in turn
+  (perf_analyzer's threads take prompts i, i + T, ... modulo the dataset: genai-perf inputs/config_defaults.py,
+  perf_analyzer infer_context.cc), so past 100 requests every prompt comes again and a prefix cache holds it.
+- ``aiperf``: NVIDIA AIPerf's synthetic concurrency mode, lengths as GenAI-Perf's (``--isl``/``--isl-stddev``,
+  ``--osl``/``--osl-stddev``). Its dataset (``--num-dataset-entries``) is, from aiperf 0.9, as many distinct
+  prompts as ``--request-count`` when that is given, else 100, taken in order (sequential sampling); aiperf
+  0.3-0.8 held 100 and walked them in a fresh random order each pass (``--dataset-sampling-strategy shuffle``),
+  0.1-0.2 drew them at random with replacement (``random``). Each prompt is a window of the Shakespeare corpus
+  at its own random offset: distinct prompts share no prefix.
 
 Draws use numpy's ``default_rng(seed)`` (vLLM's RandomDataset does too, but consumes the stream differently
 and its send-time gaps come from numpy's global generator): the same arguments give the same requests bit for
@@ -29,6 +37,8 @@ bit, not vLLM's own draws. kvsim always generates each request's drawn output le
 with ``--ignore-eos`` sees; without it a real model may stop earlier (:meth:`BenchLoad.notes` says so).
 Prompts that share the prefix carry ``hash_ids`` (one id per ``hash_block_tokens`` tokens) so prefix caching
 finds the shared blocks; the rest of each prompt gets ids of its own (vLLM's random prompts differ per request).
+With a dataset of fewer distinct prompts than requests (``dataset_entries``), a request that sends a prompt again
+carries that prompt's ids and length: the server's prefix cache finds it whole if it still holds it.
 """
 
 from __future__ import annotations
@@ -41,7 +51,9 @@ from kvsim.errors import ConfigError
 from kvsim.trace.request import Request
 from kvsim.validation import MAX_LEN, MAX_PROMPTS, POSITIVE_INT, SEED, Number, request_rate, require
 
-HARNESSES = ("vllm-random", "genai-perf", "inferencemax")
+HARNESSES = ("vllm-random", "genai-perf", "aiperf", "inferencemax")
+NORMAL_LENGTHS = ("genai-perf", "aiperf")  # harnesses that draw lengths from normal distributions
+SAMPLINGS = ("sequential", "shuffle", "random")  # how requests take prompts from a dataset (aiperf's names)
 RANGE_RATIO_MODES = ("symmetric", "lower-bound")  # [L(1-r), L(1+r)] (vLLM since PR 16126); [int(L r), L] (before)
 DATASETS = ("random",)
 HASH_BLOCK_TOKENS = 16  # tokens per hash id (vLLM's default KV block)
@@ -64,6 +76,8 @@ DATASET_KEYS = (
     "ramp_up_end_rps",
     "random_seed",
     "ignore_eos",
+    "num_dataset_entries",
+    "dataset_sampling_strategy",
 )
 
 # each harness's own defaults (None: not this harness's flag; "10x": 10 x --max-concurrency)
@@ -91,6 +105,16 @@ _DEFAULTS: dict[str, dict[str, Any]] = {
         "range_ratio": 0.0,
         "range_ratio_mode": "symmetric",
         "ignore_eos": False,
+        "dataset_entries": 100,
+    },
+    "aiperf": {
+        "num_prompts": 10,  # aiperf's default --request-count
+        "input_len": 550,
+        "output_len": 128,
+        "range_ratio": 0.0,
+        "range_ratio_mode": "symmetric",
+        "ignore_eos": False,
+        "dataset_entries": "requests",  # --request-count when given, else 100 (aiperf >= 0.9)
     },
 }
 
@@ -118,6 +142,8 @@ class BenchLoad:
     ramp_up_strategy: str | None = None  # vllm-random: "linear" or "exponential" (vllm bench serve's ramp-up)
     ramp_up_start_rps: int | None = None  # the first request's rate, requests/s
     ramp_up_end_rps: int | None = None  # the last request's rate
+    dataset_entries: int | None = None  # distinct prompts the requests take in turn (None: each its own)
+    sampling: str = "sequential"  # how requests take them: SAMPLINGS
 
     def __post_init__(self) -> None:
         if self.harness not in HARNESSES:
@@ -145,13 +171,22 @@ class BenchLoad:
         self._check_ramp_up()
         require(self.seed, SEED, "--random-seed")
         require(self.hash_block_tokens, POSITIVE_INT, "hash_block_tokens")
-        if self.harness == "genai-perf" and (self.range_ratio or self.range_ratio_mode != "symmetric"):
+        if self.sampling not in SAMPLINGS:
+            raise ConfigError(f"--dataset-sampling-strategy: '{self.sampling}' is not one of {', '.join(SAMPLINGS)}")
+        if self.dataset_entries is not None:
+            require(self.dataset_entries, Number(integer=True, min=1, max=MAX_PROMPTS), "--num-dataset-entries")
+            if self.harness not in NORMAL_LENGTHS:
+                raise ConfigError(
+                    f"--num-dataset-entries: a dataset of prompts sent again is GenAI-Perf's and AIPerf's "
+                    f"(--bench genai-perf / aiperf); {self.harness} sends every request a prompt of its own"
+                )
+        if self.harness in NORMAL_LENGTHS and (self.range_ratio or self.range_ratio_mode != "symmetric"):
             raise ConfigError(
-                "--random-range-ratio: GenAI-Perf draws lengths from normal distributions; give "
+                f"--random-range-ratio: {self.harness} draws lengths from normal distributions; give "
                 "--synthetic-input-tokens-stddev / --output-tokens-stddev instead"
             )
         if (
-            self.harness != "genai-perf"
+            self.harness not in NORMAL_LENGTHS
             and self.prefix_len + _low(self.input_len, self.range_ratio, self.range_ratio_mode, 0) < 1
         ):
             raise ConfigError(
@@ -159,9 +194,9 @@ class BenchLoad:
                 "the shortest prompt would have 0 tokens; raise it or --random-prefix-len, or "
                 "change the ratio (vLLM refuses the same)"
             )
-        if self.harness != "genai-perf" and (self.input_stddev or self.output_stddev):
+        if self.harness not in NORMAL_LENGTHS and (self.input_stddev or self.output_stddev):
             raise ConfigError(
-                f"--synthetic-input-tokens-stddev / --output-tokens-stddev: GenAI-Perf's; "
+                f"--synthetic-input-tokens-stddev / --output-tokens-stddev: GenAI-Perf's and AIPerf's; "
                 f"{self.harness} draws lengths with --random-range-ratio"
             )
 
@@ -213,8 +248,8 @@ class BenchLoad:
 
     def length_bounds(self) -> tuple[tuple[int, int], tuple[int, int]] | None:
         """((prompt low, high), (output low, high)) in tokens, both inclusive, the prefix included in the prompt;
-        None for GenAI-Perf's normal draws (unbounded above)."""
-        if self.harness == "genai-perf":
+        None for GenAI-Perf's and AIPerf's normal draws (unbounded above)."""
+        if self.harness in NORMAL_LENGTHS:
             return None
         return (
             (
@@ -236,7 +271,16 @@ class BenchLoad:
             return (
                 f"genai-perf --synthetic-input-tokens-mean {self.input_len} --synthetic-input-tokens-stddev "
                 f"{self.input_stddev:g} --output-tokens-mean {self.output_len} --output-tokens-stddev "
-                f"{self.output_stddev:g} --num-prompts {self.num_prompts}"
+                f"{self.output_stddev:g} --num-prompts {self.dataset_entries} --request-count {self.num_prompts}"
+                + (f" --concurrency {self.max_concurrency}" if self.max_concurrency is not None else "")
+                + (f" --request-rate {rate}" if self.request_rate != math.inf else "")
+                + f" --random-seed {self.seed}"
+            )
+        if self.harness == "aiperf":
+            return (
+                f"aiperf profile --isl {self.input_len} --isl-stddev {self.input_stddev:g} --osl {self.output_len} "
+                f"--osl-stddev {self.output_stddev:g} --request-count {self.num_prompts} --num-dataset-entries "
+                f"{self.dataset_entries} --dataset-sampling-strategy {self.sampling}"
                 + (f" --concurrency {self.max_concurrency}" if self.max_concurrency is not None else "")
                 + (f" --request-rate {rate}" if self.request_rate != math.inf else "")
                 + f" --random-seed {self.seed}"
@@ -268,6 +312,11 @@ class BenchLoad:
                 + (f", {self.prefix_len} shared prefix tokens" if self.prefix_len else "")
                 + ")"
             )
+        if self.dataset_entries is not None and self.dataset_entries < self.num_prompts:
+            out.append(
+                f"{self.name}: {self.num_prompts} requests take {self.dataset_entries} distinct prompts "
+                f"({self.sampling}): a prompt sent again finds its blocks in the prefix cache if it still holds them"
+            )
         if not self.ignore_eos:
             out.append(
                 f"note: {self.name}: without --ignore-eos a real model may stop before the drawn output "
@@ -282,7 +331,9 @@ class BenchLoad:
 
         rng = np.random.default_rng(self.seed)
         n = self.num_prompts
-        if self.harness == "genai-perf":
+        if self.dataset_entries is not None and (self.dataset_entries < n or self.sampling == "random"):
+            return self._dataset_requests(rng)  # prompts sent again
+        if self.harness in NORMAL_LENGTHS:
             prompt = _positive_normal(rng, self.input_len, self.input_stddev, n)
             output = _positive_normal(rng, self.output_len, self.output_stddev, n)
         else:
@@ -314,6 +365,42 @@ class BenchLoad:
             out = [Request(str(i), float(times[i]), int(prompt[i]), int(output[i]), line=i + 1) for i in range(n)]
         return out
 
+    def _dataset_requests(self, rng) -> list[Request]:
+        """The requests of a dataset of ``dataset_entries`` distinct prompts (lengths drawn per prompt, outputs per
+        request), taken by ``sampling``: every request carries its prompt's block ids, the same each time it is
+        sent."""
+        import numpy as np
+
+        n, m, H = self.num_prompts, self.dataset_entries or 1, self.hash_block_tokens
+        entry_len = _positive_normal(rng, self.input_len, self.input_stddev, m) + self.prefix_len
+        output = _positive_normal(rng, self.output_len, self.output_stddev, n)
+        if self.sampling == "sequential":
+            entry = np.arange(n) % m
+        elif self.sampling == "shuffle":  # a fresh random order of every prompt for each pass
+            entry = np.concatenate([rng.permutation(m) for _ in range(-(-n // m))])[:n]
+        else:
+            entry = rng.integers(0, m, size=n)
+        times = self.send_times(rng)
+        shared = self.prefix_len // H  # a block that mixes prefix and own tokens is the prompt's own
+        ids, next_id = [], shared
+        for j in range(m):
+            blocks = -(-int(entry_len[j]) // H)
+            own = blocks - min(shared, blocks)
+            ids.append(tuple(range(min(shared, blocks))) + tuple(range(next_id, next_id + own)))
+            next_id += own
+        return [
+            Request(
+                str(i),
+                float(times[i]),
+                int(entry_len[entry[i]]),
+                int(output[i]),
+                hash_ids=ids[entry[i]],
+                hash_block_tokens=H,
+                line=i + 1,
+            )
+            for i in range(n)
+        ]
+
     def send_times(self, rng) -> Any:  # a numpy array (numpy is imported late)
         """Each request's send time in seconds, as the harness schedules it."""
         import numpy as np
@@ -327,7 +414,7 @@ class BenchLoad:
         if rate == math.inf:
             return np.zeros(n)
         if self.harness == "genai-perf" or self.burstiness == math.inf:
-            gaps = np.full(n, 1.0 / rate)
+            gaps = np.full(n, 1.0 / rate)  # aiperf: Poisson gaps (its default arrival pattern), by --burstiness
         else:
             gaps = rng.gamma(self.burstiness, 1.0 / (rate * self.burstiness), size=n)
         if self.harness == "vllm-random":  # every request after a gap; the last at n / rate
@@ -384,7 +471,10 @@ def from_options(values: Mapping[str, Any]) -> BenchLoad | None:
     if not any(values.get(k) is not None for k in DATASET_KEYS):
         return None
     # GenAI-Perf's own flags (its standard deviations) name its client when --bench does not
-    genai_only = any(values.get(k) is not None for k in ("synthetic_input_tokens_stddev", "output_tokens_stddev"))
+    genai_only = any(
+        values.get(k) is not None
+        for k in ("synthetic_input_tokens_stddev", "output_tokens_stddev", "num_dataset_entries")
+    )
     harness = values.get("bench") or ("genai-perf" if genai_only else "vllm-random")
     d = _DEFAULTS[harness]
     conc = values.get("max_concurrency")
@@ -403,6 +493,11 @@ def from_options(values: Mapping[str, Any]) -> BenchLoad | None:
         v = values.get(key)
         return default if v is None else v
 
+    entries = values.get("num_dataset_entries")
+    if entries is None:
+        entries = d.get("dataset_entries")
+        if entries == "requests":
+            entries = values.get("num_prompts") or 100
     rate = values.get("request_rate")
     return BenchLoad(
         harness=harness,
@@ -422,4 +517,6 @@ def from_options(values: Mapping[str, Any]) -> BenchLoad | None:
         max_concurrency=conc,
         seed=get("random_seed", 0),
         ignore_eos=get("ignore_eos", d["ignore_eos"]),
+        dataset_entries=entries,
+        sampling=get("dataset_sampling_strategy", "sequential"),
     )
