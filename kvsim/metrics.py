@@ -115,7 +115,8 @@ def run_summary(res: SimResult, req: pd.DataFrame | None = None) -> dict:
     """One row of run-level metrics. Memory shares are time-weighted fractions of the KV pool."""
     req = requests_frame(res) if req is None else req
     fin = req[req.status == Status.FINISHED.value]
-    duration = max(res.end_s, 1e-12)  # the engine's clock starts at the first arrival
+    # the engine's clock starts at the first arrival; a client's warm-up is not part of the measured run
+    duration = max(res.end_s - res.start_s, 1e-12)
     mem = res.memory
     shares = mem.time_weighted_fractions()
     occupied = 1.0 - shares["free"]

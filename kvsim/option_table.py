@@ -773,6 +773,18 @@ OPTIONS: list[Option] = [
         default_text="sequential",
     ),
     Option(
+        "warmup_request_count",
+        ("--warmup-request-count", "--num-warmups"),
+        "warm-up requests the client sends first (at --max-concurrency, from the same dataset) and drains before "
+        "the measured ones, as aiperf's --warmup-request-count and InferenceMAX's 2 x concurrency warm-ups; they "
+        "are left out of the results (kvsim run and compare)",
+        "load",
+        None,
+        int,
+        Number(integer=True, min=0, max=MAX_PROMPTS),
+        default_text="0 (inferencemax: 2 x --max-concurrency)",
+    ),
+    Option(
         "burstiness",
         ("--burstiness",),
         "with a finite --request-rate, the gamma shape of the gaps between "

@@ -150,6 +150,60 @@ def test_bad_datasets_name_the_flag(values, msg):
         from_options(values)
 
 
+# --- a client's warm-up, drained before the measured requests
+
+
+def test_the_clients_wait_for_the_warm_up_to_drain():
+    """Two clients, three warm-up requests, then three measured ones, by hand: the warm-up's third goes when the
+    first is done; the measured ones go together once the last warm-up is done, then one per completion."""
+    from kvsim.engine.clock import ClientLimit
+
+    c = ClientLimit([0.0] * 6, 2, barrier=3)
+    assert c.times[:2] == [0.0, 0.0] and c.times[2:] == [math.inf] * 4
+    c.freed(1, 1.0)  # warm-up 0 done: warm-up 2 goes
+    assert c.times[2] == 1.0 and c.times[3] == math.inf
+    c.freed(1, 2.0)  # warm-up 1 done: its client waits for warm-up 2
+    assert c.times[3] == math.inf
+    c.freed(1, 3.0)  # the warm-up drained: both clients send
+    assert c.times[3:] == [3.0, 3.0, math.inf] and c.start_s == 3.0
+    c.freed(1, 4.0)
+    assert c.times[5] == 4.0
+
+
+def test_warm_up_requests_come_first_and_share_the_dataset():
+    """aiperf 0.9 on: a dataset of --request-count prompts in order; the warm-up takes the first ones, so the last
+    measured requests send the warm-up's prompts again."""
+    load = from_options(
+        normalize({"bench": "aiperf", "num_prompts": 6, "max_concurrency": 2, "warmup_request_count": 2, "isl": 32})
+    )
+    reqs = load.requests()
+    assert [r.id for r in reqs] == ["warmup-0", "warmup-1", "0", "1", "2", "3", "4", "5"]
+    assert [r.warmup for r in reqs] == [True] * 2 + [False] * 6
+    assert [r.line for r in reqs[2:]] == [1, 2, 3, 4, 5, 6]
+    ids = [r.hash_ids for r in reqs]
+    assert len(set(ids)) == 6 and ids[6:] == ids[:2]
+    assert from_options(normalize({"bench": "inferencemax", "max_concurrency": 8})).warmup == 16
+    assert from_options(normalize({"bench": "inferencemax", "max_concurrency": 8, "num_warmups": 0})).warmup == 0
+    with pytest.raises(ConfigError, match="need a closed loop"):
+        from_options(normalize({"bench": "aiperf", "warmup_request_count": 4}))
+
+
+def test_a_run_leaves_the_warm_up_out_of_its_results(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    args = ["--max-concurrency", "4", "--random-input-len", "64", "--random-output-len", "8", "--num-prompts", "12"]
+    assert main(["run", *args, "--warmup-request-count", "8", "--out", "w", *RUN]) == 0
+    assert "8 warm-up requests first, drained before the 12 measured ones" in capsys.readouterr().err
+    df = pd.read_csv(tmp_path / "w" / "requests.csv")
+    assert list(df.id) == list(range(12)) and (df.status == "finished").all()
+    drained = df.arrival_s.min()
+    assert drained > 0 and (df.arrival_s.nsmallest(4) == drained).all()  # all four clients at the drain
+    runs = pd.read_csv(tmp_path / "w" / "runs.csv")
+    assert runs.duration_s.iloc[0] == pytest.approx(df.finish_s.max() - drained)
+    assert runs.throughput_tok_s.iloc[0] == pytest.approx(12 * 8 / (df.finish_s.max() - drained))
+    assert main(["cluster", "--replicas", "2", *args, "--warmup-request-count", "8", "--out", "c", *RUN[:-1]]) != 0
+    assert "does not simulate a client's warm-up" in capsys.readouterr().err
+
+
 # --- send times
 
 

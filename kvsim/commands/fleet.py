@@ -185,7 +185,8 @@ def cmd_cluster(a: argparse.Namespace) -> int:
         layouts.append(("agg", _groups(a, cfg, spec, a.groups)))
     from kvsim.commands.simulate import load_workload
 
-    loaded, trace_name, _, bench_notes = load_workload(a)  # --trace, or a benchmark client's flags
+    # --trace, or a benchmark client's flags (without its warm-up: not simulated in a fleet)
+    loaded, trace_name, _, bench_notes = load_workload(a, warmup=False, command="cluster")
     for note in bench_notes:
         print(note, file=sys.stderr)
     from kvsim.commands.args import result_marker, results_dir

@@ -106,16 +106,30 @@ def bench_workload(a: argparse.Namespace):
     return from_options(normalize(values_from_namespace(a)))
 
 
-def load_workload(a: argparse.Namespace):
+def load_workload(a: argparse.Namespace, warmup: bool = True, command: str = "run"):
     """(the loaded requests (kvsim.trace.jsonl.LoadedTrace), the workload's name for result folders, how the
-    summary names it, the generated workload's notes) of --trace or a benchmark client's flags."""
+    summary names it, the generated workload's notes) of --trace or a benchmark client's flags. ``warmup``
+    False: ``command`` does not simulate a client's warm-up (an explicit --warmup-request-count is refused, a
+    client's default one left out with a note)."""
+    from dataclasses import replace
+
     from kvsim.trace import load_trace
     from kvsim.trace.jsonl import LoadedTrace
 
     bench = bench_workload(a)
     if bench is not None:
+        notes = []
+        if bench.warmup and not warmup:
+            if getattr(a, "warmup_request_count", None):
+                raise ConfigError(
+                    f"--warmup-request-count: kvsim {command} does not simulate a client's warm-up (kvsim run "
+                    "and compare do); drop it"
+                )
+            notes.append(f"note: {bench.name}: the client's {bench.warmup} warm-up requests are not simulated here")
+            bench = replace(bench, warmup=0)
         loaded = LoadedTrace(bench.requests(), bench.name)
-        return loaded, bench.name, f"{bench.describe()} (generated: {len(loaded.requests)} requests)", bench.notes()
+        measured = sum(not r.warmup for r in loaded.requests)
+        return loaded, bench.name, f"{bench.describe()} (generated: {measured} requests)", bench.notes() + notes
     loaded = load_trace(a.trace, skip_invalid=bool(a.skip_invalid))
     return loaded, Path(a.trace).stem, f"{a.trace} ({len(loaded.requests)} requests)", []
 

@@ -126,6 +126,7 @@ def _generate_bench(a: argparse.Namespace) -> int:
     """`kvsim trace generate --bench ...`: a benchmark client's workload (kvsim/trace/bench_load.py) as JSONL."""
     import math
     import sys
+    from dataclasses import replace
 
     from kvsim.errors import ConfigError
     from kvsim.options import normalize, values_from_namespace
@@ -162,6 +163,13 @@ def _generate_bench(a: argparse.Namespace) -> int:
     if a.seed is not None:
         values["random_seed"] = a.seed
     bench = from_options(values)
+    if bench.warmup:  # a trace has no warm-up phase: its requests are the measured ones
+        print(
+            f"note: {bench.name}: the client's {bench.warmup} warm-up requests are not written (a trace has no "
+            "warm-up phase; kvsim run --warmup-request-count simulates one)",
+            file=sys.stderr,
+        )
+        bench = replace(bench, warmup=0)
     reqs = bench.requests()
     for note in bench.notes():
         print(note, file=sys.stderr)

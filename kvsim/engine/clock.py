@@ -27,6 +27,10 @@ class TraceArrivals:
         self.t0 = self.requests[0].arrival_s if self.requests else 0.0
         self.times = [r.arrival_s - self.t0 for r in self.requests]
         self.seqs = [Sequence(i, r) for i, r in enumerate(self.requests)]
+        # a benchmark client's warm-up requests: all sent first (ClientLimit's barrier)
+        self.warmups = sum(r.warmup for r in self.requests)
+        if any(r.warmup for r in self.requests[self.warmups :]):
+            raise ValueError("warm-up requests must come before every measured request")
         # the memory timeline keeps about 2,000 points over the trace's span
         self.resolution_s = max(self.times[-1] if self.times else 0.0, 1.0) / 2000
 
@@ -41,27 +45,45 @@ class ClientLimit:
     at the instant one of them finishes or is rejected (its client then sends the next). ``times`` holds the
     send times on the engines' clock, ``inf`` for requests whose turn has not come; they never decrease,
     because the driver meets completions in time order. ``limit`` None: an open loop, every request at its
-    trace time (``times`` is the trace's own list)."""
+    trace time (``times`` is the trace's own list).
 
-    def __init__(self, trace_times: Seq[float], limit: int | None):
+    ``barrier``: the first ``barrier`` requests are a warm-up the clients drain before sending the others: no
+    request after them goes before every one of them finished or was rejected (``start_s`` says when)."""
+
+    def __init__(self, trace_times: Seq[float], limit: int | None, barrier: int = 0):
         if limit is not None and limit < 1:
             raise ValueError("a client limit must be at least 1")
+        if barrier and limit is None:
+            raise ValueError("a warm-up drained before the measured requests needs a client limit")
         self.trace_times = trace_times
         self.limit = limit
-        first = len(trace_times) if limit is None else min(limit, len(trace_times))
+        self.barrier = barrier
+        first = len(trace_times) if limit is None else min(limit, barrier or limit, len(trace_times))
         self.times = (
             trace_times if limit is None else list(trace_times[:first]) + [math.inf] * (len(trace_times) - first)
         )
         self._next = first  # the first request still waiting for a free client
+        self._done = 0  # requests finished or rejected so far
+        self._idle = 0 if limit is None else limit - first  # clients waiting for the warm-up to drain
+        self.start_s = 0.0  # when the requests after the warm-up began (seconds, the engines' clock)
 
     def freed(self, n: int, t: float) -> None:
-        """``n`` requests in flight finished or were rejected at ``t``: as many waiting ones are sent."""
-        for _ in range(n):
+        """``n`` requests in flight finished or were rejected at ``t``: as many waiting ones are sent (past a
+        warm-up, only once all of it is done)."""
+        self._done += n
+        free, self._idle = n + self._idle, 0
+        while free:
             j = self._next
             if j >= len(self.times):
                 return
+            if j == self.barrier and j and self._done < self.barrier:
+                self._idle = free  # these clients wait for the warm-up's last requests
+                return
+            if j == self.barrier and j:
+                self.start_s = t
             self.times[j] = max(self.trace_times[j], t)
             self._next = j + 1
+            free -= 1
 
     def stamp(self, seqs: Seq[Sequence], t0: float) -> None:
         """Give each request sent later than its trace time that time as its arrival (``seqs[j]`` was sent

@@ -22,6 +22,7 @@ from kvsim.engine.engine import Engine, StepObserver, SwapTiming
 from kvsim.engine.memory_tracker import MemoryTracker
 from kvsim.engine.preemption import VictimPolicy, lifo
 from kvsim.engine.sequence import Sequence, Status
+from kvsim.errors import ConfigError
 from kvsim.trace.request import Request
 
 
@@ -39,6 +40,7 @@ class SimResult:
     extra: dict = field(default_factory=dict)  # allocator and scheduler counters
     shares_kv: bool = False  # the allocator can share KV (report what sharing saved)
     t0: float = 0.0  # the first arrival: every time the engine keeps is seconds after it
+    start_s: float = 0.0  # when the measured requests began, seconds after t0 (after a client's warm-up)
 
 
 class Simulation:
@@ -61,7 +63,9 @@ class Simulation:
         self.seqs = self.trace.seqs
         self.alloc = allocator
         # a closed loop: at most max_concurrency requests in flight (None: every request at its trace time)
-        self.clients = ClientLimit(self.trace.times, max_concurrency)
+        if self.trace.warmups and max_concurrency is None:
+            raise ConfigError("warm-up requests drained before the measured ones need --max-concurrency")
+        self.clients = ClientLimit(self.trace.times, max_concurrency, self.trace.warmups)
         self.engine = Engine(
             allocator,
             latency,
@@ -84,19 +88,24 @@ class Simulation:
         samples = close_engines([eng])
         self.clients.stamp(self.seqs, trace.t0)
         mark_unfinished(self.seqs, samples, arrived)
+        w = self.trace.warmups  # the client's warm-up: run, then left out of the results
+        extra = eng.counters()
+        if w:
+            extra["warmup_requests"] = w
         return SimResult(
             self.alloc.name,
             self.alloc.pool_tokens,
-            self.seqs,
+            self.seqs[w:],
             eng.memory,
             eng.now,
             eng.steps,
             eng.events,
             eng.sched.preemptions,
             time.perf_counter() - wall0,
-            extra=eng.counters(),
+            extra=extra,
             shares_kv=self.alloc.shares_kv,
             t0=trace.t0,
+            start_s=self.clients.start_s if w else 0.0,
         )
 
 

@@ -44,7 +44,7 @@ carries that prompt's ids and length: the server's prefix cache finds it whole i
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
 from kvsim.errors import ConfigError
@@ -78,6 +78,7 @@ DATASET_KEYS = (
     "ignore_eos",
     "num_dataset_entries",
     "dataset_sampling_strategy",
+    "warmup_request_count",
 )
 
 # each harness's own defaults (None: not this harness's flag; "10x": 10 x --max-concurrency)
@@ -97,6 +98,7 @@ _DEFAULTS: dict[str, dict[str, Any]] = {
         "range_ratio": 0.8,
         "range_ratio_mode": "lower-bound",
         "ignore_eos": True,
+        "warmup": "2x",  # benchmark_lib.sh: --num-warmups 2 x CONC
     },
     "genai-perf": {
         "num_prompts": 100,
@@ -144,6 +146,7 @@ class BenchLoad:
     ramp_up_end_rps: int | None = None  # the last request's rate
     dataset_entries: int | None = None  # distinct prompts the requests take in turn (None: each its own)
     sampling: str = "sequential"  # how requests take them: SAMPLINGS
+    warmup: int = 0  # warm-up requests sent first and drained before the measured ones (a closed loop only)
 
     def __post_init__(self) -> None:
         if self.harness not in HARNESSES:
@@ -180,6 +183,12 @@ class BenchLoad:
                     f"--num-dataset-entries: a dataset of prompts sent again is GenAI-Perf's and AIPerf's "
                     f"(--bench genai-perf / aiperf); {self.harness} sends every request a prompt of its own"
                 )
+        require(self.warmup, Number(integer=True, min=0, max=MAX_PROMPTS), "--warmup-request-count")
+        if self.warmup and (self.max_concurrency is None or self.request_rate != math.inf or self.ramp_up_strategy):
+            raise ConfigError(
+                "--warmup-request-count: warm-up requests drained before the measured ones need a closed loop "
+                "(--max-concurrency, with --request-rate inf)"
+            )
         if self.harness in NORMAL_LENGTHS and (self.range_ratio or self.range_ratio_mode != "symmetric"):
             raise ConfigError(
                 f"--random-range-ratio: {self.harness} draws lengths from normal distributions; give "
@@ -272,6 +281,7 @@ class BenchLoad:
                 f"genai-perf --synthetic-input-tokens-mean {self.input_len} --synthetic-input-tokens-stddev "
                 f"{self.input_stddev:g} --output-tokens-mean {self.output_len} --output-tokens-stddev "
                 f"{self.output_stddev:g} --num-prompts {self.dataset_entries} --request-count {self.num_prompts}"
+                + (f" --warmup-request-count {self.warmup}" if self.warmup else "")
                 + (f" --concurrency {self.max_concurrency}" if self.max_concurrency is not None else "")
                 + (f" --request-rate {rate}" if self.request_rate != math.inf else "")
                 + f" --random-seed {self.seed}"
@@ -281,6 +291,7 @@ class BenchLoad:
                 f"aiperf profile --isl {self.input_len} --isl-stddev {self.input_stddev:g} --osl {self.output_len} "
                 f"--osl-stddev {self.output_stddev:g} --request-count {self.num_prompts} --num-dataset-entries "
                 f"{self.dataset_entries} --dataset-sampling-strategy {self.sampling}"
+                + (f" --warmup-request-count {self.warmup}" if self.warmup else "")
                 + (f" --concurrency {self.max_concurrency}" if self.max_concurrency is not None else "")
                 + (f" --request-rate {rate}" if self.request_rate != math.inf else "")
                 + f" --random-seed {self.seed}"
@@ -297,6 +308,7 @@ class BenchLoad:
                 else f"--request-rate {rate}"
             )
             + f" --burstiness {self.burstiness:g}{conc}{eos} --seed {self.seed}"
+            + (f" (and {self.warmup} warm-up requests)" if self.warmup else "")
         )
 
     def notes(self) -> list[str]:
@@ -312,6 +324,11 @@ class BenchLoad:
                 + (f", {self.prefix_len} shared prefix tokens" if self.prefix_len else "")
                 + ")"
             )
+        if self.warmup:
+            out.append(
+                f"{self.name}: {self.warmup} warm-up requests first, drained before the {self.num_prompts} "
+                "measured ones; the results are the measured ones"
+            )
         if self.dataset_entries is not None and self.dataset_entries < self.num_prompts:
             out.append(
                 f"{self.name}: {self.num_prompts} requests take {self.dataset_entries} distinct prompts "
@@ -326,7 +343,18 @@ class BenchLoad:
 
     def requests(self) -> list[Request]:
         """The workload's requests in send order, with their send times in seconds from 0 (before any
-        --max-concurrency wait). Deterministic in the fields, bit for bit."""
+        --max-concurrency wait), the warm-up ones first (ids ``warmup-K``, :attr:`Request.warmup`; they take
+        the dataset's first prompts, as the clients' warm-up shares their sampler). Deterministic in the
+        fields, bit for bit."""
+        if self.warmup:
+            w = self.warmup
+            reqs = replace(self, num_prompts=w + self.num_prompts, warmup=0).requests()
+            return [
+                replace(r, id=f"warmup-{i}", warmup=True, line=0)
+                if i < w
+                else replace(r, id=str(i - w), line=i - w + 1)
+                for i, r in enumerate(reqs)
+            ]
         import numpy as np
 
         rng = np.random.default_rng(self.seed)
@@ -493,6 +521,11 @@ def from_options(values: Mapping[str, Any]) -> BenchLoad | None:
         v = values.get(key)
         return default if v is None else v
 
+    warmup = values.get("warmup_request_count")
+    if warmup is None:
+        warmup = d.get("warmup", 0)
+        if warmup == "2x":
+            warmup = 2 * conc if conc is not None and values.get("request_rate") in (None, math.inf) else 0
     entries = values.get("num_dataset_entries")
     if entries is None:
         entries = d.get("dataset_entries")
@@ -519,4 +552,5 @@ def from_options(values: Mapping[str, Any]) -> BenchLoad | None:
         ignore_eos=get("ignore_eos", d["ignore_eos"]),
         dataset_entries=entries,
         sampling=get("dataset_sampling_strategy", "sequential"),
+        warmup=warmup,
     )

@@ -17,6 +17,8 @@ class Request:
     n: int = 1  # parallel samples sharing the prompt
     line: int = 0  # 1-based line in the source file, for messages
     session: str | None = None  # conversation or user the request belongs to (sticky routing in a fleet)
+    # a benchmark client's warm-up request: sent and drained before the measured ones, left out of the results
+    warmup: bool = False
 
     @property
     def total_tokens(self) -> int:
