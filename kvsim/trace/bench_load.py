@@ -276,21 +276,18 @@ class BenchLoad:
         rate = "inf" if self.request_rate == math.inf else f"{self.request_rate:g}"
         conc = f" --max-concurrency {self.max_concurrency}" if self.max_concurrency is not None else ""
         eos = " --ignore-eos" if self.ignore_eos else ""
-        if self.harness == "genai-perf":
-            return (
+        if self.harness in NORMAL_LENGTHS:
+            head = (
                 f"genai-perf --synthetic-input-tokens-mean {self.input_len} --synthetic-input-tokens-stddev "
                 f"{self.input_stddev:g} --output-tokens-mean {self.output_len} --output-tokens-stddev "
-                f"{self.output_stddev:g} --num-prompts {self.dataset_entries} --request-count {self.num_prompts}"
-                + (f" --warmup-request-count {self.warmup}" if self.warmup else "")
-                + (f" --concurrency {self.max_concurrency}" if self.max_concurrency is not None else "")
-                + (f" --request-rate {rate}" if self.request_rate != math.inf else "")
-                + f" --random-seed {self.seed}"
+                f"{self.output_stddev:g} --num-prompts {self.dataset_entries}"
+                if self.harness == "genai-perf"
+                else f"aiperf profile --isl {self.input_len} --isl-stddev {self.input_stddev:g} --osl "
+                f"{self.output_len} --osl-stddev {self.output_stddev:g} --num-dataset-entries {self.dataset_entries} "
+                f"--dataset-sampling-strategy {self.sampling}"
             )
-        if self.harness == "aiperf":
             return (
-                f"aiperf profile --isl {self.input_len} --isl-stddev {self.input_stddev:g} --osl {self.output_len} "
-                f"--osl-stddev {self.output_stddev:g} --request-count {self.num_prompts} --num-dataset-entries "
-                f"{self.dataset_entries} --dataset-sampling-strategy {self.sampling}"
+                f"{head} --request-count {self.num_prompts}"
                 + (f" --warmup-request-count {self.warmup}" if self.warmup else "")
                 + (f" --concurrency {self.max_concurrency}" if self.max_concurrency is not None else "")
                 + (f" --request-rate {rate}" if self.request_rate != math.inf else "")
