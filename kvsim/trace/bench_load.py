@@ -324,7 +324,8 @@ class BenchLoad:
         if self.warmup:
             out.append(
                 f"{self.name}: {self.warmup} warm-up requests first, drained before the {self.num_prompts} "
-                "measured ones; the results are the measured ones"
+                "measured ones; the latencies and throughput are the measured ones' (the memory timeline and the "
+                "cache counters span the warm-up too)"
             )
         if self.dataset_entries is not None and self.dataset_entries < self.num_prompts:
             out.append(
