@@ -347,6 +347,10 @@ class SimConfig:
                 f"{{enable_expert_parallel}}: {model.num_experts} experts of {model.name} do not spread evenly "
                 f"over {ranks}"
             )
+        problem = model.block_problem(tp, dp, self.enable_expert_parallel)
+        if problem:
+            fix = "{enable_expert_parallel} or a " if "experts' width" in problem else "a "
+            raise OptionError(f"{{tensor_parallel_size}} {tp}: {problem}; use {fix}smaller {{tensor_parallel_size}}")
         if self.async_scheduling and self.vllm_engine == "v0":
             raise OptionError(
                 "{async_scheduling}: the V0 engine schedules in step with the GPU (async scheduling "

@@ -319,3 +319,38 @@ def test_releases_from_0_20_default_to_92_percent_of_gpu_memory():
     assert mem() == mem("--vllm-version", "0.19.1") == 0.90
     assert mem("--vllm-version", "0.20") == mem("--vllm-version", "0.21") == mem("--vllm-version", "0.28.0") == 0.92
     assert mem("--vllm-version", "0.28", "--gpu-memory-utilization", "0.8") == 0.8
+
+
+@pytest.mark.parametrize(
+    "model, flags, refused",
+    [
+        # Qwen3-235B-A22B-FP8's experts of 1,536 at TP8: 192 per GPU, not a 128-wide block (vLLM's load fails)
+        ("Qwen/Qwen3-235B-A22B-FP8", ["-tp", "8"], "1,536 split over 8 GPUs is 192 per GPU"),
+        ("Qwen/Qwen3-235B-A22B-FP8", ["-tp", "8", "--enable-expert-parallel"], None),  # experts whole
+        ("Qwen/Qwen3-235B-A22B-FP8", ["-tp", "4"], None),  # 384 = 3 blocks
+        ("Qwen/Qwen3-235B-A22B-FP8", ["-tp", "4", "-dp", "2"], "split over 8 GPUs"),  # experts over dp x tp
+        ("Qwen/Qwen3-235B-A22B", ["-tp", "8"], None),  # bf16: no blocks
+        ("MiniMaxAI/MiniMax-M2.5", ["-tp", "8"], "192 per GPU"),
+        ("Qwen/Qwen3-30B-A3B-FP8", ["-tp", "4"], "768 split over 4 GPUs is 192 per GPU"),
+        ("Qwen/Qwen3-30B-A3B-FP8", ["-tp", "2"], None),
+        ("Qwen/Qwen3-32B-FP8", ["-tp", "8"], None),  # 25,600 / 8 = 3,200 = 25 blocks
+        ("deepseek-ai/DeepSeek-V3", ["-tp", "8"], None),  # experts 2,048 / 8 = 256; dense MLP 18,432 / 8
+    ],
+)
+def test_block_fp8_weights_must_split_into_whole_blocks_as_vllm_loads_them(model, flags, refused):
+    args = ["--model", model, "--gpu", "h200", *flags]
+    if refused is None:
+        config_from_args(args)
+        return
+    with pytest.raises(ConfigError, match=refused) as e:
+        config_from_args(args)
+    assert "vLLM refuses to load it" in str(e.value) and "--enable-expert-parallel" in str(e.value)
+
+
+def test_a_dense_block_fp8_checkpoint_whose_mlp_does_not_split_into_blocks_is_refused():
+    from dataclasses import replace
+
+    m = replace(get_model("qwen3-8b-fp8"), intermediate_size=12288 + 128)  # 97 blocks of 128
+    assert m.block_problem(1) is None  # whole on one GPU
+    assert "dense MLP width (intermediate_size) 12,416 split over 2 GPUs is 6208 per GPU" in (m.block_problem(2) or "")
+    assert replace(m, weight_quant="fp8").block_problem(2) is None  # per-tensor scales: any split

@@ -37,6 +37,7 @@ DTYPE_BYTES["int4"] = 0.5  # 4-bit integers; their group scales (and zero points
 # GEMM schemes of quantized weights (latency.calibration.GEMM_QUANT): fp8 and fp8_block on FP8 tensor cores, nvfp4
 # on FP4 ones, w4a16 / w8a16 weight-only (Marlin: 4- or 8-bit weights, bf16 compute), w8a8_int8 on int8 tensor cores
 WEIGHT_QUANT = ("fp8", "fp8_block", "nvfp4", "w4a16", "w8a16", "w8a8_int8")
+FP8_BLOCK = 128  # weight_block_size of the block-FP8 checkpoints (DeepSeek-V3, Qwen3-FP8, MiniMax-M2): [128, 128]
 KV_CACHE_DTYPES = ("auto", "fp16", "bf16", "fp8", "fp8_e4m3", "fp8_e5m2")  # vLLM's --kv-cache-dtype (auto: the model's)
 
 
@@ -427,6 +428,36 @@ class ModelSpec:
             return "must be a positive integer"
         if dp > 1 and pp > 1:
             return "data-parallel ranks with pipeline stages are not modelled; use one or the other"
+        return None
+
+    def block_problem(self, tp: int, dp: int = 1, expert_parallel: bool = False) -> str | None:
+        """Why vLLM refuses to load this checkpoint's block-FP8 weights split over ``tp`` GPUs (the routed experts,
+        without expert parallelism, over ``dp`` x ``tp``), or None. vLLM's Fp8MoEMethod and
+        validate_fp8_block_shape require every split width of a 128 x 128 block-scaled weight (a GEMM's output
+        share, and its input share when the split is over the input) to be a whole number of blocks:
+        Qwen3-235B-A22B-FP8's experts of 1,536 split 8 ways (192) fail to load ("The output_size of gate's and
+        up's weight = 192 is not divisible by weight quantization block_n = 128"). MLA projections are not
+        checked (their tensor-parallel splits are whole heads of 128 or more)."""
+        if self.weight_quant != "fp8_block":
+            return None
+        widths: list[tuple[str, int, int]] = []  # (what, full width, GPUs it is split over)
+        moe = self.moe_mask
+        if self.is_moe and (self.expert_dtype or self.weight_dtype or self.dtype) == "fp8" and not expert_parallel:
+            widths.append(("routed experts' width (moe_intermediate_size)", self.moe_intermediate_size, tp * dp))
+        if self.shared_experts:
+            widths.append(("shared experts' width", self.shared_experts * self.moe_intermediate_size, tp))
+        if any(f and not m for f, m in zip(self.ffn_mask, moe)):
+            widths.append(("dense MLP width (intermediate_size)", self.intermediate_size, tp))
+        if not self.is_mla and not self.attention_unquantized and not self.layer_types:
+            widths.append(("query projection width (heads x head_dim)", self.q_heads * self.head_dim, tp))
+            kv_split = min(tp, self.kv_heads)
+            widths.append(("key/value projection width (KV heads x head_dim)", self.kv_heads * self.head_dim, kv_split))
+        for what, width, ways in widths:
+            if ways > 1 and (width % ways or (width // ways) % FP8_BLOCK):
+                return (
+                    f"{self.name}'s {what} {width:,} split over {ways} GPUs is {width / ways:g} per GPU, not a whole "
+                    f"number of its {FP8_BLOCK}-wide FP8 weight blocks: vLLM refuses to load it"
+                )
         return None
 
     @property

@@ -185,6 +185,23 @@ MODEL_PRESETS: dict[str, ModelSpec] = {
             experts_per_token=8,
             moe_intermediate_size=1536,
         ),
+        # Qwen/Qwen3-30B-A3B: 48 layers, all MoE: 128 experts top-8 of width 768, no shared expert.
+        _m(
+            "qwen3-30b-a3b",
+            48,
+            2048,
+            32,
+            4,
+            6144,
+            151936,
+            40960,
+            30.5e9,
+            "bf16",
+            head_dim=128,
+            num_experts=128,
+            experts_per_token=8,
+            moe_intermediate_size=768,
+        ),
         # openai/gpt-oss-120b: gpt-oss-20b's layer mix over 36 layers, 128 experts top-4 in MXFP4.
         _m(
             "gpt-oss-120b",
@@ -338,9 +355,9 @@ MODEL_PRESETS: dict[str, ModelSpec] = {
         ),
     ]
 }
-# Qwen/Qwen3-8B-FP8, -32B-FP8, -235B-A22B-FP8: the bf16 models' shapes, quantization_config fp8 with
+# Qwen/Qwen3-8B-FP8, -32B-FP8, -30B-A3B-FP8, -235B-A22B-FP8: the bf16 models' shapes, quantization_config fp8 with
 # weight_block_size [128, 128] (block-scaled FP8 weights; the embedding and LM head stay bf16)
-for _name in ("qwen3-8b", "qwen3-32b", "qwen3-235b-a22b"):
+for _name in ("qwen3-8b", "qwen3-32b", "qwen3-30b-a3b", "qwen3-235b-a22b"):
     MODEL_PRESETS[f"{_name}-fp8"] = replace(
         MODEL_PRESETS[_name], name=f"{_name}-fp8", weight_dtype="fp8", weight_quant="fp8_block", quant_method="fp8"
     )
@@ -387,6 +404,8 @@ HF_IDS = {
     "ai21labs/AI21-Jamba-1.5-Mini": "jamba-1.5-mini",
     "Qwen/Qwen3-8B": "qwen3-8b",
     "Qwen/Qwen3-32B": "qwen3-32b",
+    **{f"Qwen/Qwen3-30B-A3B{v}": "qwen3-30b-a3b" for v in ("", "-Instruct-2507", "-Thinking-2507")},
+    **{f"Qwen/Qwen3-30B-A3B{v}-FP8": "qwen3-30b-a3b-fp8" for v in ("", "-Instruct-2507", "-Thinking-2507")},
     "Qwen/Qwen3-235B-A22B": "qwen3-235b-a22b",
     "Qwen/Qwen3-235B-A22B-Instruct-2507": "qwen3-235b-a22b",
     "Qwen/Qwen3-8B-FP8": "qwen3-8b-fp8",
