@@ -17,6 +17,16 @@ does not say is replayed as vLLM 0.11 sets it; GPUStack may deploy with other fl
 given: 40,960 here, the base model's), except the sampler: FlashInfer's, as vLLM 0.11.0 runs it wherever flashinfer
 is installed (its Docker image; `--flashinfer-sampler`). The page does not say how vLLM was installed; with a pip
 install's sort the KV pool would be 3.6 GiB per GPU smaller.
+
+Held out since 2026-12-06 (`benchmarks/data/gpustack_vllm_moe.csv`; read once, nothing fitted or changed after
+it): the vLLM blocks of three more GPUStack pages at the same commit, `deepseek-r1/h200.md` (DeepSeek-R1-0528,
+block-FP8 MLA + MoE, `vllm serve MODEL -tp 8` on 8 H200s, vLLM 0.11.0), `gpt-oss-120b/h100.md` (vLLM 0.10.2:
+TP1, TP2, TP4 and PP2, with and without `--async-scheduling`, `--max-model-len 32768` where the page sets it) and
+`gpt-oss-20b/h100.md` (one H100, vLLM 0.11.0; its section 5 names the 120b model in the server command and is
+left out). Besides the random bursts they have ShareGPT runs (1,000 prompts at once, and 100 at 4 clients): kvsim
+draws their lengths from the ShareGPT excerpt shipped in traces/ (vLLM's filter: prompt 4-1,024 tokens, prompt +
+output at most 2,048), scaled so their totals are the run's. The chat template's tokens are not counted (the
+client counts the prompt without them, and so does the replay).
 """
 
 from __future__ import annotations
@@ -31,20 +41,57 @@ sys.path.insert(0, str(ROOT))
 METRICS = ("ttft_p50", "ttft_mean", "tpot_p50", "tpot_mean", "out_tok_s")
 
 
+DATA = ROOT / "benchmarks" / "data"
+FILES = {"gpustack_qwen3_235b_h100.csv": "not blind", "gpustack_vllm_moe.csv": "held out"}
+
+
+def _given(x) -> bool:
+    """Whether a cell of the data table holds a value (not empty / NaN)."""
+    return x == x and x != ""
+
+
 def server(r) -> dict:
-    """kvsim options for the server of run ``r`` (a row of the data table)."""
+    """kvsim options for the server of run ``r`` (a row of a data table)."""
     v = {
         "model": r.model,
-        "gpu": "h100-80gb",
+        "gpu": getattr(r, "gpu", "h100-80gb"),
         "tensor_parallel_size": int(r.tp),
-        "vllm_version": "0.11.0",
-        "max_model_len": 40960,
+        "pipeline_parallel_size": int(getattr(r, "pp", 1)),
+        "vllm_version": getattr(r, "vllm", "0.11.0"),
         "request_rate": "inf",
-        "flashinfer_sampler": True,  # vLLM 0.11.0's image (flashinfer installed: its sampler's, not the sort's)
+        # vLLM's images of 0.10-0.11.0 sample with FlashInfer (flashinfer installed): its peak, not the sort's
+        "flashinfer_sampler": True,
     }
-    if r.max_num_batched_tokens == r.max_num_batched_tokens:  # not NaN: given on the command line
+    if not hasattr(r, "max_model_len"):
+        v["max_model_len"] = 40960
+    elif _given(r.max_model_len):
+        v["max_model_len"] = int(r.max_model_len)
+    if _given(r.max_num_batched_tokens):  # given on the command line
         v["max_num_batched_tokens"] = int(r.max_num_batched_tokens)
+    if hasattr(r, "async_scheduling"):
+        v["async_scheduling"] = bool(r.async_scheduling)
+    if _given(getattr(r, "max_concurrency", "")):
+        v["max_concurrency"] = int(r.max_concurrency)
     return v
+
+
+def lengths(r) -> list[tuple[int, int]]:
+    """(prompt, output) tokens of each request of run ``r``: random runs all the run's means; ShareGPT runs
+    drawn from the excerpt with vLLM's filter, scaled to the run's totals."""
+    n = int(r.num_prompts)
+    if getattr(r, "dataset", "random") == "random":
+        return [(round(r.total_input_tokens / n), max(1, round(r.total_generated_tokens / n)))] * n
+    import numpy as np
+    import pandas as pd
+
+    d = pd.read_csv(ROOT / "traces" / "sharegpt_lengths_excerpt.csv")
+    p, o = d.num_prefill_tokens.to_numpy(), d.num_decode_tokens.to_numpy()
+    keep = (p >= 4) & (o >= 4) & (p <= 1024) & (p + o <= 2048)
+    pick = np.random.default_rng(0).choice(int(keep.sum()), size=n)
+    p, o = p[keep][pick].astype(float), o[keep][pick].astype(float)
+    p *= r.total_input_tokens / p.sum()
+    o *= r.total_generated_tokens / o.sum()
+    return [(max(1, round(a)), max(1, round(b))) for a, b in zip(p, o)]
 
 
 def replay(r) -> dict:
@@ -54,79 +101,120 @@ def replay(r) -> dict:
     from kvsim.runner import resolve_allocator, simulate
     from kvsim.trace.request import Request
 
-    n = int(r.num_prompts)
-    prompt = round(r.total_input_tokens / n)
-    out_len = max(1, round(r.total_generated_tokens / n))
-    reqs = [Request(str(i), 0.0, prompt, out_len, line=i + 1) for i in range(n)]
+    reqs = [Request(str(i), 0.0, a, b, line=i + 1) for i, (a, b) in enumerate(lengths(r))]
     cfg = config_from_options(server(r))
     out = simulate(reqs, cfg, resolve_allocator("paged+prefix", cfg, named=False))
     return {**replay_summary(out), "preemptions": int(out.summary["preemptions"])}
+
+
+def label(r) -> str:
+    """A run's set-up in a few words: model, GPUs, flags that differ from the page's first."""
+    name = r.model.split("/")[-1]
+    par = f"tp{int(r.tp)}" + (f" pp{int(r.pp)}" if int(getattr(r, "pp", 1)) > 1 else "")
+    extra = " async" if getattr(r, "async_scheduling", False) else ""
+    if _given(r.max_num_batched_tokens):
+        extra += f" mnbt {int(r.max_num_batched_tokens)}"
+    return f"{name} {par}{extra}"
 
 
 def main() -> None:
     import pandas as pd
 
     from kvsim.commands.validate import add_ratios, ratio_table, save_table
+    from kvsim.errors import ConfigError
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--data", default=str(ROOT / "benchmarks" / "data" / "gpustack_qwen3_235b_h100.csv"))
+    ap.add_argument("--data", nargs="*", default=[str(DATA / f) for f in FILES], help="data tables")
     ap.add_argument("--out", default=str(ROOT / "reports" / "validation-gpustack"))
     a = ap.parse_args()
-    runs = pd.read_csv(a.data)
-    rows = []
-    for r in runs.itertuples():
-        p = replay(r)
-        meas = {
-            "ttft_p50": r.median_ttft_ms / 1e3,
-            "ttft_mean": r.mean_ttft_ms / 1e3,
-            "tpot_p50": r.median_tpot_ms / 1e3,
-            "tpot_mean": r.mean_tpot_ms / 1e3,
-            "out_tok_s": r.output_tok_s,
-        }
-        row = {
-            "weights": r.weights,
-            "tp": r.tp,
-            "isl": r.isl,
-            "osl": r.osl,
-            "prompts": r.num_prompts,
-            "not_finished": p["not_finished"],
-            "preemptions": p["preemptions"],
-        }
-        rows.append(add_ratios(row, meas, p))
-        print(
-            f"{r.weights} tp{r.tp} {r.isl}/{r.osl}: TTFT {row['ttft_p50_ratio']:.2f}, TPOT {row['tpot_p50_ratio']:.2f}, "
-            f"tok/s {row['out_tok_s_ratio']:.2f}",
-            flush=True,
-        )
+    rows: list[dict] = []
+    refused: list[str] = []
+    for path in a.data:
+        for r in pd.read_csv(path, dtype={"vllm": str}).itertuples():
+            try:
+                p = replay(r)
+            except ConfigError as e:  # a set-up kvsim does not model: said, not dropped
+                refused.append(f"{label(r)} ({Path(path).name}, line {r.Index + 2}): {e}")
+                print(f"{label(r)}: not replayed: {e}", flush=True)
+                continue
+            meas = {
+                "ttft_p50": r.median_ttft_ms / 1e3,
+                "ttft_mean": r.mean_ttft_ms / 1e3,
+                "tpot_p50": r.median_tpot_ms / 1e3,
+                "tpot_mean": r.mean_tpot_ms / 1e3,
+                "out_tok_s": r.output_tok_s,
+            }
+            gpu = getattr(r, "gpu", "h100-80gb")
+            case = f"{int(r.isl)}/{int(r.osl)}" if getattr(r, "dataset", "random") == "random" else "ShareGPT"
+            row = {
+                "data": FILES.get(Path(path).name, "held out"),
+                "model_name": r.model.split("/")[-1].removesuffix("-Instruct-2507").removesuffix("-FP8"),
+                "kind": (
+                    f"{int(r.max_concurrency)} clients (ShareGPT)"
+                    if _given(getattr(r, "max_concurrency", ""))
+                    else "ShareGPT bursts (lengths approximate)"
+                    if case == "ShareGPT"
+                    else "random bursts"
+                ),
+                "run": label(r),
+                "gpu": gpu,
+                "vllm": getattr(r, "vllm", "0.11.0"),
+                "weights": getattr(r, "weights", ""),
+                "tp": r.tp,
+                "case": case,
+                "prompts": r.num_prompts,
+                "clients": int(r.max_concurrency) if _given(getattr(r, "max_concurrency", "")) else "all at once",
+                "not_finished": p["not_finished"],
+                "preemptions": p["preemptions"],
+            }
+            rows.append(add_ratios(row, meas, p))
+            print(
+                f"{row['run']} {case} x{r.num_prompts}: TTFT {row['ttft_p50_ratio']:.2f}, TPOT "
+                f"{row['tpot_p50_ratio']:.2f}, tok/s {row['out_tok_s_ratio']:.2f}",
+                flush=True,
+            )
     out = Path(a.out)
     t = save_table(rows, out)
     lines = [
-        "# kvsim against GPUStack's vLLM 0.11 runs of Qwen3-235B-A22B on H100",
+        "# kvsim against GPUStack's published vLLM runs (Qwen3-235B-A22B, DeepSeek-R1-0528, gpt-oss)",
         "",
-        "Six open-loop bursts (every prompt sent at once) of `vllm bench serve`'s random dataset, from GPUStack's "
-        "Performance Lab (Apache-2.0), replayed by kvsim with the page's server flags and vLLM 0.11's defaults; "
-        "nothing was fitted to them. They are not blind for three changes of 2026-12-03 they pointed to, each "
-        "made from vLLM's code: the FlashInfer sampler of vLLM's 0.11.0 image (`--flashinfer-sampler`, taken "
-        "here: the page does not say how vLLM was installed; with a pip install's sort, a KV pool 3.6 GiB per "
-        "GPU smaller, TPOT is 0.48-0.74 and tokens/s 0.73-0.94), restarts that find their own cached blocks, "
-        "and the MoE presets' measured shapes; before them output tokens/s was 0.26-0.95 and TPOT 0.56-0.79. "
-        "Predicted / measured, median [p10, p90] over runs (median |error|). Command: `python "
-        "benchmarks/validate_gpustack.py` (its docstring has the set-up).",
+        "Open-loop bursts (every prompt sent at once) and 4-client ShareGPT runs of `vllm bench serve`, from "
+        "GPUStack's Performance Lab (Apache-2.0), replayed by kvsim with each page's server flags and its vLLM "
+        'release\'s defaults. "not blind": the Qwen3-235B-A22B page (H100, vLLM 0.11.0), which pointed to three '
+        "changes of 2026-12-03, each made from vLLM's code: the FlashInfer sampler of vLLM's 0.11.0 image "
+        "(`--flashinfer-sampler`, taken here), restarts that find their own cached blocks, and the MoE presets' "
+        'measured shapes (before them its output tokens/s was 0.26-0.95 and TPOT 0.56-0.79). "held out": the '
+        "DeepSeek-R1-0528 (8 H200s, vLLM 0.11.0), gpt-oss-120b (H100, 0.10.2) and gpt-oss-20b (H100, 0.11.0) "
+        "pages, first replayed on 2026-12-06 after kvsim's fits; nothing was fitted to them. Their first replay "
+        "(held out: TTFT 0.50, TPOT 0.63, output tokens/s 1.75; gpt-oss-20b 0.44, 0.56, 2.01) pointed to one change, "
+        "made from vLLM's history, not fitted: before 0.11.1 vLLM ran gpt-oss's MXFP4 experts on Hopper with "
+        "Marlin (OpenAI's Triton kernels were not a dependency until PR #27370), which kvsim now prices for "
+        "`--vllm-version` 0.10-0.11.0; the gpt-oss rows are not blind to that. The ShareGPT bursts' lengths are "
+        "approximate (drawn from the ShareGPT excerpt in traces/, scaled to the run's totals: its longest outputs "
+        "are shorter than vLLM's sample, so those runs end early and their tokens/s comes out high). Predicted / "
+        "measured, median [p10, p90] over runs (median |error|). Command: `python benchmarks/validate_gpustack.py` "
+        "(its docstring has the set-up).",
         "",
     ]
-    groups = [("all", t), *((f"{w}", sub) for w, sub in t.groupby("weights"))]
+    exact = t[~t.kind.str.contains("approximate")]
+    groups = [("all", t), *((f"{d}", sub) for d, sub in t.groupby("data", sort=False))]
+    groups += [("held out, lengths as run (no ShareGPT bursts)", exact[exact.data == "held out"])]
+    groups += [(f"held out: {m}", sub) for m, sub in exact[exact.data == "held out"].groupby("model_name", sort=False)]
+    groups += [(f"held out: {c}", sub) for c, sub in t[t.data == "held out"].groupby("kind", sort=False)]
     lines += ratio_table(groups, METRICS)
+    if refused:
+        lines += ["", "Not replayed (kvsim refuses the set-up):", "", *(f"- {x}" for x in refused)]
     lines += [
         "",
-        "| weights | TP | in/out | prompts | TTFT p50 s measured | ratio | TPOT p50 ms measured | ratio | "
-        "out tok/s measured | ratio | kvsim preemptions |",
-        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| data | run | GPU, vLLM | case | prompts | clients | TTFT p50 s measured | ratio | TPOT p50 ms measured "
+        "| ratio | out tok/s measured | ratio | kvsim preemptions |",
+        "|---|---|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in t.itertuples():
         lines.append(
-            f"| {r.weights} | {r.tp} | {r.isl}/{r.osl} | {r.prompts} | {r.ttft_p50_measured:.1f} | "
-            f"{r.ttft_p50_ratio:.2f} | {1e3 * r.tpot_p50_measured:.1f} | {r.tpot_p50_ratio:.2f} | "
-            f"{r.out_tok_s_measured:.1f} | {r.out_tok_s_ratio:.2f} | {r.preemptions} |"
+            f"| {r.data} | {r.run} | {r.gpu}, {r.vllm} | {r.case} | {r.prompts} | {r.clients} | "
+            f"{r.ttft_p50_measured:.2f} | {r.ttft_p50_ratio:.2f} | {1e3 * r.tpot_p50_measured:.1f} | "
+            f"{r.tpot_p50_ratio:.2f} | {r.out_tok_s_measured:.1f} | {r.out_tok_s_ratio:.2f} | {r.preemptions} |"
         )
     (out / "summary.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
     print(f"wrote {out}/validate.csv and summary.md")

@@ -157,6 +157,22 @@ def kernel_mismatches(chip: str, release: str | None) -> list[KernelMismatch]:
     return [m for m in KERNEL_MISMATCHES if m.chip == chip and release_key(m.release) == release_key(release)]
 
 
+# vLLM on Hopper runs MXFP4 experts (gpt-oss) with OpenAI's Triton kernels (matmul_ogs) when the triton_kernels
+# package is importable, else with Marlin (mxfp4.py's get_mxfp4_backend). triton_kernels became a dependency of
+# vLLM in PR #27370 (merged 2025-10-22, first released in 0.11.1: "users have to install triton_kernels manually",
+# vLLM issue #26582 on 0.11.0), so 0.10.x and 0.11.0 served gpt-oss on Hopper through Marlin unless told otherwise.
+MXFP4_TRITON_ON_HOPPER_FROM = "0.11.1"
+
+
+def default_moe_backend(arch: str, expert_quant: str | None, vllm_version: str | None) -> str | None:
+    """The MoE kernels vLLM ``vllm_version`` runs by default where kvsim's newest-release pricing would be wrong, or
+    None (the calibration's own, as fitted): Marlin for MXFP4 experts on Hopper before 0.11.1."""
+    if expert_quant == "mxfp4" and arch == "hopper" and vllm_version is not None:
+        if not at_least(vllm_version, MXFP4_TRITON_ON_HOPPER_FROM):
+            return "marlin"
+    return None
+
+
 # vLLM PR #38284: default --gpu-memory-utilization 0.90 -> 0.92 and the CUDA-graph memory estimate subtracted, both
 # announced for 0.21 but already in the 0.20.0 wheel (its envs.py defaults VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS
 # to "1", its cache.py gpu_memory_utilization to 0.92; 0.19.1 has "0" and 0.9)

@@ -51,6 +51,25 @@ def test_marlin_is_slower_than_triton_on_long_prefills_of_mxfp4_experts():
     assert auto != triton  # auto fits every kernel the table timed for the dtype
 
 
+def test_releases_before_0_11_1_run_gpt_oss_experts_on_marlin_on_hopper():
+    """vLLM 0.10-0.11.0 had no triton_kernels dependency (PR #27370 added it for 0.11.1), so Hopper ran MXFP4
+    experts with Marlin unless told otherwise; Blackwell and later releases are unchanged."""
+    from kvsim.latency import describe_latency
+    from kvsim.releases import default_moe_backend
+
+    assert default_moe_backend("hopper", "mxfp4", "0.10.2") == "marlin"
+    assert default_moe_backend("hopper", "mxfp4", "0.11.0") == "marlin"
+    assert default_moe_backend("hopper", "mxfp4", "0.11.1") is None
+    assert default_moe_backend("hopper", "mxfp4", None) is None  # no release: the newest's kernels
+    assert default_moe_backend("blackwell", "mxfp4", "0.10.2") is None
+    assert default_moe_backend("hopper", "fp8", "0.10.2") is None
+    old = _prefill_and_decode("--vllm-version", "0.11.0")
+    assert old == _prefill_and_decode("--vllm-version", "0.11.0", "--moe-backend", "marlin")
+    assert old != _prefill_and_decode("--vllm-version", "0.11.1")
+    cfg = config_from_args(["--model", "gpt-oss-120b", "--gpu", "h100-80gb", "--tp", "2", "--vllm-version", "0.11.0"])
+    assert "marlin MoE kernels (vLLM 0.11.0's default)" in describe_latency(cfg)
+
+
 def test_a_backend_without_measurements_is_refused():
     with pytest.raises(ConfigError, match="no measured mxfp4 MoE kernels of that backend"):
         build_latency(

@@ -66,17 +66,29 @@ class LatencyKind:
     describe: Callable[[object], str]
 
 
+def _moe_backend(cfg) -> str:
+    """The MoE kernels that price the experts: ``--moe-backend``, or with ``auto`` the release's default where it
+    differs from the newest release's (releases.default_moe_backend), else ``auto`` (the calibration's own)."""
+    if cfg.moe_backend != "auto" or not cfg.model.is_moe or cfg.latency != "per-op":
+        return cfg.moe_backend
+    from kvsim.latency.perop import expert_quant
+    from kvsim.releases import default_moe_backend
+
+    return default_moe_backend(cfg.gpu.arch, expert_quant(cfg.model), cfg.vllm_version) or "auto"
+
+
 def _per_op(cfg) -> LatencyModel:
     from kvsim.latency.perop import PerOpModel
 
     from kvsim.latency.cuda_graphs import parse_capture_sizes
 
     calib, _ = _calibration(cfg)
-    if cfg.moe_backend != "auto":  # (a model without MoE layers was refused with the configuration)
+    backend = _moe_backend(cfg)
+    if backend != "auto":  # (a model without MoE layers was refused with the configuration)
         from kvsim.latency.calibration import with_moe_backend
         from kvsim.latency.perop import expert_quant
 
-        calib = with_moe_backend(calib, cfg.moe_backend, expert_quant(cfg.model))
+        calib = with_moe_backend(calib, backend, expert_quant(cfg.model))
     s = cfg.scheduler
     graphs = parse_capture_sizes(cfg.cudagraph_capture_sizes, s.max_num_seqs, s.max_num_batched_tokens)
     cpu = get_cpu_overhead(cfg.cpu_overhead)
@@ -141,7 +153,12 @@ def _describe_per_op(cfg) -> str:
             if cfg.enable_expert_parallel and cfg.model.is_moe and cfg.tp * cfg.dp > 1
             else ""
         )
-        + (f", {cfg.moe_backend} MoE kernels" if cfg.moe_backend != "auto" else "")
+        + (
+            f", {_moe_backend(cfg)} MoE kernels"
+            + (f" (vLLM {cfg.vllm_version}'s default)" if cfg.moe_backend == "auto" else "")
+            if _moe_backend(cfg) != "auto"
+            else ""
+        )
         + (f", {cfg.moe_routing} MoE routing" if cfg.model.is_moe else "")
         + (f", {cfg.pp} pipeline stages" if cfg.pp > 1 else "")
         + (
