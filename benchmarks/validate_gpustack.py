@@ -18,12 +18,13 @@ given: 40,960 here, the base model's), except the sampler: FlashInfer's, as vLLM
 is installed (its Docker image; `--flashinfer-sampler`). The page does not say how vLLM was installed; with a pip
 install's sort the KV pool would be 3.6 GiB per GPU smaller.
 
-Held out since 2026-12-06 (`benchmarks/data/gpustack_vllm_moe.csv`; read once, nothing fitted or changed after
-it): the vLLM blocks of three more GPUStack pages at the same commit, `deepseek-r1/h200.md` (DeepSeek-R1-0528,
-block-FP8 MLA + MoE, `vllm serve MODEL -tp 8` on 8 H200s, vLLM 0.11.0), `gpt-oss-120b/h100.md` (vLLM 0.10.2:
-TP1, TP2, TP4 and PP2, with and without `--async-scheduling`, `--max-model-len 32768` where the page sets it) and
-`gpt-oss-20b/h100.md` (one H100, vLLM 0.11.0; its section 5 names the 120b model in the server command and is
-left out). Besides the random bursts they have ShareGPT runs (1,000 prompts at once, and 100 at 4 clients): kvsim
+Held out since 2026-12-06 (`benchmarks/data/gpustack_vllm_held_out.csv`; nothing fitted to it): the vLLM blocks
+of eleven more GPUStack pages at the same commit (benchmarks/data/README.md): DeepSeek-R1-0528 (block-FP8 MLA +
+MoE, `-tp 8` on 8 H200s, vLLM 0.11.0), gpt-oss-120b on H100 (vLLM 0.10.2: TP1, TP2, TP4 and PP2, with and
+without `--async-scheduling`) and on A100 (0.11.0), gpt-oss-20b on H100 and A100 (0.11.0; the H100 page's
+section 5 names the 120b model in its server command and is left out), Qwen3-8B (H100, 1-8 clients), Qwen3-14B
+and Qwen3-32B on H100 and A100 (bf16; on A100 also their FP8 and AWQ checkpoints, weight-only there), and
+Qwen3-235B-A22B on 8 A100s (bf16 TP8, FP8 TP4 and TP8 with expert parallelism), all 0.11.0 unless said. Besides the random bursts they have ShareGPT runs (1,000 prompts at once, and 100 at 4 clients): kvsim
 draws their lengths from the ShareGPT excerpt shipped in traces/ (vLLM's filter: prompt 4-1,024 tokens, prompt +
 output at most 2,048), scaled so their totals are the run's. The chat template's tokens are not counted (the
 client counts the prompt without them, and so does the replay).
@@ -42,7 +43,7 @@ METRICS = ("ttft_p50", "ttft_mean", "tpot_p50", "tpot_mean", "out_tok_s")
 
 
 DATA = ROOT / "benchmarks" / "data"
-FILES = {"gpustack_qwen3_235b_h100.csv": "not blind", "gpustack_vllm_moe.csv": "held out"}
+FILES = {"gpustack_qwen3_235b_h100.csv": "not blind", "gpustack_vllm_held_out.csv": "held out"}
 
 
 def _given(x) -> bool:
@@ -68,6 +69,8 @@ def server(r) -> dict:
         v["max_model_len"] = int(r.max_model_len)
     if _given(r.max_num_batched_tokens):  # given on the command line
         v["max_num_batched_tokens"] = int(r.max_num_batched_tokens)
+    if getattr(r, "enable_expert_parallel", False):
+        v["enable_expert_parallel"] = True
     if hasattr(r, "async_scheduling"):
         v["async_scheduling"] = bool(r.async_scheduling)
     if _given(getattr(r, "max_concurrency", "")):
@@ -148,9 +151,12 @@ def main() -> None:
             case = f"{int(r.isl)}/{int(r.osl)}" if getattr(r, "dataset", "random") == "random" else "ShareGPT"
             row = {
                 "data": FILES.get(Path(path).name, "held out"),
-                "model_name": r.model.split("/")[-1].removesuffix("-Instruct-2507").removesuffix("-FP8"),
+                "model_name": r.model.split("/")[-1]
+                .removesuffix("-FP8")
+                .removesuffix("-AWQ")
+                .removesuffix("-Instruct-2507"),
                 "kind": (
-                    f"{int(r.max_concurrency)} clients (ShareGPT)"
+                    "1-8 clients (ShareGPT)"
                     if _given(getattr(r, "max_concurrency", ""))
                     else "ShareGPT bursts (lengths approximate)"
                     if case == "ShareGPT"
@@ -184,8 +190,9 @@ def main() -> None:
         "changes of 2026-12-03, each made from vLLM's code: the FlashInfer sampler of vLLM's 0.11.0 image "
         "(`--flashinfer-sampler`, taken here), restarts that find their own cached blocks, and the MoE presets' "
         'measured shapes (before them its output tokens/s was 0.26-0.95 and TPOT 0.56-0.79). "held out": the '
-        "DeepSeek-R1-0528 (8 H200s, vLLM 0.11.0), gpt-oss-120b (H100, 0.10.2) and gpt-oss-20b (H100, 0.11.0) "
-        "pages, first replayed on 2026-12-06 after kvsim's fits; nothing was fitted to them. Their first replay "
+        "pages of DeepSeek-R1-0528 (8 H200s), gpt-oss-120b and -20b (H100: 0.10.2 and 0.11.0; A100), Qwen3-8B, "
+        "-14B and -32B (H100, A100) and Qwen3-235B-A22B (8 A100s), vLLM 0.11.0 unless said, first replayed on "
+        "2026-12-06 after kvsim's fits; nothing was fitted to them. The first replay of three of them "
         "(held out: TTFT 0.50, TPOT 0.63, output tokens/s 1.75; gpt-oss-20b 0.44, 0.56, 2.01) pointed to one change, "
         "made from vLLM's history, not fitted: before 0.11.1 vLLM ran gpt-oss's MXFP4 experts on Hopper with "
         "Marlin (OpenAI's Triton kernels were not a dependency until PR #27370), which kvsim now prices for "
@@ -200,6 +207,7 @@ def main() -> None:
     groups = [("all", t), *((f"{d}", sub) for d, sub in t.groupby("data", sort=False))]
     groups += [("held out, lengths as run (no ShareGPT bursts)", exact[exact.data == "held out"])]
     groups += [(f"held out: {m}", sub) for m, sub in exact[exact.data == "held out"].groupby("model_name", sort=False)]
+    groups += [(f"held out: {g}", sub) for g, sub in exact[exact.data == "held out"].groupby("gpu", sort=False)]
     groups += [(f"held out: {c}", sub) for c, sub in t[t.data == "held out"].groupby("kind", sort=False)]
     lines += ratio_table(groups, METRICS)
     if refused:

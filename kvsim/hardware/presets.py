@@ -165,8 +165,9 @@ MODEL_PRESETS: dict[str, ModelSpec] = {
         # meta-llama/Llama-3.1-70B and Llama-3.3-70B-Instruct: Llama-3-70B's shapes, 131,072 positions.
         _m("llama-3.1-70b", 80, 8192, 64, 8, 28672, 128256, 131072, 70.6e9, "bf16"),
         _m("llama-3.3-70b", 80, 8192, 64, 8, 28672, 128256, 131072, 70.6e9, "bf16"),
-        # Qwen/Qwen3-8B, Qwen3-32B: head_dim 128 (not hidden / heads for 32B), 40,960 positions, untied.
+        # Qwen/Qwen3-8B, Qwen3-14B, Qwen3-32B: head_dim 128 (not hidden / heads for 32B), 40,960 positions, untied.
         _m("qwen3-8b", 36, 4096, 32, 8, 12288, 151936, 40960, 8.19e9, "bf16", head_dim=128),
+        _m("qwen3-14b", 40, 5120, 40, 8, 17408, 151936, 40960, 14.8e9, "bf16", head_dim=128),
         _m("qwen3-32b", 64, 5120, 64, 8, 25600, 151936, 40960, 32.8e9, "bf16", head_dim=128),
         # Qwen/Qwen3-235B-A22B: 94 layers, all MoE: 128 experts top-8 of width 1536, no shared expert.
         _m(
@@ -355,9 +356,9 @@ MODEL_PRESETS: dict[str, ModelSpec] = {
         ),
     ]
 }
-# Qwen/Qwen3-8B-FP8, -32B-FP8, -30B-A3B-FP8, -235B-A22B-FP8: the bf16 models' shapes, quantization_config fp8 with
+# Qwen/Qwen3-8B-FP8, -14B-FP8, -32B-FP8, -30B-A3B-FP8, -235B-A22B-FP8: the bf16 models' shapes, quantization_config fp8 with
 # weight_block_size [128, 128] (block-scaled FP8 weights; the embedding and LM head stay bf16)
-for _name in ("qwen3-8b", "qwen3-32b", "qwen3-30b-a3b", "qwen3-235b-a22b"):
+for _name in ("qwen3-8b", "qwen3-14b", "qwen3-32b", "qwen3-30b-a3b", "qwen3-235b-a22b"):
     MODEL_PRESETS[f"{_name}-fp8"] = replace(
         MODEL_PRESETS[_name], name=f"{_name}-fp8", weight_dtype="fp8", weight_quant="fp8_block", quant_method="fp8"
     )
@@ -403,12 +404,14 @@ HF_IDS = {
     "deepseek-ai/DeepSeek-R1-0528": "deepseek-r1",
     "ai21labs/AI21-Jamba-1.5-Mini": "jamba-1.5-mini",
     "Qwen/Qwen3-8B": "qwen3-8b",
+    "Qwen/Qwen3-14B": "qwen3-14b",
     "Qwen/Qwen3-32B": "qwen3-32b",
     **{f"Qwen/Qwen3-30B-A3B{v}": "qwen3-30b-a3b" for v in ("", "-Instruct-2507", "-Thinking-2507")},
     **{f"Qwen/Qwen3-30B-A3B{v}-FP8": "qwen3-30b-a3b-fp8" for v in ("", "-Instruct-2507", "-Thinking-2507")},
     "Qwen/Qwen3-235B-A22B": "qwen3-235b-a22b",
     "Qwen/Qwen3-235B-A22B-Instruct-2507": "qwen3-235b-a22b",
     "Qwen/Qwen3-8B-FP8": "qwen3-8b-fp8",
+    "Qwen/Qwen3-14B-FP8": "qwen3-14b-fp8",
     "Qwen/Qwen3-32B-FP8": "qwen3-32b-fp8",
     "Qwen/Qwen3-235B-A22B-FP8": "qwen3-235b-a22b-fp8",
     "Qwen/Qwen3-235B-A22B-Instruct-2507-FP8": "qwen3-235b-a22b-fp8",
