@@ -123,7 +123,7 @@ def label(r) -> str:
 def main() -> None:
     import pandas as pd
 
-    from kvsim.commands.validate import add_ratios, ratio_table, save_table
+    from kvsim.commands.validate import add_ratios, ratio_line, ratio_table, save_table
     from kvsim.errors import ConfigError
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -174,11 +174,7 @@ def main() -> None:
                 "preemptions": p["preemptions"],
             }
             rows.append(add_ratios(row, meas, p))
-            print(
-                f"{row['run']} {case} x{r.num_prompts}: TTFT {row['ttft_p50_ratio']:.2f}, TPOT "
-                f"{row['tpot_p50_ratio']:.2f}, tok/s {row['out_tok_s_ratio']:.2f}",
-                flush=True,
-            )
+            print(f"{row['run']} {case} x{r.num_prompts}: {ratio_line(row)}", flush=True)
     out = Path(a.out)
     t = save_table(rows, out)
     lines = [

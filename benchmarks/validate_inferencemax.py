@@ -94,7 +94,7 @@ def replay(r, kernels: str, routing: str | None = None) -> dict:
 def main() -> None:
     import pandas as pd
 
-    from kvsim.commands.validate import add_ratios, save_table
+    from kvsim.commands.validate import add_ratios, ratio_line, save_table
     from kvsim.latency.routing import ROUTINGS
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -135,11 +135,7 @@ def main() -> None:
             "not_finished": p["not_finished"],
         }
         rows.append(add_ratios(row, meas, p))
-        print(
-            f"{r.gpu} {r.vllm} {r.isl}/{r.osl} tp{r.tp} c{r.conc}: TTFT {row['ttft_p50_ratio']:.2f}, "
-            f"TPOT {row['tpot_p50_ratio']:.2f}, tok/s {row['out_tok_s_ratio']:.2f}",
-            flush=True,
-        )
+        print(f"{r.gpu} {r.vllm} {r.isl}/{r.osl} tp{r.tp} c{r.conc}: {ratio_line(row)}", flush=True)
     out = Path(a.out)
     write_summary(save_table(rows, out), out / "summary.md", a.kernels)
     print(f"wrote {out}/validate.csv and summary.md")

@@ -39,6 +39,11 @@ def add_ratios(row: dict, measured: dict, predicted: dict) -> dict:
     return row
 
 
+def ratio_line(row: dict) -> str:
+    """A replayed run's ratios as one progress line's tail: 'TTFT 1.02, TPOT 0.95, tok/s 1.00'."""
+    return f"TTFT {row['ttft_p50_ratio']:.2f}, TPOT {row['tpot_p50_ratio']:.2f}, tok/s {row['out_tok_s_ratio']:.2f}"
+
+
 def compare_run(run, cfg) -> tuple[dict, object]:
     """(one summary row, per-request frame) of kvsim replaying ``run`` with ``cfg`` (its load set from the file)."""
     import numpy as np
