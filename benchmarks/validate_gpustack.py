@@ -34,16 +34,37 @@ from __future__ import annotations
 
 import argparse
 import sys
+from functools import lru_cache
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 METRICS = ("ttft_p50", "ttft_mean", "tpot_p50", "tpot_mean", "out_tok_s")
-
-
 DATA = ROOT / "benchmarks" / "data"
 FILES = {"gpustack_qwen3_235b_h100.csv": "not blind", "gpustack_vllm_held_out.csv": "held out"}
+# the columns the Qwen3-235B table (one page: H100, vLLM 0.11.0, random bursts) leaves out, as that page ran
+DEFAULTS = {
+    "gpu": "h100-80gb",
+    "vllm": "0.11.0",
+    "pp": 1,
+    "enable_expert_parallel": False,
+    "async_scheduling": False,
+    "max_model_len": float("nan"),
+    "dataset": "random",
+    "max_concurrency": float("nan"),
+}
+
+
+def load(path: str):
+    """One data table with every column the replay reads (DEFAULTS for those its page did not vary)."""
+    import pandas as pd
+
+    t = pd.read_csv(path, dtype={"vllm": str})
+    for k, v in DEFAULTS.items():
+        if k not in t:
+            t[k] = v
+    return t
 
 
 def _given(x) -> bool:
@@ -55,43 +76,45 @@ def server(r) -> dict:
     """kvsim options for the server of run ``r`` (a row of a data table)."""
     v = {
         "model": r.model,
-        "gpu": getattr(r, "gpu", "h100-80gb"),
+        "gpu": r.gpu,
         "tensor_parallel_size": int(r.tp),
-        "pipeline_parallel_size": int(getattr(r, "pp", 1)),
-        "vllm_version": getattr(r, "vllm", "0.11.0"),
+        "pipeline_parallel_size": int(r.pp),
+        "vllm_version": r.vllm,
         "request_rate": "inf",
         # vLLM's images of 0.10-0.11.0 sample with FlashInfer (flashinfer installed): its peak, not the sort's
         "flashinfer_sampler": True,
+        "enable_expert_parallel": bool(r.enable_expert_parallel),
+        "async_scheduling": bool(r.async_scheduling),
     }
-    if not hasattr(r, "max_model_len"):
-        v["max_model_len"] = 40960
-    elif _given(r.max_model_len):
-        v["max_model_len"] = int(r.max_model_len)
-    if _given(r.max_num_batched_tokens):  # given on the command line
-        v["max_num_batched_tokens"] = int(r.max_num_batched_tokens)
-    if getattr(r, "enable_expert_parallel", False):
-        v["enable_expert_parallel"] = True
-    if hasattr(r, "async_scheduling"):
-        v["async_scheduling"] = bool(r.async_scheduling)
-    if _given(getattr(r, "max_concurrency", "")):
-        v["max_concurrency"] = int(r.max_concurrency)
+    for key in ("max_model_len", "max_num_batched_tokens", "max_concurrency"):  # where the command line set them
+        if _given(getattr(r, key)):
+            v[key] = int(getattr(r, key))
     return v
 
 
-def lengths(r) -> list[tuple[int, int]]:
-    """(prompt, output) tokens of each request of run ``r``: random runs all the run's means; ShareGPT runs
-    drawn from the excerpt with vLLM's filter, scaled to the run's totals."""
-    n = int(r.num_prompts)
-    if getattr(r, "dataset", "random") == "random":
-        return [(round(r.total_input_tokens / n), max(1, round(r.total_generated_tokens / n)))] * n
-    import numpy as np
+@lru_cache(maxsize=1)
+def sharegpt_lengths():
+    """(prompt, output) token arrays of the ShareGPT excerpt in traces/, filtered as `vllm bench serve` samples
+    ShareGPT: prompt 4-1,024 tokens, output at least 4, both at most 2,048."""
     import pandas as pd
 
     d = pd.read_csv(ROOT / "traces" / "sharegpt_lengths_excerpt.csv")
     p, o = d.num_prefill_tokens.to_numpy(), d.num_decode_tokens.to_numpy()
     keep = (p >= 4) & (o >= 4) & (p <= 1024) & (p + o <= 2048)
-    pick = np.random.default_rng(0).choice(int(keep.sum()), size=n)
-    p, o = p[keep][pick].astype(float), o[keep][pick].astype(float)
+    return p[keep], o[keep]
+
+
+def lengths(r) -> list[tuple[int, int]]:
+    """(prompt, output) tokens of each request of run ``r``: random runs all the run's means; ShareGPT runs
+    drawn from the excerpt, scaled to the run's totals."""
+    n = int(r.num_prompts)
+    if r.dataset == "random":
+        return [(round(r.total_input_tokens / n), max(1, round(r.total_generated_tokens / n)))] * n
+    import numpy as np
+
+    p, o = sharegpt_lengths()
+    pick = np.random.default_rng(0).choice(len(p), size=n)
+    p, o = p[pick].astype(float), o[pick].astype(float)
     p *= r.total_input_tokens / p.sum()
     o *= r.total_generated_tokens / o.sum()
     return [(max(1, round(a)), max(1, round(b))) for a, b in zip(p, o)]
@@ -113,16 +136,14 @@ def replay(r) -> dict:
 def label(r) -> str:
     """A run's set-up in a few words: model, GPUs, flags that differ from the page's first."""
     name = r.model.split("/")[-1]
-    par = f"tp{int(r.tp)}" + (f" pp{int(r.pp)}" if int(getattr(r, "pp", 1)) > 1 else "")
-    extra = " async" if getattr(r, "async_scheduling", False) else ""
+    par = f"tp{int(r.tp)}" + (f" pp{int(r.pp)}" if int(r.pp) > 1 else "") + (" ep" if r.enable_expert_parallel else "")
+    extra = " async" if r.async_scheduling else ""
     if _given(r.max_num_batched_tokens):
         extra += f" mnbt {int(r.max_num_batched_tokens)}"
     return f"{name} {par}{extra}"
 
 
 def main() -> None:
-    import pandas as pd
-
     from kvsim.commands.validate import add_ratios, ratio_line, ratio_table, save_table
     from kvsim.errors import ConfigError
 
@@ -133,7 +154,7 @@ def main() -> None:
     rows: list[dict] = []
     refused: list[str] = []
     for path in a.data:
-        for r in pd.read_csv(path, dtype={"vllm": str}).itertuples():
+        for r in load(path).itertuples():
             try:
                 p = replay(r)
             except ConfigError as e:  # a set-up kvsim does not model: said, not dropped
@@ -147,8 +168,8 @@ def main() -> None:
                 "tpot_mean": r.mean_tpot_ms / 1e3,
                 "out_tok_s": r.output_tok_s,
             }
-            gpu = getattr(r, "gpu", "h100-80gb")
-            case = f"{int(r.isl)}/{int(r.osl)}" if getattr(r, "dataset", "random") == "random" else "ShareGPT"
+            case = f"{int(r.isl)}/{int(r.osl)}" if r.dataset == "random" else "ShareGPT"
+            closed = _given(r.max_concurrency)
             row = {
                 "data": FILES.get(Path(path).name, "held out"),
                 "model_name": r.model.split("/")[-1]
@@ -157,19 +178,18 @@ def main() -> None:
                 .removesuffix("-Instruct-2507"),
                 "kind": (
                     "1-8 clients (ShareGPT)"
-                    if _given(getattr(r, "max_concurrency", ""))
+                    if closed
                     else "ShareGPT bursts (lengths approximate)"
                     if case == "ShareGPT"
                     else "random bursts"
                 ),
                 "run": label(r),
-                "gpu": gpu,
-                "vllm": getattr(r, "vllm", "0.11.0"),
-                "weights": getattr(r, "weights", ""),
+                "gpu": r.gpu,
+                "vllm": r.vllm,
                 "tp": r.tp,
                 "case": case,
                 "prompts": r.num_prompts,
-                "clients": int(r.max_concurrency) if _given(getattr(r, "max_concurrency", "")) else "all at once",
+                "clients": int(r.max_concurrency) if closed else "all at once",
                 "not_finished": p["not_finished"],
                 "preemptions": p["preemptions"],
             }
@@ -180,7 +200,7 @@ def main() -> None:
     lines = [
         "# kvsim against GPUStack's published vLLM runs (Qwen3-235B-A22B, DeepSeek-R1-0528, gpt-oss)",
         "",
-        "Open-loop bursts (every prompt sent at once) and 4-client ShareGPT runs of `vllm bench serve`, from "
+        "Open-loop bursts (every prompt sent at once) and 1-8-client ShareGPT runs of `vllm bench serve`, from "
         "GPUStack's Performance Lab (Apache-2.0), replayed by kvsim with each page's server flags and its vLLM "
         'release\'s defaults. "not blind": the Qwen3-235B-A22B page (H100, vLLM 0.11.0), which pointed to three '
         "changes of 2026-12-03, each made from vLLM's code: the FlashInfer sampler of vLLM's 0.11.0 image "

@@ -348,8 +348,9 @@ class SimConfig:
                 f"over {ranks}"
             )
         problem = model.block_problem(tp, dp, self.enable_expert_parallel)
-        if problem:
-            fix = "{enable_expert_parallel} or a " if "experts' width" in problem else "a "
+        if problem:  # expert parallelism keeps the experts whole: say so where that alone would load it
+            ep_loads = not self.enable_expert_parallel and model.block_problem(tp, dp, True) is None
+            fix = "{enable_expert_parallel} or a " if ep_loads else "a "
             raise OptionError(f"{{tensor_parallel_size}} {tp}: {problem}; use {fix}smaller {{tensor_parallel_size}}")
         if self.async_scheduling and self.vllm_engine == "v0":
             raise OptionError(

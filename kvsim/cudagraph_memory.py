@@ -52,6 +52,6 @@ def cudagraph_estimate_bytes(model, tp: int, capture_sizes: tuple[int, ...], max
 
     pw, full = graph_counts(capture_sizes, max_num_seqs)
     per_graph = PER_LAYER_GRAPH * model.layers * (TP_FACTOR if tp > 1 else 1.0)
-    nvfp4 = model.is_moe and (model.expert_dtype or model.weight_dtype) == "nvfp4"
+    nvfp4 = model.is_moe and model.expert_weight_dtype == "nvfp4"
     first = forward_peak_bytes(model, tp, max(capture_sizes)) + (NVFP4_MOE_FIRST if nvfp4 else 0.0)
     return first + per_graph * (pw + full - 1)

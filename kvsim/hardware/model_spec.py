@@ -169,6 +169,11 @@ class ModelSpec:
         return self.num_experts > 0
 
     @property
+    def expert_weight_dtype(self) -> str:
+        """The dtype the routed experts' weights are held in: their own, else the checkpoint's, else the model's."""
+        return self.expert_dtype or self.weight_dtype or self.dtype
+
+    @property
     def moe_mask(self) -> tuple[bool, ...]:
         """Per layer: its FFN is a mixture of experts."""
         if not self.is_moe:
@@ -442,7 +447,7 @@ class ModelSpec:
             return None
         widths: list[tuple[str, int, int]] = []  # (what, full width, GPUs it is split over)
         moe = self.moe_mask
-        if self.is_moe and (self.expert_dtype or self.weight_dtype or self.dtype) == "fp8" and not expert_parallel:
+        if self.is_moe and self.expert_weight_dtype == "fp8" and not expert_parallel:
             widths.append(("routed experts' width (moe_intermediate_size)", self.moe_intermediate_size, tp * dp))
         if self.shared_experts:
             widths.append(("shared experts' width", self.shared_experts * self.moe_intermediate_size, tp))

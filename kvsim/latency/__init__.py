@@ -66,15 +66,19 @@ class LatencyKind:
     describe: Callable[[object], str]
 
 
-def _moe_backend(cfg) -> str:
+def _moe_backend(cfg, calib) -> str:
     """The MoE kernels that price the experts: ``--moe-backend``, or with ``auto`` the release's default where it
-    differs from the newest release's (releases.default_moe_backend), else ``auto`` (the calibration's own)."""
+    differs from the newest release's and ``calib`` measured it (releases.default_moe_backend), else ``auto``
+    (the calibration's own fit)."""
     if cfg.moe_backend != "auto" or not cfg.model.is_moe or cfg.latency != "per-op":
         return cfg.moe_backend
     from kvsim.latency.perop import expert_quant
     from kvsim.releases import default_moe_backend
 
-    return default_moe_backend(cfg.gpu.arch, expert_quant(cfg.model), cfg.vllm_version) or "auto"
+    quant = expert_quant(cfg.model)
+    backend = default_moe_backend(cfg.gpu.arch, quant, cfg.vllm_version)
+    measured = calib.moe_backends.get(quant or "bf16", {})
+    return backend if backend is not None and backend in measured else "auto"
 
 
 def _per_op(cfg) -> LatencyModel:
@@ -83,7 +87,7 @@ def _per_op(cfg) -> LatencyModel:
     from kvsim.latency.cuda_graphs import parse_capture_sizes
 
     calib, _ = _calibration(cfg)
-    backend = _moe_backend(cfg)
+    backend = _moe_backend(cfg, calib)
     if backend != "auto":  # (a model without MoE layers was refused with the configuration)
         from kvsim.latency.calibration import with_moe_backend
         from kvsim.latency.perop import expert_quant
@@ -133,8 +137,10 @@ def _per_op(cfg) -> LatencyModel:
 
 def _describe_per_op(cfg) -> str:
     src = cfg.latency if cfg.latency != "per-op" else "shipped calibration"
+    calib = _calibration(cfg)[0]
+    backend = _moe_backend(cfg, calib)
     if cfg.vllm_version:
-        aic = _calibration(cfg)[0].fit.get("aic", {})
+        aic = calib.fit.get("aic", {})
         used = aic.get("release") or aic.get("versions", {}).get("generation_attention_perf")
         src += (
             f", no per-release kernel tables (asked: vLLM {cfg.vllm_version})"
@@ -154,9 +160,8 @@ def _describe_per_op(cfg) -> str:
             else ""
         )
         + (
-            f", {_moe_backend(cfg)} MoE kernels"
-            + (f" (vLLM {cfg.vllm_version}'s default)" if cfg.moe_backend == "auto" else "")
-            if _moe_backend(cfg) != "auto"
+            f", {backend} MoE kernels" + (f" (vLLM {cfg.vllm_version}'s default)" if cfg.moe_backend == "auto" else "")
+            if backend != "auto"
             else ""
         )
         + (f", {cfg.moe_routing} MoE routing" if cfg.model.is_moe else "")

@@ -329,7 +329,7 @@ def moe_formula(
 def expert_quant(model: ModelSpec) -> str | None:
     """The quantized dtype whose measured MoE kernels price ``model``'s routed experts (calibration.MOE_QUANT), or
     None: bf16 experts (or a dtype kvsim has no MoE kernels of, priced with the bf16 fit and its own bytes)."""
-    dtype = model.expert_dtype or model.weight_dtype or model.dtype
+    dtype = model.expert_weight_dtype
     return dtype if dtype in MOE_QUANT else None
 
 
