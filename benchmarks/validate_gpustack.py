@@ -26,7 +26,13 @@ section 5 names the 120b model in its server command and is left out), Qwen3-8B 
 and Qwen3-32B on H100 and A100 (bf16; on A100 also their FP8 and AWQ checkpoints, weight-only there), and
 Qwen3-235B-A22B on 8 A100s (bf16 TP8, FP8 TP4 and TP8 with expert parallelism), all 0.11.0 unless said. Besides the random bursts they have ShareGPT runs (1,000 prompts at once, and 100 at 4 clients): kvsim
 draws their lengths from the ShareGPT excerpt shipped in traces/ (vLLM's filter: prompt 4-1,024 tokens, prompt +
-output at most 2,048), scaled so their totals are the run's. The chat template's tokens are not counted (the
+output at most 2,048), scaled so their totals are the run's. Also held out (2026-12-06, after the GEMM grid;
+nothing fitted to it): DigitalOcean's GTC-2026 demo (github.com/DO-Solutions/gtc-2026-doks at c70febac,
+dev/vllm/benchmarks/phase0/20260224-185458: `vllm bench serve --backend vllm --endpoint /v1/completions
+--dataset-name sharegpt --num-prompts 300 --request-rate R`, R 0.5-3, against `api_server --model
+nvidia/Llama-3.1-70B-Instruct-FP8 -tp 1` on one H200, vLLM 0.14.1, whose server.log shows async scheduling and
+an FP8 KV cache from the checkpoint), `digitalocean_llama70b_fp8_h200.csv`: Poisson gaps as vLLM's client draws
+them (seed 0, the last request at N / R), ShareGPT lengths as above. The chat template's tokens are not counted (the
 client counts the prompt without them, and so does the replay).
 """
 
@@ -42,7 +48,11 @@ sys.path.insert(0, str(ROOT))
 
 METRICS = ("ttft_p50", "ttft_mean", "tpot_p50", "tpot_mean", "out_tok_s")
 DATA = ROOT / "benchmarks" / "data"
-FILES = {"gpustack_qwen3_235b_h100.csv": "not blind", "gpustack_vllm_held_out.csv": "held out"}
+FILES = {
+    "gpustack_qwen3_235b_h100.csv": "not blind",
+    "gpustack_vllm_held_out.csv": "held out",
+    "digitalocean_llama70b_fp8_h200.csv": "held out",
+}
 # the columns the Qwen3-235B table (one page: H100, vLLM 0.11.0, random bursts) leaves out, as that page ran
 DEFAULTS = {
     "gpu": "h100-80gb",
@@ -53,6 +63,7 @@ DEFAULTS = {
     "max_model_len": float("nan"),
     "dataset": "random",
     "max_concurrency": float("nan"),
+    "request_rate": float("inf"),  # requests/s of a Poisson client (vllm bench serve --request-rate); inf: at once
 }
 
 
@@ -74,15 +85,18 @@ def _given(x) -> bool:
 
 def server(r) -> dict:
     """kvsim options for the server of run ``r`` (a row of a data table)."""
+    from kvsim.releases import release_key
+
     v = {
         "model": r.model,
         "gpu": r.gpu,
         "tensor_parallel_size": int(r.tp),
         "pipeline_parallel_size": int(r.pp),
         "vllm_version": r.vllm,
-        "request_rate": "inf",
+        # every prompt at t = 0, or the send times the replay gives each request (a Poisson client)
+        "request_rate": "inf" if float(r.request_rate) == float("inf") else None,
         # vLLM's images of 0.10-0.11.0 sample with FlashInfer (flashinfer installed): its peak, not the sort's
-        "flashinfer_sampler": True,
+        "flashinfer_sampler": release_key(str(r.vllm)) < release_key("0.12"),
         "enable_expert_parallel": bool(r.enable_expert_parallel),
         "async_scheduling": bool(r.async_scheduling),
     }
@@ -120,6 +134,18 @@ def lengths(r) -> list[tuple[int, int]]:
     return [(max(1, round(a)), max(1, round(b))) for a, b in zip(p, o)]
 
 
+def send_times(r):
+    """Each request's send time (s): all at t = 0, or ``vllm bench serve --request-rate R``'s Poisson gaps (seed
+    0), summed and scaled so that the last request goes at N / R."""
+    import numpy as np
+
+    n, rate = int(r.num_prompts), float(r.request_rate)
+    if not np.isfinite(rate):
+        return np.zeros(n)
+    t = np.cumsum(np.random.default_rng(0).gamma(1.0, 1.0 / rate, size=n))
+    return t * ((n / rate) / t[-1])
+
+
 def replay(r) -> dict:
     """kvsim's median and mean TTFT and TPOT (seconds) and output tokens/s for run ``r``."""
     from kvsim.commands.validate import replay_summary
@@ -127,7 +153,8 @@ def replay(r) -> dict:
     from kvsim.runner import resolve_allocator, simulate
     from kvsim.trace.request import Request
 
-    reqs = [Request(str(i), 0.0, a, b, line=i + 1) for i, (a, b) in enumerate(lengths(r))]
+    sent = send_times(r)
+    reqs = [Request(str(i), float(sent[i]), a, b, line=i + 1) for i, (a, b) in enumerate(lengths(r))]
     cfg = config_from_options(server(r))
     out = simulate(reqs, cfg, resolve_allocator("paged+prefix", cfg, named=False))
     return {**replay_summary(out), "preemptions": int(out.summary["preemptions"])}
@@ -179,6 +206,8 @@ def main() -> None:
                 "kind": (
                     "1-8 clients (ShareGPT)"
                     if closed
+                    else "Poisson ShareGPT (lengths approximate)"
+                    if float(r.request_rate) != float("inf")
                     else "ShareGPT bursts (lengths approximate)"
                     if case == "ShareGPT"
                     else "random bursts"
@@ -189,7 +218,11 @@ def main() -> None:
                 "tp": r.tp,
                 "case": case,
                 "prompts": r.num_prompts,
-                "clients": int(r.max_concurrency) if closed else "all at once",
+                "clients": int(r.max_concurrency)
+                if closed
+                else f"Poisson {float(r.request_rate):g}/s"
+                if float(r.request_rate) != float("inf")
+                else "all at once",
                 "not_finished": p["not_finished"],
                 "preemptions": p["preemptions"],
             }

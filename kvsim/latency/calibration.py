@@ -19,6 +19,7 @@ from kvsim.errors import ConfigError
 from kvsim.files import read_json_object, write_text_atomically
 from kvsim.hardware import GpuSpec
 from kvsim.hardware.gpus import GPU_PRESETS
+from kvsim.latency.gemm_shapes import GemmGrid
 from kvsim.latency.moe_shapes import check_table
 from kvsim.releases import RELEASES_DIR, RELEASES_INDEX, SHIPPED, release_calibration  # noqa: F401 (re-exported)
 from kvsim.releases import chosen_release, kernel_mismatches, release_key, vllm_releases
@@ -317,6 +318,9 @@ class Calibration:
     # measured / fitted MoE layer times of the shapes the tables timed (kvsim/latency/moe_shapes.py): experts'
     # dtype ("bf16" or MOE_QUANT) -> shape key -> routing -> [[tokens], [ratios]]
     moe_shapes: dict = field(default_factory=dict)
+    # measured / fitted dense GEMM times on a grid of shapes the tables timed (kvsim/latency/gemm_shapes.py):
+    # weight format ("bf16" or a GEMM_QUANT key) -> GemmGrid
+    gemm_shapes: dict = field(default_factory=dict)
 
     def link(self, n: int, interconnect: str) -> LinkParams:
         """All-reduce parameters for n GPUs (the nearest measured group size if n itself was not)."""
@@ -336,6 +340,7 @@ class Calibration:
 
     def to_json(self) -> dict:
         d = asdict(self)
+        d["gemm_shapes"] = {q: g.to_json() for q, g in self.gemm_shapes.items()}
         return {"format": FORMAT, "version": VERSION, **d}
 
     @staticmethod
@@ -378,6 +383,10 @@ class Calibration:
                 moe_shapes={
                     _quant_key(q, {"bf16": 0, **MOE_QUANT}, "moe_shapes"): check_table(t, f"moe_shapes {q}")
                     for q, t in _object(d.get("moe_shapes", {}), "moe_shapes").items()
+                },
+                gemm_shapes={
+                    _quant_key(q, {"bf16": 0, **GEMM_QUANT}, "gemm_shapes"): GemmGrid.from_json(t, f"gemm_shapes {q}")
+                    for q, t in _object(d.get("gemm_shapes", {}), "gemm_shapes").items()
                 },
             )
         except (KeyError, TypeError, ValueError, AttributeError) as e:
@@ -564,14 +573,19 @@ class Borrowed:
 
 
 def _take(c: Calibration, attr: str, key: str, source: Calibration) -> Calibration:
-    """``c`` with ``source``'s fit of ``attr[key]`` (dropped where ``source`` has none), and for MoE its measured
-    shapes (their ratios are to that dtype's kernels)."""
+    """``c`` with ``source``'s fit of ``attr[key]`` (dropped where ``source`` has none), and for MoE and quantized
+    GEMMs its measured shapes (their ratios are to that fit)."""
     have = dict(getattr(c, attr))
     if key in getattr(source, attr):
         have[key] = getattr(source, attr)[key]
     else:
         have.pop(key, None)
     c = replace(c, **{attr: have})
+    if attr == "gemm_quant":
+        grids = {q: g for q, g in c.gemm_shapes.items() if q != key}
+        if key in source.gemm_shapes and key in source.gemm_quant:
+            grids[key] = source.gemm_shapes[key]
+        c = replace(c, gemm_shapes=grids)
     if attr in ("moe_quant", "moe_backends"):
         shapes = dict(c.moe_shapes)
         if key in source.moe_shapes:

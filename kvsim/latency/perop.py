@@ -74,13 +74,21 @@ class Op:
 
     def seconds(self, calib: Calibration, gpu: GpuSpec, tokens: int, dtype_bytes: int) -> float:
         if not self.kind:
+            if tokens <= 0:
+                return 0.0
             if self.quant is not None:
-                p = quant_gemm_params(calib, gpu, self.quant)
+                scheme = quant_gemm_scheme(calib, gpu, self.quant)
+                p = calib.gemm if scheme is None else calib.gemm_quant[scheme]
                 t = quant_gemm_seconds(p, gpu, tokens, self.k, self.n, self.quant)
-                if self.fused_quant and t > 0 and p is not calib.gemm:
-                    t -= max(0.0, p.t0_s - calib.gemm.t0_s)  # the measured quant kernel's launch: not run
+                grid = calib.gemm_shapes.get(scheme) if scheme is not None else None  # not a bf16 kernel's ratios
+                if grid is not None:
+                    t *= grid.factor(tokens, self.n, self.k)
+                if self.fused_quant and scheme is not None:
+                    t -= min(0.5 * t, max(0.0, p.t0_s - calib.gemm.t0_s))  # the measured quant kernel's launch
                 return t
-            return gemm_seconds(calib.gemm, gpu, tokens, self.k, self.n, dtype_bytes)
+            t = gemm_seconds(calib.gemm, gpu, tokens, self.k, self.n, dtype_bytes)
+            grid = calib.gemm_shapes.get("bf16")
+            return t * grid.factor(tokens, self.n, self.k) if grid is not None else t
         return elementwise_seconds(calib.elementwise[self.kind], gpu, tokens, self.row, self.bytes_per_token)
 
 
@@ -102,12 +110,19 @@ def quant_gemm_params(calib: Calibration, gpu: GpuSpec, quant: str) -> GemmParam
     FlashInfer and on a padded CUTLASS fallback; 0.22 on, one module launched eagerly: the CPU's time), while
     vLLM's block-scaled kernels run as fast as per-tensor ones at small batches (PR #49363 on H100: 26.9 against
     25.6 us)."""
+    scheme = quant_gemm_scheme(calib, gpu, quant)
+    return calib.gemm if scheme is None else calib.gemm_quant[scheme]
+
+
+def quant_gemm_scheme(calib: Calibration, gpu: GpuSpec, quant: str) -> str | None:
+    """The scheme whose fit (and measured shapes) price ``quant`` weights (:func:`quant_gemm_params`), or None:
+    the bf16 fit's."""
     if quant == "fp8_block" and "fp8" in calib.gemm_quant:
         quant = "fp8"
-    p, operands = calib.gemm_quant.get(quant), GEMM_QUANT[quant][2]
-    if p is None or (operands != "bf16" and gpu.tensor_core_speedup(operands) == 1.0):
-        return calib.gemm
-    return p
+    operands = GEMM_QUANT[quant][2]
+    if quant not in calib.gemm_quant or (operands != "bf16" and gpu.tensor_core_speedup(operands) == 1.0):
+        return None
+    return quant
 
 
 def quantized(ops: list[Op], quant: str | None) -> list[Op]:
