@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import re
+from dataclasses import replace
 import sys
 from pathlib import Path
 
@@ -94,8 +95,6 @@ def main() -> None:
             print(f"{path.name} {q} ({system} {version}), median |log(pred/meas)|: " + "; ".join(parts))
         if a.dry_run or not grids:
             continue
-        from dataclasses import replace
-
         src = dict(calib.sources)
         src["gemm_shapes"] = (
             "measured / fitted on the grid of the GEMM tables named above (benchmarks/fit_gemm_shapes.py): "

@@ -94,7 +94,7 @@ def server(r) -> dict:
         "pipeline_parallel_size": int(r.pp),
         "vllm_version": r.vllm,
         # every prompt at t = 0, or the send times the replay gives each request (a Poisson client)
-        "request_rate": "inf" if float(r.request_rate) == float("inf") else None,
+        "request_rate": None if poisson(r) else "inf",
         # vLLM's images of 0.10-0.11.0 sample with FlashInfer (flashinfer installed): its peak, not the sort's
         "flashinfer_sampler": release_key(str(r.vllm)) < release_key("0.12"),
         "enable_expert_parallel": bool(r.enable_expert_parallel),
@@ -134,16 +134,20 @@ def lengths(r) -> list[tuple[int, int]]:
     return [(max(1, round(a)), max(1, round(b))) for a, b in zip(p, o)]
 
 
+def poisson(r) -> bool:
+    """Whether run ``r``'s client sent at a finite --request-rate (Poisson gaps), not every prompt at once."""
+    return float(r.request_rate) != float("inf")
+
+
 def send_times(r):
-    """Each request's send time (s): all at t = 0, or ``vllm bench serve --request-rate R``'s Poisson gaps (seed
-    0), summed and scaled so that the last request goes at N / R."""
+    """Each request's send time (s), as ``vllm bench serve --request-rate R --seed 0`` schedules them
+    (kvsim.trace.bench_load: all at t = 0 for inf)."""
     import numpy as np
 
-    n, rate = int(r.num_prompts), float(r.request_rate)
-    if not np.isfinite(rate):
-        return np.zeros(n)
-    t = np.cumsum(np.random.default_rng(0).gamma(1.0, 1.0 / rate, size=n))
-    return t * ((n / rate) / t[-1])
+    from kvsim.trace.bench_load import BenchLoad
+
+    load = BenchLoad(num_prompts=int(r.num_prompts), request_rate=float(r.request_rate))
+    return load.send_times(np.random.default_rng(0))
 
 
 def replay(r) -> dict:
@@ -207,7 +211,7 @@ def main() -> None:
                     "1-8 clients (ShareGPT)"
                     if closed
                     else "Poisson ShareGPT (lengths approximate)"
-                    if float(r.request_rate) != float("inf")
+                    if poisson(r)
                     else "ShareGPT bursts (lengths approximate)"
                     if case == "ShareGPT"
                     else "random bursts"
@@ -221,7 +225,7 @@ def main() -> None:
                 "clients": int(r.max_concurrency)
                 if closed
                 else f"Poisson {float(r.request_rate):g}/s"
-                if float(r.request_rate) != float("inf")
+                if poisson(r)
                 else "all at once",
                 "not_finished": p["not_finished"],
                 "preemptions": p["preemptions"],
@@ -249,7 +253,9 @@ def main() -> None:
         "approximate (drawn from the ShareGPT excerpt in traces/, scaled to the run's totals: its longest outputs "
         "are shorter than vLLM's sample, so those runs end early and their tokens/s comes out high). Predicted / "
         "measured, median [p10, p90] over runs (median |error|). Command: `python benchmarks/validate_gpustack.py` "
-        "(its docstring has the set-up).",
+        "(its docstring has the set-up). Also held out: DigitalOcean's GTC-2026 runs of "
+        "nvidia/Llama-3.1-70B-Instruct-FP8 on one H200 (vLLM 0.14.1, Poisson ShareGPT at 0.5-3 requests/s), first "
+        "replayed after the GEMM grid of 2026-12-06.",
         "",
     ]
     exact = t[~t.kind.str.contains("approximate")]

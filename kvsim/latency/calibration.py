@@ -583,7 +583,7 @@ def _take(c: Calibration, attr: str, key: str, source: Calibration) -> Calibrati
     c = replace(c, **{attr: have})
     if attr == "gemm_quant":
         grids = {q: g for q, g in c.gemm_shapes.items() if q != key}
-        if key in source.gemm_shapes and key in source.gemm_quant:
+        if key in have and key in source.gemm_shapes:  # the fit just taken, with its ratios
             grids[key] = source.gemm_shapes[key]
         c = replace(c, gemm_shapes=grids)
     if attr in ("moe_quant", "moe_backends"):

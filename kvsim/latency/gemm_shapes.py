@@ -26,6 +26,7 @@ from dataclasses import dataclass
 # chunks between which vLLM's kernels change tiles
 KNOTS_M = (1, 4, 16, 32, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096, 8192, 16384)
 MIN_DIM = 128  # weights narrower than this are not held (no model's projection is; the fit prices them)
+RATIO_RANGE = (0.05, 20.0)  # the measured / fitted ratios a grid may hold (beyond: a broken table or file)
 
 
 @dataclass(frozen=True)
@@ -76,8 +77,9 @@ class GemmGrid:
         size = len(axes[0]) * len(axes[1]) * len(axes[2])
         if not isinstance(ratio, list) or len(ratio) != size:
             raise ValueError(f"{where}: 'ratio' must list {size} numbers (m x n x k)")
-        if not all(isinstance(x, (int, float)) and math.isfinite(x) and 0.05 <= x <= 20 for x in ratio):
-            raise ValueError(f"{where}: every ratio must be a number from 0.05 to 20")
+        lo, hi = RATIO_RANGE
+        if not all(isinstance(x, (int, float)) and math.isfinite(x) and lo <= x <= hi for x in ratio):
+            raise ValueError(f"{where}: every ratio must be a number from {lo:g} to {hi:g}")
         return GemmGrid(axes[0], axes[1], axes[2], tuple(float(x) for x in ratio))
 
 
@@ -120,5 +122,5 @@ def fit_grid(rows, predicted) -> GemmGrid | None:
                 if by_m is None:
                     by_m = nearest(n, k)
                 near = min(by_m.index, key=lambda t: abs(math.log(t) - math.log(m)))
-                ratio.append(float(min(20.0, max(0.05, by_m.loc[near]))))
+                ratio.append(float(min(RATIO_RANGE[1], max(RATIO_RANGE[0], by_m.loc[near]))))
     return GemmGrid(tuple(int(x) for x in knots), tuple(int(x) for x in ns), tuple(int(x) for x in ks), tuple(ratio))

@@ -76,19 +76,22 @@ class Op:
         if not self.kind:
             if tokens <= 0:
                 return 0.0
-            if self.quant is not None:
+            if self.quant is None:
+                scheme: str | None = "bf16"
+                t = gemm_seconds(calib.gemm, gpu, tokens, self.k, self.n, dtype_bytes)
+            else:  # scheme None: a weight-only kernel on the bf16 fit, which bf16's measured ratios do not describe
                 scheme = quant_gemm_scheme(calib, gpu, self.quant)
-                p = calib.gemm if scheme is None else calib.gemm_quant[scheme]
-                t = quant_gemm_seconds(p, gpu, tokens, self.k, self.n, self.quant)
-                grid = calib.gemm_shapes.get(scheme) if scheme is not None else None  # not a bf16 kernel's ratios
-                if grid is not None:
-                    t *= grid.factor(tokens, self.n, self.k)
-                if self.fused_quant and scheme is not None:
-                    t -= min(0.5 * t, max(0.0, p.t0_s - calib.gemm.t0_s))  # the measured quant kernel's launch
-                return t
-            t = gemm_seconds(calib.gemm, gpu, tokens, self.k, self.n, dtype_bytes)
-            grid = calib.gemm_shapes.get("bf16")
-            return t * grid.factor(tokens, self.n, self.k) if grid is not None else t
+                t = quant_gemm_seconds(
+                    quant_gemm_params(calib, gpu, self.quant), gpu, tokens, self.k, self.n, self.quant
+                )
+            grid = calib.gemm_shapes.get(scheme) if scheme is not None else None
+            if grid is not None:
+                t *= grid.factor(tokens, self.n, self.k)
+            if self.fused_quant and scheme is not None and self.quant is not None:
+                # the measured quant kernel's launch, not run; at most half the GEMM (a measured ratio well
+                # below 1 can leave less than that fixed time)
+                t -= min(0.5 * t, max(0.0, calib.gemm_quant[scheme].t0_s - calib.gemm.t0_s))
+            return t
         return elementwise_seconds(calib.elementwise[self.kind], gpu, tokens, self.row, self.bytes_per_token)
 
 
