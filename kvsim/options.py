@@ -207,10 +207,11 @@ def _build(v: dict[str, Any], given: Mapping[str, Any], name: Callable[[str], st
     from kvsim.hardware.gpus import vllm_serve_defaults
     from kvsim.latency import LATENCY_MODELS
     from kvsim.latency.roofline import RooflineParams
+    from kvsim.releases import follows_checkpoint_kv_dtype
     from kvsim.speculative import parse_speculative
 
     model = get_model(v["model"]).with_quantization(v["quantization"])  # before the KV dtype: formats declare one
-    model = model.with_kv_cache_dtype(v["kv_cache_dtype"]).validate()
+    model = model.with_kv_cache_dtype(v["kv_cache_dtype"], follows_checkpoint_kv_dtype(v["vllm_version"])).validate()
     spec = parse_speculative(v["speculative_config"], v["acceptance_length"])
     if spec is not None:
         model = spec.with_draft(model)

@@ -220,6 +220,19 @@ def kv_size_from_concurrency(vllm_version: str | None) -> bool:
     return vllm_version is None or release_key(vllm_version) >= release_key(KV_SIZE_FROM_CONCURRENCY)
 
 
+CHECKPOINT_KV_DTYPE_FROM = "0.14.0"  # the first release whose KV cache follows the checkpoint's (PR #30785)
+
+
+def follows_checkpoint_kv_dtype(vllm_version: str | None) -> bool:
+    """Whether vLLM ``vllm_version`` (None: a current release) stores the KV cache in the format a checkpoint
+    declares (ModelOpt ``kv_cache_quant_algo``, compressed-tensors ``kv_cache_scheme``) when ``--kv-cache-dtype``
+    is ``auto``: from 0.14 (PR #29980, merged 2025-12-10 and reverted, landed again as PR #30785 after 0.13.0 was
+    cut: 0.13.0's source still resolves auto to the model's dtype, 0.14.0's to the checkpoint's); earlier
+    releases loaded the checkpoint's KV scales but kept the cache in the model's dtype unless told
+    ``--kv-cache-dtype fp8``."""
+    return vllm_version is None or at_least(vllm_version, CHECKPOINT_KV_DTYPE_FROM)
+
+
 ASYNC_SCHEDULING_FROM = "0.14.0"  # the first release that schedules one step ahead by default (PR #27614)
 ASYNC_WITH_PIPELINE_FROM = "0.15.0"  # ... and with pipeline stages (PR #32359)
 ASYNC_DRAFTERS = ("eagle", "eagle3", "mtp")  # drafters async scheduling runs with (PR #31998; others turn it off)

@@ -267,6 +267,24 @@ def test_a_release_whose_fp8_gemms_run_no_faster_than_bf16_borrows_the_nearest_p
     assert steps["0.14"] == pytest.approx(steps["0.18"], rel=0.05)  # was 1.1x (decode) to 1.6x (prefill)
 
 
+def test_a_checkpoint_id_that_declares_an_fp8_kv_cache_stores_it_from_vllm_0_14():
+    """nvidia/Llama-3.1-70B-Instruct-FP8 declares an FP8 KV cache (vLLM 0.14.1 logged "Using fp8 data type to
+    store kv cache" serving it): 2 x 80 layers x 8 heads x 128 dims x 1 byte = 160 KiB per token from vLLM 0.14 and
+    with no release given; 0.13 kept it in bf16 (320 KiB) and says why; --kv-cache-dtype stands in both."""
+    args = ["--model", "nvidia/Llama-3.1-70B-Instruct-FP8", "--gpu", "h200"]
+    for extra, kib in (([], 160), (["--vllm-version", "0.14"], 160), (["--vllm-version", "0.13.0"], 320)):
+        cfg = config_from_args(args + extra)
+        assert cfg.model.kv_bytes_per_token == kib * 1024, extra
+    assert "before 0.14 does not follow" in config_from_args(args + ["--vllm-version", "0.13"]).model.format_note
+    assert config_from_args(args + ["--vllm-version", "0.13", "--kv-cache-dtype", "fp8"]).model.kv_bytes_per_token == (
+        160 * 1024
+    )
+    assert config_from_args(args + ["--kv-cache-dtype", "bf16"]).model.kv_bytes_per_token == 320 * 1024
+    # a checkpoint that declares none (Red Hat's FP8-dynamic) keeps the model's dtype
+    assert get_model("RedHatAI/Llama-3.3-70B-Instruct-FP8-dynamic").kv_dtype is None
+    assert get_model("nvidia/Llama-3.3-70B-Instruct-FP4").kv_dtype == "fp8"
+
+
 def test_every_scheme_names_a_method_vllm_checks():
     assert set(SCHEMES) >= {
         "fp8",

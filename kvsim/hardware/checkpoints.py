@@ -229,6 +229,27 @@ def _variant(key: str, publisher: str) -> tuple[str, dict]:
     return key, {}
 
 
+# checkpoints whose hf_quant_config.json declares an FP8 KV cache (ModelOpt ``kv_cache_quant_algo`` "FP8"), which
+# vLLM 0.14 on stores the cache in under --kv-cache-dtype auto (kvsim.releases.follows_checkpoint_kv_dtype);
+# lowercase ids without a -vN re-release suffix. NVIDIA's exports differ (Llama-3.1-405B-Instruct-FP8 and
+# DeepSeek-R1's NVFP4 declare none: exports of ModelOpt 0.15-0.27 mostly leave the cache to the server, 0.33's
+# declare FP8), so only checkpoints whose files, tests or start-up logs were seen are listed.
+FP8_KV_CHECKPOINTS: frozenset[str] = frozenset(
+    {
+        # vLLM 0.14.1's start-up log serving it (DigitalOcean's GTC-2026 demo): "Using fp8 data type to store kv cache"
+        "nvidia/llama-3.1-70b-instruct-fp8",
+        # hf_quant_config.json, as TensorRT-LLM's accuracy tests assert it (no KV option given: FP8 read back)
+        "nvidia/llama-3.3-70b-instruct-fp4",
+        "nvidia/llama-4-scout-17b-16e-instruct-fp4",
+        # hf_quant_config.json (ModelOpt 0.33), quoted in vLLM issue #34752 and copied in AIConfigurator's
+        # model_configs
+        "nvidia/qwen3-30b-a3b-nvfp4",
+        "nvidia/qwen3-32b-nvfp4",
+        "nvidia/qwen3-235b-a22b-nvfp4",
+    }
+)
+
+
 def checkpoint_from_id(name: str, presets: dict, ids: dict[str, str]):
     """The model of a quantized checkpoint's Hugging Face id (module docstring), or None when the id does not name
     a preset's model in a known format. ``presets``: name -> ModelSpec; ``ids``: lowercase id -> preset name."""
@@ -259,5 +280,7 @@ def checkpoint_from_id(name: str, presets: dict, ids: dict[str, str]):
         out = apply_scheme(spec, flag)
         if extra:
             out = replace(out, **extra)
+        if f"{publisher}/{repo}" in FP8_KV_CHECKPOINTS:
+            out = replace(out, checkpoint_kv_dtype="fp8", kv_dtype="fp8")
         return replace(out, name=f"{base}-{format_label(out)}")
     return None

@@ -302,12 +302,23 @@ class ModelSpec:
         if problem:
             raise ConfigError(f"--tensor-parallel-size {tp!r}: {problem}")
 
-    def with_kv_cache_dtype(self, kv_cache_dtype: str) -> "ModelSpec":
-        """This model with its KV cache stored as ``kv_cache_dtype`` ('auto': as the checkpoint declares, else as
-        the weights, as vLLM resolves it)."""
+    def with_kv_cache_dtype(self, kv_cache_dtype: str, follow_checkpoint: bool = True) -> "ModelSpec":
+        """This model with its KV cache stored as ``kv_cache_dtype`` ('auto': as the checkpoint declares when
+        ``follow_checkpoint`` (vLLM 0.14 on: kvsim.releases.follows_checkpoint_kv_dtype), else as the weights'
+        model dtype, as vLLM resolves it)."""
         if kv_cache_dtype not in KV_CACHE_DTYPES:
             raise ConfigError(f"--kv-cache-dtype '{kv_cache_dtype}': not one of {', '.join(KV_CACHE_DTYPES)}")
-        return replace(self, kv_dtype=self.checkpoint_kv_dtype if kv_cache_dtype == "auto" else kv_cache_dtype)
+        if kv_cache_dtype != "auto":
+            return replace(self, kv_dtype=kv_cache_dtype)
+        if follow_checkpoint or not self.checkpoint_kv_dtype:
+            return replace(self, kv_dtype=self.checkpoint_kv_dtype)
+        note = (
+            f"note: the checkpoint declares an {self.checkpoint_kv_dtype.upper()} KV cache, which vLLM before "
+            f"0.14 does not follow under --kv-cache-dtype auto: KV priced in {self.dtype} (--kv-cache-dtype "
+            f"{self.checkpoint_kv_dtype} asks for the checkpoint's)"
+        )
+        joined = f"{self.format_note}\n{note}" if self.format_note else note
+        return replace(self, kv_dtype=None, format_note=joined)
 
     def with_quantization(self, quantization: str | None) -> "ModelSpec":
         """This model as vLLM's ``--quantization`` serves it (kvsim/hardware/checkpoints.py): ``fp8`` keeps an FP8
