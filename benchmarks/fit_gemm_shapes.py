@@ -45,7 +45,7 @@ def main() -> None:
 
     from kvsim.calibrate.aic import gemm_seconds_table, read_gemm
     from kvsim.hardware.gpus import GPU_PRESETS
-    from kvsim.latency.calibration import GEMM_QUANT, SHIPPED, load_calibration, save_calibration
+    from kvsim.latency.calibration import GEMM_QUANT, load_calibration, save_calibration, shipped_calibration_files
     from kvsim.latency.gemm_shapes import fit_grid
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -53,9 +53,7 @@ def main() -> None:
     ap.add_argument("--dry-run", action="store_true", help="report, write nothing")
     a = ap.parse_args()
     data = Path(a.data)
-    for path in sorted(SHIPPED.glob("*.json")) + sorted((SHIPPED / "vllm").glob("*.json")):
-        if path.name == "vllm-releases.json":
-            continue
+    for path in shipped_calibration_files():
         calib = load_calibration(path)
         gpu = GPU_PRESETS[calib.gpu]
         grids = {}

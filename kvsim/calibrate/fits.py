@@ -311,6 +311,36 @@ def fit_elementwise(rows, gpu: GpuSpec) -> dict[str, ElementwiseParams]:
     return out
 
 
+# vLLM V1's element-wise kernels (custom CUDA ops, or Inductor's Triton kernels under torch.compile) by the shape
+# of the measured kernel that prices them: RMSNorm (the residual add fused in) reduces over each row first;
+# SiLU-and-mul, rotary and an add are one pass
+V1_SHAPES = {"norm": "reduce", "rope": "pointwise", "act": "pointwise", "add": "pointwise"}
+
+
+def fit_row_kernels(m, k, static_s, dynamic_s, gpu: GpuSpec) -> dict[str, ElementwiseParams]:
+    """The element-wise kernels of vLLM V1 (:data:`V1_SHAPES`), fitted on measured FP8 activation quant
+    kernels over ``m`` rows of ``k`` elements (arrays; seconds): ``static_s`` a static-scale quant (one pass:
+    reads 2 bytes and writes 1 per element), ``dynamic_s`` a per-token dynamic one (a reduction over each row,
+    then the same pass), the shapes of a point-wise kernel and of RMSNorm. Each moves 3 bytes per element."""
+    from kvsim.latency.perop import elementwise_formula
+
+    M, K = np.asarray(m, dtype=float), np.asarray(k, dtype=float)
+    fitted = {}
+    for shape, times in (("pointwise", static_s), ("reduce", dynamic_s)):
+        T = np.asarray(times, dtype=float)
+
+        def params(x):  # microseconds and picoseconds per element: well-scaled parameters
+            return ElementwiseParams(x[0] * 1e-6, x[1], x[2] * 1e-12)
+
+        def res(x, T=T):
+            return np.log(elementwise_formula(params(x), gpu, M, K, 3 * K) / T)
+
+        fitted[shape] = params(
+            [float(v) for v in fit_bounded(res, [2.0, 0.8, 50.0], [0.0, 0.01, 0.0], [100.0, 1.0, 1e4])]
+        )
+    return {kind: fitted[shape] for kind, shape in V1_SHAPES.items()}
+
+
 def fit_links(frames) -> dict[str, dict[str, LinkParams]]:
     """All-reduce latency and bandwidth per (interconnect, GPUs in the group) from Vidur all_reduce.csv."""
     out: dict[str, dict[str, LinkParams]] = {}

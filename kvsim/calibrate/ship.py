@@ -72,6 +72,7 @@ from kvsim.latency.calibration import (
     Calibration,
     load_calibration,
     save_calibration,
+    shipped_calibration_files,
 )
 from kvsim.releases import release_key
 
@@ -265,10 +266,7 @@ def fit_shapes(roots: list[str]) -> None:
     from kvsim.calibrate.aic import fit_moe_shapes
     from kvsim.latency.moe_shapes import shape_factor
 
-    paths = sorted(SHIPPED.glob("*.json")) + sorted(RELEASES_DIR.glob("*.json"))
-    for path in paths:
-        if path.name == RELEASES_INDEX:
-            continue
+    for path in shipped_calibration_files():
         calib = load_calibration(path)
         aic = calib.fit.get("aic", {})
         version = aic.get("versions", {}).get("moe_perf")

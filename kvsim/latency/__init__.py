@@ -111,6 +111,7 @@ def _per_op(cfg) -> LatencyModel:
         graphs,
         s.num_scheduler_steps,
         cfg.moe_routing,
+        v1_kernels=cfg.vllm_engine != "v0",
     )
     spec = cfg.speculative
     if spec is None:
@@ -131,6 +132,7 @@ def _per_op(cfg) -> LatencyModel:
             cfg.dp,
             graphs,
             routing=cfg.moe_routing,
+            v1_kernels=True,  # drafters run on V1 only
         )
     return SpeculativeModel(target, draft, spec.num_speculative_tokens, spec.tau)
 

@@ -27,6 +27,7 @@ from kvsim.releases import chosen_release, kernel_mismatches, release_key, vllm_
 FORMAT = "kvsim-latency-calibration"
 VERSION = 2
 ELEMENTWISE_KINDS = ("norm", "rope", "act", "add", "emb")
+V1_KINDS = ("norm", "rope", "act", "add")  # those vLLM V1 runs as its own kernels (the embedding: a gather)
 
 
 @dataclass(frozen=True)
@@ -321,6 +322,9 @@ class Calibration:
     # measured / fitted dense GEMM times on a grid of shapes the tables timed (kvsim/latency/gemm_shapes.py):
     # weight format ("bf16" or a GEMM_QUANT key) -> GemmGrid
     gemm_shapes: dict = field(default_factory=dict)
+    # vLLM V1's element-wise kernels (the residual add fused into RMSNorm; kvsim/latency/perop.py), by kind
+    # (V1_KINDS): fitted on measured vLLM kernels; empty: ``elementwise`` prices V1's too
+    v1_elementwise: dict = field(default_factory=dict)
 
     def link(self, n: int, interconnect: str) -> LinkParams:
         """All-reduce parameters for n GPUs (the nearest measured group size if n itself was not)."""
@@ -387,6 +391,10 @@ class Calibration:
                 gemm_shapes={
                     _quant_key(q, {"bf16": 0, **GEMM_QUANT}, "gemm_shapes"): GemmGrid.from_json(t, f"gemm_shapes {q}")
                     for q, t in _object(d.get("gemm_shapes", {}), "gemm_shapes").items()
+                },
+                v1_elementwise={
+                    _quant_key(k, dict.fromkeys(V1_KINDS), "v1_elementwise"): _build(ElementwiseParams, p)
+                    for k, p in _object(d.get("v1_elementwise", {}), "v1_elementwise").items()
                 },
             )
         except (KeyError, TypeError, ValueError, AttributeError) as e:
@@ -643,6 +651,12 @@ def _borrowed_note(vllm_version: str | None, chip: str, borrowed: list[Borrowed]
         f"{b.op} priced by vLLM {b.release}'s kernels ({b.why})" if b.release else f"{b.op}: {b.why}" for b in borrowed
     ]
     return f"warning: --vllm-version {vllm_version} on {chip}: " + "; ".join(parts) + ", every other op by its own"
+
+
+def shipped_calibration_files() -> list[Path]:
+    """Every shipped calibration file: each chip's newest and its earlier releases' (not the releases index)."""
+    paths = sorted(SHIPPED.glob("*.json")) + sorted(RELEASES_DIR.glob("*.json"))
+    return [p for p in paths if p.name != RELEASES_INDEX]
 
 
 def shipped_calibration(gpu: GpuSpec, vllm_version: str | None = None) -> tuple[Calibration, str]:

@@ -160,6 +160,20 @@ def decoder_layer(model: ModelSpec, mix: list[Op], ffn: list[Op]) -> list[Op]:
     ]
 
 
+LAYER_NORMS = ("input_layernorm", "post_attention_layernorm")
+
+
+def fuse_residual_adds(ops: list[Op]) -> list[Op]:
+    """A layer's kernels as vLLM V1 runs them: each residual add inside the RMSNorm after it (vLLM's
+    fused_add_rms_norm, or Inductor's fusion under torch.compile), which then also reads and writes the
+    residual stream (twice a plain norm's bytes); the separate add kernel is gone."""
+    return [
+        replace(op, bytes_per_token=2 * op.bytes_per_token) if op.name in LAYER_NORMS else op
+        for op in ops
+        if op.kind != "add"
+    ]
+
+
 def input_norm(model: ModelSpec) -> Op:
     h = model.hidden_size
     return Op("input_layernorm", kind="norm", row=h, bytes_per_token=2 * h * model.dtype_bytes)
@@ -470,8 +484,12 @@ class PerOpModel(LatencyModel):
         graph_sizes: tuple[int, ...] = (),
         steps_per_schedule: int = 1,
         routing: str = DEFAULT_ROUTING,
+        v1_kernels: bool = False,
     ):
         cpu = cpu.for_ranks(tp)
+        if v1_kernels and calib.v1_elementwise:
+            # vLLM V1: its element-wise kernels at their measured times (Calibration.v1_elementwise)
+            calib = replace(calib, elementwise={**calib.elementwise, **calib.v1_elementwise})
         self.model, self.gpu, self.calib, self.cpu, self.tp, self.pp = model, gpu, calib, cpu, tp, pp
         # a decode step's CPU: the whole of it, or with multi-step scheduling its share of a schedule's (cpu.py)
         self.decode_cpu = cpu.spread(steps_per_schedule)
@@ -485,10 +503,11 @@ class PerOpModel(LatencyModel):
         self.qh = max(1, model.q_heads // tp)
         self.kvh = model.kv_heads_per_gpu(tp)
         self.hd = hd
-        self.ops = layer_ops(model, tp)
+        fused = fuse_residual_adds if v1_kernels else list
+        self.ops = fused(layer_ops(model, tp))
         # expert parallelism changes only the routed experts' kernels: every rank still has every token (the
         # attention is tensor-parallel), so the layer's output is still combined by one all-reduce
-        self.classes = layer_classes(model, tp, expert_parallel, dp, routing)
+        self.classes = [(n, fused(ops), e) for n, ops, e in layer_classes(model, tp, expert_parallel, dp, routing)]
         # data-parallel attention (a MoE model's dp ranks, each an engine of its own): every MoE layer gathers
         # the tokens of all ranks, runs its experts on them and scatters the results back (vLLM's default
         # allgather_reducescatter all2all backend, NCCL, within the rank's peers on the other ranks). This rank
