@@ -126,3 +126,15 @@ def test_flashinfer_sampler_flag_sizes_the_pool_as_vllms_image_does():
     with pytest.raises(ConfigError, match="does not fit"):
         config_from_args(gpt).pool_plan()
     assert config_from_args([*gpt, "--flashinfer-sampler"]).pool_plan().pool_bytes > 0
+
+
+def test_the_kv_pool_and_tokens_of_an_fp8_kv_checkpoint_match_its_vllm_0_14_log():
+    """DigitalOcean's GTC-2026 demo server (benchmarks/data/digitalocean_llama70b_fp8_h200.csv): vLLM 0.14.1 serving
+    nvidia/Llama-3.1-70B-Instruct-FP8 on one H200 at its defaults logged 53.15 GiB of KV cache and 348,304 tokens,
+    the cache in FP8 as the checkpoint declares (160 KiB per token; bf16 would hold half as many)."""
+    cfg = config_from_args(
+        ["--model", "nvidia/Llama-3.1-70B-Instruct-FP8", "--gpu", "h200", "--vllm-version", "0.14.1"]
+    )
+    plan = cfg.pool_plan()
+    assert plan.pool_bytes / GiB == pytest.approx(53.15, rel=0.005)
+    assert plan.pool_bytes // cfg.model.kv_bytes_per_token == pytest.approx(348_304, rel=0.005)
