@@ -35,6 +35,9 @@ def read_rows(data: Path, system: str):
     import pandas as pd
 
     folder = data / system / "quantize" / "vllm" / RELEASE
+    for name in ("scale_matrix_perf.parquet", "computescale_perf.parquet"):
+        if not (folder / name).exists():
+            raise SystemExit(f"{folder / name} not found: is {data} AIConfigurator's systems/data folder?")
     static = pd.read_parquet(folder / "scale_matrix_perf.parquet")[["m", "k", "latency"]]
     extra = pd.read_parquet(folder / "computescale_perf.parquet")[["m", "k", "latency"]]
     rows = static.merge(extra, on=["m", "k"], suffixes=("_static", "_extra"))

@@ -53,6 +53,11 @@ def at_least(vllm_version: str | None, first: str) -> bool:
     return vllm_version is not None and release_key(vllm_version) >= release_key(first)
 
 
+def current_or_at_least(vllm_version: str | None, first: str) -> bool:
+    """Whether release ``vllm_version`` is ``first`` or later, no release given meaning a current one."""
+    return vllm_version is None or at_least(vllm_version, first)
+
+
 def release_key(v: str) -> tuple[int, ...]:
     """A release name's leading dotted numbers, padded to three: 0.19 = 0.19.0 = v0.19; 0.1.dev5 = 0.1."""
     m = re.match(r"v?(\d+(?:\.\d+)*)", v.strip())
@@ -217,7 +222,7 @@ KV_SIZE_FROM_CONCURRENCY = "0.20.0"  # the first release whose "GPU KV cache siz
 def kv_size_from_concurrency(vllm_version: str | None) -> bool:
     """Whether vLLM ``vllm_version`` (None: a current release) logs its KV cache size as maximum concurrency x
     max_model_len (else: blocks // KV cache groups x the smallest block size)."""
-    return vllm_version is None or release_key(vllm_version) >= release_key(KV_SIZE_FROM_CONCURRENCY)
+    return current_or_at_least(vllm_version, KV_SIZE_FROM_CONCURRENCY)
 
 
 CHECKPOINT_KV_DTYPE_FROM = "0.14.0"  # the first release whose KV cache follows the checkpoint's (PR #30785)
@@ -230,7 +235,7 @@ def follows_checkpoint_kv_dtype(vllm_version: str | None) -> bool:
     cut: 0.13.0's source still resolves auto to the model's dtype, 0.14.0's to the checkpoint's); earlier
     releases loaded the checkpoint's KV scales but kept the cache in the model's dtype unless told
     ``--kv-cache-dtype fp8``."""
-    return vllm_version is None or at_least(vllm_version, CHECKPOINT_KV_DTYPE_FROM)
+    return current_or_at_least(vllm_version, CHECKPOINT_KV_DTYPE_FROM)
 
 
 ASYNC_SCHEDULING_FROM = "0.14.0"  # the first release that schedules one step ahead by default (PR #27614)

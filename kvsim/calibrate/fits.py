@@ -27,6 +27,7 @@ from kvsim.hardware import GpuSpec, ModelSpec
 from kvsim.hardware.gpus import GPU_PRESETS
 from kvsim.latency.calibration import (
     ELEMENTWISE_KINDS,
+    V1_KINDS,
     Calibration,
     DecodeAttentionParams,
     ElementwiseParams,
@@ -314,7 +315,7 @@ def fit_elementwise(rows, gpu: GpuSpec) -> dict[str, ElementwiseParams]:
 # vLLM V1's element-wise kernels (custom CUDA ops, or Inductor's Triton kernels under torch.compile) by the shape
 # of the measured kernel that prices them: RMSNorm (the residual add fused in) reduces over each row first;
 # SiLU-and-mul, rotary and an add are one pass
-V1_SHAPES = {"norm": "reduce", "rope": "pointwise", "act": "pointwise", "add": "pointwise"}
+V1_SHAPES = {kind: "reduce" if kind == "norm" else "pointwise" for kind in V1_KINDS}
 
 
 def fit_row_kernels(m, k, static_s, dynamic_s, gpu: GpuSpec) -> dict[str, ElementwiseParams]:

@@ -312,9 +312,12 @@ class ModelSpec:
             return replace(self, kv_dtype=kv_cache_dtype)
         if follow_checkpoint or not self.checkpoint_kv_dtype:
             return replace(self, kv_dtype=self.checkpoint_kv_dtype)
+        from kvsim.releases import CHECKPOINT_KV_DTYPE_FROM
+
+        first = ".".join(CHECKPOINT_KV_DTYPE_FROM.split(".")[:2])
         note = (
             f"note: the checkpoint declares an {self.checkpoint_kv_dtype.upper()} KV cache, which vLLM before "
-            f"0.14 does not follow under --kv-cache-dtype auto: KV priced in {self.dtype} (--kv-cache-dtype "
+            f"{first} does not follow under --kv-cache-dtype auto: KV priced in {self.dtype} (--kv-cache-dtype "
             f"{self.checkpoint_kv_dtype} asks for the checkpoint's)"
         )
         joined = f"{self.format_note}\n{note}" if self.format_note else note

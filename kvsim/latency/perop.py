@@ -598,7 +598,8 @@ class PerOpModel(LatencyModel):
 
     def _head_parts(self, tokens: int, sampled: int) -> tuple[float, float, float]:
         """The embedding, the LM head and the sampler: once per iteration, not per layer (the first and the last
-        pipeline stage)."""
+        pipeline stage). The sampler's passes over the logits are priced as one-pass activation kernels (on V1
+        the measured row kernels of ``Calibration.v1_elementwise``)."""
         calib, gpu, d = self.calib, self.gpu, self.dtype_bytes
         return (
             self.emb.seconds(calib, gpu, tokens, d),
