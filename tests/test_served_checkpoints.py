@@ -283,6 +283,8 @@ def test_a_checkpoint_id_that_declares_an_fp8_kv_cache_stores_it_from_vllm_0_14(
     # a checkpoint that declares none (Red Hat's FP8-dynamic) keeps the model's dtype
     assert get_model("RedHatAI/Llama-3.3-70B-Instruct-FP8-dynamic").kv_dtype is None
     assert get_model("nvidia/Llama-3.3-70B-Instruct-FP4").kv_dtype == "fp8"
+    # MiniMax-M2.5's NVFP4 export declares FP8 (62 layers x 8 heads x 128 dims x 2 x 1 byte = 124 KiB per token)
+    assert get_model("nvidia/MiniMax-M2.5-NVFP4").kv_bytes_per_token == 124 * 1024
 
 
 def test_every_scheme_names_a_method_vllm_checks():

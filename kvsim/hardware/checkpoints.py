@@ -246,6 +246,8 @@ FP8_KV_CHECKPOINTS: frozenset[str] = frozenset(
         "nvidia/qwen3-30b-a3b-nvfp4",
         "nvidia/qwen3-32b-nvfp4",
         "nvidia/qwen3-235b-a22b-nvfp4",
+        # hf_quant_config.json as AIConfigurator's model_configs copy it (kv_cache_quant_algo FP8)
+        "nvidia/minimax-m2.5-nvfp4",
     }
 )
 
