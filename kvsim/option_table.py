@@ -665,7 +665,8 @@ OPTIONS: list[Option] = [
         "load",
         None,
         choices="kvsim.trace.bench_load:HARNESSES",
-        default_text="vllm-random",
+        default_text="inferencemax for a closed loop given by its numbers alone (--max-concurrency without "
+        "--request-rate, --random-range-ratio, --burstiness or a ramp-up), else vllm-random",
     ),
     Option(
         "num_prompts",

@@ -191,6 +191,7 @@ def test_warm_up_requests_come_first_and_share_the_dataset():
 def test_a_run_leaves_the_warm_up_out_of_its_results(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     args = ["--max-concurrency", "4", "--random-input-len", "64", "--random-output-len", "8", "--num-prompts", "12"]
+    args += ["--bench", "vllm-random"]
     assert main(["run", *args, "--warmup-request-count", "8", "--out", "w", *RUN]) == 0
     assert "8 warm-up requests first, drained before the 12 measured ones" in capsys.readouterr().err
     df = pd.read_csv(tmp_path / "w" / "requests.csv")
@@ -370,35 +371,44 @@ RUN = ["--latency", "roofline", "--model", "llama-3-8b", "--gpu", "h100", "--no-
 
 
 def test_run_with_only_the_clients_flags(tmp_path, capsys, monkeypatch):
-    """`kvsim run --max-concurrency C --random-input-len I --random-output-len O` means the vLLM benchmark of those
-    numbers; the results folder is named after the workload."""
+    """`kvsim run --max-concurrency C --random-input-len I --random-output-len O` means a closed-loop benchmark of
+    those numbers as public ones run (InferenceMAX's client: lengths in [0.8 L, L], 2 x C warm-ups drained first,
+    --ignore-eos), and says so; `--random-range-ratio 0` (or `--bench vllm-random`) is vllm bench serve's identical
+    lengths. The results folder is named after the workload."""
     monkeypatch.chdir(tmp_path)
-    assert (
-        main(
-            [
-                "run",
-                "--max-concurrency",
-                "4",
-                "--random-input-len",
-                "64",
-                "--random-output-len",
-                "8",
-                "--num-prompts",
-                "24",
-                *RUN,
-            ]
-        )
-        == 0
-    )
+    numbers = ["--max-concurrency", "4", "--random-input-len", "64", "--random-output-len", "8", "--num-prompts", "24"]
+    assert main(["run", *numbers, *RUN]) == 0
     cap = capsys.readouterr()
-    assert "random-64-8" in cap.out and "without --ignore-eos" in cap.err
-    folders = list((tmp_path / "kvsim-out").glob("run-random-64-8*"))
+    assert "inferencemax-64-8" in cap.out and "no --bench: 4 clients in a closed loop" in cap.err
+    assert "8 warm-up requests first" in cap.err and "without --ignore-eos" not in cap.err
+    folders = list((tmp_path / "kvsim-out").glob("run-inferencemax-64-8*"))
     assert len(folders) == 1
     df = pd.read_csv(folders[0] / "requests.csv")
-    assert len(df) == 24 and (df.prompt_tokens == 64).all() and (df.status == "finished").all()
+    assert len(df) == 24 and (df.status == "finished").all()
+    assert df.prompt_tokens.between(51, 64).all() and df.prompt_tokens.nunique() > 1  # [int(0.8 x 64), 64]
+    assert df.output_tokens.between(6, 8).all()
     events = sorted([(t, 1) for t in df.arrival_s] + [(t, -1) for t in df.finish_s])
     assert int(max(np.cumsum([d for _, d in events]))) == 4
-    assert "vllm bench serve --dataset-name random --random-input-len 64" in (folders[0] / "summary.md").read_text()
+    assert (
+        "InferenceMAX benchmark_serving.py --dataset-name random --random-input-len 64"
+        in (folders[0] / "summary.md").read_text()
+    )
+    # vLLM's client named, or its range ratio given: every request the same, as `vllm bench serve` sends them
+    for extra in (["--random-range-ratio", "0"], ["--bench", "vllm-random"]):
+        assert main(["run", *numbers, *extra, "--out", "v", *RUN]) == 0
+        cap = capsys.readouterr()
+        assert "without --ignore-eos" in cap.err and "no --bench" not in cap.err
+        df = pd.read_csv(tmp_path / "v" / "requests.csv")
+        assert len(df) == 24 and (df.prompt_tokens == 64).all() and (df.output_tokens == 8).all()
+        assert (
+            "vllm bench serve --dataset-name random --random-input-len 64"
+            in (tmp_path / "v" / "summary.md").read_text()
+        )
+    # an open loop (a request rate) is vLLM's client as before
+    assert from_options({"random_input_len": 64, "request_rate": 5.0}).harness == "vllm-random"
+    assert from_options({"max_concurrency": 4, "random_input_len": 64, "request_rate": 5.0}).harness == "vllm-random"
+    assert from_options({"max_concurrency": 4, "random_input_len": 64, "burstiness": 0.5}).harness == "vllm-random"
+    assert from_options({"max_concurrency": 4, "random_input_len": 64}).harness == "inferencemax"
 
 
 def test_compare_takes_a_workload_and_seed_is_random_seed(tmp_path, capsys):

@@ -147,6 +147,7 @@ class BenchLoad:
     dataset_entries: int | None = None  # distinct prompts the requests take in turn (None: each its own)
     sampling: str = "sequential"  # how requests take them: SAMPLINGS
     warmup: int = 0  # warm-up requests sent first and drained before the measured ones (a closed loop only)
+    implied: bool = False  # the harness was not named: a closed loop given by its numbers alone (from_options)
 
     def __post_init__(self) -> None:
         if self.harness not in HARNESSES:
@@ -320,6 +321,14 @@ class BenchLoad:
                 f"in [{ol}, {oh}] tokens (range ratio {self.range_ratio:g} as {mode}"
                 + (f", {self.prefix_len} shared prefix tokens" if self.prefix_len else "")
                 + ")"
+            )
+        if self.implied:
+            out.append(
+                f"{self.name}: no --bench: {self.max_concurrency} clients in a closed loop are run as InferenceMAX's "
+                "client runs them (lengths uniform in [0.8 L, L], 10 x clients prompts, 2 x clients warm-ups, "
+                "--ignore-eos), as public closed-loop benchmarks vary their lengths; `--bench vllm-random` (or "
+                "`--random-range-ratio 0`) is vllm bench serve's defaults, whose identical lengths keep the clients "
+                "in lock-step (docs/traces.md)"
             )
         if self.warmup:
             out.append(
@@ -502,6 +511,9 @@ def from_options(values: Mapping[str, Any]) -> BenchLoad | None:
         for k in ("synthetic_input_tokens_stddev", "output_tokens_stddev", "num_dataset_entries")
     )
     harness = values.get("bench") or ("genai-perf" if genai_only else "vllm-random")
+    implied = values.get("bench") is None and not genai_only and _closed_loop_numbers_only(values)
+    if implied:
+        harness = "inferencemax"
     d = _DEFAULTS[harness]
     conc = values.get("max_concurrency")
     num = values.get("num_prompts")
@@ -551,4 +563,23 @@ def from_options(values: Mapping[str, Any]) -> BenchLoad | None:
         dataset_entries=entries,
         sampling=get("dataset_sampling_strategy", "sequential"),
         warmup=warmup,
+        implied=implied,
+    )
+
+
+# vllm bench serve's own flags that shape lengths or send times: given, the run is that client's
+_VLLM_SHAPE_KEYS = ("random_range_ratio", "random_range_ratio_mode", "ramp_up_strategy", "burstiness")
+
+
+def _closed_loop_numbers_only(values: Mapping[str, Any]) -> bool:
+    """True for a closed loop given by its numbers alone (--max-concurrency, lengths, prompts; no --request-rate
+    and none of vllm bench serve's length or schedule flags). Public closed-loop benchmarks of such numbers
+    (InferenceMAX, and vLLM's own recipes) draw lengths in a range; identical lengths would keep C clients in
+    lock-step, every wave's prompts prefilled together, which is the artifact of one client's defaults, not the
+    load a server of C users sees."""
+    rate = values.get("request_rate")
+    return (
+        values.get("max_concurrency") is not None
+        and (rate is None or rate == math.inf)
+        and all(values.get(k) is None for k in _VLLM_SHAPE_KEYS)
     )
