@@ -55,6 +55,8 @@ GIB = 1 << 30
         ("Qwen/Qwen2.5-7B-Instruct-GPTQ-Int8", "qwen2.5-7b-gptq", ("int8", "w8a16", "gptq", False)),
         ("Qwen/Qwen3-32B-FP8", "qwen3-32b-fp8", ("fp8", "fp8_block", "fp8", False)),  # a preset of its own
         ("Qwen/Qwen3-8B-FP8", "qwen3-8b-fp8", ("fp8", "fp8_block", "fp8", False)),
+        ("nvidia/Llama-3.1-405B-Instruct-FP8", "llama-3.1-405b-fp8", ("fp8", "fp8", "modelopt", False)),
+        ("nvidia/DeepSeek-V3.1-NVFP4", "deepseek-v3-nvfp4", ("nvfp4", "nvfp4", "modelopt", True)),
     ],
 )
 def test_a_quantized_checkpoint_id_resolves_to_its_base_model_in_its_format(hf_id, name, fields):
@@ -374,3 +376,20 @@ def test_a_dense_block_fp8_checkpoint_whose_mlp_does_not_split_into_blocks_is_re
     assert m.block_problem(1) is None  # whole on one GPU
     assert "dense MLP width (intermediate_size) 12,416 split over 2 GPUs is 6208 per GPU" in (m.block_problem(2) or "")
     assert replace(m, weight_quant="fp8").block_problem(2) is None  # per-tensor scales: any split
+
+
+def test_llama_3_1_405b_and_deepseek_v3_1_by_their_ids():
+    """Llama-3.1-405B from its config.json: 126 layers x (attention 2 x 16,384^2 + 2 x 16,384 x 1,024, MLP 3 x
+    16,384 x 53,248) + 2 x 128,256 x 16,384 untied = 405.8e9 parameters; KV 2 x 126 x 8 x 128 x 2 B = 504 KiB per
+    token. DeepSeek-V3.1 (and -Terminus) has V3's config; NVIDIA's NVFP4 export declares an FP8 KV cache.
+    Meta's own FP8 of 405B leaves its attention out of FP8 by an exclusion list only its config.json holds: by id
+    it is not guessed."""
+    m = get_model("meta-llama/Llama-3.1-405B-Instruct")
+    per_layer = 2 * 16384**2 + 2 * 16384 * 1024 + 3 * 16384 * 53248
+    assert m.params == pytest.approx(126 * per_layer + 2 * 128256 * 16384, rel=1e-3)
+    assert m.kv_bytes_per_token == 504 * 1024
+    for hf_id in ("deepseek-ai/DeepSeek-V3.1", "deepseek-ai/DeepSeek-V3.1-Terminus"):
+        assert get_model(hf_id).name == "deepseek-v3"
+    assert get_model("nvidia/DeepSeek-V3.1-NVFP4").kv_dtype == "fp8"
+    with pytest.raises(ConfigError, match="config.json"):
+        get_model("meta-llama/Llama-3.1-405B-Instruct-FP8")

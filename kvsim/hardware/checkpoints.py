@@ -248,6 +248,7 @@ FP8_KV_CHECKPOINTS: frozenset[str] = frozenset(
         "nvidia/qwen3-235b-a22b-nvfp4",
         # hf_quant_config.json as AIConfigurator's model_configs copy it (kv_cache_quant_algo FP8)
         "nvidia/minimax-m2.5-nvfp4",
+        "nvidia/deepseek-v3.1-nvfp4",
     }
 )
 
@@ -276,6 +277,10 @@ def checkpoint_from_id(name: str, presets: dict, ids: dict[str, str]):
             return replace(
                 out, name=f"{base}-int4", quant_method="compressed-tensors", expert_dtype="int4", weight_group_size=32
             )
+        if publisher == "meta-llama" and key == "fp8":
+            # Meta's own FP8 (Llama-3.1-405B-Instruct-FP8) is fbgemm_fp8 with its attention and some layers left
+            # out of it: only its config.json's exclusion list says which, so it needs that file
+            return None
         flag, extra = _variant(key, publisher)
         if SCHEMES[flag].experts_only and not spec.is_moe:
             continue

@@ -165,6 +165,8 @@ MODEL_PRESETS: dict[str, ModelSpec] = {
         # meta-llama/Llama-3.1-70B and Llama-3.3-70B-Instruct: Llama-3-70B's shapes, 131,072 positions.
         _m("llama-3.1-70b", 80, 8192, 64, 8, 28672, 128256, 131072, 70.6e9, "bf16"),
         _m("llama-3.3-70b", 80, 8192, 64, 8, 28672, 128256, 131072, 70.6e9, "bf16"),
+        # meta-llama/Llama-3.1-405B: 126 layers, 128 heads over 8 KV heads, MLP 53,248 wide, untied embeddings.
+        _m("llama-3.1-405b", 126, 16384, 128, 8, 53248, 128256, 131072, 405.9e9, "bf16"),
         # Qwen/Qwen3-8B, Qwen3-14B, Qwen3-32B: head_dim 128 (not hidden / heads for 32B), 40,960 positions, untied.
         _m("qwen3-8b", 36, 4096, 32, 8, 12288, 151936, 40960, 8.19e9, "bf16", head_dim=128),
         _m("qwen3-14b", 40, 5120, 40, 8, 17408, 151936, 40960, 14.8e9, "bf16", head_dim=128),
@@ -373,7 +375,7 @@ HF_IDS = {
     **{
         f"meta-llama/{p}Llama-3.1-{s}{v}": f"llama-3.1-{s.lower()}"
         for p in ("", "Meta-")
-        for s in ("8B", "70B")
+        for s in ("8B", "70B", "405B")
         for v in ("", "-Instruct")
     },
     "meta-llama/Llama-3.3-70B-Instruct": "llama-3.3-70b",
@@ -400,6 +402,8 @@ HF_IDS = {
     "meta-llama/Llama-4-Scout-17B-16E-Instruct": "llama-4-scout",
     "deepseek-ai/DeepSeek-V3": "deepseek-v3",
     "deepseek-ai/DeepSeek-V3-0324": "deepseek-v3",
+    # V3.1 is V3 post-trained: the same config.json shapes and 128x128-block FP8 weights
+    **{f"deepseek-ai/DeepSeek-V3.1{v}": "deepseek-v3" for v in ("", "-Base", "-Terminus")},
     "deepseek-ai/DeepSeek-R1": "deepseek-r1",
     "deepseek-ai/DeepSeek-R1-0528": "deepseek-r1",
     "ai21labs/AI21-Jamba-1.5-Mini": "jamba-1.5-mini",
