@@ -573,10 +573,9 @@ _VLLM_SHAPE_KEYS = ("random_range_ratio", "random_range_ratio_mode", "ramp_up_st
 
 def _closed_loop_numbers_only(values: Mapping[str, Any]) -> bool:
     """True for a closed loop given by its numbers alone (--max-concurrency, lengths, prompts; no --request-rate
-    and none of vllm bench serve's length or schedule flags). Public closed-loop benchmarks of such numbers
-    (InferenceMAX, and vLLM's own recipes) draw lengths in a range; identical lengths would keep C clients in
-    lock-step, every wave's prompts prefilled together, which is the artifact of one client's defaults, not the
-    load a server of C users sees."""
+    and none of vllm bench serve's length or schedule flags). InferenceMAX's closed-loop grid draws lengths in a
+    range; identical lengths (vllm bench serve's defaults) keep C clients in lock-step, every wave's prompts
+    prefilled together: a property of that client's defaults, not the load a server of C users sees."""
     rate = values.get("request_rate")
     return (
         values.get("max_concurrency") is not None
