@@ -172,9 +172,9 @@ MXFP4_TRITON_ON_HOPPER_FROM = "0.11.1"
 def default_moe_backend(arch: str, expert_quant: str | None, vllm_version: str | None) -> str | None:
     """The MoE kernels vLLM ``vllm_version`` runs by default where kvsim's newest-release pricing would be wrong, or
     None (the calibration's own, as fitted): Marlin for MXFP4 experts on Hopper before 0.11.1."""
-    if expert_quant == "mxfp4" and arch == "hopper" and vllm_version is not None:
-        if not at_least(vllm_version, MXFP4_TRITON_ON_HOPPER_FROM):
-            return "marlin"
+    hopper_mxfp4 = expert_quant == "mxfp4" and arch == "hopper"
+    if hopper_mxfp4 and vllm_version is not None and not at_least(vllm_version, MXFP4_TRITON_ON_HOPPER_FROM):
+        return "marlin"
     return None
 
 

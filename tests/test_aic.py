@@ -478,7 +478,7 @@ def test_quantized_gemms_come_from_the_newest_plausible_table():
 
 def test_quantized_checkpoints_price_their_gemms_on_their_own_kernels():
     """DeepSeek-V3 (FP8, 128x128 block scales): on H100 its projections and dense MLPs run on FP8 kernels, priced
-    with the per-tensor FP8 fit (the fp8_block tables time a path serving does not run: perop.quant_gemm_params),
+    with the per-tensor FP8 fit (the fp8_block tables time a path serving does not run: perop.quant_gemm_scheme),
     the router, embedding and LM head in bf16; on A100, which has no FP8 GEMM measurements, as bf16."""
     from kvsim.latency.perop import gemm_seconds, quant_gemm_seconds
 

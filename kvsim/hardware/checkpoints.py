@@ -278,9 +278,12 @@ def checkpoint_from_id(name: str, presets: dict, ids: dict[str, str]):
                 out, name=f"{base}-int4", quant_method="compressed-tensors", expert_dtype="int4", weight_group_size=32
             )
         if publisher == "meta-llama" and key == "fp8":
-            # Meta's own FP8 (Llama-3.1-405B-Instruct-FP8) is fbgemm_fp8 with its attention and some layers left
-            # out of it: only its config.json's exclusion list says which, so it needs that file
-            return None
+            raise ConfigError(
+                f"'{name}': Meta's own FP8 checkpoints (fbgemm_fp8) leave their attention and some layers out of "
+                "FP8 by an exclusion list only their config.json holds, which kvsim does not guess from the id: "
+                f"pass that file (`huggingface-cli download {name} config.json --local-dir cfg`, then --model "
+                "cfg/config.json)"
+            )
         flag, extra = _variant(key, publisher)
         if SCHEMES[flag].experts_only and not spec.is_moe:
             continue

@@ -567,7 +567,7 @@ def slow_quant_gemms(c: Calibration, gpu: GpuSpec) -> list[str]:
         for q, p in c.gemm_quant.items()
         if (speed := gpu.tensor_core_speedup(GEMM_QUANT[q][2])) > 1
         and p.flops_eff * speed <= base
-        and not (q == "fp8_block" and "fp8" in c.gemm_quant)  # priced by the per-tensor fit (quant_gemm_params)
+        and not (q == "fp8_block" and "fp8" in c.gemm_quant)  # priced by the per-tensor fit (perop.quant_gemm_scheme)
     )
 
 

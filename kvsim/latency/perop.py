@@ -81,9 +81,8 @@ class Op:
                 t = gemm_seconds(calib.gemm, gpu, tokens, self.k, self.n, dtype_bytes)
             else:  # scheme None: a weight-only kernel on the bf16 fit, which bf16's measured ratios do not describe
                 scheme = quant_gemm_scheme(calib, gpu, self.quant)
-                t = quant_gemm_seconds(
-                    quant_gemm_params(calib, gpu, self.quant), gpu, tokens, self.k, self.n, self.quant
-                )
+                p = calib.gemm if scheme is None else calib.gemm_quant[scheme]
+                t = quant_gemm_seconds(p, gpu, tokens, self.k, self.n, self.quant)
             grid = calib.gemm_shapes.get(scheme) if scheme is not None else None
             if grid is not None:
                 t *= grid.factor(tokens, self.n, self.k)
@@ -105,21 +104,14 @@ FUSED_QUANT = frozenset({"attn_pre_proj", "mlp_up_proj", "mlp_down_proj"})
 FP8_ACTIVATIONS = ("fp8", "fp8_block")
 
 
-def quant_gemm_params(calib: Calibration, gpu: GpuSpec, quant: str) -> GemmParams:
-    """The GEMM parameters that price ``quant`` weights: the scheme's own fit where the calibration has one and
-    the GPU has the tensor cores it ran on; otherwise the bf16 fit (weight-only kernels; calibration.GEMM_QUANT).
-    128x128 block FP8 takes the per-tensor FP8 fit where there is one: AIConfigurator's fp8_block rows time a
-    path serving does not run (vLLM 0.19's with fp16 activations, which keep the block GEMM off DeepGEMM and
-    FlashInfer and on a padded CUTLASS fallback; 0.22 on, one module launched eagerly: the CPU's time), while
-    vLLM's block-scaled kernels run as fast as per-tensor ones at small batches (PR #49363 on H100: 26.9 against
-    25.6 us)."""
-    scheme = quant_gemm_scheme(calib, gpu, quant)
-    return calib.gemm if scheme is None else calib.gemm_quant[scheme]
-
-
 def quant_gemm_scheme(calib: Calibration, gpu: GpuSpec, quant: str) -> str | None:
-    """The scheme whose fit (and measured shapes) price ``quant`` weights (:func:`quant_gemm_params`), or None:
-    the bf16 fit's."""
+    """The scheme whose fit (``calib.gemm_quant``) and measured shapes price ``quant`` weights, or None: the bf16
+    fit's. A scheme prices its own weights where the calibration has its fit and the GPU has the tensor cores it
+    ran on; otherwise the bf16 fit does (weight-only kernels; calibration.GEMM_QUANT). 128x128 block FP8 takes
+    the per-tensor FP8 fit where there is one: AIConfigurator's fp8_block rows time a path serving does not run
+    (vLLM 0.19's with fp16 activations, which keep the block GEMM off DeepGEMM and FlashInfer and on a padded
+    CUTLASS fallback; 0.22 on, one module launched eagerly: the CPU's time), while vLLM's block-scaled kernels run
+    as fast as per-tensor ones at small batches (PR #49363 on H100: 26.9 against 25.6 us)."""
     if quant == "fp8_block" and "fp8" in calib.gemm_quant:
         quant = "fp8"
     operands = GEMM_QUANT[quant][2]

@@ -510,10 +510,8 @@ def from_options(values: Mapping[str, Any]) -> BenchLoad | None:
         values.get(k) is not None
         for k in ("synthetic_input_tokens_stddev", "output_tokens_stddev", "num_dataset_entries")
     )
-    harness = values.get("bench") or ("genai-perf" if genai_only else "vllm-random")
     implied = values.get("bench") is None and not genai_only and _closed_loop_numbers_only(values)
-    if implied:
-        harness = "inferencemax"
+    harness = values.get("bench") or ("inferencemax" if implied else "genai-perf" if genai_only else "vllm-random")
     d = _DEFAULTS[harness]
     conc = values.get("max_concurrency")
     num = values.get("num_prompts")
