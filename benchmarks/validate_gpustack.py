@@ -33,7 +33,13 @@ dev/vllm/benchmarks/phase0/20260224-185458: `vllm bench serve --backend vllm --e
 nvidia/Llama-3.1-70B-Instruct-FP8 -tp 1` on one H200, vLLM 0.14.1, whose server.log shows async scheduling and
 an FP8 KV cache from the checkpoint), `digitalocean_llama70b_fp8_h200.csv`: Poisson gaps as vLLM's client draws
 them (seed 0, the last request at N / R), ShareGPT lengths as above. The chat template's tokens are not counted (the
-client counts the prompt without them, and so does the replay).
+client counts the prompt without them, and so does the replay). Also held out (2026-12-07; nothing fitted to it):
+yobitel's inferencebench (github.com/yobitelcomm/bench at eb9dc5c, Apache-2.0, validation-runs/), its 12
+`llm.inference` runs of bf16 models on H100s (`yobitel_vllm_h100.csv`, benchmarks/data/README.md): the 10 built-in
+short prompts through /v1/chat/completions with streaming, max_tokens 128 (not ignore_eos), 4 clients for 20 s on
+vLLM 0.21.0 (TP1; Llama-3.1-70B TP4) and 1, 4 or 16 clients for 90 s or Poisson at 1/s (the `sharegpt-v3` suite,
+which fell back to the same prompts) for Qwen2.5-72B at TP4 on 0.22.1. Prompt lengths are estimates (the prompt,
+about 14 tokens, plus the model's chat template); output lengths are the client's cl100k counts per request.
 """
 
 from __future__ import annotations
@@ -52,6 +58,7 @@ FILES = {
     "gpustack_qwen3_235b_h100.csv": "not blind",
     "gpustack_vllm_held_out.csv": "held out",
     "digitalocean_llama70b_fp8_h200.csv": "held out",
+    "yobitel_vllm_h100.csv": "held out",
 }
 # the columns the Qwen3-235B table (one page: H100, vLLM 0.11.0, random bursts) leaves out, as that page ran
 DEFAULTS = {
@@ -64,6 +71,7 @@ DEFAULTS = {
     "dataset": "random",
     "max_concurrency": float("nan"),
     "request_rate": float("inf"),  # requests/s of a Poisson client (vllm bench serve --request-rate); inf: at once
+    "token_counts": "",  # "client, other tokenizer": the client counted tokens with another model's tokenizer
 }
 
 
@@ -119,10 +127,10 @@ def sharegpt_lengths():
 
 
 def lengths(r) -> list[tuple[int, int]]:
-    """(prompt, output) tokens of each request of run ``r``: random runs all the run's means; ShareGPT runs
-    drawn from the excerpt, scaled to the run's totals."""
+    """(prompt, output) tokens of each request of run ``r``: random and short-chat runs all the run's means;
+    ShareGPT runs drawn from the excerpt, scaled to the run's totals."""
     n = int(r.num_prompts)
-    if r.dataset == "random":
+    if r.dataset != "sharegpt":
         return [(round(r.total_input_tokens / n), max(1, round(r.total_generated_tokens / n)))] * n
     import numpy as np
 
@@ -164,6 +172,14 @@ def replay(r) -> dict:
     return {**replay_summary(out), "preemptions": int(out.summary["preemptions"])}
 
 
+def kind_of_short_chat(r) -> str:
+    """The group of a short-chat run (yobitel's harness): its client counted output tokens with OpenAI's cl100k
+    tokenizer, close to Llama 3's and Qwen2.5's counts, not to those of models with other tokenizers."""
+    load = "1-16 clients" if _given(r.max_concurrency) else "Poisson"
+    approximate = " (token counts approximate)" if "other" in str(r.token_counts) else ""
+    return f"short chat, {load}{approximate}"
+
+
 def label(r) -> str:
     """A run's set-up in a few words: model, GPUs, flags that differ from the page's first."""
     name = r.model.split("/")[-1]
@@ -199,7 +215,13 @@ def main() -> None:
                 "tpot_mean": r.mean_tpot_ms / 1e3,
                 "out_tok_s": r.output_tok_s,
             }
-            case = f"{int(r.isl)}/{int(r.osl)}" if r.dataset == "random" else "ShareGPT"
+            case = (
+                f"{int(r.isl)}/{int(r.osl)}"
+                if r.dataset == "random"
+                else "ShareGPT"
+                if r.dataset == "sharegpt"
+                else "short chat"
+            )
             closed = _given(r.max_concurrency)
             row = {
                 "data": FILES.get(Path(path).name, "held out"),
@@ -208,7 +230,9 @@ def main() -> None:
                 .removesuffix("-AWQ")
                 .removesuffix("-Instruct-2507"),
                 "kind": (
-                    "1-8 clients (ShareGPT)"
+                    kind_of_short_chat(r)
+                    if case == "short chat"
+                    else "1-8 clients (ShareGPT)"
                     if closed
                     else "Poisson ShareGPT (lengths approximate)"
                     if poisson(r)
@@ -235,7 +259,7 @@ def main() -> None:
     out = Path(a.out)
     t = save_table(rows, out)
     lines = [
-        "# kvsim against GPUStack's published vLLM runs (Qwen3-235B-A22B, DeepSeek-R1-0528, gpt-oss)",
+        "# kvsim against published vLLM runs it never saw: GPUStack (Qwen3, DeepSeek-R1-0528, gpt-oss), DigitalOcean, yobitel",
         "",
         "Open-loop bursts (every prompt sent at once) and 1-8-client ShareGPT runs of `vllm bench serve`, from "
         "GPUStack's Performance Lab (Apache-2.0), replayed by kvsim with each page's server flags and its vLLM "
@@ -255,7 +279,12 @@ def main() -> None:
         "measured, median [p10, p90] over runs (median |error|). Command: `python benchmarks/validate_gpustack.py` "
         "(its docstring has the set-up). Also held out: DigitalOcean's GTC-2026 runs of "
         "nvidia/Llama-3.1-70B-Instruct-FP8 on one H200 (vLLM 0.14.1, Poisson ShareGPT at 0.5-3 requests/s), first "
-        "replayed after the GEMM grid of 2026-12-06.",
+        "replayed after the GEMM grid of 2026-12-06. Also held out (2026-12-07, nothing fitted): yobitel's "
+        "inferencebench runs of bf16 models on H100 with vLLM 0.21.0 and 0.22.1 (Llama-3.1-8B/-70B, Qwen2.5-7B/"
+        "-Coder-7B/-72B, Mistral-7B-v0.3, gemma-2-9b, Phi-3.5-mini; 1-16 clients or Poisson at 1/s, short chat "
+        "prompts, at most 128 output tokens): its client counts tokens with OpenAI's cl100k tokenizer (near Llama "
+        "3's and Qwen2.5's counts; Mistral, gemma and Phi rows are marked approximate), reports no means, and "
+        "divides output tokens by the whole 20-90 s run including its warm-up requests, so its tokens/s reads low.",
         "",
     ]
     exact = t[~t.kind.str.contains("approximate")]

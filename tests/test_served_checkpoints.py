@@ -393,3 +393,19 @@ def test_llama_3_1_405b_and_deepseek_v3_1_by_their_ids():
     assert get_model("nvidia/DeepSeek-V3.1-NVFP4").kv_dtype == "fp8"
     with pytest.raises(ConfigError, match="config.json"):
         get_model("meta-llama/Llama-3.1-405B-Instruct-FP8")
+
+
+def test_qwen2_5_72b_and_phi_3_5_mini_by_their_ids():
+    """Qwen2.5-72B from its config.json: 80 layers x (attention 2 x 8,192^2 + 2 x 8,192 x 1,024, MLP 3 x 8,192 x
+    29,568) + 2 x 152,064 x 8,192 untied = 72.7e9 parameters; KV 2 x 80 x 8 x 128 x 2 B = 320 KiB per token.
+    Phi-3.5-mini: 32 layers x (4 x 3,072^2 + 3 x 3,072 x 8,192) + 2 x 32,064 x 3,072 = 3.82e9; its 32 KV heads of 96
+    dims: 2 x 32 x 32 x 96 x 2 B = 384 KiB per token. Qwen2.5-Coder-7B keeps Qwen2.5-7B's shapes."""
+    q = get_model("Qwen/Qwen2.5-72B-Instruct")
+    assert q.params == pytest.approx(
+        80 * (2 * 8192**2 + 2 * 8192 * 1024 + 3 * 8192 * 29568) + 2 * 152064 * 8192, rel=2e-3
+    )
+    assert q.kv_bytes_per_token == 320 * 1024
+    p = get_model("microsoft/Phi-3.5-mini-instruct")
+    assert p.params == pytest.approx(32 * (4 * 3072**2 + 3 * 3072 * 8192) + 2 * 32064 * 3072, rel=2e-3)
+    assert p.kv_bytes_per_token == 384 * 1024
+    assert get_model("Qwen/Qwen2.5-Coder-7B-Instruct").name == "qwen2.5-7b"

@@ -32,6 +32,10 @@ MODEL_PRESETS: dict[str, ModelSpec] = {
         _m("mistral-7b", 32, 4096, 32, 8, 14336, 32000, 32768, 7.24e9, "bf16"),
         _m("qwen2.5-7b", 28, 3584, 28, 4, 18944, 152064, 32768, 7.62e9, "bf16", head_dim=128),
         _m("qwen-72b", 80, 8192, 64, 64, 24576, 152064, 32768, 72.3e9, "bf16"),
+        # Qwen/Qwen2.5-72B(-Instruct): GQA (8 KV heads); its sliding window is off (use_sliding_window false)
+        _m("qwen2.5-72b", 80, 8192, 64, 8, 29568, 152064, 32768, 72.7e9, "bf16"),
+        # microsoft/Phi-3.5-mini-instruct: 32 KV heads of 96 dims, LongRoPE to 131,072 tokens
+        _m("phi-3.5-mini", 32, 3072, 32, 32, 8192, 32064, 131072, 3.82e9, "bf16"),
         _m("internlm-20b", 60, 5120, 40, 40, 13824, 103168, 4096, 20.0e9, "bf16"),
         _m("phi-2", 32, 2560, 32, 32, 10240, 51200, 2048, 2.78e9, gated=False, rotary_dim=32),  # partial 0.4
         _m("opt-13b", 40, 5120, 40, 40, 20480, 50272, 2048, 12.9e9, gated=False, tied=True, rotary_dim=0),
@@ -386,6 +390,12 @@ HF_IDS = {
     "mistralai/Mistral-7B-Instruct-v0.1": "mistral-7b-v0.1",
     "Qwen/Qwen2.5-7B": "qwen2.5-7b",
     "Qwen/Qwen2.5-7B-Instruct": "qwen2.5-7b",
+    # the coder models keep the base model's config.json shapes
+    "Qwen/Qwen2.5-Coder-7B": "qwen2.5-7b",
+    "Qwen/Qwen2.5-Coder-7B-Instruct": "qwen2.5-7b",
+    "Qwen/Qwen2.5-72B": "qwen2.5-72b",
+    "Qwen/Qwen2.5-72B-Instruct": "qwen2.5-72b",
+    "microsoft/Phi-3.5-mini-instruct": "phi-3.5-mini",
     "Qwen/Qwen-72B": "qwen-72b",
     "Qwen/Qwen-72B-Chat": "qwen-72b",
     "internlm/internlm-20b": "internlm-20b",
