@@ -408,6 +408,24 @@ def test_an_fp8_kv_cache_streams_at_its_own_measured_efficiency():
     assert a / 2 < b < a
 
 
+def test_an_fp8_kv_caches_per_sequence_cost_is_its_own():
+    """Each sequence's fixed work (its splits' merge, its last tile) is counted in FP8 tokens of its own
+    (``kv8_per_seq_tokens``), not bf16's count of half-length tokens; 0 keeps bf16's count. Hand-computed: ramp 2
+    us + 1 us FP8 extra + (1,000 tokens + 4 x 300 per sequence) x 1 ns."""
+    from kvsim.latency.calibration import DecodeAttentionParams
+
+    p = DecodeAttentionParams(floor_s=0.0, ramp_s=2e-6, per_seq_tokens=100.0, kv8_ramp_s=1e-6, kv8_per_seq_tokens=300.0)
+    assert p.stream_s(4, 1000, 1e-9, kv8=True) == pytest.approx(2e-6 + 1e-6 + (1000 + 4 * 300) * 1e-9)
+    assert p.stream_s(4, 1000, 1e-9, kv8=False) == pytest.approx(2e-6 + (1000 + 4 * 100) * 1e-9)
+    assert replace(p, kv8_per_seq_tokens=0.0).stream_s(4, 1000, 1e-9, kv8=True) == pytest.approx(
+        3e-6 + (1000 + 4 * 100) * 1e-9
+    )
+    import numpy as np
+
+    both = p.stream_s(np.array([4, 4]), np.array([1000, 1000]), 1e-9, kv8=np.array([True, False]))
+    assert both == pytest.approx([2e-6 + 1e-6 + 2200e-9, 2e-6 + 1400e-9])
+
+
 @settings(max_examples=300, deadline=None)
 @given(
     kind=st.sampled_from(["sliding", "chunked"]),

@@ -67,6 +67,9 @@ class DecodeAttentionParams:
     # dequantize as they stream, so half the bytes do not take half the time; 0: as bf16)
     kv8_bw_eff: float = 0.0
     kv8_ramp_s: float = 0.0
+    # what each sequence costs beyond its tokens with an FP8 cache, in FP8 tokens (0: per_seq_tokens): the merge
+    # of its splits and its last tile's fixed work do not halve with the bytes
+    kv8_per_seq_tokens: float = 0.0
     # Kernels that split a sequence's KV over several CTAs only for grouped queries (vLLM's FlashAttention-2
     # decode: its split-KV path runs where query heads are folded into the KV heads' rows): with one query
     # head per KV head each (sequence, KV head) CTA walks its whole context, at most one CTA per SM at a
@@ -90,6 +93,7 @@ class DecodeAttentionParams:
             ramp_s=self.unsplit_ramp_s,
             per_seq_s=0.0,
             per_seq_tokens=self.unsplit_per_seq_tokens,
+            kv8_per_seq_tokens=0.0,
         )
 
     def unsplit_token_s(self, token_bytes, ctas, sms):
@@ -114,11 +118,11 @@ class DecodeAttentionParams:
         """The part above the floor, for ``num_seqs`` sequences over ``kv_tokens`` context tokens in all,
         ``token_s`` seconds to stream one token's KV (``kv8``: an FP8 cache, a bool or an array of them); works
         on numpy arrays too."""
+        per_seq = self.per_seq_tokens
+        if self.kv8_per_seq_tokens:
+            per_seq = per_seq + (self.kv8_per_seq_tokens - per_seq) * kv8
         return (
-            self.ramp_s
-            + self.kv8_ramp_s * kv8
-            + self.per_seq_s * num_seqs
-            + (kv_tokens + self.per_seq_tokens * num_seqs) * token_s
+            self.ramp_s + self.kv8_ramp_s * kv8 + self.per_seq_s * num_seqs + (kv_tokens + per_seq * num_seqs) * token_s
         )
 
 
