@@ -15,7 +15,6 @@ read back at points it holds, so "with grid" shows the interpolation's own error
 
 from __future__ import annotations
 
-import argparse
 import re
 from dataclasses import replace
 import sys
@@ -41,64 +40,66 @@ def tables(calib) -> dict[str, tuple[str, str]]:
 
 
 def main() -> None:
+    from kvsim.calibrate.ship import refit_arguments, refit_shipped
+
+    a = refit_arguments(__doc__)
+    refit_shipped(lambda path, calib: with_grids(path, calib, Path(a.data)), a.dry_run)
+
+
+def with_grids(path: Path, calib, data: Path):
+    """``calib`` (the file at ``path``) with the grids of the GEMM tables it was fitted on, each reported; None:
+    no grid."""
     import numpy as np
 
     from kvsim.calibrate.aic import gemm_seconds_table, read_gemm
     from kvsim.hardware.gpus import GPU_PRESETS
-    from kvsim.latency.calibration import GEMM_QUANT, load_calibration, save_calibration, shipped_calibration_files
+    from kvsim.latency.calibration import GEMM_QUANT
     from kvsim.latency.gemm_shapes import fit_grid
 
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("data", help="AIConfigurator's systems/data folder")
-    ap.add_argument("--dry-run", action="store_true", help="report, write nothing")
-    a = ap.parse_args()
-    data = Path(a.data)
-    for path in shipped_calibration_files():
-        calib = load_calibration(path)
-        gpu = GPU_PRESETS[calib.gpu]
-        grids = {}
-        for q, (system, version) in tables(calib).items():
-            if q == "fp8_block" and "fp8" in calib.gemm_quant:
-                continue  # priced by the per-tensor fit and its grid (kvsim.latency.perop.quant_gemm_scheme)
-            f = data / system / "gemm" / "vllm" / version / "gemm_perf.parquet"
-            if not f.exists():
-                print(f"{path.name}: {q}: {f} not found; no grid", file=sys.stderr)
-                continue
-            dtypes = ("bfloat16", "float16") if q == "bf16" else (GEMM_QUANT[q][0],)
-            rows, _ = read_gemm(f, dtypes)
-            quant = None if q == "bf16" else q
-            p = calib.gemm if q == "bf16" else calib.gemm_quant[q]
-            pred = gemm_seconds_table(p, gpu, rows, quant)
-            grid = fit_grid(rows, pred)
-            if grid is None:
-                continue
-            grids[q] = grid
-            wide = (rows["n"] >= 1024) & (rows["k"] >= 1024)
-            r0 = pred[wide] / rows["seconds"].to_numpy()[wide]
-            sub = rows[wide]
-            with_grid = (
-                np.array([grid.factor(m, n, k) for m, n, k in zip(sub["m"], sub["n"], sub["k"])])
-                * pred[wide]
-                / sub["seconds"].to_numpy()
-            )
-            bins = [(1, 16), (17, 128), (129, 1024), (1025, 10**9)]
-            parts = []
-            for lo, hi in bins:
-                sel = (sub["m"] >= lo).to_numpy() & (sub["m"] <= hi).to_numpy()
-                if sel.any():
-                    parts.append(
-                        f"m {lo}-{hi if hi < 10**9 else 'up'}: fit {np.median(np.abs(np.log(r0[sel]))):.3f} "
-                        f"-> {np.median(np.abs(np.log(with_grid[sel]))):.3f}"
-                    )
-            print(f"{path.name} {q} ({system} {version}), median |log(pred/meas)|: " + "; ".join(parts))
-        if a.dry_run or not grids:
+    gpu = GPU_PRESETS[calib.gpu]
+    grids = {}
+    for q, (system, version) in tables(calib).items():
+        if q == "fp8_block" and "fp8" in calib.gemm_quant:
+            continue  # priced by the per-tensor fit and its grid (kvsim.latency.perop.quant_gemm_scheme)
+        f = data / system / "gemm" / "vllm" / version / "gemm_perf.parquet"
+        if not f.exists():
+            print(f"{path.name}: {q}: {f} not found; no grid", file=sys.stderr)
             continue
-        src = dict(calib.sources)
-        src["gemm_shapes"] = (
-            "measured / fitted on the grid of the GEMM tables named above (benchmarks/fit_gemm_shapes.py): "
-            + ", ".join(sorted(grids))
+        dtypes = ("bfloat16", "float16") if q == "bf16" else (GEMM_QUANT[q][0],)
+        rows, _ = read_gemm(f, dtypes)
+        quant = None if q == "bf16" else q
+        p = calib.gemm if q == "bf16" else calib.gemm_quant[q]
+        pred = gemm_seconds_table(p, gpu, rows, quant)
+        grid = fit_grid(rows, pred)
+        if grid is None:
+            continue
+        grids[q] = grid
+        wide = (rows["n"] >= 1024) & (rows["k"] >= 1024)
+        r0 = pred[wide] / rows["seconds"].to_numpy()[wide]
+        sub = rows[wide]
+        with_grid = (
+            np.array([grid.factor(m, n, k) for m, n, k in zip(sub["m"], sub["n"], sub["k"])])
+            * pred[wide]
+            / sub["seconds"].to_numpy()
         )
-        save_calibration(replace(calib, gemm_shapes=grids, sources=src), path)
+        bins = [(1, 16), (17, 128), (129, 1024), (1025, 10**9)]
+        parts = []
+        for lo, hi in bins:
+            sel = (sub["m"] >= lo).to_numpy() & (sub["m"] <= hi).to_numpy()
+            if sel.any():
+                parts.append(
+                    f"m {lo}-{hi if hi < 10**9 else 'up'}: fit {np.median(np.abs(np.log(r0[sel]))):.3f} "
+                    f"-> {np.median(np.abs(np.log(with_grid[sel]))):.3f}"
+                )
+        print(f"{path.name} {q} ({system} {version}), median |log(pred/meas)|: " + "; ".join(parts))
+    if not grids:
+        return None
+    src = dict(calib.sources)
+    src["gemm_shapes"] = (
+        "measured / fitted on the grid of the GEMM tables named above (benchmarks/fit_gemm_shapes.py): "
+        + ", ".join(sorted(grids))
+    )
+    return replace(calib, gemm_shapes=grids, sources=src)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,6 @@ Prints, per file, the fp8 rows' median |log error| before and after.
 
 from __future__ import annotations
 
-import argparse
 import re
 import sys
 from dataclasses import replace
@@ -29,42 +28,43 @@ SOURCE = re.compile(r"\(Apache-2\.0\) (\S+/generation_attention_perf\.parquet)")
 
 
 def main() -> None:
+    from kvsim.calibrate.ship import refit_arguments, refit_shipped
+
+    a = refit_arguments(__doc__, many=True)
+    refit_shipped(lambda path, calib: refit_kv8(path, calib, a.data), a.dry_run)
+
+
+def refit_kv8(path: Path, calib, folders: list[str]):
+    """``calib`` (the file at ``path``) with its FP8 KV terms refitted and the change reported, or None: its decode
+    attention was not fitted on an FP8-bearing table."""
     import numpy as np
 
     from kvsim.calibrate.aic import _decode_df, fit_kv8, read_decode
     from kvsim.hardware import get_gpu
-    from kvsim.latency.calibration import load_calibration, save_calibration, shipped_calibration_files
 
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("data", nargs="+", help="AIConfigurator systems/data folders, in order of preference")
-    ap.add_argument("--dry-run", action="store_true", help="report, write nothing")
-    a = ap.parse_args()
-    for path in shipped_calibration_files():
-        calib = load_calibration(path)
-        src = calib.sources.get("decode_attention", "")
-        found = SOURCE.search(src)
-        if "FP8 KV bandwidth" not in src or not found:
-            continue
-        table = next((Path(d) / found.group(1) for d in a.data if (Path(d) / found.group(1)).exists()), None)
-        if table is None:
-            raise SystemExit(f"{path.name}: {found.group(1)} is in none of {a.data}")
-        rows = read_decode(table)[0]
-        fp8 = rows[rows["kv_dtype_bytes"] == 1]
-        gpu = get_gpu(calib.gpu)
-        old = calib.decode_attention
-        new = fit_kv8(rows, gpu, old)
+    src = calib.sources.get("decode_attention", "")
+    found = SOURCE.search(src)
+    if "FP8 KV bandwidth" not in src or not found:
+        return None
+    table = next((Path(d) / found.group(1) for d in folders if (Path(d) / found.group(1)).exists()), None)
+    if table is None:
+        raise SystemExit(f"{path.name}: {found.group(1)} is in none of {folders}")
+    rows = read_decode(table)[0]
+    fp8 = rows[rows["kv_dtype_bytes"] == 1]
+    gpu = get_gpu(calib.gpu)
+    old = calib.decode_attention
+    new = fit_kv8(rows, gpu, old)
 
-        def err(p):
-            return float(np.median(abs(np.log(_decode_df(p, gpu, fp8) / fp8["seconds"].to_numpy(float)))))
+    def err(p):
+        return float(np.median(abs(np.log(_decode_df(p, gpu, fp8) / fp8["seconds"].to_numpy(float)))))
 
-        print(
-            f"{path.name}: FP8 KV bandwidth {old.kv8_bw_eff:.3f} -> {new.kv8_bw_eff:.3f}, per-sequence tokens "
-            f"{new.kv8_per_seq_tokens:.0f} (bf16 {old.per_seq_tokens:.0f}); fp8 rows' median |log error| "
-            f"{err(old):.3f} -> {err(new):.3f}",
-            flush=True,
-        )
-        if not a.dry_run:
-            save_calibration(replace(calib, decode_attention=new), path)
+    print(
+        f"{path.name}: FP8 KV bandwidth {old.kv8_bw_eff:.3f} -> {new.kv8_bw_eff:.3f}, per-sequence tokens "
+        f"{new.kv8_per_seq_tokens:.0f} (bf16 {old.per_seq_tokens:.0f}); fp8 rows' median |log error| "
+        f"{err(old):.3f} -> {err(new):.3f}",
+        flush=True,
+    )
+    return replace(calib, decode_attention=new)
 
 
 if __name__ == "__main__":

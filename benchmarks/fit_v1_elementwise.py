@@ -18,7 +18,6 @@ A40 the L40S's, each with its own bandwidth. Prints, per GPU, the fit's error on
 
 from __future__ import annotations
 
-import argparse
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -72,12 +71,9 @@ def held_out_error(m, k, static, dynamic, gpu) -> str:
 def main() -> None:
     from kvsim.calibrate.fits import fit_row_kernels
     from kvsim.hardware.gpus import GPU_PRESETS
-    from kvsim.latency.calibration import load_calibration, save_calibration, shipped_calibration_files
+    from kvsim.calibrate.ship import refit_arguments, refit_shipped
 
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("data", help="AIConfigurator's systems/data folder")
-    ap.add_argument("--dry-run", action="store_true", help="report, write nothing")
-    a = ap.parse_args()
+    a = refit_arguments(__doc__)
     data = Path(a.data)
     fitted, notes = {}, {}
     measured = {g.name: g.aic_system for g in GPU_PRESETS.values() if g.aic_system and g.name not in BORROWED}
@@ -100,15 +96,15 @@ def main() -> None:
             print(
                 f"  {chip} {kind}: t0 {p.t0_s * 1e6:.2f} us, bw_eff {p.bw_eff:.3f}, {p.serial_s * 1e12:.0f} ps/element"
             )
-    if a.dry_run:
-        return
-    for path in shipped_calibration_files():
-        calib = load_calibration(path)
+
+    def refit(path, calib):
         if calib.gpu not in fitted:
             print(f"{path.name}: no element-wise kernels measured for {calib.gpu}", file=sys.stderr)
-            continue
+            return None
         sources = {**calib.sources, "v1_elementwise": notes[calib.gpu]}
-        save_calibration(replace(calib, v1_elementwise=fitted[calib.gpu], sources=sources), path)
+        return replace(calib, v1_elementwise=fitted[calib.gpu], sources=sources)
+
+    refit_shipped(refit, a.dry_run)
 
 
 if __name__ == "__main__":

@@ -258,65 +258,90 @@ def fit_releases(roots: list[str]) -> None:
     print(f"wrote {SHIPPED / RELEASES_INDEX}")
 
 
+def refit_arguments(doc: str, many: bool = False) -> argparse.Namespace:
+    """The command line of a script that refits part of the shipped calibrations (its docstring ``doc``):
+    AIConfigurator's systems/data folder (``many``: folders, in order of preference) and --dry-run."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    if many:
+        ap.add_argument("data", nargs="+", help="AIConfigurator systems/data folders, in order of preference")
+    else:
+        ap.add_argument("data", help="AIConfigurator's systems/data folder")
+    ap.add_argument("--dry-run", action="store_true", help="report, write nothing")
+    return ap.parse_args()
+
+
+def refit_shipped(refit, dry_run: bool = False) -> None:
+    """Call ``refit(path, calibration)`` on every shipped calibration file and write back the calibration it
+    returns (None: the file is left as it is); ``dry_run``: write nothing."""
+    for path in shipped_calibration_files():
+        new = refit(path, load_calibration(path))
+        if new is not None and not dry_run:
+            save_calibration(new, path)
+
+
 def fit_shapes(roots: list[str]) -> None:
     """Add to every shipped calibration fitted on AIConfigurator's tables (the newest and each release's) the
     measured / fitted MoE times of the MoE presets' shapes (kvsim/latency/moe_shapes.py), from the MoE table of
     the release its MoE parameters were fitted on; nothing else in the files changes. Between the kept token
     counts the ratios are interpolated: the table's other token counts check that (``fit.moe_shapes``)."""
+    refit_shipped(lambda path, calib: _with_moe_shapes(path, calib, roots))
+
+
+def _with_moe_shapes(path: Path, calib: Calibration, roots: list[str]) -> Calibration | None:
+    """``calib`` (the file at ``path``) with its MoE shapes fitted (fit_shapes), or None: not fitted on
+    AIConfigurator's MoE tables."""
     from kvsim.calibrate.aic import fit_moe_shapes
     from kvsim.latency.moe_shapes import shape_factor
 
-    for path in shipped_calibration_files():
-        calib = load_calibration(path)
-        aic = calib.fit.get("aic", {})
-        version = aic.get("versions", {}).get("moe_perf")
-        gpu = GPU_PRESETS.get(calib.gpu)
-        if not version or gpu is None or not gpu.aic_system:
+    aic = calib.fit.get("aic", {})
+    version = aic.get("versions", {}).get("moe_perf")
+    gpu = GPU_PRESETS.get(calib.gpu)
+    if not version or gpu is None or not gpu.aic_system:
+        return None
+    root = system_root(roots, gpu.aic_system)
+    data = read_aic(root, gpu.aic_system, version, kinds=("moe",), gpu=gpu)
+    parts = [("bf16", data.moe, None)] if data.moe is not None and calib.moe is not None else []
+    parts += [(q, rows, q) for q, rows in data.moe_quant.items() if q in calib.moe_quant and len(rows) >= 8]
+    shapes, errors = {}, []
+    for dtype, rows, quant in parts:
+        table = fit_moe_shapes(rows, calib, gpu, quant)
+        if not table:
             continue
-        root = system_root(roots, gpu.aic_system)
-        data = read_aic(root, gpu.aic_system, version, kinds=("moe",), gpu=gpu)
-        parts = [("bf16", data.moe, None)] if data.moe is not None and calib.moe is not None else []
-        parts += [(q, rows, q) for q, rows in data.moe_quant.items() if q in calib.moe_quant and len(rows) >= 8]
-        shapes, errors = {}, []
-        for dtype, rows, quant in parts:
-            table = fit_moe_shapes(rows, calib, gpu, quant)
-            if not table:
-                continue
-            shapes[dtype] = table
-            every = fit_moe_shapes(rows, calib, gpu, quant, knots=lambda ts: list(range(len(ts))))
-            for key, by_routing in every.items():
-                for routing, (ts, rs) in by_routing.items():
-                    kept = set(table[key][routing][0])
-                    errors += [shape_factor(table, key, routing, t) / r for t, r in zip(ts, rs) if t not in kept]
-        stats: dict = {"shapes": sum(len(t) for t in shapes.values())}
-        if errors:
-            e = np.array(errors)
-            stats["between_knots"] = {
-                "n": int(len(e)),
-                "median": float(np.median(e)),
-                "p10": float(np.percentile(e, 10)),
-                "p90": float(np.percentile(e, 90)),
-            }
-        src = (
-            f"measured / fitted MoE layer times of the MoE presets' shapes, from {gpu.aic_system}/moe/vllm/"
-            f"{data.versions['moe_perf']}/moe_perf ({data_source(root)}), at up to 8 token counts"
+        shapes[dtype] = table
+        every = fit_moe_shapes(rows, calib, gpu, quant, knots=lambda ts: list(range(len(ts))))
+        for key, by_routing in every.items():
+            for routing, (ts, rs) in by_routing.items():
+                kept = set(table[key][routing][0])
+                errors += [shape_factor(table, key, routing, t) / r for t, r in zip(ts, rs) if t not in kept]
+    stats: dict = {"shapes": sum(len(t) for t in shapes.values())}
+    if errors:
+        e = np.array(errors)
+        stats["between_knots"] = {
+            "n": int(len(e)),
+            "median": float(np.median(e)),
+            "p10": float(np.percentile(e, 10)),
+            "p90": float(np.percentile(e, 90)),
+        }
+    src = (
+        f"measured / fitted MoE layer times of the MoE presets' shapes, from {gpu.aic_system}/moe/vllm/"
+        f"{data.versions['moe_perf']}/moe_perf ({data_source(root)}), at up to 8 token counts"
+    )
+    calib = replace(
+        calib,
+        moe_shapes=shapes,
+        sources={**calib.sources, "moe_shapes": src},
+        fit={**calib.fit, "moe_shapes": stats},
+    )
+    between = stats.get("between_knots")
+    print(
+        f"{path.name}: {stats['shapes']} shapes"
+        + (
+            f"; between kept token counts {between['median']:.3f} [{between['p10']:.3f}, {between['p90']:.3f}]"
+            if between
+            else ""
         )
-        calib = replace(
-            calib,
-            moe_shapes=shapes,
-            sources={**calib.sources, "moe_shapes": src},
-            fit={**calib.fit, "moe_shapes": stats},
-        )
-        save_calibration(calib, path)
-        between = stats.get("between_knots")
-        print(
-            f"{path.name}: {stats['shapes']} shapes"
-            + (
-                f"; between kept token counts {between['median']:.3f} [{between['p10']:.3f}, {between['p90']:.3f}]"
-                if between
-                else ""
-            )
-        )
+    )
+    return calib
 
 
 def main() -> None:

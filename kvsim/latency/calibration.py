@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import asdict, dataclass, field, fields, replace
+from functools import lru_cache
 from pathlib import Path
 
 from kvsim.errors import ConfigError
@@ -663,6 +664,22 @@ def shipped_calibration_files() -> list[Path]:
     return [p for p in paths if p.name != RELEASES_INDEX]
 
 
+def _read_shipped(path: Path) -> Calibration:
+    """A shipped calibration file, parsed once per version of the file: a run builds its latency model, describes
+    it and notes it from the same file, a sweep or a plan once per configuration (a file rewritten by a refit is
+    read anew)."""
+    try:
+        stamp = path.stat().st_mtime_ns
+    except OSError:  # load_calibration says what is missing
+        return load_calibration(path)
+    return _parsed(path, stamp)
+
+
+@lru_cache(maxsize=64)
+def _parsed(path: Path, stamp: int) -> Calibration:
+    return load_calibration(path)
+
+
 def shipped_calibration(gpu: GpuSpec, vllm_version: str | None = None) -> tuple[Calibration, str]:
     """The packaged calibration for ``gpu``, and a note on where it comes from. A GPU without one borrows a
     calibration of the same architecture (efficiencies carry over; peaks are the GPU's own); a GPU of an
@@ -670,7 +687,7 @@ def shipped_calibration(gpu: GpuSpec, vllm_version: str | None = None) -> tuple[
     ``vllm_version``: the kernels of that vLLM release (:func:`release_calibration`); None: the newest."""
     chip, note = calibration_source(gpu)
     path, release_note = release_calibration(chip, vllm_version)
-    c = load_calibration(path or SHIPPED / f"{chip}.json")
+    c = _read_shipped(path or SHIPPED / f"{chip}.json")
     if path is not None:  # a release's own tables: never price an op with a table of another kernel
         c, borrowed = _mend_release(c, chip, chosen_release(chip, vllm_version))
         release_note = "; ".join(n for n in (release_note, _borrowed_note(vllm_version, chip, borrowed)) if n)
