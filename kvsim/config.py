@@ -200,6 +200,30 @@ def reserve_bytes(
     return max(sampler, forward) + non_torch + graphs
 
 
+def _no_pool_hint(
+    weights: float, room: float, gpu: GpuSpec, parts: tuple[float, float, float, float] | None, sched
+) -> str:
+    """What vLLM would do with no room for a KV cache (``weights``: bytes per GPU; ``room``: the usable bytes
+    they leave) and, where the reserve is what fills that room, the flag that shrinks its largest part
+    (``parts``: :func:`reserve_parts`; None with a fixed reserve)."""
+    if weights >= gpu.memory_bytes:
+        return "; vLLM would run out of memory loading the weights"
+    said = '; vLLM would not start ("No available memory for the cache blocks")'
+    if parts is None or room <= 0:
+        return said
+    from kvsim.hardware.gpus import vllm_serve_defaults
+
+    seqs, tokens = (sched.max_num_seqs, sched.max_num_batched_tokens) if sched is not None else vllm_serve_defaults(gpu)
+    sampler, forward, _, graphs = parts
+    if graphs > max(sampler, forward):
+        size, what, flag = graphs, "its CUDA graphs", "fewer --cudagraph-capture-sizes"
+    elif sampler >= forward:
+        size, what, flag = sampler, f"its sampler run over {seqs:,} sequences", "a smaller --max-num-seqs"
+    else:
+        size, what, flag = forward, f"its forward pass of {tokens:,} tokens", "a smaller --max-num-batched-tokens"
+    return f"{said}; {size / GiB:.1f} GiB of the reserve is {what} ({flag} lowers it)"
+
+
 def plan_pool(
     model: ModelSpec, gpu: GpuSpec, mem: MemoryConfig, tp: int = 1, dp: int = 1, sched: "SchedulerConfig | None" = None
 ) -> PoolPlan:
@@ -219,12 +243,14 @@ def plan_pool(
         return plan
     usable = gpu.memory_bytes * mem.gpu_memory_utilization
     weights = model.gpu_weight_bytes(tp, dp, gpu)
-    reserve = reserve_bytes(model, gpu, mem, tp, sched)
+    parts = reserve_parts(model, gpu, mem, tp, sched)
+    reserve = reserve_bytes(model, gpu, mem, tp, sched, parts)
     pool = int(usable - weights - reserve)
     if pool < per_token * 16:
         raise ConfigError(
             f"{model.name} does not fit on {gpu.name} at {_parallel(tp, dp)}: {usable / GiB:.1f} GiB usable,"
             f" weights {weights / GiB:.1f} GiB, reserve {reserve / GiB:.1f} GiB leave no KV pool"
+            f"{_no_pool_hint(weights, usable - weights, gpu, parts, sched)}"
             " (try --tensor-parallel-size, a bigger GPU, or --kv-pool-gb)"
         )
     return PoolPlan(

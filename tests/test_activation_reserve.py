@@ -113,7 +113,7 @@ def test_flashinfer_sampler_flag_sizes_the_pool_as_vllms_image_does():
     """vLLM 0.11.0 in its Docker image samples with FlashInfer (14 bytes per logit), a pip install sorts (38.9):
     Qwen3-32B on one H100 at vLLM's defaults (1,024 sequences) gets (38.9 - 14) x 1,024 x 151,936 bytes more KV
     with the flag. gpt-oss-120b on one H100 at 0.10.1 fails to start by default, as the public log of a pip
-    install did."""
+    install did, and the error names the sampler run that fills the memory."""
     from kvsim.errors import ConfigError
     from kvsim.options import config_from_args
 
@@ -123,9 +123,17 @@ def test_flashinfer_sampler_flag_sizes_the_pool_as_vllms_image_does():
     assert image - pip == pytest.approx((38.9 - 14.0) * 1024 * 151936, rel=1e-9)
     assert config_from_args([*base, "--no-flashinfer-sampler"]).pool_plan().pool_bytes == pip
     gpt = ["--model", "openai/gpt-oss-120b", "--gpu", "h100-80gb", "--vllm-version", "0.10.1"]
-    with pytest.raises(ConfigError, match="does not fit"):
+    with pytest.raises(ConfigError, match="does not fit") as failed:
         config_from_args(gpt).pool_plan()
+    # says what vLLM does and which flag shrinks the reserve's largest part: 38.9 x 1,024 x 201,088 bytes
+    assert "No available memory for the cache blocks" in str(failed.value)
+    assert "7.5 GiB of the reserve is its sampler run over 1,024 sequences (a smaller --max-num-seqs" in str(
+        failed.value
+    )
     assert config_from_args([*gpt, "--flashinfer-sampler"]).pool_plan().pool_bytes > 0
+    assert config_from_args([*gpt, "--max-num-seqs", "64"]).pool_plan().pool_bytes > 0
+    with pytest.raises(ConfigError, match="run out of memory loading the weights"):
+        config_from_args(["--model", "llama-3.1-70b", "--gpu", "h100-80gb"]).pool_plan()
 
 
 def test_the_kv_pool_and_tokens_of_an_fp8_kv_checkpoint_match_its_vllm_0_14_log():
