@@ -235,8 +235,37 @@ def test_a_release_whose_table_times_another_kernel_prices_that_op_with_the_newe
     steps = {v: build_latency(c).step_time(StepShape.decode(32, 32 * 1500)) for v, c in cfgs.items()}
     assert steps["0.15"] == pytest.approx(steps[None], rel=0.05)  # was 2x: the other kernel's MoE
     assert any("MXFP4 MoE" in n for n in latency_notes(cfgs["0.15"]))
-    _, note = shipped_calibration(get_gpu("h100-80gb"), "0.19")
+    _, note = shipped_calibration(get_gpu("h100-80gb"), "0.22")
     assert "priced by" not in note  # no known mismatch there
+
+
+def test_int4_experts_of_releases_whose_table_times_triton_take_the_marlin_tables():
+    """The 0.18-0.22 tables' INT4 MoE rows (vllm_marlin_int4_moe) were collected through vLLM's Triton W4A16 path,
+    not the Marlin kernels compressed-tensors W4A16 experts (Kimi-K2.5) are served with: 0.19 prices them with
+    0.24's Marlin rows and says so, every other op its own; Kimi-K2.5's decode step at 0.19 then comes out near
+    0.14's and 0.24's (it was 1.8x on H200)."""
+    from kvsim.latency import build_latency
+    from kvsim.latency.base import StepShape
+    from kvsim.latency.calibration import load_calibration, shipped_calibration
+    from kvsim.releases import SHIPPED
+
+    for chip, newest_file, own_file in (
+        ("h200", "h200-141gb.json", "h200-141gb-0.19.0.json"),
+        ("b200", "b200.json", "b200-0.19.0.json"),
+    ):
+        newest, own = load_calibration(SHIPPED / newest_file), load_calibration(SHIPPED / "vllm" / own_file)
+        c, note = shipped_calibration(get_gpu(chip), "0.19.1")
+        assert c.moe_quant["int4"] == newest.moe_quant["int4"] != own.moe_quant["int4"]
+        assert c.moe_backends["int4"] == newest.moe_backends["int4"]
+        assert c.moe_quant["fp8"] == own.moe_quant["fp8"] and c.gemm == own.gemm
+        assert "INT4 MoE priced by vLLM 0.24.0's kernels" in note and "Triton W4A16" in note
+    kimi = ["--model", "moonshotai/Kimi-K2.5", "--gpu", "h200", "--tp", "8", "--vllm-version"]
+    step = {
+        v: build_latency(config_from_args([*kimi, v])).step_time(StepShape.decode(16, 16 * 1200))
+        for v in ("0.14", "0.19.1", "0.24")
+    }
+    assert step["0.19.1"] == pytest.approx(step["0.24"], rel=0.05)
+    assert step["0.19.1"] == pytest.approx(step["0.14"], rel=0.15)
 
 
 def test_a_release_whose_fp8_gemms_run_no_faster_than_bf16_borrows_the_nearest_plausible_release():
@@ -259,7 +288,7 @@ def test_a_release_whose_fp8_gemms_run_no_faster_than_bf16_borrows_the_nearest_p
         assert "fp8 GEMMs priced by vLLM 0.18.0's kernels" in note and "no faster than its bf16" in note
     _, note = shipped_calibration(get_gpu("h100-80gb"), "0.14")
     assert "fp8 GEMMs priced by vLLM 0.19.0's kernels" in note
-    assert "priced by" not in shipped_calibration(h200, "0.18")[1]
+    assert "GEMMs priced by" not in shipped_calibration(h200, "0.18")[1]
     steps = {
         v: build_latency(
             config_from_args(["--model", "nvidia/Llama-3.1-8B-Instruct-FP8", "--gpu", "h200", "--vllm-version", v])

@@ -624,8 +624,8 @@ def _mend_release(c: Calibration, chip: str, release: str | None) -> tuple[Calib
         newest = load_calibration(SHIPPED / releases[top])
         for m in wrong:
             c = _take(c, *m.group, newest)
-        ops = sorted({m.op.split(" by ")[0] for m in wrong})
-        borrowed += [Borrowed(op, top, f"{release}'s table {wrong[0].why}") for op in ops]
+        why = {m.op.split(" by ")[0]: m.why for m in reversed(wrong)}  # each op's first entry says why
+        borrowed += [Borrowed(op, top, f"{release}'s table {why[op]}") for op in sorted(why)]
     slow = slow_quant_gemms(c, GPU_PRESETS[chip])
     if slow:
         later = sorted((r for r in releases if release_key(r) > release_key(release)), key=release_key)
