@@ -143,7 +143,7 @@ class KernelMismatch:
 # vllm_mxfp4_moe, whereas gpt-oss's MXFP4 experts run on FlashInfer's TRT-LLM MXFP4 kernels on Blackwell (vLLM's
 # default there since 0.10.2; 0.24's table times them: vllm_gptossmxfp4moe_flashinfer_trtllm_mxfp4_bf16); priced
 # with 0.19's rows, gpt-oss-120b's TPOT on B200 came out 2x and its TTFT 12.8x a vLLM 0.15 run's.
-KERNEL_MISMATCHES = (
+KERNEL_MISMATCHES: tuple[KernelMismatch, ...] = (
     KernelMismatch(
         "b200",
         "0.19.0",
