@@ -249,15 +249,15 @@ def test_int4_experts_of_releases_whose_table_times_triton_take_the_marlin_table
     from kvsim.latency.calibration import load_calibration, shipped_calibration
     from kvsim.releases import SHIPPED
 
-    for chip, newest_file, own_file in (
-        ("h200", "h200-141gb.json", "h200-141gb-0.19.0.json"),
-        ("b200", "b200.json", "b200-0.19.0.json"),
+    for chip, newest_file, own_file, kept in (
+        ("h200", "h200-141gb.json", "h200-141gb-0.19.0.json", "fp8"),
+        ("b200", "b200.json", "b200-0.19.0.json", "nvfp4"),
     ):
         newest, own = load_calibration(SHIPPED / newest_file), load_calibration(SHIPPED / "vllm" / own_file)
         c, note = shipped_calibration(get_gpu(chip), "0.19.1")
         assert c.moe_quant["int4"] == newest.moe_quant["int4"] != own.moe_quant["int4"]
         assert c.moe_backends["int4"] == newest.moe_backends["int4"]
-        assert c.moe_quant["fp8"] == own.moe_quant["fp8"] and c.gemm == own.gemm
+        assert c.moe_quant[kept] == own.moe_quant[kept] and c.gemm == own.gemm
         assert "INT4 MoE priced by vLLM 0.24.0's kernels" in note and "Triton W4A16" in note
     kimi = ["--model", "moonshotai/Kimi-K2.5", "--gpu", "h200", "--tp", "8", "--vllm-version"]
     step = {
@@ -438,3 +438,28 @@ def test_qwen2_5_72b_and_phi_3_5_mini_by_their_ids():
     assert p.params == pytest.approx(32 * (4 * 3072**2 + 3 * 3072 * 8192) + 2 * 32064 * 3072, rel=2e-3)
     assert p.kv_bytes_per_token == 384 * 1024
     assert get_model("Qwen/Qwen2.5-Coder-7B-Instruct").name == "qwen2.5-7b"
+
+
+def test_fp8_experts_on_blackwell_before_0_24_take_the_kernel_vllm_runs_there():
+    """Blackwell's tables before 0.24 time FP8 experts with Triton's fused MoE, which vLLM runs there only when
+    told: a B200 at 0.19 prices them with 0.24's FlashInfer rows unless --moe-backend triton asks for Triton (its
+    own rows); the warning names only the MoE kernels the model runs."""
+    from kvsim.latency import build_latency, latency_notes
+    from kvsim.latency.base import StepShape
+    from kvsim.latency.calibration import load_calibration, shipped_calibration
+    from kvsim.releases import SHIPPED
+
+    newest, own = load_calibration(SHIPPED / "b200.json"), load_calibration(SHIPPED / "vllm" / "b200-0.19.0.json")
+    c, _ = shipped_calibration(get_gpu("b200"), "0.19")
+    assert c.moe_quant["fp8"] == newest.moe_quant["fp8"] != own.moe_quant["fp8"]
+    assert c.moe_backends["fp8"]["triton"] == own.moe_backends["fp8"]["triton"]
+    _, hopper = shipped_calibration(get_gpu("h200"), "0.19")
+    assert "FP8 MoE" not in hopper  # Hopper serves block FP8 experts with Triton under TP, as its tables time
+    qwen = ["--model", "Qwen/Qwen3-235B-A22B-FP8", "--gpu", "b200", "--tp", "4", "--vllm-version", "0.19"]
+    notes = " ".join(latency_notes(config_from_args(qwen)))
+    assert "FP8 MoE priced by vLLM 0.24.0's kernels" in notes and "INT4 MoE" not in notes and "MXFP4" not in notes
+    step = {
+        extra: build_latency(config_from_args([*qwen, *extra])).step_time(StepShape.decode(16, 16 * 1200))
+        for extra in ((), ("--moe-backend", "triton"))
+    }
+    assert step[()] < 0.9 * step[("--moe-backend", "triton")]

@@ -38,7 +38,10 @@ def _calibration(cfg):
     from kvsim.latency.calibration import load_calibration, shipped_calibration
 
     if cfg.latency == "per-op":
-        calib, note = shipped_calibration(cfg.gpu, cfg.vllm_version)
+        from kvsim.latency.perop import expert_quant
+
+        experts = expert_quant(cfg.model) if cfg.model.is_moe else None
+        calib, note = shipped_calibration(cfg.gpu, cfg.vllm_version, experts)
         return calib, [note] if note else []
     calib = load_calibration(cfg.latency)
     notes = []

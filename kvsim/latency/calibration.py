@@ -648,8 +648,12 @@ def _mend_release(c: Calibration, chip: str, release: str | None) -> tuple[Calib
     return c, borrowed
 
 
-def _borrowed_note(vllm_version: str | None, chip: str, borrowed: list[Borrowed]) -> str:
-    """The warning that says which release priced each borrowed op and why (empty when none)."""
+def _borrowed_note(vllm_version: str | None, chip: str, borrowed: list[Borrowed], experts: str | None = "any") -> str:
+    """The warning that says which release priced each borrowed op and why (empty when none); ``experts``: the
+    model's expert dtype (calibration.MOE_QUANT key, None for bf16 or no MoE) to name only its own MoE kernels,
+    "any" to name every one."""
+    if experts != "any":
+        borrowed = [b for b in borrowed if not b.op.endswith(" MoE") or b.op.split()[0].lower() == experts]
     if not borrowed:
         return ""
     parts = [
@@ -680,17 +684,21 @@ def _parsed(path: Path, stamp: int) -> Calibration:
     return load_calibration(path)
 
 
-def shipped_calibration(gpu: GpuSpec, vllm_version: str | None = None) -> tuple[Calibration, str]:
+def shipped_calibration(
+    gpu: GpuSpec, vllm_version: str | None = None, experts: str | None = "any"
+) -> tuple[Calibration, str]:
     """The packaged calibration for ``gpu``, and a note on where it comes from. A GPU without one borrows a
     calibration of the same architecture (efficiencies carry over; peaks are the GPU's own); a GPU of an
     architecture nothing was measured on borrows the nearest and the note says so as a warning.
-    ``vllm_version``: the kernels of that vLLM release (:func:`release_calibration`); None: the newest."""
+    ``vllm_version``: the kernels of that vLLM release (:func:`release_calibration`); None: the newest.
+    ``experts``: the expert dtype of the model it prices (None: bf16 or no MoE), so that the note names only the
+    MoE kernels that model runs ("any": all; the calibration is the same either way)."""
     chip, note = calibration_source(gpu)
     path, release_note = release_calibration(chip, vllm_version)
     c = _read_shipped(path or SHIPPED / f"{chip}.json")
     if path is not None:  # a release's own tables: never price an op with a table of another kernel
         c, borrowed = _mend_release(c, chip, chosen_release(chip, vllm_version))
-        release_note = "; ".join(n for n in (release_note, _borrowed_note(vllm_version, chip, borrowed)) if n)
+        release_note = "; ".join(n for n in (release_note, _borrowed_note(vllm_version, chip, borrowed, experts)) if n)
     if chip != gpu.name:
         c = replace(c, gpu=gpu.name, derived_from=chip)
     elif c.derived_from and not note:
