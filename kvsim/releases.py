@@ -177,11 +177,11 @@ KERNEL_MISMATCHES += tuple(
     for group, op in (("moe_quant", "INT4 MoE"), ("moe_backends", "INT4 MoE by --moe-backend"))
 )
 # FP8 experts on Blackwell: every table before 0.24 times them with Triton's fused MoE (vllm_fused_moe, collected
-# through fused_experts), which vLLM does not run there unless told: its FP8 MoE backend choice puts FlashInfer
-# (TRT-LLM, CUTLASS), DeepGEMM and CUTLASS's block-scaled grouped GEMM before Triton on SM100 (get_fp8_moe_backend,
-# later oracle/fp8.py; Hopper keeps Triton for block FP8 under tensor parallelism, as its tables time). 0.24's
-# tables time FlashInfer's TRT-LLM kernels, the only one of those measured. --moe-backend triton keeps the
-# release's own Triton rows.
+# through fused_experts), which vLLM does not run there unless told: up to 0.14 its get_fp8_moe_backend took
+# DeepGEMM, then CUTLASS's block-scaled grouped GEMM, for block FP8 on SM100; from 0.15 its FP8 MoE oracle (PR
+# #32414, January 2026) tries FlashInfer's TRT-LLM and CUTLASS kernels first there (Hopper keeps Triton for block
+# FP8 under tensor parallelism, as its tables time). 0.24's tables time FlashInfer's TRT-LLM kernels, the only one
+# of those measured. --moe-backend triton keeps the release's own Triton rows.
 _TRITON_FP8_BLACKWELL = (
     "times Triton's fused MoE (vllm_fused_moe rows), which vLLM does not run FP8 experts with on Blackwell"
 )
