@@ -161,6 +161,16 @@ def set_pool_problem(
     return None
 
 
+def _profile_limits(gpu: GpuSpec, sched: "SchedulerConfig | None") -> tuple[int, int]:
+    """(sequences, tokens) of vLLM's start-up profile: the scheduler's limits (None: what `vllm serve` picks for
+    the GPU)."""
+    if sched is not None:
+        return sched.max_num_seqs, sched.max_num_batched_tokens
+    from kvsim.hardware.gpus import vllm_serve_defaults
+
+    return vllm_serve_defaults(gpu)
+
+
 def reserve_parts(
     model: ModelSpec, gpu: GpuSpec, mem: MemoryConfig, tp: int = 1, sched: "SchedulerConfig | None" = None
 ) -> tuple[float, float, float, float] | None:
@@ -170,9 +180,8 @@ def reserve_parts(
     if mem.activation_reserve != "vllm":
         return None
     from kvsim.activation_reserve import vllm_reserve_parts
-    from kvsim.hardware.gpus import vllm_serve_defaults
 
-    seqs, tokens = (sched.max_num_seqs, sched.max_num_batched_tokens) if sched is not None else vllm_serve_defaults(gpu)
+    seqs, tokens = _profile_limits(gpu, sched)
     graphs = 0.0
     if mem.cudagraph_sizes is not None:
         from kvsim.cudagraph_memory import cudagraph_estimate_bytes
@@ -211,9 +220,7 @@ def _no_pool_hint(
     said = '; vLLM would not start ("No available memory for the cache blocks")'
     if parts is None or room <= 0:
         return said
-    from kvsim.hardware.gpus import vllm_serve_defaults
-
-    seqs, tokens = (sched.max_num_seqs, sched.max_num_batched_tokens) if sched is not None else vllm_serve_defaults(gpu)
+    seqs, tokens = _profile_limits(gpu, sched)
     sampler, forward, _, graphs = parts
     if graphs > max(sampler, forward):
         size, what, flag = graphs, "its CUDA graphs", "fewer --cudagraph-capture-sizes"

@@ -154,13 +154,17 @@ KERNEL_MISMATCHES: tuple[KernelMismatch, ...] = (
     KernelMismatch("b200", "0.19.0", ("moe_backends", "mxfp4"), "MXFP4 MoE by --moe-backend", "as above"),
 )
 # INT4 (W4A16) experts: the tables of 0.18-0.22 labelled vllm_marlin_int4_moe were collected through vLLM's
-# fused_experts with an int4_w4a16 quant config on uint8-packed weights, which runs the Triton / moe_wna16 kernels,
-# not Marlin (its 0.14 collector repacked with gptq_marlin_moe_repack and called fused_marlin_moe; the label says Marlin);
+# fused_experts with an int4_w4a16 quant config on uint8-packed weights, which runs the Triton / moe_wna16
+# kernels, not Marlin (its 0.14 collector repacked with gptq_marlin_moe_repack and called fused_marlin_moe; the
+# label says Marlin);
 # compressed-tensors W4A16 checkpoints (Kimi-K2/K2.5) are served by CompressedTensorsWNA16MarlinMoEMethod
 # (fused_marlin_moe), which the 0.14 (vllm_marlin_moe) and 0.24 (..._marlinexperts) tables time. Kimi-K2.5's
 # MoE layer at tp 8 comes out 2.3-3.5x slower in those tables than in 0.14's and 0.24's on H100, H200 and B200
 # alike (AIConfigurator's collector/vllm/collect_moe.py before its 0.24 upgrade, d5bad971c).
-_TRITON_INT4 = "times vLLM's Triton W4A16 MoE kernels (vllm_marlin_int4_moe rows), not the Marlin MoE kernels it serves INT4 experts with"
+_TRITON_INT4 = (
+    "times vLLM's Triton W4A16 MoE kernels (vllm_marlin_int4_moe rows), not the Marlin MoE kernels it serves INT4"
+    " experts with"
+)
 KERNEL_MISMATCHES += tuple(
     KernelMismatch(chip, release, (group, "int4"), op, _TRITON_INT4)
     for chip, release in (

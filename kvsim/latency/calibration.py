@@ -583,6 +583,7 @@ class Borrowed:
     op: str
     release: str
     why: str
+    experts: str | None = None  # a MoE op: the expert dtype (MOE_QUANT key) whose kernels it is
 
 
 def _take(c: Calibration, attr: str, key: str, source: Calibration) -> Calibration:
@@ -621,16 +622,19 @@ def _mend_release(c: Calibration, chip: str, release: str | None) -> tuple[Calib
     wrong = kernel_mismatches(chip, release)
     if wrong:
         top = max(releases, key=release_key)
-        newest = load_calibration(SHIPPED / releases[top])
+        newest = _read_shipped(SHIPPED / releases[top])
         for m in wrong:
             c = _take(c, *m.group, newest)
-        why = {m.op.split(" by ")[0]: m.why for m in reversed(wrong)}  # each op's first entry says why
-        borrowed += [Borrowed(op, top, f"{release}'s table {why[op]}") for op in sorted(why)]
+        first = {m.op.split(" by ")[0]: m for m in reversed(wrong)}  # each op's first entry says why
+        borrowed += [
+            Borrowed(op, top, f"{release}'s table {m.why}", m.group[1] if m.group[0].startswith("moe_") else None)
+            for op, m in sorted(first.items())
+        ]
     slow = slow_quant_gemms(c, GPU_PRESETS[chip])
     if slow:
         later = sorted((r for r in releases if release_key(r) > release_key(release)), key=release_key)
         earlier = sorted((r for r in releases if release_key(r) < release_key(release)), key=release_key, reverse=True)
-        others = [(r, load_calibration(SHIPPED / releases[r])) for r in later + earlier]
+        others = [(r, _read_shipped(SHIPPED / releases[r])) for r in later + earlier]
         for q in slow:
             good = [(r, o) for r, o in others if q in o.gemm_quant and q not in slow_quant_gemms(o, GPU_PRESETS[chip])]
             speed = GPU_PRESETS[chip].tensor_core_speedup(GEMM_QUANT[q][2])
@@ -653,7 +657,7 @@ def _borrowed_note(vllm_version: str | None, chip: str, borrowed: list[Borrowed]
     model's expert dtype (calibration.MOE_QUANT key, None for bf16 or no MoE) to name only its own MoE kernels,
     "any" to name every one."""
     if experts != "any":
-        borrowed = [b for b in borrowed if not b.op.endswith(" MoE") or b.op.split()[0].lower() == experts]
+        borrowed = [b for b in borrowed if b.experts is None or b.experts == experts]
     if not borrowed:
         return ""
     parts = [
