@@ -175,9 +175,21 @@ def replay(r) -> dict:
 def kind_of_short_chat(r) -> str:
     """The group of a short-chat run (yobitel's harness): its client counted output tokens with OpenAI's cl100k
     tokenizer, close to Llama 3's and Qwen2.5's counts, not to those of models with other tokenizers."""
-    load = "1-16 clients" if _given(r.max_concurrency) else "Poisson"
+    load = "1-16 clients" if closed_loop(r) else "Poisson"
     approximate = " (token counts approximate)" if "other" in str(r.token_counts) else ""
     return f"short chat, {load}{approximate}"
+
+
+def case_of(r) -> str:
+    """A run's dataset in a few words: input/output tokens of a random run, ShareGPT, or short chat."""
+    if r.dataset == "random":
+        return f"{int(r.isl)}/{int(r.osl)}"
+    return "ShareGPT" if r.dataset == "sharegpt" else "short chat"
+
+
+def closed_loop(r) -> bool:
+    """Whether run ``r``'s client kept a fixed number of requests in flight (``--max-concurrency``)."""
+    return _given(r.max_concurrency)
 
 
 def label(r) -> str:
@@ -215,14 +227,8 @@ def main() -> None:
                 "tpot_mean": r.mean_tpot_ms / 1e3,
                 "out_tok_s": r.output_tok_s,
             }
-            case = (
-                f"{int(r.isl)}/{int(r.osl)}"
-                if r.dataset == "random"
-                else "ShareGPT"
-                if r.dataset == "sharegpt"
-                else "short chat"
-            )
-            closed = _given(r.max_concurrency)
+            case = case_of(r)
+            closed = closed_loop(r)
             row = {
                 "data": FILES.get(Path(path).name, "held out"),
                 "model_name": r.model.split("/")[-1]
