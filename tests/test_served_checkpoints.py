@@ -458,6 +458,12 @@ def test_fp8_experts_on_blackwell_before_0_24_take_the_kernel_vllm_runs_there():
     qwen = ["--model", "Qwen/Qwen3-235B-A22B-FP8", "--gpu", "b200", "--tp", "4", "--vllm-version", "0.19"]
     notes = " ".join(latency_notes(config_from_args(qwen)))
     assert "FP8 MoE priced by vLLM 0.24.0's kernels" in notes and "INT4 MoE" not in notes and "MXFP4" not in notes
+    triton = " ".join(latency_notes(config_from_args([*qwen, "--moe-backend", "triton"])))
+    assert "FP8 MoE" not in triton and "fp8 GEMMs priced by" in triton  # its own Triton rows price the experts
+    kimi = ["--model", "moonshotai/Kimi-K2.5", "--gpu", "h200", "--tp", "8", "--vllm-version", "0.19"]
+    assert "INT4 MoE priced by vLLM 0.24.0" in " ".join(
+        latency_notes(config_from_args([*kimi, "--moe-backend", "marlin"]))
+    )
     step = {
         extra: build_latency(config_from_args([*qwen, *extra])).step_time(StepShape.decode(16, 16 * 1200))
         for extra in ((), ("--moe-backend", "triton"))

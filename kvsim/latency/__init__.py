@@ -42,6 +42,9 @@ def _calibration(cfg):
 
         experts = expert_quant(cfg.model) if cfg.model.is_moe else None
         calib, note = shipped_calibration(cfg.gpu, cfg.vllm_version, experts)
+        backend = _moe_backend(cfg, calib)
+        if backend != "auto":  # the note names the rows that price the experts: the backend's, not the default's
+            note = shipped_calibration(cfg.gpu, cfg.vllm_version, experts, backend)[1]
         return calib, [note] if note else []
     calib = load_calibration(cfg.latency)
     notes = []

@@ -584,6 +584,8 @@ class Borrowed:
     release: str
     why: str
     experts: str | None = None  # a MoE op: the expert dtype (MOE_QUANT key) whose kernels it is
+    # a MoE op: whether the rows of a kernel named by --moe-backend were taken too (False: only the default path's)
+    backend_rows: bool = True
 
 
 def _take(c: Calibration, attr: str, key: str, source: Calibration) -> Calibration:
@@ -626,8 +628,15 @@ def _mend_release(c: Calibration, chip: str, release: str | None) -> tuple[Calib
         for m in wrong:
             c = _take(c, *m.group, newest)
         first = {m.op.split(" by ")[0]: m for m in reversed(wrong)}  # each op's first entry says why
+        backends = {m.op.split(" by ")[0] for m in wrong if m.group[0] == "moe_backends"}
         borrowed += [
-            Borrowed(op, top, f"{release}'s table {m.why}", m.group[1] if m.group[0].startswith("moe_") else None)
+            Borrowed(
+                op,
+                top,
+                f"{release}'s table {m.why}",
+                m.group[1] if m.group[0].startswith("moe_") else None,
+                op in backends or not m.group[0].startswith("moe_"),
+            )
             for op, m in sorted(first.items())
         ]
     slow = slow_quant_gemms(c, GPU_PRESETS[chip])
@@ -652,12 +661,21 @@ def _mend_release(c: Calibration, chip: str, release: str | None) -> tuple[Calib
     return c, borrowed
 
 
-def _borrowed_note(vllm_version: str | None, chip: str, borrowed: list[Borrowed], experts: str | None = "any") -> str:
+def _borrowed_note(
+    vllm_version: str | None,
+    chip: str,
+    borrowed: list[Borrowed],
+    experts: str | None = "any",
+    moe_backend: str = "auto",
+) -> str:
     """The warning that says which release priced each borrowed op and why (empty when none); ``experts``: the
     model's expert dtype (calibration.MOE_QUANT key, None for bf16 or no MoE) to name only its own MoE kernels,
-    "any" to name every one."""
+    "any" to name every one; ``moe_backend``: the MoE kernels that price the experts (a backend's own rows are
+    named only where they were borrowed too; "auto": the calibration's default fit)."""
     if experts != "any":
         borrowed = [b for b in borrowed if b.experts is None or b.experts == experts]
+    if moe_backend != "auto":
+        borrowed = [b for b in borrowed if b.experts is None or b.backend_rows]
     if not borrowed:
         return ""
     parts = [
@@ -689,20 +707,22 @@ def _parsed(path: Path, stamp: int) -> Calibration:
 
 
 def shipped_calibration(
-    gpu: GpuSpec, vllm_version: str | None = None, experts: str | None = "any"
+    gpu: GpuSpec, vllm_version: str | None = None, experts: str | None = "any", moe_backend: str = "auto"
 ) -> tuple[Calibration, str]:
     """The packaged calibration for ``gpu``, and a note on where it comes from. A GPU without one borrows a
     calibration of the same architecture (efficiencies carry over; peaks are the GPU's own); a GPU of an
     architecture nothing was measured on borrows the nearest and the note says so as a warning.
     ``vllm_version``: the kernels of that vLLM release (:func:`release_calibration`); None: the newest.
     ``experts``: the expert dtype of the model it prices (None: bf16 or no MoE), so that the note names only the
-    MoE kernels that model runs ("any": all; the calibration is the same either way)."""
+    MoE kernels that model runs ("any": all; the calibration is the same either way), and ``moe_backend`` the
+    kernels they are priced by (``--moe-backend``; "auto": the default fit)."""
     chip, note = calibration_source(gpu)
     path, release_note = release_calibration(chip, vllm_version)
     c = _read_shipped(path or SHIPPED / f"{chip}.json")
     if path is not None:  # a release's own tables: never price an op with a table of another kernel
         c, borrowed = _mend_release(c, chip, chosen_release(chip, vllm_version))
-        release_note = "; ".join(n for n in (release_note, _borrowed_note(vllm_version, chip, borrowed, experts)) if n)
+        borrowed_note = _borrowed_note(vllm_version, chip, borrowed, experts, moe_backend)
+        release_note = "; ".join(n for n in (release_note, borrowed_note) if n)
     if chip != gpu.name:
         c = replace(c, gpu=gpu.name, derived_from=chip)
     elif c.derived_from and not note:
