@@ -153,7 +153,8 @@ HELD_OUT_KEYS = ("run", "gpu", "vllm", "case", "prompts", "clients")  # a run of
 def held_out_runs() -> list[dict]:
     """The closed-loop runs of validate_gpustack.py's data tables, each as its table key and what the estimator
     is given (mean prompt and output tokens)."""
-    sys.path.insert(0, str(ROOT / "benchmarks"))
+    if str(ROOT / "benchmarks") not in sys.path:
+        sys.path.insert(0, str(ROOT / "benchmarks"))
     import validate_gpustack as v
 
     runs = []
@@ -291,6 +292,8 @@ def main() -> None:
     estimates = out / "aiconfigurator.csv"
     if not a.table_only:
         (run_held_out_estimates if a.held_out else run_estimates)(estimates, a.workers)
+    elif not estimates.exists():
+        sys.exit(f"{estimates}: no saved estimates; run without --table-only under AIConfigurator's Python first")
     write = write_held_out_table if a.held_out else write_table
     print(write(estimates, out / "validate.csv", out / "aiconfigurator.md"))
 

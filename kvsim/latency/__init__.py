@@ -42,9 +42,6 @@ def _calibration(cfg):
 
         experts = expert_quant(cfg.model) if cfg.model.is_moe else None
         calib, note = shipped_calibration(cfg.gpu, cfg.vllm_version, experts)
-        backend = _moe_backend(cfg, calib)
-        if backend != "auto":  # the note names the rows that price the experts: the backend's, not the default's
-            note = shipped_calibration(cfg.gpu, cfg.vllm_version, experts, backend)[1]
         return calib, [note] if note else []
     calib = load_calibration(cfg.latency)
     notes = []
@@ -194,7 +191,21 @@ def _roofline(cfg) -> LatencyModel:
     return RooflineModel(cfg.model, cfg.gpu, cfg.roofline, cfg.tp)
 
 
-PER_OP = LatencyKind("per-op", _per_op, lambda cfg: _calibration(cfg)[1], _describe_per_op)
+def _per_op_notes(cfg) -> list[str]:
+    """The per-operation model's notes: where its calibration comes from, naming the MoE rows that price the
+    experts (with a MoE backend picked, :func:`_moe_backend`, that backend's rows, not the default fit's)."""
+    calib, notes = _calibration(cfg)
+    backend = _moe_backend(cfg, calib)
+    if cfg.latency != "per-op" or backend == "auto":
+        return notes
+    from kvsim.latency.calibration import shipped_calibration
+    from kvsim.latency.perop import expert_quant
+
+    note = shipped_calibration(cfg.gpu, cfg.vllm_version, expert_quant(cfg.model), backend)[1]
+    return [note] if note else []
+
+
+PER_OP = LatencyKind("per-op", _per_op, _per_op_notes, _describe_per_op)
 #: --latency values -> models (anything else: a calibration JSON for the per-operation model)
 LATENCY_MODELS: dict[str, LatencyKind] = {
     k.name: k

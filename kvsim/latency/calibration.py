@@ -629,16 +629,10 @@ def _mend_release(c: Calibration, chip: str, release: str | None) -> tuple[Calib
             c = _take(c, *m.group, newest)
         first = {m.op.split(" by ")[0]: m for m in reversed(wrong)}  # each op's first entry says why
         backends = {m.op.split(" by ")[0] for m in wrong if m.group[0] == "moe_backends"}
-        borrowed += [
-            Borrowed(
-                op,
-                top,
-                f"{release}'s table {m.why}",
-                m.group[1] if m.group[0].startswith("moe_") else None,
-                op in backends or not m.group[0].startswith("moe_"),
-            )
-            for op, m in sorted(first.items())
-        ]
+        for op, m in sorted(first.items()):
+            moe = m.group[0].startswith("moe_")
+            experts = m.group[1] if moe else None
+            borrowed.append(Borrowed(op, top, f"{release}'s table {m.why}", experts, not moe or op in backends))
     slow = slow_quant_gemms(c, GPU_PRESETS[chip])
     if slow:
         later = sorted((r for r in releases if release_key(r) > release_key(release)), key=release_key)
