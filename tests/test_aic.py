@@ -479,7 +479,8 @@ def test_quantized_gemms_come_from_the_newest_plausible_table():
 def test_quantized_checkpoints_price_their_gemms_on_their_own_kernels():
     """DeepSeek-V3 (FP8, 128x128 block scales): on H100 its projections and dense MLPs run on FP8 kernels, priced
     with the per-tensor FP8 fit (the fp8_block tables time a path serving does not run: perop.quant_gemm_scheme),
-    the router, embedding and LM head in bf16; on A100, which has no FP8 GEMM measurements, as bf16."""
+    the router, embedding and LM head in bf16; on A100, which has no FP8 tensor cores, as weight-only GEMMs of
+    8-bit weights (vLLM's FP8 Marlin: the W8A16 fit of measured weight-only kernels)."""
     from kvsim.latency.perop import gemm_seconds, quant_gemm_seconds
 
     ds = get_model("deepseek-v3")
@@ -502,13 +503,14 @@ def test_quantized_checkpoints_price_their_gemms_on_their_own_kernels():
     assert model.dense_s(64, 64) != bf16.dense_s(64, 64)
     a100 = get_gpu("a100-80gb")
     ac, _ = shipped_calibration(a100)
-    assert ac.gemm_quant == {}
+    assert set(ac.gemm_quant) == {"w4a16", "w8a16", "w8a8_int8"}
     # no FP8 tensor cores on Ampere: vLLM's FP8 Marlin kernels read 1-byte weights and multiply in bf16
-    assert op.seconds(ac, a100, 64, 2) == quant_gemm_seconds(ac.gemm, a100, 64, op.k, op.n, "fp8_block")
-    assert op.seconds(ac, a100, 64, 2) < gemm_seconds(ac.gemm, a100, 64, op.k, op.n, 2)
-    assert quant_gemm_seconds(ac.gemm, a100, 1 << 14, op.k, op.n, "fp8_block") == pytest.approx(
-        gemm_seconds(ac.gemm, a100, 1 << 14, op.k, op.n, 2), rel=0.05
-    )  # compute-bound: bf16's rate
+    wo = ac.gemm_quant["w8a16"]
+    assert op.seconds(ac, a100, 64, 2) == quant_gemm_seconds(wo, a100, 64, op.k, op.n, "fp8_block")
+    assert op.seconds(ac, a100, 1, 2) < gemm_seconds(ac.gemm, a100, 1, op.k, op.n, 2)
+    assert quant_gemm_seconds(wo, a100, 1 << 14, op.k, op.n, "fp8_block") == pytest.approx(
+        gemm_seconds(ac.gemm, a100, 1 << 14, op.k, op.n, 2), rel=0.1
+    )  # compute-bound: about bf16's rate
 
 
 def test_the_fp8_scheme_follows_the_checkpoint_config(tmp_path):
@@ -578,4 +580,4 @@ def test_fp8_gemms_after_a_norm_or_activation_do_not_pay_their_quant_kernel():
     a100 = get_gpu("a100-80gb")
     ac, _ = shipped_calibration(a100)
     up = gemms["mlp_up_proj"]
-    assert up.seconds(ac, a100, 4, 2) == quant_gemm_seconds(ac.gemm, a100, 4, up.k, up.n, up.quant)
+    assert up.seconds(ac, a100, 4, 2) == quant_gemm_seconds(ac.gemm_quant["w8a16"], a100, 4, up.k, up.n, up.quant)

@@ -1572,28 +1572,22 @@ def gemm_seconds_table(p: GemmParams, gpu: GpuSpec, g, quant: str | None = None)
     return gemm_formula(p, gpu, m, k, n, 2) if quant is None else quant_gemm_formula(p, gpu, m, k, n, quant)
 
 
-def fit_gemm_table(g, gpu: GpuSpec, quant: str | None = None) -> GemmParams:
+def fit_gemm_table(g, gpu: GpuSpec, quant: str | None = None, t0_s: float | None = None) -> GemmParams:
     """The soft-roofline GEMM parameters (kvsim.calibrate.fits.fit_gemm's form) from measured (m, n, k) GEMMs of
-    bf16 or ``quant`` weights."""
+    bf16 or ``quant`` weights; ``t0_s``: the fixed time held at this value (seconds) instead of fitted."""
 
     if len(g) < 8:
         raise ConfigError(f"need at least 8 GEMM rows to fit, have {len(g)}")
     T = g["seconds"].to_numpy(float)
 
     def params(x):
-        return GemmParams(x[0] * 1e-6, x[1], x[2], x[3])
+        return GemmParams(x[0] * 1e-6, x[1], x[2], x[3]) if t0_s is None else GemmParams(t0_s, x[0], x[1], x[2])
 
-    return params(
-        [
-            float(v)
-            for v in fit_bounded(
-                lambda x: np.log(gemm_seconds_table(params(x), gpu, g, quant) / T),
-                [5.0, 0.7, 0.8, 1.5],
-                [0.0, 0.05, 0.05, 1.0],
-                [200.0, 1.0, 1.0, 20.0],
-            )
-        ]
-    )
+    x0, lo, hi = [5.0, 0.7, 0.8, 1.5], [0.0, 0.05, 0.05, 1.0], [200.0, 1.0, 1.0, 20.0]
+    if t0_s is not None:
+        x0, lo, hi = x0[1:], lo[1:], hi[1:]
+    x = fit_bounded(lambda x: np.log(gemm_seconds_table(params(x), gpu, g, quant) / T), x0, lo, hi)
+    return params([float(v) for v in x])
 
 
 def gemm_regimes(g) -> np.ndarray:
@@ -1601,16 +1595,17 @@ def gemm_regimes(g) -> np.ndarray:
     return np.select([m <= 16, m <= 128, m <= 1024], ["m 1-16", "m 17-128", "m 129-1024"], "m >=1025")
 
 
-def validate_gemm(g, gpu: GpuSpec, every: int = 5, quant: str | None = None) -> dict:
+def validate_gemm(g, gpu: GpuSpec, every: int = 5, quant: str | None = None, t0_s: float | None = None) -> dict:
     """predicted / measured of GEMMs (bf16, or ``quant`` weights) fitted on all shapes (in sample) and without
-    every ``every``-th (n, k) weight shape, predicted on those (held out), by activation rows m."""
-    fitted = fit_gemm_table(g, gpu, quant)
+    every ``every``-th (n, k) weight shape, predicted on those (held out), by activation rows m (``t0_s``: as
+    :func:`fit_gemm_table`'s)."""
+    fitted = fit_gemm_table(g, gpu, quant, t0_s)
     ins = gemm_seconds_table(fitted, gpu, g, quant) / g["seconds"].to_numpy()
     shapes = sorted(set(zip(g["n"], g["k"])))
     test_shapes = {s for i, s in enumerate(shapes) if i % every == every // 2}
     test = np.array([s in test_shapes for s in zip(g["n"], g["k"])])
     held = np.full(len(g), np.nan)
-    p = fit_gemm_table(g[~test], gpu, quant)
+    p = fit_gemm_table(g[~test], gpu, quant, t0_s)
     held[test] = gemm_seconds_table(p, gpu, g[test], quant) / g["seconds"].to_numpy()[test]
     reg = gemm_regimes(g)
     return {"in_sample": _by_regime(ins, reg), "held_out": _by_regime(held, reg)}

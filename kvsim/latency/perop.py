@@ -86,7 +86,7 @@ class Op:
             grid = calib.gemm_shapes.get(scheme) if scheme is not None else None
             if grid is not None:
                 t *= grid.factor(tokens, self.n, self.k)
-            if self.fused_quant and scheme is not None and self.quant is not None:
+            if self.fused_quant and scheme in FP8_ACTIVATIONS and self.quant is not None:
                 # the measured quant kernel's launch, not run; at most half the GEMM (a measured ratio well
                 # below 1 can leave less than that fixed time)
                 t -= min(0.5 * t, max(0.0, calib.gemm_quant[scheme].t0_s - calib.gemm.t0_s))
@@ -102,22 +102,27 @@ class Op:
 # fused GEMM is priced without that kernel's fixed cost: the fit's fixed cost over bf16's.
 FUSED_QUANT = frozenset({"attn_pre_proj", "mlp_up_proj", "mlp_down_proj"})
 FP8_ACTIVATIONS = ("fp8", "fp8_block")
+# weights whose tensor cores the GPU lacks -> the weight-only scheme of as many bits vLLM runs them as (Marlin:
+# FP8 checkpoints on Ampere, NVFP4 before Blackwell)
+WEIGHT_ONLY_AS = {"fp8": "w8a16", "fp8_block": "w8a16", "nvfp4": "w4a16"}
 
 
 def quant_gemm_scheme(calib: Calibration, gpu: GpuSpec, quant: str) -> str | None:
     """The scheme whose fit (``calib.gemm_quant``) and measured shapes price ``quant`` weights, or None: the bf16
     fit's. A scheme prices its own weights where the calibration has its fit and the GPU has the tensor cores it
-    ran on; otherwise the bf16 fit does (weight-only kernels; calibration.GEMM_QUANT). 128x128 block FP8 takes
+    ran on; weights whose tensor cores the GPU lacks run vLLM's weight-only kernels and take that fit
+    (WEIGHT_ONLY_AS); without a fit, the bf16 one prices them (calibration.GEMM_QUANT). 128x128 block FP8 takes
     the per-tensor FP8 fit where there is one: AIConfigurator's fp8_block rows time a path serving does not run
     (vLLM 0.19's with fp16 activations, which keep the block GEMM off DeepGEMM and FlashInfer and on a padded
     CUTLASS fallback; 0.22 on, one module launched eagerly: the CPU's time), while vLLM's block-scaled kernels run
     as fast as per-tensor ones at small batches (PR #49363 on H100: 26.9 against 25.6 us)."""
+    operands = GEMM_QUANT[quant][2]
+    if operands != "bf16" and gpu.tensor_core_speedup(operands) == 1.0:
+        quant = WEIGHT_ONLY_AS.get(quant, quant)
+        return quant if quant in calib.gemm_quant and GEMM_QUANT[quant][2] == "bf16" else None
     if quant == "fp8_block" and "fp8" in calib.gemm_quant:
         quant = "fp8"
-    operands = GEMM_QUANT[quant][2]
-    if quant not in calib.gemm_quant or (operands != "bf16" and gpu.tensor_core_speedup(operands) == 1.0):
-        return None
-    return quant
+    return quant if quant in calib.gemm_quant else None
 
 
 def quantized(ops: list[Op], quant: str | None) -> list[Op]:

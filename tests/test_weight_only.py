@@ -1,0 +1,72 @@
+"""Weight-only (W4A16, W8A16) and int8 GEMMs priced from measured kernels (benchmarks/fit_weight_only.py)."""
+
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from kvsim.hardware import get_gpu
+from kvsim.latency.calibration import GEMM_QUANT, shipped_calibration
+from kvsim.latency.perop import quant_gemm_scheme, quant_gemm_seconds
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import fit_weight_only as fwo  # noqa: E402
+
+
+@pytest.mark.parametrize("chip", sorted(fwo.TABLES))
+def test_the_shipped_fits_are_the_committed_tables_fits_and_predict_shapes_they_never_saw(chip):
+    gpu = get_gpu(chip)
+    shipped, _ = shipped_calibration(gpu)
+    for q, (p, v, _) in fwo.fitted(chip).items():
+        assert shipped.gemm_quant[q] == replace(p, t0_s=shipped.gemm.t0_s)  # refitting changes nothing
+        for regime, s in v["held_out"].items():  # every 5th weight shape, by a fit without it
+            assert 0.85 <= s["median"] <= 1.15, (chip, q, regime, s)
+        assert shipped.fit["weight_only"][q]["held_out"]["all"]["n"] == v["held_out"]["all"]["n"]
+
+
+def test_a_chip_without_a_table_borrows_its_architectures_fit_with_its_own_fixed_time():
+    for chip, donor in fwo.DONORS.items():
+        c, _ = shipped_calibration(get_gpu(chip))
+        d, _ = shipped_calibration(get_gpu(donor))
+        for q in fwo.SCHEMES:
+            assert c.gemm_quant[q] == replace(d.gemm_quant[q], t0_s=c.gemm.t0_s)
+        assert c.sources["gemm_weight_only"].startswith(f"borrowed: {donor}'s fit")
+
+
+def test_large_weights_stream_at_the_public_marlin_bandwidths():
+    """Not fitted to them: Marlin streams 4-bit weights at 1.16 TB/s on an A100 (vLLM PR #2497) and 1.45 TB/s on
+    an H100, 8-bit ones at 2.1 TB/s on an H100 (inclusionAI/humming PR #2); the bf16 fit's efficiencies, which
+    priced them before, gave 1.5, 2.7 and 2.8."""
+    k, n = fwo.LARGE
+
+    def tb_s(chip, q):
+        gpu = get_gpu(chip)
+        c, _ = shipped_calibration(gpu)
+        return GEMM_QUANT[q][1] * k * n / quant_gemm_seconds(c.gemm_quant[q], gpu, 1, k, n, q) / 1e12
+
+    assert tb_s("a100-80gb", "w4a16") == pytest.approx(1.16, rel=0.1)
+    assert tb_s("h100-80gb", "w4a16") == pytest.approx(1.45, rel=0.25)
+    assert tb_s("h100-80gb", "w8a16") == pytest.approx(2.1, rel=0.1)
+
+
+def test_weights_without_their_tensor_cores_take_the_weight_only_fit_of_as_many_bits():
+    a100, h100, b200 = get_gpu("a100-80gb"), get_gpu("h100-80gb"), get_gpu("b200")
+    ca, ch, cb = (shipped_calibration(g)[0] for g in (a100, h100, b200))
+    assert [quant_gemm_scheme(ca, a100, q) for q in ("fp8", "fp8_block", "nvfp4", "w4a16", "w8a8_int8")] == [
+        "w8a16",
+        "w8a16",
+        "w4a16",
+        "w4a16",
+        "w8a8_int8",
+    ]
+    assert [quant_gemm_scheme(ch, h100, q) for q in ("fp8", "fp8_block", "nvfp4", "w4a16")] == [
+        "fp8",
+        "fp8",
+        "w4a16",
+        "w4a16",
+    ]
+    # Blackwell: FP4 and FP8 on their own tensor cores; no weight-only table (the bf16 fit prices W4A16)
+    assert [quant_gemm_scheme(cb, b200, q) for q in ("nvfp4", "fp8", "w4a16")] == ["nvfp4", "fp8", None]
