@@ -7,10 +7,12 @@ Data: benchmarks/data/aic_trtllm_weight_only_gemm.csv.gz, the int4_wo, int8_wo a
 TensorRT-LLM GEMM tables (A100 1.0.0, H200 1.2.0rc5, L40S 1.0.0; weights at least 256 wide): TensorRT-LLM's
 weight-only GEMMs (4- or 8-bit integer weights dequantized in the kernel, bf16 math) and its SmoothQuant int8 GEMM.
 No table times vLLM's own weight-only kernels (Marlin, Machete): these are the measured kernels of the same kind,
-on the same GPUs. Two public Marlin measurements agree with them where they overlap (docs/latency.md): Marlin
-streams 4-bit weights at 1.16 TB/s on an A100 at batch 1-16 (vLLM PR #2497) and 1.45 TB/s on an H100 at batch 1
-(inclusionAI/humming PR #2), where these fits give 1.13 and 1.16 TB/s on large weights (H100 with H200's
-efficiencies), and the bf16 fit's efficiencies that priced them before give 1.47 and 2.74.
+on the same GPUs. Public Marlin measurements, not fitted (docs/latency.md): 4-bit weights stream at 1.16 TB/s
+on an A100 at batch 1-16 (vLLM PR #2497; this fit 1.13 on a large projection, the bf16 fit's efficiencies that
+priced them before 1.47); on an H100 one token by an 8192 x 8192 weight runs at 4.98-5.81 TFLOP/s (W4A16) and
+3.46-4.29 (W8A16) (inclusionAI/humming PR #2), where H200's fit gives 4.14 and 3.70 (before: 8.81 and 4.96).
+
+Run it after any refit of the bf16 GEMMs: the fits hold their fixed time.
 
 Before this, such GEMMs were priced with the bf16 fit reading the scheme's weight bytes: on the A100 and H200
 tables that is 0.35-0.65x the measured time at 1-128 tokens. vLLM runs FP8 checkpoints on GPUs without FP8 tensor cores (Ampere)
@@ -179,8 +181,9 @@ def report() -> str:
     lines += [
         "",
         "Public Marlin measurements (not fitted): 1.16 TB/s of 4-bit weights on an A100 at batch 1-16 (vLLM PR "
-        "#2497, Marlin's bench.py); 1.45 TB/s (W4A16) and 2.1 TB/s (W8A16) on an H100 at batch 1 (5.81 and 4.29 "
-        "TFLOP/s, inclusionAI/humming PR #2).",
+        "#2497, Marlin's bench.py); on an H100, one token by an 8192 x 8192 weight, W4A16 4.98-5.81 TFLOP/s and "
+        "W8A16 3.46-4.29 (inclusionAI/humming PR #2, two runs), where H200's fit gives 4.14 and 3.70 (the bf16 "
+        "efficiencies: 8.81 and 4.96).",
         "",
     ]
     return "\n".join(lines)
