@@ -72,3 +72,22 @@ def test_weights_without_their_tensor_cores_take_the_weight_only_fit_of_as_many_
     ]
     # Blackwell: FP4 and FP8 on their own tensor cores; no weight-only table (the bf16 fit prices W4A16)
     assert [quant_gemm_scheme(cb, b200, q) for q in ("nvfp4", "fp8", "w4a16")] == ["nvfp4", "fp8", None]
+
+
+def test_the_notes_say_what_prices_a_checkpoints_weight_only_gemms():
+    from kvsim.options import config_from_args
+    from kvsim.latency import latency_notes
+
+    def notes(*args):
+        return [n for n in latency_notes(config_from_args(list(args))) if " weights on " in n]
+
+    assert notes("--model", "llama-3.1-8b", "-q", "awq", "--gpu", "a100-80gb") == [
+        "w4a16 weights on a100-80gb: vLLM's 4-bit weight-only GEMMs, priced from TensorRT-LLM's measured kernels "
+        "of the kind, not vLLM's own (no table times them)"
+    ]
+    assert "(h200-141gb's fit, same architecture)" in notes("--model", "llama-3.1-8b", "-q", "awq", "--gpu", "h100")[0]
+    assert "8-bit weight-only" in notes("--model", "llama-3.1-8b", "-q", "fp8", "--gpu", "a100-80gb")[0]
+    assert "bf16 GEMM fit's efficiencies" in notes("--model", "llama-3.1-8b", "-q", "awq", "--gpu", "b200")[0]
+    # FP8 on FP8 tensor cores, bf16: their own measured tables, nothing to say
+    assert notes("--model", "llama-3.1-8b", "-q", "fp8", "--gpu", "h100") == []
+    assert notes("--model", "llama-3.1-8b", "--gpu", "a100-80gb") == []

@@ -193,16 +193,47 @@ def _roofline(cfg) -> LatencyModel:
 
 def _per_op_notes(cfg) -> list[str]:
     """The per-operation model's notes: where its calibration comes from, naming the MoE rows that price the
-    experts (with a MoE backend picked, :func:`_moe_backend`, that backend's rows, not the default fit's)."""
+    experts (with a MoE backend picked, :func:`_moe_backend`, that backend's rows, not the default fit's), and
+    what prices a quantized checkpoint's GEMMs where no table times vLLM's own kernels (:func:`_weight_only_note`)."""
     calib, notes = _calibration(cfg)
     backend = _moe_backend(cfg, calib)
-    if cfg.latency != "per-op" or backend == "auto":
-        return notes
-    from kvsim.latency.calibration import shipped_calibration
-    from kvsim.latency.perop import expert_quant
+    if cfg.latency == "per-op" and backend != "auto":
+        from kvsim.latency.calibration import shipped_calibration
+        from kvsim.latency.perop import expert_quant
 
-    note = shipped_calibration(cfg.gpu, cfg.vllm_version, expert_quant(cfg.model), backend)[1]
-    return [note] if note else []
+        note = shipped_calibration(cfg.gpu, cfg.vllm_version, expert_quant(cfg.model), backend)[1]
+        notes = [note] if note else []
+    weight_only = _weight_only_note(cfg, calib)
+    return notes + ([weight_only] if weight_only else [])
+
+
+def _weight_only_note(cfg, calib) -> str:
+    """How the dense GEMMs of weights vLLM runs through its weight-only (Marlin / Machete) or int8 kernels are
+    priced, none of which a table times: TensorRT-LLM's measured kernels of the kind, or, where none was
+    measured on the architecture, the bf16 fit's efficiencies (empty for other weights)."""
+    from kvsim.latency.calibration import GEMM_QUANT
+    from kvsim.latency.perop import quant_gemm_scheme
+
+    quant = cfg.model.weight_quant
+    if quant is None:
+        return ""
+    scheme = quant_gemm_scheme(calib, cfg.gpu, quant)
+    kind = {"w4a16": "4-bit weight-only", "w8a16": "8-bit weight-only", "w8a8_int8": "int8"}
+    if scheme in kind:
+        src = calib.sources.get("gemm_weight_only", "")
+        where = src.split(": ", 1)[1].split(" (", 1)[0] + ", same architecture" if src.startswith("borrowed") else ""
+        how = (
+            "TensorRT-LLM's measured kernels of the kind"
+            + (f" ({where})" if where else "")
+            + ", not vLLM's own (no table times them)"
+        )
+        return f"{quant} weights on {cfg.gpu.name}: vLLM's {kind[scheme]} GEMMs, priced from {how}"
+    if scheme is None and (GEMM_QUANT[quant][2] == "bf16" or cfg.gpu.tensor_core_speedup(GEMM_QUANT[quant][2]) == 1):
+        return (
+            f"{quant} weights on {cfg.gpu.name}: vLLM's weight-only GEMMs, priced at the bf16 GEMM fit's efficiencies "
+            "reading the weights' bytes (no weight-only kernel measured on this architecture)"
+        )
+    return ""
 
 
 PER_OP = LatencyKind("per-op", _per_op, _per_op_notes, _describe_per_op)
