@@ -53,12 +53,20 @@ MIN_WEIGHTS = 2**25
 LARGE = (8192, 57344)
 
 
+@lru_cache(maxsize=1)
+def _table():
+    """The committed excerpt, read once."""
+    import pandas as pd
+
+    return pd.read_csv(TABLE)
+
+
 def read_rows(chip: str, scheme: str):
     """The measured (m, n, k, seconds) rows of ``scheme`` on ``chip``'s table."""
     import pandas as pd
 
     system, version = TABLES[chip]
-    d = pd.read_csv(TABLE)
+    d = _table()
     d = d[(d["system"] == system) & (d["version"] == version) & (d["gemm_dtype"] == SCHEMES[scheme])]
     return pd.DataFrame(
         {"m": d["m"].to_numpy(), "n": d["n"].to_numpy(), "k": d["k"].to_numpy(), "seconds": d["latency_ms"] * 1e-3}
@@ -91,6 +99,12 @@ def fitted(chip: str) -> dict:
     return out
 
 
+def chip_fits(chip: str, t0_s: float) -> dict:
+    """scheme -> GemmParams that price ``chip``'s weight-only and int8 GEMMs: its own table's fits, or its
+    architecture's (DONORS), with the fixed time ``t0_s`` of the calibration they go into."""
+    return {q: replace(p, t0_s=t0_s) for q, (p, _, _) in fitted(DONORS.get(chip, chip)).items()}
+
+
 def bf16_fit(chip: str):
     """The bf16 GEMM parameters of ``chip``'s newest shipped calibration."""
     from kvsim.latency.calibration import SHIPPED, load_calibration
@@ -115,7 +129,7 @@ def refit(path: Path, calib):
     if chip not in TABLES and donor is None:
         return None
     # a borrowed fit keeps this chip's own fixed time (its bf16 fit's, as the fit's is its chip's)
-    fits = {q: replace(p, t0_s=calib.gemm.t0_s) for q, (p, _, _) in fitted(donor or chip).items()}
+    fits = chip_fits(chip, calib.gemm.t0_s)
     sources = {**calib.sources, "gemm_weight_only": source(chip, donor)}
     fit = dict(calib.fit)
     fit["weight_only"] = (
@@ -170,7 +184,7 @@ def report() -> str:
     ]
     for chip in [*TABLES, *DONORS]:
         bf16 = bf16_fit(chip)
-        fits = {q: replace(p, t0_s=bf16.t0_s) for q, (p, _, _) in fitted(DONORS.get(chip, chip)).items()}
+        fits = chip_fits(chip, bf16.t0_s)
         lines.append(
             f"| {chip}{' (' + DONORS[chip] + ' fit)' if chip in DONORS else ''} | "
             + " | ".join(f"{bandwidth(chip, q, fits[q]):.2f}" for q in ("w4a16", "w8a16"))

@@ -211,29 +211,27 @@ def _weight_only_note(cfg, calib) -> str:
     """How the dense GEMMs of weights vLLM runs through its weight-only (Marlin / Machete) or int8 kernels are
     priced, none of which a table times: TensorRT-LLM's measured kernels of the kind, or, where none was
     measured on the architecture, the bf16 fit's efficiencies (empty for other weights)."""
-    from kvsim.latency.calibration import GEMM_QUANT
-    from kvsim.latency.perop import quant_gemm_scheme
+    from kvsim.latency.perop import quant_gemm_scheme, served_scheme
 
     quant = cfg.model.weight_quant
-    if quant is None:
-        return ""
-    scheme = quant_gemm_scheme(calib, cfg.gpu, quant)
     kind = {"w4a16": "4-bit weight-only", "w8a16": "8-bit weight-only", "w8a8_int8": "int8"}
-    if scheme in kind:
-        src = calib.sources.get("gemm_weight_only", "")
-        where = src.split(": ", 1)[1].split(" (", 1)[0] + ", same architecture" if src.startswith("borrowed") else ""
-        how = (
-            "TensorRT-LLM's measured kernels of the kind"
-            + (f" ({where})" if where else "")
-            + ", not vLLM's own (no table times them)"
-        )
-        return f"{quant} weights on {cfg.gpu.name}: vLLM's {kind[scheme]} GEMMs, priced from {how}"
-    if scheme is None and (GEMM_QUANT[quant][2] == "bf16" or cfg.gpu.tensor_core_speedup(GEMM_QUANT[quant][2]) == 1):
+    served = served_scheme(cfg.gpu, quant) if quant else None
+    if served not in kind:
+        return ""
+    head = f"{quant} weights on {cfg.gpu.name}: vLLM's"
+    if quant_gemm_scheme(calib, cfg.gpu, quant) is not None:
+        donor = calib.fit.get("weight_only", {}).get("borrowed_from")
+        where = f" ({donor}'s fit, same architecture)" if donor else ""
         return (
-            f"{quant} weights on {cfg.gpu.name}: vLLM's weight-only GEMMs, priced at the bf16 GEMM fit's efficiencies "
-            "reading the weights' bytes (no weight-only kernel measured on this architecture)"
+            f"{head} {kind[served]} GEMMs, priced from TensorRT-LLM's measured kernels of the kind{where}, not "
+            "vLLM's own (no table times them)"
         )
-    return ""
+    if served == "w8a8_int8":  # int8 tensor cores at the bf16 fit's efficiencies: said in docs/latency.md only
+        return ""
+    return (
+        f"{head} weight-only GEMMs, priced at the bf16 GEMM fit's efficiencies reading the weights' bytes (no "
+        "weight-only kernel measured on this architecture)"
+    )
 
 
 PER_OP = LatencyKind("per-op", _per_op, _per_op_notes, _describe_per_op)

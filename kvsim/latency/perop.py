@@ -116,13 +116,21 @@ def quant_gemm_scheme(calib: Calibration, gpu: GpuSpec, quant: str) -> str | Non
     (vLLM 0.19's with fp16 activations, which keep the block GEMM off DeepGEMM and FlashInfer and on a padded
     CUTLASS fallback; 0.22 on, one module launched eagerly: the CPU's time), while vLLM's block-scaled kernels run
     as fast as per-tensor ones at small batches (PR #49363 on H100: 26.9 against 25.6 us)."""
-    operands = GEMM_QUANT[quant][2]
-    if operands != "bf16" and gpu.tensor_core_speedup(operands) == 1.0:
-        quant = WEIGHT_ONLY_AS.get(quant, quant)
-        return quant if quant in calib.gemm_quant and GEMM_QUANT[quant][2] == "bf16" else None
+    served = served_scheme(gpu, quant)
+    if served != quant:
+        return served if served in calib.gemm_quant else None
     if quant == "fp8_block" and "fp8" in calib.gemm_quant:
         quant = "fp8"
     return quant if quant in calib.gemm_quant else None
+
+
+def served_scheme(gpu: GpuSpec, quant: str) -> str | None:
+    """The kind of kernel vLLM runs ``quant`` weights with on ``gpu``: the scheme itself where the GPU has its
+    tensor cores, else the weight-only scheme of as many bits (WEIGHT_ONLY_AS; None: no such kernel known)."""
+    operands = GEMM_QUANT[quant][2]
+    if operands != "bf16" and gpu.tensor_core_speedup(operands) == 1.0:
+        return WEIGHT_ONLY_AS.get(quant)
+    return quant
 
 
 def quantized(ops: list[Op], quant: str | None) -> list[Op]:
