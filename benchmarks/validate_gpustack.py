@@ -16,7 +16,8 @@ batched tokens). Client: `vllm bench serve --backend openai-chat --dataset-name 
 does not say is replayed as vLLM 0.11 sets it; GPUStack may deploy with other flags (its max model length is not
 given: 40,960 here, the base model's), except the sampler: FlashInfer's, as vLLM 0.11.0 runs it wherever flashinfer
 is installed (its Docker image; `--flashinfer-sampler`). The page does not say how vLLM was installed; with a pip
-install's sort the KV pool would be 3.6 GiB per GPU smaller.
+install's sort the KV pool would be 3.6 GiB per GPU smaller. Every run takes the allocator `kvsim run` takes
+(kvsim.runner.served_allocator: vLLM's hybrid manager for gpt-oss, prefix caching on).
 
 Held out since 2026-12-06 (`benchmarks/data/gpustack_vllm_held_out.csv`; nothing fitted to it): the vLLM blocks
 of eleven more GPUStack pages at the same commit (benchmarks/data/README.md): DeepSeek-R1-0528 (block-FP8 MLA +
@@ -162,13 +163,13 @@ def replay(r) -> dict:
     """kvsim's median and mean TTFT and TPOT (seconds) and output tokens/s for run ``r``."""
     from kvsim.commands.validate import replay_summary
     from kvsim.options import config_from_options
-    from kvsim.runner import resolve_allocator, simulate
+    from kvsim.runner import resolve_allocator, served_allocator, simulate
     from kvsim.trace.request import Request
 
     sent = send_times(r)
     reqs = [Request(str(i), float(sent[i]), a, b, line=i + 1) for i, (a, b) in enumerate(lengths(r))]
     cfg = config_from_options(server(r))
-    out = simulate(reqs, cfg, resolve_allocator("paged+prefix", cfg, named=False))
+    out = simulate(reqs, cfg, resolve_allocator(served_allocator(cfg), cfg, named=False))
     return {**replay_summary(out), "preemptions": int(out.summary["preemptions"])}
 
 
@@ -279,7 +280,9 @@ def main() -> None:
         "(held out: TTFT 0.50, TPOT 0.63, output tokens/s 1.75; gpt-oss-20b 0.44, 0.56, 2.01) pointed to one change, "
         "made from vLLM's history, not fitted: before 0.11.1 vLLM ran gpt-oss's MXFP4 experts on Hopper with "
         "Marlin (OpenAI's Triton kernels were not a dependency until PR #27370), which kvsim now prices for "
-        "`--vllm-version` 0.10-0.11.0; the gpt-oss rows are not blind to that. The ShareGPT bursts' lengths are "
+        "`--vllm-version` 0.10-0.11.0; the gpt-oss rows are not blind to that. Each run takes the allocator "
+        "`kvsim run` takes (vLLM's hybrid manager for gpt-oss; before 2026-12-07 this harness kept every gpt-oss "
+        "layer's tokens, half the sequences vLLM holds: gpt-oss-120b TPOT 0.83, now 0.95). The ShareGPT bursts' lengths are "
         "approximate (drawn from the ShareGPT excerpt in traces/, scaled to the run's totals: its longest outputs "
         "are shorter than vLLM's sample, so those runs end early and their tokens/s comes out high). Predicted / "
         "measured, median [p10, p90] over runs (median |error|). Command: `python benchmarks/validate_gpustack.py` "

@@ -81,14 +81,14 @@ def replay(r, kernels: str, routing: str | None = None) -> dict:
     """kvsim's median and mean TTFT and TPOT (seconds) and output tokens/s for run ``r``."""
     from kvsim.commands.validate import replay_summary
     from kvsim.options import config_from_options
-    from kvsim.runner import resolve_allocator, simulate
+    from kvsim.runner import resolve_allocator, served_allocator, simulate
     from kvsim.trace.request import Request
 
     n = 10 * int(r.conc)
     ins, outs = lengths(int(r.isl), int(r.osl), n)
     reqs = [Request(str(i), 0.0, int(p), int(o), line=i + 1) for i, (p, o) in enumerate(zip(ins, outs))]
     cfg = config_from_options(server(r, kernels, routing))
-    return replay_summary(simulate(reqs, cfg, resolve_allocator("paged", cfg, named=False)))
+    return replay_summary(simulate(reqs, cfg, resolve_allocator(served_allocator(cfg), cfg, named=False)))
 
 
 def main() -> None:

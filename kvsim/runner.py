@@ -34,6 +34,20 @@ def resolve_allocator(allocator: AllocatorSpec | str, cfg: SimConfig, named: boo
     return spec.resolve(cfg.block_size, prefix_caching(cfg, named))
 
 
+def served_allocator(cfg: SimConfig) -> str:
+    """The allocator vLLM serves ``cfg`` with when none is named: ``paged``; for a model whose layers differ,
+    its hybrid KV cache manager (``hybrid``), or ``naive`` (every attention layer keeps every token) where
+    the release served the model without it (kvsim.releases); with ``+prefix`` where a default allocator
+    caches prefixes (:func:`kvsim.config.prefix_caching`: as vLLM V1, not for models with mamba layers, and as
+    ``--enable-prefix-caching`` / ``--no-enable-prefix-caching`` say when given). Every command, plan point
+    and validation harness that picks an allocator for the user picks this one."""
+    from kvsim.releases import hybrid_manager_on
+
+    m = cfg.model
+    kind = "paged" if not m.is_hybrid else "hybrid" if hybrid_manager_on(m, cfg.vllm_version) else "naive"
+    return kind + ("+prefix" if prefix_caching(cfg, named=False) else "")
+
+
 def build_allocator(cfg: SimConfig, allocator: AllocatorSpec | str, pool: PoolPlan) -> KVAllocator:
     """One engine's allocator over the planned pool (with its CPU swap pool, if any)."""
     cpu_slots = int(cfg.swap_space * (1 << 30)) // pool.kv_bytes_per_token

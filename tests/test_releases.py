@@ -131,13 +131,13 @@ def test_the_option_changes_only_the_kernel_tables():
 
 
 def test_with_another_latency_model_the_release_decides_the_layout_only():
-    from kvsim.fleet.cluster import default_allocator
+    from kvsim.runner import served_allocator
     from kvsim.latency import latency_notes
 
     cfg = config_from_args(
         ["--model", "llama-4-scout", "--gpu", "h200", "-tp", "8", "--latency", "roofline", "--vllm-version", "0.11"]
     )
-    assert default_allocator(cfg) == "naive+prefix"  # no hybrid manager in 0.11, whatever prices the steps
+    assert served_allocator(cfg) == "naive+prefix"  # no hybrid manager in 0.11, whatever prices the steps
     roof = build_latency(
         config_from_args(["--model", "llama-4-scout", "--gpu", "h200", "-tp", "8", "--latency", "roofline"])
     )
@@ -202,12 +202,12 @@ def test_chunked_attention_ran_without_the_hybrid_manager_in_0_10_to_0_12():
 
 
 def test_a_fleet_of_llama_4_on_those_releases_lays_every_layer_out_in_full():
-    from kvsim.fleet.cluster import default_allocator
+    from kvsim.runner import served_allocator
 
-    assert default_allocator(config_from_args(["--model", "llama-4-scout", "--vllm-version", "0.11"])) == "naive+prefix"
-    assert default_allocator(config_from_args(["--model", "llama-4-scout"])) == "hybrid+prefix"
-    assert default_allocator(config_from_args(["--model", "gemma-2-9b", "--vllm-version", "0.11"])) == "hybrid+prefix"
-    assert default_allocator(config_from_args(["--model", "llama-3-8b", "--vllm-version", "0.11"])) == "paged+prefix"
+    assert served_allocator(config_from_args(["--model", "llama-4-scout", "--vllm-version", "0.11"])) == "naive+prefix"
+    assert served_allocator(config_from_args(["--model", "llama-4-scout"])) == "hybrid+prefix"
+    assert served_allocator(config_from_args(["--model", "gemma-2-9b", "--vllm-version", "0.11"])) == "hybrid+prefix"
+    assert served_allocator(config_from_args(["--model", "llama-3-8b", "--vllm-version", "0.11"])) == "paged+prefix"
 
 
 def test_the_logged_kv_cache_size_follows_the_release():

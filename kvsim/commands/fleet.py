@@ -141,14 +141,14 @@ def cmd_cluster(a: argparse.Namespace) -> int:
     from kvsim.allocators.registry import model_problem
     from kvsim.commands.simulate import build_config, check_accounted, warn_if_mostly_rejected
     from kvsim.files import prepare_results_dir
-    from kvsim.fleet.cluster import default_allocator, simulate_fleet
+    from kvsim.fleet.cluster import simulate_fleet
     from kvsim.fleet.routers import PREFIX_ROUTERS, RouterOptions, parse_router_params, parse_routers
-    from kvsim.runner import resolve_allocator
+    from kvsim.runner import resolve_allocator, served_allocator
     from kvsim.output.progress import Progress
 
     routers = parse_routers(a.routers, "--routers")
     cfg = build_config(a)
-    spec = resolve_allocator(a.allocator or default_allocator(cfg), cfg, named=a.allocator is not None)
+    spec = resolve_allocator(a.allocator or served_allocator(cfg), cfg, named=a.allocator is not None)
     problem = model_problem(spec, cfg.model)
     if problem:
         raise ConfigError(problem)

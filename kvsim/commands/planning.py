@@ -182,7 +182,6 @@ def _fleet_plan(a: argparse.Namespace, cfg, slos, routers, out: Path) -> None:
     import pandas as pd
 
     from kvsim.files import write_text_atomically
-    from kvsim.fleet.cluster import default_allocator
     from kvsim.options import DEFAULT_GPU, values_from_namespace
     from kvsim.output.table import Column, markdown_table, print_rows
     from kvsim.output.writer import write_table
@@ -197,9 +196,9 @@ def _fleet_plan(a: argparse.Namespace, cfg, slos, routers, out: Path) -> None:
     from kvsim.planning.plan import parse_gpus
 
     gpus = parse_gpus(a.gpus) if a.gpus is not None else [(a.gpu or DEFAULT_GPU, None)]
-    from kvsim.runner import resolve_allocator
+    from kvsim.runner import resolve_allocator, served_allocator
 
-    allocator = str(resolve_allocator(default_allocator(cfg), cfg, named=False))
+    allocator = str(resolve_allocator(served_allocator(cfg), cfg, named=False))
     values = values_from_namespace(a)
     values.pop("gpu", None)
     notes: list[str] = []

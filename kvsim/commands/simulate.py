@@ -168,7 +168,7 @@ def simulate_all(a: argparse.Namespace, allocator_names: str, command: str) -> i
     from kvsim.output.table import choose_columns
 
     columns = choose_columns(a.columns, a.wide)  # a bad name fails now, not after the simulation
-    from kvsim.runner import prefix_caching
+    from kvsim.runner import prefix_caching, served_allocator
 
     cfg = build_config(a)
     named = allocator_names is not None
@@ -176,7 +176,7 @@ def simulate_all(a: argparse.Namespace, allocator_names: str, command: str) -> i
         if command == "compare":
             allocator_names = HYBRID_DEFAULT_ALLOCATORS if cfg.model.is_hybrid else DEFAULT_ALLOCATORS
         else:
-            allocator_names = "hybrid" if cfg.model.is_hybrid else "paged"
+            allocator_names = served_allocator(cfg)
     allocators = parse_allocator_list(allocator_names, cfg.block_size, prefix_caching(cfg, named))
     from kvsim.allocators.registry import model_problem
 

@@ -50,9 +50,9 @@ def compare_run(run, cfg) -> tuple[dict, object]:
     import pandas as pd
 
     from kvsim.metrics import percentile
-    from kvsim.runner import resolve_allocator, simulate
+    from kvsim.runner import resolve_allocator, served_allocator, simulate
 
-    spec = resolve_allocator("hybrid" if cfg.model.is_hybrid else "paged", cfg, named=False)
+    spec = resolve_allocator(served_allocator(cfg), cfg, named=False)
     out = simulate(run.requests, cfg, spec)
     pred = out.requests.set_index("id").loc[[r.id for r in run.requests]]
     outputs = np.array([r.output_tokens for r in run.requests], dtype=float)

@@ -56,19 +56,6 @@ class ReplicaGroup:
         return self.engines * self.cfg.gpus
 
 
-def default_allocator(cfg) -> str:
-    """A fleet replica's allocator unless one is named: vLLM V1 lays out a model whose layers differ with its
-    hybrid manager, except where the release served it without (kvsim.releases), and caches prefixes as a
-    single engine's default allocator does (:func:`kvsim.config.prefix_caching`: by default, not for models with
-    mamba layers, and as ``--enable-prefix-caching`` / ``--no-enable-prefix-caching`` say when given)."""
-    from kvsim.config import prefix_caching
-    from kvsim.releases import hybrid_manager_on
-
-    m = cfg.model
-    kind = "paged" if not m.is_hybrid else "hybrid" if hybrid_manager_on(m, cfg.vllm_version) else "naive"
-    return kind + ("+prefix" if prefix_caching(cfg, named=False) else "")
-
-
 @dataclass
 class FleetOutput:
     router: str

@@ -84,12 +84,13 @@ def split_point(point: dict) -> tuple[dict, dict]:
 def point_config(point: dict):
     """(SimConfig, resolved allocator spec, options) of a point, without loading its trace."""
     from kvsim.options import config_from_options, normalize
-    from kvsim.runner import resolve_allocator
+    from kvsim.runner import resolve_allocator, served_allocator
 
     own, opts = split_point(point)
     cfg = config_from_options(opts, naming="key")
     named = own.get("allocator") is not None
-    return cfg, resolve_allocator(str(own.get("allocator", "paged")), cfg, named), normalize(opts, naming="key")
+    allocator = own["allocator"] if named else served_allocator(cfg)
+    return cfg, resolve_allocator(str(allocator), cfg, named), normalize(opts, naming="key")
 
 
 @dataclass(frozen=True)
