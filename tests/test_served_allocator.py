@@ -68,3 +68,15 @@ def test_the_gpustack_harness_replays_gpt_oss_with_the_hybrid_manager():
     got = v.replay(r)
     assert 0.8 <= got["tpot_p50"] / (r.median_tpot_ms / 1e3) <= 1.2
     assert 0.7 <= got["ttft_p50"] / (r.median_ttft_ms / 1e3) <= 1.2
+
+
+def test_kvsim_plan_without_allocators_plans_the_served_layout(tmp_path, capsys):
+    from kvsim.cli import main
+
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("".join(open(ROOT / "traces" / "chat.jsonl").readlines()[:30]))
+    out = tmp_path / "plan"
+    args = ["plan", "--trace", str(trace), "--model", "gpt-oss-20b", "--gpu", "h100", "--slo", "ttft_p99=5s"]
+    assert main([*args, "--max-steps", "2", "--out", str(out), "--no-plots"]) == 0
+    assert set(pd.read_csv(out / "plan.csv").allocator) == {"hybrid:16+prefix"}
+    capsys.readouterr()

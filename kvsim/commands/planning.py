@@ -88,10 +88,10 @@ def _plan(a: argparse.Namespace, cfg, slos, out: Path) -> None:
         base["trace"] = window[0]
         print(window[2], file=sys.stderr)
     gpus = parse_gpus(a.gpus) if a.gpus is not None else [(a.gpu or DEFAULT_GPU, None)]
-    from kvsim.runner import prefix_caching
+    from kvsim.runner import prefix_caching, served_allocator
 
     allocators = parse_allocator_list(
-        a.allocators or "paged", cfg.block_size, prefix_caching(cfg, a.allocators is not None)
+        a.allocators or served_allocator(cfg), cfg.block_size, prefix_caching(cfg, a.allocators is not None)
     )
     jobs = make_jobs(base, gpus, allocators, slos, a.study, a.tol, a.max_steps, a.kernel_bench)
     validate_points([j.point for j in jobs])
@@ -564,8 +564,8 @@ def register(sub) -> None:
     )
     pl.add_argument(
         "--allocators",
-        help="comma-separated allocator names [default: paged:16, with +prefix as "
-        "vLLM V1 unless --no-enable-prefix-caching]",
+        help="comma-separated allocator names [default: what vLLM serves the model with: paged:16, hybrid for "
+        "models whose layers differ, with +prefix as vLLM V1 unless --no-enable-prefix-caching]",
     )
     pl.add_argument(
         "--slo", required=True, help="e.g. ttft_p99=2s,tpot_p99=100ms (ttft/tpot/e2e at p50/p90/p99; s, ms or us)"
