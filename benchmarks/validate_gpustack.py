@@ -53,7 +53,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-METRICS = ("ttft_p50", "ttft_mean", "tpot_p50", "tpot_mean", "out_tok_s")
 DATA = ROOT / "benchmarks" / "data"
 FILES = {
     "gpustack_qwen3_235b_h100.csv": "not blind",
@@ -163,13 +162,13 @@ def replay(r) -> dict:
     """kvsim's median and mean TTFT and TPOT (seconds) and output tokens/s for run ``r``."""
     from kvsim.commands.validate import replay_summary
     from kvsim.options import config_from_options
-    from kvsim.runner import resolve_allocator, served_allocator, simulate
+    from kvsim.runner import served_spec, simulate
     from kvsim.trace.request import Request
 
     sent = send_times(r)
     reqs = [Request(str(i), float(sent[i]), a, b, line=i + 1) for i, (a, b) in enumerate(lengths(r))]
     cfg = config_from_options(server(r))
-    out = simulate(reqs, cfg, resolve_allocator(served_allocator(cfg), cfg, named=False))
+    out = simulate(reqs, cfg, served_spec(cfg))
     return {**replay_summary(out), "preemptions": int(out.summary["preemptions"])}
 
 
@@ -204,7 +203,7 @@ def label(r) -> str:
 
 
 def main() -> None:
-    from kvsim.commands.validate import add_ratios, ratio_line, ratio_table, save_table
+    from kvsim.commands.validate import SUMMARY_METRICS, add_ratios, ratio_line, ratio_table, save_summary, save_table
     from kvsim.errors import ConfigError
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -304,7 +303,7 @@ def main() -> None:
     groups += [(f"held out: {m}", sub) for m, sub in exact[exact.data == "held out"].groupby("model_name", sort=False)]
     groups += [(f"held out: {g}", sub) for g, sub in exact[exact.data == "held out"].groupby("gpu", sort=False)]
     groups += [(f"held out: {c}", sub) for c, sub in t[t.data == "held out"].groupby("kind", sort=False)]
-    lines += ratio_table(groups, METRICS)
+    lines += ratio_table(groups, SUMMARY_METRICS)
     if refused:
         lines += ["", "Not replayed (kvsim refuses the set-up):", "", *(f"- {x}" for x in refused)]
     lines += [
@@ -319,8 +318,7 @@ def main() -> None:
             f"{r.ttft_p50_measured:.2f} | {r.ttft_p50_ratio:.2f} | {1e3 * r.tpot_p50_measured:.1f} | "
             f"{r.tpot_p50_ratio:.2f} | {r.out_tok_s_measured:.1f} | {r.out_tok_s_ratio:.2f} | {r.preemptions} |"
         )
-    (out / "summary.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    print(f"wrote {out}/validate.csv and summary.md")
+    save_summary(out, lines)
 
 
 if __name__ == "__main__":

@@ -36,7 +36,6 @@ sys.path.insert(0, str(ROOT))
 GPUS = {"h100": "h100-80gb", "h200": "h200-141gb", "b200": "b200"}
 SERVED_KERNELS = {"h100": "marlin", "h200": "marlin", "b200": "flashinfer-trtllm-mxfp8"}
 CAPTURE = ",".join(map(str, [1, 2, 4, *range(8, 256, 8), *range(256, 2049, 16)]))  # --max-cudagraph-capture-size 2048
-METRICS = ("ttft_p50", "ttft_mean", "tpot_p50", "tpot_mean", "out_tok_s")
 
 
 def lengths(isl: int, osl: int, n: int, seed: int = 0):
@@ -81,14 +80,14 @@ def replay(r, kernels: str, routing: str | None = None) -> dict:
     """kvsim's median and mean TTFT and TPOT (seconds) and output tokens/s for run ``r``."""
     from kvsim.commands.validate import replay_summary
     from kvsim.options import config_from_options
-    from kvsim.runner import resolve_allocator, served_allocator, simulate
+    from kvsim.runner import served_spec, simulate
     from kvsim.trace.request import Request
 
     n = 10 * int(r.conc)
     ins, outs = lengths(int(r.isl), int(r.osl), n)
     reqs = [Request(str(i), 0.0, int(p), int(o), line=i + 1) for i, (p, o) in enumerate(zip(ins, outs))]
     cfg = config_from_options(server(r, kernels, routing))
-    return replay_summary(simulate(reqs, cfg, resolve_allocator(served_allocator(cfg), cfg, named=False)))
+    return replay_summary(simulate(reqs, cfg, served_spec(cfg)))
 
 
 def main() -> None:
@@ -143,7 +142,7 @@ def main() -> None:
 
 def write_summary(t, path: Path, kernels: str) -> None:
     """Median [p10, p90] (median |error|) of each ratio by group of runs, then every run."""
-    from kvsim.commands.validate import ratio_table
+    from kvsim.commands.validate import SUMMARY_METRICS, ratio_table
 
     lines = [
         "# kvsim against InferenceMAX's vLLM runs of gpt-oss-120b (H100, H200, B200)",
@@ -172,7 +171,7 @@ def write_summary(t, path: Path, kernels: str) -> None:
         (f"{lo}-{hi} clients", t[(t.concurrency >= lo) & (t.concurrency <= hi)])
         for lo, hi in ((4, 8), (16, 32), (64, 128))
     ]
-    lines += ratio_table(groups, METRICS)
+    lines += ratio_table(groups, SUMMARY_METRICS)
     lines += [
         "",
         "| gpu | vLLM | in/out | TP | clients | TTFT p50 ms measured | ratio | TPOT p50 ms measured | ratio | "

@@ -41,7 +41,6 @@ SERVER = {
     "vllm_version": "0.8.5",
 }
 BLOCK = 16  # tokens per hash id: vLLM's block, so a resent prompt finds every full block of itself
-METRICS = ("ttft_p50", "ttft_mean", "tpot_p50", "tpot_mean", "out_tok_s")
 
 
 def load(path: Path = DATA):
@@ -113,28 +112,24 @@ def predicted(run, out) -> dict:
 
 def replay(d) -> list[dict]:
     """One row per run: measured, predicted and their ratios, the run's session and whether it opened it."""
-    from kvsim.commands.validate import add_ratios
+    from kvsim.commands.validate import add_ratios, ratio_line
     from kvsim.options import config_from_options
-    from kvsim.runner import resolve_allocator, served_allocator, simulate
+    from kvsim.runner import served_spec, simulate
 
     cfg = config_from_options(SERVER)
     rows = []
     for session, sess in d.groupby("session", sort=True):
-        out = simulate(session_requests(sess), cfg, resolve_allocator(served_allocator(cfg), cfg, named=False))
+        out = simulate(session_requests(sess), cfg, served_spec(cfg))
         first = sess.loc[sess.launch_s.idxmin(), "qps"]
         for qps, run in sess.groupby("qps", sort=False):
             row = {"session": int(session), "qps": float(qps), "cache": "empty" if qps == first else "warm"}
             rows.append(add_ratios(row, measured(run), predicted(run, out)))
-            print(
-                f"session {session}, {qps:g} req/s ({row['cache']} cache): TTFT {row['ttft_p50_ratio']:.2f}, "
-                f"TPOT {row['tpot_p50_ratio']:.2f}, tok/s {row['out_tok_s_ratio']:.2f}",
-                flush=True,
-            )
+            print(f"session {session}, {qps:g} req/s ({row['cache']} cache): {ratio_line(row)}", flush=True)
     return rows
 
 
 def main() -> None:
-    from kvsim.commands.validate import ratio_table, save_table
+    from kvsim.commands.validate import SUMMARY_METRICS, ratio_table, save_summary, save_table
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default=str(ROOT / "reports" / "validation-llmd"))
@@ -159,7 +154,7 @@ def main() -> None:
         "the set-up).",
         "",
     ]
-    lines += ratio_table(groups, METRICS)
+    lines += ratio_table(groups, SUMMARY_METRICS)
     lines += [
         "",
         "| session | req/s | cache | TTFT p50 ms measured | ratio | TPOT p50 ms measured | ratio | out tok/s measured | ratio |",
@@ -171,8 +166,7 @@ def main() -> None:
             f"{1e3 * r.tpot_p50_measured:.2f} | {r.tpot_p50_ratio:.2f} | {r.out_tok_s_measured:.0f} | "
             f"{r.out_tok_s_ratio:.2f} |"
         )
-    (out / "summary.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    print(f"wrote {out}/validate.csv and summary.md")
+    save_summary(out, lines)
 
 
 if __name__ == "__main__":

@@ -74,7 +74,7 @@ def replay(d: dict, preset: str, quant: str | None, tp: int, max_len: int, steps
 
     from kvsim.metrics import percentile
     from kvsim.options import config_from_options
-    from kvsim.runner import resolve_allocator, served_allocator, simulate
+    from kvsim.runner import served_spec, simulate
     from kvsim.trace.request import Request
 
     # A request that succeeded without text (output 0: the model ended at once) was prefilled and sampled one
@@ -97,7 +97,7 @@ def replay(d: dict, preset: str, quant: str | None, tp: int, max_len: int, steps
     if quant:
         values["quantization"] = quant
     cfg = config_from_options({**values, **extra})
-    out = simulate(reqs, cfg, resolve_allocator(served_allocator(cfg), cfg, named=False))
+    out = simulate(reqs, cfg, served_spec(cfg))
     df = out.requests
     done = df[df.status == "finished"]
     ttft = np.where(done.id.isin(silent), 0.0, done.ttft_s.to_numpy())

@@ -19,7 +19,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from kvsim.commands.validate import METRICS, compare_run, save_table, server_implied  # noqa: E402
+from kvsim.commands.validate import METRICS, compare_run, save_summary, save_table, server_implied  # noqa: E402
 from kvsim.errors import ConfigError  # noqa: E402
 from kvsim.hardware import get_model  # noqa: E402
 from kvsim.options import config_from_options  # noqa: E402
@@ -124,8 +124,7 @@ def main() -> None:
         "not compared; `--num-scheduler-steps 1` replays them one step at a time. The TTFT gap left (7-8B models: "
         "the first token 40-50 ms after kvsim's prefill ends) is reported, not tuned away.",
     ]
-    (out / "summary.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    print(f"wrote {out}/validate.csv and summary.md")
+    save_summary(out, lines)
 
 
 if __name__ == "__main__":

@@ -48,6 +48,11 @@ def served_allocator(cfg: SimConfig) -> str:
     return kind + ("+prefix" if prefix_caching(cfg, named=False) else "")
 
 
+def served_spec(cfg: SimConfig) -> AllocatorSpec:
+    """:func:`served_allocator`'s spec with the run's block size (a command's default, not the user's choice)."""
+    return resolve_allocator(served_allocator(cfg), cfg, named=False)
+
+
 def build_allocator(cfg: SimConfig, allocator: AllocatorSpec | str, pool: PoolPlan) -> KVAllocator:
     """One engine's allocator over the planned pool (with its CPU swap pool, if any)."""
     cpu_slots = int(cfg.swap_space * (1 << 30)) // pool.kv_bytes_per_token

@@ -27,7 +27,7 @@ from kvsim.fleet.cluster import ReplicaGroup
 from kvsim.fleet.disagg import simulate_disagg
 from kvsim.option_table import OPTIONS
 from kvsim.options import config_from_args
-from kvsim.runner import resolve_allocator, served_allocator
+from kvsim.runner import resolve_allocator, served_spec
 from kvsim.trace.request import Request
 
 # a small model on a small KV pool: the trace's requests share prefixes, queue and get preempted
@@ -297,7 +297,7 @@ def test_one_replica_cluster_equals_kvsim_run_with_each_option(tmp_path, trace_d
 )
 def test_the_fleet_default_allocator_caches_prefixes_as_a_single_engine_does(args, expected):
     cfg = config_from_args(args)
-    assert str(resolve_allocator(served_allocator(cfg), cfg, named=False)) == expected
+    assert str(served_spec(cfg)) == expected
     single = resolve_allocator("hybrid" if cfg.model.is_hybrid else "paged", cfg, named=False)
     assert single.prefix == expected.endswith("+prefix")
 
@@ -375,7 +375,7 @@ def test_the_fleet_plan_and_its_vllm_commands_honour_prefix_caching(tmp_path, tr
 
 def _handoff(args, prompt=1000, spec=None, gpus=None):
     cfg = config_from_args(["--gpu", "h100-80gb", "--kv-pool-gb", "4", *args])
-    spec = spec or resolve_allocator(served_allocator(cfg), cfg, named=False)
+    spec = spec or served_spec(cfg)
     f = simulate_disagg(
         [Request("a", 0.0, prompt, 4)],
         [ReplicaGroup("p", cfg, spec, 1)],

@@ -8,6 +8,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from kvsim.commands.validate import SUMMARY_METRICS
+
 ROOT = Path(__file__).resolve().parents[1]
 REPORT = ROOT / "reports" / "validation-llmd" / "validate.csv"
 
@@ -35,7 +37,7 @@ def test_the_committed_report_is_the_replay_of_today():
     saved = pd.read_csv(REPORT)
     saved = saved[saved.session == 1].set_index("qps")
     for r in rows.itertuples():
-        for m in v.METRICS:
+        for m in SUMMARY_METRICS:
             assert getattr(r, f"{m}_predicted") == pytest.approx(saved.loc[r.qps, f"{m}_predicted"], rel=1e-9)
     # the runs after the first find every full block of their prompts cached by the run before
     assert (saved.cache == ["empty"] + ["warm"] * (len(saved) - 1)).all()
@@ -46,10 +48,10 @@ def test_a_resent_prompt_is_served_from_its_cached_blocks():
     d = v.load()
     two = d[(d.session == 1) & d.qps.isin([4, 8])]
     from kvsim.options import config_from_options
-    from kvsim.runner import resolve_allocator, served_allocator, simulate
+    from kvsim.runner import served_spec, simulate
 
     cfg = config_from_options(v.SERVER)
-    out = simulate(v.session_requests(two), cfg, resolve_allocator(served_allocator(cfg), cfg, named=False))
+    out = simulate(v.session_requests(two), cfg, served_spec(cfg))
     q = out.requests
     second = q[q.id.str.startswith("8/")]
     first = q[q.id.str.startswith("4/")]

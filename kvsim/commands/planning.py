@@ -196,9 +196,9 @@ def _fleet_plan(a: argparse.Namespace, cfg, slos, routers, out: Path) -> None:
     from kvsim.planning.plan import parse_gpus
 
     gpus = parse_gpus(a.gpus) if a.gpus is not None else [(a.gpu or DEFAULT_GPU, None)]
-    from kvsim.runner import resolve_allocator, served_allocator
+    from kvsim.runner import served_spec
 
-    allocator = str(resolve_allocator(served_allocator(cfg), cfg, named=False))
+    allocator = str(served_spec(cfg))
     values = values_from_namespace(a)
     values.pop("gpu", None)
     notes: list[str] = []

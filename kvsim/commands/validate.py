@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 
 METRICS = ("ttft", "tpot", "e2e")
+# what replay_summary gives a replayed run (and the validation benchmarks compare, predicted / measured)
+SUMMARY_METRICS = ("ttft_p50", "ttft_mean", "tpot_p50", "tpot_mean", "out_tok_s")
 
 
 def replay_summary(out) -> dict:
@@ -50,9 +52,9 @@ def compare_run(run, cfg) -> tuple[dict, object]:
     import pandas as pd
 
     from kvsim.metrics import percentile
-    from kvsim.runner import resolve_allocator, served_allocator, simulate
+    from kvsim.runner import served_spec, simulate
 
-    spec = resolve_allocator(served_allocator(cfg), cfg, named=False)
+    spec = served_spec(cfg)
     out = simulate(run.requests, cfg, spec)
     pred = out.requests.set_index("id").loc[[r.id for r in run.requests]]
     outputs = np.array([r.output_tokens for r in run.requests], dtype=float)
@@ -108,6 +110,12 @@ def save_table(rows: list[dict], out: Path):
     table = pd.DataFrame(rows)
     table.to_csv(out / "validate.csv", index=False)
     return table
+
+
+def save_summary(out: Path, lines: list[str]) -> None:
+    """``lines`` as ``out``/summary.md beside the validate.csv :func:`save_table` wrote, and say so."""
+    (out / "summary.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    print(f"wrote {out}/validate.csv and summary.md")
 
 
 def ratio_cell(ratio) -> str:
