@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import gc
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -62,8 +64,32 @@ def _int_field(
     return v
 
 
+# the fields of most trace lines: such a line whose values have their plain types and ranges needs no other check
+_PLAIN_FIELDS = frozenset(("id", "arrival_s", "prompt_tokens", "output_tokens"))
+_MAX_EXACT_INT = 1 << 53  # an integer arrival_s up to this converts to a float exactly
+
+
 def parse_request(obj: object, path: str, line: int, index: int) -> Request:
     """Validate one decoded JSON value and turn it into a Request."""
+    if type(obj) is dict and obj.keys() <= _PLAIN_FIELDS:
+        # the common line, checked at once (the same Request as the checks below give it; anything else, or
+        # anything out of range, takes them and their messages): a million-line trace loads in half the time
+        t, p, o, rid = obj.get("arrival_s"), obj.get("prompt_tokens"), obj.get("output_tokens"), obj.get("id", index)
+        tt, tr = type(t), type(rid)
+        if (
+            ((tt is float and 0.0 <= t < math.inf) or (tt is int and 0 <= t <= _MAX_EXACT_INT))
+            and type(p) is int
+            and type(o) is int
+            and 1 <= p <= MAX_TOKENS
+            and 1 <= o <= MAX_TOKENS
+            and (tr is int or (tr is str and rid.isascii()))
+        ):
+            return Request(str(rid), float(t), p, o, 0, None, None, 1, line, None)
+    return checked_request(obj, path, line, index)
+
+
+def checked_request(obj: object, path: str, line: int, index: int) -> Request:
+    """:func:`parse_request` field by field, naming the first bad one."""
     if not isinstance(obj, dict):
         raise TraceError(path, line, None, f"expected a JSON object, got {type(obj).__name__}")
     if "arrival_s" not in obj:
@@ -121,15 +147,23 @@ def load_jsonl(path: str | Path, skip_invalid: bool = False) -> LoadedTrace:
     requests: list[Request] = []
     skipped: list[tuple[int, str]] = []
     seen: dict[str, int] = {}
-    with fh:
-        lineno = 0
-        try:
-            for lineno, text in enumerate(fh, start=1):
-                if not text.strip():
-                    continue
-                _add_line(text, path, lineno, requests, skipped, seen, skip_invalid)
-        except UnicodeDecodeError:
-            raise TraceError(path, lineno + 1, None, "not UTF-8 text (a binary file?)") from None
+    # the collector's passes over every object made so far cost a million-line trace a quarter of its load: none
+    # is needed while lines only add requests
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        with fh:
+            lineno = 0
+            try:
+                for lineno, text in enumerate(fh, start=1):
+                    if not text.strip():
+                        continue
+                    _add_line(text, path, lineno, requests, skipped, seen, skip_invalid)
+            except UnicodeDecodeError:
+                raise TraceError(path, lineno + 1, None, "not UTF-8 text (a binary file?)") from None
+    finally:
+        if collecting:
+            gc.enable()
     if not requests and not skipped:
         raise TraceError(path, 0, None, "no requests in file")
     if not requests:
@@ -143,11 +177,27 @@ def load_jsonl(path: str | Path, skip_invalid: bool = False) -> LoadedTrace:
     return LoadedTrace(requests, path, skipped, unsorted)
 
 
+_scan = json.JSONDecoder().scan_once  # json.loads' own scanner, without its per-call wrapping
+_LINE_ENDS = ("\n", "", "\r\n")
+
+
+def _decode_line(text: str):
+    """``json.loads(text)``, twice as fast on a line that is one JSON value and its line ending; any other
+    line goes to json.loads itself (the same value or the same error)."""
+    try:
+        obj, end = _scan(text, 0)
+    except Exception:  # noqa: BLE001 (json.loads gives the reason)
+        return json.loads(text)
+    if text[end:] not in _LINE_ENDS:
+        return json.loads(text)
+    return obj
+
+
 def _add_line(text: str, path: str, lineno: int, requests: list, skipped: list, seen: dict, skip_invalid: bool) -> None:
     """Parse one line into ``requests`` (or, with ``skip_invalid``, record why not in ``skipped``)."""
     try:
         try:
-            obj = json.loads(text)
+            obj = _decode_line(text)
         except json.JSONDecodeError as e:
             hint = (
                 " (a CSV? convert it with `kvsim trace convert`)"
