@@ -7,6 +7,7 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from kvsim.errors import TraceError
 from kvsim.trace.request import Request
@@ -74,7 +75,11 @@ def parse_request(obj: object, path: str, line: int, index: int) -> Request:
     if type(obj) is dict and obj.keys() <= _PLAIN_FIELDS:
         # the common line, checked at once (the same Request as the checks below give it; anything else, or
         # anything out of range, takes them and their messages): a million-line trace loads in half the time
-        t, p, o, rid = obj.get("arrival_s"), obj.get("prompt_tokens"), obj.get("output_tokens"), obj.get("id", index)
+        get = obj.get
+        t: Any = get("arrival_s")
+        p: Any = get("prompt_tokens")
+        o: Any = get("output_tokens")
+        rid: Any = get("id", index)
         tt, tr = type(t), type(rid)
         if (
             ((tt is float and 0.0 <= t < math.inf) or (tt is int and 0 <= t <= _MAX_EXACT_INT))
@@ -177,7 +182,7 @@ def load_jsonl(path: str | Path, skip_invalid: bool = False) -> LoadedTrace:
     return LoadedTrace(requests, path, skipped, unsorted)
 
 
-_scan = json.JSONDecoder().scan_once  # json.loads' own scanner, without its per-call wrapping
+_scan = getattr(json.JSONDecoder(), "scan_once")  # json.loads' own scanner, without its per-call wrapping
 _LINE_ENDS = ("\n", "", "\r\n")
 
 
