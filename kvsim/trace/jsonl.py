@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gc
 import json
 import math
 from dataclasses import dataclass, field
@@ -152,23 +151,15 @@ def load_jsonl(path: str | Path, skip_invalid: bool = False) -> LoadedTrace:
     requests: list[Request] = []
     skipped: list[tuple[int, str]] = []
     seen: dict[str, int] = {}
-    # the collector's passes over every object made so far cost a million-line trace a quarter of its load: none
-    # is needed while lines only add requests
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
-        with fh:
-            lineno = 0
-            try:
-                for lineno, text in enumerate(fh, start=1):
-                    if not text.strip():
-                        continue
-                    _add_line(text, path, lineno, requests, skipped, seen, skip_invalid)
-            except UnicodeDecodeError:
-                raise TraceError(path, lineno + 1, None, "not UTF-8 text (a binary file?)") from None
-    finally:
-        if collecting:
-            gc.enable()
+    with fh:
+        lineno = 0
+        try:
+            for lineno, text in enumerate(fh, start=1):
+                if not text.strip():
+                    continue
+                _add_line(text, path, lineno, requests, skipped, seen, skip_invalid)
+        except UnicodeDecodeError:
+            raise TraceError(path, lineno + 1, None, "not UTF-8 text (a binary file?)") from None
     if not requests and not skipped:
         raise TraceError(path, 0, None, "no requests in file")
     if not requests:
