@@ -72,6 +72,9 @@ DEFAULTS = {
     "max_concurrency": float("nan"),
     "request_rate": float("inf"),  # requests/s of a Poisson client (vllm bench serve --request-rate); inf: at once
     "token_counts": "",  # "client, other tokenizer": the client counted tokens with another model's tokenizer
+    # the client's endpoint: GPUStack's `vllm bench serve --backend openai-chat` and yobitel's client send chat
+    # completions (DigitalOcean's table says completions)
+    "endpoint": "chat",
 }
 
 
@@ -107,6 +110,7 @@ def server(r) -> dict:
         "flashinfer_sampler": release_key(str(r.vllm)) < release_key("0.12"),
         "enable_expert_parallel": bool(r.enable_expert_parallel),
         "async_scheduling": bool(r.async_scheduling),
+        "endpoint": r.endpoint,
     }
     for key in ("max_model_len", "max_num_batched_tokens", "max_concurrency"):  # where the command line set them
         if _given(getattr(r, key)):
@@ -281,7 +285,11 @@ def main() -> None:
         "Marlin (OpenAI's Triton kernels were not a dependency until PR #27370), which kvsim now prices for "
         "`--vllm-version` 0.10-0.11.0; the gpt-oss rows are not blind to that. Each run takes the allocator "
         "`kvsim run` takes (vLLM's hybrid manager for gpt-oss; before 2026-12-07 this harness kept every gpt-oss "
-        "layer's tokens, half the sequences vLLM holds: gpt-oss-120b TPOT 0.83, now 0.95). The ShareGPT bursts' lengths are "
+        "layer's tokens, half the sequences vLLM holds: gpt-oss-120b TPOT 0.83, now 0.95). Each run sends to the "
+        "endpoint its client did (GPUStack's and yobitel's: chat; DigitalOcean's: completions); since 2026-12-07 "
+        "kvsim prices the chat template that vLLM 0.11.0 parsed again for every chat request (kvsim/chat_template.py, "
+        "from vLLM's code, not fitted; the Jinja-template models' TTFT at 1-8 clients rose from 0.29-0.52 to "
+        "0.54-0.65 of measured). The ShareGPT bursts' lengths are "
         "approximate (drawn from the ShareGPT excerpt in traces/, scaled to the run's totals: its longest outputs "
         "are shorter than vLLM's sample, so those runs end early and their tokens/s comes out high). Predicted / "
         "measured, median [p10, p90] over runs (median |error|). Command: `python benchmarks/validate_gpustack.py` "

@@ -39,6 +39,9 @@ SERVER = {
     "gpu_memory_utilization": 0.95,
     "max_model_len": 10000,
     "vllm_version": "0.8.5",
+    # LMBench's client (LMCache's multi-round QA scripts) sends chat completions, whose template vLLM 0.8.5 parsed
+    # again for every request (kvsim/chat_template.py)
+    "endpoint": "chat",
 }
 BLOCK = 16  # tokens per hash id: vLLM's block, so a resent prompt finds every full block of itself
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from kvsim.errors import ConfigError
+from kvsim.chat_template import chat_template_s
 from kvsim.frontend import NO_FRONTEND, FrontEnd, get_frontend
 from kvsim.hardware import GpuSpec, ModelSpec
 from kvsim.hardware.gpus import GiB
@@ -296,6 +297,7 @@ class SimConfig:
     moe_routing: str = option_default("moe_routing")  # per-op: how tokens spread over experts (latency/routing.py)
     vllm_engine: str = option_default("vllm_engine")  # v1, or v0 (its scheduler, defaults and API server)
     api_server_count: int = option_default("api_server_count")  # API server processes
+    endpoint: str = option_default("endpoint")  # where clients send: completions or chat (kvsim/chat_template.py)
     cudagraph_capture_sizes: str = option_default("cudagraph_capture_sizes")  # per-op: CUDA-graph padding
     interconnect: str = option_default("interconnect")  # how tensor-parallel GPUs are linked
     victim_policy: str = option_default("victim_policy")  # preemption victim policy (engine/preemption.py)
@@ -458,6 +460,7 @@ class SimConfig:
             self.api_server_count,
             engine_only=self.latency == "roofline" or self.cpu_overhead == "none",
             v0=self.vllm_engine == "v0",
+            template_s=chat_template_s(self.vllm_version, self.model.name, self.endpoint),
         )
 
     def engine_scheduler(self) -> SchedulerConfig:

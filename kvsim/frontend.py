@@ -36,6 +36,8 @@ Presets (``--frontend``):
   (1.2 ms per request if one process took them all, 5 ms if four did). Under heavy streaming load the API server's per-token work (detokenizing, serializing) can
   fall behind the engine (vLLM's ``--api-server-count`` and ``--stream-interval`` exist for that); that
   queue is not modelled: delivery is a fixed delay.
+- ``--endpoint chat`` adds, on the releases that parsed the chat template again for every request (0.6.4-0.9.1,
+  0.11.0), that parse to each request's intake (kvsim/chat_template.py).
 - ``none``: the engine alone, as kernel-level measurements and offline runs (``LLM.generate``) see it.
 - ``auto`` (default): ``vllm`` with the per-operation latency model (a vLLM engine's times), ``none``
   with the uncalibrated roofline or ``--cpu-overhead none`` (GPU time only).
@@ -55,6 +57,9 @@ class FrontEnd:
 
     name: str = "none"
     request_s: float = 0.0  # per request: HTTP, validation, chat template, hand-off to the engine
+    # per request on the chat endpoint of releases that parsed the chat template again for every request
+    # (kvsim/chat_template.py); 0 elsewhere
+    template_s: float = 0.0
     token_s: float = 0.0  # per prompt token: tokenization
     deliver_s: float = 0.0  # from the engine's output to the client, per streamed token
     servers: int = 1  # API server processes (vLLM's --api-server-count)
@@ -64,11 +69,11 @@ class FrontEnd:
 
     @property
     def active(self) -> bool:
-        return self.request_s > 0 or self.token_s > 0 or self.deliver_s > 0
+        return self.request_s > 0 or self.template_s > 0 or self.token_s > 0 or self.deliver_s > 0
 
     def intake_s(self, prompt_tokens: int) -> float:
         """Seconds one API server works on a request of ``prompt_tokens`` before the engine has it."""
-        return self.request_s + prompt_tokens * self.token_s
+        return self.request_s + self.template_s + prompt_tokens * self.token_s
 
 
 NO_FRONTEND = FrontEnd()
@@ -90,9 +95,13 @@ FRONTEND_PRESETS: dict[str, FrontEnd] = {
 FRONTEND_CHOICES = ("auto", *FRONTEND_PRESETS)
 
 
-def get_frontend(name: str, servers: int = 1, engine_only: bool = False, v0: bool = False) -> FrontEnd:
+def get_frontend(
+    name: str, servers: int = 1, engine_only: bool = False, v0: bool = False, template_s: float = 0.0
+) -> FrontEnd:
     """The preset ``name`` with ``servers`` API server processes; ``auto`` is ``none`` when the latency model
-    prices the GPU alone (``engine_only``), else ``vllm`` (``vllm-v0`` in front of the V0 engine)."""
+    prices the GPU alone (``engine_only``), else ``vllm`` (``vllm-v0`` in front of the V0 engine). A server
+    (not ``none``) also spends ``template_s`` seconds per request re-parsing the chat template
+    (kvsim/chat_template.py)."""
     if name == "auto":
         name = "none" if engine_only else "vllm-v0" if v0 else "vllm"
     try:
@@ -101,7 +110,9 @@ def get_frontend(name: str, servers: int = 1, engine_only: bool = False, v0: boo
         raise ConfigError(f"unknown front end '{name}' (known: {', '.join(FRONTEND_CHOICES)})") from None
     if servers < 1:
         raise ConfigError(f"api_server_count must be at least 1, got {servers}")
-    return replace(base, servers=servers)
+    if not base.active:
+        template_s = 0.0  # no API server: nothing parses a template
+    return replace(base, servers=servers, template_s=template_s)
 
 
 class Intake:

@@ -539,6 +539,17 @@ OPTIONS: list[Option] = [
         choices="kvsim.frontend:FRONTEND_CHOICES",
     ),
     Option(
+        "endpoint",
+        ("--endpoint",),
+        "the API endpoint the clients send to: completions (/v1/completions, `vllm bench serve`'s default "
+        "backend) or chat (/v1/chat/completions: --backend openai-chat, GenAI-Perf's and AIPerf's chat "
+        "endpoint type), whose chat template vLLM 0.6.4-0.9.1 and 0.11.0 parsed again for every request "
+        "(kvsim/chat_template.py)",
+        "latency",
+        "completions",
+        choices="kvsim.chat_template:ENDPOINTS",
+    ),
+    Option(
         "api_server_count",
         ("--api-server-count",),
         "API server processes that take requests in parallel (vLLM's --api-server-count)",

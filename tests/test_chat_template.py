@@ -1,0 +1,72 @@
+"""The chat endpoint's per-request template parse (kvsim/chat_template.py): which vLLM releases pay it (0.6.4-0.9.1:
+7 ms, 0.11.0: 15 ms), that the completions endpoint, gpt-oss (Harmony) and a current release do not, and that a
+chat request's intake grows by exactly that much (hand-computed single requests and a queue)."""
+
+import pytest
+
+from kvsim.chat_template import chat_template_s, renders_own_template
+from kvsim.errors import ConfigError
+from kvsim.frontend import V1_DELIVER_S, V1_TOKEN_S, get_frontend
+from kvsim.options import config_from_args
+from kvsim.runner import simulate
+from kvsim.trace.request import Request
+
+
+@pytest.mark.parametrize(
+    "release, seconds",
+    [
+        ("0.6.3", 0.0),  # before PR #9919's content-format detection
+        ("0.6.4", 7e-3),
+        ("0.8.5", 7e-3),
+        ("0.9.1", 7e-3),
+        ("0.9.2", 0.0),  # PR #20065 cached it
+        ("0.10.2", 0.0),
+        ("0.11.0", 15e-3),  # resolve_chat_template_kwargs parsed it again
+        ("0.11.0+cu128", 15e-3),
+        ("0.11.1", 0.0),  # cached
+        ("0.19", 0.0),
+        (None, 0.0),  # a current release
+    ],
+)
+def test_releases_that_parse_the_template_per_request(release, seconds):
+    assert chat_template_s(release, "qwen3-14b") == seconds
+    assert chat_template_s(release, "qwen3-14b", "completions") == 0.0
+
+
+def test_harmony_models_render_without_the_template():
+    for name in ("gpt-oss-120b", "openai/gpt-oss-20b", "GPT_OSS-120B"):
+        assert renders_own_template(name)
+        assert chat_template_s("0.11.0", name) == 0.0
+    assert not renders_own_template("llama-4-scout")
+
+
+def test_only_an_api_server_parses():
+    assert get_frontend("vllm", template_s=0.015).intake_s(0) == pytest.approx(1.5e-3 + 0.015, rel=1e-12)
+    assert get_frontend("none", template_s=0.015).intake_s(0) == 0.0
+    assert not get_frontend("none", template_s=0.015).active
+
+
+def _run(reqs, *args):
+    cfg = config_from_args(["--model", "qwen3-8b", "--gpu", "h100-80gb", "--max-model-len", "4096", *args])
+    return simulate(reqs, cfg, "paged:16").requests
+
+
+def test_chat_requests_wait_behind_each_others_parse():
+    """Three 100-token prompts sent at once to vLLM 0.11.0's chat endpoint: one API server takes them in one after
+    another, each 1.5 ms + 15 ms + 100 x 2.5 us (the API server's share of each TTFT: the time to reach the engine
+    plus the delivery); on the completions endpoint 15 ms less each, and on 0.11.1 too."""
+    reqs = [Request(str(i), 0.0, 100, 2) for i in range(3)]
+    one = 1.5e-3 + 100 * V1_TOKEN_S
+    chat = _run(reqs, "--vllm-version", "0.11.0", "--endpoint", "chat")
+    plain = _run(reqs, "--vllm-version", "0.11.0")  # completions, the default
+    intake = lambda r: (r.frontend_s - V1_DELIVER_S).tolist()  # noqa: E731
+    assert intake(chat) == pytest.approx([(k + 1) * (one + 15e-3) for k in range(3)], rel=1e-9)
+    assert intake(plain) == pytest.approx([(k + 1) * one for k in range(3)], rel=1e-9)
+    assert chat.ttft_s.iloc[0] - plain.ttft_s.iloc[0] == pytest.approx(15e-3, rel=1e-9)
+    newer = _run(reqs, "--vllm-version", "0.11.1", "--endpoint", "chat")
+    assert intake(newer) == pytest.approx(intake(plain), rel=1e-12)
+
+
+def test_unknown_endpoint_is_refused_by_name():
+    with pytest.raises(ConfigError, match="endpoint"):
+        config_from_args(["--endpoint", "embeddings"])
