@@ -2,7 +2,7 @@
 
 A request to ``/v1/chat/completions`` is rendered through the model's chat template before it is tokenized. The
 render itself is cheap (the compiled template is cached; tens of microseconds, part of the front end's
-per-request time, kvsim/frontend.py), but two releases ranges parsed the whole Jinja template again for every
+per-request time, kvsim/frontend.py), but two ranges of releases parsed the whole Jinja template again for every
 request, in the API server's one event loop, where requests wait for each other:
 
 - **0.6.4 to 0.9.1**: ``_detect_content_format`` (added by vLLM PR #9919) parsed the template's AST on every
@@ -17,14 +17,14 @@ Llama-3.1 templates (4-5 KB): 3.6 and 3.4 ms for 0.8.5's step, 7.9 and 6.7 ms fo
 for the first step on a serving host is 2.06 x this machine's, so 0.11.0's is priced 15 ms and the earlier one 7
 ms (its PR's own figure). Nothing was fitted to a serving run.
 
-Models whose chat endpoint vLLM renders without a Hugging Face template (gpt-oss: OpenAI's Harmony renderer)
-pay neither; the completions endpoint pays neither (``vllm bench serve``'s default backend, ``vllm``, sends
+Models whose chat endpoint vLLM renders without a Hugging Face template (``ModelSpec.chat_renderer``: gpt-oss's
+presets and any config.json of model_type gpt_oss, OpenAI's Harmony renderer) pay neither; the completions endpoint pays neither (``vllm bench serve``'s default backend, ``vllm``, sends
 ``/v1/completions``; ``--backend openai-chat`` the chat endpoint).
 """
 
 from __future__ import annotations
 
-from kvsim.releases import release_key
+from kvsim.releases import at_least
 
 ENDPOINTS = ("completions", "chat")  # the endpoint a benchmark client sends to (vllm bench serve --endpoint)
 # (first release, first release that cached it, seconds per request on a serving host)
@@ -34,20 +34,13 @@ UNCACHED_PARSES = (
 )
 
 
-def renders_own_template(model_name: str) -> bool:
-    """Whether vLLM's chat endpoint renders this model's prompts without its Hugging Face Jinja template
-    (gpt-oss: the Harmony renderer)."""
-    name = model_name.lower().replace("_", "-")
-    return "gpt-oss" in name
-
-
-def chat_template_s(vllm_version: str | None, model_name: str, endpoint: str = "chat") -> float:
+def chat_template_s(vllm_version: str | None, renderer: str, endpoint: str) -> float:
     """Seconds the API server of vLLM ``vllm_version`` (None: a current release) spends per request parsing
-    the chat template again, beyond the render every release does; 0 for the completions endpoint."""
-    if endpoint != "chat" or vllm_version is None or renders_own_template(model_name):
+    the chat template again, beyond the render every release does, for a model whose chat endpoint renders with
+    ``renderer`` (ModelSpec.chat_renderer: only "jinja" templates are parsed); 0 for the completions endpoint."""
+    if endpoint != "chat" or renderer != "jinja":
         return 0.0
-    v = release_key(vllm_version)
     for first, cached, seconds in UNCACHED_PARSES:
-        if release_key(first) <= v < release_key(cached):
+        if at_least(vllm_version, first) and not at_least(vllm_version, cached):
             return seconds
     return 0.0

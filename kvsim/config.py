@@ -460,7 +460,7 @@ class SimConfig:
             self.api_server_count,
             engine_only=self.latency == "roofline" or self.cpu_overhead == "none",
             v0=self.vllm_engine == "v0",
-            template_s=chat_template_s(self.vllm_version, self.model.name, self.endpoint),
+            template_s=chat_template_s(self.vllm_version, self.model.chat_renderer, self.endpoint),
         )
 
     def engine_scheduler(self) -> SchedulerConfig:

@@ -2,14 +2,37 @@
 7 ms, 0.11.0: 15 ms), that the completions endpoint, gpt-oss (Harmony) and a current release do not, and that a
 chat request's intake grows by exactly that much (hand-computed single requests and a queue)."""
 
+import json
+
 import pytest
 
-from kvsim.chat_template import chat_template_s, renders_own_template
+from kvsim.chat_template import chat_template_s
 from kvsim.errors import ConfigError
 from kvsim.frontend import V1_DELIVER_S, V1_TOKEN_S, get_frontend
 from kvsim.options import config_from_args
 from kvsim.runner import simulate
 from kvsim.trace.request import Request
+
+
+# gpt-oss-20b's config.json, the fields kvsim reads
+GPT_OSS_CONFIG = {
+    "architectures": ["GptOssForCausalLM"],
+    "model_type": "gpt_oss",
+    "hidden_size": 2880,
+    "num_hidden_layers": 24,
+    "num_attention_heads": 64,
+    "num_key_value_heads": 8,
+    "head_dim": 64,
+    "intermediate_size": 2880,
+    "num_local_experts": 32,
+    "num_experts_per_tok": 4,
+    "vocab_size": 201088,
+    "max_position_embeddings": 131072,
+    "sliding_window": 128,
+    "layer_types": ["sliding_attention", "full_attention"] * 12,
+    "quantization_config": {"quant_method": "mxfp4"},
+    "torch_dtype": "bfloat16",
+}
 
 
 @pytest.mark.parametrize(
@@ -29,15 +52,23 @@ from kvsim.trace.request import Request
     ],
 )
 def test_releases_that_parse_the_template_per_request(release, seconds):
-    assert chat_template_s(release, "qwen3-14b") == seconds
-    assert chat_template_s(release, "qwen3-14b", "completions") == 0.0
+    assert chat_template_s(release, "jinja", "chat") == seconds
+    assert chat_template_s(release, "jinja", "completions") == 0.0
 
 
-def test_harmony_models_render_without_the_template():
-    for name in ("gpt-oss-120b", "openai/gpt-oss-20b", "GPT_OSS-120B"):
-        assert renders_own_template(name)
-        assert chat_template_s("0.11.0", name) == 0.0
-    assert not renders_own_template("llama-4-scout")
+def test_harmony_models_render_without_the_template(tmp_path):
+    """gpt-oss renders with Harmony, whether named by preset, by id or by a config.json in any folder."""
+    cfg = tmp_path / "my-model" / "config.json"
+    cfg.parent.mkdir()
+    cfg.write_text(json.dumps(GPT_OSS_CONFIG))
+    for model in ("gpt-oss-120b", "openai/gpt-oss-20b", str(cfg)):
+        c = config_from_args(["--model", model, "--gpu", "h100-80gb", "--vllm-version", "0.11.0", "--endpoint", "chat"])
+        assert c.model.chat_renderer == "harmony"
+        assert c.serving_frontend().template_s == 0.0
+        assert chat_template_s("0.11.0", c.model.chat_renderer, "chat") == 0.0
+    scout = config_from_args(["--model", "llama-4-scout", "--vllm-version", "0.11.0", "--endpoint", "chat"])
+    assert scout.model.chat_renderer == "jinja"
+    assert scout.serving_frontend().template_s == 15e-3
 
 
 def test_only_an_api_server_parses():

@@ -114,6 +114,9 @@ class ModelSpec:
     # in another published format: checkpoints.py)
     from_config: bool = False
     format_note: str = ""  # how kvsim chose this weight format, for the user (checkpoints.py); "" if as given
+    # how vLLM's chat endpoint renders a conversation: "jinja" (the checkpoint's Hugging Face chat template) or
+    # "harmony" (gpt-oss: OpenAI's Harmony renderer, no template; kvsim/chat_template.py)
+    chat_renderer: str = "jinja"
 
     def __post_init__(self) -> None:
         if self.hidden_size <= 0 and self.q_heads > 0 and self.head_dim > 0:

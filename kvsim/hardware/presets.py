@@ -110,6 +110,7 @@ MODEL_PRESETS: dict[str, ModelSpec] = {
             experts_per_token=4,
             moe_intermediate_size=2880,
             expert_dtype="mxfp4",
+            chat_renderer="harmony",
             quant_method="mxfp4",
         ),
         # meta-llama/Llama-4-Scout-17B-16E (text_config): attention_chunk_size 8192 on RoPE layers, every 4th
@@ -228,6 +229,7 @@ MODEL_PRESETS: dict[str, ModelSpec] = {
             experts_per_token=4,
             moe_intermediate_size=2880,
             expert_dtype="mxfp4",
+            chat_renderer="harmony",
             quant_method="mxfp4",
         ),
         # deepseek-ai/DeepSeek-R1: DeepSeek-V3's architecture and FP8 weights.
