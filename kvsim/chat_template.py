@@ -27,6 +27,24 @@ from __future__ import annotations
 from kvsim.releases import at_least
 
 ENDPOINTS = ("completions", "chat")  # the endpoint a benchmark client sends to (vllm bench serve --endpoint)
+# the same, as the URL path `vllm bench serve --endpoint` takes
+ENDPOINT_PATHS = {"/v1/completions": "completions", "/v1/chat/completions": "chat"}
+# `vllm bench serve --backend`: the request it sends (vllm/benchmarks/lib/endpoint_request_func.py, 0.11-0.14;
+# "vllm" and "openai" both send completions); its audio, embedding and rerank backends generate no text
+BENCH_BACKENDS = {"vllm": "completions", "openai": "completions", "openai-chat": "chat"}
+
+
+def backend_endpoint(backend: str) -> str:
+    """The endpoint (one of :data:`ENDPOINTS`) a `vllm bench serve --backend` sends to; ValueError naming the
+    backends kvsim takes for any other (audio, embeddings, rerank: no generated tokens to simulate)."""
+    try:
+        return BENCH_BACKENDS[backend]
+    except KeyError:
+        raise ValueError(
+            f"{backend!r} is not a backend kvsim simulates; it takes {', '.join(BENCH_BACKENDS)} (text generation)"
+        ) from None
+
+
 # (first release, first release that cached it, seconds per request on a serving host)
 UNCACHED_PARSES = (
     ("0.6.4", "0.9.2", 7.0e-3),  # _detect_content_format (PR #9919; cached by PR #20065)

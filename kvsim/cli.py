@@ -37,6 +37,17 @@ def _chosen_parser(parser: Parser, ns: argparse.Namespace) -> Parser:
     return chosen
 
 
+def _checked(key: str, value) -> object:
+    """An option's value from the command line as kvsim takes it, or None when it is wrong (said later, with the
+    other options' checks)."""
+    from kvsim.options import normalize
+
+    try:
+        return normalize({key: value})[key]
+    except KvsimError:
+        return None
+
+
 def _take_vllm_flags(chosen: Parser, ns: argparse.Namespace, unknown: list[str]) -> list[str]:
     """Take the `vllm serve` flags among ``unknown`` (kvsim/vllm_flags.py): apply those kvsim applies where the
     command has the option, list the rest once as not modelled; return what is still unknown."""
@@ -50,14 +61,20 @@ def _take_vllm_flags(chosen: Parser, ns: argparse.Namespace, unknown: list[str])
     for flag, value in taken:
         key, convert = APPLIED.get(flag, (None, None))
         if key is not None and convert is not None and hasattr(ns, key):
-            if getattr(ns, key) is None:
-                try:
-                    setattr(ns, key, convert(value))
-                except (TypeError, ValueError):
-                    chosen.error(f"{flag}: {value!r} is not a size in bytes (e.g. 8589934592 or 8G)")
+            try:
+                applied = convert(value)
+            except (TypeError, ValueError) as e:
+                chosen.error(f"{flag}: {e}")
+            given = getattr(ns, key)
+            option = f"--{key.replace('_', '-')}"
+            if given is None:
+                setattr(ns, key, applied)
                 print(
-                    f"note: {flag}{'' if value is None else ' ' + value}: applied as kvsim's --{key.replace('_', '-')}",
-                    file=sys.stderr,
+                    f"note: {flag}{'' if value is None else ' ' + value}: applied as kvsim's {option}", file=sys.stderr
+                )
+            elif _checked(key, given) not in (None, applied):
+                chosen.error(
+                    f"{flag}{'' if value is None else ' ' + value} means {option} {applied}, but {option} {given} is given too"
                 )
             continue
         ignored.append(flag if value is None else f"{flag} {value}")

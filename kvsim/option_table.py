@@ -57,6 +57,9 @@ class Option:
     default_text: str | None = None  # how --help describes a None default
     sizes: bool = False  # int: vLLM's human-readable sizes, 32k = 32,000 and 32K = 32,768 (also m/M, g/G)
     metavar: str | None = None  # how --help names the value (None: from the type or the choices)
+    # other spellings of a choice -> the choice (a dict, or "module:NAME" of the module that owns it), e.g. the
+    # URL path a benchmark client's flag takes for kvsim's name of the same thing
+    spellings: dict[str, str] | str | None = None
 
     @property
     def flag(self) -> str:
@@ -68,6 +71,13 @@ class Option:
             return self.choices
         names = owned(self.choices)
         return tuple(names() if callable(names) else names)
+
+    def respelled(self, value: Any) -> Any:
+        """``value`` as the choice it spells (unchanged when it is not another spelling of one)."""
+        if self.spellings is None or not isinstance(value, str):
+            return value
+        table = owned(self.spellings) if isinstance(self.spellings, str) else self.spellings
+        return table.get(value, value)
 
     def problem(self, value: Any) -> str | None:
         """What is wrong with ``value`` by the option's rule (not its choices), or None."""
@@ -544,10 +554,11 @@ OPTIONS: list[Option] = [
         "the API endpoint the clients send to: completions (/v1/completions, `vllm bench serve`'s default "
         "backend) or chat (/v1/chat/completions: --backend openai-chat, GenAI-Perf's and AIPerf's chat "
         "endpoint type), whose chat template vLLM 0.6.4-0.9.1 and 0.11.0 parsed again for every request "
-        "(kvsim/chat_template.py)",
+        "(kvsim/chat_template.py); also as the client's URL path, /v1/completions or /v1/chat/completions",
         "latency",
         "completions",
         choices="kvsim.chat_template:ENDPOINTS",
+        spellings="kvsim.chat_template:ENDPOINT_PATHS",
     ),
     Option(
         "api_server_count",
@@ -691,7 +702,7 @@ OPTIONS: list[Option] = [
     ),
     Option(
         "random_input_len",
-        ("--random-input-len", "--synthetic-input-tokens-mean", "--isl"),
+        ("--random-input-len", "--input-len", "--synthetic-input-tokens-mean", "--isl"),
         "prompt tokens of the generated workload, before "
         "--random-prefix-len (genai-perf: the mean, its --synthetic-input-tokens-mean)",
         "load",
@@ -702,7 +713,7 @@ OPTIONS: list[Option] = [
     ),
     Option(
         "random_output_len",
-        ("--random-output-len", "--output-tokens-mean", "--osl"),
+        ("--random-output-len", "--output-len", "--output-tokens-mean", "--osl"),
         "output tokens of the generated workload (genai-perf: "
         "the mean, its --output-tokens-mean); kvsim generates each drawn length",
         "load",

@@ -135,6 +135,7 @@ def _coerce(o: Option, v, name: str):
         return v
     if not isinstance(v, str):
         raise ConfigError(f"{name}: must be text, got {shown(v)}")
+    v = o.respelled(v)
     allowed = o.allowed()
     if allowed and v not in allowed:
         close = difflib.get_close_matches(v, allowed, n=1)

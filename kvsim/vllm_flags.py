@@ -1,14 +1,18 @@
-"""`vllm serve` flags on kvsim's command lines: a user pastes their serving command's flags, and every command takes
-them. Flags kvsim models are options of its own (kvsim/option_table.py); the ones here change nothing kvsim models
+"""`vllm serve` and `vllm bench serve` flags on kvsim's command lines: a user pastes their serving command's and
+their benchmark client's flags, and every command takes them. Flags kvsim models are options of its own (kvsim/option_table.py); the ones here change nothing kvsim models
 (where the server listens, logging, tokenizer, tool parsing, LoRA, ...), or change it in one way kvsim applies
 (:data:`APPLIED`). Each is accepted with its value and listed once on the terminal as not modelled, so that a
 pasted command line runs and the user sees what it did not change.
 
 Flag names and value kinds from vLLM's `vllm serve --help` (0.10-0.2x: EngineArgs, the OpenAI-compatible server's
-FrontendArgs and the CLI's own).
+FrontendArgs and the CLI's own) and `vllm bench serve` (0.14.0's vllm/benchmarks/serve.py and datasets.py: where it
+sends, what it saves, sampling parameters; the workload's own flags, --dataset-name, --random-input-len,
+--max-concurrency, ..., are kvsim options).
 """
 
 from __future__ import annotations
+
+from typing import Any, Callable
 
 # flag -> how its value is given: "switch" (none), "bool" (--x / --no-x, no value), "value" (one), "values" (any
 # number up to the next flag)
@@ -40,26 +44,27 @@ prefill-context-parallel-size ubatch-size kv-offloading-backend cpu-offload-para
 kv-cache-memory-bytes kv-cache-memory rope-scaling rope-theta max-num-batched-encoder-tokens
 middleware-config dbo-decode-token-threshold dbo-prefill-token-threshold quantization-param-path
 enforce-eager-placeholder""".split()
+# `vllm bench serve`: where it sends, what it records, sampling parameters (with --ignore-eos or kvsim's drawn
+# lengths they change no token count), dataset loading that the random dataset does not use
+_BENCH_SWITCH = """save-result save-detailed append-result disable-tqdm profile disable-shuffle no-oversample
+skip-chat-template no-stream no-reranker insecure""".split()
+_BENCH_VALUE = """base-url label result-dir result-filename ready-check-timeout-sec request-id-prefix
+percentile-metrics metric-percentiles extra-body temperature top-p top-k min-p frequency-penalty presence-penalty
+repetition-penalty logprobs dataset-path random-batch-size backend""".split()
+_BENCH_VALUES = """header metadata goodput""".split()
 _VALUES = """served-model-name lora-modules allowed-origins allowed-methods allowed-headers middleware ignore-patterns
 logits-processors cuda-graph-sizes tool-parsers""".split()
 _BOOL = """enforce-eager enable-chunked-prefill async-scheduling enable-prefix-caching enable-expert-parallel""".split()
 
 VLLM_FLAGS: dict[str, str] = {
-    **{f"--{n}": "switch" for n in _SWITCH},
-    **{f"--{n}": "value" for n in _VALUE},
-    **{f"--{n}": "values" for n in _VALUES},
+    **{f"--{n}": "switch" for n in _SWITCH + _BENCH_SWITCH},
+    **{f"--{n}": "value" for n in _VALUE + _BENCH_VALUE},
+    **{f"--{n}": "values" for n in _VALUES + _BENCH_VALUES},
     **{f"--{n}": "bool" for n in _BOOL},
 }
 for _f in ("--served-model-name-single", "--enforce-eager-placeholder"):
     del VLLM_FLAGS[_f]
 del _f
-
-# flags kvsim applies through one of its own options, when the command has it: flag -> (option key, value function)
-APPLIED = {
-    "--enforce-eager": ("cudagraph_capture_sizes", lambda v: "none"),  # no CUDA graphs: every step runs eager
-    "--kv-cache-memory-bytes": ("kv_pool_gb", lambda v: _bytes(v) / (1 << 30)),  # a KV pool of this many bytes
-    "--kv-cache-memory": ("kv_pool_gb", lambda v: _bytes(v) / (1 << 30)),
-}
 
 
 def _bytes(text: str) -> float:
@@ -68,10 +73,29 @@ def _bytes(text: str) -> float:
 
     t = text.strip()
     scale = SIZE_UNITS.get(t[-1:], 1)
-    value = float(t[:-1] if t[-1:] in SIZE_UNITS else t)
+    try:
+        value = float(t[:-1] if t[-1:] in SIZE_UNITS else t)
+    except ValueError:
+        value = float("nan")
     if not value > 0 or value == float("inf"):
-        raise ValueError(text)
+        raise ValueError(f"{text!r} is not a size in bytes (e.g. 8589934592 or 8G)")
     return value * scale
+
+
+def _endpoint(backend: str) -> str:
+    from kvsim.chat_template import backend_endpoint
+
+    return backend_endpoint(backend)
+
+
+# flags kvsim applies through one of its own options, when the command has it: flag -> (option key, value
+# function; ValueError says what is wrong with the value)
+APPLIED: dict[str, tuple[str, Callable[[Any], Any]]] = {
+    "--enforce-eager": ("cudagraph_capture_sizes", lambda v: "none"),  # no CUDA graphs: every step runs eager
+    "--kv-cache-memory-bytes": ("kv_pool_gb", lambda v: _bytes(v) / (1 << 30)),  # a KV pool of this many bytes
+    "--kv-cache-memory": ("kv_pool_gb", lambda v: _bytes(v) / (1 << 30)),
+    "--backend": ("endpoint", _endpoint),  # vllm bench serve: the request its client sends
+}
 
 
 def take_vllm_flags(unknown: list[str], own: set[str]) -> tuple[list[str], list[tuple[str, str | None]]]:

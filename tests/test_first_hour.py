@@ -264,3 +264,56 @@ def test_validate_names_the_flags_that_make_a_usable_result_file(tmp_path):
     p.write_text(json.dumps({**detail, "input_lens": [10], "request_rate": 1e-300}))
     with pytest.raises(ConfigError, match="field 'request_rate' must be >= 1e-06"):
         read_bench_result(str(p))
+
+
+def _bench_run(tmp_path, name: str, args: list[str]) -> str:
+    out_dir = tmp_path / name
+    base = ["run", "--model", "llama-3.1-8b", "--gpu", "h100-80gb", "--vllm-version", "0.11.0", "--no-plots"]
+    assert main([*base, "--out", str(out_dir), *args]) == 0
+    return (out_dir / "requests.csv").read_text()
+
+
+def test_kvsim_run_takes_a_pasted_vllm_bench_serve_command_line(tmp_path, capsys):
+    """`vllm bench serve`'s flags: the workload's are kvsim options, --backend/--endpoint pick the endpoint (as
+    the URL path too), --input-len/--output-len are the random dataset's lengths, and where it sends, what it
+    saves and its sampling parameters are accepted and listed once as not modelled."""
+    bench = shlex.split(
+        "--backend openai-chat --base-url http://localhost:8000 --endpoint /v1/chat/completions "
+        "--dataset-name random --input-len 200 --output-len 12 --num-prompts 12 --max-concurrency 3 "
+        "--random-range-ratio 0.5 --ignore-eos --temperature 0 --percentile-metrics ttft,tpot,itl "
+        "--metric-percentiles 50,99 --save-result --result-dir /nowhere --header x-a=1 x-b=2 --label run1"
+    )
+    pasted = _bench_run(tmp_path, "pasted", bench)
+    err = capsys.readouterr().err
+    assert err.count("accepted with no effect") == 1
+    for flag in ("--base-url http://localhost:8000", "--temperature 0", "--save-result", "--header x-a=1 x-b=2"):
+        assert flag in err
+    own = shlex.split(
+        "--endpoint chat --dataset-name random --random-input-len 200 --random-output-len 12 --num-prompts 12 "
+        "--max-concurrency 3 --random-range-ratio 0.5 --ignore-eos"
+    )
+    assert pasted == _bench_run(tmp_path, "own", own)
+    # the chat endpoint of 0.11.0 parses the template per request: the backend is not ignored
+    completions = [a if a != "chat" else "completions" for a in own]
+    assert pasted != _bench_run(tmp_path, "completions", completions)
+    assert _bench_run(tmp_path, "backend-only", ["--backend", "openai-chat", *own[2:]]) == pasted
+    assert _bench_run(tmp_path, "vllm", ["--backend", "vllm", *completions[2:]]) == _bench_run(
+        tmp_path, "completions-2", completions
+    )
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--backend", "openai-chat", "--endpoint", "/v1/completions"], "but --endpoint /v1/completions is given too"),
+        (["--backend", "openai-embeddings"], "'openai-embeddings' is not a backend kvsim simulates"),
+        (["--endpoint", "/v1/embeddings"], "'/v1/embeddings' is not one of completions, chat"),
+    ],
+)
+def test_a_bench_client_flag_kvsim_cannot_honour_is_an_error(args, message, capsys):
+    base = ["run", "--model", "llama-3.1-8b", "--dataset-name", "random", "--num-prompts", "2"]
+    try:
+        code = main([*base, *args])
+    except SystemExit as e:
+        code = e.code
+    assert code == 2 and message in capsys.readouterr().err
