@@ -269,6 +269,50 @@ def plan_pool(
     )
 
 
+def one_request_problem(cfg: "SimConfig", pool_bytes: int) -> str | None:
+    """Why vLLM would not start with a KV pool of ``pool_bytes`` bytes per GPU, or None: at start-up it checks
+    that one request of ``max_model_len`` tokens fits at its peak (V1's ``check_enough_kv_cache_memory``; V0
+    had the same check), in the layout it serves the model's layers in (each kind its window or state under
+    the hybrid manager), and names the longest that would."""
+    m, block, length = cfg.memory_model, cfg.block_size, cfg.scheduler.max_model_len
+    if m.is_hybrid:
+        from kvsim.allocators.kv_groups import max_concurrency
+        from kvsim.allocators.registry import ModelMemory, kind_layout
+        from kvsim.releases import hybrid_manager_on
+
+        memory = ModelMemory(m, cfg.tp, pool_bytes, cfg.scheduler.prefill_chunk)
+        kind = "hybrid" if hybrid_manager_on(m, cfg.vllm_version) else "naive"
+        pages = 2 if m.state_layers and prefix_caching(cfg, named=False) else 1
+
+        def fits(n: int) -> bool:
+            lay = kind_layout(kind, memory, block, n)
+            return max_concurrency(lay, n, cfg.scheduler.prefill_chunk, pages) >= 1
+
+        if fits(length):
+            return None
+        lo, hi = 0, length  # the longest that fits, as vLLM's estimate_max_model_len searches for it
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+        longest = lo
+        need = ""
+    else:
+        per_block = block * max(1, m.kv_bytes_per_token_gpu(cfg.tp))
+        needed = -(-length // block) * per_block
+        if needed <= pool_bytes:
+            return None
+        longest = pool_bytes // per_block * block
+        need = f" ({needed / GiB:.2f} GiB of KV cache per GPU, more than the pool's {pool_bytes / GiB:.2f} GiB)"
+    return (
+        f"vLLM would not start: one request of its max model len, {length:,} tokens, does not fit in the KV "
+        f"cache{need}; the longest that would is {longest:,} tokens (pass --max-model-len {longest} or less, "
+        "or make room: --gpu-memory-utilization, --tensor-parallel-size, a bigger GPU)"
+        if longest > 0
+        else f"vLLM would not start: one request of {length:,} tokens does not fit in the KV cache{need}, nor "
+        "would any (make room: --gpu-memory-utilization, --tensor-parallel-size, a bigger GPU)"
+    )
+
+
 @dataclass(frozen=True)
 class SimConfig:
     """Everything a simulation needs besides the trace and the allocator. Fields that are options carry the
@@ -451,6 +495,16 @@ class SimConfig:
     def pool_plan(self) -> PoolPlan:
         """The KV pool of one GPU of this configuration (of its largest pipeline stage)."""
         return plan_pool(self.memory_model, self.gpu, self.memory, self.tp, self.dp, self.scheduler)
+
+    def start_problem(self) -> str | None:
+        """Why vLLM would refuse to start with this configuration's KV pool although there is one: no room for
+        one request of max_model_len (:func:`one_request_problem`), or None. Only a pool sized from the GPU's
+        memory is checked: --kv-pool-gb and --num-blocks are what-ifs (tight pools are how memory pressure is
+        studied). A warning, not an error: a served configuration can set a --max-model-len its description
+        leaves out (GPUStack sets 8,192 unless told)."""
+        if self.memory.num_blocks is not None or self.memory.kv_pool_gb is not None:
+            return None
+        return one_request_problem(self, self.pool_plan().pool_bytes)
 
     def serving_frontend(self) -> FrontEnd:
         """The API server in front of each engine; ``auto`` follows the latency model (none where it prices

@@ -92,3 +92,66 @@ def test_memory_command_with_hf_config_and_context_warning(tmp_path, capsys):
     cap = capsys.readouterr()
     assert "2 x 4 layers x 2 KV heads x 64 dims x 2 B" in cap.out  # 2 KiB per token
     assert "beyond" in cap.err and "2,048" in cap.err
+
+
+def _longest(problem: str) -> int:
+    return int(problem.split("the longest that would is ")[1].split(" tokens")[0].replace(",", ""))
+
+
+def test_vllm_refuses_to_start_where_one_max_length_request_does_not_fit():
+    """vLLM checks at start-up that one request of max_model_len fits its KV cache. Qwen3-32B (256 KiB a token)
+    on one H100 at 0.11.0's defaults: 40,960 tokens need 10.00 GiB, the pool has 4.39; the longest that fits is
+    the pool's whole 16-token blocks, and at that --max-model-len vLLM starts, one token more it does not."""
+    base = ["--model", "qwen3-32b", "--gpu", "h100-80gb", "--vllm-version", "0.11.0"]
+    cfg = config_from_args(base)
+    problem = cfg.start_problem()
+    assert problem and "40,960 tokens" in problem and "(10.00 GiB of KV cache per GPU" in problem
+    longest = _longest(problem)
+    assert longest == cfg.pool_plan().pool_bytes // (16 * 256 * KiB) * 16
+    assert config_from_args([*base, "--max-model-len", str(longest)]).start_problem() is None
+    assert _longest(config_from_args([*base, "--max-model-len", str(longest + 1)]).start_problem()) == longest
+    # a pool set by hand is a what-if, run as given
+    assert config_from_args([*base, "--kv-pool-gb", "1"]).start_problem() is None
+    assert config_from_args([*base, "--num-blocks", "100"]).start_problem() is None
+
+
+def test_a_hybrid_model_is_checked_in_the_layout_vllm_serves_it_in():
+    """gpt-oss-120b on one H100 at 0.95 utilisation (1.7 GiB of KV): its sliding layers hold at most their
+    128-token window plus a prefill chunk, so the longest request is the full layers' share of the pool; the
+    binary search's answer starts and one token more does not."""
+    base = ["--model", "gpt-oss-120b", "--gpu", "h100-80gb", "--gpu-memory-utilization", "0.95"]
+    problem = config_from_args(base).start_problem()
+    assert problem is not None
+    longest = _longest(problem)
+    assert 0 < longest < 131072
+    assert config_from_args([*base, "--max-model-len", str(longest)]).start_problem() is None
+    assert config_from_args([*base, "--max-model-len", str(longest + 1)]).start_problem() is not None
+
+
+def test_kvsim_run_warns_where_vllm_would_not_start_and_runs_anyway(tmp_path, capsys):
+    trace = tmp_path / "t.jsonl"
+    trace.write_text(json.dumps({"arrival_s": 0, "prompt_tokens": 100, "output_tokens": 5}) + "\n")
+    args = ["--trace", str(trace), "--model", "qwen3-32b", "--gpu", "h100-80gb", "--vllm-version", "0.11.0"]
+    assert main(["run", *args, "--no-plots", "--out", str(tmp_path / "o")]) == 0
+    err = capsys.readouterr().err
+    assert "warning: vLLM would not start" in err and "kvsim simulates the configuration as given" in err
+    assert main(["memory", *args[2:]]) == 0
+    assert "warning: vLLM would not start" in capsys.readouterr().err
+    # a fleet: each replica group on its own GPU, named (an H200 has room)
+    groups = ["--groups", "h100-80gb:1,h200-141gb:1", "--out", str(tmp_path / "c")]
+    assert main(["cluster", *args, *groups]) == 0
+    warned = [x for x in capsys.readouterr().err.splitlines() if "vLLM would not start" in x]
+    assert len(warned) == 1 and warned[0].startswith("warning: h100-80gb: vLLM would not start")
+
+
+def test_the_july_2025_qwen3_updates_have_their_longer_context():
+    """Qwen3-235B-A22B-Instruct-2507 / -Thinking-2507 (and -FP8, and the 30B's): 262,144 positions."""
+    for hf_id, name in [
+        ("Qwen/Qwen3-235B-A22B-Thinking-2507-FP8", "qwen3-235b-a22b-2507-fp8"),
+        ("Qwen/Qwen3-235B-A22B-Instruct-2507", "qwen3-235b-a22b-2507"),
+        ("Qwen/Qwen3-30B-A3B-Instruct-2507-FP8", "qwen3-30b-a3b-2507-fp8"),
+    ]:
+        m = get_model(hf_id)
+        assert m.name == name and m.max_context == 262144
+    assert get_model("Qwen/Qwen3-235B-A22B-FP8").max_context == 40960
+    assert get_model("qwen3-235b-a22b-2507-fp8").weight_quant == "fp8_block"

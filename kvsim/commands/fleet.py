@@ -183,6 +183,11 @@ def cmd_cluster(a: argparse.Namespace) -> int:
             layouts.append(("agg", _merged(pools[0] + pools[1])))
     else:
         layouts.append(("agg", _groups(a, cfg, spec, a.groups)))
+    from kvsim.commands.simulate import start_warnings
+
+    groups = {g.name: g.cfg for _, pools in layouts for g in _flat(pools)}
+    for warning in start_warnings(list(groups.values()), list(groups)):
+        print(warning, file=sys.stderr)
     from kvsim.commands.simulate import load_workload
 
     # --trace, or a benchmark client's flags (without its warm-up: not simulated in a fleet)
@@ -265,6 +270,11 @@ def cmd_cluster(a: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     return 0
+
+
+def _flat(pools) -> list:
+    """A layout's replica groups: a list of them (aggregated), or (prefill groups, decode groups)."""
+    return [g for pool in pools for g in pool] if isinstance(pools, tuple) else list(pools)
 
 
 def _merged(groups):

@@ -47,6 +47,9 @@ def cmd_memory(a: argparse.Namespace) -> int:
                 print(f"  {'':<{width}}  {b.sequences_at(n):,} sequences fit at once")
     if a.out:
         _write_budget(a, b, lines, fits)
+    problem = cfg.start_problem()
+    if problem:
+        print(f"warning: {problem}", file=sys.stderr)
     return 0
 
 

@@ -156,6 +156,18 @@ def setting_warnings(cfg, requests, allocators, shared_store: bool = False) -> l
     return out
 
 
+def start_warnings(configs, labels: list[str] | None = None) -> list[str]:
+    """Where vLLM would refuse to start a configuration kvsim simulates anyway (SimConfig.start_problem);
+    ``labels`` name each configuration (a fleet's replica groups)."""
+    out = []
+    for i, cfg in enumerate(configs):
+        problem = cfg.start_problem()
+        if problem:
+            where = f"{labels[i]}: " if labels else ""
+            out.append(f"warning: {where}{problem}; kvsim simulates the configuration as given")
+    return out
+
+
 def simulate_all(a: argparse.Namespace, allocator_names: str, command: str) -> int:
     from kvsim.allocators import parse_allocator_list
     from kvsim.files import check_output_file, prepare_results_dir
@@ -207,6 +219,7 @@ def simulate_all(a: argparse.Namespace, allocator_names: str, command: str) -> i
         + bench_notes
         + latency_notes(cfg)
         + setting_warnings(cfg, loaded.requests, allocators if named else [])
+        + start_warnings([cfg])
     )
     for note in notes:
         print(note, file=sys.stderr)

@@ -371,6 +371,13 @@ for _name in ("qwen3-8b", "qwen3-14b", "qwen3-32b", "qwen3-30b-a3b", "qwen3-235b
         MODEL_PRESETS[_name], name=f"{_name}-fp8", weight_dtype="fp8", weight_quant="fp8_block", quant_method="fp8"
     )
 del _name
+# Qwen/Qwen3-30B-A3B-Instruct-2507, -Thinking-2507 and the 235B's (July 2025 updates, and their -FP8): the same
+# shapes with 262,144 positions in config.json (the originals 40,960), so vLLM's default context, and its rotary
+# table, are 6.4x as long
+for _name in ("qwen3-30b-a3b", "qwen3-235b-a22b", "qwen3-30b-a3b-fp8", "qwen3-235b-a22b-fp8"):
+    _new = _name.replace("-a3b", "-a3b-2507").replace("-a22b", "-a22b-2507")
+    MODEL_PRESETS[_new] = replace(MODEL_PRESETS[_name], name=_new, max_context=262144)
+del _name, _new
 
 
 # Hugging Face repository ids (as `vllm serve` takes them) of the presets' models: base and instruct/chat
@@ -422,15 +429,19 @@ HF_IDS = {
     "Qwen/Qwen3-8B": "qwen3-8b",
     "Qwen/Qwen3-14B": "qwen3-14b",
     "Qwen/Qwen3-32B": "qwen3-32b",
-    **{f"Qwen/Qwen3-30B-A3B{v}": "qwen3-30b-a3b" for v in ("", "-Instruct-2507", "-Thinking-2507")},
-    **{f"Qwen/Qwen3-30B-A3B{v}-FP8": "qwen3-30b-a3b-fp8" for v in ("", "-Instruct-2507", "-Thinking-2507")},
+    "Qwen/Qwen3-30B-A3B": "qwen3-30b-a3b",
+    "Qwen/Qwen3-30B-A3B-FP8": "qwen3-30b-a3b-fp8",
     "Qwen/Qwen3-235B-A22B": "qwen3-235b-a22b",
-    "Qwen/Qwen3-235B-A22B-Instruct-2507": "qwen3-235b-a22b",
+    **{
+        f"Qwen/Qwen3-{size}-{v}-2507{q}": f"qwen3-{size.lower()}-2507{q.lower()}"
+        for size in ("30B-A3B", "235B-A22B")
+        for v in ("Instruct", "Thinking")
+        for q in ("", "-FP8")
+    },
     "Qwen/Qwen3-8B-FP8": "qwen3-8b-fp8",
     "Qwen/Qwen3-14B-FP8": "qwen3-14b-fp8",
     "Qwen/Qwen3-32B-FP8": "qwen3-32b-fp8",
     "Qwen/Qwen3-235B-A22B-FP8": "qwen3-235b-a22b-fp8",
-    "Qwen/Qwen3-235B-A22B-Instruct-2507-FP8": "qwen3-235b-a22b-fp8",
     "moonshotai/Kimi-K2-Instruct": "kimi-k2",
     "moonshotai/Kimi-K2-Base": "kimi-k2",
     "moonshotai/Kimi-K2-Instruct-0905": "kimi-k2",
