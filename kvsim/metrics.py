@@ -136,6 +136,9 @@ def run_summary(res: SimResult, req: pd.DataFrame | None = None) -> dict:
     for m in ("ttft_s", "tpot_s", "e2e_s"):
         for q in (50, 90, 99):
             out[f"{m[:-2]}_p{q}_s"] = percentile(fin[m], q)
+    if res.gaps is not None:  # inter-token latency, as a streaming client times it (engine/step_gaps.py)
+        for q, v in res.gaps.percentiles((50, 90, 99), res.start_s).items():
+            out[f"itl_p{q}_s"] = v
     for c in MEMORY_CATEGORIES:
         out[f"mem_{c}"] = shares[c]
     # Of the memory not free-and-usable, the share holding token states (vLLM paper's measure).

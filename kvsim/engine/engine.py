@@ -50,6 +50,7 @@ from kvsim.engine.memory_tracker import MemoryTracker
 from kvsim.engine.preemption import VictimPolicy, lifo
 from kvsim.engine.scheduler import IterationPlan, SteppingScheduler
 from kvsim.engine.sequence import Sequence, Status
+from kvsim.engine.step_gaps import StepGaps
 from kvsim.errors import ConfigError
 from kvsim.latency.base import LatencyModel
 from kvsim.trace.request import Request
@@ -129,6 +130,7 @@ class Engine:
         self.memory = MemoryTracker(allocator.pool_tokens, resolution_s=resolution_s, token_slots=allocator.token_slots)
         self.swap_s = 0.0
         self.steps = self.events = 0
+        self.gaps = StepGaps()  # the steps' durations as inter-token latencies (step_gaps.py)
         self.received: list[Sequence] = []  # every sequence handed to this engine, in arrival order
         self.now = 0.0  # the instant of the engine's last event
         self.next_time: float | None = None
@@ -505,6 +507,11 @@ class Engine:
             self.memory.add_run(
                 now, t1, weights, n, self._filled0, plan.start_breakdown, result.segments, sched.memory_breakdown()
             )
+            self.gaps.add_run(now, weights, n)
+        else:
+            shape = plan.shape
+            decodes = shape.decode_seqs if shape.decode_seqs >= 0 else (n if shape.new_tokens == n else 0)
+            self.gaps.add(now, dt, decodes)
         self.memory.busy(dt, n)
         self.steps += plan.steps
         self.events += 1

@@ -20,6 +20,7 @@ from kvsim.latency.base import LatencyModel
 from kvsim.engine.clock import ClientLimit, Completions, TraceArrivals, close_engines, driver
 from kvsim.engine.engine import Engine, StepObserver, SwapTiming
 from kvsim.engine.memory_tracker import MemoryTracker
+from kvsim.engine.step_gaps import StepGaps
 from kvsim.engine.preemption import VictimPolicy, lifo
 from kvsim.engine.sequence import Sequence, Status
 from kvsim.errors import ConfigError
@@ -41,6 +42,7 @@ class SimResult:
     shares_kv: bool = False  # the allocator can share KV (report what sharing saved)
     t0: float = 0.0  # the first arrival: every time the engine keeps is seconds after it
     start_s: float = 0.0  # when the measured requests began, seconds after t0 (after a client's warm-up)
+    gaps: StepGaps | None = None  # the engine's steps as inter-token latencies (None: not kept)
 
 
 class Simulation:
@@ -106,6 +108,7 @@ class Simulation:
             shares_kv=self.alloc.shares_kv,
             t0=trace.t0,
             start_s=self.clients.start_s if w else 0.0,
+            gaps=eng.gaps,
         )
 
 

@@ -224,6 +224,7 @@ def replica_outputs(
             extra=e.counters(),
             shares_kv=alloc.shares_kv,
             t0=trace.t0,
+            gaps=e.gaps,
         )
         outs.append(finish_run(res, alloc, pool))
     return outs

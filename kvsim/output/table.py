@@ -68,6 +68,15 @@ COLUMNS: list[Column] = [
         "tpot_p50", "TPOT", "p50", "latency", "time per output token after the first, median", _key("tpot_p50_s"), True
     ),
     Column("tpot_p99", "TPOT", "p99", "latency", "time per output token, 99th percentile", _key("tpot_p99_s")),
+    Column(
+        "itl_p50",
+        "ITL",
+        "p50",
+        "latency",
+        "inter-token latency (the gap between a stream's tokens, as vllm bench serve's ITL), median",
+        _key("itl_p50_s"),
+    ),
+    Column("itl_p99", "ITL", "p99", "latency", "inter-token latency, 99th percentile", _key("itl_p99_s")),
     Column("e2e_p99", "E2E", "p99", "latency", "end-to-end latency, 99th percentile", _key("e2e_p99_s")),
     Column("preempt", "pre-", "empt", "int", "preemptions", _key("preemptions"), True, optional=True, drop_order=4),
     Column("recompute", "recom-", "pute", "int", "preemptions by recompute", _key("preempt_recompute"), optional=True),
