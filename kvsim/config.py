@@ -106,6 +106,22 @@ def prefix_caching(cfg: "SimConfig", named: bool) -> bool:
     return not named and not cfg.model.state_layers
 
 
+def served_layout(cfg: "SimConfig") -> str:
+    """How vLLM lays out the KV cache of ``cfg``'s model when no allocator is named: ``paged``; for a model whose
+    layers differ, its hybrid KV cache manager (``hybrid``), or ``naive`` (every attention layer keeps every
+    token) where the release served the model without it (kvsim.releases)."""
+    from kvsim.releases import hybrid_manager_on
+
+    m = cfg.model
+    return "paged" if not m.is_hybrid else "hybrid" if hybrid_manager_on(m, cfg.vllm_version) else "naive"
+
+
+def state_pages(cfg: "SimConfig") -> int:
+    """Recurrent-state pages a request holds per group at its peak: 2 with prefix caching (vLLM's align mode keeps
+    the last block-aligned state beside the running one), else 1."""
+    return 2 if cfg.model.state_layers and prefix_caching(cfg, named=False) else 1
+
+
 @dataclass(frozen=True)
 class PoolPlan:
     """The KV pool one GPU holds, in bytes and in token slots."""
@@ -278,11 +294,9 @@ def one_request_problem(cfg: "SimConfig", pool_bytes: int) -> str | None:
     if m.is_hybrid:
         from kvsim.allocators.kv_groups import max_concurrency
         from kvsim.allocators.registry import ModelMemory, kind_layout
-        from kvsim.releases import hybrid_manager_on
 
         memory = ModelMemory(m, cfg.tp, pool_bytes, cfg.scheduler.prefill_chunk)
-        kind = "hybrid" if hybrid_manager_on(m, cfg.vllm_version) else "naive"
-        pages = 2 if m.state_layers and prefix_caching(cfg, named=False) else 1
+        kind, pages = served_layout(cfg), state_pages(cfg)
 
         def fits(n: int) -> bool:
             lay = kind_layout(kind, memory, block, n)

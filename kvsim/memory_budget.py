@@ -11,9 +11,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from kvsim.config import GiB, SimConfig, prefix_caching, reserve_bytes, reserve_parts
+from kvsim.config import GiB, SimConfig, reserve_bytes, reserve_parts, served_layout, state_pages
 from kvsim.hardware.layer_kinds import KINDS as LAYER_KINDS
-from kvsim.releases import hybrid_manager_on, kv_size_from_concurrency
+from kvsim.releases import kv_size_from_concurrency
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,7 @@ class MemoryBudget:
     draft_bytes: float = 0.0  # of weight_bytes: the speculative drafter's own weights on this GPU
     reserve_how: str = ""  # how the activation reserve was sized ('' : --activation-reserve-gb)
     dtype: str = ""  # the model's own dtype (a quantized model's embedding and LM head)
-    vllm_layout: str = "hybrid"  # layers that differ: the layout vLLM serves them in (hybrid, or naive: kvsim.releases)
+    vllm_layout: str = "hybrid"  # the layout vLLM serves the layers in (config.served_layout: paged, hybrid or naive)
     vllm_version: str | None = None  # --vllm-version, when given
     recurrent: str = "mamba"  # what its recurrent layers are (recurrent_kind)
     # recurrent-state pages a request holds per group at its peak: 2 with prefix caching (vLLM's align mode)
@@ -175,10 +175,10 @@ def memory_budget(cfg: SimConfig) -> MemoryBudget:
         kv_heads=m.kv_heads,
         dp=cfg.dp,
         expert_bytes=stage.expert_weight_bytes() / (tp * cfg.dp) if cfg.dp > 1 else 0.0,
-        vllm_layout="hybrid" if hybrid_manager_on(m, cfg.vllm_version) else "naive",
+        vllm_layout=served_layout(cfg),
         vllm_version=cfg.vllm_version,
         recurrent=recurrent_kind(m),
-        state_pages=2 if m.state_layers and prefix_caching(cfg, named=False) else 1,
+        state_pages=state_pages(cfg),
     )
 
 

@@ -10,7 +10,7 @@ import pandas as pd
 from kvsim.allocators import AllocatorSpec, make_allocator, parse_allocator
 from kvsim.allocators.base import KVAllocator
 from kvsim.allocators.registry import ModelMemory
-from kvsim.config import PoolPlan, SimConfig, prefix_caching  # noqa: F401 (prefix_caching: re-exported)
+from kvsim.config import PoolPlan, SimConfig, prefix_caching, served_layout  # noqa: F401 (prefix_caching: re-exported)
 from kvsim.errors import ConfigError
 from kvsim.latency import LatencyModel, build_latency
 from kvsim.engine.preemption import get_victim_policy
@@ -41,11 +41,7 @@ def served_allocator(cfg: SimConfig) -> str:
     caches prefixes (:func:`kvsim.config.prefix_caching`: as vLLM V1, not for models with mamba layers, and as
     ``--enable-prefix-caching`` / ``--no-enable-prefix-caching`` say when given). Every command, plan point
     and validation harness that picks an allocator for the user picks this one."""
-    from kvsim.releases import hybrid_manager_on
-
-    m = cfg.model
-    kind = "paged" if not m.is_hybrid else "hybrid" if hybrid_manager_on(m, cfg.vllm_version) else "naive"
-    return kind + ("+prefix" if prefix_caching(cfg, named=False) else "")
+    return served_layout(cfg) + ("+prefix" if prefix_caching(cfg, named=False) else "")
 
 
 def served_spec(cfg: SimConfig) -> AllocatorSpec:

@@ -185,8 +185,7 @@ def cmd_cluster(a: argparse.Namespace) -> int:
         layouts.append(("agg", _groups(a, cfg, spec, a.groups)))
     from kvsim.commands.simulate import start_warnings
 
-    groups = {g.name: g.cfg for _, pools in layouts for g in _flat(pools)}
-    for warning in start_warnings(list(groups.values()), list(groups)):
+    for warning in start_warnings({g.name: g.cfg for _, pools in layouts for g in _flat(pools)}):
         print(warning, file=sys.stderr)
     from kvsim.commands.simulate import load_workload
 

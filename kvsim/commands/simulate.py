@@ -156,16 +156,14 @@ def setting_warnings(cfg, requests, allocators, shared_store: bool = False) -> l
     return out
 
 
-def start_warnings(configs, labels: list[str] | None = None) -> list[str]:
+def start_warnings(configs: dict) -> list[str]:
     """Where vLLM would refuse to start a configuration kvsim simulates anyway (SimConfig.start_problem);
-    ``labels`` name each configuration (a fleet's replica groups)."""
-    out = []
-    for i, cfg in enumerate(configs):
-        problem = cfg.start_problem()
-        if problem:
-            where = f"{labels[i]}: " if labels else ""
-            out.append(f"warning: {where}{problem}; kvsim simulates the configuration as given")
-    return out
+    ``configs``: label -> configuration (a fleet's replica groups by name; "" for a single engine)."""
+    return [
+        f"warning: {label + ': ' if label else ''}{problem}; kvsim simulates the configuration as given"
+        for label, cfg in configs.items()
+        if (problem := cfg.start_problem())
+    ]
 
 
 def simulate_all(a: argparse.Namespace, allocator_names: str, command: str) -> int:
@@ -219,7 +217,7 @@ def simulate_all(a: argparse.Namespace, allocator_names: str, command: str) -> i
         + bench_notes
         + latency_notes(cfg)
         + setting_warnings(cfg, loaded.requests, allocators if named else [])
-        + start_warnings([cfg])
+        + start_warnings({"": cfg})
     )
     for note in notes:
         print(note, file=sys.stderr)

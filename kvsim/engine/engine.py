@@ -509,9 +509,7 @@ class Engine:
             )
             self.gaps.add_run(now, weights, n)
         else:
-            shape = plan.shape
-            decodes = shape.decode_seqs if shape.decode_seqs >= 0 else (n if shape.new_tokens == n else 0)
-            self.gaps.add(now, dt, decodes)
+            self.gaps.add(now, dt, plan.shape.decodes)
         self.memory.busy(dt, n)
         self.steps += plan.steps
         self.events += 1

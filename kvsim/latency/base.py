@@ -72,6 +72,13 @@ class StepShape:
             reads = ()
         return StepShape(new, decodes + len(chunks), pairs, kv, dn, dkv, tuple(prefill), reads)
 
+    @property
+    def decodes(self) -> int:
+        """Sequences computing one token (:meth:`split`'s first part, without building the prefill chunks)."""
+        if self.decode_seqs >= 0:
+            return self.decode_seqs
+        return self.num_seqs if self.new_tokens == self.num_seqs else 0
+
     def split(self) -> tuple[int, int, tuple[tuple[int, int], ...]]:
         """(decode sequences, their KV tokens, prefill chunks), deriving them for shapes built without."""
         if self.decode_seqs >= 0:
