@@ -178,14 +178,14 @@ def set_pool_problem(
     return None
 
 
-def _profile_limits(gpu: GpuSpec, sched: "SchedulerConfig | None") -> tuple[int, int]:
-    """(sequences, tokens) of vLLM's start-up profile: the scheduler's limits (None: what `vllm serve` picks for
-    the GPU)."""
+def _profile_limits(gpu: GpuSpec, sched: "SchedulerConfig | None", release: str | None) -> tuple[int, int]:
+    """(sequences, tokens) of vLLM's start-up profile: the scheduler's limits (None: what `vllm serve` of
+    ``release`` picks for the GPU)."""
     if sched is not None:
         return sched.max_num_seqs, sched.max_num_batched_tokens
     from kvsim.hardware.gpus import vllm_serve_defaults
 
-    return vllm_serve_defaults(gpu)
+    return vllm_serve_defaults(gpu, release)
 
 
 def reserve_parts(
@@ -198,7 +198,7 @@ def reserve_parts(
         return None
     from kvsim.activation_reserve import vllm_reserve_parts
 
-    seqs, tokens = _profile_limits(gpu, sched)
+    seqs, tokens = _profile_limits(gpu, sched, mem.vllm_version)
     graphs = 0.0
     if mem.cudagraph_sizes is not None:
         from kvsim.cudagraph_memory import cudagraph_estimate_bytes
@@ -227,7 +227,12 @@ def reserve_bytes(
 
 
 def _no_pool_hint(
-    weights: float, room: float, gpu: GpuSpec, parts: tuple[float, float, float, float] | None, sched
+    weights: float,
+    room: float,
+    gpu: GpuSpec,
+    parts: tuple[float, float, float, float] | None,
+    sched,
+    release: str | None = None,
 ) -> str:
     """What vLLM would do with no room for a KV cache (``weights``: bytes per GPU; ``room``: the usable bytes
     they leave) and, where the reserve is what fills that room, the flag that shrinks its largest part
@@ -237,7 +242,7 @@ def _no_pool_hint(
     said = '; vLLM would not start ("No available memory for the cache blocks")'
     if parts is None or room <= 0:
         return said
-    seqs, tokens = _profile_limits(gpu, sched)
+    seqs, tokens = _profile_limits(gpu, sched, release)
     sampler, forward, _, graphs = parts
     if graphs > max(sampler, forward):
         size, what, flag = graphs, "its CUDA graphs", "fewer --cudagraph-capture-sizes"
@@ -274,7 +279,7 @@ def plan_pool(
         raise ConfigError(
             f"{model.name} does not fit on {gpu.name} at {_parallel(tp, dp)}: {usable / GiB:.1f} GiB usable,"
             f" weights {weights / GiB:.1f} GiB, reserve {reserve / GiB:.1f} GiB leave no KV pool"
-            f"{_no_pool_hint(weights, usable - weights, gpu, parts, sched)}"
+            f"{_no_pool_hint(weights, usable - weights, gpu, parts, sched, mem.vllm_version)}"
             " (try --tensor-parallel-size, a bigger GPU, or --kv-pool-gb)"
         )
     return PoolPlan(

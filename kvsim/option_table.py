@@ -362,7 +362,7 @@ OPTIONS: list[Option] = [
         POSITIVE_INT,
         sizes=True,
         default_text="as `vllm serve` picks it for the GPU: 8,192 on GPUs of 70 GiB "
-        "or more other than A100s, else 2,048",
+        "or more other than A100s (16,384 from --vllm-version 0.28 on GPUs of 160 GiB or more), else 2,048",
     ),
     Option(
         "enable_chunked_prefill",

@@ -217,7 +217,7 @@ def _build(v: dict[str, Any], given: Mapping[str, Any], name: Callable[[str], st
     if spec is not None:
         model = spec.with_draft(model)
     gpu = get_gpu(v["gpu"])
-    seqs, tokens = vllm_serve_defaults(gpu)  # what `vllm serve` picks for this GPU when not told
+    seqs, tokens = vllm_serve_defaults(gpu, v["vllm_version"])  # what `vllm serve` picks when not told
     max_len = v["max_model_len"] or model.max_context
     v0 = v["vllm_engine"] == "v0"
     if v0:  # the V0 engine's defaults (vLLM 0.6's EngineArgs and SchedulerConfig) and its CPU time

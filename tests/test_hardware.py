@@ -23,6 +23,12 @@ from kvsim.hardware.gpus import GiB
         ("qwen3-32b", 256),
         ("qwen3-235b-a22b", 188),
         ("gpt-oss-120b", 72),
+        ("qwen3-0.6b", 112),  # 2 x 28 x 8 x 128 x 2
+        ("qwen3-4b", 144),  # 2 x 36 x 8 x 128 x 2
+        ("qwen3-coder-480b-a35b", 248),  # 2 x 62 x 8 x 128 x 2
+        ("mixtral-8x7b", 128),  # 2 x 32 x 8 x 128 x 2
+        ("mixtral-8x22b", 224),  # 2 x 56 x 8 x 128 x 2
+        ("llama-4-maverick", 192),  # 2 x 48 x 8 x 128 x 2 (a chunked layer keeps at most its chunk)
     ],
 )
 def test_kv_bytes_per_token(name, kib):
@@ -65,6 +71,25 @@ def test_hugging_face_ids_name_the_presets_and_others_say_what_to_pass():
     assert get_model("moonshotai/Kimi-K2-Instruct").num_experts == 384
     with pytest.raises(ConfigError, match="reads no hub: pass the model's config.json path"):
         get_model("someone/unknown-model")
+
+
+def test_more_served_models_by_their_ids():
+    """Models of AIConfigurator's model_configs (their config.json shapes) that kvsim had no preset for."""
+    maverick = get_model("meta-llama/Llama-4-Maverick-17B-128E-Instruct")
+    assert (maverick.num_experts, maverick.experts_per_token, maverick.shared_experts) == (128, 1, 1)
+    assert sum(maverick.moe_mask) == 24 and maverick.moe_mask[:2] == (False, True)  # every 2nd layer routes
+    assert maverick.max_context == 1048576 and maverick.layer_types.count("full") == 12
+    coder = get_model("Qwen/Qwen3-Coder-480B-A35B-Instruct")
+    assert (coder.num_experts, coder.experts_per_token, coder.moe_intermediate_size) == (160, 8, 2560)
+    fp8 = get_model("Qwen/Qwen3-Coder-480B-A35B-Instruct-FP8")
+    assert fp8.weight_quant == "fp8_block"
+    assert "320 per GPU, not a whole number of its 128-wide" in fp8.block_problem(8)  # as vLLM refuses
+    assert fp8.block_problem(8, expert_parallel=True) is None and fp8.block_problem(4) is None
+    small = get_model("Qwen/Qwen3-Coder-30B-A3B-Instruct")
+    assert small.name == "qwen3-30b-a3b-2507" and small.max_context == 262144
+    assert get_model("mistralai/Mixtral-8x22B-Instruct-v0.1").vocab_size == 32768
+    assert get_model("mistralai/Mixtral-8x22B-v0.1").vocab_size == 32000
+    assert get_model("Qwen/Qwen3-0.6B").tie_word_embeddings
 
 
 def test_more_tensor_parallel_ranks_than_kv_heads_replicate_one_head_each():

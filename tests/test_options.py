@@ -206,6 +206,16 @@ def test_scheduler_limits_default_to_what_vllm_serve_picks_for_the_gpu():
     assert (s.max_num_seqs, s.max_num_batched_tokens) == (64, 8192)
     s = config_from_args(["--gpu", "a100-40gb", "--max-num-seqs", "4096"]).scheduler
     assert s.max_num_batched_tokens == 4096  # a full batch of decodes fits one iteration
+    # from vLLM 0.28 GPUs of 160 GiB or more get 16,384 tokens (EngineArgs' largest tier; not in 0.27.1)
+    for gpu, release, tokens in (
+        ("b200", "0.28.0", 16384),
+        ("b300", "0.31.0", 16384),
+        ("b200", "0.27.1", 8192),
+        ("h200", "0.31.0", 8192),
+        ("a100-80gb", "0.31.0", 2048),
+    ):
+        s = config_from_args(["--gpu", gpu, "--vllm-version", release]).scheduler
+        assert (s.max_num_seqs, s.max_num_batched_tokens) == (1024 if tokens > 2048 else 256, tokens), gpu
 
 
 def test_every_option_sets_something():

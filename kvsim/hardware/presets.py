@@ -173,6 +173,10 @@ MODEL_PRESETS: dict[str, ModelSpec] = {
         # meta-llama/Llama-3.1-405B: 126 layers, 128 heads over 8 KV heads, MLP 53,248 wide, untied embeddings.
         _m("llama-3.1-405b", 126, 16384, 128, 8, 53248, 128256, 131072, 405.9e9, "bf16"),
         # Qwen/Qwen3-8B, Qwen3-14B, Qwen3-32B: head_dim 128 (not hidden / heads for 32B), 40,960 positions, untied.
+        # Qwen/Qwen3-0.6B, -1.7B, -4B: tied embeddings
+        _m("qwen3-0.6b", 28, 1024, 16, 8, 3072, 151936, 40960, 0.596e9, "bf16", head_dim=128, tied=True),
+        _m("qwen3-1.7b", 28, 2048, 16, 8, 6144, 151936, 40960, 1.72e9, "bf16", head_dim=128, tied=True),
+        _m("qwen3-4b", 36, 2560, 32, 8, 9728, 151936, 40960, 4.02e9, "bf16", head_dim=128, tied=True),
         _m("qwen3-8b", 36, 4096, 32, 8, 12288, 151936, 40960, 8.19e9, "bf16", head_dim=128),
         _m("qwen3-14b", 40, 5120, 40, 8, 17408, 151936, 40960, 14.8e9, "bf16", head_dim=128),
         _m("qwen3-32b", 64, 5120, 64, 8, 25600, 151936, 40960, 32.8e9, "bf16", head_dim=128),
@@ -209,6 +213,80 @@ MODEL_PRESETS: dict[str, ModelSpec] = {
             num_experts=128,
             experts_per_token=8,
             moe_intermediate_size=768,
+        ),
+        # Qwen/Qwen3-Coder-480B-A35B-Instruct: 62 layers, all MoE: 160 experts top-8 of width 2560, no shared
+        # expert; 262,144 positions.
+        _m(
+            "qwen3-coder-480b-a35b",
+            62,
+            6144,
+            96,
+            8,
+            8192,
+            151936,
+            262144,
+            480.2e9,
+            "bf16",
+            head_dim=128,
+            num_experts=160,
+            experts_per_token=8,
+            moe_intermediate_size=2560,
+        ),
+        # mistralai/Mixtral-8x7B-v0.1 and -8x22B-v0.1: every layer MoE, 8 experts top-2 of the FFN width, full
+        # attention (sliding_window null); the 8x22B's Instruct-v0.1 has a 32,768-entry vocabulary (below).
+        _m(
+            "mixtral-8x7b",
+            32,
+            4096,
+            32,
+            8,
+            14336,
+            32000,
+            32768,
+            46.7e9,
+            "bf16",
+            num_experts=8,
+            experts_per_token=2,
+            moe_intermediate_size=14336,
+        ),
+        _m(
+            "mixtral-8x22b",
+            56,
+            6144,
+            48,
+            8,
+            16384,
+            32000,
+            65536,
+            140.6e9,
+            "bf16",
+            num_experts=8,
+            experts_per_token=2,
+            moe_intermediate_size=16384,
+        ),
+        # meta-llama/Llama-4-Maverick-17B-128E (text_config): Scout's attention (chunks of 8,192 on RoPE layers,
+        # every 4th layer global NoPE), MoE on every 2nd layer (interleave_moe_layer_step 2: 128 experts top-1
+        # of width 8192 + a shared expert), dense FFNs of 16,384 between; 400.7 B text params by its shapes plus
+        # Scout's vision tower (1.2 B) that vLLM loads.
+        _m(
+            "llama-4-maverick",
+            48,
+            5120,
+            40,
+            8,
+            16384,
+            202048,
+            1048576,
+            401.9e9,
+            "bf16",
+            head_dim=128,
+            layer_types=_pattern(48, lambda i: "full" if (i + 1) % 4 == 0 else "chunked"),
+            attention_chunk=8192,
+            num_experts=128,
+            experts_per_token=1,
+            moe_intermediate_size=8192,
+            shared_experts=1,
+            moe_layers=tuple(i % 2 == 1 for i in range(48)),
         ),
         # openai/gpt-oss-120b: gpt-oss-20b's layer mix over 36 layers, 128 experts top-4 in MXFP4.
         _m(
@@ -378,6 +456,9 @@ for _name in ("qwen3-30b-a3b", "qwen3-235b-a22b", "qwen3-30b-a3b-fp8", "qwen3-23
     _new = _name.replace("-a3b", "-a3b-2507").replace("-a22b", "-a22b-2507")
     MODEL_PRESETS[_new] = replace(MODEL_PRESETS[_name], name=_new, max_context=262144)
 del _name, _new
+MODEL_PRESETS["mixtral-8x22b-instruct"] = replace(
+    MODEL_PRESETS["mixtral-8x22b"], name="mixtral-8x22b-instruct", vocab_size=32768
+)
 
 
 # Hugging Face repository ids (as `vllm serve` takes them) of the presets' models: base and instruct/chat
@@ -442,6 +523,16 @@ HF_IDS = {
     "Qwen/Qwen3-14B-FP8": "qwen3-14b-fp8",
     "Qwen/Qwen3-32B-FP8": "qwen3-32b-fp8",
     "Qwen/Qwen3-235B-A22B-FP8": "qwen3-235b-a22b-fp8",
+    **{f"Qwen/Qwen3-{s}": f"qwen3-{s.lower()}" for s in ("0.6B", "1.7B", "4B")},
+    # the coder models keep their base model's shapes (Qwen3-Coder-30B-A3B: the 2507 30B-A3B's, 262,144 positions)
+    **{f"Qwen/Qwen3-Coder-30B-A3B-Instruct{q}": f"qwen3-30b-a3b-2507{q.lower()}" for q in ("", "-FP8")},
+    "Qwen/Qwen3-Coder-480B-A35B-Instruct": "qwen3-coder-480b-a35b",
+    "mistralai/Mixtral-8x7B-v0.1": "mixtral-8x7b",
+    "mistralai/Mixtral-8x7B-Instruct-v0.1": "mixtral-8x7b",
+    "mistralai/Mixtral-8x22B-v0.1": "mixtral-8x22b",
+    "mistralai/Mixtral-8x22B-Instruct-v0.1": "mixtral-8x22b-instruct",
+    "meta-llama/Llama-4-Maverick-17B-128E": "llama-4-maverick",
+    "meta-llama/Llama-4-Maverick-17B-128E-Instruct": "llama-4-maverick",
     "moonshotai/Kimi-K2-Instruct": "kimi-k2",
     "moonshotai/Kimi-K2-Base": "kimi-k2",
     "moonshotai/Kimi-K2-Instruct-0905": "kimi-k2",
