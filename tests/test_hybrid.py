@@ -696,6 +696,9 @@ def test_hybrid_families_kvsim_does_not_model_are_refused_not_priced_as_attentio
         ("hybrid_override_pattern", "-M*-M-M-"),
         ("hybrid_override_pattern", "MX*-M-M-"),
         ("hybrid_override_pattern", "M-M-"),
+        # shapes that would be priced wrong, not approximately: Nemotron-NAS blocks, latent MoE experts
+        ("block_configs", [{"attention": {"no_op": True}, "ffn": {"ffn_mult": 2.625}}] * 8),
+        ("moe_latent_size", 1024),
     ):
         with pytest.raises(ConfigError, match=f"field '{field}'"):
             get_model(_config(tmp_path, {"model_type": "x", **base, field: value}))

@@ -31,6 +31,9 @@ def model_from_hf_config(path: str) -> ModelSpec:
             )
         # a multimodal checkpoint keeps its dtype and quantization beside the language model's config
         cfg = {**{k: cfg[k] for k in OUTER_FIELDS if k in cfg}, **text}
+    for f, what in UNMODELLED_SHAPE_FIELDS.items():
+        if cfg.get(f) is not None:
+            raise ConfigError(f"{path}: field '{f}': {what}. Not modelled; describe the model with custom:")
     # fields a family's published configs leave to transformers' defaults
     cfg = {**HF_FAMILY_DEFAULTS.get(str(cfg.get("model_type", "")), {}), **cfg}
 
@@ -177,6 +180,14 @@ HF_LAYER_TYPES = {
     "chunked_attention": "chunked",
     "mamba": "mamba",
     "linear_attention": "mamba",
+}
+# config.json fields whose shapes kvsim does not model: refused rather than priced as ordinary layers (the
+# numbers would be wrong, not approximate)
+UNMODELLED_SHAPE_FIELDS = {
+    "block_configs": "Nemotron-NAS (DeciLM) per-layer blocks: attention removed or grouped per layer, FFN widths "
+    "per layer; kvsim would price every layer with the same KV heads and FFN",
+    "moe_latent_size": "latent MoE (experts working in a narrower latent space, Nemotron-3 Super); kvsim would "
+    "price the experts at the full hidden width",
 }
 # config.json fields of hybrid families whose layers kvsim does not model: refused rather than priced as attention
 UNMODELLED_LAYER_FIELDS = {
