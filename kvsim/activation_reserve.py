@@ -35,6 +35,13 @@ skips top-k/top-p in its dummy run until 0.33: 6 bytes per entry, 2 where it als
 0.78 GiB, its forward pass's, where 38.9 bytes per entry would keep 1.41 GiB); one disagrees (Qwen2.5-7B on an
 L40S, 0.22, keeps about 0.9 GiB more than either peak; its --max-num-seqs is not in the log).
 
+From 0.27 vLLM sizes the KV cache by what the instance consumed since start-up (mem_get_info) plus the profile's
+transient peak, so the model runner's persistent buffers count too: on the V2 runner its sampler's penalty state,
+``max_num_seqs`` x vocabulary x 4.125 bytes (:func:`runner_buffer_bytes`). Four public logs of 0.28-0.31 (docs/
+memory.md) still keep 0.4-2 GiB more than kvsim: a larger transient peak than the forward pass and sampler explain
+(Llama-3.1-8B on an A100, 0.31: 1.44 GiB logged with the graphs' estimate, 0.90 kvsim), and with AWQ/GPTQ (Marlin
+repacking) 0.9-1.7 GiB more consumed than the checkpoint's weights; neither is modelled.
+
 The CUDA graphs' memory, which vLLM subtracts from the KV cache from 0.20 on, is kvsim/cudagraph_memory.py's.
 """
 
@@ -140,6 +147,25 @@ def non_torch_bytes(gpu, tp: int, release: str | None = None) -> float:
     return base + peers * NVLINK_RANK_BYTES + network
 
 
+# vLLM 0.27 on (PR of mem_utils' memory_profiling, read in the 0.26.0 and 0.27.0 wheels) sizes the KV cache by
+# what the instance consumed since start-up as mem_get_info sees it, not by the weights and the profile's peak
+# increase alone: buffers a model runner allocated before the profile now come out of the KV cache too.
+CONSUMED_FROM = "0.27.0"
+PENALTY_BYTES_PER_LOGIT = 4 + 4 / 32  # V2 sampler: int32 output counts, a prompt bitmask (1 bit per entry in int32)
+
+
+def runner_buffer_bytes(model, max_num_seqs: int, release: str | None = None) -> float:
+    """Bytes of the model runner's persistent buffers that vLLM ``release``'s KV-cache sizing counts: from 0.27, on
+    the V2 model runner, its sampler's penalty state, allocated whatever the requests ask: output token counts
+    (``max_num_seqs`` x vocabulary int32, vLLM's own comment: "can be very large, taking up GBs") and the prompt
+    bitmask (``PenaltiesState``, read in the 0.27-0.34 wheels; 0.59 GiB at 1,024 sequences of Qwen3's 151,936
+    entries). The V1 runner's buffers are a few MiB; before 0.27 neither was counted (they came out of the memory
+    gpu_memory_utilization leaves)."""
+    if not at_least(release, CONSUMED_FROM) or not v2_runner_default(model, release):
+        return 0.0
+    return PENALTY_BYTES_PER_LOGIT * max_num_seqs * model.vocab_size
+
+
 def vllm_reserve_parts(
     model,
     gpu,
@@ -149,12 +175,13 @@ def vllm_reserve_parts(
     release: str | None = None,
     flashinfer: bool | None = None,
 ) -> tuple[float, ...]:
-    """(sampler peak, forward peak, non-torch) bytes of vLLM ``release``'s start-up profile on one GPU (module
-    docstring; ``flashinfer``: its sampler is FlashInfer's, None: as the release does)."""
+    """(sampler peak, forward peak, non-torch, runner buffers) bytes of vLLM ``release``'s start-up profile on one
+    GPU (module docstring; ``flashinfer``: its sampler is FlashInfer's, None: as the release does)."""
     return (
         sampler_peak_bytes(model, min(max_num_seqs, max_num_batched_tokens), release, gpu.sms, flashinfer),
         forward_peak_bytes(model, tp, max_num_batched_tokens),
         non_torch_bytes(gpu, tp, release),
+        runner_buffer_bytes(model, max_num_seqs, release),
     )
 
 
@@ -162,6 +189,8 @@ def vllm_reserve_bytes(
     model, gpu, tp: int, max_num_seqs: int, max_num_batched_tokens: int, release: str | None = None
 ) -> float:
     """Bytes vLLM's start-up profile keeps from the KV cache on one GPU: the larger of the sampler's and the
-    forward pass's peaks, plus non-torch memory."""
-    sampler, forward, non_torch = vllm_reserve_parts(model, gpu, tp, max_num_seqs, max_num_batched_tokens, release)
-    return max(sampler, forward) + non_torch
+    forward pass's peaks, plus non-torch memory and (from 0.27) the runner's persistent buffers."""
+    sampler, forward, non_torch, buffers = vllm_reserve_parts(
+        model, gpu, tp, max_num_seqs, max_num_batched_tokens, release
+    )
+    return max(sampler, forward) + non_torch + buffers

@@ -190,8 +190,8 @@ def _profile_limits(gpu: GpuSpec, sched: "SchedulerConfig | None", release: str 
 
 def reserve_parts(
     model: ModelSpec, gpu: GpuSpec, mem: MemoryConfig, tp: int = 1, sched: "SchedulerConfig | None" = None
-) -> tuple[float, float, float, float] | None:
-    """(sampler peak, forward peak, non-torch, CUDA graphs) bytes of vLLM's start-up profile on one GPU for the
+) -> tuple[float, float, float, float, float] | None:
+    """(sampler peak, forward peak, non-torch, runner buffers, CUDA graphs) bytes of vLLM's start-up profile on one GPU for the
     scheduler's limits (``sched``; None: what `vllm serve` picks for the GPU), or None with a fixed reserve
     (kvsim/activation_reserve.py; the graphs: kvsim/cudagraph_memory.py, 0 before vLLM 0.20)."""
     if mem.activation_reserve != "vllm":
@@ -213,7 +213,7 @@ def reserve_bytes(
     mem: MemoryConfig,
     tp: int = 1,
     sched: "SchedulerConfig | None" = None,
-    parts: tuple[float, float, float, float] | None = None,
+    parts: tuple[float, float, float, float, float] | None = None,
 ) -> float:
     """Bytes kept from one GPU's KV pool besides the weights: --activation-reserve-gb, or (``vllm``) the larger
     of the profile's two peaks plus non-torch memory and the CUDA graphs' estimate (``parts``:
@@ -222,15 +222,15 @@ def reserve_bytes(
         return mem.activation_reserve_gb * GiB
     got = parts or reserve_parts(model, gpu, mem, tp, sched)
     assert got is not None
-    sampler, forward, non_torch, graphs = got
-    return max(sampler, forward) + non_torch + graphs
+    sampler, forward, non_torch, buffers, graphs = got
+    return max(sampler, forward) + non_torch + buffers + graphs
 
 
 def _no_pool_hint(
     weights: float,
     room: float,
     gpu: GpuSpec,
-    parts: tuple[float, float, float, float] | None,
+    parts: tuple[float, float, float, float, float] | None,
     sched,
     release: str | None = None,
 ) -> str:
@@ -243,7 +243,7 @@ def _no_pool_hint(
     if parts is None or room <= 0:
         return said
     seqs, tokens = _profile_limits(gpu, sched, release)
-    sampler, forward, _, graphs = parts
+    sampler, forward, _, _, graphs = parts
     if graphs > max(sampler, forward):
         size, what, flag = graphs, "its CUDA graphs", "fewer --cudagraph-capture-sizes"
     elif sampler >= forward:

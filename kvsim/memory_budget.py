@@ -182,13 +182,17 @@ def memory_budget(cfg: SimConfig) -> MemoryBudget:
     )
 
 
-def _reserve_how(parts: tuple[float, float, float, float] | None) -> str:
+def _reserve_how(parts: tuple[float, float, float, float, float] | None) -> str:
     """What the vLLM-profile reserve is made of (config.reserve_parts; '' for a fixed one)."""
     if parts is None:
         return ""
-    sampler, forward, non_torch, graphs = parts
+    sampler, forward, non_torch, buffers, graphs = parts
     peak = f"sampler {_size(sampler)}" if sampler >= forward else f"forward {_size(forward)}"
-    return f"{peak} peak + non-torch {_size(non_torch)}" + (f" + CUDA graphs {_size(graphs)}" if graphs else "")
+    return (
+        f"{peak} peak + non-torch {_size(non_torch)}"
+        + (f" + runner buffers {_size(buffers)}" if buffers else "")
+        + (f" + CUDA graphs {_size(graphs)}" if graphs else "")
+    )
 
 
 def recurrent_kind(m) -> str:

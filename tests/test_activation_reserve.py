@@ -146,3 +146,24 @@ def test_the_kv_pool_and_tokens_of_an_fp8_kv_checkpoint_match_its_vllm_0_14_log(
     plan = cfg.pool_plan()
     assert plan.pool_bytes / GiB == pytest.approx(53.15, rel=0.005)
     assert plan.pool_bytes // cfg.model.kv_bytes_per_token == pytest.approx(348_304, rel=0.005)
+
+
+def test_from_0_27_the_v2_runners_penalty_buffers_come_out_of_the_kv_cache():
+    """vLLM 0.27 sizes the KV cache by what the instance consumed (mem_get_info), so the V2 model runner's
+    sampler state allocated before the profile counts: int32 output counts and a 1-bit prompt mask per (sequence,
+    vocabulary entry). By hand for Qwen3-8B at 1,024 sequences: 1,024 x 151,936 x (4 + 4 / 32) bytes."""
+    from kvsim.activation_reserve import runner_buffer_bytes
+
+    qwen, llama_moe = get_model("qwen3-8b"), get_model("qwen3-30b-a3b")
+    assert runner_buffer_bytes(qwen, 1024, "0.30.0") == 1024 * 151936 * 4.125 == 641_777_664
+    assert runner_buffer_bytes(qwen, 1024, "0.26.0") == 0  # counted only from 0.27 (memory_profiling)
+    assert runner_buffer_bytes(qwen, 1024, None) == 0
+    assert runner_buffer_bytes(llama_moe, 256, "0.28.0") == 0  # a MoE model: the V1 runner until 0.29
+    assert runner_buffer_bytes(llama_moe, 256, "0.29.0") == 256 * 151936 * 4.125
+    # silybench's Qwen3-8B on one H100, vLLM 0.30.0, utilization 0.9, 16,384-token context: logged 377,024
+    # (bf16) and 430,272 (FP8) tokens; kvsim within 3.5% and 2% (4.4% and 2.4% before the buffers)
+    base = ["--model", "Qwen/Qwen3-8B", "--gpu", "h100-80gb", "--vllm-version", "0.30.0", "--max-model-len", "16384"]
+    for extra, logged in (([], 377_024), (["-q", "fp8"], 430_272)):
+        cfg = config_from_args([*base, "--gpu-memory-utilization", "0.9", *extra])
+        tokens = cfg.pool_plan().pool_tokens
+        assert 1.0 < tokens / logged < (1.035 if not extra else 1.02), (extra, tokens)
