@@ -29,6 +29,8 @@ from kvsim.hardware.gpus import GiB
         ("mixtral-8x7b", 128),  # 2 x 32 x 8 x 128 x 2
         ("mixtral-8x22b", 224),  # 2 x 56 x 8 x 128 x 2
         ("llama-4-maverick", 192),  # 2 x 48 x 8 x 128 x 2 (a chunked layer keeps at most its chunk)
+        ("glm-4.5", 368),  # 2 x 92 x 8 x 128 x 2
+        ("glm-4.5-air", 184),  # 2 x 46 x 8 x 128 x 2
     ],
 )
 def test_kv_bytes_per_token(name, kib):
@@ -90,6 +92,9 @@ def test_more_served_models_by_their_ids():
     assert get_model("mistralai/Mixtral-8x22B-Instruct-v0.1").vocab_size == 32768
     assert get_model("mistralai/Mixtral-8x22B-v0.1").vocab_size == 32000
     assert get_model("Qwen/Qwen3-0.6B").tie_word_embeddings
+    glm = get_model("zai-org/GLM-4.6")
+    assert glm.max_context == 202752 and glm.rotary_dim == 64 and sum(glm.moe_mask) == 89  # 3 dense layers first
+    assert get_model("zai-org/GLM-4.5").max_context == 131072
 
 
 def test_more_tensor_parallel_ranks_than_kv_heads_replicate_one_head_each():

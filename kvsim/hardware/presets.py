@@ -288,6 +288,48 @@ MODEL_PRESETS: dict[str, ModelSpec] = {
             shared_experts=1,
             moe_layers=tuple(i % 2 == 1 for i in range(48)),
         ),
+        # zai-org/GLM-4.5: 92 layers (the MTP layer vLLM skips without speculative decoding is not counted), GQA
+        # with 8 KV heads, half the head rotary (partial_rotary_factor 0.5); the first 3 layers dense, then 160
+        # experts top-8 of width 1536 + a shared one. GLM-4.6 and 4.7: the same shapes, 202,752 positions.
+        _m(
+            "glm-4.5",
+            92,
+            5120,
+            96,
+            8,
+            12288,
+            151552,
+            131072,
+            352.8e9,
+            "bf16",
+            head_dim=128,
+            rotary_dim=64,
+            num_experts=160,
+            experts_per_token=8,
+            moe_intermediate_size=1536,
+            shared_experts=1,
+            moe_layers=tuple(i >= 3 for i in range(92)),
+        ),
+        # zai-org/GLM-4.5-Air: 46 layers, the first dense, then 128 experts top-8 of width 1408 + a shared one
+        _m(
+            "glm-4.5-air",
+            46,
+            4096,
+            96,
+            8,
+            10944,
+            151552,
+            131072,
+            106.85e9,
+            "bf16",
+            head_dim=128,
+            rotary_dim=64,
+            num_experts=128,
+            experts_per_token=8,
+            moe_intermediate_size=1408,
+            shared_experts=1,
+            moe_layers=tuple(i >= 1 for i in range(46)),
+        ),
         # openai/gpt-oss-120b: gpt-oss-20b's layer mix over 36 layers, 128 experts top-4 in MXFP4.
         _m(
             "gpt-oss-120b",
@@ -456,6 +498,7 @@ for _name in ("qwen3-30b-a3b", "qwen3-235b-a22b", "qwen3-30b-a3b-fp8", "qwen3-23
     _new = _name.replace("-a3b", "-a3b-2507").replace("-a22b", "-a22b-2507")
     MODEL_PRESETS[_new] = replace(MODEL_PRESETS[_name], name=_new, max_context=262144)
 del _name, _new
+MODEL_PRESETS["glm-4.6"] = replace(MODEL_PRESETS["glm-4.5"], name="glm-4.6", max_context=202752)
 MODEL_PRESETS["mixtral-8x22b-instruct"] = replace(
     MODEL_PRESETS["mixtral-8x22b"], name="mixtral-8x22b-instruct", vocab_size=32768
 )
@@ -532,6 +575,10 @@ HF_IDS = {
     "mistralai/Mixtral-8x22B-v0.1": "mixtral-8x22b",
     "mistralai/Mixtral-8x22B-Instruct-v0.1": "mixtral-8x22b-instruct",
     "meta-llama/Llama-4-Maverick-17B-128E": "llama-4-maverick",
+    "zai-org/GLM-4.5": "glm-4.5",
+    "zai-org/GLM-4.5-Air": "glm-4.5-air",
+    "zai-org/GLM-4.6": "glm-4.6",
+    "zai-org/GLM-4.7": "glm-4.6",
     "meta-llama/Llama-4-Maverick-17B-128E-Instruct": "llama-4-maverick",
     "moonshotai/Kimi-K2-Instruct": "kimi-k2",
     "moonshotai/Kimi-K2-Base": "kimi-k2",
