@@ -47,6 +47,8 @@ The CUDA graphs' memory, which vLLM subtracts from the KV cache from 0.20 on, is
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from kvsim.releases import at_least
 
 GiB = 1 << 30
@@ -166,6 +168,21 @@ def runner_buffer_bytes(model, max_num_seqs: int, release: str | None = None) ->
     return PENALTY_BYTES_PER_LOGIT * max_num_seqs * model.vocab_size
 
 
+class ReserveParts(NamedTuple):
+    """Bytes vLLM's start-up profile keeps from one GPU's KV cache, by part."""
+
+    sampler: float  # the dummy sampler run's peak
+    forward: float  # the dummy forward pass's peak
+    non_torch: float  # outside PyTorch's allocator (NCCL, custom all-reduce, cuBLAS workspaces)
+    buffers: float  # the model runner's persistent buffers (from 0.27: runner_buffer_bytes)
+    graphs: float = 0.0  # the CUDA graphs' estimate (vLLM 0.20+; kvsim/cudagraph_memory.py)
+
+    @property
+    def total(self) -> float:
+        """The larger of the two peaks (they do not overlap), plus everything held beside them."""
+        return max(self.sampler, self.forward) + self.non_torch + self.buffers + self.graphs
+
+
 def vllm_reserve_parts(
     model,
     gpu,
@@ -174,10 +191,10 @@ def vllm_reserve_parts(
     max_num_batched_tokens: int,
     release: str | None = None,
     flashinfer: bool | None = None,
-) -> tuple[float, ...]:
-    """(sampler peak, forward peak, non-torch, runner buffers) bytes of vLLM ``release``'s start-up profile on one
-    GPU (module docstring; ``flashinfer``: its sampler is FlashInfer's, None: as the release does)."""
-    return (
+) -> ReserveParts:
+    """The parts of vLLM ``release``'s start-up profile on one GPU but its CUDA graphs (module docstring;
+    ``flashinfer``: its sampler is FlashInfer's, None: as the release does)."""
+    return ReserveParts(
         sampler_peak_bytes(model, min(max_num_seqs, max_num_batched_tokens), release, gpu.sms, flashinfer),
         forward_peak_bytes(model, tp, max_num_batched_tokens),
         non_torch_bytes(gpu, tp, release),
@@ -188,9 +205,7 @@ def vllm_reserve_parts(
 def vllm_reserve_bytes(
     model, gpu, tp: int, max_num_seqs: int, max_num_batched_tokens: int, release: str | None = None
 ) -> float:
-    """Bytes vLLM's start-up profile keeps from the KV cache on one GPU: the larger of the sampler's and the
-    forward pass's peaks, plus non-torch memory and (from 0.27) the runner's persistent buffers."""
-    sampler, forward, non_torch, buffers = vllm_reserve_parts(
-        model, gpu, tp, max_num_seqs, max_num_batched_tokens, release
-    )
-    return max(sampler, forward) + non_torch + buffers
+    """Bytes vLLM's start-up profile keeps from the KV cache on one GPU, without CUDA graphs: the larger of the
+    sampler's and the forward pass's peaks, plus non-torch memory and (from 0.27) the runner's persistent
+    buffers."""
+    return vllm_reserve_parts(model, gpu, tp, max_num_seqs, max_num_batched_tokens, release).total

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from kvsim.activation_reserve import ReserveParts, vllm_reserve_parts
 from kvsim.errors import ConfigError
 from kvsim.chat_template import chat_template_s
 from kvsim.frontend import NO_FRONTEND, FrontEnd, get_frontend
@@ -190,21 +191,20 @@ def _profile_limits(gpu: GpuSpec, sched: "SchedulerConfig | None", release: str 
 
 def reserve_parts(
     model: ModelSpec, gpu: GpuSpec, mem: MemoryConfig, tp: int = 1, sched: "SchedulerConfig | None" = None
-) -> tuple[float, float, float, float, float] | None:
-    """(sampler peak, forward peak, non-torch, runner buffers, CUDA graphs) bytes of vLLM's start-up profile on one GPU for the
-    scheduler's limits (``sched``; None: what `vllm serve` picks for the GPU), or None with a fixed reserve
-    (kvsim/activation_reserve.py; the graphs: kvsim/cudagraph_memory.py, 0 before vLLM 0.20)."""
+) -> ReserveParts | None:
+    """The parts of vLLM's start-up profile on one GPU (sampler and forward peaks, non-torch memory, runner
+    buffers, CUDA graphs) for the scheduler's limits (``sched``; None: what `vllm serve` picks for the GPU), or
+    None with a fixed reserve (kvsim/activation_reserve.py; the graphs: kvsim/cudagraph_memory.py, 0 before vLLM
+    0.20)."""
     if mem.activation_reserve != "vllm":
         return None
-    from kvsim.activation_reserve import vllm_reserve_parts
-
     seqs, tokens = _profile_limits(gpu, sched, mem.vllm_version)
-    graphs = 0.0
-    if mem.cudagraph_sizes is not None:
-        from kvsim.cudagraph_memory import cudagraph_estimate_bytes
+    parts = vllm_reserve_parts(model, gpu, tp, seqs, tokens, mem.vllm_version, mem.flashinfer_sampler)
+    if mem.cudagraph_sizes is None:
+        return parts
+    from kvsim.cudagraph_memory import cudagraph_estimate_bytes
 
-        graphs = cudagraph_estimate_bytes(model, tp, mem.cudagraph_sizes, seqs)
-    return (*vllm_reserve_parts(model, gpu, tp, seqs, tokens, mem.vllm_version, mem.flashinfer_sampler), graphs)
+    return parts._replace(graphs=cudagraph_estimate_bytes(model, tp, mem.cudagraph_sizes, seqs))
 
 
 def reserve_bytes(
@@ -213,24 +213,22 @@ def reserve_bytes(
     mem: MemoryConfig,
     tp: int = 1,
     sched: "SchedulerConfig | None" = None,
-    parts: tuple[float, float, float, float, float] | None = None,
+    parts: ReserveParts | None = None,
 ) -> float:
-    """Bytes kept from one GPU's KV pool besides the weights: --activation-reserve-gb, or (``vllm``) the larger
-    of the profile's two peaks plus non-torch memory and the CUDA graphs' estimate (``parts``:
-    :func:`reserve_parts`, if already at hand)."""
+    """Bytes kept from one GPU's KV pool besides the weights: --activation-reserve-gb, or (``vllm``) the
+    profile's parts' total (``parts``: :func:`reserve_parts`, if already at hand)."""
     if mem.activation_reserve != "vllm":
         return mem.activation_reserve_gb * GiB
     got = parts or reserve_parts(model, gpu, mem, tp, sched)
     assert got is not None
-    sampler, forward, non_torch, buffers, graphs = got
-    return max(sampler, forward) + non_torch + buffers + graphs
+    return got.total
 
 
 def _no_pool_hint(
     weights: float,
     room: float,
     gpu: GpuSpec,
-    parts: tuple[float, float, float, float, float] | None,
+    parts: ReserveParts | None,
     sched,
     release: str | None = None,
 ) -> str:
@@ -243,13 +241,16 @@ def _no_pool_hint(
     if parts is None or room <= 0:
         return said
     seqs, tokens = _profile_limits(gpu, sched, release)
-    sampler, forward, _, _, graphs = parts
-    if graphs > max(sampler, forward):
-        size, what, flag = graphs, "its CUDA graphs", "fewer --cudagraph-capture-sizes"
-    elif sampler >= forward:
-        size, what, flag = sampler, f"its sampler run over {seqs:,} sequences", "a smaller --max-num-seqs"
+    if parts.graphs > max(parts.sampler, parts.forward):
+        size, what, flag = parts.graphs, "its CUDA graphs", "fewer --cudagraph-capture-sizes"
+    elif parts.sampler >= parts.forward:
+        size, what, flag = parts.sampler, f"its sampler run over {seqs:,} sequences", "a smaller --max-num-seqs"
     else:
-        size, what, flag = forward, f"its forward pass of {tokens:,} tokens", "a smaller --max-num-batched-tokens"
+        size, what, flag = (
+            parts.forward,
+            f"its forward pass of {tokens:,} tokens",
+            "a smaller --max-num-batched-tokens",
+        )
     return f"{said}; {size / GiB:.1f} GiB of the reserve is {what} ({flag} lowers it)"
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from kvsim.activation_reserve import ReserveParts
 from kvsim.config import GiB, SimConfig, reserve_bytes, reserve_parts, served_layout, state_pages
 from kvsim.hardware.layer_kinds import KINDS as LAYER_KINDS
 from kvsim.releases import kv_size_from_concurrency
@@ -182,16 +183,16 @@ def memory_budget(cfg: SimConfig) -> MemoryBudget:
     )
 
 
-def _reserve_how(parts: tuple[float, float, float, float, float] | None) -> str:
+def _reserve_how(parts: ReserveParts | None) -> str:
     """What the vLLM-profile reserve is made of (config.reserve_parts; '' for a fixed one)."""
     if parts is None:
         return ""
-    sampler, forward, non_torch, buffers, graphs = parts
-    peak = f"sampler {_size(sampler)}" if sampler >= forward else f"forward {_size(forward)}"
+    p = parts
+    peak = f"sampler {_size(p.sampler)}" if p.sampler >= p.forward else f"forward {_size(p.forward)}"
     return (
-        f"{peak} peak + non-torch {_size(non_torch)}"
-        + (f" + runner buffers {_size(buffers)}" if buffers else "")
-        + (f" + CUDA graphs {_size(graphs)}" if graphs else "")
+        f"{peak} peak + non-torch {_size(p.non_torch)}"
+        + (f" + runner buffers {_size(p.buffers)}" if p.buffers else "")
+        + (f" + CUDA graphs {_size(p.graphs)}" if p.graphs else "")
     )
 
 

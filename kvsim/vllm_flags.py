@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from kvsim.chat_template import backend_endpoint
+
 # flag -> how its value is given: "switch" (none), "bool" (--x / --no-x, no value), "value" (one), "values" (any
 # number up to the next flag)
 _SWITCH = """trust-remote-code disable-log-stats disable-log-requests enable-log-requests enable-log-outputs
@@ -82,19 +84,13 @@ def _bytes(text: str) -> float:
     return value * scale
 
 
-def _endpoint(backend: str) -> str:
-    from kvsim.chat_template import backend_endpoint
-
-    return backend_endpoint(backend)
-
-
 # flags kvsim applies through one of its own options, when the command has it: flag -> (option key, value
 # function; ValueError says what is wrong with the value)
 APPLIED: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "--enforce-eager": ("cudagraph_capture_sizes", lambda v: "none"),  # no CUDA graphs: every step runs eager
     "--kv-cache-memory-bytes": ("kv_pool_gb", lambda v: _bytes(v) / (1 << 30)),  # a KV pool of this many bytes
     "--kv-cache-memory": ("kv_pool_gb", lambda v: _bytes(v) / (1 << 30)),
-    "--backend": ("endpoint", _endpoint),  # vllm bench serve: the request its client sends
+    "--backend": ("endpoint", backend_endpoint),  # vllm bench serve: the request its client sends
 }
 
 

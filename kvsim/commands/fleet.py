@@ -139,7 +139,14 @@ def cmd_cluster(a: argparse.Namespace) -> int:
     from kvsim.planning.slo import add_slo_columns
 
     from kvsim.allocators.registry import model_problem
-    from kvsim.commands.simulate import build_config, check_accounted, warn_if_mostly_rejected
+    from kvsim.commands.simulate import (
+        build_config,
+        check_accounted,
+        load_workload,
+        setting_warnings,
+        start_warnings,
+        warn_if_mostly_rejected,
+    )
     from kvsim.files import prepare_results_dir
     from kvsim.fleet.cluster import simulate_fleet
     from kvsim.fleet.routers import PREFIX_ROUTERS, RouterOptions, parse_router_params, parse_routers
@@ -170,8 +177,6 @@ def cmd_cluster(a: argparse.Namespace) -> int:
 
     link = parse_link(a.kv_link)
     store = _store(a.shared_kv_store)
-    from kvsim.commands.simulate import setting_warnings
-
     for warning in setting_warnings(cfg, [], [], shared_store=store is not None):
         print(warning, file=sys.stderr)
     slos = parse_slos(a.slo) if a.slo is not None else []
@@ -183,12 +188,8 @@ def cmd_cluster(a: argparse.Namespace) -> int:
             layouts.append(("agg", _merged(pools[0] + pools[1])))
     else:
         layouts.append(("agg", _groups(a, cfg, spec, a.groups)))
-    from kvsim.commands.simulate import start_warnings
-
     for warning in start_warnings({g.name: g.cfg for _, pools in layouts for g in _flat(pools)}):
         print(warning, file=sys.stderr)
-    from kvsim.commands.simulate import load_workload
-
     # --trace, or a benchmark client's flags (without its warm-up: not simulated in a fleet)
     loaded, trace_name, _, bench_notes = load_workload(a, warmup=False, command="cluster")
     for note in bench_notes:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kvsim.errors import ConfigError
+from kvsim.releases import at_least
 
 # A node as HGX/DGX systems build them: 8 GPUs on NVLink, one 400 Gb/s ConnectX-7 NIC per GPU (GPUDirect RDMA)
 GPUS_PER_NODE = 8
@@ -182,21 +183,19 @@ PRESET_SOURCES: dict[str, tuple[str, str]] = {
 }
 
 
+LARGEST_TIER_FROM = "0.28.0"  # vLLM release whose defaults first give GPUs of 160 GiB or more 16,384 tokens
+
+
 def vllm_serve_defaults(gpu: GpuSpec, release: str | None = None) -> tuple[int, int]:
     """(max_num_seqs, max_num_batched_tokens) `vllm serve` (V1) of ``release`` picks when not told: 1,024 and 8,192
     on GPUs with at least 70 GiB that are not A100s (H100, H200), from vLLM 0.28 1,024 and 16,384 on GPUs with at
     least 160 GiB (B200, B300, GB200, MI300X; EngineArgs' largest tier, read in the 0.28.0 wheel: absent in 0.27.1),
     else 256 and 2,048 (EngineArgs' batch defaults). ``release`` None: as releases before 0.28."""
-    from kvsim.releases import at_least
-
     if gpu.memory_bytes >= 160 * GiB and at_least(release, LARGEST_TIER_FROM):
         return 1024, 16384
     if gpu.memory_bytes >= 70 * GiB and not gpu.name.startswith("a100"):
         return 1024, 8192
     return 256, 2048
-
-
-LARGEST_TIER_FROM = "0.28.0"  # vLLM release whose defaults first give GPUs of 160 GiB or more 16,384 tokens
 
 
 # names nvidia-smi, rocm-smi and people print, after the normalisation of _key(), that name no preset directly
