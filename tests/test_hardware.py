@@ -95,6 +95,9 @@ def test_more_served_models_by_their_ids():
     glm = get_model("zai-org/GLM-4.6")
     assert glm.max_context == 202752 and glm.rotary_dim == 64 and sum(glm.moe_mask) == 89  # 3 dense layers first
     assert get_model("zai-org/GLM-4.5").max_context == 131072
+    # Z.ai's -FP8 are llm-compressor's per-channel FP8 (compressed-tensors), not a per-tensor guess
+    glm_fp8 = get_model("zai-org/GLM-4.5-Air-FP8")
+    assert (glm_fp8.quant_method, glm_fp8.weight_quant) == ("compressed-tensors", "fp8")
 
 
 def test_more_tensor_parallel_ranks_than_kv_heads_replicate_one_head_each():

@@ -189,8 +189,16 @@ SUFFIXES: tuple[tuple[str, str], ...] = (
     (r"-int4", "int4-experts"),
 )
 # what an "-FP8" checkpoint is, by publisher: NVIDIA ModelOpt (per-tensor, FP8 KV cache), Red Hat / Neural Magic
-# compressed-tensors (per-tensor static), Qwen and DeepSeek block-scaled FP8; others: per-tensor FP8
-PUBLISHER_FP8 = {"nvidia": "modelopt", "redhatai": "ct-fp8", "neuralmagic": "ct-fp8", "qwen": "fp8_block"}
+# compressed-tensors (per-tensor static), Z.ai's GLM compressed-tensors (per-channel weights, dynamic per-token
+# activations, the routers and LM head in bf16: zai-org/GLM-4.5-Air-FP8's quantization_config as public code
+# copies it), Qwen and DeepSeek block-scaled FP8; others: per-tensor FP8
+PUBLISHER_FP8 = {
+    "nvidia": "modelopt",
+    "redhatai": "ct-fp8",
+    "neuralmagic": "ct-fp8",
+    "zai-org": "ct-fp8",
+    "qwen": "fp8_block",
+}
 
 
 def _variant(key: str, publisher: str) -> tuple[str, dict]:
