@@ -12,6 +12,7 @@ from hypothesis import given, settings, strategies as st
 from kvsim.cli import main
 from kvsim.hardware import get_gpu, get_model
 from kvsim.latency import StepShape, get_cpu_overhead
+from kvsim.errors import ConfigError
 from kvsim.latency.calibration import Calibration, DecodeAttentionParams, GemmParams, LinkParams, shipped_calibration
 from kvsim.calibrate.fits import dense_rows, fit_links, leave_one_model_out, summarize_dense
 from kvsim.latency.perop import PerOpModel, gemm_seconds
@@ -199,6 +200,40 @@ def test_tensor_parallel_all_reduces():
     act = 40e-6 + 8 * 4096 * 2 / 100e9
     logits = 40e-6 + 8 * 16000 * 2 / 100e9
     assert m.communication_s(8, 8) == pytest.approx(65 * act + logits, rel=1e-12)
+
+
+def test_all_reduce_between_measured_sizes_is_interpolated_on_log_log_axes():
+    """Measured 10 us at 1,000 bytes and 40 us at 4,000: 2,000 bytes (halfway on a log axis) take 20 us,
+    whatever the lines say; outside the measured sizes the line, scaled to meet the nearest point."""
+    line = LinkParams(5e-6, 1e9)  # 5 us + 1 ns a byte: 6 us at 1,000 bytes, 13 us at 8,000
+    link = replace(line, points=((1000.0, 10e-6), (4000.0, 40e-6)))
+    assert link.seconds(2000) == pytest.approx(20e-6, rel=1e-12)
+    assert link.seconds(1000) == pytest.approx(10e-6, rel=1e-12) and link.seconds(4000) == pytest.approx(40e-6)
+    assert link.seconds(8000) == pytest.approx(13e-6 * 40e-6 / 9e-6, rel=1e-12)  # the line x (40 / 9)
+    assert link.seconds(500) == pytest.approx(5.5e-6 * 10e-6 / 6e-6, rel=1e-12)
+    assert line.seconds(2000) == pytest.approx(7e-6, rel=1e-12)  # no points: the line alone
+
+
+def test_measured_all_reduce_points_load_checked():
+    """A calibration's points load back as written; unordered or non-positive pairs are refused by name."""
+    good = {"latency_s": 5e-6, "bandwidth": 1e9, "points": [[1000, 1e-5], [4000, 4e-5]]}
+    d = Calibration("a100-80gb").to_json()
+    d["all_reduce"] = {"nvswitch": {"2": good}}
+    c = Calibration.from_json(d)
+    assert c.link(2, "nvswitch").points == ((1000.0, 1e-5), (4000.0, 4e-5))
+    for bad in ([[4000, 4e-5], [1000, 1e-5]], [[1000, 0.0]], [[1000]], "x"):
+        d["all_reduce"] = {"nvswitch": {"2": {**good, "points": bad}}}
+        with pytest.raises(ConfigError, match="points"):
+            Calibration.from_json(d)
+
+
+def test_shipped_all_reduce_is_the_measured_table_at_its_sizes():
+    """H100, 4 GPUs (AIConfigurator's vLLM 0.24 table): 512 KiB measured 11.36 us, which two lines put at 8.2
+    (the custom all-reduce's switch from one-shot to two-shot); the shipped points price it as measured."""
+    link = shipped_calibration(get_gpu("h100-80gb"))[0].link(4, "nvswitch")
+    assert link.line_seconds(524288) == pytest.approx(8.2e-6, rel=0.02)
+    assert dict(link.points)[524288.0] == pytest.approx(link.seconds(524288), rel=1e-12)
+    assert 10e-6 < link.seconds(524288) < 13e-6
 
 
 def test_shipped_calibration_holds_its_measured_error_on_profile_excerpts():

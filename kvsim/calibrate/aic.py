@@ -1532,20 +1532,24 @@ def fit_all_reduce(a) -> dict[str, LinkParams]:
     """Per group size, the faster of two lines (latency + bytes / bandwidth): vLLM's custom all-reduce for
     small messages, NCCL for large ones (for NCCL alone, as the exchange: its low-latency and its bandwidth
     protocols); both fitted at once on the time at each size, by least squares on log(predicted / measured)
-    as kvsim.calibrate.fits does. Fewer than 8 sizes: one line."""
+    as kvsim.calibrate.fits does. Fewer than 8 sizes: one line. The measured times are kept as well
+    (``LinkParams.points``, the median per size): between measured sizes they price a message, the lines
+    outside them."""
 
     out = {}
     for n, g in a.groupby("num_gpus"):
         S, T = g["message_bytes"].to_numpy(float), g["seconds"].to_numpy(float)
         if len(S) < 4:
             continue
+        per_size = g.groupby("message_bytes")["seconds"].median().sort_index()
+        points = tuple((float(b), float(t)) for b, t in per_size.items() if b > 0 and t > 0)
 
         def line(lat_us, gb_s):
             return lat_us * 1e-6 + S / (gb_s * 1e9)
 
         if len(S) < 8:
             x = fit_bounded(lambda x: np.log(line(x[0], x[1]) / T), [10.0, 100.0], [0.0, 0.1], [1e4, 1e4])
-            out[str(int(n))] = LinkParams(float(x[0]) * 1e-6, float(x[1]) * 1e9)
+            out[str(int(n))] = LinkParams(float(x[0]) * 1e-6, float(x[1]) * 1e9, points=points)
             continue
         # start from the two ends: the smallest sizes set the custom all-reduce's latency, the largest NCCL's
         # bandwidth; the second line's latency starts 5x the first so the two stay apart
@@ -1559,7 +1563,11 @@ def fit_all_reduce(a) -> dict[str, LinkParams]:
         if small[0] > large[0]:
             small, large = large, small
         out[str(int(n))] = LinkParams(
-            float(small[0]) * 1e-6, float(small[1]) * 1e9, float(large[0]) * 1e-6, float(large[1]) * 1e9
+            float(small[0]) * 1e-6,
+            float(small[1]) * 1e9,
+            float(large[0]) * 1e-6,
+            float(large[1]) * 1e9,
+            points,
         )
     return out
 

@@ -344,6 +344,57 @@ def _with_moe_shapes(path: Path, calib: Calibration, roots: list[str]) -> Calibr
     return calib
 
 
+def fit_link_points(roots: list[str]) -> None:
+    """Keep in every shipped calibration fitted on AIConfigurator's tables the measured all-reduce (and
+    data-parallel exchange) times its lines were fitted on (``LinkParams.points``), read from the tables of
+    the versions it records; the lines must refit as shipped (the same rows: within the optimizer's last
+    digits, and the shipped lines are kept), and nothing else changes."""
+    refit_shipped(lambda path, calib: _with_link_points(path, calib, roots))
+
+
+def _with_link_points(path: Path, calib: Calibration, roots: list[str]) -> Calibration | None:
+    """``calib`` (the file at ``path``) with its NVSwitch all-reduce and exchange points (fit_link_points), or
+    None: not fitted on AIConfigurator's all-reduce tables."""
+    from kvsim.calibrate.aic import fit_all_reduce
+
+    versions = calib.fit.get("aic", {}).get("versions", {})
+    gpu = GPU_PRESETS.get(calib.gpu)
+    if "custom_allreduce_perf" not in versions or gpu is None or not gpu.aic_system:
+        return None
+    root = system_root(roots, gpu.aic_system)
+    data = read_aic(
+        root,
+        gpu.aic_system,
+        versions["custom_allreduce_perf"],
+        versions.get("nccl_perf"),
+        kinds=("all_reduce",),
+        gpu=gpu,
+    )
+    out: dict[str, dict] = {}
+    for kind, rows in (("all_reduce", data.all_reduce), ("exchange", data.exchange)):
+        shipped = getattr(calib, kind).get("nvswitch")
+        if not shipped or rows is None:
+            continue
+        fitted = fit_all_reduce(rows)
+        for n, old in shipped.items():
+            new = fitted.get(n)
+            lines = ("latency_s", "bandwidth", "large_latency_s", "large_bandwidth")
+            if new is None or any(
+                abs(getattr(new, f) - getattr(old, f)) > 1e-6 * max(abs(getattr(old, f)), 1e-30) for f in lines
+            ):
+                raise SystemExit(f"{path.name}: {kind} x{n} refits to other lines than shipped; refit it whole")
+        out[kind] = {
+            **getattr(calib, kind),
+            "nvswitch": {n: replace(old, points=fitted[n].points) for n, old in shipped.items()},
+        }
+        print(f"{path.name}: {kind} " + ", ".join(f"x{n} {len(fitted[n].points)} sizes" for n in shipped))
+    if not out:
+        return None
+    return replace(
+        calib, all_reduce=out.get("all_reduce", calib.all_reduce), exchange=out.get("exchange", calib.exchange)
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument(
@@ -364,7 +415,15 @@ def main() -> None:
         action="store_true",
         help="only add the MoE presets' measured shapes to every shipped calibration (moe_shapes)",
     )
+    ap.add_argument(
+        "--link-points",
+        action="store_true",
+        help="only keep the measured all-reduce times in every shipped calibration (LinkParams.points)",
+    )
     a = ap.parse_args()
+    if a.link_points:
+        fit_link_points(a.aic)
+        return
     if a.moe_shapes:
         fit_shapes(a.aic)
         return

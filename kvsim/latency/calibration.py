@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import json
 import re
+from bisect import bisect_left
 from dataclasses import asdict, dataclass, field, fields, replace
 from functools import lru_cache
+from math import log
 from pathlib import Path
 
 from kvsim.errors import ConfigError
@@ -256,22 +258,41 @@ GEMM_QUANT = {
 class LinkParams:
     """One all-reduce among n GPUs: t = latency + message bytes / bandwidth, or, where a second line is
     given, the faster of the two: vLLM runs small messages through its CUDA-graph custom all-reduce (a few
-    microseconds) and large ones through NCCL (more latency, more bandwidth)."""
+    microseconds) and large ones through NCCL (more latency, more bandwidth).
+
+    Where the measured times are kept (``points``), a message between the smallest and the largest measured
+    size takes the time interpolated between its measured neighbours (straight on log-log axes): two lines
+    cannot follow the custom all-reduce's switch from one-shot to two-shot (H100, 4 GPUs: 7.1 us at 256 KiB,
+    11.4 at 512 KiB, where the lines say 8.2), nor NCCL's protocol steps. Outside them, the lines, scaled to
+    meet the nearest measured point (no jump where the measurements end)."""
 
     latency_s: float
     bandwidth: float  # bytes/s (message bytes per second for large messages)
     large_latency_s: float = 0.0  # the second line (0: none)
     large_bandwidth: float = 0.0
+    points: tuple[tuple[float, float], ...] = ()  # measured (message bytes, seconds), sizes ascending
 
-    def seconds(self, message_bytes: float) -> float:
+    def line_seconds(self, message_bytes: float) -> float:
+        """The lines' time (the faster of the two)."""
         t = self.latency_s + message_bytes / self.bandwidth
         if self.large_bandwidth > 0:
             t = min(t, self.large_latency_s + message_bytes / self.large_bandwidth)
         return t
 
+    def seconds(self, message_bytes: float) -> float:
+        pts = self.points
+        if not pts:
+            return self.line_seconds(message_bytes)
+        if message_bytes <= pts[0][0] or message_bytes >= pts[-1][0]:
+            size, t = pts[0] if message_bytes <= pts[0][0] else pts[-1]
+            return self.line_seconds(message_bytes) * t / self.line_seconds(size)
+        i = bisect_left(pts, (message_bytes,))  # pts[i - 1] < message_bytes <= pts[i]
+        (s0, t0), (s1, t1) = pts[i - 1], pts[i]
+        return t0 * (t1 / t0) ** (log(message_bytes / s0) / log(s1 / s0))
+
     def nccl_line(self) -> "LinkParams":
-        """The NCCL line alone (the only line where there is one): collectives other than vLLM's custom
-        all-reduce run through NCCL."""
+        """The NCCL line alone (the only line where there is one; no measured points, which are the faster
+        of both): collectives other than vLLM's custom all-reduce run through NCCL."""
         if self.large_bandwidth > 0:
             return LinkParams(self.large_latency_s, self.large_bandwidth)
         return LinkParams(self.latency_s, self.bandwidth)
@@ -280,9 +301,32 @@ class LinkParams:
 def _link_tables(d: dict, key: str) -> dict:
     """A calibration's ``key`` table of collectives: interconnect -> group size -> LinkParams."""
     return {
-        ic: {_group_size(n): _build(LinkParams, p) for n, p in _object(table, ic).items()}
+        ic: {_group_size(n): _link(p) for n, p in _object(table, ic).items()}
         for ic, table in _object(d.get(key, {}), key).items()
     }
+
+
+def _link(p) -> LinkParams:
+    """One group size's LinkParams, its measured points checked: [message bytes, seconds] pairs of positive
+    finite numbers, sizes strictly ascending."""
+    from kvsim.validation import is_finite
+
+    p = dict(_object(p, "an all-reduce group"))
+    raw = p.pop("points", [])
+    if not isinstance(raw, (list, tuple)):
+        raise TypeError("LinkParams.points must be a list of [message bytes, seconds] pairs")
+    points = []
+    for pair in raw:
+        if (
+            not isinstance(pair, (list, tuple))
+            or len(pair) != 2
+            or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and is_finite(v) and v > 0 for v in pair)
+        ):
+            raise ValueError(f"LinkParams.points: each entry is [message bytes, seconds] > 0, got {pair!r:.60}")
+        if points and pair[0] <= points[-1][0]:
+            raise ValueError("LinkParams.points: message sizes must be strictly ascending")
+        points.append((float(pair[0]), float(pair[1])))
+    return replace(_build(LinkParams, p), points=tuple(points))
 
 
 def _nearest_group(table: dict, n: int) -> "LinkParams":
@@ -482,6 +526,8 @@ def _build(cls, values: dict):
     obj = cls(**values)
     for f in fields(cls):
         v = getattr(obj, f.name)
+        if isinstance(v, tuple):  # a list field (LinkParams.points): its own reader checks it
+            continue
         lo, hi, whole = _FIELD_RANGES.get((cls.__name__, f.name)) or _FIELD_RANGES.get(f.name, (0.0, 1e16, False))
         if (
             isinstance(v, bool)
