@@ -10,6 +10,9 @@
     # folder's path replaced by github.com/ai-dynamo/aiconfigurator@095f58a:... in the files written
     python -m kvsim.calibrate.ship ../shared/profiles/aic AIC/aic-core/src/aiconfigurator_core/systems/data \
         --releases-only
+    # the measured all-reduce times, kept beside the lines fitted on them (nothing else changes):
+    python -m kvsim.calibrate.ship ../shared/profiles/aic PIP/aiconfigurator_core/systems/data \
+        AIC/aic-core/src/aiconfigurator_core/systems/data --link-points
 
 Each system's tables come from the first folder that has them (``installed``: the pip package's systems/data).
 The GPUs refitted: every preset with an AIConfigurator system (``GpuSpec.aic_system``) whose shipped
