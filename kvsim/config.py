@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from kvsim.activation_reserve import ReserveParts, vllm_reserve_parts
-from kvsim.errors import ConfigError
 from kvsim.chat_template import chat_template_s
+from kvsim.errors import ConfigError
 from kvsim.frontend import NO_FRONTEND, FrontEnd, get_frontend
 from kvsim.hardware import GpuSpec, ModelSpec
 from kvsim.hardware.gpus import GiB

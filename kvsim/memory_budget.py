@@ -187,12 +187,11 @@ def _reserve_how(parts: ReserveParts | None) -> str:
     """What the vLLM-profile reserve is made of (config.reserve_parts; '' for a fixed one)."""
     if parts is None:
         return ""
-    p = parts
-    peak = f"sampler {_size(p.sampler)}" if p.sampler >= p.forward else f"forward {_size(p.forward)}"
+    peak = f"sampler {_size(parts.sampler)}" if parts.sampler >= parts.forward else f"forward {_size(parts.forward)}"
     return (
-        f"{peak} peak + non-torch {_size(p.non_torch)}"
-        + (f" + runner buffers {_size(p.buffers)}" if p.buffers else "")
-        + (f" + CUDA graphs {_size(p.graphs)}" if p.graphs else "")
+        f"{peak} peak + non-torch {_size(parts.non_torch)}"
+        + (f" + runner buffers {_size(parts.buffers)}" if parts.buffers else "")
+        + (f" + CUDA graphs {_size(parts.graphs)}" if parts.graphs else "")
     )
 
 

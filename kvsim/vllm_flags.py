@@ -75,12 +75,13 @@ def _bytes(text: str) -> float:
 
     t = text.strip()
     scale = SIZE_UNITS.get(t[-1:], 1)
+    wrong = ValueError(f"{text!r} is not a size in bytes (e.g. 8589934592 or 8G)")
     try:
         value = float(t[:-1] if t[-1:] in SIZE_UNITS else t)
     except ValueError:
-        value = float("nan")
-    if not value > 0 or value == float("inf"):
-        raise ValueError(f"{text!r} is not a size in bytes (e.g. 8589934592 or 8G)")
+        raise wrong from None
+    if not 0 < value < float("inf"):  # also NaN
+        raise wrong
     return value * scale
 
 

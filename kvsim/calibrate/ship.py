@@ -373,6 +373,7 @@ def _with_link_points(path: Path, calib: Calibration, roots: list[str]) -> Calib
         kinds=("all_reduce",),
         gpu=gpu,
     )
+    lines = ("latency_s", "bandwidth", "large_latency_s", "large_bandwidth")
     out: dict[str, dict] = {}
     for kind, rows in (("all_reduce", data.all_reduce), ("exchange", data.exchange)):
         shipped = getattr(calib, kind).get("nvswitch")
@@ -381,7 +382,6 @@ def _with_link_points(path: Path, calib: Calibration, roots: list[str]) -> Calib
         fitted = fit_all_reduce(rows)
         for n, old in shipped.items():
             new = fitted.get(n)
-            lines = ("latency_s", "bandwidth", "large_latency_s", "large_bandwidth")
             if new is None or any(
                 abs(getattr(new, f) - getattr(old, f)) > 1e-6 * max(abs(getattr(old, f)), 1e-30) for f in lines
             ):

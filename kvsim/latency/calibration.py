@@ -283,9 +283,9 @@ class LinkParams:
         pts = self.points
         if not pts:
             return self.line_seconds(message_bytes)
-        if message_bytes <= pts[0][0] or message_bytes >= pts[-1][0]:
-            size, t = pts[0] if message_bytes <= pts[0][0] else pts[-1]
-            return self.line_seconds(message_bytes) * t / self.line_seconds(size)
+        end = pts[0] if message_bytes <= pts[0][0] else pts[-1] if message_bytes >= pts[-1][0] else None
+        if end is not None:  # outside the measured sizes: the line through the nearest one
+            return self.line_seconds(message_bytes) * end[1] / self.line_seconds(end[0])
         i = bisect_left(pts, (message_bytes,))  # pts[i - 1] < message_bytes <= pts[i]
         (s0, t0), (s1, t1) = pts[i - 1], pts[i]
         return t0 * (t1 / t0) ** (log(message_bytes / s0) / log(s1 / s0))
