@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from operator import attrgetter
+
 import numpy as np
 import pandas as pd
 
@@ -39,49 +41,58 @@ def requests_frame(res: SimResult) -> pd.DataFrame:
 def sequences_frame(seqs, t0: float) -> pd.DataFrame:
     """One row per trace request (``seqs``: their sequences; times on the engines' clock, which starts at
     ``t0``); a request with n > 1 samples aggregates them (finished when all are). Built column by column:
-    the per-request work is a few attribute reads, the arithmetic is numpy's."""
+    each sequence's fields are read in one call, the arithmetic is numpy's, and only requests with samples
+    take a loop of their own."""
     nan = float("nan")
-    status, reason, finish, generated, preempt, cached, cached_all = [], [], [], [], [], [], []
-    for s in seqs:
-        if s.samples:
-            group = [s, *s.samples]
-            done = s.status != Status.REJECTED and all(g.status == Status.FINISHED for g in group)
-            reason.append(s.reason or next((g.reason for g in group if g.reason), ""))
-            finish.append(max(g.finish_s for g in group) if done else nan)
-            generated.append(sum(g.generated for g in group))
-            preempt.append(sum(g.preemptions for g in group))
-            cached.append(s.last_cached_tokens)
-            cached_all.append(sum(g.cached_tokens for g in group))
-        else:
-            done = s.status == Status.FINISHED
-            reason.append(s.reason)
-            finish.append(s.finish_s if done else nan)
-            generated.append(s.generated)
-            preempt.append(s.preemptions)
-            cached.append(s.last_cached_tokens)
-            cached_all.append(s.cached_tokens)
-        status.append(
-            Status.REJECTED.value
-            if s.status == Status.REJECTED
-            else Status.CANCELLED.value
-            if s.status == Status.CANCELLED
-            else Status.FINISHED.value
-            if done
-            else Status.UNFINISHED.value
-        )
-    arrival = np.fromiter((s.req.arrival_s for s in seqs), float, len(seqs))
+    n = len(seqs)
+    fields = attrgetter(
+        "status", "reason", "finish_s", "generated", "preemptions", "last_cached_tokens", "cached_tokens",
+        "admitted_s", "first_token_s", "frontend_s", "req",
+    )  # fmt: skip
+    cols = list(zip(*map(fields, seqs))) if n else [()] * 11
+    states, reason, finish_s, generated, preempt, cached, cached_all, admitted_s, first_s, frontend, reqs = cols
+    finished, rejected, cancelled = Status.FINISHED, Status.REJECTED, Status.CANCELLED
+    # the member's own value (a plain str): a str-valued Enum member compares equal to it, the table holds text
+    status = [
+        "finished"
+        if x is finished
+        else "rejected"
+        if x is rejected
+        else "cancelled"
+        if x is cancelled
+        else "unfinished"
+        for x in states
+    ]
+    reason, generated, preempt, cached_all = list(reason), list(generated), list(preempt), list(cached_all)
+    finish = [x if state is finished else nan for x, state in zip(finish_s, states)]
+    for i in [i for i, s in enumerate(seqs) if s.samples]:
+        s = seqs[i]
+        group = [s, *s.samples]
+        done = s.status is not rejected and all(g.status == finished for g in group)
+        reason[i] = s.reason or next((g.reason for g in group if g.reason), "")
+        finish[i] = max(g.finish_s for g in group) if done else nan
+        generated[i] = sum(g.generated for g in group)
+        preempt[i] = sum(g.preemptions for g in group)
+        cached_all[i] = sum(g.cached_tokens for g in group)
+        status[i] = "rejected" if s.status is rejected else "cancelled" if s.status is cancelled else (
+            "finished" if done else "unfinished"
+        )  # fmt: skip
+    ids, arrivals, prompts, outputs = (
+        zip(*map(attrgetter("id", "arrival_s", "prompt_tokens", "output_tokens"), reqs)) if n else [()] * 4
+    )
+    arrival = np.fromiter(arrivals, float, n)
     rel = arrival - t0  # the engine's clock starts at the first arrival; latencies come from its times
-    output = np.fromiter((s.req.output_tokens for s in seqs), np.int64, len(seqs))
-    admitted = np.fromiter((nan if s.admitted_s is None else s.admitted_s for s in seqs), float, len(seqs))
-    first = np.fromiter((nan if s.first_token_s is None else s.first_token_s for s in seqs), float, len(seqs))
-    fin = np.asarray(finish, dtype=float)
+    output = np.fromiter(outputs, np.int64, n)
+    admitted = np.fromiter((nan if x is None else x for x in admitted_s), float, n)
+    first = np.fromiter((nan if x is None else x for x in first_s), float, n)
+    fin = np.fromiter(finish, float, n)
     with np.errstate(invalid="ignore", divide="ignore"):
         tpot = np.where(output > 1, (fin - first) / np.maximum(output - 1, 1), nan)
     return pd.DataFrame(
         {
-            "id": [s.req.id for s in seqs],
+            "id": list(ids),
             "arrival_s": arrival,
-            "prompt_tokens": np.fromiter((s.req.prompt_tokens for s in seqs), np.int64, len(seqs)),
+            "prompt_tokens": np.fromiter(prompts, np.int64, n),
             "output_tokens": output,
             "status": status,
             "reason": reason,
@@ -92,14 +103,14 @@ def sequences_frame(seqs, t0: float) -> pd.DataFrame:
             "tpot_s": tpot,
             "e2e_s": fin - rel,
             "queue_s": admitted - rel,
-            "generated_tokens": np.asarray(generated, dtype=np.int64),
-            "preemptions": np.asarray(preempt, dtype=np.int64),
+            "generated_tokens": np.fromiter(generated, np.int64, n),
+            "preemptions": np.fromiter(preempt, np.int64, n),
             # prompt tokens the cache served at the latest (re)start (<= prompt), and summed over every restart
             # and sample (what the run's hit rate counts)
-            "cached_prompt_tokens": np.asarray(cached, dtype=np.int64),
-            "cache_hit_tokens_all_starts": np.asarray(cached_all, dtype=np.int64),
+            "cached_prompt_tokens": np.fromiter(cached, np.int64, n),
+            "cache_hit_tokens_all_starts": np.fromiter(cached_all, np.int64, n),
             # of the TTFT, what the API server added: intake (queueing, tokenization) and delivery
-            "frontend_s": np.fromiter((s.frontend_s for s in seqs), float, len(seqs)),
+            "frontend_s": np.fromiter(frontend, float, n),
         },
         columns=REQUEST_COLUMNS,
     )

@@ -14,7 +14,24 @@ except ImportError:
     ARROW = False
 
 # where Arrow's float notation and Python's differ: zeros, integral values, below 1e-4, [1e15, 1e16)
-EDGES = [10000000000.5, 1.0000000000025e11, 0.0, -0.0, 1.0, -3.0, 1e16, 1e-5, 1e-4, 9.99e-5, 1e15, 1.5e15, 9999999999999998.0, 1e-7, 5e-324, 0.1]
+EDGES = [
+    10000000000.5,
+    1.0000000000025e11,
+    0.0,
+    -0.0,
+    1.0,
+    -3.0,
+    1e16,
+    1e-5,
+    1e-4,
+    9.99e-5,
+    1e15,
+    1.5e15,
+    9999999999999998.0,
+    1e-7,
+    5e-324,
+    0.1,
+]
 FLOATS = st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.sampled_from(EDGES))
 TEXT = st.one_of(
     st.none(),

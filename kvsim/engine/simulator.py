@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from kvsim.allocators.base import KVAllocator
+from kvsim.collector import kept_apart, paused
 from kvsim.config import SchedulerConfig
 from kvsim.latency.base import LatencyModel
 from kvsim.engine.clock import ClientLimit, Completions, TraceArrivals, close_engines, driver
@@ -61,7 +62,8 @@ class Simulation:
         swap_timing: SwapTiming | None = None,
         max_concurrency: int | None = None,
     ):
-        self.trace = TraceArrivals(requests)
+        with paused():
+            self.trace = TraceArrivals(requests)
         self.seqs = self.trace.seqs
         self.alloc = allocator
         # a closed loop: at most max_concurrency requests in flight (None: every request at its trace time)
@@ -86,7 +88,8 @@ class Simulation:
         wall0 = time.perf_counter()
         eng, trace = self.engine, self.trace
         drive = driver(self.engine.cfg.clock)
-        arrived = drive([eng], self.clients.times, self.seqs, lambda seq, t: 0, eng.horizon)
+        with kept_apart():  # the requests and their sequences live the whole run
+            arrived = drive([eng], self.clients.times, self.seqs, lambda seq, t: 0, eng.horizon)
         samples = close_engines([eng])
         self.clients.stamp(self.seqs, trace.t0)
         mark_unfinished(self.seqs, samples, arrived)

@@ -80,7 +80,9 @@ def _column(s: pd.Series, kind: str) -> list:
     if kind == "float":
         v = s.tolist()
         return [None if x != x else x for x in v] if s.hasnans else v
-    return [None if x is None or x is pd.NA or (isinstance(x, float) and x != x) else x for x in s.astype(object).tolist()]
+    return [
+        None if x is None or x is pd.NA or (isinstance(x, float) and x != x) else x for x in s.astype(object).tolist()
+    ]
 
 
 def _arrow_lines(df: pd.DataFrame, kinds: list[str], rows_per_chunk: int):
@@ -88,10 +90,10 @@ def _arrow_lines(df: pd.DataFrame, kinds: list[str], rows_per_chunk: int):
     writes them, or None when pyarrow is missing or a text column holds something other than strings.
 
     Arrow formats integers as Python does, and floats by the same shortest round-trip digits but not always
-    the same notation: Python writes ``0.0``, ``1000000000000000.0`` and ``1e-05`` where Arrow writes ``0``,
-    ``1e+15`` and ``0.00001``. So integral values below 1e16 and magnitudes below 1e-4 or in [1e15, 1e16) are
-    formatted by Python's repr (few in result tables; zeros are a constant). Text is quoted as the csv module
-    quotes it (QUOTE_MINIMAL: a field holding a comma, a quote or a line break)."""
+    the same notation: Python writes ``0.0``, ``10000000000.5`` and ``1e-05`` where Arrow writes ``0``,
+    ``1.00000000005e+10`` and ``0.00001``; those values take Python's repr (:func:`_arrow_floats`; few in result
+    tables). Text is quoted as the csv module quotes it (QUOTE_MINIMAL: a field holding a comma, a quote or a line
+    break). Numeric columns are formatted on threads (Arrow's kernels release the GIL)."""
     try:
         import pyarrow as pa
         import pyarrow.compute as pc
@@ -99,17 +101,24 @@ def _arrow_lines(df: pd.DataFrame, kinds: list[str], rows_per_chunk: int):
         return None
     import numpy as np
 
-    cols = []
-    for name, kind in zip(df.columns, kinds):
-        s = df[name]
+    def numbers(name: str, kind: str):
+        v = df[name].to_numpy()
         if kind == "int":
-            cols.append(pc.cast(pa.array(s.to_numpy()), pa.string()))
-        elif kind == "bool":
-            cols.append(pc.if_else(pa.array(s.to_numpy()), "True", "False"))
-        elif kind == "float":
-            cols.append(_arrow_floats(s.to_numpy(dtype=np.float64), pa, pc))
-        else:
-            text = _arrow_text(s, pa, pc)
+            return pc.cast(pa.array(v), pa.string())
+        if kind == "bool":
+            return pc.if_else(pa.array(v), "True", "False")
+        return _arrow_floats(v.astype(np.float64, copy=False), pa, pc)
+
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        done = {name: pool.submit(numbers, name, kind) for name, kind in zip(df.columns, kinds) if kind != "object"}
+        cols = []
+        for name, kind in zip(df.columns, kinds):
+            if kind != "object":
+                cols.append(done[name].result())
+                continue
+            text = _arrow_text(df[name], pa, pc)
             if text is None:
                 return None
             cols.append(text)
@@ -142,23 +151,27 @@ def _arrow_floats(v, pa, pc):
 
 
 def _arrow_text(s: pd.Series, pa, pc):
-    """A text column quoted as the csv module quotes it; None if it holds anything but strings and nulls."""
-    try:
-        arr = pa.array(s.astype(object), from_pandas=True)
-    except (pa.ArrowInvalid, pa.ArrowTypeError):
-        return None
-    if pa.types.is_null(arr.type):
-        return arr.cast(pa.string())
-    if not pa.types.is_string(arr.type):
-        return None
+    """A text column quoted as the csv module quotes it; None if it holds anything but strings and nulls.
+
+    Result tables' text columns hold few distinct values (allocator, status, reason): each is converted and
+    quoted once, then taken by its code (missing values, code -1, are nulls: empty fields)."""
     import numpy as np
 
-    quote = pc.fill_null(pc.match_substring_regex(arr, _quoted_chars()), False).to_numpy(zero_copy_only=False)
-    if not quote.any():
-        return arr
-    idx = np.flatnonzero(quote)
-    fixed = pa.array(['"' + x.replace('"', '""') + '"' for x in arr.take(pa.array(idx)).to_pylist()], pa.string())
-    return pc.replace_with_mask(arr, pa.array(quote), fixed)
+    codes, uniques = pd.factorize(s.astype(object), use_na_sentinel=True)
+    try:
+        distinct = pa.array(np.asarray(uniques, dtype=object), from_pandas=True)
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        return None
+    if pa.types.is_null(distinct.type):
+        distinct = distinct.cast(pa.string())
+    if not pa.types.is_string(distinct.type):
+        return None
+    quote = pc.fill_null(pc.match_substring_regex(distinct, _quoted_chars()), False).to_numpy(zero_copy_only=False)
+    if quote.any():
+        distinct = pa.array(
+            ['"' + x.replace('"', '""') + '"' if q else x for x, q in zip(distinct.to_pylist(), quote)], pa.string()
+        )
+    return distinct.take(pa.array(codes, mask=codes < 0))
 
 
 def _quoted_chars() -> str:

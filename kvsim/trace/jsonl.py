@@ -144,6 +144,11 @@ def load_jsonl(path: str | Path, skip_invalid: bool = False) -> LoadedTrace:
     """Load a kvsim JSONL trace. Raises TraceError on the first bad line unless ``skip_invalid``
     (kvsim/trace/loading.py: any trace file)."""
     path = str(path)
+    from kvsim.trace.plain_columns import read_plain_columns
+
+    plain = read_plain_columns(path, MAX_TOKENS)
+    if plain is not None:
+        return _in_time_order(plain, path, [])
     try:
         fh = open(path, encoding="utf-8")
     except OSError as e:
@@ -167,6 +172,10 @@ def load_jsonl(path: str | Path, skip_invalid: bool = False) -> LoadedTrace:
         raise TraceError(
             path, line, None, f"no valid request: all {len(skipped)} line(s) are invalid (the first: {why})"
         )
+    return _in_time_order(requests, path, skipped)
+
+
+def _in_time_order(requests: list[Request], path: str, skipped: list[tuple[int, str]]) -> LoadedTrace:
     unsorted = any(requests[i].arrival_s > requests[i + 1].arrival_s for i in range(len(requests) - 1))
     if unsorted:
         requests.sort(key=lambda r: r.arrival_s)

@@ -3,32 +3,18 @@ under common column names (kvsim/trace/own_format.py)."""
 
 from __future__ import annotations
 
-import gc
 import json
-from contextlib import contextmanager
 from pathlib import Path
 
+from kvsim.collector import paused
 from kvsim.trace.jsonl import LoadedTrace, load_jsonl
 
 
 def load_trace(path: str | Path, skip_invalid: bool = False) -> LoadedTrace:
     """Load a trace. Raises TraceError on the first bad line unless ``skip_invalid``. A CSV, or a JSONL whose
     objects name their fields otherwise (timestamp, input_tokens, ...), is read by its column names."""
-    with _no_collection():
+    with paused():  # reading lines into requests makes no cycles (kvsim/collector.py)
         return _load(str(path), skip_invalid)
-
-
-@contextmanager
-def _no_collection():
-    """The garbage collector paused: its passes over every object made so far cost a million-line trace a quarter
-    of its load, and reading lines into requests leaves no cycles to collect."""
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if collecting:
-            gc.enable()
 
 
 def _load(path: str, skip_invalid: bool) -> LoadedTrace:
