@@ -63,17 +63,17 @@ def sequences_frame(seqs, t0: float) -> pd.DataFrame:
         else "unfinished"
         for x in states
     ]
-    reason, generated, preempt, cached_all = list(reason), list(generated), list(preempt), list(cached_all)
+    reasons, generated_n, preempt_n, cached_all_n = list(reason), list(generated), list(preempt), list(cached_all)
     finish = [x if state is finished else nan for x, state in zip(finish_s, states)]
     for i in [i for i, s in enumerate(seqs) if s.samples]:
         s = seqs[i]
         group = [s, *s.samples]
         done = s.status is not rejected and all(g.status == finished for g in group)
-        reason[i] = s.reason or next((g.reason for g in group if g.reason), "")
+        reasons[i] = s.reason or next((g.reason for g in group if g.reason), "")
         finish[i] = max(g.finish_s for g in group) if done else nan
-        generated[i] = sum(g.generated for g in group)
-        preempt[i] = sum(g.preemptions for g in group)
-        cached_all[i] = sum(g.cached_tokens for g in group)
+        generated_n[i] = sum(g.generated for g in group)
+        preempt_n[i] = sum(g.preemptions for g in group)
+        cached_all_n[i] = sum(g.cached_tokens for g in group)
         status[i] = "rejected" if s.status is rejected else "cancelled" if s.status is cancelled else (
             "finished" if done else "unfinished"
         )  # fmt: skip
@@ -95,7 +95,7 @@ def sequences_frame(seqs, t0: float) -> pd.DataFrame:
             "prompt_tokens": np.fromiter(prompts, np.int64, n),
             "output_tokens": output,
             "status": status,
-            "reason": reason,
+            "reason": reasons,
             "admitted_s": admitted + t0,
             "first_token_s": first + t0,
             "finish_s": fin + t0,
@@ -103,12 +103,12 @@ def sequences_frame(seqs, t0: float) -> pd.DataFrame:
             "tpot_s": tpot,
             "e2e_s": fin - rel,
             "queue_s": admitted - rel,
-            "generated_tokens": np.fromiter(generated, np.int64, n),
-            "preemptions": np.fromiter(preempt, np.int64, n),
+            "generated_tokens": np.fromiter(generated_n, np.int64, n),
+            "preemptions": np.fromiter(preempt_n, np.int64, n),
             # prompt tokens the cache served at the latest (re)start (<= prompt), and summed over every restart
             # and sample (what the run's hit rate counts)
             "cached_prompt_tokens": np.fromiter(cached, np.int64, n),
-            "cache_hit_tokens_all_starts": np.fromiter(cached_all, np.int64, n),
+            "cache_hit_tokens_all_starts": np.fromiter(cached_all_n, np.int64, n),
             # of the TTFT, what the API server added: intake (queueing, tokenization) and delivery
             "frontend_s": np.fromiter(frontend, float, n),
         },

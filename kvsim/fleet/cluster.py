@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from kvsim.allocators import AllocatorSpec
+from kvsim.collector import kept_apart
 from kvsim.config import PoolPlan, SimConfig
 from kvsim.engine.clock import ClientLimit, Completions, TraceArrivals, close_engines, driver
 from kvsim.engine.engine import Engine
@@ -252,7 +253,8 @@ def simulate_fleet(
     replica_of = np.full(len(seqs), -1, dtype=np.int64)
 
     drive = common_clock(groups)
-    arrived = drive(engines, clients.times, seqs, routing(rt, reps, replica_of), horizon, touched=touched)
+    with kept_apart():  # the requests and their sequences live the whole run (kvsim/collector.py)
+        arrived = drive(engines, clients.times, seqs, routing(rt, reps, replica_of), horizon, touched=touched)
     mark_unfinished(seqs, close_engines(engines), arrived)
     clients.stamp(seqs, trace.t0)
     end = max((e.now for e in engines), default=0.0)

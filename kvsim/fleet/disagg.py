@@ -29,6 +29,7 @@ from typing import Callable
 import numpy as np
 
 from kvsim.allocators.kv_tier import TierSpec
+from kvsim.collector import kept_apart
 from kvsim.engine.clock import ClientLimit, Completions, close_engines
 from kvsim.engine.sequence import Sequence, Status
 from kvsim.engine.simulator import mark_unfinished
@@ -218,7 +219,8 @@ def simulate_disagg(
     clients = done.clients = ClientLimit([trace.times[k] for k in kept], limit)
     routed = [pseqs[k] for k in kept]
     drive = common_clock(prefill + decode)
-    arrived = drive(engines, clients.times, routed, route, horizon, hints=False, touched=touched)
+    with kept_apart():
+        arrived = drive(engines, clients.times, routed, route, horizon, hints=False, touched=touched)
     mark_unfinished(seqs, close_engines(engines), n)
     for side in (routed, [seqs[k] for k in kept]):  # both records of a request were sent when its client sent it
         clients.stamp(side, trace.t0)

@@ -153,11 +153,17 @@ def _arrow_floats(v, pa, pc):
 def _arrow_text(s: pd.Series, pa, pc):
     """A text column quoted as the csv module quotes it; None if it holds anything but strings and nulls.
 
-    Result tables' text columns hold few distinct values (allocator, status, reason): each is converted and
-    quoted once, then taken by its code (missing values, code -1, are nulls: empty fields)."""
+    A string column is taken as Arrow holds it (pandas keeps it in Arrow where pyarrow is installed); a column
+    of Python objects (allocator, status, reason: few distinct values) is converted and quoted once per distinct
+    value, then taken by its code (missing values, code -1, are nulls: empty fields)."""
     import numpy as np
 
-    codes, uniques = pd.factorize(s.astype(object), use_na_sentinel=True)
+    if isinstance(s.dtype, pd.StringDtype):
+        arr = pa.array(s.array)
+        if isinstance(arr, pa.ChunkedArray):
+            arr = arr.combine_chunks()
+        return _quoted(arr.cast(pa.string()), pa, pc)
+    codes, uniques = pd.factorize(s, use_na_sentinel=True)
     try:
         distinct = pa.array(np.asarray(uniques, dtype=object), from_pandas=True)
     except (pa.ArrowInvalid, pa.ArrowTypeError):
@@ -166,12 +172,19 @@ def _arrow_text(s: pd.Series, pa, pc):
         distinct = distinct.cast(pa.string())
     if not pa.types.is_string(distinct.type):
         return None
-    quote = pc.fill_null(pc.match_substring_regex(distinct, _quoted_chars()), False).to_numpy(zero_copy_only=False)
-    if quote.any():
-        distinct = pa.array(
-            ['"' + x.replace('"', '""') + '"' if q else x for x, q in zip(distinct.to_pylist(), quote)], pa.string()
-        )
-    return distinct.take(pa.array(codes, mask=codes < 0))
+    return _quoted(distinct, pa, pc).take(pa.array(codes, mask=codes < 0))
+
+
+def _quoted(text, pa, pc):
+    """Strings quoted where the csv module quotes them (a quote inside doubled)."""
+    import numpy as np
+
+    quote = pc.fill_null(pc.match_substring_regex(text, _quoted_chars()), False).to_numpy(zero_copy_only=False)
+    if not quote.any():
+        return text
+    idx = np.flatnonzero(quote)
+    fixed = pa.array(['"' + x.replace('"', '""') + '"' for x in text.take(pa.array(idx)).to_pylist()], pa.string())
+    return pc.replace_with_mask(text, pa.array(quote), fixed)
 
 
 def _quoted_chars() -> str:

@@ -36,6 +36,7 @@ from typing import Any, Callable, Generator
 import numpy as np
 import pandas as pd
 
+from kvsim.collector import kept_apart
 from kvsim.engine.clock import ClientLimit, Completions, close_engines
 from kvsim.engine.engine import Engine
 from kvsim.engine.processes import Clock, Driver
@@ -427,7 +428,8 @@ class Fleet:
         if until_s is not None:
             require(until_s, POSITIVE, "until_s")
             stop = self.driver.done | self.env.timeout(until_s - self.env.now)
-        self.env.run(until=stop)
+        with kept_apart():  # the requests and their sequences live the whole run (kvsim/collector.py)
+            self.env.run(until=stop)
         if self._process_error is not None:
             raise self._process_error
         end = self.env.now
