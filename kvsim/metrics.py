@@ -38,64 +38,67 @@ def requests_frame(res: SimResult) -> pd.DataFrame:
     return sequences_frame(res.sequences, res.t0)
 
 
-def sequences_frame(seqs, t0: float) -> pd.DataFrame:
+_SEQUENCE_FIELDS = attrgetter(
+    "status", "reason", "finish_s", "generated", "preemptions", "last_cached_tokens", "cached_tokens", "admitted_s",
+    "first_token_s", "frontend_s", "req",
+)  # fmt: skip
+_REQUEST_FIELDS = attrgetter("id", "arrival_s", "prompt_tokens", "output_tokens")
+
+
+def sequences_frame(seqs, t0: float, chunk: int = 1 << 15) -> pd.DataFrame:
     """One row per trace request (``seqs``: their sequences; times on the engines' clock, which starts at
-    ``t0``); a request with n > 1 samples aggregates them (finished when all are). Built column by column:
-    each sequence's fields are read in one call, the arithmetic is numpy's, and only requests with samples
-    take a loop of their own."""
+    ``t0``); a request with n > 1 samples aggregates them (finished when all are). Built column by column,
+    ``chunk`` sequences at a time: their fields read in one call each, numbers straight into numpy arrays (no
+    list of a million values beside them), and only requests with samples take a loop of their own."""
     nan = float("nan")
     n = len(seqs)
-    fields = attrgetter(
-        "status", "reason", "finish_s", "generated", "preemptions", "last_cached_tokens", "cached_tokens",
-        "admitted_s", "first_token_s", "frontend_s", "req",
-    )  # fmt: skip
-    cols = list(zip(*map(fields, seqs))) if n else [()] * 11
-    states, reason, finish_s, generated, preempt, cached, cached_all, admitted_s, first_s, frontend, reqs = cols
     finished, rejected, cancelled = Status.FINISHED, Status.REJECTED, Status.CANCELLED
-    # the member's own value (a plain str): a str-valued Enum member compares equal to it, the table holds text
-    status = [
-        "finished"
-        if x is finished
-        else "rejected"
-        if x is rejected
-        else "cancelled"
-        if x is cancelled
-        else "unfinished"
-        for x in states
-    ]
-    reasons, generated_n, preempt_n, cached_all_n = list(reason), list(generated), list(preempt), list(cached_all)
-    finish = [x if state is finished else nan for x, state in zip(finish_s, states)]
+    ids: list = []
+    status: list[str] = []
+    reason: list[str] = []
+    arrival, admitted, first, fin, frontend = (np.empty(n) for _ in range(5))
+    prompt, output, generated, preempt, cached, cached_all = (np.empty(n, np.int64) for _ in range(6))
+    for start in range(0, n, chunk):
+        part = slice(start, min(start + chunk, n))
+        states, reasons, finish_s, gen, pre, cac, cac_all, adm, fst, front, reqs = zip(
+            *map(_SEQUENCE_FIELDS, seqs[part])
+        )
+        # the member's own value, plain text
+        status += [
+            "finished" if x is finished else "rejected" if x is rejected else "cancelled" if x is cancelled
+            else "unfinished"
+            for x in states
+        ]  # fmt: skip
+        reason += reasons
+        fin[part] = [x if state is finished else nan for x, state in zip(finish_s, states)]
+        generated[part], preempt[part], cached[part], cached_all[part], frontend[part] = gen, pre, cac, cac_all, front
+        admitted[part] = [nan if x is None else x for x in adm]
+        first[part] = [nan if x is None else x for x in fst]
+        rid, arrival[part], prompt[part], output[part] = zip(*map(_REQUEST_FIELDS, reqs))
+        ids += rid
     for i in [i for i, s in enumerate(seqs) if s.samples]:
         s = seqs[i]
         group = [s, *s.samples]
         done = s.status is not rejected and all(g.status == finished for g in group)
-        reasons[i] = s.reason or next((g.reason for g in group if g.reason), "")
-        finish[i] = max(g.finish_s for g in group) if done else nan
-        generated_n[i] = sum(g.generated for g in group)
-        preempt_n[i] = sum(g.preemptions for g in group)
-        cached_all_n[i] = sum(g.cached_tokens for g in group)
+        reason[i] = s.reason or next((g.reason for g in group if g.reason), "")
+        fin[i] = max(g.finish_s for g in group) if done else nan
+        generated[i] = sum(g.generated for g in group)
+        preempt[i] = sum(g.preemptions for g in group)
+        cached_all[i] = sum(g.cached_tokens for g in group)
         status[i] = "rejected" if s.status is rejected else "cancelled" if s.status is cancelled else (
             "finished" if done else "unfinished"
         )  # fmt: skip
-    ids, arrivals, prompts, outputs = (
-        zip(*map(attrgetter("id", "arrival_s", "prompt_tokens", "output_tokens"), reqs)) if n else [()] * 4
-    )
-    arrival = np.fromiter(arrivals, float, n)
     rel = arrival - t0  # the engine's clock starts at the first arrival; latencies come from its times
-    output = np.fromiter(outputs, np.int64, n)
-    admitted = np.fromiter((nan if x is None else x for x in admitted_s), float, n)
-    first = np.fromiter((nan if x is None else x for x in first_s), float, n)
-    fin = np.fromiter(finish, float, n)
     with np.errstate(invalid="ignore", divide="ignore"):
         tpot = np.where(output > 1, (fin - first) / np.maximum(output - 1, 1), nan)
     return pd.DataFrame(
         {
-            "id": list(ids),
+            "id": ids,
             "arrival_s": arrival,
-            "prompt_tokens": np.fromiter(prompts, np.int64, n),
+            "prompt_tokens": prompt,
             "output_tokens": output,
             "status": status,
-            "reason": reasons,
+            "reason": reason,
             "admitted_s": admitted + t0,
             "first_token_s": first + t0,
             "finish_s": fin + t0,
@@ -103,14 +106,14 @@ def sequences_frame(seqs, t0: float) -> pd.DataFrame:
             "tpot_s": tpot,
             "e2e_s": fin - rel,
             "queue_s": admitted - rel,
-            "generated_tokens": np.fromiter(generated_n, np.int64, n),
-            "preemptions": np.fromiter(preempt_n, np.int64, n),
+            "generated_tokens": generated,
+            "preemptions": preempt,
             # prompt tokens the cache served at the latest (re)start (<= prompt), and summed over every restart
             # and sample (what the run's hit rate counts)
-            "cached_prompt_tokens": np.fromiter(cached, np.int64, n),
-            "cache_hit_tokens_all_starts": np.fromiter(cached_all_n, np.int64, n),
+            "cached_prompt_tokens": cached,
+            "cache_hit_tokens_all_starts": cached_all,
             # of the TTFT, what the API server added: intake (queueing, tokenization) and delivery
-            "frontend_s": np.fromiter(frontend, float, n),
+            "frontend_s": frontend,
         },
         columns=REQUEST_COLUMNS,
     )

@@ -67,13 +67,15 @@ def read_plain_columns(path: str, max_tokens: int) -> list[Request] | None:
         else:
             return None
     else:
-        ids = [str(i) for i in range(table.num_rows)]
+        rid, ids = None, [str(i) for i in range(table.num_rows)]
     if len(set(ids)) != len(ids):
         return None
-    times = pc.cast(t, pa.float64()).to_pylist()
+    times, prompts, outputs = pc.cast(t, pa.float64()).to_pylist(), p.to_pylist(), o.to_pylist()
+    del table, t, p, o, rid, data
+    pa.default_memory_pool().release_unused()  # Arrow's allocator would keep the file's pages for later tables
     return [
         Request(i, a, n, m, 0, None, None, 1, k, None)
-        for k, (i, a, n, m) in enumerate(zip(ids, times, p.to_pylist(), o.to_pylist()), start=1)
+        for k, (i, a, n, m) in enumerate(zip(ids, times, prompts, outputs), start=1)
     ]
 
 
