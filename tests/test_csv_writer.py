@@ -85,3 +85,10 @@ def test_columns_of_other_kinds_go_through_pandas(tmp_path):
     df.to_csv(tmp_path / "a.csv", index=False)
     write_csv(df, tmp_path / "b.csv")
     assert (tmp_path / "b.csv").read_bytes() == (tmp_path / "a.csv").read_bytes()
+
+
+def test_a_table_with_a_column_name_twice_is_written_as_pandas_writes_it(tmp_path):
+    df = pd.DataFrame([[1, 2.5, "a"], [3, 4.5, "b,c"]], columns=["x", "x", "t"])
+    df.to_csv(tmp_path / "a.csv", index=False)
+    write_csv(df, tmp_path / "b.csv", arrow=True)
+    assert (tmp_path / "b.csv").read_bytes() == (tmp_path / "a.csv").read_bytes()

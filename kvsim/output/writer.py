@@ -44,9 +44,11 @@ def write_csv(df: pd.DataFrame, path: Path, rows_per_chunk: int = 16384, arrow: 
     if arrow is None:
         arrow = "pyarrow" in sys.modules or len(df) >= 20000
 
+    if not df.columns.is_unique:  # (a column name twice: pandas' own writer)
+        df.to_csv(path, index=False)
+        return
     kinds = []
-    for name in df.columns:
-        dt = df[name].dtype
+    for dt in df.dtypes:
         if dt.kind in "iu":
             kinds.append("int")
         elif dt.kind == "b":
