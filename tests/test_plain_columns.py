@@ -50,9 +50,10 @@ def trace_text(draw) -> str:
     return end.join(lines) + draw(st.sampled_from([end, ""]))
 
 
-def _read(path, columns: bool):
+def _read(path, columns: bool, block: int = 1 << 20):
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(plain_columns, "MIN_BYTES", 0 if columns else 1 << 62)
+        mp.setattr(plain_columns, "BLOCK_BYTES", block)
         try:
             return load_jsonl(path)
         except TraceError as e:
@@ -60,12 +61,13 @@ def _read(path, columns: bool):
 
 
 @settings(max_examples=400, deadline=None)
-@given(text=trace_text())
-def test_columns_give_the_line_readers_requests(tmp_path_factory, text):
+@given(text=trace_text(), block=st.sampled_from([300, 1 << 20]))
+def test_columns_give_the_line_readers_requests(tmp_path_factory, text, block):
+    """Also in blocks of a few lines (ids by default index, line numbers and types carried across blocks)."""
     path = tmp_path_factory.mktemp("t") / "t.jsonl"
     path.write_bytes(text.encode("utf-8"))
     by_lines = _read(path, False)
-    by_columns = _read(path, True)
+    by_columns = _read(path, True, block)
     if isinstance(by_lines, str):
         assert by_columns == by_lines  # an error: the columns gave up and the line reader said it
         return
@@ -73,6 +75,7 @@ def test_columns_give_the_line_readers_requests(tmp_path_factory, text):
     assert by_columns.was_unsorted == by_lines.was_unsorted and by_columns.skipped == by_lines.skipped
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(plain_columns, "MIN_BYTES", 0)
+        mp.setattr(plain_columns, "BLOCK_BYTES", block)
         columns = plain_columns.read_plain_columns(str(path), MAX_TOKENS)
     if columns is not None:  # read as columns: the same types too
         for a, b in zip(by_columns.requests, by_lines.requests):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pandas as pd
@@ -64,12 +66,13 @@ def write_csv(df: pd.DataFrame, path: Path, rows_per_chunk: int = 16384, arrow: 
         w = csv.writer(fh, lineterminator="\n")
         w.writerow(list(df.columns))
         if arrow and len(df.columns) > 1:  # (one column: the csv module quotes an empty field, Arrow cannot)
-            lines = _arrow_lines(df, kinds, rows_per_chunk)
-            if lines is not None:
-                fh.flush()
-                for chunk in lines:
-                    fh.buffer.write(chunk)
-                return
+            with _c_library_allocator():
+                lines = _arrow_lines(df, kinds, rows_per_chunk)
+                if lines is not None:
+                    fh.flush()
+                    for chunk in lines:
+                        fh.buffer.write(chunk)
+                    return
         for start in range(0, len(df), rows_per_chunk):
             part = df.iloc[start : start + rows_per_chunk]
             w.writerows(zip(*(_column(part[c], k) for c, k in zip(df.columns, kinds))))
@@ -85,6 +88,24 @@ def _column(s: pd.Series, kind: str) -> list:
     return [
         None if x is None or x is pd.NA or (isinstance(x, float) and x != x) else x for x in s.astype(object).tolist()
     ]
+
+
+@contextmanager
+def _c_library_allocator() -> Iterator[None]:
+    """Arrow's buffers from the C library's allocator within: it gives freed memory back, Arrow's default one
+    keeps it (tens of MiB after a large table). A buffer is freed to the allocator it came from, whichever is
+    the default then."""
+    try:
+        import pyarrow as pa
+    except ImportError:
+        yield
+        return
+    before = pa.default_memory_pool()
+    pa.set_memory_pool(pa.system_memory_pool())
+    try:
+        yield
+    finally:
+        pa.set_memory_pool(before)
 
 
 def _arrow_lines(df: pd.DataFrame, kinds: list[str], rows_per_chunk: int):
@@ -138,7 +159,6 @@ def _arrow_chunks(n: int, columns: list, rows_per_chunk: int, pa, pc):
             row = pc.binary_join_element_wise(*part, ",", null_handling="replace", null_replacement="")
             line = pc.binary_join_element_wise(row, "\n", "", null_handling="replace", null_replacement="")
             yield _string_bytes(line, pa)
-    pa.default_memory_pool().release_unused()  # Arrow's allocator would keep the chunks' pages
 
 
 def _arrow_floats(v, pa, pc):

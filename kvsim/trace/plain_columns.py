@@ -5,7 +5,7 @@ time: a million lines in about a third of the time of reading them one by one.
 The result is the list :func:`kvsim.trace.jsonl.load_jsonl` would build, Request for Request, or None, and then the
 reader takes the lines one by one (and says what is wrong with one, if anything is): any field but those four, a
 value of another type or out of range, a missing field, a blank line, two objects on a line, a byte-order mark,
-text that is not UTF-8, a line ended by a carriage return alone, duplicate ids, ids that are not ASCII, or no pyarrow."""
+text that is not UTF-8, a line ended by a carriage return alone, any byte beyond ASCII, duplicate ids, ids that are not ASCII, or no pyarrow."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import re
 from kvsim.trace.request import Request
 
 MIN_BYTES = 4 << 20  # below this, reading the lines one by one is fast enough to leave Arrow unimported
+BLOCK_BYTES = 1 << 20  # of the file, parsed at a time
 _PLAIN = frozenset(("id", "arrival_s", "prompt_tokens", "output_tokens"))
 _BLANK_AFTER_BREAK = re.compile(rb"\n[ \t\r\f\v]*\n")
 _BLANK_FIRST = re.compile(rb"[ \t\r\f\v]*\n")
@@ -30,28 +31,58 @@ def read_plain_columns(path: str, max_tokens: int) -> list[Request] | None:
         return None
     if len(data) < MIN_BYTES or data.startswith(b"\xef\xbb\xbf") or _odd_lines(data):
         return None
+    if not data.isascii():  # plain lines are ASCII (ids included); anything else is the line reader's
+        return None
     try:
-        data.decode("utf-8")
         import pyarrow as pa
-        import pyarrow.compute as pc
         import pyarrow.json as pj
-    except (UnicodeDecodeError, ImportError):
+    except ImportError:
         return None
-    try:
-        table = pj.read_json(pa.BufferReader(data))
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        return None
-    lines = data.count(b"\n") + (not data.endswith(b"\n"))
-    names = set(table.column_names)
-    if table.num_rows != lines or not names <= _PLAIN or not names >= _PLAIN - {"id"}:
-        return None  # another field, or a line that is not one object
-    if any(table.column(n).null_count for n in names):
+    requests: list[Request] = []
+    seen: set[str] = set()
+    try:  # a megabyte of lines at a time: the whole file's columns would take twice its size beside it
+        # the C library's allocator gives the parser's buffers back, Arrow's default one keeps them (~40 MiB)
+        reader = pj.open_json(
+            pa.BufferReader(data),
+            read_options=pj.ReadOptions(block_size=BLOCK_BYTES),
+            memory_pool=pa.system_memory_pool(),
+        )
+        schema = reader.schema
+        names = set(schema.names)
+        if not names <= _PLAIN or not names >= _PLAIN - {"id"} or not _plain_types(schema, pa):
+            return None  # another field, or a value of another type
+        for batch in reader:
+            block = _block_requests(batch, names, len(requests) + 1, max_tokens, pa)
+            if block is None:
+                return None
+            seen.update(r.id for r in block)
+            requests += block
+    except pa.ArrowException:
+        return None  # not JSON objects (the line reader says where), or a type that changes down the file
+    if len(requests) != data.count(b"\n") + (not data.endswith(b"\n")) or len(seen) != len(requests):
+        return None  # a line that is not one object, or an id twice (the line reader names both lines)
+    return requests
+
+
+def _plain_types(schema, pa) -> bool:
+    t, p, o = (schema.field(n).type for n in ("arrival_s", "prompt_tokens", "output_tokens"))
+    rid = schema.field("id").type if "id" in schema.names else pa.string()
+    return (
+        (pa.types.is_float64(t) or pa.types.is_int64(t))
+        and pa.types.is_int64(p)
+        and pa.types.is_int64(o)
+        and (pa.types.is_int64(rid) or pa.types.is_string(rid))
+    )
+
+
+def _block_requests(batch, names: set[str], first_line: int, max_tokens: int, pa) -> list[Request] | None:
+    """One block's requests (its first on line ``first_line``), or None where a value is missing or out of range,
+    or an id is not ASCII."""
+    import pyarrow.compute as pc
+
+    if any(batch.column(n).null_count for n in names):
         return None  # a field missing from some line
-    t, p, o = (table.column(n) for n in ("arrival_s", "prompt_tokens", "output_tokens"))
-    if not (pa.types.is_floating(t.type) or pa.types.is_int64(t.type)):
-        return None
-    if not (pa.types.is_int64(p.type) and pa.types.is_int64(o.type)):
-        return None
+    t, p, o = (batch.column(n) for n in ("arrival_s", "prompt_tokens", "output_tokens"))
     if pa.types.is_floating(t.type) and pc.any(pc.is_nan(t)).as_py():
         return None
     for col, lo, hi in ((t, 0, _MAX_EXACT_INT), (p, 1, max_tokens), (o, 1, max_tokens)):
@@ -59,23 +90,19 @@ def read_plain_columns(path: str, max_tokens: int) -> list[Request] | None:
         if low.as_py() is None or low.as_py() < lo or not high.as_py() <= hi:
             return None
     if "id" in names:
-        rid = table.column("id")
+        rid = batch.column("id")
         if pa.types.is_int64(rid.type):
             ids = [str(x) for x in rid.to_pylist()]
-        elif pa.types.is_string(rid.type) and pc.all(pc.string_is_ascii(rid)).as_py() is not False:
+        elif pc.all(pc.string_is_ascii(rid)).as_py() is not False:
             ids = rid.to_pylist()
         else:
             return None
-    else:
-        rid, ids = None, [str(i) for i in range(table.num_rows)]
-    if len(set(ids)) != len(ids):
-        return None
+    else:  # the line reader's default: the request's index in the file
+        ids = [str(i) for i in range(first_line - 1, first_line - 1 + batch.num_rows)]
     times, prompts, outputs = pc.cast(t, pa.float64()).to_pylist(), p.to_pylist(), o.to_pylist()
-    del table, t, p, o, rid, data
-    pa.default_memory_pool().release_unused()  # Arrow's allocator would keep the file's pages for later tables
     return [
         Request(i, a, n, m, 0, None, None, 1, k, None)
-        for k, (i, a, n, m) in enumerate(zip(ids, times, prompts, outputs), start=1)
+        for k, (i, a, n, m) in enumerate(zip(ids, times, prompts, outputs), start=first_line)
     ]
 
 
