@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 
 from kvsim.allocators.base import MEMORY_CATEGORIES
+from kvsim.collector import paused
 from kvsim.engine.sequence import Status
 from kvsim.engine.simulator import SimResult
 
@@ -40,7 +41,7 @@ def requests_frame(res: SimResult) -> pd.DataFrame:
 
 _SEQUENCE_FIELDS = attrgetter(
     "status", "reason", "finish_s", "generated", "preemptions", "last_cached_tokens", "cached_tokens", "admitted_s",
-    "first_token_s", "frontend_s", "req",
+    "first_token_s", "frontend_s", "req", "samples",
 )  # fmt: skip
 _REQUEST_FIELDS = attrgetter("id", "arrival_s", "prompt_tokens", "output_tokens")
 
@@ -49,18 +50,25 @@ def sequences_frame(seqs, t0: float, chunk: int = 1 << 15) -> pd.DataFrame:
     """One row per trace request (``seqs``: their sequences; times on the engines' clock, which starts at
     ``t0``); a request with n > 1 samples aggregates them (finished when all are). Built column by column,
     ``chunk`` sequences at a time: their fields read in one call each, numbers straight into numpy arrays (no
-    list of a million values beside them), and only requests with samples take a loop of their own."""
+    list of a million values beside them), and only requests with samples take a loop of their own. The
+    collector is paused meanwhile: rows make no cycles (kvsim/collector.py)."""
+    with paused():
+        return _sequences_frame(seqs, t0, chunk)
+
+
+def _sequences_frame(seqs, t0: float, chunk: int) -> pd.DataFrame:
     nan = float("nan")
     n = len(seqs)
     finished, rejected, cancelled = Status.FINISHED, Status.REJECTED, Status.CANCELLED
     ids: list = []
     status: list[str] = []
     reason: list[str] = []
+    with_samples: list[int] = []
     arrival, admitted, first, fin, frontend = (np.empty(n) for _ in range(5))
     prompt, output, generated, preempt, cached, cached_all = (np.empty(n, np.int64) for _ in range(6))
     for start in range(0, n, chunk):
         part = slice(start, min(start + chunk, n))
-        states, reasons, finish_s, gen, pre, cac, cac_all, adm, fst, front, reqs = zip(
+        states, reasons, finish_s, gen, pre, cac, cac_all, adm, fst, front, reqs, samples = zip(
             *map(_SEQUENCE_FIELDS, seqs[part])
         )
         # the member's own value, plain text
@@ -76,7 +84,8 @@ def sequences_frame(seqs, t0: float, chunk: int = 1 << 15) -> pd.DataFrame:
         first[part] = [nan if x is None else x for x in fst]
         rid, arrival[part], prompt[part], output[part] = zip(*map(_REQUEST_FIELDS, reqs))
         ids += rid
-    for i in [i for i, s in enumerate(seqs) if s.samples]:
+        with_samples += [start + j for j, x in enumerate(samples) if x]
+    for i in with_samples:
         s = seqs[i]
         group = [s, *s.samples]
         done = s.status is not rejected and all(g.status == finished for g in group)

@@ -10,7 +10,6 @@ import pandas as pd
 from kvsim.allocators import AllocatorSpec, make_allocator, parse_allocator
 from kvsim.allocators.base import KVAllocator
 from kvsim.allocators.registry import ModelMemory
-from kvsim.collector import paused
 from kvsim.config import PoolPlan, SimConfig, prefix_caching, served_layout  # noqa: F401 (prefix_caching: re-exported)
 from kvsim.errors import ConfigError
 from kvsim.latency import LatencyModel, build_latency
@@ -134,8 +133,7 @@ def simulate(
 
 def finish_run(res: SimResult, alloc: KVAllocator, pool: PoolPlan) -> RunOutput:
     """A finished engine's tables: its requests, its summary row (with pool and copy volumes), its timeline."""
-    with paused():  # rows into columns: no cycles among them (kvsim/collector.py)
-        req = requests_frame(res)
+    req = requests_frame(res)
     summary = run_summary(res, req)
     summary["kv_bytes_per_token"] = pool.kv_bytes_per_token
     summary["pool_gib"] = pool.pool_bytes / (1 << 30)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from kvsim.allocators.base import KVAllocator
-from kvsim.collector import kept_apart, paused
+from kvsim.collector import kept_apart
 from kvsim.config import SchedulerConfig
 from kvsim.latency.base import LatencyModel
 from kvsim.engine.clock import ClientLimit, Completions, TraceArrivals, close_engines, driver
@@ -62,8 +62,7 @@ class Simulation:
         swap_timing: SwapTiming | None = None,
         max_concurrency: int | None = None,
     ):
-        with paused():
-            self.trace = TraceArrivals(requests)
+        self.trace = TraceArrivals(requests)
         self.seqs = self.trace.seqs
         self.alloc = allocator
         # a closed loop: at most max_concurrency requests in flight (None: every request at its trace time)

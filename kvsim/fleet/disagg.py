@@ -219,7 +219,7 @@ def simulate_disagg(
     clients = done.clients = ClientLimit([trace.times[k] for k in kept], limit)
     routed = [pseqs[k] for k in kept]
     drive = common_clock(prefill + decode)
-    with kept_apart():
+    with kept_apart():  # the requests and their sequences live the whole run (kvsim/collector.py)
         arrived = drive(engines, clients.times, routed, route, horizon, hints=False, touched=touched)
     mark_unfinished(seqs, close_engines(engines), n)
     for side in (routed, [seqs[k] for k in kept]):  # both records of a request were sent when its client sent it

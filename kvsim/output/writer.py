@@ -238,8 +238,6 @@ def _string_bytes(arr, pa) -> memoryview:
     offsets)."""
     import numpy as np
 
-    if isinstance(arr, pa.ChunkedArray):
-        arr = arr.combine_chunks()
     if len(arr) == 0:
         return memoryview(b"")
     offsets = np.frombuffer(arr.buffers()[1], dtype=np.int32, count=len(arr) + 1, offset=arr.offset * 4)

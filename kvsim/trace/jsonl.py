@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from kvsim.errors import TraceError
-from kvsim.trace.request import Request
+from kvsim.trace.request import MAX_EXACT_INT, Request
 from kvsim.validation import is_finite, shown
 
 
@@ -66,7 +66,6 @@ def _int_field(
 
 # the fields of most trace lines: such a line whose values have their plain types and ranges needs no other check
 _PLAIN_FIELDS = frozenset(("id", "arrival_s", "prompt_tokens", "output_tokens"))
-_MAX_EXACT_INT = 1 << 53  # an integer arrival_s up to this converts to a float exactly
 
 
 def parse_request(obj: object, path: str, line: int, index: int) -> Request:
@@ -81,7 +80,7 @@ def parse_request(obj: object, path: str, line: int, index: int) -> Request:
         rid: Any = get("id", index)
         tt, tr = type(t), type(rid)
         if (
-            ((tt is float and 0.0 <= t < math.inf) or (tt is int and 0 <= t <= _MAX_EXACT_INT))
+            ((tt is float and 0.0 <= t < math.inf) or (tt is int and 0 <= t <= MAX_EXACT_INT))
             and type(p) is int
             and type(o) is int
             and 1 <= p <= MAX_TOKENS

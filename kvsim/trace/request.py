@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+MAX_EXACT_INT = 1 << 53  # an integer arrival_s up to this converts to a float exactly
+
 
 @dataclass(frozen=True, slots=True)
 class Request:
