@@ -218,6 +218,18 @@ def kernel_mismatches(chip: str, release: str | None) -> list[KernelMismatch]:
 MXFP4_TRITON_ON_HOPPER_FROM = "0.11.1"
 
 
+# vLLM PR #26717 (opened 2025-10-13, after 0.11.0 was cut): the MoE router's top-k selection became one kernel that
+# reads the bf16 logits and renormalizes inside; before it, a cast of the logits to fp32, topk_softmax, and a sum and
+# a division to renormalize (its GPU trace: 10.4 -> 4.0 us per layer).
+FUSED_TOPK_FROM = "0.11.1"
+
+
+def fuses_topk(vllm_version: str | None) -> bool:
+    """Whether vLLM ``vllm_version`` selects a MoE token's experts in one kernel (PR #26717; no release given: a
+    current one)."""
+    return current_or_at_least(vllm_version, FUSED_TOPK_FROM)
+
+
 def default_moe_backend(arch: str, expert_quant: str | None, vllm_version: str | None) -> str | None:
     """The MoE kernels vLLM ``vllm_version`` runs by default where kvsim's newest-release pricing would be wrong, or
     None (the calibration's own, as fitted): Marlin for MXFP4 experts on Hopper before 0.11.1."""

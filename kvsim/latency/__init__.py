@@ -88,6 +88,7 @@ def _per_op(cfg) -> LatencyModel:
     from kvsim.latency.perop import PerOpModel
 
     from kvsim.latency.cuda_graphs import parse_capture_sizes
+    from kvsim.releases import fuses_topk
 
     calib, _ = _calibration(cfg)
     backend = _moe_backend(cfg, calib)
@@ -115,6 +116,7 @@ def _per_op(cfg) -> LatencyModel:
         s.num_scheduler_steps,
         cfg.moe_routing,
         v1_kernels=cfg.vllm_engine != "v0",
+        fused_topk=fuses_topk(cfg.vllm_version),
     )
     spec = cfg.speculative
     if spec is None:
@@ -136,6 +138,7 @@ def _per_op(cfg) -> LatencyModel:
             graphs,
             routing=cfg.moe_routing,
             v1_kernels=True,  # drafters run on V1 only
+            fused_topk=fuses_topk(cfg.vllm_version),
         )
     return SpeculativeModel(target, draft, spec.num_speculative_tokens, spec.tau)
 

@@ -27,7 +27,8 @@ Models whose layers differ (ModelSpec.layer_types, MLA, MoE) are priced layer cl
 - mixture-of-experts FFNs hold every expert, but an iteration of N tokens with top-k routing over E
   experts reads the expected number of distinct experts (E x (1 - (1 - k/E)^N) with uniform routing; other
   routings in routing.py, `--moe-routing`), and does 2 x N x k x expert FLOPs: one grouped GEMM in the soft
-  roofline; shared experts and the router are plain GEMMs.
+  roofline; shared experts and the router are plain GEMMs, and the router's top-k selection a chain of small
+  kernels (one fused kernel from vLLM 0.11.1).
 
 Times are seconds; shapes are tokens; bytes are per GPU. The total is the sum of the four parts.
 """
@@ -71,6 +72,8 @@ class Op:
     bytes_per_token: float = 0.0
     quant: str | None = None  # a GEMM of quantized weights: its scheme (calibration.GEMM_QUANT)
     fused_quant: bool = False  # its FP8 activation quantization runs inside the kernel before it (FUSED_QUANT)
+    # an element-wise op that is a chain of small kernels: its time at no bytes, in the kind's fixed costs
+    fixed_costs: float = 1.0
 
     def seconds(self, calib: Calibration, gpu: GpuSpec, tokens: int, dtype_bytes: int) -> float:
         if not self.kind:
@@ -91,7 +94,9 @@ class Op:
                 # below 1 can leave less than that fixed time)
                 t -= min(0.5 * t, max(0.0, calib.gemm_quant[scheme].t0_s - calib.gemm.t0_s))
             return t
-        return elementwise_seconds(calib.elementwise[self.kind], gpu, tokens, self.row, self.bytes_per_token)
+        p = calib.elementwise[self.kind]
+        t = elementwise_seconds(p, gpu, tokens, self.row, self.bytes_per_token)
+        return t + (self.fixed_costs - 1.0) * p.t0_s if self.fixed_costs != 1.0 else t
 
 
 # The GEMMs whose FP8 input vLLM quantizes inside the kernel before them: torch.compile (Inductor, or from 0.12 the
@@ -370,14 +375,37 @@ def expert_quant(model: ModelSpec) -> str | None:
     return dtype if dtype in MOE_QUANT else None
 
 
+# The router's top-k selection (softmax or sigmoid over the logits, the top k, renormalized), in the V1 element-wise
+# kernels' fixed costs: vLLM PR #26717's GPU trace of it, 4.0 us as one kernel and 10.4 us as the chain before
+# (cast to fp32, topk_softmax, sum, divide), is 2.1 and 5.5 of H100's measured 1.9 us.
+TOPK_FIXED_COSTS = {True: 2.0, False: 5.0}
+
+
+def expert_selection(model: ModelSpec, fused: bool) -> Op:
+    """The kernels that pick each token's experts from the router's logits: one kernel reading the bf16 logits
+    and writing k weights and ids (``fused``: vLLM 0.11.1 and later, releases.fuses_topk), or the chain before it,
+    which also writes and reads an fp32 copy of the logits. AIConfigurator's MoE tables time the experts on
+    given top-k ids (its collector's fused_experts), so this is priced apart; its MXFP4 rows time vLLM's whole
+    FusedMoE layer, selection included (:func:`layer_classes`)."""
+    e, k = model.num_experts, model.experts_per_token
+    per_token = 2 * e + 12 * k if fused else 10 * e + 24 * k
+    return Op("moe_select", kind="act", row=e, bytes_per_token=per_token, fixed_costs=TOPK_FIXED_COSTS[fused])
+
+
 def layer_classes(
-    model: ModelSpec, tp: int, expert_parallel: bool = False, dp: int = 1, routing: str = DEFAULT_ROUTING
+    model: ModelSpec,
+    tp: int,
+    expert_parallel: bool = False,
+    dp: int = 1,
+    routing: str = DEFAULT_ROUTING,
+    fused_topk: bool = True,
 ) -> list[tuple[int, list[Op], MoeOp | None]]:
     """(layers, kernels, routed experts or None) per class of identical layers; a plain model has one class
     whose kernels are :func:`layer_ops`. The routed experts span all ``dp`` x ``tp`` GPUs of a replica (``dp``
     data-parallel ranks of ``tp`` GPUs): each expert split in width over them, or, with ``expert_parallel``
     (vLLM's --enable-expert-parallel), spread whole; shared experts stay tensor-parallel within a rank.
-    ``routing``: how the router spreads tokens over the experts (routing.py)."""
+    ``routing``: how the router spreads tokens over the experts (routing.py); ``fused_topk``: whether the
+    release selects the experts in one kernel (:func:`expert_selection`)."""
     if not model.is_hybrid and not model.is_mla and not model.is_moe:
         return [(model.layers, layer_ops(model, tp), None)]
     h = model.hidden_size
@@ -394,6 +422,8 @@ def layer_classes(
             ffn, experts = [], None
         elif moe:
             ffn = [Op("moe_router", h, model.num_experts)]
+            if expert_quant(model) != "mxfp4":  # (MXFP4's measured times include it)
+                ffn.append(expert_selection(model, fused_topk))
             if model.shared_experts:
                 ffn += ffn_ops(model, tp, model.shared_experts * model.moe_intermediate_size)
             ranks = tp * dp
@@ -490,6 +520,7 @@ class PerOpModel(LatencyModel):
         steps_per_schedule: int = 1,
         routing: str = DEFAULT_ROUTING,
         v1_kernels: bool = False,
+        fused_topk: bool = True,
     ):
         cpu = cpu.for_ranks(tp)
         if v1_kernels and calib.v1_elementwise:
@@ -512,7 +543,9 @@ class PerOpModel(LatencyModel):
         self.ops = fused(layer_ops(model, tp))
         # expert parallelism changes only the routed experts' kernels: every rank still has every token (the
         # attention is tensor-parallel), so the layer's output is still combined by one all-reduce
-        self.classes = [(n, fused(ops), e) for n, ops, e in layer_classes(model, tp, expert_parallel, dp, routing)]
+        self.classes = [
+            (n, fused(ops), e) for n, ops, e in layer_classes(model, tp, expert_parallel, dp, routing, fused_topk)
+        ]
         # data-parallel attention (a MoE model's dp ranks, each an engine of its own): every MoE layer gathers
         # the tokens of all ranks, runs its experts on them and scatters the results back (vLLM's default
         # allgather_reducescatter all2all backend, NCCL, within the rank's peers on the other ranks). This rank
