@@ -44,6 +44,8 @@ _SEQUENCE_FIELDS = attrgetter(
     "first_token_s", "frontend_s", "req", "samples",
 )  # fmt: skip
 _REQUEST_FIELDS = attrgetter("id", "arrival_s", "prompt_tokens", "output_tokens")
+# a request's status in the table by its (first) sequence's, as plain text; any other state is "unfinished"
+_ENDED = {x: x.value for x in (Status.FINISHED, Status.REJECTED, Status.CANCELLED)}
 
 
 def sequences_frame(seqs, t0: float, chunk: int = 1 << 15) -> pd.DataFrame:
@@ -60,6 +62,7 @@ def _sequences_frame(seqs, t0: float, chunk: int) -> pd.DataFrame:
     nan = float("nan")
     n = len(seqs)
     finished, rejected, cancelled = Status.FINISHED, Status.REJECTED, Status.CANCELLED
+    unfinished = Status.UNFINISHED.value
     ids: list = []
     status: list[str] = []
     reason: list[str] = []
@@ -71,12 +74,7 @@ def _sequences_frame(seqs, t0: float, chunk: int) -> pd.DataFrame:
         states, reasons, finish_s, gen, pre, cac, cac_all, adm, fst, front, reqs, samples = zip(
             *map(_SEQUENCE_FIELDS, seqs[part])
         )
-        # the member's own value, plain text
-        status += [
-            "finished" if x is finished else "rejected" if x is rejected else "cancelled" if x is cancelled
-            else "unfinished"
-            for x in states
-        ]  # fmt: skip
+        status += [_ENDED.get(x, unfinished) for x in states]
         reason += reasons
         fin[part] = [x if state is finished else nan for x, state in zip(finish_s, states)]
         generated[part], preempt[part], cached[part], cached_all[part], frontend[part] = gen, pre, cac, cac_all, front
@@ -94,9 +92,7 @@ def _sequences_frame(seqs, t0: float, chunk: int) -> pd.DataFrame:
         generated[i] = sum(g.generated for g in group)
         preempt[i] = sum(g.preemptions for g in group)
         cached_all[i] = sum(g.cached_tokens for g in group)
-        status[i] = "rejected" if s.status is rejected else "cancelled" if s.status is cancelled else (
-            "finished" if done else "unfinished"
-        )  # fmt: skip
+        status[i] = _ENDED[s.status] if s.status in (rejected, cancelled) else finished.value if done else unfinished
     rel = arrival - t0  # the engine's clock starts at the first arrival; latencies come from its times
     with np.errstate(invalid="ignore", divide="ignore"):
         tpot = np.where(output > 1, (fin - first) / np.maximum(output - 1, 1), nan)

@@ -91,6 +91,7 @@ def _per_op(cfg) -> LatencyModel:
     from kvsim.releases import fuses_topk
 
     calib, _ = _calibration(cfg)
+    fused_topk = fuses_topk(cfg.vllm_version)
     backend = _moe_backend(cfg, calib)
     if backend != "auto":  # (a model without MoE layers was refused with the configuration)
         from kvsim.latency.calibration import with_moe_backend
@@ -116,7 +117,7 @@ def _per_op(cfg) -> LatencyModel:
         s.num_scheduler_steps,
         cfg.moe_routing,
         v1_kernels=cfg.vllm_engine != "v0",
-        fused_topk=fuses_topk(cfg.vllm_version),
+        fused_topk=fused_topk,
     )
     spec = cfg.speculative
     if spec is None:
@@ -138,7 +139,7 @@ def _per_op(cfg) -> LatencyModel:
             graphs,
             routing=cfg.moe_routing,
             v1_kernels=True,  # drafters run on V1 only
-            fused_topk=fuses_topk(cfg.vllm_version),
+            fused_topk=fused_topk,
         )
     return SpeculativeModel(target, draft, spec.num_speculative_tokens, spec.tau)
 

@@ -181,6 +181,10 @@ MOE_QUANT = {
     "int4": ("int4_wo", "bf16", 0.515625),
     "nvfp4": ("nvfp4", "fp4", 0.5625),
 }
+# the expert dtypes whose measured MoE times include the router's top-k selection: AIConfigurator times MXFP4
+# experts through vLLM's whole FusedMoE layer, the others through fused_experts on given top-k ids
+# (perop.expert_selection prices it for those)
+MOE_TIMED_WITH_SELECTION = frozenset({"mxfp4"})
 
 # The fused-MoE kernels vLLM can run (its --moe-backend; before it, environment variables such as
 # VLLM_MXFP4_USE_MARLIN or VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8), as AIConfigurator's kernel_source names them.

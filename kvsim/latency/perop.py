@@ -47,6 +47,7 @@ from kvsim.latency.base import BREAKDOWN_COLUMNS, LatencyModel, StepShape, sum_m
 from kvsim.latency.calibration import (
     GEMM_QUANT,
     MOE_QUANT,
+    MOE_TIMED_WITH_SELECTION,
     Calibration,
     DecodeAttentionParams,
     ElementwiseParams,
@@ -95,8 +96,7 @@ class Op:
                 t -= min(0.5 * t, max(0.0, calib.gemm_quant[scheme].t0_s - calib.gemm.t0_s))
             return t
         p = calib.elementwise[self.kind]
-        t = elementwise_seconds(p, gpu, tokens, self.row, self.bytes_per_token)
-        return t + (self.fixed_costs - 1.0) * p.t0_s if self.fixed_costs != 1.0 else t
+        return elementwise_seconds(p, gpu, tokens, self.row, self.bytes_per_token) + (self.fixed_costs - 1.0) * p.t0_s
 
 
 # The GEMMs whose FP8 input vLLM quantizes inside the kernel before them: torch.compile (Inductor, or from 0.12 the
@@ -386,7 +386,7 @@ def expert_selection(model: ModelSpec, fused: bool) -> Op:
     and writing k weights and ids (``fused``: vLLM 0.11.1 and later, releases.fuses_topk), or the chain before it,
     which also writes and reads an fp32 copy of the logits. AIConfigurator's MoE tables time the experts on
     given top-k ids (its collector's fused_experts), so this is priced apart; its MXFP4 rows time vLLM's whole
-    FusedMoE layer, selection included (:func:`layer_classes`)."""
+    FusedMoE layer, selection included (calibration.MOE_TIMED_WITH_SELECTION)."""
     e, k = model.num_experts, model.experts_per_token
     per_token = 2 * e + 12 * k if fused else 10 * e + 24 * k
     return Op("moe_select", kind="act", row=e, bytes_per_token=per_token, fixed_costs=TOPK_FIXED_COSTS[fused])
@@ -421,8 +421,9 @@ def layer_classes(
         if not has_ffn:  # a mixer block alone (Nemotron-H)
             ffn, experts = [], None
         elif moe:
+            quant = expert_quant(model)
             ffn = [Op("moe_router", h, model.num_experts)]
-            if expert_quant(model) != "mxfp4":  # (MXFP4's measured times include it)
+            if quant not in MOE_TIMED_WITH_SELECTION:
                 ffn.append(expert_selection(model, fused_topk))
             if model.shared_experts:
                 ffn += ffn_ops(model, tp, model.shared_experts * model.moe_intermediate_size)
@@ -438,7 +439,7 @@ def layer_classes(
                 wb,
                 model.gated_mlp,
                 ep,
-                expert_quant(model),
+                quant,
                 routing,
                 shape_key(h, model.moe_intermediate_size, model.num_experts, model.experts_per_token, split, ep),
             )

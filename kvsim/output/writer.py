@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import lru_cache
 from pathlib import Path
 
 import pandas as pd
@@ -217,6 +218,7 @@ def _quoted(text, pa, pc):
     return pc.replace_with_mask(text, pa.array(quote), fixed)
 
 
+@lru_cache(maxsize=1)  # (the running Python's csv module: probed once)
 def _quoted_chars() -> str:
     """A regular expression of the characters that make the csv module quote a field (delimiter, quote, and the
     line breaks it quotes: releases differ on a lone carriage return with a newline line terminator)."""

@@ -9,6 +9,8 @@ carriage return alone, any byte beyond ASCII (a byte-order mark, text in ids), d
 
 from __future__ import annotations
 
+import json
+import os
 import re
 
 from kvsim.trace.request import MAX_EXACT_INT, Request
@@ -24,11 +26,14 @@ _LONE_CR = re.compile(rb"\r(?!\n)")
 def read_plain_columns(path: str, max_tokens: int) -> list[Request] | None:
     """The trace's requests in file order, or None when it is not a large file of plain, valid lines."""
     try:
-        with open(path, "rb") as fh:
+        with open(path, "rb") as fh:  # (a small file, or one whose first line is not plain, is not read here)
+            if os.fstat(fh.fileno()).st_size < MIN_BYTES or not _plain_first_line(fh.readline()):
+                return None
+            fh.seek(0)
             data = fh.read()
     except OSError:
         return None
-    if len(data) < MIN_BYTES or not data.isascii():  # plain lines are ASCII, ids included
+    if not data.isascii():  # plain lines are ASCII, ids included
         return None
     try:
         import pyarrow as pa
@@ -61,6 +66,16 @@ def read_plain_columns(path: str, max_tokens: int) -> list[Request] | None:
     if len(requests) != data.count(b"\n") + (not data.endswith(b"\n")) or len(seen) != len(requests):
         return None  # a line that is not one object, or an id twice (the line reader names both lines)
     return requests
+
+
+def _plain_first_line(line: bytes) -> bool:
+    """Whether a file's first line is a JSON object of plain fields only: a look before reading the whole file
+    (a Mooncake or multi-turn trace leaves at once)."""
+    try:
+        obj = json.loads(line)
+    except (ValueError, RecursionError):  # (not JSON, or not UTF-8)
+        return False
+    return isinstance(obj, dict) and obj.keys() <= _PLAIN
 
 
 def _plain_types(schema, pa) -> bool:
