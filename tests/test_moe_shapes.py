@@ -7,6 +7,7 @@ import pytest
 
 from kvsim.errors import ConfigError
 from kvsim.hardware import get_gpu, get_model
+from kvsim.hardware.checkpoints import apply_scheme
 from kvsim.latency.calibration import (
     Calibration,
     MoeParams,
@@ -116,3 +117,56 @@ def test_a_bad_shape_table_is_refused_by_name(tmp_path, bad, says):
     path.write_text(json.dumps(c))
     with pytest.raises(ConfigError, match="not a usable latency calibration"):
         load_calibration(path)
+
+
+SCOUT_TP4 = "5120,8192,16,1,4,1"  # Llama-4-Scout's experts split over 4 GPUs: timed by vLLM 0.22 and 0.24 on H100
+
+
+def _file(release: str) -> Calibration:
+    from kvsim.latency.calibration import SHIPPED, vllm_releases
+
+    return load_calibration(SHIPPED / vllm_releases()["h100-80gb"][release])
+
+
+def test_a_shape_a_release_did_not_time_takes_the_nearest_releases_ratios():
+    h100 = get_gpu("h100-80gb")
+    assert SCOUT_TP4 not in _file("0.14.0").moe_shapes["fp8"]  # 0.14's own table has no Scout
+    measured = _file("0.22.0").moe_shapes["fp8"][SCOUT_TP4]
+    for release in ("0.14", "0.19"):
+        c, _ = shipped_calibration(h100, release)
+        assert c.moe_shapes["fp8"][SCOUT_TP4] == measured
+        assert c.moe_shapes["bf16"][SCOUT_TP4] == _file("0.22.0").moe_shapes["bf16"][SCOUT_TP4]
+    # a shape the release timed keeps its own ratios
+    own = _file("0.14.0").moe_shapes["fp8"]
+    c, _ = shipped_calibration(h100, "0.14")
+    assert all(c.moe_shapes["fp8"][k] == v for k, v in own.items())
+    # INT4 and MXFP4 experts change kernels between releases: nothing carries over
+    assert c.moe_shapes.get("mxfp4", {}) == _file("0.14.0").moe_shapes.get("mxfp4", {})
+    assert c.moe_shapes["int4"] == _file("0.14.0").moe_shapes["int4"]
+
+
+def test_the_carried_ratio_multiplies_the_releases_own_fit():
+    """Scout's FP8 experts at vLLM 0.14 on H100, 16 tokens: 0.14's fit times 0.22's measured / fitted ratio
+    there (its power-law-1.2 knot at 16 tokens)."""
+    h100 = get_gpu("h100-80gb")
+    model = apply_scheme(get_model("llama-4-scout"), "compressed-tensors")  # RedHatAI's FP8-dynamic checkpoint
+    c14, _ = shipped_calibration(h100, "0.14")
+    ts, rs = _file("0.22.0").moe_shapes["fp8"][SCOUT_TP4]["power-law-1.2"]
+    assert 16 in ts
+    ratio = rs[ts.index(16)]
+    without = replace_shapes(
+        c14, {q: {k: v for k, v in t.items() if k != SCOUT_TP4} for q, t in c14.moe_shapes.items()}
+    )
+    [experts] = [e for _, _, e in layer_classes(model, 4) if e is not None]
+    assert experts.shape == SCOUT_TP4 and experts.quant == "fp8"
+    assert experts.seconds(c14, h100, 16, 2) == pytest.approx(experts.seconds(without, h100, 16, 2) * ratio, rel=1e-12)
+    assert ratio > 1.1  # the fit alone is more than 10% fast on this shape
+
+
+def test_a_release_whose_table_times_another_kernel_borrows_no_shapes():
+    """B200's vLLM 0.19 FP8 MoE rows time Triton (KERNEL_MISMATCHES): its FP8 experts are 0.24's, fit and shapes."""
+    b200 = get_gpu("b200")
+    c, _ = shipped_calibration(b200, "0.19")
+    from kvsim.latency.calibration import SHIPPED
+
+    assert c.moe_shapes["fp8"] == load_calibration(SHIPPED / "b200.json").moe_shapes["fp8"]

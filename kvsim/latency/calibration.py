@@ -25,7 +25,7 @@ from kvsim.hardware.gpus import GPU_PRESETS
 from kvsim.latency.gemm_shapes import GemmGrid
 from kvsim.latency.moe_shapes import check_table
 from kvsim.releases import RELEASES_DIR, RELEASES_INDEX, SHIPPED, release_calibration  # noqa: F401 (re-exported)
-from kvsim.releases import chosen_release, kernel_mismatches, release_key, vllm_releases
+from kvsim.releases import KERNEL_MISMATCHES, chosen_release, kernel_mismatches, release_key, vllm_releases
 
 FORMAT = "kvsim-latency-calibration"
 VERSION = 2
@@ -705,6 +705,46 @@ def _mend_release(c: Calibration, chip: str, release: str | None) -> tuple[Calib
     return c, borrowed
 
 
+# Experts' dtypes whose measured MoE shapes carry over between releases of one chip: their tables time one kernel
+# family in every measured release (Triton's fused MoE; FlashInfer's for NVFP4), except where KERNEL_MISMATCHES
+# says a release's table times another. INT4 and MXFP4 experts switch kernels between releases (Marlin / Triton
+# W4A16; Marlin / OpenAI's Triton / FlashInfer MXFP4) and keep their own release's shapes only.
+SHAPES_CARRY_OVER = ("bf16", "fp8", "nvfp4")
+
+
+def _with_other_releases_shapes(c: Calibration, chip: str, release: str) -> Calibration:
+    """``c`` (release ``release`` of ``chip``) with the measured MoE shapes its tables did not time taken from the
+    nearest measured release that did (of two as near, the later): a shape's measured / fitted ratio is the
+    kernel's efficiency on that shape (its tile configurations for those widths and expert counts), which the one
+    fit of every shape misses by 10-50% and which holds across releases of the same kernel. Checked on the shapes
+    several releases timed (every chip, bf16 / FP8 / NVFP4 experts, each release's shape priced from its nearest
+    other release's): median |error| 11.5% with the fit alone, 5.7% with the other release's ratio, p90 42% and
+    32% (docs/latency.md). A release that times the shape keeps its own."""
+    releases = vllm_releases().get(chip, {})
+    if not releases:
+        return c
+    wrong = {(m.release, m.group[1]) for m in KERNEL_MISMATCHES if m.chip == chip and m.group[0].startswith("moe")}
+    order = sorted(releases, key=release_key)
+    here = order.index(release) if release in order else len(order) - 1
+    others = sorted(
+        (r for r in order if r != release and releases[r] != releases.get(release)),
+        key=lambda r: (abs(order.index(r) - here), -order.index(r)),
+    )
+    shapes = dict(c.moe_shapes)
+    for q in SHAPES_CARRY_OVER:
+        if (release, q) in wrong or (q != "bf16" and q not in c.moe_quant):
+            continue  # the release's experts of this dtype are priced by another release's kernels, or not fitted
+        have = dict(shapes.get(q, {}))
+        for r in others:
+            if (r, q) in wrong:
+                continue
+            for key, ratios in _read_shipped(SHIPPED / releases[r]).moe_shapes.get(q, {}).items():
+                have.setdefault(key, ratios)
+        if have:
+            shapes[q] = have
+    return replace(c, moe_shapes=shapes)
+
+
 def _borrowed_note(
     vllm_version: str | None,
     chip: str,
@@ -763,10 +803,14 @@ def shipped_calibration(
     chip, note = calibration_source(gpu)
     path, release_note = release_calibration(chip, vllm_version)
     c = _read_shipped(path or SHIPPED / f"{chip}.json")
+    releases = vllm_releases().get(chip, {})
+    release = chosen_release(chip, vllm_version) or (max(releases, key=release_key) if releases else None)
     if path is not None:  # a release's own tables: never price an op with a table of another kernel
-        c, borrowed = _mend_release(c, chip, chosen_release(chip, vllm_version))
+        c, borrowed = _mend_release(c, chip, release)
         borrowed_note = _borrowed_note(vllm_version, chip, borrowed, experts, moe_backend)
         release_note = "; ".join(n for n in (release_note, borrowed_note) if n)
+    if release is not None:
+        c = _with_other_releases_shapes(c, chip, release)
     if chip != gpu.name:
         c = replace(c, gpu=gpu.name, derived_from=chip)
     elif c.derived_from and not note:
