@@ -170,3 +170,24 @@ def test_a_release_whose_table_times_another_kernel_borrows_no_shapes():
     from kvsim.latency.calibration import SHIPPED
 
     assert c.moe_shapes["fp8"] == load_calibration(SHIPPED / "b200.json").moe_shapes["fp8"]
+
+
+def test_carried_ratios_beat_the_fit_alone_on_the_shapes_several_releases_timed():
+    """benchmarks/moe_shapes_carry_over.py, whose figures docs/latency.md quotes (33,565 points, median |error|
+    11.5% -> 5.8%)."""
+    import importlib.util
+    from pathlib import Path
+
+    import numpy as np
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "moe_shapes_carry_over.py"
+    spec = importlib.util.spec_from_file_location("moe_shapes_carry_over", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    rows = mod.points()
+    fit = np.array([r["fit_error"] for r in rows])
+    carried = np.array([r["carried_error"] for r in rows])
+    assert len(rows) == 33_565
+    assert np.expm1(np.median(fit)) == pytest.approx(0.115, abs=5e-4)
+    assert np.expm1(np.median(carried)) == pytest.approx(0.058, abs=5e-4)
+    assert {r["dtype"] for r in rows} == {"bf16", "fp8", "nvfp4"}
