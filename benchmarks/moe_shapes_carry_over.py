@@ -3,12 +3,12 @@
     python benchmarks/moe_shapes_carry_over.py
 
 For every chip, experts' dtype that carries over (calibration.SHAPES_CARRY_OVER) and shape and split a shipped
-release calibration timed, price each of its kept token counts the way a release that did not time the shape
-is priced (the nearest other measured release's ratio, of two as near the later; releases whose table times
-another kernel, KERNEL_MISMATCHES, neither give nor take), and compare with the release's own measured ratio:
-|log(borrowed / own)| against the fit alone's |log(1 / own)|. Pairs of releases whose files are one and the
-same, or whose ratios are identical (AIConfigurator's 0.22 MoE tables repeat 0.24's on some chips), are left
-out. Reads only the calibrations shipped in the package.
+release calibration timed, price each of its kept token counts the way a release that did not time the shape is
+priced (the ratio of the first release calibration.shape_sources names that timed it: the nearest, of two as
+near the later; releases whose table times another kernel neither give nor take), and compare with the release's
+own measured ratio: |log(borrowed / own)| against the fit alone's |log(1 / own)|. Pairs of releases whose ratios
+are identical (AIConfigurator's 0.22 MoE tables repeat 0.24's on some chips) are left out. Reads only the
+calibrations shipped in the package.
 """
 
 from __future__ import annotations
@@ -18,46 +18,35 @@ import math
 
 def points() -> list[dict]:
     """One row per (chip, dtype, shape and split, release, routing, kept token count)."""
-    from kvsim.latency.calibration import SHAPES_CARRY_OVER, SHIPPED, load_calibration
+    from kvsim.latency.calibration import SHAPES_CARRY_OVER, SHIPPED, load_calibration, shape_sources
     from kvsim.latency.moe_shapes import shape_factor
-    from kvsim.releases import KERNEL_MISMATCHES, vllm_releases
+    from kvsim.releases import vllm_releases
 
     rows = []
     for chip, files in vllm_releases().items():
-        order = sorted(files, key=lambda r: tuple(int(x) for x in r.split(".")))
-        shapes = {r: load_calibration(SHIPPED / files[r]).moe_shapes for r in order}
-        wrong = {(m.release, m.group[1]) for m in KERNEL_MISMATCHES if m.chip == chip and m.group[0].startswith("moe")}
+        shapes = {r: load_calibration(SHIPPED / f).moe_shapes for r, f in files.items()}
         for q in SHAPES_CARRY_OVER:
-            for i, a in enumerate(order):
-                if (a, q) in wrong:
-                    continue
+            for a in files:
+                sources = shape_sources(chip, a, q)
                 for key, own in shapes[a].get(q, {}).items():
-                    others = [
-                        r
-                        for r in order
-                        if r != a and files[r] != files[a] and (r, q) not in wrong and key in shapes[r].get(q, {})
+                    b = next((r for r in sources if key in shapes[r].get(q, {})), None)
+                    if b is None or shapes[b][q][key] == own:
+                        continue
+                    theirs = {key: shapes[b][q][key]}
+                    rows += [
+                        dict(
+                            chip=chip,
+                            dtype=q,
+                            shape=key,
+                            release=a,
+                            borrowed_from=b,
+                            tokens=t,
+                            fit_error=abs(math.log(1 / x)),
+                            carried_error=abs(math.log(shape_factor(theirs, key, routing, t) / x)),
+                        )
+                        for routing, (ts, ratios) in own.items()
+                        for t, x in zip(ts, ratios)
                     ]
-                    if not others:
-                        continue
-                    b = min(others, key=lambda r: (abs(order.index(r) - i), -order.index(r)))
-                    theirs = shapes[b][q][key]
-                    if theirs == own:
-                        continue
-                    for routing, (ts, ratios) in own.items():
-                        for t, x in zip(ts, ratios):
-                            y = shape_factor({key: theirs}, key, routing, t)
-                            rows.append(
-                                dict(
-                                    chip=chip,
-                                    dtype=q,
-                                    shape=key,
-                                    release=a,
-                                    borrowed_from=b,
-                                    tokens=t,
-                                    fit_error=abs(math.log(1 / x)),
-                                    carried_error=abs(math.log(y / x)),
-                                )
-                            )
     return rows
 
 

@@ -127,6 +127,12 @@ def chosen_release(chip: str, vllm_version: str | None) -> str | None:
     return before[-1] if before else order[0]
 
 
+def newest_release(chip: str) -> str | None:
+    """The newest release measured on ``chip`` (None: nothing per release was measured there)."""
+    known = vllm_releases().get(chip)
+    return max(known, key=release_key) if known else None
+
+
 @dataclass(frozen=True)
 class KernelMismatch:
     """A measured release's table that times another kernel than the one vLLM's default path runs for an op (so

@@ -25,7 +25,7 @@ from kvsim.hardware.gpus import GPU_PRESETS
 from kvsim.latency.gemm_shapes import GemmGrid
 from kvsim.latency.moe_shapes import check_table
 from kvsim.releases import RELEASES_DIR, RELEASES_INDEX, SHIPPED, release_calibration  # noqa: F401 (re-exported)
-from kvsim.releases import KERNEL_MISMATCHES, chosen_release, kernel_mismatches, release_key, vllm_releases
+from kvsim.releases import chosen_release, kernel_mismatches, newest_release, release_key, vllm_releases
 
 FORMAT = "kvsim-latency-calibration"
 VERSION = 2
@@ -712,32 +712,39 @@ def _mend_release(c: Calibration, chip: str, release: str | None) -> tuple[Calib
 SHAPES_CARRY_OVER = ("bf16", "fp8", "nvfp4")
 
 
+def shape_sources(chip: str, release: str, dtype: str) -> list[str]:
+    """The other measured releases of ``chip`` whose measured shapes of ``dtype`` experts price the shapes
+    ``release``'s own tables did not time, in the order they are taken (nearest first; of two as near, the
+    later): none for a dtype that does not carry over (:data:`SHAPES_CARRY_OVER`) or whose table in ``release``
+    times another kernel, and never a release whose table times another kernel or that is the same file."""
+    releases = vllm_releases().get(chip, {})
+
+    def other_kernel(r: str) -> bool:
+        return any(m.group[0].startswith("moe") and m.group[1] == dtype for m in kernel_mismatches(chip, r))
+
+    if dtype not in SHAPES_CARRY_OVER or release not in releases or other_kernel(release):
+        return []
+    order = sorted(releases, key=release_key)
+    here = order.index(release)
+    others = [i for i, r in enumerate(order) if releases[r] != releases[release] and not other_kernel(r)]
+    return [order[i] for i in sorted(others, key=lambda i: (abs(i - here), -i))]
+
+
 def _with_other_releases_shapes(c: Calibration, chip: str, release: str) -> Calibration:
     """``c`` (release ``release`` of ``chip``) with the measured MoE shapes its tables did not time taken from the
-    nearest measured release that did (of two as near, the later): a shape's measured / fitted ratio is the
-    kernel's efficiency on that shape (its tile configurations for those widths and expert counts), which the one
-    fit of every shape misses by 10-50% and which holds across releases of the same kernel. Checked on the shapes
-    several releases timed (every chip, bf16 / FP8 / NVFP4 experts, each release's shape priced from its nearest
-    other release's): median |error| 12.1% with the fit alone, 5.8% with the other release's ratio, p90 53% and
-    29% (benchmarks/moe_shapes_carry_over.py). A release that times the shape keeps its own."""
+    releases :func:`shape_sources` names: a shape's measured / fitted ratio is the kernel's efficiency on that
+    shape (its tile configurations for those widths and expert counts), which the one fit of every shape misses by
+    10-50% and which holds across releases of the same kernel. Checked on the shapes several releases timed
+    (every chip, bf16 / FP8 / NVFP4 experts, each release's shape priced from its nearest other release's): median
+    |error| 12.1% with the fit alone, 5.8% with the other release's ratio, p90 53% and 29%
+    (benchmarks/moe_shapes_carry_over.py). A release that times the shape keeps its own."""
     releases = vllm_releases().get(chip, {})
-    if not releases:
-        return c
-    wrong = {(m.release, m.group[1]) for m in KERNEL_MISMATCHES if m.chip == chip and m.group[0].startswith("moe")}
-    order = sorted(releases, key=release_key)
-    here = order.index(release) if release in order else len(order) - 1
-    others = sorted(
-        (r for r in order if r != release and releases[r] != releases.get(release)),
-        key=lambda r: (abs(order.index(r) - here), -order.index(r)),
-    )
     shapes = dict(c.moe_shapes)
     for q in SHAPES_CARRY_OVER:
-        if (release, q) in wrong or (q != "bf16" and q not in c.moe_quant):
-            continue  # the release's experts of this dtype are priced by another release's kernels, or not fitted
+        if q != "bf16" and q not in c.moe_quant:
+            continue  # no fit of its own for these experts: another release's ratios would scale nothing
         have = dict(shapes.get(q, {}))
-        for r in others:
-            if (r, q) in wrong:
-                continue
+        for r in shape_sources(chip, release, q):
             for key, ratios in _read_shipped(SHIPPED / releases[r]).moe_shapes.get(q, {}).items():
                 have.setdefault(key, ratios)
         if have:
@@ -803,8 +810,7 @@ def shipped_calibration(
     chip, note = calibration_source(gpu)
     path, release_note = release_calibration(chip, vllm_version)
     c = _read_shipped(path or SHIPPED / f"{chip}.json")
-    releases = vllm_releases().get(chip, {})
-    release = chosen_release(chip, vllm_version) or (max(releases, key=release_key) if releases else None)
+    release = chosen_release(chip, vllm_version) or newest_release(chip)
     if path is not None:  # a release's own tables: never price an op with a table of another kernel
         c, borrowed = _mend_release(c, chip, release)
         borrowed_note = _borrowed_note(vllm_version, chip, borrowed, experts, moe_backend)
