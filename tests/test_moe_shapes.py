@@ -174,7 +174,7 @@ def test_a_release_whose_table_times_another_kernel_borrows_no_shapes():
 
 def test_carried_ratios_beat_the_fit_alone_on_the_shapes_several_releases_timed():
     """benchmarks/moe_shapes_carry_over.py, whose figures docs/latency.md quotes (66,662 points, median |error|
-    12.1% -> 5.8%)."""
+    12.1% -> 5.8%) and a run's note on a shape no table times (_moe_shape_note)."""
     import importlib.util
     from pathlib import Path
 
@@ -190,6 +190,7 @@ def test_carried_ratios_beat_the_fit_alone_on_the_shapes_several_releases_timed(
     assert len(rows) == 66_662
     assert np.expm1(np.median(fit)) == pytest.approx(0.121, abs=5e-4)
     assert np.expm1(np.median(carried)) == pytest.approx(0.058, abs=5e-4)
+    assert np.expm1(np.percentile(fit, 90)) == pytest.approx(0.53, abs=5e-3)  # the run's note on an unmeasured shape
     assert {r["dtype"] for r in rows} == {"bf16", "fp8", "nvfp4"}
 
 
@@ -207,3 +208,27 @@ def test_every_moe_presets_shape_the_tables_time_is_kept():
     c = load_calibration(SHIPPED / "h100-80gb.json")
     kept = {tuple(int(x) for x in key.split(",")[:4]) for table in c.moe_shapes.values() for key in table}
     assert preset_moe_shapes() - kept == NOT_IN_THE_TABLES
+
+
+def _shape_notes(*args: str) -> list[str]:
+    from kvsim.latency import latency_notes
+    from kvsim.options import config_from_args
+
+    return [n for n in latency_notes(config_from_args(list(args))) if "routed experts" in n]
+
+
+def test_the_run_says_where_its_expert_shapes_times_come_from():
+    """A shape its own release times: nothing said; timed by another release only: that release is named; timed by
+    none: a warning with the fit's error on the shapes the tables time."""
+    assert _shape_notes("--model", "qwen3-235b-a22b", "--gpu", "h100-80gb", "-tp", "8") == []
+    scout = ["--model", "RedHatAI/Llama-4-Scout-17B-16E-Instruct-FP8-dynamic", "--gpu", "h100-80gb", "-tp", "4"]
+    assert _shape_notes(*scout, "--vllm-version", "0.22") == []
+    [carried] = _shape_notes(*scout, "--vllm-version", "0.14")
+    assert "vLLM 0.14.0's tables on h100-80gb do not time this shape" in carried
+    assert "vLLM 0.22.0's" in carried and "fp8, 16 of width 8192, top 1" in carried
+    assert not carried.startswith("warning")
+    [unmeasured] = _shape_notes("--model", "glm-4.5-air", "--gpu", "h100-80gb", "-tp", "4")
+    assert unmeasured.startswith("warning: glm-4.5-air's routed experts (bf16, 128 of width 1408, top 8)")
+    assert "no kernel table on h100-80gb times this shape" in unmeasured and "53% at p90" in unmeasured
+    # a backend chosen by hand is priced by its own fit, which no shape's ratio scales: nothing to say
+    assert _shape_notes("--model", "glm-4.5-air", "--gpu", "h100-80gb", "-tp", "4", "--moe-backend", "triton") == []

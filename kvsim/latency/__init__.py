@@ -208,7 +208,44 @@ def _per_op_notes(cfg) -> list[str]:
         note = shipped_calibration(cfg.gpu, cfg.vllm_version, expert_quant(cfg.model), backend)[1]
         notes = [note] if note else []
     weight_only = _weight_only_note(cfg, calib)
-    return notes + ([weight_only] if weight_only else [])
+    shape = _moe_shape_note(cfg, calib) if backend == "auto" else ""  # a backend's own fit has no shape ratios
+    return notes + [n for n in (weight_only, shape) if n]
+
+
+def _moe_shape_note(cfg, calib) -> str:
+    """Where the measured times of the model's expert shape come from when not from the release that prices the
+    run: another release's tables (the kernel's efficiency on the shape, carried over), or none (the fitted MoE
+    model alone, with its error on the shapes the tables time); empty when the release's own tables time it."""
+    if cfg.latency != "per-op" or not cfg.model.is_moe:
+        return ""
+    from kvsim.latency.calibration import calibration_source, moe_shape_origin
+    from kvsim.latency.perop import expert_quant, layer_classes
+    from kvsim.releases import chosen_release, newest_release
+
+    quant = expert_quant(cfg.model)
+    if quant is not None and quant not in calib.moe_quant:
+        return ""  # priced on the bf16 fit at its own bytes: no measured shapes of its kind apply
+    dtype = quant or "bf16"
+    chip = calibration_source(cfg.gpu)[0]
+    release = chosen_release(chip, cfg.vllm_version) or newest_release(chip)
+    keys = sorted({e.shape for _, _, e in layer_classes(cfg.model, cfg.tp, cfg.enable_expert_parallel, cfg.dp) if e})
+    m = cfg.model
+    where = f"{m.name}'s routed experts ({dtype}, {m.num_experts} of width {m.moe_intermediate_size}, top {m.experts_per_token})"
+    for key in keys:
+        origin = moe_shape_origin(chip, release, dtype, key)
+        split, ep = key.split(",")[-2:]
+        layout = f"split over {split} GPU(s)" + (f", spread over {ep}" if ep != "1" else "")
+        if origin is None:
+            return (
+                f"warning: {where}, {layout}: no kernel table on {chip} times this shape; the fitted MoE model "
+                "alone prices it (on the shapes the tables time it misses by 12% at the median, 53% at p90)"
+            )
+        if origin not in ("", release):
+            return (
+                f"{where}, {layout}: vLLM {release}'s tables on {chip} do not time this shape; its measured "
+                f"efficiency is vLLM {origin}'s (the same kernel; carried over, 6% median error where checked)"
+            )
+    return ""
 
 
 def _weight_only_note(cfg, calib) -> str:

@@ -730,6 +730,21 @@ def shape_sources(chip: str, release: str, dtype: str) -> list[str]:
     return [order[i] for i in sorted(others, key=lambda i: (abs(i - here), -i))]
 
 
+def moe_shape_origin(chip: str, release: str | None, dtype: str, key: str) -> str | None:
+    """The measured release whose tables time MoE shape ``key`` (moe_shapes.shape_key) of ``dtype`` experts where
+    ``release`` of ``chip`` prices it: ``release`` itself, the release :func:`shape_sources` carries it from, ""
+    for a chip with one calibration (nothing per release) that times it, or None: no table times it, and the
+    fitted MoE model alone prices it."""
+    releases = vllm_releases().get(chip, {})
+    own = SHIPPED / (releases[release] if release in releases else f"{chip}.json")
+    if key in _read_shipped(own).moe_shapes.get(dtype, {}):
+        return release if release in releases else ""
+    for r in shape_sources(chip, release, dtype) if release else []:
+        if key in _read_shipped(SHIPPED / releases[r]).moe_shapes.get(dtype, {}):
+            return r
+    return None
+
+
 def _with_other_releases_shapes(c: Calibration, chip: str, release: str) -> Calibration:
     """``c`` (release ``release`` of ``chip``) with the measured MoE shapes its tables did not time taken from the
     releases :func:`shape_sources` names: a shape's measured / fitted ratio is the kernel's efficiency on that
