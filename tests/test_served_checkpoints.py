@@ -298,6 +298,26 @@ def test_a_release_whose_fp8_gemms_run_no_faster_than_bf16_borrows_the_nearest_p
     assert steps["0.14"] == pytest.approx(steps["0.18"], rel=0.05)  # was 1.1x (decode) to 1.6x (prefill)
 
 
+def test_a_release_whose_fp8_gemms_are_an_older_releases_slow_table_borrows_another_table():
+    """B200's vLLM 0.22 tables have no FP8 GEMM rows: its calibration fitted 0.19's, which are slow (Blackwell's 0.19
+    FP8 rows take 1.1x bf16's time) but passed against 0.22's own bf16 fit. Judged as 0.19's, they are slow; and 0.19
+    (and a release older than it) must not borrow "0.22's" FP8 GEMMs, the same table: both take 0.24's."""
+    from kvsim.latency.calibration import gemm_table, load_calibration, shipped_calibration
+    from kvsim.releases import SHIPPED
+
+    b200 = get_gpu("b200")
+    c22 = load_calibration(SHIPPED / "vllm" / "b200-0.22.0.json")
+    assert gemm_table(c22, "fp8", "0.22.0") == "0.19.0" and gemm_table(c22, "nvfp4", "0.22.0") == "0.22.0"
+    newest = load_calibration(SHIPPED / "b200.json")
+    for v in ("0.15", "0.19", "0.22"):
+        c, note = shipped_calibration(b200, v)
+        assert c.gemm_quant["fp8"] == newest.gemm_quant["fp8"], v
+        assert c.gemm_shapes["fp8"] == newest.gemm_shapes["fp8"], v  # the fit's measured shapes with it
+        assert "fp8 GEMMs priced by vLLM 0.24.0's kernels" in note, v
+    assert "0.22.0's fp8 GEMM rows (vLLM 0.19.0's table)" in shipped_calibration(b200, "0.22")[1]
+    assert "GEMMs priced by" not in shipped_calibration(b200, "0.24")[1]
+
+
 def test_a_checkpoint_id_that_declares_an_fp8_kv_cache_stores_it_from_vllm_0_14():
     """nvidia/Llama-3.1-70B-Instruct-FP8 declares an FP8 KV cache (vLLM 0.14.1 logged "Using fp8 data type to
     store kv cache" serving it): 2 x 80 layers x 8 heads x 128 dims x 1 byte = 160 KiB per token from vLLM 0.14 and

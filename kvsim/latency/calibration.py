@@ -626,6 +626,21 @@ def slow_quant_gemms(c: Calibration, gpu: GpuSpec) -> list[str]:
     )
 
 
+def gemm_table(c: Calibration, q: str, release: str) -> str:
+    """The vLLM release whose table ``c`` (the calibration of ``release``) fitted its ``q`` GEMMs on: its own, or,
+    where its tables have no rows of the scheme, the older release's it took (``fit.aic.versions``)."""
+    versions = c.fit.get("aic", {}).get("versions", {})
+    return versions.get(f"gemm_perf:{q}", release) if isinstance(versions, dict) else release
+
+
+def _slow_gemm_table(chip: str, releases: dict[str, str], table: str, q: str) -> bool:
+    """Whether release ``table``'s own fit of ``q`` GEMMs on ``chip`` is a slow one (:func:`slow_quant_gemms`),
+    judged against that release's bf16 fit (the same collection); a table of no measured release is not judged."""
+    if table not in releases:
+        return False
+    return q in slow_quant_gemms(_read_shipped(SHIPPED / releases[table]), GPU_PRESETS[chip])
+
+
 @dataclass(frozen=True)
 class Borrowed:
     """An op a release's calibration prices with another release's fit: what, from which release, and why."""
@@ -665,8 +680,9 @@ def _take(c: Calibration, attr: str, key: str, source: Calibration) -> Calibrati
 def _mend_release(c: Calibration, chip: str, release: str | None) -> tuple[Calibration, list[Borrowed]]:
     """Release ``release``'s calibration of ``chip`` with every op its tables are known not to time as vLLM runs
     it priced by another release: a known kernel mismatch (kvsim.releases.KERNEL_MISMATCHES) by the newest
-    measured release; a quantized GEMM no faster than bf16 (:func:`slow_quant_gemms`) by the nearest release
-    whose fit of that scheme is plausible, later ones first (the kernel vLLM has served with since)."""
+    measured release; a quantized GEMM no faster than bf16 (:func:`slow_quant_gemms`, judged on the release whose
+    table it was fitted on, :func:`gemm_table`) by the nearest release whose fit of that scheme comes from another
+    table that is plausible, later ones first (the kernel vLLM has served with since)."""
     releases = vllm_releases().get(chip, {})
     if release is None or not releases:
         return c, []
@@ -683,22 +699,30 @@ def _mend_release(c: Calibration, chip: str, release: str | None) -> tuple[Calib
             moe = m.group[0].startswith("moe_")
             experts = m.group[1] if moe else None
             borrowed.append(Borrowed(op, top, f"{release}'s table {m.why}", experts, not moe or op in backends))
-    slow = slow_quant_gemms(c, GPU_PRESETS[chip])
+    gpu = GPU_PRESETS[chip]
+    # a release whose tables have no rows of a scheme took an older release's (gemm_table): judged as that release's
+    slow = [q for q in c.gemm_quant if _slow_gemm_table(chip, releases, gemm_table(c, q, release), q)]
     if slow:
         later = sorted((r for r in releases if release_key(r) > release_key(release)), key=release_key)
         earlier = sorted((r for r in releases if release_key(r) < release_key(release)), key=release_key, reverse=True)
         others = [(r, _read_shipped(SHIPPED / releases[r])) for r in later + earlier]
         for q in slow:
-            good = [(r, o) for r, o in others if q in o.gemm_quant and q not in slow_quant_gemms(o, GPU_PRESETS[chip])]
-            speed = GPU_PRESETS[chip].tensor_core_speedup(GEMM_QUANT[q][2])
-            why = (
-                f"{release}'s {q} GEMM rows run no faster than its bf16 ones at compute-bound sizes, on tensor cores "
-                f"{speed:g}x as fast"
-            )
+            own = gemm_table(c, q, release)
+            # another table of the scheme, not a slow one: a later release may hold the same (slow) rows as this one
+            good = [
+                t
+                for r, o in others
+                if q in o.gemm_quant
+                and (t := gemm_table(o, q, r)) != own
+                and t in releases
+                and not _slow_gemm_table(chip, releases, t, q)
+            ]
+            speed = gpu.tensor_core_speedup(GEMM_QUANT[q][2])
+            rows = f"{release}'s {q} GEMM rows" + (f" (vLLM {own}'s table)" if own != release else "")
+            why = f"{rows} run no faster than its bf16 ones at compute-bound sizes, on tensor cores {speed:g}x as fast"
             if good:
-                r, o = good[0]
-                c = _take(c, "gemm_quant", q, o)
-                borrowed.append(Borrowed(f"{q} GEMMs", r, why))
+                c = _take(c, "gemm_quant", q, _read_shipped(SHIPPED / releases[good[0]]))
+                borrowed.append(Borrowed(f"{q} GEMMs", good[0], why))
             else:
                 c = _take(c, "gemm_quant", q, replace(c, gemm_quant={}))
                 borrowed.append(Borrowed(f"{q} GEMMs", "", why + "; priced at the bf16 fit's efficiencies"))
