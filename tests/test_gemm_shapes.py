@@ -41,6 +41,24 @@ def test_a_grid_from_a_table_takes_the_median_ratio_at_the_timed_rows_nearest_ea
     assert fit_grid(rows[rows["n"] < 128], [1.0]) is None
 
 
+def test_a_knot_on_an_isolated_slow_point_keeps_its_neighbours_ratio():
+    """Timing noise is one-sided: a point more than 1.4x the fastest of its neighbours is an outlier (B200's vLLM 0.24
+    FP8 table: 8,192 x 8,192 at 16 rows 38 us, at 13, 15, 17 and 32 rows 18-19 us); a step between buckets that its
+    neighbours share, or a table too sparse to tell, keeps the point's own ratio."""
+    from kvsim.latency.gemm_shapes import knot_ratio
+
+    series = pd.Series([1.7, 2.0, 1.0, 1.0, 1.0, 1.0, 1.9, 1.0, 0.9, 1.1], index=[1, 2, 3, 4, 5, 15, 16, 17, 32, 33])
+    assert knot_ratio(series, 1) == 1.0  # 1 and 2 both slow: against 3, the end's third point
+    assert knot_ratio(series, 16) == 1.0  # neighbours 15 and 17 (1.0, 1.0; 1.9 is out)
+    assert knot_ratio(series, 32) == 0.9  # not an outlier: its own
+    assert knot_ratio(series, 4) == 1.0
+    step = pd.Series([1.0, 1.0, 1.3, 1.3], index=[48, 64, 65, 80])
+    assert knot_ratio(step, 65) == 1.3  # 1.3 < 1.4 x 1.0: a real step stays
+    assert knot_ratio(pd.Series([1.0, 2.0, 1.2, 1.1], index=[7, 8, 9, 10]), 8) == 1.1  # 7, 9 and 10: within 1.5x
+    assert knot_ratio(pd.Series([1.0, 2.0, 1.2], index=[7, 8, 13]), 8) == 1.0  # of two kept, the lower
+    assert knot_ratio(pd.Series([2.0, 0.5], index=[1, 64]), 1) == 2.0  # too sparse to test
+
+
 @pytest.mark.parametrize(
     "bad, says",
     [
