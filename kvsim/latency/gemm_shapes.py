@@ -26,8 +26,8 @@ from dataclasses import dataclass
 # chunks between which vLLM's kernels change tiles
 KNOTS_M = (1, 4, 16, 32, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096, 8192, 16384)
 MIN_DIM = 128  # weights narrower than this are not held (no model's projection is; the fit prices them)
-RATIO_RANGE = (0.05, 20.0)
-OUTLIER = 1.4  # a timed point this much slower than the fastest of its neighbours is a timing outlier (knot_ratio)  # the measured / fitted ratios a grid may hold (beyond: a broken table or file)
+RATIO_RANGE = (0.05, 20.0)  # the measured / fitted ratios a grid may hold (beyond: a broken table or file)
+OUTLIER = 1.4  # a timed point this much slower than the fastest of its neighbours is a timing outlier (knot_ratio)
 
 
 @dataclass(frozen=True)
@@ -100,9 +100,8 @@ def knot_ratio(by_m, m: int) -> float:
     """The ratio a grid keeps at knot ``m`` of one (n, k): the ratio at the timed activation rows nearest ``m``,
     unless it is an outlier, more than :data:`OUTLIER` times the fastest of its neighbours (the timed rows next to
     it, three points at an end, and any within 1.5x of it; none beyond 4x, and no test with fewer than three): then
-    the median of the neighbours that are not. Timing
-    noise is one-sided (a kernel is never faster than it can be) and some tables have isolated slow points, which a
-    knot would otherwise spread over every batch around it: B200's vLLM 0.24 FP8 table times 8,192 x 8,192 at 38 us
+    the median of the neighbours that are not. Timing noise is one-sided (a kernel is never faster than it can be)
+    and some tables have isolated slow points, which a knot would otherwise spread over every batch around it: B200's vLLM 0.24 FP8 table times 8,192 x 8,192 at 38 us
     with 16 rows and 18-19 us at 13, 15, 17 and 32 (17% of its knots are more than 20% off their neighbours, at
     most 2% in every other table)."""
     ms = list(by_m.index)
@@ -123,7 +122,8 @@ def knot_ratio(by_m, m: int) -> float:
 def fit_grid(rows, predicted) -> GemmGrid | None:
     """The grid of a measured table: ``rows`` (a DataFrame of m, n, k, seconds) and the fit's ``predicted``
     seconds of each row. Per (n, k) of at least MIN_DIM, the median ratio at the timed m nearest each of
-    KNOTS_M in log scale, an outlier among its neighbours replaced (:func:`knot_ratio`); an (n, k) the table skipped takes its nearest timed neighbour's. None: nothing held."""
+    KNOTS_M in log scale, an outlier among its neighbours set aside (:func:`knot_ratio`); an (n, k) the table
+    skipped takes its nearest timed neighbour's. None: nothing held."""
     import numpy as np
 
     g = rows.assign(ratio=rows["seconds"].to_numpy(float) / np.asarray(predicted, float))
