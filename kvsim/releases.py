@@ -133,6 +133,12 @@ def newest_release(chip: str) -> str | None:
     return max(known, key=release_key) if known else None
 
 
+def priced_release(chip: str, vllm_version: str | None) -> str | None:
+    """The measured release whose kernels price a run of ``vllm_version`` on ``chip``: :func:`chosen_release`, or
+    with no release asked the newest (None: nothing per release was measured there)."""
+    return chosen_release(chip, vllm_version) or newest_release(chip)
+
+
 @dataclass(frozen=True)
 class KernelMismatch:
     """A measured release's table that times another kernel than the one vLLM's default path runs for an op (so

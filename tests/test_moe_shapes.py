@@ -230,5 +230,7 @@ def test_the_run_says_where_its_expert_shapes_times_come_from():
     [unmeasured] = _shape_notes("--model", "glm-4.5-air", "--gpu", "h100-80gb", "-tp", "4")
     assert unmeasured.startswith("warning: glm-4.5-air's routed experts (bf16, 128 of width 1408, top 8)")
     assert "no kernel table on h100-80gb times this shape" in unmeasured and "53% at p90" in unmeasured
+    # a GPU with no measured MoE kernels at all (A40: Vidur's dense ops) has no shapes to speak of
+    assert _shape_notes("--model", "qwen3-30b-a3b", "--gpu", "a40") == []
     # a backend chosen by hand is priced by its own fit, which no shape's ratio scales: nothing to say
     assert _shape_notes("--model", "glm-4.5-air", "--gpu", "h100-80gb", "-tp", "4", "--moe-backend", "triton") == []

@@ -220,14 +220,14 @@ def _moe_shape_note(cfg, calib) -> str:
         return ""
     from kvsim.latency.calibration import calibration_source, moe_shape_origin
     from kvsim.latency.perop import expert_quant, layer_classes
-    from kvsim.releases import chosen_release, newest_release
+    from kvsim.releases import priced_release
 
     quant = expert_quant(cfg.model)
-    if quant is not None and quant not in calib.moe_quant:
-        return ""  # priced on the bf16 fit at its own bytes: no measured shapes of its kind apply
     dtype = quant or "bf16"
+    if (quant is not None and quant not in calib.moe_quant) or not calib.moe_shapes.get(dtype):
+        return ""  # no measured MoE kernels of its kind on this GPU (the calibration's own note says what prices it)
     chip = calibration_source(cfg.gpu)[0]
-    release = chosen_release(chip, cfg.vllm_version) or newest_release(chip)
+    release = priced_release(chip, cfg.vllm_version)
     keys = sorted({e.shape for _, _, e in layer_classes(cfg.model, cfg.tp, cfg.enable_expert_parallel, cfg.dp) if e})
     m = cfg.model
     where = f"{m.name}'s routed experts ({dtype}, {m.num_experts} of width {m.moe_intermediate_size}, top {m.experts_per_token})"

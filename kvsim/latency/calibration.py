@@ -25,7 +25,7 @@ from kvsim.hardware.gpus import GPU_PRESETS
 from kvsim.latency.gemm_shapes import GemmGrid
 from kvsim.latency.moe_shapes import check_table
 from kvsim.releases import RELEASES_DIR, RELEASES_INDEX, SHIPPED, release_calibration  # noqa: F401 (re-exported)
-from kvsim.releases import chosen_release, kernel_mismatches, newest_release, release_key, vllm_releases
+from kvsim.releases import kernel_mismatches, priced_release, release_key, vllm_releases
 
 FORMAT = "kvsim-latency-calibration"
 VERSION = 2
@@ -849,7 +849,7 @@ def shipped_calibration(
     chip, note = calibration_source(gpu)
     path, release_note = release_calibration(chip, vllm_version)
     c = _read_shipped(path or SHIPPED / f"{chip}.json")
-    release = chosen_release(chip, vllm_version) or newest_release(chip)
+    release = priced_release(chip, vllm_version)
     if path is not None:  # a release's own tables: never price an op with a table of another kernel
         c, borrowed = _mend_release(c, chip, release)
         borrowed_note = _borrowed_note(vllm_version, chip, borrowed, experts, moe_backend)

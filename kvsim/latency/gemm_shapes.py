@@ -107,11 +107,14 @@ def knot_ratio(by_m, m: int) -> float:
     ms = list(by_m.index)
     rs = [float(x) for x in by_m.to_numpy()]
     i = min(range(len(ms)), key=lambda j: abs(math.log(ms[j]) - math.log(m)))
-    lo, hi = max(0, i - 1), min(len(ms), i + 2)
-    if hi - lo < 3:  # at an end: the two on the side it has
-        lo, hi = max(0, min(lo, len(ms) - 3)), min(len(ms), max(hi, 3))
-    near = {j for j in range(len(ms)) if abs(math.log(ms[j] / ms[i])) <= math.log(1.5)} | set(range(lo, hi))
-    near = {j for j in near if abs(math.log(ms[j] / ms[i])) <= math.log(4)}  # a table's sparse rows: no neighbours
+    lo = max(0, min(i - 1, len(ms) - 3))  # the three timed rows around it (at an end, the two on its side)
+    hi = min(len(ms), lo + 3)
+
+    def apart(j: int) -> float:
+        return abs(math.log(ms[j] / ms[i]))
+
+    # none beyond 4x: a table's sparse rows have no neighbours
+    near = {j for j in range(len(ms)) if (lo <= j < hi or apart(j) <= math.log(1.5)) and apart(j) <= math.log(4)}
     fastest = min(rs[j] for j in near)
     if len(near) < 3 or rs[i] <= OUTLIER * fastest:
         return rs[i]
