@@ -8,10 +8,10 @@ import pytest
 
 from kvsim.errors import ConfigError
 from kvsim.hardware import get_gpu, get_model
-from kvsim.latency.calibration import Calibration, shipped_calibration
+from kvsim.latency.calibration import GEMM_QUANT, Calibration, shipped_calibration
 from kvsim.latency.cpu import get_cpu_overhead
 from kvsim.latency.gemm_shapes import GemmGrid, fit_grid
-from kvsim.latency.perop import PerOpModel
+from kvsim.latency.perop import Op, PerOpModel, gemm_seconds
 
 GRID = GemmGrid(m=(1, 100), n=(1000,), k=(10, 1000), ratio=(1.0, 2.0, 3.0, 5.0))
 
@@ -116,3 +116,29 @@ def test_an_fp8_checkpoints_prefill_step_follows_the_measured_kernels():
     assert plain.dense_s(200, 1) > 1.1 * model.dense_s(200, 1)
     assert 0.025 < model.dense_s(200, 1) < 0.040
     assert math.isclose(model.dense_s(0, 0), 0.0)
+
+
+def test_no_gemm_streams_its_weights_faster_than_the_gpus_hbm_peak():
+    """L40S's tables time 16 MB bf16 weights at up to 2.7x its HBM peak (six copies of the weight stay in its
+    96 MiB L2); in serving the weights come from HBM, so a GEMM takes at least its weight bytes over the datasheet
+    bandwidth. By hand: 1,024 x 8,192 bf16 weights (16,777,216 bytes) over 864 GB/s = 19.42 us at 16 rows, where
+    the measured shape alone gave 8.0 us; an H100's GEMMs never reach the bound (unchanged)."""
+    l40s = get_gpu("l40s")
+    c, _ = shipped_calibration(l40s, "0.22")
+    assert Op("x", k=1024, n=8192).seconds(c, l40s, 16, 2) == pytest.approx(1024 * 8192 * 2 / 864e9)
+    assert l40s.hbm_bandwidth == 864e9
+    for name in ("l40s", "rtx-pro-6000", "rtx-4090", "h100", "b200"):
+        gpu = get_gpu(name)
+        c, _ = shipped_calibration(gpu)
+        for q in (None, "fp8", "nvfp4", "w4a16"):
+            wb = 2 if q is None else GEMM_QUANT[q][1]
+            for k, n in ((768, 10240), (1024, 8192), (4096, 6144), (8192, 28672)):
+                for m in (1, 16, 256):
+                    t = Op("x", k=k, n=n, quant=q).seconds(c, gpu, m, 2)
+                    assert t >= wb * k * n / gpu.hbm_bandwidth * (1 - 1e-12), (name, q, k, n, m)
+    # where the tables stream from HBM the bound does not bind: the measured shape's time stands
+    h100 = get_gpu("h100")
+    c, _ = shipped_calibration(h100)
+    op = Op("x", k=4096, n=6144)
+    grid = c.gemm_shapes["bf16"].factor(16, 6144, 4096)
+    assert op.seconds(c, h100, 16, 2) == gemm_seconds(c.gemm, h100, 16, 4096, 6144, 2) * grid

@@ -94,7 +94,13 @@ class Op:
                 # the measured quant kernel's launch, not run; at most half the GEMM (a measured ratio well
                 # below 1 can leave less than that fixed time)
                 t -= min(0.5 * t, max(0.0, calib.gemm_quant[scheme].t0_s - calib.gemm.t0_s))
-            return t
+            # Never faster than the weights stream from HBM at the datasheet peak: in serving a layer's weights
+            # are long gone from L2 when the next step reads them, while a table that times a few copies of a
+            # small weight in a loop reads them from L2 (L40S's 96 MiB, RTX PRO 6000's 128: 16 MB weights timed
+            # at 1.2-2.7x the HBM peak; GPUs whose tables stream from HBM never reach this bound)
+            floor = (dtype_bytes if self.quant is None else GEMM_QUANT[self.quant][1]) * self.k * self.n
+            floor /= gpu.hbm_bandwidth
+            return t if t > floor else floor
         p = calib.elementwise[self.kind]
         return elementwise_seconds(p, gpu, tokens, self.row, self.bytes_per_token) + (self.fixed_costs - 1.0) * p.t0_s
 
@@ -316,7 +322,13 @@ class MoeOp:
             self.distinct(tokens),
         )
         table = calib.moe_shapes.get(self.quant or "bf16")
-        return t * shape_factor(table, self.shape, self.routing, tokens) if table else t
+        if table:
+            t *= shape_factor(table, self.shape, self.routing, tokens)
+        # never faster than the activated experts' weights stream from HBM (Op.seconds: a table that times one
+        # module over and over keeps a small activated set in L2; L40S's 1-token Qwen3-30B-A3B row: 0.4x HBM)
+        floor = self.distinct(tokens) / self.ep * (3 if self.gated else 2) * self.hidden * self.width
+        floor *= self.weight_bytes / gpu.hbm_bandwidth
+        return t if t > floor else floor
 
 
 def moe_formula(
