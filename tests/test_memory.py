@@ -52,7 +52,8 @@ def test_vllm_maximum_concurrency_by_hand():
 
 @pytest.mark.parametrize("model", sorted(MODEL_PRESETS))
 def test_memory_command_fits_80_columns_for_every_preset(model, capsys):
-    tp = 16 if model == "kimi-k2" else min(8, get_model(model).kv_heads)  # Moonshot's smallest FP8 deployment: 16
+    # Moonshot's smallest FP8 deployment: 16
+    tp = 16 if model in ("kimi-k2", "kimi-k2-0905") else min(8, get_model(model).kv_heads)
     # block-FP8 experts that do not split into whole blocks at this TP load only whole (vLLM refuses the split)
     ep = ["--enable-expert-parallel"] if get_model(model).block_problem(tp) else []
     rc = main(

@@ -489,3 +489,18 @@ def test_fp8_experts_on_blackwell_before_0_24_take_the_kernel_vllm_runs_there():
         for extra in ((), ("--moe-backend", "triton"))
     }
     assert step[()] < 0.9 * step[("--moe-backend", "triton")]
+
+
+def test_kimi_k2s_later_checkpoints_take_their_own_context_and_expert_format():
+    """Kimi-K2-Instruct-0905 was retrained for 262,144 positions (the July release: 131,072); Kimi-K2-Thinking
+    is K2.5's text model: INT4 W4A16 routed experts over the same shapes, 1,027 B parameters with no vision tower
+    (595 GB of weights as published, 69.3 GiB on each of 8 GPUs)."""
+    k2, k0905, thinking = (
+        config_from_args(["--model", f"moonshotai/{name}", "--gpu", "h200", "-tp", "8"]).model
+        for name in ("Kimi-K2-Instruct", "Kimi-K2-Instruct-0905", "Kimi-K2-Thinking")
+    )
+    assert (k2.max_context, k0905.max_context, thinking.max_context) == (131072, 262144, 262144)
+    assert k0905.weight_dtype == k2.weight_dtype == "fp8" and k0905.expert_dtype == k2.expert_dtype
+    assert thinking.expert_dtype == "int4" and thinking.quant_method == "compressed-tensors"
+    assert thinking.layers == k2.layers and thinking.num_experts == 384
+    assert thinking.gpu_weight_bytes(8) / 2**30 == pytest.approx(69.34, abs=0.01)

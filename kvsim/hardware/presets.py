@@ -499,6 +499,11 @@ for _name in ("qwen3-30b-a3b", "qwen3-235b-a22b", "qwen3-30b-a3b-fp8", "qwen3-23
     MODEL_PRESETS[_new] = replace(MODEL_PRESETS[_name], name=_new, max_context=262144)
 del _name, _new
 MODEL_PRESETS["glm-4.6"] = replace(MODEL_PRESETS["glm-4.5"], name="glm-4.6", max_context=202752)
+# moonshotai/Kimi-K2-Instruct-0905: Kimi-K2's weights retrained for 262,144 positions (YaRN factor 64 over 4,096;
+# the July release 32). moonshotai/Kimi-K2-Thinking: the same 262,144 positions with Kimi-K2.5's compressed-tensors
+# INT4 routed experts (W4A16, a bf16 scale per 32; attention, shared experts and layer 0's MLP in bf16), text only
+MODEL_PRESETS["kimi-k2-0905"] = replace(MODEL_PRESETS["kimi-k2"], name="kimi-k2-0905", max_context=262144)
+MODEL_PRESETS["kimi-k2-thinking"] = replace(MODEL_PRESETS["kimi-k2.5"], name="kimi-k2-thinking", params=1.027e12)
 MODEL_PRESETS["mixtral-8x22b-instruct"] = replace(
     MODEL_PRESETS["mixtral-8x22b"], name="mixtral-8x22b-instruct", vocab_size=32768
 )
@@ -582,7 +587,8 @@ HF_IDS = {
     "zai-org/GLM-4.7": "glm-4.6",
     "moonshotai/Kimi-K2-Instruct": "kimi-k2",
     "moonshotai/Kimi-K2-Base": "kimi-k2",
-    "moonshotai/Kimi-K2-Instruct-0905": "kimi-k2",
+    "moonshotai/Kimi-K2-Instruct-0905": "kimi-k2-0905",
+    "moonshotai/Kimi-K2-Thinking": "kimi-k2-thinking",
     "moonshotai/Kimi-K2.5": "kimi-k2.5",
     **{f"MiniMaxAI/MiniMax-M2{v}": "minimax-m2" for v in ("", ".1", ".5")},
 }
