@@ -311,6 +311,18 @@ def follows_checkpoint_kv_dtype(vllm_version: str | None) -> bool:
     return current_or_at_least(vllm_version, CHECKPOINT_KV_DTYPE_FROM)
 
 
+MARLIN_WHEN_NAMED_FROM = "0.24.0"  # the first release that runs AWQ / GPTQ through Marlin when the flag names them
+
+
+def legacy_int4_kernels(vllm_version: str | None, quantization: str | None) -> bool:
+    """Whether vLLM ``vllm_version`` runs an AWQ or GPTQ checkpoint through its plain AWQ / GPTQ (ExLlama)
+    kernels: up to 0.23 when ``--quantization`` names ``awq`` or ``gptq`` (``awq_marlin.py`` /
+    ``gptq_marlin.py``: "you specified quantization=awq explicitly, so forcing awq"); without the flag, with
+    ``awq_marlin`` / ``gptq_marlin``, and from 0.24 (``auto_awq.py`` / ``auto_gptq.py`` take all four names) Marlin
+    runs them."""
+    return quantization in ("awq", "gptq") and not current_or_at_least(vllm_version, MARLIN_WHEN_NAMED_FROM)
+
+
 ASYNC_SCHEDULING_FROM = "0.14.0"  # the first release that schedules one step ahead by default (PR #27614)
 ASYNC_WITH_PIPELINE_FROM = "0.15.0"  # ... and with pipeline stages (PR #32359)
 ASYNC_DRAFTERS = ("eagle", "eagle3", "mtp")  # drafters async scheduling runs with (PR #31998; others turn it off)

@@ -96,7 +96,11 @@ def test_example_report_is_todays(folder, tmp_path, monkeypatch, capsys):
 
 @pytest.mark.parametrize(
     "script, folder",
-    [("validate_silybench.py", "validation-silybench"), ("validate_gpustack.py", "validation-gpustack")],
+    [
+        ("validate_silybench.py", "validation-silybench"),
+        ("validate_gpustack.py", "validation-gpustack"),
+        ("validate_ree2raz.py", "validation-ree2raz"),
+    ],
 )
 def test_held_out_replay_is_todays(script, folder, tmp_path):
     done = subprocess.run(

@@ -504,3 +504,18 @@ def test_kimi_k2s_later_checkpoints_take_their_own_context_and_expert_format():
     assert thinking.expert_dtype == "int4" and thinking.quant_method == "compressed-tensors"
     assert thinking.layers == k2.layers and thinking.num_experts == 384
     assert thinking.gpu_weight_bytes(8) / 2**30 == pytest.approx(69.34, abs=0.01)
+
+
+def test_naming_awq_or_gptq_on_a_release_before_0_24_says_vllm_runs_its_plain_kernels():
+    """vLLM up to 0.23 forces its plain AWQ / GPTQ kernels when --quantization names awq or gptq (Marlin only for
+    awq_marlin, gptq_marlin or no flag); from 0.24 all four names run Marlin. kvsim prices Marlin and says so."""
+    from kvsim.releases import legacy_int4_kernels
+
+    assert legacy_int4_kernels("0.8.5", "awq") and legacy_int4_kernels("0.23.1", "gptq")
+    assert not legacy_int4_kernels("0.24.0", "awq") and not legacy_int4_kernels(None, "awq")
+    assert not legacy_int4_kernels("0.8.5", "awq_marlin") and not legacy_int4_kernels("0.8.5", None)
+    args = ["--model", "Qwen/Qwen2.5-7B-Instruct-AWQ", "--gpu", "a100-40gb", "--vllm-version", "0.8.5"]
+    named = config_from_args([*args, "-q", "awq"]).model
+    assert "plain AWQ kernels" in named.format_note and named.weight_quant == "w4a16"
+    assert "plain" not in config_from_args([*args, "-q", "awq_marlin"]).model.format_note
+    assert "plain" not in config_from_args(args).model.format_note

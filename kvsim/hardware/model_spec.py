@@ -323,8 +323,11 @@ class ModelSpec:
             f"{first} does not follow under --kv-cache-dtype auto: KV priced in {self.dtype} (--kv-cache-dtype "
             f"{self.checkpoint_kv_dtype} asks for the checkpoint's)"
         )
-        joined = f"{self.format_note}\n{note}" if self.format_note else note
-        return replace(self, kv_dtype=None, format_note=joined)
+        return replace(self.with_note(note), kv_dtype=None)
+
+    def with_note(self, note: str) -> "ModelSpec":
+        """This model with ``note`` added to what kvsim tells the user about its weights (``format_note``)."""
+        return replace(self, format_note=f"{self.format_note}\n{note}" if self.format_note else note)
 
     def with_quantization(self, quantization: str | None) -> "ModelSpec":
         """This model as vLLM's ``--quantization`` serves it (kvsim/hardware/checkpoints.py): ``fp8`` keeps an FP8
