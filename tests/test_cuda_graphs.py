@@ -56,3 +56,12 @@ def test_decode_runs_price_the_padding_as_their_steps_do():
     steps = [padded.step_time(StepShape.decode(n, s0 + n * i)) for i in range(k)]
     assert padded.decode_run_time(n, s0, k) == pytest.approx(sum(steps), rel=1e-9)
     assert padded.decode_step_times(n, s0, k) == pytest.approx(steps, rel=1e-9)
+
+
+def test_a_run_without_cuda_graphs_says_its_kernel_launches_are_not_priced():
+    from kvsim.latency import latency_notes
+
+    base = ["--model", "qwen2.5-7b", "--gpu", "a100-40gb"]
+    off = config_from_args([*base, "--cudagraph-capture-sizes", "none"])  # what vLLM's --enforce-eager becomes
+    assert any("launches every kernel" in n for n in latency_notes(off))
+    assert not any("launches every kernel" in n for n in latency_notes(config_from_args(base)))

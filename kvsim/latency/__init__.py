@@ -209,7 +209,21 @@ def _per_op_notes(cfg) -> list[str]:
         notes = [note] if note else []
     weight_only = _weight_only_note(cfg, calib)
     shape = _moe_shape_note(cfg, calib) if backend == "auto" else ""  # a backend's own fit has no shape ratios
-    return notes + [n for n in (weight_only, shape) if n]
+    return notes + [n for n in (weight_only, shape, _eager_note(cfg)) if n]
+
+
+def _eager_note(cfg) -> str:
+    """What kvsim leaves out of a step without CUDA graphs (``--enforce-eager``, ``--cudagraph-capture-sizes
+    none``): vLLM then launches every kernel from Python, which kvsim does not price."""
+    if cfg.latency != "per-op" or cfg.cudagraph_capture_sizes.strip().lower() not in ("none", "eager", ""):
+        return ""
+    return (
+        "warning: without CUDA graphs (--enforce-eager) vLLM launches every kernel of a step from Python; kvsim "
+        "prices the kernels' GPU time and a graph-launched step's CPU overhead, so a step whose kernels run "
+        "shorter than their launches (a small model, a fast GPU, few sequences) is priced fast: one linear "
+        "module launched eagerly takes 55-60 us of CPU on AIConfigurator's H100 host (vLLM 0.24), several "
+        "times its GPU time at decode sizes"
+    )
 
 
 def _moe_shape_note(cfg, calib) -> str:
