@@ -4,16 +4,20 @@ A benchmark client (``vllm bench serve``, GenAI-Perf) times a request from sendi
 receiving each streamed token, so its TTFT includes work the engine never sees:
 
 - **intake** (client -> engine): the API server parses the HTTP request, renders the chat template,
-  tokenizes the prompt and hands the request to the engine core (V1: over ZMQ to another process). One
-  API server process works on one request at a time (Python, one event loop); ``--api-server-count``
-  runs several. Requests reach the engine in the order they were sent.
+  tokenizes the prompt and hands the request to the engine core (V1: over ZMQ to another process). An API
+  server process is Python with one event loop (``--api-server-count`` runs several). Its handler of a
+  request runs on the loop (``request_s`` + ``template_s``), passes the prompt to a tokenizer thread (one
+  prompt at a time, ``token_s`` a token) and, once that returns, hands the request on; the loop runs what
+  is ready in the order it became ready, so that hand-off waits for the handlers of every request sent before
+  the prompt came back (:class:`Intake`). One request at a time passes in ``request_s + template_s +
+  prompt_tokens x token_s``; a burst reaches the engine together once the loop is through all its handlers.
+  Requests reach the engine in the order they were sent.
 - **delivery** (engine -> client): each output leaves the engine core, is detokenized, serialized as an
-  SSE chunk and sent; the client sees a token this long after the iteration that made it.
+  SSE chunk and sent by the same event loop; the client sees a token ``deliver_s`` after the iteration that
+  made it, or, while the loop still runs handlers of requests sent before the token, that long after them.
 
-So a request sent at ``t`` reaches the scheduler at ``max(t, a free API server) + request_s +
-prompt_tokens x token_s`` and its first token reaches the client ``deliver_s`` after the engine made it.
-TPOT is unchanged (every token is delayed alike); TTFT and end-to-end latency grow; a closed-loop client
-sends its next request only once it has the last token.
+TPOT is unchanged but for tokens made during a burst's intake; TTFT and end-to-end latency grow; a
+closed-loop client sends its next request only once it has the last token.
 
 Presets (``--frontend``):
 
@@ -26,7 +30,8 @@ Presets (``--frontend``):
   26%), with them 0.94 (6%); the gap is about 10-20 ms at 4 clients on every GPU and tensor parallelism and
   grows with prompt length. What takes that time is not identified (the API server, its inter-process hops
   to the engine core, the client); it is modelled as a delay, not as API server work, so it caps no
-  throughput. NVIDIA AIConfigurator's estimator, fitted on its own vLLM serving runs, likewise adds tens of
+  throughput (it was fitted before the tokenizer ran on a thread and bursts went together: InferenceMAX's TTFT
+  moved by under 1% at the median, 0.95 -> 0.97 in the mean). NVIDIA AIConfigurator's estimator, fitted on its own vLLM serving runs, likewise adds tens of
   milliseconds to TTFT beyond its kernels (0.8 ms per layer, its vllm_backend.py). The 1.5 ms: a C++ server's
   chat template + encode of 131 tokens took
   1.3-2.8 ms (tenstorrent/tt-inference-server#2173, 2026-02); vLLM's own profile of v0.5 on Llama-3-8B /
@@ -35,7 +40,7 @@ Presets (``--frontend``):
   / 512 out tokens through the Python front end of a 4-rank data-parallel server with no GPU work at all
   (1.2 ms per request if one process took them all, 5 ms if four did). Under heavy streaming load the API server's per-token work (detokenizing, serializing) can
   fall behind the engine (vLLM's ``--api-server-count`` and ``--stream-interval`` exist for that); that
-  queue is not modelled: delivery is a fixed delay.
+  work is not modelled: only the handlers of arriving requests hold the loop.
 - ``--endpoint chat`` adds, on the releases that parsed the chat template again for every request (0.6.4-0.9.1,
   0.11.0), that parse to each request's intake (kvsim/chat_template.py).
 - ``none``: the engine alone, as kernel-level measurements and offline runs (``LLM.generate``) see it.
@@ -45,7 +50,7 @@ Presets (``--frontend``):
 
 from __future__ import annotations
 
-import heapq
+from collections import deque
 from dataclasses import dataclass, replace
 
 from kvsim.errors import ConfigError
@@ -66,6 +71,10 @@ class FrontEnd:
     # requests taken in back to back reach the engine together, when the last is in (the engine's loop shares
     # the API server's event loop and runs only once the burst is handled)
     batched: bool = False
+    # the engine runs in the API server's event loop (V0): nothing streams during a burst's intake because the
+    # engine itself waits, which ``batched`` already says; False: the engine runs apart and the loop holds up
+    # the streaming of its output (``loop_s``)
+    engine_in_loop: bool = False
 
     @property
     def active(self) -> bool:
@@ -74,6 +83,13 @@ class FrontEnd:
     def intake_s(self, prompt_tokens: int) -> float:
         """Seconds one API server works on a request of ``prompt_tokens`` before the engine has it."""
         return self.request_s + self.template_s + prompt_tokens * self.token_s
+
+    @property
+    def loop_s(self) -> float:
+        """Seconds of a request's intake that hold the API server's event loop (HTTP, validation, the chat
+        template; tokenization runs on a thread), during which it streams nothing to any client. 0 in front of
+        the V0 engine, whose burst reaches the engine together (``batched``)."""
+        return 0.0 if self.engine_in_loop else self.request_s + self.template_s
 
 
 NO_FRONTEND = FrontEnd()
@@ -89,7 +105,9 @@ FRONTEND_PRESETS: dict[str, FrontEnd] = {
         # the V0 engine's API server (vLLM <= 0.10): the engine loop shares its event loop, so a burst of requests
         # reaches the engine together once the last is in; per-request time fitted on LambdaLabsML/vllm-benchmark's
         # A100 load sweep (benchmarks/fit_v0_engine.py: half the runs fitted, the other half held out)
-        FrontEnd("vllm-v0", request_s=V0_REQUEST_S, token_s=1.0e-6, deliver_s=0.5e-3, batched=True),
+        FrontEnd(
+            "vllm-v0", request_s=V0_REQUEST_S, token_s=1.0e-6, deliver_s=0.5e-3, batched=True, engine_in_loop=True
+        ),
     ]
 }
 FRONTEND_CHOICES = ("auto", *FRONTEND_PRESETS)
@@ -118,23 +136,74 @@ def get_frontend(
 class Intake:
     """One engine's API servers taking requests in the order they were sent: each request goes to the server
     free first, and reaches the engine once that server is done with it and no earlier request is still
-    on its way (the engine core reads its input queue in order)."""
+    on its way (the engine core reads its input queue in order).
+
+    In front of the V0 engine (``engine_in_loop``) a server does a request's whole intake before the next. In
+    front of V1 each server is one Python process with one event loop, in which a request's handler does the
+    part of its intake that holds the loop (:attr:`FrontEnd.loop_s`: HTTP, validation, the chat template), hands
+    the prompt to a tokenizer thread (one at a time, ``token_s`` a token) and, once that returns, sends it to the
+    engine core. The loop runs what is ready in the order it became ready, so that hand-off waits behind the
+    handlers of every request sent before the prompt was tokenized: a burst of requests reaches the engine
+    together, after the loop has done all their handlers' work, while one request at a time passes at once.
+    The same loop streams the outputs of the requests it took in, so a token made while it still works through
+    requests sent before the token reaches its client only once that work is done (:meth:`delivered`).
+    ree2raz/inference-bench, vLLM 0.8.5 on an L4, 64 chat clients of equal lengths: every wave of 64 requests
+    stays in lock-step, its first tokens all arriving 600 ms after it was sent (64 handlers of 8.5 ms and one
+    prefill of them all), where handing each on as its own intake ended gave 140 ms and waves that drift
+    apart."""
 
     def __init__(self, frontend: FrontEnd):
         self.frontend = frontend
-        self._free = [0.0] * frontend.servers  # when each server is next free (a heap), seconds
+        self._free = [0.0] * frontend.servers  # V0: when each server is next free, seconds
         self._last = 0.0  # when the latest request reached the engine
+        self.last_server = 0  # the server that took in the latest request
+        self._loop_s = frontend.loop_s
+        # V1, per server: when its event loop is done with the handlers sent so far, when its tokenizer is free,
+        # and (sent, loop done with its handler) of the requests it took in, oldest first: enough of them to
+        # answer for any time at or after the engine's current iteration
+        self.loop_bound = self._loop_s > 0 and not frontend.batched
+        self._loop_free = [0.0] * frontend.servers
+        self._tok_free = [0.0] * frontend.servers
+        self._loops: list[deque[tuple[float, float]]] = [deque() for _ in range(frontend.servers)]
+        self.last_tokenized = 0.0  # when the latest request's prompt came back from the tokenizer
+        self.last_handled = 0.0  # when the event loop was done with the latest request's handler
 
     def busy_at(self, sent_s: float) -> bool:
         """Is every API server still taking in earlier requests when one is sent at ``sent_s``?"""
-        return self._free[0] > sent_s
+        return min(self._free) > sent_s
 
-    def ready(self, prompt_tokens: int, sent_s: float) -> float:
+    def ready(self, prompt_tokens: int, sent_s: float, now: float = 0.0) -> float:
         """When a request of ``prompt_tokens`` sent at ``sent_s`` reaches the engine (never before one sent
-        earlier)."""
-        start = max(sent_s, self._free[0])
-        done = start + self.frontend.intake_s(prompt_tokens)
-        heapq.heapreplace(self._free, done)
+        earlier), as far as the requests sent so far decide it (V1: one sent before its prompt is tokenized
+        delays it, :meth:`Engine.receive`). ``now``: the start of the engine's iteration in flight (no token is
+        asked about before it)."""
+        fe = self.frontend
+        if not self.loop_bound:  # the whole intake of one request, then the next
+            free = self._free
+            k = free.index(min(free)) if len(free) > 1 else 0  # the server free first
+            done = max(sent_s, free[k]) + fe.intake_s(prompt_tokens)
+            free[k] = done
+        else:
+            lf = self._loop_free
+            k = lf.index(min(lf)) if len(lf) > 1 else 0
+            loop = self._loops[k]
+            while len(loop) > 1 and loop[1][0] < now:  # no token made from now on is behind the oldest
+                loop.popleft()
+            handled = max(sent_s, lf[k]) + self._loop_s
+            lf[k] = handled
+            loop.append((sent_s, handled))
+            done = max(handled, self._tok_free[k]) + prompt_tokens * fe.token_s
+            self._tok_free[k] = done
+            self.last_handled, self.last_tokenized = handled, done
+        self.last_server = k
         if done > self._last:
             self._last = done
         return self._last
+
+    def delivered(self, server: int, t: float) -> float:
+        """When the event loop of API server ``server`` can stream a token the engine made at ``t``: at once,
+        or once it has done the handlers of the requests sent to it before ``t``."""
+        for sent, handled in reversed(self._loops[server]):
+            if sent < t:
+                return handled if handled > t else t
+        return t

@@ -5,7 +5,7 @@ single requests, a queue of two, parallel servers, a closed-loop client, and wha
 
 import pytest
 
-from kvsim.frontend import V1_DELIVER_S, V1_TOKEN_S, FrontEnd, Intake, get_frontend
+from kvsim.frontend import FRONTEND_PRESETS, V1_DELIVER_S, V1_TOKEN_S, FrontEnd, Intake, get_frontend
 from kvsim.errors import ConfigError
 from kvsim.fleet.cluster import ReplicaGroup, simulate_fleet
 from kvsim.latency import build_latency
@@ -45,12 +45,15 @@ def test_one_request_by_hand():
 
 
 def test_one_server_takes_requests_one_at_a_time_and_two_in_parallel():
-    """Two 1,000-token prompts sent together: with one API server the second is taken in after the first (it
-    reaches the engine 2 x 2.5 ms after sending); with two, both reach it at 2.5 ms and share a prefill."""
+    """Two 1,000-token prompts sent together: with one API server its event loop runs a's handler (1.5 ms) then
+    b's (to 3 ms) while its tokenizer thread takes a's prompt (1.5-4 ms) then b's (4-6.5 ms): a reaches the
+    engine at 4 ms, b at 6.5; with two servers both at 4 ms, sharing a prefill."""
     reqs = [Request("a", 0.0, 1000, 2), Request("b", 0.0, 1000, 2)]
     _, one = _run(reqs)
     assert one.queue_s.min() == pytest.approx(INTAKE_1000, rel=1e-12)
-    assert (one.frontend_s - DELIVER).tolist() == pytest.approx([INTAKE_1000, 2 * INTAKE_1000], rel=1e-12)
+    assert (one.frontend_s - DELIVER).tolist() == pytest.approx(
+        [INTAKE_1000, INTAKE_1000 + 1000 * V1_TOKEN_S], rel=1e-12
+    )
     _, two = _run(reqs, "--api-server-count", "2")
     assert (two.frontend_s - DELIVER).tolist() == pytest.approx([INTAKE_1000] * 2, rel=1e-12)
     assert two.first_token_s.nunique() == 1  # one prefill iteration for both
@@ -116,9 +119,12 @@ def test_the_v0_api_server_hands_a_burst_to_the_engine_together():
     assert burst.queue_s.tolist() == pytest.approx([3 * each] * 3, rel=1e-12)
     assert burst.first_token_s.nunique() == 1
     assert r[r.id == "d"].frontend_s.iloc[0] - v0_deliver == pytest.approx(each, rel=1e-12)
-    _, v1 = _run(reqs)  # V1's API server hands each request on as soon as it is in
+    # V1's API server: handlers 0-1.5, 1.5-3 and 3-4.5 ms on its event loop, prompts tokenized on a thread until
+    # 4, 6.5 and 9 ms; a's hand-off queues behind c's handler (sent before a's prompt came back): 4.5 ms
+    _, v1 = _run(reqs)
+    handler = 1.5e-3
     assert (v1[v1.id != "d"].frontend_s - DELIVER).tolist() == pytest.approx(
-        [INTAKE_1000 * k for k in (1, 2, 3)], rel=1e-12
+        [3 * handler, INTAKE_1000 + 1000 * V1_TOKEN_S, INTAKE_1000 + 2000 * V1_TOKEN_S], rel=1e-12
     )
 
 
@@ -127,3 +133,25 @@ def test_intake_batches_only_requests_that_queue_behind_another():
     assert not i.busy_at(0.0)
     assert i.ready(0, 0.0) == 1.0
     assert i.busy_at(0.5) and not i.busy_at(1.0)
+
+
+def test_a_v1_burst_reaches_the_engine_together_and_holds_up_the_streams(monkeypatch):
+    """One V1 API server, 1 s of event-loop work per request and no tokenization time: three requests sent at 0
+    run their handlers 0-1, 1-2, 2-3 s; each hand-off queues behind the handlers sent before its prompt came
+    back, so all three reach the engine at 3 s (a burst goes together); one sent alone at 10 s at 11 s. A token
+    made at 0.5 s for a request on that server is streamed when the loop is done with the handlers sent before
+    it (at 3 s); one made at 3.5 s at once; a request sent after the token does not hold it up."""
+    fe = FrontEnd("x", request_s=1.0)
+    assert fe.loop_s == 1.0 and not FrontEnd("v0", request_s=1.0, batched=True, engine_in_loop=True).loop_s
+    reqs = [Request(x, 0.0, 10, 2) for x in "abc"] + [Request("d", 10.0, 10, 2)]
+    monkeypatch.setitem(FRONTEND_PRESETS, "vllm", fe)
+    r = simulate(reqs, config_from_args(BASE), "paged:16").requests
+    assert r.queue_s.tolist() == pytest.approx([3.0, 3.0, 3.0, 1.0], rel=1e-12)
+    assert r.first_token_s.iloc[:3].nunique() == 1
+    i = Intake(fe)
+    i.ready(0, 0.0)
+    i.ready(0, 0.0)
+    assert i.delivered(0, 0.5) == 2.0 and i.delivered(0, 3.5) == 3.5
+    i.ready(0, 5.0)
+    assert i.delivered(0, 4.0) == 4.0  # sent after the token
+    assert i.delivered(0, 5.5) == 6.0

@@ -153,6 +153,10 @@ class Engine:
         fe = cfg.api_server
         self._intake = Intake(fe) if fe.active and kv_loader is None else None
         self._deliver_s = fe.deliver_s
+        # a token waits for its API server's event loop to finish the intake of requests sent before it
+        self._loop_bound = self._intake is not None and fe.loop_s > 0
+        if self._loop_bound:
+            self.sched.delivered = self._delivered
         # multi-step scheduling: decode steps left in the window in flight (0: none), the seconds of its last
         # step, and the sequences finished in it, delivered at its end with their completed requests' count
         self._window = cfg.num_scheduler_steps
@@ -198,7 +202,8 @@ class Engine:
         if self._intake is not None:
             intake = self._intake
             joins = intake.frontend.batched and intake.busy_at(t)
-            ready = intake.ready(seq.req.prompt_tokens, t)
+            ready = intake.ready(seq.req.prompt_tokens, t, self.now)
+            seq.api_server = intake.last_server
             seq.frontend_s = ready - t + self._deliver_s
             if joins:  # it extends the burst in progress: the burst's earlier requests now come with it
                 inbox = self._inbox
@@ -208,6 +213,9 @@ class Engine:
                         break  # reached the engine before this request was sent
                     s0.frontend_s += ready - r
                     inbox[i] = (ready, s0)
+            elif intake.loop_bound:
+                seq.tokenized_s = intake.last_tokenized
+                self._behind_handler(seq, t, intake.last_handled)
             t = ready
         self._inbox.append((t, seq))
         self.received.append(seq)
@@ -219,6 +227,30 @@ class Engine:
         elif self._cuttable:
             self._cuttable = False
             self._cut_run_at(t)
+
+    def _behind_handler(self, seq: Sequence, t: float, handled: float) -> None:
+        """``seq``, sent at ``t``, has its handler run on its API server's event loop until ``handled``: ahead of
+        the hand-off to the engine of every request on that server whose prompt comes back from the tokenizer
+        after ``t`` (Intake), which therefore reaches the engine no sooner; and the engine core reads its input
+        in order, so none after such a request reaches it before it."""
+        inbox, server = self._inbox, seq.api_server
+        lo = len(inbox)
+        for i in range(len(inbox) - 1, self._inbox_head - 1, -1):
+            r, s0 = inbox[i]
+            if r <= t:
+                break  # handed on before this request was sent
+            if r < handled and s0.api_server == server and s0.tokenized_s > t:
+                s0.frontend_s += handled - r
+                inbox[i] = (handled, s0)
+                lo = i
+        last = None
+        for i in range(lo, len(inbox)):
+            r, s0 = inbox[i]
+            if last is not None and r < last:
+                s0.frontend_s += last - r
+                inbox[i] = (last, s0)
+            else:
+                last = r
 
     def cancel(self, seq: Sequence, t: float, reason: str, final: bool = True) -> None:
         """The client of ``seq`` gives up at ``t`` (not before the engine's last event): as vLLM aborts a request,
@@ -353,21 +385,51 @@ class Engine:
             i = 0
         self._inbox_head = i
 
-    def _completed(self, n: int, final: bool = True, t: float | None = None) -> None:
-        """``n`` requests left this engine at ``t`` (default :attr:`now`); ``final``: they are done (not handed on)."""
+    def _delivered(self, seq: Sequence, t: float, first: bool = False) -> float:
+        """When the client gets a token of ``seq`` the engine made at ``t``: once its API server's event loop is
+        free of the intake of requests sent before (:meth:`Intake.delivered`), a delivery later; the wait for
+        the loop counts in the first token's front-end time."""
+        free = self._intake.delivered(seq.api_server, t)
+        if first:
+            seq.frontend_s += free - t
+        return free + self._deliver_s
+
+    def _completed(self, n: int, final: bool = True, t: float | None = None, heard: float | None = None) -> None:
+        """``n`` requests left this engine at ``t`` (default :attr:`now`); ``final``: they are done (not handed on);
+        ``heard``: when their clients hear of it (default: a delivery after ``t``)."""
         if n:
             self.outstanding -= n
             if final and self.on_complete is not None:
-                self.on_complete(n, (self.now if t is None else t) + self._deliver_s)  # when the clients hear of it
+                if heard is None:
+                    heard = (self.now if t is None else t) + self._deliver_s
+                self.on_complete(n, heard)  # when the clients hear of it
+
+    def _completed_as_delivered(self, finished: list[Sequence]) -> None:
+        """The requests completed by ``finished`` (stamped with when their clients get the last token) leave the
+        engine; their clients hear of them then (each API server's event loop may hold its own back)."""
+        last: dict[int, float] = {}  # request (its head sequence's id) -> when its last sample reaches the client
+        for seq in finished:
+            head = seq.parent or seq
+            if head.request_finished:
+                last[head.sid] = max(last.get(head.sid, seq.finish_s), seq.finish_s)
+        at: dict[float, int] = {}
+        for heard in last.values():
+            at[heard] = at.get(heard, 0) + 1
+        for heard, n in at.items():
+            self._completed(n, heard=heard)
 
     def _deliver_window(self, t: float) -> None:
         """The multi-step window ends at ``t`` (not before :attr:`now`): its finished sequences reach their clients."""
         self._window_left = 0
-        for seq in self._undelivered:
-            seq.finish_s = t + self._deliver_s
-        self._undelivered = []
+        delivered = self.sched.delivered
+        undelivered, self._undelivered = self._undelivered, []
+        for seq in undelivered:
+            seq.finish_s = delivered(seq, t)
         n, self._undelivered_n = self._undelivered_n, 0
-        self._completed(n, t=t)
+        if self._loop_bound and n:
+            self._completed_as_delivered(undelivered)
+        else:
+            self._completed(n, t=t)
 
     def _observe(self, t: float) -> None:
         self.memory.observe(t, self.sched.memory_breakdown(), self.alloc.shared_slots)
@@ -522,6 +584,8 @@ class Engine:
             self._window_left -= plan.steps
             if not self._window_left:
                 self._deliver_window(t1)
+        elif self._loop_bound and complete and self.handoff is None:  # the clients hear when each server streams it
+            self._completed_as_delivered(result.finished)
         else:
             self._completed(complete, final=self.handoff is None)
         if result.finished:

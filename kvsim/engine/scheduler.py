@@ -104,8 +104,10 @@ class Scheduler:
     ):
         self.cfg = cfg
         self.alloc = allocator
-        # first tokens and finishes are stamped when the client gets them: the API server's delivery later
+        # first tokens and finishes are stamped when the client gets them: the API server's delivery later (the
+        # engine replaces this with one that also waits for its API server's event loop: Engine._delivered)
         self.deliver_s = cfg.api_server.deliver_s
+        self.delivered: Callable[..., float] = self._fixed_delivery  # (seq, t, first=False) -> seconds
         # windowed kinds of layer whose decode reads the latency model wants counted (LatencyModel.windows)
         self.windows = windows
         self.pick_victim = victim_policy
@@ -148,6 +150,10 @@ class Scheduler:
         self.releases: list[tuple[float, int]] = []
         self.kv_loader: Callable[[Sequence, int, float], float] | None = None
         self.loading: list[tuple[float, int, Sequence]] = []
+
+    def _fixed_delivery(self, seq: Sequence, t: float, first: bool = False) -> float:
+        """When the client gets a token of ``seq`` the engine made at ``t``: a fixed delivery later."""
+        return t + self.deliver_s
 
     @property
     def preemptions(self) -> int:
@@ -306,7 +312,7 @@ class Scheduler:
                 self.filled_tokens -= seq.computed
                 self.alloc.free(seq.sid)
             self.admission_blocked = False  # freed memory and a seat: the queue head may fit now
-            seq.status, seq.finish_s = Status.FINISHED, t + self.deliver_s
+            seq.status, seq.finish_s = Status.FINISHED, self.delivered(seq, t)
             head = seq.parent or seq
             if head.request_finished:
                 complete += 1
@@ -434,11 +440,11 @@ class Scheduler:
             child = Sequence(self._next_sample_id, parent.req)
             self._next_sample_id += 1
             self.samples.append(child)
-            child.parent, child.seats, child.forked = parent, 1, True
-            child.generated, child.first_token_s, child.admitted_s = 1, t + self.deliver_s, t
+            child.parent, child.seats, child.forked, child.api_server = parent, 1, True, parent.api_server
+            child.generated, child.first_token_s, child.admitted_s = 1, self.delivered(child, t, True), t
             parent.samples.append(child)
             if child.generated == child.target:  # a one-token answer: the prefill's sampling was all of it
-                child.status, child.finish_s = Status.FINISHED, t + self.deliver_s
+                child.status, child.finish_s = Status.FINISHED, child.first_token_s
             elif self.alloc.fork(parent.sid, child.sid, parent.computed, parent.req):
                 child.computed = parent.computed
                 child.status = Status.RUNNING
@@ -557,7 +563,7 @@ class Scheduler:
             if s.computed == s.prompt + s.generated:
                 s.generated += 1
                 if s.first_token_s is None:
-                    s.first_token_s = t_end + self.deliver_s
+                    s.first_token_s = self.delivered(s, t_end, True)
                 if s.generated == s.target:
                     done.append(s)
                 if not s.forked:

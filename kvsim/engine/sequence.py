@@ -52,6 +52,8 @@ class Sequence:
         "key",
         "loaded_s",
         "frontend_s",
+        "api_server",
+        "tokenized_s",
     )
 
     def __init__(self, sid: int, req: Request):
@@ -68,6 +70,8 @@ class Sequence:
         self.first_token_s: float | None = None
         self.finish_s: float | None = None
         self.frontend_s = 0.0  # seconds the API server added to its TTFT: intake (queue, tokenization) + delivery
+        self.api_server = 0  # the API server process that took it in (it streams the answer back)
+        self.tokenized_s = 0.0  # when that server's tokenizer handed its prompt back (its hand-off then queued)
         self.preemptions = 0
         self.last_scheduled_s = 0.0
         self.cached_tokens = 0  # prompt tokens served from a prefix cache (summed over restarts)
