@@ -585,7 +585,10 @@ class Engine:
             if not self._window_left:
                 self._deliver_window(t1)
         elif self._loop_bound and complete and self.handoff is None:  # the clients hear when each server streams it
-            self._completed_as_delivered(result.finished)
+            if self._intake.frontend.servers == 1:  # one server: every finish of the step reaches its client at once
+                self._completed(complete, heard=result.finished[0].finish_s)
+            else:
+                self._completed_as_delivered(result.finished)
         else:
             self._completed(complete, final=self.handoff is None)
         if result.finished:
