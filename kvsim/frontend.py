@@ -21,9 +21,9 @@ closed-loop client sends its next request only once it has the last token.
 
 Presets (``--frontend``):
 
-- ``vllm``: vLLM's OpenAI-compatible API server in front of the V1 engine. 1.5 ms per request (HTTP, request
-  validation, chat template, engine hand-off) and 2.5 us per prompt token (tokenization and hand-off, one
-  request at a time), and 8 ms from the engine's output to the client. The last two are fitted
+- ``vllm``: vLLM's OpenAI-compatible API server in front of the V1 engine. 1.5 ms per request on the event loop
+  (HTTP, request validation, chat template, engine hand-off) and 2.5 us per prompt token on the tokenizer
+  thread (one prompt at a time), and 8 ms from the engine's output to the client. The last two are fitted
   (``benchmarks/fit_v1_frontend.py``) on half of SemiAnalysis InferenceMAX's 300 vLLM V1 runs of gpt-oss-120b
   on H100/H200/B200 (4-128 clients, 1k-8k-token prompts; every other configuration), with the engine priced
   from measured kernels: without them kvsim's median TTFT was 0.74 of measured on the other half (|error|
