@@ -65,6 +65,12 @@ def trace_rows(prompts: pd.DataFrame, run: pd.Series) -> list[dict]:
     return rows
 
 
+def quantization(run: pd.Series) -> str:
+    """The run's --quantization flag ("" when the server took the checkpoint as it is)."""
+    q = run["quantization"]
+    return q if isinstance(q, str) else ""
+
+
 def kvsim_args(run: pd.Series) -> list[str]:
     args = [
         "--model",
@@ -86,8 +92,8 @@ def kvsim_args(run: pd.Series) -> list[str]:
         args += ["--max-model-len", str(int(run["max_model_len"]))]
     if bool(run["enforce_eager"]):
         args += ["--enforce-eager"]
-    if isinstance(run["quantization"], str) and run["quantization"]:
-        args += ["--quantization", run["quantization"]]
+    if quantization(run):
+        args += ["--quantization", quantization(run)]
     return args
 
 
@@ -110,7 +116,7 @@ def replay(run: pd.Series, prompts: pd.DataFrame) -> dict:
 
 def label(run: pd.Series) -> str:
     model = run["model_id"].split("/")[-1].replace("-Instruct", "")
-    quant = run["quantization"] if isinstance(run["quantization"], str) and run["quantization"] else "bf16"
+    quant = quantization(run) or "bf16"
     eager = ", eager" if bool(run["enforce_eager"]) else ""
     return f"{model} {quant}{eager}, {run['gpu']}, vLLM {run['vllm_version']}"
 
@@ -151,7 +157,9 @@ def main() -> None:
             f"| {setup} | {work} | {len(g)} | {clients} | {med_err(g['ttft_ratio'])} | {med_err(g['tpot_ratio'])} |"
         )
     plain = res[res["workload"] != "reasoning"]
-    marlin = plain[plain["quantization"].fillna("") != "awq"]  # kvsim warns on the others: vLLM's plain AWQ kernels
+    marlin = plain[
+        [quantization(r) != "awq" for _, r in plain.iterrows()]
+    ]  # kvsim warns on the others: vLLM's plain AWQ kernels
     few, many = marlin[marlin["concurrency"] <= 4], marlin[marlin["concurrency"] >= 16]
     lines += [
         "",

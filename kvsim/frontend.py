@@ -71,10 +71,6 @@ class FrontEnd:
     # requests taken in back to back reach the engine together, when the last is in (the engine's loop shares
     # the API server's event loop and runs only once the burst is handled)
     batched: bool = False
-    # the engine runs in the API server's event loop (V0): nothing streams during a burst's intake because the
-    # engine itself waits, which ``batched`` already says; False: the engine runs apart and the loop holds up
-    # the streaming of its output (``loop_s``)
-    engine_in_loop: bool = False
 
     @property
     def active(self) -> bool:
@@ -88,8 +84,8 @@ class FrontEnd:
     def loop_s(self) -> float:
         """Seconds of a request's intake that hold the API server's event loop (HTTP, validation, the chat
         template; tokenization runs on a thread), during which it streams nothing to any client. 0 in front of
-        the V0 engine, whose burst reaches the engine together (``batched``)."""
-        return 0.0 if self.engine_in_loop else self.request_s + self.template_s
+        the V0 engine, whose burst reaches the engine together (``batched``): the engine itself waits for it."""
+        return 0.0 if self.batched else self.request_s + self.template_s
 
 
 NO_FRONTEND = FrontEnd()
@@ -105,9 +101,7 @@ FRONTEND_PRESETS: dict[str, FrontEnd] = {
         # the V0 engine's API server (vLLM <= 0.10): the engine loop shares its event loop, so a burst of requests
         # reaches the engine together once the last is in; per-request time fitted on LambdaLabsML/vllm-benchmark's
         # A100 load sweep (benchmarks/fit_v0_engine.py: half the runs fitted, the other half held out)
-        FrontEnd(
-            "vllm-v0", request_s=V0_REQUEST_S, token_s=1.0e-6, deliver_s=0.5e-3, batched=True, engine_in_loop=True
-        ),
+        FrontEnd("vllm-v0", request_s=V0_REQUEST_S, token_s=1.0e-6, deliver_s=0.5e-3, batched=True),
     ]
 }
 FRONTEND_CHOICES = ("auto", *FRONTEND_PRESETS)
@@ -138,7 +132,7 @@ class Intake:
     free first, and reaches the engine once that server is done with it and no earlier request is still
     on its way (the engine core reads its input queue in order).
 
-    In front of the V0 engine (``engine_in_loop``) a server does a request's whole intake before the next. In
+    In front of the V0 engine (``batched``) a server does a request's whole intake before the next. In
     front of V1 each server is one Python process with one event loop, in which a request's handler does the
     part of its intake that holds the loop (:attr:`FrontEnd.loop_s`: HTTP, validation, the chat template), hands
     the prompt to a tokenizer thread (one at a time, ``token_s`` a token) and, once that returns, sends it to the
@@ -158,11 +152,10 @@ class Intake:
         self._last = 0.0  # when the latest request reached the engine
         self.last_server = 0  # the server that took in the latest request
         self._loop_s = frontend.loop_s
-        # V1, per server: when its event loop is done with the handlers sent so far, when its tokenizer is free,
-        # and (sent, loop done with its handler) of the requests it took in, oldest first: enough of them to
-        # answer for any time at or after the engine's current iteration
-        self.loop_bound = self._loop_s > 0 and not frontend.batched
-        self._loop_free = [0.0] * frontend.servers
+        # V1, per server: when its tokenizer is free, and (sent, loop done with its handler) of the requests it took
+        # in, oldest first: enough of them to answer for any time at or after the engine's current iteration (the
+        # newest always kept: when the loop is done with every handler so far)
+        self.loop_bound = self._loop_s > 0
         self._tok_free = [0.0] * frontend.servers
         self._loops: list[deque[tuple[float, float]]] = [deque() for _ in range(frontend.servers)]
         self.last_tokenized = 0.0  # when the latest request's prompt came back from the tokenizer
@@ -184,13 +177,14 @@ class Intake:
             done = max(sent_s, free[k]) + fe.intake_s(prompt_tokens)
             free[k] = done
         else:
-            lf = self._loop_free
-            k = lf.index(min(lf)) if len(lf) > 1 else 0
-            loop = self._loops[k]
+            loops = self._loops
+            k = 0
+            if len(loops) > 1:  # the server whose loop is free first
+                k = min(range(len(loops)), key=lambda j: loops[j][-1][1] if loops[j] else 0.0)
+            loop = loops[k]
             while len(loop) > 1 and loop[1][0] < now:  # no token made from now on is behind the oldest
                 loop.popleft()
-            handled = max(sent_s, lf[k]) + self._loop_s
-            lf[k] = handled
+            handled = max(sent_s, loop[-1][1] if loop else 0.0) + self._loop_s
             loop.append((sent_s, handled))
             done = max(handled, self._tok_free[k]) + prompt_tokens * fe.token_s
             self._tok_free[k] = done

@@ -212,11 +212,12 @@ def _build(v: dict[str, Any], given: Mapping[str, Any], name: Callable[[str], st
     from kvsim.speculative import parse_speculative
 
     model = get_model(v["model"]).with_quantization(v["quantization"])  # before the KV dtype: formats declare one
-    if legacy_int4_kernels(v["vllm_version"], v["quantization"]):
+    q = v["quantization"]
+    if legacy_int4_kernels(v["vllm_version"], q):
         model = model.with_note(
-            f"warning: --quantization {v['quantization']} on vLLM {v['vllm_version']}: releases before 0.24 run the "
-            f"plain {v['quantization'].upper()} kernels when the flag names {v['quantization']} (Marlin only for "
-            f"{v['quantization']}_marlin or no flag); no table times them and kvsim prices Marlin's. Held out "
+            f"warning: --quantization {q} on vLLM {v['vllm_version']}: releases before 0.24 run the plain "
+            f"{q.upper()} kernels when the flag names {q} (Marlin only for {q}_marlin or no flag); no table times "
+            "them and kvsim prices Marlin's. Held out "
             "(Qwen2.5-7B-Instruct-AWQ, vLLM 0.8.5, with --enforce-eager, which kvsim prices without its launches): "
             "TPOT measured 1.2-1.4x kvsim's on an L4 at 1-16 clients (1.8-2.4x at 32-64), 2.1-2.3x on an A100-40GB"
         )

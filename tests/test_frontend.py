@@ -142,7 +142,7 @@ def test_a_v1_burst_reaches_the_engine_together_and_holds_up_the_streams(monkeyp
     made at 0.5 s for a request on that server is streamed when the loop is done with the handlers sent before
     it (at 3 s); one made at 3.5 s at once; a request sent after the token does not hold it up."""
     fe = FrontEnd("x", request_s=1.0)
-    assert fe.loop_s == 1.0 and not FrontEnd("v0", request_s=1.0, batched=True, engine_in_loop=True).loop_s
+    assert fe.loop_s == 1.0 and not FrontEnd("v0", request_s=1.0, batched=True).loop_s
     reqs = [Request(x, 0.0, 10, 2) for x in "abc"] + [Request("d", 10.0, 10, 2)]
     monkeypatch.setitem(FRONTEND_PRESETS, "vllm", fe)
     r = simulate(reqs, config_from_args(BASE), "paged:16").requests

@@ -39,6 +39,8 @@ then wakes at the next load's end, at a release, or at an arrival.
 
 from __future__ import annotations
 
+from collections import Counter
+
 from dataclasses import dataclass
 from typing import Callable, Protocol
 
@@ -154,7 +156,7 @@ class Engine:
         self._intake = Intake(fe) if fe.active and kv_loader is None else None
         self._deliver_s = fe.deliver_s
         # a token waits for its API server's event loop to finish the intake of requests sent before it
-        self._loop_bound = self._intake is not None and fe.loop_s > 0
+        self._loop_bound = self._intake is not None and self._intake.loop_bound
         if self._loop_bound:
             self.sched.delivered = self._delivered
         # multi-step scheduling: decode steps left in the window in flight (0: none), the seconds of its last
@@ -404,19 +406,16 @@ class Engine:
                     heard = (self.now if t is None else t) + self._deliver_s
                 self.on_complete(n, heard)  # when the clients hear of it
 
-    def _completed_as_delivered(self, finished: list[Sequence]) -> None:
-        """The requests completed by ``finished`` (stamped with when their clients get the last token) leave the
-        engine; their clients hear of them then (each API server's event loop may hold its own back)."""
-        last: dict[int, float] = {}  # request (its head sequence's id) -> when its last sample reaches the client
-        for seq in finished:
-            head = seq.parent or seq
-            if head.request_finished:
-                last[head.sid] = max(last.get(head.sid, seq.finish_s), seq.finish_s)
-        at: dict[float, int] = {}
-        for heard in last.values():
-            at[heard] = at.get(heard, 0) + 1
-        for heard, n in at.items():
-            self._completed(n, heard=heard)
+    def _completed_as_delivered(self, finished: list[Sequence], n: int) -> None:
+        """The ``n`` requests completed by ``finished`` (stamped with when their clients get the last token) leave
+        the engine; their clients hear of them then. One API server streams every finish of a step at one time;
+        with several, each server's event loop may hold its own back (a request's samples share its server)."""
+        if self._intake.frontend.servers == 1:
+            self._completed(n, heard=finished[0].finish_s)
+            return
+        heard = {id(s.parent or s): s.finish_s for s in finished if (s.parent or s).request_finished}
+        for t, k in Counter(heard.values()).items():
+            self._completed(k, heard=t)
 
     def _deliver_window(self, t: float) -> None:
         """The multi-step window ends at ``t`` (not before :attr:`now`): its finished sequences reach their clients."""
@@ -427,7 +426,7 @@ class Engine:
             seq.finish_s = delivered(seq, t)
         n, self._undelivered_n = self._undelivered_n, 0
         if self._loop_bound and n:
-            self._completed_as_delivered(undelivered)
+            self._completed_as_delivered(undelivered, n)
         else:
             self._completed(n, t=t)
 
@@ -585,10 +584,7 @@ class Engine:
             if not self._window_left:
                 self._deliver_window(t1)
         elif self._loop_bound and complete and self.handoff is None:  # the clients hear when each server streams it
-            if self._intake.frontend.servers == 1:  # one server: every finish of the step reaches its client at once
-                self._completed(complete, heard=result.finished[0].finish_s)
-            else:
-                self._completed_as_delivered(result.finished)
+            self._completed_as_delivered(result.finished, complete)
         else:
             self._completed(complete, final=self.handoff is None)
         if result.finished:

@@ -215,7 +215,9 @@ def _per_op_notes(cfg) -> list[str]:
 def _eager_note(cfg) -> str:
     """What kvsim leaves out of a step without CUDA graphs (``--enforce-eager``, ``--cudagraph-capture-sizes
     none``): vLLM then launches every kernel from Python, which kvsim does not price."""
-    if cfg.latency != "per-op" or cfg.cudagraph_capture_sizes.strip().lower() not in ("none", "eager", ""):
+    from kvsim.latency.cuda_graphs import is_eager
+
+    if cfg.latency != "per-op" or not is_eager(cfg.cudagraph_capture_sizes):
         return ""
     return (
         "warning: without CUDA graphs (--enforce-eager) vLLM launches every kernel of a step from Python; kvsim "

@@ -35,9 +35,17 @@ def parse_capture_sizes(value: str, max_num_seqs: int, max_num_batched_tokens: i
     return tuple(s for s in _listed(v) if s <= max_num_batched_tokens)
 
 
+EAGER = ("none", "eager", "")  # --cudagraph-capture-sizes values that capture no graph
+
+
+def is_eager(value: str) -> bool:
+    """Whether a ``--cudagraph-capture-sizes`` value captures no graph (vLLM's ``--enforce-eager``)."""
+    return value.strip().lower() in EAGER
+
+
 def _listed(v: str) -> tuple[int, ...]:
     """The sizes of a comma-separated list, ascending, each once (none for ``none`` / ``eager``)."""
-    return () if v in ("none", "eager", "") else tuple(sorted({int(x) for x in v.split(",") if x.strip()}))
+    return () if v in EAGER else tuple(sorted({int(x) for x in v.split(",") if x.strip()}))
 
 
 def capture_sizes_rule(value) -> str | None:
@@ -49,6 +57,6 @@ def capture_sizes_rule(value) -> str | None:
         sizes = _listed(v)
     except ValueError:
         return f"'{value}' is not vllm, none or a list of token counts such as 1,2,4,8,16"
-    if v not in ("none", "eager", "") and (not sizes or sizes[0] < 1):
+    if v not in EAGER and (not sizes or sizes[0] < 1):
         return f"sizes must be positive token counts, got '{value}'"
     return None

@@ -306,6 +306,7 @@ class MoeOp:
     def seconds(self, calib: Calibration, gpu: GpuSpec, tokens: int, dtype_bytes: int) -> float:
         if tokens <= 0:
             return 0.0
+        distinct = self.distinct(tokens)
         t = moe_formula(
             calib,
             gpu,
@@ -319,14 +320,14 @@ class MoeOp:
             dtype_bytes,
             self.gated,
             self.quant,
-            self.distinct(tokens),
+            distinct,
         )
         table = calib.moe_shapes.get(self.quant or "bf16")
         if table:
             t *= shape_factor(table, self.shape, self.routing, tokens)
         # never faster than the activated experts' weights stream from HBM (Op.seconds: a table that times one
         # module over and over keeps a small activated set in L2; L40S's 1-token Qwen3-30B-A3B row: 0.4x HBM)
-        floor = self.distinct(tokens) / self.ep * (3 if self.gated else 2) * self.hidden * self.width
+        floor = distinct / self.ep * (3 if self.gated else 2) * self.hidden * self.width
         floor *= self.weight_bytes / gpu.hbm_bandwidth
         return t if t > floor else floor
 
