@@ -361,6 +361,7 @@ class SimConfig:
     moe_routing: str = option_default("moe_routing")  # per-op: how tokens spread over experts (latency/routing.py)
     vllm_engine: str = option_default("vllm_engine")  # v1, or v0 (its scheduler, defaults and API server)
     api_server_count: int = option_default("api_server_count")  # API server processes
+    stream_interval: int = option_default("stream_interval")  # tokens per streamed chunk after the first
     endpoint: str = option_default("endpoint")  # where clients send: completions or chat (kvsim/chat_template.py)
     cudagraph_capture_sizes: str = option_default("cudagraph_capture_sizes")  # per-op: CUDA-graph padding
     interconnect: str = option_default("interconnect")  # how tensor-parallel GPUs are linked
@@ -465,6 +466,13 @@ class SimConfig:
                     else "{latency} roofline prices no measured kernels; use the per-operation model"
                 )
             )
+        from kvsim.releases import STREAM_INTERVAL_FROM, has_stream_interval
+
+        if self.stream_interval > 1 and not has_stream_interval(self.vllm_version):
+            raise OptionError(
+                f"{{stream_interval}}: vLLM {self.vllm_version} streams every token (--stream-interval came with "
+                f"{STREAM_INTERVAL_FROM}); drop it or give a later {{vllm_version}}"
+            )
         if self.async_scheduling is False and self.cpu_overhead == "vllm-v1-async":
             raise OptionError(
                 "{cpu_overhead} vllm-v1-async is the V1 engine with async scheduling: drop "
@@ -532,6 +540,7 @@ class SimConfig:
         return get_frontend(
             self.frontend,
             self.api_server_count,
+            stream_interval=self.stream_interval,
             engine_only=self.latency == "roofline" or self.cpu_overhead == "none",
             v0=self.vllm_engine == "v0",
             template_s=chat_template_s(self.vllm_version, self.model.chat_renderer, self.endpoint),

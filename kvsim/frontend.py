@@ -38,9 +38,14 @@ Presets (``--frontend``):
   H100 found the HTTP API server 33% of the time (vLLM blog, 2024-09-05), which moved it out of the
   engine's process in V1 (vLLM blog, 2025-01-27); vLLM PR #43469 (2026) pushed 807 requests/s of 32 in
   / 512 out tokens through the Python front end of a 4-rank data-parallel server with no GPU work at all
-  (1.2 ms per request if one process took them all, 5 ms if four did). Under heavy streaming load the API server's per-token work (detokenizing, serializing) can
-  fall behind the engine (vLLM's ``--api-server-count`` and ``--stream-interval`` exist for that); that
-  work is not modelled: only the handlers of arriving requests hold the loop.
+  (1.2 ms per request if one process took them all, 5 ms if four did). Streaming holds the same loop: each
+  iteration's tokens, as it ends, 6 us a token (output processing, detokenizing) and 34 us a chunk (the
+  response objects, their JSON, the SSE write), one chunk a token, or one every ``--stream-interval`` tokens,
+  timed on vLLM 0.11.0's own code behind uvicorn with a mock engine (44-50 us a token at one a chunk, 8.7 at
+  ten); vLLM PR #12287's one API server streaming 14,309 tokens/s bounds it at 70 us. A loop that falls behind
+  merges each stream's waiting tokens into one chunk, as vLLM does, so it catches up; meanwhile new requests'
+  handlers and hand-offs, and their first tokens, wait behind it. It matters from about 20,000 streamed
+  tokens/s per API server (small models, hundreds of clients); below that the loop keeps up.
 - ``--endpoint chat`` adds, on the releases that parsed the chat template again for every request (0.6.4-0.9.1,
   0.11.0), that parse to each request's intake (kvsim/chat_template.py).
 - ``none``: the engine alone, as kernel-level measurements and offline runs (``LLM.generate``) see it.
@@ -67,6 +72,10 @@ class FrontEnd:
     template_s: float = 0.0
     token_s: float = 0.0  # per prompt token: tokenization
     deliver_s: float = 0.0  # from the engine's output to the client, per streamed token
+    # per streamed token on the event loop: output processing (detokenizing, the request's output) and, per SSE
+    # chunk (one a token while the loop keeps up), building, serializing and writing it
+    stream_token_s: float = 0.0
+    stream_chunk_s: float = 0.0
     servers: int = 1  # API server processes (vLLM's --api-server-count)
     # requests taken in back to back reach the engine together, when the last is in (the engine's loop shares
     # the API server's event loop and runs only once the burst is handled)
@@ -75,6 +84,11 @@ class FrontEnd:
     @property
     def active(self) -> bool:
         return self.request_s > 0 or self.template_s > 0 or self.token_s > 0 or self.deliver_s > 0
+
+    @property
+    def streams_on_loop(self) -> bool:
+        """Does streaming the outputs take the event loop's time (the V1 API server, :attr:`loop_s` > 0)?"""
+        return self.loop_s > 0 and (self.stream_token_s > 0 or self.stream_chunk_s > 0)
 
     def intake_s(self, prompt_tokens: int) -> float:
         """Seconds one API server works on a request of ``prompt_tokens`` before the engine has it."""
@@ -92,12 +106,25 @@ NO_FRONTEND = FrontEnd()
 V0_REQUEST_S = 4.0e-3  # seconds per request (benchmarks/fit_v0_engine.py: 3.5-5.0 fit about as well)
 V1_TOKEN_S = 2.5e-6  # seconds per prompt token (benchmarks/fit_v1_frontend.py: 2.5 and 4 fit about as well)
 V1_DELIVER_S = 8.0e-3  # seconds from the engine's output to the client (the same fit)
+# event-loop seconds per streamed token and per SSE chunk: vLLM 0.11.0's own output processor, detokenizer,
+# protocol models and serialization behind uvicorn, timed on a 2-vCPU EPYC VM against a mock engine (44-50 us a
+# token at one token a chunk, 128-256 streams; 17 us a token at four a chunk, 8.7 at ten); vLLM PR #12287's one
+# API server streaming 14,309 tokens/s of Llama-3.2-1B on an A100 bounds it at 70 us
+V1_STREAM_TOKEN_S = 6.0e-6
+V1_STREAM_CHUNK_S = 34.0e-6
 FRONTEND_PRESETS: dict[str, FrontEnd] = {
     f.name: f
     for f in [
         NO_FRONTEND,
         # V1's API server; token_s and deliver_s fitted: benchmarks/fit_v1_frontend.py
-        FrontEnd("vllm", request_s=1.5e-3, token_s=V1_TOKEN_S, deliver_s=V1_DELIVER_S),
+        FrontEnd(
+            "vllm",
+            request_s=1.5e-3,
+            token_s=V1_TOKEN_S,
+            deliver_s=V1_DELIVER_S,
+            stream_token_s=V1_STREAM_TOKEN_S,
+            stream_chunk_s=V1_STREAM_CHUNK_S,
+        ),
         # the V0 engine's API server (vLLM <= 0.10): the engine loop shares its event loop, so a burst of requests
         # reaches the engine together once the last is in; per-request time fitted on LambdaLabsML/vllm-benchmark's
         # A100 load sweep (benchmarks/fit_v0_engine.py: half the runs fitted, the other half held out)
@@ -108,12 +135,17 @@ FRONTEND_CHOICES = ("auto", *FRONTEND_PRESETS)
 
 
 def get_frontend(
-    name: str, servers: int = 1, engine_only: bool = False, v0: bool = False, template_s: float = 0.0
+    name: str,
+    servers: int = 1,
+    engine_only: bool = False,
+    v0: bool = False,
+    template_s: float = 0.0,
+    stream_interval: int = 1,
 ) -> FrontEnd:
     """The preset ``name`` with ``servers`` API server processes; ``auto`` is ``none`` when the latency model
     prices the GPU alone (``engine_only``), else ``vllm`` (``vllm-v0`` in front of the V0 engine). A server
     (not ``none``) also spends ``template_s`` seconds per request re-parsing the chat template
-    (kvsim/chat_template.py)."""
+    (kvsim/chat_template.py), and builds a streamed chunk every ``stream_interval`` tokens."""
     if name == "auto":
         name = "none" if engine_only else "vllm-v0" if v0 else "vllm"
     try:
@@ -124,7 +156,11 @@ def get_frontend(
         raise ConfigError(f"api_server_count must be at least 1, got {servers}")
     if not base.active:
         template_s = 0.0  # no API server: nothing parses a template
-    return replace(base, servers=servers, template_s=template_s)
+    if stream_interval < 1:
+        raise ConfigError(f"stream_interval must be at least 1, got {stream_interval}")
+    # vLLM sends a request's first token at once and then every stream_interval tokens (and its last)
+    chunk_s = base.stream_chunk_s / stream_interval
+    return replace(base, servers=servers, template_s=template_s, stream_chunk_s=chunk_s)
 
 
 class Intake:
@@ -140,7 +176,9 @@ class Intake:
     handlers of every request sent before the prompt was tokenized: a burst of requests reaches the engine
     together, after the loop has done all their handlers' work, while one request at a time passes at once.
     The same loop streams the outputs of the requests it took in, so a token made while it still works through
-    requests sent before the token reaches its client only once that work is done (:meth:`delivered`).
+    requests sent before the token reaches its client only once that work is done (:meth:`delivered`); and
+    streaming is work on that loop (:meth:`streamed`): each iteration's tokens, as it ends, before any handler
+    or hand-off that becomes ready later.
     ree2raz/inference-bench, vLLM 0.8.5 on an L4, 64 chat clients of equal lengths: every wave of 64 requests
     stays in lock-step, its first tokens all arriving 600 ms after it was sent (64 handlers of 8.5 ms and one
     prefill of them all), where handing each on as its own intake ended gave 140 ms and waves that drift
@@ -193,6 +231,29 @@ class Intake:
         if done > self._last:
             self._last = done
         return self._last
+
+    def streamed(self, tokens: int, start: float, end: float, steps: int) -> list[float]:
+        """The engine made ``tokens`` tokens in each of ``steps`` iterations from ``start`` to ``end`` (a decode run:
+        equal steps); each API server's event loop streams its share as each iteration ends, behind what it was
+        doing. A stream whose last chunk the loop has not sent yet takes the next token into that chunk (vLLM
+        merges a request's outputs while its handler is behind), so a loop ``b`` seconds behind spends
+        ``stream_chunk_s x dt / (dt + b)`` a token on chunks. Returns, per server, when its loop is done with
+        the last iteration's tokens."""
+        fe = self.frontend
+        share = tokens / fe.servers
+        dt = (end - start) / steps
+        first_end = start + dt
+        done = []
+        for loop in self._loops:
+            while len(loop) > 1 and loop[1][0] < start:
+                loop.popleft()
+            prev = loop[-1][1] if loop else 0.0
+            behind = prev - first_end if prev > first_end else 0.0
+            work = share * (fe.stream_token_s + fe.stream_chunk_s * dt / (dt + behind))
+            free = max(end + work, max(prev, first_end) + steps * work)
+            loop.append((end, free))
+            done.append(free)
+        return done
 
     def delivered(self, server: int, t: float) -> float:
         """When the event loop of API server ``server`` can stream a token the engine made at ``t``: at once,

@@ -570,6 +570,16 @@ OPTIONS: list[Option] = [
         POSITIVE_INT,
     ),
     Option(
+        "stream_interval",
+        ("--stream-interval",),
+        "tokens per streamed chunk after a request's first (vLLM's --stream-interval, from 0.11.1): the API "
+        "server's event loop builds and sends a chunk every N tokens instead of every token",
+        "latency",
+        1,
+        int,
+        POSITIVE_INT,
+    ),
+    Option(
         "cudagraph_capture_sizes",
         ("--cudagraph-capture-sizes",),
         "per-op: token counts with captured CUDA "

@@ -323,6 +323,14 @@ def legacy_int4_kernels(vllm_version: str | None, quantization: str | None) -> b
     return quantization in ("awq", "gptq") and not current_or_at_least(vllm_version, MARLIN_WHEN_NAMED_FROM)
 
 
+STREAM_INTERVAL_FROM = "0.11.1"  # the first release with --stream-interval (PR #27869; 0.11.0 streams every token)
+
+
+def has_stream_interval(vllm_version: str | None) -> bool:
+    """Does the release take ``--stream-interval`` (send a request's tokens in chunks of N after the first)?"""
+    return current_or_at_least(vllm_version, STREAM_INTERVAL_FROM)
+
+
 ASYNC_SCHEDULING_FROM = "0.14.0"  # the first release that schedules one step ahead by default (PR #27614)
 ASYNC_WITH_PIPELINE_FROM = "0.15.0"  # ... and with pipeline stages (PR #32359)
 ASYNC_DRAFTERS = ("eagle", "eagle3", "mtp")  # drafters async scheduling runs with (PR #31998; others turn it off)

@@ -41,7 +41,7 @@ long-prefill-token-threshold max-num-partial-prefills max-long-partial-prefills 
 max-cudagraph-capture-size mamba-ssm-cache-dtype mamba-cache-dtype prefix-caching-hash-algo otlp-traces-endpoint
 collect-detailed-traces show-hidden-metrics-for-version pt-load-map-location model-loader-extra-config
 safetensors-load-strategy override-attention-dtype response-role tool-server log-config-file max-log-len
-attention-backend stream-interval expert-placement-strategy decode-context-parallel-size
+attention-backend expert-placement-strategy decode-context-parallel-size
 prefill-context-parallel-size ubatch-size kv-offloading-backend cpu-offload-params runner convert task
 kv-cache-memory-bytes kv-cache-memory rope-scaling rope-theta max-num-batched-encoder-tokens
 middleware-config dbo-decode-token-threshold dbo-prefill-token-threshold quantization-param-path

@@ -70,6 +70,7 @@ VALUES: dict[str, list[str]] = {
     "moe_backend": ["--model", "gpt-oss-20b", "--gpu", "h100-80gb", "--moe-backend", "marlin"],
     "moe_routing": ["--model", "gpt-oss-20b", "--gpu", "h100-80gb", "--moe-routing", "uniform"],
     "api_server_count": ["--api-server-count", "4"],
+    "stream_interval": ["--stream-interval", "4"],
     "cudagraph_capture_sizes": ["--cudagraph-capture-sizes", "none"],
     "speculative_config": [
         "--speculative-config",

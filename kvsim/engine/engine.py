@@ -157,6 +157,7 @@ class Engine:
         self._deliver_s = fe.deliver_s
         # a token waits for its API server's event loop to finish the intake of requests sent before it
         self._loop_bound = self._intake is not None and self._intake.loop_bound
+        self._streams = self._loop_bound and fe.streams_on_loop  # streaming each iteration's tokens takes the loop
         if self._loop_bound:
             self.sched.delivered = self._delivered
         # multi-step scheduling: decode steps left in the window in flight (0: none), the seconds of its last
@@ -217,7 +218,7 @@ class Engine:
                     inbox[i] = (ready, s0)
             elif intake.loop_bound:
                 seq.tokenized_s = intake.last_tokenized
-                self._behind_handler(seq, t, intake.last_handled)
+                self._behind_loop(seq.api_server, t, intake.last_handled)
             t = ready
         self._inbox.append((t, seq))
         self.received.append(seq)
@@ -230,12 +231,13 @@ class Engine:
             self._cuttable = False
             self._cut_run_at(t)
 
-    def _behind_handler(self, seq: Sequence, t: float, handled: float) -> None:
-        """``seq``, sent at ``t``, has its handler run on its API server's event loop until ``handled``: ahead of
-        the hand-off to the engine of every request on that server whose prompt comes back from the tokenizer
-        after ``t`` (Intake), which therefore reaches the engine no sooner; and the engine core reads its input
-        in order, so none after such a request reaches it before it."""
-        inbox, server = self._inbox, seq.api_server
+    def _behind_loop(self, server: int, t: float, handled: float) -> None:
+        """API server ``server``'s event loop has work, ready at ``t`` (a request's handler, an iteration's
+        tokens to stream), that keeps it busy until ``handled``: ahead of the hand-off to the engine of every
+        request on that server whose prompt comes back from the tokenizer after ``t`` (Intake), which therefore
+        reaches the engine no sooner; and the engine core reads its input in order, so none after such a
+        request reaches it before it."""
+        inbox = self._inbox
         lo = len(inbox)
         for i in range(len(inbox) - 1, self._inbox_head - 1, -1):
             r, s0 = inbox[i]
@@ -386,6 +388,15 @@ class Engine:
             inbox.clear()
             i = 0
         self._inbox_head = i
+
+    def _stream(self, tokens: int, start: float, end: float, steps: int) -> None:
+        """The iterations from ``start`` to ``end`` made ``tokens`` tokens each: the API servers' event loops
+        stream them (:meth:`Intake.streamed`), ahead of hand-offs whose prompts come back later."""
+        done = self._intake.streamed(tokens, start, end, steps)
+        if self._inbox_head < len(self._inbox):
+            for server, free in enumerate(done):
+                if free > end:
+                    self._behind_loop(server, end, free)
 
     def _delivered(self, seq: Sequence, t: float, first: bool = False) -> float:
         """When the client gets a token of ``seq`` the engine made at ``t``: once its API server's event loop is
@@ -559,6 +570,8 @@ class Engine:
                 else now
                 + self.latency.decode_run_time(plan.lazy_n, plan.shape.kv_tokens, plan.steps - 1, *plan.context_args)
             )
+        if self._streams:  # before the step's first tokens and finishes are delivered: they wait behind it
+            self._stream(plan.num_seqs, now, t1, plan.steps)
         result = sched.update_after_step(plan, t1)
         if self.observer is not None:
             self.observer(now, dt, sched.batch(plan), plan.steps, plan.copies, self.alloc)

@@ -491,6 +491,7 @@ def vllm_commands(row: dict, model: str, values: dict, prefix_caching: bool = Tr
         ("kv_cache_dtype", "--kv-cache-dtype"),
         ("quantization", "--quantization"),
         ("api_server_count", "--api-server-count"),
+        ("stream_interval", "--stream-interval"),
     ):
         if values.get(key) is not None:
             flags.append(f"{flag} {shlex.quote(str(values[key]))}")
