@@ -109,9 +109,11 @@ V1_DELIVER_S = 8.0e-3  # seconds from the engine's output to the client (the sam
 # event-loop seconds per streamed token and per SSE chunk: vLLM 0.11.0's own output processor, detokenizer,
 # protocol models and serialization behind uvicorn, timed on a 2-vCPU EPYC VM against a mock engine (44-50 us a
 # token at one token a chunk, 128-256 streams; 17 us a token at four a chunk, 8.7 at ten); vLLM PR #12287's one
-# API server streaming 14,309 tokens/s of Llama-3.2-1B on an A100 bounds it at 70 us
+# API server streaming 14,309 tokens/s of Llama-3.2-1B on an A100 bounds it at 70 us. 6 + 34 / N us a token at N
+# a chunk gives 40, 14.5 and 9.4 against the VM's 44-50, 17 and 8.7 (a server core is faster than the VM's)
 V1_STREAM_TOKEN_S = 6.0e-6
 V1_STREAM_CHUNK_S = 34.0e-6
+STREAM_STEPS = 64  # steps of a decode run streamed one by one while the loop is behind (its lag has settled by then)
 FRONTEND_PRESETS: dict[str, FrontEnd] = {
     f.name: f
     for f in [
@@ -236,28 +238,44 @@ class Intake:
         """The engine made ``tokens`` tokens in each of ``steps`` iterations from ``start`` to ``end`` (a decode run:
         equal steps); each API server's event loop streams its share as each iteration ends, behind what it was
         doing. A stream whose last chunk the loop has not sent yet takes the next token into that chunk (vLLM
-        merges a request's outputs while its handler is behind), so a loop ``b`` seconds behind spends
-        ``stream_chunk_s x dt / (dt + b)`` a token on chunks. Returns, per server, when its loop is done with
-        the last iteration's tokens."""
+        merges a request's outputs while its handler is behind), so a loop ``b`` seconds behind at a step's end
+        spends ``stream_chunk_s x dt / (dt + b)`` a token on chunks (``dt``: the step): a loop that cannot keep
+        up settles where its work per step is the step. Returns, per server, when its loop is done with the last
+        iteration's tokens."""
         fe = self.frontend
         share = tokens / fe.servers
         dt = (end - start) / steps
         first_end = start + dt
+        tok, chunk = share * fe.stream_token_s, share * fe.stream_chunk_s
         done = []
         for loop in self._loops:
             while len(loop) > 1 and loop[1][0] < start:
                 loop.popleft()
             prev = loop[-1][1] if loop else 0.0
-            behind = prev - first_end if prev > first_end else 0.0
-            work = share * (fe.stream_token_s + fe.stream_chunk_s * dt / (dt + behind))
-            free = max(end + work, max(prev, first_end) + steps * work)
+            if prev <= first_end and tok + chunk <= dt:  # keeps up: each step's tokens streamed before the next
+                free = end + tok + chunk
+            else:  # step by step (at most STREAM_STEPS), then the lag the loop settles at
+                free, step_end = prev, first_end
+                shown = min(steps, STREAM_STEPS)
+                for _ in range(shown):
+                    behind = free - step_end if free > step_end else 0.0
+                    free = max(free, step_end) + tok + chunk * dt / (dt + behind)
+                    step_end += dt
+                if steps > shown:
+                    if tok >= dt:  # merged into ever fewer chunks, still more than a step's work a step
+                        free += (steps - shown) * tok
+                    elif tok + chunk <= dt:  # caught up by the run's end
+                        free = max(end + tok + chunk, free)
+                    else:  # as far behind as makes a step's streaming take a step: tok + chunk dt / (dt + b) = dt
+                        free = end + chunk * dt / (dt - tok)
             loop.append((end, free))
             done.append(free)
         return done
 
     def delivered(self, server: int, t: float) -> float:
         """When the event loop of API server ``server`` can stream a token the engine made at ``t``: at once,
-        or once it has done the handlers of the requests sent to it before ``t``."""
+        or once it has done the work that became ready before ``t`` (the handlers of requests sent to it, the
+        tokens of earlier iterations)."""
         for sent, handled in reversed(self._loops[server]):
             if sent < t:
                 return handled if handled > t else t

@@ -160,10 +160,11 @@ def test_a_v1_burst_reaches_the_engine_together_and_holds_up_the_streams(monkeyp
 def test_streaming_takes_the_event_loop_by_hand():
     """One API server streaming 6 us a token plus 34 us a chunk (the vllm preset's constants). 100 tokens made by a
     step ending at 10 ms: 4 ms of streaming, done at 14 ms, so a request sent at 12 ms starts its 1.5 ms handler
-    then; a token made at 13 ms waits for them, one made at 20 ms does not. A run of 10 steps of 1 ms from 20 ms
-    with 100 tokens each (4 ms of streaming a step) falls behind: done at 21 + 10 x 4 = 61 ms. The next run, 30
-    ms behind at its first step's end, merges each stream's tokens into fewer chunks: 6 + 34 x 1/31 us a
-    token; a token made during it waits for the first run's streaming."""
+    then; a token made at 13 ms waits for them, one made at 20 ms does not. A run of 2 steps of 1 ms from 20 ms
+    with 100 tokens each: the first step's tokens take 21-25 ms; at the second's end (22 ms) the loop is 3 ms
+    behind, so each stream's tokens merge into a chunk with the waiting one: 0.6 + 3.4 x 1/4 ms, done at 26.45
+    ms, which a token made at 21.5 ms waits for. A long run settles where a step's streaming takes a step: 7.5 ms
+    behind (0.6 + 3.4 / (1 + 7.5) = 1 ms), done 8.5 ms after the run."""
     fe = get_frontend("vllm")
     assert (fe.stream_token_s, fe.stream_chunk_s) == (6e-6, 34e-6) and fe.streams_on_loop
     i = Intake(fe)
@@ -172,10 +173,9 @@ def test_streaming_takes_the_event_loop_by_hand():
     assert i.last_handled == pytest.approx(0.0155, rel=1e-12)
     assert i.delivered(0, 0.013) == pytest.approx(0.0155, rel=1e-12)
     assert i.delivered(0, 0.020) == 0.020
-    assert i.streamed(100, 0.020, 0.030, 10) == pytest.approx([0.061], rel=1e-12)
-    per_token = 6e-6 + 34e-6 * 0.001 / (0.001 + 0.030)
-    assert i.streamed(100, 0.030, 0.040, 10) == pytest.approx([0.061 + 1000 * per_token], rel=1e-12)
-    assert i.delivered(0, 0.035) == pytest.approx(0.061, rel=1e-12)
+    assert i.streamed(100, 0.020, 0.022, 2) == pytest.approx([0.02645], rel=1e-12)
+    assert i.delivered(0, 0.0225) == pytest.approx(0.02645, rel=1e-12)
+    assert i.streamed(100, 1.0, 2.0, 1000) == pytest.approx([2.0085], rel=1e-6)
     two = Intake(get_frontend("vllm", servers=2))
     assert two.streamed(100, 0.0, 0.010, 1) == pytest.approx([0.012, 0.012], rel=1e-12)  # 50 tokens each
 
