@@ -113,7 +113,6 @@ V1_DELIVER_S = 8.0e-3  # seconds from the engine's output to the client (the sam
 # a chunk gives 40, 14.5 and 9.4 against the VM's 44-50, 17 and 8.7 (a server core is faster than the VM's)
 V1_STREAM_TOKEN_S = 6.0e-6
 V1_STREAM_CHUNK_S = 34.0e-6
-STREAM_STEPS = 64  # steps of a decode run streamed one by one while the loop is behind (its lag has settled by then)
 FRONTEND_PRESETS: dict[str, FrontEnd] = {
     f.name: f
     for f in [
@@ -198,6 +197,7 @@ class Intake:
         self.loop_bound = self._loop_s > 0
         self._tok_free = [0.0] * frontend.servers
         self._loops: list[deque[tuple[float, float]]] = [deque() for _ in range(frontend.servers)]
+        self.busy_s = 0.0  # event-loop seconds of work over every API server (handlers, streaming)
         self.last_tokenized = 0.0  # when the latest request's prompt came back from the tokenizer
         self.last_handled = 0.0  # when the event loop was done with the latest request's handler
 
@@ -225,6 +225,7 @@ class Intake:
             while len(loop) > 1 and loop[1][0] < now:  # no token made from now on is behind the oldest
                 loop.popleft()
             handled = max(sent_s, loop[-1][1] if loop else 0.0) + self._loop_s
+            self.busy_s += self._loop_s
             loop.append((sent_s, handled))
             done = max(handled, self._tok_free[k]) + prompt_tokens * fe.token_s
             self._tok_free[k] = done
@@ -234,40 +235,44 @@ class Intake:
             self._last = done
         return self._last
 
-    def streamed(self, tokens: int, start: float, end: float, steps: int) -> list[float]:
-        """The engine made ``tokens`` tokens in each of ``steps`` iterations from ``start`` to ``end`` (a decode run:
-        equal steps); each API server's event loop streams its share as each iteration ends, behind what it was
-        doing. A stream whose last chunk the loop has not sent yet takes the next token into that chunk (vLLM
-        merges a request's outputs while its handler is behind), so a loop ``b`` seconds behind at a step's end
-        spends ``stream_chunk_s x dt / (dt + b)`` a token on chunks (``dt``: the step): a loop that cannot keep
-        up settles where its work per step is the step. Returns, per server, when its loop is done with the last
-        iteration's tokens."""
+    def streamed(
+        self, tokens: int, start: float, end: float, steps: int = 1, step_weights: list[float] | None = None
+    ) -> list[float]:
+        """The engine made ``tokens`` tokens in each of ``steps`` iterations from ``start`` to ``end`` (a decode run;
+        its steps' durations in proportion to ``step_weights``, equal without); each API server's event loop
+        streams its share as each iteration ends, behind what it was doing. A stream whose last chunk the loop
+        has not sent yet takes the next token into that chunk (vLLM merges a request's outputs while its handler
+        is behind), so a loop ``b`` seconds behind at the end of a step of ``dt`` seconds spends
+        ``stream_chunk_s x dt / (dt + b)`` a token on chunks: a loop that cannot keep up settles where its work
+        per step is the step. The same as streaming each step on its own. Returns, per server, when its loop is
+        done with the last iteration's tokens."""
         fe = self.frontend
         share = tokens / fe.servers
-        dt = (end - start) / steps
-        first_end = start + dt
         tok, chunk = share * fe.stream_token_s, share * fe.stream_chunk_s
+        if step_weights is None or steps == 1:
+            dts = None
+            shortest = first = (end - start) / steps
+        else:
+            scale = (end - start) / sum(step_weights)
+            dts = [w * scale for w in step_weights]
+            shortest, first = min(dts), dts[0]
+        first_end = start + first
         done = []
         for loop in self._loops:
             while len(loop) > 1 and loop[1][0] < start:
                 loop.popleft()
             prev = loop[-1][1] if loop else 0.0
-            if prev <= first_end and tok + chunk <= dt:  # keeps up: each step's tokens streamed before the next
+            if prev <= first_end and tok + chunk <= shortest:  # keeps up: each step's tokens before the next's
                 free = end + tok + chunk
-            else:  # step by step (at most STREAM_STEPS), then the lag the loop settles at
-                free, step_end = prev, first_end
-                shown = min(steps, STREAM_STEPS)
-                for _ in range(shown):
-                    behind = free - step_end if free > step_end else 0.0
-                    free = max(free, step_end) + tok + chunk * dt / (dt + behind)
+                self.busy_s += steps * (tok + chunk)
+            else:  # step by step
+                free, step_end = prev, start
+                for dt in dts or [first] * steps:
                     step_end += dt
-                if steps > shown:
-                    if tok >= dt:  # merged into ever fewer chunks, still more than a step's work a step
-                        free += (steps - shown) * tok
-                    elif tok + chunk <= dt:  # caught up by the run's end
-                        free = max(end + tok + chunk, free)
-                    else:  # as far behind as makes a step's streaming take a step: tok + chunk dt / (dt + b) = dt
-                        free = end + chunk * dt / (dt - tok)
+                    behind = free - step_end if free > step_end else 0.0
+                    work = tok + chunk * dt / (dt + behind)
+                    free = max(free, step_end) + work
+                    self.busy_s += work
             loop.append((end, free))
             done.append(free)
         return done

@@ -207,3 +207,22 @@ def test_a_loop_busy_streaming_delays_the_first_tokens_of_new_requests():
     late, late10 = every.iloc[1024:], ten.iloc[1024:]  # the clients long out of their first burst
     assert late.ttft_s.median() > 1.2 * late10.ttft_s.median()
     assert late.tpot_s.median() == pytest.approx(late10.tpot_s.median(), rel=0.05)
+
+
+def test_the_api_servers_busy_share_is_reported_and_warned_about(capsys):
+    """One request of 3 output tokens: the loop runs its 1.5 ms handler and streams one token after each of the
+    3 iterations (40 us each), 1.62 ms of work over the run (its last iteration ends a delivery before the
+    finish). A run whose loop works over 90% of the time warns, naming vLLM's ways out."""
+    from kvsim.commands.simulate import warn_if_api_server_busy
+
+    cfg = config_from_args(BASE)
+    out = simulate([Request("a", 0.0, 1000, 3)], cfg, "paged:16")
+    end = out.requests.finish_s.max() - DELIVER
+    assert out.summary["api_server_busy"] == pytest.approx((1.5e-3 + 3 * 40e-6) / end, rel=1e-9)
+    none = simulate([Request("a", 0.0, 1000, 3)], config_from_args([*BASE, "--frontend", "none"]), "paged:16")
+    assert "api_server_busy" not in none.summary
+    warn_if_api_server_busy("x", {"api_server_busy": 0.95})
+    err = capsys.readouterr().err
+    assert "busy 95%" in err and "--api-server-count" in err and "--stream-interval" in err
+    warn_if_api_server_busy("x", {"api_server_busy": 0.5})
+    assert capsys.readouterr().err == ""

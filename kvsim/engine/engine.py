@@ -158,6 +158,10 @@ class Engine:
         # a token waits for its API server's event loop to finish the intake of requests sent before it
         self._loop_bound = self._intake is not None and self._intake.loop_bound
         self._streams = self._loop_bound and fe.streams_on_loop  # streaming each iteration's tokens takes the loop
+        # steps of the decode run in flight already streamed (a request sent during it: those that ended before),
+        # and when the last of them ended
+        self._streamed_steps = 0
+        self._streamed_until = 0.0
         if self._loop_bound:
             self.sched.delivered = self._delivered
         # multi-step scheduling: decode steps left in the window in flight (0: none), the seconds of its last
@@ -204,6 +208,8 @@ class Engine:
         knowing of this arrival ends at the first iteration boundary after it."""
         if self._intake is not None:
             intake = self._intake
+            if self._streams and self._plan is not None and self._plan.steps > 1:
+                self._stream_before(t)
             joins = intake.frontend.batched and intake.busy_at(t)
             ready = intake.ready(seq.req.prompt_tokens, t, self.now)
             seq.api_server = intake.last_server
@@ -389,10 +395,36 @@ class Engine:
             i = 0
         self._inbox_head = i
 
-    def _stream(self, tokens: int, start: float, end: float, steps: int) -> None:
-        """The iterations from ``start`` to ``end`` made ``tokens`` tokens each: the API servers' event loops
-        stream them (:meth:`Intake.streamed`), ahead of hand-offs whose prompts come back later."""
-        done = self._intake.streamed(tokens, start, end, steps)
+    def _run_weights(self, plan: IterationPlan) -> list[float] | None:
+        """The durations of the steps of ``plan`` in proportion (None: one step, or equal steps)."""
+        if not plan.decode_run:
+            return None
+        return self.latency.decode_step_times(plan.num_seqs, plan.shape.kv_tokens, plan.steps, *plan.context_args)
+
+    def _stream_before(self, t: float) -> None:
+        """A request is sent at ``t`` while a run of several steps is in flight: the API servers' event loops
+        stream the steps that ended by then before they run its handler (work runs in the order it became
+        ready); the rest are streamed when the run ends."""
+        plan = self._plan
+        assert plan is not None
+        weights = self._run_weights(plan) or [1.0] * plan.steps
+        scale = self._dt / sum(weights)
+        s0, ends, end = self._streamed_steps, [], self.now
+        for w in weights:
+            end += w * scale
+            if end > t:
+                break
+            ends.append(end)
+        if len(ends) > s0:
+            start = self._streamed_until if s0 else self.now
+            self._stream(plan.num_seqs, start, ends[-1], len(ends) - s0, weights[s0 : len(ends)])
+            self._streamed_steps, self._streamed_until = len(ends), ends[-1]
+
+    def _stream(self, tokens: int, start: float, end: float, steps: int, weights: list[float] | None) -> None:
+        """The iterations from ``start`` to ``end`` (their durations in proportion to ``weights``) made ``tokens``
+        tokens each: the API servers' event loops stream them (:meth:`Intake.streamed`), ahead of hand-offs whose
+        prompts come back later."""
+        done = self._intake.streamed(tokens, start, end, steps, weights)
         if self._inbox_head < len(self._inbox):
             for server, free in enumerate(done):
                 if free > end:
@@ -570,14 +602,17 @@ class Engine:
                 else now
                 + self.latency.decode_run_time(plan.lazy_n, plan.shape.kv_tokens, plan.steps - 1, *plan.context_args)
             )
+        n = plan.num_seqs
+        weights = self._run_weights(plan)
         if self._streams:  # before the step's first tokens and finishes are delivered: they wait behind it
-            self._stream(plan.num_seqs, now, t1, plan.steps)
+            s0, self._streamed_steps = self._streamed_steps, 0
+            if s0 < plan.steps:  # (the run's steps before a request sent during it were streamed then)
+                rest = weights[s0:] if weights is not None else None
+                self._stream(n, self._streamed_until if s0 else now, t1, plan.steps - s0, rest)
         result = sched.update_after_step(plan, t1)
         if self.observer is not None:
             self.observer(now, dt, sched.batch(plan), plan.steps, plan.copies, self.alloc)
-        n = plan.num_seqs
-        if plan.decode_run:
-            weights = self.latency.decode_step_times(n, plan.shape.kv_tokens, plan.steps, *plan.context_args)
+        if weights is not None:
             self.memory.add_run(
                 now, t1, weights, n, self._filled0, plan.start_breakdown, result.segments, sched.memory_breakdown()
             )
@@ -627,4 +662,6 @@ class Engine:
         extra = {**self.alloc.counters(), **{k: v for k, v in self.sched.counts.items() if k != "preemptions"}}
         if self.swap_timing is not None:
             extra["swap_time_s"] = self.swap_s
+        if self._loop_bound and self.now > 0:  # the share of the run its API servers' event loops were busy
+            extra["api_server_busy"] = self._intake.busy_s / (self._intake.frontend.servers * self.now)
         return extra
