@@ -198,6 +198,9 @@ class Intake:
         self._tok_free = [0.0] * frontend.servers
         self._loops: list[deque[tuple[float, float]]] = [deque() for _ in range(frontend.servers)]
         self.busy_s = 0.0  # event-loop seconds of work over every API server (handlers, streaming)
+        # one server's streaming seconds per token the engine makes (its share of them)
+        self._stream_token_s = frontend.stream_token_s / frontend.servers
+        self._stream_chunk_s = frontend.stream_chunk_s / frontend.servers
         self.last_tokenized = 0.0  # when the latest request's prompt came back from the tokenizer
         self.last_handled = 0.0  # when the event loop was done with the latest request's handler
 
@@ -246,16 +249,13 @@ class Intake:
         ``stream_chunk_s x dt / (dt + b)`` a token on chunks: a loop that cannot keep up settles where its work
         per step is the step. The same as streaming each step on its own. Returns, per server, when its loop is
         done with the last iteration's tokens."""
-        fe = self.frontend
-        share = tokens / fe.servers
-        tok, chunk = share * fe.stream_token_s, share * fe.stream_chunk_s
+        tok, chunk = tokens * self._stream_token_s, tokens * self._stream_chunk_s  # one server's share
         if step_weights is None or steps == 1:
-            dts = None
+            scale = 0.0
             shortest = first = (end - start) / steps
         else:
             scale = (end - start) / sum(step_weights)
-            dts = [w * scale for w in step_weights]
-            shortest, first = min(dts), dts[0]
+            shortest, first = min(step_weights) * scale, step_weights[0] * scale
         first_end = start + first
         done = []
         for loop in self._loops:
@@ -267,7 +267,8 @@ class Intake:
                 self.busy_s += steps * (tok + chunk)
             else:  # step by step
                 free, step_end = prev, start
-                for dt in dts or [first] * steps:
+                dts = [w * scale for w in step_weights] if step_weights and scale else [first] * steps
+                for dt in dts:
                     step_end += dt
                     behind = free - step_end if free > step_end else 0.0
                     work = tok + chunk * dt / (dt + behind)
