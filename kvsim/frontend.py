@@ -271,7 +271,7 @@ class Intake:
                 for dt in dts:
                     step_end += dt
                     behind = free - step_end if free > step_end else 0.0
-                    work = tok + chunk * dt / (dt + behind)
+                    work = tok + (chunk * dt / (dt + behind) if behind > 0 else chunk)
                     free = max(free, step_end) + work
                     self.busy_s += work
             loop.append((end, free))
