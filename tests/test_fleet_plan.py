@@ -65,6 +65,10 @@ def test_the_search_finds_the_smallest_fleet_that_meets_the_slo(small_trace):
     assert all(
         not (o["tok_s_per_gpu"] > r["tok_s_per_gpu"] and o["ttft_p99_s"] < r["ttft_p99_s"]) for r in front for o in rows
     )
+    # each layout's busiest API server: working, never more than the whole run; a bigger fleet's less
+    busy = {r["gpus"]: r["api_server_busy"] for r in rows if r["router"] == "least-requests" and not r["prefill"]}
+    assert all(0 < b <= 1 for b in busy.values())
+    assert busy[max(busy)] < busy[min(busy)]
 
 
 def test_layouts_pair_every_tensor_parallel_size_per_pool():
