@@ -221,8 +221,8 @@ def test_the_api_servers_busy_share_is_reported_and_warned_about(capsys):
     assert out.summary["api_server_busy"] == pytest.approx((1.5e-3 + 3 * 40e-6) / end, rel=1e-9)
     none = simulate([Request("a", 0.0, 1000, 3)], config_from_args([*BASE, "--frontend", "none"]), "paged:16")
     assert "api_server_busy" not in none.summary
-    warn_if_api_server_busy("x", {"api_server_busy": 0.95})
+    warn_if_api_server_busy("x", 0.95)
     err = capsys.readouterr().err
     assert "busy 95%" in err and "--api-server-count" in err and "--stream-interval" in err
-    warn_if_api_server_busy("x", {"api_server_busy": 0.5})
+    warn_if_api_server_busy("x", 0.5)
     assert capsys.readouterr().err == ""

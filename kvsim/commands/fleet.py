@@ -253,9 +253,7 @@ def cmd_cluster(a: argparse.Namespace) -> int:
             add_slo_columns(f.summary, f.requests, slos, _gpus(groups if kind == "agg" else groups[0] + groups[1]))
             check_accounted(label, f.summary)
             warn_if_mostly_rejected(label, f.requests)
-            busiest = max(f.replicas, key=lambda o: o.summary.get("api_server_busy", 0.0), default=None)
-            if busiest is not None:  # the busiest replica's API server speaks for the fleet's
-                warn_if_api_server_busy(f"{label} (busiest replica)", busiest.summary)
+            warn_if_api_server_busy(f"{label} (busiest replica)", f.api_server_busy)
             fleets.append(f)
     replicas = max(len(f.replicas) for f in fleets)
     title = f"{trace_name} · {cfg.model.name} · " + " vs ".join(_layout_name(g) for _, g in layouts) + f" · {spec}"

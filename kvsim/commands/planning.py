@@ -305,7 +305,7 @@ def _fleet_plan(a: argparse.Namespace, cfg, slos, routers, out: Path) -> None:
         print("\n".join(cmds))
         from kvsim.commands.simulate import warn_if_api_server_busy
 
-        warn_if_api_server_busy(f"{b['layout']} (busiest replica)", b)
+        warn_if_api_server_busy(f"{b['layout']} (busiest replica)", b["api_server_busy"])
         write_text_atomically(out / "vllm_serve.sh", "\n".join(cmds) + "\n")
         lines += [
             f"**Cheapest layout meeting the SLOs:** {b['layout']} behind {b['router']} ({size}).",

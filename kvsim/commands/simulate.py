@@ -242,7 +242,7 @@ def simulate_all(a: argparse.Namespace, allocator_names: str, command: str) -> i
         check_accounted(o.summary["allocator"], o.summary)
     for o in outputs:
         warn_if_mostly_rejected(o.summary["allocator"], o.requests)
-        warn_if_api_server_busy(o.summary["allocator"], o.summary)
+        warn_if_api_server_busy(o.summary["allocator"], o.summary.get("api_server_busy", 0.0))
     context = {
         "command": "`" + shell_line(["kvsim", *sys.argv[1:]]) + "`"
         if sys.argv and sys.argv[0].endswith("kvsim")
@@ -306,10 +306,9 @@ def warn_if_mostly_rejected(label: str, requests) -> None:
 API_SERVER_BUSY_WARN = 0.9  # share of a run an API server's event loop works (handlers, streaming)
 
 
-def warn_if_api_server_busy(label: str, summary: dict) -> None:
-    """An API server whose event loop works nearly all the time decides the latencies: say so, with vLLM's
-    ways out."""
-    busy = summary.get("api_server_busy", 0.0)
+def warn_if_api_server_busy(label: str, busy: float) -> None:
+    """An API server whose event loop works nearly all the time (``busy``: the share of the run) decides the
+    latencies: say so, with vLLM's ways out."""
     if busy > API_SERVER_BUSY_WARN:
         print(
             f"warning: {label}: the API server's event loop was busy {100 * busy:.0f}% of the run (request "

@@ -162,6 +162,7 @@ class Engine:
         # and when the last of them ended
         self._streamed_steps = 0
         self._streamed_until = 0.0
+        self._run_steps_s: list[float] | None = None  # the decode run in flight's step durations, once asked for
         if self._loop_bound:
             self.sched.delivered = self._delivered
         # multi-step scheduling: decode steps left in the window in flight (0: none), the seconds of its last
@@ -396,10 +397,17 @@ class Engine:
         self._inbox_head = i
 
     def _run_weights(self, plan: IterationPlan) -> list[float] | None:
-        """The durations of the steps of ``plan`` in proportion (None: one step, or equal steps)."""
+        """The durations of the steps of ``plan`` (the iteration in flight) in proportion (None: one step, or equal
+        steps), priced once per plan: a request sent during a decode run asks before its end does, and a cut
+        run keeps the leading steps of the planned ones."""
         if not plan.decode_run:
             return None
-        return self.latency.decode_step_times(plan.num_seqs, plan.shape.kv_tokens, plan.steps, *plan.context_args)
+        w = self._run_steps_s
+        if w is None or len(w) < plan.steps:
+            w = self._run_steps_s = self.latency.decode_step_times(
+                plan.num_seqs, plan.shape.kv_tokens, plan.steps, *plan.context_args
+            )
+        return w if len(w) == plan.steps else w[: plan.steps]
 
     def _stream_before(self, t: float) -> None:
         """A request is sent at ``t`` while a run of several steps is in flight: the API servers' event loops
@@ -432,8 +440,8 @@ class Engine:
 
     def _delivered(self, seq: Sequence, t: float, first: bool = False) -> float:
         """When the client gets a token of ``seq`` the engine made at ``t``: once its API server's event loop is
-        free of the intake of requests sent before (:meth:`Intake.delivered`), a delivery later; the wait for
-        the loop counts in the first token's front-end time."""
+        through the work that became ready before (:meth:`Intake.delivered`: handlers, earlier iterations'
+        streaming), a delivery later; the wait for the loop counts in the first token's front-end time."""
         free = self._intake.delivered(seq.api_server, t)
         if first:
             seq.frontend_s += free - t
@@ -532,6 +540,7 @@ class Engine:
         self._observe(now)
         self._filled0 = sched.filled_tokens
         self._plan = plan
+        self._run_steps_s = None
         self._dt = dt
         self.next_time = now + dt
 

@@ -67,6 +67,11 @@ class FleetOutput:
     replica_table: pd.DataFrame  # one row per replica
     wall_s: float
 
+    @property
+    def api_server_busy(self) -> float:
+        """The busiest replica's API server: the share of the run its event loop worked (0 without one)."""
+        return max((o.summary.get("api_server_busy", 0.0) for o in self.replicas), default=0.0)
+
 
 @dataclass
 class Replicas:

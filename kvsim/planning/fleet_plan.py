@@ -224,8 +224,7 @@ def evaluate(job: FleetJob) -> dict:
         "tok_s_per_gpu": s["throughput_tok_s"] / L.gpus,
         "req_s_per_gpu": s["throughput_req_s"] / L.gpus,
         "prefix_hit_rate_tokens": s["prefix_hit_rate_tokens"],
-        # the busiest replica's API server: the share of the run its event loop worked (handlers, streaming)
-        "api_server_busy": max((o.summary.get("api_server_busy", 0.0) for o in f.replicas), default=0.0),
+        "api_server_busy": f.api_server_busy,
         "requests": len(reqs),
         "sim_wall_s": s["wall_s"],
         "slo_ratio": slo_ratio(s, job.slos),
