@@ -150,10 +150,12 @@ class Engine:
         self.outstanding = 0
         self._stalls = 0
         self.lockstep = None  # the data-parallel ranks this engine steps with (kvsim.engine.lockstep), if any
-        # requests from clients pass the API server first (a decode engine's come from a prefill engine); the
-        # client hears of a finish (and sends its next request) a delivery later
+        # requests pass the API server first (a decode engine's own: vLLM's proxy sends it the request again once the
+        # prefill is done, and its API server streams the output); the client hears of a finish (and sends its
+        # next request) a delivery later
         fe = cfg.api_server
-        self._intake = Intake(fe) if fe.active and kv_loader is None else None
+        self._intake = Intake(fe) if fe.active else None
+        self._decode_side = kv_loader is not None
         self._deliver_s = fe.deliver_s
         # a token waits for its API server's event loop to finish the intake of requests sent before it
         self._loop_bound = self._intake is not None and self._intake.loop_bound
@@ -214,7 +216,10 @@ class Engine:
             joins = intake.frontend.batched and intake.busy_at(t)
             ready = intake.ready(seq.req.prompt_tokens, t, self.now)
             seq.api_server = intake.last_server
-            seq.frontend_s = ready - t + self._deliver_s
+            if self._decode_side:  # after the prefill side's intake, whose front-end time (delivery included) it has
+                seq.frontend_s += ready - t
+            else:
+                seq.frontend_s = ready - t + self._deliver_s
             if joins:  # it extends the burst in progress: the burst's earlier requests now come with it
                 inbox = self._inbox
                 for i in range(len(inbox) - 1, self._inbox_head - 1, -1):

@@ -5,17 +5,19 @@ The flow follows vLLM's P/D disaggregation (the NIXL connector behind a proxy, a
 1. A request arrives; the prefill router picks a prefill engine, which serves the prompt as a request with
    one output token (``max_tokens=1``).
 2. When the prefill finishes, the engine keeps the KV (parked: it still counts in that engine's memory)
-   and the decode router picks a decode engine; the request joins its queue.
+   and the decode router picks a decode engine; the proxy sends it the request again, which passes that
+   engine's own API server (its handler, the prompt tokenized again) and joins its queue.
 3. The decode engine admits it in queue order when a seat and memory for the prompt's KV are free (that
    memory is reserved from then on), takes what its own prefix cache holds and loads the rest over the
    link: ``latency + bytes / (bandwidth x lanes)``, one lane per GPU pair (min of the two TP degrees).
    A full decode pool therefore holds handed-off requests in its queue, their KV stays parked on the
    prefill engines, and the prefill engines' admissions stall: back-pressure.
 4. When the load ends the prefill engine frees the parked KV; the decode engine computes the prompt's last
-   token (which emits the first output token, as vLLM's decode instance does) and decodes the rest.
+   token (which emits the first output token, as vLLM's decode instance does) and decodes the rest, its API
+   server streaming every token (the prefill side's streams only the one token of its response).
 
-TTFT therefore includes prefill queueing, the prefill, the wait for decode memory, the transfer and the
-first decode iteration.
+TTFT therefore includes both API servers' intake, prefill queueing, the prefill, the wait for decode memory,
+the transfer and the first decode iteration.
 """
 
 from __future__ import annotations
@@ -151,7 +153,7 @@ def simulate_disagg(
             ds = seqs[ps.sid]
             ds.admitted_s, ds.preemptions = ps.admitted_s, ps.preemptions
             ds.cached_tokens, ds.last_cached_tokens = ps.cached_tokens, ps.last_cached_tokens
-            ds.frontend_s = ps.frontend_s  # it came in through the prefill side's API server
+            ds.frontend_s = ps.frontend_s  # it came in through the prefill side's API server (the decode side's adds)
             ds.remote = ps.prompt - 1  # the decode engine computes the last prompt token itself
             if not ds.remote:  # nothing to move: the prefill engine's KV is free now
                 P.engines[i].release(ps.sid, t)
@@ -244,7 +246,8 @@ def simulate_disagg(
     req.insert(0, "prefill_replica", prefill_of)
     req.insert(1, "decode_replica", decode_of)
     req["handoff_s"] = handoff_t + t0
-    req["decode_wait_s"] = load_start - handoff_t  # handed off until the decode engine had memory for it
+    # handed off until the decode engine had memory for it (after its API server's intake)
+    req["decode_wait_s"] = load_start - handoff_t
     req["kv_transfer_s"] = load_end - load_start  # with a shared link: its wait for the NICs too
     req["kv_transfer_bytes"] = load_bytes
     names = P.names + D.names

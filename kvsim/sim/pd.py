@@ -95,7 +95,7 @@ class PrefillDecode:
         ds = f.seqs[sid]
         ds.admitted_s, ds.preemptions = ps.admitted_s, ps.preemptions
         ds.cached_tokens, ds.last_cached_tokens = ps.cached_tokens, ps.last_cached_tokens
-        ds.frontend_s = ps.frontend_s  # it came in through the prefill side's API server
+        ds.frontend_s = ps.frontend_s  # it came in through the prefill side's API server (the decode side's adds)
         ds.remote = ps.prompt - 1  # the decode replica computes the last prompt token itself
         if not ds.remote:  # nothing to move: the prefill replica's KV is free now
             f.engines[i].release(sid, t)
