@@ -608,6 +608,23 @@ def test_cluster_takes_the_clients_flags_as_run_does(tmp_path, capsys):
     assert "describes a generated benchmark workload and --trace a recorded one" in r.stderr
 
 
+def test_cluster_groups_send_the_generated_workload_as_run_does(tmp_path):
+    """A fleet of explicit groups (--groups, --prefill/--decode) gets the same send times as `kvsim run`: the
+    workload's --request-rate and --burstiness spaced them once (a group's configuration re-timed them as
+    Poisson arrivals at that rate, losing --burstiness: a regression)."""
+    load = ["--random-input-len", "100", "--random-output-len", "10", "--num-prompts", "40", "--request-rate", "3.6"]
+    load += ["--burstiness", "100", "--model", "llama-3-8b", "--gpu", "h100-80gb"]
+    assert main(["run", *load, "--out", str(tmp_path / "run")]) == 0
+    sent = pd.read_csv(tmp_path / "run" / "requests.csv").sort_values("id").arrival_s.tolist()
+    gaps = np.diff(sent)
+    assert gaps.std() / gaps.mean() < 0.2  # gamma gaps of shape 100: CV 0.1
+    for fleet in (["--groups", "h100-80gb:2"], ["--prefill", "h100-80gb:1", "--decode", "h100-80gb:1"]):
+        out = tmp_path / fleet[0].strip("-")
+        assert main(["cluster", *load, *fleet, "--routers", "round-robin", "--out", str(out)]) == 0
+        cl = pd.read_csv(out / "requests.csv").sort_values("id")
+        assert cl.arrival_s.tolist() == pytest.approx(sent)
+
+
 def test_run_with_data_parallel_ranks_is_the_one_replica_cluster(tmp_path, capsys):
     """`kvsim run -dp 2` runs the replica of two engines behind vLLM's load balancer, as `kvsim cluster
     --replicas 1 --routers dp-lb` does, and says so; --record-batches (one engine's batches) is refused."""

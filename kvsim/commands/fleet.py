@@ -21,8 +21,9 @@ DEFAULT_ROUTERS = "round-robin,least-requests,prefix,prefix+load"
 def _groups(a: argparse.Namespace, cfg, allocator, text: str | None = None, flag: str = "--groups"):
     """Replica groups: --replicas copies of the configured GPU, or ``text`` = GPU:COUNT[:tpN][:ppN][:dpN],...
     (``flag`` names the option in errors)."""
+    from kvsim.commands.simulate import config_values
     from kvsim.fleet.cluster import ReplicaGroup
-    from kvsim.options import config_from_options, values_from_namespace
+    from kvsim.options import config_from_options
 
     if not text:
         return _bounded([ReplicaGroup(_group_name(cfg), cfg, allocator, a.replicas)], "--replicas")
@@ -48,7 +49,7 @@ def _groups(a: argparse.Namespace, cfg, allocator, text: str | None = None, flag
             )
         if int(fields[1]) > MAX_REPLICAS:
             raise ConfigError(f"{flag} {reprlib.repr(part.strip())}: at most {MAX_REPLICAS} replicas per group")
-        values = values_from_namespace(a)
+        values = config_values(a)  # (a generated workload's --request-rate already spaced its requests)
         values["gpu"] = fields[0]
         for k, v in sizes.items():
             values[keys[k]] = int(v)

@@ -71,10 +71,17 @@ def add_sim_args(
 
 
 def build_config(a: argparse.Namespace):
-    """The SimConfig of a parsed command line (through the options table). With a generated benchmark workload
+    """The SimConfig of a parsed command line (through the options table, :func:`config_values`)."""
+    from kvsim.options import config_from_options
+
+    return config_from_options(config_values(a))
+
+
+def config_values(a: argparse.Namespace) -> dict:
+    """The option values of a parsed command line that configure the engines. With a generated benchmark workload
     (:func:`bench_workload`) --request-rate spaces that workload's send times, so the configuration does not
-    re-time it again."""
-    from kvsim.options import config_from_options, normalize, values_from_namespace
+    re-time it again (every replica group of a fleet is configured from these)."""
+    from kvsim.options import normalize, values_from_namespace
     from kvsim.option_table import BY_KEY
     from kvsim.trace.bench_load import DATASET_KEYS
 
@@ -94,7 +101,7 @@ def build_config(a: argparse.Namespace):
             "--trace is required, or a benchmark client's workload instead: --dataset-name random "
             "(with --random-input-len, --random-output-len, --num-prompts, ...; docs/traces.md)"
         )
-    return config_from_options(values)
+    return values
 
 
 def bench_workload(a: argparse.Namespace):
