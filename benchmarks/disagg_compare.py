@@ -107,7 +107,7 @@ def main() -> None:
     lines = [
         "# Aggregated vs disaggregated: goodput per GPU (req/s at >= 90 % SLO attainment)",
         "",
-        f"Llama-2-13B, {GPUS} x A100-80GB, least-requests routers, KV over RDMA (50 GB/s per GPU pair), "
+        f"Llama-2-13B, {GPUS} x A100-80GB, least-requests routers, KV over RDMA ({_rdma()}), "
         f"{a.requests} requests per point, Poisson arrivals. SLOs (TTFT, TPOT): "
         + "; ".join(f"{w} {t:g} s, {1e3 * p:g} ms" for w, (t, p) in SLO.items())
         + ".",
@@ -126,6 +126,14 @@ def main() -> None:
         lines.append("")
     (out / "summary.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
+
+
+def _rdma() -> str:
+    """The default link as the summary states it."""
+    from kvsim.fleet.disagg import LINKS
+
+    link = LINKS["rdma"]
+    return f"{link.bandwidth / 1e9:g} GB/s per GPU pair after {link.latency_s * 1e3:g} ms"
 
 
 if __name__ == "__main__":

@@ -208,16 +208,16 @@ class Intake:
         """Is every API server still taking in earlier requests when one is sent at ``sent_s``?"""
         return min(self._free) > sent_s
 
-    def ready(self, prompt_tokens: int, sent_s: float, now: float = 0.0) -> float:
+    def ready(self, prompt_tokens: int, sent_s: float, now: float = 0.0, delay: float = 0.0) -> float:
         """When a request of ``prompt_tokens`` sent at ``sent_s`` reaches the engine (never before one sent
         earlier), as far as the requests sent so far decide it (V1: one sent before its prompt is tokenized
         delays it, :meth:`Engine.receive`). ``now``: the start of the engine's iteration in flight (no token is
-        asked about before it)."""
+        asked about before it); ``delay``: seconds after ``sent_s`` before the request reaches the server."""
         fe = self.frontend
         if not self.loop_bound:  # the whole intake of one request, then the next
             free = self._free
             k = free.index(min(free)) if len(free) > 1 else 0  # the server free first
-            done = max(sent_s, free[k]) + fe.intake_s(prompt_tokens)
+            done = max(sent_s + delay, free[k]) + fe.intake_s(prompt_tokens)
             free[k] = done
         else:
             loops = self._loops
@@ -227,7 +227,7 @@ class Intake:
             loop = loops[k]
             while len(loop) > 1 and loop[1][0] < now:  # no token made from now on is behind the oldest
                 loop.popleft()
-            handled = max(sent_s, loop[-1][1] if loop else 0.0) + self._loop_s
+            handled = max(sent_s + delay, loop[-1][1] if loop else 0.0) + self._loop_s
             self.busy_s += self._loop_s
             loop.append((sent_s, handled))
             done = max(handled, self._tok_free[k]) + prompt_tokens * fe.token_s

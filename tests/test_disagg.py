@@ -24,27 +24,28 @@ def _pools(args=(), p=1, d=1, spec="paged:16", p_args=(), d_args=()):
 
 def test_one_request_by_hand():
     """TTFT = the prefill engine's API server's intake (1.5 ms + 1,000 prompt tokens x 2.5 us) + the prefill step
-    (1,000 tokens) + the decode engine's API server's intake of the same request (vLLM's proxy sends it there
-    once the prefill is done) + the link (999 tokens of llama-2-7b KV (the default model), 524,288 bytes each,
-    at 50 GB/s after 200 us) + the decode engine's step that computes the last prompt token + the delivery
-    (8 ms). Then four decode steps."""
+    (1,000 tokens) + the delivery of its response to vLLM's proxy (8 ms) + the decode engine's API server's
+    intake of the same request (the proxy sends it there) + the link (999 tokens of llama-2-7b KV (the default
+    model), 524,288 bytes each, at 77 % of 50 GB/s after 0.57 ms) + the decode engine's step that computes the last
+    prompt token + the delivery of its first token (8 ms). Then four decode steps."""
     pre, dec = _pools()
     cfg = pre[0].cfg
     lat = build_latency(cfg)
     f = simulate_disagg([Request("a", 0.0, 1000, 5)], pre, dec, "round-robin", link=LINKS["rdma"])
     r = f.requests.iloc[0]
     prefill = lat.step_time(StepShape.of([(1000, 0)]))
-    link = 200e-6 + 999 * 524288 / 50e9
+    link = 0.57e-3 + 999 * 524288 / (0.77 * 50e9)
     first = lat.step_time(StepShape.of([(1, 999)]))
     intake, deliver = 1.5e-3 + 1000 * 2.5e-6, 8e-3
     assert r.kv_transfer_bytes == 999 * 524288
     assert r.handoff_s == pytest.approx(intake + prefill, rel=1e-12)
     assert r.kv_transfer_s == pytest.approx(link, rel=1e-12)
-    assert r.decode_wait_s == pytest.approx(intake, rel=1e-12)  # the decode side's intake; memory was free
-    assert r.frontend_s == pytest.approx(2 * intake + deliver, rel=1e-12)
-    assert r.ttft_s == pytest.approx(2 * intake + prefill + link + first + deliver, rel=1e-12)
+    # the response to the proxy, then the decode side's intake; memory was free
+    assert r.decode_wait_s == pytest.approx(deliver + intake, rel=1e-12)
+    assert r.frontend_s == pytest.approx(2 * intake + 2 * deliver, rel=1e-12)
+    assert r.ttft_s == pytest.approx(2 * intake + prefill + link + first + 2 * deliver, rel=1e-12)
     steps = sum(lat.step_time(StepShape.of([(1, 1000 + k)])) for k in range(4))
-    assert r.e2e_s == pytest.approx(2 * intake + prefill + link + first + steps + deliver, rel=1e-9)
+    assert r.e2e_s == pytest.approx(2 * intake + prefill + link + first + steps + 2 * deliver, rel=1e-9)
     assert (r.status, r.generated_tokens, r.prefill_replica, r.decode_replica) == ("finished", 5, 0, 1)
     # the decode side's event loop: the request's handler, then its five tokens streamed (6 + 34 us each)
     d = f.replicas[1].summary
@@ -230,8 +231,9 @@ def test_a_shared_link_carries_one_transfer_at_a_time():
 def test_the_decode_side_api_server_streams_every_token():
     """vLLM's proxy sends each request to the decode engine's own API server, which streams its output: 400
     requests of Qwen3-0.6B (300 tokens out each) keep that server's event loop almost always busy, and the first
-    tokens of later requests wait behind it; one chunk every ten tokens frees it."""
-    reqs = [Request(str(i), 0.001 * i, 200, 300) for i in range(400)]
+    tokens of later requests wait behind it; one chunk every ten tokens frees it. (Sent 3 ms apart: a request a
+    millisecond would keep the prefill side's event loop behind on handlers, and its responses to the proxy.)"""
+    reqs = [Request(str(i), 0.003 * i, 200, 300) for i in range(400)]
     args = ["--model", "qwen3-0.6b", "--gpu", "h100-80gb", "--vllm-version", "0.12"]
     every = simulate_disagg(reqs, *_pools(args), "round-robin")
     tenth = simulate_disagg(reqs, *_pools(args, d_args=["--stream-interval", "10"]), "round-robin")

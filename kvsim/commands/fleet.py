@@ -314,8 +314,9 @@ def add_kv_link_options(group, who: str = "") -> None:
         default="rdma",
         metavar="nvlink|nvlink5|rdma|tcp|GB_S[:LATENCY_MS]",
         help=f"{who}link from a prefill GPU to a decode GPU: nvlink 450 GB/s (Hopper), nvlink5 900 GB/s "
-        "(Blackwell; a GB200/GB300 NVL72 rack), rdma 50 GB/s (400 Gb/s NIC), tcp 12.5 GB/s, or "
-        "bandwidth and fixed latency [default: rdma]",
+        "(Blackwell; a GB200/GB300 NVL72 rack), rdma 38.5 GB/s after 0.57 ms (a 400 Gb/s NIC at the 77%% of line "
+        "rate vLLM's RDMA connectors reach), tcp 12.5 GB/s, or GB/s per GPU pair and fixed latency (ms) "
+        "[default: rdma]",
     )
     group.add_argument(
         "--kv-link-shared",

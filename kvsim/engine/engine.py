@@ -205,19 +205,21 @@ class Engine:
         return self.sched.rejection(request) is None
 
     # --- driving -------------------------------------------------------------------------------
-    def receive(self, seq: Sequence, t: float) -> None:
+    def receive(self, seq: Sequence, t: float, transit: float = 0.0) -> None:
         """``seq`` arrives at ``t`` (not before the engine's last event) and reaches the scheduler once the API
         server has taken it in (at once without one). An idle engine wakes then; a decode run planned without
-        knowing of this arrival ends at the first iteration boundary after it."""
+        knowing of this arrival ends at the first iteration boundary after it. ``transit``: seconds after ``t``
+        before the API server can start on it (a decode engine's request: the prefill side's response reaching
+        vLLM's proxy, which then sends it here)."""
         if self._intake is not None:
             intake = self._intake
             if self._streams and self._plan is not None and self._plan.steps > 1:
                 self._stream_before(t)
             joins = intake.frontend.batched and intake.busy_at(t)
-            ready = intake.ready(seq.req.prompt_tokens, t, self.now)
+            ready = intake.ready(seq.req.prompt_tokens, t, self.now, transit)
             seq.api_server = intake.last_server
-            if self._decode_side:  # after the prefill side's intake, whose front-end time (delivery included) it has
-                seq.frontend_s += ready - t
+            if self._decode_side:  # the prefill side's front-end time (its response's transit included), then this
+                seq.frontend_s += ready - t - transit + self._deliver_s  # intake and the first token's delivery
             else:
                 seq.frontend_s = ready - t + self._deliver_s
             if joins:  # it extends the burst in progress: the burst's earlier requests now come with it
@@ -230,8 +232,10 @@ class Engine:
                     inbox[i] = (ready, s0)
             elif intake.loop_bound:
                 seq.tokenized_s = intake.last_tokenized
-                self._behind_loop(seq.api_server, t, intake.last_handled)
+                self._behind_loop(seq.api_server, t + transit, intake.last_handled)
             t = ready
+        elif transit:  # (in the order received, as the API server hands requests on)
+            t = max(t + transit, self._inbox[-1][0]) if self._inbox_head < len(self._inbox) else t + transit
         self._inbox.append((t, seq))
         self.received.append(seq)
         self.outstanding += 1

@@ -75,12 +75,15 @@ class KVLink:
 
 # NVLink 4 (H100/H200 in one node): 900 GB/s per GPU both ways, 450 GB/s each way; NVLink 5 (Blackwell: an
 # HGX B200/B300 node, or a whole GB200/GB300 NVL72 rack, where prefill and decode trays talk over NVLink): 1.8
-# TB/s both ways, 900 GB/s each way; RDMA: one 400 Gb/s ConnectX-7 NIC per GPU (GPUDirect), 50 GB/s; the
-# fixed costs are orders of magnitude, not measurements.
+# TB/s both ways, 900 GB/s each way; their fixed costs are orders of magnitude, not measurements. RDMA: one 400
+# Gb/s ConnectX-7 NIC per GPU (GPUDirect, 50 GB/s) at the share of line rate and the fixed cost per transfer that
+# vLLM's MooncakeConnector measured between two TP8 instances over RoCE (benchmarks/fit_kv_link.py: 77 % and
+# 0.57 ms; on the rows held out, transfers of 150 MB and more within 6 %, smaller ones up to 1.35x slow).
+RDMA_LINE_RATE_SHARE = 0.77
 LINKS = {
     "nvlink": KVLink(450e9, 20e-6, "nvlink"),
     "nvlink5": KVLink(900e9, 20e-6, "nvlink5"),
-    "rdma": KVLink(NIC_BYTES_S, 200e-6, "rdma"),
+    "rdma": KVLink(RDMA_LINE_RATE_SHARE * NIC_BYTES_S, 0.57e-3, "rdma"),
     "tcp": KVLink(12.5e9, 1e-3, "tcp"),
 }
 
@@ -105,6 +108,12 @@ def parse_link(text: str) -> KVLink:
             f"--kv-link {reprlib.repr(text)}: bandwidth must be in [{MIN_GBS:g}, 1e6] GB/s and latency in [0, 1e6] ms"
         )
     return KVLink(gbs * 1e9, ms / 1e3, f"{gbs:g}GB/s")
+
+
+def response_transit(ps: Sequence, t: float) -> float:
+    """Seconds after its prefill ended at ``t`` until vLLM's proxy has the prefill engine's response for ``ps``
+    (its API server's event loop, then the delivery), and sends the request on to the decode side."""
+    return max(0.0, ps.finish_s - t) if ps.finish_s is not None else 0.0
 
 
 def prefill_request(r: Request) -> Request:
@@ -160,7 +169,7 @@ def simulate_disagg(
                 touched.append(i)
             handoff_t[ps.sid] = t
             j = to_decode(ds, t)
-            D.engines[j].receive(ds, t)
+            D.engines[j].receive(ds, t, response_transit(ps, t))
             touched.append(np_ + j)
 
         return handoff

@@ -22,7 +22,7 @@ from collections import deque
 from typing import Any, Callable
 
 from kvsim.engine.sequence import Sequence, Status
-from kvsim.fleet.disagg import KVLink, handoff_bytes, prefill_request
+from kvsim.fleet.disagg import KVLink, handoff_bytes, prefill_request, response_transit
 
 ROLES = ("both", "prefill", "decode")  # a replica group's role: aggregated, or one of the two pools
 ENDED = (Status.FINISHED, Status.REJECTED, Status.CANCELLED)
@@ -106,7 +106,7 @@ class PrefillDecode:
             self.held.append(ds)
             f._held_now()
             return
-        f.engines[j].receive(ds, t)
+        f.engines[j].receive(ds, t, response_transit(ps, t))
         f.touched.append(j)
 
     def route_decode(self, ds: Sequence, t: float) -> int | None:
