@@ -26,6 +26,9 @@ NEW = {
     "a100-80gb-pcie": (81152, 1.935e12, 312e12, 108, "ampere-a100", "a100-80gb"),
     "mi300x": (round(191.98 * 1024), 5.3e12, 1307.4e12, 304, "cdna3", "h100-80gb"),
     "mi325x": (256 * 1024 - round(0.02 * 1024), 6.0e12, 1307.4e12, 304, "cdna3", "h100-80gb"),
+    # the export parts: H100 SXM's and A100 SXM 80GB's dies, memory and peaks (NVLink below)
+    "h800": (81080, 3.35e12, 989e12, 132, "hopper", "h100-80gb"),
+    "a800-80gb": (81152, 2.039e12, 312e12, 108, "ampere-a100", "a100-80gb"),
 }
 
 
@@ -54,6 +57,26 @@ def test_pcie_cards_are_not_on_nvlink_and_fp8_follows_the_architecture():
     assert GPU_PRESETS["l4"].tensor_core_speedup("fp8") == 2.0 == GPU_PRESETS["mi300x"].tensor_core_speedup("fp8")
     assert GPU_PRESETS["a10g"].tensor_core_speedup("fp8") == 1.0
     assert GPU_PRESETS["rtx-5090"].tensor_core_speedup("fp4") == 4.0
+
+
+def test_export_parts_take_their_collectives_slower_by_their_nvlink():
+    """H800 and A800 (NVLink 200 GB/s each way, against H100's 450 and A100's 300) are priced by H100's and A100's
+    measured all-reduces with the bandwidth-bound part 2.25x and 1.5x slower: a 64 MiB message at TP8 takes
+    about that much longer, a decode step's 16 KiB about the same; the kernels are the measured GPU's. A GPU of
+    one's own on the same die with nvlink_gbs=200 is priced as the H800."""
+    big, small = 64 * MiB, 16 * 1024
+    for export, own, ratio in (("h800", "h100-80gb", 2.25), ("a800-80gb", "a100-80gb", 1.5)):
+        mine = shipped_calibration(get_gpu(export))[0]
+        theirs = shipped_calibration(get_gpu(own))[0]
+        for n in (2, 4, 8):
+            a, b = mine.link(n, "nvswitch"), theirs.link(n, "nvswitch")
+            assert 0.85 * ratio < a.seconds(big) / b.seconds(big) <= ratio
+            assert 1.0 <= a.seconds(small) / b.seconds(small) < 1.15
+        assert mine.gemm == theirs.gemm and mine.decode_attention == theirs.decode_attention
+    custom = get_gpu(
+        "custom:memory_gb=79.18,bandwidth_gbs=3350,bf16_tflops=989,arch=hopper,chip=gh100,nvlink_gpus=8,nvlink_gbs=200"
+    )
+    assert shipped_calibration(custom)[0].all_reduce == shipped_calibration(get_gpu("h800"))[0].all_reduce
 
 
 def test_amd_gpus_borrow_hopper_efficiencies_with_a_warning():

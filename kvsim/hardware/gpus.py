@@ -44,6 +44,10 @@ class GpuSpec:
     # NVIDIA AIConfigurator's name for this GPU's system (its tables' folder, `kvsim calibrate --aic --system`):
     # h100_sxm, gb200, rtx_pro_6000_server, ...; "" where AIConfigurator measured none
     aic_system: str = ""
+    # NVLink bandwidth per GPU, each way, bytes/s (0: not stated). A GPU priced by another GPU's measured
+    # collectives over a slower NVLink (H800, A800: the export parts) takes their bandwidth-bound part that much
+    # slower (kvsim/latency/calibration.py: on_slower_nvlink)
+    nvlink_bytes_s: float = 0.0
 
     @property
     def nvlink(self) -> bool:
@@ -73,15 +77,60 @@ GPU_PRESETS: dict[str, GpuSpec] = {
         # memory: "total_gpu_memory" / "GPU memory" of vLLM start-up logs (docs/memory.md): A100-40GB 39.49 GiB,
         # A100-80GB 79.25, H100 79.18 (logs of other drivers 79.11-79.19), H200 139.81, B200 178.36, L40S 44.42;
         # A40 and RTX 4090: nvidia-smi's totals (no log found)
-        GpuSpec("a100-40gb", 40438 * MiB, 1.555e12, 312e12, 32e9, 108, "ampere-a100", chip="ga100"),
+        # NVLink per GPU each way: A100 (NVLink 3) 300 GB/s, H100 / H200 (NVLink 4) 450, Blackwell (NVLink 5) 900
         GpuSpec(
-            "a100-80gb", 81152 * MiB, 2.039e12, 312e12, 32e9, 108, "ampere-a100", chip="ga100", aic_system="a100_sxm"
+            "a100-40gb", 40438 * MiB, 1.555e12, 312e12, 32e9, 108, "ampere-a100", chip="ga100", nvlink_bytes_s=300e9
         ),
-        GpuSpec("h100-80gb", 81080 * MiB, 3.35e12, 989e12, 64e9, 132, "hopper", chip="gh100", aic_system="h100_sxm"),
-        GpuSpec("h200-141gb", 143165 * MiB, 4.8e12, 989e12, 64e9, 132, "hopper", chip="gh100", aic_system="h200_sxm"),
+        GpuSpec(
+            "a100-80gb",
+            81152 * MiB,
+            2.039e12,
+            312e12,
+            32e9,
+            108,
+            "ampere-a100",
+            chip="ga100",
+            aic_system="a100_sxm",
+            nvlink_bytes_s=300e9,
+        ),
+        GpuSpec(
+            "h100-80gb",
+            81080 * MiB,
+            3.35e12,
+            989e12,
+            64e9,
+            132,
+            "hopper",
+            chip="gh100",
+            aic_system="h100_sxm",
+            nvlink_bytes_s=450e9,
+        ),
+        GpuSpec(
+            "h200-141gb",
+            143165 * MiB,
+            4.8e12,
+            989e12,
+            64e9,
+            132,
+            "hopper",
+            chip="gh100",
+            aic_system="h200_sxm",
+            nvlink_bytes_s=450e9,
+        ),
         # B200 (HGX): nvidia-smi reports 183,359 MiB, CUDA 182,641; a 7,680-bit bus at 3,996 MHz gives 7.67 TB/s (pytorch/ao
         # PR #4002); dense bf16 2.25 PFLOP/s; hosts on PCIe Gen5
-        GpuSpec("b200", 182641 * MiB, 7.67e12, 2.25e15, 64e9, 148, "blackwell", chip="gb100", aic_system="b200_sxm"),
+        GpuSpec(
+            "b200",
+            182641 * MiB,
+            7.67e12,
+            2.25e15,
+            64e9,
+            148,
+            "blackwell",
+            chip="gb100",
+            aic_system="b200_sxm",
+            nvlink_bytes_s=900e9,
+        ),
         # Grace-Blackwell racks (NVL72: one NVLink domain of 72 GPUs) and HGX B300. Memory as CUDA reports it: vLLM's
         # "Free memory on device (181.84/184.31 GiB)" on GB200 and "(267.08/267.69 GiB)" on B300 (287,428,771,840
         # bytes in a trainer's log), PyTorch's "total capacity of 276.50 GiB" on GB300 (nvidia-smi: 189,471,
@@ -100,9 +149,23 @@ GPU_PRESETS: dict[str, GpuSpec] = {
             nvlink_gpus=72,
             chip="gb100",
             aic_system="gb200",
+            nvlink_bytes_s=900e9,
         ),
-        GpuSpec("b300", 274113 * MiB, 7.7e12, 2.25e15, 64e9, 148, "blackwell", aic_system="b300_sxm"),
-        GpuSpec("gb300", 283136 * MiB, 8.0e12, 2.5e15, 225e9, 152, "blackwell", nvlink_gpus=72, aic_system="gb300"),
+        GpuSpec(
+            "b300", 274113 * MiB, 7.7e12, 2.25e15, 64e9, 148, "blackwell", aic_system="b300_sxm", nvlink_bytes_s=900e9
+        ),
+        GpuSpec(
+            "gb300",
+            283136 * MiB,
+            8.0e12,
+            2.5e15,
+            225e9,
+            152,
+            "blackwell",
+            nvlink_gpus=72,
+            aic_system="gb300",
+            nvlink_bytes_s=900e9,
+        ),
         # RTX PRO 6000 Blackwell Server Edition (GB202, PCIe Gen5 x16, no NVLink): PyTorch's total_memory=97250MB
         # with multi_processor_count=188 (nvidia-smi: 97,887 MiB); 1,597 GB/s of GDDR7 (the Server Edition's
         # datasheet; the Workstation's is 1,792); dense bf16 467.8 TFLOP/s (NVIDIA's Workstation 503.8 at 2,617
@@ -136,7 +199,13 @@ GPU_PRESETS: dict[str, GpuSpec] = {
         # as on GeForce GA102) = 70 TFLOP/s, the figure AWS and Baseten give; 24 GB GDDR6 at 600 GB/s
         GpuSpec("a10g", 22579 * MiB, 600e9, 70e12, 32e9, 80, "ampere-ga102", nvlink_gpus=1, chip="ga102"),
         GpuSpec("l40", 45486 * MiB, 864e9, 181.05e12, 32e9, 142, "ada", nvlink_gpus=1, chip="ad102"),
-        GpuSpec("h20", 97392 * MiB, 4.0e12, 148e12, 64e9, 78, "hopper", chip="gh100"),  # HGX: 8 on NVLink
+        GpuSpec("h20", 97392 * MiB, 4.0e12, 148e12, 64e9, 78, "hopper", chip="gh100", nvlink_bytes_s=450e9),  # HGX: 8
+        # the export parts of H100 SXM and A100 SXM 80GB: the same dies, memory and peaks, NVLink cut to 400 GB/s
+        # both ways (200 each way; H100's 900, A100's 600), 8 per HGX board
+        GpuSpec("h800", 81080 * MiB, 3.35e12, 989e12, 64e9, 132, "hopper", chip="gh100", nvlink_bytes_s=200e9),
+        GpuSpec(
+            "a800-80gb", 81152 * MiB, 2.039e12, 312e12, 32e9, 108, "ampere-a100", chip="ga100", nvlink_bytes_s=200e9
+        ),
         GpuSpec("h100-pcie", 81080 * MiB, 2.0e12, 756e12, 64e9, 114, "hopper", nvlink_gpus=1, chip="gh100"),
         GpuSpec("h100-nvl", 95334 * MiB, 3.9e12, 835e12, 64e9, 132, "hopper", nvlink_gpus=1, chip="gh100"),
         GpuSpec("rtx-5090", 32113 * MiB, 1.792e12, 209.5e12, 64e9, 170, "blackwell", nvlink_gpus=1, chip="gb202"),
@@ -172,6 +241,8 @@ PRESET_SOURCES: dict[str, tuple[str, str]] = {
     "a10g": ("derived", "derived"),
     "l40": ("sibling", "datasheet"),
     "h20": ("derived", "datasheet"),
+    "h800": ("sibling", "datasheet"),
+    "a800-80gb": ("sibling", "datasheet"),
     "h100-pcie": ("sibling", "datasheet"),
     "h100-nvl": ("measured", "datasheet"),
     "rtx-5090": ("measured", "datasheet"),
@@ -218,6 +289,13 @@ ALIASES = {
     "a100-80gb-pcie": "a100-80gb-pcie",
     "a100-40gb-pcie": "a100-40gb-pcie",
     "b200-sxm": "b200",
+    "h800-sxm": "h800",
+    "h800-sxm5": "h800",
+    "h800-80gb": "h800",
+    "h800-80gb-hbm3": "h800",
+    "a800": "a800-80gb",
+    "a800-sxm4-80gb": "a800-80gb",
+    "a800-sxm-80gb": "a800-80gb",
     "b300-sxm6-ac": "b300",
     "b300-sxm6": "b300",
     "rtx-pro-6000-blackwell-server-edition": "rtx-pro-6000",
@@ -306,6 +384,12 @@ CUSTOM_KEYS: dict[str, tuple[str, float, float, bool]] = {
     "pcie_gbs": ("host link, GB/s per direction (PCIe 4.0 x16: 32, 5.0 x16: 64)", 0.1, 10_000.0, False),
     "sms": ("streaming multiprocessors (CUs on AMD)", 1, 10_000, True),
     "nvlink_gpus": ("GPUs one NVLink domain joins (1: a PCIe card)", 1, 4096, True),
+    "nvlink_gbs": (
+        "NVLink bandwidth per GPU, GB/s each way (H100: 450; the chip's measured GPU's if not given)",
+        1.0,
+        100_000.0,
+        False,
+    ),
 }
 CUSTOM_TEXT_KEYS = ("arch", "name", "chip")
 _REQUIRED = ("memory_gb", "bandwidth_gbs", "bf16_tflops")
@@ -428,4 +512,5 @@ def custom_gpu(values: dict, label: str = "custom GPU") -> GpuSpec:
         arch,
         nvlink_gpus=int(nums.get("nvlink_gpus", 1)),
         chip=texts.get("chip", "").lower(),
+        nvlink_bytes_s=nums.get("nvlink_gbs", 0.0) * 1e9,
     )

@@ -294,6 +294,23 @@ class LinkParams:
         (s0, t0), (s1, t1) = pts[i - 1], pts[i]
         return t0 * (t1 / t0) ** (log(message_bytes / s0) / log(s1 / s0))
 
+    def slower(self, ratio: float) -> "LinkParams":
+        """These parameters over a link ``ratio`` times slower in bandwidth (the same latencies): each line's
+        bandwidth / ratio, and each measured time longer by what its bytes take at the extra cost (the bytes over
+        the bandwidth of the line that is faster at that size, times ratio - 1)."""
+        pts = tuple((b, t + (ratio - 1) * b / self._line_bandwidth(b)) for b, t in self.points)
+        large = self.large_bandwidth / ratio if self.large_bandwidth > 0 else 0.0
+        return LinkParams(self.latency_s, self.bandwidth / ratio, self.large_latency_s, large, pts)
+
+    def _line_bandwidth(self, message_bytes: float) -> float:
+        """The bandwidth of the line that is faster for ``message_bytes``."""
+        if self.large_bandwidth > 0 and (
+            self.large_latency_s + message_bytes / self.large_bandwidth
+            < self.latency_s + message_bytes / self.bandwidth
+        ):
+            return self.large_bandwidth
+        return self.bandwidth
+
     def nccl_line(self) -> "LinkParams":
         """The NCCL line alone (the only line where there is one; no measured points, which are the faster
         of both): collectives other than vLLM's custom all-reduce run through NCCL."""
@@ -570,6 +587,27 @@ def load_calibration(path: str | Path) -> Calibration:
 # architectures nothing was measured on, and the measured one whose efficiencies stand in for theirs
 # (MI300X/MI325X: HBM accelerators of H100's class; vLLM runs other kernels on them, ROCm's, none of them measured)
 STAND_IN_ARCH = {"cdna3": ("hopper", "NVIDIA Hopper efficiencies: no AMD kernel was measured")}
+
+
+def on_slower_nvlink(c: Calibration, measured: GpuSpec | None, gpu: GpuSpec) -> Calibration:
+    """``c`` (collectives measured on ``measured``) for ``gpu``: where ``gpu``'s NVLink is slower (H800 and A800,
+    the export parts of H100 and A100: 200 GB/s each way against 450 and 300), the collectives among GPUs one
+    NVLink domain joins take their bandwidth-bound part that many times slower (:meth:`LinkParams.slower`);
+    groups beyond the domain cross the NICs, as measured. Unchanged where either bandwidth is not stated."""
+    if measured is None or not (0 < gpu.nvlink_bytes_s < measured.nvlink_bytes_s):
+        return c
+    ratio = measured.nvlink_bytes_s / gpu.nvlink_bytes_s
+
+    def scaled(tables: dict) -> dict:
+        return {
+            kind: {
+                n: link.slower(ratio) if kind == "nvswitch" and int(n) <= gpu.nvlink_gpus else link
+                for n, link in table.items()
+            }
+            for kind, table in tables.items()
+        }
+
+    return replace(c, all_reduce=scaled(c.all_reduce), exchange=scaled(c.exchange))
 
 
 def calibration_source(gpu: GpuSpec) -> tuple[str, str]:
@@ -857,7 +895,7 @@ def shipped_calibration(
     if release is not None:
         c = _with_other_releases_shapes(c, chip, release)
     if chip != gpu.name:
-        c = replace(c, gpu=gpu.name, derived_from=chip)
+        c = on_slower_nvlink(replace(c, gpu=gpu.name, derived_from=chip), GPU_PRESETS.get(chip), gpu)
     elif c.derived_from and not note:
         note = f"{gpu.name}: calibration derived from {c.derived_from} measurements (same chip)"
     return c, "; ".join(n for n in (note, release_note) if n)
