@@ -106,6 +106,11 @@ def test_amd_gpus_borrow_hopper_efficiencies_with_a_warning():
         ("NVIDIA GeForce RTX 3090", "rtx-3090"),
         ("NVIDIA RTX PRO 6000 Blackwell Server Edition", "rtx-pro-6000"),
         ("NVIDIA H20", "h20"),
+        ("NVIDIA H800", "h800"),
+        ("NVIDIA A800-SXM4-80GB", "a800-80gb"),
+        ("NVIDIA H800 PCIe", "h100-pcie"),  # a PCIe export card: the PCIe card it was cut from
+        ("NVIDIA A800 80GB PCIe", "a100-80gb-pcie"),
+        ("NVIDIA H100 80GB PCIe", "h100-pcie"),
         ("NVIDIA GB200", "gb200"),
         ("NVIDIA B300 SXM6 AC", "b300"),
         ("AMD Instinct MI300X", "mi300x"),

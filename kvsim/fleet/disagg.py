@@ -5,8 +5,9 @@ The flow follows vLLM's P/D disaggregation (the NIXL connector behind a proxy, a
 1. A request arrives; the prefill router picks a prefill engine, which serves the prompt as a request with
    one output token (``max_tokens=1``).
 2. When the prefill finishes, the engine keeps the KV (parked: it still counts in that engine's memory)
-   and the decode router picks a decode engine; the proxy sends it the request again, which passes that
-   engine's own API server (its handler, the prompt tokenized again) and joins its queue.
+   and the decode router picks a decode engine; once the prefill side's API server has delivered the response
+   to the proxy, the proxy sends the request again to that engine's own API server (its handler, the prompt
+   tokenized again), and it joins the engine's queue.
 3. The decode engine admits it in queue order when a seat and memory for the prompt's KV are free (that
    memory is reserved from then on), takes what its own prefix cache holds and loads the rest over the
    link: ``latency + bytes / (bandwidth x lanes)``, one lane per GPU pair (min of the two TP degrees).
@@ -16,8 +17,8 @@ The flow follows vLLM's P/D disaggregation (the NIXL connector behind a proxy, a
    token (which emits the first output token, as vLLM's decode instance does) and decodes the rest, its API
    server streaming every token (the prefill side's streams only the one token of its response).
 
-TTFT therefore includes both API servers' intake, prefill queueing, the prefill, the wait for decode memory,
-the transfer and the first decode iteration.
+TTFT therefore includes both API servers' intake, prefill queueing, the prefill, the response's delivery to the
+proxy, the wait for decode memory, the transfer, the first decode iteration and its delivery.
 """
 
 from __future__ import annotations
@@ -255,7 +256,8 @@ def simulate_disagg(
     req.insert(0, "prefill_replica", prefill_of)
     req.insert(1, "decode_replica", decode_of)
     req["handoff_s"] = handoff_t + t0
-    # handed off until the decode engine had memory for it (after its API server's intake)
+    # handed off until the decode engine had memory for it (after the prefill's response reached the proxy and the
+    # decode side's API server took the request in)
     req["decode_wait_s"] = load_start - handoff_t
     req["kv_transfer_s"] = load_end - load_start  # with a shared link: its wait for the NICs too
     req["kv_transfer_bytes"] = load_bytes

@@ -296,6 +296,13 @@ ALIASES = {
     "a800": "a800-80gb",
     "a800-sxm4-80gb": "a800-80gb",
     "a800-sxm-80gb": "a800-80gb",
+    # the PCIe export cards are the PCIe cards they were cut from (a PCIe card is priced without NVLink)
+    "h800-pcie": "h100-pcie",
+    "h800-pcie-80gb": "h100-pcie",
+    "h800-80gb-pcie": "h100-pcie",
+    "h100-80gb-pcie": "h100-pcie",
+    "a800-80gb-pcie": "a100-80gb-pcie",
+    "a800-pcie-80gb": "a100-80gb-pcie",
     "b300-sxm6-ac": "b300",
     "b300-sxm6": "b300",
     "rtx-pro-6000-blackwell-server-edition": "rtx-pro-6000",

@@ -592,18 +592,16 @@ STAND_IN_ARCH = {"cdna3": ("hopper", "NVIDIA Hopper efficiencies: no AMD kernel 
 def on_slower_nvlink(c: Calibration, measured: GpuSpec | None, gpu: GpuSpec) -> Calibration:
     """``c`` (collectives measured on ``measured``) for ``gpu``: where ``gpu``'s NVLink is slower (H800 and A800,
     the export parts of H100 and A100: 200 GB/s each way against 450 and 300), the collectives among GPUs one
-    NVLink domain joins take their bandwidth-bound part that many times slower (:meth:`LinkParams.slower`);
-    groups beyond the domain cross the NICs, as measured. Unchanged where either bandwidth is not stated."""
+    NVLink domain joins (through NVSwitch or pairwise links) take their bandwidth-bound part that many times
+    slower (:meth:`LinkParams.slower`); groups beyond the domain cross the NICs, as measured. Unchanged where
+    either bandwidth is not stated."""
     if measured is None or not (0 < gpu.nvlink_bytes_s < measured.nvlink_bytes_s):
         return c
     ratio = measured.nvlink_bytes_s / gpu.nvlink_bytes_s
 
     def scaled(tables: dict) -> dict:
         return {
-            kind: {
-                n: link.slower(ratio) if kind == "nvswitch" and int(n) <= gpu.nvlink_gpus else link
-                for n, link in table.items()
-            }
+            kind: {n: link.slower(ratio) if int(n) <= gpu.nvlink_gpus else link for n, link in table.items()}
             for kind, table in tables.items()
         }
 
