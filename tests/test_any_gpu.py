@@ -79,6 +79,21 @@ def test_export_parts_take_their_collectives_slower_by_their_nvlink():
     assert shipped_calibration(custom)[0].all_reduce == shipped_calibration(get_gpu("h800"))[0].all_reduce
 
 
+def test_a_slower_link_by_hand():
+    """Two lines (custom all-reduce: 5 us + bytes / 100 GB/s; NCCL: 20 us + bytes / 400 GB/s) and two measured
+    points, over a link half as fast: the lines' bandwidths halve, latencies stay; each point gains its bytes over
+    the bandwidth of the line that is faster at its size (1 MB: the custom line, 10 us more; 64 MB: NCCL's,
+    160 us more)."""
+    from kvsim.latency.calibration import LinkParams
+
+    link = LinkParams(5e-6, 100e9, 20e-6, 400e9, ((1e6, 14e-6), (64e6, 180e-6)))
+    half = link.slower(2.0)
+    assert (half.latency_s, half.bandwidth, half.large_latency_s, half.large_bandwidth) == (5e-6, 50e9, 20e-6, 200e9)
+    assert [b for b, _ in half.points] == [1e6, 64e6]
+    assert [t for _, t in half.points] == pytest.approx([24e-6, 340e-6])
+    assert half.seconds(1e6) == pytest.approx(24e-6) and half.seconds(64e6) == pytest.approx(340e-6)
+
+
 def test_amd_gpus_borrow_hopper_efficiencies_with_a_warning():
     c, note = shipped_calibration(get_gpu("mi300x"))
     assert c.gpu == "mi300x" and c.derived_from == "h100-80gb"
