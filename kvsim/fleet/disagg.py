@@ -247,7 +247,7 @@ def simulate_disagg(
         elif math.isnan(handoff_t[k]):
             ds.reason = "in prefill at end of simulation"
         elif math.isnan(load_start[k]):
-            ds.reason = "waiting for decode memory at end of simulation"
+            ds.reason = "handed off, not yet admitted by the decode engine at end of simulation"
     end = max((e.now for e in engines), default=0.0)
     wall = time.perf_counter() - wall0
     outs = replica_outputs(engines, P.pools + D.pools, trace, end, wall)

@@ -215,7 +215,7 @@ class PrefillDecode:
             elif id(ds) in held:
                 ds.reason = "never decoded: no decode replica was serving"
             elif math.isnan(self.load_start[sid]):
-                ds.reason = "waiting for decode memory at end of simulation"
+                ds.reason = "handed off, not yet admitted by the decode engine at end of simulation"
 
     def columns(self, req, t0: float) -> None:
         """The hand-off's columns of the requests table (as kvsim.fleet.disagg's)."""
