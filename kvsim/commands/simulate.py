@@ -240,7 +240,10 @@ def simulate_all(a: argparse.Namespace, allocator_names: str, command: str) -> i
     try:
         for name in allocators:
             with Progress(len(loaded.requests), f"{str(name):>12}") as bar:
-                outputs.append(simulate(loaded.requests, cfg, name, pool, observer=recorder, progress=bar.update))
+                o = simulate(loaded.requests, cfg, name, pool, observer=recorder, progress=bar.update)
+            # its tables are built: its sequences go before the next allocator's run (a million of them each)
+            o.result.sequences = []
+            outputs.append(o)
         ok = True
     finally:
         if recorder is not None:

@@ -90,6 +90,22 @@ class SwapTiming:
         return calls * self.per_block_s + units * unit_slots * self.bytes_per_slot / self.pcie_bandwidth
 
 
+def loop_delivery(intake: Intake, deliver_s: float) -> Callable[..., float]:
+    """The scheduler's ``delivered`` in front of a V1 API server: the client gets a token of ``seq`` the engine
+    made at ``t`` once ``intake``'s event loop is through the work that became ready before (:meth:`Intake.delivered`:
+    handlers, earlier iterations' streaming), ``deliver_s`` later; the wait for the loop counts in the first
+    token's front-end time. (A function, not a bound method of the engine: the scheduler holding its engine would
+    make every run a reference cycle, its objects freed only by the collector's next full pass.)"""
+
+    def delivered(seq: Sequence, t: float, first: bool = False) -> float:
+        free = intake.delivered(seq.api_server, t)
+        if first:
+            seq.frontend_s += free - t
+        return free + deliver_s
+
+    return delivered
+
+
 class Engine:
     """One engine on a clock shared with its driver (seconds after the run's first arrival)."""
 
@@ -166,7 +182,7 @@ class Engine:
         self._streamed_until = 0.0
         self._run_steps_s: list[float] | None = None  # the decode run in flight's step durations, once asked for
         if self._loop_bound:
-            self.sched.delivered = self._delivered
+            self.sched.delivered = loop_delivery(self._intake, self._deliver_s)
         # multi-step scheduling: decode steps left in the window in flight (0: none), the seconds of its last
         # step, and the sequences finished in it, delivered at its end with their completed requests' count
         self._window = cfg.num_scheduler_steps
@@ -446,15 +462,6 @@ class Engine:
             for server, free in enumerate(done):
                 if free > end:
                     self._behind_loop(server, end, free)
-
-    def _delivered(self, seq: Sequence, t: float, first: bool = False) -> float:
-        """When the client gets a token of ``seq`` the engine made at ``t``: once its API server's event loop is
-        through the work that became ready before (:meth:`Intake.delivered`: handlers, earlier iterations'
-        streaming), a delivery later; the wait for the loop counts in the first token's front-end time."""
-        free = self._intake.delivered(seq.api_server, t)
-        if first:
-            seq.frontend_s += free - t
-        return free + self._deliver_s
 
     def _completed(self, n: int, final: bool = True, t: float | None = None, heard: float | None = None) -> None:
         """``n`` requests left this engine at ``t`` (default :attr:`now`); ``final``: they are done (not handed on);

@@ -91,6 +91,15 @@ class StepResult:
     segments: list[tuple[int, Breakdown, int]] = field(default_factory=list)
 
 
+def fixed_delivery(deliver_s: float) -> Callable[..., float]:
+    """When the client gets a token of ``seq`` the engine made at ``t``: a fixed ``deliver_s`` seconds later."""
+
+    def delivered(seq: Sequence, t: float, first: bool = False) -> float:
+        return t + deliver_s
+
+    return delivered
+
+
 class Scheduler:
     """The serving state and the transitions both schedulers share."""
 
@@ -107,7 +116,9 @@ class Scheduler:
         # first tokens and finishes are stamped when the client gets them: the API server's delivery later (the
         # engine replaces this with one that also waits for its API server's event loop: Engine._delivered)
         self.deliver_s = cfg.api_server.deliver_s
-        self.delivered: Callable[..., float] = self._fixed_delivery  # (seq, t, first=False) -> seconds
+        # (seq, t, first=False) -> seconds; a function holding no reference to the scheduler (a bound method would
+        # make every run a reference cycle, its millions of objects left for the collector's next full pass)
+        self.delivered: Callable[..., float] = fixed_delivery(self.deliver_s)
         # windowed kinds of layer whose decode reads the latency model wants counted (LatencyModel.windows)
         self.windows = windows
         self.pick_victim = victim_policy
@@ -150,10 +161,6 @@ class Scheduler:
         self.releases: list[tuple[float, int]] = []
         self.kv_loader: Callable[[Sequence, int, float], float] | None = None
         self.loading: list[tuple[float, int, Sequence]] = []
-
-    def _fixed_delivery(self, seq: Sequence, t: float, first: bool = False) -> float:
-        """When the client gets a token of ``seq`` the engine made at ``t``: a fixed delivery later."""
-        return t + self.deliver_s
 
     @property
     def preemptions(self) -> int:
