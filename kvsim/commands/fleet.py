@@ -255,6 +255,8 @@ def cmd_cluster(a: argparse.Namespace) -> int:
             check_accounted(label, f.summary)
             warn_if_mostly_rejected(label, f.requests)
             warn_if_api_server_busy(f"{label} (busiest replica)", f.api_server_busy)
+            for o in f.replicas:  # their tables are built: the sequences go before the next router's run
+                o.result.sequences = []
             fleets.append(f)
     replicas = max(len(f.replicas) for f in fleets)
     title = f"{trace_name} · {cfg.model.name} · " + " vs ".join(_layout_name(g) for _, g in layouts) + f" · {spec}"
