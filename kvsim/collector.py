@@ -30,8 +30,9 @@ def kept_apart() -> Iterator[None]:
     and the youngest generation collected after a million new objects instead of 700: a simulation's objects
     mostly die young by reference count (a step's lists and tuples), so rare passes find the few cycles at a
     fraction of the cost (a million-request run's loop took ~2 s less of ~55 with the collector off entirely; a
-    20,000-request run leaves ~1,100 cyclic objects in all, so nothing piles up). Nested blocks end as the
-    outermost does."""
+    20,000-request run leaves ~1,100 cyclic objects in all, so nothing piles up). A finished run makes no cycle
+    of its own (tests/test_collector.py): its objects go by reference counting when it is dropped, not at the
+    collector's next full pass. Nested blocks end as the outermost does."""
     if gc.get_freeze_count():
         yield
         return
