@@ -114,7 +114,7 @@ class Scheduler:
         self.cfg = cfg
         self.alloc = allocator
         # first tokens and finishes are stamped when the client gets them: the API server's delivery later (the
-        # engine replaces this with one that also waits for its API server's event loop: Engine._delivered)
+        # engine replaces this with one that also waits for its API server's event loop: engine.loop_delivery)
         self.deliver_s = cfg.api_server.deliver_s
         # (seq, t, first=False) -> seconds; a function holding no reference to the scheduler (a bound method would
         # make every run a reference cycle, its millions of objects left for the collector's next full pass)

@@ -111,6 +111,21 @@ def parse_link(text: str) -> KVLink:
     return KVLink(gbs * 1e9, ms / 1e3, f"{gbs:g}GB/s")
 
 
+# why a request is unfinished that its decode engine had not admitted (in that engine's API server, or waiting for
+# its memory)
+NOT_ADMITTED = "handed off, not yet admitted by the decode engine at end of simulation"
+
+
+def take_over(ds: Sequence, ps: Sequence) -> None:
+    """The decode side's record ``ds`` of a request takes what its prefill ``ps`` did: when it was admitted, its
+    preemptions, the prefix cache's tokens, the prefill side's front-end time (the decode side's API server adds
+    its own) and the prompt tokens whose KV it loads (all but the last, which the decode engine computes)."""
+    ds.admitted_s, ds.preemptions = ps.admitted_s, ps.preemptions
+    ds.cached_tokens, ds.last_cached_tokens = ps.cached_tokens, ps.last_cached_tokens
+    ds.frontend_s = ps.frontend_s
+    ds.remote = ps.prompt - 1
+
+
 def response_transit(ps: Sequence, t: float) -> float:
     """Seconds after its prefill ended at ``t`` until vLLM's proxy has the prefill engine's response for ``ps``
     (its API server's event loop, then the delivery), and sends the request on to the decode side."""
@@ -161,10 +176,7 @@ def simulate_disagg(
     def make_handoff(i: int):
         def handoff(ps: Sequence, t: float) -> None:
             ds = seqs[ps.sid]
-            ds.admitted_s, ds.preemptions = ps.admitted_s, ps.preemptions
-            ds.cached_tokens, ds.last_cached_tokens = ps.cached_tokens, ps.last_cached_tokens
-            ds.frontend_s = ps.frontend_s  # it came in through the prefill side's API server (the decode side's adds)
-            ds.remote = ps.prompt - 1  # the decode engine computes the last prompt token itself
+            take_over(ds, ps)
             if not ds.remote:  # nothing to move: the prefill engine's KV is free now
                 P.engines[i].release(ps.sid, t)
                 touched.append(i)
@@ -250,7 +262,7 @@ def simulate_disagg(
         elif math.isnan(handoff_t[k]):
             ds.reason = "in prefill at end of simulation"
         elif math.isnan(load_start[k]):
-            ds.reason = "handed off, not yet admitted by the decode engine at end of simulation"
+            ds.reason = NOT_ADMITTED
     end = max((e.now for e in engines), default=0.0)
     wall = time.perf_counter() - wall0
     outs = replica_outputs(engines, P.pools + D.pools, trace, end, wall)

@@ -22,7 +22,7 @@ from collections import deque
 from typing import Any, Callable
 
 from kvsim.engine.sequence import Sequence, Status
-from kvsim.fleet.disagg import KVLink, handoff_bytes, prefill_request, response_transit
+from kvsim.fleet.disagg import NOT_ADMITTED, KVLink, handoff_bytes, prefill_request, response_transit, take_over
 
 ROLES = ("both", "prefill", "decode")  # a replica group's role: aggregated, or one of the two pools
 ENDED = (Status.FINISHED, Status.REJECTED, Status.CANCELLED)
@@ -93,10 +93,7 @@ class PrefillDecode:
             f.touched.append(i)
             return
         ds = f.seqs[sid]
-        ds.admitted_s, ds.preemptions = ps.admitted_s, ps.preemptions
-        ds.cached_tokens, ds.last_cached_tokens = ps.cached_tokens, ps.last_cached_tokens
-        ds.frontend_s = ps.frontend_s  # it came in through the prefill side's API server (the decode side's adds)
-        ds.remote = ps.prompt - 1  # the decode replica computes the last prompt token itself
+        take_over(ds, ps)
         if not ds.remote:  # nothing to move: the prefill replica's KV is free now
             f.engines[i].release(sid, t)
             f.touched.append(i)
@@ -215,7 +212,7 @@ class PrefillDecode:
             elif id(ds) in held:
                 ds.reason = "never decoded: no decode replica was serving"
             elif math.isnan(self.load_start[sid]):
-                ds.reason = "handed off, not yet admitted by the decode engine at end of simulation"
+                ds.reason = NOT_ADMITTED
 
     def columns(self, req, t0: float) -> None:
         """The hand-off's columns of the requests table (as kvsim.fleet.disagg's)."""
