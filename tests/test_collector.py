@@ -61,20 +61,44 @@ def test_a_run_leaves_no_reference_cycle():
     from kvsim.runner import simulate
     from kvsim.trace.request import Request
 
+    from kvsim.sim import Fleet, ThresholdAutoscaler
+
     reqs = [Request(str(i), 0.01 * i, 300, 20) for i in range(40)]
     api, bare = config_from_args([]), config_from_args(["--frontend", "none"])
+    simpy = config_from_args(["--clock", "simpy"])
+    moe_dp = config_from_args(["--model", "qwen3-30b-a3b", "--gpu", "h100", "--data-parallel-size", "2"])
+
+    def changing_fleet(decode: bool):
+        """kvsim.sim's fleet, with an autoscaler and a client process (their generators refer to the fleet)."""
+        groups = [ReplicaGroup("p" if decode else "a", simpy, "paged:16", 1)]
+        fleet = Fleet(reqs, groups, decode=[ReplicaGroup("d", simpy, "paged:16", 1)] if decode else None)
+        fleet.process(ThresholdAutoscaler(groups[0].name, target=4).run(fleet))
+
+        def client():
+            for _ in range(3):
+                yield fleet.send(200, 10).done
+
+        fleet.client(client())
+        return fleet.run()
+
     runs = {
         "behind an API server": lambda: simulate(reqs, api, "paged:16"),
         "engine alone": lambda: simulate(reqs, bare, "paged:16+prefix"),
+        "SimPy clock": lambda: simulate(reqs, simpy, "paged:16"),
         "fleet": lambda: simulate_fleet(reqs, [ReplicaGroup("a", api, "paged:16", 2)], "least-requests"),
+        "data-parallel MoE ranks": lambda: simulate_fleet(
+            reqs, [ReplicaGroup("a", moe_dp, "paged:16", 1)], "least-requests"
+        ),
         "disaggregated": lambda: simulate_disagg(
             reqs, [ReplicaGroup("p", api, "paged:16", 1)], [ReplicaGroup("d", api, "paged:16", 1)], "round-robin"
         ),
+        "kvsim.sim fleet": lambda: changing_fleet(decode=False),
+        "kvsim.sim P/D fleet": lambda: changing_fleet(decode=True),
     }
     for label, run in runs.items():
         left = [
             t
             for t in _cyclic_garbage(run)
-            if t in ("Sequence", "Request", "Engine", "Scheduler", "IncrementalScheduler")
+            if t in ("Sequence", "Request", "Engine", "Scheduler", "IncrementalScheduler", "Fleet", "Driver")
         ]
         assert not left, f"{label}: {left} left in reference cycles"

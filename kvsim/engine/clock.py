@@ -127,10 +127,12 @@ def driver(clock: str) -> Callable[..., int]:
 
 
 def close_engines(engines: Seq[Engine]) -> list[Sequence]:
-    """End the run on every engine; the parallel samples they forked (which no trace lists)."""
+    """End the run on every engine (and drop its hooks: :meth:`Engine.detach`); the parallel samples they forked
+    (which no trace lists)."""
     samples = []
     for e in engines:
         e.close()
+        e.detach()
         samples += e.sched.samples
     return samples
 

@@ -682,6 +682,14 @@ class Engine:
         self.memory.finish()
         self.sched.finalize()
 
+    def detach(self) -> None:
+        """Drop the hooks into what drove the run (a fleet's state, the disaggregated pools, the data-parallel
+        ranks it stepped with) once it is over: they would keep the run's objects in reference cycles, freed only
+        by the collector's next full pass instead of by reference counting."""
+        self.on_complete = self.handoff = self.on_finished = self.on_dropped = None
+        self.sched.kv_loader = None
+        self.lockstep = None
+
     def counters(self) -> dict:
         """Allocator and scheduler totals for the run summary."""
         extra = {**self.alloc.counters(), **{k: v for k, v in self.sched.counts.items() if k != "preemptions"}}

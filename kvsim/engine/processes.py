@@ -33,6 +33,27 @@ ARRIVAL = 0  # an arrival's priority: before any engine at the same instant
 class Clock(simpy.Environment):
     """A SimPy environment whose events can be queued at absolute times (seconds on the engines' clock)."""
 
+    def __init__(self) -> None:
+        super().__init__()
+        self._processes: list[simpy.Process] = []
+
+    def process(self, generator: Generator[simpy.Event, Any, Any]) -> simpy.Process:
+        """Run ``generator`` as a process (SimPy's), one :meth:`close` ends."""
+        proc = simpy.Process(self, generator)
+        self._processes.append(proc)
+        return proc
+
+    def close(self) -> None:
+        """The run is over: end every process still waiting (its generator closed, as the collector would close it
+        later) and drop the queued events. A process's suspended frame refers to what it drives, which refers back
+        to the process: without this a run's engines and sequences wait in reference cycles for the collector's
+        next full pass (seconds on a large run, and its memory until then)."""
+        procs, self._processes = self._processes, []
+        for proc in procs:
+            if proc.is_alive:
+                proc._generator.close()
+        self._queue.clear()
+
     def at(self, t: float, priority: int = 1) -> simpy.Event:
         """An event that fires at time ``t`` exactly, after events of a lower ``priority`` at ``t``."""
         ev = simpy.Event(self)
@@ -204,6 +225,14 @@ class Driver:
         ):
             self.done.succeed(self.arrived)
 
+    def close(self) -> None:
+        """The run is over: end its processes and drop the callbacks into what drove it (a fleet), which would
+        otherwise keep the run's objects in reference cycles."""
+        self.env.close()
+        self.procs = []
+        self.route = _no_route
+        self.keep_alive = self.stepped_hook = None
+
     def check_done(self) -> None:
         """See whether the run is over (after something outside the engines changed: a replica became ready)."""
         self._check_done()
@@ -248,4 +277,9 @@ def drive_processes(
     env = Clock()
     driver = Driver(env, engines, arrivals, seqs, route, horizon, hints, touched)
     env.run(until=driver.done)
+    driver.close()
     return driver.arrived
+
+
+def _no_route(seq: Sequence, t: float) -> int | None:
+    raise RuntimeError("the run is over: its driver routes no more requests")

@@ -246,9 +246,6 @@ def simulate_disagg(
     with kept_apart():  # the requests and their sequences live the whole run (kvsim/collector.py)
         arrived = drive(engines, clients.times, routed, route, horizon, hints=False, touched=touched)
     mark_unfinished(seqs, close_engines(engines), n)
-    for e in engines:  # the hooks are closures over the pools: let the run's objects go by reference counting
-        e.handoff = None
-        e.sched.kv_loader = None
     for side in (routed, [seqs[k] for k in kept]):  # both records of a request were sent when its client sent it
         clients.stamp(side, trace.t0)
     for pos, k in enumerate(kept):

@@ -187,6 +187,7 @@ class Fleet:
         self._calls: dict[int, Call] = {}  # requests processes sent and still wait for, by sid
         self._clients_alive = 0  # client processes (Fleet.client) still running: the run is not over
         self._process_error: Exception | None = None  # what a process of the user's raised (run() raises it)
+        self._ran = False
         self._serving: dict[str, list[int]] = {g.name: [] for g in groups}
         self._held: deque[Sequence] = deque()  # arrived while no replica served (P/D: no prefill replica)
         self._starting = {"both": 0, "prefill": 0, "decode": 0}  # replicas starting, by role
@@ -424,14 +425,26 @@ class Fleet:
     def run(self, until_s: float | None = None) -> FleetRun:
         """Run until every request is done and every client process has returned (or the horizon, or
         ``until_s`` seconds on the fleet's clock: what is not done then is unfinished), then the tables."""
+        if self._ran:
+            raise ConfigError("this fleet has run: build a new Fleet to run again")
         stop: Any = self.driver.done
         if until_s is not None:
             require(until_s, POSITIVE, "until_s")
             stop = self.driver.done | self.env.timeout(until_s - self.env.now)
-        with kept_apart():  # the requests and their sequences live the whole run (kvsim/collector.py)
-            self.env.run(until=stop)
-        if self._process_error is not None:
-            raise self._process_error
+        self._ran = True
+        try:
+            with kept_apart():  # the requests and their sequences live the whole run (kvsim/collector.py)
+                self.env.run(until=stop)
+            if self._process_error is not None:
+                raise self._process_error
+            return self._results()
+        finally:  # its processes end and the engines drop their hooks: the run's objects go by reference counting
+            self.driver.close()
+            for e in self.engines:
+                e.detach()
+
+    def _results(self) -> FleetRun:
+        """The tables of the run that just ended."""
         end = self.env.now
         arrived = self.driver.arrived
         mark_unfinished(self.seqs, close_engines(self.engines), arrived)

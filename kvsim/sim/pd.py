@@ -18,6 +18,7 @@ counting as done.
 from __future__ import annotations
 
 import math
+import weakref
 from collections import deque
 from typing import Any, Callable
 
@@ -33,7 +34,7 @@ class PrefillDecode:
     its KV is, the decode router, the link and the engines' hooks."""
 
     def __init__(self, fleet: Any, link: KVLink, shared_link: bool):  # fleet: the kvsim.sim.fleet.Fleet it serves
-        self.fleet = fleet
+        self.fleet = weakref.proxy(fleet)  # the fleet holds these pools: no cycle that outlives the run
         self.link = link
         self.shared_link = shared_link
         self.pseqs: list[Sequence] = [Sequence(s.sid, prefill_request(s.req)) for s in fleet.seqs]
