@@ -402,3 +402,12 @@ def test_a_spot_replica_reclaimed_with_notice_drains_then_fails_at_the_deadline(
         assert rep.stopped_s < seen["t"] + notice and run.summary["retried"] == 0
     late = run.requests.arrival_s - CHAT[0].arrival_s > 5.0
     assert not (run.requests.replica == rep.index)[late].any()  # draining from the notice on: nothing new
+
+
+def test_a_fleet_runs_once():
+    """After its run a fleet's processes are closed and its engines let go of it (no reference cycle): running it
+    again is refused, not a second run on a half-dismantled fleet."""
+    fleet = Fleet(CHAT[:20], [_group(1)])
+    _accounted(fleet.run(), 20)
+    with pytest.raises(ConfigError, match="has run"):
+        fleet.run()
