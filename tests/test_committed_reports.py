@@ -100,6 +100,7 @@ def test_example_report_is_todays(folder, tmp_path, monkeypatch, capsys):
         ("validate_silybench.py", "validation-silybench"),
         ("validate_gpustack.py", "validation-gpustack"),
         ("validate_ree2raz.py", "validation-ree2raz"),
+        ("validate_minimax.py", "validation-minimax"),
     ],
 )
 def test_held_out_replay_is_todays(script, folder, tmp_path):

@@ -167,6 +167,7 @@ def test_minimax_m2_preset_and_its_config_with_an_all_attention_layer_list(tmp_p
     )
     assert c.kv_bytes_per_token == m.kv_bytes_per_token
     assert c.params == pytest.approx(m.shape_params(), rel=1e-3)
+    assert c.qk_norm_all_heads and m.qk_norm_all_heads
     p.write_text(json.dumps({**cfg, "attn_type_list": [0] + [1] * 61}))  # a lightning-attention layer
     with pytest.raises(ConfigError, match="attn_type_list"):
         get_model(str(p))
@@ -519,3 +520,27 @@ def test_naming_awq_or_gptq_on_a_release_before_0_24_says_vllm_runs_its_plain_ke
     assert "plain AWQ kernels" in named.format_note and named.weight_quant == "w4a16"
     assert "plain" not in config_from_args([*args, "-q", "awq_marlin"]).model.format_note
     assert "plain" not in config_from_args(args).model.format_note
+
+
+def test_minimax_m2_all_reduces_its_qk_norm_per_layer_with_tensor_parallelism():
+    """vLLM's MiniMax-M2 normalizes q and k over all heads (MiniMaxText01RMSNormTP.forward_qk): at TP > 1 each of its
+    62 attention layers all-reduces 2 fp32 values a token beyond the usual two all-reduces; at TP 1 nothing."""
+    from dataclasses import replace
+
+    from kvsim.latency import build_latency
+    from kvsim.options import config_from_options
+
+    def comm(model, tp, tokens):
+        opts = {"model": "MiniMaxAI/MiniMax-M2.5", "gpu": "h200", "tensor_parallel_size": tp}
+        cfg = config_from_options({**opts, "enable_expert_parallel": tp > 1})
+        cfg = replace(cfg, model=model)
+        lat = build_latency(cfg)
+        while not hasattr(lat, "communication_s"):
+            lat = lat.inner if hasattr(lat, "inner") else lat.base
+        return lat.communication_s(tokens, tokens), lat
+
+    m = get_model("MiniMaxAI/MiniMax-M2.5")
+    with_norm, lat = comm(m, 8, 16)
+    without, _ = comm(replace(m, qk_norm_all_heads=False), 8, 16)
+    assert with_norm - without == pytest.approx(62 * lat._links.seconds(16 * 8), rel=1e-9)
+    assert comm(m, 1, 16)[0] == comm(replace(m, qk_norm_all_heads=False), 1, 16)[0] == 0.0

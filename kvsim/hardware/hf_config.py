@@ -99,6 +99,8 @@ def model_from_hf_config(path: str) -> ModelSpec:
     more["rotary_dim"] = _rotary_dim_from_hf(cfg, path, model_type, head_dim)
     if model_type == "gpt_oss":  # vLLM renders its chat with Harmony (kvsim/chat_template.py)
         more["chat_renderer"] = "harmony"
+    if model_type == "minimax_m2":  # vLLM's MiniMax-M2 normalizes q and k over all heads (MiniMaxText01RMSNormTP)
+        more["qk_norm_all_heads"] = True
     spec = ModelSpec(name, layers, heads, kv, head_dim, 0.0, ctx, dtype, hidden, ffn, vocab, gated, tied, **more)
     spec = replace(spec, params=spec.shape_params(), from_config=True)
     return spec.validate()

@@ -117,6 +117,9 @@ class ModelSpec:
     # how vLLM's chat endpoint renders a conversation: "jinja" (the checkpoint's Hugging Face chat template) or
     # "harmony" (gpt-oss: OpenAI's Harmony renderer, no template; kvsim/chat_template.py)
     chat_renderer: str = "jinja"
+    # the attention's QK norm spans every head (MiniMax-M2's qk_norm_type "per_layer"): with tensor parallelism vLLM
+    # sums each token's q and k variances over the ranks, one more all-reduce (2 fp32 values a token) per layer
+    qk_norm_all_heads: bool = False
 
     def __post_init__(self) -> None:
         if self.hidden_size <= 0 and self.q_heads > 0 and self.head_dim > 0:

@@ -456,6 +456,7 @@ MODEL_PRESETS: dict[str, ModelSpec] = {
             weight_dtype="fp8",
             weight_quant="fp8_block",
             quant_method="fp8",
+            qk_norm_all_heads=True,
         ),
         # ai21labs/AI21-Jamba-1.5-Mini: attention every 8th layer from 4 (attn_layer_period 8, offset 4),
         # Mamba-1 elsewhere (d_state 16, d_conv 4, expand 2); MoE every 2nd layer from 1, 16 experts top-2.

@@ -10,7 +10,8 @@ One iteration of a tensor-parallel rank, from the model's real shapes (per GPU: 
   kernels' floor); prefill chunks go through a FlashAttention-style tile and wave model over the
   query x key pairs of each chunk against its cached context and itself.
 - communication (tensor parallelism): two all-reduces of the layer's activations per layer, one for
-  the embedding, and the gather of the logits; each latency + bytes / bandwidth, measured.
+  the embedding, and the gather of the logits; each latency + bytes / bandwidth, measured. A QK norm over
+  all heads (MiniMax-M2) adds one all-reduce of 2 fp32 values a token per attention layer.
 - CPU: the serving engine's own time per iteration (cpu.py), added to the GPU time, or overlapped.
 
 Models whose layers differ (ModelSpec.layer_types, MLA, MoE) are priced layer class by layer class:
@@ -550,6 +551,8 @@ class PerOpModel(LatencyModel):
         h, hd = model.hidden_size, model.head_dim
         self.layers = model.layers
         self.layer_reduces = model.layers + sum(model.ffn_mask)  # one after each mixer, one after each FFN
+        # MiniMax-M2's QK norm over all heads: each attention layer sums its tokens' q and k variances over the ranks
+        self.qk_reduces = model.attention_layers if model.qk_norm_all_heads and tp > 1 else 0
         self.qh = max(1, model.q_heads // tp)
         self.kvh = model.kv_heads_per_gpu(tp)
         self.hd = hd
@@ -755,7 +758,7 @@ class PerOpModel(LatencyModel):
         t = self._comm_cache.get(key)
         if t is None:
             act, logits = self._comm_parts(tokens, sampled)
-            t = (self.layer_reduces + 1 - self.moe_layers) * act + logits
+            t = (self.layer_reduces + 1 - self.moe_layers) * act + logits + self._qk_norm_s(tokens)
             if self.moe_layers:
                 t += self.moe_layers * self.dispatch_s(self._moe_tokens(tokens, sampled))
             if len(self._comm_cache) < 65536:
@@ -861,8 +864,17 @@ class PerOpModel(LatencyModel):
         logits gather, and the send of its hidden states to the next stage."""
         act, logits = self._comm_parts(tokens, sampled)
         return (
-            self._stage_frac * self.layer_reduces * act + act + logits + self._send.seconds(tokens * self.hidden_bytes)
+            self._stage_frac * (self.layer_reduces * act + self._qk_norm_s(tokens))
+            + act
+            + logits
+            + self._send.seconds(tokens * self.hidden_bytes)
         )
+
+    def _qk_norm_s(self, tokens: int) -> float:
+        """The QK norm's all-reduces of every layer (``qk_reduces``): a token's q and k variances, 2 fp32 values."""
+        if not self.qk_reduces or self._links is None:
+            return 0.0
+        return self.qk_reduces * self._links.seconds(tokens * 8)
 
     def _rotation(self, stages: list) -> tuple:
         """Parts of a rotation of micro-batches, from each one's parts on the slowest stage: that stage works
