@@ -172,6 +172,16 @@ MODEL_PRESETS: dict[str, ModelSpec] = {
         _m("llama-3.3-70b", 80, 8192, 64, 8, 28672, 128256, 131072, 70.6e9, "bf16"),
         # meta-llama/Llama-3.1-405B: 126 layers, 128 heads over 8 KV heads, MLP 53,248 wide, untied embeddings.
         _m("llama-3.1-405b", 126, 16384, 128, 8, 53248, 128256, 131072, 405.9e9, "bf16"),
+        # meta-llama/Llama-3.2-1B and -3B (and -Instruct): tied embeddings, 131,072 positions (rope_scaling llama3,
+        # factor 32); 1B's heads are 64 wide
+        _m("llama-3.2-1b", 16, 2048, 32, 8, 8192, 128256, 131072, 1.24e9, "bf16", head_dim=64, tied=True),
+        _m("llama-3.2-3b", 28, 3072, 24, 8, 8192, 128256, 131072, 3.21e9, "bf16", head_dim=128, tied=True),
+        # Qwen/Qwen2.5-14B-Instruct and -32B-Instruct: GQA 40 heads over 8 KV heads, qkv bias, untied, 32,768
+        # positions in the instruct models' config.json (YaRN for more is opt-in)
+        _m("qwen2.5-14b", 48, 5120, 40, 8, 13824, 152064, 32768, 14.7e9, "bf16", head_dim=128),
+        _m("qwen2.5-32b", 64, 5120, 40, 8, 27648, 152064, 32768, 32.5e9, "bf16", head_dim=128),
+        # microsoft/phi-4: 40 heads over 10 KV heads, fused qkv and gate/up, 16,384 positions, untied
+        _m("phi-4", 40, 5120, 40, 10, 17920, 100352, 16384, 14.7e9, "bf16", head_dim=128),
         # Qwen/Qwen3-8B, Qwen3-14B, Qwen3-32B: head_dim 128 (not hidden / heads for 32B), 40,960 positions, untied.
         # Qwen/Qwen3-0.6B, -1.7B, -4B: tied embeddings
         _m("qwen3-0.6b", 28, 1024, 16, 8, 3072, 151936, 40960, 0.596e9, "bf16", head_dim=128, tied=True),
@@ -500,6 +510,15 @@ for _name in ("qwen3-30b-a3b", "qwen3-235b-a22b", "qwen3-30b-a3b-fp8", "qwen3-23
     MODEL_PRESETS[_new] = replace(MODEL_PRESETS[_name], name=_new, max_context=262144)
 del _name, _new
 MODEL_PRESETS["glm-4.6"] = replace(MODEL_PRESETS["glm-4.5"], name="glm-4.6", max_context=202752)
+# Qwen/QwQ-32B: Qwen2.5-32B's shapes, 40,960 positions; deepseek-ai/DeepSeek-R1-Distill-Qwen-14B / -32B: Qwen2.5's
+# base models' shapes with 131,072 positions; Qwen/Qwen3-4B-Instruct-2507 / -Thinking-2507: Qwen3-4B with 262,144
+MODEL_PRESETS["qwq-32b"] = replace(MODEL_PRESETS["qwen2.5-32b"], name="qwq-32b", max_context=40960)
+for _size in ("14b", "32b"):
+    MODEL_PRESETS[f"deepseek-r1-distill-qwen-{_size}"] = replace(
+        MODEL_PRESETS[f"qwen2.5-{_size}"], name=f"deepseek-r1-distill-qwen-{_size}", max_context=131072
+    )
+del _size
+MODEL_PRESETS["qwen3-4b-2507"] = replace(MODEL_PRESETS["qwen3-4b"], name="qwen3-4b-2507", max_context=262144)
 # moonshotai/Kimi-K2-Instruct-0905: Kimi-K2's weights retrained for 262,144 positions (YaRN factor 64 over 4,096;
 # the July release 32). moonshotai/Kimi-K2-Thinking: the same 262,144 positions with Kimi-K2.5's compressed-tensors
 # INT4 routed experts (W4A16, a bf16 scale per 32; attention, shared experts and layer 0's MLP in bf16), text only
@@ -522,6 +541,15 @@ HF_IDS = {
         for v in ("", "-Instruct")
     },
     "meta-llama/Llama-3.3-70B-Instruct": "llama-3.3-70b",
+    **{f"meta-llama/Llama-3.2-{s}{v}": f"llama-3.2-{s.lower()}" for s in ("1B", "3B") for v in ("", "-Instruct")},
+    # DeepSeek's R1 distills of Llama keep their base models' config.json shapes
+    "deepseek-ai/DeepSeek-R1-Distill-Llama-8B": "llama-3.1-8b",
+    "deepseek-ai/DeepSeek-R1-Distill-Llama-70B": "llama-3.3-70b",
+    **{f"deepseek-ai/DeepSeek-R1-Distill-Qwen-{s}": f"deepseek-r1-distill-qwen-{s.lower()}" for s in ("14B", "32B")},
+    **{f"Qwen/Qwen2.5-{s}-Instruct": f"qwen2.5-{s.lower()}" for s in ("14B", "32B")},
+    "Qwen/QwQ-32B": "qwq-32b",
+    "microsoft/phi-4": "phi-4",
+    **{f"Qwen/Qwen3-4B-{v}-2507": "qwen3-4b-2507" for v in ("Instruct", "Thinking")},
     **{f"codellama/CodeLlama-34b{v}-hf": "codellama-34b" for v in ("", "-Instruct", "-Python")},
     **{f"mistralai/Mistral-7B-Instruct-v0.{v}": "mistral-7b" for v in (2, 3)},
     "mistralai/Mistral-7B-v0.3": "mistral-7b",
