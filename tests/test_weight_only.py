@@ -1,7 +1,7 @@
 """Weight-only (W4A16, W8A16) and int8 GEMMs priced from measured kernels (benchmarks/fit_weight_only.py)."""
 
 import sys
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import pytest
@@ -21,7 +21,9 @@ def test_the_shipped_fits_are_the_committed_tables_fits_and_predict_shapes_they_
     gpu = get_gpu(chip)
     shipped, _ = shipped_calibration(gpu)
     for q, (p, v, _) in fwo.fitted(chip).items():
-        assert shipped.gemm_quant[q] == replace(p, t0_s=shipped.gemm.t0_s)  # refitting changes nothing
+        # refitting changes nothing (but the last bits: OpenBLAS picks its kernels by CPU, so a least-squares fit on
+        # another machine can stop a few 1e-9 away)
+        assert asdict(shipped.gemm_quant[q]) == pytest.approx(asdict(replace(p, t0_s=shipped.gemm.t0_s)), rel=1e-6)
         for regime, s in v["held_out"].items():  # every 5th weight shape, by a fit without it
             assert 0.85 <= s["median"] <= 1.15, (chip, q, regime, s)
         assert shipped.fit["weight_only"][q]["held_out"]["all"]["n"] == v["held_out"]["all"]["n"]
