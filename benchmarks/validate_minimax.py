@@ -54,8 +54,8 @@ def server(r, vllm_version: str) -> dict:
 
 def replay(r, vllm_version: str) -> dict:
     """kvsim's median and p99 TTFT and TPOT (seconds) and output tokens/s for run ``r``."""
+    from kvsim.commands.validate import replay_summary
     from kvsim.fleet.cluster import ReplicaGroup, simulate_fleet
-    from kvsim.metrics import percentile
     from kvsim.options import config_from_options
     from kvsim.runner import served_spec, simulate
     from kvsim.trace.request import Request
@@ -64,20 +64,8 @@ def replay(r, vllm_version: str) -> dict:
     reqs = [Request(str(i), 0.0, int(r.isl), int(r.osl), line=i + 1) for i in range(n)]
     cfg = config_from_options(server(r, vllm_version))
     if cfg.dp > 1:
-        out = simulate_fleet(reqs, [ReplicaGroup("dep8", cfg, served_spec(cfg), 1)], "dp-lb")
-    else:
-        out = simulate(reqs, cfg, served_spec(cfg))
-    df = out.requests
-    done = df[df.status == "finished"]
-    ttft, tpot = done.ttft_s.to_numpy(), done.tpot_s.dropna().to_numpy()
-    return {
-        "not_finished": int(len(df) - len(done)),
-        "ttft_p50": percentile(ttft, 50),
-        "ttft_p99": percentile(ttft, 99),
-        "tpot_p50": percentile(tpot, 50),
-        "tpot_p99": percentile(tpot, 99),
-        "out_tok_s": out.summary["throughput_tok_s"],
-    }
+        return replay_summary(simulate_fleet(reqs, [ReplicaGroup("dep8", cfg, served_spec(cfg), 1)], "dp-lb"))
+    return replay_summary(simulate(reqs, cfg, served_spec(cfg)))
 
 
 def main() -> None:

@@ -13,8 +13,9 @@ SUMMARY_METRICS = ("ttft_p50", "ttft_mean", "tpot_p50", "tpot_mean", "out_tok_s"
 
 
 def replay_summary(out) -> dict:
-    """A replayed run's summary as benchmark clients report theirs: requests not finished, median and mean TTFT
-    and TPOT of the finished ones (seconds) and output tokens/s (``out``: a runner.simulate result)."""
+    """A replayed run's summary as benchmark clients report theirs: requests not finished, median, mean and p99
+    TTFT and TPOT of the finished ones (seconds) and output tokens/s (``out``: a runner.simulate or fleet
+    result)."""
     import numpy as np
 
     from kvsim.metrics import percentile
@@ -26,8 +27,10 @@ def replay_summary(out) -> dict:
         "not_finished": int(len(df) - len(done)),
         "ttft_p50": percentile(ttft, 50),
         "ttft_mean": float(np.mean(ttft)),
+        "ttft_p99": percentile(ttft, 99),
         "tpot_p50": percentile(tpot, 50),
         "tpot_mean": float(np.mean(tpot)),
+        "tpot_p99": percentile(tpot, 99),
         "out_tok_s": out.summary["throughput_tok_s"],
     }
 
