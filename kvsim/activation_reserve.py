@@ -36,8 +36,8 @@ skips top-k/top-p in its dummy run until 0.33: 6 bytes per entry, 2 where it als
 L40S, 0.22, keeps about 0.9 GiB more than either peak; its --max-num-seqs is not in the log).
 
 From 0.27 vLLM sizes the KV cache by what the instance consumed since start-up (mem_get_info) plus the profile's
-transient peak, so the model runner's persistent buffers count too: on the V2 runner its sampler's penalty state,
-``max_num_seqs`` x vocabulary x 4.125 bytes (:func:`runner_buffer_bytes`). Four public logs of 0.28-0.31 (docs/
+transient peak, so the model runner's persistent buffers count too: on the V2 runner its sampler's penalty state
+and structured-output bitmask, ``max_num_seqs`` x (vocabulary x 4.25 + 17,960) bytes (:func:`runner_buffer_bytes`). Four public logs of 0.28-0.31 (docs/
 memory.md) still keep 0.4-2 GiB more than kvsim: a larger transient peak than the forward pass and sampler explain
 (Llama-3.1-8B on an A100, 0.31: 1.44 GiB logged with the graphs' estimate, 0.90 kvsim), and with AWQ/GPTQ (Marlin
 repacking) 0.9-1.7 GiB more consumed than the checkpoint's weights; neither is modelled.
@@ -154,6 +154,12 @@ def non_torch_bytes(gpu, tp: int, release: str | None = None) -> float:
 # increase alone: buffers a model runner allocated before the profile now come out of the KV cache too.
 CONSUMED_FROM = "0.27.0"
 PENALTY_BYTES_PER_LOGIT = 4 + 4 / 32  # V2 sampler: int32 output counts, a prompt bitmask (1 bit per entry in int32)
+# the V2 runner's other GPU buffers per sequence (read in the 0.27-0.34 sdists): a structured-output bitmask of 1 bit
+# per vocabulary entry (in int32), and int32 tables of allowed-token ids (1,024), logit-bias ids and values (1,024
+# each), stop ids (128), bad-word ids (1,024) and offsets (129), logprob token ids (128), the logits index and the
+# request state and input offsets (32 bytes); 13 bytes per batched token of input buffers are left out (0.1 MiB at 8,192)
+BITMASK_BYTES_PER_LOGIT = 4 / 32
+V2_TABLE_BYTES_PER_SEQ = 4 * (1024 + 2 * 1024 + 128 + 1024 + 129 + 128 + 1) + 32
 
 
 def runner_buffer_bytes(model, max_num_seqs: int, release: str | None = None) -> float:
@@ -161,11 +167,14 @@ def runner_buffer_bytes(model, max_num_seqs: int, release: str | None = None) ->
     the V2 model runner, its sampler's penalty state, allocated whatever the requests ask: output token counts
     (``max_num_seqs`` x vocabulary int32, vLLM's own comment: "can be very large, taking up GBs") and the prompt
     bitmask (``PenaltiesState``, read in the 0.27-0.34 wheels; 0.59 GiB at 1,024 sequences of Qwen3's 151,936
-    entries). The V1 runner's buffers are a few MiB; before 0.27 neither was counted (they came out of the memory
-    gpu_memory_utilization leaves)."""
+    entries), the structured-output bitmask and its tables of allowed, biased, stop and bad-word token ids
+    (:data:`V2_TABLE_BYTES_PER_SEQ`: 36 MiB more at 1,024 sequences of Qwen3's vocabulary). The V1 runner's
+    buffers (its input-embeddings buffer, batched tokens x hidden in bf16, and block table: tens of MiB) are not
+    counted; before 0.27 neither was (they came out of the memory gpu_memory_utilization leaves)."""
     if not at_least(release, CONSUMED_FROM) or not v2_runner_default(model, release):
         return 0.0
-    return PENALTY_BYTES_PER_LOGIT * max_num_seqs * model.vocab_size
+    per_logit = PENALTY_BYTES_PER_LOGIT + BITMASK_BYTES_PER_LOGIT
+    return max_num_seqs * (per_logit * model.vocab_size + V2_TABLE_BYTES_PER_SEQ)
 
 
 class ReserveParts(NamedTuple):

@@ -150,16 +150,21 @@ def test_the_kv_pool_and_tokens_of_an_fp8_kv_checkpoint_match_its_vllm_0_14_log(
 
 def test_from_0_27_the_v2_runners_penalty_buffers_come_out_of_the_kv_cache():
     """vLLM 0.27 sizes the KV cache by what the instance consumed (mem_get_info), so the V2 model runner's
-    sampler state allocated before the profile counts: int32 output counts and a 1-bit prompt mask per (sequence,
-    vocabulary entry). By hand for Qwen3-8B at 1,024 sequences: 1,024 x 151,936 x (4 + 4 / 32) bytes."""
+    buffers allocated before the profile count: its sampler's int32 output counts and 1-bit prompt mask per
+    (sequence, vocabulary entry), the structured-output bitmask (1 bit per entry), and per sequence int32 tables of
+    1,024 allowed-token ids, 1,024 logit-bias ids and 1,024 values, 128 stop ids, 1,024 bad-word ids and 129
+    offsets, 128 logprob token ids, the logits index, and 32 bytes of request state and input offsets (0.27-0.34
+    sdists). By hand for Qwen3-8B at 1,024 sequences: 1,024 x (151,936 x (4 + 4 / 32 + 4 / 32) + 17,960) bytes."""
     from kvsim.activation_reserve import runner_buffer_bytes
 
     qwen, llama_moe = get_model("qwen3-8b"), get_model("qwen3-30b-a3b")
-    assert runner_buffer_bytes(qwen, 1024, "0.30.0") == 1024 * 151936 * 4.125 == 641_777_664
+    tables = 4 * (1024 + 1024 + 1024 + 128 + 1024 + 129 + 128 + 1) + 32
+    assert tables == 17_960
+    assert runner_buffer_bytes(qwen, 1024, "0.30.0") == 1024 * (151936 * 4.25 + tables) == 679_616_512
     assert runner_buffer_bytes(qwen, 1024, "0.26.0") == 0  # counted only from 0.27 (memory_profiling)
     assert runner_buffer_bytes(qwen, 1024, None) == 0
     assert runner_buffer_bytes(llama_moe, 256, "0.28.0") == 0  # a MoE model: the V1 runner until 0.29
-    assert runner_buffer_bytes(llama_moe, 256, "0.29.0") == 256 * 151936 * 4.125
+    assert runner_buffer_bytes(llama_moe, 256, "0.29.0") == 256 * (151936 * 4.25 + tables)
     # silybench's Qwen3-8B on one H100, vLLM 0.30.0, utilization 0.9, 16,384-token context: logged 377,024
     # (bf16) and 430,272 (FP8) tokens; kvsim within 3.5% and 2% (4.4% and 2.4% before the buffers)
     base = ["--model", "Qwen/Qwen3-8B", "--gpu", "h100-80gb", "--vllm-version", "0.30.0", "--max-model-len", "16384"]
