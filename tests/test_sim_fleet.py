@@ -411,3 +411,20 @@ def test_a_fleet_runs_once():
     _accounted(fleet.run(), 20)
     with pytest.raises(ConfigError, match="has run"):
         fleet.run()
+
+
+def test_a_process_failing_in_its_clean_up_does_not_lose_the_run():
+    """The run closes the processes still waiting when it ends (their ``finally`` runs then, as when Python collects
+    a generator); one that raises there is reported, and the run's results stand."""
+    fleet = Fleet(CHAT[:20], [_group(1)])
+
+    def waits_forever():
+        try:
+            yield fleet.env.timeout(1e9)
+        finally:
+            raise ValueError("clean-up failed")
+
+    fleet.process(waits_forever())
+    with pytest.warns(RuntimeWarning, match="clean-up failed"):
+        run = fleet.run(until_s=5.0)
+    assert len(run.requests) == 20

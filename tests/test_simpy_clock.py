@@ -178,3 +178,29 @@ _PLAIN = {
     "chunked": True,
     "extra": ("--frontend", "none", "--no-async-scheduling"),
 }
+
+
+def test_closing_the_clock_ends_its_waiting_processes():
+    """Clock.close ends the processes still waiting (their clean-up runs then; one that raises is reported, not
+    raised) and drops the queued events."""
+    import pytest
+
+    from kvsim.engine.processes import Clock
+
+    env = Clock()
+    cleaned = []
+
+    def waits(name, fail):
+        try:
+            yield env.timeout(10)
+        finally:
+            cleaned.append(name)
+            if fail:
+                raise ValueError(f"{name} failed")
+
+    env.process(waits("a", False))
+    env.process(waits("b", True))
+    env.run(until=1)
+    with pytest.warns(RuntimeWarning, match="b failed"):
+        env.close()
+    assert cleaned == ["a", "b"] and not env._queue

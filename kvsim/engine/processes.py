@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import warnings
 from functools import partial
 from typing import Any, Callable, Generator, Sequence as Seq
 
@@ -51,7 +52,10 @@ class Clock(simpy.Environment):
         procs, self._processes = self._processes, []
         for proc in procs:
             if proc.is_alive:
-                proc._generator.close()
+                try:
+                    proc._generator.close()
+                except Exception as e:  # a user's process failing in its clean-up: the run's results stand
+                    warnings.warn(f"a process raised as the finished run closed it: {e!r}", RuntimeWarning, 2)
         self._queue.clear()
 
     def at(self, t: float, priority: int = 1) -> simpy.Event:

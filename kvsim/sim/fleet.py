@@ -29,6 +29,7 @@ from __future__ import annotations
 import bisect
 import math
 import time
+import warnings
 from collections import deque
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Generator
@@ -439,7 +440,12 @@ class Fleet:
                 raise self._process_error
             return self._results()
         finally:  # its processes end and the engines drop their hooks: the run's objects go by reference counting
+            failed = self._process_error
             self.driver.close()
+            if self._process_error is not failed:  # a process of the user's failed in its clean-up, after the run
+                warnings.warn(
+                    f"a process raised as the finished run closed it: {self._process_error!r}", RuntimeWarning, 2
+                )
             for e in self.engines:
                 e.detach()
 
