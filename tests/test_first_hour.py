@@ -257,6 +257,16 @@ def test_validate_names_the_flags_that_make_a_usable_result_file(tmp_path):
         "--save-result --save-detailed.*duration, completed",
     ):
         read_bench_result(str(p))
+    # a summary with its token totals also says how to replay its load (mean lengths; they varied: said so)
+    summary = {"completed": 40, "total_input_tokens": 40960, "total_output_tokens": 5120, "max_concurrency": 4}
+    p.write_text(json.dumps({**summary, "request_rate": "inf", "median_ttft_ms": 477.0}))
+    with pytest.raises(ConfigError) as e:
+        read_bench_result(str(p))
+    hint = "--num-prompts 40 --random-input-len 1024 --random-output-len 128 --max-concurrency 4`"
+    assert hint in str(e.value) and "varied" not in str(e.value)
+    p.write_text(json.dumps({**summary, "total_input_tokens": 40961, "request_rate": 2.5, "burstiness": 0.5}))
+    with pytest.raises(ConfigError, match=r"--random-input-len 1024 .*--request-rate 2.5 --burstiness 0.5`.*varied"):
+        read_bench_result(str(p))
     detail = {"input_lens": [10**300], "output_lens": [5], "ttfts": [0.1], "itls": [[0.01] * 4]}
     p.write_text(json.dumps(detail))
     with pytest.raises(ConfigError, match="request 0: field 'input_lens': must be a finite number >= 0 and <="):

@@ -56,6 +56,28 @@ def _number(v, where: str, lo: float = 0.0, hi: float = math.inf) -> float:
     return float(v)
 
 
+def _summary_load_hint(d: dict) -> str:
+    """For a summary-only result: the `kvsim run` flags of its load (its prompts, mean lengths from its token
+    totals, clients, rate), to compare the medians by hand; "" where the summary does not say them."""
+    counts = [d.get(k) for k in ("completed", "total_input_tokens", "total_output_tokens")]
+    done, tin, tout = (v if isinstance(v, int) and not isinstance(v, bool) else 0 for v in counts)
+    if min(done, tin, tout) <= 0:
+        return ""
+    flags = [f"--bench vllm-random --num-prompts {done}"]
+    flags.append(f"--random-input-len {round(tin / done)} --random-output-len {round(tout / done)}")
+    conc, rate, burst = d.get("max_concurrency"), d.get("request_rate"), d.get("burstiness")
+    if isinstance(conc, int) and not isinstance(conc, bool) and conc > 0:
+        flags.append(f"--max-concurrency {conc}")
+    if isinstance(rate, (int, float)) and not isinstance(rate, bool) and is_finite(rate) and rate > 0:
+        flags.append(f"--request-rate {rate:g}")
+        if isinstance(burst, (int, float)) and not isinstance(burst, bool) and is_finite(burst) and burst != 1:
+            flags.append(f"--burstiness {burst:g}")
+    varied = tin % done or tout % done
+    return f"; to replay its summary's load and compare the medians yourself: `kvsim run ... {' '.join(flags)}`" + (
+        " (its prompts' and outputs' mean lengths: they varied, give --random-range-ratio)" if varied else ""
+    )
+
+
 def read_bench_result(path: str) -> MeasuredRun:
     """The run recorded in ``path``; every error names the file and the field (and the request index)."""
     from kvsim.files import read_json_object
@@ -69,6 +91,7 @@ def read_bench_result(path: str) -> MeasuredRun:
             "kvsim compares request by request; save the run with `vllm bench serve ... --save-result "
             "--save-detailed` (--save-result alone writes only the summary"
             + (f": {', '.join(have)}, ...)" if have else ")")
+            + _summary_load_hint(d)
         )
     lists = {k: d[k] for k in PER_REQUEST}
     n = len(lists["input_lens"])
