@@ -39,7 +39,7 @@ class Clock(simpy.Environment):
         self._processes: list[simpy.Process] = []
 
     def process(self, generator: Generator[simpy.Event, Any, Any]) -> simpy.Process:
-        """Run ``generator`` as a process (SimPy's), one :meth:`close` ends."""
+        """Run ``generator`` as a SimPy process, which :meth:`close` ends if it still waits then."""
         proc = simpy.Process(self, generator)
         self._processes.append(proc)
         return proc
