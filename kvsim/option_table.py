@@ -195,6 +195,15 @@ OPTIONS: list[Option] = [
         choices="kvsim.hardware.checkpoints:QUANTIZATION_FLAGS",
         default_text="as the checkpoint is",
     ),
+    Option(
+        "language_model_only",
+        ("--language-model-only",),
+        "a multimodal model served without its encoders, as vLLM's flag: the vision tower's weights are not "
+        "loaded (presets that hold one: gemma-3-12b, llama-4-scout, llama-4-maverick, kimi-k2.5)",
+        "model and hardware",
+        False,
+        bool,
+    ),
     # --- KV pool
     Option(
         "gpu_memory_utilization",

@@ -212,6 +212,8 @@ def _build(v: dict[str, Any], given: Mapping[str, Any], name: Callable[[str], st
     from kvsim.speculative import parse_speculative
 
     model = get_model(v["model"]).with_quantization(v["quantization"])  # before the KV dtype: formats declare one
+    if v["language_model_only"]:
+        model = model.language_model_only()
     q = v["quantization"]
     if legacy_int4_kernels(v["vllm_version"], q):
         model = model.with_note(

@@ -44,7 +44,7 @@ safetensors-load-strategy override-attention-dtype response-role tool-server log
 attention-backend expert-placement-strategy decode-context-parallel-size
 prefill-context-parallel-size ubatch-size kv-offloading-backend cpu-offload-params runner convert task
 kv-cache-memory-bytes kv-cache-memory rope-scaling rope-theta max-num-batched-encoder-tokens
-middleware-config dbo-decode-token-threshold dbo-prefill-token-threshold quantization-param-path
+middleware-config dbo-decode-token-threshold dbo-prefill-token-threshold quantization-param-path profiler-config
 enforce-eager-placeholder""".split()
 # `vllm bench serve`: where it sends, what it records, sampling parameters (with --ignore-eos or kvsim's drawn
 # lengths they change no token count), dataset loading that the random dataset does not use

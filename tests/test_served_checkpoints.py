@@ -544,3 +544,22 @@ def test_minimax_m2_all_reduces_its_qk_norm_per_layer_with_tensor_parallelism():
     without, _ = comm(replace(m, qk_norm_all_heads=False), 8, 16)
     assert with_norm - without == pytest.approx(62 * lat._links.seconds(16 * 8), rel=1e-9)
     assert comm(m, 1, 16)[0] == comm(replace(m, qk_norm_all_heads=False), 1, 16)[0] == 0.0
+
+
+def test_language_model_only_leaves_the_vision_tower_out():
+    """vLLM's --language-model-only serves a multimodal model without its encoders: gemma-3-12b's weights lose its
+    0.43 B-parameter vision tower (bf16: 0.86 GB), a text-only model is unchanged; the flag of a pasted `vllm
+    serve` line is taken (and --profiler-config accepted with no effect)."""
+    from kvsim.options import config_from_args
+
+    def weights(*args):
+        return config_from_args(["--gpu", "h100", *args]).model.weight_bytes
+
+    gemma = ["--model", "google/gemma-3-12b-it"]
+    assert weights(*gemma) - weights(*gemma, "--language-model-only") == pytest.approx(0.43e9 * 2)
+    assert weights("--model", "llama-3.1-8b") == weights("--model", "llama-3.1-8b", "--language-model-only")
+    assert get_model("kimi-k2-thinking").encoder_params == 0 < get_model("kimi-k2.5").encoder_params
+    from kvsim.cli import main
+
+    args = ["memory", *gemma, "--gpu", "h100", "--language-model-only", "--profiler-config", '{"profiler": "torch"}']
+    assert main(args) == 0

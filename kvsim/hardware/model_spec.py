@@ -120,6 +120,9 @@ class ModelSpec:
     # the attention's QK norm spans every head (MiniMax-M2's qk_norm_type "per_layer"): with tensor parallelism vLLM
     # sums each token's q and k variances over the ranks, one more all-reduce (2 fp32 values a token) per layer
     qk_norm_all_heads: bool = False
+    # parameters of the multimodal encoders (a vision tower) counted in ``params``: vLLM loads them unless served
+    # with --language-model-only
+    encoder_params: float = 0.0
 
     def __post_init__(self) -> None:
         if self.hidden_size <= 0 and self.q_heads > 0 and self.head_dim > 0:
@@ -307,6 +310,12 @@ class ModelSpec:
         problem = self.tp_problem(tp)
         if problem:
             raise ConfigError(f"--tensor-parallel-size {tp!r}: {problem}")
+
+    def language_model_only(self) -> "ModelSpec":
+        """This model as vLLM's ``--language-model-only`` serves it: without its encoders' weights."""
+        if not self.encoder_params:
+            return self
+        return replace(self, params=self.params - self.encoder_params, encoder_params=0.0)
 
     def with_kv_cache_dtype(self, kv_cache_dtype: str, follow_checkpoint: bool = True) -> "ModelSpec":
         """This model with its KV cache stored as ``kv_cache_dtype`` ('auto': as the checkpoint declares when

@@ -89,6 +89,7 @@ MODEL_PRESETS: dict[str, ModelSpec] = {
             tied=True,
             layer_types=_pattern(48, lambda i: "full" if (i + 1) % 6 == 0 else "sliding"),
             sliding_window=1024,
+            encoder_params=0.43e9,  # its SigLIP vision tower and projector (12.2 B published, 11.77 B by its shapes)
         ),
         # openai/gpt-oss-20b: layer_types alternate sliding_attention (128) / full_attention; 32 experts,
         # top-4, experts in MXFP4.
@@ -134,6 +135,7 @@ MODEL_PRESETS: dict[str, ModelSpec] = {
             experts_per_token=1,
             moe_intermediate_size=8192,
             shared_experts=1,
+            encoder_params=1.2e9,  # its vision tower
         ),
         # deepseek-ai/DeepSeek-V3: MLA (kv_lora_rank 512, qk_rope_head_dim 64, qk_nope 128 -> head_dim 192,
         # v_head_dim 128, q_lora_rank 1536); first_k_dense_replace 3, then 256 routed experts top-8 + 1 shared;
@@ -297,6 +299,7 @@ MODEL_PRESETS: dict[str, ModelSpec] = {
             moe_intermediate_size=8192,
             shared_experts=1,
             moe_layers=tuple(i % 2 == 1 for i in range(48)),
+            encoder_params=1.2e9,  # Scout's vision tower
         ),
         # zai-org/GLM-4.5: 92 layers (the MTP layer vLLM skips without speculative decoding is not counted), GQA
         # with 8 KV heads, half the head rotary (partial_rotary_factor 0.5); the first 3 layers dense, then 160
@@ -442,6 +445,7 @@ MODEL_PRESETS: dict[str, ModelSpec] = {
             moe_intermediate_size=2048,
             shared_experts=1,
             moe_layers=(False,) + (True,) * 60,
+            encoder_params=0.46e9,  # its MoonViT vision tower
         ),
         # MiniMaxAI/MiniMax-M2 (M2.1 and M2.5 share it): 62 layers of ordinary GQA attention (attn_type_list all
         # 1), 48 heads x 128 over a 3,072 hidden size, 8 KV heads, half of each head rotary; 256 experts top-8 of
@@ -523,7 +527,9 @@ MODEL_PRESETS["qwen3-4b-2507"] = replace(MODEL_PRESETS["qwen3-4b"], name="qwen3-
 # the July release 32). moonshotai/Kimi-K2-Thinking: the same 262,144 positions with Kimi-K2.5's compressed-tensors
 # INT4 routed experts (W4A16, a bf16 scale per 32; attention, shared experts and layer 0's MLP in bf16), text only
 MODEL_PRESETS["kimi-k2-0905"] = replace(MODEL_PRESETS["kimi-k2"], name="kimi-k2-0905", max_context=262144)
-MODEL_PRESETS["kimi-k2-thinking"] = replace(MODEL_PRESETS["kimi-k2.5"], name="kimi-k2-thinking", params=1.027e12)
+MODEL_PRESETS["kimi-k2-thinking"] = replace(
+    MODEL_PRESETS["kimi-k2.5"], name="kimi-k2-thinking", params=1.027e12, encoder_params=0.0
+)
 MODEL_PRESETS["mixtral-8x22b-instruct"] = replace(
     MODEL_PRESETS["mixtral-8x22b"], name="mixtral-8x22b-instruct", vocab_size=32768
 )
