@@ -112,6 +112,9 @@ def main(argv: list[str] | None = None) -> int:
     if not args_in:
         parser.print_help()
         return 0
+    from kvsim.vllm_flags import expand_dotted
+
+    args_in = expand_dotted(list(args_in))  # vLLM's --json-option.field value spelling
     ns, unknown = parser.parse_known_args(args_in)
     if unknown:
         chosen = _chosen_parser(parser, ns)

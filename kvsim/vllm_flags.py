@@ -142,3 +142,49 @@ def _is_flag(tok: str) -> bool:
         return False
     except ValueError:
         return True
+
+
+def expand_dotted(args: list[str]) -> list[str]:
+    """vLLM's spelling of a JSON option one field at a time: ``--speculative-config.method mtp
+    --speculative-config.num_speculative_tokens 1`` (or ``--x.key=value``; ``a.b`` nests) is
+    ``--speculative-config '{"method": "mtp", "num_speculative_tokens": 1}'``, each value JSON where it parses
+    (numbers, true/false) and a string otherwise, as vLLM's argument parser reads them. Other arguments as given."""
+    import json
+
+    out: list[str] = []
+    merged: dict[str, dict] = {}
+    at: dict[str, int] = {}  # where each flag's JSON goes (the place of its first field)
+    i = 0
+    while i < len(args):
+        tok = args[i]
+        name, eq, inline = tok.partition("=")
+        base, dot, path = name.partition(".")
+        if not (tok.startswith("--") and dot and path and base[2:] and not base[2:].startswith("-")):
+            out.append(tok)
+            i += 1
+            continue
+        if eq:
+            value = inline
+        elif i + 1 < len(args):
+            value = args[i + 1]
+            i += 1
+        else:
+            out.append(tok)  # no value: left for the parser to name
+            i += 1
+            continue
+        i += 1
+        try:
+            parsed = json.loads(value)
+        except ValueError:
+            parsed = value
+        node = merged.setdefault(base, {})
+        keys = path.split(".")
+        for k in keys[:-1]:
+            node = node.setdefault(k, {})
+        node[keys[-1]] = parsed
+        if base not in at:
+            at[base] = len(out)
+            out += [base, ""]
+    for base, pos in at.items():
+        out[pos + 1] = json.dumps(merged[base])
+    return out

@@ -33,6 +33,32 @@ def test_kvsim_memory_takes_a_pasted_vllm_serve_command_line(capsys):
         assert flag in err
 
 
+def test_a_json_option_given_a_field_at_a_time_as_vllm_takes_it(capsys):
+    """vLLM's `--speculative-config.method mtp --speculative-config.num_speculative_tokens 1` (from InferenceX's
+    GLM-5 serve line) is `--speculative-config '{"method": "mtp", "num_speculative_tokens": 1}'`; a pass-through
+    JSON flag (`--compilation-config.cudagraph_mode=FULL`) is taken the same way; other dotted values are left."""
+    from kvsim.vllm_flags import expand_dotted
+
+    assert expand_dotted(
+        ["--speculative-config.method", "mtp", "-tp", "8", "--speculative-config.num_speculative_tokens", "1"]
+    ) == ["--speculative-config", '{"method": "mtp", "num_speculative_tokens": 1}', "-tp", "8"]
+    assert expand_dotted(["--a.b.c=true", "--out", "x.y", "--trace", "t.jsonl"]) == [
+        "--a",
+        '{"b": {"c": true}}',
+        "--out",
+        "x.y",
+        "--trace",
+        "t.jsonl",
+    ]
+    base = ["memory", "--model", "zai-org/GLM-4.6", "--gpu", "h200", "-tp", "8", "--acceptance-length", "1.8"]
+    dotted = ["--speculative-config.method", "mtp", "--speculative-config.num_speculative_tokens", "1"]
+    assert main([*base, *dotted, "--compilation-config.cudagraph_mode=FULL"]) == 0
+    a = capsys.readouterr()
+    assert "--compilation-config" in a.err
+    assert main([*base, "--speculative-config", '{"method": "mtp", "num_speculative_tokens": 1}']) == 0
+    assert capsys.readouterr().out == a.out
+
+
 def test_flags_kvsim_models_are_applied(tmp_path, capsys):
     assert main(["memory", "--model", "llama-3.1-8b", "--gpu", "h100-80gb", "--kv-cache-memory-bytes", "8G"]) == 0
     out = capsys.readouterr()
