@@ -45,6 +45,7 @@ attention-backend expert-placement-strategy decode-context-parallel-size
 prefill-context-parallel-size ubatch-size kv-offloading-backend cpu-offload-params runner convert task
 kv-cache-memory-bytes kv-cache-memory rope-scaling rope-theta max-num-batched-encoder-tokens
 middleware-config dbo-decode-token-threshold dbo-prefill-token-threshold quantization-param-path profiler-config
+mm-encoder-tp-mode mm-processor-cache-gb logprobs-mode pooler-config
 enforce-eager-placeholder""".split()
 # `vllm bench serve`: where it sends, what it records, sampling parameters (with --ignore-eos or kvsim's drawn
 # lengths they change no token count), dataset loading that the random dataset does not use
@@ -148,7 +149,8 @@ def expand_dotted(args: list[str]) -> list[str]:
     """vLLM's spelling of a JSON option one field at a time: ``--speculative-config.method mtp
     --speculative-config.num_speculative_tokens 1`` (or ``--x.key=value``; ``a.b`` nests) is
     ``--speculative-config '{"method": "mtp", "num_speculative_tokens": 1}'``, each value JSON where it parses
-    (numbers, true/false) and a string otherwise, as vLLM's argument parser reads them. Other arguments as given."""
+    (numbers, true/false) and a string otherwise, as vLLM's argument parser reads them; vLLM's ``-O`` is
+    ``--compilation-config`` (``-O3``, ``-O.level 3``). Other arguments as given."""
     import json
 
     out: list[str] = []
@@ -157,6 +159,18 @@ def expand_dotted(args: list[str]) -> list[str]:
     i = 0
     while i < len(args):
         tok = args[i]
+        if tok.startswith("-O") and not tok.startswith("--"):  # vLLM's -O: --compilation-config (-O3, -O.level 3)
+            rest = tok[2:]
+            if rest.startswith("."):
+                tok = "--compilation-config" + rest
+            elif rest:
+                out += ["--compilation-config", rest]
+                i += 1
+                continue
+            else:
+                out.append("--compilation-config")
+                i += 1
+                continue
         name, eq, inline = tok.partition("=")
         base, dot, path = name.partition(".")
         if not (tok.startswith("--") and dot and path and base[2:] and not base[2:].startswith("-")):

@@ -50,6 +50,12 @@ def test_a_json_option_given_a_field_at_a_time_as_vllm_takes_it(capsys):
         "--trace",
         "t.jsonl",
     ]
+    assert expand_dotted(["-O3", "-O.cudagraph_mode", "FULL"]) == [  # vLLM's -O is --compilation-config
+        "--compilation-config",
+        "3",
+        "--compilation-config",
+        '{"cudagraph_mode": "FULL"}',
+    ]
     base = ["memory", "--model", "zai-org/GLM-4.6", "--gpu", "h200", "-tp", "8", "--acceptance-length", "1.8"]
     dotted = ["--speculative-config.method", "mtp", "--speculative-config.num_speculative_tokens", "1"]
     assert main([*base, *dotted, "--compilation-config.cudagraph_mode=FULL"]) == 0
