@@ -110,11 +110,15 @@ def prefix_caching(cfg: "SimConfig", named: bool) -> bool:
 def served_layout(cfg: "SimConfig") -> str:
     """How vLLM lays out the KV cache of ``cfg``'s model when no allocator is named: ``paged``; for a model whose
     layers differ, its hybrid KV cache manager (``hybrid``), or ``naive`` (every attention layer keeps every
-    token) where the release served the model without it (kvsim.releases)."""
+    token) where the release served the model without it (kvsim.releases) or the user turned it off
+    (``--disable-hybrid-kv-cache-manager``)."""
     from kvsim.releases import hybrid_manager_on
 
     m = cfg.model
-    return "paged" if not m.is_hybrid else "hybrid" if hybrid_manager_on(m, cfg.vllm_version) else "naive"
+    if not m.is_hybrid:
+        return "paged"
+    on = hybrid_manager_on(m, cfg.vllm_version) and not cfg.disable_hybrid_kv_cache_manager
+    return "hybrid" if on else "naive"
 
 
 def state_pages(cfg: "SimConfig") -> int:
@@ -370,6 +374,8 @@ class SimConfig:
     # True: every allocator that can caches prefixes; False: none by default; None: the default allocators
     # do (vLLM V1), named ones run as named (runner.prefix_caching)
     enable_prefix_caching: bool | None = option_default("enable_prefix_caching")
+    # vLLM's --disable-hybrid-kv-cache-manager: a model whose layers differ served in the naive layout (served_layout)
+    disable_hybrid_kv_cache_manager: bool = option_default("disable_hybrid_kv_cache_manager")
     cache_eviction: str = option_default("cache_eviction")  # which cached block a prefix cache drops first
     kv_offloading_size: float = option_default("kv_offloading_size")  # GiB per GPU of a CPU tier (0: none)
     kv_offloading_bandwidth: float | None = None  # GB/s from the CPU tier into one GPU (None: the GPU's PCIe)
@@ -382,6 +388,11 @@ class SimConfig:
         check_fields(self)
         require(self.swap_block_latency_s, NON_NEGATIVE, "swap_block_latency_s")
         model, sched, spec = self.model, self.scheduler, self.speculative
+        if self.disable_hybrid_kv_cache_manager and model.state_layers:
+            raise OptionError(
+                f"{{disable_hybrid_kv_cache_manager}}: {model.name}'s mamba layers need vLLM's hybrid KV cache "
+                "manager (without it vLLM cannot lay out their state beside the attention layers' KV)"
+            )
         tp, pp, dp = self.tensor_parallel_size, self.pipeline_parallel_size, self.data_parallel_size
         for key, n, problem in (
             ("tensor_parallel_size", tp, model.tp_problem(tp)),

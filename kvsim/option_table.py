@@ -427,6 +427,16 @@ OPTIONS: list[Option] = [
         bool,
     ),
     Option(
+        "disable_hybrid_kv_cache_manager",
+        ("--disable-hybrid-kv-cache-manager",),
+        "vLLM's flag: a model whose layers differ keeps every token in every attention layer (sliding-window and "
+        "chunked layers as full attention: kvsim's naive layout) instead of its hybrid KV cache manager's; "
+        "models with mamba layers need the manager, as in vLLM",
+        "scheduler",
+        False,
+        bool,
+    ),
+    Option(
         "enable_prefix_caching",
         ("--enable-prefix-caching",),
         "automatic prefix caching: every allocator that can runs with +prefix (paged -> paged+prefix); "

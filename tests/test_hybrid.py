@@ -829,3 +829,35 @@ def test_prefix_caching_counts_two_state_pages_per_recurrent_group():
     need1 = lay.pool_blocks[0] / one.concurrency_by_layout()["hybrid"]
     need2 = lay.pool_blocks[0] / two.concurrency_by_layout()["hybrid"]
     assert mamba_groups > 0 and need2 - need1 == pytest.approx(mamba_groups)
+
+
+def test_disable_hybrid_kv_cache_manager_serves_the_naive_layout(tmp_path):
+    """vLLM's --disable-hybrid-kv-cache-manager: Gemma-2's sliding layers keep every token as its full ones do
+    (kvsim's naive layout, with prefix caching as by default); a model whose layers are alike is unchanged; a model
+    with mamba layers is refused, as vLLM cannot lay out its state without the manager."""
+    import pandas as pd
+
+    from kvsim.cli import main
+    from kvsim.errors import ConfigError
+    from kvsim.options import config_from_args
+    from kvsim.runner import served_allocator
+
+    flag = ["--disable-hybrid-kv-cache-manager"]
+    gemma = ["--model", "gemma-2-9b", "--gpu", "h100"]
+    assert served_allocator(config_from_args(gemma)) == "hybrid+prefix"
+    assert served_allocator(config_from_args([*gemma, *flag])) == "naive+prefix"
+    assert served_allocator(config_from_args(["--model", "llama-3.1-8b", *flag])) == "paged+prefix"
+    with pytest.raises(ConfigError, match="mamba layers need vLLM's hybrid KV cache manager"):
+        config_from_args(["--model", "jamba-1.5-mini", "--gpu", "h100", *flag])
+    runs = {}
+    load = ["--max-concurrency", "8", "--random-input-len", "6000", "--random-output-len", "20", "--num-prompts", "16"]
+    for extra in ([], flag):
+        out = tmp_path / f"o{len(runs)}"
+        args = ["run", *gemma, *load, "--bench", "vllm-random", "--kv-pool-gb", "4", "--no-plots", "--out", str(out)]
+        assert main([*args, *extra]) == 0
+        runs[bool(extra)] = pd.read_csv(out / "runs.csv").iloc[0]
+    naive, hybrid = runs[True], runs[False]
+    assert naive["allocator"].startswith("naive") and hybrid["allocator"].startswith("hybrid")
+    # 6,000-token prompts: the sliding layers keep only their 4,096-token window with the manager, every token without
+    assert naive["window_freed_blocks"] == 0 < hybrid["window_freed_blocks"]
+    assert naive["peak_held_frac"] > hybrid["peak_held_frac"]
