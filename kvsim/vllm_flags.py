@@ -160,42 +160,28 @@ def expand_dotted(args: list[str]) -> list[str]:
     while i < len(args):
         tok = args[i]
         if tok.startswith("-O") and not tok.startswith("--"):  # vLLM's -O: --compilation-config (-O3, -O.level 3)
-            rest = tok[2:]
-            if rest.startswith("."):
-                tok = "--compilation-config" + rest
-            elif rest:
-                out += ["--compilation-config", rest]
+            if not tok.startswith("-O."):  # the whole config, attached (-O3) or next (-O 3)
+                out += ["--compilation-config", *([tok[2:]] if tok[2:] else [])]
                 i += 1
                 continue
-            else:
-                out.append("--compilation-config")
-                i += 1
-                continue
+            tok = "--compilation-config" + tok[2:]
         name, eq, inline = tok.partition("=")
-        base, dot, path = name.partition(".")
-        if not (tok.startswith("--") and dot and path and base[2:] and not base[2:].startswith("-")):
+        base, _, path = name.partition(".")
+        dotted = tok.startswith("--") and path and base[2:] and not base[2:].startswith("-")
+        if not dotted or (not eq and i + 1 == len(args)):  # (a field without a value: left for the parser to name)
             out.append(tok)
             i += 1
             continue
-        if eq:
-            value = inline
-        elif i + 1 < len(args):
-            value = args[i + 1]
-            i += 1
-        else:
-            out.append(tok)  # no value: left for the parser to name
-            i += 1
-            continue
-        i += 1
+        value, i = (inline, i + 1) if eq else (args[i + 1], i + 2)
         try:
             parsed = json.loads(value)
         except ValueError:
             parsed = value
         node = merged.setdefault(base, {})
-        keys = path.split(".")
-        for k in keys[:-1]:
+        *parents, leaf = path.split(".")
+        for k in parents:
             node = node.setdefault(k, {})
-        node[keys[-1]] = parsed
+        node[leaf] = parsed
         if base not in at:
             at[base] = len(out)
             out += [base, ""]

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from kvsim.errors import ConfigError
 from kvsim.trace.request import Request
 from kvsim.trace.jsonl import MAX_TOKENS  # one request's bound, as a trace line's
-from kvsim.validation import is_finite, shown
+from kvsim.validation import POSITIVE, POSITIVE_INT, RATE, is_finite, shown
 
 
 @dataclass(frozen=True)
@@ -59,18 +59,17 @@ def _number(v, where: str, lo: float = 0.0, hi: float = math.inf) -> float:
 def _summary_load_hint(d: dict) -> str:
     """For a summary-only result: the `kvsim run` flags of its load (its prompts, mean lengths from its token
     totals, clients, rate), to compare the medians by hand; "" where the summary does not say them."""
-    counts = [d.get(k) for k in ("completed", "total_input_tokens", "total_output_tokens")]
-    done, tin, tout = (v if isinstance(v, int) and not isinstance(v, bool) else 0 for v in counts)
-    if min(done, tin, tout) <= 0:
+    done, tin, tout = (d.get(k, 0) for k in ("completed", "total_input_tokens", "total_output_tokens"))
+    if any(POSITIVE_INT(v) for v in (done, tin, tout)):
         return ""
     flags = [f"--bench vllm-random --num-prompts {done}"]
     flags.append(f"--random-input-len {round(tin / done)} --random-output-len {round(tout / done)}")
     conc, rate, burst = d.get("max_concurrency"), d.get("request_rate"), d.get("burstiness")
-    if isinstance(conc, int) and not isinstance(conc, bool) and conc > 0:
+    if not POSITIVE_INT(conc):
         flags.append(f"--max-concurrency {conc}")
-    if isinstance(rate, (int, float)) and not isinstance(rate, bool) and is_finite(rate) and rate > 0:
+    if not RATE(rate):  # a finite rate ("inf", every request at once, is the flags' default)
         flags.append(f"--request-rate {rate:g}")
-        if isinstance(burst, (int, float)) and not isinstance(burst, bool) and is_finite(burst) and burst != 1:
+        if not POSITIVE(burst) and burst != 1:
             flags.append(f"--burstiness {burst:g}")
     varied = tin % done or tout % done
     return f"; to replay its summary's load and compare the medians yourself: `kvsim run ... {' '.join(flags)}`" + (
