@@ -227,9 +227,10 @@ class Intake:
             loop = loops[k]
             while len(loop) > 1 and loop[1][0] < now:  # no token made from now on is behind the oldest
                 loop.popleft()
-            handled = max(sent_s + delay, loop[-1][1] if loop else 0.0) + self._loop_s
+            arrives = sent_s + delay  # when the handler's work becomes ready on the loop
+            handled = max(arrives, loop[-1][1] if loop else 0.0) + self._loop_s
             self.busy_s += self._loop_s
-            loop.append((sent_s, handled))
+            loop.append((arrives, handled))
             done = max(handled, self._tok_free[k]) + prompt_tokens * fe.token_s
             self._tok_free[k] = done
             self.last_handled, self.last_tokenized = handled, done
