@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import Any
 
 from kvsim import __version__
 from kvsim.commands.parser import Parser, make_parser as make_command_parser
@@ -58,26 +59,36 @@ def _take_vllm_flags(chosen: Parser, ns: argparse.Namespace, unknown: list[str])
     own |= {f"--no-{f[2:]}" for o in OPTIONS if o.negatable for f in o.flags if f.startswith("--")}
     rest, taken = take_vllm_flags(unknown, own)
     ignored = []
+    by_flag: dict[str, tuple[str, Any]] = {}  # option key -> (the vLLM flag that set it, its value)
     for flag, value in taken:
         key, convert = APPLIED.get(flag, (None, None))
+        given_as = flag if value is None else f"{flag} {value}"
+        applied = None
         if key is not None and convert is not None and hasattr(ns, key):
             try:
                 applied = convert(value)
             except (TypeError, ValueError) as e:
                 chosen.error(f"{flag}: {e}")
-            given = getattr(ns, key)
-            option = f"--{key.replace('_', '-')}"
-            if given is None:
-                setattr(ns, key, applied)
-                print(
-                    f"note: {flag}{'' if value is None else ' ' + value}: applied as kvsim's {option}", file=sys.stderr
-                )
-            elif _checked(key, given) not in (None, applied):
-                chosen.error(
-                    f"{flag}{'' if value is None else ' ' + value} means {option} {applied}, but {option} {given} is given too"
-                )
+        if key is None or applied is None:
+            ignored.append(given_as)
             continue
-        ignored.append(flag if value is None else f"{flag} {value}")
+        given = getattr(ns, key)
+        option = f"--{key.replace('_', '-')}"
+        if key in by_flag:  # two vLLM flags set it: the last one, but no CUDA graph beats any sizes (as in vLLM)
+            if by_flag[key][1] == "none" and key == "cudagraph_capture_sizes":
+                continue
+        elif given is not None:
+            if _checked(key, given) not in (None, applied):
+                chosen.error(f"{given_as} means {option} {applied}, but {option} {given} is given too")
+            continue
+        by_flag[key] = (given_as, applied)
+        setattr(ns, key, applied)
+    for key, (given_as, applied) in by_flag.items():
+        shown = str(applied)
+        if len(shown) > 60 and "," in shown:  # a long list of sizes: its ends and count
+            items = shown.split(",")
+            shown = f"{','.join(items[:3])},...,{items[-1]} ({len(items)} sizes)"
+        print(f"note: {given_as}: applied as kvsim's --{key.replace('_', '-')} {shown}", file=sys.stderr)
     if ignored:
         print(
             f"note: vLLM flags kvsim does not model for this command, accepted with no effect: {', '.join(ignored)}",
@@ -112,9 +123,15 @@ def main(argv: list[str] | None = None) -> int:
     if not args_in:
         parser.print_help()
         return 0
-    from kvsim.vllm_flags import expand_dotted
+    from kvsim.option_table import OPTIONS
+    from kvsim.vllm_flags import vllm_argv
 
-    args_in = expand_dotted(list(args_in))  # vLLM's --json-option.field value spelling
+    negatable = {f"--no-{f[2:]}" for o in OPTIONS if o.negatable for f in o.flags if f.startswith("--")}
+    try:  # vLLM's rewriting: --config FILE.yaml, --max_num_seqs, -O3, --json-option.field value
+        args_in = vllm_argv(list(args_in), negatable)
+    except KvsimError as e:
+        print(f"kvsim: error: {e}", file=sys.stderr)
+        return 2
     ns, unknown = parser.parse_known_args(args_in)
     if unknown:
         chosen = _chosen_parser(parser, ns)

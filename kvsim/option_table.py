@@ -602,8 +602,9 @@ OPTIONS: list[Option] = [
         "cudagraph_capture_sizes",
         ("--cudagraph-capture-sizes",),
         "per-op: token counts with captured CUDA "
-        "graphs; a step of at most the largest runs its dense layers and all-reduces padded to the next one: "
-        "vllm (its default: 1, 2, 4, every 8 to 255, every 16 to min(2 x max-num-seqs, 512)), none (eager), or a "
+        "graphs (their memory comes off the KV cache from vLLM 0.20); a step of at most the largest runs its dense layers and all-reduces padded to the next one: "
+        "vllm (its default: 1, 2, 4, every 8 to 255, every 16 to min(2 x max-num-seqs, 512); 1,024 on B200/B300 "
+        "from 0.28), none (eager), or a "
         "list such as 1,2,4,8,16",
         "latency",
         "vllm",

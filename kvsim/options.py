@@ -273,7 +273,14 @@ def _build(v: dict[str, Any], given: Mapping[str, Any], name: Callable[[str], st
     if reserve == "vllm" and subtracts_cudagraph_estimate(v["vllm_version"]):
         from kvsim.latency.cuda_graphs import parse_capture_sizes
 
-        graph_sizes = parse_capture_sizes(v["cudagraph_capture_sizes"], v["max_num_seqs"], v["max_num_batched_tokens"])
+        graph_sizes = parse_capture_sizes(
+            v["cudagraph_capture_sizes"],
+            v["max_num_seqs"],
+            v["max_num_batched_tokens"],
+            gpu,
+            v["vllm_version"],
+            spec.num_speculative_tokens if spec is not None else 0,
+        )
     mem = fill(
         MemoryConfig,
         v,

@@ -45,8 +45,8 @@ attention-backend expert-placement-strategy decode-context-parallel-size
 prefill-context-parallel-size ubatch-size kv-offloading-backend cpu-offload-params runner convert task
 kv-cache-memory-bytes kv-cache-memory rope-scaling rope-theta max-num-batched-encoder-tokens
 middleware-config dbo-decode-token-threshold dbo-prefill-token-threshold quantization-param-path profiler-config
-mm-encoder-tp-mode mm-processor-cache-gb logprobs-mode pooler-config
-enforce-eager-placeholder""".split()
+mm-encoder-tp-mode mm-processor-cache-gb logprobs-mode pooler-config attention-config linear-backend
+optimization-level enforce-eager-placeholder""".split()
 # `vllm bench serve`: where it sends, what it records, sampling parameters (with --ignore-eos or kvsim's drawn
 # lengths they change no token count), dataset loading that the random dataset does not use
 _BENCH_SWITCH = """save-result save-detailed append-result disable-tqdm profile disable-shuffle no-oversample
@@ -86,10 +86,81 @@ def _bytes(text: str) -> float:
     return value * scale
 
 
+def _count(text: str, what: str) -> int:
+    """A positive whole number of a flag's value (ValueError naming ``what`` otherwise)."""
+    try:
+        n = int(str(text).strip())
+    except ValueError:
+        raise ValueError(f"{text!r} is not a whole number ({what})") from None
+    if n < 0:
+        raise ValueError(f"{text!r} is negative ({what})")
+    return n
+
+
+def _listed_sizes(sizes) -> str:
+    """A ``--cudagraph-capture-sizes`` value for these token counts ("none" for none)."""
+    return ",".join(str(_count(s, "a CUDA-graph size in tokens")) for s in sizes) or "none"
+
+
+def _graphs_up_to(top) -> str:
+    """vLLM's ``--max-cudagraph-capture-size N`` (0.11.1+): its usual sizes up to N tokens."""
+    from kvsim.latency.cuda_graphs import sizes_up_to
+
+    return _listed_sizes(sizes_up_to(_count(top, "the largest CUDA-graph size in tokens")))
+
+
+def _cuda_graph_sizes(text: str) -> str:
+    """vLLM 0.10-0.11's ``--cuda-graph-sizes``: one value is the largest size (1, 2, 4 and every 8 up to it),
+    several are the sizes themselves."""
+    values = str(text).split()
+    if len(values) == 1:
+        top = _count(values[0], "the largest CUDA-graph size in tokens")
+        return _listed_sizes([s for s in (1, 2, 4) if s <= top] + list(range(8, top + 1, 8)))
+    return _listed_sizes(values)
+
+
+def _optimization_level(text: str) -> str | None:
+    """vLLM 0.13+'s ``-O`` / ``--optimization-level``: 0 compiles nothing and captures no graph (eager); 1-3
+    capture graphs at the default sizes (kvsim does not tell piecewise from full graphs apart)."""
+    level = _count(text, "an optimization level, 0-3")
+    if level > 3:
+        raise ValueError(f"{text!r} is not an optimization level (0-3)")
+    return "none" if level == 0 else None
+
+
+def _compilation_config(text: str) -> str | None:
+    """What a ``--compilation-config`` JSON sets of the CUDA-graph sizes: ``cudagraph_mode`` NONE (eager),
+    ``cudagraph_capture_sizes`` (a list) or ``max_cudagraph_capture_size``; None when it sets none of them (a
+    compilation level, fusion passes: not modelled)."""
+    import json
+
+    try:
+        cfg = json.loads(text)
+    except ValueError:
+        raise ValueError(f'{text!r} is not JSON (e.g. \'{{"cudagraph_mode": "NONE"}}\')') from None
+    if not isinstance(cfg, dict):
+        return None  # a bare compilation level (0.10-0.12's -O3)
+    if str(cfg.get("cudagraph_mode", "")).upper() == "NONE":
+        return "none"
+    if cfg.get("cudagraph_capture_sizes") is not None:
+        sizes = cfg["cudagraph_capture_sizes"]
+        if not isinstance(sizes, list):
+            raise ValueError(f"cudagraph_capture_sizes must be a list of token counts, got {sizes!r}")
+        return _listed_sizes(sizes)
+    if cfg.get("max_cudagraph_capture_size") is not None:
+        return _graphs_up_to(cfg["max_cudagraph_capture_size"])
+    return None
+
+
 # flags kvsim applies through one of its own options, when the command has it: flag -> (option key, value
-# function; ValueError says what is wrong with the value)
+# function: the option's value, or None where this value changes nothing kvsim models; ValueError says what is
+# wrong with the value)
 APPLIED: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "--enforce-eager": ("cudagraph_capture_sizes", lambda v: "none"),  # no CUDA graphs: every step runs eager
+    "--optimization-level": ("cudagraph_capture_sizes", _optimization_level),
+    "--compilation-config": ("cudagraph_capture_sizes", _compilation_config),
+    "--max-cudagraph-capture-size": ("cudagraph_capture_sizes", _graphs_up_to),
+    "--cuda-graph-sizes": ("cudagraph_capture_sizes", _cuda_graph_sizes),
     "--kv-cache-memory-bytes": ("kv_pool_gb", lambda v: _bytes(v) / (1 << 30)),  # a KV pool of this many bytes
     "--kv-cache-memory": ("kv_pool_gb", lambda v: _bytes(v) / (1 << 30)),
     "--backend": ("endpoint", backend_endpoint),  # vllm bench serve: the request its client sends
@@ -145,25 +216,124 @@ def _is_flag(tok: str) -> bool:
         return True
 
 
+def vllm_argv(args: list[str], negatable: frozenset[str] | set[str] = frozenset()) -> list[str]:
+    """A command line as vLLM's argument parser rewrites it before parsing (``FlexibleArgumentParser.parse_args``,
+    0.10-0.34): ``--config FILE`` (a YAML file of options, :func:`config_file_args`) put before the other
+    options so that the command line wins; underscores in option names read as dashes (``--max_num_seqs``, the
+    part before a dot: ``--compilation_config.pass_config.x``); ``-cc`` / ``-ac`` as ``--compilation-config`` /
+    ``--attention-config``, ``-O3`` / ``-O 3`` as ``--optimization-level 3``; JSON options given a field at a
+    time (:func:`expand_dotted`). ``negatable``: boolean options a YAML ``false`` turns off as ``--no-x``.
+    Raises ConfigError for an unreadable config file."""
+    args = _pull_config(list(args), negatable)
+    out: list[str] = []
+    i = 0
+    while i < len(args):
+        tok = args[i]
+        i += 1
+        for short, long in (("-cc", "--compilation-config"), ("-ac", "--attention-config")):
+            if tok == short or tok.startswith((short + ".", short + "=")):
+                tok = long + tok[len(short) :]
+        if tok.startswith("--"):
+            key, eq, value = tok.partition("=")
+            head, dot, tail = key.partition(".")
+            tok = head.replace("_", "-") + dot + tail + eq + value
+        elif tok.startswith("-O") and not tok.startswith("-O."):  # vLLM 0.13+: -O is --optimization-level
+            level = tok[2:].removeprefix("=")
+            if level:
+                out += ["--optimization-level", level]
+                continue
+            if i < len(args) and args[i] in ("0", "1", "2", "3"):
+                tok = "--optimization-level"
+        out.append(tok)
+    return expand_dotted(out)
+
+
+def _pull_config(args: list[str], negatable: frozenset[str] | set[str]) -> list[str]:
+    """``--config FILE`` (or ``--config=FILE``) replaced by the file's options, placed after the command's name
+    and before its other options (vLLM's precedence: the command line over the file)."""
+    where = [i for i, a in enumerate(args) if a == "--config" or a.startswith("--config=")]
+    if not where:
+        return args
+    if len(where) > 1:
+        from kvsim.errors import ConfigError
+
+        raise ConfigError("--config: more than one config file given (vLLM takes one)")
+    i = where[0]
+    if args[i] == "--config":
+        if i + 1 == len(args):
+            from kvsim.errors import ConfigError
+
+            raise ConfigError("--config: no file given (a YAML file of vLLM options, e.g. tensor-parallel-size: 4)")
+        path, rest = args[i + 1], args[:i] + args[i + 2 :]
+    else:
+        path, rest = args[i].partition("=")[2], args[:i] + args[i + 1 :]
+    start = next((k for k, a in enumerate(rest) if a.startswith("-")), len(rest))
+    return rest[:start] + config_file_args(path, negatable) + rest[start:]
+
+
+def config_file_args(path: str, negatable: frozenset[str] | set[str] = frozenset()) -> list[str]:
+    """The options of a vLLM config file (``vllm serve --config FILE``): a YAML mapping of option names to values,
+    read as vLLM reads it (``FlexibleArgumentParser.load_config_file``): ``true`` is the bare flag, ``false`` its
+    ``--no-`` form where the option has one (else nothing), a list the flag followed by its items, a mapping
+    JSON, anything else its text."""
+    import json
+
+    import yaml
+
+    from kvsim.errors import ConfigError
+
+    if not path.endswith((".yaml", ".yml")):
+        raise ConfigError(f"--config {path}: vLLM's config file must be YAML (.yaml or .yml)")
+    try:
+        with open(path, encoding="utf-8") as fh:
+            doc = yaml.safe_load(fh)
+    except OSError as e:
+        raise ConfigError(f"--config {path}: cannot read: {e.strerror}") from None
+    except yaml.YAMLError as e:
+        raise ConfigError(f"--config {path}: not valid YAML: {e}") from None
+    except (RecursionError, ValueError) as e:
+        raise ConfigError(f"--config {path}: not readable YAML ({e})") from None
+    if doc is None:
+        return []
+    if not isinstance(doc, dict):
+        raise ConfigError(f"--config {path}: expected a mapping of vLLM options (e.g. max-num-seqs: 256)")
+    out: list[str] = []
+    for key, value in doc.items():
+        head, dot, tail = str(key).removeprefix("--").partition(".")
+        flag = "--" + head.replace("_", "-") + dot + tail
+        if isinstance(value, bool):
+            off = f"--no-{flag[2:]}"
+            if value:
+                out.append(flag)
+            elif off in negatable or VLLM_FLAGS.get(flag) == "bool":
+                out.append(off)
+        elif isinstance(value, list):
+            if value:
+                out += [flag, *(str(v) for v in value)]
+        elif isinstance(value, dict):
+            out += [flag, json.dumps(value)]
+        elif value is None:
+            raise ConfigError(f"--config {path}: option {key!r} has no value")
+        else:
+            out += [flag, str(value)]
+    return out
+
+
 def expand_dotted(args: list[str]) -> list[str]:
     """vLLM's spelling of a JSON option one field at a time: ``--speculative-config.method mtp
-    --speculative-config.num_speculative_tokens 1`` (or ``--x.key=value``; ``a.b`` nests) is
-    ``--speculative-config '{"method": "mtp", "num_speculative_tokens": 1}'``, each value JSON where it parses
-    (numbers, true/false) and a string otherwise, as vLLM's argument parser reads them; vLLM's ``-O`` is
-    ``--compilation-config`` (``-O3``, ``-O.level 3``). Other arguments as given."""
+    --speculative-config.num_speculative_tokens 1`` (or ``--x.key=value``; ``a.b`` nests; ``--x.key+ a,b`` a list)
+    is ``--speculative-config '{"method": "mtp", "num_speculative_tokens": 1}'``, each value JSON where it parses
+    (numbers, true/false) and a string otherwise, put after the other arguments as vLLM puts it (so it wins over
+    the same option given whole); ``-O.key`` (vLLM before 0.13) is ``--compilation-config.key``. Other arguments
+    as given."""
     import json
 
     out: list[str] = []
     merged: dict[str, dict] = {}
-    at: dict[str, int] = {}  # where each flag's JSON goes (the place of its first field)
     i = 0
     while i < len(args):
         tok = args[i]
-        if tok.startswith("-O") and not tok.startswith("--"):  # vLLM's -O: --compilation-config (-O3, -O.level 3)
-            if not tok.startswith("-O."):  # the whole config, attached (-O3) or next (-O 3)
-                out += ["--compilation-config", *([tok[2:]] if tok[2:] else [])]
-                i += 1
-                continue
+        if tok.startswith("-O."):
             tok = "--compilation-config" + tok[2:]
         name, eq, inline = tok.partition("=")
         base, _, path = name.partition(".")
@@ -173,18 +343,24 @@ def expand_dotted(args: list[str]) -> list[str]:
             i += 1
             continue
         value, i = (inline, i + 1) if eq else (args[i + 1], i + 2)
-        try:
-            parsed = json.loads(value)
-        except ValueError:
-            parsed = value
+        parsed: Any
+        if path.endswith("+"):  # vLLM: a comma-separated list
+            path, parsed = path[:-1], value.split(",")
+        else:
+            try:
+                parsed = json.loads(value)
+            except ValueError:
+                parsed = value
         node = merged.setdefault(base, {})
         *parents, leaf = path.split(".")
         for k in parents:
-            node = node.setdefault(k, {})
-        node[leaf] = parsed
-        if base not in at:
-            at[base] = len(out)
-            out += [base, ""]
-    for base, pos in at.items():
-        out[pos + 1] = json.dumps(merged[base])
+            if not isinstance(node.get(k), dict):
+                node[k] = {}
+            node = node[k]
+        if isinstance(parsed, list) and isinstance(node.get(leaf), list):
+            node[leaf] = node[leaf] + parsed  # vLLM extends a list given twice
+        else:
+            node[leaf] = parsed
+    for base, fields in merged.items():
+        out += [base, json.dumps(fields)]
     return out

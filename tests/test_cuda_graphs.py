@@ -24,6 +24,22 @@ def test_vllm_default_sizes():
             parse_capture_sizes(bad, 256, 8192)
 
 
+def test_vllm_default_sizes_by_release_gpu_and_drafts():
+    """vLLM 0.28+ captures up to 1,024 tokens on data-center Blackwell (``_set_cudagraph_sizes``); 0.27+ counts
+    each sequence's verified drafts and captures the token budget when it is the limit; no release: as before."""
+    from kvsim.hardware import get_gpu
+
+    b200, h100, rtx = get_gpu("b200"), get_gpu("h100-80gb"), get_gpu("rtx-pro-6000")
+    assert vllm_capture_sizes(1024, 8192, b200, "0.28.0")[-1] == 1024
+    assert len(vllm_capture_sizes(1024, 8192, b200, "0.28.0")) == 35 + 48  # every 16 from 256 to 1,024
+    for gpu, release in ((b200, "0.27.0"), (b200, None), (h100, "0.28.0"), (rtx, "0.30.0")):
+        assert vllm_capture_sizes(1024, 8192, gpu, release)[-1] == 512
+    assert vllm_capture_sizes(64, 8192, h100, "0.27.0", draft_tokens=3)[-1] == 512  # 2 x 64 x (1 + 3)
+    assert vllm_capture_sizes(64, 8192, h100, "0.26.0", draft_tokens=3)[-1] == 128
+    assert vllm_capture_sizes(256, 300, h100, "0.27.0")[-2:] == (288, 300)  # the budget, off the 16 stride
+    assert vllm_capture_sizes(256, 300)[-1] == 288
+
+
 def _models(*args):
     base = ["--model", "llama-2-70b", "--gpu", "h100-80gb", "-tp", "4", *args]
     return build_latency(config_from_args(base)), build_latency(

@@ -35,26 +35,38 @@ def test_kvsim_memory_takes_a_pasted_vllm_serve_command_line(capsys):
 
 def test_a_json_option_given_a_field_at_a_time_as_vllm_takes_it(capsys):
     """vLLM's `--speculative-config.method mtp --speculative-config.num_speculative_tokens 1` (from InferenceX's
-    GLM-5 serve line) is `--speculative-config '{"method": "mtp", "num_speculative_tokens": 1}'`; a pass-through
-    JSON flag (`--compilation-config.cudagraph_mode=FULL`) is taken the same way; other dotted values are left."""
-    from kvsim.vllm_flags import expand_dotted
+    GLM-5 serve line) is `--speculative-config '{"method": "mtp", "num_speculative_tokens": 1}'`, put last as
+    vLLM's parser puts it (so the fields win over the option given whole); a pass-through JSON flag
+    (`--compilation-config.cudagraph_mode=FULL`) is taken the same way; other dotted values are left."""
+    from kvsim.vllm_flags import expand_dotted, vllm_argv
 
     assert expand_dotted(
         ["--speculative-config.method", "mtp", "-tp", "8", "--speculative-config.num_speculative_tokens", "1"]
-    ) == ["--speculative-config", '{"method": "mtp", "num_speculative_tokens": 1}', "-tp", "8"]
-    assert expand_dotted(["--a.b.c=true", "--out", "x.y", "--trace", "t.jsonl"]) == [
-        "--a",
-        '{"b": {"c": true}}',
+    ) == ["-tp", "8", "--speculative-config", '{"method": "mtp", "num_speculative_tokens": 1}']
+    assert expand_dotted(["--a.b.c=true", "--out", "x.y", "--trace", "t.jsonl", "--a.l+", "1,2", "--a.l+=3"]) == [
         "--out",
         "x.y",
         "--trace",
         "t.jsonl",
+        "--a",
+        '{"b": {"c": true}, "l": ["1", "2", "3"]}',
     ]
-    assert expand_dotted(["-O3", "-O.cudagraph_mode", "FULL"]) == [  # vLLM's -O is --compilation-config
-        "--compilation-config",
+    # vLLM 0.13+: -O is --optimization-level; -cc / -ac the compilation and attention configs; -O.x (older) and
+    # --x_y (underscores before the first dot) as vLLM reads them
+    assert vllm_argv(["-O3", "-O", "0", "-O.cudagraph_mode", "FULL", "-ac.backend", "FLASHINFER"]) == [
+        "--optimization-level",
         "3",
+        "--optimization-level",
+        "0",
         "--compilation-config",
         '{"cudagraph_mode": "FULL"}',
+        "--attention-config",
+        '{"backend": "FLASHINFER"}',
+    ]
+    assert vllm_argv(["--max_num_seqs=4", "--compilation_config.pass_config.fuse_allreduce_rms", "true"]) == [
+        "--max-num-seqs=4",
+        "--compilation-config",
+        '{"pass_config": {"fuse_allreduce_rms": true}}',
     ]
     base = ["memory", "--model", "zai-org/GLM-4.6", "--gpu", "h200", "-tp", "8", "--acceptance-length", "1.8"]
     dotted = ["--speculative-config.method", "mtp", "--speculative-config.num_speculative_tokens", "1"]
@@ -63,6 +75,105 @@ def test_a_json_option_given_a_field_at_a_time_as_vllm_takes_it(capsys):
     assert "--compilation-config" in a.err
     assert main([*base, "--speculative-config", '{"method": "mtp", "num_speculative_tokens": 1}']) == 0
     assert capsys.readouterr().out == a.out
+    # the whole option, then its fields: vLLM's parser passes the fields' JSON last, which replaces the whole
+    whole = ["--speculative-config", '{"method": "mtp", "num_speculative_tokens": 3}']
+    assert main([*base, *dotted[:2], *whole, *dotted[2:]]) == 0
+    assert capsys.readouterr().out == a.out
+
+
+def test_a_vllm_config_file_is_read_as_vllm_reads_it(tmp_path, capsys):
+    """`vllm serve --config FILE.yaml` (InferenceX's gpt-oss-120b H100 script writes one): its options go before
+    the command line's, which wins; true is the flag, false its --no- form, a mapping JSON; bad files are one-line
+    errors naming the file."""
+    from kvsim.vllm_flags import vllm_argv
+
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text(
+        "no-enable-prefix-caching: true\nmax-cudagraph-capture-size: 2048\nmax-num-batched-tokens: 8192\n"
+        "max_model_len: 10240\nasync-scheduling: false\nenforce-eager: false\nserved-model-name: [a, b]\n"
+        "compilation-config:\n  pass_config:\n    fuse_allreduce_rms: true\n"
+    )
+    negatable = {"--no-async-scheduling"}
+    assert vllm_argv(["run", "--trace", "t.jsonl", "--config", str(cfg), "-tp", "2"], negatable) == [
+        "run",
+        "--no-enable-prefix-caching",
+        "--max-cudagraph-capture-size",
+        "2048",
+        "--max-num-batched-tokens",
+        "8192",
+        "--max-model-len",
+        "10240",
+        "--no-async-scheduling",
+        "--no-enforce-eager",  # a vLLM boolean flag (VLLM_FLAGS "bool")
+        "--served-model-name",
+        "a",
+        "b",
+        "--compilation-config",
+        '{"pass_config": {"fuse_allreduce_rms": true}}',
+        "--trace",
+        "t.jsonl",
+        "-tp",
+        "2",
+    ]
+    argv = ["memory", "--model", "openai/gpt-oss-120b", "--gpu", "h100", "--vllm-version", "0.21", "--config"]
+    assert main([*argv, str(cfg), "--max-model-len", "4096", "--out", str(tmp_path / "o")]) == 0
+    err = capsys.readouterr().err
+    assert "--max-cudagraph-capture-size 2048: applied as kvsim's --cudagraph-capture-sizes 1,2,4,...,2048" in err
+    assert "--compilation-config {" in err and "accepted with no effect" in err
+    assert (tmp_path / "o" / "memory.csv").read_text().count(",4096,") == 1  # the command line over the file
+    for text, message in (
+        ("a: [", "not valid YAML"),
+        ("- 1\n- 2\n", "expected a mapping"),
+        ("port:\n", "option 'port' has no value"),
+    ):
+        bad = tmp_path / "bad.yaml"
+        bad.write_text(text)
+        assert main([*argv, str(bad)]) == 2
+        assert f"--config {bad}: {message}" in capsys.readouterr().err
+    assert main([*argv, str(tmp_path / "none.yaml")]) == 2
+    assert "cannot read" in capsys.readouterr().err
+    assert main([*argv, str(cfg), "--config", str(cfg)]) == 2
+    assert "more than one config file" in capsys.readouterr().err
+    assert main([*argv[:-1], "--config=c.json"]) == 2
+    assert "must be YAML" in capsys.readouterr().err
+
+
+def test_cuda_graph_flags_mean_what_they_do_in_vllm(capsys):
+    """Eager (--enforce-eager, -O0, cudagraph_mode NONE) subtracts no CUDA-graph memory from the KV cache on vLLM
+    0.20+, and smaller captured sizes less (kvsim memory); no graph beats any sizes given with it."""
+    base = ["memory", "--model", "qwen3-8b", "--gpu", "h100-80gb", "--vllm-version", "0.21", "--out"]
+    pools = {}
+    for extra in (
+        [],
+        ["--enforce-eager"],
+        ["-O0"],
+        ["--compilation-config", '{"cudagraph_mode": "NONE"}'],
+        ["--max-cudagraph-capture-size", "64", "--enforce-eager"],
+        ["--cuda-graph-sizes", "64"],
+        ["-cc.cudagraph_capture_sizes", "[1,2,4,8,16,24,32,40,48,56,64]"],
+        ["--compilation-config", '{"max_cudagraph_capture_size": 64}'],
+        ["-O3"],
+    ):
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as d:
+            assert main([*base, d, *extra]) == 0
+            import pandas as pd
+
+            pools[" ".join(extra)] = pd.read_csv(f"{d}/memory.csv")["pool_bytes"][0]
+    capsys.readouterr()
+    default, eager = pools[""], pools["--enforce-eager"]
+    assert eager > default  # the graphs' estimate (888 MiB here) stays in the KV pool
+    assert pools["-O0"] == pools['--compilation-config {"cudagraph_mode": "NONE"}'] == eager
+    assert pools["--max-cudagraph-capture-size 64 --enforce-eager"] == eager
+    assert default < pools["--cuda-graph-sizes 64"] < eager
+    sizes_64 = pools['--compilation-config {"max_cudagraph_capture_size": 64}']
+    assert (
+        pools["-cc.cudagraph_capture_sizes [1,2,4,8,16,24,32,40,48,56,64]"]
+        == sizes_64
+        == pools["--cuda-graph-sizes 64"]
+    )
+    assert pools["-O3"] == default
 
 
 def test_flags_kvsim_models_are_applied(tmp_path, capsys):

@@ -116,6 +116,7 @@ def register(sub) -> None:
             "speculative_config",
             "acceptance_length",
             "enable_prefix_caching",
+            "cudagraph_capture_sizes",
         ),
     )
     m.add_argument(

@@ -99,7 +99,10 @@ def _per_op(cfg) -> LatencyModel:
 
         calib = with_moe_backend(calib, backend, expert_quant(cfg.model))
     s = cfg.scheduler
-    graphs = parse_capture_sizes(cfg.cudagraph_capture_sizes, s.max_num_seqs, s.max_num_batched_tokens)
+    drafts = cfg.speculative.num_speculative_tokens if cfg.speculative is not None else 0
+    graphs = parse_capture_sizes(
+        cfg.cudagraph_capture_sizes, s.max_num_seqs, s.max_num_batched_tokens, cfg.gpu, cfg.vllm_version, drafts
+    )
     cpu = get_cpu_overhead(cfg.cpu_overhead)
     if cfg.runs_async:  # scheduled while the GPU runs the step before
         cpu = cpu.overlapping()
