@@ -57,7 +57,8 @@ repetition-penalty logprobs dataset-path random-batch-size backend""".split()
 _BENCH_VALUES = """header metadata goodput""".split()
 _VALUES = """served-model-name lora-modules allowed-origins allowed-methods allowed-headers middleware ignore-patterns
 logits-processors cuda-graph-sizes tool-parsers""".split()
-_BOOL = """enforce-eager enable-chunked-prefill async-scheduling enable-prefix-caching enable-expert-parallel""".split()
+_BOOL = """enforce-eager enable-chunked-prefill async-scheduling enable-prefix-caching enable-expert-parallel
+enable-flashinfer-autotune""".split()
 
 VLLM_FLAGS: dict[str, str] = {
     **{f"--{n}": "switch" for n in _SWITCH + _BENCH_SWITCH},
