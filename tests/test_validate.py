@@ -134,3 +134,95 @@ def test_the_load_sweep_benchmark_reads_summaries(tmp_path):
     assert list(table.file) == ["results/prompt_4/1xA100-80GB-SXM/Meta-Llama-3-8B-Instruct_tp1_len2048.json"]
     assert table.scheduler_steps[0] == 10 and table.requests[0] == 4  # the one without output replayed too
     assert 0.3 < table.tpot_p50_ratio[0] < 3 and "| all | 1 |" in (out / "summary.md").read_text()
+
+
+SUMMARY = {  # a `vllm bench serve --save-result` file without --save-detailed: 40 prompts of 1,024 / 128 tokens
+    "date": "20261201-101010",
+    "model_id": "meta-llama/Llama-3.1-8B-Instruct",
+    "num_prompts": 40,
+    "request_rate": "inf",
+    "burstiness": 1.0,
+    "max_concurrency": 4,
+    "duration": 12.0,
+    "completed": 40,
+    "failed": 0,
+    "total_input_tokens": 40960,
+    "total_output_tokens": 5120,
+    "output_throughput": 426.0,
+    "mean_ttft_ms": 45.0,
+    "median_ttft_ms": 40.0,
+    "p99_ttft_ms": 90.0,
+    "median_tpot_ms": 7.0,
+    "median_itl_ms": 6.9,
+    "mean_itl_ms": 7.0,
+}
+LOAD = ["--num-prompts", "40", "--random-input-len", "1024", "--random-output-len", "128", "--max-concurrency", "4"]
+
+
+def test_a_summary_only_file_is_replayed_as_the_random_workload_of_its_numbers(tmp_path, capsys):
+    """Its figures are compared with kvsim's on `kvsim run --bench vllm-random` of the same numbers (exact lengths:
+    the totals are multiples of the count), figure by figure; a file of both kinds in one call."""
+    f = tmp_path / "s.json"
+    f.write_text(json.dumps(SUMMARY))
+    out = tmp_path / "v"
+    argv = ["--model", "llama-3.1-8b", "--gpu", "h100-80gb", "--no-plots"]
+    assert main(["validate", str(f), RESULT, *argv, "--out", str(out)]) == 0
+    table = pd.read_csv(out / "validate.csv")
+    row = table.iloc[0]
+    assert list(table.compared) == ["summary", "requests"] and row.requests == 40
+    assert row.ttft_p50_measured_s == pytest.approx(0.040) and row.itl_p50_measured_s == pytest.approx(0.0069)
+    assert row.output_tok_s_measured == 426.0 and "tpot_p99_ratio" not in table  # not in the file: not compared
+    assert "--random-range-ratio 0 " in row.replayed_as and "--max-concurrency 4 --ignore-eos" in row.replayed_as
+    run = tmp_path / "r"
+    assert main(["run", *argv, "--bench", "vllm-random", *LOAD, "--ignore-eos", "--out", str(run)]) == 0
+    same = pd.read_csv(run / "runs.csv").iloc[0]
+    for m in ("ttft_p50", "tpot_p50", "itl_p50"):
+        assert row[f"{m}_predicted_s"] == pytest.approx(same[f"{m}_s"], rel=1e-12)
+        assert row[f"{m}_ratio"] == pytest.approx(row[f"{m}_predicted_s"] / row[f"{m}_measured_s"])
+    assert row.output_tok_s_predicted == pytest.approx(same.throughput_tok_s, rel=1e-12)
+    summary = (out / "summary.md").read_text()
+    assert "| s.json | 40 | all at once, 4 clients |" in summary and "| vllm_bench_result.json | 4 |" in summary
+    assert "a summary only (no per-request fields): replayed its load as vllm bench serve" in capsys.readouterr().err
+    alone = tmp_path / "alone"
+    assert main(["validate", str(f), *argv, "--out", str(alone)]) == 0
+    assert "Summary-only files" in (alone / "summary.md").read_text()
+    req = pd.read_csv(alone / "requests.csv")  # kvsim's requests, nothing measured per request
+    assert len(req) == 40 and req.ttft_measured_s.isna().all() and (req.prompt_tokens == 1024).all()
+    assert req.ttft_predicted_s.median() == pytest.approx(row.ttft_p50_predicted_s)
+
+
+def test_a_summary_whose_lengths_varied_needs_the_range_ratio_and_bad_fields_are_named(tmp_path, capsys):
+    from kvsim.trace.bench_result import read_result
+
+    f = tmp_path / "s.json"
+    f.write_text(json.dumps({**SUMMARY, "total_input_tokens": 40961}))
+    argv = ["validate", str(f), "--model", "llama-3.1-8b", "--gpu", "h100-80gb", "--no-plots", "--out"]
+    assert main([*argv, str(tmp_path / "a")]) == 2
+    assert "varied in length (mean 1,024.03 and 128.00 tokens): give the benchmark's --random-range-ratio" in (
+        capsys.readouterr().err
+    )
+    assert main([*argv, str(tmp_path / "b"), "--random-range-ratio", "0.1"]) == 0
+    assert "--random-range-ratio 0.1 " in pd.read_csv(tmp_path / "b" / "validate.csv").replayed_as[0]
+    for change, msg in (
+        ({"completed": 0}, "field 'completed' must be a positive whole number"),
+        ({"median_ttft_ms": "x"}, "field 'median_ttft_ms': must be a finite number"),
+        ({"failed": -1}, "field 'failed' must be a whole number >= 0"),
+        ({"burstiness": 0}, "field 'burstiness' must be > 0"),
+        (
+            {
+                k: None
+                for k in (
+                    "output_throughput",
+                    "mean_ttft_ms",
+                    "median_ttft_ms",
+                    "p99_ttft_ms",
+                    "median_tpot_ms",
+                    "median_itl_ms",
+                )
+            },
+            "no measured figure to compare",
+        ),
+    ):
+        f.write_text(json.dumps({**SUMMARY, **change}))
+        with pytest.raises(ConfigError, match=msg):
+            read_result(str(f))

@@ -89,6 +89,7 @@ def compare_run(run, cfg) -> tuple[dict, object]:
         "not_finished": int((req.status != "finished").sum()),
         "request_rate": run.request_rate,
         "max_concurrency": run.max_concurrency,
+        "compared": "requests",
     }
     for m in METRICS:
         meas, prd = req[f"{m}_measured_s"].to_numpy(), req[f"{m}_predicted_s"].to_numpy()
@@ -102,6 +103,67 @@ def compare_run(run, cfg) -> tuple[dict, object]:
         row["output_tok_s_measured"] = run.output_tokens / run.duration_s
         row["output_tok_s_predicted"] = out.summary["throughput_tok_s"]
         row["output_tok_s_ratio"] = row["output_tok_s_predicted"] / row["output_tok_s_measured"]
+    return row, req
+
+
+def compare_summary(run, values: dict) -> tuple[dict, object]:
+    """(one summary row, per-request frame) of kvsim replaying a summary-only result (``run``: a MeasuredSummary)
+    as the random workload of its numbers, with the user's options ``values``. The row has each figure the file
+    has, measured, predicted and predicted / measured (columns named as :func:`compare_run`'s:
+    ``ttft_p50_measured_s``, ..., ``output_tok_s_ratio``); the frame kvsim's requests (nothing measured per
+    request: NaN)."""
+    import numpy as np
+    import pandas as pd
+
+    from kvsim.metrics import percentile
+    from kvsim.options import config_from_options, normalize
+    from kvsim.runner import served_spec, simulate
+    from kvsim.trace.bench_load import from_options
+
+    load = normalize({**values, **run.load_values(values)})
+    bench = from_options(load)
+    assert bench is not None  # (the load has its dataset options)
+    cfg = config_from_options({k: v for k, v in load.items() if k != "request_rate"})  # the workload is timed
+    out = simulate(bench.requests(), cfg, served_spec(cfg))
+    done = out.requests[out.requests.status == "finished"]
+    predicted = {"output_tok_s": out.summary["throughput_tok_s"]}
+    for m, col in (("ttft", "ttft_s"), ("tpot", "tpot_s"), ("e2e", "e2e_s")):
+        predicted[f"{m}_mean"] = float(done[col].mean())
+        predicted[f"{m}_p50"], predicted[f"{m}_p99"] = percentile(done[col], 50), percentile(done[col], 99)
+    for q in (50, 99):
+        predicted[f"itl_p{q}"] = out.summary.get(f"itl_p{q}_s", float("nan"))
+    row = {
+        "file": Path(run.path).name,
+        "model_id": run.model_id,
+        "requests": run.completed,
+        "skipped": run.failed,
+        "without_text": 0,
+        "not_finished": int(len(out.requests) - len(done)),
+        "request_rate": run.request_rate,
+        "max_concurrency": run.max_concurrency,
+        "compared": "summary",
+        "replayed_as": bench.describe(),
+    }
+    for name, measured in run.measured.items():
+        unit = "" if name == "output_tok_s" else "_s"
+        row[f"{name}_measured{unit}"], row[f"{name}_predicted{unit}"] = measured, predicted[name]
+        row[f"{name}_ratio"] = predicted[name] / measured if measured > 0 else float("nan")
+    df = out.requests
+    nan = np.full(len(df), np.nan)
+    req = pd.DataFrame(
+        {
+            "file": row["file"],
+            "id": df["id"].to_numpy(),
+            "prompt_tokens": df["prompt_tokens"].to_numpy(),
+            "output_tokens": df["output_tokens"].to_numpy(),
+            "status": df["status"].to_numpy(),
+            **{
+                f"{m}_{kind}_s": nan if kind == "measured" else df[f"{m}_s"].to_numpy()
+                for m in METRICS
+                for kind in ("measured", "predicted")
+            },
+        }
+    )
     return row, req
 
 
@@ -187,9 +249,9 @@ def cmd_validate(a: argparse.Namespace) -> int:
     from kvsim.files import prepare_results_dir, results_folder
     from kvsim.latency import latency_notes
     from kvsim.options import config_from_options, values_from_namespace
-    from kvsim.trace.bench_result import read_bench_result
+    from kvsim.trace.bench_result import MeasuredSummary, read_result
 
-    runs = [read_bench_result(f) for f in a.results]  # every file checked before anything runs
+    runs = [read_result(f) for f in a.results]  # every file checked before anything runs
     values = values_from_namespace(a)
     if "model" not in values:
         ids = sorted({r.model_id for r in runs if r.model_id})
@@ -207,6 +269,23 @@ def cmd_validate(a: argparse.Namespace) -> int:
     rows: list[dict] = []
     frames: list = []
     for run in runs:
+        if isinstance(run, MeasuredSummary):
+            implied = server_implied(run, values)
+            cfg = config_from_options({**values, **implied})
+            if not rows:
+                for note in latency_notes(cfg):
+                    print(note, file=sys.stderr)
+            row, req = compare_summary(run, {**values, **implied})
+            print(
+                f"{run.path}: a summary only (no per-request fields): replayed its load as {row['replayed_as']} "
+                f"and compared its {len(run.measured)} figures",
+                file=sys.stderr,
+            )
+            if row["not_finished"]:
+                print(f"{run.path}: {row['not_finished']} requests did not finish in kvsim", file=sys.stderr)
+            rows.append(row)
+            frames.append(req)
+            continue
         implied = server_implied(run, values)
         cfg = config_from_options(
             {**values, **implied, "max_concurrency": run.max_concurrency, "request_rate": run.request_rate}
@@ -237,7 +316,7 @@ def cmd_validate(a: argparse.Namespace) -> int:
                 "options to replay otherwise",
                 file=sys.stderr,
             )
-        if not frames:
+        if not rows:
             for note in latency_notes(cfg):
                 print(note, file=sys.stderr)
         if run.skipped:
@@ -268,6 +347,7 @@ def cmd_validate(a: argparse.Namespace) -> int:
         table = save_table(rows, stage)
         requests = pd.concat(frames, ignore_index=True)
         requests.to_csv(stage / "requests.csv", index=False)
+        written = ["validate.csv", "requests.csv", "summary.md"]
         lines = [
             f"# kvsim validate: {a.model} on {a.gpu or 'the default GPU'}",
             "",
@@ -282,33 +362,81 @@ def cmd_validate(a: argparse.Namespace) -> int:
             "(predicted / measured)"
         )
         for r in rows:
-            load = ("all at once" if r["request_rate"] == float("inf") else f"{r['request_rate']:g} req/s") + (
-                f", {r['max_concurrency']} clients" if r["max_concurrency"] else ""
-            )
-            tok = r.get("output_tok_s_ratio", float("nan"))
+            if r.get("compared") == "summary":
+                continue
             lines.append(
-                f"| {r['file']} | {r['requests']} | {load} | "
-                + " | ".join(f"{r[f'{m}_{q}_ratio']:.2f}" for m in METRICS for q in ("p50", "p90"))
-                + f" | {tok:.2f} | "
+                f"| {r['file']} | {r['requests']} | {_load_text(r)} | "
+                + " | ".join(_cell(r, f"{m}_{q}_ratio") for m in METRICS for q in ("p50", "p90"))
+                + f" | {_cell(r, 'output_tok_s_ratio')} | "
                 + " | ".join(f"{100 * r[f'{m}_mape']:.0f}%" for m in METRICS)
                 + " |"
             )
+        summaries = [r for r in rows if r.get("compared") == "summary"]
+        if summaries:
+            if len(lines) == 6:  # no file compared request by request
+                lines = lines[:2]
+            lines += [
+                "",
+                "Summary-only files (no per-request fields), each replayed as the random workload of its numbers: "
+                "predicted / measured of every figure the file has",
+                "",
+                "| file | requests | load | " + " | ".join(label for _, label in SUMMARY_COLUMNS) + " |",
+                "|---|---:|---|" + "---:|" * len(SUMMARY_COLUMNS),
+            ]
+            lines += [
+                f"| {r['file']} | {r['requests']} | {_load_text(r)} | "
+                + " | ".join(_cell(r, f"{k}_ratio") for k, _ in SUMMARY_COLUMNS)
+                + " |"
+                for r in summaries
+            ]
+            lines += ["", "Replayed as:", ""] + [f"- {r['file']}: {r['replayed_as']}" for r in summaries]
+        for r in rows:
             print(
-                f"{r['file'][:36]:36s} {r['requests']:5d} {r['ttft_p50_ratio']:9.2f} {r['tpot_p50_ratio']:9.2f} "
-                f"{r['e2e_p50_ratio']:8.2f} {tok:6.2f}"
+                f"{r['file'][:36]:36s} {r['requests']:5d} {_cell(r, 'ttft_p50_ratio'):>9s} "
+                f"{_cell(r, 'tpot_p50_ratio'):>9s} {_cell(r, 'e2e_p50_ratio'):>8s} {_cell(r, 'output_tok_s_ratio'):>6s}"
             )
         if len(rows) > 1:
             for m in METRICS:
-                print(f"median over files of {m.upper()} p50 ratio: {table[f'{m}_p50_ratio'].median():.2f}")
+                if f"{m}_p50_ratio" in table:
+                    print(f"median over files of {m.upper()} p50 ratio: {table[f'{m}_p50_ratio'].median():.2f}")
         (stage / "summary.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
-        written = ["validate.csv", "requests.csv", "summary.md"]
-        if not a.no_plots:
+        if not a.no_plots and requests.ttft_measured_s.notna().any():  # (summaries measure no request)
             _plot(requests, stage / "predicted_vs_measured.png")
             written.append("predicted_vs_measured.png")
     if out_note:
         print(out_note, file=sys.stderr)
     print(f"wrote {', '.join(written)} to {out}/")
     return 0
+
+
+# a summary-only file's figures in summary.md: (kvsim's name, column label)
+SUMMARY_COLUMNS = (
+    ("ttft_mean", "TTFT mean"),
+    ("ttft_p50", "TTFT p50"),
+    ("ttft_p99", "TTFT p99"),
+    ("tpot_mean", "TPOT mean"),
+    ("tpot_p50", "TPOT p50"),
+    ("tpot_p99", "TPOT p99"),
+    ("itl_p50", "ITL p50"),
+    ("itl_p99", "ITL p99"),
+    ("e2e_p50", "E2E p50"),
+    ("output_tok_s", "out tok/s"),
+)
+
+
+def _cell(row: dict, key: str) -> str:
+    """A ratio of ``row`` to two decimals, '-' where the file had no such figure."""
+    import math
+
+    v = row.get(key)
+    return "-" if v is None or not math.isfinite(v) else f"{v:.2f}"
+
+
+def _load_text(r: dict) -> str:
+    """A result row's load: 'all at once, 2 clients', '2.5 req/s'."""
+    return ("all at once" if r["request_rate"] == float("inf") else f"{r['request_rate']:g} req/s") + (
+        f", {r['max_concurrency']} clients" if r["max_concurrency"] else ""
+    )
 
 
 def _plot(req, path: Path) -> None:
@@ -337,15 +465,25 @@ def register(sub) -> None:
         "validate",
         help="replay measured benchmark runs (vllm bench serve result files) and "
         "compare kvsim's latencies with the measured ones",
-        description="Replays the requests of `vllm bench serve --save-result` files (input and output "
-        "lengths, under the recorded request rate and --max-concurrency) on the configured "
+        description="Replays the requests of `vllm bench serve --save-result --save-detailed` files (input and "
+        "output lengths, under the recorded request rate and --max-concurrency) on the configured "
         "model and GPU, and reports predicted / measured TTFT, TPOT, E2E (median, p90, "
-        "per-request MAPE) and output throughput.",
+        "per-request MAPE) and output throughput. A file with the summary only (--save-result alone) is "
+        "replayed as the random workload of its numbers (its requests, mean lengths, clients, rate, "
+        "burstiness; --random-range-ratio where its lengths varied) and compared figure by figure (mean, "
+        "median and p99 TTFT, TPOT, ITL, E2E; output tokens/s).",
     )
     v.add_argument(
-        "results", nargs="+", help="result JSON files (per-request fields: input_lens, output_lens, ttfts, itls)"
+        "results",
+        nargs="+",
+        help="result JSON files (per-request fields: input_lens, output_lens, ttfts, itls; or a summary with "
+        "completed, total_input_tokens, total_output_tokens)",
     )
-    add_options(v, ("model and hardware", "KV pool", "scheduler", "latency"))
+    add_options(
+        v,
+        ("model and hardware", "KV pool", "scheduler", "latency"),
+        keys=("bench", "random_range_ratio", "random_range_ratio_mode", "random_seed"),
+    )
     v.add_argument("--out", help="output folder [default: kvsim-out/validate]")
     v.add_argument("--no-plots", action="store_true", help="skip the scatter plot")
     v.set_defaults(func=cmd_validate)

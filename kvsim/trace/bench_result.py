@@ -8,6 +8,11 @@ chunks, per request), ``errors`` (a failed request has a message; it is skipped 
 arrival times: at a finite rate the replay draws its own Poisson arrivals at that rate (the benchmark's own draw is
 not in the file). The streamed chunks per request show how many tokens the server delivered at a time
 (:attr:`MeasuredRun.tokens_per_chunk`: about N under vLLM V0's multi-step scheduling of N steps).
+
+A file saved without ``--save-detailed`` holds only the summary: :func:`read_result` reads it as a
+:class:`MeasuredSummary` (its load: request count, token totals, rate, burstiness, clients; and the client's
+mean / median / p99 TTFT, TPOT, ITL, E2E and output tokens/s), which `kvsim validate` replays as the random
+workload of those numbers and compares figure by figure.
 """
 
 from __future__ import annotations
@@ -77,11 +82,160 @@ def _summary_load_hint(d: dict) -> str:
     )
 
 
-def read_bench_result(path: str) -> MeasuredRun:
-    """The run recorded in ``path``; every error names the file and the field (and the request index)."""
+def _rate(d: dict, path: str) -> float:
+    """The file's ``request_rate``: requests/s, inf for "inf" (every request at once) or none given."""
+    rate = d.get("request_rate", "inf")
+    if isinstance(rate, str) and rate.strip().lower() in ("inf", "infinity"):
+        return math.inf
+    rate = _number(rate, f"{path}: field 'request_rate'")
+    from kvsim.validation import request_rate
+
+    problem = request_rate(rate) if rate > 0 else "must be > 0"
+    if problem:  # the file's value, not a flag the user gave
+        raise ConfigError(f"{path}: field 'request_rate' {problem}")
+    return rate
+
+
+def _concurrency(d: dict, path: str) -> int | None:
+    """The file's ``max_concurrency`` (None: absent or null, no limit)."""
+    conc = d.get("max_concurrency")
+    if conc is not None and (isinstance(conc, bool) or not isinstance(conc, int) or conc < 1):
+        raise ConfigError(f"{path}: field 'max_concurrency' must be a positive integer or null, got {conc!r}")
+    return conc
+
+
+# a summary's figures: the result file's field (milliseconds; output tokens/s) -> kvsim's name (seconds; tokens/s)
+SUMMARY_FIELDS = {
+    "mean_ttft_ms": "ttft_mean",
+    "median_ttft_ms": "ttft_p50",
+    "p99_ttft_ms": "ttft_p99",
+    "mean_tpot_ms": "tpot_mean",
+    "median_tpot_ms": "tpot_p50",
+    "p99_tpot_ms": "tpot_p99",
+    "median_itl_ms": "itl_p50",
+    "p99_itl_ms": "itl_p99",
+    "mean_e2el_ms": "e2e_mean",
+    "median_e2el_ms": "e2e_p50",
+    "p99_e2el_ms": "e2e_p99",
+    "output_throughput": "output_tok_s",
+}
+LOAD_FIELDS = ("completed", "total_input_tokens", "total_output_tokens")  # what a summary replay needs
+
+
+@dataclass(frozen=True)
+class MeasuredSummary:
+    """A summary-only result file (`vllm bench serve --save-result` without ``--save-detailed``): the load its
+    client sent and the figures it measured."""
+
+    path: str
+    completed: int  # requests that succeeded
+    failed: int
+    input_tokens: int  # over the successful requests
+    output_tokens: int
+    request_rate: float  # requests/s, inf: all at once
+    burstiness: float
+    max_concurrency: int | None
+    measured: dict[str, float]  # SUMMARY_FIELDS' names: seconds, output tokens/s
+    model_id: str = ""
+    date: str = ""
+    duration_s: float | None = None
+    tokens_per_chunk: float = 1.0  # not in a summary: as if every token was streamed alone
+
+    @property
+    def varied(self) -> bool:
+        """Whether the lengths differed between requests (a token total is not a multiple of the count)."""
+        return bool(self.input_tokens % self.completed or self.output_tokens % self.completed)
+
+    def load_values(self, given: dict) -> dict:
+        """kvsim options of the random workload with this summary's numbers (``given``: the user's options, whose
+        --bench and --random-range-ratio, --random-range-ratio-mode and --seed are kept): its successful
+        requests, their mean lengths (outputs as generated: --ignore-eos), its clients, rate and burstiness.
+        Raises ConfigError when the lengths varied and no --random-range-ratio says how."""
+        if self.varied and given.get("random_range_ratio") is None:
+            raise ConfigError(
+                f"{self.path}: a summary only (no per-request fields); its prompts or outputs varied in length "
+                f"(mean {self.input_tokens / self.completed:,.2f} and {self.output_tokens / self.completed:,.2f} "
+                "tokens): give the benchmark's --random-range-ratio (and --random-range-ratio-mode) to replay it, "
+                "or save the run with --save-detailed"
+            )
+        v: dict = {
+            "bench": given.get("bench") or "vllm-random",
+            "num_prompts": self.completed,
+            "random_input_len": max(1, round(self.input_tokens / self.completed)),
+            "random_output_len": max(1, round(self.output_tokens / self.completed)),
+            "ignore_eos": True,
+            "request_rate": self.request_rate,
+            "burstiness": self.burstiness,
+        }
+        if self.max_concurrency is not None:
+            v["max_concurrency"] = self.max_concurrency
+        if not self.varied and given.get("random_range_ratio") is None:
+            v["random_range_ratio"] = 0.0
+        return v
+
+
+def _summary(path: str, d: dict) -> MeasuredSummary:
+    """``d`` (a result file's object, with the LOAD_FIELDS) as a summary; errors name the file and field."""
+    counts = {}
+    for key in LOAD_FIELDS:
+        v = d[key]
+        if POSITIVE_INT(v):
+            raise ConfigError(f"{path}: field '{key}' must be a positive whole number, got {shown(v)}")
+        counts[key] = v
+    failed = d.get("failed") or 0
+    if isinstance(failed, bool) or not isinstance(failed, int) or failed < 0:
+        raise ConfigError(f"{path}: field 'failed' must be a whole number >= 0, got {shown(failed)}")
+    burst = d.get("burstiness", 1.0)
+    burst = 1.0 if burst is None else _number(burst, f"{path}: field 'burstiness'")
+    if burst <= 0:
+        raise ConfigError(f"{path}: field 'burstiness' must be > 0, got {shown(burst)}")
+    measured = {}
+    for field, name in SUMMARY_FIELDS.items():
+        v = d.get(field)
+        if v is None:  # not measured (vLLM writes only the --percentile-metrics asked for)
+            continue
+        v = _number(v, f"{path}: field '{field}'")
+        measured[name] = v if name == "output_tok_s" else v / 1000.0
+    if not measured:
+        raise ConfigError(
+            f"{path}: no measured figure to compare ({', '.join(SUMMARY_FIELDS)}); save the run with "
+            "`vllm bench serve ... --save-result --save-detailed`"
+        )
+    duration = d.get("duration")
+    return MeasuredSummary(
+        str(path),
+        counts["completed"],
+        failed,
+        counts["total_input_tokens"],
+        counts["total_output_tokens"],
+        _rate(d, path),
+        burst,
+        _concurrency(d, path),
+        measured,
+        str(d.get("model_id", "")),
+        str(d.get("date") or ""),
+        None if duration is None else _number(duration, f"{path}: field 'duration'"),
+    )
+
+
+def read_result(path: str) -> "MeasuredRun | MeasuredSummary":
+    """The run recorded in ``path``: request by request where the file has the per-request fields
+    (:func:`read_bench_result`), else its summary where it has the load's totals (:class:`MeasuredSummary`)."""
     from kvsim.files import read_json_object
 
     d = read_json_object(path, path)
+    if any(isinstance(d.get(k), list) for k in PER_REQUEST) or not all(k in d for k in LOAD_FIELDS):
+        return read_bench_result(path, d)
+    return _summary(path, d)
+
+
+def read_bench_result(path: str, d: dict | None = None) -> MeasuredRun:
+    """The run recorded in ``path`` (``d``: its JSON object, if read already); every error names the file and the
+    field (and the request index)."""
+    from kvsim.files import read_json_object
+
+    if d is None:
+        d = read_json_object(path, path)
     missing = [k for k in PER_REQUEST if not isinstance(d.get(k), list)]
     if missing:
         have = [k for k in d if not isinstance(d[k], (list, dict))][:8]
@@ -100,20 +254,7 @@ def read_bench_result(path: str) -> MeasuredRun:
     errors = d.get("errors") or [""] * n
     if not isinstance(errors, list) or len(errors) != n:
         raise ConfigError(f"{path}: field 'errors' must be a list of {n} entries")
-    rate = d.get("request_rate", "inf")
-    if isinstance(rate, str) and rate.strip().lower() in ("inf", "infinity"):
-        rate = math.inf
-    else:
-        rate = _number(rate, f"{path}: field 'request_rate'")
-        from kvsim.validation import request_rate
-
-        problem = request_rate(rate) if rate > 0 else "must be > 0"
-        if problem:  # the file's value, not a flag the user gave
-            raise ConfigError(f"{path}: field 'request_rate' {problem}")
-    conc = d.get("max_concurrency")
-    if conc is not None:
-        if isinstance(conc, bool) or not isinstance(conc, int) or conc < 1:
-            raise ConfigError(f"{path}: field 'max_concurrency' must be a positive integer or null, got {conc!r}")
+    rate, conc = _rate(d, path), _concurrency(d, path)
     duration = d.get("duration")
     duration = None if duration is None else _number(duration, f"{path}: field 'duration'")
     reqs, ttft, e2e, itl = [], [], [], []
