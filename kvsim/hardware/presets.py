@@ -184,6 +184,49 @@ MODEL_PRESETS: dict[str, ModelSpec] = {
         _m("qwen2.5-32b", 64, 5120, 40, 8, 27648, 152064, 32768, 32.5e9, "bf16", head_dim=128),
         # microsoft/phi-4: 40 heads over 10 KV heads, fused qkv and gate/up, 16,384 positions, untied
         _m("phi-4", 40, 5120, 40, 10, 17920, 100352, 16384, 14.7e9, "bf16", head_dim=128),
+        # google/gemma-3-27b-it and gemma-3-4b-it (text_config): as gemma-3-12b, every 6th layer full and the rest a
+        # 1,024-token sliding window, tied embeddings; params include the SigLIP vision tower vLLM loads (the same
+        # 0.43 B as the 12B's: 27.4 B published, 27.0 B by the text shapes; 4.3 B, 3.88 B)
+        _m(
+            "gemma-3-27b",
+            62,
+            5376,
+            32,
+            16,
+            21504,
+            262208,
+            131072,
+            27.4e9,
+            "bf16",
+            head_dim=128,
+            tied=True,
+            layer_types=_pattern(62, lambda i: "full" if (i + 1) % 6 == 0 else "sliding"),
+            sliding_window=1024,
+            encoder_params=0.43e9,
+        ),
+        _m(
+            "gemma-3-4b",
+            34,
+            2560,
+            8,
+            4,
+            10240,
+            262208,
+            131072,
+            4.3e9,
+            "bf16",
+            head_dim=256,
+            tied=True,
+            layer_types=_pattern(34, lambda i: "full" if (i + 1) % 6 == 0 else "sliding"),
+            sliding_window=1024,
+            encoder_params=0.43e9,
+        ),
+        # mistralai/Mistral-Small-24B-Instruct-2501: 32 heads of 128 over 8 KV heads (head_dim is not hidden /
+        # heads), MLP 32,768 wide, Tekken's 131,072-token vocabulary, 32,768 positions, untied
+        _m("mistral-small-24b", 40, 5120, 32, 8, 32768, 131072, 32768, 23.6e9, "bf16", head_dim=128),
+        # mistralai/Mistral-Large-Instruct-2411 (and -2407): 96 heads over 8 KV heads, MLP 28,672 wide, a
+        # 32,768-token vocabulary, 131,072 positions, untied (122.6 B by its shapes)
+        _m("mistral-large-2411", 88, 12288, 96, 8, 28672, 32768, 131072, 123e9, "bf16", head_dim=128),
         # Qwen/Qwen3-8B, Qwen3-14B, Qwen3-32B: head_dim 128 (not hidden / heads for 32B), 40,960 positions, untied.
         # Qwen/Qwen3-0.6B, -1.7B, -4B: tied embeddings
         _m("qwen3-0.6b", 28, 1024, 16, 8, 3072, 151936, 40960, 0.596e9, "bf16", head_dim=128, tied=True),
@@ -523,6 +566,15 @@ for _size in ("14b", "32b"):
     )
 del _size
 MODEL_PRESETS["qwen3-4b-2507"] = replace(MODEL_PRESETS["qwen3-4b"], name="qwen3-4b-2507", max_context=262144)
+# mistralai/Mistral-Small-3.1-24B-Instruct-2503 and 3.2-24B-Instruct-2506 (text_config): the 2501 model's text shapes
+# with 131,072 positions, and a Pixtral vision tower and projector of 0.44 B (23.57 B text + 0.44 B)
+MODEL_PRESETS["mistral-small-3.1-24b"] = replace(
+    MODEL_PRESETS["mistral-small-24b"],
+    name="mistral-small-3.1-24b",
+    max_context=131072,
+    params=24.0e9,
+    encoder_params=0.439e9,
+)
 # moonshotai/Kimi-K2-Instruct-0905: Kimi-K2's weights retrained for 262,144 positions (YaRN factor 64 over 4,096;
 # the July release 32). moonshotai/Kimi-K2-Thinking: the same 262,144 positions with Kimi-K2.5's compressed-tensors
 # INT4 routed experts (W4A16, a bf16 scale per 32; attention, shared experts and layer 0's MLP in bf16), text only
@@ -577,8 +629,11 @@ HF_IDS = {
     "facebook/opt-13b": "opt-13b",
     "google/gemma-2-9b": "gemma-2-9b",
     "google/gemma-2-9b-it": "gemma-2-9b",
-    "google/gemma-3-12b-it": "gemma-3-12b",
-    "google/gemma-3-12b-pt": "gemma-3-12b",
+    **{f"google/gemma-3-{s}-{v}": f"gemma-3-{s}" for s in ("4b", "12b", "27b") for v in ("it", "pt")},
+    **{f"mistralai/Mistral-Small-24B-{v}-2501": "mistral-small-24b" for v in ("Instruct", "Base")},
+    **{f"mistralai/Mistral-Small-3.1-24B-{v}-2503": "mistral-small-3.1-24b" for v in ("Instruct", "Base")},
+    "mistralai/Mistral-Small-3.2-24B-Instruct-2506": "mistral-small-3.1-24b",
+    **{f"mistralai/Mistral-Large-Instruct-{v}": "mistral-large-2411" for v in ("2407", "2411")},
     "openai/gpt-oss-20b": "gpt-oss-20b",
     "openai/gpt-oss-120b": "gpt-oss-120b",
     "meta-llama/Llama-4-Scout-17B-16E": "llama-4-scout",
