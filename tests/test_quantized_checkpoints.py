@@ -275,6 +275,25 @@ def test_qwen3_fp8_presets_are_the_block_scaled_checkpoints():
         assert m.with_quantization("fp8") is m
 
 
+def test_qwen3_next_presets_are_its_config_json(tmp_path):
+    """Qwen3-Next-80B-A3B (and its -FP8, Coder-Next): the preset is what its config.json's fields give (12 full
+    attention layers of 2 KV heads of 256: 2 x 12 x 2 x 256 x 2 B = 24 KiB a token; 36 Gated DeltaNet layers),
+    at its published parameter count; the -FP8 id the 128x128-block checkpoint."""
+    import json
+
+    from kvsim.hardware.hf_config import model_from_hf_config
+    from kvsim.hardware.presets import _QWEN3_NEXT
+
+    m = get_model("Qwen/Qwen3-Next-80B-A3B-Instruct")
+    (tmp_path / "config.json").write_text(json.dumps(_QWEN3_NEXT))
+    assert m.layer_types == model_from_hf_config(str(tmp_path / "config.json")).layer_types
+    assert m.layer_types.count("full") == 12 and m.layer_types.count("mamba") == 36
+    assert m.kv_bytes_per_token == 2 * 12 * 2 * 256 * 2 and m.params == 79.7e9
+    assert get_model("Qwen/Qwen3-Coder-Next") is m
+    fp8 = get_model("Qwen/Qwen3-Next-80B-A3B-Thinking-FP8")
+    assert (fp8.weight_quant, fp8.layers, fp8.num_experts) == ("fp8_block", 48, 512)
+
+
 def test_a_checkpoint_that_leaves_attention_unquantized_holds_and_runs_it_in_bf16(tmp_path):
     """ModelOpt's exclude_modules (and compressed-tensors' ignore) naming the attention projections: those stay
     bf16 in memory and in GEMM time; an exclusion list of only the LM head changes nothing."""

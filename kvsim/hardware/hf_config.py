@@ -21,7 +21,12 @@ def model_from_hf_config(path: str) -> ModelSpec:
     """A ModelSpec from a Hugging Face ``config.json`` (fields named in the module docstring)."""
     from kvsim.files import read_json_object
 
-    cfg = read_json_object(path, f"--model {path}")
+    return model_from_config_dict(read_json_object(path, f"--model {path}"), path)
+
+
+def model_from_config_dict(cfg: dict, path: str) -> ModelSpec:
+    """A ModelSpec from the object of a Hugging Face ``config.json`` (``path``: its file, or what to call it in
+    errors; its folder names the model)."""
     if "num_hidden_layers" not in cfg and "text_config" in cfg:
         text = cfg["text_config"]
         if not isinstance(text, dict):

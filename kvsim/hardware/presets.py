@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from kvsim.hardware.hf_config import model_from_config_dict
 from kvsim.hardware.model_spec import ModelSpec
 
 
@@ -566,6 +567,49 @@ for _size in ("14b", "32b"):
     )
 del _size
 MODEL_PRESETS["qwen3-4b-2507"] = replace(MODEL_PRESETS["qwen3-4b"], name="qwen3-4b-2507", max_context=262144)
+# Qwen/Qwen3-Next-80B-A3B-Instruct and -Thinking (and their -FP8, 128x128-block FP8): Gated DeltaNet layers (16 key
+# heads and 32 value heads of 128, a 4-wide convolution) with every 4th layer full attention (16 heads of 256 over
+# 2 KV heads, a gated output), every layer 512 experts top-10 of width 512 plus a shared expert of 512, 262,144
+# positions; read from its config.json's fields as a config.json is (79.7 B published; 79.6 B by these shapes,
+# which leave out the attention's output gate)
+_QWEN3_NEXT = {
+    "model_type": "qwen3_next",
+    "torch_dtype": "bfloat16",
+    "hidden_size": 2048,
+    "num_hidden_layers": 48,
+    "intermediate_size": 5120,
+    "vocab_size": 151936,
+    "max_position_embeddings": 262144,
+    "num_attention_heads": 16,
+    "num_key_value_heads": 2,
+    "head_dim": 256,
+    "partial_rotary_factor": 0.25,
+    "full_attention_interval": 4,
+    "linear_num_key_heads": 16,
+    "linear_key_head_dim": 128,
+    "linear_num_value_heads": 32,
+    "linear_value_head_dim": 128,
+    "linear_conv_kernel_dim": 4,
+    "num_experts": 512,
+    "num_experts_per_tok": 10,
+    "moe_intermediate_size": 512,
+    "shared_expert_intermediate_size": 512,
+    "decoder_sparse_step": 1,
+    "tie_word_embeddings": False,
+}
+MODEL_PRESETS["qwen3-next-80b-a3b"] = replace(
+    model_from_config_dict(_QWEN3_NEXT, "qwen3-next-80b-a3b"),
+    name="qwen3-next-80b-a3b",
+    params=79.7e9,
+    from_config=False,
+)
+MODEL_PRESETS["qwen3-next-80b-a3b-fp8"] = replace(
+    MODEL_PRESETS["qwen3-next-80b-a3b"],
+    name="qwen3-next-80b-a3b-fp8",
+    weight_dtype="fp8",
+    weight_quant="fp8_block",
+    quant_method="fp8",
+)
 # mistralai/Mistral-Small-3.1-24B-Instruct-2503 and 3.2-24B-Instruct-2506 (text_config): the 2501 model's text shapes
 # with 131,072 positions, and a Pixtral vision tower and projector of 0.44 B (23.57 B text + 0.44 B)
 MODEL_PRESETS["mistral-small-3.1-24b"] = replace(
@@ -665,6 +709,11 @@ HF_IDS = {
     # the coder models keep their base model's shapes (Qwen3-Coder-30B-A3B: the 2507 30B-A3B's, 262,144 positions)
     **{f"Qwen/Qwen3-Coder-30B-A3B-Instruct{q}": f"qwen3-30b-a3b-2507{q.lower()}" for q in ("", "-FP8")},
     "Qwen/Qwen3-Coder-480B-A35B-Instruct": "qwen3-coder-480b-a35b",
+    **{
+        f"Qwen/Qwen3-{m}{q}": f"qwen3-next-80b-a3b{q.lower()}"
+        for m in ("Next-80B-A3B-Instruct", "Next-80B-A3B-Thinking", "Coder-Next")
+        for q in ("", "-FP8")
+    },
     "mistralai/Mixtral-8x7B-v0.1": "mixtral-8x7b",
     "mistralai/Mixtral-8x7B-Instruct-v0.1": "mixtral-8x7b",
     "mistralai/Mixtral-8x22B-v0.1": "mixtral-8x22b",
