@@ -58,6 +58,7 @@ def _take_vllm_flags(chosen: Parser, ns: argparse.Namespace, unknown: list[str])
     own = {f for o in OPTIONS for f in o.flags if f.startswith("--")}
     own |= {f"--no-{f[2:]}" for o in OPTIONS if o.negatable for f in o.flags if f.startswith("--")}
     rest, taken = take_vllm_flags(unknown, own)
+    rest = _take_model_tag(ns, rest)
     ignored = []
     by_flag: dict[str, tuple[str, Any]] = {}  # option key -> (the vLLM flag that set it, its value)
     for flag, value in taken:
@@ -95,6 +96,26 @@ def _take_vllm_flags(chosen: Parser, ns: argparse.Namespace, unknown: list[str])
             file=sys.stderr,
         )
     return rest
+
+
+def _take_model_tag(ns: argparse.Namespace, rest: list[str]) -> list[str]:
+    """A pasted `vllm serve MODEL ...`: the words `vllm serve` dropped and the model tag, vLLM's positional, read as
+    --model (said on the terminal), where the command has --model and was not given another; ``rest`` as it was
+    where that is not what it holds."""
+    words = rest[2:] if rest[:2] == ["vllm", "serve"] else rest
+    bare = [t for t in words if not t.startswith("-")]
+    if len(bare) != 1 or not hasattr(ns, "model") or ns.model not in (None, bare[0]):
+        return rest
+    from kvsim.hardware import get_model
+
+    try:
+        get_model(bare[0])
+    except KvsimError:
+        return rest
+    if ns.model is None:
+        ns.model = bare[0]
+        print(f"note: {bare[0]} (vllm serve's positional model): read as --model {bare[0]}", file=sys.stderr)
+    return [t for t in words if t != bare[0]]
 
 
 def _report_crash(exc: BaseException) -> int:

@@ -128,8 +128,7 @@ def memory_budget(cfg: SimConfig) -> MemoryBudget:
         )
     elif m.attention_layers != m.layers:
         formula = (
-            f"2 x {m.attention_layers} KV layers x {m.kv_heads} KV heads x {m.head_dim} dims x "
-            f"{m.kv_dtype_bytes} B"
+            f"2 x {m.attention_layers} KV layers x {m.kv_heads} KV heads x {m.head_dim} dims x {m.kv_dtype_bytes} B"
         )
     if m.is_hybrid:
         from kvsim.allocators.registry import KINDS, ModelMemory, kind_layout

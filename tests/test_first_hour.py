@@ -470,3 +470,18 @@ def test_a_bench_client_flag_kvsim_cannot_honour_is_an_error(args, message, caps
     except SystemExit as e:
         code = e.code
     assert code == 2 and message in capsys.readouterr().err
+
+
+def test_a_pasted_vllm_serve_line_with_its_positional_model_runs(capsys):
+    """`vllm serve MODEL --flags` pasted after a kvsim command: `vllm serve` dropped, the model tag read as --model
+    (said); a word that names no model, or a second model beside --model, is still an error."""
+    line = ["vllm", "serve", "Qwen/Qwen3-8B", "--tensor-parallel-size", "2", "--max_num_seqs", "64"]
+    assert main(["memory", "--gpu", "h100-80gb", *line]) == 0
+    out = capsys.readouterr()
+    assert "read as --model Qwen/Qwen3-8B" in out.err and "qwen3-8b on h100-80gb x2" in out.out
+    assert main(["memory", "--gpu", "h100-80gb", "--model", "qwen3-8b", "-tp", "2", "--max-num-seqs", "64"]) == 0
+    assert capsys.readouterr().out == out.out
+    for bad in (["nonsense/Model"], ["--model", "qwen3-8b", "Qwen/Qwen3-14B"]):
+        with pytest.raises(SystemExit):
+            main(["memory", "--gpu", "h100-80gb", *bad])
+        assert f"unrecognized arguments: {bad[-1]}" in capsys.readouterr().err
