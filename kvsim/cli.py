@@ -55,8 +55,7 @@ def _take_vllm_flags(chosen: Parser, ns: argparse.Namespace, unknown: list[str])
     from kvsim.option_table import OPTIONS
     from kvsim.vllm_flags import APPLIED, take_vllm_flags
 
-    own = {f for o in OPTIONS for f in o.flags if f.startswith("--")}
-    own |= {f"--no-{f[2:]}" for o in OPTIONS if o.negatable for f in o.flags if f.startswith("--")}
+    own = {f for o in OPTIONS for f in o.flags if f.startswith("--")} | _negated_flags()
     rest, taken = take_vllm_flags(unknown, own)
     rest = _take_model_tag(ns, rest)
     ignored = []
@@ -96,6 +95,13 @@ def _take_vllm_flags(chosen: Parser, ns: argparse.Namespace, unknown: list[str])
             file=sys.stderr,
         )
     return rest
+
+
+def _negated_flags() -> set[str]:
+    """The --no-x forms of kvsim's boolean options."""
+    from kvsim.option_table import OPTIONS
+
+    return {f"--no-{f[2:]}" for o in OPTIONS if o.negatable for f in o.flags if f.startswith("--")}
 
 
 def _take_model_tag(ns: argparse.Namespace, rest: list[str]) -> list[str]:
@@ -144,12 +150,10 @@ def main(argv: list[str] | None = None) -> int:
     if not args_in:
         parser.print_help()
         return 0
-    from kvsim.option_table import OPTIONS
     from kvsim.vllm_flags import vllm_argv
 
-    negatable = {f"--no-{f[2:]}" for o in OPTIONS if o.negatable for f in o.flags if f.startswith("--")}
     try:  # vLLM's rewriting: --config FILE.yaml, --max_num_seqs, -O3, --json-option.field value
-        args_in = vllm_argv(list(args_in), negatable)
+        args_in = vllm_argv(list(args_in), _negated_flags())
     except KvsimError as e:
         print(f"kvsim: error: {e}", file=sys.stderr)
         return 2

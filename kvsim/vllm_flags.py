@@ -88,7 +88,7 @@ def _bytes(text: str) -> float:
 
 
 def _count(text: str, what: str) -> int:
-    """A positive whole number of a flag's value (ValueError naming ``what`` otherwise)."""
+    """A flag's value as a whole number >= 0 (ValueError naming ``what`` otherwise)."""
     try:
         n = int(str(text).strip())
     except ValueError:
@@ -252,18 +252,16 @@ def vllm_argv(args: list[str], negatable: frozenset[str] | set[str] = frozenset(
 def _pull_config(args: list[str], negatable: frozenset[str] | set[str]) -> list[str]:
     """``--config FILE`` (or ``--config=FILE``) replaced by the file's options, placed after the command's name
     and before its other options (vLLM's precedence: the command line over the file)."""
+    from kvsim.errors import ConfigError
+
     where = [i for i, a in enumerate(args) if a == "--config" or a.startswith("--config=")]
     if not where:
         return args
     if len(where) > 1:
-        from kvsim.errors import ConfigError
-
         raise ConfigError("--config: more than one config file given (vLLM takes one)")
     i = where[0]
     if args[i] == "--config":
         if i + 1 == len(args):
-            from kvsim.errors import ConfigError
-
             raise ConfigError("--config: no file given (a YAML file of vLLM options, e.g. tensor-parallel-size: 4)")
         path, rest = args[i + 1], args[:i] + args[i + 2 :]
     else:

@@ -269,23 +269,6 @@ def cmd_validate(a: argparse.Namespace) -> int:
     rows: list[dict] = []
     frames: list = []
     for run in runs:
-        if isinstance(run, MeasuredSummary):
-            implied = server_implied(run, values)
-            cfg = config_from_options({**values, **implied})
-            if not rows:
-                for note in latency_notes(cfg):
-                    print(note, file=sys.stderr)
-            row, req = compare_summary(run, {**values, **implied})
-            print(
-                f"{run.path}: a summary only (no per-request fields): replayed its load as {row['replayed_as']} "
-                f"and compared its {len(run.measured)} figures",
-                file=sys.stderr,
-            )
-            if row["not_finished"]:
-                print(f"{run.path}: {row['not_finished']} requests did not finish in kvsim", file=sys.stderr)
-            rows.append(row)
-            frames.append(req)
-            continue
         implied = server_implied(run, values)
         cfg = config_from_options(
             {**values, **implied, "max_concurrency": run.max_concurrency, "request_rate": run.request_rate}
@@ -319,6 +302,18 @@ def cmd_validate(a: argparse.Namespace) -> int:
         if not rows:
             for note in latency_notes(cfg):
                 print(note, file=sys.stderr)
+        if isinstance(run, MeasuredSummary):
+            row, req = compare_summary(run, {**values, **implied})
+            print(
+                f"{run.path}: a summary only (no per-request fields): replayed its load as {row['replayed_as']} "
+                f"and compared its {len(run.measured)} figures",
+                file=sys.stderr,
+            )
+            if row["not_finished"]:
+                print(f"{run.path}: {row['not_finished']} requests did not finish in kvsim", file=sys.stderr)
+            rows.append(row)
+            frames.append(req)
+            continue
         if run.skipped:
             print(f"{run.path}: skipped {run.skipped} failed request(s)", file=sys.stderr)
         if run.silent:
