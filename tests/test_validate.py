@@ -226,3 +226,107 @@ def test_a_summary_whose_lengths_varied_needs_the_range_ratio_and_bad_fields_are
         f.write_text(json.dumps({**SUMMARY, **change}))
         with pytest.raises(ConfigError, match=msg):
             read_result(str(f))
+
+
+def test_genai_perf_and_aiperf_summary_files_are_read_as_their_clients_wrote_them(tmp_path):
+    """Both tools' summary layouts (kvsim/trace/perf_export.py): AIPerf 0.13's phases and datasets, GenAI-Perf
+    0.0.16's nested config, GenAI-Perf's flat one (0.0.12 and before) and AIPerf's loadgen (0.8), each figure in ms
+    -> seconds, the load as the client sent it."""
+    from kvsim.trace.bench_result import read_result
+
+    a = read_result("tests/data/aiperf_0.13_export.json")
+    assert (a.harness, a.completed, a.max_concurrency, a.request_rate) == ("aiperf", 20, 4, math.inf)
+    assert a.input_tokens == 1985 and a.output_tokens == 417  # 20 x the measured means 99.25 and 20.85
+    assert a.measured["ttft_p50"] == pytest.approx(32.7625655e-3, rel=1e-9)  # the file writes ms
+    assert a.measured["tpot_mean"] == pytest.approx(0.006029282556, rel=1e-9)  # its inter_token_latency
+    assert a.load == {
+        "warmup_request_count": 2,
+        "synthetic_input_tokens_stddev": 5.0,
+        "output_tokens_stddev": 2.0,
+        "num_dataset_entries": 30,
+        "dataset_sampling_strategy": "sequential",
+    }
+    assert a.date == "20261208" and a.duration_s == pytest.approx(0.869890816)
+    g = read_result("tests/data/genai_perf_0.0.16_export.json")
+    assert (g.harness, g.completed, g.max_concurrency, g.input_tokens, g.output_tokens) == (
+        "genai-perf",
+        4,
+        4,
+        800,
+        400,
+    )
+    assert g.measured["e2e_p99"] == pytest.approx(1.097) and g.measured["output_tok_s"] == 395.0
+    assert g.load["warmup_request_count"] == 2 and g.load["num_dataset_entries"] == 50
+    assert g.duration_s == pytest.approx(4 / 3.9)  # request_count / request_throughput: GenAI-Perf keeps no duration
+    flat = {  # GenAI-Perf 0.0.12 and before: its command's arguments, flat; a rate run
+        "request_count": {"unit": "count", "avg": 30.0},
+        "time_to_first_token": {"unit": "ms", "avg": 50.0, "p50": 40.0, "p99": 90.0},
+        "input_sequence_length": {"unit": "tokens", "avg": 550.0},
+        "output_sequence_length": {"unit": "tokens", "avg": 128.0},
+        "input_config": {
+            "model": ["m"],
+            "concurrency": 1,
+            "request_rate": 2.5,
+            "warmup_request_count": 0,
+            "synthetic_input_tokens_stddev": 0,
+            "output_tokens_stddev": 0,
+            "num_dataset_entries": 100,
+        },
+    }
+    f = tmp_path / "g.json"
+    f.write_text(json.dumps(flat))
+    r = read_result(str(f))
+    assert (r.request_rate, r.burstiness, r.max_concurrency) == (2.5, math.inf, None)  # constant gaps, no cap
+    assert r.measured == {"ttft_mean": 0.05, "ttft_p50": 0.04, "ttft_p99": 0.09}
+    loadgen = {  # AIPerf 0.8: loadgen and input.prompt
+        "schema_version": "1.1",
+        "aiperf_version": "0.8.0",
+        "request_count": {"unit": "requests", "avg": 10.0},
+        "request_latency": {"unit": "ms", "avg": 140.0, "p50": 137.0, "p99": 146.0},
+        "input_sequence_length": {"unit": "tokens", "avg": 550.0},
+        "output_sequence_length": {"unit": "tokens", "avg": 20.0},
+        "input_config": {"loadgen": {"request_rate": 20.0, "arrival_pattern": "poisson", "request_count": 10}},
+    }
+    f.write_text(json.dumps(loadgen))
+    r = read_result(str(f))
+    assert (r.harness, r.request_rate, r.burstiness, r.load) == (
+        "aiperf",
+        20.0,
+        1.0,
+        {"dataset_sampling_strategy": "shuffle"},
+    )
+    values = r.load_values({})
+    assert values["bench"] == "aiperf" and values["num_prompts"] == 10 and values["random_input_len"] == 550
+    assert r.load_values({"dataset_sampling_strategy": "sequential"}).get("dataset_sampling_strategy") is None
+    for change, msg in (
+        ({"request_count": None}, "request_count.avg' missing"),
+        ({"request_latency": {"unit": "furlongs", "avg": 1}}, "'request_latency.unit' is 'furlongs'"),
+        ({"input_config": {"phases": [{"type": "fixed_schedule"}]}}, "a 'fixed_schedule' phase"),
+    ):
+        f.write_text(json.dumps({**loadgen, **change}))
+        with pytest.raises(ConfigError, match=msg):
+            read_result(str(f))
+
+
+def test_kvsim_validate_replays_an_aiperf_summary_as_kvsim_run_does(tmp_path):
+    """The replay is `kvsim run --bench aiperf` with the file's load (a test of meaning, not of the mock's
+    numbers)."""
+    argv = ["--model", "qwen3-8b", "--gpu", "h100-80gb", "--no-plots"]
+    assert main(["validate", "tests/data/aiperf_0.13_export.json", *argv, "--out", str(tmp_path / "v")]) == 0
+    row = pd.read_csv(tmp_path / "v" / "validate.csv").iloc[0]
+    load = ["--bench", "aiperf", "--isl", "99", "--isl-stddev", "5", "--osl", "21", "--osl-stddev", "2"]
+    load += [
+        "--num-dataset-entries",
+        "30",
+        "--request-count",
+        "20",
+        "--warmup-request-count",
+        "2",
+        "--concurrency",
+        "4",
+    ]
+    load += ["--ignore-eos"]
+    assert main(["run", *argv, *load, "--out", str(tmp_path / "r")]) == 0
+    same = pd.read_csv(tmp_path / "r" / "runs.csv").iloc[0]
+    assert row.ttft_p50_predicted_s == pytest.approx(same.ttft_p50_s, rel=1e-12)
+    assert row.tpot_p50_predicted_s == pytest.approx(same.tpot_p50_s, rel=1e-12)

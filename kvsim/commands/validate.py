@@ -466,7 +466,8 @@ def register(sub) -> None:
         "per-request MAPE) and output throughput. A file with the summary only (--save-result alone) is "
         "replayed as the random workload of its numbers (its requests, mean lengths, clients, rate, "
         "burstiness; --random-range-ratio where its lengths varied) and compared figure by figure (mean, "
-        "median and p99 TTFT, TPOT, ITL, E2E; output tokens/s).",
+        "median and p99 TTFT, TPOT, ITL, E2E; output tokens/s); so are GenAI-Perf's and AIPerf's summary files "
+        "(profile_export_genai_perf.json, profile_export_aiperf.json), as --bench genai-perf / aiperf.",
     )
     v.add_argument(
         "results",

@@ -18,7 +18,7 @@ workload of those numbers and compares figure by figure.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from kvsim.errors import ConfigError
 from kvsim.trace.request import Request
@@ -140,6 +140,8 @@ class MeasuredSummary:
     date: str = ""
     duration_s: float | None = None
     tokens_per_chunk: float = 1.0  # not in a summary: as if every token was streamed alone
+    harness: str = "vllm-random"  # whose client sent the load (--bench): vllm-random, genai-perf, aiperf
+    load: dict = field(default_factory=dict)  # more kvsim options of the load the file records (spreads, warm-ups)
 
     @property
     def varied(self) -> bool:
@@ -147,11 +149,14 @@ class MeasuredSummary:
         return bool(self.input_tokens % self.completed or self.output_tokens % self.completed)
 
     def load_values(self, given: dict) -> dict:
-        """kvsim options of the random workload with this summary's numbers (``given``: the user's options, whose
-        --bench and --random-range-ratio, --random-range-ratio-mode and --seed are kept): its successful
-        requests, their mean lengths (outputs as generated: --ignore-eos), its clients, rate and burstiness.
-        Raises ConfigError when the lengths varied and no --random-range-ratio says how."""
-        if self.varied and given.get("random_range_ratio") is None:
+        """kvsim options of the workload with this summary's numbers (``given``: the user's options, whose --bench,
+        --seed and, for a vllm bench serve file, --random-range-ratio and --random-range-ratio-mode are kept): its
+        successful requests, their mean lengths (outputs generated in full: --ignore-eos), its clients, rate and
+        burstiness; for GenAI-Perf and AIPerf also what else their file records (:attr:`load`) where the user did
+        not say otherwise. Raises ConfigError when a vllm bench serve file's lengths varied and no
+        --random-range-ratio says how."""
+        random = self.harness == "vllm-random"
+        if random and self.varied and given.get("random_range_ratio") is None:
             raise ConfigError(
                 f"{self.path}: a summary only (no per-request fields); its prompts or outputs varied in length "
                 f"(mean {self.input_tokens / self.completed:,.2f} and {self.output_tokens / self.completed:,.2f} "
@@ -159,7 +164,7 @@ class MeasuredSummary:
                 "or save the run with --save-detailed"
             )
         v: dict = {
-            "bench": given.get("bench") or "vllm-random",
+            "bench": given.get("bench") or self.harness,
             "num_prompts": self.completed,
             "random_input_len": max(1, round(self.input_tokens / self.completed)),
             "random_output_len": max(1, round(self.output_tokens / self.completed)),
@@ -169,7 +174,9 @@ class MeasuredSummary:
         }
         if self.max_concurrency is not None:
             v["max_concurrency"] = self.max_concurrency
-        if not self.varied and given.get("random_range_ratio") is None:
+        if not random:
+            v.update({k: x for k, x in self.load.items() if given.get(k) is None})
+        elif not self.varied and given.get("random_range_ratio") is None:
             v["random_range_ratio"] = 0.0
         return v
 
@@ -190,11 +197,11 @@ def _summary(path: str, d: dict) -> MeasuredSummary:
     if burst <= 0:
         raise ConfigError(f"{path}: field 'burstiness' must be > 0, got {shown(burst)}")
     measured = {}
-    for field, name in SUMMARY_FIELDS.items():
-        v = d.get(field)
+    for key, name in SUMMARY_FIELDS.items():
+        v = d.get(key)
         if v is None:  # not measured (vLLM writes only the --percentile-metrics asked for)
             continue
-        v = _number(v, f"{path}: field '{field}'")
+        v = _number(v, f"{path}: field '{key}'")
         measured[name] = v if name == "output_tok_s" else v / 1000.0
     if not measured:
         raise ConfigError(
@@ -220,10 +227,16 @@ def _summary(path: str, d: dict) -> MeasuredSummary:
 
 def read_result(path: str) -> "MeasuredRun | MeasuredSummary":
     """The run recorded in ``path``: request by request where the file has the per-request fields
-    (:func:`read_bench_result`), else its summary where it has the load's totals (:class:`MeasuredSummary`)."""
+    (:func:`read_bench_result`), else its summary where it has the load's totals (:class:`MeasuredSummary`); a
+    GenAI-Perf or AIPerf summary file likewise (kvsim/trace/perf_export.py)."""
     from kvsim.files import read_json_object
 
+    from kvsim.trace.perf_export import export_tool, read_perf_export
+
     d = read_json_object(path, path)
+    tool = export_tool(d)
+    if tool is not None:
+        return read_perf_export(path, d, tool)
     if any(isinstance(d.get(k), list) for k in PER_REQUEST) or not all(k in d for k in LOAD_FIELDS):
         return read_bench_result(path, d)
     return _summary(path, d)
