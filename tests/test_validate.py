@@ -330,3 +330,30 @@ def test_kvsim_validate_replays_an_aiperf_summary_as_kvsim_run_does(tmp_path):
     same = pd.read_csv(tmp_path / "r" / "runs.csv").iloc[0]
     assert row.ttft_p50_predicted_s == pytest.approx(same.ttft_p50_s, rel=1e-12)
     assert row.tpot_p50_predicted_s == pytest.approx(same.tpot_p50_s, rel=1e-12)
+
+
+def test_a_result_file_with_send_times_is_replayed_at_them(tmp_path):
+    """vLLM 0.27+'s --save-detailed files keep start_times and queue_times: each request arrives when the
+    benchmark scheduled it (start - wait), the first at 0, in send order, instead of arrivals drawn at its rate."""
+    d = json.loads(open(RESULT).read())
+    d.update(
+        request_rate=2.0,
+        max_concurrency=None,
+        start_times=[105.0, 104.0, 104.9, 104.5, 106.2],  # request 1 sent first; request 3 failed
+        queue_times=[0.0, 0.0, 0.3, 0.0, 0.0],
+    )
+    f = tmp_path / "r.json"
+    f.write_text(json.dumps(d))
+    run = read_bench_result(str(f))
+    assert run.timed and [r.id for r in run.requests] == ["1", "2", "0", "4"]
+    assert [r.arrival_s for r in run.requests] == pytest.approx([0.0, 0.6, 1.0, 2.2])
+    assert run.ttft_s == [0.06, 0.04, 0.05, 0.05]  # the measured figures follow their requests
+    out = tmp_path / "v"
+    argv = ["validate", str(f), "--model", "llama-3-8b", "--gpu", "a100-80gb", "--no-plots", "--out", str(out)]
+    assert main(argv) == 0
+    req = pd.read_csv(out / "requests.csv")
+    assert list(req.id) == [1, 2, 0, 4] and req.ttft_measured_s.tolist() == [0.06, 0.04, 0.05, 0.05]
+    del d["start_times"]
+    f.write_text(json.dumps(d))
+    untimed = read_bench_result(str(f))
+    assert not untimed.timed and {r.arrival_s for r in untimed.requests} == {0.0}

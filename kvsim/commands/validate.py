@@ -271,7 +271,13 @@ def cmd_validate(a: argparse.Namespace) -> int:
     for run in runs:
         implied = server_implied(run, values)
         cfg = config_from_options(
-            {**values, **implied, "max_concurrency": run.max_concurrency, "request_rate": run.request_rate}
+            {
+                **values,
+                **implied,
+                "max_concurrency": run.max_concurrency,
+                # a file with send times keeps them; else arrivals drawn at its rate
+                **({} if getattr(run, "timed", False) else {"request_rate": run.request_rate}),
+            }
         )
         if implied:
             dated = implied.keys() & {"vllm_engine", "vllm_version"}
@@ -314,6 +320,8 @@ def cmd_validate(a: argparse.Namespace) -> int:
             rows.append(row)
             frames.append(req)
             continue
+        if run.timed:
+            print(f"{run.path}: its requests arrive when the benchmark scheduled them (start_times)", file=sys.stderr)
         if run.skipped:
             print(f"{run.path}: skipped {run.skipped} failed request(s)", file=sys.stderr)
         if run.silent:

@@ -4,9 +4,11 @@
 Fields read: ``input_lens``, ``output_lens``, ``ttfts`` (seconds), ``itls`` (seconds between streamed
 chunks, per request), ``errors`` (a failed request has a message; it is skipped and counted),
 ``request_rate`` (``"inf"`` or requests/s), ``max_concurrency`` (absent or null: unlimited),
-``duration`` (seconds), ``model_id``, ``date`` (as written, e.g. "20240812-101530"). The file does not record
-arrival times: at a finite rate the replay draws its own Poisson arrivals at that rate (the benchmark's own draw is
-not in the file). The streamed chunks per request show how many tokens the server delivered at a time
+``duration`` (seconds), ``model_id``, ``date`` (as written, e.g. "20240812-101530"), and where the file has them
+(vLLM 0.27 and later with ``--save-detailed``) ``start_times`` (when the client sent each request, after any
+--max-concurrency wait) and ``queue_times`` (that wait): the requests then arrive when the benchmark scheduled
+them (send time - wait; :attr:`MeasuredRun.timed`). Older files record no times: at a finite rate the replay
+draws its own Poisson arrivals at that rate. The streamed chunks per request show how many tokens the server delivered at a time
 (:attr:`MeasuredRun.tokens_per_chunk`: about N under vLLM V0's multi-step scheduling of N steps).
 
 A file saved without ``--save-detailed`` holds only the summary: :func:`read_result` reads it as a
@@ -45,6 +47,7 @@ class MeasuredRun:
     # successful requests that streamed no text (output 0: the model ended at once): their prompt was computed
     # and one token sampled, so they are replayed as one-token requests, but nothing of theirs was timed
     silent: int = 0
+    timed: bool = False  # the requests arrive at the file's scheduled send times (start_times - queue_times)
 
     @property
     def output_tokens(self) -> int:
@@ -268,6 +271,7 @@ def read_bench_result(path: str, d: dict | None = None) -> MeasuredRun:
     if not isinstance(errors, list) or len(errors) != n:
         raise ConfigError(f"{path}: field 'errors' must be a list of {n} entries")
     rate, conc = _rate(d, path), _concurrency(d, path)
+    sends = _send_times(d, path, n)
     duration = d.get("duration")
     duration = None if duration is None else _number(duration, f"{path}: field 'duration'")
     reqs, ttft, e2e, itl = [], [], [], []
@@ -281,7 +285,7 @@ def read_bench_result(path: str, d: dict | None = None) -> MeasuredRun:
             continue
         if o < 1:  # it succeeded without text: prefilled, one token sampled (an end of text), nothing timed
             silent += 1
-            reqs.append(Request(str(i), 0.0, int(p), 1, line=i + 1))
+            reqs.append(Request(str(i), sends[i], int(p), 1, line=i + 1))
             ttft.append(math.nan)
             e2e.append(math.nan)
             continue
@@ -290,7 +294,7 @@ def read_bench_result(path: str, d: dict | None = None) -> MeasuredRun:
         if not isinstance(gaps, list):
             raise ConfigError(f"{where}: field 'itls' must be a list of seconds")
         gaps = [_number(g, f"{where}: field 'itls'") for g in gaps]
-        reqs.append(Request(str(i), 0.0, int(p), int(o), line=i + 1))
+        reqs.append(Request(str(i), sends[i], int(p), int(o), line=i + 1))
         ttft.append(t)
         e2e.append(t + sum(gaps))
         itl += gaps
@@ -300,6 +304,13 @@ def read_bench_result(path: str, d: dict | None = None) -> MeasuredRun:
         raise ConfigError(
             f"{path}: no successful request with output to compare ({skipped} failed, {silent} without text)"
         )
+    first = min(r.arrival_s for r in reqs)
+    if first:  # the first request sent arrives at 0, in the order they were sent
+        from dataclasses import replace
+
+        order = sorted(range(len(reqs)), key=lambda k: reqs[k].arrival_s)
+        reqs = [replace(reqs[k], arrival_s=reqs[k].arrival_s - first) for k in order]
+        ttft, e2e = [ttft[k] for k in order], [e2e[k] for k in order]
     return MeasuredRun(
         str(path),
         reqs,
@@ -314,4 +325,24 @@ def read_bench_result(path: str, d: dict | None = None) -> MeasuredRun:
         str(d.get("date") or ""),
         later_tokens / len(itl) if itl else 1.0,
         silent,
+        any(sends),
     )
+
+
+def _send_times(d: dict, path: str, n: int) -> list[float]:
+    """When the benchmark scheduled each of the ``n`` requests (seconds on the client's clock): its
+    ``start_times`` less its ``queue_times`` (the --max-concurrency wait; none: 0); all 0 where the file records
+    no times."""
+    starts = d.get("start_times")
+    if not isinstance(starts, list) or not starts:
+        return [0.0] * n
+    waits = d.get("queue_times")
+    if not isinstance(waits, list) or len(waits) != n:
+        waits = [0.0] * n
+    if len(starts) != n:
+        raise ConfigError(f"{path}: field 'start_times' has {len(starts)} entries, 'input_lens' {n}")
+    return [
+        _number(s, f"{path}: request {i}: field 'start_times'")
+        - _number(w, f"{path}: request {i}: field 'queue_times'")
+        for i, (s, w) in enumerate(zip(starts, waits))
+    ]
