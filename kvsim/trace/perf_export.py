@@ -215,7 +215,7 @@ def read_perf_export(path: str, d: dict, tool: str):
         "warmup_request_count": load["warmup"],
         "synthetic_input_tokens_stddev": load["isl_sd"],
         "output_tokens_stddev": load["osl_sd"],
-        "num_dataset_entries": load["entries"],
+        "num_dataset_entries": load["entries"] or None,  # (GenAI-Perf writes 0 for "not set")
         "dataset_sampling_strategy": load.get("sampling"),
     }
     return MeasuredSummary(
