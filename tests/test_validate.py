@@ -234,7 +234,7 @@ def test_genai_perf_and_aiperf_summary_files_are_read_as_their_clients_wrote_the
     -> seconds, the load as the client sent it."""
     from kvsim.trace.bench_result import read_result
 
-    a = read_result("tests/data/aiperf_0.13_export.json")
+    a = read_result("tests/data/aiperf_run/profile_export_aiperf.json")
     assert (a.harness, a.completed, a.max_concurrency, a.request_rate) == ("aiperf", 20, 4, math.inf)
     assert a.input_tokens == 1985 and a.output_tokens == 417  # 20 x the measured means 99.25 and 20.85
     assert a.measured["ttft_p50"] == pytest.approx(32.7625655e-3, rel=1e-9)  # the file writes ms
@@ -312,7 +312,9 @@ def test_kvsim_validate_replays_an_aiperf_summary_as_kvsim_run_does(tmp_path):
     """The replay is `kvsim run --bench aiperf` with the file's load (a test of meaning, not of the mock's
     numbers)."""
     argv = ["--model", "qwen3-8b", "--gpu", "h100-80gb", "--no-plots"]
-    assert main(["validate", "tests/data/aiperf_0.13_export.json", *argv, "--out", str(tmp_path / "v")]) == 0
+    assert (
+        main(["validate", "tests/data/aiperf_run/profile_export_aiperf.json", *argv, "--out", str(tmp_path / "v")]) == 0
+    )
     row = pd.read_csv(tmp_path / "v" / "validate.csv").iloc[0]
     load = ["--bench", "aiperf", "--isl", "99", "--isl-stddev", "5", "--osl", "21", "--osl-stddev", "2"]
     load += [
@@ -357,3 +359,42 @@ def test_a_result_file_with_send_times_is_replayed_at_them(tmp_path):
     f.write_text(json.dumps(d))
     untimed = read_bench_result(str(f))
     assert not untimed.timed and {r.arrival_s for r in untimed.requests} == {0.0}
+
+
+def test_aiperf_per_request_records_are_replayed_request_by_request(tmp_path, capsys):
+    """AIPerf's profile_export.jsonl: the measured requests (warm-ups left out) with their own lengths and
+    latencies; beside its summary a closed loop of its 4 clients (all sent at once, in the order sent), alone at
+    the times AIPerf issued them."""
+    import shutil
+
+    from kvsim.trace.bench_result import read_result
+
+    src = "tests/data/aiperf_run/profile_export.jsonl"
+    run = read_result(src)
+    recs = [json.loads(line) for line in open(src)]
+    measured = [r for r in recs if r["metadata"]["benchmark_phase"] == "profiling"]
+    assert len(run.requests) == len(measured) == 20 and (run.max_concurrency, run.timed) == (4, False)
+    assert {r.arrival_s for r in run.requests} == {0.0}
+    first = min(measured, key=lambda r: r["metadata"]["credit_issued_ns"])
+    assert run.requests[0].prompt_tokens == first["metrics"]["input_sequence_length"]["value"]
+    assert run.ttft_s[0] == pytest.approx(first["metrics"]["time_to_first_token"]["value"] / 1e3)
+    alone = tmp_path / "profile_export.jsonl"
+    lines = open(src).read().splitlines()
+    bad = json.loads(lines[5])
+    bad["error"] = {"code": 500, "message": "boom"}
+    alone.write_text("\n".join(lines[:5] + [json.dumps(bad)] + lines[6:]) + "\n")
+    run = read_result(str(alone))
+    assert run.timed and run.max_concurrency is None and run.skipped == 1 and len(run.requests) == 19
+    t0 = min(r["metadata"]["credit_issued_ns"] for i, r in enumerate(recs) if i >= 2 and i != 5)
+    assert sorted(r.arrival_s for r in run.requests)[-1] == pytest.approx(
+        (max(r["metadata"]["credit_issued_ns"] for i, r in enumerate(recs) if i >= 2 and i != 5) - t0) / 1e9
+    )
+    alone.write_text(lines[3] + "\n{not json\n")
+    with pytest.raises(ConfigError, match=r"profile_export.jsonl:2: not JSON"):
+        read_result(str(alone))
+    shutil.copy("tests/data/aiperf_run/profile_export_aiperf.json", tmp_path / "profile_export_aiperf.json")
+    alone.write_text("\n".join(lines) + "\n")
+    argv = ["validate", str(alone), "--model", "qwen3-8b", "--gpu", "h100-80gb", "--no-plots"]
+    assert main([*argv, "--out", str(tmp_path / "v")]) == 0
+    row = pd.read_csv(tmp_path / "v" / "validate.csv").iloc[0]
+    assert row.compared == "requests" and row.requests == 20 and row.max_concurrency == 4

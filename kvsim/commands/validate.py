@@ -321,7 +321,9 @@ def cmd_validate(a: argparse.Namespace) -> int:
             frames.append(req)
             continue
         if run.timed:
-            print(f"{run.path}: its requests arrive when the benchmark scheduled them (start_times)", file=sys.stderr)
+            print(
+                f"{run.path}: its requests arrive when the benchmark scheduled them (its send times)", file=sys.stderr
+            )
         if run.skipped:
             print(f"{run.path}: skipped {run.skipped} failed request(s)", file=sys.stderr)
         if run.silent:

@@ -234,8 +234,10 @@ def read_result(path: str) -> "MeasuredRun | MeasuredSummary":
     GenAI-Perf or AIPerf summary file likewise (kvsim/trace/perf_export.py)."""
     from kvsim.files import read_json_object
 
-    from kvsim.trace.perf_export import export_tool, read_perf_export
+    from kvsim.trace.perf_export import export_tool, read_aiperf_records, read_perf_export
 
+    if str(path).endswith(".jsonl"):  # AIPerf's per-request records
+        return read_aiperf_records(path)
     d = read_json_object(path, path)
     tool = export_tool(d)
     if tool is not None:

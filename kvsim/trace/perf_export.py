@@ -234,3 +234,106 @@ def read_perf_export(path: str, d: dict, tool: str):
         harness=tool,
         load={k: v for k, v in extra.items() if v is not None},
     )
+
+
+def _value(path: str, line: int, metrics: dict, name: str) -> float | None:
+    """A per-request record's metric ``name`` in seconds (times) or its own unit (token counts); None if absent."""
+    m = metrics.get(name)
+    if not isinstance(m, dict) or m.get("value") is None:
+        return None
+    v = m["value"]
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not is_finite(v) or v < 0:
+        raise ConfigError(f"{path}:{line}: field 'metrics.{name}.value' must be a finite number >= 0, got {shown(v)}")
+    unit = str(m.get("unit", ""))
+    return float(v) * TIME_UNITS[unit] if unit in TIME_UNITS else float(v)
+
+
+def read_aiperf_records(path: str):
+    """AIPerf's per-request ``profile_export.jsonl`` as a :class:`~kvsim.trace.bench_result.MeasuredRun`: each
+    measured request's lengths, TTFT, latency and streamed chunks (warm-up records left out, failed ones skipped
+    and counted). The load comes from ``profile_export_aiperf.json`` beside it: at a request rate each request
+    arrives when AIPerf issued it (``credit_issued_ns``); with clients only, all at once in the order sent, the
+    clients holding them back as they did; without that file, at the issue times with no client limit."""
+    import json
+    from pathlib import Path
+
+    from kvsim.files import read_json_object
+    from kvsim.trace.bench_result import MeasuredRun
+    from kvsim.trace.jsonl import MAX_TOKENS
+    from kvsim.trace.request import Request
+
+    summary_path = Path(path).with_name("profile_export_aiperf.json")
+    summary = None
+    if summary_path.is_file():
+        d = read_json_object(summary_path, str(summary_path))
+        if export_tool(d) == "aiperf":
+            summary = read_perf_export(str(summary_path), d, "aiperf")
+    rows = []
+    skipped = 0
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read: {e.strerror}") from None
+    for k, text in enumerate(lines, 1):
+        if not text.strip():
+            continue
+        try:
+            rec = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ConfigError(f"{path}:{k}: not JSON ({e.msg})") from None
+        meta, metrics = rec.get("metadata"), rec.get("metrics")
+        if not isinstance(meta, dict) or not isinstance(metrics, dict):
+            raise ConfigError(f"{path}:{k}: an AIPerf record has 'metadata' and 'metrics' objects")
+        if meta.get("benchmark_phase") == "warmup":
+            continue
+        if rec.get("error") or meta.get("was_cancelled"):
+            skipped += 1
+            continue
+        sent = meta.get("credit_issued_ns", meta.get("request_start_ns"))
+        if isinstance(sent, bool) or not isinstance(sent, (int, float)):
+            raise ConfigError(f"{path}:{k}: field 'metadata.request_start_ns' missing or not a number")
+        isl, osl = (_value(path, k, metrics, f) for f in ("input_sequence_length", "output_sequence_length"))
+        latency = _value(path, k, metrics, "request_latency")
+        if not isl or osl is None or latency is None or isl > MAX_TOKENS or osl > MAX_TOKENS:
+            raise ConfigError(
+                f"{path}:{k}: fields 'metrics.input_sequence_length', 'output_sequence_length' and 'request_latency' "
+                f"must be given (lengths of at most {MAX_TOKENS:,} tokens)"
+            )
+        chunks = metrics.get("inter_chunk_latency")
+        chunks = chunks if isinstance(chunks, dict) else {}
+        gaps = chunks.get("value")
+        gaps = [g * TIME_UNITS.get(str(chunks.get("unit", "ms")), 1e-3) for g in gaps] if isinstance(gaps, list) else []
+        rows.append(
+            (float(sent), k, int(isl), max(1, int(osl)), _value(path, k, metrics, "time_to_first_token"), latency, gaps)
+        )
+    if not rows:
+        raise ConfigError(f"{path}: no measured request ({skipped} failed)")
+    rows.sort()
+    rate = summary.request_rate if summary is not None else math.inf
+    timed = summary is None or rate != math.inf  # a rate run (or no summary): when AIPerf issued each request
+    first = rows[0][0]
+    reqs, ttft, e2e, itl = [], [], [], []
+    later_tokens = 0
+    for sent, k, isl, osl, t, latency, gaps in rows:
+        reqs.append(Request(str(k), (sent - first) * 1e-9 if timed else 0.0, isl, osl, line=k))
+        ttft.append(math.nan if t is None else t)
+        e2e.append(latency)
+        itl += gaps
+        if gaps:
+            later_tokens += osl - 1
+    return MeasuredRun(
+        str(path),
+        reqs,
+        ttft,
+        e2e,
+        itl,
+        rate,
+        summary.max_concurrency if summary is not None else None,
+        summary.duration_s if summary is not None else None,
+        summary.model_id if summary is not None else "",
+        skipped,
+        summary.date if summary is not None else "",
+        later_tokens / len(itl) if itl else 1.0,
+        0,
+        timed,
+    )
