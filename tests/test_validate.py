@@ -192,7 +192,7 @@ def test_a_summary_only_file_is_replayed_as_the_random_workload_of_its_numbers(t
 
 
 def test_a_summary_whose_lengths_varied_needs_the_range_ratio_and_bad_fields_are_named(tmp_path, capsys):
-    from kvsim.trace.bench_result import read_result
+    from kvsim.trace.result_file import read_result
 
     f = tmp_path / "s.json"
     f.write_text(json.dumps({**SUMMARY, "total_input_tokens": 40961}))
@@ -232,7 +232,7 @@ def test_genai_perf_and_aiperf_summary_files_are_read_as_their_clients_wrote_the
     """Both tools' summary layouts (kvsim/trace/perf_export.py): AIPerf 0.13's phases and datasets, GenAI-Perf
     0.0.16's nested config, GenAI-Perf's flat one (0.0.12 and before) and AIPerf's loadgen (0.8), each figure in ms
     -> seconds, the load as the client sent it."""
-    from kvsim.trace.bench_result import read_result
+    from kvsim.trace.result_file import read_result
 
     a = read_result("tests/data/aiperf_run/profile_export_aiperf.json")
     assert (a.harness, a.completed, a.max_concurrency, a.request_rate) == ("aiperf", 20, 4, math.inf)
@@ -367,7 +367,7 @@ def test_aiperf_per_request_records_are_replayed_request_by_request(tmp_path, ca
     the times AIPerf issued them."""
     import shutil
 
-    from kvsim.trace.bench_result import read_result
+    from kvsim.trace.result_file import read_result
 
     src = "tests/data/aiperf_run/profile_export.jsonl"
     run = read_result(src)

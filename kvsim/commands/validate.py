@@ -249,7 +249,8 @@ def cmd_validate(a: argparse.Namespace) -> int:
     from kvsim.files import prepare_results_dir, results_folder
     from kvsim.latency import latency_notes
     from kvsim.options import config_from_options, values_from_namespace
-    from kvsim.trace.bench_result import MeasuredSummary, read_result
+    from kvsim.trace.bench_result import MeasuredSummary
+    from kvsim.trace.result_file import read_result
 
     runs = [read_result(f) for f in a.results]  # every file checked before anything runs
     values = values_from_namespace(a)

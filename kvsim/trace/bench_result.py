@@ -11,7 +11,7 @@ them (send time - wait; :attr:`MeasuredRun.timed`). Older files record no times:
 draws its own Poisson arrivals at that rate. The streamed chunks per request show how many tokens the server delivered at a time
 (:attr:`MeasuredRun.tokens_per_chunk`: about N under vLLM V0's multi-step scheduling of N steps).
 
-A file saved without ``--save-detailed`` holds only the summary: :func:`read_result` reads it as a
+A file saved without ``--save-detailed`` holds only the summary: kvsim/trace/result_file.py reads it as a
 :class:`MeasuredSummary` (its load: request count, token totals, rate, burstiness, clients; and the client's
 mean / median / p99 TTFT, TPOT, ITL, E2E and output tokens/s), which `kvsim validate` replays as the random
 workload of those numbers and compares figure by figure.
@@ -184,7 +184,7 @@ class MeasuredSummary:
         return v
 
 
-def _summary(path: str, d: dict) -> MeasuredSummary:
+def summary(path: str, d: dict) -> MeasuredSummary:
     """``d`` (a result file's object, with the LOAD_FIELDS) as a summary; errors name the file and field."""
     counts = {}
     for key in LOAD_FIELDS:
@@ -226,25 +226,6 @@ def _summary(path: str, d: dict) -> MeasuredSummary:
         str(d.get("date") or ""),
         None if duration is None else _number(duration, f"{path}: field 'duration'"),
     )
-
-
-def read_result(path: str) -> "MeasuredRun | MeasuredSummary":
-    """The run recorded in ``path``: request by request where the file has the per-request fields
-    (:func:`read_bench_result`), else its summary where it has the load's totals (:class:`MeasuredSummary`); a
-    GenAI-Perf or AIPerf summary file likewise (kvsim/trace/perf_export.py)."""
-    from kvsim.files import read_json_object
-
-    from kvsim.trace.perf_export import export_tool, read_aiperf_records, read_perf_export
-
-    if str(path).endswith(".jsonl"):  # AIPerf's per-request records
-        return read_aiperf_records(path)
-    d = read_json_object(path, path)
-    tool = export_tool(d)
-    if tool is not None:
-        return read_perf_export(path, d, tool)
-    if any(isinstance(d.get(k), list) for k in PER_REQUEST) or not all(k in d for k in LOAD_FIELDS):
-        return read_bench_result(path, d)
-    return _summary(path, d)
 
 
 def read_bench_result(path: str, d: dict | None = None) -> MeasuredRun:
