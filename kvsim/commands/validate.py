@@ -277,7 +277,7 @@ def cmd_validate(a: argparse.Namespace) -> int:
                 **implied,
                 "max_concurrency": run.max_concurrency,
                 # a file with send times keeps them; else arrivals drawn at its rate
-                **({} if getattr(run, "timed", False) else {"request_rate": run.request_rate}),
+                **({} if run.timed else {"request_rate": run.request_rate}),
             }
         )
         if implied:
@@ -354,35 +354,28 @@ def cmd_validate(a: argparse.Namespace) -> int:
         requests = pd.concat(frames, ignore_index=True)
         requests.to_csv(stage / "requests.csv", index=False)
         written = ["validate.csv", "requests.csv", "summary.md"]
-        lines = [
-            f"# kvsim validate: {a.model} on {a.gpu or 'the default GPU'}",
-            "",
-            "predicted / measured (medians, p90) and mean absolute percentage error per request",
-            "",
-            "| file | requests | load | TTFT p50 | TTFT p90 | TPOT p50 | TPOT p90 | E2E p50 | E2E p90 | "
-            "out tok/s | MAPE TTFT | MAPE TPOT | MAPE E2E |",
-            "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
-        ]
-        print(
-            f"{'file':36s} {'reqs':>5s} {'TTFT p50':>9s} {'TPOT p50':>9s} {'E2E p50':>8s} {'tok/s':>6s}  "
-            "(predicted / measured)"
-        )
-        for r in rows:
-            if r.get("compared") == "summary":
-                continue
-            lines.append(
+        per_request = [r for r in rows if r["compared"] == "requests"]
+        summaries = [r for r in rows if r["compared"] == "summary"]
+        lines = [f"# kvsim validate: {a.model} on {a.gpu or 'the default GPU'}", ""]
+        if per_request:
+            lines += [
+                "predicted / measured (medians, p90) and mean absolute percentage error per request",
+                "",
+                "| file | requests | load | TTFT p50 | TTFT p90 | TPOT p50 | TPOT p90 | E2E p50 | E2E p90 | "
+                "out tok/s | MAPE TTFT | MAPE TPOT | MAPE E2E |",
+                "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+            ]
+            lines += [
                 f"| {r['file']} | {r['requests']} | {_load_text(r)} | "
                 + " | ".join(_cell(r, f"{m}_{q}_ratio") for m in METRICS for q in ("p50", "p90"))
                 + f" | {_cell(r, 'output_tok_s_ratio')} | "
                 + " | ".join(f"{100 * r[f'{m}_mape']:.0f}%" for m in METRICS)
                 + " |"
-            )
-        summaries = [r for r in rows if r.get("compared") == "summary"]
+                for r in per_request
+            ]
         if summaries:
-            if len(lines) == 6:  # no file compared request by request
-                lines = lines[:2]
+            lines += [""] if per_request else []
             lines += [
-                "",
                 "Summary-only files (no per-request fields), each replayed as the random workload of its numbers: "
                 "predicted / measured of every figure the file has",
                 "",
@@ -396,6 +389,10 @@ def cmd_validate(a: argparse.Namespace) -> int:
                 for r in summaries
             ]
             lines += ["", "Replayed as:", ""] + [f"- {r['file']}: {r['replayed_as']}" for r in summaries]
+        print(
+            f"{'file':36s} {'reqs':>5s} {'TTFT p50':>9s} {'TPOT p50':>9s} {'E2E p50':>8s} {'tok/s':>6s}  "
+            "(predicted / measured)"
+        )
         for r in rows:
             print(
                 f"{r['file'][:36]:36s} {r['requests']:5d} {_cell(r, 'ttft_p50_ratio'):>9s} "

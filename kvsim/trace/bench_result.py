@@ -144,6 +144,7 @@ class MeasuredSummary:
     duration_s: float | None = None
     tokens_per_chunk: float = 1.0  # not in a summary: as if every token was streamed alone
     harness: str = "vllm-random"  # whose client sent the load (--bench): vllm-random, genai-perf, aiperf
+    timed: bool = False  # (a summary keeps no send times: its load is replayed from its numbers)
     load: dict = field(default_factory=dict)  # more kvsim options of the load the file records (spreads, warm-ups)
 
     @property
