@@ -120,9 +120,13 @@ def download(page, downloads: Path, name: str) -> Path:
     target.unlink(missing_ok=True)
     link.click()
     t_end = time.monotonic() + 20
-    while not target.exists() and time.monotonic() < t_end:
+
+    def done() -> bool:  # Chrome reserves the name with an empty file and writes into a .crdownload beside it
+        return target.exists() and target.stat().st_size > 0 and not any(downloads.glob("*.crdownload"))
+
+    while not done() and time.monotonic() < t_end:
         time.sleep(0.1)
-    assert target.exists(), f"{name} was not downloaded"
+    assert done(), f"{name} was not downloaded"
     return target
 
 
