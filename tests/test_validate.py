@@ -398,3 +398,18 @@ def test_aiperf_per_request_records_are_replayed_request_by_request(tmp_path, ca
     assert main([*argv, "--out", str(tmp_path / "v")]) == 0
     row = pd.read_csv(tmp_path / "v" / "validate.csv").iloc[0]
     assert row.compared == "requests" and row.requests == 20 and row.max_concurrency == 4
+
+
+def test_a_summary_in_seconds_as_copies_of_the_script_write_it(tmp_path):
+    """InferenceX's copy of vllm bench serve writes median_ttft, p99_tpot, ... in seconds: read as such when the
+    _ms fields are absent (the _ms ones win where both are)."""
+    from kvsim.trace.result_file import read_result
+
+    d = {k: v for k, v in SUMMARY.items() if not k.endswith("_ms")}
+    d.update(median_ttft=4.5677, p99_tpot=0.063, median_e2el=6.79)
+    f = tmp_path / "s.json"
+    f.write_text(json.dumps(d))
+    run = read_result(str(f))
+    assert run.measured == {"ttft_p50": 4.5677, "tpot_p99": 0.063, "e2e_p50": 6.79, "output_tok_s": 426.0}
+    f.write_text(json.dumps({**d, "median_ttft_ms": 40.0}))
+    assert read_result(str(f)).measured["ttft_p50"] == pytest.approx(0.04)

@@ -202,6 +202,12 @@ def summary(path: str, d: dict) -> MeasuredSummary:
         raise ConfigError(f"{path}: field 'burstiness' must be > 0, got {shown(burst)}")
     measured = {}
     for key, name in SUMMARY_FIELDS.items():
+        # vllm bench serve writes milliseconds (median_ttft_ms); copies of its script in seconds (median_ttft:
+        # InferenceX's benchmark_serving_random.py)
+        seconds = key.removesuffix("_ms") if key.endswith("_ms") else None
+        if d.get(key) is None and seconds is not None and d.get(seconds) is not None:
+            measured[name] = _number(d[seconds], f"{path}: field '{seconds}'")
+            continue
         v = d.get(key)
         if v is None:  # not measured (vLLM writes only the --percentile-metrics asked for)
             continue
