@@ -413,3 +413,19 @@ def test_a_summary_in_seconds_as_copies_of_the_script_write_it(tmp_path):
     assert run.measured == {"ttft_p50": 4.5677, "tpot_p99": 0.063, "e2e_p50": 6.79, "output_tok_s": 426.0}
     f.write_text(json.dumps({**d, "median_ttft_ms": 40.0}))
     assert read_result(str(f)).measured["ttft_p50"] == pytest.approx(0.04)
+
+
+def test_runs_appended_to_one_file_are_each_replayed(tmp_path):
+    """`vllm bench serve --append-result` writes each run as one JSON line of the same file: every line is a run,
+    called by the file and its line."""
+    one = json.loads(open(RESULT).read())
+    f = tmp_path / "results.json"
+    f.write_text(json.dumps(one) + "\n" + json.dumps({**SUMMARY}) + "\n")
+    out = tmp_path / "v"
+    argv = ["validate", str(f), "--model", "llama-3-8b", "--gpu", "a100-80gb", "--no-plots", "--out", str(out)]
+    assert main(argv) == 0
+    table = pd.read_csv(out / "validate.csv")
+    assert list(table.file) == ["results.json:1", "results.json:2"]
+    assert list(table.compared) == ["requests", "summary"]
+    f.write_text(json.dumps(one) + "\n{oops\n")
+    assert main(argv) == 2

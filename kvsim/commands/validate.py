@@ -250,9 +250,9 @@ def cmd_validate(a: argparse.Namespace) -> int:
     from kvsim.latency import latency_notes
     from kvsim.options import config_from_options, values_from_namespace
     from kvsim.trace.bench_result import MeasuredSummary
-    from kvsim.trace.result_file import read_result
+    from kvsim.trace.result_file import read_results
 
-    runs = [read_result(f) for f in a.results]  # every file checked before anything runs
+    runs = [run for f in a.results for run in read_results(f)]  # every file checked before anything runs
     values = values_from_namespace(a)
     if "model" not in values:
         ids = sorted({r.model_id for r in runs if r.model_id})

@@ -17,10 +17,41 @@ def read_result(path: str) -> MeasuredRun | MeasuredSummary:
 
     if str(path).endswith(".jsonl"):  # AIPerf's per-request records
         return read_aiperf_records(path)
-    d = read_json_object(path, path)
+    return _from_object(path, read_json_object(path, path))
+
+
+def _from_object(path: str, d: dict) -> MeasuredRun | MeasuredSummary:
+    """The run of one result object ``d`` (``path``: what errors and tables call it)."""
     tool = export_tool(d)
     if tool is not None:
         return read_perf_export(path, d, tool)
     if any(isinstance(d.get(k), list) for k in PER_REQUEST) or not all(k in d for k in LOAD_FIELDS):
         return read_bench_result(path, d)
     return summary(path, d)
+
+
+def read_results(path: str) -> list[MeasuredRun | MeasuredSummary]:
+    """Every run recorded in ``path``: one, or one per line where `vllm bench serve --append-result` appended
+    several runs to the file (each called by the file and its line: ``results.json:3``)."""
+    import json
+    from pathlib import Path
+
+    from kvsim.errors import ConfigError
+
+    try:
+        return [read_result(path)]
+    except ConfigError as e:
+        if str(path).endswith(".jsonl") or "Extra data" not in str(e):
+            raise
+    runs = []
+    for k, text in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
+        if not text.strip():
+            continue
+        try:
+            d = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ConfigError(f"{path}:{k}: not JSON ({e.msg}); appended runs are one JSON object a line") from None
+        if not isinstance(d, dict):
+            raise ConfigError(f"{path}:{k}: expected a JSON object (a run)")
+        runs.append(_from_object(f"{path}:{k}", d))
+    return runs
