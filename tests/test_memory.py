@@ -56,7 +56,15 @@ def test_memory_command_fits_80_columns_for_every_preset(model, capsys):
     m = get_model(model)
     # the widest TP up to 8 its heads split over (phi-4's 10 KV heads: 2)
     fits = [t for t in (8, 4, 2, 1) if m.q_heads % t == 0 and (m.kv_heads % t == 0 or t % m.kv_heads == 0)]
-    tp = 16 if model in ("kimi-k2", "kimi-k2-0905") else min(8, m.kv_heads, fits[0])
+    # models too large for the GPUs their KV heads split over take the widest split
+    wide = {
+        "kimi-k2": 16,
+        "kimi-k2-0905": 16,
+        "qwen3.5-397b-a17b": 8,
+        "qwen3.5-397b-a17b-fp8": 8,
+        "qwen3.5-122b-a10b": 8,
+    }
+    tp = wide.get(model, min(8, m.kv_heads, fits[0]))
     # block-FP8 experts that do not split into whole blocks at this TP load only whole (vLLM refuses the split)
     ep = ["--enable-expert-parallel"] if m.block_problem(tp) else []
     rc = main(

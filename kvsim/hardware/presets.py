@@ -610,6 +610,80 @@ MODEL_PRESETS["qwen3-next-80b-a3b-fp8"] = replace(
     weight_quant="fp8_block",
     quant_method="fp8",
 )
+
+
+def _qwen3_5(name: str, hidden: int, layers: int, heads: int, kv: int, v_heads: int, params: float, **ffn) -> ModelSpec:
+    """A Qwen3.5 model's language model from its config.json's text_config fields (Qwen3-Next's layout: Gated
+    DeltaNet layers of 16 key heads and ``v_heads`` value heads of 128, every 4th layer full attention of heads of
+    256 with a gated output, 248,320-token vocabulary, 262,144 positions, an fp32 recurrent state as its config's
+    mamba_ssm_dtype says), with its vision tower (27 blocks of 1,152: 0.45 B) counted as vLLM loads it. ``ffn``:
+    intermediate_size (dense), or num_experts, num_experts_per_tok and moe_intermediate_size (a shared expert of
+    the same width)."""
+    cfg = {
+        "model_type": "qwen3_5_moe_text" if "num_experts" in ffn else "qwen3_5_text",
+        "torch_dtype": "bfloat16",
+        "hidden_size": hidden,
+        "num_hidden_layers": layers,
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv,
+        "head_dim": 256,
+        "vocab_size": 248320,
+        "max_position_embeddings": 262144,
+        "partial_rotary_factor": 0.25,
+        "full_attention_interval": 4,
+        "linear_num_key_heads": 16,
+        "linear_key_head_dim": 128,
+        "linear_num_value_heads": v_heads,
+        "linear_value_head_dim": 128,
+        "linear_conv_kernel_dim": 4,
+        "mamba_ssm_dtype": "float32",
+        "tie_word_embeddings": False,
+        **ffn,
+    }
+    if "num_experts" in ffn:
+        cfg["shared_expert_intermediate_size"] = ffn["moe_intermediate_size"]
+    text = model_from_config_dict(cfg, name)
+    return replace(text, name=name, params=params, encoder_params=0.45e9, from_config=False)
+
+
+# Qwen/Qwen3.5-397B-A17B, -122B-A10B, -35B-A3B and -27B (and their -FP8, 128x128 blocks): config.json text_config
+# fields as AIConfigurator's model_configs keep them (Apache-2.0); published 397 B, 122 B, 35 B and 27 B with the
+# vision tower (396.3, 122.3, 35.0 and 26.9 B by these shapes)
+for _m35 in (
+    _qwen3_5(
+        "qwen3.5-397b-a17b",
+        4096,
+        60,
+        32,
+        2,
+        64,
+        397e9,
+        num_experts=512,
+        num_experts_per_tok=10,
+        moe_intermediate_size=1024,
+    ),
+    _qwen3_5(
+        "qwen3.5-122b-a10b",
+        3072,
+        48,
+        32,
+        2,
+        64,
+        122e9,
+        num_experts=256,
+        num_experts_per_tok=8,
+        moe_intermediate_size=1024,
+    ),
+    _qwen3_5(
+        "qwen3.5-35b-a3b", 2048, 40, 16, 2, 32, 35e9, num_experts=256, num_experts_per_tok=8, moe_intermediate_size=512
+    ),
+    _qwen3_5("qwen3.5-27b", 5120, 64, 24, 4, 48, 27e9, intermediate_size=17408),
+):
+    MODEL_PRESETS[_m35.name] = _m35
+    MODEL_PRESETS[f"{_m35.name}-fp8"] = replace(
+        _m35, name=f"{_m35.name}-fp8", weight_dtype="fp8", weight_quant="fp8_block", quant_method="fp8"
+    )
+del _m35
 # mistralai/Mistral-Small-3.1-24B-Instruct-2503 and 3.2-24B-Instruct-2506 (text_config): the 2501 model's text shapes
 # with 131,072 positions, and a Pixtral vision tower and projector of 0.44 B (23.57 B text + 0.44 B)
 MODEL_PRESETS["mistral-small-3.1-24b"] = replace(
@@ -709,6 +783,11 @@ HF_IDS = {
     # the coder models keep their base model's shapes (Qwen3-Coder-30B-A3B: the 2507 30B-A3B's, 262,144 positions)
     **{f"Qwen/Qwen3-Coder-30B-A3B-Instruct{q}": f"qwen3-30b-a3b-2507{q.lower()}" for q in ("", "-FP8")},
     "Qwen/Qwen3-Coder-480B-A35B-Instruct": "qwen3-coder-480b-a35b",
+    **{
+        f"Qwen/Qwen3.5-{size}{q}": f"qwen3.5-{size.lower()}{q.lower()}"
+        for size in ("397B-A17B", "122B-A10B", "35B-A3B", "27B")
+        for q in ("", "-FP8")
+    },
     **{
         f"Qwen/Qwen3-{m}{q}": f"qwen3-next-80b-a3b{q.lower()}"
         for m in ("Next-80B-A3B-Instruct", "Next-80B-A3B-Thinking", "Coder-Next")

@@ -257,7 +257,7 @@ def _moe_shape_note(cfg, calib) -> str:
         if origin is None:
             return (
                 f"warning: {where}, {layout}: no kernel table on {chip} times this shape; the fitted MoE model "
-                "alone prices it (on the shapes the tables time it misses by 12% at the median, 53% at p90)"
+                "alone prices it (on the shapes the tables time it misses by 12% at the median, 50% at p90)"
             )
         if origin not in ("", release):
             return (

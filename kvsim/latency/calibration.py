@@ -811,7 +811,7 @@ def _with_other_releases_shapes(c: Calibration, chip: str, release: str) -> Cali
     shape (its tile configurations for those widths and expert counts), which the one fit of every shape misses by
     10-50% and which holds across releases of the same kernel. Checked on the shapes several releases timed
     (every chip, bf16 / FP8 / NVFP4 experts, each release's shape priced from its nearest other release's): median
-    |error| 12.1% with the fit alone, 5.8% with the other release's ratio, p90 53% and 29%
+    |error| 12.2% with the fit alone, 5.8% with the other release's ratio, p90 50% and 29%
     (benchmarks/moe_shapes_carry_over.py). A release that times the shape keeps its own."""
     releases = vllm_releases().get(chip, {})
     shapes = dict(c.moe_shapes)
