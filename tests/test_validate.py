@@ -429,3 +429,22 @@ def test_runs_appended_to_one_file_are_each_replayed(tmp_path):
     assert list(table.compared) == ["requests", "summary"]
     f.write_text(json.dumps(one) + "\n{oops\n")
     assert main(argv) == 2
+
+
+def test_a_folder_of_results_and_a_client_artifact_folder(tmp_path, capsys):
+    """A folder: an AIPerf artifact folder is its run (the per-request records, the summary beside them giving the
+    load); any other folder its result files in name order, the files that are no results named as skipped."""
+    from kvsim.trace.result_file import read_results
+
+    [run] = read_results("tests/data/aiperf_run")
+    assert run.path.endswith("profile_export.jsonl") and run.max_concurrency == 4
+    (tmp_path / "b.json").write_text(json.dumps(SUMMARY))
+    (tmp_path / "a.json").write_text(open(RESULT).read())
+    (tmp_path / "notes.json").write_text('{"comment": "not a result"}')
+    runs = read_results(str(tmp_path))
+    assert [type(r).__name__ for r in runs] == ["MeasuredRun", "MeasuredSummary"]
+    assert "skipped 1 file(s) that are not benchmark results: notes.json" in capsys.readouterr().err
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(ConfigError, match="no benchmark result file in the folder"):
+        read_results(str(empty))

@@ -481,7 +481,7 @@ def register(sub) -> None:
         "results",
         nargs="+",
         help="result JSON files (per-request fields: input_lens, output_lens, ttfts, itls; or a summary with "
-        "completed, total_input_tokens, total_output_tokens)",
+        "completed, total_input_tokens, total_output_tokens; GenAI-Perf's and AIPerf's exports), or folders of them",
     )
     add_options(
         v,

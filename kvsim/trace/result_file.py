@@ -32,12 +32,15 @@ def _from_object(path: str, d: dict) -> MeasuredRun | MeasuredSummary:
 
 def read_results(path: str) -> list[MeasuredRun | MeasuredSummary]:
     """Every run recorded in ``path``: one, or one per line where `vllm bench serve --append-result` appended
-    several runs to the file (each called by the file and its line: ``results.json:3``)."""
+    several runs to the file (each called by the file and its line: ``results.json:3``); a folder: its runs
+    (:func:`read_folder`)."""
     import json
     from pathlib import Path
 
     from kvsim.errors import ConfigError
 
+    if Path(path).is_dir():
+        return read_folder(path)
     try:
         return [read_result(path)]
     except ConfigError as e:
@@ -54,4 +57,38 @@ def read_results(path: str) -> list[MeasuredRun | MeasuredSummary]:
         if not isinstance(d, dict):
             raise ConfigError(f"{path}:{k}: expected a JSON object (a run)")
         runs.append(_from_object(f"{path}:{k}", d))
+    return runs
+
+
+# the files a client's artifact folder keeps its run in, in order of preference (the per-request records first)
+ARTIFACTS = ("profile_export.jsonl", "profile_export_aiperf.json", "profile_export_genai_perf.json")
+
+
+def read_folder(path: str) -> list[MeasuredRun | MeasuredSummary]:
+    """The runs in folder ``path``: an AIPerf or GenAI-Perf artifact folder's run (its per-request records where it
+    has them, else its summary; their other files are the client's own), or else every ``*.json`` / ``*.jsonl``
+    file in it that is a benchmark result, in name order; the others are named on the terminal as skipped, and a
+    folder without any result is an error."""
+    import sys
+    from pathlib import Path
+
+    from kvsim.errors import ConfigError
+
+    folder = Path(path)
+    for name in ARTIFACTS:
+        if (folder / name).is_file():
+            return [read_result(str(folder / name))]
+    runs, skipped = [], []
+    for f in sorted(p for p in folder.iterdir() if p.suffix in (".json", ".jsonl") and p.is_file()):
+        try:
+            runs += read_results(str(f))
+        except ConfigError as e:
+            skipped.append(f"{f.name} ({str(e).removeprefix(str(f) + ': ')[:80]})")
+    if skipped:
+        print(
+            f"{path}: skipped {len(skipped)} file(s) that are not benchmark results: {'; '.join(skipped)}",
+            file=sys.stderr,
+        )
+    if not runs:
+        raise ConfigError(f"{path}: no benchmark result file in the folder (*.json, *.jsonl)")
     return runs
