@@ -27,6 +27,27 @@ def read_json_object(path: str | Path, label: str) -> dict:
     return d
 
 
+def json_object_lines(path: str | Path, what: str) -> Iterator[tuple[int, dict]]:
+    """(line number, JSON object) of each non-blank line of ``path`` (JSON lines); errors name the file and the
+    line (``what``: what a line holds, for them)."""
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read: {e.strerror}") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path}: not text ({e.reason})") from None
+    for k, text in enumerate(lines, 1):
+        if not text.strip():
+            continue
+        try:
+            obj = json.loads(text)
+        except (json.JSONDecodeError, RecursionError, ValueError) as e:
+            raise ConfigError(f"{path}:{k}: not JSON ({getattr(e, 'msg', e)}); each line holds {what}") from None
+        if not isinstance(obj, dict):
+            raise ConfigError(f"{path}:{k}: expected a JSON object ({what})")
+        yield k, obj
+
+
 def write_text_atomically(path: str | Path, text: str) -> None:
     """Write ``text`` to ``path`` through a temporary file in the same folder, so a reader never sees half."""
     Path(path).parent.mkdir(parents=True, exist_ok=True)

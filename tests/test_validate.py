@@ -448,3 +448,13 @@ def test_a_folder_of_results_and_a_client_artifact_folder(tmp_path, capsys):
     empty.mkdir()
     with pytest.raises(ConfigError, match="no benchmark result file in the folder"):
         read_results(str(empty))
+
+
+def test_an_aiperf_records_file_with_a_line_that_is_no_object_names_it(tmp_path):
+    """A JSON line that is not an object (a list) is an error naming the file and line, not a crash."""
+    from kvsim.trace.result_file import read_result
+
+    f = tmp_path / "profile_export.jsonl"
+    f.write_text("\n[1, 2]\n")
+    with pytest.raises(ConfigError, match=r"profile_export.jsonl:2: expected a JSON object"):
+        read_result(str(f))

@@ -327,6 +327,10 @@ def cmd_validate(a: argparse.Namespace) -> int:
             )
         if run.skipped:
             print(f"{run.path}: skipped {run.skipped} failed request(s)", file=sys.stderr)
+        if run.warmups:
+            print(
+                f"{run.path}: left out {run.warmups} warm-up request(s) (the client's warm-up phase)", file=sys.stderr
+            )
         if run.silent:
             print(
                 f"{run.path}: {run.silent} request(s) succeeded without streaming text (replayed as one token: "

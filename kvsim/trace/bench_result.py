@@ -48,6 +48,7 @@ class MeasuredRun:
     # and one token sampled, so they are replayed as one-token requests, but nothing of theirs was timed
     silent: int = 0
     timed: bool = False  # the requests arrive at the file's scheduled send times (start_times - queue_times)
+    warmups: int = 0  # the client's warm-up requests the file records, left out (AIPerf's per-request records)
 
     @property
     def output_tokens(self) -> int:

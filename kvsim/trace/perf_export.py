@@ -254,10 +254,9 @@ def read_aiperf_records(path: str):
     and counted). The load comes from ``profile_export_aiperf.json`` beside it: at a request rate each request
     arrives when AIPerf issued it (``credit_issued_ns``); with clients only, all at once in the order sent, the
     clients holding them back as they did; without that file, at the issue times with no client limit."""
-    import json
     from pathlib import Path
 
-    from kvsim.files import read_json_object
+    from kvsim.files import json_object_lines, read_json_object
     from kvsim.trace.bench_result import MeasuredRun
     from kvsim.trace.jsonl import MAX_TOKENS
     from kvsim.trace.request import Request
@@ -269,22 +268,13 @@ def read_aiperf_records(path: str):
         if export_tool(d) == "aiperf":
             summary = read_perf_export(str(summary_path), d, "aiperf")
     rows = []
-    skipped = 0
-    try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
-    except OSError as e:
-        raise ConfigError(f"{path}: cannot read: {e.strerror}") from None
-    for k, text in enumerate(lines, 1):
-        if not text.strip():
-            continue
-        try:
-            rec = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise ConfigError(f"{path}:{k}: not JSON ({e.msg})") from None
+    skipped = warmups = 0
+    for k, rec in json_object_lines(path, "one AIPerf request record"):
         meta, metrics = rec.get("metadata"), rec.get("metrics")
         if not isinstance(meta, dict) or not isinstance(metrics, dict):
             raise ConfigError(f"{path}:{k}: an AIPerf record has 'metadata' and 'metrics' objects")
         if meta.get("benchmark_phase") == "warmup":
+            warmups += 1
             continue
         if rec.get("error") or meta.get("was_cancelled"):
             skipped += 1
@@ -336,4 +326,5 @@ def read_aiperf_records(path: str):
         later_tokens / len(itl) if itl else 1.0,
         0,
         timed,
+        warmups,
     )

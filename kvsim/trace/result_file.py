@@ -34,7 +34,6 @@ def read_results(path: str) -> list[MeasuredRun | MeasuredSummary]:
     """Every run recorded in ``path``: one, or one per line where `vllm bench serve --append-result` appended
     several runs to the file (each called by the file and its line: ``results.json:3``); a folder: its runs
     (:func:`read_folder`)."""
-    import json
     from pathlib import Path
 
     from kvsim.errors import ConfigError
@@ -46,18 +45,9 @@ def read_results(path: str) -> list[MeasuredRun | MeasuredSummary]:
     except ConfigError as e:
         if str(path).endswith(".jsonl") or "Extra data" not in str(e):
             raise
-    runs = []
-    for k, text in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
-        if not text.strip():
-            continue
-        try:
-            d = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise ConfigError(f"{path}:{k}: not JSON ({e.msg}); appended runs are one JSON object a line") from None
-        if not isinstance(d, dict):
-            raise ConfigError(f"{path}:{k}: expected a JSON object (a run)")
-        runs.append(_from_object(f"{path}:{k}", d))
-    return runs
+    from kvsim.files import json_object_lines
+
+    return [_from_object(f"{path}:{k}", d) for k, d in json_object_lines(path, "one appended run")]
 
 
 # the files a client's artifact folder keeps its run in, in order of preference (the per-request records first)
